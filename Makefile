@@ -1,0 +1,113 @@
+# corgipile developer entry points. `make` (or `make help`) lists them.
+#
+# Environment:
+#   CORGIPILE_CLUSTER_DIR  throw-away test cluster directory (default /tmp/corgipile-cluster)
+#   CORGIPILE_PORT         its port (default 28815)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PG_BIN     := /usr/lib/postgresql/15/bin
+PG_CONFIG  := $(PG_BIN)/pg_config
+PG_REGRESS := /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
+
+export CORGIPILE_CLUSTER_DIR ?= /tmp/corgipile-cluster
+export CORGIPILE_PORT        ?= 28815
+CLUSTER_DIR := $(CORGIPILE_CLUSTER_DIR)
+PORT        := $(CORGIPILE_PORT)
+
+# cargo from rustup may not be on PATH in a non-login shell.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# `cargo pgrx install` writes into the system PostgreSQL directories.
+PGRX_SUDO := $(if $(filter 0,$(shell id -u)),,--sudo)
+
+CLUSTER  := scripts/cluster.sh
+REGRESS_DIR ?= pg_test
+VENV     := .venv
+PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
+
+.PHONY: help setup setup-python install demo test unit regress pytest \
+        cluster-start cluster-stop cluster-status clean-cluster
+
+help:
+	@echo "corgipile make targets:"
+	@echo "  setup          install system packages, cargo-pgrx 0.18.0, run cargo pgrx init (scripts/setup.sh)"
+	@echo "  setup-python   setup + Python venv .venv with tests/requirements.txt"
+	@echo "  install        build (release) and install the extension into the system PostgreSQL 15"
+	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
+	@echo "  test           everything CI runs: unit + install + regress + pytest"
+	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
+	@echo "  regress        pg_regress suite pg_test/schedule against the running test cluster"
+	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
+	@echo "  cluster-start | cluster-stop | cluster-status   manage the test cluster"
+	@echo "  clean-cluster  stop the test cluster and delete $(CLUSTER_DIR)"
+	@echo ""
+	@echo "Test cluster: socket dir $(CLUSTER_DIR), port $(PORT), user postgres;"
+	@echo "  connect with: scripts/cluster.sh psql   or   eval \"\$$(scripts/cluster.sh env)\"; psql"
+
+setup:
+	scripts/setup.sh
+
+setup-python:
+	scripts/setup.sh --python
+
+install: setup
+	cargo pgrx install --release --pg-config $(PG_CONFIG) $(PGRX_SUDO)
+
+unit:
+	cargo test -p corgipile-ml
+
+cluster-start:
+	$(CLUSTER) start
+
+cluster-stop:
+	$(CLUSTER) stop
+
+cluster-status:
+	$(CLUSTER) status
+
+clean-cluster:
+	$(CLUSTER) destroy
+
+demo: install
+	$(CLUSTER) start
+	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 \
+		-c 'DROP DATABASE IF EXISTS corgipile_demo' -c 'CREATE DATABASE corgipile_demo'
+	$(CLUSTER) psql -X -d corgipile_demo -v ON_ERROR_STOP=1 -f scripts/demo.sql
+
+test: setup-python
+	$(MAKE) unit
+	$(MAKE) install
+	$(CLUSTER) start
+	$(MAKE) regress
+	$(MAKE) pytest
+
+# $(REGRESS_DIR)/schedule (pg_test/schedule) may list bare test names one per line or use pg_regress's own
+# "test: name ..." syntax; bare names are rewritten into the latter.
+regress:
+	@test -f $(REGRESS_DIR)/schedule || { echo "regress: $(REGRESS_DIR)/schedule is missing" >&2; exit 1; }
+	rm -rf $(REGRESS_DIR)/results
+	mkdir -p $(REGRESS_DIR)/results
+	sed -E 's/^[[:space:]]*([A-Za-z0-9_.-]+)[[:space:]]*$$/test: \1/' $(REGRESS_DIR)/schedule > $(REGRESS_DIR)/results/schedule
+	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 -c 'DROP DATABASE IF EXISTS corgipile_regress'
+	@if $(PG_REGRESS) --bindir=$(PG_BIN) --use-existing \
+		--host=$(CLUSTER_DIR) --port=$(PORT) --user=postgres --dbname=corgipile_regress \
+		--inputdir=$(REGRESS_DIR) --outputdir=$(REGRESS_DIR)/results --schedule=$(REGRESS_DIR)/results/schedule; then \
+		echo "regress: all tests passed"; \
+	else \
+		echo "regress: FAILED; $(REGRESS_DIR)/results/regression.diffs:" >&2; \
+		cat $(REGRESS_DIR)/results/regression.diffs >&2 || true; \
+		exit 1; \
+	fi
+
+# pytest exits 5 when it collects nothing; that is only accepted while tests/
+# has no test files at all.
+pytest:
+	@test -x $(VENV)/bin/pytest || { echo "pytest: $(VENV) missing; run make setup-python" >&2; exit 1; }
+	@rc=0; $(PG_ENV) $(VENV)/bin/pytest -q tests/ || rc=$$?; \
+	if [ $$rc -eq 5 ] && ! ls tests/test_*.py tests/*_test.py >/dev/null 2>&1; then \
+		echo "pytest: no Python tests in tests/ yet"; rc=0; \
+	fi; \
+	exit $$rc

@@ -1,0 +1,219 @@
+//! CorgiPile shuffling: a block-level shuffle (which page ranges to read, in
+//! what order) plus a tuple-level shuffle of each in-memory buffer.
+//!
+//! Both use ChaCha8 seeded with the user's seed; each epoch gets its own
+//! streams (2·epoch for blocks, 2·epoch+1 for tuples), so a run is
+//! reproducible and epochs differ, with no state carried between epochs.
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+/// Split `n_pages` pages into consecutive blocks of `block_pages` pages (the
+/// last may be shorter). Returns `(start_page, n_pages)` pairs.
+pub fn split_blocks(n_pages: u32, block_pages: u32) -> Vec<(u32, u32)> {
+    assert!(block_pages >= 1, "block_pages must be >= 1");
+    let mut blocks = Vec::with_capacity(n_pages.div_ceil(block_pages) as usize);
+    let mut start = 0u32;
+    while start < n_pages {
+        let len = block_pages.min(n_pages - start);
+        blocks.push((start, len));
+        start += len;
+    }
+    blocks
+}
+
+fn epoch_rng(seed: u64, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
+}
+
+/// Uniform integer in `0..bound` (bound >= 1), unbiased: Lemire's
+/// multiply-shift with rejection of the few biased low products.
+#[inline]
+fn bounded(rng: &mut ChaCha8Rng, bound: u64) -> u64 {
+    debug_assert!(bound >= 1);
+    if bound <= u64::from(u32::MAX) {
+        // 32-bit variant: one next_u32 per draw in the common case.
+        let bound = bound as u32;
+        let mut m = u64::from(rng.next_u32()) * u64::from(bound);
+        if (m as u32) < bound {
+            let threshold = bound.wrapping_neg() % bound;
+            while (m as u32) < threshold {
+                m = u64::from(rng.next_u32()) * u64::from(bound);
+            }
+        }
+        m >> 32
+    } else {
+        let mut m = u128::from(rng.next_u64()) * u128::from(bound);
+        if (m as u64) < bound {
+            let threshold = bound.wrapping_neg() % bound;
+            while (m as u64) < threshold {
+                m = u128::from(rng.next_u64()) * u128::from(bound);
+            }
+        }
+        (m >> 64) as u64
+    }
+}
+
+/// Fisher–Yates over the whole slice.
+fn shuffle_in_place<T>(rng: &mut ChaCha8Rng, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        let j = bounded(rng, i as u64 + 1) as usize;
+        v.swap(i, j);
+    }
+}
+
+/// Visiting order of `n_blocks` blocks in `epoch` (epochs start at 1).
+/// `shuffle == false` → `0..n_blocks` in order; otherwise a uniformly random
+/// permutation determined by `(seed, epoch)`.
+pub fn block_order(n_blocks: usize, seed: u64, epoch: u32, shuffle: bool) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n_blocks).collect();
+    if shuffle {
+        let mut rng = epoch_rng(seed, 2 * u64::from(epoch));
+        shuffle_in_place(&mut rng, &mut order);
+    }
+    order
+}
+
+/// Tuple-level shuffler for one epoch. Successive [`permutation`](Self::permutation)
+/// calls continue the same RNG stream, so each buffer gets a fresh permutation.
+#[derive(Clone, Debug)]
+pub struct TupleShuffler {
+    rng: ChaCha8Rng,
+}
+
+impl TupleShuffler {
+    pub fn new(seed: u64, epoch: u32) -> Self {
+        TupleShuffler { rng: epoch_rng(seed, 2 * u64::from(epoch) + 1) }
+    }
+
+    /// Fill `out` with a uniformly random permutation of `0..n`, reusing its
+    /// allocation. Panics if `n` exceeds `u32::MAX + 1`.
+    pub fn permutation(&mut self, n: usize, out: &mut Vec<u32>) {
+        assert!(n as u64 <= u64::from(u32::MAX) + 1, "permutation too large: {n}");
+        out.clear();
+        out.extend((0..n as u64).map(|i| i as u32));
+        shuffle_in_place(&mut self.rng, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_permutation(v: &[usize]) -> bool {
+        let mut seen = vec![false; v.len()];
+        v.iter().all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true))
+    }
+
+    #[test]
+    fn split_blocks_cases() {
+        assert!(split_blocks(0, 4).is_empty());
+        assert_eq!(split_blocks(10, 4), vec![(0, 4), (4, 4), (8, 2)]);
+        assert_eq!(split_blocks(8, 4), vec![(0, 4), (4, 4)]);
+        assert_eq!(split_blocks(3, 10), vec![(0, 3)]);
+        assert_eq!(split_blocks(3, 1), vec![(0, 1), (1, 1), (2, 1)]);
+        // No overflow at the top of the page range.
+        let b = split_blocks(u32::MAX, 1 << 30);
+        assert_eq!(b.len(), 4);
+        assert_eq!(b[3], (3 << 30, (1 << 30) - 1));
+    }
+
+    #[test]
+    #[should_panic]
+    fn split_blocks_rejects_zero() {
+        split_blocks(10, 0);
+    }
+
+    #[test]
+    fn block_order_unshuffled_is_identity() {
+        assert_eq!(block_order(5, 42, 3, false), vec![0, 1, 2, 3, 4]);
+        assert!(block_order(0, 42, 1, true).is_empty());
+        assert_eq!(block_order(1, 42, 1, true), vec![0]);
+    }
+
+    #[test]
+    fn block_order_is_reproducible_permutation_differing_by_epoch_and_seed() {
+        let e1 = block_order(100, 7, 1, true);
+        let e2 = block_order(100, 7, 2, true);
+        assert!(is_permutation(&e1) && is_permutation(&e2));
+        assert_eq!(e1, block_order(100, 7, 1, true));
+        assert_ne!(e1, e2);
+        assert_ne!(e1, block_order(100, 8, 1, true));
+        assert_ne!(e1, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn tuple_permutation_is_permutation_and_stream_continues() {
+        let mut s = TupleShuffler::new(1, 1);
+        let mut out = Vec::new();
+        s.permutation(1000, &mut out);
+        let first: Vec<usize> = out.iter().map(|&i| i as usize).collect();
+        assert!(is_permutation(&first));
+        s.permutation(1000, &mut out);
+        let second: Vec<usize> = out.iter().map(|&i| i as usize).collect();
+        assert!(is_permutation(&second));
+        assert_ne!(first, second, "successive calls continue the stream");
+
+        // Same (seed, epoch) → same sequence; tuple stream differs from the block stream.
+        let mut again = TupleShuffler::new(1, 1);
+        again.permutation(1000, &mut out);
+        assert!(out.iter().map(|&i| i as usize).eq(first.iter().copied()));
+        assert_ne!(first, block_order(1000, 1, 1, true));
+
+        s.permutation(0, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn tuple_permutation_is_roughly_uniform() {
+        // Position of element 0 must be uniform over 0..n; and all n! orders of
+        // a small n must appear about equally often.
+        let n = 6;
+        let draws = 60_000;
+        let mut s = TupleShuffler::new(12345, 1);
+        let mut out = Vec::new();
+        let mut pos_counts = vec![0u64; n];
+        for _ in 0..draws {
+            s.permutation(n, &mut out);
+            pos_counts[out.iter().position(|&v| v == 0).unwrap()] += 1;
+        }
+        let expected = draws as f64 / n as f64;
+        let chi2: f64 = pos_counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum();
+        // 5 degrees of freedom: P(chi2 > 30) ≈ 1.5e-5.
+        assert!(chi2 < 30.0, "chi2 = {chi2}, counts = {pos_counts:?}");
+
+        let mut perm_counts = std::collections::HashMap::new();
+        let mut s = TupleShuffler::new(999, 3);
+        for _ in 0..60_000 {
+            s.permutation(3, &mut out);
+            *perm_counts.entry(out.clone()).or_insert(0u64) += 1;
+        }
+        assert_eq!(perm_counts.len(), 6);
+        let chi2: f64 = perm_counts.values().map(|&c| (c as f64 - 10_000.0).powi(2) / 10_000.0).sum();
+        assert!(chi2 < 30.0, "chi2 = {chi2}, counts = {perm_counts:?}");
+    }
+
+    #[test]
+    fn bounded_is_in_range_and_unbiased_for_awkward_bound() {
+        let mut rng = epoch_rng(5, 0);
+        // bound = 3·2^30 makes naive `x % bound` visibly biased; check the halves.
+        let bound = 3u64 << 30;
+        let mut low = 0u64;
+        let n = 200_000;
+        for _ in 0..n {
+            let v = bounded(&mut rng, bound);
+            assert!(v < bound);
+            if v < bound / 2 {
+                low += 1;
+            }
+        }
+        let frac = low as f64 / n as f64;
+        assert!((frac - 0.5).abs() < 0.01, "low half fraction {frac}");
+        for _ in 0..1000 {
+            assert!(bounded(&mut rng, (1u64 << 40) + 3) < (1u64 << 40) + 3);
+            assert_eq!(bounded(&mut rng, 1), 0);
+        }
+    }
+}

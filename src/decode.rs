@@ -1,0 +1,163 @@
+//! Turning PostgreSQL datums into plain Rust numbers, without per-value allocation.
+
+use pgrx::pg_sys;
+use pgrx::array::RawArray;
+use serde::{Deserialize, Serialize};
+use std::ptr::NonNull;
+
+/// How the label column is stored; decided once from the column type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LabelKind {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+}
+
+impl LabelKind {
+    /// Label column types we read directly. `numeric` is cast to float8 in the query instead.
+    pub fn from_type(oid: pg_sys::Oid) -> Option<LabelKind> {
+        Some(match oid {
+            pg_sys::BOOLOID => LabelKind::Bool,
+            pg_sys::INT2OID => LabelKind::Int2,
+            pg_sys::INT4OID => LabelKind::Int4,
+            pg_sys::INT8OID => LabelKind::Int8,
+            pg_sys::FLOAT4OID => LabelKind::Float4,
+            pg_sys::FLOAT8OID | pg_sys::NUMERICOID => LabelKind::Float8,
+            _ => return None,
+        })
+    }
+
+    /// # Safety
+    /// `datum` must be a non-NULL value of the type this kind was derived from.
+    pub unsafe fn to_f64(self, datum: pg_sys::Datum) -> f64 {
+        match self {
+            LabelKind::Bool => (datum.value() & 0xff != 0) as u8 as f64,
+            LabelKind::Int2 => datum.value() as i16 as f64,
+            LabelKind::Int4 => datum.value() as i32 as f64,
+            LabelKind::Int8 => datum.value() as i64 as f64,
+            LabelKind::Float4 => f32::from_bits(datum.value() as u32) as f64,
+            LabelKind::Float8 => f64::from_bits(datum.value() as u64),
+        }
+    }
+}
+
+/// A one-dimensional, NULL-free float array, borrowed from a (possibly detoasted) datum.
+pub enum FloatSlice<'a> {
+    F64(&'a [f64]),
+    F32(&'a [f32]),
+}
+
+impl FloatSlice<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            FloatSlice::F64(s) => s.len(),
+            FloatSlice::F32(s) => s.len(),
+        }
+    }
+    pub fn all_finite(&self) -> bool {
+        match self {
+            FloatSlice::F64(s) => s.iter().all(|v| v.is_finite()),
+            FloatSlice::F32(s) => s.iter().all(|v| v.is_finite()),
+        }
+    }
+}
+
+/// Why an array could not be used as a feature vector.
+#[derive(Debug, PartialEq)]
+pub enum ArrayProblem {
+    Empty,
+    MultiDimensional(i32),
+    HasNulls,
+    WrongElementType,
+}
+
+impl std::fmt::Display for ArrayProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArrayProblem::Empty => write!(f, "the features array is empty"),
+            ArrayProblem::MultiDimensional(n) => {
+                write!(f, "the features array has {n} dimensions, expected 1")
+            }
+            ArrayProblem::HasNulls => write!(f, "the features array contains NULL elements"),
+            ArrayProblem::WrongElementType => {
+                write!(f, "the features array is not of type float8[] or float4[]")
+            }
+        }
+    }
+}
+
+/// Detoast a float8[]/float4[] datum, hand its elements to `f`, and free any detoasted copy.
+///
+/// # Safety
+/// `datum` must be a non-NULL array datum, and this must run on the backend thread.
+pub unsafe fn with_float_array<R>(
+    datum: pg_sys::Datum,
+    f: impl FnOnce(FloatSlice<'_>) -> R,
+) -> Result<R, ArrayProblem> {
+    let original = datum.cast_mut_ptr::<pg_sys::varlena>();
+    // SAFETY: the caller guarantees a valid array varlena; pg_detoast_datum returns either the
+    // same pointer (plain 4-byte-header datum) or a palloc'd, MAXALIGNed copy.
+    let detoasted = if is_plain_4b(original) { original } else { pg_sys::pg_detoast_datum(original) };
+    let result = (|| {
+        // SAFETY: detoasted points to a complete ArrayType that lives until we pfree it below.
+        let mut raw = RawArray::from_ptr(NonNull::new_unchecked(detoasted.cast::<pg_sys::ArrayType>()));
+        let ndim = raw.dims().len();
+        if ndim == 0 {
+            return Err(ArrayProblem::Empty);
+        }
+        if ndim != 1 {
+            return Err(ArrayProblem::MultiDimensional(ndim as i32));
+        }
+        if raw.any_nulls() {
+            return Err(ArrayProblem::HasNulls);
+        }
+        let n = raw.len();
+        // SAFETY: element type checked before reinterpreting the data area; float arrays are
+        // stored with 'd'/'i' alignment, so the data pointer is aligned for the element type.
+        match raw.oid() {
+            pg_sys::FLOAT8OID => {
+                let data = raw.data::<f64>();
+                Ok(f(FloatSlice::F64(std::slice::from_raw_parts(data.as_ptr().cast::<f64>(), n))))
+            }
+            pg_sys::FLOAT4OID => {
+                let data = raw.data::<f32>();
+                Ok(f(FloatSlice::F32(std::slice::from_raw_parts(data.as_ptr().cast::<f32>(), n))))
+            }
+            _ => Err(ArrayProblem::WrongElementType),
+        }
+    })();
+    if detoasted != original {
+        // SAFETY: detoasted is a fresh palloc'd copy that nothing else references.
+        pg_sys::pfree(detoasted.cast());
+    }
+    result
+}
+
+/// "(block,offset)" of a tuple id datum, as PostgreSQL prints a ctid.
+///
+/// # Safety
+/// `datum` must be a non-NULL `tid` datum.
+pub unsafe fn format_ctid(datum: pg_sys::Datum) -> String {
+    let tid = datum.cast_mut_ptr::<pg_sys::ItemPointerData>();
+    let block = ((*tid).ip_blkid.bi_hi as u32) << 16 | (*tid).ip_blkid.bi_lo as u32;
+    format!("({},{})", block, (*tid).ip_posid)
+}
+
+/// True for an uncompressed, in-line varlena with a 4-byte header, which needs no detoasting
+/// (saves a guarded FFI call per tuple on the hot path).
+#[inline]
+unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
+    // SAFETY: every varlena starts with at least one header byte.
+    #[cfg(target_endian = "little")]
+    {
+        (*(ptr as *const u8) & 0x03) == 0x00
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let _ = ptr;
+        false
+    }
+}

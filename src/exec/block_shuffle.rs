@@ -1,0 +1,171 @@
+//! CorgiPile BlockShuffle: scans the relation one block (a range of pages) at a time, visiting
+//! the blocks in a fresh seeded random order every epoch. Pages are read through the buffer
+//! manager by PostgreSQL's heap scan (`heap_setscanlimits` over each page range) with the
+//! query's MVCC snapshot; WHERE/RLS quals and the projection are applied by `ExecScan`.
+
+use super::{config_of, create_node, explain, install_state, methods, state_of};
+use crate::plan::PipelineConfig;
+use corgipile_ml::params::{resolve_block_pages, ShuffleMode};
+use corgipile_ml::shuffle::{block_order, split_blocks};
+use pgrx::{check_for_interrupts, pg_guard, pg_sys};
+
+pub struct BlockShuffleState {
+    config: PipelineConfig,
+    scan: pg_sys::TableScanDesc,
+    n_pages: u32,
+    block_pages: u32,
+    blocks: Vec<(u32, u32)>,
+    order: Vec<usize>,
+    next_block: usize,
+    in_block: bool,
+    epoch: u32,
+    // What EXPLAIN ANALYZE reports.
+    pub blocks_read: u64,
+    pub pages_read: u64,
+    pub epochs_started: u32,
+}
+
+impl BlockShuffleState {
+    pub fn table_bytes(&self) -> u64 {
+        self.n_pages as u64 * pg_sys::BLCKSZ as u64
+    }
+
+    fn draw_order(&mut self) {
+        let shuffle = self.config.params.shuffle != ShuffleMode::NoShuffle;
+        self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
+        self.next_block = 0;
+        self.in_block = false;
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    create_node::<BlockShuffleState>(cscan, &methods().block_exec)
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, _estate: *mut pg_sys::EState, _eflags: i32) {
+    // SAFETY: ExecInitCustomScan has opened the relation into ss_currentRelation.
+    let config = config_of(node);
+    let rel = (*node).ss.ss_currentRelation;
+    let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
+    let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ);
+    let mut state = BlockShuffleState {
+        config,
+        scan: std::ptr::null_mut(),
+        n_pages,
+        block_pages,
+        blocks: split_blocks(n_pages, block_pages),
+        order: Vec::new(),
+        next_block: 0,
+        in_block: false,
+        epoch: 1,
+        blocks_read: 0,
+        pages_read: 0,
+        epochs_started: 0,
+    };
+    state.draw_order();
+    install_state(node, state);
+}
+
+/// ExecScan access method: the next heap tuple of the current block, moving to the next block
+/// of this epoch's order when one is exhausted.
+#[pg_guard]
+unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    let node = ss.cast::<pg_sys::CustomScanState>();
+    let state = state_of::<BlockShuffleState>(node);
+    let slot = (*ss).ss_ScanTupleSlot;
+    if state.scan.is_null() {
+        // SAFETY: a plain heap scan under the query's snapshot; the relation is locked and
+        // kept open by the executor. No sync scan: every scan must start where we say.
+        let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN
+            | pg_sys::ScanOptions::SO_ALLOW_STRAT
+            | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
+        state.scan = pg_sys::heap_beginscan(
+            (*ss).ss_currentRelation,
+            (*(*ss).ps.state).es_snapshot,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            flags,
+        );
+    }
+    loop {
+        if !state.in_block {
+            if state.next_block >= state.order.len() {
+                return std::ptr::null_mut();
+            }
+            if state.next_block == 0 {
+                state.epochs_started += 1;
+            }
+            // Cancel and statement_timeout act at least once per block.
+            check_for_interrupts!();
+            let (start, len) = state.blocks[state.order[state.next_block]];
+            state.next_block += 1;
+            // SAFETY: rescan resets the scan (and its limits) before new limits are set, as
+            // heap_setscanlimits requires a scan that has not started.
+            pg_sys::heap_rescan(state.scan, std::ptr::null_mut(), false, false, false, false);
+            pg_sys::heap_setscanlimits(state.scan, start, len);
+            state.in_block = true;
+            state.blocks_read += 1;
+            state.pages_read += len as u64;
+        }
+        // SAFETY: the scan slot was created by ExecInitCustomScan with the heap's slot ops.
+        if pg_sys::heap_getnextslot(state.scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            return slot;
+        }
+        state.in_block = false;
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn recheck(_ss: *mut pg_sys::ScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+    true
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: ExecScan applies the node's quals and projection around our access method.
+    pg_sys::ExecScan(&mut (*node).ss, Some(next_tuple), Some(recheck))
+}
+
+/// Next epoch: a new block order (seed and epoch number give a reproducible permutation).
+#[pg_guard]
+pub unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
+    let state = state_of::<BlockShuffleState>(node);
+    state.epoch += 1;
+    state.draw_order();
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+    let state = state_of::<BlockShuffleState>(node);
+    if !state.scan.is_null() {
+        // SAFETY: the scan was begun by us and is ended exactly once.
+        pg_sys::heap_endscan(state.scan);
+        state.scan = std::ptr::null_mut();
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _ancestors: *mut pg_sys::List, es: *mut pg_sys::ExplainState) {
+    let state = state_of::<BlockShuffleState>(node);
+    let order = match state.config.params.shuffle {
+        ShuffleMode::NoShuffle => "sequential",
+        _ => "shuffled per epoch",
+    };
+    explain::int(es, "Table Pages", state.n_pages as i64);
+    explain::text(
+        es,
+        "Block Size",
+        &format!("{} pages ({:.1} MB)", state.block_pages, state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0),
+    );
+    explain::int(es, "Blocks", state.blocks.len() as i64);
+    explain::text(es, "Block Order", order);
+    explain::int(es, "Seed", state.config.seed() as i64);
+    if explain::analyzing(es) {
+        explain::int(es, "Epochs Scanned", state.epochs_started as i64);
+        explain::int(es, "Blocks Read", state.blocks_read as i64);
+        explain::int(es, "Pages Read", state.pages_read as i64);
+    }
+}

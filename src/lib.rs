@@ -1,0 +1,35 @@
+//! corgipile: SGD training inside PostgreSQL without a full data shuffle (CorgiPile, SIGMOD 2022).
+//!
+//! Layout: `api` holds the SQL functions, `plan` builds the BlockShuffle → TupleShuffle → SGD
+//! executor tree through the planner, `exec` holds the three CustomScan nodes, `catalog` the
+//! model tables. The pure ML (models, SGD, shuffling, params) is the `corgipile_ml` crate.
+
+use pgrx::prelude::*;
+
+mod api;
+mod catalog;
+mod decode;
+mod error;
+mod exec;
+mod guc;
+mod plan;
+
+pgrx::pg_module_magic!();
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::register();
+    exec::register_methods();
+    plan::install_hook();
+}
+
+extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);
+
+/// Required by `cargo pgrx test`; unused by our own test suites.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

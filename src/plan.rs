@@ -1,0 +1,272 @@
+//! Getting the three CorgiPile nodes into an executor tree.
+//!
+//! `corgipile_train` plans `SELECT label, features, ctid FROM ONLY rel` through PostgreSQL's
+//! planner while a backend-local flag makes our `set_rel_pathlist_hook` offer only the
+//! BlockShuffle path for that relation; privileges, RLS quals and WHERE filters therefore come
+//! from the planner and executor as for any query. TupleShuffle and SGD are then stacked by hand
+//! on the finished plan (scanrelid = 0, so they read their child's output through
+//! `custom_scan_tlist`).
+
+use crate::decode::LabelKind;
+use crate::error::raise;
+use crate::exec::{self, methods};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::TrainParams;
+use pgrx::{pg_guard, pg_sys, PgSqlErrorCode};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::ffi::{CStr, CString};
+
+/// Everything the three nodes need to know, carried in each node's `custom_private` as JSON
+/// so that every node is self-contained.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PipelineConfig {
+    pub model: ModelKind,
+    /// Effective params; `seed` is always filled in.
+    pub params: TrainParams,
+    pub label_kind: LabelKind,
+    pub max_buffer_bytes: u64,
+    /// Catalog name of the relation, for messages.
+    pub relation: String,
+}
+
+impl PipelineConfig {
+    pub fn seed(&self) -> u64 {
+        self.params.seed.unwrap_or(0)
+    }
+
+    /// A one-element List holding this config as a String node.
+    pub unsafe fn to_list(&self) -> *mut pg_sys::List {
+        let json = CString::new(serde_json::to_string(self).expect("config serializes"))
+            .expect("config JSON has no NUL");
+        // SAFETY: pstrdup copies into the current (planner/query) memory context.
+        let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
+        pg_sys::lappend(std::ptr::null_mut(), node.cast())
+    }
+
+    /// Reads back what `to_list` stored.
+    pub unsafe fn from_list(list: *mut pg_sys::List) -> PipelineConfig {
+        // SAFETY: only our own nodes are passed here, and they always carry a one-element
+        // list whose element is a String node made by `to_list`.
+        assert!(!list.is_null() && (*list).length >= 1, "corgipile node lost its config");
+        let node = (*(*list).elements).ptr_value.cast::<pg_sys::String>();
+        let json = CStr::from_ptr((*node).sval).to_str().expect("config is UTF-8");
+        serde_json::from_str(json).expect("config JSON round-trips")
+    }
+}
+
+thread_local! {
+    /// Set only while `plan_pipeline` runs the planner: (relation oid, its config).
+    static ACTIVE: RefCell<Option<(pg_sys::Oid, PipelineConfig)>> = const { RefCell::new(None) };
+}
+
+static mut PREV_SET_REL_PATHLIST_HOOK: pg_sys::set_rel_pathlist_hook_type = None;
+
+pub fn install_hook() {
+    // SAFETY: _PG_init runs once per backend on the backend thread, before any planning.
+    unsafe {
+        PREV_SET_REL_PATHLIST_HOOK = pg_sys::set_rel_pathlist_hook;
+        pg_sys::set_rel_pathlist_hook = Some(set_rel_pathlist);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn set_rel_pathlist(
+    root: *mut pg_sys::PlannerInfo,
+    rel: *mut pg_sys::RelOptInfo,
+    rti: pg_sys::Index,
+    rte: *mut pg_sys::RangeTblEntry,
+) {
+    // SAFETY: the planner passes valid pointers; the previous hook has the same contract.
+    if let Some(prev) = PREV_SET_REL_PATHLIST_HOOK {
+        prev(root, rel, rti, rte);
+    }
+    let Some((relid, config)) = ACTIVE.with(|a| a.borrow().clone()) else {
+        return;
+    };
+    if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
+        || (*rte).relid != relid
+        || (*rel).reloptkind != pg_sys::RelOptKind::RELOPT_BASEREL
+    {
+        return;
+    }
+    let path = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()).cast::<pg_sys::CustomPath>();
+    (*path).path.type_ = pg_sys::NodeTag::T_CustomPath;
+    (*path).path.pathtype = pg_sys::NodeTag::T_CustomScan;
+    (*path).path.parent = rel;
+    (*path).path.pathtarget = (*rel).reltarget;
+    (*path).path.rows = (*rel).rows;
+    (*path).path.startup_cost = 0.0;
+    (*path).path.total_cost = (*rel).pages as f64 + (*rel).tuples * 0.01;
+    (*path).flags = pg_sys::CUSTOMPATH_SUPPORT_PROJECTION;
+    (*path).custom_private = config.to_list();
+    (*path).methods = &methods().path;
+    // Only our path: the training scan must be the BlockShuffle, never a seq/index/parallel scan.
+    (*rel).pathlist = std::ptr::null_mut();
+    (*rel).partial_pathlist = std::ptr::null_mut();
+    pg_sys::add_path(rel, path.cast());
+}
+
+/// PlanCustomPath: the BlockShuffle CustomScan over the base relation.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn plan_block_shuffle(
+    _root: *mut pg_sys::PlannerInfo,
+    rel: *mut pg_sys::RelOptInfo,
+    best_path: *mut pg_sys::CustomPath,
+    tlist: *mut pg_sys::List,
+    clauses: *mut pg_sys::List,
+    _custom_plans: *mut pg_sys::List,
+) -> *mut pg_sys::Plan {
+    // SAFETY: called by create_customscan_plan with valid planner structures.
+    let cscan = new_custom_scan();
+    (*cscan).scan.plan.targetlist = tlist;
+    // WHERE and RLS quals: evaluated by ExecScan in the node.
+    (*cscan).scan.plan.qual = pg_sys::extract_actual_clauses(clauses, false);
+    (*cscan).scan.scanrelid = (*rel).relid;
+    (*cscan).flags = (*best_path).flags;
+    (*cscan).custom_private = (*best_path).custom_private;
+    (*cscan).methods = &methods().block_scan;
+    cscan.cast()
+}
+
+unsafe fn new_custom_scan() -> *mut pg_sys::CustomScan {
+    let cscan = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()).cast::<pg_sys::CustomScan>();
+    (*cscan).scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
+    cscan
+}
+
+/// Resets ACTIVE even when planning raises an ERROR.
+struct ActiveGuard;
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| *a.borrow_mut() = None);
+    }
+}
+
+/// Plans `sql` (which must select from `relid` only) with the BlockShuffle path forced, and
+/// stacks TupleShuffle and SGD on top. Returns the finished PlannedStmt.
+pub unsafe fn plan_pipeline(
+    relid: pg_sys::Oid,
+    sql: &CStr,
+    config: &PipelineConfig,
+) -> *mut pg_sys::PlannedStmt {
+    // SAFETY: standard parse → analyze → plan sequence on the backend thread, inside a
+    // transaction with an active snapshot (we are called from a SQL function).
+    let raw_list = pg_sys::pg_parse_query(sql.as_ptr());
+    assert!((*raw_list).length == 1);
+    let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
+    let queries = pg_sys::pg_analyze_and_rewrite_fixedparams(
+        raw,
+        sql.as_ptr(),
+        std::ptr::null(),
+        0,
+        std::ptr::null_mut(),
+    );
+    assert!((*queries).length == 1);
+    let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
+
+    ACTIVE.with(|a| *a.borrow_mut() = Some((relid, config.clone())));
+    let guard = ActiveGuard;
+    let stmt = pg_sys::pg_plan_query(query, sql.as_ptr(), 0, std::ptr::null_mut());
+    drop(guard);
+
+    let top = (*stmt).planTree;
+    if !exec::is_node(top, &methods().block_scan) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "corgipile: the planner did not produce a BlockShuffle scan",
+            Some("This is a bug; please report it with the table definition.".into()),
+        );
+    }
+    let private = config.to_list();
+    let tuple = stack_node(top, &methods().tuple_scan, private, 1);
+    let sgd = stack_node(tuple, &methods().sgd_scan, private, 2);
+    (*stmt).planTree = sgd;
+    stmt
+}
+
+/// A CustomScan with scanrelid 0 over `child`, passing the child's columns through.
+unsafe fn stack_node(
+    child: *mut pg_sys::Plan,
+    scan_methods: *const pg_sys::CustomScanMethods,
+    private: *mut pg_sys::List,
+    plan_node_id: i32,
+) -> *mut pg_sys::Plan {
+    let cscan = new_custom_scan();
+    let plan = &mut (*cscan).scan.plan;
+    plan.startup_cost = (*child).total_cost;
+    plan.total_cost = (*child).total_cost;
+    plan.plan_rows = 0.0;
+    plan.plan_width = (*child).plan_width;
+    plan.plan_node_id = plan_node_id;
+    let mut scan_tlist: *mut pg_sys::List = std::ptr::null_mut();
+    let mut tlist: *mut pg_sys::List = std::ptr::null_mut();
+    let child_tlist = (*child).targetlist;
+    for i in 0..(*child_tlist).length {
+        let tle = (*(*child_tlist).elements.add(i as usize)).ptr_value.cast::<pg_sys::TargetEntry>();
+        let expr = (*tle).expr.cast::<pg_sys::Node>();
+        let (typ, typmod, coll) =
+            (pg_sys::exprType(expr), pg_sys::exprTypmod(expr), pg_sys::exprCollation(expr));
+        let resno = (i + 1) as pg_sys::AttrNumber;
+        let outer = pg_sys::makeVar(pg_sys::OUTER_VAR, resno, typ, typmod, coll, 0);
+        scan_tlist = pg_sys::lappend(
+            scan_tlist,
+            pg_sys::makeTargetEntry(outer.cast(), resno, (*tle).resname, false).cast(),
+        );
+        let index = pg_sys::makeVar(pg_sys::INDEX_VAR, resno, typ, typmod, coll, 0);
+        tlist = pg_sys::lappend(
+            tlist,
+            pg_sys::makeTargetEntry(index.cast(), resno, (*tle).resname, false).cast(),
+        );
+    }
+    plan.targetlist = tlist;
+    (*cscan).custom_scan_tlist = scan_tlist;
+    (*cscan).scan.scanrelid = 0;
+    (*cscan).custom_plans = pg_sys::lappend(std::ptr::null_mut(), child.cast());
+    (*cscan).custom_private = private;
+    (*cscan).methods = scan_methods;
+    cscan.cast()
+}
+
+/// A started executor for a pipeline plan. `finish` ends it; on ERROR, transaction abort
+/// releases what it holds.
+pub struct Pipeline {
+    pub query_desc: *mut pg_sys::QueryDesc,
+}
+
+impl Pipeline {
+    /// ExecutorStart on the plan: permission checks (SELECT on the columns) happen here.
+    pub unsafe fn start(stmt: *mut pg_sys::PlannedStmt, sql: &CStr, instrument: bool, explain_only: bool) -> Pipeline {
+        // SAFETY: the source text must outlive the QueryDesc: copy it into the current context.
+        let source = pg_sys::pstrdup(sql.as_ptr());
+        let qd = pg_sys::CreateQueryDesc(
+            stmt,
+            source,
+            pg_sys::GetActiveSnapshot(),
+            std::ptr::null_mut(),
+            pg_sys::None_Receiver,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            if instrument { pg_sys::InstrumentOption::INSTRUMENT_ALL as i32 } else { 0 },
+        );
+        let eflags = if explain_only { pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 } else { 0 };
+        pg_sys::ExecutorStart(qd, eflags);
+        Pipeline { query_desc: qd }
+    }
+
+    /// Runs the whole training (the SGD node does all epochs on its first call).
+    pub unsafe fn run(&self) {
+        pg_sys::ExecutorRun(self.query_desc, pg_sys::ScanDirection::ForwardScanDirection, 0, true);
+        pg_sys::ExecutorFinish(self.query_desc);
+    }
+
+    pub unsafe fn finish(self) {
+        pg_sys::ExecutorEnd(self.query_desc);
+        pg_sys::FreeQueryDesc(self.query_desc);
+    }
+
+    /// The top (SGD) node's state.
+    pub unsafe fn sgd_state(&self) -> &mut exec::sgd::SgdState {
+        exec::state_of::<exec::sgd::SgdState>((*self.query_desc).planstate.cast())
+    }
+}
