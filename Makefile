@@ -73,7 +73,7 @@ clean-cluster:
 
 demo: install
 	$(CLUSTER) start
-	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 \
+	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 -c 'SET client_min_messages = warning' \
 		-c 'DROP DATABASE IF EXISTS corgipile_demo' -c 'CREATE DATABASE corgipile_demo'
 	$(CLUSTER) psql -X -d corgipile_demo -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
@@ -85,13 +85,16 @@ test: setup-python
 	$(MAKE) pytest
 
 # $(REGRESS_DIR)/schedule (pg_test/schedule) may list bare test names one per line or use pg_regress's own
-# "test: name ..." syntax; bare names are rewritten into the latter.
+# "test: name ..." syntax; bare names are rewritten into the latter. With
+# --use-existing pg_regress does not create the database, so we (re)create it.
 regress:
 	@test -f $(REGRESS_DIR)/schedule || { echo "regress: $(REGRESS_DIR)/schedule is missing" >&2; exit 1; }
 	rm -rf $(REGRESS_DIR)/results
 	mkdir -p $(REGRESS_DIR)/results
 	sed -E 's/^[[:space:]]*([A-Za-z0-9_.-]+)[[:space:]]*$$/test: \1/' $(REGRESS_DIR)/schedule > $(REGRESS_DIR)/results/schedule
-	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 -c 'DROP DATABASE IF EXISTS corgipile_regress'
+	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 -c 'SET client_min_messages = warning' \
+		-c 'DROP DATABASE IF EXISTS corgipile_regress' -c 'CREATE DATABASE corgipile_regress TEMPLATE template0' \
+		-c "ALTER DATABASE corgipile_regress SET lc_messages = 'C'"
 	@if $(PG_REGRESS) --bindir=$(PG_BIN) --use-existing \
 		--host=$(CLUSTER_DIR) --port=$(PORT) --user=postgres --dbname=corgipile_regress \
 		--inputdir=$(REGRESS_DIR) --outputdir=$(REGRESS_DIR)/results --schedule=$(REGRESS_DIR)/results/schedule; then \

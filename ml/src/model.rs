@@ -102,7 +102,11 @@ pub struct LinearModel {
 impl LinearModel {
     /// All-zero model.
     pub fn new(kind: ModelKind, n_features: usize) -> Self {
-        LinearModel { kind, weights: vec![0.0; n_features], bias: 0.0 }
+        LinearModel {
+            kind,
+            weights: vec![0.0; n_features],
+            bias: 0.0,
+        }
     }
 
     #[inline]
@@ -166,7 +170,10 @@ mod tests {
         assert_eq!(ModelKind::all_names(), &["svm", "logistic"]);
         assert_eq!(ModelKind::parse("SVM"), None);
         assert_eq!(ModelKind::parse(""), None);
-        assert_eq!(serde_json::to_string(&ModelKind::Logistic).unwrap(), "\"logistic\"");
+        assert_eq!(
+            serde_json::to_string(&ModelKind::Logistic).unwrap(),
+            "\"logistic\""
+        );
     }
 
     #[test]
@@ -231,7 +238,9 @@ mod tests {
             for i in 0..200 {
                 let z = (i as f64 - 100.0) * 0.173;
                 assert_eq!(kind.loss(z, 1.0).to_bits(), kind.loss(-z, -1.0).to_bits());
-                assert_eq!(kind.dloss_dz(z, 1.0).to_bits(), (-kind.dloss_dz(-z, -1.0)).to_bits());
+                // Exact up to the sign of a zero gradient (which training skips).
+                let (g, g_neg) = (kind.dloss_dz(z, 1.0), -kind.dloss_dz(-z, -1.0));
+                assert!(g.to_bits() == g_neg.to_bits() || (g == 0.0 && g_neg == 0.0));
             }
         }
     }

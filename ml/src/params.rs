@@ -24,7 +24,11 @@ pub enum ShuffleMode {
 }
 
 impl ShuffleMode {
-    pub const ALL: [ShuffleMode; 3] = [ShuffleMode::Corgipile, ShuffleMode::BlockOnly, ShuffleMode::NoShuffle];
+    pub const ALL: [ShuffleMode; 3] = [
+        ShuffleMode::Corgipile,
+        ShuffleMode::BlockOnly,
+        ShuffleMode::NoShuffle,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -198,12 +202,20 @@ impl TrainParams {
                 "features" => p.features = get_name(key, v)?,
                 "label" => p.label = get_name(key, v)?,
                 "epochs" => p.epochs = get_int(key, v, 1, MAX_EPOCHS)? as u32,
-                "learning_rate" => p.learning_rate = get_float(key, v, |x| x > 0.0 && x <= MAX_RATE)?,
+                "learning_rate" => {
+                    p.learning_rate = get_float(key, v, |x| x > 0.0 && x <= MAX_RATE)?
+                }
                 "decay" => p.decay = get_float(key, v, |x| x > 0.0 && x <= 1.0)?,
                 "l2" => p.l2 = get_float(key, v, |x| (0.0..=MAX_RATE).contains(&x))?,
                 "batch_size" => p.batch_size = get_int(key, v, 1, MAX_BATCH)? as u32,
                 "tolerance" => p.tolerance = get_float(key, v, |x| x >= 0.0)?,
-                "seed" => p.seed = if v.is_null() { None } else { Some(get_int(key, v, 0, MAX_SEED)?) },
+                "seed" => {
+                    p.seed = if v.is_null() {
+                        None
+                    } else {
+                        Some(get_int(key, v, 0, MAX_SEED)?)
+                    }
+                }
                 "shuffle" => p.shuffle = get_shuffle(key, v)?,
                 "block_size" => {
                     p.block_size = get_block_size(key, v)?;
@@ -264,7 +276,11 @@ impl TrainParams {
 }
 
 fn rule(key: &str) -> &'static str {
-    RULES.iter().find(|(k, _)| *k == key).map(|(_, r)| *r).unwrap_or("")
+    RULES
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, r)| *r)
+        .unwrap_or("")
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -290,13 +306,20 @@ fn show(v: &Value) -> String {
 
 fn bad_value(key: &str, v: &Value, problem: &str) -> ParamError {
     ParamError {
-        message: format!("invalid value for parameter \"{key}\": {} ({problem})", show(v)),
+        message: format!(
+            "invalid value for parameter \"{key}\": {} ({problem})",
+            show(v)
+        ),
         hint: Some(format!("{key} must be {}", rule(key))),
     }
 }
 
 fn wrong_type(key: &str, v: &Value, expected: &str) -> ParamError {
-    bad_value(key, v, &format!("expected {expected}, got {}", json_type(v)))
+    bad_value(
+        key,
+        v,
+        &format!("expected {expected}, got {}", json_type(v)),
+    )
 }
 
 fn unknown_key(key: &str) -> ParamError {
@@ -342,7 +365,8 @@ fn get_name(key: &str, v: &Value) -> Result<String, ParamError> {
 }
 
 fn get_bool(key: &str, v: &Value) -> Result<bool, ParamError> {
-    v.as_bool().ok_or_else(|| wrong_type(key, v, "true or false"))
+    v.as_bool()
+        .ok_or_else(|| wrong_type(key, v, "true or false"))
 }
 
 /// Integral JSON number, also accepting whole-valued floats like `20.0`
@@ -386,7 +410,9 @@ fn get_shuffle(key: &str, v: &Value) -> Result<ShuffleMode, ParamError> {
 fn get_block_size(key: &str, v: &Value) -> Result<BlockSize, ParamError> {
     match v {
         Value::String(s) if s == "auto" => Ok(BlockSize::Auto),
-        Value::String(s) => parse_bytes(s).map(BlockSize::Bytes).map_err(|e| bad_value(key, v, &e)),
+        Value::String(s) => parse_bytes(s)
+            .map(BlockSize::Bytes)
+            .map_err(|e| bad_value(key, v, &e)),
         Value::Number(_) => Ok(BlockSize::Pages(get_int(key, v, 1, MAX_BLOCK_PAGES)? as u32)),
         _ => Err(wrong_type(key, v, "a string or an integer")),
     }
@@ -398,7 +424,8 @@ fn get_buffer_size(key: &str, v: &Value) -> Result<BufferSize, ParamError> {
             if let Some(pct) = s.trim().strip_suffix('%') {
                 // Plain decimal only: no signs, exponents, "inf" or "nan".
                 let pct_s = pct.trim();
-                let plain = !pct_s.is_empty() && pct_s.chars().all(|c| c.is_ascii_digit() || c == '.');
+                let plain =
+                    !pct_s.is_empty() && pct_s.chars().all(|c| c.is_ascii_digit() || c == '.');
                 let pct: f64 = match pct_s.parse() {
                     Ok(x) if plain => x,
                     _ => return Err(bad_value(key, v, "not a percentage")),
@@ -408,7 +435,9 @@ fn get_buffer_size(key: &str, v: &Value) -> Result<BufferSize, ParamError> {
                 }
                 Ok(BufferSize::Fraction(pct / 100.0))
             } else {
-                parse_bytes(s).map(BufferSize::Bytes).map_err(|e| bad_value(key, v, &e))
+                parse_bytes(s)
+                    .map(BufferSize::Bytes)
+                    .map_err(|e| bad_value(key, v, &e))
             }
         }
         Value::Number(_) => Ok(BufferSize::Tuples(get_int(key, v, 1, u64::MAX)?)),
@@ -416,7 +445,13 @@ fn get_buffer_size(key: &str, v: &Value) -> Result<BufferSize, ParamError> {
     }
 }
 
-const UNITS: [(&str, u64); 5] = [("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10), ("B", 1)];
+const UNITS: [(&str, u64); 5] = [
+    ("TB", 1 << 40),
+    ("GB", 1 << 30),
+    ("MB", 1 << 20),
+    ("kB", 1 << 10),
+    ("B", 1),
+];
 
 /// Parses a memory size such as "10MB", "10 MB", "512kB", "2.5MB", "8192B":
 /// a non-negative decimal number, optional spaces, and a unit (B, kB, MB, GB,
@@ -424,34 +459,48 @@ const UNITS: [(&str, u64); 5] = [("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 2
 /// The result must be at least 1 byte.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit = unit.trim();
     if t.starts_with('-') {
         return Err("a size must be positive".to_string());
     }
-    let not_a_size = || format!("\"{s}\" is not a size; expected a number and a unit (B, kB, MB, GB, TB) such as \"64MB\"");
+    let not_a_size = || {
+        format!("\"{s}\" is not a size; expected a number and a unit (B, kB, MB, GB, TB) such as \"64MB\"")
+    };
     let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
     if int_part.is_empty() && frac_part.is_empty() || frac_part.contains('.') {
         return Err(not_a_size());
     }
     if unit.is_empty() {
-        return Err(format!("\"{s}\" has no unit; use B, kB, MB, GB or TB, e.g. \"{num}MB\""));
+        return Err(format!(
+            "\"{s}\" has no unit; use B, kB, MB, GB or TB, e.g. \"{num}MB\""
+        ));
     }
     let mult = UNITS
         .iter()
         .find(|(u, _)| u.eq_ignore_ascii_case(unit))
         .map(|(_, m)| u128::from(*m))
-        .ok_or_else(|| format!("unknown unit \"{unit}\" in \"{s}\"; valid units are B, kB, MB, GB, TB"))?;
+        .ok_or_else(|| {
+            format!("unknown unit \"{unit}\" in \"{s}\"; valid units are B, kB, MB, GB, TB")
+        })?;
     let digits = format!("{int_part}{frac_part}");
     let digits = digits.trim_start_matches('0');
     // ≤ 20 significant digits keeps digits · 2^40 well inside u128.
     if digits.len() > 20 {
         return Err(format!("\"{s}\" is too large"));
     }
-    let mantissa: u128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| not_a_size())? };
+    let mantissa: u128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| not_a_size())?
+    };
     let frac_len = u32::try_from(frac_part.len()).unwrap_or(u32::MAX);
-    let scale = 10u128.checked_pow(frac_len).ok_or_else(|| format!("\"{s}\" has too many decimals"))?;
+    let scale = 10u128
+        .checked_pow(frac_len)
+        .ok_or_else(|| format!("\"{s}\" has too many decimals"))?;
     let bytes = (mantissa * mult + scale / 2) / scale;
     if bytes == 0 {
         return Err("a size must be at least 1 byte".to_string());
@@ -462,13 +511,21 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 /// "64MB" style with the largest unit that divides exactly (so it parses back
 /// to the same number of bytes).
 fn format_bytes_exact(b: u64) -> String {
-    let (unit, m) = UNITS.iter().find(|(_, m)| b % m == 0 && b >= *m).copied().unwrap_or(("B", 1));
+    let (unit, m) = UNITS
+        .iter()
+        .find(|(_, m)| b.is_multiple_of(*m) && b >= *m)
+        .copied()
+        .unwrap_or(("B", 1));
     format!("{}{unit}", b / m)
 }
 
 /// Approximate "1.5GB" style for messages.
 fn format_bytes_human(b: u128) -> String {
-    let (unit, m) = UNITS.iter().find(|(_, m)| b >= u128::from(*m)).copied().unwrap_or(("B", 1));
+    let (unit, m) = UNITS
+        .iter()
+        .find(|(_, m)| b >= u128::from(*m))
+        .copied()
+        .unwrap_or(("B", 1));
     let v = b as f64 / m as f64;
     let s = format!("{v:.1}");
     format!("{}{unit}", s.strip_suffix(".0").unwrap_or(&s))
@@ -535,7 +592,11 @@ pub fn resolve_buffer_tuples(
         BufferSize::Bytes(b) => format_bytes_exact(b),
         BufferSize::Tuples(t) => format!("{t} tuples"),
     };
-    let buffers = if n_buffers == 1 { "1 buffer".to_string() } else { format!("{n_buffers} buffers") };
+    let buffers = if n_buffers == 1 {
+        "1 buffer".to_string()
+    } else {
+        format!("{n_buffers} buffers")
+    };
     Err(ParamError {
         message: format!(
             "buffer_size of {given} ({tuples} tuples × {buffers} × {bpt} bytes = {}) exceeds corgipile.max_buffer_memory ({})",

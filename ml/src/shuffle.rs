@@ -85,13 +85,18 @@ pub struct TupleShuffler {
 
 impl TupleShuffler {
     pub fn new(seed: u64, epoch: u32) -> Self {
-        TupleShuffler { rng: epoch_rng(seed, 2 * u64::from(epoch) + 1) }
+        TupleShuffler {
+            rng: epoch_rng(seed, 2 * u64::from(epoch) + 1),
+        }
     }
 
     /// Fill `out` with a uniformly random permutation of `0..n`, reusing its
     /// allocation. Panics if `n` exceeds `u32::MAX + 1`.
     pub fn permutation(&mut self, n: usize, out: &mut Vec<u32>) {
-        assert!(n as u64 <= u64::from(u32::MAX) + 1, "permutation too large: {n}");
+        assert!(
+            n as u64 <= u64::from(u32::MAX) + 1,
+            "permutation too large: {n}"
+        );
         out.clear();
         out.extend((0..n as u64).map(|i| i as u32));
         shuffle_in_place(&mut self.rng, out);
@@ -104,7 +109,8 @@ mod tests {
 
     fn is_permutation(v: &[usize]) -> bool {
         let mut seen = vec![false; v.len()];
-        v.iter().all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true))
+        v.iter()
+            .all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true))
     }
 
     #[test]
@@ -180,7 +186,10 @@ mod tests {
             pos_counts[out.iter().position(|&v| v == 0).unwrap()] += 1;
         }
         let expected = draws as f64 / n as f64;
-        let chi2: f64 = pos_counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum();
+        let chi2: f64 = pos_counts
+            .iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
         // 5 degrees of freedom: P(chi2 > 30) ≈ 1.5e-5.
         assert!(chi2 < 30.0, "chi2 = {chi2}, counts = {pos_counts:?}");
 
@@ -191,7 +200,10 @@ mod tests {
             *perm_counts.entry(out.clone()).or_insert(0u64) += 1;
         }
         assert_eq!(perm_counts.len(), 6);
-        let chi2: f64 = perm_counts.values().map(|&c| (c as f64 - 10_000.0).powi(2) / 10_000.0).sum();
+        let chi2: f64 = perm_counts
+            .values()
+            .map(|&c| (c as f64 - 10_000.0).powi(2) / 10_000.0)
+            .sum();
         assert!(chi2 < 30.0, "chi2 = {chi2}, counts = {perm_counts:?}");
     }
 

@@ -59,11 +59,17 @@ impl std::fmt::Display for TrainError {
                 if c.is_nan() {
                     write!(f, "label value NaN is not a valid class label")
                 } else {
-                    write!(f, "label column has more than two distinct values (found {a}, {b} and {c})")
+                    write!(
+                        f,
+                        "label column has more than two distinct values (found {a}, {b} and {c})"
+                    )
                 }
             }
             TrainError::Diverged { epoch } => {
-                write!(f, "training diverged in epoch {epoch}: loss or weights became NaN or infinite")
+                write!(
+                    f,
+                    "training diverged in epoch {epoch}: loss or weights became NaN or infinite"
+                )
             }
         }
     }
@@ -76,9 +82,15 @@ impl std::error::Error for TrainError {}
 enum Labels {
     None,
     /// One value seen, mapped provisionally to `y` (≤ 0 → -1, else +1).
-    One { value: f64, y: f64 },
+    One {
+        value: f64,
+        y: f64,
+    },
     /// Final mapping: `neg` → -1, `pos` → +1, `neg < pos`.
-    Two { neg: f64, pos: f64 },
+    Two {
+        neg: f64,
+        pos: f64,
+    },
 }
 
 pub struct Trainer {
@@ -110,7 +122,11 @@ impl Trainer {
         let mut t = Trainer {
             model: LinearModel::new(kind, n_features),
             // Only mini-batches need the accumulator.
-            grad_sum: if config.batch_size > 1 { vec![0.0; n_features] } else { Vec::new() },
+            grad_sum: if config.batch_size > 1 {
+                vec![0.0; n_features]
+            } else {
+                Vec::new()
+            },
             config,
             labels: Labels::None,
             epoch: 1,
@@ -143,11 +159,19 @@ impl Trainer {
 
     /// Trains on the arena's tuples in `order` (a permutation of `0..len`) or in
     /// storage order. Stops at the first error.
-    pub fn train_buffer(&mut self, arena: &TupleArena, order: Option<&[u32]>) -> Result<(), TrainError> {
+    pub fn train_buffer(
+        &mut self,
+        arena: &TupleArena,
+        order: Option<&[u32]>,
+    ) -> Result<(), TrainError> {
         debug_assert_eq!(arena.n_features(), self.model.weights.len());
         match order {
             Some(order) => {
-                assert_eq!(order.len(), arena.len(), "order must be a permutation of the arena");
+                assert_eq!(
+                    order.len(),
+                    arena.len(),
+                    "order must be a permutation of the arena"
+                );
                 for &i in order {
                     let i = i as usize;
                     self.step(arena.features(i), arena.label(i))?;
@@ -165,17 +189,26 @@ impl Trainer {
     /// Flushes the partial mini-batch and returns the epoch's statistics.
     pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
         self.flush_batch();
-        let mean_loss = if self.tuples > 0 { self.loss_sum / self.tuples as f64 } else { 0.0 };
+        let mean_loss = if self.tuples > 0 {
+            self.loss_sum / self.tuples as f64
+        } else {
+            0.0
+        };
         let w = &self.model.weights;
         let loss = mean_loss + 0.5 * self.config.l2 * crate::model::dot(w, w);
-        let finite = loss.is_finite() && self.model.bias.is_finite() && w.iter().all(|v| v.is_finite());
+        let finite =
+            loss.is_finite() && self.model.bias.is_finite() && w.iter().all(|v| v.is_finite());
         if !finite {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
         Ok(EpochStats {
             epoch: self.epoch,
             loss,
-            accuracy: if self.tuples > 0 { self.correct as f64 / self.tuples as f64 } else { 0.0 },
+            accuracy: if self.tuples > 0 {
+                self.correct as f64 / self.tuples as f64
+            } else {
+                0.0
+            },
             tuples: self.tuples,
             learning_rate: self.lr,
         })
@@ -295,7 +328,9 @@ impl Trainer {
                 } else if raw == pos {
                     Ok(1.0)
                 } else {
-                    Err(TrainError::TooManyLabels { values: [neg, pos, raw] })
+                    Err(TrainError::TooManyLabels {
+                        values: [neg, pos, raw],
+                    })
                 }
             }
             Labels::One { value, y } => {
@@ -303,9 +338,15 @@ impl Trainer {
                     return Ok(y);
                 }
                 if raw.is_nan() {
-                    return Err(TrainError::TooManyLabels { values: [value, f64::NAN, f64::NAN] });
+                    return Err(TrainError::TooManyLabels {
+                        values: [value, f64::NAN, f64::NAN],
+                    });
                 }
-                let (neg, pos) = if value < raw { (value, raw) } else { (raw, value) };
+                let (neg, pos) = if value < raw {
+                    (value, raw)
+                } else {
+                    (raw, value)
+                };
                 let y_value = if value == neg { -1.0 } else { 1.0 };
                 if y_value != y {
                     self.flip(y);
@@ -315,7 +356,9 @@ impl Trainer {
             }
             Labels::None => {
                 if raw.is_nan() {
-                    return Err(TrainError::TooManyLabels { values: [f64::NAN; 3] });
+                    return Err(TrainError::TooManyLabels {
+                        values: [f64::NAN; 3],
+                    });
                 }
                 // Guess: labels like -1/0/false are usually the negative class.
                 let y = if raw <= 0.0 { -1.0 } else { 1.0 };

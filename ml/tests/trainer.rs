@@ -10,8 +10,16 @@ use rand_core::{RngCore, SeedableRng};
 
 const KINDS: [ModelKind; 2] = [ModelKind::Svm, ModelKind::Logistic];
 
+type Data = Vec<(f64, Vec<f64>)>;
+
 fn cfg(kind: ModelKind, lr: f64, l2: f64, batch: usize) -> TrainConfig {
-    TrainConfig { kind, learning_rate: lr, decay: 0.9, l2, batch_size: batch }
+    TrainConfig {
+        kind,
+        learning_rate: lr,
+        decay: 0.9,
+        l2,
+        batch_size: batch,
+    }
 }
 
 fn uniform(rng: &mut ChaCha8Rng) -> f64 {
@@ -22,7 +30,9 @@ fn uniform(rng: &mut ChaCha8Rng) -> f64 {
 /// hyperplane (optionally with some label noise, to keep gradients nonzero).
 fn dataset(n: usize, d: usize, seed: u64, noise: f64) -> Vec<(f64, Vec<f64>)> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let w: Vec<f64> = (0..d).map(|j| if j % 2 == 0 { 1.0 } else { -0.7 }).collect();
+    let w: Vec<f64> = (0..d)
+        .map(|j| if j % 2 == 0 { 1.0 } else { -0.7 })
+        .collect();
     (0..n)
         .map(|_| {
             let x: Vec<f64> = (0..d)
@@ -54,15 +64,29 @@ fn arena_of(data: &[(f64, Vec<f64>)], d: usize) -> TupleArena {
 }
 
 fn bits(m: &LinearModel) -> (Vec<u64>, u64) {
-    (m.weights.iter().map(|w| w.to_bits()).collect(), m.bias.to_bits())
+    (
+        m.weights.iter().map(|w| w.to_bits()).collect(),
+        m.bias.to_bits(),
+    )
 }
 
 fn stats_bits(s: &EpochStats) -> (u32, u64, u64, u64, u64) {
-    (s.epoch, s.loss.to_bits(), s.accuracy.to_bits(), s.tuples, s.learning_rate.to_bits())
+    (
+        s.epoch,
+        s.loss.to_bits(),
+        s.accuracy.to_bits(),
+        s.tuples,
+        s.learning_rate.to_bits(),
+    )
 }
 
 /// Trains `epochs` epochs over `buffers` (each trained in storage order).
-fn run(config: TrainConfig, d: usize, buffers: &[TupleArena], epochs: u32) -> (Trainer, Vec<EpochStats>) {
+fn run(
+    config: TrainConfig,
+    d: usize,
+    buffers: &[TupleArena],
+    epochs: u32,
+) -> (Trainer, Vec<EpochStats>) {
     let mut t = Trainer::new(config, d);
     let mut stats = Vec::new();
     for e in 1..=epochs {
@@ -89,7 +113,16 @@ fn separable_data_reaches_full_training_accuracy() {
     }
     for &kind in &KINDS {
         for &batch in &[1usize, 8] {
-            let mut t = Trainer::new(TrainConfig { kind, learning_rate: 0.5, decay: 0.97, l2: 0.0, batch_size: batch }, 2);
+            let mut t = Trainer::new(
+                TrainConfig {
+                    kind,
+                    learning_rate: 0.5,
+                    decay: 0.97,
+                    l2: 0.0,
+                    batch_size: batch,
+                },
+                2,
+            );
             let mut shuffler_perm = Vec::new();
             let mut last = None;
             for e in 1..=200 {
@@ -101,7 +134,9 @@ fn separable_data_reaches_full_training_accuracy() {
             assert_eq!(t.label_map(), Some((0.0, 1.0)));
             let m = t.model();
             let correct = (0..a.len())
-                .filter(|&i| m.predict_sign(a.features(i)) == if a.label(i) == 1.0 { 1.0 } else { -1.0 })
+                .filter(|&i| {
+                    m.predict_sign(a.features(i)) == if a.label(i) == 1.0 { 1.0 } else { -1.0 }
+                })
                 .count();
             assert_eq!(correct, a.len(), "{kind:?} batch {batch}: {last:?}");
         }
@@ -135,7 +170,15 @@ fn batch_size_one_follows_the_update_formula_exactly() {
                 }
                 b -= lr * g;
             }
-            assert_eq!(bits(t.model()), bits(&LinearModel { kind, weights: w.clone(), bias: b }), "{kind:?} l2={l2}");
+            assert_eq!(
+                bits(t.model()),
+                bits(&LinearModel {
+                    kind,
+                    weights: w.clone(),
+                    bias: b
+                }),
+                "{kind:?} l2={l2}"
+            );
             let s = t.finish_epoch().unwrap();
             assert_eq!(s.epoch, 2);
             assert_eq!(s.tuples, 30);
@@ -154,7 +197,16 @@ fn mini_batch_follows_the_averaged_update_formula() {
     let a = arena_of(&data, d);
     let (lr, l2, bs) = (0.2, 0.01, 3usize);
     let kind = ModelKind::Logistic;
-    let mut t = Trainer::new(TrainConfig { kind, learning_rate: lr, decay: 1.0, l2, batch_size: bs }, d);
+    let mut t = Trainer::new(
+        TrainConfig {
+            kind,
+            learning_rate: lr,
+            decay: 1.0,
+            l2,
+            batch_size: bs,
+        },
+        d,
+    );
     t.start_epoch(1);
     t.train_buffer(&a, None).unwrap();
     t.finish_epoch().unwrap();
@@ -177,7 +229,14 @@ fn mini_batch_follows_the_averaged_update_formula() {
         }
         b -= lr * (sb / n);
     }
-    assert_eq!(bits(t.model()), bits(&LinearModel { kind, weights: w, bias: b }));
+    assert_eq!(
+        bits(t.model()),
+        bits(&LinearModel {
+            kind,
+            weights: w,
+            bias: b
+        })
+    );
 }
 
 #[test]
@@ -185,7 +244,11 @@ fn mini_batch_spanning_buffers_equals_one_buffer() {
     let d = 4;
     let data = dataset(50, d, 3, 0.15);
     let whole = vec![arena_of(&data, d)];
-    let split = vec![arena_of(&data[..3], d), arena_of(&data[3..21], d), arena_of(&data[21..], d)];
+    let split = vec![
+        arena_of(&data[..3], d),
+        arena_of(&data[3..21], d),
+        arena_of(&data[21..], d),
+    ];
     for &kind in &KINDS {
         for &l2 in &[0.0, 0.02] {
             let (t1, s1) = run(cfg(kind, 0.05, l2, 4), d, &whole, 3);
@@ -197,7 +260,12 @@ fn mini_batch_spanning_buffers_equals_one_buffer() {
 }
 
 /// Full CorgiPile pipeline over a "table" of pages holding `per_page` tuples each.
-fn corgipile_run(kind: ModelKind, seed: u64, data: &[(f64, Vec<f64>)], d: usize) -> (Vec<u64>, u64) {
+fn corgipile_run(
+    kind: ModelKind,
+    seed: u64,
+    data: &[(f64, Vec<f64>)],
+    d: usize,
+) -> (Vec<u64>, u64) {
     let per_page = 5;
     let n_pages = data.len().div_ceil(per_page) as u32;
     let blocks = split_blocks(n_pages, 2);
@@ -239,22 +307,32 @@ fn seeded_runs_are_bitwise_reproducible() {
 
 /// Replaces the ±1 labels by raw values `neg`/`pos`.
 fn relabel(data: &[(f64, Vec<f64>)], neg: f64, pos: f64) -> Vec<(f64, Vec<f64>)> {
-    data.iter().map(|(y, x)| (if *y > 0.0 { pos } else { neg }, x.clone())).collect()
+    data.iter()
+        .map(|(y, x)| (if *y > 0.0 { pos } else { neg }, x.clone()))
+        .collect()
 }
 
 #[test]
 fn label_flip_is_bit_exact() {
     let d = 5;
     // Clustered start: 25 negatives, then a mix (label noise keeps gradients alive).
-    let mut data: Vec<_> = dataset(400, d, 5, 0.1).into_iter().filter(|t| t.0 < 0.0).take(25).collect();
+    let mut data: Vec<_> = dataset(400, d, 5, 0.1)
+        .into_iter()
+        .filter(|t| t.0 < 0.0)
+        .take(25)
+        .collect();
     data.extend(dataset(200, d, 6, 0.1));
-    let mut pos_first: Vec<_> = dataset(400, d, 7, 0.1).into_iter().filter(|t| t.0 > 0.0).take(25).collect();
+    let mut pos_first: Vec<_> = dataset(400, d, 7, 0.1)
+        .into_iter()
+        .filter(|t| t.0 > 0.0)
+        .take(25)
+        .collect();
     pos_first.extend(dataset(200, d, 8, 0.1));
 
     // (data, raw negative value, raw positive value): in each case the first
     // value's provisional guess is wrong, so the trainer must flip.
-    let cases: Vec<(&Vec<(f64, Vec<f64>)>, f64, f64)> = vec![
-        (&data, 3.0, 7.0),       // starts with 3 (> 0 → guessed positive, is negative)
+    let cases: Vec<(&Data, f64, f64)> = vec![
+        (&data, 3.0, 7.0),        // starts with 3 (> 0 → guessed positive, is negative)
         (&pos_first, -5.0, -2.0), // starts with -2 (≤ 0 → guessed negative, is positive)
         (&pos_first, 0.0, 0.5),
     ];
@@ -265,7 +343,12 @@ fn label_flip_is_bit_exact() {
                     let reference = arena_of(base, d); // labels already -1/+1: no flip
                     let raw = relabel(base, *neg, *pos);
                     let buffers = [arena_of(&raw[..60], d), arena_of(&raw[60..], d)];
-                    let (t_ref, s_ref) = run(cfg(kind, 0.1, l2, batch), d, std::slice::from_ref(&reference), 3);
+                    let (t_ref, s_ref) = run(
+                        cfg(kind, 0.1, l2, batch),
+                        d,
+                        std::slice::from_ref(&reference),
+                        3,
+                    );
                     let (t_raw, s_raw) = run(cfg(kind, 0.1, l2, batch), d, &buffers, 3);
                     let ctx = format!("{kind:?} batch={batch} l2={l2} labels {neg}/{pos}");
                     assert_eq!(t_raw.label_map(), Some((*neg, *pos)), "{ctx}");
@@ -283,7 +366,12 @@ fn label_flip_is_bit_exact() {
 fn no_flip_when_first_guess_is_right() {
     let d = 3;
     let base = dataset(100, d, 9, 0.1);
-    let (t_ref, s_ref) = run(cfg(ModelKind::Svm, 0.1, 0.0, 1), d, &[arena_of(&base, d)], 2);
+    let (t_ref, s_ref) = run(
+        cfg(ModelKind::Svm, 0.1, 0.0, 1),
+        d,
+        &[arena_of(&base, d)],
+        2,
+    );
     for (neg, pos) in [(0.0, 1.0), (-1.0, 1.0), (3.0, 7.0), (-7.0, -3.0)] {
         let raw = relabel(&base, neg, pos);
         let (t, s) = run(cfg(ModelKind::Svm, 0.1, 0.0, 1), d, &[arena_of(&raw, d)], 2);
@@ -312,26 +400,45 @@ fn label_tracking_and_too_many_labels() {
     t.train_buffer(&a, None).unwrap_err();
     let err = {
         let mut t = Trainer::new(cfg(ModelKind::Logistic, 0.1, 0.0, 1), 1);
-        t.train_buffer(&arena_of(&[(2.0, vec![1.0]), (1.0, vec![1.0]), (0.0, vec![1.0])], 1), None).unwrap_err()
+        t.train_buffer(
+            &arena_of(&[(2.0, vec![1.0]), (1.0, vec![1.0]), (0.0, vec![1.0])], 1),
+            None,
+        )
+        .unwrap_err()
     };
-    assert_eq!(err, TrainError::TooManyLabels { values: [1.0, 2.0, 0.0] });
-    assert_eq!(err.to_string(), "label column has more than two distinct values (found 1, 2 and 0)");
+    assert_eq!(
+        err,
+        TrainError::TooManyLabels {
+            values: [1.0, 2.0, 0.0]
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "label column has more than two distinct values (found 1, 2 and 0)"
+    );
     assert_eq!(t.label_map(), Some((1.0, 2.0)));
 
     // NaN is never a valid label.
     let mut t = Trainer::new(cfg(ModelKind::Svm, 0.1, 0.0, 1), 1);
-    let e = t.train_buffer(&arena_of(&[(f64::NAN, vec![1.0])], 1), None).unwrap_err();
+    let e = t
+        .train_buffer(&arena_of(&[(f64::NAN, vec![1.0])], 1), None)
+        .unwrap_err();
     assert!(matches!(e, TrainError::TooManyLabels { .. }));
     assert_eq!(e.to_string(), "label value NaN is not a valid class label");
 }
 
 #[test]
 fn divergence_is_reported() {
-    let a = arena_of(&[(1.0, vec![1e200]), (-1.0, vec![1e200]), (1.0, vec![-1e200])], 1);
+    let a = arena_of(
+        &[(1.0, vec![1e200]), (-1.0, vec![1e200]), (1.0, vec![-1e200])],
+        1,
+    );
     for &kind in &KINDS {
         let mut t = Trainer::new(cfg(kind, 1e6, 0.0, 1), 1);
         t.start_epoch(1);
-        let r = t.train_buffer(&a, None).and_then(|_| t.finish_epoch().map(|_| ()));
+        let r = t
+            .train_buffer(&a, None)
+            .and_then(|_| t.finish_epoch().map(|_| ()));
         assert_eq!(r, Err(TrainError::Diverged { epoch: 1 }), "{kind:?}");
     }
     assert_eq!(
@@ -342,8 +449,26 @@ fn divergence_is_reported() {
 
 #[test]
 fn learning_rate_decays_and_empty_epoch_is_zero() {
-    let mut t = Trainer::new(TrainConfig { kind: ModelKind::Svm, learning_rate: 0.5, decay: 0.5, l2: 0.0, batch_size: 1 }, 2);
+    let mut t = Trainer::new(
+        TrainConfig {
+            kind: ModelKind::Svm,
+            learning_rate: 0.5,
+            decay: 0.5,
+            l2: 0.0,
+            batch_size: 1,
+        },
+        2,
+    );
     t.start_epoch(3);
     let s = t.finish_epoch().unwrap();
-    assert_eq!(s, EpochStats { epoch: 3, loss: 0.0, accuracy: 0.0, tuples: 0, learning_rate: 0.125 });
+    assert_eq!(
+        s,
+        EpochStats {
+            epoch: 3,
+            loss: 0.0,
+            accuracy: 0.0,
+            tuples: 0,
+            learning_rate: 0.125
+        }
+    );
 }

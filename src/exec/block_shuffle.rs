@@ -44,10 +44,21 @@ pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut p
 }
 
 #[pg_guard]
-pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, _estate: *mut pg_sys::EState, _eflags: i32) {
+pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, _eflags: i32) {
     // SAFETY: ExecInitCustomScan has opened the relation into ss_currentRelation.
     let config = config_of(node);
     let rel = (*node).ss.ss_currentRelation;
+    // PostgreSQL 15 gives a custom scan a virtual scan slot, but heap_getnextslot needs the
+    // table's own (buffer heap tuple) slot. Swap it in, then rebuild the projection and quals,
+    // whose compiled steps depend on the scan slot's type.
+    let ops = pg_sys::table_slot_callbacks(rel);
+    (*node).ss.ss_ScanTupleSlot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, (*rel).rd_att, ops);
+    (*node).ss.ps.scanops = ops;
+    (*node).ss.ps.scanopsfixed = true;
+    (*node).ss.ps.scanopsset = true;
+    let plan = (*node).ss.ps.plan.cast::<pg_sys::CustomScan>();
+    pg_sys::ExecAssignScanProjectionInfoWithVarno(&mut (*node).ss, (*plan).scan.scanrelid as i32);
+    (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
     let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
     let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ);
     let mut state = BlockShuffleState {

@@ -1,0 +1,460 @@
+//! Parameter parsing, validation, serialization and resolution.
+
+use corgipile_ml::params::{
+    parse_bytes, resolve_block_pages, resolve_buffer_tuples, BlockSize, BufferSize, ParamError,
+    ShuffleMode, TrainParams,
+};
+use serde_json::{json, Value};
+
+fn parse(v: Value) -> Result<TrainParams, ParamError> {
+    TrainParams::from_json(&v)
+}
+
+fn err(v: Value) -> ParamError {
+    parse(v.clone()).expect_err(&format!("{v} should be rejected"))
+}
+
+#[test]
+fn defaults() {
+    let p = parse(json!({})).unwrap();
+    assert_eq!(p, TrainParams::defaults());
+    assert_eq!(p.features, "features");
+    assert_eq!(p.label, "label");
+    assert_eq!(p.epochs, 20);
+    assert_eq!(p.learning_rate, 0.01);
+    assert_eq!(p.decay, 0.95);
+    assert_eq!(p.l2, 0.0);
+    assert_eq!(p.batch_size, 1);
+    assert_eq!(p.tolerance, 0.0);
+    assert_eq!(p.seed, None);
+    assert_eq!(p.shuffle, ShuffleMode::Corgipile);
+    assert_eq!(p.block_size, BlockSize::Auto);
+    assert!(!p.block_size_explicit);
+    assert_eq!(p.buffer_size, BufferSize::Fraction(0.10));
+    assert!(!p.buffer_size_explicit);
+    assert!(p.double_buffer);
+    assert!(p.verbose);
+}
+
+#[test]
+fn every_key_accepts_a_valid_value() {
+    let p = parse(json!({
+        "features": "x", "label": "y", "epochs": 1000000, "learning_rate": 2, "decay": 1,
+        "l2": 0.5, "batch_size": 64, "tolerance": 1e-4, "seed": 9223372036854775807u64,
+        "shuffle": "block_only", "block_size": "1MB", "buffer_size": 5000,
+        "double_buffer": false, "verbose": false
+    }))
+    .unwrap();
+    assert_eq!(p.features, "x");
+    assert_eq!(p.label, "y");
+    assert_eq!(p.epochs, 1_000_000);
+    assert_eq!(p.learning_rate, 2.0);
+    assert_eq!(p.decay, 1.0);
+    assert_eq!(p.l2, 0.5);
+    assert_eq!(p.batch_size, 64);
+    assert_eq!(p.tolerance, 1e-4);
+    assert_eq!(p.seed, Some(i64::MAX as u64));
+    assert_eq!(p.shuffle, ShuffleMode::BlockOnly);
+    assert_eq!(p.block_size, BlockSize::Bytes(1 << 20));
+    assert!(p.block_size_explicit);
+    assert_eq!(p.buffer_size, BufferSize::Tuples(5000));
+    assert!(p.buffer_size_explicit);
+    assert!(!p.double_buffer);
+    assert!(!p.verbose);
+
+    assert_eq!(
+        parse(json!({"shuffle": "no_shuffle"})).unwrap().shuffle,
+        ShuffleMode::NoShuffle
+    );
+    assert_eq!(parse(json!({"seed": null})).unwrap().seed, None);
+    assert_eq!(parse(json!({"seed": 0})).unwrap().seed, Some(0));
+    assert_eq!(parse(json!({"epochs": 20.0})).unwrap().epochs, 20); // jsonb may keep ".0"
+    assert_eq!(
+        parse(json!({"block_size": 16})).unwrap().block_size,
+        BlockSize::Pages(16)
+    );
+    assert_eq!(
+        parse(json!({"block_size": 2147483648u64}))
+            .unwrap()
+            .block_size,
+        BlockSize::Pages(1 << 31)
+    );
+    assert_eq!(
+        parse(json!({"block_size": "auto"})).unwrap().block_size,
+        BlockSize::Auto
+    );
+    assert_eq!(
+        parse(json!({"buffer_size": "25%"})).unwrap().buffer_size,
+        BufferSize::Fraction(0.25)
+    );
+    assert_eq!(
+        parse(json!({"buffer_size": "100 %"})).unwrap().buffer_size,
+        BufferSize::Fraction(1.0)
+    );
+    assert_eq!(
+        parse(json!({"buffer_size": "64 mb"})).unwrap().buffer_size,
+        BufferSize::Bytes(64 << 20)
+    );
+}
+
+/// Asserts the error names the key and the given value, and the hint gives the rule.
+fn check_bad(key: &str, value: Value, hint_part: &str) {
+    let e = err(json!({ key: value.clone() }));
+    assert!(e.message.contains(&format!("\"{key}\"")), "{e:?}");
+    assert!(e.message.contains(&value.to_string()), "{e:?}");
+    let hint = e.hint.as_deref().unwrap_or_default();
+    assert!(
+        hint.starts_with(key) && hint.contains(hint_part),
+        "{key}: {hint}"
+    );
+}
+
+#[test]
+fn every_key_rejects_wrong_types_and_ranges() {
+    for key in ["features", "label"] {
+        check_bad(key, json!(""), "non-empty string");
+        check_bad(key, json!(1), "non-empty string");
+        check_bad(key, json!(null), "non-empty string");
+        check_bad(key, json!(["a"]), "non-empty string");
+    }
+    for (key, max) in [("epochs", 1_000_000u64), ("batch_size", 1_000_000)] {
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(max + 1),
+            json!(2.5),
+            json!("10"),
+            json!(true),
+            json!(null),
+        ] {
+            check_bad(key, bad, &format!("an integer from 1 to {max}"));
+        }
+    }
+    for bad in [
+        json!(0),
+        json!(-0.1),
+        json!(1e6 + 1.0),
+        json!(1e300),
+        json!("0.1"),
+        json!(null),
+    ] {
+        check_bad("learning_rate", bad, "> 0 and <= 1000000");
+    }
+    for bad in [json!(0), json!(1.01), json!(-0.5), json!(false)] {
+        check_bad("decay", bad, "> 0 and <= 1");
+    }
+    for bad in [json!(-1e-9), json!(2e6), json!("1")] {
+        check_bad("l2", bad, ">= 0 and <= 1000000");
+    }
+    for bad in [json!(-1), json!("x")] {
+        check_bad("tolerance", bad, ">= 0");
+    }
+    for bad in [
+        json!(-1),
+        json!(9223372036854775808u64),
+        json!(1.5),
+        json!("42"),
+    ] {
+        check_bad("seed", bad, "0 to 9223372036854775807");
+    }
+    for bad in [json!("random"), json!("Corgipile"), json!(1), json!(null)] {
+        check_bad("shuffle", bad, "\"block_only\"");
+    }
+    for bad in [
+        json!(0),
+        json!(-4),
+        json!(2147483649u64),
+        json!(1.5),
+        json!("10"),
+        json!("0MB"),
+        json!("big"),
+        json!(true),
+    ] {
+        check_bad("block_size", bad, "\"auto\"");
+    }
+    for bad in [
+        json!("0%"),
+        json!("101%"),
+        json!("-5%"),
+        json!("%"),
+        json!("nan%"),
+        json!("1e1%"),
+        json!(0),
+        json!(-3),
+        json!(2.5),
+        json!("10"),
+        json!("10XB"),
+        json!(false),
+    ] {
+        check_bad("buffer_size", bad, "percentage");
+    }
+    for key in ["double_buffer", "verbose"] {
+        for bad in [json!(1), json!("true"), json!(null)] {
+            check_bad(key, bad, "true or false");
+        }
+    }
+}
+
+#[test]
+fn error_messages_read_well() {
+    let e = err(json!({"epochs": 0}));
+    assert_eq!(
+        e.message,
+        "invalid value for parameter \"epochs\": 0 (out of range)"
+    );
+    assert_eq!(
+        e.hint.as_deref(),
+        Some("epochs must be an integer from 1 to 1000000 (default 20)")
+    );
+    let e = err(json!({"epochs": "10"}));
+    assert_eq!(
+        e.message,
+        "invalid value for parameter \"epochs\": \"10\" (expected an integer, got string)"
+    );
+    let e = err(json!({"epochs": 2.5}));
+    assert_eq!(
+        e.message,
+        "invalid value for parameter \"epochs\": 2.5 (not an integer)"
+    );
+    // Long values are shortened.
+    let e = err(json!({"label": vec!["x"; 100]}));
+    assert!(e.message.len() < 150, "{}", e.message);
+}
+
+#[test]
+fn unknown_key_suggests_the_closest() {
+    let e = err(json!({"lerning_rate": 0.1}));
+    assert_eq!(e.message, "unknown parameter \"lerning_rate\"");
+    let hint = e.hint.unwrap();
+    assert!(
+        hint.starts_with(
+            "did you mean \"learning_rate\"? valid parameters are: features, label, epochs,"
+        ),
+        "{hint}"
+    );
+    assert!(hint.ends_with("double_buffer, verbose"), "{hint}");
+
+    assert!(err(json!({"Epochs": 3}))
+        .hint
+        .unwrap()
+        .starts_with("did you mean \"epochs\"?"));
+    assert!(err(json!({"batchsize": 3}))
+        .hint
+        .unwrap()
+        .starts_with("did you mean \"batch_size\"?"));
+
+    let e = err(json!({"momentum": 0.9}));
+    assert_eq!(e.message, "unknown parameter \"momentum\"");
+    assert_eq!(
+        e.hint.unwrap(),
+        format!("valid parameters are: {}", TrainParams::KEYS.join(", "))
+    );
+
+    // Unknown keys are reported even when another value is also bad.
+    assert!(err(json!({"epochs": 0, "zzz": 1})).message.contains("zzz"));
+}
+
+#[test]
+fn not_an_object() {
+    for (v, t) in [
+        (json!([1]), "array"),
+        (json!(null), "null"),
+        (json!("x"), "string"),
+        (json!(3), "number"),
+        (json!(true), "boolean"),
+    ] {
+        assert_eq!(
+            err(v).message,
+            format!("params must be a JSON object, got {t}")
+        );
+    }
+}
+
+#[test]
+fn to_json_round_trips() {
+    let d = TrainParams::defaults();
+    let j = d.to_json();
+    assert_eq!(
+        j,
+        json!({
+            "features": "features", "label": "label", "epochs": 20, "learning_rate": 0.01, "decay": 0.95,
+            "l2": 0.0, "batch_size": 1, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
+            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "verbose": true
+        })
+    );
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len());
+    assert_eq!(TrainParams::from_json(&j).unwrap(), d);
+
+    let inputs = [
+        json!({"seed": 123, "shuffle": "no_shuffle", "block_size": 7, "buffer_size": "7%"}),
+        json!({"block_size": "2.5MB", "buffer_size": "64MB", "epochs": 3}),
+        json!({"block_size": "8192B", "buffer_size": 1000, "l2": 1e-5, "learning_rate": 0.3}),
+        json!({"block_size": "1 TB", "buffer_size": "12.345%", "decay": 1}),
+        json!({"buffer_size": "0.001%", "tolerance": 0.5, "verbose": false, "double_buffer": false}),
+        json!({"buffer_size": "33.333333333333336%", "features": "f", "label": "l"}),
+        json!({"buffer_size": "10%"}),
+    ];
+    for input in inputs {
+        let p = parse(input.clone()).unwrap();
+        let out = p.to_json();
+        assert_eq!(TrainParams::from_json(&out).unwrap(), p, "{input} → {out}");
+    }
+    let p = parse(json!({"block_size": "2.5MB", "buffer_size": "7%"})).unwrap();
+    assert_eq!(p.to_json()["block_size"], json!("2560kB"));
+    assert_eq!(p.to_json()["buffer_size"], json!("7%"));
+    let p = parse(json!({"block_size": 1280, "buffer_size": "1GB", "seed": 5})).unwrap();
+    assert_eq!(p.to_json()["block_size"], json!(1280));
+    assert_eq!(p.to_json()["buffer_size"], json!("1GB"));
+    assert_eq!(p.to_json()["seed"], json!(5));
+}
+
+#[test]
+fn parse_bytes_cases() {
+    let ok = [
+        ("10MB", 10 << 20),
+        ("10 MB", 10 << 20),
+        (" 10mb ", 10 << 20),
+        ("512kB", 512 << 10),
+        ("512KB", 512 << 10),
+        ("1GB", 1 << 30),
+        ("1gb", 1 << 30),
+        ("2TB", 2 << 40),
+        ("8192B", 8192),
+        ("1b", 1),
+        ("2.5MB", 2_621_440),
+        (".5kB", 512),
+        ("1.5B", 2),
+        ("007kB", 7 << 10),
+    ];
+    for (s, want) in ok {
+        assert_eq!(parse_bytes(s), Ok(want), "{s}");
+    }
+    for s in [
+        "",
+        "MB",
+        "10",
+        "-10MB",
+        "0MB",
+        "0.1B",
+        "10XB",
+        "10 M B",
+        "1.2.3MB",
+        "abc",
+        "10MBs",
+        "1e3MB",
+        "+5MB",
+        "99999999999999999999TB",
+    ] {
+        assert!(parse_bytes(s).is_err(), "{s:?} should be rejected");
+    }
+    assert_eq!(parse_bytes("16777215TB"), Ok(16777215 << 40));
+    assert!(parse_bytes("16777216TB").is_err()); // 2^64 bytes
+}
+
+#[test]
+fn resolve_block_pages_rules() {
+    // Auto: ~64 blocks on small tables, 10MB (1280 pages) on big ones.
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 20, 8192), 1);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 0, 8192), 1);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 6400, 8192), 100);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 1_000_000, 8192), 1280);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, u32::MAX, 8192), 1280);
+    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 1000, 8192), 16);
+    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 10, 8192), 10); // capped at the table
+    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 0, 8192), 1);
+    assert_eq!(
+        resolve_block_pages(BlockSize::Bytes(10 << 20), 100_000, 8192),
+        1280
+    );
+    assert_eq!(resolve_block_pages(BlockSize::Bytes(100), 100_000, 8192), 1);
+    assert_eq!(
+        resolve_block_pages(BlockSize::Bytes(1 << 20), 100_000, 16384),
+        64
+    );
+    assert_eq!(resolve_block_pages(BlockSize::Bytes(u64::MAX), 5, 8192), 5);
+}
+
+#[test]
+fn resolve_buffer_tuples_rules() {
+    let mb = 1u64 << 20;
+    // 9 features → 80 bytes per tuple.
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, 8000, 2, 512 * mb),
+        Ok(10)
+    );
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, 8001, 2, 512 * mb),
+        Ok(11)
+    ); // ceil
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, 0, 2, 512 * mb),
+        Ok(1)
+    );
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Bytes(8000), true, 9, 0, 1, 512 * mb),
+        Ok(100)
+    );
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Bytes(10), true, 9, 0, 1, 512 * mb),
+        Ok(1)
+    );
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Tuples(777), true, 9, 0, 2, 512 * mb),
+        Ok(777)
+    );
+
+    // Default (not explicit) is clamped to the limit: 512MB / 2 buffers / 80 bytes.
+    let huge_table = 100u64 << 40;
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, huge_table, 2, 512 * mb),
+        Ok(512 * mb / 2 / 80)
+    );
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Tuples(u64::MAX), false, 9, 0, 1, 1),
+        Ok(1)
+    );
+    // Exactly at the limit is fine.
+    assert_eq!(
+        resolve_buffer_tuples(BufferSize::Tuples(100), true, 9, 0, 2, 16000),
+        Ok(100)
+    );
+
+    // Explicit sizes over the limit are errors.
+    let e = resolve_buffer_tuples(BufferSize::Bytes(1 << 40), true, 9, 0, 2, 512 * mb).unwrap_err();
+    assert_eq!(
+        e.message,
+        "buffer_size of 1TB (13743895347 tuples × 2 buffers × 80 bytes = 2TB) exceeds corgipile.max_buffer_memory (512MB)"
+    );
+    assert!(e.hint.unwrap().contains("double_buffer"));
+    let e = resolve_buffer_tuples(BufferSize::Fraction(0.5), true, 9, huge_table, 1, 512 * mb)
+        .unwrap_err();
+    assert!(
+        e.message.starts_with("buffer_size of 50% of the table ("),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        e.hint.as_deref(),
+        Some("lower buffer_size or raise corgipile.max_buffer_memory")
+    );
+    assert!(resolve_buffer_tuples(BufferSize::Tuples(101), true, 9, 0, 2, 16000).is_err());
+}
+
+#[test]
+fn explicit_flags_follow_the_value() {
+    let p = parse(json!({"buffer_size": "10%", "block_size": "auto"})).unwrap();
+    assert!(!p.buffer_size_explicit && !p.block_size_explicit);
+    let p = parse(json!({"buffer_size": "20%", "block_size": 4})).unwrap();
+    assert!(p.buffer_size_explicit && p.block_size_explicit);
+}
+
+#[test]
+fn train_config_carries_the_sgd_settings() {
+    let p = parse(json!({"learning_rate": 0.5, "decay": 0.9, "l2": 0.1, "batch_size": 8})).unwrap();
+    let c = p.train_config(corgipile_ml::model::ModelKind::Logistic);
+    assert_eq!(
+        (c.learning_rate, c.decay, c.l2, c.batch_size),
+        (0.5, 0.9, 0.1, 8)
+    );
+    assert_eq!(c.kind, corgipile_ml::model::ModelKind::Logistic);
+}
