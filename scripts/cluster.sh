@@ -91,7 +91,9 @@ cmd_start() {
     else
         # Port and socket directory on the command line so that
         # CORGIPILE_PORT can change between runs.
-        if ! as_pg "$PG_BIN/pg_ctl" start -D "$DATA" -l "$LOG" -w -t 120 \
+        # Without RUST_BACKTRACE in the server's environment: pgrx would otherwise attach a Rust
+        # backtrace to the DETAIL of every ERROR raised inside the executor nodes.
+        if ! as_pg env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" start -D "$DATA" -l "$LOG" -w -t 120 \
                 -o "-p $PORT -k '$DIR'" >/dev/null; then
             echo "cluster.sh: server failed to start; last lines of $LOG:" >&2
             as_pg tail -n 30 "$LOG" >&2 || true

@@ -104,8 +104,11 @@ unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
     )
 }
 
+/// PostgreSQL's own identifier quoting (quotes only when needed, doubles embedded quotes).
 fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+    let c = CString::new(name).expect("identifiers were checked for NUL bytes");
+    // SAFETY: quote_identifier returns its input or a palloc'd quoted copy, both valid C strings.
+    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
 }
 
 unsafe fn type_name(oid: pg_sys::Oid) -> String {

@@ -363,7 +363,7 @@ fn label_flip_is_bit_exact() {
 }
 
 #[test]
-fn no_flip_when_first_guess_is_right() {
+fn any_two_label_values_give_identical_results() {
     let d = 3;
     let base = dataset(100, d, 9, 0.1);
     let (t_ref, s_ref) = run(

@@ -169,7 +169,7 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     explain::text(
         es,
         "Block Size",
-        &format!("{} pages ({:.1} MB)", state.block_pages, state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0),
+        &format!("{} pages ({} kB)", state.block_pages, state.block_pages as u64 * pg_sys::BLCKSZ as u64 / 1024),
     );
     explain::int(es, "Blocks", state.blocks.len() as i64);
     explain::text(es, "Block Order", order);

@@ -121,6 +121,12 @@ impl Worker {
 
     fn send(&self, job: Job) {
         if self.jobs.as_ref().expect("worker running").send(job).is_err() {
+            // The worker stopped: it says why in its last reply.
+            while let Ok(reply) = self.replies.try_recv() {
+                if matches!(reply, Reply::Failed(_) | Reply::Panicked(_)) {
+                    raise_reply(reply);
+                }
+            }
             raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker thread exited unexpectedly", None);
         }
     }
@@ -203,6 +209,19 @@ fn raise_train_error(e: TrainError) -> ! {
             format!("training diverged in epoch {epoch}: the loss or the weights became NaN or infinite"),
             Some("Use a smaller learning_rate (or scale the features).".into()),
         ),
+    }
+}
+
+/// Raise the ERROR a worker failure stands for.
+fn raise_reply(reply: Reply) -> ! {
+    match reply {
+        Reply::Failed(e) => raise_train_error(e),
+        Reply::Panicked(message) => raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("corgipile SGD worker failed: {message}"),
+            None,
+        ),
+        _ => raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker sent an unexpected reply", None),
     }
 }
 
@@ -316,7 +335,7 @@ impl SgdState {
                         spares.push(b);
                         in_flight -= 1;
                     }
-                    other => self.fail(other),
+                    other => raise_reply(other),
                 }
             }
             let next = match first.take() {
@@ -335,7 +354,7 @@ impl SgdState {
                     self.worker_busy_seconds += busy_seconds;
                     return (result, labels_seen);
                 }
-                other => self.fail(other),
+                other => raise_reply(other),
             }
         }
     }
@@ -365,17 +384,6 @@ impl SgdState {
         (trainer.finish_epoch(), trainer.labels_seen().len())
     }
 
-    fn fail(&self, reply: Reply) -> ! {
-        match reply {
-            Reply::Failed(e) => raise_train_error(e),
-            Reply::Panicked(message) => raise(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                format!("corgipile SGD worker failed: {message}"),
-                None,
-            ),
-            _ => raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker sent an unexpected reply", None),
-        }
-    }
 }
 
 #[pg_guard]

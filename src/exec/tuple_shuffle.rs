@@ -20,6 +20,8 @@ pub struct ShuffledBuffer {
 
 pub struct TupleShuffleState {
     config: PipelineConfig,
+    /// Our own PlanState, for EXPLAIN ANALYZE instrumentation of whole-buffer pulls.
+    node: *mut pg_sys::PlanState,
     child: *mut pg_sys::PlanState,
     epoch: u32,
     shuffler: TupleShuffler,
@@ -49,6 +51,12 @@ impl TupleShuffleState {
         if self.exhausted {
             return None;
         }
+        // The SGD node pulls whole buffers, bypassing ExecProcNode: count them for EXPLAIN ANALYZE.
+        let instrument = (*self.node).instrument;
+        if !instrument.is_null() {
+            pg_sys::InstrStartNode(instrument);
+        }
+        let before = self.tuples_read;
         let mut buffer = recycled.map(|mut b| {
             b.arena.clear();
             b
@@ -124,6 +132,9 @@ impl TupleShuffleState {
                 check_for_interrupts!();
             }
         }
+        if !instrument.is_null() {
+            pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
+        }
         let mut b = buffer?;
         if b.arena.is_empty() {
             return None;
@@ -172,6 +183,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
     let table_bytes = state_of::<BlockShuffleState>(child.cast()).table_bytes();
     let state = TupleShuffleState {
+        node: node.cast(),
         shuffler: TupleShuffler::new(config.seed(), 1),
         config,
         child,
