@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Per-epoch time of each shuffle strategy next to a plain scan of the same table, measured
+side by side in one run (ratios matter more than seconds on a shared machine).
+
+Usage: bench/epoch_times.py [--rows 4500000] [--features 18] [--epochs 3] [--out FILE]
+Needs PGHOST/PGPORT/PGUSER for a cluster with corgipile installed (make bench-epochs does it)."""
+
+import argparse
+import statistics
+import time
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+STRATEGIES = [
+    ("no_shuffle", {"shuffle": "no_shuffle", "double_buffer": False}),
+    ("block_only", {"shuffle": "block_only", "double_buffer": False}),
+    ("corgipile, single buffer", {"shuffle": "corgipile", "double_buffer": False}),
+    ("corgipile, double buffer", {"shuffle": "corgipile", "double_buffer": True}),
+]
+
+
+def make_table(conn, table, rows, features):
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
+    if exists and conn.execute(f"SELECT count(*) = %s FROM {table}", (rows,)).fetchone()[0]:
+        return
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    coords = ", ".join(f"s * 0.3 + (random() - 0.5) * 2" for _ in range(features))
+    # Label-clustered: every negative row first, then every positive row.
+    conn.execute(
+        f"""CREATE TABLE {table} AS
+            SELECT i AS id, ARRAY[{coords}]::float8[] AS features, (s > 0)::int AS label
+            FROM (SELECT i, CASE WHEN i <= {rows} / 2 THEN -1 ELSE 1 END AS s
+                  FROM generate_series(1, {rows}) i) g ORDER BY i"""
+    )
+    conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def timed(conn, sql, repeat):
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        conn.execute(sql)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4_500_000)
+    ap.add_argument("--features", type=int, default=18)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--out", default="bench/results/epoch_times.md")
+    args = ap.parse_args()
+    table = f"bench_clustered_{args.rows}x{args.features}"
+    with psycopg.connect(autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
+        conn.execute("SET max_parallel_workers_per_gather = 0")
+        make_table(conn, table, args.rows, args.features)
+        size = conn.execute("SELECT pg_size_pretty(pg_table_size(%s))", (table,)).fetchone()[0]
+        timed(conn, f"SELECT count(*) FROM {table}", 1)  # warm the cache
+        count = timed(conn, f"SELECT count(*) FROM {table}", 3)
+        touch = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
+        rows = []
+        for name, params in STRATEGIES:
+            p = {"epochs": args.epochs, "seed": 1, "verbose": False, **params}
+            model_id = conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, Jsonb(p))).fetchone()[0]
+            secs = [r[0] for r in conn.execute(
+                "SELECT seconds FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (model_id,))]
+            acc = conn.execute("SELECT (metrics->>'accuracy')::float8 FROM corgipile.models WHERE id = %s",
+                               (model_id,)).fetchone()[0]
+            rows.append((name, secs, acc))
+    base = statistics.median(rows[0][1])
+    floor = statistics.median(touch)
+    lines = [
+        f"Table `{table}`: {args.rows:,} rows x {args.features} float8 features, {size}, clustered by label; "
+        f"svm, {args.epochs} epochs, default block and buffer sizes; PostgreSQL 15, release build, parallel workers off.",
+        "",
+        "| what | median s | range s | ÷ no_shuffle | ÷ scan touching arrays | last-epoch train accuracy |",
+        "|---|---|---|---|---|---|",
+        f"| `SELECT count(*)` | {statistics.median(count):.3f} | {min(count):.3f}–{max(count):.3f} | | | |",
+        f"| `SELECT sum(features[1])` (scan floor) | {floor:.3f} | {min(touch):.3f}–{max(touch):.3f} | | 1.00 | |",
+    ]
+    for name, secs, acc in rows:
+        m = statistics.median(secs)
+        lines.append(f"| epoch: {name} | {m:.3f} | {min(secs):.3f}–{max(secs):.3f} | {m / base:.2f} | {m / floor:.2f} | {acc:.4f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(args.out, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
