@@ -173,7 +173,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(JsonB, "'
     // executor's resources and the nodes' Rust state (dropped with the query memory context).
     let outcome = unsafe {
         let stmt = plan_pipeline(prepared.relid, &prepared.sql, &prepared.config);
-        let pipeline = Pipeline::start(stmt, &prepared.sql, false, false);
+        let mut pipeline = Pipeline::start(stmt, &prepared.sql, false, false);
         pipeline.run();
         let outcome = pipeline.sgd_state().outcome.take();
         pipeline.finish();
@@ -206,7 +206,7 @@ fn corgipile_explain(
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
         let stmt = plan_pipeline(prepared.relid, &prepared.sql, &prepared.config);
-        let pipeline = Pipeline::start(stmt, &prepared.sql, analyze, !analyze);
+        let mut pipeline = Pipeline::start(stmt, &prepared.sql, analyze, !analyze);
         let started = std::time::Instant::now();
         if analyze {
             pipeline.sgd_state().verbose = false;

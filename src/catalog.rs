@@ -127,9 +127,11 @@ fn current_stamp() -> CacheStamp {
     }
 }
 
+/// Models loaded in the current statement, by (model id, role).
+type ModelCache = (Option<CacheStamp>, HashMap<(i64, pg_sys::Oid), Rc<StoredModel>>);
+
 thread_local! {
-    static CACHE: RefCell<(Option<CacheStamp>, HashMap<(i64, pg_sys::Oid), Rc<StoredModel>>)> =
-        RefCell::new((None, HashMap::new()));
+    static CACHE: RefCell<ModelCache> = RefCell::new((None, HashMap::new()));
 }
 
 /// The model with this id, from the per-statement cache or the catalog. Row-level security on

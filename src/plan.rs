@@ -266,7 +266,7 @@ impl Pipeline {
     }
 
     /// The top (SGD) node's state.
-    pub unsafe fn sgd_state(&self) -> &mut exec::sgd::SgdState {
+    pub unsafe fn sgd_state(&mut self) -> &mut exec::sgd::SgdState {
         exec::state_of::<exec::sgd::SgdState>((*self.query_desc).planstate.cast())
     }
 }

@@ -128,7 +128,7 @@ impl TupleShuffleState {
                     Some("Features must be a one-dimensional float8[] or float4[] without NULL elements.".into()),
                 ),
             }
-            if self.tuples_read % 4096 == 0 {
+            if self.tuples_read.is_multiple_of(4096) {
                 check_for_interrupts!();
             }
         }
