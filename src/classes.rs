@@ -1,0 +1,74 @@
+//! Class labels as the table holds them (numbers or text) ↔ class indices 0..K-1, assigned in
+//! order of first appearance. Used for softmax and for classifiers over a text label.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// One class label value as stored with the model (a JSON number or string).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ClassValue {
+    Number(f64),
+    Text(String),
+}
+
+impl ClassValue {
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            ClassValue::Number(v) => Some(*v),
+            ClassValue::Text(_) => None,
+        }
+    }
+    pub fn to_text(&self) -> String {
+        match self {
+            ClassValue::Number(v) => format!("{v}"),
+            ClassValue::Text(s) => s.clone(),
+        }
+    }
+}
+
+#[derive(Default, Clone, Debug)]
+pub struct ClassDictionary {
+    by_number: HashMap<u64, u32>,
+    by_text: HashMap<Vec<u8>, u32>,
+    pub classes: Vec<ClassValue>,
+}
+
+impl ClassDictionary {
+    /// A dictionary that already knows a model's classes (for evaluation).
+    pub fn with_classes(classes: &[ClassValue]) -> Self {
+        let mut d = ClassDictionary::default();
+        for c in classes {
+            match c {
+                ClassValue::Number(v) => d.index_of_number(*v),
+                ClassValue::Text(s) => d.index_of_text(s.as_bytes()),
+            };
+        }
+        d
+    }
+
+    /// Index of a numeric label (-0.0 and 0.0 are one class).
+    pub fn index_of_number(&mut self, v: f64) -> u32 {
+        let key = if v == 0.0 { 0.0f64.to_bits() } else { v.to_bits() };
+        let next = self.classes.len() as u32;
+        *self.by_number.entry(key).or_insert_with(|| {
+            self.classes.push(ClassValue::Number(v));
+            next
+        })
+    }
+
+    /// Index of a text label; allocates only the first time a class is seen.
+    pub fn index_of_text(&mut self, bytes: &[u8]) -> u32 {
+        if let Some(&i) = self.by_text.get(bytes) {
+            return i;
+        }
+        let i = self.classes.len() as u32;
+        self.by_text.insert(bytes.to_vec(), i);
+        self.classes.push(ClassValue::Text(String::from_utf8_lossy(bytes).into_owned()));
+        i
+    }
+
+    pub fn len(&self) -> usize {
+        self.classes.len()
+    }
+}

@@ -1,0 +1,267 @@
+//! Which columns a training (or evaluation) reads, how their values are decoded, and the one
+//! SELECT that reads them. Column names come from params and are resolved as identifiers
+//! (attnum, then quoted): a name is never spliced into SQL as text.
+
+use crate::decode::LabelKind;
+use crate::error::raise;
+use corgipile_ml::model::ModelKind;
+use pgrx::{pg_sys, PgSqlErrorCode};
+use serde::{Deserialize, Serialize};
+use std::ffi::{CStr, CString};
+
+/// The features param, as the user wrote it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeatureColumns {
+    /// One array column (float8[], float4[], integer or numeric arrays).
+    Array(String),
+    /// Several numeric columns, one feature each (MADlib/PostgresML style).
+    Columns(Vec<String>),
+    /// An index array and a value array (LIBSVM/criteo style).
+    Sparse { indices: String, values: String },
+}
+
+/// How the node decodes the features of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FeatureLayout {
+    /// Column 1 is a float8[]/float4[]. `columns` = built from a column list: a NULL element
+    /// means a NULL column, and the row is skipped rather than rejected.
+    Dense { columns: bool },
+    /// Columns 1 and 2 are int4[] indices and float8[]/float4[] values.
+    Sparse { index_base: i64, n_features: Option<u32> },
+}
+
+/// How the node turns the label datum into the f64 the trainer sees.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LabelCoding {
+    /// The numeric value itself (binary classes by value, regression targets).
+    Value(LabelKind),
+    /// A class index, by the numeric value (softmax over numbers).
+    ClassOfValue(LabelKind),
+    /// A class index, by the text (any classifier over a text label).
+    ClassOfText,
+}
+
+impl LabelCoding {
+    pub fn uses_classes(self) -> bool {
+        !matches!(self, LabelCoding::Value(_))
+    }
+}
+
+/// The resolved read of one relation.
+pub struct Input {
+    pub sql: CString,
+    pub layout: FeatureLayout,
+    pub label: LabelCoding,
+    /// Column position (0-based) of the ctid, and of the validation flag if any.
+    pub ctid_column: usize,
+    pub validation_column: Option<usize>,
+    pub label_is_bool: bool,
+}
+
+pub unsafe fn relation_name(relid: pg_sys::Oid) -> String {
+    let name = pg_sys::get_rel_name(relid);
+    if name.is_null() {
+        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation with OID {} does not exist", relid.to_u32()), None);
+    }
+    CStr::from_ptr(name).to_string_lossy().into_owned()
+}
+
+pub unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
+    let nsp = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relid));
+    let rel = pg_sys::get_rel_name(relid);
+    format!(
+        "{}.{}",
+        quote_ident(&CStr::from_ptr(nsp).to_string_lossy()),
+        quote_ident(&CStr::from_ptr(rel).to_string_lossy())
+    )
+}
+
+/// PostgreSQL's own identifier quoting (quotes only when needed, doubles embedded quotes).
+pub fn quote_ident(name: &str) -> String {
+    let c = CString::new(name).expect("identifiers were checked for NUL bytes");
+    // SAFETY: quote_identifier returns its input or a palloc'd quoted copy, both valid C strings.
+    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
+}
+
+unsafe fn type_name(oid: pg_sys::Oid) -> String {
+    CStr::from_ptr(pg_sys::format_type_be(oid)).to_string_lossy().into_owned()
+}
+
+/// Only plain heap tables (and materialized views) have pages we can shuffle.
+pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str) {
+    let kind = pg_sys::get_rel_relkind(relid) as u8;
+    let what = match kind {
+        pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => None,
+        pg_sys::RELKIND_VIEW => Some("a view"),
+        pg_sys::RELKIND_FOREIGN_TABLE => Some("a foreign table"),
+        pg_sys::RELKIND_SEQUENCE => Some("a sequence"),
+        pg_sys::RELKIND_PARTITIONED_TABLE => Some("a partitioned table"),
+        pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => Some("an index"),
+        _ => Some("not a table"),
+    };
+    if let Some(what) = what {
+        raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!("cannot train on {relname}: it is {what}"),
+            Some(match kind {
+                pg_sys::RELKIND_PARTITIONED_TABLE => "Train on one partition, or copy the rows into a plain table.".into(),
+                _ => "corgipile reads the pages of a plain table: CREATE TABLE ... AS SELECT from it first.".into(),
+            }),
+        );
+    }
+    let rel = pg_sys::RelationIdGetRelation(relid);
+    let am = (*(*rel).rd_rel).relam;
+    pg_sys::RelationClose(rel);
+    if am != pg_sys::HEAP_TABLE_AM_OID {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("cannot train on {relname}: it does not use the heap access method"),
+            None,
+        );
+    }
+}
+
+/// The type of a user column named by a param; a missing column is an ERROR, never a default.
+unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &str) -> pg_sys::Oid {
+    let cname = CString::new(column).unwrap_or_else(|_| {
+        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, format!("\"{param}\" contains a NUL byte"), None)
+    });
+    let attnum = pg_sys::get_attnum(relid, cname.as_ptr());
+    if attnum <= 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+            format!("column \"{column}\" of {relname} does not exist"),
+            Some(format!("Name the {param} column(s) with the \"{param}\" param.")),
+        );
+    }
+    pg_sys::get_atttype(relid, attnum)
+}
+
+fn is_number(t: pg_sys::Oid) -> bool {
+    matches!(
+        t,
+        pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID | pg_sys::FLOAT4OID | pg_sys::FLOAT8OID | pg_sys::NUMERICOID
+    )
+}
+
+fn is_text(t: pg_sys::Oid) -> bool {
+    matches!(t, pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID | pg_sys::NAMEOID)
+}
+
+unsafe fn element_type(array_type: pg_sys::Oid) -> pg_sys::Oid {
+    pg_sys::get_element_type(array_type)
+}
+
+fn type_error(relname: &str, what: &str, column: &str, found: String, hint: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+        format!("{what} column \"{column}\" of {relname} has type {found}"),
+        Some(hint.into()),
+    )
+}
+
+/// A float8[]/float4[] expression for an array column of any numeric element type.
+unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> String {
+    let t = column_type(relid, relname, column, "features");
+    let elem = element_type(t);
+    if t == pg_sys::FLOAT8ARRAYOID || t == pg_sys::FLOAT4ARRAYOID {
+        quote_ident(column)
+    } else if is_number(elem) {
+        format!("{}::float8[]", quote_ident(column))
+    } else {
+        type_error(relname, "features", column, type_name(t),
+            "The features column must be an array of numbers (float8[], float4[], integer[], numeric[]), a list of numeric columns, or {\"indices\": ..., \"values\": ...}.")
+    }
+}
+
+/// Resolve the columns and build the SELECT. `validation_predicate` is SQL the user wrote
+/// (their own expression, run with their own privileges, like a WHERE clause they could write).
+pub unsafe fn resolve(
+    relid: pg_sys::Oid,
+    relname: &str,
+    model: ModelKind,
+    features: &FeatureColumns,
+    label: &str,
+    index_base: i64,
+    n_features: Option<u32>,
+    validation_predicate: Option<&str>,
+) -> Input {
+    let label_type = column_type(relid, relname, label, "label");
+    let label_is_bool = label_type == pg_sys::BOOLOID;
+    let (label_expr, coding) = match model {
+        ModelKind::Linear => {
+            if !is_number(label_type) {
+                type_error(relname, "label", label, type_name(label_type), "linear regression needs a numeric label.");
+            }
+            (numeric_label_expr(label, label_type), LabelCoding::Value(label_kind(label_type)))
+        }
+        ModelKind::Softmax | ModelKind::Svm | ModelKind::Logistic => {
+            if is_text(label_type) {
+                (format!("{}::text", quote_ident(label)), LabelCoding::ClassOfText)
+            } else if is_number(label_type) || label_is_bool {
+                let kind = label_kind(label_type);
+                let coding = if model == ModelKind::Softmax { LabelCoding::ClassOfValue(kind) } else { LabelCoding::Value(kind) };
+                (numeric_label_expr(label, label_type), coding)
+            } else {
+                type_error(relname, "label", label, type_name(label_type),
+                    "The label must be boolean, a number type or text.")
+            }
+        }
+    };
+    let (feature_exprs, layout) = match features {
+        FeatureColumns::Array(column) => (vec![dense_array_expr(relid, relname, column)], FeatureLayout::Dense { columns: false }),
+        FeatureColumns::Columns(columns) => {
+            let mut parts = Vec::with_capacity(columns.len());
+            for column in columns {
+                let t = column_type(relid, relname, column, "features");
+                if !is_number(t) {
+                    type_error(relname, "feature", column, type_name(t), "Feature columns must be numbers (integer, real, double precision, numeric).");
+                }
+                parts.push(format!("{}::float8", quote_ident(column)));
+            }
+            (vec![format!("ARRAY[{}]", parts.join(", "))], FeatureLayout::Dense { columns: true })
+        }
+        FeatureColumns::Sparse { indices, values } => {
+            let ti = column_type(relid, relname, indices, "features");
+            if !matches!(element_type(ti), pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
+                type_error(relname, "feature indices", indices, type_name(ti), "Sparse feature indices must be an integer array (int4[]).");
+            }
+            let index_expr = if ti == pg_sys::INT4ARRAYOID { quote_ident(indices) } else { format!("{}::int4[]", quote_ident(indices)) };
+            (
+                vec![index_expr, dense_array_expr(relid, relname, values)],
+                FeatureLayout::Sparse { index_base, n_features },
+            )
+        }
+    };
+    let mut columns = vec![label_expr];
+    columns.extend(feature_exprs);
+    let ctid_column = columns.len();
+    columns.push("ctid".into());
+    let validation_column = validation_predicate.map(|p| {
+        columns.push(format!("COALESCE(({p})::boolean, false)"));
+        columns.len() - 1
+    });
+    let sql = format!("SELECT {} FROM ONLY {}", columns.join(", "), qualified_name(relid));
+    Input {
+        sql: CString::new(sql).unwrap_or_else(|_| {
+            raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "the validation predicate contains a NUL byte", None)
+        }),
+        layout,
+        label: coding,
+        ctid_column,
+        validation_column,
+        label_is_bool,
+    }
+}
+
+fn numeric_label_expr(label: &str, t: pg_sys::Oid) -> String {
+    if t == pg_sys::NUMERICOID {
+        format!("{}::float8", quote_ident(label))
+    } else {
+        quote_ident(label)
+    }
+}
+
+fn label_kind(t: pg_sys::Oid) -> LabelKind {
+    LabelKind::from_type(t).expect("checked numeric or boolean label type")
+}
