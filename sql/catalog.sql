@@ -3,14 +3,16 @@ CREATE SCHEMA corgipile;
 
 CREATE TABLE corgipile.models (
     id               bigserial   PRIMARY KEY,
-    model_type       text        NOT NULL,
+    model_type       text        NOT NULL,            -- svm, logistic, linear, softmax
     relation         text        NOT NULL,            -- schema-qualified name at training time
     label_column     text        NOT NULL,
-    feature_column   text        NOT NULL,
+    features         jsonb       NOT NULL,            -- the features param: "col", ["a","b"] or {"indices": .., "values": ..}
     n_features       integer     NOT NULL CHECK (n_features > 0),
-    label_mapping    jsonb       NOT NULL,            -- {"negative": v, "positive": w}
-    weights          float8[]    NOT NULL CHECK (cardinality(weights) = n_features),
-    bias             float8      NOT NULL,
+    n_outputs        integer     NOT NULL DEFAULT 1 CHECK (n_outputs > 0),   -- classes for softmax, else 1
+    label_mapping    jsonb       NOT NULL,            -- {"classes": [...], "label_type": ...}; classifiers only
+    weights          float8[]    NOT NULL CHECK (cardinality(weights) = n_features::bigint * n_outputs),
+    bias             float8[]    NOT NULL CHECK (cardinality(bias) = n_outputs),
+    standardizer     jsonb,                           -- per-feature mean/scale when trained with normalize (already folded into weights)
     params           jsonb       NOT NULL,            -- every param, defaults filled in
     metrics          jsonb       NOT NULL,            -- final epoch's metrics
     rows_trained     bigint      NOT NULL,
@@ -21,13 +23,17 @@ CREATE TABLE corgipile.models (
 );
 
 CREATE TABLE corgipile.epochs (
-    model_id      bigint  NOT NULL REFERENCES corgipile.models (id) ON DELETE CASCADE,
-    epoch         integer NOT NULL,
-    loss          float8  NOT NULL,
-    accuracy      float8,
-    tuples        bigint  NOT NULL,
-    seconds       float8  NOT NULL,
-    learning_rate float8  NOT NULL,
+    model_id            bigint  NOT NULL REFERENCES corgipile.models (id) ON DELETE CASCADE,
+    epoch               integer NOT NULL,
+    loss                float8  NOT NULL,
+    accuracy            float8,            -- classifiers
+    r2                  float8,            -- linear regression
+    tuples              bigint  NOT NULL,
+    seconds             float8  NOT NULL,
+    learning_rate       float8  NOT NULL,
+    validation_loss     float8,
+    validation_accuracy float8,
+    validation_r2       float8,
     PRIMARY KEY (model_id, epoch)
 );
 

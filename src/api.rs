@@ -1,80 +1,100 @@
-//! The SQL functions: corgipile_train, corgipile_predict, corgipile_explain.
+//! The SQL functions: training, prediction, evaluation, EXPLAIN.
 
-use crate::catalog::{load_model, store_model, ModelSource};
-use crate::decode::{with_float_array, ArrayProblem, FloatSlice, LabelKind};
+use crate::catalog::{load_model, store_model, ModelSource, StoredModel};
+use crate::classes::ClassValue;
+use crate::decode::{with_float_array, with_int4_array, ArrayProblem, FloatSlice, ParamsArg};
 use crate::error::raise;
+use crate::exec::sgd::EvaluationReport;
+use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::guc::max_buffer_bytes;
-use crate::plan::{plan_pipeline, Pipeline, PipelineConfig};
-use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::TrainParams;
+use crate::input::{self, check_relation, qualified_name, relation_name, FeatureColumns, Input};
+use crate::plan::{plan_pipeline, Holdout, Mode, Pipeline, PipelineConfig};
+use corgipile_ml::arena::validate_sparse;
+use corgipile_ml::model::{ModelKind, Row};
+use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgRelation, PgSqlErrorCode};
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 
-/// A training request, checked and turned into the query the pipeline plans.
+/// A checked request: the config every node gets and the query BlockShuffle runs.
 struct Prepared {
     relid: pg_sys::Oid,
     config: PipelineConfig,
-    sql: CString,
-    label_is_bool: bool,
+    input: Input,
 }
 
-fn prepare(relation: pg_sys::Oid, model: &str, params: &JsonB) -> Prepared {
-    let kind = ModelKind::parse(model).unwrap_or_else(|| {
+fn parse_model(model: &str) -> ModelKind {
+    ModelKind::parse(model).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("unknown model \"{model}\""),
             Some(format!("Valid models are: {}.", ModelKind::all_names().join(", "))),
         )
-    });
+    })
+}
+
+fn parse_params(params: &ParamsArg) -> TrainParams {
     let mut params = TrainParams::from_json(&params.0)
         .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint));
     if params.seed.is_none() {
         params.seed = Some(random_seed());
     }
-    // SAFETY: catalog lookups on the backend thread, inside a transaction.
-    unsafe {
-        let relname = relation_name(relation);
-        check_relation(relation, &relname);
-        let label_type = column_type(relation, &relname, &params.label, "label");
-        let features_type = column_type(relation, &relname, &params.features, "features");
-        let label_kind = LabelKind::from_type(label_type).unwrap_or_else(|| {
-            raise(
-                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-                format!("label column \"{}\" of {} has type {}", params.label, relname, type_name(label_type)),
-                Some("The label must be boolean, an integer type, real, double precision or numeric.".into()),
-            )
-        });
-        if features_type != pg_sys::FLOAT8ARRAYOID && features_type != pg_sys::FLOAT4ARRAYOID {
-            raise(
-                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-                format!("features column \"{}\" of {} has type {}", params.features, relname, type_name(features_type)),
-                Some("The features column must be float8[] or float4[].".into()),
-            );
-        }
-        let label_expr = if label_type == pg_sys::NUMERICOID {
-            format!("{}::float8", quote_ident(&params.label))
-        } else {
-            quote_ident(&params.label)
-        };
-        let sql = format!(
-            "SELECT {}, {}, ctid FROM ONLY {}",
-            label_expr,
-            quote_ident(&params.features),
-            qualified_name(relation)
+    params
+}
+
+fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
+    match spec {
+        FeatureSpec::Column(c) => FeatureColumns::Array(c.clone()),
+        FeatureSpec::Columns(cs) => FeatureColumns::Columns(cs.clone()),
+        FeatureSpec::Sparse { indices, values } => FeatureColumns::Sparse { indices: indices.clone(), values: values.clone() },
+    }
+}
+
+/// Resolve a relation for `mode` and build the pipeline config.
+unsafe fn prepare(relid: pg_sys::Oid, kind: ModelKind, params: TrainParams, mode: Mode, known_classes: Vec<ClassValue>) -> Prepared {
+    let relname = relation_name(relid);
+    check_relation(relid, &relname);
+    let features = feature_columns(&params.features);
+    if params.n_features.is_some() && !matches!(features, FeatureColumns::Sparse { .. }) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"n_features\" applies to sparse features only",
+            Some("Dense features take their dimension from the data.".into()),
         );
-        Prepared {
-            relid: relation,
-            label_is_bool: label_type == pg_sys::BOOLOID,
-            config: PipelineConfig {
-                model: kind,
-                params,
-                label_kind,
-                max_buffer_bytes: max_buffer_bytes(),
-                relation: relname,
-            },
-            sql: CString::new(sql).expect("identifiers are quoted and NUL-free"),
-        }
+    }
+    let predicate = match (&params.validation, mode) {
+        (Some(Validation::Predicate(p)), Mode::Train) => Some(p.as_str()),
+        _ => None,
+    };
+    let input = input::resolve(
+        relid,
+        &relname,
+        kind,
+        &features,
+        &params.label,
+        params.index_base as i64,
+        params.n_features,
+        predicate,
+    );
+    let holdout = match (&params.validation, input.validation_column, mode) {
+        (_, Some(c), Mode::Train) => Holdout::Column(c),
+        (Some(Validation::Fraction(f)), _, Mode::Train) => Holdout::Fraction(*f),
+        _ => Holdout::None,
+    };
+    Prepared {
+        relid,
+        config: PipelineConfig {
+            mode,
+            model: kind,
+            layout: input.layout,
+            label: input.label,
+            holdout,
+            known_classes,
+            params,
+            max_buffer_bytes: max_buffer_bytes(),
+            relation: relname,
+        },
+        input,
     }
 }
 
@@ -86,111 +106,125 @@ fn random_seed() -> u64 {
     h.finish() & (i64::MAX as u64)
 }
 
-unsafe fn relation_name(relid: pg_sys::Oid) -> String {
-    let name = pg_sys::get_rel_name(relid);
-    if name.is_null() {
-        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation with OID {} does not exist", relid.to_u32()), None);
-    }
-    CStr::from_ptr(name).to_string_lossy().into_owned()
-}
-
-unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
-    let nsp = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relid));
-    let rel = pg_sys::get_rel_name(relid);
-    format!(
-        "{}.{}",
-        quote_ident(&CStr::from_ptr(nsp).to_string_lossy()),
-        quote_ident(&CStr::from_ptr(rel).to_string_lossy())
-    )
-}
-
-/// PostgreSQL's own identifier quoting (quotes only when needed, doubles embedded quotes).
-fn quote_ident(name: &str) -> String {
-    let c = CString::new(name).expect("identifiers were checked for NUL bytes");
-    // SAFETY: quote_identifier returns its input or a palloc'd quoted copy, both valid C strings.
-    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
-}
-
-unsafe fn type_name(oid: pg_sys::Oid) -> String {
-    CStr::from_ptr(pg_sys::format_type_be(oid)).to_string_lossy().into_owned()
-}
-
-/// Only plain heap tables (and materialized views) have pages we can shuffle.
-unsafe fn check_relation(relid: pg_sys::Oid, relname: &str) {
-    let kind = pg_sys::get_rel_relkind(relid) as u8;
-    let what = match kind {
-        pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => None,
-        pg_sys::RELKIND_VIEW => Some("a view"),
-        pg_sys::RELKIND_FOREIGN_TABLE => Some("a foreign table"),
-        pg_sys::RELKIND_SEQUENCE => Some("a sequence"),
-        pg_sys::RELKIND_PARTITIONED_TABLE => Some("a partitioned table"),
-        pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => Some("an index"),
-        _ => Some("not a table"),
-    };
-    if let Some(what) = what {
-        raise(
-            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-            format!("cannot train on {relname}: it is {what}"),
-            Some(match kind {
-                pg_sys::RELKIND_PARTITIONED_TABLE => "Train on one partition, or copy the rows into a plain table.".into(),
-                _ => "corgipile reads the pages of a plain table: CREATE TABLE ... AS SELECT from it first.".into(),
-            }),
-        );
-    }
-    let rel = pg_sys::RelationIdGetRelation(relid);
-    let am = (*(*rel).rd_rel).relam;
-    pg_sys::RelationClose(rel);
-    if am != pg_sys::HEAP_TABLE_AM_OID {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("cannot train on {relname}: it does not use the heap access method"),
-            None,
-        );
-    }
-}
-
-/// The type of a user column named by a param; a missing column is an ERROR, never a default.
-unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &str) -> pg_sys::Oid {
-    let cname = CString::new(column).unwrap_or_else(|_| {
-        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, format!("\"{param}\" contains a NUL byte"), None)
-    });
-    let attnum = pg_sys::get_attnum(relid, cname.as_ptr());
-    if attnum <= 0 {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
-            format!("column \"{column}\" of {relname} does not exist"),
-            Some(format!("Name the {param} column with the \"{param}\" param, e.g. '{{\"{param}\": \"my_column\"}}'.")),
-        );
-    }
-    pg_sys::get_atttype(relid, attnum)
+/// Plan, start, run and end the pipeline; `before_run` may prime the SGD node's state.
+unsafe fn run_pipeline<R>(prepared: &Prepared, before_run: impl FnOnce(&mut crate::exec::sgd::SgdState), after_run: impl FnOnce(&mut crate::exec::sgd::SgdState) -> R) -> R {
+    // SAFETY: plan and run on the backend thread; on ERROR the transaction abort releases the
+    // executor's resources and the nodes' Rust state (dropped with the query memory context).
+    let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
+    let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, false, false);
+    before_run(pipeline.sgd_state());
+    pipeline.run();
+    let result = after_run(pipeline.sgd_state());
+    pipeline.finish();
+    result
 }
 
 /// Trains a model on `relation` and stores it in corgipile.models; returns the model id.
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_train(relation: PgRelation, model: &str, params: default!(JsonB, "'{}'")) -> i64 {
-    let prepared = prepare(relation.oid(), model, &params);
-    // SAFETY: plan and run on the backend thread; on ERROR the transaction abort releases the
-    // executor's resources and the nodes' Rust state (dropped with the query memory context).
-    let outcome = unsafe {
-        let stmt = plan_pipeline(prepared.relid, &prepared.sql, &prepared.config);
-        let mut pipeline = Pipeline::start(stmt, &prepared.sql, false, false);
-        pipeline.run();
-        let outcome = pipeline.sgd_state().outcome.take();
-        pipeline.finish();
-        outcome.expect("the SGD node trains on its first call")
+fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+    let kind = parse_model(model);
+    let params = parse_params(&params);
+    // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
+    unsafe {
+        let validation_rows = match &params.validation {
+            Some(Validation::Relation(name)) => Some(collect_relation(name, kind, &params)),
+            _ => None,
+        };
+        // Class indices of the validation rows and of the training rows must agree.
+        let known_classes = validation_rows.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+        let prepared = prepare(relation.oid(), kind, params, Mode::Train, known_classes);
+        let outcome = run_pipeline(
+            &prepared,
+            |sgd| sgd.validation_rows = validation_rows,
+            |sgd| sgd.outcome.take().expect("the SGD node trains on its first call"),
+        );
+        let params = &prepared.config.params;
+        store_model(
+            &ModelSource {
+                model: kind,
+                relation: &qualified_name(prepared.relid),
+                label_column: &params.label,
+                features: params.to_json()["features"].clone(),
+                label_type: if prepared.input.label_is_bool {
+                    "boolean"
+                } else if prepared.config.label.uses_classes() && matches!(prepared.config.label, crate::input::LabelCoding::ClassOfText) {
+                    "text"
+                } else {
+                    "numeric"
+                },
+                params: params.to_json(),
+            },
+            &outcome,
+        )
+    }
+}
+
+/// Reads a validation relation (same columns as the training relation) into memory.
+unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) -> (ShuffledBuffer, Vec<ClassValue>) {
+    let relid = Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()])
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| {
+            raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("validation relation \"{name}\" does not exist"), None)
+        });
+    let mut p = params.clone();
+    p.validation = None;
+    p.shuffle = corgipile_ml::params::ShuffleMode::NoShuffle;
+    p.double_buffer = false;
+    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new());
+    run_pipeline(&prepared, |_| {}, |sgd| sgd.collected.take()).unwrap_or_else(|| {
+        raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("validation relation \"{name}\" has no usable rows"), None)
+    })
+}
+
+/// Scores a stored model on a relation (read with the same block scan as training). Returns
+/// accuracy, precision, recall, F1, ROC AUC and log loss for classifiers (per class and macro
+/// for softmax), MSE, RMSE, MAE and R² for linear regression, and the rows scored and skipped.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_evaluate(model_id: i64, relation: PgRelation, params: default!(ParamsArg, "'{}'")) -> JsonB {
+    let stored = load_model(model_id);
+    let mut overrides = match &params.0 {
+        serde_json::Value::Object(map) => map.clone(),
+        other => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("params must be a JSON object, got {}", json_type(other)),
+            None,
+        ),
     };
-    let params = &prepared.config.params;
-    store_model(
-        &ModelSource {
-            model: prepared.config.model,
-            relation: &unsafe { qualified_name(prepared.relid) },
-            label_column: &params.label,
-            feature_column: &params.features,
-            label_is_bool: prepared.label_is_bool,
-            params: params.to_json(),
-        },
-        &outcome,
-    )
+    for key in overrides.keys() {
+        if !["features", "label", "buffer_size", "block_size"].contains(&key.as_str()) {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("unknown parameter \"{key}\" for corgipile_evaluate"),
+                Some("valid parameters are: features, label, buffer_size, block_size (features and label default to the model's)".into()),
+            );
+        }
+    }
+    overrides.entry("features").or_insert_with(|| stored.features.clone());
+    overrides.entry("label").or_insert_with(|| serde_json::Value::String(stored.label_column.clone()));
+    overrides.insert("index_base".into(), serde_json::json!(stored.index_base));
+    overrides.insert("shuffle".into(), serde_json::json!("no_shuffle"));
+    overrides.insert("double_buffer".into(), serde_json::json!(false));
+    overrides.insert("verbose".into(), serde_json::json!(false));
+    overrides.insert("seed".into(), serde_json::json!(0));
+    let params = parse_params(&ParamsArg(serde_json::Value::Object(overrides)));
+    // SAFETY: as in corgipile_train.
+    let report: EvaluationReport = unsafe {
+        let prepared = prepare(relation.oid(), stored.kind(), params, Mode::Evaluate, stored.classes.clone());
+        run_pipeline(&prepared, |sgd| sgd.evaluate_model = Some(stored.clone()), |sgd| sgd.evaluation.take().expect("evaluation ran"))
+    };
+    JsonB(serde_json::to_value(report).expect("report serializes"))
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
 }
 
 /// The EXPLAIN of the training plan; with `analyze`, after running the training (the model is
@@ -199,14 +233,16 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(JsonB, "'
 fn corgipile_explain(
     relation: PgRelation,
     model: &str,
-    params: default!(JsonB, "'{}'"),
+    params: default!(ParamsArg, "'{}'"),
     analyze: default!(bool, false),
 ) -> SetOfIterator<'static, String> {
-    let prepared = prepare(relation.oid(), model, &params);
+    let kind = parse_model(model);
+    let params = parse_params(&params);
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
-        let stmt = plan_pipeline(prepared.relid, &prepared.sql, &prepared.config);
-        let mut pipeline = Pipeline::start(stmt, &prepared.sql, analyze, !analyze);
+        let prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new());
+        let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
+        let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
         let started = std::time::Instant::now();
         if analyze {
             pipeline.sgd_state().verbose = false;
@@ -231,35 +267,175 @@ fn corgipile_explain(
     SetOfIterator::new(text.lines().map(str::to_owned).collect::<Vec<_>>())
 }
 
-/// The predicted label for one feature vector, in the label values of the training table.
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict(model_id: i64, features: Array<'_, f64>) -> f64 {
-    let model = load_model(model_id);
+// ---------------------------------------------------------------------------------------------
+// Prediction. Every function takes a dense float8[] or a sparse (int4[] indices, float8[]
+// values) pair, in the model's index base.
+
+/// A feature vector from SQL, checked against the model.
+enum Features {
+    Dense(Vec<f64>),
+    Sparse(Vec<u32>, Vec<f64>),
+}
+
+impl Features {
+    fn row(&self) -> Row<'_> {
+        match self {
+            Features::Dense(x) => Row::Dense(x),
+            Features::Sparse(i, v) => Row::Sparse { indices: i, values: v },
+        }
+    }
+}
+
+fn dense_features(model: &StoredModel, features: Array<'_, f64>) -> Features {
     let ptr = features.into_array_type();
     // SAFETY: pgrx hands us a detoasted, valid float8[] that lives for this call.
     let result = unsafe {
         with_float_array(pg_sys::Datum::from(ptr), |x| match x {
-            FloatSlice::F64(x) => {
-                if x.len() != model.n_features() {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                        format!("model {model_id} expects {} features, got {}", model.n_features(), x.len()),
-                        None,
-                    );
-                }
-                if !x.iter().all(|v| v.is_finite()) {
-                    raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
-                }
-                model.predict_label(x)
-            }
-            FloatSlice::F32(_) => unreachable!("argument is float8[]"),
+            FloatSlice::F64(x) => x.to_vec(),
+            FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
         })
     };
-    result.unwrap_or_else(|problem| {
-        let problem = match problem {
-            ArrayProblem::Empty => format!("model {model_id} expects {} features, got an empty array", model.n_features()),
-            other => other.to_string(),
-        };
-        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, problem, None)
-    })
+    let x = result.unwrap_or_else(|problem| match problem {
+        ArrayProblem::Empty => wrong_dimension(model, 0),
+        other => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, other.to_string(), None),
+    });
+    if x.len() != model.n_features() {
+        wrong_dimension(model, x.len());
+    }
+    if !x.iter().all(|v| v.is_finite()) {
+        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+    }
+    Features::Dense(x)
 }
+
+fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
+    let got = if got == 0 { "an empty array".to_string() } else { got.to_string() };
+    raise(
+        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+        format!("model {} expects {} features, got {}", model.id, model.n_features(), got),
+        None,
+    )
+}
+
+fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'_, f64>) -> Features {
+    // SAFETY: as in dense_features; both arrays live for this call.
+    let (indices, values) = unsafe {
+        let i = with_int4_array(pg_sys::Datum::from(indices.into_array_type()), |i| i.to_vec());
+        let v = with_float_array(pg_sys::Datum::from(values.into_array_type()), |v| match v {
+            FloatSlice::F64(x) => x.to_vec(),
+            FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
+        });
+        fn empty_ok<T>(r: Result<Vec<T>, ArrayProblem>, what: &str) -> Vec<T> {
+            match r {
+                Ok(x) => x,
+                Err(ArrayProblem::Empty) => Vec::new(),
+                Err(p) => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("sparse {what}: {p}"), None),
+            }
+        }
+        (empty_ok(i, "indices"), empty_ok(v, "values"))
+    };
+    if let Err(e) = validate_sparse(&indices, values.len(), model.index_base, Some(model.n_features())) {
+        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, e.to_string(), Some(format!("Model {} uses index base {}.", model.id, model.index_base)));
+    }
+    if !values.iter().all(|v| v.is_finite()) {
+        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+    }
+    let indices = indices.iter().map(|&i| (i as i64 - model.index_base) as u32).collect();
+    Features::Sparse(indices, values)
+}
+
+fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+        format!("model {} is a {} model: {what}", model.id, model.kind().name()),
+        Some(hint.into()),
+    )
+}
+
+/// Predicted label (classifiers, in the table's label values) or value (linear).
+fn predict_number(model: &StoredModel, x: &Features) -> f64 {
+    if model.kind() == ModelKind::Linear {
+        return model.model.decision(x.row());
+    }
+    match &model.classes[model.class_index(x.row())] {
+        ClassValue::Number(v) => *v,
+        ClassValue::Text(_) => not_for(model, "its labels are text", "Use corgipile_predict_class(), which returns the label as text."),
+    }
+}
+
+fn predict_class(model: &StoredModel, x: &Features) -> String {
+    if model.kind() == ModelKind::Linear {
+        not_for(model, "it predicts numbers, not classes", "Use corgipile_predict().");
+    }
+    model.classes[model.class_index(x.row())].to_text()
+}
+
+fn predict_proba(model: &StoredModel, x: &Features) -> Vec<f64> {
+    let mut out = Vec::new();
+    if !model.model.predict_proba(x.row(), &mut out) {
+        not_for(model, "it has no probabilities", "Probabilities come from logistic and softmax models; use corgipile_decision_function() for a score.");
+    }
+    out
+}
+
+fn decision_function(model: &StoredModel, x: &Features) -> f64 {
+    if model.kind() == ModelKind::Softmax {
+        not_for(model, "it has one score per class", "Use corgipile_predict_proba().");
+    }
+    model.model.decision(x.row())
+}
+
+/// The predicted label for one feature vector, in the label values of the training table
+/// (0/1 for a boolean label); for linear regression the predicted value.
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict(model_id: i64, features: Array<'_, f64>) -> f64 {
+    let model = load_model(model_id);
+    predict_number(&model, &dense_features(&model, features))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
+fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> f64 {
+    let model = load_model(model_id);
+    predict_number(&model, &sparse_features(&model, indices, values))
+}
+
+/// The predicted class as text (works for numeric and text labels).
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict_class(model_id: i64, features: Array<'_, f64>) -> String {
+    let model = load_model(model_id);
+    predict_class(&model, &dense_features(&model, features))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
+fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> String {
+    let model = load_model(model_id);
+    predict_class(&model, &sparse_features(&model, indices, values))
+}
+
+/// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
+/// P(positive)]; softmax: one per class).
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict_proba(model_id: i64, features: Array<'_, f64>) -> Vec<f64> {
+    let model = load_model(model_id);
+    predict_proba(&model, &dense_features(&model, features))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
+fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> Vec<f64> {
+    let model = load_model(model_id);
+    predict_proba(&model, &sparse_features(&model, indices, values))
+}
+
+/// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_decision_function(model_id: i64, features: Array<'_, f64>) -> f64 {
+    let model = load_model(model_id);
+    decision_function(&model, &dense_features(&model, features))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
+fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> f64 {
+    let model = load_model(model_id);
+    decision_function(&model, &sparse_features(&model, indices, values))
+}
+

@@ -6,8 +6,9 @@
 //! statement never sees a model that has since been deleted.
 
 use crate::error::raise;
-use crate::exec::sgd::TrainOutcome;
-use corgipile_ml::model::{LinearModel, ModelKind};
+use crate::classes::ClassValue;
+use crate::exec::sgd::{EpochRecord, TrainOutcome};
+use corgipile_ml::model::{LinearModel, ModelKind, Row};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 use serde_json::json;
@@ -20,8 +21,9 @@ pub struct ModelSource<'a> {
     pub model: ModelKind,
     pub relation: &'a str,
     pub label_column: &'a str,
-    pub feature_column: &'a str,
-    pub label_is_bool: bool,
+    /// The features param as given: "col", ["a", "b"] or {"indices": .., "values": ..}.
+    pub features: serde_json::Value,
+    pub label_type: &'a str,
     pub params: serde_json::Value,
 }
 
@@ -29,34 +31,43 @@ pub struct ModelSource<'a> {
 /// so an ERROR anywhere leaves no row behind.
 pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
     let last = outcome.epochs.last().expect("at least one epoch");
-    let label_type = if source.label_is_bool { "boolean" } else { "numeric" };
-    let label_mapping = json!({
-        "negative": outcome.label_map.0,
-        "positive": outcome.label_map.1,
-        "label_type": label_type,
-    });
-    let metrics = json!({
+    let label_mapping = if source.model.is_classifier() {
+        json!({ "classes": outcome.classes, "label_type": source.label_type })
+    } else {
+        json!({ "label_type": source.label_type })
+    };
+    let mut metrics = json!({
         "loss": last.stats.loss,
-        "accuracy": last.stats.accuracy,
         "epochs_run": outcome.epochs.len(),
-        "metric_note": "loss and accuracy are measured during the last epoch, on each tuple before its update",
+        "metric_note": "training loss and accuracy/R2 are measured during the last epoch, on each tuple before its update",
     });
-    let n_features = outcome.model.weights.len() as i32;
+    if let Some(a) = last.stats.accuracy {
+        metrics["accuracy"] = json!(a);
+    }
+    if let Some(r2) = last.stats.r2 {
+        metrics["r2"] = json!(r2);
+    }
+    if let Some(v) = &last.validation {
+        metrics["validation"] = serde_json::to_value(v).expect("validation stats serialize");
+    }
+    let model = &outcome.model;
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO corgipile.models
-            (model_type, relation, label_column, feature_column, n_features, label_mapping,
-             weights, bias, params, metrics, rows_trained, rows_skipped, training_seconds)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            (model_type, relation, label_column, features, n_features, n_outputs, label_mapping,
+             weights, bias, standardizer, params, metrics, rows_trained, rows_skipped, training_seconds)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          RETURNING id",
         &[
             source.model.name().into(),
             source.relation.into(),
             source.label_column.into(),
-            source.feature_column.into(),
-            n_features.into(),
+            JsonB(source.features.clone()).into(),
+            (model.n_features as i32).into(),
+            (model.n_outputs as i32).into(),
             JsonB(label_mapping).into(),
-            outcome.model.weights.clone().into(),
-            outcome.model.bias.into(),
+            model.weights.clone().into(),
+            model.bias.clone().into(),
+            outcome.standardizer.clone().map(JsonB).into(),
             JsonB(source.params.clone()).into(),
             JsonB(metrics).into(),
             (outcome.rows_trained as i64).into(),
@@ -67,43 +78,55 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the model: {e}"), None))
     .expect("INSERT ... RETURNING id returns a row");
 
-    let column = |f: &dyn Fn(&crate::exec::sgd::EpochRecord) -> f64| -> Vec<f64> { outcome.epochs.iter().map(f).collect() };
+    let column = |f: &dyn Fn(&EpochRecord) -> Option<f64>| -> Vec<Option<f64>> { outcome.epochs.iter().map(f).collect() };
     let epochs: Vec<i32> = outcome.epochs.iter().map(|e| e.stats.epoch as i32).collect();
     let tuples: Vec<i64> = outcome.epochs.iter().map(|e| e.stats.tuples as i64).collect();
     Spi::run_with_args(
-        "INSERT INTO corgipile.epochs (model_id, epoch, loss, accuracy, tuples, seconds, learning_rate)
-         SELECT $1, e.* FROM unnest($2::int4[], $3::float8[], $4::float8[], $5::int8[], $6::float8[], $7::float8[]) AS e",
+        "INSERT INTO corgipile.epochs (model_id, epoch, loss, accuracy, r2, tuples, seconds, learning_rate,
+                                       validation_loss, validation_accuracy, validation_r2)
+         SELECT $1, e.* FROM unnest($2::int4[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::float8[],
+                                    $8::float8[], $9::float8[], $10::float8[], $11::float8[]) AS e",
         &[
             id.into(),
             epochs.into(),
-            column(&|e| e.stats.loss).into(),
+            column(&|e| Some(e.stats.loss)).into(),
             column(&|e| e.stats.accuracy).into(),
+            column(&|e| e.stats.r2).into(),
             tuples.into(),
-            column(&|e| e.seconds).into(),
-            column(&|e| e.stats.learning_rate).into(),
+            column(&|e| Some(e.seconds)).into(),
+            column(&|e| Some(e.stats.learning_rate)).into(),
+            column(&|e| e.validation.as_ref().map(|v| v.loss)).into(),
+            column(&|e| e.validation.as_ref().and_then(|v| v.accuracy)).into(),
+            column(&|e| e.validation.as_ref().and_then(|v| v.r2)).into(),
         ],
     )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the epochs: {e}"), None));
     id
 }
 
-/// A model as prediction needs it.
+/// A model as prediction and evaluation need it.
 pub struct StoredModel {
+    pub id: i64,
     pub model: LinearModel,
-    pub negative: f64,
-    pub positive: f64,
+    /// Classifiers: the label values by class index (binary: [negative, positive]).
+    pub classes: Vec<ClassValue>,
+    pub label_column: String,
+    pub features: serde_json::Value,
+    pub index_base: i64,
 }
 
 impl StoredModel {
-    pub fn n_features(&self) -> usize {
-        self.model.weights.len()
+    pub fn kind(&self) -> ModelKind {
+        self.model.kind
     }
-    /// The predicted label, in the label values of the training table.
-    pub fn predict_label(&self, x: &[f64]) -> f64 {
-        if self.model.decision(x) >= 0.0 {
-            self.positive
-        } else {
-            self.negative
+    pub fn n_features(&self) -> usize {
+        self.model.n_features
+    }
+    /// The class index a prediction stands for (binary: 0 = negative, 1 = positive).
+    pub fn class_index(&self, row: Row) -> usize {
+        match self.model.kind {
+            ModelKind::Softmax => self.model.predict(row) as usize,
+            _ => (self.model.decision(row) >= 0.0) as usize,
         }
     }
 }
@@ -159,7 +182,9 @@ pub fn load_model(model_id: i64) -> Rc<StoredModel> {
 fn read_model(model_id: i64) -> StoredModel {
     let row = Spi::connect(|client| {
         let table = client.select(
-            "SELECT model_type, weights, bias, label_mapping FROM corgipile.models WHERE id = $1",
+            "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
+                    coalesce((params->>'index_base')::int8, 1)
+             FROM corgipile.models WHERE id = $1",
             Some(1),
             &[model_id.into()],
         )?;
@@ -168,14 +193,19 @@ fn read_model(model_id: i64) -> StoredModel {
         }
         let row = table.first();
         Ok::<_, pgrx::spi::Error>(Some((
-            row.get::<String>(1)?,
-            row.get::<Vec<f64>>(2)?,
-            row.get::<f64>(3)?,
-            row.get::<JsonB>(4)?,
+            row.get::<String>(1)?.unwrap_or_default(),
+            row.get::<i32>(2)?.unwrap_or(0),
+            row.get::<i32>(3)?.unwrap_or(1),
+            row.get::<Vec<f64>>(4)?.unwrap_or_default(),
+            row.get::<Vec<f64>>(5)?.unwrap_or_default(),
+            row.get::<JsonB>(6)?.map(|j| j.0).unwrap_or_default(),
+            row.get::<String>(7)?.unwrap_or_default(),
+            row.get::<JsonB>(8)?.map(|j| j.0).unwrap_or_default(),
+            row.get::<i64>(9)?.unwrap_or(1),
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
-    let Some((Some(kind), Some(weights), Some(bias), Some(JsonB(mapping)))) = row else {
+    let Some((kind, n_features, n_outputs, weights, bias, mapping, label_column, features, index_base)) = row else {
         raise(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("corgipile model {model_id} does not exist"),
@@ -189,10 +219,20 @@ fn read_model(model_id: i64) -> StoredModel {
             None,
         )
     });
-    let label = |key: &str| mapping.get(key).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+    let classes: Vec<ClassValue> = mapping
+        .get("classes")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let (n_features, n_outputs) = (n_features.max(0) as usize, n_outputs.max(1) as usize);
+    if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
+        raise(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, format!("model {model_id} has inconsistent weights"), None);
+    }
     StoredModel {
-        model: LinearModel { kind, weights, bias },
-        negative: label("negative"),
-        positive: label("positive"),
+        id: model_id,
+        model: LinearModel { kind, n_features, n_outputs, weights, bias },
+        classes,
+        label_column,
+        features,
+        index_base,
     }
 }

@@ -82,20 +82,18 @@ impl std::fmt::Display for ArrayProblem {
                 write!(f, "the features array has {n} dimensions, expected 1")
             }
             ArrayProblem::HasNulls => write!(f, "the features array contains NULL elements"),
-            ArrayProblem::WrongElementType => {
-                write!(f, "the features array is not of type float8[] or float4[]")
-            }
+            ArrayProblem::WrongElementType => write!(f, "the array has an unexpected element type"),
         }
     }
 }
 
-/// Detoast a float8[]/float4[] datum, hand its elements to `f`, and free any detoasted copy.
+/// Detoast a one-dimensional, NULL-free array datum, hand it to `f`, and free any detoasted copy.
 ///
 /// # Safety
 /// `datum` must be a non-NULL array datum, and this must run on the backend thread.
-pub unsafe fn with_float_array<R>(
+unsafe fn with_array<R>(
     datum: pg_sys::Datum,
-    f: impl FnOnce(FloatSlice<'_>) -> R,
+    f: impl FnOnce(&mut RawArray) -> Result<R, ArrayProblem>,
 ) -> Result<R, ArrayProblem> {
     let original = datum.cast_mut_ptr::<pg_sys::varlena>();
     // SAFETY: the caller guarantees a valid array varlena; pg_detoast_datum returns either the
@@ -114,6 +112,24 @@ pub unsafe fn with_float_array<R>(
         if raw.any_nulls() {
             return Err(ArrayProblem::HasNulls);
         }
+        f(&mut raw)
+    })();
+    if detoasted != original {
+        // SAFETY: detoasted is a fresh palloc'd copy that nothing else references.
+        pg_sys::pfree(detoasted.cast());
+    }
+    result
+}
+
+/// The elements of a float8[]/float4[] datum (see `with_array`).
+///
+/// # Safety
+/// As for `with_array`.
+pub unsafe fn with_float_array<R>(
+    datum: pg_sys::Datum,
+    f: impl FnOnce(FloatSlice<'_>) -> R,
+) -> Result<R, ArrayProblem> {
+    with_array(datum, |raw| {
         let n = raw.len();
         // SAFETY: element type checked before reinterpreting the data area; float arrays are
         // stored with 'd'/'i' alignment, so the data pointer is aligned for the element type.
@@ -128,22 +144,29 @@ pub unsafe fn with_float_array<R>(
             }
             _ => Err(ArrayProblem::WrongElementType),
         }
-    })();
-    if detoasted != original {
-        // SAFETY: detoasted is a fresh palloc'd copy that nothing else references.
-        pg_sys::pfree(detoasted.cast());
-    }
-    result
+    })
 }
 
-/// "(block,offset)" of a tuple id datum, as PostgreSQL prints a ctid.
+/// The elements of an int4[] datum (see `with_array`).
 ///
 /// # Safety
-/// `datum` must be a non-NULL `tid` datum.
-pub unsafe fn format_ctid(datum: pg_sys::Datum) -> String {
-    let tid = datum.cast_mut_ptr::<pg_sys::ItemPointerData>();
-    let block = ((*tid).ip_blkid.bi_hi as u32) << 16 | (*tid).ip_blkid.bi_lo as u32;
-    format!("({},{})", block, (*tid).ip_posid)
+/// As for `with_array`.
+pub unsafe fn with_int4_array<R>(datum: pg_sys::Datum, f: impl FnOnce(&[i32]) -> R) -> Result<R, ArrayProblem> {
+    with_array(datum, |raw| {
+        if raw.oid() != pg_sys::INT4OID {
+            return Err(ArrayProblem::WrongElementType);
+        }
+        let n = raw.len();
+        let data = raw.data::<i32>();
+        // SAFETY: int4 arrays are 'i'-aligned and hold n elements (type checked above).
+        Ok(f(std::slice::from_raw_parts(data.as_ptr().cast::<i32>(), n)))
+    })
+}
+
+/// "(block,offset)", as PostgreSQL prints a ctid.
+pub fn format_tid(tid: &pg_sys::ItemPointerData) -> String {
+    let block = (tid.ip_blkid.bi_hi as u32) << 16 | tid.ip_blkid.bi_lo as u32;
+    format!("({},{})", block, tid.ip_posid)
 }
 
 /// True for an uncompressed, in-line varlena with a 4-byte header, which needs no detoasting
@@ -161,3 +184,39 @@ unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
         false
     }
 }
+
+/// The `params jsonb` argument. pgrx's JsonB turns a number outside the float8 range into an
+/// internal error; this one reports it as a bad parameter.
+pub struct ParamsArg(pub serde_json::Value);
+
+impl pgrx::FromDatum for ParamsArg {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        // SAFETY: a non-NULL jsonb datum; jsonb_out returns a palloc'd C string.
+        let text = pgrx::direct_function_call::<&std::ffi::CStr>(pg_sys::jsonb_out, &[Some(datum)])
+            .expect("jsonb_out returns text");
+        match serde_json::from_str(&text.to_string_lossy()) {
+            Ok(value) => Some(ParamsArg(value)),
+            Err(e) => crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("params could not be read: {e}"),
+                Some("Numbers in params must fit in double precision.".into()),
+            ),
+        }
+    }
+}
+
+// SAFETY: unboxed exactly like pgrx's own FromDatum-based argument types.
+unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for ParamsArg {
+    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+        let index = arg.index();
+        arg.unbox_arg_using_from_datum().unwrap_or_else(|| panic!("argument {index} must not be null"))
+    }
+    unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+        arg.unbox_arg_using_from_datum().into()
+    }
+}
+
+pgrx::impl_sql_translatable!(ParamsArg, arg_only = "jsonb");

@@ -52,8 +52,7 @@ pub struct Input {
     pub sql: CString,
     pub layout: FeatureLayout,
     pub label: LabelCoding,
-    /// Column position (0-based) of the ctid, and of the validation flag if any.
-    pub ctid_column: usize,
+    /// Column position (0-based) of the validation flag, if any.
     pub validation_column: Option<usize>,
     pub label_is_bool: bool,
 }
@@ -131,7 +130,11 @@ unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &s
         raise(
             PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
             format!("column \"{column}\" of {relname} does not exist"),
-            Some(format!("Name the {param} column(s) with the \"{param}\" param.")),
+            Some(if param == "label" {
+                "Name the label column with the \"label\" param, e.g. '{\"label\": \"my_column\"}'.".into()
+            } else {
+                "Name the features with the \"features\" param: a column, a list of columns, or {\"indices\": .., \"values\": ..}.".into()
+            }),
         );
     }
     pg_sys::get_atttype(relid, attnum)
@@ -176,6 +179,7 @@ unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> S
 
 /// Resolve the columns and build the SELECT. `validation_predicate` is SQL the user wrote
 /// (their own expression, run with their own privileges, like a WHERE clause they could write).
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn resolve(
     relid: pg_sys::Oid,
     relname: &str,
@@ -235,8 +239,6 @@ pub unsafe fn resolve(
     };
     let mut columns = vec![label_expr];
     columns.extend(feature_exprs);
-    let ctid_column = columns.len();
-    columns.push("ctid".into());
     let validation_column = validation_predicate.map(|p| {
         columns.push(format!("COALESCE(({p})::boolean, false)"));
         columns.len() - 1
@@ -248,7 +250,6 @@ pub unsafe fn resolve(
         }),
         layout,
         label: coding,
-        ctid_column,
         validation_column,
         label_is_bool,
     }

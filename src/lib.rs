@@ -8,10 +8,12 @@ use pgrx::prelude::*;
 
 mod api;
 mod catalog;
+mod classes;
 mod decode;
 mod error;
 mod exec;
 mod guc;
+mod input;
 mod plan;
 
 pgrx::pg_module_magic!();

@@ -1,13 +1,14 @@
 //! Getting the three CorgiPile nodes into an executor tree.
 //!
-//! `corgipile_train` plans `SELECT label, features, ctid FROM ONLY rel` through PostgreSQL's
+//! `corgipile_train` plans `SELECT label, features FROM ONLY rel` through PostgreSQL's
 //! planner while a backend-local flag makes our `set_rel_pathlist_hook` offer only the
 //! BlockShuffle path for that relation; privileges, RLS quals and WHERE filters therefore come
 //! from the planner and executor as for any query. TupleShuffle and SGD are then stacked by hand
 //! on the finished plan (scanrelid = 0, so they read their child's output through
 //! `custom_scan_tlist`).
 
-use crate::decode::LabelKind;
+use crate::classes::ClassValue;
+use crate::input::{FeatureLayout, LabelCoding};
 use crate::error::raise;
 use crate::exec::{self, methods};
 use corgipile_ml::model::ModelKind;
@@ -21,13 +22,38 @@ use std::ffi::{CStr, CString};
 /// so that every node is self-contained.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PipelineConfig {
+    pub mode: Mode,
     pub model: ModelKind,
     /// Effective params; `seed` is always filled in.
     pub params: TrainParams,
-    pub label_kind: LabelKind,
+    pub layout: FeatureLayout,
+    pub label: LabelCoding,
+    pub holdout: Holdout,
+    /// Classes known before the scan (evaluation of a stored classifier).
+    pub known_classes: Vec<ClassValue>,
     pub max_buffer_bytes: u64,
     /// Catalog name of the relation, for messages.
     pub relation: String,
+}
+
+/// What the SGD node does with the buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Mode {
+    Train,
+    /// Score a stored model (corgipile_evaluate).
+    Evaluate,
+    /// Keep every row in memory (a validation relation).
+    Collect,
+}
+
+/// Which rows are held out of training for per-epoch validation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Holdout {
+    None,
+    /// A boolean query column (a validation predicate).
+    Column(usize),
+    /// A fixed fraction of rows, chosen by a hash of the ctid.
+    Fraction(f64),
 }
 
 impl PipelineConfig {
@@ -153,7 +179,14 @@ pub unsafe fn plan_pipeline(
     // SAFETY: standard parse → analyze → plan sequence on the backend thread, inside a
     // transaction with an active snapshot (we are called from a SQL function).
     let raw_list = pg_sys::pg_parse_query(sql.as_ptr());
-    assert!((*raw_list).length == 1);
+    if (*raw_list).length != 1 {
+        // Only a validation predicate can smuggle in a second statement.
+        raise(
+            PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
+            "the validation predicate must be a single boolean expression",
+            None,
+        );
+    }
     let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
     let queries = pg_sys::pg_analyze_and_rewrite_fixedparams(
         raw,

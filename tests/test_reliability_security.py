@@ -70,9 +70,6 @@ def test_column_privileges(conn):
     conn.execute("RESET ROLE")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: GRANT SELECT (features, label) is enough for a plain SELECT of "
-                   "those columns, but corgipile_train raises 'permission denied for table t' (README: you "
-                   "need SELECT on the label and feature columns)")
 def test_column_privileges_on_features_and_label_suffice(conn):
     as_role(conn, "rel_sec_full")  # features and label: enough (id and mine are not needed)
     assert scalar(conn, "SELECT count(*) FROM (SELECT label, features FROM ONLY t) s") == 30000

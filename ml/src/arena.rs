@@ -1,29 +1,65 @@
 //! Contiguous in-memory buffer of decoded tuples.
 //!
-//! One flat `Vec<f64>` for all features (row-major) plus one for labels: no
-//! per-tuple allocation, good locality for the SGD inner loop, and `clear()`
-//! keeps the allocation so the buffer is reused across fills.
+//! Dense: one flat `Vec<f64>` for all features (row-major) plus one for labels.
+//! Sparse: offsets + indices + values, CSR style, so rows may differ in nnz.
+//! No per-tuple allocation, good locality for the SGD inner loop, and `clear()`
+//! keeps the allocations so the buffer is reused across fills.
 
-/// Contiguous storage of decoded dense tuples: one `Vec<f64>` for all features
-/// (row-major), one for labels.
+use crate::model::Row;
+
+/// Largest number of features (and so largest 0-based index + 1) accepted.
+pub const MAX_FEATURES: usize = i32::MAX as usize;
+
+/// Contiguous storage of decoded tuples, dense or sparse (fixed at creation).
 #[derive(Clone, Debug, Default)]
 pub struct TupleArena {
+    sparse: bool,
+    /// Dense: the row length. Sparse: largest index + 1 stored since `clear`.
     n_features: usize,
-    features: Vec<f64>,
+    /// Dense: all features, row-major. Sparse: all values.
+    values: Vec<f64>,
+    /// Sparse only: 0-based feature indices, parallel to `values`.
+    indices: Vec<u32>,
+    /// Sparse only: row i is `offsets[i]..offsets[i+1]`; starts as `[0]`.
+    offsets: Vec<usize>,
     labels: Vec<f64>,
 }
 
 impl TupleArena {
-    /// Empty arena for tuples of `n_features` features, with room for
+    /// Empty dense arena for tuples of `n_features` features, with room for
     /// `capacity_tuples` tuples reserved up front.
     pub fn new(n_features: usize, capacity_tuples: usize) -> Self {
         TupleArena {
+            sparse: false,
             n_features,
-            features: Vec::with_capacity(n_features.saturating_mul(capacity_tuples)),
+            values: Vec::with_capacity(n_features.saturating_mul(capacity_tuples)),
+            indices: Vec::new(),
+            offsets: Vec::new(),
             labels: Vec::with_capacity(capacity_tuples),
         }
     }
 
+    /// Empty sparse arena with room for `capacity_tuples` rows holding
+    /// `capacity_nnz` non-zeros in total.
+    pub fn new_sparse(capacity_tuples: usize, capacity_nnz: usize) -> Self {
+        let mut offsets = Vec::with_capacity(capacity_tuples + 1);
+        offsets.push(0);
+        TupleArena {
+            sparse: true,
+            n_features: 0,
+            values: Vec::with_capacity(capacity_nnz),
+            indices: Vec::with_capacity(capacity_nnz),
+            offsets,
+            labels: Vec::with_capacity(capacity_tuples),
+        }
+    }
+
+    pub fn is_sparse(&self) -> bool {
+        self.sparse
+    }
+
+    /// Dense: the row length. Sparse: the largest index + 1 stored since the
+    /// last `clear` (0 if none): the dimension a model needs for these rows.
     pub fn n_features(&self) -> usize {
         self.n_features
     }
@@ -37,30 +73,112 @@ impl TupleArena {
         self.labels.is_empty()
     }
 
+    /// Number of stored feature values (dense: len · n_features).
+    pub fn nnz(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Bytes held by the stored tuples (not the reserved capacity).
+    pub fn bytes_used(&self) -> usize {
+        self.values.len() * 8
+            + self.indices.len() * 4
+            + self.labels.len() * 8
+            + if self.sparse {
+                self.labels.len() * 8
+            } else {
+                0
+            }
+    }
+
     /// Removes all tuples but keeps the allocation.
     pub fn clear(&mut self) {
-        self.features.clear();
+        self.values.clear();
+        self.indices.clear();
         self.labels.clear();
+        if self.sparse {
+            self.offsets.clear();
+            self.offsets.push(0);
+            self.n_features = 0;
+        }
     }
 
     pub fn push(&mut self, label: f64, features: &[f64]) {
+        assert!(!self.sparse, "push on a sparse arena");
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
-        self.features.extend_from_slice(features);
+        self.values.extend_from_slice(features);
         self.labels.push(label);
     }
 
     /// Like [`push`](Self::push) for `real[]` columns: widens to f64.
     pub fn push_f32(&mut self, label: f64, features: &[f32]) {
+        assert!(!self.sparse, "push_f32 on a sparse arena");
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
-        self.features.extend(features.iter().map(|&v| f64::from(v)));
+        self.values.extend(features.iter().map(|&v| f64::from(v)));
         self.labels.push(label);
     }
 
-    /// Features of tuple `i`. Panics if `i >= len()`.
+    /// Appends a sparse row: 0-based strictly increasing `indices` below
+    /// [`MAX_FEATURES`], one value each (checked in debug builds only).
+    pub fn push_sparse(&mut self, label: f64, indices: &[u32], values: &[f64]) {
+        assert!(self.sparse, "push_sparse on a dense arena");
+        debug_assert_eq!(indices.len(), values.len());
+        debug_assert!(indices.windows(2).all(|w| w[0] < w[1]), "unsorted indices");
+        self.indices.extend_from_slice(indices);
+        self.values.extend_from_slice(values);
+        self.end_sparse_row(label);
+    }
+
+    /// Appends a sparse row straight from decoded array columns, without an
+    /// intermediate copy: `indices` (i32 or i64) in base `index_base`, `values`
+    /// (f32 or f64). The row must have passed [`validate_sparse`] with the same
+    /// base (checked in debug builds only).
+    pub fn push_sparse_raw<I, V>(
+        &mut self,
+        label: f64,
+        indices: &[I],
+        index_base: i64,
+        values: &[V],
+    ) where
+        I: Copy + Into<i64>,
+        V: Copy + Into<f64>,
+    {
+        assert!(self.sparse, "push_sparse_raw on a dense arena");
+        debug_assert!(validate_sparse(indices, values.len(), index_base, None).is_ok());
+        self.indices
+            .extend(indices.iter().map(|&i| (i.into() - index_base) as u32));
+        self.values.extend(values.iter().map(|&v| v.into()));
+        self.end_sparse_row(label);
+    }
+
+    fn end_sparse_row(&mut self, label: f64) {
+        let start = *self.offsets.last().expect("offsets start with 0");
+        if let Some(&last) = self.indices[start..].last() {
+            self.n_features = self.n_features.max(last as usize + 1);
+        }
+        self.offsets.push(self.values.len());
+        self.labels.push(label);
+    }
+
+    /// Features of dense tuple `i`. Panics if `i >= len()` or the arena is sparse.
     #[inline]
     pub fn features(&self, i: usize) -> &[f64] {
+        assert!(!self.sparse, "features() on a sparse arena; use row()");
         let start = i * self.n_features;
-        &self.features[start..start + self.n_features]
+        &self.values[start..start + self.n_features]
+    }
+
+    /// Tuple `i`, dense or sparse. Panics if `i >= len()`.
+    #[inline]
+    pub fn row(&self, i: usize) -> Row<'_> {
+        if self.sparse {
+            let (a, b) = (self.offsets[i], self.offsets[i + 1]);
+            Row::Sparse {
+                indices: &self.indices[a..b],
+                values: &self.values[a..b],
+            }
+        } else {
+            Row::Dense(self.features(i))
+        }
     }
 
     /// Label of tuple `i`. Panics if `i >= len()`.
@@ -69,10 +187,141 @@ impl TupleArena {
         self.labels[i]
     }
 
-    /// Memory used by one tuple: its features plus its label, 8 bytes each.
+    /// Memory used by one dense tuple: its features plus its label, 8 bytes each.
     pub fn bytes_per_tuple(n_features: usize) -> usize {
         (n_features + 1) * 8
     }
+
+    /// Memory used by one sparse tuple with `nnz` non-zeros: 12 bytes per
+    /// non-zero (u32 index + f64 value) plus its offset and label.
+    pub fn bytes_per_sparse_tuple(nnz: usize) -> usize {
+        nnz * 12 + 16
+    }
+}
+
+/// Why a sparse row is invalid. Positions are 0-based positions in the
+/// indices array; indices are shown as the user wrote them (in their base).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SparseError {
+    /// indices and values arrays differ in length.
+    LengthMismatch { indices: usize, values: usize },
+    /// An index below the index base (negative, or 0 with base 1).
+    BelowBase {
+        position: usize,
+        index: i64,
+        base: i64,
+    },
+    /// An index at or beyond n_features (or [`MAX_FEATURES`]).
+    OutOfRange {
+        position: usize,
+        index: i64,
+        base: i64,
+        n_features: usize,
+    },
+    /// An index smaller than the one before it.
+    Unsorted {
+        position: usize,
+        index: i64,
+        previous: i64,
+    },
+    /// The same index twice in a row.
+    Duplicate { position: usize, index: i64 },
+}
+
+impl std::fmt::Display for SparseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            SparseError::LengthMismatch { indices, values } => write!(
+                f,
+                "sparse row has {indices} indices but {values} values"
+            ),
+            SparseError::BelowBase { position, index, base } => write!(
+                f,
+                "sparse index {index} at position {} is below the index base {base}",
+                position + 1
+            ),
+            SparseError::OutOfRange {
+                position,
+                index,
+                base,
+                n_features,
+            } => write!(
+                f,
+                "sparse index {index} at position {} is out of range: the largest valid index is {} ({n_features} features, index base {base})",
+                position + 1,
+                n_features as i64 - 1 + base
+            ),
+            SparseError::Unsorted {
+                position,
+                index,
+                previous,
+            } => write!(
+                f,
+                "sparse indices must be in increasing order: {index} at position {} follows {previous}",
+                position + 1
+            ),
+            SparseError::Duplicate { position, index } => write!(
+                f,
+                "sparse index {index} appears twice (positions {} and {})",
+                position,
+                position + 1
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SparseError {}
+
+/// Checks one sparse row as the user gave it: `indices` in base `index_base`
+/// (0 or 1), `values_len` values, `n_features` the declared dimension (None:
+/// up to [`MAX_FEATURES`]). On success the row can be passed to
+/// [`TupleArena::push_sparse_raw`] with the same base.
+pub fn validate_sparse<I: Copy + Into<i64>>(
+    indices: &[I],
+    values_len: usize,
+    index_base: i64,
+    n_features: Option<usize>,
+) -> Result<(), SparseError> {
+    if indices.len() != values_len {
+        return Err(SparseError::LengthMismatch {
+            indices: indices.len(),
+            values: values_len,
+        });
+    }
+    let n = n_features.unwrap_or(MAX_FEATURES).min(MAX_FEATURES);
+    let mut previous: Option<i64> = None;
+    for (position, &i) in indices.iter().enumerate() {
+        let index: i64 = i.into();
+        if index < index_base {
+            return Err(SparseError::BelowBase {
+                position,
+                index,
+                base: index_base,
+            });
+        }
+        if (index - index_base) as u64 >= n as u64 {
+            return Err(SparseError::OutOfRange {
+                position,
+                index,
+                base: index_base,
+                n_features: n,
+            });
+        }
+        if let Some(p) = previous {
+            if index == p {
+                return Err(SparseError::Duplicate { position, index });
+            }
+            if index < p {
+                return Err(SparseError::Unsorted {
+                    position,
+                    index,
+                    previous: p,
+                });
+            }
+        }
+        previous = Some(index);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -89,7 +338,11 @@ mod tests {
         assert_eq!(a.n_features(), 3);
         assert_eq!(a.features(0), &[1.0, 2.0, 3.0]);
         assert_eq!(a.features(1), &[4.5, 5.0, 6.0]);
+        assert_eq!(a.row(1), Row::Dense(&[4.5, 5.0, 6.0]));
         assert_eq!(a.label(1), -1.0);
+        assert!(!a.is_sparse());
+        assert_eq!(a.nnz(), 6);
+        assert_eq!(a.bytes_used(), 2 * TupleArena::bytes_per_tuple(3));
     }
 
     #[test]
@@ -98,10 +351,10 @@ mod tests {
         for i in 0..100 {
             a.push(i as f64, &[1.0, 2.0]);
         }
-        let cap = a.features.capacity();
+        let cap = a.values.capacity();
         a.clear();
         assert!(a.is_empty());
-        assert_eq!(a.features.capacity(), cap);
+        assert_eq!(a.values.capacity(), cap);
     }
 
     #[test]
@@ -112,5 +365,121 @@ mod tests {
         assert_eq!(a.features(0), &[] as &[f64]);
         assert_eq!(TupleArena::bytes_per_tuple(0), 8);
         assert_eq!(TupleArena::bytes_per_tuple(9), 80);
+    }
+
+    #[test]
+    fn sparse_push_and_read_back() {
+        let mut a = TupleArena::new_sparse(4, 16);
+        assert!(a.is_sparse() && a.is_empty());
+        a.push_sparse(1.0, &[0, 5, 9], &[1.0, 2.0, 3.0]);
+        a.push_sparse(2.0, &[], &[]);
+        a.push_sparse_raw(3.0, &[2i32, 4], 1, &[0.5f32, -1.5]);
+        a.push_sparse_raw(4.0, &[7i64], 0, &[8.0f64]);
+        assert_eq!(a.len(), 4);
+        assert_eq!(a.nnz(), 6);
+        assert_eq!(a.n_features(), 10);
+        assert_eq!(
+            a.row(0),
+            Row::Sparse {
+                indices: &[0, 5, 9],
+                values: &[1.0, 2.0, 3.0]
+            }
+        );
+        assert_eq!(
+            a.row(1),
+            Row::Sparse {
+                indices: &[],
+                values: &[]
+            }
+        );
+        assert_eq!(
+            a.row(2),
+            Row::Sparse {
+                indices: &[1, 3],
+                values: &[0.5, -1.5]
+            }
+        );
+        assert_eq!(a.label(3), 4.0);
+        assert_eq!(
+            a.bytes_used(),
+            (0..4)
+                .map(|i| TupleArena::bytes_per_sparse_tuple(a.row(i).nnz()))
+                .sum::<usize>()
+        );
+        let cap = (a.values.capacity(), a.indices.capacity());
+        a.clear();
+        assert!(a.is_empty());
+        assert_eq!(a.n_features(), 0);
+        assert_eq!((a.values.capacity(), a.indices.capacity()), cap);
+        a.push_sparse(1.0, &[2], &[1.0]);
+        assert_eq!(a.n_features(), 3);
+        assert_eq!(a.row(0).dim(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "sparse arena; use row()")]
+    fn features_of_sparse_panics() {
+        let mut a = TupleArena::new_sparse(1, 1);
+        a.push_sparse(1.0, &[0], &[1.0]);
+        a.features(0);
+    }
+
+    #[test]
+    fn validate_sparse_errors() {
+        assert_eq!(validate_sparse(&[1i64, 2, 5], 3, 1, Some(5)), Ok(()));
+        assert_eq!(validate_sparse::<i32>(&[], 0, 1, None), Ok(()));
+        assert_eq!(validate_sparse(&[0i32, 4], 2, 0, Some(5)), Ok(()));
+        let cases: Vec<(Result<(), SparseError>, &str)> = vec![
+            (
+                validate_sparse(&[1i64, 2], 3, 1, None),
+                "sparse row has 2 indices but 3 values",
+            ),
+            (
+                validate_sparse(&[1i64, 0], 2, 1, None),
+                "sparse index 0 at position 2 is below the index base 1",
+            ),
+            (
+                validate_sparse(&[-3i32], 1, 0, None),
+                "sparse index -3 at position 1 is below the index base 0",
+            ),
+            (
+                validate_sparse(&[1i64, 6], 2, 1, Some(5)),
+                "sparse index 6 at position 2 is out of range: the largest valid index is 5 (5 features, index base 1)",
+            ),
+            (
+                validate_sparse(&[5i64], 1, 0, Some(5)),
+                "sparse index 5 at position 1 is out of range: the largest valid index is 4 (5 features, index base 0)",
+            ),
+            (
+                validate_sparse(&[i64::from(i32::MAX)], 1, 0, None),
+                "sparse index 2147483647 at position 1 is out of range: the largest valid index is 2147483646 (2147483647 features, index base 0)",
+            ),
+            (
+                validate_sparse(&[3i64, 2], 2, 1, None),
+                "sparse indices must be in increasing order: 2 at position 2 follows 3",
+            ),
+            (
+                validate_sparse(&[1i64, 3, 3], 3, 1, None),
+                "sparse index 3 appears twice (positions 2 and 3)",
+            ),
+        ];
+        for (r, msg) in cases {
+            assert_eq!(r.unwrap_err().to_string(), msg);
+        }
+        assert!(matches!(
+            validate_sparse(&[2i32, 2], 2, 1, None),
+            Err(SparseError::Duplicate {
+                position: 1,
+                index: 2
+            })
+        ));
+        assert!(matches!(
+            validate_sparse(&[2i32, 1], 2, 1, None),
+            Err(SparseError::Unsorted { .. })
+        ));
+        assert!(matches!(
+            validate_sparse(&[2i32], 2, 1, None),
+            Err(SparseError::LengthMismatch { .. })
+        ));
     }
 }

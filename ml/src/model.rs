@@ -1,75 +1,109 @@
-//! Linear models and their per-kind losses.
+//! Linear models, their per-kind losses, and the row type they read.
 //!
 //! All per-kind logic lives in the `match` arms of [`ModelKind`]: adding a kind
-//! (linear regression, softmax, ...) means extending those matches only.
+//! means extending those matches only.
 
 use serde::{Deserialize, Serialize};
+
+use crate::stats::Standardizer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelKind {
-    /// Linear SVM, hinge loss.
+    /// Linear SVM, hinge loss, binary.
     Svm,
-    /// Logistic regression, log loss.
+    /// Logistic regression, log loss, binary.
     Logistic,
+    /// Linear regression, squared loss 0.5·(z - y)² on the raw numeric label.
+    Linear,
+    /// Multinomial logistic regression over K classes (labels are class
+    /// indices 0..K-1), cross-entropy loss.
+    Softmax,
 }
 
 impl ModelKind {
+    pub const ALL: [ModelKind; 4] = [
+        ModelKind::Svm,
+        ModelKind::Logistic,
+        ModelKind::Linear,
+        ModelKind::Softmax,
+    ];
+
     /// Parses a kind name exactly as returned by [`name`](Self::name).
     pub fn parse(name: &str) -> Option<ModelKind> {
-        match name {
-            "svm" => Some(ModelKind::Svm),
-            "logistic" => Some(ModelKind::Logistic),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
     pub fn name(self) -> &'static str {
         match self {
             ModelKind::Svm => "svm",
             ModelKind::Logistic => "logistic",
+            ModelKind::Linear => "linear",
+            ModelKind::Softmax => "softmax",
         }
     }
 
     pub fn all_names() -> &'static [&'static str] {
-        &["svm", "logistic"]
+        &["svm", "logistic", "linear", "softmax"]
     }
 
-    /// Loss for decision value `z` and label `y` in {-1, +1}.
+    /// svm and logistic: two classes mapped to ±1.
+    pub fn is_binary(self) -> bool {
+        matches!(self, ModelKind::Svm | ModelKind::Logistic)
+    }
+
+    /// Everything but linear regression.
+    pub fn is_classifier(self) -> bool {
+        self != ModelKind::Linear
+    }
+
+    /// Whether [`LinearModel::predict_proba`] gives probabilities.
+    pub fn has_proba(self) -> bool {
+        matches!(self, ModelKind::Logistic | ModelKind::Softmax)
+    }
+
+    /// Loss for decision value `z` and label `y` (±1 for binary kinds, the raw
+    /// value for linear). Softmax has a vector loss: see [`softmax_loss`].
     ///
-    /// Both losses depend on `y * z` only, so `loss(z, y) == loss(-z, -y)`
+    /// The binary losses depend on `y * z` only, so `loss(z, y) == loss(-z, -y)`
     /// bit-for-bit; the trainer's label-flip fix-up relies on this.
     #[inline]
     pub fn loss(self, z: f64, y: f64) -> f64 {
-        let margin = y * z;
         match self {
             ModelKind::Svm => {
+                let margin = y * z;
                 if margin < 1.0 {
                     1.0 - margin
                 } else {
                     0.0
                 }
             }
-            ModelKind::Logistic => softplus(-margin),
+            ModelKind::Logistic => softplus(-(y * z)),
+            ModelKind::Linear => {
+                let r = z - y;
+                0.5 * r * r
+            }
+            ModelKind::Softmax => unreachable!("softmax loss is softmax_loss()"),
         }
     }
 
     /// d loss / d z. Hinge: subgradient `-y` inside the margin, else 0.
     ///
-    /// Written as `y * f(y * z)` so that `dloss_dz(-z, -y) == -dloss_dz(z, y)`
-    /// bit-for-bit.
+    /// Binary kinds are written as `y * f(y * z)` so that
+    /// `dloss_dz(-z, -y) == -dloss_dz(z, y)` bit-for-bit.
     #[inline]
     pub fn dloss_dz(self, z: f64, y: f64) -> f64 {
-        let margin = y * z;
         match self {
             ModelKind::Svm => {
-                if margin < 1.0 {
+                if y * z < 1.0 {
                     -y
                 } else {
                     0.0
                 }
             }
-            ModelKind::Logistic => -y * sigmoid(-margin),
+            ModelKind::Logistic => -y * sigmoid(-(y * z)),
+            ModelKind::Linear => z - y,
+            ModelKind::Softmax => unreachable!("softmax gradient is softmax_loss()"),
         }
     }
 }
@@ -82,7 +116,7 @@ fn softplus(t: f64) -> f64 {
 
 /// 1 / (1 + exp(-t)) without overflow: exp is only taken of non-positive values.
 #[inline]
-fn sigmoid(t: f64) -> f64 {
+pub fn sigmoid(t: f64) -> f64 {
     if t >= 0.0 {
         1.0 / (1.0 + (-t).exp())
     } else {
@@ -91,33 +125,221 @@ fn sigmoid(t: f64) -> f64 {
     }
 }
 
-/// A linear model: decision value `dot(weights, x) + bias`.
-#[derive(Clone, Debug, PartialEq)]
+/// Replaces `scores` by softmax probabilities and returns the cross-entropy
+/// loss `-log p_y`. Stable for huge scores: exp is taken of `s - max` <= 0 and
+/// the loss is `log Σ exp(s - max) - (s_y - max)`, never `log(0)`.
+/// The gradient with respect to the scores is then `p - onehot(y)`.
+#[inline]
+pub fn softmax_loss(scores: &mut [f64], y: usize) -> f64 {
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let sy = scores[y] - max;
+    let mut sum = 0.0;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    for s in scores.iter_mut() {
+        *s *= inv;
+    }
+    sum.ln() - sy
+}
+
+/// Index of the largest value; ties → the lowest index. None if empty.
+#[inline]
+pub fn argmax(v: &[f64]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, &x) in v.iter().enumerate() {
+        if best.is_none_or(|(_, b)| x > b) {
+            best = Some((i, x));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// One feature vector: dense, or sparse with 0-based strictly increasing
+/// indices (validated by the caller, see [`crate::validate_sparse`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Row<'a> {
+    Dense(&'a [f64]),
+    Sparse {
+        indices: &'a [u32],
+        values: &'a [f64],
+    },
+}
+
+impl Row<'_> {
+    /// `Σ w_j x_j`. Dense rows use [`dot`] (and must be as long as `w`); sparse
+    /// indices beyond `w` count as zero weights (features the model never saw).
+    #[inline]
+    pub fn dot(&self, w: &[f64]) -> f64 {
+        match *self {
+            Row::Dense(x) => dot(w, x),
+            Row::Sparse { indices, values } => {
+                let mut acc = 0.0;
+                for (&j, &v) in indices.iter().zip(values) {
+                    if let Some(wj) = w.get(j as usize) {
+                        acc += wj * v;
+                    }
+                }
+                acc
+            }
+        }
+    }
+
+    /// Number of stored values (dense: the length).
+    pub fn nnz(&self) -> usize {
+        match *self {
+            Row::Dense(x) => x.len(),
+            Row::Sparse { values, .. } => values.len(),
+        }
+    }
+
+    /// The dimension this row needs: dense length, or largest index + 1.
+    pub fn dim(&self) -> usize {
+        match *self {
+            Row::Dense(x) => x.len(),
+            Row::Sparse { indices, .. } => indices.last().map_or(0, |&j| j as usize + 1),
+        }
+    }
+}
+
+/// A linear model with `n_outputs` outputs (1, or K for softmax):
+/// output k is `dot(weights[k·n_features..(k+1)·n_features], x) + bias[k]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LinearModel {
     pub kind: ModelKind,
+    pub n_features: usize,
+    pub n_outputs: usize,
+    /// `n_outputs × n_features`, row-major.
     pub weights: Vec<f64>,
-    pub bias: f64,
+    /// One per output.
+    pub bias: Vec<f64>,
 }
 
 impl LinearModel {
     /// All-zero model.
-    pub fn new(kind: ModelKind, n_features: usize) -> Self {
+    pub fn new(kind: ModelKind, n_features: usize, n_outputs: usize) -> Self {
         LinearModel {
             kind,
-            weights: vec![0.0; n_features],
-            bias: 0.0,
+            n_features,
+            n_outputs,
+            weights: vec![0.0; n_features * n_outputs],
+            bias: vec![0.0; n_outputs],
         }
     }
 
-    #[inline]
-    pub fn decision(&self, x: &[f64]) -> f64 {
-        dot(&self.weights, x) + self.bias
+    /// A single-output model (svm, logistic, linear) from its parts.
+    pub fn single(kind: ModelKind, weights: Vec<f64>, bias: f64) -> Self {
+        LinearModel {
+            kind,
+            n_features: weights.len(),
+            n_outputs: 1,
+            weights,
+            bias: vec![bias],
+        }
     }
 
-    /// +1.0 or -1.0 (z >= 0 → +1).
+    /// Weights of output `k`.
+    #[inline]
+    pub fn output_weights(&self, k: usize) -> &[f64] {
+        &self.weights[k * self.n_features..(k + 1) * self.n_features]
+    }
+
+    /// Output `k` for `row`.
+    #[inline]
+    pub fn output(&self, k: usize, row: Row) -> f64 {
+        row.dot(self.output_weights(k)) + self.bias[k]
+    }
+
+    /// Output 0: the decision value of a binary model, the prediction of a
+    /// linear one. NaN for a softmax model without classes.
+    #[inline]
+    pub fn decision(&self, row: Row) -> f64 {
+        if self.n_outputs == 0 {
+            return f64::NAN;
+        }
+        self.output(0, row)
+    }
+
+    /// All outputs (raw scores) into `out`, resized to `n_outputs`.
+    pub fn scores(&self, row: Row, out: &mut Vec<f64>) {
+        out.clear();
+        out.extend((0..self.n_outputs).map(|k| self.output(k, row)));
+    }
+
+    /// Class probabilities into `out`: logistic `[P(negative), P(positive)]`,
+    /// softmax one per class index. svm and linear have none: returns false
+    /// and leaves `out` empty.
+    pub fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool {
+        match self.kind {
+            ModelKind::Logistic => {
+                let z = self.decision(row);
+                out.clear();
+                // Both from sigmoid so a tiny probability keeps its precision.
+                out.extend([sigmoid(-z), sigmoid(z)]);
+                true
+            }
+            ModelKind::Softmax => {
+                self.scores(row, out);
+                if !out.is_empty() {
+                    softmax_loss(out, 0);
+                }
+                true
+            }
+            ModelKind::Svm | ModelKind::Linear => {
+                out.clear();
+                false
+            }
+        }
+    }
+
+    /// Binary: ±1 (z >= 0 → +1); linear: z; softmax: the argmax class index
+    /// (ties → lowest index; NaN without classes).
+    pub fn predict(&self, row: Row) -> f64 {
+        match self.kind {
+            ModelKind::Svm | ModelKind::Logistic => sign(self.decision(row)),
+            ModelKind::Linear => self.decision(row),
+            ModelKind::Softmax => {
+                let mut best: Option<(usize, f64)> = None;
+                for k in 0..self.n_outputs {
+                    let s = self.output(k, row);
+                    if best.is_none_or(|(_, b)| s > b) {
+                        best = Some((k, s));
+                    }
+                }
+                best.map_or(f64::NAN, |(k, _)| k as f64)
+            }
+        }
+    }
+
+    /// +1.0 or -1.0 (z >= 0 → +1) for a dense row.
     #[inline]
     pub fn predict_sign(&self, x: &[f64]) -> f64 {
-        sign(self.decision(x))
+        sign(self.decision(Row::Dense(x)))
+    }
+
+    /// The equivalent model on ORIGINAL feature units, for a model trained on
+    /// standardized rows `x'_j = (x_j - mean_j)·scale_j` (mean 0 unless
+    /// `center`): `w'_j = w_j·scale_j`, `b' = b - Σ_j w'_j·mean_j`. Features
+    /// beyond the standardizer's length keep their weights.
+    pub fn fold_standardizer(&self, s: &Standardizer) -> LinearModel {
+        let mut m = self.clone();
+        let d = self.n_features;
+        for k in 0..self.n_outputs {
+            let row = &mut m.weights[k * d..(k + 1) * d];
+            let mut shift = 0.0;
+            for (j, w) in row.iter_mut().enumerate() {
+                if let Some(&scale) = s.scale.get(j) {
+                    *w *= scale;
+                    if s.center {
+                        shift += *w * s.mean[j];
+                    }
+                }
+            }
+            m.bias[k] -= shift;
+        }
+        m
     }
 }
 
@@ -160,19 +382,26 @@ pub fn dot(a: &[f64], b: &[f64]) -> f64 {
 mod tests {
     use super::*;
 
-    const KINDS: [ModelKind; 2] = [ModelKind::Svm, ModelKind::Logistic];
+    const KINDS: [ModelKind; 3] = [ModelKind::Svm, ModelKind::Logistic, ModelKind::Linear];
 
     #[test]
     fn names_round_trip() {
-        for &k in &KINDS {
+        for k in ModelKind::ALL {
             assert_eq!(ModelKind::parse(k.name()), Some(k));
         }
-        assert_eq!(ModelKind::all_names(), &["svm", "logistic"]);
+        assert_eq!(
+            ModelKind::all_names(),
+            &["svm", "logistic", "linear", "softmax"]
+        );
         assert_eq!(ModelKind::parse("SVM"), None);
         assert_eq!(ModelKind::parse(""), None);
         assert_eq!(
             serde_json::to_string(&ModelKind::Logistic).unwrap(),
             "\"logistic\""
+        );
+        assert_eq!(
+            serde_json::to_string(&ModelKind::Softmax).unwrap(),
+            "\"softmax\""
         );
     }
 
@@ -180,7 +409,12 @@ mod tests {
     fn gradients_match_finite_differences() {
         let h = 1e-6;
         for &kind in &KINDS {
-            for &y in &[-1.0f64, 1.0] {
+            let ys: &[f64] = if kind == ModelKind::Linear {
+                &[-3.5, 0.0, 2.25]
+            } else {
+                &[-1.0, 1.0]
+            };
+            for &y in ys {
                 let mut z = -8.0f64;
                 while z <= 8.0 {
                     // Stay away from the hinge kink at y z = 1.
@@ -191,13 +425,57 @@ mod tests {
                     let fd = (kind.loss(z + h, y) - kind.loss(z - h, y)) / (2.0 * h);
                     let g = kind.dloss_dz(z, y);
                     assert!(
-                        (fd - g).abs() < 1e-6,
+                        (fd - g).abs() < 1e-6 * (1.0 + g.abs()),
                         "{kind:?} z={z} y={y}: analytic {g} vs numeric {fd}"
                     );
                     z += 0.037;
                 }
             }
         }
+    }
+
+    #[test]
+    fn softmax_gradient_matches_finite_differences() {
+        let h = 1e-6;
+        let points: [&[f64]; 4] = [
+            &[0.0, 0.0, 0.0],
+            &[1.0, -2.0, 0.5],
+            &[3.0, 2.9, -4.0, 0.1],
+            &[-10.0, 5.0],
+        ];
+        let loss = |s: &[f64], y: usize| softmax_loss(&mut s.to_vec(), y);
+        for s in points {
+            for y in 0..s.len() {
+                let mut p = s.to_vec();
+                softmax_loss(&mut p, y);
+                for k in 0..s.len() {
+                    let g = p[k] - if k == y { 1.0 } else { 0.0 };
+                    let (mut up, mut down) = (s.to_vec(), s.to_vec());
+                    up[k] += h;
+                    down[k] -= h;
+                    let fd = (loss(&up, y) - loss(&down, y)) / (2.0 * h);
+                    assert!((fd - g).abs() < 1e-7, "{s:?} y={y} k={k}: {g} vs {fd}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_is_stable_for_huge_scores() {
+        let mut s = vec![1e300, -1e300, 0.0];
+        let l = softmax_loss(&mut s, 0);
+        assert_eq!(l, 0.0);
+        assert_eq!(s, vec![1.0, 0.0, 0.0]);
+        let mut s = vec![1e300, -1e300, 0.0];
+        let l = softmax_loss(&mut s, 2);
+        assert_eq!(l, 1e300); // -log p_2 = 1e300 - 0, exact, not inf
+        let mut s = vec![f64::MAX, f64::MAX];
+        let l = softmax_loss(&mut s, 1);
+        assert!((l - std::f64::consts::LN_2).abs() < 1e-15);
+        assert_eq!(s, vec![0.5, 0.5]);
+        let mut s = vec![-1e308, -1e308 + 1e292, -1e308];
+        assert!(softmax_loss(&mut s, 0).is_finite());
+        assert!(s.iter().all(|p| p.is_finite()));
     }
 
     #[test]
@@ -210,6 +488,10 @@ mod tests {
         assert!((ModelKind::Logistic.loss(0.0, 1.0) - std::f64::consts::LN_2).abs() < 1e-15);
         assert_eq!(ModelKind::Logistic.dloss_dz(0.0, 1.0), -0.5);
         assert_eq!(ModelKind::Logistic.dloss_dz(0.0, -1.0), 0.5);
+        assert_eq!(ModelKind::Linear.loss(3.0, 1.0), 2.0);
+        assert_eq!(ModelKind::Linear.dloss_dz(3.0, 1.0), 2.0);
+        let mut s = vec![0.0; 4];
+        assert!((softmax_loss(&mut s, 3) - 4f64.ln()).abs() < 1e-15);
     }
 
     #[test]
@@ -234,7 +516,7 @@ mod tests {
 
     #[test]
     fn losses_are_symmetric_bitwise() {
-        for &kind in &KINDS {
+        for kind in [ModelKind::Svm, ModelKind::Logistic] {
             for i in 0..200 {
                 let z = (i as f64 - 100.0) * 0.173;
                 assert_eq!(kind.loss(z, 1.0).to_bits(), kind.loss(-z, -1.0).to_bits());
@@ -257,12 +539,59 @@ mod tests {
 
     #[test]
     fn model_decision_and_sign() {
-        let mut m = LinearModel::new(ModelKind::Svm, 2);
+        let mut m = LinearModel::new(ModelKind::Svm, 2, 1);
         assert_eq!(m.predict_sign(&[1.0, 1.0]), 1.0); // z = 0 → +1
         m.weights = vec![1.0, -2.0];
-        m.bias = 0.5;
-        assert_eq!(m.decision(&[3.0, 1.0]), 1.5);
+        m.bias = vec![0.5];
+        assert_eq!(m.decision(Row::Dense(&[3.0, 1.0])), 1.5);
         assert_eq!(m.predict_sign(&[0.0, 1.0]), -1.0);
+        assert_eq!(m.predict(Row::Dense(&[0.0, 1.0])), -1.0);
         assert_eq!(sign(-0.0), 1.0);
+        let sparse = Row::Sparse {
+            indices: &[0, 1, 7],
+            values: &[3.0, 1.0, 100.0],
+        };
+        assert_eq!(m.decision(sparse), 1.5); // index 7 is beyond the model: weight 0
+        assert_eq!(sparse.dim(), 8);
+        assert_eq!(sparse.nnz(), 3);
+        let mut out = vec![9.0];
+        assert!(!m.predict_proba(sparse, &mut out));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn multi_output_scores_proba_predict() {
+        let m = LinearModel {
+            kind: ModelKind::Softmax,
+            n_features: 2,
+            n_outputs: 3,
+            weights: vec![1.0, 0.0, 0.0, 1.0, -1.0, -1.0],
+            bias: vec![0.0, 0.5, 0.0],
+        };
+        let x = Row::Dense(&[2.0, 1.0]);
+        let mut s = Vec::new();
+        m.scores(x, &mut s);
+        assert_eq!(s, vec![2.0, 1.5, -3.0]);
+        assert_eq!(m.predict(x), 0.0);
+        assert_eq!(m.predict(Row::Dense(&[1.0, 1.0])), 1.0);
+        assert!(m.predict_proba(x, &mut s));
+        let e = [2f64.exp(), 1.5f64.exp(), (-3f64).exp()];
+        let t: f64 = e.iter().sum();
+        for k in 0..3 {
+            assert!((s[k] - e[k] / t).abs() < 1e-15);
+        }
+        let lg = LinearModel::single(ModelKind::Logistic, vec![1.0], 0.0);
+        assert!(lg.predict_proba(Row::Dense(&[0.0]), &mut s));
+        assert_eq!(s, vec![0.5, 0.5]);
+        assert!(lg.predict_proba(Row::Dense(&[800.0]), &mut s));
+        assert_eq!(s[1], 1.0);
+        assert!(s[0] >= 0.0); // underflows gracefully, no NaN
+        let lin = LinearModel::single(ModelKind::Linear, vec![2.0], 1.0);
+        assert_eq!(lin.predict(Row::Dense(&[-3.0])), -5.0);
+        assert!(LinearModel::new(ModelKind::Softmax, 2, 0)
+            .predict(x)
+            .is_nan());
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
+        assert_eq!(argmax(&[]), None);
     }
 }

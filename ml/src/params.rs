@@ -5,12 +5,15 @@
 //! errors (with a "did you mean" suggestion), so a typo never silently falls
 //! back to a default.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::arena::TupleArena;
+use crate::arena::{TupleArena, MAX_FEATURES};
 use crate::model::ModelKind;
-use crate::trainer::TrainConfig;
+use crate::stats::balanced_class_weights;
+use crate::trainer::{LrSchedule, TrainConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -69,15 +72,127 @@ pub enum BufferSize {
     Tuples(u64),
 }
 
+/// Where the features come from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Features {
+    /// One array column (JSON: a string).
+    Column(String),
+    /// Several numeric columns, one feature each (JSON: an array of names).
+    Columns(Vec<String>),
+    /// Sparse rows from an index array column and a value array column
+    /// (JSON: {"indices": "col", "values": "col"}).
+    Sparse { indices: String, values: String },
+}
+
+impl Features {
+    pub fn is_sparse(&self) -> bool {
+        matches!(self, Features::Sparse { .. })
+    }
+}
+
+/// Learning-rate schedule by name; `decay` parameterizes the exponential one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleKind {
+    Constant,
+    Exponential,
+    InverseSqrt,
+}
+
+impl ScheduleKind {
+    pub const ALL: [ScheduleKind; 3] = [
+        ScheduleKind::Constant,
+        ScheduleKind::Exponential,
+        ScheduleKind::InverseSqrt,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::Constant => "constant",
+            ScheduleKind::Exponential => "exponential",
+            ScheduleKind::InverseSqrt => "inverse_sqrt",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ScheduleKind> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    pub fn schedule(self, decay: f64) -> LrSchedule {
+        match self {
+            ScheduleKind::Constant => LrSchedule::Constant,
+            ScheduleKind::Exponential => LrSchedule::Exponential { decay },
+            ScheduleKind::InverseSqrt => LrSchedule::InverseSqrt,
+        }
+    }
+}
+
+/// Per-class weights on loss and gradient.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClassWeight {
+    /// n / (K · n_c), as scikit-learn's "balanced".
+    Balanced,
+    /// Label (as text) → weight > 0; unlisted labels weigh 1.
+    Map(BTreeMap<String, f64>),
+}
+
+impl ClassWeight {
+    /// Weights by class index, for classes whose labels (as text) are
+    /// `labels` (binary: [negative, positive]; softmax: in class-index order)
+    /// and whose row counts are `counts`. A map naming a label that does not
+    /// occur is an error.
+    pub fn resolve(&self, labels: &[String], counts: &[u64]) -> Result<Vec<f64>, ParamError> {
+        match self {
+            ClassWeight::Balanced => Ok(balanced_class_weights(counts)),
+            ClassWeight::Map(m) => {
+                if let Some(k) = m.keys().find(|k| !labels.contains(k)) {
+                    return Err(ParamError {
+                        message: format!(
+                            "class_weight names label \"{k}\", which does not occur in the label column"
+                        ),
+                        hint: Some(format!(
+                            "the labels are: {}",
+                            labels.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+                        )),
+                    });
+                }
+                Ok(labels
+                    .iter()
+                    .map(|l| m.get(l).copied().unwrap_or(1.0))
+                    .collect())
+            }
+        }
+    }
+}
+
+/// Held-out rows for validation. JSON: {"fraction": 0.2} (a hash-selected
+/// fraction of the table), {"relation": "t"} or {"predicate": "id % 5 = 0"}.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Validation {
+    Fraction(f64),
+    Relation(String),
+    Predicate(String),
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainParams {
-    pub features: String,
+    pub features: Features,
     pub label: String,
     pub epochs: u32,
     pub learning_rate: f64,
+    pub learning_rate_schedule: ScheduleKind,
     pub decay: f64,
     pub l2: f64,
+    pub l1: f64,
     pub batch_size: u32,
+    pub fit_intercept: bool,
+    pub normalize: bool,
+    pub class_weight: Option<ClassWeight>,
+    /// Sparse features only: the dimension (None: inferred from the indices).
+    pub n_features: Option<u32>,
+    /// Sparse features only: index of the first feature, 0 or 1.
+    pub index_base: u8,
+    pub validation: Option<Validation>,
     pub tolerance: f64,
     pub seed: Option<u64>,
     pub shuffle: ShuffleMode,
@@ -115,13 +230,36 @@ const DEFAULT_BUFFER: BufferSize = BufferSize::Fraction(0.10);
 
 /// (key, what it accepts + default): the hint shown for a bad value.
 const RULES: &[(&str, &str)] = &[
-    ("features", "a non-empty string naming the features column (default \"features\")"),
+    (
+        "features",
+        "a non-empty string naming one array column (default \"features\"), an array of distinct column names, or {\"indices\": column, \"values\": column} for sparse rows",
+    ),
     ("label", "a non-empty string naming the label column (default \"label\")"),
     ("epochs", "an integer from 1 to 1000000 (default 20)"),
     ("learning_rate", "a number > 0 and <= 1000000 (default 0.01)"),
+    (
+        "learning_rate_schedule",
+        "one of \"constant\", \"exponential\" (learning_rate·decay^(epoch-1)), \"inverse_sqrt\" (learning_rate/sqrt(epoch)) (default \"exponential\")",
+    ),
     ("decay", "a number > 0 and <= 1, the learning-rate multiplier per epoch (default 0.95)"),
     ("l2", "a number >= 0 and <= 1000000 (default 0)"),
+    ("l1", "a number >= 0 and <= 1000000 (default 0)"),
     ("batch_size", "an integer from 1 to 1000000 (default 1)"),
+    ("fit_intercept", "true or false: learn a bias term (default true)"),
+    ("normalize", "true or false: standardize the features (default false)"),
+    (
+        "class_weight",
+        "null, \"balanced\", or an object mapping label values to weights > 0 such as {\"1\": 5} (default null)",
+    ),
+    (
+        "n_features",
+        "null (inferred from the indices) or an integer from 1 to 2147483647 (default null)",
+    ),
+    ("index_base", "0 or 1, the index of the first sparse feature (default 1)"),
+    (
+        "validation",
+        "null, {\"fraction\": f} with 0 < f < 1, {\"relation\": name} or {\"predicate\": sql} (default null)",
+    ),
     ("tolerance", "a number >= 0; 0 turns early stopping off (default 0)"),
     ("seed", "an integer from 0 to 9223372036854775807, or null for a random seed (default null)"),
     ("shuffle", "one of \"corgipile\", \"block_only\", \"no_shuffle\" (default \"corgipile\")"),
@@ -150,9 +288,17 @@ impl TrainParams {
         "label",
         "epochs",
         "learning_rate",
+        "learning_rate_schedule",
         "decay",
         "l2",
+        "l1",
         "batch_size",
+        "fit_intercept",
+        "normalize",
+        "class_weight",
+        "n_features",
+        "index_base",
+        "validation",
         "tolerance",
         "seed",
         "shuffle",
@@ -164,13 +310,21 @@ impl TrainParams {
 
     pub fn defaults() -> Self {
         TrainParams {
-            features: "features".to_string(),
+            features: Features::Column("features".to_string()),
             label: "label".to_string(),
             epochs: 20,
             learning_rate: 0.01,
+            learning_rate_schedule: ScheduleKind::Exponential,
             decay: 0.95,
             l2: 0.0,
+            l1: 0.0,
             batch_size: 1,
+            fit_intercept: true,
+            normalize: false,
+            class_weight: None,
+            n_features: None,
+            index_base: 1,
+            validation: None,
             tolerance: 0.0,
             seed: None,
             shuffle: ShuffleMode::Corgipile,
@@ -199,15 +353,33 @@ impl TrainParams {
         let mut p = Self::defaults();
         for (key, v) in obj {
             match key.as_str() {
-                "features" => p.features = get_name(key, v)?,
+                "features" => p.features = get_features(key, v)?,
                 "label" => p.label = get_name(key, v)?,
                 "epochs" => p.epochs = get_int(key, v, 1, MAX_EPOCHS)? as u32,
                 "learning_rate" => {
                     p.learning_rate = get_float(key, v, |x| x > 0.0 && x <= MAX_RATE)?
                 }
+                "learning_rate_schedule" => {
+                    let s = v.as_str().ok_or_else(|| wrong_type(key, v, "a string"))?;
+                    p.learning_rate_schedule = ScheduleKind::parse(s)
+                        .ok_or_else(|| bad_value(key, v, "unknown schedule"))?;
+                }
                 "decay" => p.decay = get_float(key, v, |x| x > 0.0 && x <= 1.0)?,
                 "l2" => p.l2 = get_float(key, v, |x| (0.0..=MAX_RATE).contains(&x))?,
+                "l1" => p.l1 = get_float(key, v, |x| (0.0..=MAX_RATE).contains(&x))?,
                 "batch_size" => p.batch_size = get_int(key, v, 1, MAX_BATCH)? as u32,
+                "fit_intercept" => p.fit_intercept = get_bool(key, v)?,
+                "normalize" => p.normalize = get_bool(key, v)?,
+                "class_weight" => p.class_weight = get_class_weight(key, v)?,
+                "n_features" => {
+                    p.n_features = if v.is_null() {
+                        None
+                    } else {
+                        Some(get_int(key, v, 1, MAX_FEATURES as u64)? as u32)
+                    }
+                }
+                "index_base" => p.index_base = get_int(key, v, 0, 1)? as u8,
+                "validation" => p.validation = get_validation(key, v)?,
                 "tolerance" => p.tolerance = get_float(key, v, |x| x >= 0.0)?,
                 "seed" => {
                     p.seed = if v.is_null() {
@@ -246,13 +418,40 @@ impl TrainParams {
             BufferSize::Tuples(t) => json!(t),
         };
         let mut m = Map::new();
-        m.insert("features".into(), json!(self.features));
+        let features = match &self.features {
+            Features::Column(c) => json!(c),
+            Features::Columns(cs) => json!(cs),
+            Features::Sparse { indices, values } => json!({"indices": indices, "values": values}),
+        };
+        let class_weight = match &self.class_weight {
+            None => Value::Null,
+            Some(ClassWeight::Balanced) => json!("balanced"),
+            Some(ClassWeight::Map(m)) => json!(m),
+        };
+        let validation = match &self.validation {
+            None => Value::Null,
+            Some(Validation::Fraction(f)) => json!({ "fraction": f }),
+            Some(Validation::Relation(r)) => json!({ "relation": r }),
+            Some(Validation::Predicate(p)) => json!({ "predicate": p }),
+        };
+        m.insert("features".into(), features);
         m.insert("label".into(), json!(self.label));
         m.insert("epochs".into(), json!(self.epochs));
         m.insert("learning_rate".into(), json!(self.learning_rate));
+        m.insert(
+            "learning_rate_schedule".into(),
+            json!(self.learning_rate_schedule.name()),
+        );
         m.insert("decay".into(), json!(self.decay));
         m.insert("l2".into(), json!(self.l2));
+        m.insert("l1".into(), json!(self.l1));
         m.insert("batch_size".into(), json!(self.batch_size));
+        m.insert("fit_intercept".into(), json!(self.fit_intercept));
+        m.insert("normalize".into(), json!(self.normalize));
+        m.insert("class_weight".into(), class_weight);
+        m.insert("n_features".into(), json!(self.n_features));
+        m.insert("index_base".into(), json!(self.index_base));
+        m.insert("validation".into(), validation);
         m.insert("tolerance".into(), json!(self.tolerance));
         m.insert("seed".into(), json!(self.seed));
         m.insert("shuffle".into(), json!(self.shuffle.name()));
@@ -263,14 +462,22 @@ impl TrainParams {
         Value::Object(m)
     }
 
-    /// The trainer configuration these parameters describe.
+    /// The trainer configuration these parameters describe. Data-dependent
+    /// parts are left for the caller: `class_weights` (see
+    /// [`ClassWeight::resolve`]), `label_values` and `standardizer` (see
+    /// [`crate::FeatureStats`]) are None.
     pub fn train_config(&self, kind: ModelKind) -> TrainConfig {
         TrainConfig {
             kind,
             learning_rate: self.learning_rate,
-            decay: self.decay,
+            schedule: self.learning_rate_schedule.schedule(self.decay),
             l2: self.l2,
+            l1: self.l1,
             batch_size: self.batch_size as usize,
+            fit_intercept: self.fit_intercept,
+            class_weights: None,
+            label_values: None,
+            standardizer: None,
         }
     }
 }
@@ -361,6 +568,119 @@ fn get_name(key: &str, v: &Value) -> Result<String, ParamError> {
         Some("") => Err(bad_value(key, v, "empty")),
         Some(s) => Ok(s.to_string()),
         None => Err(wrong_type(key, v, "a string")),
+    }
+}
+
+fn get_features(key: &str, v: &Value) -> Result<Features, ParamError> {
+    match v {
+        Value::String(_) => Ok(Features::Column(get_name(key, v)?)),
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Err(bad_value(key, v, "no columns"));
+            }
+            let mut cols: Vec<String> = Vec::with_capacity(items.len());
+            for item in items {
+                let name = match item.as_str() {
+                    Some(s) if !s.is_empty() => s.to_string(),
+                    _ => return Err(bad_value(key, v, "column names must be non-empty strings")),
+                };
+                if cols.contains(&name) {
+                    return Err(bad_value(
+                        key,
+                        v,
+                        &format!("column \"{name}\" is listed twice"),
+                    ));
+                }
+                cols.push(name);
+            }
+            Ok(Features::Columns(cols))
+        }
+        Value::Object(o) => {
+            if let Some(k) = o.keys().find(|k| *k != "indices" && *k != "values") {
+                return Err(bad_value(key, v, &format!("unknown key \"{k}\"")));
+            }
+            let col = |k: &str| match o.get(k).and_then(Value::as_str) {
+                Some(s) if !s.is_empty() => Ok(s.to_string()),
+                _ => Err(bad_value(key, v, &format!("\"{k}\" must name a column"))),
+            };
+            let (indices, values) = (col("indices")?, col("values")?);
+            if indices == values {
+                return Err(bad_value(
+                    key,
+                    v,
+                    "indices and values must be different columns",
+                ));
+            }
+            Ok(Features::Sparse { indices, values })
+        }
+        _ => Err(wrong_type(key, v, "a string, an array or an object")),
+    }
+}
+
+fn get_class_weight(key: &str, v: &Value) -> Result<Option<ClassWeight>, ParamError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s == "balanced" => Ok(Some(ClassWeight::Balanced)),
+        Value::String(_) => Err(bad_value(
+            key,
+            v,
+            "the only named weighting is \"balanced\"",
+        )),
+        Value::Object(o) => {
+            if o.is_empty() {
+                return Err(bad_value(key, v, "no labels"));
+            }
+            let mut m = BTreeMap::new();
+            for (label, w) in o {
+                match w.as_f64() {
+                    Some(x) if x.is_finite() && x > 0.0 && x <= MAX_RATE => {
+                        m.insert(label.clone(), x);
+                    }
+                    _ => return Err(bad_value(
+                        key,
+                        v,
+                        &format!(
+                            "the weight of label \"{label}\" must be a number > 0 and <= 1000000"
+                        ),
+                    )),
+                }
+            }
+            Ok(Some(ClassWeight::Map(m)))
+        }
+        _ => Err(wrong_type(key, v, "null, a string or an object")),
+    }
+}
+
+fn get_validation(key: &str, v: &Value) -> Result<Option<Validation>, ParamError> {
+    let o = match v {
+        Value::Null => return Ok(None),
+        Value::Object(o) => o,
+        _ => return Err(wrong_type(key, v, "null or an object")),
+    };
+    let mut it = o.iter();
+    let (Some((k, val)), None) = (it.next(), it.next()) else {
+        return Err(bad_value(key, v, "expected exactly one key"));
+    };
+    let text = || match val.as_str() {
+        Some(s) if !s.trim().is_empty() => Ok(s.to_string()),
+        _ => Err(bad_value(
+            key,
+            v,
+            &format!("\"{k}\" must be a non-empty string"),
+        )),
+    };
+    match k.as_str() {
+        "fraction" => match val.as_f64() {
+            Some(f) if f > 0.0 && f < 1.0 => Ok(Some(Validation::Fraction(f))),
+            _ => Err(bad_value(key, v, "fraction must be a number > 0 and < 1")),
+        },
+        "relation" => Ok(Some(Validation::Relation(text()?))),
+        "predicate" => Ok(Some(Validation::Predicate(text()?))),
+        _ => Err(bad_value(
+            key,
+            v,
+            &format!("unknown key \"{k}\"; use fraction, relation or predicate"),
+        )),
     }
 }
 
@@ -571,7 +891,21 @@ pub fn resolve_buffer_tuples(
     n_buffers: u64,
     max_bytes: u64,
 ) -> Result<u64, ParamError> {
-    let bpt = TupleArena::bytes_per_tuple(n_features) as u64;
+    let bpt = TupleArena::bytes_per_tuple(n_features);
+    resolve_buffer_tuples_bytes(spec, explicit, bpt, table_bytes, n_buffers, max_bytes)
+}
+
+/// [`resolve_buffer_tuples`] for a given size of one tuple in memory, e.g.
+/// [`TupleArena::bytes_per_sparse_tuple`] of the average nnz for sparse data.
+pub fn resolve_buffer_tuples_bytes(
+    spec: BufferSize,
+    explicit: bool,
+    bytes_per_tuple: usize,
+    table_bytes: u64,
+    n_buffers: u64,
+    max_bytes: u64,
+) -> Result<u64, ParamError> {
+    let bpt = bytes_per_tuple.max(1) as u64;
     let n_buffers = n_buffers.max(1);
     let tuples = match spec {
         // `as` saturates, so absurd fractions cannot wrap.

@@ -1,30 +1,115 @@
-//! SGD trainer for binary linear models.
+//! SGD trainer for linear models (svm, logistic, linear, softmax) on dense or
+//! sparse rows.
 //!
 //! The caller drives epochs: `start_epoch`, any number of `train_buffer` calls
 //! (one per filled CorgiPile buffer), then `finish_epoch`. Mini-batches may span
-//! buffers; label values are mapped to ±1 on the fly (see [`Trainer::label_map`]).
+//! buffers. Binary label values are mapped to ±1 on the fly (see
+//! [`Trainer::label_map`]); softmax labels are class indices 0..K-1 and K
+//! grows as new indices appear; linear labels are used as they are.
+//!
+//! Sparse rows only touch their non-zero coordinates: L2 decay and L1 clipping
+//! of the other coordinates are applied lazily (see [`Trainer::catch_up`]), so
+//! a step costs O(nnz·K) whatever the dimension. Dense rows are updated eagerly
+//! with the same formulas.
 
 use crate::arena::TupleArena;
-use crate::model::{sign, LinearModel, ModelKind};
+use crate::model::{argmax, sign, softmax_loss, LinearModel, ModelKind, Row};
+use crate::stats::Standardizer;
 
-#[derive(Clone, Debug)]
-pub struct TrainConfig {
-    pub kind: ModelKind,
-    pub learning_rate: f64,
-    /// Per-epoch learning-rate multiplier.
-    pub decay: f64,
-    /// L2 regularization strength (weights only, not the bias).
-    pub l2: f64,
-    pub batch_size: usize,
+/// Largest number of softmax classes (class indices 0..MAX_CLASSES-1).
+pub const MAX_CLASSES: usize = 1 << 16;
+
+/// Learning rate of each epoch from the base rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LrSchedule {
+    /// `learning_rate` every epoch.
+    Constant,
+    /// `learning_rate · decay^(epoch-1)`.
+    Exponential { decay: f64 },
+    /// `learning_rate / sqrt(epoch)`.
+    InverseSqrt,
+}
+
+impl LrSchedule {
+    pub const NAMES: [&'static str; 3] = ["constant", "exponential", "inverse_sqrt"];
+
+    pub fn learning_rate(self, base: f64, epoch: u32) -> f64 {
+        match self {
+            LrSchedule::Constant => base,
+            LrSchedule::Exponential { decay } => base * decay.powf(f64::from(epoch - 1)),
+            LrSchedule::InverseSqrt => base / f64::from(epoch).sqrt(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LrSchedule::Constant => "constant",
+            LrSchedule::Exponential { .. } => "exponential",
+            LrSchedule::InverseSqrt => "inverse_sqrt",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
+pub struct TrainConfig {
+    pub kind: ModelKind,
+    pub learning_rate: f64,
+    pub schedule: LrSchedule,
+    /// L2 strength (weights only, not the bias): decay `1 - lr·l2` per step.
+    pub l2: f64,
+    /// L1 strength (weights only): clip toward zero by `lr·l1` per step
+    /// (truncated gradient), which yields exact zeros.
+    pub l1: f64,
+    /// Gradients of `batch_size` tuples are averaged into one step.
+    pub batch_size: usize,
+    /// false: the bias stays 0.
+    pub fit_intercept: bool,
+    /// Per class weight on each tuple's loss and gradient: binary
+    /// `[negative, positive]`, softmax by class index (missing → 1). Ignored
+    /// by linear. Binary kinds then need `label_values`.
+    pub class_weights: Option<Vec<f64>>,
+    /// Binary kinds: the raw (negative, positive) label values, if known up
+    /// front. Required with `class_weights` (the provisional mapping could
+    /// not fix a class weight applied to the wrong class).
+    pub label_values: Option<(f64, f64)>,
+    /// Train on standardized rows (dense: centered or not; sparse: never
+    /// centered). The model is then in standardized units: see
+    /// [`LinearModel::fold_standardizer`].
+    pub standardizer: Option<Standardizer>,
+}
+
+impl TrainConfig {
+    /// The defaults of [`crate::TrainParams`] for `kind`.
+    pub fn new(kind: ModelKind) -> Self {
+        TrainConfig {
+            kind,
+            learning_rate: 0.01,
+            schedule: LrSchedule::Exponential { decay: 0.95 },
+            l2: 0.0,
+            l1: 0.0,
+            batch_size: 1,
+            fit_intercept: true,
+            class_weights: None,
+            label_values: None,
+            standardizer: None,
+        }
+    }
+}
+
+/// Statistics of one epoch, measured on each tuple with the model from before
+/// that tuple's update (progressive validation).
+#[derive(Clone, Debug, PartialEq)]
 pub struct EpochStats {
     pub epoch: u32,
-    /// Mean per-tuple loss (model before each tuple's update) + 0.5·l2·‖w‖².
+    /// Mean per-tuple loss (class-weighted) + 0.5·l2·‖W‖² + l1·‖W‖₁.
+    /// Linear: the loss is 0.5·(z - y)², so the mean is half the MSE.
     pub loss: f64,
-    /// Fraction of tuples classified correctly before their update.
-    pub accuracy: f64,
+    /// Classifiers: fraction classified correctly (0 for an empty epoch).
+    /// None for linear.
+    pub accuracy: Option<f64>,
+    /// Linear: 1 - SSE/SST over the epoch's tuples (SST == 0: 1 if SSE == 0
+    /// else 0, like scikit-learn). None for classifiers and empty epochs.
+    pub r2: Option<f64>,
     pub tuples: u64,
     pub learning_rate: f64,
 }
@@ -34,6 +119,9 @@ pub enum TrainError {
     /// A third distinct raw label value was seen: the two known ones, then the
     /// new one. A NaN label is reported this way too (with NaN as the new value).
     TooManyLabels { values: [f64; 3] },
+    /// Softmax: a label that is not a class index in 0..MAX_CLASSES;
+    /// linear: a label that is not finite.
+    InvalidLabel { value: f64, kind: ModelKind },
     /// Loss or weights became NaN or infinite.
     Diverged { epoch: u32 },
 }
@@ -43,10 +131,15 @@ impl TrainError {
     pub fn hint(&self) -> &'static str {
         match self {
             TrainError::TooManyLabels { .. } => {
-                "svm and logistic are binary classifiers: the label column must hold exactly two distinct values"
+                "svm and logistic are binary classifiers: the label column must hold exactly two distinct values (use softmax for more classes)"
             }
+            TrainError::InvalidLabel {
+                kind: ModelKind::Linear,
+                ..
+            } => "remove rows whose label is NaN or infinite",
+            TrainError::InvalidLabel { .. } => "softmax supports at most 65536 classes",
             TrainError::Diverged { .. } => {
-                "lower learning_rate, raise l2, or scale the features to a smaller range"
+                "lower learning_rate, raise l2, or set normalize to true to scale the features"
             }
         }
     }
@@ -65,6 +158,15 @@ impl std::fmt::Display for TrainError {
                     )
                 }
             }
+            TrainError::InvalidLabel {
+                value,
+                kind: ModelKind::Linear,
+            } => write!(f, "label value {value} is not a finite number"),
+            TrainError::InvalidLabel { value, .. } => write!(
+                f,
+                "label value {value} is not a class index from 0 to {}",
+                MAX_CLASSES - 1
+            ),
             TrainError::Diverged { epoch } => {
                 write!(
                     f,
@@ -77,7 +179,7 @@ impl std::fmt::Display for TrainError {
 
 impl std::error::Error for TrainError {}
 
-/// What is known about the raw label values.
+/// What is known about the raw label values (binary kinds).
 #[derive(Clone, Copy, Debug)]
 enum Labels {
     None,
@@ -86,7 +188,7 @@ enum Labels {
         value: f64,
         y: f64,
     },
-    /// Final mapping: `neg` → -1, `pos` → +1, `neg < pos`.
+    /// Final mapping: `neg` → -1, `pos` → +1.
     Two {
         neg: f64,
         pos: f64,
@@ -106,54 +208,197 @@ pub struct Trainer {
     /// Tuples with z == 0 this epoch while the label mapping was provisional;
     /// needed to fix `correct` if the mapping flips (see `flip`).
     provisional_ties: u64,
+    /// Linear: Σ(z - y)² and Welford mean / M2 of y, for R².
+    sse: f64,
+    y_mean: f64,
+    y_m2: f64,
 
-    /// Partial mini-batch: Σ g·x, Σ g, tuple count, and whether any g != 0.
+    /// Scores, then gradients d loss / d output, of the current tuple.
+    gz: Vec<f64>,
+    /// Standardized values of the current tuple.
+    scaled: Vec<f64>,
+
+    /// Partial mini-batch: Σ g·x (K × d), Σ g per output, tuple count, and
+    /// whether any g != 0.
     grad_sum: Vec<f64>,
-    grad_bias_sum: f64,
+    grad_bias_sum: Vec<f64>,
     batch_count: usize,
     batch_has_grad: bool,
+    /// Whether the batch holds a dense row (then the flush updates every
+    /// coordinate, else only `touched`).
+    batch_dense: bool,
+    /// Sparse mini-batch: features with a gradient in the batch, and a mark per
+    /// feature so each is listed once.
+    touched: Vec<u32>,
+    touched_mark: Vec<bool>,
+
+    /// Lazy regularization (only when l2 or l1 != 0): `step` counts the sparse
+    /// steps taken; coordinate j has had all steps before `last[j]` applied.
+    lazy: bool,
+    step: u64,
+    last: Vec<u64>,
+    /// Some coordinate may be behind `step`.
+    pending: bool,
+
+    /// Weight-coordinate updates done (a cost measure, see `coordinate_updates`).
+    work: u64,
+}
+
+/// Moves w toward 0 by `c`, stopping at 0.
+#[inline]
+fn clip(w: f64, c: f64) -> f64 {
+    if w > c {
+        w - c
+    } else if w < -c {
+        w + c
+    } else {
+        0.0
+    }
+}
+
+/// `k` regularization-only steps `w ← clip(w·s, c)`. Few steps are applied one
+/// by one (bit-identical to the eager dense update); many in closed form:
+/// |w| decreases monotonically, so after k steps it is
+/// `s^k|w| - c(1 - s^k)/(1 - s)` (`|w| - ck` if s = 1), floored at 0.
+#[inline]
+fn pending_reg(w: f64, k: u64, s: f64, c: f64) -> f64 {
+    if k <= 16 || s <= 0.0 {
+        let mut w = w;
+        for _ in 0..k {
+            w *= s;
+            if c != 0.0 {
+                w = clip(w, c);
+            }
+            if w == 0.0 {
+                break;
+            }
+        }
+        return w;
+    }
+    let sk = if k <= i32::MAX as u64 {
+        s.powi(k as i32)
+    } else {
+        s.powf(k as f64)
+    };
+    if c == 0.0 {
+        return w * sk;
+    }
+    let drop = if s == 1.0 {
+        c * k as f64
+    } else {
+        c * (1.0 - sk) / (1.0 - s)
+    };
+    let a = (w.abs() * sk - drop).max(0.0);
+    if w < 0.0 {
+        -a
+    } else {
+        a
+    }
+}
+
+/// Copies a `rows × old_d` row-major matrix into `rows × new_d` (zero-padded).
+fn widen(v: &mut Vec<f64>, rows: usize, old_d: usize, new_d: usize) {
+    if rows <= 1 {
+        v.resize(rows * new_d, 0.0);
+        return;
+    }
+    let mut w = vec![0.0; rows * new_d];
+    for r in 0..rows {
+        w[r * new_d..r * new_d + old_d].copy_from_slice(&v[r * old_d..(r + 1) * old_d]);
+    }
+    *v = w;
 }
 
 impl Trainer {
-    /// A zero model, ready for epoch 1 (calling `start_epoch(1)` is still expected).
+    /// A zero model, ready for epoch 1 (calling `start_epoch(1)` is still
+    /// expected). `n_features` may be 0 for sparse data: the model grows to
+    /// the largest index seen. A softmax model starts with 0 classes.
     pub fn new(config: TrainConfig, n_features: usize) -> Self {
         assert!(config.batch_size >= 1, "batch_size must be >= 1");
+        if config.class_weights.is_some() && config.kind.is_binary() {
+            assert!(
+                config.label_values.is_some(),
+                "binary class_weights need label_values"
+            );
+        }
         let kind = config.kind;
+        let outputs = usize::from(kind != ModelKind::Softmax);
+        let mini = config.batch_size > 1;
+        let lazy = config.l2 != 0.0 || config.l1 != 0.0;
+        let labels = match config.label_values {
+            Some((neg, pos)) => {
+                assert!(
+                    neg != pos && !neg.is_nan() && !pos.is_nan(),
+                    "bad label_values"
+                );
+                Labels::Two { neg, pos }
+            }
+            None => Labels::None,
+        };
         let mut t = Trainer {
-            model: LinearModel::new(kind, n_features),
-            // Only mini-batches need the accumulator.
-            grad_sum: if config.batch_size > 1 {
-                vec![0.0; n_features]
+            model: LinearModel::new(kind, n_features, outputs),
+            // Only mini-batches need the accumulators.
+            grad_sum: if mini {
+                vec![0.0; n_features * outputs]
             } else {
                 Vec::new()
             },
+            grad_bias_sum: vec![0.0; outputs],
+            touched_mark: if mini {
+                vec![false; n_features]
+            } else {
+                Vec::new()
+            },
+            last: if lazy {
+                vec![0; n_features]
+            } else {
+                Vec::new()
+            },
+            lazy,
             config,
-            labels: Labels::None,
+            labels,
             epoch: 1,
             lr: 0.0,
             loss_sum: 0.0,
             correct: 0,
             tuples: 0,
             provisional_ties: 0,
-            grad_bias_sum: 0.0,
+            sse: 0.0,
+            y_mean: 0.0,
+            y_m2: 0.0,
+            gz: Vec::new(),
+            scaled: Vec::new(),
             batch_count: 0,
             batch_has_grad: false,
+            batch_dense: false,
+            touched: Vec::new(),
+            step: 0,
+            pending: false,
+            work: 0,
         };
         t.start_epoch(1);
         t
     }
 
-    /// Begins `epoch` (>= 1): sets its learning rate `learning_rate·decay^(epoch-1)`
-    /// and resets the epoch's sums. A partial mini-batch left over without
+    /// Begins `epoch` (>= 1): sets its learning rate from the schedule and
+    /// resets the epoch's sums. A partial mini-batch left over without
     /// `finish_epoch` is discarded.
     pub fn start_epoch(&mut self, epoch: u32) {
         assert!(epoch >= 1, "epochs start at 1");
+        // Pending regularization belongs to the old learning rate.
+        self.sync();
         self.epoch = epoch;
-        self.lr = self.config.learning_rate * self.config.decay.powf(f64::from(epoch - 1));
+        self.lr = self
+            .config
+            .schedule
+            .learning_rate(self.config.learning_rate, epoch);
         self.loss_sum = 0.0;
         self.correct = 0;
         self.tuples = 0;
         self.provisional_ties = 0;
+        self.sse = 0.0;
+        self.y_mean = 0.0;
+        self.y_m2 = 0.0;
         self.reset_batch();
     }
 
@@ -164,62 +409,140 @@ impl Trainer {
         arena: &TupleArena,
         order: Option<&[u32]>,
     ) -> Result<(), TrainError> {
-        debug_assert_eq!(arena.n_features(), self.model.weights.len());
-        match order {
-            Some(order) => {
-                assert_eq!(
-                    order.len(),
-                    arena.len(),
-                    "order must be a permutation of the arena"
-                );
-                for &i in order {
-                    let i = i as usize;
-                    self.step(arena.features(i), arena.label(i))?;
-                }
+        if arena.is_sparse() {
+            if arena.n_features() > self.model.n_features {
+                self.grow_features(arena.n_features());
             }
-            None => {
-                for i in 0..arena.len() {
-                    self.step(arena.features(i), arena.label(i))?;
+        } else {
+            assert_eq!(
+                arena.n_features(),
+                self.model.n_features,
+                "dense arena width must match the model"
+            );
+            // Dense steps are eager: settle what sparse steps left pending.
+            self.sync();
+        }
+        if let Some(order) = order {
+            assert_eq!(
+                order.len(),
+                arena.len(),
+                "order must be a permutation of the arena"
+            );
+        }
+        // Taken out so rows may borrow them while `step` borrows self.
+        let standardizer = self.config.standardizer.take();
+        let mut scaled = std::mem::take(&mut self.scaled);
+        let result = self.train_rows(arena, order, standardizer.as_ref(), &mut scaled);
+        self.scaled = scaled;
+        self.config.standardizer = standardizer;
+        result
+    }
+
+    fn train_rows(
+        &mut self,
+        arena: &TupleArena,
+        order: Option<&[u32]>,
+        standardizer: Option<&Standardizer>,
+        scaled: &mut Vec<f64>,
+    ) -> Result<(), TrainError> {
+        let n = arena.len();
+        for pos in 0..n {
+            let i = match order {
+                Some(o) => o[pos] as usize,
+                None => pos,
+            };
+            let row = arena.row(i);
+            let row = match (standardizer, row) {
+                (None, r) => r,
+                (Some(s), Row::Dense(x)) => {
+                    s.apply_dense(x, scaled);
+                    Row::Dense(scaled)
                 }
-            }
+                (Some(s), Row::Sparse { indices, values }) => {
+                    assert!(!s.center, "sparse rows must not be centered");
+                    s.apply_sparse(indices, values, scaled);
+                    Row::Sparse {
+                        indices,
+                        values: scaled,
+                    }
+                }
+            };
+            self.step(row, arena.label(i))?;
         }
         Ok(())
     }
 
-    /// Flushes the partial mini-batch and returns the epoch's statistics.
+    /// Flushes the partial mini-batch, brings every coordinate up to date and
+    /// returns the epoch's statistics.
     pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
         self.flush_batch();
-        let mean_loss = if self.tuples > 0 {
-            self.loss_sum / self.tuples as f64
-        } else {
-            0.0
-        };
+        self.sync();
+        let n = self.tuples;
+        let mean_loss = if n > 0 { self.loss_sum / n as f64 } else { 0.0 };
         let w = &self.model.weights;
-        let loss = mean_loss + 0.5 * self.config.l2 * crate::model::dot(w, w);
-        let finite =
-            loss.is_finite() && self.model.bias.is_finite() && w.iter().all(|v| v.is_finite());
+        let mut loss = mean_loss + 0.5 * self.config.l2 * crate::model::dot(w, w);
+        if self.config.l1 != 0.0 {
+            loss += self.config.l1 * w.iter().map(|v| v.abs()).sum::<f64>();
+        }
+        let finite = loss.is_finite()
+            && self.model.bias.iter().all(|v| v.is_finite())
+            && w.iter().all(|v| v.is_finite());
         if !finite {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
+        let kind = self.config.kind;
+        let accuracy = kind.is_classifier().then(|| {
+            if n > 0 {
+                self.correct as f64 / n as f64
+            } else {
+                0.0
+            }
+        });
+        let r2 = (kind == ModelKind::Linear && n > 0).then(|| {
+            if self.y_m2 > 0.0 {
+                1.0 - self.sse / self.y_m2
+            } else if self.sse == 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        });
         Ok(EpochStats {
             epoch: self.epoch,
             loss,
-            accuracy: if self.tuples > 0 {
-                self.correct as f64 / self.tuples as f64
-            } else {
-                0.0
-            },
-            tuples: self.tuples,
+            accuracy,
+            r2,
+            tuples: n,
             learning_rate: self.lr,
         })
     }
 
-    pub fn model(&self) -> &LinearModel {
+    /// The model, brought up to date (O(d·K) if sparse steps left
+    /// regularization pending, else free). Mid-epoch it excludes the partial
+    /// mini-batch.
+    pub fn model(&mut self) -> &LinearModel {
+        self.sync();
         &self.model
     }
 
-    /// `(negative, positive)`: the raw label values mapped to -1 and +1.
-    /// None unless two distinct values have been seen.
+    /// The up-to-date model, consuming the trainer.
+    pub fn into_model(mut self) -> LinearModel {
+        self.sync();
+        self.model
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    /// Weight coordinates updated so far (eager updates, lazy catch-ups and
+    /// syncs): a deterministic measure of training cost.
+    pub fn coordinate_updates(&self) -> u64 {
+        self.work
+    }
+
+    /// Binary kinds: `(negative, positive)`, the raw label values mapped to -1
+    /// and +1. None unless two distinct values have been seen (or given).
     pub fn label_map(&self) -> Option<(f64, f64)> {
         match self.labels {
             Labels::Two { neg, pos } => Some((neg, pos)),
@@ -227,68 +550,283 @@ impl Trainer {
         }
     }
 
-    /// Distinct raw label values seen so far, ascending (0, 1 or 2 of them).
+    /// Binary kinds: distinct raw label values seen so far, ascending (0, 1 or
+    /// 2 of them; given `label_values` count as seen). Empty for other kinds.
     pub fn labels_seen(&self) -> Vec<f64> {
         match self.labels {
             Labels::None => Vec::new(),
             Labels::One { value, .. } => vec![value],
-            Labels::Two { neg, pos } => vec![neg, pos],
+            Labels::Two { neg, pos } if neg < pos => vec![neg, pos],
+            Labels::Two { neg, pos } => vec![pos, neg],
         }
     }
 
-    /// One SGD step on one tuple.
+    /// One SGD step (or mini-batch accumulation) on one tuple.
     #[inline]
-    fn step(&mut self, x: &[f64], raw_label: f64) -> Result<(), TrainError> {
-        let y = self.map_label(raw_label)?;
+    fn step(&mut self, row: Row, raw_label: f64) -> Result<(), TrainError> {
         let kind = self.config.kind;
-        let z = self.model.decision(x);
-        if !z.is_finite() {
+        let (y, class) = match kind {
+            ModelKind::Svm | ModelKind::Logistic => {
+                let y = self.map_label(raw_label)?;
+                (y, usize::from(y > 0.0))
+            }
+            ModelKind::Linear => {
+                if !raw_label.is_finite() {
+                    return Err(TrainError::InvalidLabel {
+                        value: raw_label,
+                        kind,
+                    });
+                }
+                (raw_label, 0)
+            }
+            ModelKind::Softmax => {
+                let ok =
+                    raw_label >= 0.0 && raw_label < MAX_CLASSES as f64 && raw_label.fract() == 0.0;
+                if !ok {
+                    return Err(TrainError::InvalidLabel {
+                        value: raw_label,
+                        kind,
+                    });
+                }
+                let c = raw_label as usize;
+                if c >= self.model.n_outputs {
+                    self.grow_classes(c + 1);
+                }
+                (raw_label, c)
+            }
+        };
+        let mut gz = std::mem::take(&mut self.gz);
+        gz.clear();
+        match row {
+            Row::Sparse { indices, values } if self.lazy && self.model.n_outputs == 1 => {
+                // One pass: catch each coordinate up, then use it (same
+                // summation order as `Row::dot`).
+                let (step, k_s, k_c) = (self.step, self.shrink(), self.lr * self.config.l1);
+                let w = &mut self.model.weights[..];
+                let last = &mut self.last[..];
+                let mut z = 0.0;
+                for (&j, &v) in indices.iter().zip(values) {
+                    let j = j as usize;
+                    let k = step - last[j];
+                    if k != 0 {
+                        last[j] = step;
+                        if w[j] != 0.0 {
+                            w[j] = pending_reg(w[j], k, k_s, k_c);
+                            self.work += 1;
+                        }
+                    }
+                    z += w[j] * v;
+                }
+                gz.push(z + self.model.bias[0]);
+            }
+            _ => {
+                if let Row::Sparse { indices, .. } = row {
+                    self.catch_up(indices);
+                }
+                gz.extend((0..self.model.n_outputs).map(|k| self.model.output(k, row)));
+            }
+        }
+        if !gz.iter().all(|z| z.is_finite()) {
+            self.gz = gz;
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
-
-        self.loss_sum += kind.loss(z, y);
-        if sign(z) == y {
-            self.correct += 1;
-        }
-        if z == 0.0 && matches!(self.labels, Labels::One { .. }) {
-            self.provisional_ties += 1;
+        let weight = self
+            .config
+            .class_weights
+            .as_ref()
+            .filter(|_| kind.is_classifier())
+            .map(|w| w.get(class).copied().unwrap_or(1.0));
+        let loss = match kind {
+            ModelKind::Svm | ModelKind::Logistic => {
+                let z = gz[0];
+                if sign(z) == y {
+                    self.correct += 1;
+                }
+                if z == 0.0 && matches!(self.labels, Labels::One { .. }) {
+                    self.provisional_ties += 1;
+                }
+                gz[0] = kind.dloss_dz(z, y);
+                kind.loss(z, y)
+            }
+            ModelKind::Linear => {
+                let z = gz[0];
+                let r = z - y;
+                self.sse += r * r;
+                let n = (self.tuples + 1) as f64;
+                let delta = y - self.y_mean;
+                self.y_mean += delta / n;
+                self.y_m2 += delta * (y - self.y_mean);
+                gz[0] = kind.dloss_dz(z, y);
+                kind.loss(z, y)
+            }
+            ModelKind::Softmax => {
+                if argmax(&gz) == Some(class) {
+                    self.correct += 1;
+                }
+                let loss = softmax_loss(&mut gz, class);
+                gz[class] -= 1.0;
+                loss
+            }
+        };
+        match weight {
+            // Skipped without weights: keeps the unweighted arithmetic exact.
+            Some(c) => {
+                self.loss_sum += c * loss;
+                gz.iter_mut().for_each(|g| *g *= c);
+            }
+            None => self.loss_sum += loss,
         }
         self.tuples += 1;
 
-        let g = kind.dloss_dz(z, y);
-        let lr = self.lr;
-        let l2 = self.config.l2;
         if self.config.batch_size == 1 {
-            if g == 0.0 && l2 == 0.0 {
-                return Ok(()); // hinge outside the margin: nothing changes
-            }
-            let step = lr * g;
-            let w = &mut self.model.weights;
-            if l2 == 0.0 {
-                for (wj, &xj) in w.iter_mut().zip(x) {
-                    *wj -= step * xj;
-                }
-            } else {
-                let shrink = 1.0 - lr * l2;
-                for (wj, &xj) in w.iter_mut().zip(x) {
-                    *wj = *wj * shrink - step * xj;
-                }
-            }
-            self.model.bias -= step;
+            self.update(row, &gz);
         } else {
-            if g != 0.0 {
-                for (sj, &xj) in self.grad_sum.iter_mut().zip(x) {
-                    *sj += g * xj;
-                }
-                self.grad_bias_sum += g;
-                self.batch_has_grad = true;
-            }
+            self.accumulate(row, &gz);
             self.batch_count += 1;
             if self.batch_count == self.config.batch_size {
                 self.flush_batch();
             }
         }
+        self.gz = gz;
         Ok(())
+    }
+
+    /// Plain SGD update with the output gradients `gz`.
+    #[inline]
+    fn update(&mut self, row: Row, gz: &[f64]) {
+        let any_grad = gz.iter().any(|&g| g != 0.0);
+        if !any_grad && !self.lazy {
+            return; // e.g. hinge outside the margin: nothing changes
+        }
+        let (lr, l2, l1) = (self.lr, self.config.l2, self.config.l1);
+        let shrink = 1.0 - lr * l2;
+        let c = lr * l1;
+        let d = self.model.n_features;
+        let w = &mut self.model.weights;
+        match row {
+            Row::Dense(x) => {
+                for (k, &g) in gz.iter().enumerate() {
+                    let step = lr * g;
+                    let wk = &mut w[k * d..(k + 1) * d];
+                    if l2 == 0.0 {
+                        for (wj, &xj) in wk.iter_mut().zip(x) {
+                            *wj -= step * xj;
+                        }
+                    } else {
+                        for (wj, &xj) in wk.iter_mut().zip(x) {
+                            *wj = *wj * shrink - step * xj;
+                        }
+                    }
+                    if l1 != 0.0 {
+                        wk.iter_mut().for_each(|wj| *wj = clip(*wj, c));
+                    }
+                }
+                self.work += (gz.len() * d) as u64;
+            }
+            Row::Sparse { indices, values } => {
+                if any_grad && gz.len() == 1 {
+                    // The common case, with hoisted branches and plain slices.
+                    let step = lr * gz[0];
+                    let next = self.step + 1;
+                    let last = &mut self.last[..];
+                    let w = &mut w[..];
+                    match (l2 != 0.0, l1 != 0.0) {
+                        (false, false) => {
+                            for (&j, &v) in indices.iter().zip(values) {
+                                w[j as usize] -= step * v;
+                            }
+                        }
+                        (true, false) => {
+                            for (&j, &v) in indices.iter().zip(values) {
+                                let j = j as usize;
+                                w[j] = w[j] * shrink - step * v;
+                                last[j] = next;
+                            }
+                        }
+                        (has_l2, true) => {
+                            for (&j, &v) in indices.iter().zip(values) {
+                                let j = j as usize;
+                                let wj = if has_l2 {
+                                    w[j] * shrink - step * v
+                                } else {
+                                    w[j] - step * v
+                                };
+                                w[j] = clip(wj, c);
+                                last[j] = next;
+                            }
+                        }
+                    }
+                    self.work += indices.len() as u64;
+                } else if any_grad {
+                    for (&j, &v) in indices.iter().zip(values) {
+                        let j = j as usize;
+                        for (k, &g) in gz.iter().enumerate() {
+                            let wj = &mut w[k * d + j];
+                            let step = lr * g;
+                            if l2 == 0.0 {
+                                *wj -= step * v;
+                            } else {
+                                *wj = *wj * shrink - step * v;
+                            }
+                            if l1 != 0.0 {
+                                *wj = clip(*wj, c);
+                            }
+                        }
+                        if self.lazy {
+                            self.last[j] = self.step + 1;
+                        }
+                    }
+                    self.work += (gz.len() * indices.len()) as u64;
+                }
+                // Everything else falls one step behind.
+                if self.lazy {
+                    self.step += 1;
+                    self.pending = true;
+                }
+            }
+        }
+        if self.config.fit_intercept {
+            for (b, &g) in self.model.bias.iter_mut().zip(gz) {
+                *b -= lr * g;
+            }
+        }
+    }
+
+    /// Adds one tuple's gradient to the mini-batch sums.
+    #[inline]
+    fn accumulate(&mut self, row: Row, gz: &[f64]) {
+        let d = self.model.n_features;
+        if let Row::Dense(_) = row {
+            self.batch_dense = true;
+        }
+        if !gz.iter().any(|&g| g != 0.0) {
+            return;
+        }
+        match row {
+            Row::Dense(x) => {
+                for (k, &g) in gz.iter().enumerate() {
+                    for (sj, &xj) in self.grad_sum[k * d..(k + 1) * d].iter_mut().zip(x) {
+                        *sj += g * xj;
+                    }
+                }
+            }
+            Row::Sparse { indices, values } => {
+                for (&j, &v) in indices.iter().zip(values) {
+                    let ju = j as usize;
+                    if !self.touched_mark[ju] {
+                        self.touched_mark[ju] = true;
+                        self.touched.push(j);
+                    }
+                    for (k, &g) in gz.iter().enumerate() {
+                        self.grad_sum[k * d + ju] += g * v;
+                    }
+                }
+            }
+        }
+        for (s, &g) in self.grad_bias_sum.iter_mut().zip(gz) {
+            *s += g;
+        }
+        self.batch_has_grad = true;
     }
 
     /// Applies the accumulated mini-batch, averaged over its actual size.
@@ -296,26 +834,195 @@ impl Trainer {
         if self.batch_count == 0 {
             return;
         }
-        let lr = self.lr;
-        let l2 = self.config.l2;
-        if self.batch_has_grad || l2 != 0.0 {
-            let n = self.batch_count as f64;
-            let shrink = 1.0 - lr * l2;
-            for (wj, &sj) in self.model.weights.iter_mut().zip(&self.grad_sum) {
-                *wj = *wj * shrink - lr * (sj / n);
+        let (lr, l2, l1) = (self.lr, self.config.l2, self.config.l1);
+        let n = self.batch_count as f64;
+        let shrink = 1.0 - lr * l2;
+        let c = lr * l1;
+        let d = self.model.n_features;
+        let outputs = self.model.n_outputs;
+        if self.batch_dense {
+            if self.batch_has_grad || self.lazy {
+                self.sync();
+                let w = &mut self.model.weights;
+                for (wj, &sj) in w.iter_mut().zip(&self.grad_sum) {
+                    *wj = *wj * shrink - lr * (sj / n);
+                }
+                if l1 != 0.0 {
+                    w.iter_mut().for_each(|wj| *wj = clip(*wj, c));
+                }
+                self.work += w.len() as u64;
+                self.update_bias_from_batch(n);
             }
-            self.model.bias -= lr * (self.grad_bias_sum / n);
+        } else if self.batch_has_grad || self.lazy {
+            // Touched coordinates were caught up when their tuples were seen
+            // (`step` does not move within a batch).
+            let w = &mut self.model.weights;
+            for &j in &self.touched {
+                let j = j as usize;
+                for k in 0..outputs {
+                    let i = k * d + j;
+                    w[i] = w[i] * shrink - lr * (self.grad_sum[i] / n);
+                    if l1 != 0.0 {
+                        w[i] = clip(w[i], c);
+                    }
+                }
+                if self.lazy {
+                    self.last[j] = self.step + 1;
+                }
+            }
+            self.work += (self.touched.len() * outputs) as u64;
+            self.update_bias_from_batch(n);
+            if self.lazy {
+                self.step += 1;
+                self.pending = true;
+            }
         }
         self.reset_batch();
     }
 
-    fn reset_batch(&mut self) {
-        if self.batch_has_grad {
-            self.grad_sum.iter_mut().for_each(|v| *v = 0.0);
+    fn update_bias_from_batch(&mut self, n: f64) {
+        if self.config.fit_intercept {
+            let lr = self.lr;
+            for (b, &s) in self.model.bias.iter_mut().zip(&self.grad_bias_sum) {
+                *b -= lr * (s / n);
+            }
         }
-        self.grad_bias_sum = 0.0;
+    }
+
+    fn reset_batch(&mut self) {
+        let d = self.model.n_features;
+        if self.batch_has_grad {
+            if self.batch_dense {
+                self.grad_sum.iter_mut().for_each(|v| *v = 0.0);
+            } else {
+                for &j in &self.touched {
+                    for k in 0..self.model.n_outputs {
+                        self.grad_sum[k * d + j as usize] = 0.0;
+                    }
+                }
+            }
+        }
+        for &j in &self.touched {
+            self.touched_mark[j as usize] = false;
+        }
+        self.touched.clear();
+        self.grad_bias_sum.iter_mut().for_each(|v| *v = 0.0);
         self.batch_count = 0;
         self.batch_has_grad = false;
+        self.batch_dense = false;
+    }
+
+    /// Lazy regularization: brings the coordinates of `indices` up to date by
+    /// applying the decay/clipping of the steps they missed. The learning rate
+    /// is constant within an epoch and every coordinate is synced before it
+    /// changes, so k missed steps are k identical `w ← clip(w·(1-lr·l2), lr·l1)`.
+    #[inline]
+    fn catch_up(&mut self, indices: &[u32]) {
+        if !self.lazy {
+            return;
+        }
+        for &j in indices {
+            self.catch_up_one(j as usize);
+        }
+    }
+
+    #[inline]
+    fn catch_up_one(&mut self, j: usize) {
+        let k = self.step - self.last[j];
+        if k == 0 {
+            return;
+        }
+        self.last[j] = self.step;
+        let s = 1.0 - self.lr * self.config.l2;
+        let c = self.lr * self.config.l1;
+        let d = self.model.n_features;
+        for r in 0..self.model.n_outputs {
+            let i = r * d + j;
+            let w = self.model.weights[i];
+            // Zero stays zero; most coordinates of a huge sparse model are zero,
+            // which keeps the per-epoch sync a cheap scan.
+            if w != 0.0 {
+                self.model.weights[i] = pending_reg(w, k, s, c);
+                self.work += 1;
+            }
+        }
+    }
+
+    /// Per-step L2 decay factor of this epoch.
+    #[inline]
+    fn shrink(&self) -> f64 {
+        1.0 - self.lr * self.config.l2
+    }
+
+    /// Brings every coordinate up to date: O(d·K), once per epoch. A plain
+    /// scan over `last` (zero weights stay zero), so it stays cheap for
+    /// million-feature models.
+    fn sync(&mut self) {
+        if !self.pending {
+            return;
+        }
+        let step = self.step;
+        let s = self.shrink();
+        let c = self.lr * self.config.l1;
+        let d = self.model.n_features;
+        let outputs = self.model.n_outputs;
+        let w = &mut self.model.weights[..];
+        let mut work = 0;
+        if outputs == 1 {
+            for (wj, last) in w.iter_mut().zip(self.last.iter_mut()) {
+                let k = step - *last;
+                *last = step;
+                if k != 0 && *wj != 0.0 {
+                    *wj = pending_reg(*wj, k, s, c);
+                    work += 1;
+                }
+            }
+        } else {
+            for (j, last) in self.last.iter_mut().enumerate() {
+                let k = step - *last;
+                if k == 0 {
+                    continue;
+                }
+                *last = step;
+                for r in 0..outputs {
+                    let wi = &mut w[r * d + j];
+                    if *wi != 0.0 {
+                        *wi = pending_reg(*wi, k, s, c);
+                        work += 1;
+                    }
+                }
+            }
+        }
+        self.work += work;
+        self.pending = false;
+    }
+
+    /// Sparse data with larger indices than seen so far: new zero weights.
+    fn grow_features(&mut self, new_d: usize) {
+        let old_d = self.model.n_features;
+        let outputs = self.model.n_outputs;
+        widen(&mut self.model.weights, outputs, old_d, new_d);
+        if self.config.batch_size > 1 {
+            widen(&mut self.grad_sum, outputs, old_d, new_d);
+            self.touched_mark.resize(new_d, false);
+        }
+        if self.lazy {
+            // Zero weights have nothing pending.
+            self.last.resize(new_d, self.step);
+        }
+        self.model.n_features = new_d;
+    }
+
+    /// Softmax saw class index `new_k - 1`: new zero rows (row-major, so appended).
+    fn grow_classes(&mut self, new_k: usize) {
+        let d = self.model.n_features;
+        self.model.weights.resize(new_k * d, 0.0);
+        self.model.bias.resize(new_k, 0.0);
+        if self.config.batch_size > 1 {
+            self.grad_sum.resize(new_k * d, 0.0);
+        }
+        self.grad_bias_sum.resize(new_k, 0.0);
+        self.model.n_outputs = new_k;
     }
 
     /// Maps a raw label to ±1, learning the mapping as values arrive.
@@ -328,8 +1035,9 @@ impl Trainer {
                 } else if raw == pos {
                     Ok(1.0)
                 } else {
+                    let (a, b) = if neg < pos { (neg, pos) } else { (pos, neg) };
                     Err(TrainError::TooManyLabels {
-                        values: [neg, pos, raw],
+                        values: [a, b, raw],
                     })
                 }
             }
@@ -374,16 +1082,22 @@ impl Trainer {
     /// training with all labels negated produces exactly the negated model (and
     /// negated gradient sums). Negating them therefore yields bit-for-bit the
     /// state of a run that knew the mapping from the start (up to the sign of
-    /// weights that are exactly zero).
+    /// weights that are exactly zero). Pending lazy decay/clipping is odd in w
+    /// too, so it may stay pending. (Never reached with class weights: those
+    /// require `label_values`.)
     fn flip(&mut self, wrong_y: f64) {
         for w in &mut self.model.weights {
             *w = -*w;
         }
-        self.model.bias = -self.model.bias;
+        for b in &mut self.model.bias {
+            *b = -*b;
+        }
         for s in &mut self.grad_sum {
             *s = -*s;
         }
-        self.grad_bias_sum = -self.grad_bias_sum;
+        for s in &mut self.grad_bias_sum {
+            *s = -*s;
+        }
         // z == 0 predicts +1 in both runs, so ties are the one place where
         // "correct" is not symmetric: they were right iff the provisional y was +1.
         if wrong_y > 0.0 {
@@ -392,5 +1106,53 @@ impl Trainer {
             self.correct += self.provisional_ties;
         }
         self.provisional_ties = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_reg_matches_repeated_steps() {
+        for &(w, s, c) in &[
+            (1.5, 0.99, 0.0),
+            (-2.0, 0.97, 0.0),
+            (3.0, 1.0, 0.01),
+            (-3.0, 0.995, 0.004),
+            (0.5, 0.9, 0.2),
+            (1e-3, 1.0, 0.0),
+        ] {
+            for k in [0u64, 1, 5, 16, 17, 40, 200, 1000] {
+                let mut eager: f64 = w;
+                for _ in 0..k {
+                    eager = clip(eager * s, c);
+                }
+                let lazy = pending_reg(w, k, s, c);
+                assert!(
+                    (lazy - eager).abs() <= 1e-12 * (1.0 + eager.abs()),
+                    "w={w} s={s} c={c} k={k}: {lazy} vs {eager}"
+                );
+                if k <= 16 {
+                    assert_eq!(lazy.to_bits(), eager.to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn schedules() {
+        let e = LrSchedule::Exponential { decay: 0.5 };
+        assert_eq!(e.learning_rate(0.8, 1), 0.8);
+        assert_eq!(e.learning_rate(0.8, 3), 0.2);
+        assert_eq!(LrSchedule::Constant.learning_rate(0.8, 7), 0.8);
+        assert_eq!(LrSchedule::InverseSqrt.learning_rate(0.8, 1), 0.8);
+        assert_eq!(LrSchedule::InverseSqrt.learning_rate(0.8, 4), 0.4);
+        assert!((LrSchedule::InverseSqrt.learning_rate(1.0, 2) - 0.5f64.sqrt()).abs() < 1e-15);
+        for name in LrSchedule::NAMES {
+            assert!([LrSchedule::Constant, e, LrSchedule::InverseSqrt]
+                .iter()
+                .any(|s| s.name() == name));
+        }
     }
 }

@@ -1,9 +1,11 @@
 //! Parameter parsing, validation, serialization and resolution.
 
 use corgipile_ml::params::{
-    parse_bytes, resolve_block_pages, resolve_buffer_tuples, BlockSize, BufferSize, ParamError,
-    ShuffleMode, TrainParams,
+    parse_bytes, resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes,
+    BlockSize, BufferSize, ClassWeight, Features, ParamError, ScheduleKind, ShuffleMode,
+    TrainParams, Validation,
 };
+use corgipile_ml::trainer::LrSchedule;
 use serde_json::{json, Value};
 
 fn parse(v: Value) -> Result<TrainParams, ParamError> {
@@ -18,7 +20,15 @@ fn err(v: Value) -> ParamError {
 fn defaults() {
     let p = parse(json!({})).unwrap();
     assert_eq!(p, TrainParams::defaults());
-    assert_eq!(p.features, "features");
+    assert_eq!(p.features, Features::Column("features".into()));
+    assert_eq!(p.learning_rate_schedule, ScheduleKind::Exponential);
+    assert_eq!(p.l1, 0.0);
+    assert!(p.fit_intercept);
+    assert!(!p.normalize);
+    assert_eq!(p.class_weight, None);
+    assert_eq!(p.n_features, None);
+    assert_eq!(p.index_base, 1);
+    assert_eq!(p.validation, None);
     assert_eq!(p.label, "label");
     assert_eq!(p.epochs, 20);
     assert_eq!(p.learning_rate, 0.01);
@@ -45,7 +55,7 @@ fn every_key_accepts_a_valid_value() {
         "double_buffer": false, "verbose": false
     }))
     .unwrap();
-    assert_eq!(p.features, "x");
+    assert_eq!(p.features, Features::Column("x".into()));
     assert_eq!(p.label, "y");
     assert_eq!(p.epochs, 1_000_000);
     assert_eq!(p.learning_rate, 2.0);
@@ -111,12 +121,10 @@ fn check_bad(key: &str, value: Value, hint_part: &str) {
 
 #[test]
 fn every_key_rejects_wrong_types_and_ranges() {
-    for key in ["features", "label"] {
-        check_bad(key, json!(""), "non-empty string");
-        check_bad(key, json!(1), "non-empty string");
-        check_bad(key, json!(null), "non-empty string");
-        check_bad(key, json!(["a"]), "non-empty string");
-    }
+    check_bad("label", json!(""), "non-empty string");
+    check_bad("label", json!(1), "non-empty string");
+    check_bad("label", json!(null), "non-empty string");
+    check_bad("label", json!(["a"]), "non-empty string");
     for (key, max) in [("epochs", 1_000_000u64), ("batch_size", 1_000_000)] {
         for bad in [
             json!(0),
@@ -277,8 +285,10 @@ fn to_json_round_trips() {
     assert_eq!(
         j,
         json!({
-            "features": "features", "label": "label", "epochs": 20, "learning_rate": 0.01, "decay": 0.95,
-            "l2": 0.0, "batch_size": 1, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
+            "features": "features", "label": "label", "epochs": 20, "learning_rate": 0.01,
+            "learning_rate_schedule": "exponential", "decay": 0.95, "l2": 0.0, "l1": 0.0,
+            "batch_size": 1, "fit_intercept": true, "normalize": false, "class_weight": null,
+            "n_features": null, "index_base": 1, "validation": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
             "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "verbose": true
         })
     );
@@ -453,8 +463,205 @@ fn train_config_carries_the_sgd_settings() {
     let p = parse(json!({"learning_rate": 0.5, "decay": 0.9, "l2": 0.1, "batch_size": 8})).unwrap();
     let c = p.train_config(corgipile_ml::model::ModelKind::Logistic);
     assert_eq!(
-        (c.learning_rate, c.decay, c.l2, c.batch_size),
-        (0.5, 0.9, 0.1, 8)
+        (c.learning_rate, c.schedule, c.l2, c.batch_size),
+        (0.5, LrSchedule::Exponential { decay: 0.9 }, 0.1, 8)
     );
+    assert_eq!((c.l1, c.fit_intercept), (0.0, true));
+    assert_eq!(c.class_weights, None);
+    assert_eq!(c.standardizer, None);
     assert_eq!(c.kind, corgipile_ml::model::ModelKind::Logistic);
+}
+
+#[test]
+fn new_keys_accept_valid_values() {
+    let p = parse(json!({
+        "features": ["a", "b", "c"], "learning_rate_schedule": "inverse_sqrt", "l1": 0.01,
+        "fit_intercept": false, "normalize": true, "class_weight": "balanced",
+        "n_features": 2147483647, "index_base": 0, "validation": {"fraction": 0.2}
+    }))
+    .unwrap();
+    assert_eq!(
+        p.features,
+        Features::Columns(vec!["a".into(), "b".into(), "c".into()])
+    );
+    assert_eq!(p.learning_rate_schedule, ScheduleKind::InverseSqrt);
+    assert_eq!(p.l1, 0.01);
+    assert!(!p.fit_intercept && p.normalize);
+    assert_eq!(p.class_weight, Some(ClassWeight::Balanced));
+    assert_eq!(p.n_features, Some(i32::MAX as u32));
+    assert_eq!(p.index_base, 0);
+    assert_eq!(p.validation, Some(Validation::Fraction(0.2)));
+    let c = p.train_config(corgipile_ml::model::ModelKind::Softmax);
+    assert_eq!(c.schedule, LrSchedule::InverseSqrt);
+    assert_eq!((c.l1, c.fit_intercept), (0.01, false));
+
+    let p = parse(json!({
+        "features": {"indices": "idx", "values": "val"}, "learning_rate_schedule": "constant",
+        "class_weight": {"1": 5, "0": 0.5}, "validation": {"relation": "held_out"}, "n_features": 1
+    }))
+    .unwrap();
+    assert!(p.features.is_sparse());
+    assert_eq!(
+        p.features,
+        Features::Sparse {
+            indices: "idx".into(),
+            values: "val".into()
+        }
+    );
+    assert_eq!(
+        p.train_config(corgipile_ml::model::ModelKind::Linear)
+            .schedule,
+        LrSchedule::Constant
+    );
+    let Some(ClassWeight::Map(m)) = &p.class_weight else {
+        panic!("{:?}", p.class_weight)
+    };
+    assert_eq!((m["0"], m["1"]), (0.5, 5.0));
+    assert_eq!(p.validation, Some(Validation::Relation("held_out".into())));
+    assert_eq!(p.n_features, Some(1));
+    let p = parse(json!({"validation": {"predicate": "id % 5 = 0"}, "features": ["x"]})).unwrap();
+    assert_eq!(
+        p.validation,
+        Some(Validation::Predicate("id % 5 = 0".into()))
+    );
+    assert_eq!(p.features, Features::Columns(vec!["x".into()]));
+    assert!(!p.features.is_sparse());
+}
+
+#[test]
+fn new_keys_reject_bad_values() {
+    for bad in [
+        json!(""),
+        json!(1),
+        json!(null),
+        json!([]),
+        json!(["a", "a"]),
+        json!(["a", ""]),
+        json!(["a", 1]),
+        json!({"indices": "i"}),
+        json!({"indices": "i", "values": "i"}),
+        json!({"indices": "i", "values": "v", "x": "y"}),
+        json!({"indices": "", "values": "v"}),
+        json!({"indices": 3, "values": "v"}),
+    ] {
+        check_bad("features", bad, "non-empty string naming one array column");
+    }
+    for bad in [json!("linear"), json!("Constant"), json!(1), json!(null)] {
+        check_bad("learning_rate_schedule", bad, "\"inverse_sqrt\"");
+    }
+    for bad in [json!(-0.1), json!(2e6), json!("0"), json!(null)] {
+        check_bad("l1", bad, ">= 0 and <= 1000000");
+    }
+    for key in ["fit_intercept", "normalize"] {
+        for bad in [json!(0), json!("false"), json!(null)] {
+            check_bad(key, bad, "true or false");
+        }
+    }
+    for bad in [
+        json!("auto"),
+        json!(1),
+        json!(true),
+        json!([1, 2]),
+        json!({}),
+        json!({"a": 0}),
+        json!({"a": -1}),
+        json!({"a": "2"}),
+        json!({"a": 2e6}),
+    ] {
+        check_bad("class_weight", bad, "\"balanced\"");
+    }
+    for bad in [
+        json!(0),
+        json!(-5),
+        json!(2147483648u64),
+        json!(1.5),
+        json!("10"),
+    ] {
+        check_bad("n_features", bad, "1 to 2147483647");
+    }
+    for bad in [json!(2), json!(-1), json!(0.5), json!("1"), json!(null)] {
+        check_bad("index_base", bad, "0 or 1");
+    }
+    for bad in [
+        json!("20%"),
+        json!(0.2),
+        json!({}),
+        json!({"fraction": 0}),
+        json!({"fraction": 1}),
+        json!({"fraction": "0.2"}),
+        json!({"relation": ""}),
+        json!({"predicate": 3}),
+        json!({"table": "t"}),
+        json!({"relation": "t", "predicate": "x"}),
+    ] {
+        check_bad("validation", bad, "{\"fraction\": f}");
+    }
+    let e = err(json!({"features": ["a", "b", "a"]}));
+    assert_eq!(
+        e.message,
+        "invalid value for parameter \"features\": [\"a\",\"b\",\"a\"] (column \"a\" is listed twice)"
+    );
+    let e = err(json!({"validation": {"fraction": 1.5}}));
+    assert!(
+        e.message
+            .ends_with("(fraction must be a number > 0 and < 1)"),
+        "{}",
+        e.message
+    );
+    assert!(err(json!({"l_1": 1}))
+        .hint
+        .unwrap()
+        .starts_with("did you mean \"l1\"?"));
+}
+
+#[test]
+fn new_keys_round_trip() {
+    let inputs = [
+        json!({"features": ["a", "b"], "learning_rate_schedule": "constant", "l1": 0.5}),
+        json!({"features": {"indices": "i", "values": "v"}, "n_features": 1000000, "index_base": 0}),
+        json!({"class_weight": "balanced", "normalize": true, "fit_intercept": false}),
+        json!({"class_weight": {"yes": 3.5, "no": 1.5}, "validation": {"fraction": 0.25}}),
+        json!({"validation": {"relation": "s.t"}}),
+        json!({"validation": {"predicate": "id % 5 = 0"}, "learning_rate_schedule": "inverse_sqrt"}),
+    ];
+    for input in inputs {
+        let p = parse(input.clone()).unwrap();
+        let out = p.to_json();
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len());
+        for (k, v) in input.as_object().unwrap() {
+            assert_eq!(&out[k], v, "{k}");
+        }
+        assert_eq!(TrainParams::from_json(&out).unwrap(), p, "{input} → {out}");
+    }
+}
+
+#[test]
+fn class_weight_resolution() {
+    let labels = vec!["no".to_string(), "yes".to_string()];
+    assert_eq!(
+        ClassWeight::Balanced.resolve(&labels, &[3, 1]).unwrap(),
+        vec![4.0 / 6.0, 2.0]
+    );
+    let p = parse(json!({"class_weight": {"yes": 5}})).unwrap();
+    let cw = p.class_weight.unwrap();
+    assert_eq!(cw.resolve(&labels, &[3, 1]).unwrap(), vec![1.0, 5.0]);
+    let e = cw.resolve(&["0".into(), "1".into()], &[1, 1]).unwrap_err();
+    assert_eq!(
+        e.message,
+        "class_weight names label \"yes\", which does not occur in the label column"
+    );
+}
+
+#[test]
+fn buffer_tuples_from_bytes_per_tuple() {
+    let mb = 1u64 << 20;
+    let bpt = corgipile_ml::TupleArena::bytes_per_sparse_tuple(10); // 136
+    assert_eq!(
+        resolve_buffer_tuples_bytes(BufferSize::Bytes(136_000), true, bpt, 0, 1, 512 * mb),
+        Ok(1000)
+    );
+    assert_eq!(
+        resolve_buffer_tuples_bytes(BufferSize::Fraction(0.1), false, 80, 8000, 2, 512 * mb),
+        resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, 8000, 2, 512 * mb)
+    );
 }

@@ -4,7 +4,7 @@
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::shuffle::{block_order, split_blocks, TupleShuffler};
-use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
+use corgipile_ml::trainer::{EpochStats, LrSchedule, TrainConfig, TrainError, Trainer};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
@@ -16,9 +16,10 @@ fn cfg(kind: ModelKind, lr: f64, l2: f64, batch: usize) -> TrainConfig {
     TrainConfig {
         kind,
         learning_rate: lr,
-        decay: 0.9,
+        schedule: LrSchedule::Exponential { decay: 0.9 },
         l2,
         batch_size: batch,
+        ..TrainConfig::new(kind)
     }
 }
 
@@ -66,7 +67,7 @@ fn arena_of(data: &[(f64, Vec<f64>)], d: usize) -> TupleArena {
 fn bits(m: &LinearModel) -> (Vec<u64>, u64) {
     (
         m.weights.iter().map(|w| w.to_bits()).collect(),
-        m.bias.to_bits(),
+        m.bias[0].to_bits(),
     )
 }
 
@@ -74,7 +75,7 @@ fn stats_bits(s: &EpochStats) -> (u32, u64, u64, u64, u64) {
     (
         s.epoch,
         s.loss.to_bits(),
-        s.accuracy.to_bits(),
+        s.accuracy.unwrap().to_bits(),
         s.tuples,
         s.learning_rate.to_bits(),
     )
@@ -117,9 +118,10 @@ fn separable_data_reaches_full_training_accuracy() {
                 TrainConfig {
                     kind,
                     learning_rate: 0.5,
-                    decay: 0.97,
+                    schedule: LrSchedule::Exponential { decay: 0.97 },
                     l2: 0.0,
                     batch_size: batch,
+                    ..TrainConfig::new(kind)
                 },
                 2,
             );
@@ -172,18 +174,14 @@ fn batch_size_one_follows_the_update_formula_exactly() {
             }
             assert_eq!(
                 bits(t.model()),
-                bits(&LinearModel {
-                    kind,
-                    weights: w.clone(),
-                    bias: b
-                }),
+                bits(&LinearModel::single(kind, w.clone(), b)),
                 "{kind:?} l2={l2}"
             );
             let s = t.finish_epoch().unwrap();
             assert_eq!(s.epoch, 2);
             assert_eq!(s.tuples, 30);
             assert_eq!(s.learning_rate, lr);
-            assert_eq!(s.accuracy, correct as f64 / 30.0);
+            assert_eq!(s.accuracy, Some(correct as f64 / 30.0));
             let reg: f64 = 0.5 * l2 * w.iter().map(|v| v * v).sum::<f64>();
             assert!((s.loss - (loss / 30.0 + reg)).abs() < 1e-12);
         }
@@ -201,9 +199,10 @@ fn mini_batch_follows_the_averaged_update_formula() {
         TrainConfig {
             kind,
             learning_rate: lr,
-            decay: 1.0,
+            schedule: LrSchedule::Exponential { decay: 1.0 },
             l2,
             batch_size: bs,
+            ..TrainConfig::new(kind)
         },
         d,
     );
@@ -229,14 +228,7 @@ fn mini_batch_follows_the_averaged_update_formula() {
         }
         b -= lr * (sb / n);
     }
-    assert_eq!(
-        bits(t.model()),
-        bits(&LinearModel {
-            kind,
-            weights: w,
-            bias: b
-        })
-    );
+    assert_eq!(bits(t.model()), bits(&LinearModel::single(kind, w, b)));
 }
 
 #[test]
@@ -251,8 +243,8 @@ fn mini_batch_spanning_buffers_equals_one_buffer() {
     ];
     for &kind in &KINDS {
         for &l2 in &[0.0, 0.02] {
-            let (t1, s1) = run(cfg(kind, 0.05, l2, 4), d, &whole, 3);
-            let (t2, s2) = run(cfg(kind, 0.05, l2, 4), d, &split, 3);
+            let (mut t1, s1) = run(cfg(kind, 0.05, l2, 4), d, &whole, 3);
+            let (mut t2, s2) = run(cfg(kind, 0.05, l2, 4), d, &split, 3);
             assert_eq!(bits(t1.model()), bits(t2.model()));
             assert_eq!(s1, s2);
         }
@@ -343,13 +335,13 @@ fn label_flip_is_bit_exact() {
                     let reference = arena_of(base, d); // labels already -1/+1: no flip
                     let raw = relabel(base, *neg, *pos);
                     let buffers = [arena_of(&raw[..60], d), arena_of(&raw[60..], d)];
-                    let (t_ref, s_ref) = run(
+                    let (mut t_ref, s_ref) = run(
                         cfg(kind, 0.1, l2, batch),
                         d,
                         std::slice::from_ref(&reference),
                         3,
                     );
-                    let (t_raw, s_raw) = run(cfg(kind, 0.1, l2, batch), d, &buffers, 3);
+                    let (mut t_raw, s_raw) = run(cfg(kind, 0.1, l2, batch), d, &buffers, 3);
                     let ctx = format!("{kind:?} batch={batch} l2={l2} labels {neg}/{pos}");
                     assert_eq!(t_raw.label_map(), Some((*neg, *pos)), "{ctx}");
                     assert_eq!(bits(t_raw.model()), bits(t_ref.model()), "{ctx}");
@@ -366,7 +358,7 @@ fn label_flip_is_bit_exact() {
 fn any_two_label_values_give_identical_results() {
     let d = 3;
     let base = dataset(100, d, 9, 0.1);
-    let (t_ref, s_ref) = run(
+    let (mut t_ref, s_ref) = run(
         cfg(ModelKind::Svm, 0.1, 0.0, 1),
         d,
         &[arena_of(&base, d)],
@@ -374,7 +366,7 @@ fn any_two_label_values_give_identical_results() {
     );
     for (neg, pos) in [(0.0, 1.0), (-1.0, 1.0), (3.0, 7.0), (-7.0, -3.0)] {
         let raw = relabel(&base, neg, pos);
-        let (t, s) = run(cfg(ModelKind::Svm, 0.1, 0.0, 1), d, &[arena_of(&raw, d)], 2);
+        let (mut t, s) = run(cfg(ModelKind::Svm, 0.1, 0.0, 1), d, &[arena_of(&raw, d)], 2);
         assert_eq!(t.label_map(), Some((neg, pos)));
         assert_eq!(t.labels_seen(), vec![neg, pos]);
         assert_eq!(bits(t.model()), bits(t_ref.model()));
@@ -453,9 +445,10 @@ fn learning_rate_decays_and_empty_epoch_is_zero() {
         TrainConfig {
             kind: ModelKind::Svm,
             learning_rate: 0.5,
-            decay: 0.5,
+            schedule: LrSchedule::Exponential { decay: 0.5 },
             l2: 0.0,
             batch_size: 1,
+            ..TrainConfig::new(ModelKind::Svm)
         },
         2,
     );
@@ -466,7 +459,8 @@ fn learning_rate_decays_and_empty_epoch_is_zero() {
         EpochStats {
             epoch: 3,
             loss: 0.0,
-            accuracy: 0.0,
+            accuracy: Some(0.0),
+            r2: None,
             tuples: 0,
             learning_rate: 0.125
         }

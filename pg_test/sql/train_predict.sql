@@ -1,7 +1,7 @@
 SET client_min_messages = warning;
 -- The shortest call works: default params, columns "features" and "label".
 SELECT corgipile_train('clustered', 'svm') AS id \gset
-SELECT model_type, relation, label_column, feature_column, n_features, label_mapping,
+SELECT model_type, relation, label_column, features, n_features, n_outputs, label_mapping,
        rows_trained, rows_skipped, trained_by = current_user AS mine,
        params->>'epochs' AS epochs, params->>'shuffle' AS shuffle, (params->>'seed') IS NOT NULL AS seed_filled
 FROM corgipile.models WHERE id = :id;

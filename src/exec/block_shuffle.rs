@@ -19,6 +19,9 @@ pub struct BlockShuffleState {
     next_block: usize,
     in_block: bool,
     epoch: u32,
+    /// Tuple id of the tuple returned last (for messages and the validation hash; reading it
+    /// from the scan, not as a ctid column, keeps column privileges on user columns enough).
+    pub last_tid: pg_sys::ItemPointerData,
     // What EXPLAIN ANALYZE reports.
     pub blocks_read: u64,
     pub pages_read: u64,
@@ -71,6 +74,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         next_block: 0,
         in_block: false,
         epoch: 1,
+        last_tid: pg_sys::ItemPointerData::default(),
         blocks_read: 0,
         pages_read: 0,
         epochs_started: 0,
@@ -123,6 +127,7 @@ unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sy
         }
         // SAFETY: the scan slot was created by ExecInitCustomScan with the heap's slot ops.
         if pg_sys::heap_getnextslot(state.scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            state.last_tid = (*slot).tts_tid;
             return slot;
         }
         state.in_block = false;

@@ -7,6 +7,17 @@
 //! waits, and the `Worker` guard stops and joins the thread on every exit path, ERROR included.
 
 use super::tuple_shuffle::{ShuffledBuffer, TupleShuffleState};
+use crate::catalog::StoredModel;
+use crate::classes::ClassValue;
+use crate::input::FeatureLayout;
+use crate::plan::Mode;
+use corgipile_ml::arena::TupleArena;
+use corgipile_ml::metrics::{BinaryMetrics, MulticlassMetrics, RegressionMetrics};
+use corgipile_ml::model::{argmax, sigmoid, sign, softmax_loss, ModelKind, Row};
+use corgipile_ml::stats::FeatureStats;
+use serde::Serialize;
+use serde_json::json;
+use std::rc::Rc;
 use super::{config_of, create_node, explain, init_child, install_state, methods, state_of};
 use crate::error::{notice, raise};
 use crate::plan::PipelineConfig;
@@ -18,27 +29,49 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Per-epoch metrics on the held-out validation rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidationStats {
+    pub loss: f64,
+    pub accuracy: Option<f64>,
+    pub r2: Option<f64>,
+    pub rows: u64,
+}
+
 pub struct EpochRecord {
     pub stats: EpochStats,
     pub seconds: f64,
+    pub validation: Option<ValidationStats>,
 }
 
 /// What a finished training produced; the caller stores it in the catalog.
 pub struct TrainOutcome {
+    /// In original feature units (a standardizer, if any, is folded in).
     pub model: LinearModel,
-    /// Raw label values mapped to the negative and positive class.
-    pub label_map: (f64, f64),
+    /// Classifiers: label values by class index (binary: [negative, positive]).
+    pub classes: Vec<ClassValue>,
+    pub standardizer: Option<serde_json::Value>,
     pub epochs: Vec<EpochRecord>,
     pub rows_trained: u64,
     pub rows_skipped: u64,
     pub seconds: f64,
 }
 
+/// corgipile_evaluate's answer (a JSON object).
+pub type EvaluationReport = serde_json::Value;
+
 pub struct SgdState {
     config: PipelineConfig,
     child: *mut pg_sys::PlanState,
     done: bool,
     pub outcome: Option<TrainOutcome>,
+    /// Evaluate mode: the model to score, and the result.
+    pub evaluate_model: Option<Rc<StoredModel>>,
+    pub evaluation: Option<EvaluationReport>,
+    /// Collect mode: every row of the relation, and its classes.
+    pub collected: Option<(ShuffledBuffer, Vec<ClassValue>)>,
+    /// Rows of a validation relation, collected before training.
+    pub validation_rows: Option<(ShuffledBuffer, Vec<ClassValue>)>,
     /// Whether to write a progress NOTICE per epoch (off for EXPLAIN ANALYZE).
     pub verbose: bool,
     // EXPLAIN ANALYZE figures.
@@ -46,17 +79,26 @@ pub struct SgdState {
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
     epochs_run: u32,
+    /// Binary models: the trainer's (negative, positive) labels after the last epoch.
+    binary_labels: Option<(f64, f64)>,
 }
 
 enum Job {
     StartEpoch(u32),
     Train(ShuffledBuffer),
-    EndEpoch,
+    /// End the epoch; `snapshot` = also send a copy of the model (for validation).
+    EndEpoch { snapshot: bool },
 }
 
 enum Reply {
     Consumed(ShuffledBuffer),
-    EpochDone { result: Result<EpochStats, TrainError>, labels_seen: usize, busy_seconds: f64 },
+    EpochDone {
+        result: Result<EpochStats, TrainError>,
+        labels_seen: usize,
+        label_map: Option<(f64, f64)>,
+        busy_seconds: f64,
+        model: Option<LinearModel>,
+    },
     Failed(TrainError),
     Panicked(String),
 }
@@ -97,10 +139,12 @@ impl Worker {
                                 }
                             }
                         }
-                        Job::EndEpoch => {
+                        Job::EndEpoch { snapshot } => {
                             let result = trainer.finish_epoch();
                             let labels_seen = trainer.labels_seen().len();
-                            let _ = replies_tx.send(Reply::EpochDone { result, labels_seen, busy_seconds: busy });
+                            let model = snapshot.then(|| trainer.model().clone());
+                            let label_map = trainer.label_map();
+                            let _ = replies_tx.send(Reply::EpochDone { result, labels_seen, label_map, busy_seconds: busy, model });
                         }
                     }
                 }
@@ -119,16 +163,18 @@ impl Worker {
         Worker { jobs: Some(jobs_tx), replies: replies_rx, handle: Some(handle) }
     }
 
-    fn send(&self, job: Job) {
-        if self.jobs.as_ref().expect("worker running").send(job).is_err() {
-            // The worker stopped: it says why in its last reply.
-            while let Ok(reply) = self.replies.try_recv() {
-                if matches!(reply, Reply::Failed(_) | Reply::Panicked(_)) {
-                    raise_reply(reply);
-                }
-            }
-            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker thread exited unexpectedly", None);
+    /// Hands the worker a job. Err: the worker has stopped, and the reply that says why.
+    #[allow(clippy::result_large_err)] // a rare, one-off error path
+    fn send(&self, job: Job) -> Result<(), Reply> {
+        if self.jobs.as_ref().expect("worker running").send(job).is_ok() {
+            return Ok(());
         }
+        while let Ok(reply) = self.replies.try_recv() {
+            if matches!(reply, Reply::Failed(_) | Reply::Panicked(_)) {
+                return Err(reply);
+            }
+        }
+        Err(Reply::Panicked("the worker thread exited unexpectedly".into()))
     }
 
     /// Next reply, checking for cancel/statement_timeout every 50 ms while waiting.
@@ -194,28 +240,35 @@ fn spawn_with_signals_blocked<T: Send + 'static>(body: impl FnOnce() -> T + Send
     }
 }
 
-fn raise_train_error(e: TrainError) -> ! {
+/// Raise the ERROR for a training failure; `label` renders a trainer label (a value or a
+/// class index) as the table shows it.
+fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String) -> ! {
     match e {
         TrainError::TooManyLabels { values } => raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
             format!(
                 "the label column has more than two distinct values (saw {}, {} and {})",
-                values[0], values[1], values[2]
+                label(values[0]), label(values[1]), label(values[2])
             ),
-            Some("svm and logistic are binary classifiers: the label must have exactly two distinct values.".into()),
+            Some("svm and logistic are binary classifiers: the label must have exactly two distinct values (softmax handles more).".into()),
+        ),
+        TrainError::InvalidLabel { value, .. } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!("invalid label {}", label(value)),
+            Some(e.hint().into()),
         ),
         TrainError::Diverged { epoch } => raise(
             PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             format!("training diverged in epoch {epoch}: the loss or the weights became NaN or infinite"),
-            Some("Use a smaller learning_rate (or scale the features).".into()),
+            Some("Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()),
         ),
     }
 }
 
 /// Raise the ERROR a worker failure stands for.
-fn raise_reply(reply: Reply) -> ! {
+fn raise_reply(reply: Reply, label: &dyn Fn(f64) -> String) -> ! {
     match reply {
-        Reply::Failed(e) => raise_train_error(e),
+        Reply::Failed(e) => raise_train_error(e, label),
         Reply::Panicked(message) => raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             format!("corgipile SGD worker failed: {message}"),
@@ -226,34 +279,115 @@ fn raise_reply(reply: Reply) -> ! {
 }
 
 impl SgdState {
-    unsafe fn train(&mut self) {
-        let started = Instant::now();
-        // SAFETY: our plan always has TupleShuffle as this node's only child.
-        let shuffle = state_of::<TupleShuffleState>(self.child.cast());
-        let params = self.config.params.clone();
-        let Some(first) = shuffle.next_buffer(None) else {
-            let skipped = shuffle.rows_skipped_this_epoch;
-            if skipped > 0 {
+    unsafe fn run(&mut self) {
+        match self.config.mode {
+            Mode::Train => self.train(),
+            Mode::Evaluate => self.evaluate(),
+            Mode::Collect => self.collect(),
+        }
+    }
+
+    /// SAFETY: our plan always has TupleShuffle as this node's only child.
+    unsafe fn shuffle<'a>(&self) -> &'a mut TupleShuffleState {
+        state_of::<TupleShuffleState>(self.child.cast())
+    }
+
+    fn no_rows(&self, skipped: u64) -> ! {
+        if skipped > 0 {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!("all {skipped} rows of {} were skipped (NULL label, NULL or empty features)", self.config.relation),
+                Some("Rows need a non-NULL label and non-NULL, non-empty features.".into()),
+            );
+        }
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("{} has no rows to train on", self.config.relation),
+            Some("The table is empty, or row-level security policies (or the validation split) hide every row.".into()),
+        );
+    }
+
+    /// Renders a trainer label as the table shows it (class indices → class values).
+    fn label_text(&self) -> impl Fn(f64) -> String + '_ {
+        // SAFETY: the child state outlives this borrow (both live until the query ends).
+        let classes = unsafe { &self.shuffle().classes };
+        let uses_classes = self.config.label.uses_classes();
+        move |v: f64| {
+            if uses_classes && v >= 0.0 && (v as usize) < classes.len() {
+                classes.classes[v as usize].to_text()
+            } else {
+                v.to_string()
+            }
+        }
+    }
+
+    /// One pass of statistics before training, for `normalize` and `class_weight`.
+    unsafe fn statistics_pass(&mut self, config: &mut TrainConfig) {
+        let params = &self.config.params;
+        let shuffle = self.shuffle();
+        let mut stats: Option<FeatureStats> = None;
+        let mut spare = None;
+        while let Some(b) = shuffle.next_buffer(spare.take()) {
+            let st = stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier()));
+            for i in 0..b.arena.len() {
+                st.push(b.arena.row(i), b.arena.label(i));
+            }
+            spare = Some(b);
+        }
+        let Some(stats) = stats else { self.no_rows(shuffle.rows_skipped_this_epoch) };
+        if params.normalize {
+            let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
+            config.standardizer = Some(stats.standardizer(!sparse));
+        }
+        if let (Some(class_weight), true) = (&params.class_weight, self.config.model.is_classifier()) {
+            // counts: (trainer label, rows), ascending: values, or class indices.
+            let counts = stats.class_counts();
+            let label_text = self.label_text();
+            if self.config.model.is_binary() && counts.len() != 2 {
                 raise(
                     PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("all {skipped} rows of {} were skipped (NULL label, NULL or empty features)", self.config.relation),
-                    Some("Rows need a non-NULL label and a non-empty features array.".into()),
+                    format!("the label column of {} has {} distinct values; binary classifiers need exactly two", self.config.relation, counts.len()),
+                    None,
                 );
             }
-            raise(
-                PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-                format!("{} has no rows to train on", self.config.relation),
-                Some("The table is empty, or the WHERE clause / row-level security policies hide every row.".into()),
-            );
+            let k = if self.config.model.is_binary() { 2 } else { counts.iter().map(|c| c.0 as usize + 1).max().unwrap_or(0) };
+            // Weights by class position: binary [negative, positive]; softmax by class index.
+            let mut labels = Vec::with_capacity(k);
+            let mut n = vec![0u64; k];
+            for (position, (label, count)) in counts.iter().enumerate() {
+                let at = if self.config.model.is_binary() { position } else { *label as usize };
+                n[at] = *count;
+            }
+            #[allow(clippy::needless_range_loop)] // binary indexes counts, softmax does not
+            for position in 0..k {
+                let trainer_label = if self.config.model.is_binary() { counts[position].0 } else { position as f64 };
+                labels.push(label_text(trainer_label));
+            } // (binary: k == counts.len() == 2)
+            let weights = class_weight
+                .resolve(&labels, &n)
+                .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint));
+            if self.config.model.is_binary() {
+                config.label_values = Some((counts[0].0, counts[1].0));
+            }
+            config.class_weights = Some(weights);
+        }
+        pg_sys::ExecReScan(self.child);
+    }
+
+    unsafe fn train(&mut self) {
+        let started = Instant::now();
+        let params = self.config.params.clone();
+        let mut train_config = params.train_config(self.config.model);
+        if params.normalize || params.class_weight.is_some() {
+            self.statistics_pass(&mut train_config);
+        }
+        let shuffle = self.shuffle();
+        let Some(first) = shuffle.next_buffer(None) else { self.no_rows(shuffle.rows_skipped_this_epoch) };
+        let n_features = match self.config.layout {
+            FeatureLayout::Dense { .. } => first.arena.n_features(),
+            FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
         };
-        let n_features = first.arena.n_features();
-        let train_config = TrainConfig {
-            kind: self.config.model,
-            learning_rate: params.learning_rate,
-            decay: params.decay,
-            l2: params.l2,
-            batch_size: params.batch_size as usize,
-        };
+        let standardizer = train_config.standardizer.clone();
         let trainer = Trainer::new(train_config, n_features);
         let mut epochs: Vec<EpochRecord> = Vec::new();
         let mut rows_skipped = 0;
@@ -264,40 +398,50 @@ impl SgdState {
             (None, Some(trainer))
         };
         let mut spares: Vec<ShuffledBuffer> = Vec::new();
+        let validate = params.validation.is_some();
 
         for epoch in 1..=params.epochs {
             let epoch_started = Instant::now();
             if epoch > 1 {
                 pg_sys::ExecReScan(self.child);
             }
-            let (result, labels_seen) = match (&mut worker, &mut local) {
-                (Some(w), _) => self.epoch_with_worker(w, shuffle, &mut spares, first.take(), epoch),
-                (None, Some(t)) => self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch),
+            let (result, labels_seen, snapshot) = match (&mut worker, &mut local) {
+                (Some(w), _) => self.epoch_with_worker(w, shuffle, &mut spares, first.take(), epoch, validate),
+                (None, Some(t)) => {
+                    let (r, l) = self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
+                    self.binary_labels = t.label_map();
+                    (r, l, validate.then(|| t.model().clone()))
+                }
                 _ => unreachable!(),
             };
-            let stats = result.unwrap_or_else(|e| raise_train_error(e));
+            let stats = result.unwrap_or_else(|e| raise_train_error(e, &self.label_text()));
             if epoch == 1 {
                 rows_skipped = shuffle.rows_skipped_this_epoch;
-                if labels_seen < 2 {
+                let classes_seen = if self.config.model == ModelKind::Softmax { shuffle.classes.len() } else { labels_seen };
+                if self.config.model.is_classifier() && classes_seen < 2 {
                     raise(
                         PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                         format!("the label column of {} has only one distinct value", self.config.relation),
-                        Some("Binary classifiers need rows of both classes.".into()),
+                        Some("Classifiers need rows of at least two classes.".into()),
                     );
                 }
             }
+            let validation = snapshot.map(|m| {
+                let m = match &standardizer {
+                    Some(s) => m.fold_standardizer(s),
+                    None => m,
+                };
+                self.validate(&m, shuffle, labels_seen)
+            });
             let seconds = epoch_started.elapsed().as_secs_f64();
             if self.verbose {
-                notice(format!(
-                    "corgipile epoch {:>3}/{}: loss {:.6}  accuracy {:.4}  tuples {}  lr {:.3e}  {:.3} s",
-                    epoch, params.epochs, stats.loss, stats.accuracy, stats.tuples, stats.learning_rate, seconds
-                ));
+                notice(progress_line(epoch, params.epochs, &stats, validation.as_ref(), seconds));
             }
             let converged = params.tolerance > 0.0
                 && epochs.last().is_some_and(|prev: &EpochRecord| (prev.stats.loss - stats.loss).abs() < params.tolerance);
             self.epochs_run = epoch;
             self.last_stats = Some(stats.clone());
-            epochs.push(EpochRecord { stats, seconds });
+            epochs.push(EpochRecord { stats, seconds, validation });
             if converged {
                 break;
             }
@@ -306,15 +450,184 @@ impl SgdState {
             Some(w) => w.finish(),
             None => local.take().expect("local trainer"),
         };
-        let label_map = trainer.label_map().expect("two labels were checked after epoch 1");
+        let label_map = trainer.label_map();
+        let mut model = trainer.into_model();
+        if let Some(s) = &standardizer {
+            model = model.fold_standardizer(s);
+        }
+        let classes = self.classes_of(label_map, model.n_outputs);
         self.outcome = Some(TrainOutcome {
-            model: trainer.model().clone(),
-            label_map,
+            model,
+            classes,
+            standardizer: standardizer.map(|s| serde_json::to_value(s).expect("standardizer serializes")),
             rows_trained: epochs.last().map_or(0, |e| e.stats.tuples),
             rows_skipped,
             epochs,
             seconds: started.elapsed().as_secs_f64(),
         });
+    }
+
+    /// The label values of the model's classes.
+    unsafe fn classes_of(&self, label_map: Option<(f64, f64)>, n_outputs: usize) -> Vec<ClassValue> {
+        let dictionary = &self.shuffle().classes.classes;
+        match self.config.model {
+            ModelKind::Linear => Vec::new(),
+            ModelKind::Softmax => dictionary.iter().take(n_outputs).cloned().collect(),
+            ModelKind::Svm | ModelKind::Logistic => {
+                let (neg, pos) = label_map.expect("two labels were checked after epoch 1");
+                if self.config.label.uses_classes() {
+                    vec![dictionary[neg as usize].clone(), dictionary[pos as usize].clone()]
+                } else {
+                    vec![ClassValue::Number(neg), ClassValue::Number(pos)]
+                }
+            }
+        }
+    }
+
+    /// Loss and accuracy (or R²) of `model` on the validation rows.
+    unsafe fn validate(&self, model: &LinearModel, shuffle: &TupleShuffleState, _labels_seen: usize) -> ValidationStats {
+        let arena = match (&self.validation_rows, &shuffle.validation) {
+            (Some((b, _)), _) => &b.arena,
+            (None, Some(a)) => a,
+            (None, None) => return ValidationStats { loss: f64::NAN, accuracy: None, r2: None, rows: 0 },
+        };
+        let mut scores = Vec::new();
+        let (mut loss, mut correct, mut n) = (0.0, 0u64, 0u64);
+        let mut regression = RegressionMetrics::new();
+        let binary_map = match self.config.model {
+            ModelKind::Svm | ModelKind::Logistic => self.binary_labels,
+            _ => None,
+        };
+        for i in 0..arena.len() {
+            let (row, label) = (arena.row(i), arena.label(i));
+            match self.config.model {
+                ModelKind::Linear => {
+                    let z = model.decision(row);
+                    regression.push(z, label);
+                    loss += model.kind.loss(z, label);
+                }
+                ModelKind::Softmax => {
+                    let y = label as usize;
+                    model.scores(row, &mut scores);
+                    if y >= scores.len() {
+                        continue; // a class the model never saw in training
+                    }
+                    correct += (argmax(&scores) == Some(y)) as u64;
+                    loss += softmax_loss(&mut scores, y);
+                }
+                ModelKind::Svm | ModelKind::Logistic => {
+                    let Some((neg, pos)) = binary_map else { continue };
+                    let y = if label == pos { 1.0 } else if label == neg { -1.0 } else { continue };
+                    let z = model.decision(row);
+                    correct += (sign(z) == y) as u64;
+                    loss += model.kind.loss(z, y);
+                }
+            }
+            n += 1;
+        }
+        let mean_loss = if n > 0 { loss / n as f64 } else { f64::NAN };
+        match self.config.model {
+            ModelKind::Linear => ValidationStats { loss: mean_loss, accuracy: None, r2: Some(regression.finish().r2), rows: n },
+            _ => ValidationStats { loss: mean_loss, accuracy: Some(if n > 0 { correct as f64 / n as f64 } else { 0.0 }), r2: None, rows: n },
+        }
+    }
+
+    /// corgipile_evaluate: score the stored model on every row.
+    unsafe fn evaluate(&mut self) {
+        let model = self.evaluate_model.clone().expect("evaluate mode has a model");
+        let shuffle = self.shuffle();
+        let k = model.classes.len();
+        let mut binary = BinaryMetrics::new();
+        let mut multi = MulticlassMetrics::new(k.max(1));
+        let mut regression = RegressionMetrics::new();
+        let mut probs = Vec::new();
+        let (mut scored, mut unknown) = (0u64, 0u64);
+        let numeric_classes: Vec<Option<f64>> = model.classes.iter().map(|c| c.as_f64()).collect();
+        let mut spare = None;
+        while let Some(b) = shuffle.next_buffer(spare.take()) {
+            for i in 0..b.arena.len() {
+                let (row, label) = (b.arena.row(i), b.arena.label(i));
+                match model.kind() {
+                    ModelKind::Linear => regression.push(model.model.decision(row), label),
+                    ModelKind::Softmax => {
+                        let actual = label as usize;
+                        if actual >= k {
+                            unknown += 1;
+                            continue;
+                        }
+                        let p = model.model.predict_proba(row, &mut probs).then(|| probs[actual]);
+                        multi.push(model.model.predict(row) as usize, actual, p);
+                    }
+                    ModelKind::Svm | ModelKind::Logistic => {
+                        // Labels arrive as values (numeric) or class indices (text, pre-seeded
+                        // with the model's classes, so index 1 is the positive class).
+                        let positive = if self.config.label.uses_classes() {
+                            match label as usize {
+                                0 => false,
+                                1 => true,
+                                _ => {
+                                    unknown += 1;
+                                    continue;
+                                }
+                            }
+                        } else if Some(label) == numeric_classes[1] {
+                            true
+                        } else if Some(label) == numeric_classes[0] {
+                            false
+                        } else {
+                            unknown += 1;
+                            continue;
+                        };
+                        let z = model.model.decision(row);
+                        let p = (model.kind() == ModelKind::Logistic).then(|| sigmoid(z));
+                        binary.push(z, p, positive);
+                    }
+                }
+                scored += 1;
+            }
+            spare = Some(b);
+        }
+        let mut report = match model.kind() {
+            ModelKind::Linear => serde_json::to_value(regression.finish()),
+            ModelKind::Softmax => serde_json::to_value(multi.finish()),
+            _ => serde_json::to_value(binary.finish()),
+        }
+        .expect("metrics serialize");
+        report["model_id"] = json!(model.id);
+        report["rows_scored"] = json!(scored);
+        report["rows_skipped"] = json!(shuffle.rows_skipped_this_epoch + unknown);
+        if unknown > 0 {
+            report["rows_with_unknown_label"] = json!(unknown);
+        }
+        self.evaluation = Some(report);
+    }
+
+    /// Collect mode: every row in one arena (a validation relation), bounded by the buffer limit.
+    unsafe fn collect(&mut self) {
+        let shuffle = self.shuffle();
+        let mut all: Option<ShuffledBuffer> = None;
+        let mut spare = None;
+        while let Some(b) = shuffle.next_buffer(spare.take()) {
+            let dst = all.get_or_insert_with(|| ShuffledBuffer {
+                arena: if b.arena.is_sparse() { TupleArena::new_sparse(0, 0) } else { TupleArena::new(b.arena.n_features(), 0) },
+                order: Vec::new(),
+            });
+            for i in 0..b.arena.len() {
+                match b.arena.row(i) {
+                    Row::Dense(x) => dst.arena.push(b.arena.label(i), x),
+                    Row::Sparse { indices, values } => dst.arena.push_sparse(b.arena.label(i), indices, values),
+                }
+            }
+            if dst.arena.bytes_used() as u64 > self.config.max_buffer_bytes {
+                raise(
+                    PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                    format!("the validation relation {} does not fit in corgipile.max_buffer_memory", self.config.relation),
+                    Some("Use a smaller validation relation, or {\"fraction\": ...} validation.".into()),
+                );
+            }
+            spare = Some(b);
+        }
+        self.collected = all.map(|b| (b, shuffle.classes.classes.clone()));
     }
 
     /// One epoch, double-buffered: the worker trains one buffer while we fill the next.
@@ -325,8 +638,9 @@ impl SgdState {
         spares: &mut Vec<ShuffledBuffer>,
         mut first: Option<ShuffledBuffer>,
         epoch: u32,
-    ) -> (Result<EpochStats, TrainError>, usize) {
-        worker.send(Job::StartEpoch(epoch));
+        snapshot: bool,
+    ) -> (Result<EpochStats, TrainError>, usize, Option<LinearModel>) {
+        worker.send(Job::StartEpoch(epoch)).unwrap_or_else(|r| raise_reply(r, &self.label_text()));
         let mut in_flight = 0;
         loop {
             while in_flight >= 2 {
@@ -335,7 +649,7 @@ impl SgdState {
                         spares.push(b);
                         in_flight -= 1;
                     }
-                    other => raise_reply(other),
+                    other => raise_reply(other, &self.label_text()),
                 }
             }
             let next = match first.take() {
@@ -343,18 +657,19 @@ impl SgdState {
                 None => shuffle.next_buffer(spares.pop()),
             };
             let Some(buffer) = next else { break };
-            worker.send(Job::Train(buffer));
+            worker.send(Job::Train(buffer)).unwrap_or_else(|r| raise_reply(r, &self.label_text()));
             in_flight += 1;
         }
-        worker.send(Job::EndEpoch);
+        worker.send(Job::EndEpoch { snapshot }).unwrap_or_else(|r| raise_reply(r, &self.label_text()));
         loop {
             match worker.wait(&mut self.backend_wait_seconds) {
                 Reply::Consumed(b) => spares.push(b),
-                Reply::EpochDone { result, labels_seen, busy_seconds } => {
+                Reply::EpochDone { result, labels_seen, busy_seconds, model, label_map } => {
                     self.worker_busy_seconds += busy_seconds;
-                    return (result, labels_seen);
+                    self.binary_labels = label_map;
+                    return (result, labels_seen, model);
                 }
-                other => raise_reply(other),
+                other => raise_reply(other, &self.label_text()),
             }
         }
     }
@@ -383,7 +698,28 @@ impl SgdState {
         }
         (trainer.finish_epoch(), trainer.labels_seen().len())
     }
+}
 
+/// The per-epoch NOTICE.
+fn progress_line(epoch: u32, epochs: u32, stats: &EpochStats, validation: Option<&ValidationStats>, seconds: f64) -> String {
+    let mut line = format!("corgipile epoch {:>3}/{}: loss {:.6}", epoch, epochs, stats.loss);
+    if let Some(a) = stats.accuracy {
+        line.push_str(&format!("  accuracy {a:.4}"));
+    }
+    if let Some(r2) = stats.r2 {
+        line.push_str(&format!("  r2 {r2:.4}"));
+    }
+    if let Some(v) = validation {
+        line.push_str(&format!("  validation loss {:.6}", v.loss));
+        if let Some(a) = v.accuracy {
+            line.push_str(&format!(" accuracy {a:.4}"));
+        }
+        if let Some(r2) = v.r2 {
+            line.push_str(&format!(" r2 {r2:.4}"));
+        }
+    }
+    line.push_str(&format!("  tuples {}  lr {:.3e}  {:.3} s", stats.tuples, stats.learning_rate, seconds));
+    line
 }
 
 #[pg_guard]
@@ -405,6 +741,11 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         worker_busy_seconds: 0.0,
         last_stats: None,
         epochs_run: 0,
+        binary_labels: None,
+        evaluate_model: None,
+        evaluation: None,
+        collected: None,
+        validation_rows: None,
     };
     install_state(node, state);
 }
@@ -415,7 +756,7 @@ pub unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut
     let state = state_of::<SgdState>(node);
     if !state.done {
         state.done = true;
-        state.train();
+        state.run();
     }
     std::ptr::null_mut()
 }
@@ -449,7 +790,12 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
         explain::int(es, "Epochs Run", state.epochs_run as i64);
         if let Some(stats) = &state.last_stats {
             explain::float(es, "Final Loss", None, stats.loss, 6);
-            explain::float(es, "Final Training Accuracy", None, stats.accuracy, 4);
+            if let Some(a) = stats.accuracy {
+                explain::float(es, "Final Training Accuracy", None, a, 4);
+            }
+            if let Some(r2) = stats.r2 {
+                explain::float(es, "Final Training R2", None, r2, 4);
+            }
             explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
         }
         if p.double_buffer {

@@ -4,13 +4,16 @@
 
 use super::block_shuffle::BlockShuffleState;
 use super::{config_of, create_node, explain, init_child, install_state, methods, state_of};
-use crate::decode::{format_ctid, with_float_array, ArrayProblem, FloatSlice};
+use crate::classes::ClassDictionary;
+use crate::decode::{format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice};
+use crate::input::{FeatureLayout, LabelCoding};
+use crate::plan::Holdout;
 use crate::error::raise;
 use crate::plan::PipelineConfig;
-use corgipile_ml::arena::TupleArena;
+use corgipile_ml::arena::{validate_sparse, TupleArena};
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode};
 use corgipile_ml::shuffle::TupleShuffler;
-use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
+use pgrx::{check_for_interrupts, pg_guard, pg_sys, FromDatum, PgSqlErrorCode};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
 pub struct ShuffledBuffer {
@@ -23,17 +26,31 @@ pub struct TupleShuffleState {
     /// Our own PlanState, for EXPLAIN ANALYZE instrumentation of whole-buffer pulls.
     node: *mut pg_sys::PlanState,
     child: *mut pg_sys::PlanState,
+    /// The child's state (BlockShuffle), for the tuple id of each row.
+    block: *const BlockShuffleState,
     epoch: u32,
     shuffler: TupleShuffler,
     exhausted: bool,
+    /// Dense: the feature dimension, fixed by the first row. Sparse: unused.
     n_features: Option<usize>,
-    /// Tuples per buffer; known once the first row gives the feature dimension.
+    /// Tuples per buffer; known once the first row shows how big a tuple is.
     capacity: usize,
+    /// Label values → class indices (softmax, text labels); pre-filled for evaluation.
+    pub classes: ClassDictionary,
+    /// Held-out validation rows, collected during the first pass over the table.
+    pub validation: Option<TupleArena>,
+    first_pass_done: bool,
     // Counters for the SGD node and EXPLAIN ANALYZE.
     pub rows_skipped_this_epoch: u64,
     pub buffers_filled: u64,
     pub tuples_read: u64,
     table_bytes: u64,
+}
+
+/// Where a decoded row goes.
+enum Target {
+    Train,
+    Validation,
 }
 
 impl TupleShuffleState {
@@ -61,7 +78,6 @@ impl TupleShuffleState {
             b.arena.clear();
             b
         });
-        let label_kind = self.config.label_kind;
         loop {
             if let Some(b) = &buffer {
                 if b.arena.len() >= self.capacity {
@@ -73,60 +89,54 @@ impl TupleShuffleState {
             let slot = pg_sys::ExecProcNode(self.child);
             if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
                 self.exhausted = true;
+                self.first_pass_done = true;
                 break;
             }
-            if (*slot).tts_nvalid < 3 {
-                pg_sys::slot_getsomeattrs_int(slot, 3);
+            let natts = (*(*slot).tts_tupleDescriptor).natts;
+            if ((*slot).tts_nvalid as i32) < natts {
+                pg_sys::slot_getsomeattrs_int(slot, natts);
             }
             let values = (*slot).tts_values;
             let nulls = (*slot).tts_isnull;
-            if *nulls.add(0) || *nulls.add(1) {
+            // SAFETY: the child is our BlockShuffle node (see begin).
+            let tid = &(*self.block).last_tid;
+            let target = match self.config.holdout {
+                Holdout::None => Target::Train,
+                Holdout::Column(c) => {
+                    if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 { Target::Validation } else { Target::Train }
+                }
+                Holdout::Fraction(f) => {
+                    if tid_fraction(tid) < f { Target::Validation } else { Target::Train }
+                }
+            };
+            if matches!(target, Target::Validation) && self.first_pass_done {
+                continue; // collected during the first pass already
+            }
+            let feature_nulls = match self.config.layout {
+                FeatureLayout::Dense { .. } => *nulls.add(1),
+                FeatureLayout::Sparse { .. } => *nulls.add(1) || *nulls.add(2),
+            };
+            if *nulls.add(0) || feature_nulls {
                 self.rows_skipped_this_epoch += 1;
                 continue;
             }
-            let label = label_kind.to_f64(*values.add(0));
-            let ctid = *values.add(2);
-            if !label.is_finite() {
-                raise(
-                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("row at ctid {}: label is {}", format_ctid(ctid), label),
-                    Some("Labels must be finite numbers; filter such rows out with a view or WHERE clause.".into()),
-                );
-            }
-            let pushed = with_float_array(*values.add(1), |features| {
-                let n = features.len();
-                let expected = *self.n_features.get_or_insert(n);
-                if n != expected {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                        format!(
-                            "row at ctid {}: features has {} elements, expected {} (the length of the first row read)",
-                            format_ctid(ctid), n, expected
-                        ),
-                        Some("Every row's feature array must have the same length.".into()),
-                    );
+            let label = self.decode_label(*values.add(0), tid);
+            let pushed = match target {
+                Target::Train => {
+                    let b = buffer.get_or_insert_with(|| self.new_buffer_like(values));
+                    decode_features(&self.config.layout, &mut self.n_features, &mut b.arena, label, values, tid)
                 }
-                if !features.all_finite() {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                        format!("row at ctid {}: features contain NaN or Infinity", format_ctid(ctid)),
-                        Some("Feature values must be finite numbers.".into()),
-                    );
+                Target::Validation => {
+                    let v = self.validation.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                    decode_features(&self.config.layout, &mut self.n_features, v, label, values, tid)
                 }
-                let b = buffer.get_or_insert_with(|| self.new_buffer(n));
-                match features {
-                    FloatSlice::F64(s) => b.arena.push(label, s),
-                    FloatSlice::F32(s) => b.arena.push_f32(label, s),
+            };
+            if pushed {
+                if matches!(target, Target::Train) {
+                    self.tuples_read += 1;
                 }
-            });
-            match pushed {
-                Ok(()) => self.tuples_read += 1,
-                Err(ArrayProblem::Empty) => self.rows_skipped_this_epoch += 1,
-                Err(problem) => raise(
-                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("row at ctid {}: {}", format_ctid(ctid), problem),
-                    Some("Features must be a one-dimensional float8[] or float4[] without NULL elements.".into()),
-                ),
+            } else {
+                self.rows_skipped_this_epoch += 1;
             }
             if self.tuples_read.is_multiple_of(4096) {
                 check_for_interrupts!();
@@ -148,14 +158,49 @@ impl TupleShuffleState {
         Some(b)
     }
 
-    /// First buffer of the training: now that the dimension is known, size the buffer.
-    unsafe fn new_buffer(&mut self, n_features: usize) -> ShuffledBuffer {
+    /// The f64 the trainer sees for this label datum (a value or a class index).
+    unsafe fn decode_label(&mut self, datum: pg_sys::Datum, tid: &pg_sys::ItemPointerData) -> f64 {
+        let finite = |v: f64| -> f64 {
+            if !v.is_finite() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                    format!("row at ctid {}: label is {}", format_tid(tid), v),
+                    Some("Labels must be finite numbers; filter such rows out with a view or WHERE clause.".into()),
+                );
+            }
+            v
+        };
+        match self.config.label {
+            LabelCoding::Value(kind) => finite(kind.to_f64(datum)),
+            LabelCoding::ClassOfValue(kind) => self.classes.index_of_number(finite(kind.to_f64(datum))) as f64,
+            LabelCoding::ClassOfText => {
+                // SAFETY: the label column was cast to text in the query; the datum is non-NULL.
+                let text = <&str as FromDatum>::from_datum(datum, false).unwrap_or("");
+                self.classes.index_of_text(text.as_bytes()) as f64
+            }
+        }
+    }
+
+    /// The first training buffer: size it from the first row (dense: its length; sparse: its
+    /// number of non-zeros).
+    unsafe fn new_buffer_like(&mut self, values: *mut pg_sys::Datum) -> ShuffledBuffer {
+        let bytes_per_tuple = match self.config.layout {
+            FeatureLayout::Dense { .. } => {
+                let n = with_float_array(*values.add(1), |f| f.len()).unwrap_or(0);
+                TupleArena::bytes_per_tuple(self.n_features.unwrap_or(n))
+            }
+            FeatureLayout::Sparse { .. } => {
+                let nnz = with_int4_array(*values.add(1), |i| i.len()).unwrap_or(0);
+                TupleArena::bytes_per_sparse_tuple(nnz.max(1))
+            }
+        };
+        // resolve_buffer_tuples works in dense-equivalent features: (n + 1) * 8 bytes per tuple.
+        let equivalent_features = bytes_per_tuple.div_ceil(8).saturating_sub(1).max(1);
         let params = &self.config.params;
-        let explicit = params.buffer_size_explicit;
         let tuples = match resolve_buffer_tuples(
             params.buffer_size,
-            explicit,
-            n_features,
+            params.buffer_size_explicit,
+            equivalent_features,
             self.table_bytes,
             self.n_buffers(),
             self.config.max_buffer_bytes,
@@ -164,11 +209,154 @@ impl TupleShuffleState {
             Err(e) => raise(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED, e.message, e.hint),
         };
         self.capacity = tuples.max(1) as usize;
-        ShuffledBuffer {
-            arena: TupleArena::new(n_features, self.capacity),
-            order: Vec::with_capacity(self.capacity),
+        let arena = match self.config.layout {
+            FeatureLayout::Dense { .. } => {
+                let n = bytes_per_tuple / 8 - 1;
+                TupleArena::new(n, self.capacity)
+            }
+            FeatureLayout::Sparse { .. } => {
+                let nnz = (bytes_per_tuple.saturating_sub(16)) / 12;
+                TupleArena::new_sparse(self.capacity, self.capacity.saturating_mul(nnz.max(1)))
+            }
+        };
+        ShuffledBuffer { arena, order: Vec::with_capacity(self.capacity) }
+    }
+}
+
+fn empty_arena(layout: &FeatureLayout, n_features: Option<usize>) -> TupleArena {
+    match layout {
+        FeatureLayout::Dense { .. } => TupleArena::new(n_features.unwrap_or(0), 0),
+        FeatureLayout::Sparse { .. } => TupleArena::new_sparse(0, 0),
+    }
+}
+
+/// Decode a row's features into `arena`. Returns false when the row is skipped (empty dense
+/// features, or a NULL column of a column list); raises an ERROR naming the ctid for bad data.
+unsafe fn decode_features(
+    layout: &FeatureLayout,
+    n_features: &mut Option<usize>,
+    arena: &mut TupleArena,
+    label: f64,
+    values: *mut pg_sys::Datum,
+    tid: &pg_sys::ItemPointerData,
+) -> bool {
+    match *layout {
+        FeatureLayout::Dense { columns } => {
+            let result = with_float_array(*values.add(1), |features| {
+                let n = features.len();
+                let expected = *n_features.get_or_insert(n);
+                if n != expected {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                        format!(
+                            "row at ctid {}: features has {} elements, expected {} (the length of the first row read)",
+                            format_tid(tid), n, expected
+                        ),
+                        Some("Every row's feature array must have the same length.".into()),
+                    );
+                }
+                if !features.all_finite() {
+                    raise_not_finite(tid);
+                }
+                if arena.n_features() != n && arena.is_empty() {
+                    *arena = TupleArena::new(n, 0);
+                }
+                match features {
+                    FloatSlice::F64(s) => arena.push(label, s),
+                    FloatSlice::F32(s) => arena.push_f32(label, s),
+                }
+            });
+            match result {
+                Ok(()) => true,
+                Err(ArrayProblem::Empty) => false,
+                Err(ArrayProblem::HasNulls) if columns => false,
+                Err(problem) => raise(
+                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                    format!("row at ctid {}: {}", format_tid(tid), problem),
+                    Some("Features must be a one-dimensional numeric array without NULL elements.".into()),
+                ),
+            }
+        }
+        FeatureLayout::Sparse { index_base, n_features: declared } => {
+            let result = with_int4_array(*values.add(1), |indices| {
+                let pushed = with_float_array(*values.add(2), |vals| {
+                    push_sparse(arena, label, indices, vals, index_base, declared, tid)
+                });
+                match pushed {
+                    Ok(()) => {}
+                    Err(ArrayProblem::Empty) => {
+                        push_sparse(arena, label, indices, FloatSlice::F64(&[]), index_base, declared, tid)
+                    }
+                    Err(problem) => raise_sparse_problem(tid, "values", problem),
+                }
+            });
+            match result {
+                Ok(()) => true,
+                Err(ArrayProblem::Empty) => {
+                    // No indices: an all-zero row, valid if the values are empty too.
+                    let values_len = with_float_array(*values.add(2), |v| v.len()).unwrap_or(0);
+                    if values_len != 0 {
+                        raise_sparse_problem_text(tid, format!("sparse row has 0 indices but {values_len} values"));
+                    }
+                    arena.push_sparse(label, &[], &[]);
+                    true
+                }
+                Err(problem) => raise_sparse_problem(tid, "indices", problem),
+            }
         }
     }
+}
+
+unsafe fn push_sparse(
+    arena: &mut TupleArena,
+    label: f64,
+    indices: &[i32],
+    values: FloatSlice<'_>,
+    index_base: i64,
+    declared: Option<u32>,
+    tid: &pg_sys::ItemPointerData,
+) {
+    if let Err(e) = validate_sparse(indices, values.len(), index_base, declared.map(|n| n as usize)) {
+        raise_sparse_problem_text(tid, e.to_string());
+    }
+    if !values.all_finite() {
+        raise_not_finite(tid);
+    }
+    match values {
+        FloatSlice::F64(v) => arena.push_sparse_raw(label, indices, index_base, v),
+        FloatSlice::F32(v) => arena.push_sparse_raw(label, indices, index_base, v),
+    }
+}
+
+unsafe fn raise_not_finite(tid: &pg_sys::ItemPointerData) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+        format!("row at ctid {}: features contain NaN or Infinity", format_tid(tid)),
+        Some("Feature values must be finite numbers.".into()),
+    )
+}
+
+unsafe fn raise_sparse_problem(tid: &pg_sys::ItemPointerData, which: &str, problem: ArrayProblem) -> ! {
+    raise_sparse_problem_text(tid, format!("sparse feature {which}: {problem}"))
+}
+
+unsafe fn raise_sparse_problem_text(tid: &pg_sys::ItemPointerData, problem: String) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+        format!("row at ctid {}: {}", format_tid(tid), problem),
+        Some("Sparse rows need equally long index and value arrays, indices strictly increasing and within range (see the index_base and n_features params).".into()),
+    )
+}
+
+/// A fixed pseudo-random number in [0, 1) per tuple id: which rows a validation fraction holds
+/// out is deterministic (same rows in every epoch and every run).
+fn tid_fraction(tid: &pg_sys::ItemPointerData) -> f64 {
+    let block = (tid.ip_blkid.bi_hi as u64) << 16 | tid.ip_blkid.bi_lo as u64;
+    let mut x = (block << 16 | tid.ip_posid as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[pg_guard]
@@ -181,12 +369,18 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     let config = config_of(node);
     let child = init_child(node, estate, eflags);
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
-    let table_bytes = state_of::<BlockShuffleState>(child.cast()).table_bytes();
+    let block: *const BlockShuffleState = state_of::<BlockShuffleState>(child.cast());
+    let table_bytes = (*block).table_bytes();
+    let classes = ClassDictionary::with_classes(&config.known_classes);
     let state = TupleShuffleState {
         node: node.cast(),
+        classes,
+        validation: None,
+        first_pass_done: false,
         shuffler: TupleShuffler::new(config.seed(), 1),
         config,
         child,
+        block,
         epoch: 1,
         exhausted: false,
         n_features: None,
@@ -245,8 +439,8 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     explain::text(es, "Buffer Size", &buffer_size_text(params.buffer_size));
     explain::boolean(es, "Double Buffered", params.double_buffer);
     if explain::analyzing(es) {
-        if let Some(n) = state.n_features {
-            let bytes = state.capacity as u64 * TupleArena::bytes_per_tuple(n) as u64;
+        if state.buffers_filled > 0 {
+            let bytes = state.capacity as u64 * TupleArena::bytes_per_tuple(state.n_features.unwrap_or(0)) as u64;
             explain::text(
                 es,
                 "Buffer",

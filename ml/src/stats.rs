@@ -1,0 +1,294 @@
+//! One streaming pass over the training data: per-feature mean/variance (for
+//! standardization), label mean/variance and class counts (for balanced class
+//! weights).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Row;
+
+/// Streaming per-feature statistics. Sparse rows only visit their non-zeros;
+/// the implicit zeros are added at the end (Chan's merge of a group of
+/// non-zeros with a group of zeros), so a pass costs O(nnz), not O(d).
+#[derive(Clone, Debug, Default)]
+pub struct FeatureStats {
+    rows: u64,
+    /// Per feature: values visited, their Welford mean and sum of squared deviations.
+    seen: Vec<u64>,
+    mean: Vec<f64>,
+    m2: Vec<f64>,
+    label_n: u64,
+    label_mean: f64,
+    label_m2: f64,
+    /// Label value (as bits, -0.0 folded into 0.0) → count; None when not tracked.
+    classes: Option<HashMap<u64, u64>>,
+}
+
+#[inline]
+fn welford(n: u64, mean: &mut f64, m2: &mut f64, x: f64) {
+    let delta = x - *mean;
+    *mean += delta / n as f64;
+    *m2 += delta * (x - *mean);
+}
+
+impl FeatureStats {
+    /// `n_features` may be 0 for sparse data (grows with the indices seen).
+    /// `track_classes`: count distinct label values (classifiers only: a
+    /// regression label would make the map as large as the table).
+    pub fn new(n_features: usize, track_classes: bool) -> Self {
+        FeatureStats {
+            seen: vec![0; n_features],
+            mean: vec![0.0; n_features],
+            m2: vec![0.0; n_features],
+            classes: track_classes.then(HashMap::new),
+            ..Default::default()
+        }
+    }
+
+    pub fn push(&mut self, row: Row, label: f64) {
+        self.rows += 1;
+        if row.dim() > self.seen.len() {
+            let d = row.dim();
+            self.seen.resize(d, 0);
+            self.mean.resize(d, 0.0);
+            self.m2.resize(d, 0.0);
+        }
+        match row {
+            Row::Dense(x) => {
+                for (j, &v) in x.iter().enumerate() {
+                    self.seen[j] += 1;
+                    welford(self.seen[j], &mut self.mean[j], &mut self.m2[j], v);
+                }
+            }
+            Row::Sparse { indices, values } => {
+                for (&j, &v) in indices.iter().zip(values) {
+                    let j = j as usize;
+                    self.seen[j] += 1;
+                    welford(self.seen[j], &mut self.mean[j], &mut self.m2[j], v);
+                }
+            }
+        }
+        self.label_n += 1;
+        welford(
+            self.label_n,
+            &mut self.label_mean,
+            &mut self.label_m2,
+            label,
+        );
+        if let Some(c) = &mut self.classes {
+            let key = if label == 0.0 { 0.0f64 } else { label };
+            *c.entry(key.to_bits()).or_insert(0) += 1;
+        }
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Largest dimension seen (or given to `new`).
+    pub fn n_features(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Feature j's (mean, population variance) over all rows, implicit zeros included.
+    pub fn feature(&self, j: usize) -> (f64, f64) {
+        let n = self.rows;
+        let a = self.seen.get(j).copied().unwrap_or(0);
+        if n == 0 || a == 0 {
+            return (0.0, 0.0);
+        }
+        let (mean_a, m2_a) = (self.mean[j], self.m2[j]);
+        let zeros = n - a;
+        let (nf, af, zf) = (n as f64, a as f64, zeros as f64);
+        let mean = mean_a * (af / nf);
+        let m2 = m2_a + mean_a * mean_a * af * zf / nf;
+        (mean, (m2 / nf).max(0.0))
+    }
+
+    pub fn means(&self) -> Vec<f64> {
+        (0..self.n_features()).map(|j| self.feature(j).0).collect()
+    }
+
+    /// Population variances (divided by n, like scikit-learn's StandardScaler).
+    pub fn variances(&self) -> Vec<f64> {
+        (0..self.n_features()).map(|j| self.feature(j).1).collect()
+    }
+
+    /// Label (mean, population variance); (0, 0) if no rows.
+    pub fn label_mean_variance(&self) -> (f64, f64) {
+        if self.label_n == 0 {
+            return (0.0, 0.0);
+        }
+        (self.label_mean, self.label_m2 / self.label_n as f64)
+    }
+
+    /// Distinct label values and their counts, ascending by value; empty
+    /// unless created with `track_classes`.
+    pub fn class_counts(&self) -> Vec<(f64, u64)> {
+        let mut v: Vec<(f64, u64)> = self
+            .classes
+            .iter()
+            .flatten()
+            .map(|(&b, &c)| (f64::from_bits(b), c))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    }
+
+    /// Standardizer for these statistics; `center` = subtract the mean
+    /// (use false for sparse data, so zeros stay zeros).
+    pub fn standardizer(&self, center: bool) -> Standardizer {
+        let d = self.n_features();
+        let mut mean = Vec::with_capacity(d);
+        let mut scale = Vec::with_capacity(d);
+        for j in 0..d {
+            let (m, var) = self.feature(j);
+            let sd = var.sqrt();
+            mean.push(if center { m } else { 0.0 });
+            scale.push(if sd > 0.0 && sd.is_finite() {
+                1.0 / sd
+            } else {
+                1.0
+            });
+        }
+        Standardizer {
+            mean,
+            scale,
+            center,
+        }
+    }
+}
+
+/// Feature standardization `x'_j = (x_j - mean_j)·scale_j` (`mean` unused
+/// unless `center`). Features beyond its length pass through unchanged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Standardizer {
+    pub mean: Vec<f64>,
+    /// 1/std, or 1 where std == 0.
+    pub scale: Vec<f64>,
+    pub center: bool,
+}
+
+impl Standardizer {
+    /// Standardized copy of a dense row into `out` (reused; no allocation once warm).
+    pub fn apply_dense(&self, x: &[f64], out: &mut Vec<f64>) {
+        out.clear();
+        out.extend(x.iter().enumerate().map(|(j, &v)| self.one(j, v)));
+    }
+
+    /// Standardized values of a sparse row into `out`; the indices are unchanged.
+    /// Requires `!center` (centering would destroy sparsity).
+    pub fn apply_sparse(&self, indices: &[u32], values: &[f64], out: &mut Vec<f64>) {
+        debug_assert!(!self.center, "sparse rows are scaled, never centered");
+        out.clear();
+        out.extend(
+            indices
+                .iter()
+                .zip(values)
+                .map(|(&j, &v)| v * self.scale.get(j as usize).copied().unwrap_or(1.0)),
+        );
+    }
+
+    #[inline]
+    fn one(&self, j: usize, v: f64) -> f64 {
+        match self.scale.get(j) {
+            Some(&s) if self.center => (v - self.mean[j]) * s,
+            Some(&s) => v * s,
+            None => v,
+        }
+    }
+}
+
+/// scikit-learn's "balanced" class weights: `n / (K · n_c)` for K classes and
+/// n rows; a class with no rows gets weight 1.
+pub fn balanced_class_weights(counts: &[u64]) -> Vec<f64> {
+    let n: u64 = counts.iter().sum();
+    let k = counts.len() as f64;
+    counts
+        .iter()
+        .map(|&c| {
+            if c == 0 {
+                1.0
+            } else {
+                n as f64 / (k * c as f64)
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_and_sparse_give_the_same_statistics() {
+        let rows: Vec<Vec<f64>> = vec![
+            vec![1.0, 0.0, 5.0, 0.0],
+            vec![0.0, 0.0, 7.0, 0.0],
+            vec![3.0, 2.0, 0.0, 0.0],
+            vec![-2.0, 0.0, 6.0, 0.0],
+            vec![0.0, 0.0, 0.0, 0.0],
+        ];
+        let mut dense = FeatureStats::new(4, true);
+        let mut sparse = FeatureStats::new(0, true);
+        for (i, r) in rows.iter().enumerate() {
+            let label = (i % 2) as f64;
+            dense.push(Row::Dense(r), label);
+            let (idx, val): (Vec<u32>, Vec<f64>) = r
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v != 0.0)
+                .map(|(j, &v)| (j as u32, v))
+                .unzip();
+            sparse.push(
+                Row::Sparse {
+                    indices: &idx,
+                    values: &val,
+                },
+                label,
+            );
+        }
+        assert_eq!(sparse.n_features(), 3); // feature 3 never non-zero
+        for j in 0..4 {
+            let col: Vec<f64> = rows.iter().map(|r| r[j]).collect();
+            let m = col.iter().sum::<f64>() / 5.0;
+            let var = col.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / 5.0;
+            let (dm, dv) = dense.feature(j);
+            let (sm, sv) = sparse.feature(j);
+            assert!(
+                (dm - m).abs() < 1e-14 && (dv - var).abs() < 1e-13,
+                "dense {j}"
+            );
+            assert!(
+                (sm - m).abs() < 1e-14 && (sv - var).abs() < 1e-13,
+                "sparse {j}"
+            );
+        }
+        assert_eq!(dense.class_counts(), vec![(0.0, 3), (1.0, 2)]);
+        assert_eq!(dense.rows(), 5);
+        let (lm, lv) = dense.label_mean_variance();
+        assert!((lm - 0.4).abs() < 1e-15 && (lv - 0.24).abs() < 1e-15);
+
+        let s = dense.standardizer(true);
+        assert_eq!(s.scale[3], 1.0); // constant feature
+        let mut out = Vec::new();
+        s.apply_dense(&rows[0], &mut out);
+        let (m0, v0) = dense.feature(0);
+        assert!((out[0] - (1.0 - m0) / v0.sqrt()).abs() < 1e-15);
+        let ss = sparse.standardizer(false);
+        assert!(ss.mean.iter().all(|&m| m == 0.0));
+        ss.apply_sparse(&[0, 2, 9], &[1.0, 5.0, 4.0], &mut out);
+        assert_eq!(out[2], 4.0); // beyond the statistics: unchanged
+        assert!((out[1] - 5.0 / sparse.feature(2).1.sqrt()).abs() < 1e-15);
+    }
+
+    #[test]
+    fn balanced_weights_match_sklearn() {
+        // sklearn: compute_class_weight("balanced", classes=[0,1], y=[0,0,0,1]) = [0.667, 2.0]
+        let w = balanced_class_weights(&[3, 1]);
+        assert!((w[0] - 4.0 / 6.0).abs() < 1e-15 && w[1] == 2.0);
+        assert_eq!(balanced_class_weights(&[5, 5, 5]), vec![1.0, 1.0, 1.0]);
+        assert_eq!(balanced_class_weights(&[4, 0]), vec![0.5, 1.0]);
+    }
+}
