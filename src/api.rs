@@ -216,6 +216,25 @@ fn corgipile_evaluate(model_id: i64, relation: PgRelation, params: default!(Para
     JsonB(serde_json::to_value(report).expect("report serializes"))
 }
 
+/// The order in which SGD would see the rows of `relation` in epoch 1 under `params` (the
+/// shuffle strategy, block and buffer sizes, seed): position, label and first feature of each
+/// visited row. For studying strategies (the paper's Figures 3 and 4); trains nothing.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_trace(
+    relation: PgRelation,
+    params: default!(ParamsArg, "'{}'"),
+) -> TableIterator<'static, (name!(position, i64), name!(label, f64), name!(first_feature, f64))> {
+    let mut params = parse_params(&params);
+    params.double_buffer = false;
+    params.verbose = false;
+    // SAFETY: as in corgipile_train.
+    let visited = unsafe {
+        let prepared = prepare(relation.oid(), ModelKind::Linear, params, Mode::Trace, Vec::new());
+        run_pipeline(&prepared, |_| {}, |sgd| sgd.traced.take().unwrap_or_default())
+    };
+    TableIterator::new(visited.into_iter().enumerate().map(|(i, (label, first))| (i as i64 + 1, label, first)))
+}
+
 fn json_type(v: &serde_json::Value) -> &'static str {
     match v {
         serde_json::Value::Null => "null",

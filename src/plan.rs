@@ -44,6 +44,8 @@ pub enum Mode {
     Evaluate,
     /// Keep every row in memory (a validation relation).
     Collect,
+    /// Record epoch 1's visiting order (corgipile_trace).
+    Trace,
 }
 
 /// Which rows are held out of training for per-epoch validation.

@@ -24,13 +24,19 @@ pub enum ShuffleMode {
     BlockOnly,
     /// Sequential scan, no shuffling at all.
     NoShuffle,
+    /// Sequential scan through a TensorFlow-style shuffle buffer (window).
+    SlidingWindow,
+    /// Sequential scan through Bismarck's multiplexed reservoir sampling.
+    Mrs,
 }
 
 impl ShuffleMode {
-    pub const ALL: [ShuffleMode; 3] = [
+    pub const ALL: [ShuffleMode; 5] = [
         ShuffleMode::Corgipile,
         ShuffleMode::BlockOnly,
         ShuffleMode::NoShuffle,
+        ShuffleMode::SlidingWindow,
+        ShuffleMode::Mrs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -38,6 +44,8 @@ impl ShuffleMode {
             ShuffleMode::Corgipile => "corgipile",
             ShuffleMode::BlockOnly => "block_only",
             ShuffleMode::NoShuffle => "no_shuffle",
+            ShuffleMode::SlidingWindow => "sliding_window",
+            ShuffleMode::Mrs => "mrs",
         }
     }
 
@@ -47,7 +55,7 @@ impl ShuffleMode {
 
     /// Whether the block visiting order is shuffled.
     pub fn shuffles_blocks(self) -> bool {
-        self != ShuffleMode::NoShuffle
+        matches!(self, ShuffleMode::Corgipile | ShuffleMode::BlockOnly)
     }
 
     /// Whether each buffer's tuples are shuffled.
@@ -262,7 +270,7 @@ const RULES: &[(&str, &str)] = &[
     ),
     ("tolerance", "a number >= 0; 0 turns early stopping off (default 0)"),
     ("seed", "an integer from 0 to 9223372036854775807, or null for a random seed (default null)"),
-    ("shuffle", "one of \"corgipile\", \"block_only\", \"no_shuffle\" (default \"corgipile\")"),
+    ("shuffle", "one of \"corgipile\", \"block_only\", \"no_shuffle\", \"sliding_window\", \"mrs\" (default \"corgipile\")"),
     (
         "block_size",
         "\"auto\", a size such as \"10MB\", or a number of pages from 1 to 2147483648 (default \"auto\")",

@@ -5,7 +5,7 @@
 
 use super::{config_of, create_node, explain, install_state, methods, state_of};
 use crate::plan::PipelineConfig;
-use corgipile_ml::params::{resolve_block_pages, ShuffleMode};
+use corgipile_ml::params::resolve_block_pages;
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
@@ -34,7 +34,7 @@ impl BlockShuffleState {
     }
 
     fn draw_order(&mut self) {
-        let shuffle = self.config.params.shuffle != ShuffleMode::NoShuffle;
+        let shuffle = self.config.params.shuffle.shuffles_blocks();
         self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
         self.next_block = 0;
         self.in_block = false;
@@ -166,10 +166,7 @@ pub unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
 #[pg_guard]
 pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _ancestors: *mut pg_sys::List, es: *mut pg_sys::ExplainState) {
     let state = state_of::<BlockShuffleState>(node);
-    let order = match state.config.params.shuffle {
-        ShuffleMode::NoShuffle => "sequential",
-        _ => "shuffled per epoch",
-    };
+    let order = if state.config.params.shuffle.shuffles_blocks() { "shuffled per epoch" } else { "sequential" };
     explain::int(es, "Table Pages", state.n_pages as i64);
     explain::text(
         es,

@@ -70,6 +70,8 @@ pub struct SgdState {
     pub evaluation: Option<EvaluationReport>,
     /// Collect mode: every row of the relation, and its classes.
     pub collected: Option<(ShuffledBuffer, Vec<ClassValue>)>,
+    /// Trace mode: (label, first feature) in visiting order.
+    pub traced: Option<Vec<(f64, f64)>>,
     /// Rows of a validation relation, collected before training.
     pub validation_rows: Option<(ShuffledBuffer, Vec<ClassValue>)>,
     /// Whether to write a progress NOTICE per epoch (off for EXPLAIN ANALYZE).
@@ -284,7 +286,30 @@ impl SgdState {
             Mode::Train => self.train(),
             Mode::Evaluate => self.evaluate(),
             Mode::Collect => self.collect(),
+            Mode::Trace => self.trace(),
         }
+    }
+
+    /// corgipile_trace: the (label, first feature) of every tuple, in the order SGD would
+    /// see them in epoch 1.
+    unsafe fn trace(&mut self) {
+        let shuffle = self.shuffle();
+        let mut visited = Vec::new();
+        let mut spare = None;
+        while let Some(b) = shuffle.next_buffer(spare.take()) {
+            for k in 0..b.arena.len() {
+                let i = if b.order.is_empty() { k } else { b.order[k] as usize };
+                let first = match b.arena.row(i) {
+                    Row::Dense(x) => x.first().copied().unwrap_or(f64::NAN),
+                    Row::Sparse { indices, values } => {
+                        if indices.first() == Some(&0) { values[0] } else { 0.0 }
+                    }
+                };
+                visited.push((b.arena.label(i), first));
+            }
+            spare = Some(b);
+        }
+        self.traced = Some(visited);
     }
 
     /// SAFETY: our plan always has TupleShuffle as this node's only child.
@@ -460,7 +485,7 @@ impl SgdState {
             model,
             classes,
             standardizer: standardizer.map(|s| serde_json::to_value(s).expect("standardizer serializes")),
-            rows_trained: epochs.last().map_or(0, |e| e.stats.tuples),
+            rows_trained: shuffle.rows_this_epoch,
             rows_skipped,
             epochs,
             seconds: started.elapsed().as_secs_f64(),
@@ -745,6 +770,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         evaluate_model: None,
         evaluation: None,
         collected: None,
+        traced: None,
         validation_rows: None,
     };
     install_state(node, state);

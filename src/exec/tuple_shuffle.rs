@@ -12,7 +12,7 @@ use crate::error::raise;
 use crate::plan::PipelineConfig;
 use corgipile_ml::arena::{validate_sparse, TupleArena};
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode};
-use corgipile_ml::shuffle::TupleShuffler;
+use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, FromDatum, PgSqlErrorCode};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
@@ -40,8 +40,13 @@ pub struct TupleShuffleState {
     /// Held-out validation rows, collected during the first pass over the table.
     pub validation: Option<TupleArena>,
     first_pass_done: bool,
+    /// sliding_window / mrs: the window or reservoir of this epoch, and a one-row staging arena.
+    stream: Option<Stream>,
+    staging: Option<TupleArena>,
     // Counters for the SGD node and EXPLAIN ANALYZE.
     pub rows_skipped_this_epoch: u64,
+    /// Distinct training rows read this epoch (mrs hands SGD more tuples than that).
+    pub rows_this_epoch: u64,
     pub buffers_filled: u64,
     pub tuples_read: u64,
     table_bytes: u64,
@@ -53,6 +58,24 @@ enum Target {
     Validation,
 }
 
+/// What pulling one row from the child gave.
+enum Pulled {
+    /// A training row, decoded into the arena.
+    Row,
+    /// A validation row (kept aside).
+    Validation,
+    /// Skipped (NULL label or features, or a validation row already collected).
+    Skipped,
+    /// The epoch's scan is over.
+    Done,
+}
+
+/// The state of a streaming strategy within one epoch.
+enum Stream {
+    Window(SlidingWindow),
+    Reservoir { reservoir: Reservoir, pass_next: bool, final_pass: bool },
+}
+
 impl TupleShuffleState {
     pub fn n_buffers(&self) -> u64 {
         if self.config.params.double_buffer {
@@ -62,86 +85,23 @@ impl TupleShuffleState {
         }
     }
 
-    /// Fill the next buffer of this epoch (reusing `recycled`'s memory), shuffled if the
-    /// strategy says so. None when the epoch has no more tuples.
+    /// Fill the next buffer of this epoch (reusing `recycled`'s memory), ordered by the
+    /// strategy. None when the epoch has no more tuples.
     pub unsafe fn next_buffer(&mut self, recycled: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
-        if self.exhausted {
-            return None;
-        }
         // The SGD node pulls whole buffers, bypassing ExecProcNode: count them for EXPLAIN ANALYZE.
         let instrument = (*self.node).instrument;
         if !instrument.is_null() {
             pg_sys::InstrStartNode(instrument);
         }
         let before = self.tuples_read;
-        let mut buffer = recycled.map(|mut b| {
+        let buffer = recycled.map(|mut b| {
             b.arena.clear();
             b
         });
-        loop {
-            if let Some(b) = &buffer {
-                if b.arena.len() >= self.capacity {
-                    break;
-                }
-            }
-            // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
-            // until the next ExecProcNode call.
-            let slot = pg_sys::ExecProcNode(self.child);
-            if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
-                self.exhausted = true;
-                self.first_pass_done = true;
-                break;
-            }
-            let natts = (*(*slot).tts_tupleDescriptor).natts;
-            if ((*slot).tts_nvalid as i32) < natts {
-                pg_sys::slot_getsomeattrs_int(slot, natts);
-            }
-            let values = (*slot).tts_values;
-            let nulls = (*slot).tts_isnull;
-            // SAFETY: the child is our BlockShuffle node (see begin).
-            let tid = &(*self.block).last_tid;
-            let target = match self.config.holdout {
-                Holdout::None => Target::Train,
-                Holdout::Column(c) => {
-                    if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 { Target::Validation } else { Target::Train }
-                }
-                Holdout::Fraction(f) => {
-                    if tid_fraction(tid) < f { Target::Validation } else { Target::Train }
-                }
-            };
-            if matches!(target, Target::Validation) && self.first_pass_done {
-                continue; // collected during the first pass already
-            }
-            let feature_nulls = match self.config.layout {
-                FeatureLayout::Dense { .. } => *nulls.add(1),
-                FeatureLayout::Sparse { .. } => *nulls.add(1) || *nulls.add(2),
-            };
-            if *nulls.add(0) || feature_nulls {
-                self.rows_skipped_this_epoch += 1;
-                continue;
-            }
-            let label = self.decode_label(*values.add(0), tid);
-            let pushed = match target {
-                Target::Train => {
-                    let b = buffer.get_or_insert_with(|| self.new_buffer_like(values));
-                    decode_features(&self.config.layout, &mut self.n_features, &mut b.arena, label, values, tid)
-                }
-                Target::Validation => {
-                    let v = self.validation.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
-                    decode_features(&self.config.layout, &mut self.n_features, v, label, values, tid)
-                }
-            };
-            if pushed {
-                if matches!(target, Target::Train) {
-                    self.tuples_read += 1;
-                }
-            } else {
-                self.rows_skipped_this_epoch += 1;
-            }
-            if self.tuples_read.is_multiple_of(4096) {
-                check_for_interrupts!();
-            }
-        }
+        let buffer = match self.config.params.shuffle {
+            ShuffleMode::SlidingWindow | ShuffleMode::Mrs => self.fill_streamed(buffer),
+            _ => self.fill_blocked(buffer),
+        };
         if !instrument.is_null() {
             pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
         }
@@ -150,12 +110,155 @@ impl TupleShuffleState {
             return None;
         }
         self.buffers_filled += 1;
-        if self.config.params.shuffle == ShuffleMode::Corgipile {
+        if self.config.params.shuffle.shuffles_tuples() {
             self.shuffler.permutation(b.arena.len(), &mut b.order);
         } else {
             b.order.clear();
         }
         Some(b)
+    }
+
+    /// corgipile, block_only, no_shuffle: the next `capacity` training rows in scan order.
+    unsafe fn fill_blocked(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+        let mut arena = buffer.map(|b| (b.arena, b.order));
+        loop {
+            if let Some((a, _)) = &arena {
+                if a.len() >= self.capacity {
+                    break;
+                }
+            }
+            let mut target = arena.take().map(|(a, o)| (Some(a), o)).unwrap_or((None, Vec::new()));
+            let pulled = self.pull_row(&mut target.0);
+            if let Some(a) = target.0 {
+                arena = Some((a, target.1));
+            }
+            if matches!(pulled, Pulled::Done) {
+                break;
+            }
+        }
+        arena.map(|(arena, order)| ShuffledBuffer { arena, order })
+    }
+
+    /// sliding_window, mrs: rows stream through the window or reservoir; what it lets go of
+    /// (and, for mrs, every other buffer a pass over the reservoir) goes to SGD.
+    unsafe fn fill_streamed(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+        let mut out = buffer.map(|b| b.arena);
+        if let Some(Stream::Reservoir { reservoir, pass_next, .. }) = &mut self.stream {
+            if *pass_next && !reservoir.is_empty() {
+                *pass_next = false;
+                let out = out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                reservoir.pass(out);
+                return Some(ShuffledBuffer { arena: std::mem::replace(out, TupleArena::new(0, 0)), order: Vec::new() });
+            }
+        }
+        loop {
+            if out.as_ref().is_some_and(|o| o.len() >= self.capacity) {
+                if let Some(Stream::Reservoir { pass_next, .. }) = &mut self.stream {
+                    *pass_next = true;
+                }
+                break;
+            }
+            let mut staging = self.staging.take();
+            let pulled = self.pull_row(&mut staging);
+            if let (Pulled::Row, Some(staging)) = (&pulled, staging.as_mut()) {
+                let out = out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let capacity = self.capacity;
+                let (seed, epoch) = (self.config.seed(), self.epoch);
+                let stream = self.stream.get_or_insert_with(|| match self.config.params.shuffle {
+                    ShuffleMode::SlidingWindow => Stream::Window(SlidingWindow::new(capacity, seed, epoch)),
+                    _ => Stream::Reservoir { reservoir: Reservoir::new(capacity, seed, epoch), pass_next: false, final_pass: false },
+                });
+                match stream {
+                    Stream::Window(w) => w.push(staging.label(0), staging.row(0), out),
+                    Stream::Reservoir { reservoir, .. } => reservoir.push(staging.label(0), staging.row(0), out),
+                }
+                staging.clear();
+            }
+            self.staging = staging;
+            if matches!(pulled, Pulled::Done) {
+                // End of the scan: empty the window / one last pass over the reservoir.
+                let out = out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                match &mut self.stream {
+                    Some(Stream::Window(w)) => w.drain(out),
+                    Some(Stream::Reservoir { reservoir, final_pass, .. }) if !*final_pass => {
+                        *final_pass = true;
+                        reservoir.pass(out);
+                    }
+                    _ => {}
+                }
+                break;
+            }
+        }
+        out.map(|arena| ShuffledBuffer { arena, order: Vec::new() })
+    }
+
+    /// Pull the next row from BlockShuffle. A training row is decoded into `arena` (created,
+    /// and the buffer capacity fixed, on the first row); a validation row into the validation
+    /// arena during the first pass.
+    unsafe fn pull_row(&mut self, arena: &mut Option<TupleArena>) -> Pulled {
+        if self.exhausted {
+            return Pulled::Done;
+        }
+        // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
+        // until the next ExecProcNode call.
+        let slot = pg_sys::ExecProcNode(self.child);
+        if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
+            self.exhausted = true;
+            self.first_pass_done = true;
+            return Pulled::Done;
+        }
+        let natts = (*(*slot).tts_tupleDescriptor).natts;
+        if ((*slot).tts_nvalid as i32) < natts {
+            pg_sys::slot_getsomeattrs_int(slot, natts);
+        }
+        let values = (*slot).tts_values;
+        let nulls = (*slot).tts_isnull;
+        // SAFETY: the child is our BlockShuffle node (see begin).
+        let tid = &(*self.block).last_tid;
+        let target = match self.config.holdout {
+            Holdout::None => Target::Train,
+            Holdout::Column(c) => {
+                if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 { Target::Validation } else { Target::Train }
+            }
+            Holdout::Fraction(f) => {
+                if tid_fraction(tid) < f { Target::Validation } else { Target::Train }
+            }
+        };
+        if matches!(target, Target::Validation) && self.first_pass_done {
+            return Pulled::Skipped; // collected during the first pass already
+        }
+        let feature_nulls = match self.config.layout {
+            FeatureLayout::Dense { .. } => *nulls.add(1),
+            FeatureLayout::Sparse { .. } => *nulls.add(1) || *nulls.add(2),
+        };
+        if *nulls.add(0) || feature_nulls {
+            self.rows_skipped_this_epoch += 1;
+            return Pulled::Skipped;
+        }
+        let label = self.decode_label(*values.add(0), tid);
+        let pushed = match target {
+            Target::Train => {
+                let a = arena.get_or_insert_with(|| self.new_arena_like(values));
+                decode_features(&self.config.layout, &mut self.n_features, a, label, values, tid)
+            }
+            Target::Validation => {
+                let v = self.validation.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                decode_features(&self.config.layout, &mut self.n_features, v, label, values, tid)
+            }
+        };
+        if !pushed {
+            self.rows_skipped_this_epoch += 1;
+            return Pulled::Skipped;
+        }
+        if matches!(target, Target::Validation) {
+            return Pulled::Validation;
+        }
+        self.tuples_read += 1;
+        self.rows_this_epoch += 1;
+        if self.tuples_read.is_multiple_of(4096) {
+            check_for_interrupts!();
+        }
+        Pulled::Row
     }
 
     /// The f64 the trainer sees for this label datum (a value or a class index).
@@ -181,9 +284,9 @@ impl TupleShuffleState {
         }
     }
 
-    /// The first training buffer: size it from the first row (dense: its length; sparse: its
-    /// number of non-zeros).
-    unsafe fn new_buffer_like(&mut self, values: *mut pg_sys::Datum) -> ShuffledBuffer {
+    /// The first training arena: the buffer capacity comes from the first row (dense: its
+    /// length; sparse: its number of non-zeros).
+    unsafe fn new_arena_like(&mut self, values: *mut pg_sys::Datum) -> TupleArena {
         let bytes_per_tuple = match self.config.layout {
             FeatureLayout::Dense { .. } => {
                 let n = with_float_array(*values.add(1), |f| f.len()).unwrap_or(0);
@@ -209,17 +312,18 @@ impl TupleShuffleState {
             Err(e) => raise(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED, e.message, e.hint),
         };
         self.capacity = tuples.max(1) as usize;
-        let arena = match self.config.layout {
+        // Streaming strategies keep their rows in the window/reservoir instead.
+        let reserve = if self.config.params.shuffle.shuffles_blocks() || self.config.params.shuffle == ShuffleMode::NoShuffle { self.capacity } else { 1 };
+        match self.config.layout {
             FeatureLayout::Dense { .. } => {
                 let n = bytes_per_tuple / 8 - 1;
-                TupleArena::new(n, self.capacity)
+                TupleArena::new(n, reserve)
             }
             FeatureLayout::Sparse { .. } => {
                 let nnz = (bytes_per_tuple.saturating_sub(16)) / 12;
-                TupleArena::new_sparse(self.capacity, self.capacity.saturating_mul(nnz.max(1)))
+                TupleArena::new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
             }
-        };
-        ShuffledBuffer { arena, order: Vec::with_capacity(self.capacity) }
+        }
     }
 }
 
@@ -377,6 +481,8 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         classes,
         validation: None,
         first_pass_done: false,
+        stream: None,
+        staging: None,
         shuffler: TupleShuffler::new(config.seed(), 1),
         config,
         child,
@@ -386,6 +492,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         n_features: None,
         capacity: 0,
         rows_skipped_this_epoch: 0,
+        rows_this_epoch: 0,
         buffers_filled: 0,
         tuples_read: 0,
         table_bytes,
@@ -408,7 +515,9 @@ pub unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
     state.epoch += 1;
     state.shuffler = TupleShuffler::new(state.config.seed(), state.epoch);
     state.exhausted = false;
+    state.stream = None;
     state.rows_skipped_this_epoch = 0;
+    state.rows_this_epoch = 0;
     pg_sys::ExecReScan(state.child);
 }
 
@@ -434,6 +543,8 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
         ShuffleMode::Corgipile => "corgipile (shuffle each buffer)",
         ShuffleMode::BlockOnly => "block_only (no tuple shuffle)",
         ShuffleMode::NoShuffle => "no_shuffle",
+        ShuffleMode::SlidingWindow => "sliding_window (TensorFlow shuffle buffer over a sequential scan)",
+        ShuffleMode::Mrs => "mrs (Bismarck multiplexed reservoir sampling over a sequential scan)",
     };
     explain::text(es, "Strategy", strategy);
     explain::text(es, "Buffer Size", &buffer_size_text(params.buffer_size));
