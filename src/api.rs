@@ -13,7 +13,8 @@ use corgipile_ml::arena::validate_sparse;
 use corgipile_ml::model::{ModelKind, Row};
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use pgrx::prelude::*;
-use pgrx::{JsonB, PgRelation, PgSqlErrorCode};
+use pgrx::{JsonB, PgMemoryContexts, PgRelation, PgSqlErrorCode};
+use std::rc::Rc;
 use std::ffi::CStr;
 
 /// A checked request: the config every node gets and the query BlockShuffle runs.
@@ -290,41 +291,13 @@ fn corgipile_explain(
 // Prediction. Every function takes a dense float8[] or a sparse (int4[] indices, float8[]
 // values) pair, in the model's index base.
 
-/// A feature vector from SQL, checked against the model.
-enum Features {
-    Dense(Vec<f64>),
-    Sparse(Vec<u32>, Vec<f64>),
-}
+/// A sparse feature vector from SQL, checked against the model and rebased to 0.
+struct SparseFeatures(Vec<u32>, Vec<f64>);
 
-impl Features {
+impl SparseFeatures {
     fn row(&self) -> Row<'_> {
-        match self {
-            Features::Dense(x) => Row::Dense(x),
-            Features::Sparse(i, v) => Row::Sparse { indices: i, values: v },
-        }
+        Row::Sparse { indices: &self.0, values: &self.1 }
     }
-}
-
-fn dense_features(model: &StoredModel, features: Array<'_, f64>) -> Features {
-    let ptr = features.into_array_type();
-    // SAFETY: pgrx hands us a detoasted, valid float8[] that lives for this call.
-    let result = unsafe {
-        with_float_array(pg_sys::Datum::from(ptr), |x| match x {
-            FloatSlice::F64(x) => x.to_vec(),
-            FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
-        })
-    };
-    let x = result.unwrap_or_else(|problem| match problem {
-        ArrayProblem::Empty => wrong_dimension(model, 0),
-        other => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, other.to_string(), None),
-    });
-    if x.len() != model.n_features() {
-        wrong_dimension(model, x.len());
-    }
-    if !x.iter().all(|v| v.is_finite()) {
-        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
-    }
-    Features::Dense(x)
 }
 
 fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
@@ -336,7 +309,7 @@ fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
     )
 }
 
-fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'_, f64>) -> Features {
+fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'_, f64>) -> SparseFeatures {
     // SAFETY: as in dense_features; both arrays live for this call.
     let (indices, values) = unsafe {
         let i = with_int4_array(pg_sys::Datum::from(indices.into_array_type()), |i| i.to_vec());
@@ -360,7 +333,7 @@ fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'
         raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
     }
     let indices = indices.iter().map(|&i| (i as i64 - model.index_base) as u32).collect();
-    Features::Sparse(indices, values)
+    SparseFeatures(indices, values)
 }
 
 fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
@@ -372,89 +345,147 @@ fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
 }
 
 /// Predicted label (classifiers, in the table's label values) or value (linear).
-fn predict_number(model: &StoredModel, x: &Features) -> f64 {
+fn predict_number(model: &StoredModel, x: Row) -> f64 {
     if model.kind() == ModelKind::Linear {
-        return model.model.decision(x.row());
+        return model.model.decision(x);
     }
-    match &model.classes[model.class_index(x.row())] {
+    match &model.classes[model.class_index(x)] {
         ClassValue::Number(v) => *v,
         ClassValue::Text(_) => not_for(model, "its labels are text", "Use corgipile_predict_class(), which returns the label as text."),
     }
 }
 
-fn predict_class(model: &StoredModel, x: &Features) -> String {
+fn predict_class(model: &StoredModel, x: Row) -> String {
     if model.kind() == ModelKind::Linear {
         not_for(model, "it predicts numbers, not classes", "Use corgipile_predict().");
     }
-    model.classes[model.class_index(x.row())].to_text()
+    model.classes[model.class_index(x)].to_text()
 }
 
-fn predict_proba(model: &StoredModel, x: &Features) -> Vec<f64> {
+fn predict_proba(model: &StoredModel, x: Row) -> Vec<f64> {
     let mut out = Vec::new();
-    if !model.model.predict_proba(x.row(), &mut out) {
+    if !model.model.predict_proba(x, &mut out) {
         not_for(model, "it has no probabilities", "Probabilities come from logistic and softmax models; use corgipile_decision_function() for a score.");
     }
     out
 }
 
-fn decision_function(model: &StoredModel, x: &Features) -> f64 {
+fn decision_function(model: &StoredModel, x: Row) -> f64 {
     if model.kind() == ModelKind::Softmax {
         not_for(model, "it has one score per class", "Use corgipile_predict_proba().");
     }
-    model.model.decision(x.row())
+    model.model.decision(x)
+}
+
+/// A model cached in a call site's `fn_extra`.
+struct CallCache {
+    command_id: pg_sys::CommandId,
+    model: Rc<StoredModel>,
+}
+
+/// The model for this call. Cached in the call site's `fn_extra` (which lives as long as the
+/// statement's expression state), so `SELECT corgipile_predict(7, f) FROM big_table` looks it
+/// up once; a new command id (e.g. after a DELETE in the same transaction) reloads it.
+fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, model_id: i64) -> Rc<StoredModel> {
+    // SAFETY: fcinfo and its flinfo are valid for this call; fn_extra belongs to this function's
+    // FmgrInfo and lives in fn_mcxt; we only ever store there a CallCache made by
+    // leak_and_drop_on_delete in that context, so the cast is sound.
+    unsafe {
+        let command_id = pg_sys::GetCurrentCommandId(false);
+        let flinfo = (*fcinfo).flinfo;
+        let cached = (*flinfo).fn_extra.cast::<CallCache>();
+        if let Some(c) = cached.as_ref() {
+            if c.model.id == model_id && c.command_id == command_id {
+                return c.model.clone();
+            }
+        }
+        let model = load_model(model_id);
+        match cached.as_mut() {
+            Some(c) => *c = CallCache { command_id, model: model.clone() },
+            None => {
+                let entry = CallCache { command_id, model: model.clone() };
+                (*flinfo).fn_extra = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(entry).cast();
+            }
+        }
+        model
+    }
+}
+
+/// Apply `f` to a dense float8[] checked against the model, without copying it.
+fn with_dense<R>(model: &StoredModel, features: Array<'_, f64>, f: impl FnOnce(Row) -> R) -> R {
+    let ptr = features.into_array_type();
+    let n = model.n_features();
+    // SAFETY: pgrx hands us a detoasted, valid float8[] that lives for this call.
+    let result = unsafe {
+        with_float_array(pg_sys::Datum::from(ptr), |x| match x {
+            FloatSlice::F64(x) => {
+                if x.len() != n {
+                    wrong_dimension(model, x.len());
+                }
+                if !x.iter().all(|v| v.is_finite()) {
+                    raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+                }
+                f(Row::Dense(x))
+            }
+            FloatSlice::F32(_) => unreachable!("the argument is float8[]"),
+        })
+    };
+    result.unwrap_or_else(|problem| match problem {
+        ArrayProblem::Empty => wrong_dimension(model, 0),
+        other => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, other.to_string(), None),
+    })
 }
 
 /// The predicted label for one feature vector, in the label values of the training table
 /// (0/1 for a boolean label); for linear regression the predicted value.
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict(model_id: i64, features: Array<'_, f64>) -> f64 {
-    let model = load_model(model_id);
-    predict_number(&model, &dense_features(&model, features))
+fn corgipile_predict(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    let model = model_for_call(fcinfo, model_id);
+    with_dense(&model, features, |row| predict_number(&model, row))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> f64 {
-    let model = load_model(model_id);
-    predict_number(&model, &sparse_features(&model, indices, values))
+fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    let model = model_for_call(fcinfo, model_id);
+    predict_number(&model, sparse_features(&model, indices, values).row())
 }
 
 /// The predicted class as text (works for numeric and text labels).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_class(model_id: i64, features: Array<'_, f64>) -> String {
-    let model = load_model(model_id);
-    predict_class(&model, &dense_features(&model, features))
+fn corgipile_predict_class(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    let model = model_for_call(fcinfo, model_id);
+    with_dense(&model, features, |row| predict_class(&model, row))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> String {
-    let model = load_model(model_id);
-    predict_class(&model, &sparse_features(&model, indices, values))
+fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    let model = model_for_call(fcinfo, model_id);
+    predict_class(&model, sparse_features(&model, indices, values).row())
 }
 
 /// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
 /// P(positive)]; softmax: one per class).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_proba(model_id: i64, features: Array<'_, f64>) -> Vec<f64> {
-    let model = load_model(model_id);
-    predict_proba(&model, &dense_features(&model, features))
+fn corgipile_predict_proba(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    let model = model_for_call(fcinfo, model_id);
+    with_dense(&model, features, |row| predict_proba(&model, row))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> Vec<f64> {
-    let model = load_model(model_id);
-    predict_proba(&model, &sparse_features(&model, indices, values))
+fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    let model = model_for_call(fcinfo, model_id);
+    predict_proba(&model, sparse_features(&model, indices, values).row())
 }
 
 /// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_decision_function(model_id: i64, features: Array<'_, f64>) -> f64 {
-    let model = load_model(model_id);
-    decision_function(&model, &dense_features(&model, features))
+fn corgipile_decision_function(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    let model = model_for_call(fcinfo, model_id);
+    with_dense(&model, features, |row| decision_function(&model, row))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>) -> f64 {
-    let model = load_model(model_id);
-    decision_function(&model, &sparse_features(&model, indices, values))
+fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    let model = model_for_call(fcinfo, model_id);
+    decision_function(&model, sparse_features(&model, indices, values).row())
 }
-
