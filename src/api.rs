@@ -162,7 +162,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
 
 /// Reads a validation relation (same columns as the training relation) into memory.
 unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) -> (ShuffledBuffer, Vec<ClassValue>) {
-    let relid = Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()])
+    let relid = Spi::get_one_with_args::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::pg_catalog.oid", &[name.into()])
         .ok()
         .flatten()
         .unwrap_or_else(|| {

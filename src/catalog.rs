@@ -84,8 +84,12 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
     Spi::run_with_args(
         "INSERT INTO corgipile.epochs (model_id, epoch, loss, accuracy, r2, tuples, seconds, learning_rate,
                                        validation_loss, validation_accuracy, validation_r2)
-         SELECT $1, e.* FROM unnest($2::int4[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::float8[],
-                                    $8::float8[], $9::float8[], $10::float8[], $11::float8[]) AS e",
+         SELECT $1, e.* FROM ROWS FROM (
+            pg_catalog.unnest($2::pg_catalog.int4[]), pg_catalog.unnest($3::pg_catalog.float8[]),
+            pg_catalog.unnest($4::pg_catalog.float8[]), pg_catalog.unnest($5::pg_catalog.float8[]),
+            pg_catalog.unnest($6::pg_catalog.int8[]), pg_catalog.unnest($7::pg_catalog.float8[]),
+            pg_catalog.unnest($8::pg_catalog.float8[]), pg_catalog.unnest($9::pg_catalog.float8[]),
+            pg_catalog.unnest($10::pg_catalog.float8[]), pg_catalog.unnest($11::pg_catalog.float8[])) AS e",
         &[
             id.into(),
             epochs.into(),
@@ -183,8 +187,8 @@ fn read_model(model_id: i64) -> StoredModel {
     let row = Spi::connect(|client| {
         let table = client.select(
             "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
-                    coalesce((params->>'index_base')::int8, 1)
-             FROM corgipile.models WHERE id = $1",
+                    coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1)
+             FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
             Some(1),
             &[model_id.into()],
         )?;

@@ -1,6 +1,7 @@
 //! Which columns a training (or evaluation) reads, how their values are decoded, and the one
 //! SELECT that reads them. Column names come from params and are resolved as identifiers
-//! (attnum, then quoted): a name is never spliced into SQL as text.
+//! (attnum, then quoted): a name is never spliced into SQL as text. Casts name their pg_catalog
+//! types, so objects on the caller's search_path cannot change what the query does.
 
 use crate::decode::LabelKind;
 use crate::error::raise;
@@ -170,7 +171,7 @@ unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> S
     if t == pg_sys::FLOAT8ARRAYOID || t == pg_sys::FLOAT4ARRAYOID {
         quote_ident(column)
     } else if is_number(elem) {
-        format!("{}::float8[]", quote_ident(column))
+        format!("{}::pg_catalog.float8[]", quote_ident(column))
     } else {
         type_error(relname, "features", column, type_name(t),
             "The features column must be an array of numbers (float8[], float4[], integer[], numeric[]), a list of numeric columns, or {\"indices\": ..., \"values\": ...}.")
@@ -201,7 +202,7 @@ pub unsafe fn resolve(
         }
         ModelKind::Softmax | ModelKind::Svm | ModelKind::Logistic => {
             if is_text(label_type) {
-                (format!("{}::text", quote_ident(label)), LabelCoding::ClassOfText)
+                (format!("{}::pg_catalog.text", quote_ident(label)), LabelCoding::ClassOfText)
             } else if is_number(label_type) || label_is_bool {
                 let kind = label_kind(label_type);
                 let coding = if model == ModelKind::Softmax { LabelCoding::ClassOfValue(kind) } else { LabelCoding::Value(kind) };
@@ -221,7 +222,7 @@ pub unsafe fn resolve(
                 if !is_number(t) {
                     type_error(relname, "feature", column, type_name(t), "Feature columns must be numbers (integer, real, double precision, numeric).");
                 }
-                parts.push(format!("{}::float8", quote_ident(column)));
+                parts.push(format!("{}::pg_catalog.float8", quote_ident(column)));
             }
             (vec![format!("ARRAY[{}]", parts.join(", "))], FeatureLayout::Dense { columns: true })
         }
@@ -230,7 +231,7 @@ pub unsafe fn resolve(
             if !matches!(element_type(ti), pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
                 type_error(relname, "feature indices", indices, type_name(ti), "Sparse feature indices must be an integer array (int4[]).");
             }
-            let index_expr = if ti == pg_sys::INT4ARRAYOID { quote_ident(indices) } else { format!("{}::int4[]", quote_ident(indices)) };
+            let index_expr = if ti == pg_sys::INT4ARRAYOID { quote_ident(indices) } else { format!("{}::pg_catalog.int4[]", quote_ident(indices)) };
             (
                 vec![index_expr, dense_array_expr(relid, relname, values)],
                 FeatureLayout::Sparse { index_base, n_features },
@@ -240,7 +241,7 @@ pub unsafe fn resolve(
     let mut columns = vec![label_expr];
     columns.extend(feature_exprs);
     let validation_column = validation_predicate.map(|p| {
-        columns.push(format!("COALESCE(({p})::boolean, false)"));
+        columns.push(format!("COALESCE(({p})::pg_catalog.bool, false)"));
         columns.len() - 1
     });
     let sql = format!("SELECT {} FROM ONLY {}", columns.join(", "), qualified_name(relid));
@@ -257,7 +258,7 @@ pub unsafe fn resolve(
 
 fn numeric_label_expr(label: &str, t: pg_sys::Oid) -> String {
     if t == pg_sys::NUMERICOID {
-        format!("{}::float8", quote_ident(label))
+        format!("{}::pg_catalog.float8", quote_ident(label))
     } else {
         quote_ident(label)
     }

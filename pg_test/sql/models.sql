@@ -99,3 +99,13 @@ FROM corgipile.models JOIN corgipile.epochs ON model_id = id WHERE id = :opt GRO
 SELECT corgipile_evaluate(:opt, 'clustered', '{"epochs": 3}');
 SELECT corgipile_evaluate(:opt, 'reg');
 SELECT corgipile_evaluate(999999, 'clustered');
+
+-- Objects earlier on the search_path cannot change corgipile's internal queries.
+CREATE SCHEMA evil;
+CREATE DOMAIN evil.float8 AS text;
+CREATE FUNCTION evil.unnest(anyarray) RETURNS SETOF anyelement LANGUAGE sql AS 'SELECT NULL::anyelement WHERE false';
+SET search_path = evil, pg_catalog, public;
+SELECT corgipile_train('reg', 'linear', '{"features": ["a", "b"], "label": "y", "epochs": 2, "seed": 1}') AS hardened \gset
+SELECT count(*) AS epochs_stored, round(max(r2)::numeric, 2) AS r2 FROM corgipile.epochs WHERE model_id = :hardened;
+RESET search_path;
+DROP SCHEMA evil CASCADE;
