@@ -22,6 +22,7 @@ use super::{config_of, create_node, explain, init_child, install_state, methods,
 use crate::error::{notice, raise};
 use crate::plan::PipelineConfig;
 use corgipile_ml::model::LinearModel;
+use corgipile_ml::params::ScheduleKind;
 use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
@@ -806,7 +807,21 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     let p = &state.config.params;
     explain::text(es, "Model", state.config.model.name());
     explain::int(es, "Epochs", p.epochs as i64);
-    explain::text(es, "Learning Rate", &format!("{} (x{} per epoch)", p.learning_rate, p.decay));
+    let schedule = match p.learning_rate_schedule {
+        ScheduleKind::Constant => "constant".to_string(),
+        ScheduleKind::Exponential => format!("x{} per epoch", p.decay),
+        ScheduleKind::InverseSqrt => "divided by sqrt(epoch)".to_string(),
+    };
+    explain::text(es, "Learning Rate", &format!("{} ({schedule})", p.learning_rate));
+    if p.l1 > 0.0 {
+        explain::float(es, "L1", None, p.l1, 6);
+    }
+    if p.normalize {
+        explain::boolean(es, "Normalize", true);
+    }
+    if let Some(v) = &p.validation {
+        explain::text(es, "Validation", &format!("{v:?}"));
+    }
     explain::int(es, "Batch Size", p.batch_size as i64);
     explain::float(es, "L2", None, p.l2, 6);
     if p.tolerance > 0.0 {
