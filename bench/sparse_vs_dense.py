@@ -13,30 +13,39 @@ from psycopg.types.json import Jsonb
 DIMS, NNZ = 1_000_000, 40
 
 
+def make_tables(c, rows):
+    """bench_sparse (1M dims), bench_sparse40 and bench_dense: the same values three ways."""
+    c.execute("DROP TABLE IF EXISTS bench_sparse, bench_dense, bench_sparse40")
+    c.execute("SELECT setseed(0.3)")
+    # Sparse: 40 distinct sorted indices spread over 1..1,000,000; values around +-1.
+    c.execute(f"""CREATE TABLE bench_sparse AS
+        SELECT i AS id, (i % 2) AS label,
+               ARRAY(SELECT DISTINCT (1 + floor(random() * {DIMS}))::int4 FROM generate_series(1, {NNZ}) ORDER BY 1) AS idx
+        FROM generate_series(1, {rows}) i""")
+    c.execute("""ALTER TABLE bench_sparse ADD COLUMN val float8[]""")
+    c.execute("""UPDATE bench_sparse SET val = ARRAY(SELECT (CASE WHEN label = 1 THEN 0.2 ELSE -0.2 END) + random() - 0.5
+                                                 FROM generate_series(1, cardinality(idx)))""")
+    c.execute(f"""CREATE TABLE bench_dense AS SELECT id, label, val[1:{NNZ}] || array_fill(0.0::float8, ARRAY[{NNZ} - cardinality(val)]) AS features
+                  FROM bench_sparse""")
+    # The same values as a sparse model over 40 dimensions: isolates the cost of the dimension.
+    c.execute(f"""CREATE TABLE bench_sparse40 AS SELECT id, label, ARRAY(SELECT generate_series(1, cardinality(val)))::int4[] AS idx, val
+                  FROM bench_sparse""")
+    c.execute("VACUUM ANALYZE bench_sparse, bench_dense, bench_sparse40")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--l2", type=float, default=1e-4)
+    ap.add_argument("--reuse", action="store_true", help="keep the tables of a previous run")
     ap.add_argument("--out", default="bench/results/sparse_vs_dense.md")
     args = ap.parse_args()
     with psycopg.connect(autocommit=True) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
-        c.execute("DROP TABLE IF EXISTS bench_sparse, bench_dense, bench_sparse40")
-        c.execute("SELECT setseed(0.3)")
-        # Sparse: 40 distinct sorted indices spread over 1..1,000,000; values around +-1.
-        c.execute(f"""CREATE TABLE bench_sparse AS
-            SELECT i AS id, (i % 2) AS label,
-                   ARRAY(SELECT DISTINCT (1 + floor(random() * {DIMS}))::int4 FROM generate_series(1, {NNZ}) ORDER BY 1) AS idx
-            FROM generate_series(1, {args.rows}) i""")
-        c.execute("""ALTER TABLE bench_sparse ADD COLUMN val float8[]""")
-        c.execute("""UPDATE bench_sparse SET val = ARRAY(SELECT (CASE WHEN label = 1 THEN 0.2 ELSE -0.2 END) + random() - 0.5
-                                                     FROM generate_series(1, cardinality(idx)))""")
-        c.execute(f"""CREATE TABLE bench_dense AS SELECT id, label, val[1:{NNZ}] || array_fill(0.0::float8, ARRAY[{NNZ} - cardinality(val)]) AS features
-                      FROM bench_sparse""")
-        # The same values as a sparse model over 40 dimensions: isolates the cost of the dimension.
-        c.execute(f"""CREATE TABLE bench_sparse40 AS SELECT id, label, ARRAY(SELECT generate_series(1, cardinality(val)))::int4[] AS idx, val
-                      FROM bench_sparse""")
-        c.execute("VACUUM ANALYZE bench_sparse, bench_dense, bench_sparse40")
+        reuse = args.reuse and c.execute("SELECT to_regclass('bench_sparse40') IS NOT NULL").fetchone()[0]
+        if not reuse:
+            make_tables(c, args.rows)
         results = {}
         for name, table, params in (
             ("dense, 40 features", "bench_dense", {}),
@@ -44,13 +53,13 @@ def main():
             ("sparse, 1,000,000 dimensions", "bench_sparse",
              {"features": {"indices": "idx", "values": "val"}, "n_features": DIMS}),
         ):
-            p = {"epochs": args.epochs, "seed": 1, "verbose": False, "l2": 1e-4, "double_buffer": False, **params}
+            p = {"epochs": args.epochs, "seed": 1, "verbose": False, "l2": args.l2, "double_buffer": False, **params}
             model_id = c.execute("SELECT corgipile_train(%s, 'logistic', %s)", (table, Jsonb(p))).fetchone()[0]
             secs = [r[0] / r[1] * 1e9 for r in c.execute(
                 "SELECT seconds, tuples FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (model_id,))]
             results[name] = secs
     dense, sparse40, sparse = (statistics.median(v) for v in results.values())
-    lines = [f"{args.rows:,} rows, ~{NNZ} non-zeros per row, logistic, l2 = 1e-4, single-buffered, {args.epochs} epochs "
+    lines = [f"{args.rows:,} rows, ~{NNZ} non-zeros per row, logistic, l2 = {args.l2}, single-buffered, {args.epochs} epochs "
              "(epoch time includes the scan).", "",
              "| model | median ns per tuple | range |", "|---|---|---|"]
     for name, v in results.items():
