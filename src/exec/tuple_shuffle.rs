@@ -33,8 +33,10 @@ pub struct TupleShuffleState {
     exhausted: bool,
     /// Dense: the feature dimension, fixed by the first row. Sparse: unused.
     n_features: Option<usize>,
-    /// Tuples per buffer; known once the first row shows how big a tuple is.
+    /// Tuples per buffer, and the estimated bytes per tuple they were sized with; known once
+    /// the first row shows how big a tuple is.
     capacity: usize,
+    tuple_bytes: usize,
     /// Label values → class indices (softmax, text labels); pre-filled for evaluation.
     pub classes: ClassDictionary,
     /// Held-out validation rows, collected during the first pass over the table.
@@ -312,6 +314,7 @@ impl TupleShuffleState {
             Err(e) => raise(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED, e.message, e.hint),
         };
         self.capacity = tuples.max(1) as usize;
+        self.tuple_bytes = bytes_per_tuple;
         // Streaming strategies keep their rows in the window/reservoir instead.
         let reserve = if self.config.params.shuffle.shuffles_blocks() || self.config.params.shuffle == ShuffleMode::NoShuffle { self.capacity } else { 1 };
         match self.config.layout {
@@ -491,6 +494,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         exhausted: false,
         n_features: None,
         capacity: 0,
+        tuple_bytes: 0,
         rows_skipped_this_epoch: 0,
         rows_this_epoch: 0,
         buffers_filled: 0,
@@ -551,7 +555,7 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     explain::boolean(es, "Double Buffered", params.double_buffer);
     if explain::analyzing(es) {
         if state.buffers_filled > 0 {
-            let bytes = state.capacity as u64 * TupleArena::bytes_per_tuple(state.n_features.unwrap_or(0)) as u64;
+            let bytes = state.capacity as u64 * state.tuple_bytes as u64;
             explain::text(
                 es,
                 "Buffer",
