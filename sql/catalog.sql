@@ -48,3 +48,8 @@ CREATE POLICY models_own ON corgipile.models
     USING (trained_by = current_user) WITH CHECK (trained_by = current_user);
 CREATE POLICY epochs_own ON corgipile.epochs
     USING (EXISTS (SELECT 1 FROM corgipile.models m WHERE m.id = model_id));
+
+-- pg_dump carries the models: extension member tables are otherwise skipped.
+SELECT pg_catalog.pg_extension_config_dump('corgipile.models', '');
+SELECT pg_catalog.pg_extension_config_dump('corgipile.models_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('corgipile.epochs', '');

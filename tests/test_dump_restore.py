@@ -1,0 +1,42 @@
+"""pg_dump / pg_restore of a database carries its corgipile models: predictions after a restore
+into a new database are identical."""
+
+import subprocess
+
+import psycopg
+
+from conftest import scalar
+
+SOURCE, TARGET = "corgipile_dump_src", "corgipile_dump_dst"
+
+
+def test_models_survive_dump_and_restore(tmp_path):
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        for db in (SOURCE, TARGET):
+            admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {SOURCE}")
+    with psycopg.connect(dbname=SOURCE, autocommit=True) as c:
+        c.execute("CREATE EXTENSION corgipile")
+        c.execute("""CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + random(), random()] AS features,
+                     (i % 2) AS label FROM generate_series(1, 2000) i""")
+        ids = [scalar(c, "SELECT corgipile_train('pts', %s, '{\"epochs\": 2, \"seed\": 1, \"verbose\": false}')", (m,))
+               for m in ("svm", "logistic")]
+        before = c.execute("""SELECT m, id, corgipile_decision_function(m, features) FROM pts, unnest(%s::bigint[]) m
+                              ORDER BY m, id""", (ids,)).fetchall()
+        epochs_before = scalar(c, "SELECT count(*) FROM corgipile.epochs")
+    dump = tmp_path / "db.dump"
+    subprocess.run(["pg_dump", "-Fc", "-f", str(dump), SOURCE], check=True)
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {TARGET}")
+    subprocess.run(["pg_restore", "-d", TARGET, str(dump)], check=True)
+    with psycopg.connect(dbname=TARGET, autocommit=True) as c:
+        after = c.execute("""SELECT m, id, corgipile_decision_function(m, features) FROM pts, unnest(%s::bigint[]) m
+                             ORDER BY m, id""", (ids,)).fetchall()
+        assert after == before
+        assert scalar(c, "SELECT count(*) FROM corgipile.epochs") == epochs_before
+        # New models do not collide with restored ids.
+        new_id = scalar(c, "SELECT corgipile_train('pts', 'svm', '{\"epochs\": 1, \"verbose\": false}')")
+        assert new_id > max(ids)
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        for db in (SOURCE, TARGET):
+            admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
