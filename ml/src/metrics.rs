@@ -51,6 +51,9 @@ pub struct BinaryMetrics {
     fn_: u64,
     /// (score, actual positive) for ROC AUC.
     scored: Vec<(f64, bool)>,
+    /// At most this many scores are kept for ROC AUC (memory bound); past it AUC is None.
+    auc_limit: Option<usize>,
+    auc_dropped: bool,
     log_loss_sum: f64,
     all_have_prob: bool,
 }
@@ -63,6 +66,18 @@ impl BinaryMetrics {
         }
     }
 
+    /// Like `new`, but keeps at most `max_rows` scores for ROC AUC (16 bytes each): past that,
+    /// `roc_auc` is None rather than memory growing with the table.
+    pub fn with_auc_limit(max_rows: usize) -> Self {
+        BinaryMetrics {
+            auc_limit: Some(max_rows),
+            ..Self::new()
+        }
+    }
+
+    /// Bytes kept per row for ROC AUC.
+    pub const AUC_BYTES_PER_ROW: usize = std::mem::size_of::<(f64, bool)>();
+
     /// `score`: decision value; `prob`: P(positive) if the model has one.
     pub fn push(&mut self, score: f64, prob: Option<f64>, actual_positive: bool) {
         match (score >= 0.0, actual_positive) {
@@ -71,7 +86,14 @@ impl BinaryMetrics {
             (false, false) => self.tn += 1,
             (false, true) => self.fn_ += 1,
         }
-        self.scored.push((score, actual_positive));
+        if !self.auc_dropped {
+            if self.auc_limit.is_some_and(|limit| self.scored.len() >= limit) {
+                self.auc_dropped = true;
+                self.scored = Vec::new();
+            } else {
+                self.scored.push((score, actual_positive));
+            }
+        }
         match prob {
             Some(p) => {
                 let p = p.clamp(EPS, 1.0 - EPS);
@@ -89,7 +111,7 @@ impl BinaryMetrics {
         let n = self.tp + self.fp + self.tn + self.fn_;
         let precision = ratio(self.tp, self.tp + self.fp);
         let recall = ratio(self.tp, self.tp + self.fn_);
-        let roc_auc = roc_auc(&mut self.scored);
+        let roc_auc = if self.auc_dropped { None } else { roc_auc(&mut self.scored) };
         BinaryReport {
             accuracy: ratio(self.tp + self.tn, n),
             precision,
@@ -489,5 +511,20 @@ mod tests {
         m.push(2.0, 2.0);
         assert_eq!(m.finish().r2, 0.0);
         assert_eq!(RegressionMetrics::new().finish().n, 0);
+    }
+
+    #[test]
+    fn auc_limit_bounds_memory_and_drops_auc() {
+        let mut m = BinaryMetrics::with_auc_limit(3);
+        for (score, positive) in [(0.9, true), (-0.5, false), (0.2, true)] {
+            m.push(score, None, positive);
+        }
+        let mut over = m.clone();
+        assert_eq!(m.finish().roc_auc, Some(1.0));
+        over.push(-0.1, None, false);
+        let report = over.finish();
+        assert_eq!(report.roc_auc, None);
+        assert_eq!(report.n, 4);
+        assert_eq!(report.accuracy, 1.0);
     }
 }

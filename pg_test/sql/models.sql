@@ -109,3 +109,10 @@ SELECT corgipile_train('reg', 'linear', '{"features": ["a", "b"], "label": "y", 
 SELECT count(*) AS epochs_stored, round(max(r2)::numeric, 2) AS r2 FROM corgipile.epochs WHERE model_id = :hardened;
 RESET search_path;
 DROP SCHEMA evil CASCADE;
+
+-- Held-out validation rows and ROC AUC scores are bounded by corgipile.max_buffer_memory.
+SET corgipile.max_buffer_memory = '64kB';
+SELECT corgipile_train('clustered', 'logistic', '{"epochs": 1, "seed": 1, "buffer_size": 100, "validation": {"fraction": 0.5}}');
+SELECT corgipile_evaluate(:v1, 'clustered') ?& ARRAY['roc_auc_note'] AS auc_skipped, (corgipile_evaluate(:v1, 'clustered')->>'rows_scored')::int AS rows_scored;
+RESET corgipile.max_buffer_memory;
+SELECT (corgipile_evaluate(:v1, 'clustered')->>'roc_auc')::float8 > 0.9 AS auc_computed;

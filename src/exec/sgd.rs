@@ -563,7 +563,9 @@ impl SgdState {
         let model = self.evaluate_model.clone().expect("evaluate mode has a model");
         let shuffle = self.shuffle();
         let k = model.classes.len();
-        let mut binary = BinaryMetrics::new();
+        // ROC AUC keeps one score per row: bounded by the same limit as the training buffers.
+        let auc_rows = self.config.max_buffer_bytes as usize / BinaryMetrics::AUC_BYTES_PER_ROW;
+        let mut binary = BinaryMetrics::with_auc_limit(auc_rows);
         let mut multi = MulticlassMetrics::new(k.max(1));
         let mut regression = RegressionMetrics::new();
         let mut probs = Vec::new();
@@ -624,6 +626,9 @@ impl SgdState {
         report["rows_skipped"] = json!(shuffle.rows_skipped_this_epoch + unknown);
         if unknown > 0 {
             report["rows_with_unknown_label"] = json!(unknown);
+        }
+        if report.get("roc_auc").is_some_and(|v| v.is_null()) && scored as usize > auc_rows {
+            report["roc_auc_note"] = json!("not computed: more rows than corgipile.max_buffer_memory can hold scores for");
         }
         self.evaluation = Some(report);
     }

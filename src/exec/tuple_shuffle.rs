@@ -245,7 +245,16 @@ impl TupleShuffleState {
             }
             Target::Validation => {
                 let v = self.validation.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
-                decode_features(&self.config.layout, &mut self.n_features, v, label, values, tid)
+                let pushed = decode_features(&self.config.layout, &mut self.n_features, v, label, values, tid);
+                // Held-out rows stay in memory for the whole training: same bound as the buffers.
+                if v.bytes_used() as u64 > self.config.max_buffer_bytes {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                        format!("the validation rows of {} do not fit in corgipile.max_buffer_memory", self.config.relation),
+                        Some("Hold out a smaller fraction, or evaluate afterwards with corgipile_evaluate().".into()),
+                    );
+                }
+                pushed
             }
         };
         if !pushed {
