@@ -119,3 +119,18 @@ pytest:
 bench-epochs: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/epoch_times.py
+
+# Benchmark harness (bench/harness.py): every shuffle strategy, Shuffle Once and the scikit-learn export
+# path side by side; writes bench/results/latest.md (bench) or quick.md (bench-quick) plus PNG plots.
+# BENCH_SKIP_INSTALL=1 uses the extension already installed (no setup, no cargo build).
+BENCH_DEPS := $(if $(BENCH_SKIP_INSTALL),,setup-python install)
+.PHONY: bench bench-quick
+bench: $(BENCH_DEPS)
+	$(CLUSTER) start
+	$(VENV)/bin/pip install -q -r bench/requirements.txt
+	$(PG_ENV) $(VENV)/bin/python bench/harness.py
+
+bench-quick: $(BENCH_DEPS)
+	$(CLUSTER) start
+	$(VENV)/bin/pip install -q -r bench/requirements.txt
+	$(PG_ENV) $(VENV)/bin/python bench/harness.py --quick

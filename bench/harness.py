@@ -49,7 +49,7 @@ FULL = {
          "strategies": ["no_shuffle", "corgipile", "corgipile_buf2", "shuffle_once"]},
     ],
     "real": ["a9a", "ijcnn1", "w8a"], "real_models": ["svm", "logistic"], "real_epochs": 10,
-    "ceiling_max_cells": 20_000_000,
+    "ceiling_max_cells": 5_000_000,
 }
 QUICK = {
     "epochs": 3,
@@ -63,7 +63,7 @@ QUICK = {
          "strategies": ["no_shuffle", "corgipile", "corgipile_buf2", "shuffle_once", "sklearn"]},
     ],
     "real": ["a9a", "ijcnn1"], "real_models": ["svm"], "real_epochs": 3,
-    "ceiling_max_cells": 20_000_000,
+    "ceiling_max_cells": 5_000_000,
 }
 SENSITIVITY = [("buffer 1%", {"buffer_size": "1%"}), ("buffer 2%", {"buffer_size": "2%"}),
                ("buffer 5%", {"buffer_size": "5%"}), ("buffer 10%", {"buffer_size": "10%"}),
@@ -89,6 +89,25 @@ def setup_database(db):
         return c.execute("SELECT extversion FROM pg_extension WHERE extname = 'corgipile'").fetchone()[0]
 
 
+def retrying(fn, *args, attempts=3):
+    """Run fn(*args); if the server dropped the connection (another session's crash restarts every
+    backend of a shared test cluster), wait until it accepts connections again and rerun."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn(*args)
+        except psycopg.OperationalError as e:
+            if attempt == attempts:
+                raise
+            log(f"connection lost ({str(e).splitlines()[0]}); waiting for the server, then retrying")
+            for _ in range(120):
+                time.sleep(1)
+                try:
+                    runner.connect().close()
+                    break
+                except psycopg.OperationalError:
+                    pass
+
+
 def time_to_target(run, target, offset):
     """Seconds (offset + cumulative epoch seconds) until validation accuracy >= target; None if never."""
     total = offset
@@ -104,15 +123,15 @@ def run_dataset(ds, models, strategies, epochs, cfg, seed):
     log(f"{ds.name}: scan floor")
     out = {"dataset": ds.name, "family": ds.family, "order": ds.order, "rows": ds.rows,
            "n_features": ds.n_features, "size": ds.size, "note": ds.note, "sparse": ds.sparse,
-           "epochs": epochs, "floor": runner.scan_floor(ds), "models": {}}
+           "epochs": epochs, "floor": retrying(runner.scan_floor, ds), "models": {}}
     so_copy = so_secs = sk_data = None
     if "shuffle_once" in strategies:
         log(f"{ds.name}: Shuffle Once copy (ORDER BY random())")
-        so_copy, so_secs = runner.shuffle_once_copy(ds, seed)
+        so_copy, so_secs = retrying(runner.shuffle_once_copy, ds, seed)
         out["shuffle_once_copy_seconds"] = so_secs
     if "sklearn" in strategies:
         log(f"{ds.name}: export to numpy")
-        sk_data = runner.export_all(ds)
+        sk_data = retrying(runner.export_all, ds)
         out["export_seconds"] = sk_data["export_seconds"]
     for model in models:
         res = {}
@@ -120,14 +139,14 @@ def run_dataset(ds, models, strategies, epochs, cfg, seed):
             log(f"{ds.name}: {model} {name}")
             try:
                 if name == "sklearn":
-                    r = runner.sklearn_run(sk_data, model, epochs, seed, cfg["ceiling_max_cells"],
+                    r = retrying(runner.sklearn_run, sk_data, model, epochs, seed, cfg["ceiling_max_cells"],
                                            40 if ds.sparse else ds.n_features)
                     r["offset"] = r["export_seconds"]
                 elif name == "shuffle_once":
-                    r = runner.train(ds, model, STRATEGIES[name], epochs, seed, relation=so_copy)
+                    r = retrying(runner.train, ds, model, STRATEGIES[name], epochs, seed, so_copy)
                     r["offset"] = so_secs
                 else:
-                    r = runner.train(ds, model, STRATEGIES[name], epochs, seed)
+                    r = retrying(runner.train, ds, model, STRATEGIES[name], epochs, seed)
                     r["offset"] = 0.0
             except runner.Skipped as e:
                 r = {"skipped": str(e)}
@@ -148,7 +167,7 @@ def sensitivity(ds, model, epochs, seed, target):
     for label, extra in SENSITIVITY:
         log(f"{ds.name}: sensitivity {label}")
         params = {**STRATEGIES["corgipile"], **extra}
-        r = runner.train(ds, model, params, epochs, seed)
+        r = retrying(runner.train, ds, model, params, epochs, seed)
         r["e2e"], r["e2e_epoch"] = time_to_target(r, target - TOLERANCE, 0.0)
         rows.append((label, r))
     return rows
@@ -180,25 +199,34 @@ def main():
     ap.add_argument("--db", default="corgipile_bench")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated dataset keys to run (debugging)")
+    ap.add_argument("--report-only", action="store_true", help="rewrite <out> and the plots from <out>.json")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     out_md = args.out or ("bench/results/quick.md" if args.quick else "bench/results/latest.md")
+    if args.report_only:
+        with open(out_md + ".json") as f:
+            write_outputs(json.load(f), out_md)
+        return
     started = time.perf_counter()
-    version = setup_database(args.db)
+    version = retrying(setup_database, args.db)
     results = {"mode": "quick" if args.quick else "full", "extversion": version, "datasets": [],
                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "config": cfg}
     only = set(args.only.split(",")) if args.only else None
-    with runner.connect() as c:
-        trace_tbl = datasets.trace_table(c)
-        synth = [s for s in cfg["synthetic"] if not only or s["key"] in only]
-        reals = [r for r in cfg["real"] if not only or r in only]
-        gen_t0 = time.perf_counter()
-        synth_ds = [(spec, datasets.synthetic(c, spec)) for spec in synth]
-        real_ds = [ds for name in reals for ds in datasets.real(c, name)]
-        results["generation_seconds"] = time.perf_counter() - gen_t0
-        for _, ds in synth_ds:
-            ds.extra["toast"] = c.execute("""SELECT pg_size_pretty(pg_total_relation_size(reltoastrelid))
-                                              FROM pg_class WHERE oid = %s::regclass""", (ds.train,)).fetchone()[0]
+    def with_conn(fn, *a):
+        with runner.connect() as c:
+            return fn(c, *a)
+
+    trace_tbl = retrying(with_conn, datasets.trace_table)
+    synth = [s for s in cfg["synthetic"] if not only or s["key"] in only]
+    reals = [r for r in cfg["real"] if not only or r in only]
+    gen_t0 = time.perf_counter()
+    synth_ds = [(spec, retrying(with_conn, datasets.synthetic, spec)) for spec in synth]
+    real_ds = [ds for name in reals for ds in retrying(with_conn, datasets.real, name)]
+    results["generation_seconds"] = time.perf_counter() - gen_t0
+    for _, ds in synth_ds:
+        ds.extra["toast"] = retrying(with_conn, lambda c: c.execute(
+            """SELECT pg_size_pretty(pg_total_relation_size(reltoastrelid))
+               FROM pg_class WHERE oid = %s::regclass""", (ds.train,)).fetchone()[0])
     for spec, ds in synth_ds:
         r = run_dataset(ds, spec["models"], spec["strategies"], cfg["epochs"], cfg, args.seed)
         r["toast"] = ds.extra["toast"]
@@ -210,18 +238,22 @@ def main():
     for ds in real_ds:
         results["datasets"].append(run_dataset(ds, cfg["real_models"], ALL, cfg["real_epochs"], cfg, args.seed))
     log("tuple-order trace")
-    results["trace"] = trace_runs(trace_tbl, args.seed)
+    results["trace"] = retrying(trace_runs, trace_tbl, args.seed)
     results["total_seconds"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
     with open(out_md + ".json", "w") as f:
         json.dump(results, f, indent=1, default=str)
+    write_outputs(results, out_md)
+    log(f"done in {results['total_seconds']:.0f} s; wrote {out_md}, {out_md}.json and the PNGs")
+
+
+def write_outputs(results, out_md):
     prefix = os.path.splitext(out_md)[0]
     pngs = plots.all_plots(results, prefix)
     text = report(results, pngs)
     with open(out_md, "w") as f:
         f.write(text)
     print(text)
-    log(f"done in {results['total_seconds']:.0f} s; wrote {out_md}, {out_md}.json and {len(pngs)} PNGs")
 
 
 # ---------------------------------------------------------------- report

@@ -308,6 +308,13 @@ impl SgdState {
                 };
                 visited.push((b.arena.label(i), first));
             }
+            if (visited.len() * std::mem::size_of::<(f64, f64)>()) as u64 > self.config.max_buffer_bytes {
+                raise(
+                    PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                    format!("the trace of {} does not fit in corgipile.max_buffer_memory", self.config.relation),
+                    Some("corgipile_trace is meant for small tables; trace a sample (CREATE TABLE ... AS SELECT ... LIMIT).".into()),
+                );
+            }
             spare = Some(b);
         }
         self.traced = Some(visited);
