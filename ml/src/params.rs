@@ -872,12 +872,18 @@ fn format_percent(f: f64) -> String {
     format!("{pct}%")
 }
 
-/// Pages per block. Auto: 1280 pages (10MB of 8kB pages) but at most
-/// n_pages/64, so even small tables get ~64 blocks to shuffle; at least 1.
-/// Never more than the table (min 1).
-pub fn resolve_block_pages(spec: BlockSize, n_pages: u32, page_size: u32) -> u32 {
+/// Blocks one buffer should hold under the automatic block size. The tuple shuffle only mixes
+/// what is in one buffer, so a buffer of a few large blocks stays nearly as clustered as the
+/// table: on a 200k-row label-clustered table (5 epochs, svm) 10%/2% buffers of ~6/~1 auto
+/// blocks gave 0.803/0.614 test accuracy, 1-page blocks 0.855/0.853, Shuffle Once 0.854.
+pub const AUTO_BLOCKS_PER_BUFFER: u64 = 256;
+
+/// Pages per block. Auto: the buffer's pages / [`AUTO_BLOCKS_PER_BUFFER`], at most 1280 pages
+/// (10MB of 8kB pages), at least 1. `buffer_pages` is the buffer's size in table pages (an
+/// estimate is fine). Never more than the table (min 1).
+pub fn resolve_block_pages(spec: BlockSize, n_pages: u32, page_size: u32, buffer_pages: u64) -> u32 {
     let pages = match spec {
-        BlockSize::Auto => (n_pages / 64).clamp(1, 1280),
+        BlockSize::Auto => (buffer_pages / AUTO_BLOCKS_PER_BUFFER).clamp(1, 1280) as u32,
         BlockSize::Pages(p) => p,
         BlockSize::Bytes(b) => u32::try_from(b / u64::from(page_size.max(1))).unwrap_or(u32::MAX),
     };

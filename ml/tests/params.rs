@@ -364,24 +364,26 @@ fn parse_bytes_cases() {
 #[test]
 fn resolve_block_pages_rules() {
     // Auto: ~64 blocks on small tables, 10MB (1280 pages) on big ones.
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 20, 8192), 1);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 0, 8192), 1);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 6400, 8192), 100);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 1_000_000, 8192), 1280);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, u32::MAX, 8192), 1280);
-    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 1000, 8192), 16);
-    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 10, 8192), 10); // capped at the table
-    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 0, 8192), 1);
+    // Auto: buffer pages / 256, between 1 and 1280, never above the table.
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 20, 8192, 2), 1);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 0, 8192, 0), 1);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 113_000, 8192, 11_300), 44);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 5_000_000, 8192, 500_000), 1280);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, u32::MAX, 8192, u64::MAX), 1280);
+    assert_eq!(resolve_block_pages(BlockSize::Auto, 100, 8192, 1_000_000), 100);
+    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 1000, 8192, 0), 16);
+    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 10, 8192, 0), 10); // capped at the table
+    assert_eq!(resolve_block_pages(BlockSize::Pages(16), 0, 8192, 0), 1);
     assert_eq!(
-        resolve_block_pages(BlockSize::Bytes(10 << 20), 100_000, 8192),
+        resolve_block_pages(BlockSize::Bytes(10 << 20), 100_000, 8192, 0),
         1280
     );
-    assert_eq!(resolve_block_pages(BlockSize::Bytes(100), 100_000, 8192), 1);
+    assert_eq!(resolve_block_pages(BlockSize::Bytes(100), 100_000, 8192, 0), 1);
     assert_eq!(
-        resolve_block_pages(BlockSize::Bytes(1 << 20), 100_000, 16384),
+        resolve_block_pages(BlockSize::Bytes(1 << 20), 100_000, 16384, 0),
         64
     );
-    assert_eq!(resolve_block_pages(BlockSize::Bytes(u64::MAX), 5, 8192), 5);
+    assert_eq!(resolve_block_pages(BlockSize::Bytes(u64::MAX), 5, 8192, 0), 5);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use super::{config_of, create_node, explain, install_state, methods, state_of};
 use crate::plan::PipelineConfig;
-use corgipile_ml::params::resolve_block_pages;
+use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
@@ -41,6 +41,24 @@ impl BlockShuffleState {
     }
 }
 
+/// The shuffle buffer's size in table pages, estimated before any tuple is decoded (the auto
+/// block size makes a buffer hold many blocks).
+unsafe fn buffer_pages(config: &PipelineConfig, rel: pg_sys::Relation, n_pages: u32) -> u64 {
+    let n_buffers = if config.params.double_buffer { 2 } else { 1 };
+    let limit = config.max_buffer_bytes / n_buffers / pg_sys::BLCKSZ as u64;
+    let pages = match config.params.buffer_size {
+        BufferSize::Fraction(f) => (f * n_pages as f64) as u64,
+        BufferSize::Bytes(b) => b / pg_sys::BLCKSZ as u64,
+        BufferSize::Tuples(t) => {
+            // SAFETY: rd_rel is valid for an open relation; reltuples is -1 before ANALYZE.
+            let (reltuples, relpages) = ((*(*rel).rd_rel).reltuples, (*(*rel).rd_rel).relpages);
+            let per_page = if reltuples > 0.0 && relpages > 0 { reltuples as f64 / relpages as f64 } else { 50.0 };
+            (t as f64 / per_page.max(1.0)) as u64
+        }
+    };
+    pages.min(limit)
+}
+
 #[pg_guard]
 pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
     create_node::<BlockShuffleState>(cscan, &methods().block_exec)
@@ -63,7 +81,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     pg_sys::ExecAssignScanProjectionInfoWithVarno(&mut (*node).ss, (*plan).scan.scanrelid as i32);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
     let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
-    let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ);
+    let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ, buffer_pages(&config, rel, n_pages));
     let mut state = BlockShuffleState {
         config,
         scan: std::ptr::null_mut(),
