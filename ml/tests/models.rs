@@ -1,6 +1,8 @@
 //! New model kinds (linear, softmax), sparse rows with lazy regularization,
 //! optimization options, standardization and their interplay.
 
+mod common;
+
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::model::{LinearModel, ModelKind, Row};
 use corgipile_ml::stats::{balanced_class_weights, FeatureStats};
@@ -105,15 +107,7 @@ fn train(
     buffers: &[TupleArena],
     epochs: u32,
 ) -> (LinearModel, Vec<EpochStats>) {
-    let mut t = Trainer::new(config, d);
-    let mut stats = Vec::new();
-    for e in 1..=epochs {
-        t.start_epoch(e);
-        for b in buffers {
-            t.train_buffer(b, None).unwrap();
-        }
-        stats.push(t.finish_epoch().unwrap());
-    }
+    let (t, stats) = common::run(config, d, buffers, epochs);
     (t.into_model(), stats)
 }
 

@@ -1,6 +1,8 @@
 //! Trainer behaviour: convergence, update formulas, mini-batches across
 //! buffers, determinism, label mapping (incl. the bit-exact flip) and errors.
 
+mod common;
+
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::shuffle::{block_order, split_blocks, TupleShuffler};
@@ -81,24 +83,7 @@ fn stats_bits(s: &EpochStats) -> (u32, u64, u64, u64, u64) {
     )
 }
 
-/// Trains `epochs` epochs over `buffers` (each trained in storage order).
-fn run(
-    config: TrainConfig,
-    d: usize,
-    buffers: &[TupleArena],
-    epochs: u32,
-) -> (Trainer, Vec<EpochStats>) {
-    let mut t = Trainer::new(config, d);
-    let mut stats = Vec::new();
-    for e in 1..=epochs {
-        t.start_epoch(e);
-        for b in buffers {
-            t.train_buffer(b, None).unwrap();
-        }
-        stats.push(t.finish_epoch().unwrap());
-    }
-    (t, stats)
-}
+use common::run;
 
 #[test]
 fn separable_data_reaches_full_training_accuracy() {
