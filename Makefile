@@ -56,8 +56,12 @@ setup:
 setup-python:
 	scripts/setup.sh --python
 
+# Install scripts of released versions (sql/released/) ship too, so `CREATE EXTENSION corgipile
+# VERSION '0.1.0'` works and the upgrade test can start from it; pgrx copies only the current
+# install script and the upgrade scripts (sql/corgipile--A--B.sql).
 install: setup
 	cargo pgrx install --release --pg-config $(PG_CONFIG) $(PGRX_SUDO)
+	$(if $(filter 0,$(shell id -u)),,sudo) install -m 644 sql/released/*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
 unit:
 	cargo test -p corgipile-ml

@@ -1,4 +1,6 @@
 -- corgipile catalog: trained models and their per-epoch history.
+-- A fresh install runs this file; a database created by an older version gets the same objects
+-- from the upgrade scripts (sql/corgipile--A--B.sql). tests/test_upgrade.py checks they agree.
 CREATE SCHEMA corgipile;
 
 CREATE TABLE corgipile.models (
@@ -19,8 +21,16 @@ CREATE TABLE corgipile.models (
     rows_skipped     bigint      NOT NULL,
     training_seconds float8      NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
-    trained_by       name        NOT NULL DEFAULT current_user
+    trained_by       name        NOT NULL DEFAULT current_user,
+    name             text,                            -- the name param; NULL for unnamed models
+    version          integer,                         -- 1, 2, ... per (trained_by, name)
+    pinned           boolean     NOT NULL DEFAULT false,   -- set by corgipile_deploy
+    CONSTRAINT models_name_check CHECK (name <> ''),
+    CONSTRAINT models_version_check CHECK ((name IS NULL) = (version IS NULL) AND version > 0),
+    CONSTRAINT models_name_version_key UNIQUE (trained_by, name, version)
 );
+-- At most one pinned version per name.
+CREATE UNIQUE INDEX models_pinned_name ON corgipile.models (trained_by, name) WHERE pinned;
 
 CREATE TABLE corgipile.epochs (
     model_id            bigint  NOT NULL REFERENCES corgipile.models (id) ON DELETE CASCADE,
@@ -34,6 +44,7 @@ CREATE TABLE corgipile.epochs (
     validation_loss     float8,
     validation_accuracy float8,
     validation_r2       float8,
+    validation_seconds  float8,            -- time of the validation pass (not part of seconds)
     PRIMARY KEY (model_id, epoch)
 );
 
@@ -41,6 +52,7 @@ CREATE TABLE corgipile.epochs (
 -- (superusers and the extension owner see all).
 GRANT USAGE ON SCHEMA corgipile TO PUBLIC;
 GRANT SELECT, INSERT, DELETE ON corgipile.models, corgipile.epochs TO PUBLIC;
+GRANT UPDATE (pinned) ON corgipile.models TO PUBLIC;
 GRANT USAGE ON SEQUENCE corgipile.models_id_seq TO PUBLIC;
 ALTER TABLE corgipile.models ENABLE ROW LEVEL SECURITY;
 ALTER TABLE corgipile.epochs ENABLE ROW LEVEL SECURITY;
@@ -53,3 +65,33 @@ CREATE POLICY epochs_own ON corgipile.epochs
 SELECT pg_catalog.pg_extension_config_dump('corgipile.models', '');
 SELECT pg_catalog.pg_extension_config_dump('corgipile.models_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('corgipile.epochs', '');
+
+-- One line per model, newest first; `deployed` marks the version corgipile_predict('name', ...)
+-- uses (the pinned one, else the newest). security_invoker: the caller's row-level security.
+CREATE VIEW corgipile.model_summary WITH (security_invoker = true) AS
+SELECT m.id, m.name, m.version, m.model_type AS model, m.relation, m.rows_trained AS rows,
+       (m.metrics OPERATOR(pg_catalog.->>) 'epochs_run')::integer AS epochs,
+       round((m.metrics OPERATOR(pg_catalog.->>) 'loss')::numeric, 6) AS loss,
+       round((m.metrics OPERATOR(pg_catalog.->>) 'accuracy')::numeric, 4) AS accuracy,
+       round((m.metrics OPERATOR(pg_catalog.->>) 'r2')::numeric, 4) AS r2,
+       coalesce(m.id = (SELECT d.id FROM corgipile.models d
+                        WHERE d.name = m.name AND d.trained_by = m.trained_by
+                        ORDER BY d.pinned DESC, d.version DESC LIMIT 1), false) AS deployed,
+       date_trunc('second', m.created_at) AS created_at, m.trained_by
+FROM corgipile.models m
+ORDER BY m.id DESC;
+
+-- Trainings running now, from the activity line corgipile_train reports (pg_stat_activity.query
+-- while it runs): no shared_preload_libraries needed. Other roles' trainings show only to roles
+-- that may see their queries (pg_read_all_stats), as in pg_stat_activity.
+CREATE VIEW corgipile.progress WITH (security_invoker = true) AS
+SELECT a.pid, a.usename, a.datname, p[1] AS relation, p[2] AS model, p[3] AS phase,
+       p[4]::integer AS epoch, p[5]::integer AS epochs, p[6]::float8 AS epoch_percent,
+       p[7]::bigint AS tuples_this_epoch, nullif(p[8], '-')::float8 AS last_epoch_loss,
+       p[9]::float8 AS elapsed_seconds, nullif(p[10], '-')::float8 AS remaining_seconds,
+       p[11] AS query
+FROM pg_catalog.pg_stat_activity a,
+     LATERAL pg_catalog.regexp_match(a.query,
+        '^corgipile: relation (.*) model (\S+) \| (.+?) \| epoch (\d+)/(\d+) \| ([0-9.]+)% \| tuples (\d+) \| loss (\S+) \| elapsed ([0-9.]+) s \| remaining (\S+) s \| query: (.*)$') AS p
+WHERE a.state = 'active';
+GRANT SELECT ON corgipile.model_summary, corgipile.progress TO PUBLIC;

@@ -1,20 +1,20 @@
 //! The SQL functions: training, prediction, evaluation, EXPLAIN.
 
-use crate::catalog::{load_model, store_model, ModelSource, StoredModel};
+use crate::catalog::{check_schema_version, store_model, ModelSource};
+use crate::predict::{load_model_ref, ModelRef};
 use crate::classes::ClassValue;
-use crate::decode::{with_float_array, with_int4_array, ArrayProblem, FloatSlice, ParamsArg};
+use crate::decode::ParamsArg;
 use crate::error::raise;
 use crate::exec::sgd::EvaluationReport;
+use crate::exec::explain;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::guc::max_buffer_bytes;
 use crate::input::{self, check_relation, qualified_name, relation_name, FeatureColumns, Input};
 use crate::plan::{plan_pipeline, Holdout, Mode, Pipeline, PipelineConfig};
-use corgipile_ml::arena::validate_sparse;
-use corgipile_ml::model::{ModelKind, Row};
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use pgrx::prelude::*;
-use pgrx::{JsonB, PgMemoryContexts, PgRelation, PgSqlErrorCode};
-use std::rc::Rc;
+use pgrx::{JsonB, PgRelation, PgSqlErrorCode};
 use std::ffi::CStr;
 
 /// A checked request: the config every node gets and the query BlockShuffle runs.
@@ -125,6 +125,7 @@ unsafe fn run_pipeline<R>(prepared: &Prepared, before_run: impl FnOnce(&mut crat
 fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
     let kind = parse_model(model);
     let params = parse_params(&params);
+    check_schema_version();
     // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
     unsafe {
         let validation_rows = match &params.validation {
@@ -154,6 +155,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
                     "numeric"
                 },
                 params: params.to_json(),
+                name: params.name.as_deref(),
             },
             &outcome,
         )
@@ -183,7 +185,17 @@ unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) ->
 /// for softmax), MSE, RMSE, MAE and R² for linear regression, and the rows scored and skipped.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_evaluate(model_id: i64, relation: PgRelation, params: default!(ParamsArg, "'{}'")) -> JsonB {
-    let stored = load_model(model_id);
+    evaluate(ModelRef::Id(model_id), relation, params)
+}
+
+/// corgipile_evaluate of the deployed version of a model name.
+#[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
+fn corgipile_evaluate_by_name(model_name: &str, relation: PgRelation, params: default!(ParamsArg, "'{}'")) -> JsonB {
+    evaluate(ModelRef::Name(model_name), relation, params)
+}
+
+fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
+    let stored = load_model_ref(key);
     let mut overrides = match &params.0 {
         serde_json::Value::Object(map) => map.clone(),
         other => raise(
@@ -248,15 +260,27 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 }
 
 /// The EXPLAIN of the training plan; with `analyze`, after running the training (the model is
-/// not stored).
+/// not stored). `format` is text (one row per line), json, yaml or xml (one row).
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_explain(
     relation: PgRelation,
     model: &str,
     params: default!(ParamsArg, "'{}'"),
     analyze: default!(bool, false),
+    format: default!(&str, "'text'"),
 ) -> SetOfIterator<'static, String> {
     let kind = parse_model(model);
+    let explain_format = match format.to_ascii_lowercase().as_str() {
+        "text" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT,
+        "json" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_JSON,
+        "yaml" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_YAML,
+        "xml" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_XML,
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown EXPLAIN format \"{format}\""),
+            Some("Valid formats are text, json, yaml and xml.".into()),
+        ),
+    };
     let params = parse_params(&params);
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
@@ -273,219 +297,23 @@ fn corgipile_explain(
         (*es).costs = true;
         (*es).buffers = analyze;
         (*es).timing = analyze;
-        (*es).format = pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT;
+        (*es).format = explain_format;
+        // The same groups as ExplainOnePlan, so JSON/YAML/XML are well formed.
         pg_sys::ExplainBeginOutput(es);
+        pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
         pg_sys::ExplainPrintPlan(es, pipeline.query_desc);
-        pg_sys::ExplainEndOutput(es);
-        let mut text = CStr::from_ptr((*(*es).str_).data).to_string_lossy().into_owned();
         if analyze {
-            text.push_str(&format!("Training Time: {:.3} ms\n", started.elapsed().as_secs_f64() * 1000.0));
+            explain::float(es, "Training Time", Some("ms"), started.elapsed().as_secs_f64() * 1000.0, 3);
         }
+        pg_sys::ExplainCloseGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+        pg_sys::ExplainEndOutput(es);
+        let text = CStr::from_ptr((*(*es).str_).data).to_string_lossy().into_owned();
         pipeline.finish();
         text
     };
-    SetOfIterator::new(text.lines().map(str::to_owned).collect::<Vec<_>>())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Prediction. Every function takes a dense float8[] or a sparse (int4[] indices, float8[]
-// values) pair, in the model's index base.
-
-/// A sparse feature vector from SQL, checked against the model and rebased to 0.
-struct SparseFeatures(Vec<u32>, Vec<f64>);
-
-impl SparseFeatures {
-    fn row(&self) -> Row<'_> {
-        Row::Sparse { indices: &self.0, values: &self.1 }
-    }
-}
-
-fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
-    let got = if got == 0 { "an empty array".to_string() } else { got.to_string() };
-    raise(
-        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-        format!("model {} expects {} features, got {}", model.id, model.n_features(), got),
-        None,
-    )
-}
-
-fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'_, f64>) -> SparseFeatures {
-    // SAFETY: as in dense_features; both arrays live for this call.
-    let (indices, values) = unsafe {
-        let i = with_int4_array(pg_sys::Datum::from(indices.into_array_type()), |i| i.to_vec());
-        let v = with_float_array(pg_sys::Datum::from(values.into_array_type()), |v| match v {
-            FloatSlice::F64(x) => x.to_vec(),
-            FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
-        });
-        fn empty_ok<T>(r: Result<Vec<T>, ArrayProblem>, what: &str) -> Vec<T> {
-            match r {
-                Ok(x) => x,
-                Err(ArrayProblem::Empty) => Vec::new(),
-                Err(p) => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("sparse {what}: {p}"), None),
-            }
-        }
-        (empty_ok(i, "indices"), empty_ok(v, "values"))
+    let rows = match explain_format {
+        pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT => text.lines().map(str::to_owned).collect(),
+        _ => vec![text],
     };
-    if let Err(e) = validate_sparse(&indices, values.len(), model.index_base, Some(model.n_features())) {
-        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, e.to_string(), Some(format!("Model {} uses index base {}.", model.id, model.index_base)));
-    }
-    if !values.iter().all(|v| v.is_finite()) {
-        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
-    }
-    let indices = indices.iter().map(|&i| (i as i64 - model.index_base) as u32).collect();
-    SparseFeatures(indices, values)
-}
-
-fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-        format!("model {} is a {} model: {what}", model.id, model.kind().name()),
-        Some(hint.into()),
-    )
-}
-
-/// Predicted label (classifiers, in the table's label values) or value (linear).
-fn predict_number(model: &StoredModel, x: Row) -> f64 {
-    if model.kind() == ModelKind::Linear {
-        return model.model.decision(x);
-    }
-    match &model.classes[model.class_index(x)] {
-        ClassValue::Number(v) => *v,
-        ClassValue::Text(_) => not_for(model, "its labels are text", "Use corgipile_predict_class(), which returns the label as text."),
-    }
-}
-
-fn predict_class(model: &StoredModel, x: Row) -> String {
-    if model.kind() == ModelKind::Linear {
-        not_for(model, "it predicts numbers, not classes", "Use corgipile_predict().");
-    }
-    model.classes[model.class_index(x)].to_text()
-}
-
-fn predict_proba(model: &StoredModel, x: Row) -> Vec<f64> {
-    let mut out = Vec::new();
-    if !model.model.predict_proba(x, &mut out) {
-        not_for(model, "it has no probabilities", "Probabilities come from logistic and softmax models; use corgipile_decision_function() for a score.");
-    }
-    out
-}
-
-fn decision_function(model: &StoredModel, x: Row) -> f64 {
-    if model.kind() == ModelKind::Softmax {
-        not_for(model, "it has one score per class", "Use corgipile_predict_proba().");
-    }
-    model.model.decision(x)
-}
-
-/// A model cached in a call site's `fn_extra`.
-struct CallCache {
-    command_id: pg_sys::CommandId,
-    model: Rc<StoredModel>,
-}
-
-/// The model for this call. Cached in the call site's `fn_extra` (which lives as long as the
-/// statement's expression state), so `SELECT corgipile_predict(7, f) FROM big_table` looks it
-/// up once; a new command id (e.g. after a DELETE in the same transaction) reloads it.
-fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, model_id: i64) -> Rc<StoredModel> {
-    // SAFETY: fcinfo and its flinfo are valid for this call; fn_extra belongs to this function's
-    // FmgrInfo and lives in fn_mcxt; we only ever store there a CallCache made by
-    // leak_and_drop_on_delete in that context, so the cast is sound.
-    unsafe {
-        let command_id = pg_sys::GetCurrentCommandId(false);
-        let flinfo = (*fcinfo).flinfo;
-        let cached = (*flinfo).fn_extra.cast::<CallCache>();
-        if let Some(c) = cached.as_ref() {
-            if c.model.id == model_id && c.command_id == command_id {
-                return c.model.clone();
-            }
-        }
-        let model = load_model(model_id);
-        match cached.as_mut() {
-            Some(c) => *c = CallCache { command_id, model: model.clone() },
-            None => {
-                let entry = CallCache { command_id, model: model.clone() };
-                (*flinfo).fn_extra = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(entry).cast();
-            }
-        }
-        model
-    }
-}
-
-/// Apply `f` to a dense float8[] checked against the model, without copying it.
-fn with_dense<R>(model: &StoredModel, features: Array<'_, f64>, f: impl FnOnce(Row) -> R) -> R {
-    let ptr = features.into_array_type();
-    let n = model.n_features();
-    // SAFETY: pgrx hands us a detoasted, valid float8[] that lives for this call.
-    let result = unsafe {
-        with_float_array(pg_sys::Datum::from(ptr), |x| match x {
-            FloatSlice::F64(x) => {
-                if x.len() != n {
-                    wrong_dimension(model, x.len());
-                }
-                if !x.iter().all(|v| v.is_finite()) {
-                    raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
-                }
-                f(Row::Dense(x))
-            }
-            FloatSlice::F32(_) => unreachable!("the argument is float8[]"),
-        })
-    };
-    result.unwrap_or_else(|problem| match problem {
-        ArrayProblem::Empty => wrong_dimension(model, 0),
-        other => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, other.to_string(), None),
-    })
-}
-
-/// The predicted label for one feature vector, in the label values of the training table
-/// (0/1 for a boolean label); for linear regression the predicted value.
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    let model = model_for_call(fcinfo, model_id);
-    with_dense(&model, features, |row| predict_number(&model, row))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    let model = model_for_call(fcinfo, model_id);
-    predict_number(&model, sparse_features(&model, indices, values).row())
-}
-
-/// The predicted class as text (works for numeric and text labels).
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_class(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    let model = model_for_call(fcinfo, model_id);
-    with_dense(&model, features, |row| predict_class(&model, row))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    let model = model_for_call(fcinfo, model_id);
-    predict_class(&model, sparse_features(&model, indices, values).row())
-}
-
-/// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
-/// P(positive)]; softmax: one per class).
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_proba(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    let model = model_for_call(fcinfo, model_id);
-    with_dense(&model, features, |row| predict_proba(&model, row))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    let model = model_for_call(fcinfo, model_id);
-    predict_proba(&model, sparse_features(&model, indices, values).row())
-}
-
-/// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_decision_function(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    let model = model_for_call(fcinfo, model_id);
-    with_dense(&model, features, |row| decision_function(&model, row))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    let model = model_for_call(fcinfo, model_id);
-    decision_function(&model, sparse_features(&model, indices, values).row())
+    SetOfIterator::new(rows)
 }

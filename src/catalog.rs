@@ -25,6 +25,8 @@ pub struct ModelSource<'a> {
     pub features: serde_json::Value,
     pub label_type: &'a str,
     pub params: serde_json::Value,
+    /// The name param: the model becomes the next version of this name.
+    pub name: Option<&'a str>,
 }
 
 /// Insert the model and its epochs; returns the new model id. Runs in the caller's transaction,
@@ -51,11 +53,26 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
         metrics["validation"] = serde_json::to_value(v).expect("validation stats serialize");
     }
     let model = &outcome.model;
+    if let Some(name) = source.name {
+        // Two trainings of one name must not pick the same version: the second waits here until
+        // the first commits (then, under READ COMMITTED, sees its row).
+        Spi::run_with_args(
+            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('corgipile model ' OPERATOR(pg_catalog.||) $1))",
+            &[name.into()],
+        )
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not lock the model name: {e}"), None));
+    }
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO corgipile.models
             (model_type, relation, label_column, features, n_features, n_outputs, label_mapping,
-             weights, bias, standardizer, params, metrics, rows_trained, rows_skipped, training_seconds)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             weights, bias, standardizer, params, metrics, rows_trained, rows_skipped, training_seconds,
+             name, version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                 CASE WHEN $16 IS NOT NULL THEN
+                     (SELECT COALESCE(pg_catalog.max(version), 0) OPERATOR(pg_catalog.+) 1
+                      FROM corgipile.models
+                      WHERE name OPERATOR(pg_catalog.=) $16 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER)
+                 END)
          RETURNING id",
         &[
             source.model.name().into(),
@@ -73,6 +90,7 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
             (outcome.rows_trained as i64).into(),
             (outcome.rows_skipped as i64).into(),
             outcome.seconds.into(),
+            source.name.into(),
         ],
     )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the model: {e}"), None))
@@ -83,13 +101,14 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
     let tuples: Vec<i64> = outcome.epochs.iter().map(|e| e.stats.tuples as i64).collect();
     Spi::run_with_args(
         "INSERT INTO corgipile.epochs (model_id, epoch, loss, accuracy, r2, tuples, seconds, learning_rate,
-                                       validation_loss, validation_accuracy, validation_r2)
+                                       validation_loss, validation_accuracy, validation_r2, validation_seconds)
          SELECT $1, e.* FROM ROWS FROM (
             pg_catalog.unnest($2::pg_catalog.int4[]), pg_catalog.unnest($3::pg_catalog.float8[]),
             pg_catalog.unnest($4::pg_catalog.float8[]), pg_catalog.unnest($5::pg_catalog.float8[]),
             pg_catalog.unnest($6::pg_catalog.int8[]), pg_catalog.unnest($7::pg_catalog.float8[]),
             pg_catalog.unnest($8::pg_catalog.float8[]), pg_catalog.unnest($9::pg_catalog.float8[]),
-            pg_catalog.unnest($10::pg_catalog.float8[]), pg_catalog.unnest($11::pg_catalog.float8[])) AS e",
+            pg_catalog.unnest($10::pg_catalog.float8[]), pg_catalog.unnest($11::pg_catalog.float8[]),
+            pg_catalog.unnest($12::pg_catalog.float8[])) AS e",
         &[
             id.into(),
             epochs.into(),
@@ -102,10 +121,47 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
             column(&|e| e.validation.as_ref().map(|v| v.loss)).into(),
             column(&|e| e.validation.as_ref().and_then(|v| v.accuracy)).into(),
             column(&|e| e.validation.as_ref().and_then(|v| v.r2)).into(),
+            column(&|e| e.validation.as_ref().map(|_| e.validation_seconds)).into(),
         ],
     )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the epochs: {e}"), None));
     id
+}
+
+/// The id of the deployed version of a model name of the current role: the pinned version if
+/// one is pinned (corgipile_deploy), else the newest.
+pub fn resolve_name(name: &str) -> i64 {
+    Spi::get_one_with_args::<i64>(
+        "SELECT id FROM corgipile.models
+         WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
+         ORDER BY pinned DESC, version DESC LIMIT 1",
+        &[name.into()],
+    )
+    .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{name}\": {e}"), None))
+    .unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("no corgipile model named \"{name}\""),
+            Some("SELECT name, version, id FROM corgipile.model_summary lists your models; train one with corgipile_train(..., '{\"name\": \"...\"}').".into()),
+        )
+    })
+}
+
+/// Raise unless the extension's SQL objects in this database are the version of this library
+/// (after installing a new corgipile, each database needs ALTER EXTENSION corgipile UPDATE).
+pub fn check_schema_version() {
+    let installed = Spi::get_one::<String>("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'corgipile'")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let library = env!("CARGO_PKG_VERSION");
+    if installed != library {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("the corgipile library is version {library} but this database has version {installed} of the extension"),
+            Some("Run ALTER EXTENSION corgipile UPDATE; existing models are kept.".into()),
+        );
+    }
 }
 
 /// A model as prediction and evaluation need it.

@@ -1,6 +1,7 @@
 //! corgipile: SGD training inside PostgreSQL without a full data shuffle (CorgiPile, SIGMOD 2022).
 //!
-//! Layout: `api` holds the SQL functions, `plan` builds the BlockShuffle → TupleShuffle → SGD
+//! Layout: `api` holds the training/evaluation SQL functions, `predict` the prediction ones,
+//! `manage` model names, deployment and export, `progress` what pg_stat_activity shows; `plan` builds the BlockShuffle → TupleShuffle → SGD
 //! executor tree through the planner, `exec` holds the three CustomScan nodes, `catalog` the
 //! model tables. The pure ML (models, SGD, shuffling, params) is the `corgipile_ml` crate.
 
@@ -14,7 +15,10 @@ mod error;
 mod exec;
 mod guc;
 mod input;
+mod manage;
 mod plan;
+mod predict;
+mod progress;
 
 pgrx::pg_module_magic!();
 

@@ -213,6 +213,8 @@ pub struct TrainParams {
     pub buffer_size_explicit: bool,
     pub double_buffer: bool,
     pub verbose: bool,
+    /// The model's name: each training of a name stores a new version of it.
+    pub name: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -281,6 +283,10 @@ const RULES: &[(&str, &str)] = &[
     ),
     ("double_buffer", "true or false (default true)"),
     ("verbose", "true or false: report progress once per epoch (default true)"),
+    (
+        "name",
+        "null or a string of 1 to 200 characters naming the model; each training of a name stores a new version (default null)",
+    ),
 ];
 
 impl Default for TrainParams {
@@ -314,6 +320,7 @@ impl TrainParams {
         "buffer_size",
         "double_buffer",
         "verbose",
+        "name",
     ];
 
     pub fn defaults() -> Self {
@@ -342,6 +349,7 @@ impl TrainParams {
             buffer_size_explicit: false,
             double_buffer: true,
             verbose: true,
+            name: None,
         }
     }
 
@@ -407,6 +415,7 @@ impl TrainParams {
                 }
                 "double_buffer" => p.double_buffer = get_bool(key, v)?,
                 "verbose" => p.verbose = get_bool(key, v)?,
+                "name" => p.name = get_model_name(key, v)?,
                 _ => unreachable!("unknown keys were rejected above"),
             }
         }
@@ -467,6 +476,7 @@ impl TrainParams {
         m.insert("buffer_size".into(), buffer_size);
         m.insert("double_buffer".into(), json!(self.double_buffer));
         m.insert("verbose".into(), json!(self.verbose));
+        m.insert("name".into(), json!(self.name));
         Value::Object(m)
     }
 
@@ -577,6 +587,22 @@ fn get_name(key: &str, v: &Value) -> Result<String, ParamError> {
         Some(s) => Ok(s.to_string()),
         None => Err(wrong_type(key, v, "a string")),
     }
+}
+
+const MAX_NAME_CHARS: usize = 200;
+
+fn get_model_name(key: &str, v: &Value) -> Result<Option<String>, ParamError> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let name = get_name(key, v)?;
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(bad_value(key, v, "longer than 200 characters"));
+    }
+    if name.trim() != name {
+        return Err(bad_value(key, v, "leading or trailing white space"));
+    }
+    Ok(Some(name))
 }
 
 fn get_features(key: &str, v: &Value) -> Result<Features, ParamError> {

@@ -240,7 +240,7 @@ fn unknown_key_suggests_the_closest() {
         ),
         "{hint}"
     );
-    assert!(hint.ends_with("double_buffer, verbose"), "{hint}");
+    assert!(hint.ends_with("double_buffer, verbose, name"), "{hint}");
 
     assert!(err(json!({"Epochs": 3}))
         .hint
@@ -289,7 +289,8 @@ fn to_json_round_trips() {
             "learning_rate_schedule": "exponential", "decay": 0.95, "l2": 0.0, "l1": 0.0,
             "batch_size": 1, "fit_intercept": true, "normalize": false, "class_weight": null,
             "n_features": null, "index_base": 1, "validation": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
-            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "verbose": true
+            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "verbose": true,
+            "name": null
         })
     );
     assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len());
@@ -666,4 +667,24 @@ fn buffer_tuples_from_bytes_per_tuple() {
         resolve_buffer_tuples_bytes(BufferSize::Fraction(0.1), false, 80, 8000, 2, 512 * mb),
         resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, 8000, 2, 512 * mb)
     );
+}
+
+#[test]
+fn model_names() {
+    let p = TrainParams::from_json(&json!({"name": "churn v2"})).unwrap();
+    assert_eq!(p.name.as_deref(), Some("churn v2"));
+    assert_eq!(TrainParams::from_json(&json!({"name": null})).unwrap().name, None);
+    assert_eq!(TrainParams::from_json(&p.to_json()).unwrap(), p);
+    for (bad, problem) in [
+        (json!(""), "empty"),
+        (json!(" churn"), "leading or trailing white space"),
+        (json!("x".repeat(201)), "longer than 200 characters"),
+    ] {
+        let e = err(json!({ "name": bad }));
+        assert!(e.message.contains(problem), "{}", e.message);
+        assert!(e.hint.unwrap().starts_with("name must be null or a string of 1 to 200 characters"));
+    }
+    assert!(err(json!({"name": 7})).message.contains("invalid value for parameter \"name\""));
+    // 200 characters, multi-byte, is fine.
+    assert!(TrainParams::from_json(&json!({ "name": "é".repeat(200) })).is_ok());
 }

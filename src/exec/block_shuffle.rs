@@ -5,6 +5,7 @@
 
 use super::{config_of, create_node, explain, install_state, methods, state_of};
 use crate::plan::PipelineConfig;
+use crate::progress;
 use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
@@ -19,6 +20,8 @@ pub struct BlockShuffleState {
     next_block: usize,
     in_block: bool,
     epoch: u32,
+    /// Heap tuples read this epoch (for the progress line).
+    tuples_this_epoch: u64,
     /// Tuple id of the tuple returned last (for messages and the validation hash; reading it
     /// from the scan, not as a ctid column, keeps column privileges on user columns enough).
     pub last_tid: pg_sys::ItemPointerData,
@@ -38,6 +41,7 @@ impl BlockShuffleState {
         self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
         self.next_block = 0;
         self.in_block = false;
+        self.tuples_this_epoch = 0;
     }
 }
 
@@ -92,6 +96,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         next_block: 0,
         in_block: false,
         epoch: 1,
+        tuples_this_epoch: 0,
         last_tid: pg_sys::ItemPointerData::default(),
         blocks_read: 0,
         pages_read: 0,
@@ -133,6 +138,7 @@ unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sy
             }
             // Cancel and statement_timeout act at least once per block.
             check_for_interrupts!();
+            progress::scanning(state.next_block, state.order.len(), state.tuples_this_epoch);
             let (start, len) = state.blocks[state.order[state.next_block]];
             state.next_block += 1;
             // SAFETY: rescan resets the scan (and its limits) before new limits are set, as
@@ -146,6 +152,7 @@ unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sy
         // SAFETY: the scan slot was created by ExecInitCustomScan with the heap's slot ops.
         if pg_sys::heap_getnextslot(state.scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
             state.last_tid = (*slot).tts_tid;
+            state.tuples_this_epoch += 1;
             return slot;
         }
         state.in_block = false;
@@ -189,7 +196,7 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     explain::text(
         es,
         "Block Size",
-        &format!("{} pages ({} kB)", state.block_pages, state.block_pages as u64 * pg_sys::BLCKSZ as u64 / 1024),
+        &format!("{} pages ({:.2} MB)", state.block_pages, state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0),
     );
     explain::int(es, "Blocks", state.blocks.len() as i64);
     explain::text(es, "Block Order", order);

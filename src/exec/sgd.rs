@@ -11,6 +11,7 @@ use crate::catalog::StoredModel;
 use crate::classes::ClassValue;
 use crate::input::FeatureLayout;
 use crate::plan::Mode;
+use crate::progress;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::metrics::{BinaryMetrics, MulticlassMetrics, RegressionMetrics};
 use corgipile_ml::model::{argmax, sigmoid, sign, softmax_loss, ModelKind, Row};
@@ -41,8 +42,10 @@ pub struct ValidationStats {
 
 pub struct EpochRecord {
     pub stats: EpochStats,
+    /// The training pass (reading, shuffling, SGD), without validation.
     pub seconds: f64,
     pub validation: Option<ValidationStats>,
+    pub validation_seconds: f64,
 }
 
 /// What a finished training produced; the caller stores it in the catalog.
@@ -77,6 +80,8 @@ pub struct SgdState {
     pub validation_rows: Option<(ShuffledBuffer, Vec<ClassValue>)>,
     /// Whether to write a progress NOTICE per epoch (off for EXPLAIN ANALYZE).
     pub verbose: bool,
+    /// Clears the pg_stat_activity progress state when the query ends or fails.
+    progress: Option<progress::Tracker>,
     // EXPLAIN ANALYZE figures.
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
@@ -410,8 +415,10 @@ impl SgdState {
     unsafe fn train(&mut self) {
         let started = Instant::now();
         let params = self.config.params.clone();
+        self.progress = Some(progress::start(&self.config.relation, self.config.model.name(), params.epochs));
         let mut train_config = params.train_config(self.config.model);
         if params.normalize || params.class_weight.is_some() {
+            progress::phase("statistics pass");
             self.statistics_pass(&mut train_config);
         }
         let shuffle = self.shuffle();
@@ -435,6 +442,7 @@ impl SgdState {
 
         for epoch in 1..=params.epochs {
             let epoch_started = Instant::now();
+            progress::epoch_started(epoch);
             if epoch > 1 {
                 pg_sys::ExecReScan(self.child);
             }
@@ -459,6 +467,12 @@ impl SgdState {
                     );
                 }
             }
+            let seconds = epoch_started.elapsed().as_secs_f64();
+            progress::epoch_finished(stats.loss);
+            if snapshot.is_some() {
+                progress::phase("validation");
+            }
+            let validation_started = Instant::now();
             let validation = snapshot.map(|m| {
                 let m = match &standardizer {
                     Some(s) => m.fold_standardizer(s),
@@ -466,7 +480,7 @@ impl SgdState {
                 };
                 self.validate(&m, shuffle, labels_seen)
             });
-            let seconds = epoch_started.elapsed().as_secs_f64();
+            let validation_seconds = validation_started.elapsed().as_secs_f64();
             if self.verbose {
                 notice(progress_line(epoch, params.epochs, &stats, validation.as_ref(), seconds));
             }
@@ -474,11 +488,12 @@ impl SgdState {
                 && epochs.last().is_some_and(|prev: &EpochRecord| (prev.stats.loss - stats.loss).abs() < params.tolerance);
             self.epochs_run = epoch;
             self.last_stats = Some(stats.clone());
-            epochs.push(EpochRecord { stats, seconds, validation });
+            epochs.push(EpochRecord { stats, seconds, validation, validation_seconds });
             if converged {
                 break;
             }
         }
+        progress::finish();
         let trainer = match worker.take() {
             Some(w) => w.finish(),
             None => local.take().expect("local trainer"),
@@ -785,6 +800,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         collected: None,
         traced: None,
         validation_rows: None,
+        progress: None,
     };
     install_state(node, state);
 }

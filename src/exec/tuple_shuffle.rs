@@ -561,6 +561,7 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     };
     explain::text(es, "Strategy", strategy);
     explain::text(es, "Buffer Size", &buffer_size_text(params.buffer_size));
+    explain::float(es, "Table Size", Some("MB"), state.table_bytes as f64 / 1048576.0, 1);
     explain::boolean(es, "Double Buffered", params.double_buffer);
     if explain::analyzing(es) {
         if state.buffers_filled > 0 {

@@ -1,0 +1,299 @@
+//! Prediction: every function takes a model (its id, or its name for the deployed version) and
+//! a dense float8[] or a sparse (int4[] indices, float8[] values) pair in the model's index base.
+
+use crate::catalog::{load_model, resolve_name, StoredModel};
+use crate::classes::ClassValue;
+use crate::decode::{with_float_array, with_int4_array, ArrayProblem, FloatSlice};
+use crate::error::raise;
+use corgipile_ml::arena::validate_sparse;
+use corgipile_ml::model::{ModelKind, Row};
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+use std::rc::Rc;
+
+/// A sparse feature vector from SQL, checked against the model and rebased to 0.
+struct SparseFeatures(Vec<u32>, Vec<f64>);
+
+impl SparseFeatures {
+    fn row(&self) -> Row<'_> {
+        Row::Sparse { indices: &self.0, values: &self.1 }
+    }
+}
+
+fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
+    let got = if got == 0 { "an empty array".to_string() } else { got.to_string() };
+    raise(
+        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+        format!("model {} expects {} features, got {}", model.id, model.n_features(), got),
+        None,
+    )
+}
+
+fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'_, f64>) -> SparseFeatures {
+    // SAFETY: as in with_dense: pgrx hands us valid arrays that live for this call.
+    let (indices, values) = unsafe {
+        let i = with_int4_array(pg_sys::Datum::from(indices.into_array_type()), |i| i.to_vec());
+        let v = with_float_array(pg_sys::Datum::from(values.into_array_type()), |v| match v {
+            FloatSlice::F64(x) => x.to_vec(),
+            FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
+        });
+        fn empty_ok<T>(r: Result<Vec<T>, ArrayProblem>, what: &str) -> Vec<T> {
+            match r {
+                Ok(x) => x,
+                Err(ArrayProblem::Empty) => Vec::new(),
+                Err(p) => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("sparse {what}: {p}"), None),
+            }
+        }
+        (empty_ok(i, "indices"), empty_ok(v, "values"))
+    };
+    if let Err(e) = validate_sparse(&indices, values.len(), model.index_base, Some(model.n_features())) {
+        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, e.to_string(), Some(format!("Model {} uses index base {}.", model.id, model.index_base)));
+    }
+    if !values.iter().all(|v| v.is_finite()) {
+        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+    }
+    let indices = indices.iter().map(|&i| (i as i64 - model.index_base) as u32).collect();
+    SparseFeatures(indices, values)
+}
+
+fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+        format!("model {} is a {} model: {what}", model.id, model.kind().name()),
+        Some(hint.into()),
+    )
+}
+
+/// Predicted label (classifiers, in the table's label values) or value (linear).
+fn predict_number(model: &StoredModel, x: Row) -> f64 {
+    if model.kind() == ModelKind::Linear {
+        return model.model.decision(x);
+    }
+    match &model.classes[model.class_index(x)] {
+        ClassValue::Number(v) => *v,
+        ClassValue::Text(_) => not_for(model, "its labels are text", "Use corgipile_predict_class(), which returns the label as text."),
+    }
+}
+
+fn predict_class(model: &StoredModel, x: Row) -> String {
+    if model.kind() == ModelKind::Linear {
+        not_for(model, "it predicts numbers, not classes", "Use corgipile_predict().");
+    }
+    model.classes[model.class_index(x)].to_text()
+}
+
+fn predict_proba(model: &StoredModel, x: Row) -> Vec<f64> {
+    let mut out = Vec::new();
+    if !model.model.predict_proba(x, &mut out) {
+        not_for(model, "it has no probabilities", "Probabilities come from logistic and softmax models; use corgipile_decision_function() for a score.");
+    }
+    out
+}
+
+fn decision_function(model: &StoredModel, x: Row) -> f64 {
+    if model.kind() == ModelKind::Softmax {
+        not_for(model, "it has one score per class", "Use corgipile_predict_proba().");
+    }
+    model.model.decision(x)
+}
+
+/// How a SQL call names its model: by id, or by name (the name's deployed version).
+#[derive(Clone, Copy)]
+pub enum ModelRef<'a> {
+    Id(i64),
+    Name(&'a str),
+}
+
+#[derive(PartialEq)]
+enum OwnedModelRef {
+    Id(i64),
+    Name(String),
+}
+
+impl OwnedModelRef {
+    fn is(&self, key: ModelRef) -> bool {
+        match (self, key) {
+            (OwnedModelRef::Id(a), ModelRef::Id(b)) => *a == b,
+            (OwnedModelRef::Name(a), ModelRef::Name(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl From<ModelRef<'_>> for OwnedModelRef {
+    fn from(key: ModelRef) -> Self {
+        match key {
+            ModelRef::Id(id) => OwnedModelRef::Id(id),
+            ModelRef::Name(name) => OwnedModelRef::Name(name.to_owned()),
+        }
+    }
+}
+
+/// The model a reference stands for now (row-level security applies).
+pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
+    match key {
+        ModelRef::Id(id) => load_model(id),
+        ModelRef::Name(name) => load_model(resolve_name(name)),
+    }
+}
+
+/// A model cached in a call site's `fn_extra`.
+struct CallCache {
+    command_id: pg_sys::CommandId,
+    key: OwnedModelRef,
+    model: Rc<StoredModel>,
+}
+
+/// The model for this call. Cached in the call site's `fn_extra` (which lives as long as the
+/// statement's expression state), so `SELECT corgipile_predict(7, f) FROM big_table` looks it
+/// up once; a new command id (e.g. after a DELETE or a deploy in the same transaction) reloads
+/// it.
+fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef) -> Rc<StoredModel> {
+    // SAFETY: fcinfo and its flinfo are valid for this call; fn_extra belongs to this function's
+    // FmgrInfo and lives in fn_mcxt; we only ever store there a CallCache made by
+    // leak_and_drop_on_delete in that context, so the cast is sound.
+    unsafe {
+        let command_id = pg_sys::GetCurrentCommandId(false);
+        let flinfo = (*fcinfo).flinfo;
+        let cached = (*flinfo).fn_extra.cast::<CallCache>();
+        if let Some(c) = cached.as_ref() {
+            if c.key.is(key) && c.command_id == command_id {
+                return c.model.clone();
+            }
+        }
+        let model = load_model_ref(key);
+        let entry = CallCache { command_id, key: key.into(), model: model.clone() };
+        match cached.as_mut() {
+            Some(c) => *c = entry,
+            None => {
+                (*flinfo).fn_extra = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(entry).cast();
+            }
+        }
+        model
+    }
+}
+
+/// Apply `f` to a dense float8[] checked against the model, without copying it.
+fn with_dense<R>(model: &StoredModel, features: Array<'_, f64>, f: impl FnOnce(Row) -> R) -> R {
+    let ptr = features.into_array_type();
+    let n = model.n_features();
+    // SAFETY: pgrx hands us a detoasted, valid float8[] that lives for this call.
+    let result = unsafe {
+        with_float_array(pg_sys::Datum::from(ptr), |x| match x {
+            FloatSlice::F64(x) => {
+                if x.len() != n {
+                    wrong_dimension(model, x.len());
+                }
+                if !x.iter().all(|v| v.is_finite()) {
+                    raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+                }
+                f(Row::Dense(x))
+            }
+            FloatSlice::F32(_) => unreachable!("the argument is float8[]"),
+        })
+    };
+    result.unwrap_or_else(|problem| match problem {
+        ArrayProblem::Empty => wrong_dimension(model, 0),
+        other => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, other.to_string(), None),
+    })
+}
+
+type Predictor<R> = fn(&StoredModel, Row) -> R;
+
+fn dense<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, features: Array<'_, f64>, f: Predictor<R>) -> R {
+    let model = model_for_call(fcinfo, key);
+    with_dense(&model, features, |row| f(&model, row))
+}
+
+fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, indices: Array<'_, i32>, values: Array<'_, f64>, f: Predictor<R>) -> R {
+    let model = model_for_call(fcinfo, key);
+    f(&model, sparse_features(&model, indices, values).row())
+}
+
+// One Rust function per SQL overload (pgrx's way): model by id or by name, dense or sparse.
+
+/// The predicted label for one feature vector, in the label values of the training table
+/// (0/1 for a boolean label); for linear regression the predicted value.
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    dense(fcinfo, ModelRef::Id(model_id), features, predict_number)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
+fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_number)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
+fn corgipile_predict_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    dense(fcinfo, ModelRef::Name(model_name), features, predict_number)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
+fn corgipile_predict_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    sparse(fcinfo, ModelRef::Name(model_name), indices, values, predict_number)
+}
+
+/// The predicted class as text (works for numeric and text labels).
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict_class(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    dense(fcinfo, ModelRef::Id(model_id), features, predict_class)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
+fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_class)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
+fn corgipile_predict_class_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    dense(fcinfo, ModelRef::Name(model_name), features, predict_class)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
+fn corgipile_predict_class_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    sparse(fcinfo, ModelRef::Name(model_name), indices, values, predict_class)
+}
+
+/// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
+/// P(positive)]; softmax: one per class).
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict_proba(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    dense(fcinfo, ModelRef::Id(model_id), features, predict_proba)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
+fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_proba)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
+fn corgipile_predict_proba_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    dense(fcinfo, ModelRef::Name(model_name), features, predict_proba)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
+fn corgipile_predict_proba_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    sparse(fcinfo, ModelRef::Name(model_name), indices, values, predict_proba)
+}
+
+/// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_decision_function(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    dense(fcinfo, ModelRef::Id(model_id), features, decision_function)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
+fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    sparse(fcinfo, ModelRef::Id(model_id), indices, values, decision_function)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
+fn corgipile_decision_function_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    dense(fcinfo, ModelRef::Name(model_name), features, decision_function)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
+fn corgipile_decision_function_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    sparse(fcinfo, ModelRef::Name(model_name), indices, values, decision_function)
+}

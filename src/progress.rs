@@ -1,0 +1,186 @@
+//! Progress of a running corgipile_train, shown where every DBA already looks: the backend's
+//! activity line in pg_stat_activity.query (the corgipile.progress view parses it). No shared
+//! memory, so no shared_preload_libraries. The line is
+//!
+//! `corgipile: relation R model M | phase | epoch k/n | p% | tuples t | loss L | elapsed E s |
+//! remaining R s | query: <the statement>`
+//!
+//! (`loss` is the last finished epoch's; `-` when unknown). Everything here runs on the backend
+//! thread only; the state is a thread-local that the SGD node's `Tracker` clears when the query
+//! ends or fails.
+
+use pgrx::pg_sys;
+use std::cell::RefCell;
+use std::ffi::{CStr, CString};
+use std::time::{Duration, Instant};
+
+/// How often block-level progress may rewrite the activity line.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+struct Progress {
+    relation: String,
+    model: &'static str,
+    epochs: u32,
+    phase: &'static str,
+    epoch: u32,
+    /// Fraction of the current epoch's blocks started.
+    epoch_fraction: f64,
+    tuples: u64,
+    last_loss: Option<f64>,
+    started: Instant,
+    /// Time spent in finished epochs (training passes), for the estimate.
+    epoch_seconds: f64,
+    epochs_done: u32,
+    epoch_started: Instant,
+    last_report: Instant,
+    query: String,
+}
+
+thread_local! {
+    static PROGRESS: RefCell<Option<Progress>> = const { RefCell::new(None) };
+}
+
+/// Clears the progress state when dropped (with the SGD node's state: at the end of the query,
+/// or when an ERROR aborts it), so a later statement never reports a stale training.
+pub struct Tracker(());
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        PROGRESS.with(|p| p.borrow_mut().take());
+    }
+}
+
+/// Start reporting a training of `epochs` epochs.
+pub fn start(relation: &str, model: &'static str, epochs: u32) -> Tracker {
+    // SAFETY: debug_query_string is the backend's current statement text (or NULL), read on
+    // the backend thread while that statement runs.
+    let query = unsafe {
+        let q = pg_sys::debug_query_string;
+        if q.is_null() { String::new() } else { CStr::from_ptr(q).to_string_lossy().into_owned() }
+    };
+    let now = Instant::now();
+    PROGRESS.with(|p| {
+        *p.borrow_mut() = Some(Progress {
+            relation: relation.to_owned(),
+            model,
+            epochs,
+            phase: "starting",
+            epoch: 0,
+            epoch_fraction: 0.0,
+            tuples: 0,
+            last_loss: None,
+            started: now,
+            epoch_seconds: 0.0,
+            epochs_done: 0,
+            epoch_started: now,
+            last_report: now,
+            query,
+        })
+    });
+    report(true);
+    Tracker(())
+}
+
+/// A new phase: "statistics pass", "training", "validation".
+pub fn phase(phase: &'static str) {
+    update(true, |p| p.phase = phase);
+}
+
+pub fn epoch_started(epoch: u32) {
+    update(true, |p| {
+        p.phase = "training";
+        p.epoch = epoch;
+        p.epoch_fraction = 0.0;
+        p.tuples = 0;
+        p.epoch_started = Instant::now();
+    });
+}
+
+pub fn epoch_finished(loss: f64) {
+    update(true, |p| {
+        p.last_loss = Some(loss);
+        p.epochs_done += 1;
+        p.epoch_seconds += p.epoch_started.elapsed().as_secs_f64();
+        p.epoch_fraction = 1.0;
+    });
+}
+
+/// BlockShuffle starts a block: `blocks_done` of `blocks` this epoch, `tuples` read so far.
+/// Cheap when no training is being tracked (evaluation, trace) or a report was made recently.
+pub fn scanning(blocks_done: usize, blocks: usize, tuples: u64) {
+    update(false, |p| {
+        if p.phase == "training" {
+            p.epoch_fraction = blocks_done as f64 / blocks.max(1) as f64;
+            p.tuples = tuples;
+        }
+    });
+}
+
+/// Put the statement's own text back as the activity (the training is over).
+pub fn finish() {
+    let query = PROGRESS.with(|p| p.borrow_mut().take().map(|p| p.query));
+    if let Some(q) = query {
+        set_activity(&q);
+    }
+}
+
+fn update(force: bool, f: impl FnOnce(&mut Progress)) {
+    let tracked = PROGRESS.with(|p| p.borrow_mut().as_mut().map(f).is_some());
+    if tracked {
+        report(force);
+    }
+}
+
+fn report(force: bool) {
+    let line = PROGRESS.with(|p| {
+        let mut p = p.borrow_mut();
+        let p = p.as_mut()?;
+        if !force && p.last_report.elapsed() < REPORT_EVERY {
+            return None;
+        }
+        p.last_report = Instant::now();
+        Some(p.line())
+    });
+    if let Some(line) = line {
+        set_activity(&line);
+    }
+}
+
+fn set_activity(text: &str) {
+    let text = CString::new(text.replace('\0', " ")).expect("NULs were replaced");
+    // SAFETY: pgstat_report_activity copies the string (truncated to
+    // track_activity_query_size) into this backend's shared status entry; backend thread only.
+    unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, text.as_ptr()) };
+}
+
+impl Progress {
+    /// Seconds left, from the mean time per epoch so far (an upper bound with early stopping).
+    fn remaining(&self) -> Option<f64> {
+        let in_epoch = if self.epochs_done < self.epoch { self.epoch_fraction } else { 0.0 };
+        let done = self.epochs_done as f64 + in_epoch;
+        if done < 0.02 {
+            return None;
+        }
+        let spent = self.epoch_seconds + if in_epoch > 0.0 { self.epoch_started.elapsed().as_secs_f64() } else { 0.0 };
+        Some(spent / done * (self.epochs as f64 - done).max(0.0))
+    }
+
+    fn line(&self) -> String {
+        let loss = self.last_loss.map_or("-".to_owned(), |l| format!("{l:.6}"));
+        let remaining = self.remaining().map_or("-".to_owned(), |r| format!("{r:.1}"));
+        format!(
+            "corgipile: relation {} model {} | {} | epoch {}/{} | {:.1}% | tuples {} | loss {} | elapsed {:.1} s | remaining {} s | query: {}",
+            self.relation,
+            self.model,
+            self.phase,
+            self.epoch,
+            self.epochs,
+            100.0 * self.epoch_fraction,
+            self.tuples,
+            loss,
+            self.started.elapsed().as_secs_f64(),
+            remaining,
+            self.query
+        )
+    }
+}
