@@ -93,5 +93,5 @@ SELECT a.pid, a.usename, a.datname, p[1] AS relation, p[2] AS model, p[3] AS pha
 FROM pg_catalog.pg_stat_activity a,
      LATERAL pg_catalog.regexp_match(a.query,
         '^corgipile: relation (.*) model (\S+) \| (.+?) \| epoch (\d+)/(\d+) \| ([0-9.]+)% \| tuples (\d+) \| loss (\S+) \| elapsed ([0-9.]+) s \| remaining (\S+) s \| query: (.*)$') AS p
-WHERE a.state = 'active';
+WHERE p IS NOT NULL AND a.state = 'active';
 GRANT SELECT ON corgipile.model_summary, corgipile.progress TO PUBLIC;

@@ -128,15 +128,31 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
     id
 }
 
+pub fn no_such_model(model_id: i64) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("corgipile model {model_id} does not exist"),
+        Some("SELECT id, name, version FROM corgipile.model_summary lists the models you can use.".into()),
+    )
+}
+
+/// A one-row SPI result that may have no row: pgrx reports that as InvalidPosition.
+pub fn zero_or_one<T>(result: Result<Option<T>, pgrx::spi::Error>) -> Result<Option<T>, pgrx::spi::Error> {
+    match result {
+        Err(pgrx::spi::Error::InvalidPosition) => Ok(None),
+        other => other,
+    }
+}
+
 /// The id of the deployed version of a model name of the current role: the pinned version if
 /// one is pinned (corgipile_deploy), else the newest.
 pub fn resolve_name(name: &str) -> i64 {
-    Spi::get_one_with_args::<i64>(
+    zero_or_one(Spi::get_one_with_args::<i64>(
         "SELECT id FROM corgipile.models
          WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
          ORDER BY pinned DESC, version DESC LIMIT 1",
         &[name.into()],
-    )
+    ))
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{name}\": {e}"), None))
     .unwrap_or_else(|| {
         raise(
@@ -173,9 +189,19 @@ pub struct StoredModel {
     pub label_column: String,
     pub features: serde_json::Value,
     pub index_base: i64,
+    /// Trained on a boolean label (classes 0 and 1 stand for false and true).
+    pub boolean_label: bool,
 }
 
 impl StoredModel {
+    /// A class as text, as the label column would show it.
+    pub fn class_text(&self, index: usize) -> String {
+        match &self.classes[index] {
+            ClassValue::Number(v) if self.boolean_label => (if *v != 0.0 { "true" } else { "false" }).to_owned(),
+            c => c.to_text(),
+        }
+    }
+
     pub fn kind(&self) -> ModelKind {
         self.model.kind
     }
@@ -266,11 +292,7 @@ fn read_model(model_id: i64) -> StoredModel {
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
     let Some((kind, n_features, n_outputs, weights, bias, mapping, label_column, features, index_base)) = row else {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("corgipile model {model_id} does not exist"),
-            Some("SELECT id, model_type, relation FROM corgipile.models lists the models you can use.".into()),
-        );
+        no_such_model(model_id)
     };
     let kind = ModelKind::parse(&kind).unwrap_or_else(|| {
         raise(
@@ -283,6 +305,7 @@ fn read_model(model_id: i64) -> StoredModel {
         .get("classes")
         .and_then(|c| serde_json::from_value(c.clone()).ok())
         .unwrap_or_default();
+    let boolean_label = mapping.get("label_type").and_then(|t| t.as_str()) == Some("boolean");
     let (n_features, n_outputs) = (n_features.max(0) as usize, n_outputs.max(1) as usize);
     if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
         raise(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, format!("model {model_id} has inconsistent weights"), None);
@@ -294,5 +317,6 @@ fn read_model(model_id: i64) -> StoredModel {
         label_column,
         features,
         index_base,
+        boolean_label,
     }
 }

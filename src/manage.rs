@@ -4,7 +4,7 @@
 //! each role's "churn" is its own, with versions 1, 2, ... The deployed version of a name is the
 //! one pinned by corgipile_deploy, else the newest.
 
-use crate::catalog::resolve_name;
+use crate::catalog::{no_such_model, resolve_name, zero_or_one};
 use crate::error::raise;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
@@ -15,14 +15,6 @@ fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
     raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not {what}: {e}"), None)
 }
 
-fn no_such_model(model_id: i64) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-        format!("corgipile model {model_id} does not exist"),
-        Some("SELECT id, name, version FROM corgipile.model_summary lists the models you can use.".into()),
-    )
-}
-
 /// Pins `model_id` as the deployed version of `model_name` (what corgipile_predict('name', ...)
 /// uses); without a model id, unpins, so the newest version is deployed again. Returns the id
 /// of the deployed version.
@@ -30,11 +22,11 @@ fn no_such_model(model_id: i64) -> ! {
 fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -> i64 {
     resolve_name(model_name); // raises if the role has no model of this name
     if let Some(id) = model_id {
-        let name = Spi::get_one_with_args::<String>(
+        let name = zero_or_one(Spi::get_one_with_args::<String>(
             "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
              AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
             &[id.into()],
-        )
+        ))
         .unwrap_or_else(|e| spi_failed("read the model", e))
         .unwrap_or_else(|| no_such_model(id));
         if name != model_name {
@@ -94,15 +86,15 @@ type CoefficientRow = (Option<String>, String, Option<i64>, f64);
 /// A model's coefficients in the units of the training table (a `normalize` standardizer is
 /// folded in), one row per (class, feature) plus one '(intercept)' row per class; comparable
 /// with scikit-learn's coef_ and intercept_. class: the positive class of a binary classifier,
-/// each class of softmax, NULL for linear. feature: the column name for a column list,
+/// each class of softmax, NULL for linear (all as the label column shows them). feature: the column name for a column list,
 /// "col[i]" (1-based) for an array column, the index (in the model's index base) for sparse.
 fn coefficients(key: ModelRef) -> Vec<CoefficientRow> {
     let stored = load_model_ref(key);
     let m = &stored.model;
     let classes: Vec<Option<String>> = match m.kind {
         ModelKind::Linear => vec![None],
-        ModelKind::Softmax => stored.classes.iter().map(|c| Some(c.to_text())).collect(),
-        _ => vec![stored.classes.get(1).map(|c| c.to_text())],
+        ModelKind::Softmax => (0..stored.classes.len()).map(|k| Some(stored.class_text(k))).collect(),
+        _ => vec![(stored.classes.len() == 2).then(|| stored.class_text(1))],
     };
     let names: Vec<(String, Option<i64>)> = match &stored.features {
         serde_json::Value::Array(cols) => cols.iter().enumerate().map(|(i, c)| (c.as_str().unwrap_or("").to_owned(), Some(i as i64 + 1))).collect(),

@@ -79,7 +79,7 @@ fn predict_class(model: &StoredModel, x: Row) -> String {
     if model.kind() == ModelKind::Linear {
         not_for(model, "it predicts numbers, not classes", "Use corgipile_predict().");
     }
-    model.classes[model.class_index(x)].to_text()
+    model.class_text(model.class_index(x))
 }
 
 fn predict_proba(model: &StoredModel, x: Row) -> Vec<f64> {

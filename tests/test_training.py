@@ -62,8 +62,10 @@ def test_one_notice_per_epoch_unless_quiet(gaussians, dsn):
     with psycopg.connect(dsn, autocommit=True) as c:
         c.add_notice_handler(lambda d: notices.append(d.message_primary))
         train(c, "g_test", "svm", {"epochs": 4, "seed": 1})
-        assert len([n for n in notices if n.startswith("corgipile epoch")]) == 4
-        assert "epoch   4/4" in notices[-1] and "loss" in notices[-1] and "accuracy" in notices[-1]
+        assert notices[0].split() == ["corgipile", "epoch", "loss", "accuracy", "tuples", "lr", "seconds"]
+        rows = [n.split() for n in notices[1:]]
+        assert [r[1] for r in rows] == ["1/4", "2/4", "3/4", "4/4"]
+        assert all(r[0] == "corgipile" and 0 <= float(r[3]) <= 1 for r in rows)
         notices.clear()
         train(c, "g_test", "svm", {"epochs": 4, "seed": 1, "verbose": False})
         assert notices == []

@@ -196,7 +196,7 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     explain::text(
         es,
         "Block Size",
-        &format!("{} pages ({:.2} MB)", state.block_pages, state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0),
+        &format!("{} pages ({:.3} MB)", state.block_pages, state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0),
     );
     explain::int(es, "Blocks", state.blocks.len() as i64);
     explain::text(es, "Block Order", order);

@@ -82,6 +82,8 @@ pub struct SgdState {
     pub verbose: bool,
     /// Clears the pg_stat_activity progress state when the query ends or fails.
     progress: Option<progress::Tracker>,
+    /// Seconds of each finished epoch's training pass (EXPLAIN ANALYZE).
+    epoch_seconds: Vec<f64>,
     // EXPLAIN ANALYZE figures.
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
@@ -469,6 +471,7 @@ impl SgdState {
             }
             let seconds = epoch_started.elapsed().as_secs_f64();
             progress::epoch_finished(stats.loss);
+            self.epoch_seconds.push(seconds);
             if snapshot.is_some() {
                 progress::phase("validation");
             }
@@ -482,6 +485,9 @@ impl SgdState {
             });
             let validation_seconds = validation_started.elapsed().as_secs_f64();
             if self.verbose {
+                if epoch == 1 {
+                    notice(progress_header(self.config.model, validation.is_some()));
+                }
                 notice(progress_line(epoch, params.epochs, &stats, validation.as_ref(), seconds));
             }
             let converged = params.tolerance > 0.0
@@ -754,24 +760,24 @@ impl SgdState {
 }
 
 /// The per-epoch NOTICE.
+/// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
+fn progress_header(model: ModelKind, validation: bool) -> String {
+    let metric = if model == ModelKind::Linear { "r2" } else { "accuracy" };
+    let mut line = format!("corgipile {:>9} {:>12} {:>9}", "epoch", "loss", metric);
+    if validation {
+        line.push_str(&format!(" {:>12} {:>9}", "valid loss", format!("valid {}", if model == ModelKind::Linear { "r2" } else { "acc" })));
+    }
+    line.push_str(&format!(" {:>10} {:>9} {:>9}", "tuples", "lr", "seconds"));
+    line
+}
+
 fn progress_line(epoch: u32, epochs: u32, stats: &EpochStats, validation: Option<&ValidationStats>, seconds: f64) -> String {
-    let mut line = format!("corgipile epoch {:>3}/{}: loss {:.6}", epoch, epochs, stats.loss);
-    if let Some(a) = stats.accuracy {
-        line.push_str(&format!("  accuracy {a:.4}"));
-    }
-    if let Some(r2) = stats.r2 {
-        line.push_str(&format!("  r2 {r2:.4}"));
-    }
+    let metric = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+    let mut line = format!("corgipile {:>9} {:>12.6} {:>9}", format!("{epoch}/{epochs}"), stats.loss, metric(stats.accuracy.or(stats.r2)));
     if let Some(v) = validation {
-        line.push_str(&format!("  validation loss {:.6}", v.loss));
-        if let Some(a) = v.accuracy {
-            line.push_str(&format!(" accuracy {a:.4}"));
-        }
-        if let Some(r2) = v.r2 {
-            line.push_str(&format!(" r2 {r2:.4}"));
-        }
+        line.push_str(&format!(" {:>12.6} {:>9}", v.loss, metric(v.accuracy.or(v.r2))));
     }
-    line.push_str(&format!("  tuples {}  lr {:.3e}  {:.3} s", stats.tuples, stats.learning_rate, seconds));
+    line.push_str(&format!(" {:>10} {:>9.2e} {:>9.3}", stats.tuples, stats.learning_rate, seconds));
     line
 }
 
@@ -801,6 +807,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         traced: None,
         validation_rows: None,
         progress: None,
+        epoch_seconds: Vec::new(),
     };
     install_state(node, state);
 }
@@ -867,6 +874,8 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
             }
             explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
         }
+        let times: Vec<String> = state.epoch_seconds.iter().map(|s| format!("{:.3}", s * 1000.0)).collect();
+        explain::text(es, "Epoch Times (ms)", &times.join(", "));
         if p.double_buffer {
             explain::float(es, "Worker Busy", Some("s"), state.worker_busy_seconds, 3);
             explain::float(es, "Backend Waiting On Worker", Some("s"), state.backend_wait_seconds, 3);

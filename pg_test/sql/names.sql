@@ -1,0 +1,21 @@
+SET client_min_messages = warning;
+\set VERBOSITY default
+-- Errors of names, deployment and export: each a clear ERROR, nothing changed.
+SELECT corgipile_train('clustered', 'svm', '{"epochs": 1, "verbose": false}') AS id \gset
+SELECT corgipile_train('clustered', 'svm', '{"name": ""}');
+SELECT corgipile_train('clustered', 'svm', '{"name": " padded"}');
+SELECT corgipile_train('clustered', 'svm', '{"name": 42}');
+SELECT corgipile_predict('no such model', ARRAY[1, 2, 3, 4]::float8[]);
+SELECT corgipile_evaluate('no such model', 'clustered');
+SELECT corgipile_deploy('no such model');
+SELECT corgipile_drop_model('no such model');
+SELECT corgipile_drop_model(999999);
+SELECT * FROM corgipile_model_coefficients(999999);
+SELECT corgipile_train('clustered', 'svm', '{"epochs": 1, "name": "errors_a", "verbose": false}') AS a_id \gset
+SELECT corgipile_train('clustered', 'svm', '{"epochs": 1, "name": "errors_b", "verbose": false}') AS b_id \gset
+SELECT corgipile_deploy('errors_a', :b_id);
+SELECT corgipile_deploy('errors_a', :id);
+SELECT corgipile_deploy('errors_a', 999999);
+-- Nothing changed: errors_a still deploys its only version.
+SELECT corgipile_deploy('errors_a') = :a_id AS unchanged;
+SELECT * FROM corgipile_explain('clustered', 'svm', '{}', false, 'html');
