@@ -1,0 +1,121 @@
+"""ALTER EXTENSION corgipile UPDATE from the previous release (0.1.0, whose install script is
+frozen in sql/released/): old models keep predicting, and the upgraded database has exactly the
+objects of a fresh install of the current version."""
+
+import psycopg
+import pytest
+
+from conftest import scalar
+
+OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
+
+# Columns corgipile.models had in 0.1.0: what a 0.1.0 training wrote.
+COLUMNS_0_1_0 = ["model_type", "relation", "label_column", "features", "n_features", "n_outputs", "label_mapping",
+                 "weights", "bias", "standardizer", "params", "metrics", "rows_trained", "rows_skipped",
+                 "training_seconds", "created_at", "trained_by"]
+
+POINTS = """CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 3) - 1 + (i % 7) / 7.0, (i % 5) / 5.0]::float8[] AS features,
+            (i % 3) AS label, (i % 3 = 1) AS flag FROM generate_series(1, 3000) i ORDER BY i % 3"""
+
+
+def recreate(db):
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {db}")
+
+
+def drop(db):
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def databases():
+    """OLD: created at 0.1.0 with models rows as 0.1.0 wrote them, then updated. FRESH: 0.2.0."""
+    recreate(OLD)
+    recreate(FRESH)
+    yield
+    drop(OLD)
+    drop(FRESH)
+
+
+def schema_description(conn):
+    """Everything the extension owns, in a form that ignores column order and object ids."""
+    q = {
+        "columns": """SELECT table_name, column_name, data_type, is_nullable, column_default
+                      FROM information_schema.columns WHERE table_schema = 'corgipile' ORDER BY 1, 2""",
+        "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
+                          WHERE connamespace = 'corgipile'::regnamespace ORDER BY 1, 2""",
+        "indexes": "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'corgipile' ORDER BY 1",
+        "views": """SELECT c.relname, pg_get_viewdef(c.oid), c.reloptions FROM pg_class c
+                    WHERE c.relnamespace = 'corgipile'::regnamespace AND c.relkind = 'v' ORDER BY 1""",
+        "acl": """SELECT relname, relacl::text, relrowsecurity FROM pg_class
+                  WHERE relnamespace = 'corgipile'::regnamespace ORDER BY 1""",
+        "column_acl": """SELECT attrelid::regclass::text, attname, attacl::text FROM pg_attribute
+                         WHERE attrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'corgipile'::regnamespace)
+                           AND attacl IS NOT NULL ORDER BY 1, 2""",
+        "policies": "SELECT tablename, policyname, cmd, qual, with_check FROM pg_policies WHERE schemaname = 'corgipile' ORDER BY 1, 2",
+        "functions": """SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), p.prosrc,
+                               p.provolatile, p.proparallel, p.proisstrict
+                        FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
+                        JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'corgipile' AND d.deptype = 'e'
+                        ORDER BY 1, 2""",
+        "members": """SELECT pg_describe_object(d.classid, d.objid, d.objsubid) FROM pg_depend d
+                      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'corgipile' AND d.deptype = 'e'
+                      ORDER BY 1""",
+        "config_dump": """SELECT array_length(extconfig, 1), extversion FROM pg_extension WHERE extname = 'corgipile'""",
+    }
+    return {k: conn.execute(v).fetchall() for k, v in q.items()}
+
+
+def test_update_keeps_old_models_and_matches_a_fresh_install(databases, conn):
+    # Models as 0.1.0 wrote them: trained here (current version), copied column by column.
+    conn.execute("DROP TABLE IF EXISTS pts")
+    conn.execute(POINTS)
+    ids = [scalar(conn, "SELECT corgipile_train('pts', %s, %s)", (m, psycopg.types.json.Jsonb(p)))
+           for m, p in [("svm", {"label": "flag", "epochs": 2, "seed": 1, "verbose": False}),
+                        ("softmax", {"epochs": 2, "seed": 1, "verbose": False, "normalize": True})]]
+    cols = ", ".join(COLUMNS_0_1_0)
+    # Copied as text, cast back to each column's type.
+    types = dict(conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                              "WHERE attrelid = 'corgipile.models'::regclass AND attnum > 0").fetchall())
+    as_text = ", ".join(f"{c}::text" for c in COLUMNS_0_1_0)
+    rows = conn.execute(f"SELECT {as_text} FROM corgipile.models WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+    expected = conn.execute("""SELECT corgipile_decision_function(%s, features), corgipile_predict_class(%s, features)
+                               FROM pts ORDER BY id""", (ids[0], ids[1])).fetchall()
+
+    with psycopg.connect(dbname=OLD, autocommit=True) as old:
+        old.execute("CREATE EXTENSION corgipile VERSION '0.1.0'")
+        old.execute(POINTS)
+        placeholders = ", ".join(f"%s::{types[c]}" for c in COLUMNS_0_1_0)
+        with old.cursor() as cur:
+            cur.executemany(f"INSERT INTO corgipile.models ({cols}) VALUES ({placeholders})", rows)
+        old_ids = [r[0] for r in old.execute("SELECT id FROM corgipile.models ORDER BY id").fetchall()]
+        old_pred = """SELECT corgipile_decision_function(%s, features), corgipile_predict_class(%s, features)
+                      FROM pts ORDER BY id"""
+        # The 0.1.0 SQL functions run on the new library and predict alike before the update.
+        assert old.execute(old_pred, (old_ids[0], old_ids[1])).fetchall() == expected
+        # Training needs the new catalog: a clear error, not a broken INSERT.
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
+            old.execute("SELECT corgipile_train('pts', 'svm', '{\"label\": \"flag\", \"epochs\": 1}')")
+        assert "ALTER EXTENSION corgipile UPDATE" in e.value.diag.message_hint
+
+        old.execute("ALTER EXTENSION corgipile UPDATE")
+        assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == "0.2.0"
+        assert old.execute(old_pred, (old_ids[0], old_ids[1])).fetchall() == expected
+        summary = old.execute("SELECT id, name, version, deployed FROM corgipile.model_summary ORDER BY id").fetchall()
+        assert summary == [(old_ids[0], None, None, False), (old_ids[1], None, None, False)]
+        # What 0.2.0 adds works on the upgraded database.
+        new_id = scalar(old, "SELECT corgipile_train('pts', 'svm', '{\"label\": \"flag\", \"epochs\": 1, \"name\": \"m\", \"verbose\": false}')")
+        assert new_id > max(old_ids)
+        assert scalar(old, "SELECT corgipile_deploy('m')") == new_id
+        assert scalar(old, "SELECT count(*) FROM corgipile_model_coefficients(%s)", (old_ids[0],)) == 3
+        upgraded = schema_description(old)
+
+    with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:
+        fresh.execute("CREATE EXTENSION corgipile")
+        installed = schema_description(fresh)
+    assert all(installed.values()), "every part of the description has rows"
+    assert len(installed["functions"]) > 20 and ("corgipile_deploy",) in {(f[0],) for f in installed["functions"]}
+    for part in installed:
+        assert upgraded[part] == installed[part], part
