@@ -19,8 +19,12 @@ def test_models_survive_dump_and_restore(tmp_path):
         c.execute("CREATE EXTENSION corgipile")
         c.execute("""CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + random(), random()] AS features,
                      (i % 2) AS label FROM generate_series(1, 2000) i""")
-        ids = [scalar(c, "SELECT corgipile_train('pts', %s, '{\"epochs\": 2, \"seed\": 1, \"verbose\": false}')", (m,))
+        ids = [scalar(c, "SELECT corgipile_train('pts', %s, '{\"epochs\": 2, \"seed\": 1, \"verbose\": false, \"name\": \"pts\"}')", (m,))
                for m in ("svm", "logistic")]
+        # Version 1 of "pts" pinned: the deployment survives too.
+        c.execute("SELECT corgipile_deploy('pts', %s)", (ids[0],))
+        by_name = "SELECT corgipile_decision_function('pts', features) FROM pts ORDER BY id"
+        by_name_before = c.execute(by_name).fetchall()
         before = c.execute("""SELECT m, id, corgipile_decision_function(m, features) FROM pts, unnest(%s::bigint[]) m
                               ORDER BY m, id""", (ids,)).fetchall()
         epochs_before = scalar(c, "SELECT count(*) FROM corgipile.epochs")
@@ -33,10 +37,14 @@ def test_models_survive_dump_and_restore(tmp_path):
         after = c.execute("""SELECT m, id, corgipile_decision_function(m, features) FROM pts, unnest(%s::bigint[]) m
                              ORDER BY m, id""", (ids,)).fetchall()
         assert after == before
+        assert c.execute(by_name).fetchall() == by_name_before
+        assert c.execute("SELECT version, deployed FROM corgipile.model_summary WHERE name = 'pts' ORDER BY version").fetchall() == \
+            [(1, True), (2, False)]
         assert scalar(c, "SELECT count(*) FROM corgipile.epochs") == epochs_before
         # New models do not collide with restored ids.
-        new_id = scalar(c, "SELECT corgipile_train('pts', 'svm', '{\"epochs\": 1, \"verbose\": false}')")
+        new_id = scalar(c, "SELECT corgipile_train('pts', 'svm', '{\"epochs\": 1, \"verbose\": false, \"name\": \"pts\"}')")
         assert new_id > max(ids)
+        assert scalar(c, "SELECT version FROM corgipile.models WHERE id = %s", (new_id,)) == 3
     with psycopg.connect(dbname="postgres", autocommit=True) as admin:
         for db in (SOURCE, TARGET):
             admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
