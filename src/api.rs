@@ -191,7 +191,7 @@ fn corgipile_evaluate(model_id: i64, relation: PgRelation, params: default!(Para
 /// corgipile_evaluate of the deployed version of a model name.
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
 fn corgipile_evaluate_by_name(model_name: &str, relation: PgRelation, params: default!(ParamsArg, "'{}'")) -> JsonB {
-    evaluate(ModelRef::Name(model_name), relation, params)
+    evaluate(ModelRef::from_text(model_name), relation, params)
 }
 
 fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {

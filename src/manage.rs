@@ -67,9 +67,13 @@ fn corgipile_drop_model(model_id: i64) -> i64 {
     dropped
 }
 
-/// Deletes every version of a model name of the current role; returns how many.
+/// Deletes every version of a model name of the current role; returns how many. (An integer
+/// is a model id, as in prediction.)
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_drop_model")]
 fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
+    if let ModelRef::Id(id) = ModelRef::from_text(model_name) {
+        return corgipile_drop_model(id);
+    }
     resolve_name(model_name); // raises if the role has no model of this name
     Spi::get_one_with_args::<i64>(
         "WITH d AS (DELETE FROM corgipile.models
@@ -117,5 +121,5 @@ fn corgipile_model_coefficients(model_id: i64) -> TableIterator<'static, (name!(
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_model_coefficients")]
 fn corgipile_model_coefficients_by_name(model_name: &str) -> TableIterator<'static, (name!(class, Option<String>), name!(feature, String), name!(feature_index, Option<i64>), name!(coefficient, f64))> {
-    TableIterator::new(coefficients(ModelRef::Name(model_name)))
+    TableIterator::new(coefficients(ModelRef::from_text(model_name)))
 }

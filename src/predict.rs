@@ -104,6 +104,18 @@ pub enum ModelRef<'a> {
     Name(&'a str),
 }
 
+impl<'a> ModelRef<'a> {
+    /// The text argument of a by-name overload. Names are never integers (the name param
+    /// refuses them), so an integer here is a model id: `corgipile_predict('7', f)`, or an id
+    /// from psql's :'var', means model 7, as it did before names existed.
+    pub fn from_text(text: &'a str) -> Self {
+        match text.trim().parse::<i64>() {
+            Ok(id) => ModelRef::Id(id),
+            Err(_) => ModelRef::Name(text),
+        }
+    }
+}
+
 #[derive(PartialEq)]
 enum OwnedModelRef {
     Id(i64),
@@ -226,12 +238,12 @@ fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Arra
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
 fn corgipile_predict_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    dense(fcinfo, ModelRef::Name(model_name), features, predict_number)
+    dense(fcinfo, ModelRef::from_text(model_name), features, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
 fn corgipile_predict_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelRef::Name(model_name), indices, values, predict_number)
+    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_number)
 }
 
 /// The predicted class as text (works for numeric and text labels).
@@ -247,12 +259,12 @@ fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
 fn corgipile_predict_class_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    dense(fcinfo, ModelRef::Name(model_name), features, predict_class)
+    dense(fcinfo, ModelRef::from_text(model_name), features, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
 fn corgipile_predict_class_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    sparse(fcinfo, ModelRef::Name(model_name), indices, values, predict_class)
+    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_class)
 }
 
 /// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
@@ -269,12 +281,12 @@ fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
 fn corgipile_predict_proba_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    dense(fcinfo, ModelRef::Name(model_name), features, predict_proba)
+    dense(fcinfo, ModelRef::from_text(model_name), features, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
 fn corgipile_predict_proba_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    sparse(fcinfo, ModelRef::Name(model_name), indices, values, predict_proba)
+    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_proba)
 }
 
 /// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
@@ -290,10 +302,10 @@ fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, va
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
 fn corgipile_decision_function_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    dense(fcinfo, ModelRef::Name(model_name), features, decision_function)
+    dense(fcinfo, ModelRef::from_text(model_name), features, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
 fn corgipile_decision_function_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelRef::Name(model_name), indices, values, decision_function)
+    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, decision_function)
 }

@@ -285,7 +285,7 @@ const RULES: &[(&str, &str)] = &[
     ("verbose", "true or false: report progress once per epoch (default true)"),
     (
         "name",
-        "null or a string of 1 to 200 characters naming the model; each training of a name stores a new version (default null)",
+        "null or a string of 1 to 200 characters, not an integer, naming the model; each training of a name stores a new version (default null)",
     ),
 ];
 
@@ -601,6 +601,10 @@ fn get_model_name(key: &str, v: &Value) -> Result<Option<String>, ParamError> {
     }
     if name.trim() != name {
         return Err(bad_value(key, v, "leading or trailing white space"));
+    }
+    // A text argument that is an integer means a model id (corgipile_predict('7', ...)).
+    if name.parse::<i64>().is_ok() {
+        return Err(bad_value(key, v, "a number: numbers stand for model ids"));
     }
     Ok(Some(name))
 }

@@ -679,10 +679,11 @@ fn model_names() {
         (json!(""), "empty"),
         (json!(" churn"), "leading or trailing white space"),
         (json!("x".repeat(201)), "longer than 200 characters"),
+        (json!("42"), "a number: numbers stand for model ids"),
     ] {
         let e = err(json!({ "name": bad }));
         assert!(e.message.contains(problem), "{}", e.message);
-        assert!(e.hint.unwrap().starts_with("name must be null or a string of 1 to 200 characters"));
+        assert!(e.hint.unwrap().starts_with("name must be null or a string of 1 to 200 characters, not an integer"));
     }
     assert!(err(json!({"name": 7})).message.contains("invalid value for parameter \"name\""));
     // 200 characters, multi-byte, is fine.

@@ -5,6 +5,10 @@ SELECT corgipile_train('clustered', 'svm', '{"epochs": 1, "verbose": false}') AS
 SELECT corgipile_train('clustered', 'svm', '{"name": ""}');
 SELECT corgipile_train('clustered', 'svm', '{"name": " padded"}');
 SELECT corgipile_train('clustered', 'svm', '{"name": 42}');
+SELECT corgipile_train('clustered', 'svm', '{"name": "42"}');
+-- An integer in text is a model id (as psql's :'var' passes it).
+SELECT corgipile_predict(:'id', ARRAY[1, 2, 3, 4]::float8[]) = corgipile_predict(:id, ARRAY[1, 2, 3, 4]::float8[]) AS same;
+SELECT corgipile_predict('999999', ARRAY[1, 2, 3, 4]::float8[]);
 SELECT corgipile_predict('no such model', ARRAY[1, 2, 3, 4]::float8[]);
 SELECT corgipile_evaluate('no such model', 'clustered');
 SELECT corgipile_deploy('no such model');
