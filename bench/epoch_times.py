@@ -55,6 +55,8 @@ def main():
     table = f"bench_clustered_{args.rows}x{args.features}"
     with psycopg.connect(autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
+        # A database created by an older corgipile needs its SQL objects updated.
+        conn.execute("ALTER EXTENSION corgipile UPDATE")
         conn.execute("SET max_parallel_workers_per_gather = 0")
         make_table(conn, table, args.rows, args.features)
         size = conn.execute("SELECT pg_size_pretty(pg_table_size(%s))", (table,)).fetchone()[0]

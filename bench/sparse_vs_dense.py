@@ -43,6 +43,8 @@ def main():
     args = ap.parse_args()
     with psycopg.connect(autocommit=True) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
+        # A database created by an older corgipile needs its SQL objects updated.
+        c.execute("ALTER EXTENSION corgipile UPDATE")
         reuse = args.reuse and c.execute("SELECT to_regclass('bench_sparse40') IS NOT NULL").fetchone()[0]
         if not reuse:
             make_tables(c, args.rows)

@@ -21,6 +21,7 @@ SET client_min_messages = warning;
 \echo
 
 CREATE EXTENSION IF NOT EXISTS corgipile;
+ALTER EXTENSION corgipile UPDATE;  -- a database from an older corgipile
 
 DROP TABLE IF EXISTS demo_points;
 DROP TABLE IF EXISTS demo_test;
