@@ -122,23 +122,17 @@ impl TupleShuffleState {
 
     /// corgipile, block_only, no_shuffle: the next `capacity` training rows in scan order.
     unsafe fn fill_blocked(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
-        let mut arena = buffer.map(|b| (b.arena, b.order));
-        loop {
-            if let Some((a, _)) = &arena {
-                if a.len() >= self.capacity {
-                    break;
-                }
-            }
-            let mut target = arena.take().map(|(a, o)| (Some(a), o)).unwrap_or((None, Vec::new()));
-            let pulled = self.pull_row(&mut target.0);
-            if let Some(a) = target.0 {
-                arena = Some((a, target.1));
-            }
-            if matches!(pulled, Pulled::Done) {
+        // The arena stays in place while rows are pushed (moving it per row cost a memcpy each).
+        let (mut arena, order) = match buffer {
+            Some(b) => (Some(b.arena), b.order),
+            None => (None, Vec::new()),
+        };
+        while arena.as_ref().is_none_or(|a| a.len() < self.capacity) {
+            if matches!(self.pull_row(&mut arena), Pulled::Done) {
                 break;
             }
         }
-        arena.map(|(arena, order)| ShuffledBuffer { arena, order })
+        arena.map(|arena| ShuffledBuffer { arena, order })
     }
 
     /// sliding_window, mrs: rows stream through the window or reservoir; what it lets go of
