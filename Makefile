@@ -8,7 +8,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-PG_BIN     := /usr/lib/postgresql/15/bin
+PG_BIN     ?= $(or $(CORGIPILE_PG_BIN),/usr/lib/postgresql/15/bin)
 PG_CONFIG  := $(PG_BIN)/pg_config
 PG_REGRESS := /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
 

@@ -26,7 +26,7 @@
 # you care about.
 set -euo pipefail
 
-PG_BIN="/usr/lib/postgresql/15/bin"
+PG_BIN="${CORGIPILE_PG_BIN:-/usr/lib/postgresql/15/bin}"  # overridable: a relocated copy for development
 DIR="${CORGIPILE_CLUSTER_DIR:-/tmp/corgipile-cluster}"
 PORT="${CORGIPILE_PORT:-28815}"
 DATA="$DIR/data"

@@ -11,7 +11,7 @@ use crate::plan::Holdout;
 use crate::error::raise;
 use crate::plan::PipelineConfig;
 use corgipile_ml::arena::{validate_sparse, TupleArena};
-use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode};
+use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, FromDatum, PgSqlErrorCode};
 
@@ -534,6 +534,18 @@ pub unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
     pg_sys::ExecEndNode(state.child);
 }
 
+/// One buffer's memory as planned (before any row is decoded): the default is clamped to
+/// corgipile.max_buffer_memory; a size in tuples is known only once a row's width is.
+fn planned_buffer_bytes(state: &TupleShuffleState, params: &TrainParams) -> Option<f64> {
+    let bytes = match params.buffer_size {
+        BufferSize::Fraction(f) => f * state.table_bytes as f64,
+        BufferSize::Bytes(b) => b as f64,
+        BufferSize::Tuples(_) => return None,
+    };
+    let limit = (state.config.max_buffer_bytes / state.n_buffers() as u64) as f64;
+    Some(if params.buffer_size_explicit { bytes } else { bytes.min(limit) })
+}
+
 fn buffer_size_text(spec: BufferSize) -> String {
     match spec {
         BufferSize::Fraction(f) => format!("{}% of table", f * 100.0),
@@ -555,7 +567,20 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     };
     explain::text(es, "Strategy", strategy);
     explain::text(es, "Buffer Size", &buffer_size_text(params.buffer_size));
-    explain::float(es, "Table Size", Some("MB"), state.table_bytes as f64 / 1048576.0, 1);
+    if let Some(bytes) = planned_buffer_bytes(state, params) {
+        let mb = |b: f64| b / 1048576.0;
+        explain::text(
+            es,
+            "Buffer Memory",
+            &format!(
+                "{:.1} MB per buffer x {} ({:.1}% of the table's {:.1} MB)",
+                mb(bytes),
+                state.n_buffers(),
+                100.0 * bytes / state.table_bytes.max(1) as f64,
+                mb(state.table_bytes as f64)
+            ),
+        );
+    }
     explain::boolean(es, "Double Buffered", params.double_buffer);
     if explain::analyzing(es) {
         if state.buffers_filled > 0 {
