@@ -147,26 +147,54 @@ impl TupleArena {
         self.end_sparse_row(label);
     }
 
-    /// Appends a sparse row straight from decoded array columns, without an
-    /// intermediate copy: `indices` (i32 or i64) in base `index_base`, `values`
-    /// (f32 or f64). The row must have passed [`validate_sparse`] with the same
-    /// base (checked in debug builds only).
-    pub fn push_sparse_raw<I, V>(
+    /// Appends a sparse row straight from decoded array columns, checking it on the way in one
+    /// pass (the hot path of reading a table): `indices` (i32 or i64) in base `index_base`,
+    /// `values` (f32 or f64), `n_features` the declared dimension (None: up to
+    /// [`MAX_FEATURES`]). On any problem the arena is left as it was and the error is the one
+    /// [`validate_sparse`] reports (index problems first), or `NotFinite`.
+    pub fn try_push_sparse<I, V>(
         &mut self,
         label: f64,
         indices: &[I],
         index_base: i64,
+        n_features: Option<usize>,
         values: &[V],
-    ) where
+    ) -> Result<(), SparsePushError>
+    where
         I: Copy + Into<i64>,
         V: Copy + Into<f64>,
     {
-        assert!(self.sparse, "push_sparse_raw on a dense arena");
-        debug_assert!(validate_sparse(indices, values.len(), index_base, None).is_ok());
-        self.indices
-            .extend(indices.iter().map(|&i| (i.into() - index_base) as u32));
-        self.values.extend(values.iter().map(|&v| v.into()));
+        assert!(self.sparse, "try_push_sparse on a dense arena");
+        let n = n_features.unwrap_or(MAX_FEATURES).min(MAX_FEATURES) as i64;
+        let (start_i, start_v) = (self.indices.len(), self.values.len());
+        let mut indices_ok = indices.len() == values.len();
+        if indices_ok {
+            let mut previous = -1i64;
+            self.indices.extend(indices.iter().map(|&i| {
+                let j = i.into() - index_base;
+                indices_ok &= j > previous && j < n;
+                previous = j;
+                j as u32
+            }));
+        }
+        if !indices_ok {
+            self.indices.truncate(start_i);
+            let e = validate_sparse(indices, values.len(), index_base, n_features);
+            return Err(SparsePushError::Index(e.expect_err("the one-pass check found a problem")));
+        }
+        let mut finite = true;
+        self.values.extend(values.iter().map(|&v| {
+            let v: f64 = v.into();
+            finite &= v.is_finite();
+            v
+        }));
+        if !finite {
+            self.indices.truncate(start_i);
+            self.values.truncate(start_v);
+            return Err(SparsePushError::NotFinite);
+        }
         self.end_sparse_row(label);
+        Ok(())
     }
 
     fn end_sparse_row(&mut self, label: f64) {
@@ -311,10 +339,17 @@ impl std::fmt::Display for SparseError {
 
 impl std::error::Error for SparseError {}
 
+/// Why [`TupleArena::try_push_sparse`] refused a row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SparsePushError {
+    Index(SparseError),
+    /// A value is NaN or infinite.
+    NotFinite,
+}
+
 /// Checks one sparse row as the user gave it: `indices` in base `index_base`
 /// (0 or 1), `values_len` values, `n_features` the declared dimension (None:
-/// up to [`MAX_FEATURES`]). On success the row can be passed to
-/// [`TupleArena::push_sparse_raw`] with the same base.
+/// up to [`MAX_FEATURES`]).
 pub fn validate_sparse<I: Copy + Into<i64>>(
     indices: &[I],
     values_len: usize,
@@ -407,13 +442,41 @@ mod tests {
     }
 
     #[test]
+    fn try_push_sparse_checks_in_one_pass_and_leaves_the_arena_on_errors() {
+        let mut a = TupleArena::new_sparse(4, 16);
+        a.try_push_sparse(1.0, &[1i32, 3], 1, Some(5), &[1.0f64, 2.0]).unwrap();
+        let before = (a.len(), a.nnz(), a.n_features());
+        let bad: [(&[i32], &[f64], i64, Option<usize>); 6] = [
+            (&[1, 2], &[1.0], 1, None),         // lengths differ
+            (&[0, 2], &[1.0, 2.0], 1, None),    // below the base
+            (&[2, 6], &[1.0, 2.0], 1, Some(5)), // out of range
+            (&[3, 2], &[1.0, 2.0], 1, None),    // unsorted
+            (&[2, 2], &[1.0, 2.0], 1, None),    // duplicate
+            (&[-1], &[1.0], 0, None),           // negative
+        ];
+        for (indices, values, base, n) in bad {
+            let expected = validate_sparse(indices, values.len(), base, n).unwrap_err();
+            assert_eq!(a.try_push_sparse(2.0, indices, base, n, values), Err(SparsePushError::Index(expected)));
+            assert_eq!((a.len(), a.nnz(), a.n_features()), before);
+        }
+        for v in [f64::NAN, f64::INFINITY] {
+            assert_eq!(a.try_push_sparse(2.0, &[1i32, 2], 1, None, &[0.5, v]), Err(SparsePushError::NotFinite));
+            assert_eq!((a.len(), a.nnz(), a.n_features()), before);
+        }
+        // An index problem is reported before a non-finite value.
+        assert!(matches!(a.try_push_sparse(2.0, &[2i32, 1], 1, None, &[f64::NAN, 1.0]), Err(SparsePushError::Index(_))));
+        a.try_push_sparse(3.0, &[2i64, 5], 1, Some(5), &[0.5f32, 1.5]).unwrap();
+        assert_eq!(a.row(1), Row::Sparse { indices: &[1, 4], values: &[0.5, 1.5] });
+    }
+
+    #[test]
     fn sparse_push_and_read_back() {
         let mut a = TupleArena::new_sparse(4, 16);
         assert!(a.is_sparse() && a.is_empty());
         a.push_sparse(1.0, &[0, 5, 9], &[1.0, 2.0, 3.0]);
         a.push_sparse(2.0, &[], &[]);
-        a.push_sparse_raw(3.0, &[2i32, 4], 1, &[0.5f32, -1.5]);
-        a.push_sparse_raw(4.0, &[7i64], 0, &[8.0f64]);
+        a.try_push_sparse(3.0, &[2i32, 4], 1, None, &[0.5f32, -1.5]).unwrap();
+        a.try_push_sparse(4.0, &[7i64], 0, Some(8), &[8.0f64]).unwrap();
         assert_eq!(a.len(), 4);
         assert_eq!(a.nnz(), 6);
         assert_eq!(a.n_features(), 10);

@@ -237,12 +237,21 @@ pub struct Trainer {
     lazy: bool,
     step: u64,
     last: Vec<u64>,
-    /// Some coordinate may be behind `step`.
+    /// Some coordinate may be behind `step` (or `scale` is not 1).
     pending: bool,
+    /// Sparse rows with L2 only (no L1), one output, batch_size 1: the weights are stored as
+    /// `v` with w = scale·v, so the per-step L2 decay of every coordinate is one multiply of
+    /// `scale` (O(1)) and a step touches only the row's coordinates — no per-coordinate
+    /// catch-up, no `last`. Folded back into the weights by `sync`.
+    scaled_l2: bool,
+    scale: f64,
 
     /// Weight-coordinate updates done (a cost measure, see `coordinate_updates`).
     work: u64,
 }
+
+/// `scale` below this is folded into the weights (keeps v = w/scale far from overflow).
+const MIN_SCALE: f64 = 1e-100;
 
 /// How many tuples ahead of SGD a shuffled buffer is prefetched: enough to cover a memory
 /// access (~100 ns) with a few steps of tens of ns each.
@@ -329,6 +338,12 @@ impl Trainer {
         let outputs = usize::from(kind != ModelKind::Softmax);
         let mini = config.batch_size > 1;
         let lazy = config.l2 != 0.0 || config.l1 != 0.0;
+        // lr·l2 < 1 keeps every per-step factor positive (the schedules never raise lr).
+        let scaled_l2 = config.l1 == 0.0
+            && config.l2 != 0.0
+            && config.learning_rate * config.l2 < 1.0
+            && config.batch_size == 1
+            && kind != ModelKind::Softmax;
         let labels = match config.label_values {
             Some((neg, pos)) => {
                 assert!(
@@ -353,12 +368,14 @@ impl Trainer {
             } else {
                 Vec::new()
             },
-            last: if lazy {
+            last: if lazy && !scaled_l2 {
                 vec![0; n_features]
             } else {
                 Vec::new()
             },
             lazy,
+            scaled_l2,
+            scale: 1.0,
             config,
             labels,
             epoch: 1,
@@ -608,6 +625,11 @@ impl Trainer {
         let mut gz = std::mem::take(&mut self.gz);
         gz.clear();
         match row {
+            Row::Sparse { indices, values } if self.scaled_l2 => {
+                let w = &self.model.weights[..];
+                let dot: f64 = indices.iter().zip(values).map(|(&j, &v)| w[j as usize] * v).sum();
+                gz.push(self.scale * dot + self.model.bias[0]);
+            }
             Row::Sparse { indices, values } if self.lazy && self.model.n_outputs == 1 => {
                 // One pass: catch each coordinate up, then use it (same
                 // summation order as `Row::dot`).
@@ -732,6 +754,22 @@ impl Trainer {
                     }
                 }
                 self.work += (gz.len() * d) as u64;
+            }
+            Row::Sparse { indices, values } if self.scaled_l2 => {
+                // w ← w·shrink − lr·g·x for every coordinate, as scale ← scale·shrink and
+                // v ← v − lr·g·x / scale on the row's coordinates only.
+                self.scale *= shrink;
+                if any_grad {
+                    let step = lr * gz[0] / self.scale;
+                    for (&j, &v) in indices.iter().zip(values) {
+                        w[j as usize] -= step * v;
+                    }
+                    self.work += indices.len() as u64;
+                }
+                self.pending = true;
+                if self.scale < MIN_SCALE {
+                    self.sync();
+                }
             }
             Row::Sparse { indices, values } => {
                 if any_grad && gz.len() == 1 {
@@ -971,6 +1009,18 @@ impl Trainer {
         if !self.pending {
             return;
         }
+        if self.scaled_l2 {
+            let s = self.scale;
+            let mut work = 0;
+            for w in self.model.weights.iter_mut().filter(|w| **w != 0.0) {
+                *w *= s;
+                work += 1;
+            }
+            self.work += work;
+            self.scale = 1.0;
+            self.pending = false;
+            return;
+        }
         let step = self.step;
         let s = self.shrink();
         let c = self.lr * self.config.l1;
@@ -1016,7 +1066,7 @@ impl Trainer {
             widen(&mut self.grad_sum, outputs, old_d, new_d);
             self.touched_mark.resize(new_d, false);
         }
-        if self.lazy {
+        if self.lazy && !self.scaled_l2 {
             // Zero weights have nothing pending.
             self.last.resize(new_d, self.step);
         }

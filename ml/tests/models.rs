@@ -161,6 +161,24 @@ fn lazy_sparse_regularization_equals_eager_dense() {
 }
 
 #[test]
+fn scaled_l2_folds_its_scale_before_it_underflows() {
+    // Sparse rows, L2 only, batch 1: the trainer keeps w = scale·v. With lr·l2 = 0.5 the scale
+    // halves every step and is folded into the weights every ~330 steps; the model must still
+    // equal eager dense training.
+    let d = 12;
+    for kind in [ModelKind::Svm, ModelKind::Logistic, ModelKind::Linear] {
+        let data = dataset(kind, 1500, d, 0.3, 5);
+        let c = config(kind, 0.5, 1.0, 0.0, 1);
+        let (md, sd) = train(c.clone(), d, &[dense_arena(&data, d)], 3);
+        let (ms, ss) = train(c, 0, &[sparse_arena(&data)], 3);
+        assert_models_close(&md, &ms, 1e-12, &format!("{kind:?}"));
+        for (a, b) in sd.iter().zip(&ss) {
+            assert!((a.loss - b.loss).abs() < 1e-12 * (1.0 + a.loss), "{kind:?}");
+        }
+    }
+}
+
+#[test]
 fn l1_gives_exact_zeros() {
     // Only features 0 and 1 carry the label; L1 zeroes the 18 noise features.
     let mut rng = ChaCha8Rng::seed_from_u64(17);

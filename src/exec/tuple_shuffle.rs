@@ -10,7 +10,7 @@ use crate::input::{FeatureLayout, LabelCoding};
 use crate::plan::Holdout;
 use crate::error::raise;
 use crate::plan::PipelineConfig;
-use corgipile_ml::arena::{validate_sparse, TupleArena};
+use corgipile_ml::arena::{SparsePushError, TupleArena};
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, FromDatum, PgSqlErrorCode};
@@ -426,15 +426,15 @@ unsafe fn push_sparse(
     declared: Option<u32>,
     tid: &pg_sys::ItemPointerData,
 ) {
-    if let Err(e) = validate_sparse(indices, values.len(), index_base, declared.map(|n| n as usize)) {
-        raise_sparse_problem_text(tid, e.to_string());
-    }
-    if !values.all_finite() {
-        raise_not_finite(tid);
-    }
-    match values {
-        FloatSlice::F64(v) => arena.push_sparse_raw(label, indices, index_base, v),
-        FloatSlice::F32(v) => arena.push_sparse_raw(label, indices, index_base, v),
+    let declared = declared.map(|n| n as usize);
+    let pushed = match values {
+        FloatSlice::F64(v) => arena.try_push_sparse(label, indices, index_base, declared, v),
+        FloatSlice::F32(v) => arena.try_push_sparse(label, indices, index_base, declared, v),
+    };
+    match pushed {
+        Ok(()) => {}
+        Err(SparsePushError::Index(e)) => raise_sparse_problem_text(tid, e.to_string()),
+        Err(SparsePushError::NotFinite) => raise_not_finite(tid),
     }
 }
 
