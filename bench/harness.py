@@ -329,7 +329,7 @@ def dataset_table(d):
                             else sk["ceiling_note"]))
     if "sensitivity" in d:
         s = d["sensitivity"]
-        lines += ["", f"**Sensitivity (§7.3.4)**, {s['model']}, corgipile double-buffered (buffer 10% / block auto = 10 MB "
+        lines += ["", f"**Sensitivity (§7.3.4)**, {s['model']}, corgipile double-buffered (buffer 10% / block auto = buffer / 256, ≤ 10 MB "
                       "unless varied):", "",
                   "| setting | epoch s median | range | test acc | best val acc | s to target (epoch) |",
                   "|---|---|---|---|---|---|"]
@@ -446,13 +446,13 @@ def report(results, pngs):
         "0 when reused).", "",
         "**Method.** Every in-database run opens a fresh connection (VmHWM is that backend's peak RSS, shared buffers "
         "it touched included — compare with the scan floor's VmHWM). Epoch seconds come from `corgipile.epochs.seconds` "
-        "and include a per-epoch validation pass over the validation relation (≤ 50,000 test rows; whole test set on "
-        "the real data). Final accuracies: `corgipile_evaluate` on the training table and on the full test table. "
+        "(the training pass; the per-epoch validation pass over the validation relation — ≤ 50,000 test rows, the "
+        "whole test set on the real data — is timed apart in `validation_seconds`). Final accuracies: `corgipile_evaluate` on the training table and on the full test table. "
         "End-to-end to target = (Shuffle Once copy time | numpy export time | 0) + cumulative epoch seconds until the "
         "validation accuracy reaches the best accuracy any strategy reached on that dataset and model, minus 0.5 "
         "points. Strategies: no_shuffle/block_only/shuffle_once single-buffered; corgipile buffer 10% double-buffered "
         "(`corgipile`) and single-buffered (`corgipile_single`); `corgipile_buf2` = buffer 2% double-buffered; "
-        "sliding_window and mrs buffer 10%; block size auto (10 MB). scikit-learn: SGDClassifier(loss=hinge|log_loss, "
+        "sliding_window and mrs buffer 10%; block size auto (buffer / 256, at most 10 MB). scikit-learn: SGDClassifier(loss=hinge|log_loss, "
         "shuffle=True, defaults otherwise), one partial_fit per epoch. Seeds fixed (`seed` 1, setseed for data).", "",
         f"**What runs.** {cfg['epochs']} epochs on generated tables, {cfg['real_epochs']} on real ones. " +
         "; ".join(f"{s['key']}-like {s['rows']:,}x{s['n_features']:,}: {', '.join(s['models'])} × "
