@@ -92,3 +92,20 @@ def test_where_clause_of_row_level_security_is_honoured(gaussians, conn):
         conn.execute("RESET ROLE")
     # The superuser does not see cp_half's model in the catalog as someone else's: it sees all.
     assert scalar(conn, "SELECT trained_by FROM corgipile.models WHERE id = %s", (model_id,)) == "cp_half"
+
+
+def test_buffer_percentage_counts_toasted_arrays(conn):
+    """Wide feature arrays live in the TOAST table: "10%" of such a table is 10% of its data
+    (about 10% of the rows), not 10% of the pointers in the main heap."""
+    conn.execute("DROP TABLE IF EXISTS wide")
+    conn.execute("""CREATE TABLE wide AS SELECT i % 2 AS label,
+                    ARRAY(SELECT random() FROM generate_series(1, 1000 + i * 0))::float8[] AS features
+                    FROM generate_series(1, 2000) i""")
+    assert scalar(conn, "SELECT pg_relation_size(reltoastrelid) > 10 * pg_relation_size(oid) FROM pg_class WHERE relname = 'wide'")
+    plan = [r[0] for r in conn.execute(
+        """SELECT * FROM corgipile_explain('wide', 'svm', '{"epochs": 1, "buffer_size": "10%", "double_buffer": false,
+           "verbose": false, "seed": 1}', true)""")]
+    buffer = next(line for line in plan if line.strip().startswith("Buffer:"))
+    tuples = int(buffer.split()[1])
+    assert 150 <= tuples <= 260, buffer
+    assert any(line.strip().startswith("TOAST Pages:") for line in plan)

@@ -14,6 +14,9 @@ pub struct BlockShuffleState {
     config: PipelineConfig,
     scan: pg_sys::TableScanDesc,
     n_pages: u32,
+    /// Pages of the table's TOAST relation: wide feature arrays live there, and a buffer of
+    /// "10% of the table" must mean 10% of the data, not of the pointers to it.
+    toast_pages: u32,
     block_pages: u32,
     blocks: Vec<(u32, u32)>,
     order: Vec<usize>,
@@ -32,8 +35,9 @@ pub struct BlockShuffleState {
 }
 
 impl BlockShuffleState {
+    /// The table's size with its TOAST data.
     pub fn table_bytes(&self) -> u64 {
-        self.n_pages as u64 * pg_sys::BLCKSZ as u64
+        (self.n_pages as u64 + self.toast_pages as u64) * pg_sys::BLCKSZ as u64
     }
 
     fn draw_order(&mut self) {
@@ -63,6 +67,21 @@ unsafe fn buffer_pages(config: &PipelineConfig, rel: pg_sys::Relation, n_pages: 
     pages.min(limit)
 }
 
+/// Size in pages of the relation's TOAST table (0 without one).
+unsafe fn toast_pages(rel: pg_sys::Relation) -> u32 {
+    // SAFETY: rd_rel is valid for an open relation. Reading a table reads its TOAST table, so
+    // the AccessShareLock taken here is one the scan would take anyway.
+    let toast = (*(*rel).rd_rel).reltoastrelid;
+    if toast == pg_sys::InvalidOid {
+        return 0;
+    }
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let toast_rel = pg_sys::table_open(toast, lock);
+    let pages = pg_sys::RelationGetNumberOfBlocksInFork(toast_rel, pg_sys::ForkNumber::MAIN_FORKNUM);
+    pg_sys::table_close(toast_rel, lock);
+    pages
+}
+
 #[pg_guard]
 pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
     create_node::<BlockShuffleState>(cscan, &methods().block_exec)
@@ -85,11 +104,13 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     pg_sys::ExecAssignScanProjectionInfoWithVarno(&mut (*node).ss, (*plan).scan.scanrelid as i32);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
     let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
+    let toast_pages = toast_pages(rel);
     let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ, buffer_pages(&config, rel, n_pages));
     let mut state = BlockShuffleState {
         config,
         scan: std::ptr::null_mut(),
         n_pages,
+        toast_pages,
         block_pages,
         blocks: split_blocks(n_pages, block_pages),
         order: Vec::new(),
@@ -193,6 +214,9 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
     let state = state_of::<BlockShuffleState>(node);
     let order = if state.config.params.shuffle.shuffles_blocks() { "shuffled per epoch" } else { "sequential" };
     explain::int(es, "Table Pages", state.n_pages as i64);
+    if state.toast_pages > 0 {
+        explain::int(es, "TOAST Pages", state.toast_pages as i64);
+    }
     explain::text(
         es,
         "Block Size",
