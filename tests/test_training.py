@@ -99,7 +99,7 @@ def test_buffer_percentage_counts_toasted_arrays(conn):
     (about 10% of the rows), not 10% of the pointers in the main heap."""
     conn.execute("DROP TABLE IF EXISTS wide")
     conn.execute("""CREATE TABLE wide AS SELECT i % 2 AS label,
-                    ARRAY(SELECT random() FROM generate_series(1, 1000 + i * 0))::float8[] AS features
+                    ARRAY(SELECT random() FROM generate_series(1, 1000 + i * 0))::float8[] AS features  -- i * 0: one array per row
                     FROM generate_series(1, 2000) i""")
     assert scalar(conn, "SELECT pg_relation_size(reltoastrelid) > 10 * pg_relation_size(oid) FROM pg_class WHERE relname = 'wide'")
     plan = [r[0] for r in conn.execute(
