@@ -4,7 +4,8 @@
 //! go through the arena pushes and `Trainer::train_buffer` the way the extension uses them
 //! (buffers of 10% of the rows, each trained in a shuffled order), without the table scan.
 //!
-//! `cargo run --release -p corgipile-ml --example sparse_vs_dense [rows] [rounds]`
+//! `cargo run --release -p corgipile-ml --example sparse_vs_dense [rows] [rounds] [variant]`
+//! (variant 0, 1 or 2: only that one, e.g. under perf)
 
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::model::ModelKind;
@@ -43,12 +44,20 @@ fn make_rows(n: usize) -> Vec<RawRow> {
     (0..n)
         .map(|i| {
             let label = (i % 2) as f64;
-            let mut indices: Vec<i32> = (0..NNZ).map(|_| (1 + next(&mut s) % DIMS) as i32).collect();
+            let mut indices: Vec<i32> =
+                (0..NNZ).map(|_| (1 + next(&mut s) % DIMS) as i32).collect();
             indices.sort_unstable();
             indices.dedup();
             let shift = if label == 1.0 { 0.2 } else { -0.2 };
-            let values = indices.iter().map(|_| shift + uniform(&mut s) - 0.5).collect();
-            RawRow { label, indices, values }
+            let values = indices
+                .iter()
+                .map(|_| shift + uniform(&mut s) - 0.5)
+                .collect();
+            RawRow {
+                label,
+                indices,
+                values,
+            }
         })
         .collect()
 }
@@ -82,7 +91,13 @@ fn push(v: Variant, arena: &mut TupleArena, row: &RawRow, dense: &mut [f64], seq
             arena.push(row.label, dense);
         }
         Variant::Sparse40 => arena
-            .try_push_sparse(row.label, &seq[..row.values.len()], 1, Some(NNZ), &row.values)
+            .try_push_sparse(
+                row.label,
+                &seq[..row.values.len()],
+                1,
+                Some(NNZ),
+                &row.values,
+            )
             .unwrap(),
         Variant::Sparse1M => arena
             .try_push_sparse(row.label, &row.indices, 1, Some(DIMS as usize), &row.values)
@@ -134,7 +149,7 @@ fn run(v: Variant, rows: &[RawRow]) -> Vec<(f64, f64)> {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    if v.len() % 2 == 0 {
+    if v.len().is_multiple_of(2) {
         (v[m - 1] + v[m]) / 2.0
     } else {
         v[m]
@@ -142,11 +157,26 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("a number"));
+    let mut args = std::env::args()
+        .skip(1)
+        .map(|a| a.parse::<usize>().expect("a number"));
     let n_rows = args.next().unwrap_or(300_000);
     let rounds = args.next().unwrap_or(5);
     let rows = make_rows(n_rows);
-    let variants = [Variant::Dense, Variant::Sparse40, Variant::Sparse1M];
+    let all = [Variant::Dense, Variant::Sparse40, Variant::Sparse1M];
+    if let Some(k) = args.next() {
+        let mut s: Vec<f64> = (0..rounds)
+            .flat_map(|_| run(all[k], &rows))
+            .map(|(p, t)| p + t)
+            .collect();
+        println!(
+            "{}: total {:.1} ns per tuple (median)",
+            all[k].name(),
+            median(&mut s)
+        );
+        return;
+    }
+    let variants = all;
     // Interleaved rounds, so drift of the shared machine hits every variant alike.
     let mut samples: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {

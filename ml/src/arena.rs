@@ -28,20 +28,31 @@ pub struct TupleArena {
 /// Prefetch every cache line of `data` (lines are 64 bytes on the CPUs we run on).
 #[inline]
 fn prefetch_range<T>(data: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let start = data.as_ptr() as usize;
-        let end = start + std::mem::size_of_val(data);
-        let mut line = start & !63;
-        while line < end {
-            // SAFETY: a prefetch is only a hint: it never faults or changes memory, and SSE
-            // (which provides it) is part of the x86_64 baseline. The address lies in `data`.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8) };
-            line += 64;
-        }
+    let start = data.as_ptr() as usize;
+    let end = start + std::mem::size_of_val(data);
+    let mut line = start & !63;
+    while line < end {
+        prefetch_address(line);
+        line += 64;
     }
+}
+
+/// Prefetch the cache line holding `x`.
+#[inline]
+pub(crate) fn prefetch<T>(x: &T) {
+    prefetch_address(x as *const T as usize);
+}
+
+#[inline]
+fn prefetch_address(address: usize) {
+    // SAFETY: a prefetch is only a hint: it never faults or changes memory, whatever the
+    // address, and SSE (which provides it) is part of the x86_64 baseline.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address as *const i8)
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
+    let _ = address;
 }
 
 impl TupleArena {
