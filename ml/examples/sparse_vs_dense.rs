@@ -1,8 +1,9 @@
 //! Per-tuple cost of SGD on the same values three ways: dense 40 features, sparse over
 //! 1,000,000 dimensions and sparse over 40 dimensions (~40 non-zeros per row; logistic,
-//! l2 = 1e-4, l1 = 0, batch_size 1). The pure-Rust half of bench/sparse_vs_dense.py: rows
-//! go through the arena pushes and `Trainer::train_buffer` the way the extension uses them
-//! (buffers of 10% of the rows, each trained in a shuffled order), without the table scan.
+//! l2 = 1e-4, l1 = 0, batch_size 1). The pure-Rust half of bench/sparse_vs_dense.py: rows are
+//! read in order from flat in-memory tables (as a scan reads pages, without PostgreSQL's tuple
+//! decoding) and go through the arena pushes and `Trainer::train_buffer` the way the extension
+//! uses them (buffers of 10% of the rows, each trained in a shuffled order).
 //!
 //! `cargo run --release -p corgipile-ml --example sparse_vs_dense [rows] [rounds] [variant]`
 //! (variant 0, 1 or 2: only that one, e.g. under perf)
@@ -17,11 +18,39 @@ const DIMS: u64 = 1_000_000;
 const NNZ: usize = 40;
 const EPOCHS: u32 = 3;
 
-/// A row as decoded from the table: int4 indices (1-based), float8 values.
-struct RawRow {
-    label: f64,
+/// One of the three tables, stored column by column and row after row, so reading it is a
+/// sequential scan as in the database: row i is `offsets[i]..offsets[i + 1]` of `indices`
+/// (int4, 1-based; empty for dense) and `values` (float8).
+#[derive(Default)]
+struct Table {
+    labels: Vec<f64>,
+    offsets: Vec<usize>,
     indices: Vec<i32>,
     values: Vec<f64>,
+}
+
+impl Table {
+    fn push(&mut self, label: f64, indices: &[i32], values: &[f64]) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.labels.push(label);
+        self.indices.extend_from_slice(indices);
+        self.values.extend_from_slice(values);
+        self.offsets.push(self.values.len());
+    }
+
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    fn values(&self, i: usize) -> &[f64] {
+        &self.values[self.offsets[i]..self.offsets[i + 1]]
+    }
+
+    fn indices(&self, i: usize) -> &[i32] {
+        &self.indices[self.offsets[i]..self.offsets[i + 1]]
+    }
 }
 
 /// splitmix64: a fixed, dependency-free data stream.
@@ -38,28 +67,27 @@ fn uniform(state: &mut u64) -> f64 {
 }
 
 /// Like the SQL of bench/sparse_vs_dense.py: NNZ draws over 1..=DIMS, deduplicated and sorted;
-/// values ±0.2 by label plus uniform noise.
-fn make_rows(n: usize) -> Vec<RawRow> {
+/// values ±0.2 by label plus uniform noise. The tables in `Variant` order.
+fn make_tables(n: usize) -> [Table; 3] {
     let mut s = 0x5EED;
-    (0..n)
-        .map(|i| {
-            let label = (i % 2) as f64;
-            let mut indices: Vec<i32> =
-                (0..NNZ).map(|_| (1 + next(&mut s) % DIMS) as i32).collect();
-            indices.sort_unstable();
-            indices.dedup();
-            let shift = if label == 1.0 { 0.2 } else { -0.2 };
-            let values = indices
-                .iter()
-                .map(|_| shift + uniform(&mut s) - 0.5)
-                .collect();
-            RawRow {
-                label,
-                indices,
-                values,
-            }
-        })
-        .collect()
+    let mut t: [Table; 3] = Default::default();
+    let seq: Vec<i32> = (1..=NNZ as i32).collect();
+    for i in 0..n {
+        let label = (i % 2) as f64;
+        let mut indices: Vec<i32> = (0..NNZ).map(|_| (1 + next(&mut s) % DIMS) as i32).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let shift = if label == 1.0 { 0.2 } else { -0.2 };
+        let mut values: Vec<f64> = indices
+            .iter()
+            .map(|_| shift + uniform(&mut s) - 0.5)
+            .collect();
+        t[1].push(label, &seq[..values.len()], &values);
+        t[2].push(label, &indices, &values);
+        values.resize(NNZ, 0.0);
+        t[0].push(label, &[], &values);
+    }
+    t
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -81,33 +109,26 @@ impl Variant {
 
 /// What the extension does per row (src/exec/tuple_shuffle.rs, decode_features).
 #[inline(never)]
-fn push(v: Variant, arena: &mut TupleArena, row: &RawRow, dense: &mut [f64], seq: &[i32]) {
+fn push(v: Variant, arena: &mut TupleArena, table: &Table, i: usize) {
+    let (label, values) = (table.labels[i], table.values(i));
     match v {
         Variant::Dense => {
-            // bench_dense: the values padded with zeros to 40.
-            dense.fill(0.0);
-            dense[..row.values.len()].copy_from_slice(&row.values);
-            assert!(dense.iter().all(|x| x.is_finite()));
-            arena.push(row.label, dense);
+            assert!(values.iter().all(|x| x.is_finite()));
+            arena.push(label, values);
         }
         Variant::Sparse40 => arena
-            .try_push_sparse(
-                row.label,
-                &seq[..row.values.len()],
-                1,
-                Some(NNZ),
-                &row.values,
-            )
+            .try_push_sparse(label, table.indices(i), 1, Some(NNZ), values)
             .unwrap(),
         Variant::Sparse1M => arena
-            .try_push_sparse(row.label, &row.indices, 1, Some(DIMS as usize), &row.values)
+            .try_push_sparse(label, table.indices(i), 1, Some(DIMS as usize), values)
             .unwrap(),
     }
 }
 
 /// Per-tuple ns of each epoch: (push, train).
-fn run(v: Variant, rows: &[RawRow]) -> Vec<(f64, f64)> {
-    let buffer = (rows.len() / 10).max(1);
+fn run(v: Variant, table: &Table) -> Vec<(f64, f64)> {
+    let n = table.len();
+    let buffer = (n / 10).max(1);
     let mut config = TrainConfig::new(ModelKind::Logistic);
     config.l2 = 1e-4;
     let mut trainer = Trainer::new(config, if v == Variant::Dense { NNZ } else { 0 });
@@ -116,19 +137,17 @@ fn run(v: Variant, rows: &[RawRow]) -> Vec<(f64, f64)> {
     } else {
         TupleArena::new_sparse(buffer, buffer * NNZ)
     };
-    let mut dense = vec![0.0; NNZ];
-    let seq: Vec<i32> = (1..=NNZ as i32).collect();
     let mut order = Vec::new();
     let mut out = Vec::new();
     for epoch in 1..=EPOCHS {
         trainer.start_epoch(epoch);
         let mut shuffler = TupleShuffler::new(1, epoch);
         let (mut push_ns, mut train_ns) = (0.0, 0.0);
-        for chunk in rows.chunks(buffer) {
+        for start in (0..n).step_by(buffer) {
             arena.clear();
             let t = Instant::now();
-            for row in chunk {
-                push(v, &mut arena, row, &mut dense, &seq);
+            for i in start..n.min(start + buffer) {
+                push(v, &mut arena, table, i);
             }
             push_ns += t.elapsed().as_nanos() as f64;
             shuffler.permutation(arena.len(), &mut order);
@@ -140,8 +159,7 @@ fn run(v: Variant, rows: &[RawRow]) -> Vec<(f64, f64)> {
         let stats = trainer.finish_epoch().unwrap();
         train_ns += t.elapsed().as_nanos() as f64;
         assert!(stats.accuracy.unwrap() > 0.5, "{}: {stats:?}", v.name());
-        let n = rows.len() as f64;
-        out.push((push_ns / n, train_ns / n));
+        out.push((push_ns / n as f64, train_ns / n as f64));
     }
     out
 }
@@ -162,11 +180,11 @@ fn main() {
         .map(|a| a.parse::<usize>().expect("a number"));
     let n_rows = args.next().unwrap_or(300_000);
     let rounds = args.next().unwrap_or(5);
-    let rows = make_rows(n_rows);
+    let tables = make_tables(n_rows);
     let all = [Variant::Dense, Variant::Sparse40, Variant::Sparse1M];
     if let Some(k) = args.next() {
         let mut s: Vec<f64> = (0..rounds)
-            .flat_map(|_| run(all[k], &rows))
+            .flat_map(|_| run(all[k], &tables[k]))
             .map(|(p, t)| p + t)
             .collect();
         println!(
@@ -181,7 +199,7 @@ fn main() {
     let mut samples: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {
         for (k, &v) in variants.iter().enumerate() {
-            samples[k].extend(run(v, &rows));
+            samples[k].extend(run(v, &tables[k]));
         }
     }
     println!(
