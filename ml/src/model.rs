@@ -424,7 +424,10 @@ pub fn sparse_axpy(w: &mut [f64], a: f64, indices: &[u32], values: &[f64]) {
 /// bounds check on each access.
 #[inline]
 fn all_below(indices: &[u32], len: usize) -> bool {
-    indices.iter().fold(0, |m, &j| m.max(j)) as usize + usize::from(!indices.is_empty()) <= len
+    match u32::try_from(len) {
+        Ok(len) => indices.iter().fold(true, |ok, &j| ok & (j < len)),
+        Err(_) => true, // beyond every u32
+    }
 }
 
 #[cfg(test)]
