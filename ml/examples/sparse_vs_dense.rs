@@ -182,31 +182,22 @@ fn main() {
     let rounds = args.next().unwrap_or(5);
     let tables = make_tables(n_rows);
     let all = [Variant::Dense, Variant::Sparse40, Variant::Sparse1M];
-    if let Some(k) = args.next() {
-        let mut s: Vec<f64> = (0..rounds)
-            .flat_map(|_| run(all[k], &tables[k]))
-            .map(|(p, t)| p + t)
-            .collect();
-        println!(
-            "{}: total {:.1} ns per tuple (median)",
-            all[k].name(),
-            median(&mut s)
-        );
-        return;
-    }
-    let variants = all;
+    let variants: Vec<usize> = match args.next() {
+        Some(k) => vec![k],
+        None => (0..all.len()).collect(),
+    };
     // Interleaved rounds, so drift of the shared machine hits every variant alike.
-    let mut samples: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
+    let mut samples: Vec<Vec<(f64, f64)>> = vec![Vec::new(); all.len()];
     for _ in 0..rounds {
-        for (k, &v) in variants.iter().enumerate() {
-            samples[k].extend(run(v, &tables[k]));
+        for &k in &variants {
+            samples[k].extend(run(all[k], &tables[k]));
         }
     }
     println!(
         "{n_rows} rows, ~{NNZ} non-zeros per row, logistic, l2 = 1e-4, batch 1; {rounds} rounds x {EPOCHS} epochs; ns per tuple, median [min-max]"
     );
     let mut totals = Vec::new();
-    for (k, &v) in variants.iter().enumerate() {
+    for &k in &variants {
         let s = &samples[k];
         let mut p: Vec<f64> = s.iter().map(|x| x.0).collect();
         let mut t: Vec<f64> = s.iter().map(|x| x.1).collect();
@@ -215,12 +206,15 @@ fn main() {
         let (mp, mt, ma) = (median(&mut p), median(&mut t), median(&mut a));
         println!(
             "{:<30} push {mp:6.1} {:<12} train {mt:6.1} {:<12} total {ma:6.1} {}",
-            v.name(),
+            all[k].name(),
             range(&p),
             range(&t),
             range(&a)
         );
         totals.push((mp, mt, ma));
+    }
+    if totals.len() < all.len() {
+        return;
     }
     let r = |i: usize, j: usize, f: fn(&(f64, f64, f64)) -> f64| f(&totals[i]) / f(&totals[j]);
     println!(
