@@ -159,8 +159,8 @@ impl TupleArena {
     }
 
     /// Appends a sparse row straight from decoded array columns, checked on the way in without
-    /// an intermediate copy (the hot path of reading a table): `indices` (i32 or i64) in base `index_base`,
-    /// `values` (f32 or f64), `n_features` the declared dimension (None: up to
+    /// an intermediate copy (the hot path of reading a table): `indices` (i32 or i64) in base
+    /// `index_base`, `values` (f32 or f64), `n_features` the declared dimension (None: up to
     /// [`MAX_FEATURES`]). On any problem the arena is left as it was and the error is the one
     /// [`validate_sparse`] reports (index problems first), or `NotFinite`.
     pub fn try_push_sparse<I, V>(
@@ -187,7 +187,7 @@ impl TupleArena {
             && indices.windows(2).fold(true, |ok, w| ok & (w[0].into() < w[1].into()));
         if !indices_ok {
             let e = validate_sparse(indices, values.len(), index_base, n_features);
-            return Err(SparsePushError::Index(e.expect_err("the one-pass check found a problem")));
+            return Err(SparsePushError::Index(e.expect_err("the quick check found a problem")));
         }
         self.indices.extend(indices.iter().map(|&i| (i.into() - index_base) as u32));
         let mut finite = true;
