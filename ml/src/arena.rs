@@ -28,20 +28,31 @@ pub struct TupleArena {
 /// Prefetch every cache line of `data` (lines are 64 bytes on the CPUs we run on).
 #[inline]
 fn prefetch_range<T>(data: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let start = data.as_ptr() as usize;
-        let end = start + std::mem::size_of_val(data);
-        let mut line = start & !63;
-        while line < end {
-            // SAFETY: a prefetch is only a hint: it never faults or changes memory, and SSE
-            // (which provides it) is part of the x86_64 baseline. The address lies in `data`.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8) };
-            line += 64;
-        }
+    let start = data.as_ptr() as usize;
+    let end = start + std::mem::size_of_val(data);
+    let mut line = start & !63;
+    while line < end {
+        prefetch_address(line);
+        line += 64;
     }
+}
+
+/// Prefetch the cache line holding `x`.
+#[inline]
+pub(crate) fn prefetch<T>(x: &T) {
+    prefetch_address(x as *const T as usize);
+}
+
+#[inline]
+fn prefetch_address(address: usize) {
+    // SAFETY: a prefetch is only a hint: it never faults or changes memory, whatever the
+    // address, and SSE (which provides it) is part of the x86_64 baseline.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address as *const i8)
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
+    let _ = address;
 }
 
 impl TupleArena {
@@ -147,9 +158,9 @@ impl TupleArena {
         self.end_sparse_row(label);
     }
 
-    /// Appends a sparse row straight from decoded array columns, checking it on the way in one
-    /// pass (the hot path of reading a table): `indices` (i32 or i64) in base `index_base`,
-    /// `values` (f32 or f64), `n_features` the declared dimension (None: up to
+    /// Appends a sparse row straight from decoded array columns, checked on the way in without
+    /// an intermediate copy (the hot path of reading a table): `indices` (i32 or i64) in base
+    /// `index_base`, `values` (f32 or f64), `n_features` the declared dimension (None: up to
     /// [`MAX_FEATURES`]). On any problem the arena is left as it was and the error is the one
     /// [`validate_sparse`] reports (index problems first), or `NotFinite`.
     pub fn try_push_sparse<I, V>(
@@ -167,21 +178,18 @@ impl TupleArena {
         assert!(self.sparse, "try_push_sparse on a dense arena");
         let n = n_features.unwrap_or(MAX_FEATURES).min(MAX_FEATURES) as i64;
         let (start_i, start_v) = (self.indices.len(), self.values.len());
-        let mut indices_ok = indices.len() == values.len();
-        if indices_ok {
-            let mut previous = -1i64;
-            self.indices.extend(indices.iter().map(|&i| {
-                let j = i.into() - index_base;
-                indices_ok &= j > previous && j < n;
-                previous = j;
-                j as u32
-            }));
-        }
+        // Raw indices must lie in lo..hi; strictly increasing ones do if the first and last do.
+        // The check reads only the input, so the copy below is a plain conversion (it vectorizes).
+        let (lo, hi) = (index_base, index_base.saturating_add(n));
+        let indices_ok = indices.len() == values.len()
+            && indices.first().is_none_or(|&i| i.into() >= lo)
+            && indices.last().is_none_or(|&i| i.into() < hi)
+            && indices.windows(2).fold(true, |ok, w| ok & (w[0].into() < w[1].into()));
         if !indices_ok {
-            self.indices.truncate(start_i);
             let e = validate_sparse(indices, values.len(), index_base, n_features);
-            return Err(SparsePushError::Index(e.expect_err("the one-pass check found a problem")));
+            return Err(SparsePushError::Index(e.expect_err("the quick check found a problem")));
         }
+        self.indices.extend(indices.iter().map(|&i| (i.into() - index_base) as u32));
         let mut finite = true;
         self.values.extend(values.iter().map(|&v| {
             let v: f64 = v.into();
@@ -442,17 +450,19 @@ mod tests {
     }
 
     #[test]
-    fn try_push_sparse_checks_in_one_pass_and_leaves_the_arena_on_errors() {
+    fn try_push_sparse_checks_and_leaves_the_arena_on_errors() {
         let mut a = TupleArena::new_sparse(4, 16);
         a.try_push_sparse(1.0, &[1i32, 3], 1, Some(5), &[1.0f64, 2.0]).unwrap();
         let before = (a.len(), a.nnz(), a.n_features());
-        let bad: [(&[i32], &[f64], i64, Option<usize>); 6] = [
-            (&[1, 2], &[1.0], 1, None),         // lengths differ
-            (&[0, 2], &[1.0, 2.0], 1, None),    // below the base
-            (&[2, 6], &[1.0, 2.0], 1, Some(5)), // out of range
-            (&[3, 2], &[1.0, 2.0], 1, None),    // unsorted
-            (&[2, 2], &[1.0, 2.0], 1, None),    // duplicate
-            (&[-1], &[1.0], 0, None),           // negative
+        let bad: [(&[i32], &[f64], i64, Option<usize>); 8] = [
+            (&[1, 2], &[1.0], 1, None),                 // lengths differ
+            (&[0, 2], &[1.0, 2.0], 1, None),            // below the base
+            (&[2, 6], &[1.0, 2.0], 1, Some(5)),         // out of range
+            (&[1, 9, 3], &[1.0, 2.0, 3.0], 1, Some(5)), // out of range between valid ends
+            (&[3, 2], &[1.0, 2.0], 1, None),            // unsorted
+            (&[2, 2], &[1.0, 2.0], 1, None),            // duplicate
+            (&[-1], &[1.0], 0, None),                   // negative
+            (&[i32::MIN, 1], &[1.0, 2.0], 1, None),     // far below the base
         ];
         for (indices, values, base, n) in bad {
             let expected = validate_sparse(indices, values.len(), base, n).unwrap_err();
@@ -463,6 +473,12 @@ mod tests {
             assert_eq!(a.try_push_sparse(2.0, &[1i32, 2], 1, None, &[0.5, v]), Err(SparsePushError::NotFinite));
             assert_eq!((a.len(), a.nnz(), a.n_features()), before);
         }
+        let extreme = [i64::MIN, i64::MAX];
+        assert_eq!(
+            a.try_push_sparse(2.0, &extreme, 1, None, &[1.0, 2.0]),
+            Err(SparsePushError::Index(validate_sparse(&extreme, 2, 1, None).unwrap_err()))
+        );
+        assert_eq!((a.len(), a.nnz(), a.n_features()), before);
         // An index problem is reported before a non-finite value.
         assert!(matches!(a.try_push_sparse(2.0, &[2i32, 1], 1, None, &[f64::NAN, 1.0]), Err(SparsePushError::Index(_))));
         a.try_push_sparse(3.0, &[2i64, 5], 1, Some(5), &[0.5f32, 1.5]).unwrap();

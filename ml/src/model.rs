@@ -378,6 +378,58 @@ pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + rest
 }
 
+/// `Σ w[indices[i]]·values[i]`, summed like [`dot`] with four accumulators (one serial sum
+/// would bound a sparse row by its latency). Panics if an index is beyond `w`.
+#[inline]
+pub fn sparse_dot(w: &[f64], indices: &[u32], values: &[f64]) -> f64 {
+    debug_assert_eq!(indices.len(), values.len(), "sparse_dot: length mismatch");
+    assert!(
+        all_below(indices, w.len()),
+        "sparse index beyond the weights"
+    );
+    // SAFETY (each get_unchecked): every index is below w.len(), asserted above.
+    let at = |j: u32| unsafe { *w.get_unchecked(j as usize) };
+    let mut acc = [0.0f64; 4];
+    let ci = indices.chunks_exact(4);
+    let cv = values.chunks_exact(4);
+    let (ri, rv) = (ci.remainder(), cv.remainder());
+    for (j, v) in ci.zip(cv) {
+        acc[0] += at(j[0]) * v[0];
+        acc[1] += at(j[1]) * v[1];
+        acc[2] += at(j[2]) * v[2];
+        acc[3] += at(j[3]) * v[3];
+    }
+    let mut rest = 0.0;
+    for (&j, &v) in ri.iter().zip(rv) {
+        rest += at(j) * v;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + rest
+}
+
+/// `w[indices[i]] += a·values[i]`. Panics if an index is beyond `w`.
+#[inline]
+pub fn sparse_axpy(w: &mut [f64], a: f64, indices: &[u32], values: &[f64]) {
+    debug_assert_eq!(indices.len(), values.len(), "sparse_axpy: length mismatch");
+    assert!(
+        all_below(indices, w.len()),
+        "sparse index beyond the weights"
+    );
+    for (&j, &v) in indices.iter().zip(values) {
+        // SAFETY: every index is below w.len(), asserted above.
+        unsafe { *w.get_unchecked_mut(j as usize) += a * v };
+    }
+}
+
+/// Whether every index is below `len`: one branch-free pass (it vectorizes), cheaper than a
+/// bounds check on each access.
+#[inline]
+fn all_below(indices: &[u32], len: usize) -> bool {
+    match u32::try_from(len) {
+        Ok(len) => indices.iter().fold(true, |ok, &j| ok & (j < len)),
+        Err(_) => true, // beyond every u32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +587,45 @@ mod tests {
             let naive: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
             assert!((dot(&a, &b) - naive).abs() < 1e-12, "n={n}");
         }
+    }
+
+    #[test]
+    fn sparse_dot_and_axpy_match_naive() {
+        let w0: Vec<f64> = (0..50).map(|i| (i as f64 * 0.37).sin()).collect();
+        for n in 0..12 {
+            let indices: Vec<u32> = (0..n).map(|i| (i * 4 + 1) as u32).collect();
+            let values: Vec<f64> = (0..n).map(|i| 1.5 - i as f64 * 0.25).collect();
+            let naive: f64 = indices
+                .iter()
+                .zip(&values)
+                .map(|(&j, v)| w0[j as usize] * v)
+                .sum();
+            assert!(
+                (sparse_dot(&w0, &indices, &values) - naive).abs() < 1e-12,
+                "n={n}"
+            );
+            let mut w = w0.clone();
+            sparse_axpy(&mut w, -0.5, &indices, &values);
+            for (j, (a, b)) in w.iter().zip(&w0).enumerate() {
+                let x = indices
+                    .iter()
+                    .position(|&i| i as usize == j)
+                    .map_or(0.0, |p| values[p]);
+                assert_eq!(*a, b + -0.5 * x, "n={n} j={j}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "sparse index beyond the weights")]
+    fn sparse_dot_checks_indices() {
+        sparse_dot(&[1.0, 2.0], &[0, 2], &[1.0, 1.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "sparse index beyond the weights")]
+    fn sparse_axpy_checks_indices() {
+        sparse_axpy(&mut [], 1.0, &[0], &[1.0]);
     }
 
     #[test]
