@@ -43,7 +43,7 @@ help:
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
-	@echo "  bench          the paper-scale benchmark (bench/results/latest.md; about an hour)"
+	@echo "  bench          the paper-scale benchmark (bench/results/latest.md; ~15 min, an hour the first time)"
 	@echo "  cluster-start | cluster-stop | cluster-status   manage the test cluster"
 	@echo "  clean-cluster  stop the test cluster and delete $(CLUSTER_DIR)"
 	@echo ""
