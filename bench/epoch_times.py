@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Per-epoch time of each shuffle strategy next to a plain scan of the same table, measured
-side by side in one run (ratios matter more than seconds on a shared machine).
+"""Per-epoch time of each shuffle strategy (and per-row prediction over the table) next to a
+plain scan of the same table, measured side by side in one run (ratios matter more than seconds on a shared machine).
 
 Usage: bench/epoch_times.py [--rows 4500000] [--features 18] [--epochs 3] [--out FILE]
 Needs PGHOST/PGPORT/PGUSER for a cluster with corgipile installed (make bench-epochs does it)."""
@@ -72,6 +72,8 @@ def main():
             acc = conn.execute("SELECT (metrics->>'accuracy')::float8 FROM corgipile.models WHERE id = %s",
                                (model_id,)).fetchone()[0]
             rows.append((name, secs, acc))
+        # Batch prediction with the per-row SQL function over the same table, next to the floor.
+        predict = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
     base = statistics.median(rows[0][1])
     floor = statistics.median(touch)
     lines = [
@@ -86,6 +88,9 @@ def main():
     for name, secs, acc in rows:
         m = statistics.median(secs)
         lines.append(f"| epoch: {name} | {m:.3f} | {min(secs):.3f}–{max(secs):.3f} | {m / base:.2f} | {m / floor:.2f} | {acc:.4f} |")
+    p = statistics.median(predict)
+    lines.append(f"| `SELECT sum(corgipile_predict(model, features))` | {p:.3f} | {min(predict):.3f}–{max(predict):.3f} | "
+                 f"| {p / floor:.2f} | |")
     text = "\n".join(lines) + "\n"
     print(text)
     with open(args.out, "w") as f:
