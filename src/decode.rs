@@ -208,15 +208,41 @@ impl pgrx::FromDatum for ParamsArg {
     }
 }
 
-// SAFETY: unboxed exactly like pgrx's own FromDatum-based argument types.
-unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for ParamsArg {
-    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
-        let index = arg.index();
-        arg.unbox_arg_using_from_datum().unwrap_or_else(|| panic!("argument {index} must not be null"))
-    }
-    unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
-        arg.unbox_arg_using_from_datum().into()
+/// A float8[] argument kept as its datum, read in place by `with_float_array`. pgrx's `Array`
+/// argument costs a type-cache lookup and a guarded detoast on every call, which is most of a
+/// per-row prediction's overhead over a plain scan.
+pub struct Float8ArrayArg(pub pg_sys::Datum);
+
+/// An int4[] argument kept as its datum (see `Float8ArrayArg`), read by `with_int4_array`.
+pub struct Int4ArrayArg(pub pg_sys::Datum);
+
+impl pgrx::FromDatum for Float8ArrayArg {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+        (!is_null).then_some(Float8ArrayArg(datum))
     }
 }
 
-pgrx::impl_sql_translatable!(ParamsArg, arg_only = "jsonb");
+impl pgrx::FromDatum for Int4ArrayArg {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+        (!is_null).then_some(Int4ArrayArg(datum))
+    }
+}
+
+/// Argument unboxing for our FromDatum-based argument types, as pgrx does for its own.
+macro_rules! from_datum_arg {
+    ($($t:ty => $sql:literal),*) => {$(
+        // SAFETY: unboxed exactly like pgrx's own FromDatum-based argument types.
+        unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for $t {
+            unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                arg.unbox_arg_using_from_datum().unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+            unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+                arg.unbox_arg_using_from_datum().into()
+            }
+        }
+        pgrx::impl_sql_translatable!($t, arg_only = $sql);
+    )*};
+}
+
+from_datum_arg!(ParamsArg => "jsonb", Float8ArrayArg => "double precision[]", Int4ArrayArg => "integer[]");

@@ -3,7 +3,7 @@
 
 use crate::catalog::{load_model, resolve_name, StoredModel};
 use crate::classes::ClassValue;
-use crate::decode::{with_float_array, with_int4_array, ArrayProblem, FloatSlice};
+use crate::decode::{with_float_array, with_int4_array, ArrayProblem, Float8ArrayArg, FloatSlice, Int4ArrayArg};
 use crate::error::raise;
 use corgipile_ml::arena::validate_sparse;
 use corgipile_ml::model::{ModelKind, Row};
@@ -29,11 +29,11 @@ fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
     )
 }
 
-fn sparse_features(model: &StoredModel, indices: Array<'_, i32>, values: Array<'_, f64>) -> SparseFeatures {
-    // SAFETY: as in with_dense: pgrx hands us valid arrays that live for this call.
+fn sparse_features(model: &StoredModel, indices: Int4ArrayArg, values: Float8ArrayArg) -> SparseFeatures {
+    // SAFETY: as in with_dense: non-NULL int4[] and float8[] arguments of this call.
     let (indices, values) = unsafe {
-        let i = with_int4_array(pg_sys::Datum::from(indices.into_array_type()), |i| i.to_vec());
-        let v = with_float_array(pg_sys::Datum::from(values.into_array_type()), |v| match v {
+        let i = with_int4_array(indices.0, |i| i.to_vec());
+        let v = with_float_array(values.0, |v| match v {
             FloatSlice::F64(x) => x.to_vec(),
             FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
         });
@@ -149,6 +149,19 @@ pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
     }
 }
 
+unsafe extern "C-unwind" {
+    #[link_name = "GetCurrentCommandId"]
+    fn get_current_command_id_unguarded(used: bool) -> pg_sys::CommandId;
+}
+
+/// The current command id, without pgrx's setjmp guard (a per-row cost in predictions).
+fn current_command_id() -> pg_sys::CommandId {
+    // SAFETY: GetCurrentCommandId(false) only reads a backend-local variable and cannot raise
+    // an ERROR (only `used = true` can, in a parallel worker), so no longjmp can cross Rust
+    // frames; predictions run on the backend thread.
+    unsafe { get_current_command_id_unguarded(false) }
+}
+
 /// A model cached in a call site's `fn_extra`.
 struct CallCache {
     command_id: pg_sys::CommandId,
@@ -165,7 +178,7 @@ fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef) -> Rc<StoredM
     // FmgrInfo and lives in fn_mcxt; we only ever store there a CallCache made by
     // leak_and_drop_on_delete in that context, so the cast is sound.
     unsafe {
-        let command_id = pg_sys::GetCurrentCommandId(false);
+        let command_id = current_command_id();
         let flinfo = (*fcinfo).flinfo;
         let cached = (*flinfo).fn_extra.cast::<CallCache>();
         if let Some(c) = cached.as_ref() {
@@ -186,12 +199,12 @@ fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef) -> Rc<StoredM
 }
 
 /// Apply `f` to a dense float8[] checked against the model, without copying it.
-fn with_dense<R>(model: &StoredModel, features: Array<'_, f64>, f: impl FnOnce(Row) -> R) -> R {
-    let ptr = features.into_array_type();
+fn with_dense<R>(model: &StoredModel, features: Float8ArrayArg, f: impl FnOnce(Row) -> R) -> R {
     let n = model.n_features();
-    // SAFETY: pgrx hands us a detoasted, valid float8[] that lives for this call.
+    // SAFETY: a non-NULL float8[] argument of this call (the functions are strict), valid for
+    // the call; with_float_array detoasts it if needed.
     let result = unsafe {
-        with_float_array(pg_sys::Datum::from(ptr), |x| match x {
+        with_float_array(features.0, |x| match x {
             FloatSlice::F64(x) => {
                 if x.len() != n {
                     wrong_dimension(model, x.len());
@@ -212,12 +225,12 @@ fn with_dense<R>(model: &StoredModel, features: Array<'_, f64>, f: impl FnOnce(R
 
 type Predictor<R> = fn(&StoredModel, Row) -> R;
 
-fn dense<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, features: Array<'_, f64>, f: Predictor<R>) -> R {
+fn dense<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, features: Float8ArrayArg, f: Predictor<R>) -> R {
     let model = model_for_call(fcinfo, key);
     with_dense(&model, features, |row| f(&model, row))
 }
 
-fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, indices: Array<'_, i32>, values: Array<'_, f64>, f: Predictor<R>) -> R {
+fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, indices: Int4ArrayArg, values: Float8ArrayArg, f: Predictor<R>) -> R {
     let model = model_for_call(fcinfo, key);
     f(&model, sparse_features(&model, indices, values).row())
 }
@@ -227,85 +240,85 @@ fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, indices: Array<'_,
 /// The predicted label for one feature vector, in the label values of the training table
 /// (0/1 for a boolean label); for linear regression the predicted value.
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_predict(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     dense(fcinfo, ModelRef::Id(model_id), features, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_predict_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_predict_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     dense(fcinfo, ModelRef::from_text(model_name), features, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_predict_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_number)
 }
 
 /// The predicted class as text (works for numeric and text labels).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_class(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+fn corgipile_predict_class(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
     dense(fcinfo, ModelRef::Id(model_id), features, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+fn corgipile_predict_class_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
     sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+fn corgipile_predict_class_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
     dense(fcinfo, ModelRef::from_text(model_name), features, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> String {
+fn corgipile_predict_class_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
     sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_class)
 }
 
 /// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
 /// P(positive)]; softmax: one per class).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_proba(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+fn corgipile_predict_proba(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
     dense(fcinfo, ModelRef::Id(model_id), features, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+fn corgipile_predict_proba_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
     sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+fn corgipile_predict_proba_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
     dense(fcinfo, ModelRef::from_text(model_name), features, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+fn corgipile_predict_proba_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
     sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_proba)
 }
 
 /// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_decision_function(model_id: i64, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_decision_function(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     dense(fcinfo, ModelRef::Id(model_id), features, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse(model_id: i64, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_decision_function_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     sparse(fcinfo, ModelRef::Id(model_id), indices, values, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_by_name(model_name: &str, features: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_decision_function_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     dense(fcinfo, ModelRef::from_text(model_name), features, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse_by_name(model_name: &str, indices: Array<'_, i32>, values: Array<'_, f64>, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_decision_function_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
     sparse(fcinfo, ModelRef::from_text(model_name), indices, values, decision_function)
 }

@@ -43,6 +43,15 @@ pub(crate) fn prefetch<T>(x: &T) {
     prefetch_address(x as *const T as usize);
 }
 
+/// Prefetch the cache line holding `x` into L2 only.
+#[inline]
+pub(crate) fn prefetch_l2<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(x as *const T as *const i8)
+    };
+}
+
 #[inline]
 fn prefetch_address(address: usize) {
     // SAFETY: a prefetch is only a hint: it never faults or changes memory, whatever the
@@ -259,6 +268,15 @@ impl TupleArena {
         } else {
             let start = i * self.n_features;
             prefetch_range(&self.values[start..start + self.n_features]);
+        }
+    }
+
+    /// Hint the CPU to load where sparse tuple `i` starts (its offset), so that a later
+    /// `prefetch(i)` finds it in cache instead of stalling on it. Out-of-range `i` is ignored.
+    #[inline]
+    pub fn prefetch_offset(&self, i: usize) {
+        if self.sparse && i < self.labels.len() {
+            prefetch(&self.offsets[i]);
         }
     }
 

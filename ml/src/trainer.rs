@@ -13,7 +13,7 @@
 //! weights (see `scaled_weights`), so a step costs O(nnz·K) whatever the
 //! dimension. Dense rows are updated eagerly with the same formulas.
 
-use crate::arena::{prefetch, TupleArena};
+use crate::arena::TupleArena;
 use crate::model::{argmax, sign, softmax_loss, sparse_axpy, sparse_dot, LinearModel, ModelKind, Row};
 use crate::stats::Standardizer;
 
@@ -491,6 +491,9 @@ impl Trainer {
             let i = match order {
                 Some(o) => {
                     // Shuffled order: start loading a tuple a few steps ahead (see prefetch).
+                    if let Some(&ahead) = o.get(pos + 2 * PREFETCH_AHEAD) {
+                        arena.prefetch_offset(ahead as usize);
+                    }
                     if let Some(&ahead) = o.get(pos + PREFETCH_AHEAD) {
                         arena.prefetch(ahead as usize);
                     }
@@ -528,7 +531,7 @@ impl Trainer {
             let w = &self.model.weights[k * d..(k + 1) * d];
             for &j in indices {
                 if let Some(x) = w.get(j as usize) {
-                    prefetch(x);
+                    crate::arena::prefetch_l2(x);
                 }
             }
         }
