@@ -132,7 +132,7 @@ fn roc_auc(scored: &mut [(f64, bool)]) -> Option<f64> {
     if pos == 0 || neg == 0 {
         return None;
     }
-    scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+    scored.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let mut rank_sum = 0.0;
     let mut i = 0;
     while i < scored.len() {

@@ -13,7 +13,7 @@
 //! weights (see `scaled_weights`), so a step costs O(nnz·K) whatever the
 //! dimension. Dense rows are updated eagerly with the same formulas.
 
-use crate::arena::TupleArena;
+use crate::arena::{prefetch_l2, TupleArena};
 use crate::model::{argmax, sign, softmax_loss, sparse_axpy, sparse_dot, LinearModel, ModelKind, Row};
 use crate::stats::Standardizer;
 
@@ -531,7 +531,7 @@ impl Trainer {
             let w = &self.model.weights[k * d..(k + 1) * d];
             for &j in indices {
                 if let Some(x) = w.get(j as usize) {
-                    crate::arena::prefetch_l2(x);
+                    prefetch_l2(x);
                 }
             }
         }
@@ -716,8 +716,9 @@ impl Trainer {
                 if z == 0.0 && matches!(self.labels, Labels::One { .. }) {
                     self.provisional_ties += 1;
                 }
-                gz[0] = kind.dloss_dz(z, y);
-                kind.loss(z, y)
+                let (loss, dloss) = kind.loss_and_dloss_dz(z, y);
+                gz[0] = dloss;
+                loss
             }
             ModelKind::Linear => {
                 let z = gz[0];
