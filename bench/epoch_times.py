@@ -65,15 +65,29 @@ def main():
         touch = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
         rows = []
         for name, params in STRATEGIES:
-            p = {"epochs": args.epochs, "seed": 1, "verbose": False, **params}
+            p = {"epochs": args.epochs, "seed": 1, "verbose": False, "name": "epoch_times_svm", **params}
             model_id = conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, Jsonb(p))).fetchone()[0]
             secs = [r[0] for r in conn.execute(
                 "SELECT seconds FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (model_id,))]
             acc = conn.execute("SELECT (metrics->>'accuracy')::float8 FROM corgipile.models WHERE id = %s",
                                (model_id,)).fetchone()[0]
             rows.append((name, secs, acc))
-        # Batch prediction with the per-row SQL function over the same table, next to the floor.
-        predict = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
+        # Batch prediction over the same table, next to the floor: the per-row SQL function by
+        # model id and by name (the last model trained is the name's newest version), and
+        # corgipile_evaluate (our block scan, plus metrics). Then with 2 parallel workers, which
+        # the per-row function allows (PARALLEL SAFE), next to the floor with 2 workers.
+        predict = [
+            (f"`SELECT sum(corgipile_predict({model_id}, features))`",
+             timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)),
+            ("`SELECT sum(corgipile_predict('epoch_times_svm', features))`",
+             timed(conn, f"SELECT sum(corgipile_predict('epoch_times_svm', features)) FROM {table}", 3)),
+            (f"`SELECT corgipile_evaluate({model_id}, table)` (block scan + metrics incl. ROC AUC)",
+             timed(conn, f"SELECT corgipile_evaluate({model_id}, '{table}')", 3)),
+        ]
+        conn.execute("SET max_parallel_workers_per_gather = 2")
+        conn.execute("SET parallel_setup_cost = 0")
+        touch_parallel = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
+        predict_parallel = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
     base = statistics.median(rows[0][1])
     floor = statistics.median(touch)
     lines = [
@@ -88,9 +102,21 @@ def main():
     for name, secs, acc in rows:
         m = statistics.median(secs)
         lines.append(f"| epoch: {name} | {m:.3f} | {min(secs):.3f}–{max(secs):.3f} | {m / base:.2f} | {m / floor:.2f} | {acc:.4f} |")
-    p = statistics.median(predict)
-    lines.append(f"| `SELECT sum(corgipile_predict(model, features))` | {p:.3f} | {min(predict):.3f}–{max(predict):.3f} | "
-                 f"| {p / floor:.2f} | |")
+    for what, times in predict:
+        p = statistics.median(times)
+        lines.append(f"| {what} | {p:.3f} | {min(times):.3f}–{max(times):.3f} | | {p / floor:.2f} | |")
+    floor_parallel = statistics.median(touch_parallel)
+    p = statistics.median(predict_parallel)
+    lines += [
+        "",
+        "With 2 parallel workers (`max_parallel_workers_per_gather = 2`, `parallel_setup_cost = 0`):",
+        "",
+        "| what | median s | range s | ÷ parallel scan floor |",
+        "|---|---|---|---|",
+        f"| `SELECT sum(features[1])` | {floor_parallel:.3f} | {min(touch_parallel):.3f}–{max(touch_parallel):.3f} | 1.00 |",
+        f"| `SELECT sum(corgipile_predict({model_id}, features))` | {p:.3f} | "
+        f"{min(predict_parallel):.3f}–{max(predict_parallel):.3f} | {p / floor_parallel:.2f} |",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     with open(args.out, "w") as f:

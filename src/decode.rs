@@ -216,6 +216,30 @@ pub struct Float8ArrayArg(pub pg_sys::Datum);
 /// An int4[] argument kept as its datum (see `Float8ArrayArg`), read by `with_int4_array`.
 pub struct Int4ArrayArg(pub pg_sys::Datum);
 
+/// A text argument kept as its datum (see `Float8ArrayArg`), read by `with_text_bytes`.
+pub struct TextArg(pub pg_sys::Datum);
+
+impl pgrx::FromDatum for TextArg {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+        (!is_null).then_some(TextArg(datum))
+    }
+}
+
+/// The bytes of a text datum, read in place unless it is compressed or stored out of line.
+///
+/// # Safety
+/// `datum` must be a non-NULL text datum valid for this call, on the backend thread.
+pub unsafe fn with_text_bytes<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> R) -> R {
+    use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
+    let mut ptr = datum.cast_mut_ptr::<pg_sys::varlena>();
+    // SAFETY: a valid varlena; detoasting (rare for a model name) returns a palloc'd copy in
+    // the current memory context, which the executor resets.
+    if varatt_is_1b_e(ptr) || varatt_is_4b_c(ptr) {
+        ptr = pg_sys::pg_detoast_datum_packed(ptr);
+    }
+    f(varlena_to_byte_slice(ptr))
+}
+
 impl pgrx::FromDatum for Float8ArrayArg {
     unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
         (!is_null).then_some(Float8ArrayArg(datum))
@@ -245,4 +269,9 @@ macro_rules! from_datum_arg {
     )*};
 }
 
-from_datum_arg!(ParamsArg => "jsonb", Float8ArrayArg => "double precision[]", Int4ArrayArg => "integer[]");
+from_datum_arg!(
+    ParamsArg => "jsonb",
+    Float8ArrayArg => "double precision[]",
+    Int4ArrayArg => "integer[]",
+    TextArg => "TEXT"
+);

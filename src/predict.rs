@@ -3,7 +3,7 @@
 
 use crate::catalog::{load_model, resolve_name, StoredModel};
 use crate::classes::ClassValue;
-use crate::decode::{with_float_array, with_int4_array, ArrayProblem, Float8ArrayArg, FloatSlice, Int4ArrayArg};
+use crate::decode::{with_float_array, with_int4_array, with_text_bytes, ArrayProblem, Float8ArrayArg, FloatSlice, Int4ArrayArg, TextArg};
 use crate::error::raise;
 use corgipile_ml::arena::validate_sparse;
 use corgipile_ml::model::{ModelKind, Row};
@@ -116,27 +116,35 @@ impl<'a> ModelRef<'a> {
     }
 }
 
-#[derive(PartialEq)]
-enum OwnedModelRef {
+/// The model argument of a prediction call as given: an id, or the bytes of a text argument
+/// (compared as bytes with the cached one, so a cached call neither validates nor parses it).
+#[derive(Clone, Copy)]
+enum ModelArg<'a> {
     Id(i64),
-    Name(String),
+    Text(&'a [u8]),
 }
 
-impl OwnedModelRef {
-    fn is(&self, key: ModelRef) -> bool {
-        match (self, key) {
-            (OwnedModelRef::Id(a), ModelRef::Id(b)) => *a == b,
-            (OwnedModelRef::Name(a), ModelRef::Name(b)) => a == b,
+#[derive(PartialEq)]
+enum OwnedModelArg {
+    Id(i64),
+    Text(Vec<u8>),
+}
+
+impl OwnedModelArg {
+    fn is(&self, arg: ModelArg) -> bool {
+        match (self, arg) {
+            (OwnedModelArg::Id(a), ModelArg::Id(b)) => *a == b,
+            (OwnedModelArg::Text(a), ModelArg::Text(b)) => a.as_slice() == b,
             _ => false,
         }
     }
 }
 
-impl From<ModelRef<'_>> for OwnedModelRef {
-    fn from(key: ModelRef) -> Self {
-        match key {
-            ModelRef::Id(id) => OwnedModelRef::Id(id),
-            ModelRef::Name(name) => OwnedModelRef::Name(name.to_owned()),
+impl From<ModelArg<'_>> for OwnedModelArg {
+    fn from(arg: ModelArg) -> Self {
+        match arg {
+            ModelArg::Id(id) => OwnedModelArg::Id(id),
+            ModelArg::Text(bytes) => OwnedModelArg::Text(bytes.to_vec()),
         }
     }
 }
@@ -146,6 +154,16 @@ pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
     match key {
         ModelRef::Id(id) => load_model(id),
         ModelRef::Name(name) => load_model(resolve_name(name)),
+    }
+}
+
+fn load_model_arg(arg: ModelArg) -> Rc<StoredModel> {
+    match arg {
+        ModelArg::Id(id) => load_model(id),
+        ModelArg::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => load_model_ref(ModelRef::from_text(text)),
+            Err(_) => raise(PgSqlErrorCode::ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, "the model name is not valid UTF-8", None),
+        },
     }
 }
 
@@ -165,7 +183,7 @@ fn current_command_id() -> pg_sys::CommandId {
 /// A model cached in a call site's `fn_extra`.
 struct CallCache {
     command_id: pg_sys::CommandId,
-    key: OwnedModelRef,
+    arg: OwnedModelArg,
     model: Rc<StoredModel>,
 }
 
@@ -173,7 +191,7 @@ struct CallCache {
 /// statement's expression state), so `SELECT corgipile_predict(7, f) FROM big_table` looks it
 /// up once; a new command id (e.g. after a DELETE or a deploy in the same transaction) reloads
 /// it.
-fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef) -> Rc<StoredModel> {
+fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> Rc<StoredModel> {
     // SAFETY: fcinfo and its flinfo are valid for this call; fn_extra belongs to this function's
     // FmgrInfo and lives in fn_mcxt; we only ever store there a CallCache made by
     // leak_and_drop_on_delete in that context, so the cast is sound.
@@ -182,12 +200,12 @@ fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef) -> Rc<StoredM
         let flinfo = (*fcinfo).flinfo;
         let cached = (*flinfo).fn_extra.cast::<CallCache>();
         if let Some(c) = cached.as_ref() {
-            if c.key.is(key) && c.command_id == command_id {
+            if c.arg.is(arg) && c.command_id == command_id {
                 return c.model.clone();
             }
         }
-        let model = load_model_ref(key);
-        let entry = CallCache { command_id, key: key.into(), model: model.clone() };
+        let model = load_model_arg(arg);
+        let entry = CallCache { command_id, arg: arg.into(), model: model.clone() };
         match cached.as_mut() {
             Some(c) => *c = entry,
             None => {
@@ -225,14 +243,20 @@ fn with_dense<R>(model: &StoredModel, features: Float8ArrayArg, f: impl FnOnce(R
 
 type Predictor<R> = fn(&StoredModel, Row) -> R;
 
-fn dense<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, features: Float8ArrayArg, f: Predictor<R>) -> R {
-    let model = model_for_call(fcinfo, key);
+fn dense<R>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg, features: Float8ArrayArg, f: Predictor<R>) -> R {
+    let model = model_for_call(fcinfo, arg);
     with_dense(&model, features, |row| f(&model, row))
 }
 
-fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, indices: Int4ArrayArg, values: Float8ArrayArg, f: Predictor<R>) -> R {
-    let model = model_for_call(fcinfo, key);
+fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg, indices: Int4ArrayArg, values: Float8ArrayArg, f: Predictor<R>) -> R {
+    let model = model_for_call(fcinfo, arg);
     f(&model, sparse_features(&model, indices, values).row())
+}
+
+/// Run `f` with the model argument of a by-name overload.
+fn by_name<R>(model_name: TextArg, f: impl FnOnce(ModelArg) -> R) -> R {
+    // SAFETY: a non-NULL text argument of this call (the functions are strict).
+    unsafe { with_text_bytes(model_name.0, |bytes| f(ModelArg::Text(bytes))) }
 }
 
 // One Rust function per SQL overload (pgrx's way): model by id or by name, dense or sparse.
@@ -241,84 +265,84 @@ fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, key: ModelRef, indices: Int4Array
 /// (0/1 for a boolean label); for linear regression the predicted value.
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_predict(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    dense(fcinfo, ModelRef::Id(model_id), features, predict_number)
+    dense(fcinfo, ModelArg::Id(model_id), features, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
 fn corgipile_predict_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_number)
+    sparse(fcinfo, ModelArg::Id(model_id), indices, values, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    dense(fcinfo, ModelRef::from_text(model_name), features, predict_number)
+fn corgipile_predict_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    by_name(model_name, |arg| dense(fcinfo, arg, features, predict_number))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_number)
+fn corgipile_predict_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, predict_number))
 }
 
 /// The predicted class as text (works for numeric and text labels).
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_predict_class(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    dense(fcinfo, ModelRef::Id(model_id), features, predict_class)
+    dense(fcinfo, ModelArg::Id(model_id), features, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
 fn corgipile_predict_class_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_class)
+    sparse(fcinfo, ModelArg::Id(model_id), indices, values, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    dense(fcinfo, ModelRef::from_text(model_name), features, predict_class)
+fn corgipile_predict_class_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    by_name(model_name, |arg| dense(fcinfo, arg, features, predict_class))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_class)
+fn corgipile_predict_class_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
+    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, predict_class))
 }
 
 /// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
 /// P(positive)]; softmax: one per class).
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_predict_proba(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    dense(fcinfo, ModelRef::Id(model_id), features, predict_proba)
+    dense(fcinfo, ModelArg::Id(model_id), features, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
 fn corgipile_predict_proba_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    sparse(fcinfo, ModelRef::Id(model_id), indices, values, predict_proba)
+    sparse(fcinfo, ModelArg::Id(model_id), indices, values, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    dense(fcinfo, ModelRef::from_text(model_name), features, predict_proba)
+fn corgipile_predict_proba_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    by_name(model_name, |arg| dense(fcinfo, arg, features, predict_proba))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, predict_proba)
+fn corgipile_predict_proba_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, predict_proba))
 }
 
 /// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_decision_function(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    dense(fcinfo, ModelRef::Id(model_id), features, decision_function)
+    dense(fcinfo, ModelArg::Id(model_id), features, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
 fn corgipile_decision_function_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelRef::Id(model_id), indices, values, decision_function)
+    sparse(fcinfo, ModelArg::Id(model_id), indices, values, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_by_name(model_name: &str, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    dense(fcinfo, ModelRef::from_text(model_name), features, decision_function)
+fn corgipile_decision_function_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    by_name(model_name, |arg| dense(fcinfo, arg, features, decision_function))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse_by_name(model_name: &str, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelRef::from_text(model_name), indices, values, decision_function)
+fn corgipile_decision_function_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, decision_function))
 }

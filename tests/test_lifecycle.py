@@ -52,6 +52,32 @@ def test_versions_deploy_and_predict_by_name(pts, conn):
         conn.execute("SELECT corgipile_predict('life', ARRAY[1.0, 2.0])")
 
 
+def test_model_argument_may_change_from_row_to_row(pts, conn):
+    """The per-call model cache compares the argument itself: rows naming different models (by
+    name, by an id in text, or by id) each get their own model's prediction."""
+    conn.execute("SELECT corgipile_drop_model(name) FROM corgipile.model_summary WHERE name IN ('row_a', 'row_b') GROUP BY name")
+    a = train(conn, pts, "logistic", {"name": "row_a", "epochs": 1, "seed": 1})
+    b = train(conn, pts, "svm", {"name": "row_b", "epochs": 2, "seed": 2})
+    conn.execute("DROP TABLE IF EXISTS life_which")
+    conn.execute("""CREATE TABLE life_which AS
+                    SELECT p.id, p.features, CASE WHEN p.id %% 3 = 0 THEN 'row_a' WHEN p.id %% 3 = 1 THEN 'row_b' ELSE %s::text END AS model,
+                           CASE WHEN p.id %% 2 = 0 THEN %s::bigint ELSE %s::bigint END AS model_id
+                    FROM life_pts p WHERE p.id <= 300""", (str(a), a, b))
+    got = conn.execute("""SELECT count(*) FILTER (WHERE corgipile_decision_function(model, features) =
+                                 corgipile_decision_function(CASE model WHEN 'row_b' THEN %s ELSE %s END, features)),
+                                 count(*) FILTER (WHERE corgipile_decision_function(model_id, features) =
+                                 corgipile_decision_function(model_id::text, features)),
+                                 count(*) FROM life_which""", (b, a)).fetchone()
+    assert got == (300, 300, 300)
+    # A long (compressed) text argument is read like any other: no such model.
+    conn.execute("ALTER TABLE life_which ADD COLUMN long_name text")
+    conn.execute("UPDATE life_which SET long_name = repeat('n', 10000) WHERE id = 1")
+    assert scalar(conn, "SELECT pg_column_compression(long_name) FROM life_which WHERE id = 1") is not None
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        conn.execute("SELECT corgipile_predict(long_name, features) FROM life_which WHERE id = 1")
+    conn.execute("SELECT corgipile_drop_model('row_a'), corgipile_drop_model('row_b')")
+
+
 def test_concurrent_trainings_of_one_name_get_distinct_versions(pts, dsn, conn):
     conn.execute("SELECT corgipile_drop_model('race') FROM corgipile.model_summary WHERE name = 'race' LIMIT 1")
     ids, errors = [], []
