@@ -162,7 +162,11 @@ fn load_model_arg(arg: ModelArg) -> Rc<StoredModel> {
         ModelArg::Id(id) => load_model(id),
         ModelArg::Text(bytes) => match std::str::from_utf8(bytes) {
             Ok(text) => load_model_ref(ModelRef::from_text(text)),
-            Err(_) => raise(PgSqlErrorCode::ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, "the model name is not valid UTF-8", None),
+            Err(_) => raise(
+                PgSqlErrorCode::ERRCODE_CHARACTER_NOT_IN_REPERTOIRE,
+                "the model name is not valid UTF-8",
+                Some("Model names are UTF-8 text; use the model's id instead (SELECT id, name FROM corgipile.model_summary).".into()),
+            ),
         },
     }
 }

@@ -78,6 +78,19 @@ def test_model_argument_may_change_from_row_to_row(pts, conn):
     conn.execute("SELECT corgipile_drop_model('row_a'), corgipile_drop_model('row_b')")
 
 
+def test_model_name_that_is_not_utf8_is_an_error(dsn, conn):
+    """In a SQL_ASCII database a text argument may hold any bytes."""
+    conn.execute("DROP DATABASE IF EXISTS corgipile_ascii")
+    conn.execute("CREATE DATABASE corgipile_ascii TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'")
+    try:
+        with psycopg.connect(dbname="corgipile_ascii", autocommit=True) as c:
+            c.execute("CREATE EXTENSION corgipile")
+            with pytest.raises(psycopg.errors.CharacterNotInRepertoire, match="not valid UTF-8"):
+                c.execute("SELECT corgipile_predict(convert_from('\\x636166e9', 'SQL_ASCII'), ARRAY[1.0]::float8[])")
+    finally:
+        conn.execute("DROP DATABASE corgipile_ascii")
+
+
 def test_concurrent_trainings_of_one_name_get_distinct_versions(pts, dsn, conn):
     conn.execute("SELECT corgipile_drop_model('race') FROM corgipile.model_summary WHERE name = 'race' LIMIT 1")
     ids, errors = [], []
