@@ -57,6 +57,23 @@ def test_every_epoch_sees_every_row_once(gaussians, conn):
     assert tuples == [ROWS] * 3
 
 
+def test_direct_column_read_trains_like_the_executor_path(gaussians, conn):
+    """Plain columns are read straight from the heap tuple; under EXPLAIN ANALYZE (per-node
+    counts) the rows go through ExecScan's projection instead. Same rows, same order, same model."""
+    import json
+
+    params = {"epochs": 2, "seed": 5, "verbose": False, "buffer_size": "3%"}
+    model_id = train(conn, "g_clustered", "logistic", params)
+    loss, acc = conn.execute("SELECT loss, accuracy FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch DESC LIMIT 1",
+                             (model_id,)).fetchone()
+    plan = json.loads("".join(r[0] for r in conn.execute(
+        "SELECT * FROM corgipile_explain('g_clustered', 'logistic', %s, true, 'json')",
+        (psycopg.types.json.Jsonb(params),))))
+    sgd = plan[0]["Plan"]
+    assert sgd["Final Loss"] == pytest.approx(loss, abs=1e-6)
+    assert sgd["Final Training Accuracy"] == pytest.approx(acc, abs=1e-4)
+
+
 def test_one_notice_per_epoch_unless_quiet(gaussians, dsn):
     notices = []
     with psycopg.connect(dsn, autocommit=True) as c:

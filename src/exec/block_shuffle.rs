@@ -28,6 +28,10 @@ pub struct BlockShuffleState {
     /// Tuple id of the tuple returned last (for messages and the validation hash; reading it
     /// from the scan, not as a ctid column, keeps column privileges on user columns enough).
     pub last_tid: pg_sys::ItemPointerData,
+    /// The table columns (attribute numbers) of this node's output, in order, when the output
+    /// is plain columns and nothing filters rows: TupleShuffle then reads them straight from the
+    /// heap tuple (`fetch`), without ExecScan's projection and two guarded calls per row.
+    pub plain_columns: Option<Vec<usize>>,
     // What EXPLAIN ANALYZE reports.
     pub blocks_read: u64,
     pub pages_read: u64,
@@ -119,6 +123,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         epoch: 1,
         tuples_this_epoch: 0,
         last_tid: pg_sys::ItemPointerData::default(),
+        plain_columns: plain_columns(plan, (*node).ss.ps.qual),
         blocks_read: 0,
         pages_read: 0,
         epochs_started: 0,
@@ -127,10 +132,46 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     install_state(node, state);
 }
 
+/// The attribute numbers behind `plan`'s output when every output column is a plain column
+/// of the scanned table and there is no qual (no WHERE, no row-level security filter).
+unsafe fn plain_columns(plan: *mut pg_sys::CustomScan, qual: *mut pg_sys::ExprState) -> Option<Vec<usize>> {
+    if !qual.is_null() {
+        return None;
+    }
+    // SAFETY: a finished plan: targetlist is a List of TargetEntry nodes.
+    let tlist = (*plan).scan.plan.targetlist;
+    if tlist.is_null() {
+        return None;
+    }
+    let mut columns = Vec::new();
+    for i in 0..(*tlist).length as usize {
+        let entry = (*(*tlist).elements.add(i)).ptr_value.cast::<pg_sys::TargetEntry>();
+        let expr = (*entry).expr;
+        if (*entry).resjunk || expr.is_null() || (*expr).type_ != pg_sys::NodeTag::T_Var {
+            return None;
+        }
+        let var = expr.cast::<pg_sys::Var>();
+        if (*var).varno as u32 != (*plan).scan.scanrelid || (*var).varlevelsup != 0 || (*var).varattno <= 0 {
+            return None;
+        }
+        columns.push((*var).varattno as usize);
+    }
+    Some(columns)
+}
+
 /// ExecScan access method: the next heap tuple of the current block, moving to the next block
 /// of this epoch's order when one is exhausted.
 #[pg_guard]
 unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    fetch(ss)
+}
+
+/// The next heap tuple in the scan slot, or null at the end of the epoch. Also called
+/// directly by TupleShuffle when the output is `plain_columns`.
+///
+/// # Safety
+/// `ss` is an initialized BlockShuffle node; on the backend thread.
+pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
     let node = ss.cast::<pg_sys::CustomScanState>();
     let state = state_of::<BlockShuffleState>(node);
     let slot = (*ss).ss_ScanTupleSlot;

@@ -2,7 +2,7 @@
 //! decoded features and labels), shuffles the buffer, and hands whole buffers to the SGD node.
 //! Buffers are owned Rust values so that the SGD node can pass them to its worker thread.
 
-use super::block_shuffle::BlockShuffleState;
+use super::block_shuffle::{self, BlockShuffleState};
 use super::{config_of, create_node, explain, init_child, install_state, methods, state_of};
 use crate::classes::ClassDictionary;
 use crate::decode::{format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice};
@@ -28,6 +28,9 @@ pub struct TupleShuffleState {
     child: *mut pg_sys::PlanState,
     /// The child's state (BlockShuffle), for the tuple id of each row.
     block: *const BlockShuffleState,
+    /// The child's `plain_columns`, when rows are read from it directly (not under EXPLAIN
+    /// ANALYZE, whose per-node counts need ExecProcNode).
+    direct_columns: Option<Vec<usize>>,
     epoch: u32,
     shuffler: TupleShuffler,
     exhausted: bool,
@@ -53,6 +56,9 @@ pub struct TupleShuffleState {
     pub tuples_read: u64,
     table_bytes: u64,
 }
+
+/// Most columns a training query has: label, indices, values, holdout flag.
+const MAX_COLUMNS: usize = 4;
 
 /// Where a decoded row goes.
 enum Target {
@@ -195,20 +201,39 @@ impl TupleShuffleState {
         if self.exhausted {
             return Pulled::Done;
         }
-        // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
-        // until the next ExecProcNode call.
-        let slot = pg_sys::ExecProcNode(self.child);
-        if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
-            self.exhausted = true;
-            self.first_pass_done = true;
-            return Pulled::Done;
-        }
-        let natts = (*(*slot).tts_tupleDescriptor).natts;
-        if ((*slot).tts_nvalid as i32) < natts {
-            pg_sys::slot_getsomeattrs_int(slot, natts);
-        }
-        let values = (*slot).tts_values;
-        let nulls = (*slot).tts_isnull;
+        // The query's columns (label, features..., holdout) in order.
+        let mut direct_values = [pg_sys::Datum::from(0usize); MAX_COLUMNS];
+        let mut direct_nulls = [false; MAX_COLUMNS];
+        let (values, nulls) = if let Some(columns) = &self.direct_columns {
+            // SAFETY: child is our initialized BlockShuffle node, whose output is exactly these
+            // table columns (plain_columns); the heap slot and the page its datums point into
+            // stay valid until the next fetch.
+            let slot = block_shuffle::fetch(self.child.cast());
+            if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
+                return self.end_of_scan();
+            }
+            let needed = columns.iter().copied().max().unwrap_or(0) as i32;
+            if ((*slot).tts_nvalid as i32) < needed {
+                pg_sys::slot_getsomeattrs_int(slot, needed);
+            }
+            for (k, &attno) in columns.iter().enumerate() {
+                direct_values[k] = *(*slot).tts_values.add(attno - 1);
+                direct_nulls[k] = *(*slot).tts_isnull.add(attno - 1);
+            }
+            (direct_values.as_mut_ptr(), direct_nulls.as_mut_ptr())
+        } else {
+            // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
+            // until the next ExecProcNode call.
+            let slot = pg_sys::ExecProcNode(self.child);
+            if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
+                return self.end_of_scan();
+            }
+            let natts = (*(*slot).tts_tupleDescriptor).natts;
+            if ((*slot).tts_nvalid as i32) < natts {
+                pg_sys::slot_getsomeattrs_int(slot, natts);
+            }
+            ((*slot).tts_values, (*slot).tts_isnull)
+        };
         // SAFETY: the child is our BlockShuffle node (see begin).
         let tid = &(*self.block).last_tid;
         let target = match self.config.holdout {
@@ -264,6 +289,12 @@ impl TupleShuffleState {
             check_for_interrupts!();
         }
         Pulled::Row
+    }
+
+    fn end_of_scan(&mut self) -> Pulled {
+        self.exhausted = true;
+        self.first_pass_done = true;
+        Pulled::Done
     }
 
     /// The f64 the trainer sees for this label datum (a value or a class index).
@@ -481,6 +512,10 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
     let block: *const BlockShuffleState = state_of::<BlockShuffleState>(child.cast());
     let table_bytes = (*block).table_bytes();
+    let direct_columns = (*block)
+        .plain_columns
+        .clone()
+        .filter(|c| (*child).instrument.is_null() && c.len() <= MAX_COLUMNS);
     let classes = ClassDictionary::with_classes(&config.known_classes);
     let state = TupleShuffleState {
         node: node.cast(),
@@ -493,6 +528,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         config,
         child,
         block,
+        direct_columns,
         epoch: 1,
         exhausted: false,
         n_features: None,
