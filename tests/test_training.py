@@ -62,16 +62,24 @@ def test_direct_column_read_trains_like_the_executor_path(gaussians, conn):
     counts) the rows go through ExecScan's projection instead. Same rows, same order, same model."""
     import json
 
+    # Also a table whose columns are out of order, with a dropped column and NULL rows.
+    conn.execute("DROP TABLE IF EXISTS g_columns")
+    conn.execute("CREATE TABLE g_columns (junk int, note text, label int, extra float8, features float8[])")
+    conn.execute("""INSERT INTO g_columns SELECT 1, 'row ' || id, label, id, CASE WHEN id % 97 = 0 THEN NULL ELSE features END
+                    FROM g_clustered ORDER BY id""")
+    conn.execute("ALTER TABLE g_columns DROP COLUMN junk")
     params = {"epochs": 2, "seed": 5, "verbose": False, "buffer_size": "3%"}
-    model_id = train(conn, "g_clustered", "logistic", params)
-    loss, acc = conn.execute("SELECT loss, accuracy FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch DESC LIMIT 1",
-                             (model_id,)).fetchone()
-    plan = json.loads("".join(r[0] for r in conn.execute(
-        "SELECT * FROM corgipile_explain('g_clustered', 'logistic', %s, true, 'json')",
-        (psycopg.types.json.Jsonb(params),))))
-    sgd = plan[0]["Plan"]
-    assert sgd["Final Loss"] == pytest.approx(loss, abs=1e-6)
-    assert sgd["Final Training Accuracy"] == pytest.approx(acc, abs=1e-4)
+    for table in ("g_clustered", "g_columns"):
+        model_id = train(conn, table, "logistic", params)
+        loss, acc = conn.execute("SELECT loss, accuracy FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch DESC LIMIT 1",
+                                 (model_id,)).fetchone()
+        plan = json.loads("".join(r[0] for r in conn.execute(
+            "SELECT * FROM corgipile_explain(%s, 'logistic', %s, true, 'json')", (table, psycopg.types.json.Jsonb(params)))))
+        sgd = plan[0]["Plan"]
+        assert sgd["Final Loss"] == pytest.approx(loss, abs=1e-6), table
+        assert sgd["Final Training Accuracy"] == pytest.approx(acc, abs=1e-4), table
+    skipped = scalar(conn, "SELECT rows_skipped FROM corgipile.models WHERE id = %s", (model_id,))
+    assert skipped == scalar(conn, "SELECT count(*) FROM g_columns WHERE features IS NULL")
 
 
 def test_one_notice_per_epoch_unless_quiet(gaussians, dsn):
