@@ -78,6 +78,9 @@ def shuffle_once_copy(ds, seed):
     with connect() as c:
         c.execute(f"DROP TABLE IF EXISTS {copy}")
         c.execute("SET max_parallel_workers_per_gather = 0")
+        # A synchronized scan of a big table starts where the last scan stopped: the rows would
+        # meet random() in a different order every run, and the seed would not fix the copy.
+        c.execute("SET synchronize_seqscans = off")
         c.execute("SELECT setseed(%s)", (seed / 1000.0,))
         t0 = time.perf_counter()
         c.execute(f"CREATE TABLE {copy} AS SELECT * FROM {ds.train} ORDER BY random()")
