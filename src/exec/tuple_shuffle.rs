@@ -30,7 +30,7 @@ pub struct TupleShuffleState {
     block: *const BlockShuffleState,
     /// The child's `plain_columns`, when rows are read from it directly (not under EXPLAIN
     /// ANALYZE, whose per-node counts need ExecProcNode).
-    direct_columns: Option<Vec<usize>>,
+    direct: Option<DirectColumns>,
     epoch: u32,
     shuffler: TupleShuffler,
     exhausted: bool,
@@ -59,6 +59,13 @@ pub struct TupleShuffleState {
 
 /// Most columns a training query has: label, indices, values, holdout flag.
 const MAX_COLUMNS: usize = 4;
+
+/// Table columns read straight from the heap tuple, in the query's order.
+struct DirectColumns {
+    attnos: Vec<usize>,
+    /// The largest of them: how far each tuple is deformed.
+    deform_to: i32,
+}
 
 /// Where a decoded row goes.
 enum Target {
@@ -204,7 +211,7 @@ impl TupleShuffleState {
         // The query's columns (label, features..., holdout) in order.
         let mut direct_values = [pg_sys::Datum::from(0usize); MAX_COLUMNS];
         let mut direct_nulls = [false; MAX_COLUMNS];
-        let (values, nulls) = if let Some(columns) = &self.direct_columns {
+        let (values, nulls) = if let Some(direct) = &self.direct {
             // SAFETY: child is our initialized BlockShuffle node, whose output is exactly these
             // table columns (plain_columns); the heap slot and the page its datums point into
             // stay valid until the next fetch.
@@ -212,11 +219,10 @@ impl TupleShuffleState {
             if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
                 return self.end_of_scan();
             }
-            let needed = columns.iter().copied().max().unwrap_or(0) as i32;
-            if ((*slot).tts_nvalid as i32) < needed {
-                pg_sys::slot_getsomeattrs_int(slot, needed);
+            if ((*slot).tts_nvalid as i32) < direct.deform_to {
+                pg_sys::slot_getsomeattrs_int(slot, direct.deform_to);
             }
-            for (k, &attno) in columns.iter().enumerate() {
+            for (k, &attno) in direct.attnos.iter().enumerate() {
                 direct_values[k] = *(*slot).tts_values.add(attno - 1);
                 direct_nulls[k] = *(*slot).tts_isnull.add(attno - 1);
             }
@@ -512,10 +518,11 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
     let block: *const BlockShuffleState = state_of::<BlockShuffleState>(child.cast());
     let table_bytes = (*block).table_bytes();
-    let direct_columns = (*block)
+    let direct = (*block)
         .plain_columns
         .clone()
-        .filter(|c| (*child).instrument.is_null() && c.len() <= MAX_COLUMNS);
+        .filter(|c| (*child).instrument.is_null() && c.len() <= MAX_COLUMNS)
+        .map(|attnos| DirectColumns { deform_to: attnos.iter().copied().max().unwrap_or(0) as i32, attnos });
     let classes = ClassDictionary::with_classes(&config.known_classes);
     let state = TupleShuffleState {
         node: node.cast(),
@@ -528,7 +535,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         config,
         child,
         block,
-        direct_columns,
+        direct,
         epoch: 1,
         exhausted: false,
         n_features: None,
