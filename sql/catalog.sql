@@ -48,12 +48,13 @@ CREATE TABLE corgipile.epochs (
     PRIMARY KEY (model_id, epoch)
 );
 
--- Every role may train and use models; each role sees and deletes only its own models
--- (superusers and the extension owner see all).
+-- Every role may train and use models; each role sees only its own models (superusers and the
+-- extension owner see all). Only corgipile's functions write these tables (as their owner, for
+-- the calling role): PUBLIC may read, so no role can forge rows, pick ids, or lock the tables
+-- beyond ACCESS SHARE. SELECT on the sequence lets pg_dump read it as any role.
 GRANT USAGE ON SCHEMA corgipile TO PUBLIC;
-GRANT SELECT, INSERT, DELETE ON corgipile.models, corgipile.epochs TO PUBLIC;
-GRANT UPDATE (pinned) ON corgipile.models TO PUBLIC;
-GRANT USAGE ON SEQUENCE corgipile.models_id_seq TO PUBLIC;
+GRANT SELECT ON corgipile.models, corgipile.epochs TO PUBLIC;
+GRANT SELECT ON SEQUENCE corgipile.models_id_seq TO PUBLIC;
 ALTER TABLE corgipile.models ENABLE ROW LEVEL SECURITY;
 ALTER TABLE corgipile.epochs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY models_own ON corgipile.models

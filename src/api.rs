@@ -1,6 +1,6 @@
 //! The SQL functions: training, prediction, evaluation, EXPLAIN.
 
-use crate::catalog::{check_schema_version, store_model, ModelSource};
+use crate::catalog::{check_schema_version, check_writable, lock_model_name, store_model, ModelSource};
 use crate::predict::{load_model_ref, ModelRef};
 use crate::classes::ClassValue;
 use crate::decode::ParamsArg;
@@ -8,7 +8,7 @@ use crate::error::raise;
 use crate::exec::sgd::EvaluationReport;
 use crate::exec::explain;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
-use crate::guc::max_buffer_bytes;
+use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{self, check_relation, qualified_name, relation_name, FeatureColumns, Input};
 use crate::plan::{plan_pipeline, Holdout, Mode, Pipeline, PipelineConfig};
 use corgipile_ml::model::ModelKind;
@@ -63,6 +63,11 @@ unsafe fn prepare(relid: pg_sys::Oid, kind: ModelKind, params: TrainParams, mode
             Some("Dense features take their dimension from the data.".into()),
         );
     }
+    if let Some(n) = params.n_features {
+        // Before reading a row: the model this asks for must fit (softmax has at least 2 classes).
+        let min_outputs = if kind == ModelKind::Softmax { 2 } else { 1 };
+        crate::guc::check_model_size(n as u64, min_outputs, max_model_bytes(), "the n_features param");
+    }
     let predicate = match (&params.validation, mode) {
         (Some(Validation::Predicate(p)), Mode::Train) => Some(p.as_str()),
         _ => None,
@@ -93,6 +98,7 @@ unsafe fn prepare(relid: pg_sys::Oid, kind: ModelKind, params: TrainParams, mode
             known_classes,
             params,
             max_buffer_bytes: max_buffer_bytes(),
+            max_model_bytes: max_model_bytes(),
             relation: relname,
         },
         input,
@@ -126,6 +132,11 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
     let kind = parse_model(model);
     let params = parse_params(&params);
     check_schema_version();
+    // What would fail at the end fails now, before any work.
+    check_writable(c"corgipile_train()");
+    if let Some(name) = &params.name {
+        lock_model_name(name);
+    }
     // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
     unsafe {
         let validation_rows = match &params.validation {

@@ -29,10 +29,121 @@ pub struct ModelSource<'a> {
     pub name: Option<&'a str>,
 }
 
+/// The role that called us (models belong to it): its OID and name.
+pub fn caller() -> (pg_sys::Oid, String) {
+    // SAFETY: plain reads of the session's current role on the backend thread;
+    // GetUserNameFromId(noerr = false) returns a palloc'd C string or raises.
+    unsafe {
+        let role = pg_sys::GetUserId();
+        let name = std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(role, false)).to_string_lossy().into_owned();
+        (role, name)
+    }
+}
+
+/// corgipile.models' OID and its owner (the role that created the extension).
+fn catalog_table() -> (pg_sys::Oid, pg_sys::Oid) {
+    // SAFETY: catalog lookups on the backend thread inside a transaction; the relation is
+    // opened only to read its owner and closed at once.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"corgipile".as_ptr(), false);
+        let relid = pg_sys::get_relname_relid(c"models".as_ptr(), schema);
+        if relid == pg_sys::InvalidOid {
+            raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, "corgipile.models does not exist", Some("CREATE EXTENSION corgipile (or ALTER EXTENSION corgipile UPDATE).".into()));
+        }
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        let owner = (*(*rel).rd_rel).relowner;
+        pg_sys::RelationClose(rel);
+        (relid, owner)
+    }
+}
+
+/// Whether the caller may manage every role's models (superusers and the catalog's owner; the
+/// same roles that see every row through row-level security).
+pub fn caller_manages_all() -> bool {
+    // SAFETY: privilege lookup on the backend thread.
+    unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), catalog_table().1) }
+}
+
+/// Runs `f` (catalog writes) with the privileges of the catalog's owner: PUBLIC may only read
+/// corgipile.models / corgipile.epochs, so ids, versions and rows come from these functions
+/// alone. As in a SECURITY DEFINER function: a restricted operation, search_path pinned to
+/// pg_catalog so the caller's objects cannot be resolved into the statements. Every statement
+/// run here filters by the caller's role explicitly (row-level security does not apply to the
+/// owner). On ERROR, transaction (or subtransaction) abort restores the role and the setting.
+pub fn as_catalog_owner<R>(f: impl FnOnce() -> R) -> R {
+    let (_, owner) = catalog_table();
+    // SAFETY: backend thread, inside a transaction; the saved role and security context are
+    // restored below on success and by (sub)transaction abort on ERROR; the GUC nest level is
+    // closed on success and by abort otherwise.
+    unsafe {
+        let mut saved_role = pg_sys::InvalidOid;
+        let mut saved_context: i32 = 0;
+        pg_sys::GetUserIdAndSecContext(&mut saved_role, &mut saved_context);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            saved_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let result = f();
+        pg_sys::AtEOXact_GUC(true, nest);
+        pg_sys::SetUserIdAndSecContext(saved_role, saved_context);
+        result
+    }
+}
+
+/// Refuse, before any work, a call that must write the catalog where nothing can be written:
+/// a READ ONLY transaction or a hot standby. `what` names the function, as "corgipile_train()".
+pub fn check_writable(what: &std::ffi::CStr) {
+    // SAFETY: both raise a proper ERROR (25006) or return; backend thread.
+    unsafe {
+        pg_sys::PreventCommandIfReadOnly(what.as_ptr());
+        pg_sys::PreventCommandDuringRecovery(what.as_ptr());
+    }
+}
+
+/// Takes, for the rest of the transaction, the lock that serializes trainings of one model
+/// name of the caller; another session holding it is an ERROR now rather than a wait (or a
+/// clash) after the training. The lock lives in a lock space no SQL command reaches (an
+/// object lock keyed by corgipile.models itself), so no role can take it to block another.
+pub fn lock_model_name(name: &str) {
+    let (relid, _) = catalog_table();
+    let (role, _) = caller();
+    // FNV-1a of the name, folded to 16 bits: the lock key is (role, name hash).
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let key = (hash ^ (hash >> 16) ^ (hash >> 32) ^ (hash >> 48)) as u16;
+    // SAFETY: backend thread, inside a transaction; the lock is released at its end.
+    let got = unsafe { pg_sys::ConditionalLockDatabaseObject(relid, role, key, pg_sys::ExclusiveLock as i32) };
+    if !got {
+        raise(
+            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            format!("model name \"{name}\" is being trained by another session"),
+            Some("Wait until that training's transaction ends, or train under another name.".into()),
+        );
+    }
+}
+
 /// Insert the model and its epochs; returns the new model id. Runs in the caller's transaction,
-/// so an ERROR anywhere leaves no row behind.
+/// so an ERROR anywhere leaves no row behind. The caller holds the name's lock
+/// (`lock_model_name`) since before training.
 pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
-    let last = outcome.epochs.last().expect("at least one epoch");
+    let (_, role) = caller();
+    as_catalog_owner(|| insert_model(source, outcome, &role))
+}
+
+fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64 {
+    let Some(last) = outcome.epochs.last() else {
+        raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, "the training ran no epoch", None)
+    };
     let label_mapping = if source.model.is_classifier() {
         json!({ "classes": outcome.classes, "label_type": source.label_type })
     } else {
@@ -50,29 +161,21 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
         metrics["r2"] = json!(r2);
     }
     if let Some(v) = &last.validation {
-        metrics["validation"] = serde_json::to_value(v).expect("validation stats serialize");
+        metrics["validation"] = json!(v);
     }
     let model = &outcome.model;
-    if let Some(name) = source.name {
-        // Two trainings of one name must not pick the same version: the second waits here until
-        // the first commits (then, under READ COMMITTED, sees its row).
-        Spi::run_with_args(
-            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('corgipile model ' OPERATOR(pg_catalog.||) $1))",
-            &[name.into()],
-        )
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not lock the model name: {e}"), None));
-    }
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO corgipile.models
             (model_type, relation, label_column, features, n_features, n_outputs, label_mapping,
              weights, bias, standardizer, params, metrics, rows_trained, rows_skipped, training_seconds,
-             name, version)
+             name, version, trained_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                  CASE WHEN $16 IS NOT NULL THEN
                      (SELECT COALESCE(pg_catalog.max(version), 0) OPERATOR(pg_catalog.+) 1
                       FROM corgipile.models
-                      WHERE name OPERATOR(pg_catalog.=) $16 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER)
-                 END)
+                      WHERE name OPERATOR(pg_catalog.=) $16 AND trained_by OPERATOR(pg_catalog.=) $17::pg_catalog.name)
+                 END,
+                 $17::pg_catalog.name)
          RETURNING id",
         &[
             source.model.name().into(),
@@ -91,10 +194,11 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
             (outcome.rows_skipped as i64).into(),
             outcome.seconds.into(),
             source.name.into(),
+            role.into(),
         ],
     )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the model: {e}"), None))
-    .expect("INSERT ... RETURNING id returns a row");
+    .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "INSERT ... RETURNING id returned no row", None));
 
     let column = |f: &dyn Fn(&EpochRecord) -> Option<f64>| -> Vec<Option<f64>> { outcome.epochs.iter().map(f).collect() };
     let epochs: Vec<i32> = outcome.epochs.iter().map(|e| e.stats.epoch as i32).collect();
@@ -136,23 +240,24 @@ pub fn no_such_model(model_id: i64) -> ! {
     )
 }
 
-/// A one-row SPI result that may have no row: pgrx reports that as InvalidPosition.
-pub fn zero_or_one<T>(result: Result<Option<T>, pgrx::spi::Error>) -> Result<Option<T>, pgrx::spi::Error> {
-    match result {
-        Err(pgrx::spi::Error::InvalidPosition) => Ok(None),
-        other => other,
-    }
-}
-
 /// The id of the deployed version of a model name of the current role: the pinned version if
 /// one is pinned (corgipile_deploy), else the newest.
 pub fn resolve_name(name: &str) -> i64 {
-    zero_or_one(Spi::get_one_with_args::<i64>(
-        "SELECT id FROM corgipile.models
-         WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
-         ORDER BY pinned DESC, version DESC LIMIT 1",
-        &[name.into()],
-    ))
+    // Read-only SPI: prediction by name runs in parallel workers too, where a read-write
+    // statement (which would assign a transaction id) is an ERROR.
+    Spi::connect(|client| {
+        let table = client.select(
+            "SELECT id FROM corgipile.models
+             WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
+             ORDER BY pinned DESC, version DESC LIMIT 1",
+            Some(1),
+            &[name.into()],
+        )?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        table.first().get_one::<i64>()
+    })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{name}\": {e}"), None))
     .unwrap_or_else(|| {
         raise(
@@ -166,10 +271,15 @@ pub fn resolve_name(name: &str) -> i64 {
 /// Raise unless the extension's SQL objects in this database are the version of this library
 /// (after installing a new corgipile, each database needs ALTER EXTENSION corgipile UPDATE).
 pub fn check_schema_version() {
-    let installed = Spi::get_one::<String>("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'corgipile'")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let installed = Spi::connect(|client| {
+        client
+            .select("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'corgipile'", Some(1), &[])?
+            .first()
+            .get_one::<String>()
+    })
+    .ok()
+    .flatten()
+    .unwrap_or_default();
     let library = env!("CARGO_PKG_VERSION");
     if installed != library {
         raise(
@@ -265,6 +375,27 @@ pub fn load_model(model_id: i64) -> Rc<StoredModel> {
     model
 }
 
+/// A catalog array as a Vec; running out of memory is an ERROR, not an abort of the server.
+fn fallible_copy(array: Option<pgrx::Array<f64>>, model_id: i64) -> Vec<f64> {
+    let Some(array) = array else { return Vec::new() };
+    let mut out = Vec::new();
+    if out.try_reserve_exact(array.len()).is_err() {
+        raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, format!("out of memory loading model {model_id} ({} weights)", array.len()), None);
+    }
+    match array.as_slice() {
+        Ok(values) => out.extend_from_slice(values),
+        Err(_) => {
+            for v in array.iter() {
+                let Some(v) = v else {
+                    raise(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, format!("model {model_id} has NULL weights"), None)
+                };
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
 fn read_model(model_id: i64) -> StoredModel {
     let row = Spi::connect(|client| {
         let table = client.select(
@@ -282,8 +413,8 @@ fn read_model(model_id: i64) -> StoredModel {
             row.get::<String>(1)?.unwrap_or_default(),
             row.get::<i32>(2)?.unwrap_or(0),
             row.get::<i32>(3)?.unwrap_or(1),
-            row.get::<Vec<f64>>(4)?.unwrap_or_default(),
-            row.get::<Vec<f64>>(5)?.unwrap_or_default(),
+            fallible_copy(row.get::<pgrx::Array<f64>>(4)?, model_id),
+            fallible_copy(row.get::<pgrx::Array<f64>>(5)?, model_id),
             row.get::<JsonB>(6)?.map(|j| j.0).unwrap_or_default(),
             row.get::<String>(7)?.unwrap_or_default(),
             row.get::<JsonB>(8)?.map(|j| j.0).unwrap_or_default(),

@@ -1,10 +1,14 @@
-//! Server settings.
+//! Server settings. Both are superuser-only, so an ordinary role cannot raise its own limit.
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// Upper bound, in kB, on the tuple-buffer memory of one training (both buffers together when
-/// double-buffered). Superuser-only so that an ordinary role cannot raise its own limit.
+/// double-buffered).
 pub static MAX_BUFFER_MEMORY_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 1024);
+
+/// Upper bound, in kB, on the memory of one model while it trains (see
+/// `corgipile_ml::limits::model_memory_bytes` for what is counted).
+pub static MAX_MODEL_MEMORY_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 1024);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -17,8 +21,47 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::UNIT_KB,
     );
+    GucRegistry::define_int_guc(
+        c"corgipile.max_model_memory",
+        c"Maximum memory for the model of one corgipile training.",
+        c"A model whose features x classes would need more (n_features, the largest sparse index, the number of softmax classes) is an error before it is allocated.",
+        &MAX_MODEL_MEMORY_KB,
+        64,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
 }
 
 pub fn max_buffer_bytes() -> u64 {
     MAX_BUFFER_MEMORY_KB.get().max(0) as u64 * 1024
+}
+
+pub fn max_model_bytes() -> u64 {
+    MAX_MODEL_MEMORY_KB.get().max(0) as u64 * 1024
+}
+
+/// Raise unless a model of `n_features` × `n_outputs` fits corgipile.max_model_memory and the
+/// catalog. `source` says where the size comes from (a param, a row of the table).
+pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, source: &str) {
+    use corgipile_ml::limits::{check_model_size, pretty_bytes, ModelSizeError, MAX_STORED_WEIGHTS};
+    use pgrx::PgSqlErrorCode;
+    let shape = if n_outputs > 1 { format!("{n_features} features x {n_outputs} classes") } else { format!("{n_features} features") };
+    match check_model_size(n_features, n_outputs, limit_bytes) {
+        Ok(()) => {}
+        Err(ModelSizeError::Memory { bytes, limit }) => crate::error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "a model of {shape} ({source}) needs {} of memory to train, more than corgipile.max_model_memory ({})",
+                pretty_bytes(bytes),
+                pretty_bytes(limit)
+            ),
+            Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, or ask a superuser to raise corgipile.max_model_memory.".into()),
+        ),
+        Err(ModelSizeError::Weights { weights }) => crate::error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("a model of {shape} ({source}) has {weights} weights; corgipile can store at most {MAX_STORED_WEIGHTS}"),
+            Some("A float8[] in corgipile.models holds at most 1 GB. Use fewer features or fewer classes.".into()),
+        ),
+    }
 }

@@ -4,7 +4,7 @@
 //! each role's "churn" is its own, with versions 1, 2, ... The deployed version of a name is the
 //! one pinned by corgipile_deploy, else the newest.
 
-use crate::catalog::{no_such_model, resolve_name, zero_or_one};
+use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, no_such_model, resolve_name};
 use crate::error::raise;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
@@ -20,13 +20,22 @@ fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
 /// of the deployed version.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -> i64 {
+    check_writable(c"corgipile_deploy()");
     resolve_name(model_name); // raises if the role has no model of this name
+    let (_, role) = caller();
     if let Some(id) = model_id {
-        let name = zero_or_one(Spi::get_one_with_args::<String>(
-            "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
-             AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
-            &[id.into()],
-        ))
+        let name = Spi::connect(|client| {
+            let table = client.select(
+                "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
+                 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
+                Some(1),
+                &[id.into()],
+            )?;
+            if table.is_empty() {
+                return Ok(None);
+            }
+            table.first().get_one::<String>()
+        })
         .unwrap_or_else(|e| spi_failed("read the model", e))
         .unwrap_or_else(|| no_such_model(id));
         if name != model_name {
@@ -38,29 +47,50 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
             );
         }
     }
-    // Unpin first, then pin: one UPDATE doing both could trip the one-pinned-per-name index.
-    Spi::run_with_args(
-        "UPDATE corgipile.models SET pinned = false
-         WHERE pinned AND name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
-        &[model_name.into()],
-    )
-    .unwrap_or_else(|e| spi_failed("unpin the deployed version", e));
-    if let Some(id) = model_id {
-        Spi::run_with_args("UPDATE corgipile.models SET pinned = true WHERE id OPERATOR(pg_catalog.=) $1", &[id.into()])
+    as_catalog_owner(|| {
+        // Unpin first, then pin: one UPDATE doing both could trip the one-pinned-per-name index.
+        Spi::run_with_args(
+            "UPDATE corgipile.models SET pinned = false
+             WHERE pinned AND name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
+            &[model_name.into(), role.as_str().into()],
+        )
+        .unwrap_or_else(|e| spi_failed("unpin the deployed version", e));
+        if let Some(id) = model_id {
+            Spi::run_with_args(
+                "UPDATE corgipile.models SET pinned = true
+                 WHERE id OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
+                &[id.into(), role.as_str().into()],
+            )
             .unwrap_or_else(|e| spi_failed("pin the version", e));
-    }
+        }
+    });
     resolve_name(model_name)
 }
 
-/// Deletes one model (and its epochs); returns 1.
+/// Deletes models (and their epochs) as the catalog's owner: `filter` is a WHERE clause over
+/// $1 (the id or name) and $2 (the caller's role, whose rows alone it may touch unless the
+/// caller manages every role's models). Returns how many were deleted.
+fn delete_models(filter: &str, key: pgrx::datum::DatumWithOid<'_>) -> i64 {
+    check_writable(c"corgipile_drop_model()");
+    let (_, role) = caller();
+    let all = caller_manages_all();
+    let sql = format!(
+        "WITH d AS (DELETE FROM corgipile.models WHERE {filter}
+                      AND ($3 OR trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name) RETURNING 1)
+         SELECT pg_catalog.count(*) FROM d"
+    );
+    as_catalog_owner(|| {
+        Spi::get_one_with_args::<i64>(&sql, &[key, role.as_str().into(), all.into()])
+            .unwrap_or_else(|e| spi_failed("drop the model", e))
+            .unwrap_or(0)
+    })
+}
+
+/// Deletes one model (and its epochs); returns 1. Another role's model does not exist for
+/// the caller (unless the caller manages every role's models).
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_drop_model(model_id: i64) -> i64 {
-    let dropped = Spi::get_one_with_args::<i64>(
-        "WITH d AS (DELETE FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1 RETURNING 1) SELECT pg_catalog.count(*) FROM d",
-        &[model_id.into()],
-    )
-    .unwrap_or_else(|e| spi_failed("drop the model", e))
-    .unwrap_or(0);
+    let dropped = delete_models("id OPERATOR(pg_catalog.=) $1", model_id.into());
     if dropped == 0 {
         no_such_model(model_id);
     }
@@ -75,14 +105,19 @@ fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
         return corgipile_drop_model(id);
     }
     resolve_name(model_name); // raises if the role has no model of this name
-    Spi::get_one_with_args::<i64>(
-        "WITH d AS (DELETE FROM corgipile.models
-                    WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER RETURNING 1)
-         SELECT pg_catalog.count(*) FROM d",
-        &[model_name.into()],
-    )
-    .unwrap_or_else(|e| spi_failed("drop the model", e))
-    .unwrap_or(0)
+    // Names are per role: even a superuser drops only its own versions of a name.
+    let (_, role) = caller();
+    check_writable(c"corgipile_drop_model()");
+    as_catalog_owner(|| {
+        Spi::get_one_with_args::<i64>(
+            "WITH d AS (DELETE FROM corgipile.models
+                        WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name RETURNING 1)
+             SELECT pg_catalog.count(*) FROM d",
+            &[model_name.into(), role.as_str().into()],
+        )
+        .unwrap_or_else(|e| spi_failed("drop the model", e))
+        .unwrap_or(0)
+    })
 }
 
 type CoefficientRow = (Option<String>, String, Option<i64>, f64);
@@ -92,26 +127,30 @@ type CoefficientRow = (Option<String>, String, Option<i64>, f64);
 /// with scikit-learn's coef_ and intercept_. class: the positive class of a binary classifier,
 /// each class of softmax, NULL for linear (all as the label column shows them). feature: the column name for a column list,
 /// "col[i]" (1-based) for an array column, the index (in the model's index base) for sparse.
-fn coefficients(key: ModelRef) -> Vec<CoefficientRow> {
+fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let stored = load_model_ref(key);
-    let m = &stored.model;
-    let classes: Vec<Option<String>> = match m.kind {
+    let (kind, n_features, n_outputs) = (stored.kind(), stored.model.n_features, stored.model.n_outputs);
+    let classes: Vec<Option<String>> = match kind {
         ModelKind::Linear => vec![None],
         ModelKind::Softmax => (0..stored.classes.len()).map(|k| Some(stored.class_text(k))).collect(),
         _ => vec![(stored.classes.len() == 2).then(|| stored.class_text(1))],
     };
-    let names: Vec<(String, Option<i64>)> = match &stored.features {
-        serde_json::Value::Array(cols) => cols.iter().enumerate().map(|(i, c)| (c.as_str().unwrap_or("").to_owned(), Some(i as i64 + 1))).collect(),
-        serde_json::Value::String(col) => (1..=m.n_features as i64).map(|i| (format!("{col}[{i}]"), Some(i))).collect(),
-        _ => (0..m.n_features as i64).map(|i| i + stored.index_base).map(|i| (i.to_string(), Some(i))).collect(),
-    };
-    let mut rows = Vec::with_capacity(m.n_outputs * (m.n_features + 1));
-    for (k, class) in classes.into_iter().enumerate().take(m.n_outputs) {
-        let weights = &m.weights[k * m.n_features..(k + 1) * m.n_features];
-        rows.extend(names.iter().zip(weights).map(|((name, index), &w)| (class.clone(), name.clone(), *index, w)));
-        rows.push((class, "(intercept)".to_owned(), None, m.bias[k]));
-    }
-    rows
+    // Rows are made one at a time as the executor asks for them: a model of millions of
+    // weights is never materialized as millions of Rust strings at once.
+    classes.into_iter().enumerate().take(n_outputs).flat_map(move |(k, class)| {
+        let stored = stored.clone();
+        (0..=n_features).map(move |j| {
+            if j == n_features {
+                return (class.clone(), "(intercept)".to_owned(), None, stored.model.bias[k]);
+            }
+            let (name, index) = match &stored.features {
+                serde_json::Value::Array(cols) => (cols.get(j).and_then(|c| c.as_str()).unwrap_or("").to_owned(), j as i64 + 1),
+                serde_json::Value::String(col) => (format!("{col}[{}]", j + 1), j as i64 + 1),
+                _ => ((j as i64 + stored.index_base).to_string(), j as i64 + stored.index_base),
+            };
+            (class.clone(), name, Some(index), stored.model.weights[k * n_features + j])
+        })
+    })
 }
 
 #[pg_extern(stable, parallel_safe)]

@@ -32,6 +32,8 @@ pub struct PipelineConfig {
     /// Classes known before the scan (evaluation of a stored classifier).
     pub known_classes: Vec<ClassValue>,
     pub max_buffer_bytes: u64,
+    /// corgipile.max_model_memory, in bytes.
+    pub max_model_bytes: u64,
     /// Catalog name of the relation, for messages.
     pub relation: String,
 }

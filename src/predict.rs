@@ -31,20 +31,30 @@ fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
 
 fn sparse_features(model: &StoredModel, indices: Int4ArrayArg, values: Float8ArrayArg) -> SparseFeatures {
     // SAFETY: as in with_dense: non-NULL int4[] and float8[] arguments of this call.
+    // More entries than the model has features cannot be valid (indices are distinct): refused
+    // before copying, so the copy is bounded by the model, not by the argument.
+    let n = model.n_features();
     let (indices, values) = unsafe {
-        let i = with_int4_array(indices.0, |i| i.to_vec());
-        let v = with_float_array(values.0, |v| match v {
-            FloatSlice::F64(x) => x.to_vec(),
-            FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
+        let i = with_int4_array(indices.0, |i| (i.len() <= n).then(|| i.to_vec()));
+        let v = with_float_array(values.0, |v| {
+            (v.len() <= n).then(|| match v {
+                FloatSlice::F64(x) => x.to_vec(),
+                FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
+            })
         });
-        fn empty_ok<T>(r: Result<Vec<T>, ArrayProblem>, what: &str) -> Vec<T> {
+        fn empty_ok<T>(r: Result<Option<Vec<T>>, ArrayProblem>, what: &str, model: &StoredModel) -> Vec<T> {
             match r {
-                Ok(x) => x,
+                Ok(Some(x)) => x,
+                Ok(None) => raise(
+                    PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                    format!("sparse {what}: more entries than the {} features of model {}", model.n_features(), model.id),
+                    None,
+                ),
                 Err(ArrayProblem::Empty) => Vec::new(),
                 Err(p) => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("sparse {what}: {p}"), None),
             }
         }
-        (empty_ok(i, "indices"), empty_ok(v, "values"))
+        (empty_ok(i, "indices", model), empty_ok(v, "values", model))
     };
     if let Err(e) = validate_sparse(&indices, values.len(), model.index_base, Some(model.n_features())) {
         raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, e.to_string(), Some(format!("Model {} uses index base {}.", model.id, model.index_base)));

@@ -9,7 +9,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DATASETS = pathlib.Path(os.environ.get("CORGIPILE_DATASETS", REPO.parent / "shared" / "datasets"))
-DBNAME = "corgipile_pytest"
+DBNAME = os.environ.get("CORGIPILE_TEST_DB", "corgipile_pytest")
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,33 @@ impl TupleArena {
         }
     }
 
+    /// [`TupleArena::new`], failing instead of aborting when the room cannot be allocated.
+    pub fn try_new(
+        n_features: usize,
+        capacity_tuples: usize,
+    ) -> Result<Self, std::collections::TryReserveError> {
+        let mut a = TupleArena::new(n_features, 0);
+        a.values
+            .try_reserve_exact(n_features.saturating_mul(capacity_tuples))?;
+        a.labels.try_reserve_exact(capacity_tuples)?;
+        Ok(a)
+    }
+
+    /// [`TupleArena::new_sparse`], failing instead of aborting when the room cannot be
+    /// allocated.
+    pub fn try_new_sparse(
+        capacity_tuples: usize,
+        capacity_nnz: usize,
+    ) -> Result<Self, std::collections::TryReserveError> {
+        let mut a = TupleArena::new_sparse(0, 0);
+        a.offsets
+            .try_reserve_exact(capacity_tuples.saturating_add(1))?;
+        a.values.try_reserve_exact(capacity_nnz)?;
+        a.indices.try_reserve_exact(capacity_nnz)?;
+        a.labels.try_reserve_exact(capacity_tuples)?;
+        Ok(a)
+    }
+
     /// Empty sparse arena with room for `capacity_tuples` rows holding
     /// `capacity_nnz` non-zeros in total.
     pub fn new_sparse(capacity_tuples: usize, capacity_nnz: usize) -> Self {

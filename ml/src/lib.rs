@@ -5,6 +5,7 @@
 //! unit-tested with plain `cargo test`.
 
 pub mod arena;
+pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod params;
@@ -24,4 +25,6 @@ pub use params::{
 };
 pub use shuffle::{block_order, split_blocks, TupleShuffler};
 pub use stats::{balanced_class_weights, FeatureStats, Standardizer};
-pub use trainer::{EpochStats, LrSchedule, TrainConfig, TrainError, Trainer, MAX_CLASSES};
+pub use trainer::{
+    EpochStats, InterruptCheck, LrSchedule, TrainConfig, TrainError, Trainer, MAX_CLASSES,
+};

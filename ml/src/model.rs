@@ -245,6 +245,20 @@ impl LinearModel {
         }
     }
 
+    /// A copy, or None when there is no memory for it (instead of aborting).
+    pub fn try_clone(&self) -> Option<Self> {
+        let mut weights = Vec::new();
+        weights.try_reserve_exact(self.weights.len()).ok()?;
+        weights.extend_from_slice(&self.weights);
+        Some(LinearModel {
+            kind: self.kind,
+            n_features: self.n_features,
+            n_outputs: self.n_outputs,
+            weights,
+            bias: self.bias.clone(),
+        })
+    }
+
     /// A single-output model (svm, logistic, linear) from its parts.
     pub fn single(kind: ModelKind, weights: Vec<f64>, bias: f64) -> Self {
         LinearModel {

@@ -14,6 +14,7 @@
 //! dimension. Dense rows are updated eagerly with the same formulas.
 
 use crate::arena::{prefetch_l2, TupleArena};
+use crate::limits::{try_filled, try_resize};
 use crate::model::{argmax, sign, softmax_loss, sparse_axpy, sparse_dot, LinearModel, ModelKind, Row};
 use crate::stats::Standardizer;
 
@@ -125,6 +126,10 @@ pub enum TrainError {
     InvalidLabel { value: f64, kind: ModelKind },
     /// Loss or weights became NaN or infinite.
     Diverged { epoch: u32 },
+    /// Growing the model needed `bytes` more than the process could allocate.
+    OutOfMemory { bytes: u64 },
+    /// The interrupt check (see [`Trainer::set_interrupt`]) asked to stop.
+    Interrupted,
 }
 
 impl TrainError {
@@ -142,6 +147,10 @@ impl TrainError {
             TrainError::Diverged { .. } => {
                 "lower learning_rate, raise l2, or set normalize to true to scale the features"
             }
+            TrainError::OutOfMemory { .. } => {
+                "the server could not allocate the model: train a smaller one (fewer features or classes)"
+            }
+            TrainError::Interrupted => "the training was stopped",
         }
     }
 }
@@ -174,6 +183,10 @@ impl std::fmt::Display for TrainError {
                     "training diverged in epoch {epoch}: loss or weights became NaN or infinite"
                 )
             }
+            TrainError::OutOfMemory { bytes } => {
+                write!(f, "out of memory growing the model by {bytes} bytes")
+            }
+            TrainError::Interrupted => write!(f, "training interrupted"),
         }
     }
 }
@@ -249,7 +262,17 @@ pub struct Trainer {
 
     /// Weight-coordinate updates done (a cost measure, see `coordinate_updates`).
     work: u64,
+
+    /// Called every few hundred thousand multiply-adds inside a buffer; `true` stops the
+    /// buffer with [`TrainError::Interrupted`] (cancel must not wait for a whole buffer).
+    interrupt: Option<InterruptCheck>,
 }
+
+/// See [`Trainer::set_interrupt`].
+pub type InterruptCheck = Box<dyn FnMut() -> bool + Send>;
+
+/// Multiply-adds between two interrupt checks: well under a millisecond of work.
+const WORK_BETWEEN_CHECKS: usize = 1 << 18;
 
 /// `scale` below this is folded into the weights (keeps v = w/scale far from overflow).
 const MIN_SCALE: f64 = 1e-100;
@@ -320,16 +343,19 @@ fn pending_reg(w: f64, k: u64, s: f64, c: f64) -> f64 {
 }
 
 /// Copies a `rows × old_d` row-major matrix into `rows × new_d` (zero-padded).
-fn widen(v: &mut Vec<f64>, rows: usize, old_d: usize, new_d: usize) {
+fn widen(v: &mut Vec<f64>, rows: usize, old_d: usize, new_d: usize) -> Result<(), TrainError> {
+    let oom = |_| TrainError::OutOfMemory {
+        bytes: (rows * new_d * 8) as u64,
+    };
     if rows <= 1 {
-        v.resize(rows * new_d, 0.0);
-        return;
+        return try_resize(v, rows * new_d, 0.0).map_err(oom);
     }
-    let mut w = vec![0.0; rows * new_d];
+    let mut w = try_filled(rows * new_d, 0.0).map_err(oom)?;
     for r in 0..rows {
         w[r * new_d..r * new_d + old_d].copy_from_slice(&v[r * old_d..(r + 1) * old_d]);
     }
     *v = w;
+    Ok(())
 }
 
 impl Trainer {
@@ -337,6 +363,12 @@ impl Trainer {
     /// expected). `n_features` may be 0 for sparse data: the model grows to
     /// the largest index seen. A softmax model starts with 0 classes.
     pub fn new(config: TrainConfig, n_features: usize) -> Self {
+        Self::try_new(config, n_features).expect("memory for the model")
+    }
+
+    /// [`Trainer::new`], failing with [`TrainError::OutOfMemory`] instead of aborting when
+    /// the model cannot be allocated.
+    pub fn try_new(config: TrainConfig, n_features: usize) -> Result<Self, TrainError> {
         assert!(config.batch_size >= 1, "batch_size must be >= 1");
         if config.class_weights.is_some() && config.kind.is_binary() {
             assert!(
@@ -363,22 +395,28 @@ impl Trainer {
             }
             None => Labels::None,
         };
+        let oom = |_| TrainError::OutOfMemory {
+            bytes: (n_features as u64).saturating_mul(8 * outputs as u64),
+        };
+        let zeros = |n: usize, wanted: bool| if wanted { try_filled(n, 0.0) } else { Ok(Vec::new()) };
         let mut t = Trainer {
-            model: LinearModel::new(kind, n_features, outputs),
-            // Only mini-batches need the accumulators.
-            grad_sum: if mini {
-                vec![0.0; n_features * outputs]
-            } else {
-                Vec::new()
+            model: LinearModel {
+                kind,
+                n_features,
+                n_outputs: outputs,
+                weights: try_filled(n_features * outputs, 0.0).map_err(oom)?,
+                bias: vec![0.0; outputs],
             },
+            // Only mini-batches need the accumulators.
+            grad_sum: zeros(n_features * outputs, mini).map_err(oom)?,
             grad_bias_sum: vec![0.0; outputs],
             touched_mark: if mini {
-                vec![false; n_features]
+                try_filled(n_features, false).map_err(oom)?
             } else {
                 Vec::new()
             },
             last: if lazy && !scaled_weights {
-                vec![0; n_features]
+                try_filled(n_features, 0).map_err(oom)?
             } else {
                 Vec::new()
             },
@@ -405,9 +443,16 @@ impl Trainer {
             step: 0,
             pending: false,
             work: 0,
+            interrupt: None,
         };
         t.start_epoch(1);
-        t
+        Ok(t)
+    }
+
+    /// Installs (or removes) the check `train_buffer` calls between rows, often enough that
+    /// a stop request is seen within a millisecond or so of work whatever one row costs.
+    pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {
+        self.interrupt = check;
     }
 
     /// Begins `epoch` (>= 1): sets its learning rate from the schedule and
@@ -441,7 +486,7 @@ impl Trainer {
     ) -> Result<(), TrainError> {
         if arena.is_sparse() {
             if arena.n_features() > self.model.n_features {
-                self.grow_features(arena.n_features());
+                self.grow_features(arena.n_features())?;
             }
         } else {
             assert_eq!(
@@ -481,7 +526,24 @@ impl Trainer {
         scaled: &mut Vec<f64>,
     ) -> Result<(), TrainError> {
         let n = arena.len();
+        // An interrupt check every WORK_BETWEEN_CHECKS multiply-adds (softmax grows its
+        // outputs as classes appear, so the cost of a row is read per row).
+        let row_cost = 1 + if arena.is_sparse() {
+            arena.nnz() / n.max(1)
+        } else {
+            arena.n_features()
+        };
+        let mut work_since_check = 0usize;
         for pos in 0..n {
+            work_since_check += row_cost * self.model.n_outputs.max(1);
+            if work_since_check >= WORK_BETWEEN_CHECKS {
+                work_since_check = 0;
+                if let Some(check) = self.interrupt.as_mut() {
+                    if check() {
+                        return Err(TrainError::Interrupted);
+                    }
+                }
+            }
             if PREFETCH_WEIGHTS && pos + WEIGHTS_AHEAD < n {
                 let ahead = order.map_or(pos + WEIGHTS_AHEAD, |o| o[pos + WEIGHTS_AHEAD] as usize);
                 if let Row::Sparse { indices, .. } = arena.row(ahead) {
@@ -657,7 +719,7 @@ impl Trainer {
                 }
                 let c = raw_label as usize;
                 if c >= self.model.n_outputs {
-                    self.grow_classes(c + 1);
+                    self.grow_classes(c + 1)?;
                 }
                 (raw_label, c)
             }
@@ -1097,31 +1159,40 @@ impl Trainer {
     }
 
     /// Sparse data with larger indices than seen so far: new zero weights.
-    fn grow_features(&mut self, new_d: usize) {
+    fn grow_features(&mut self, new_d: usize) -> Result<(), TrainError> {
         let old_d = self.model.n_features;
         let outputs = self.model.n_outputs;
-        widen(&mut self.model.weights, outputs, old_d, new_d);
+        let oom = |_| TrainError::OutOfMemory {
+            bytes: (new_d * 8) as u64,
+        };
+        // Every buffer first, so a failure leaves the model as it was.
         if self.config.batch_size > 1 {
-            widen(&mut self.grad_sum, outputs, old_d, new_d);
-            self.touched_mark.resize(new_d, false);
+            widen(&mut self.grad_sum, outputs, old_d, new_d)?;
+            try_resize(&mut self.touched_mark, new_d, false).map_err(oom)?;
         }
         if self.lazy && !self.scaled_weights {
             // Zero weights have nothing pending.
-            self.last.resize(new_d, self.step);
+            try_resize(&mut self.last, new_d, self.step).map_err(oom)?;
         }
+        widen(&mut self.model.weights, outputs, old_d, new_d)?;
         self.model.n_features = new_d;
+        Ok(())
     }
 
     /// Softmax saw class index `new_k - 1`: new zero rows (row-major, so appended).
-    fn grow_classes(&mut self, new_k: usize) {
+    fn grow_classes(&mut self, new_k: usize) -> Result<(), TrainError> {
         let d = self.model.n_features;
-        self.model.weights.resize(new_k * d, 0.0);
-        self.model.bias.resize(new_k, 0.0);
+        let oom = |_| TrainError::OutOfMemory {
+            bytes: (new_k * d * 8) as u64,
+        };
         if self.config.batch_size > 1 {
-            self.grad_sum.resize(new_k * d, 0.0);
+            try_resize(&mut self.grad_sum, new_k * d, 0.0).map_err(oom)?;
         }
+        try_resize(&mut self.model.weights, new_k * d, 0.0).map_err(oom)?;
+        self.model.bias.resize(new_k, 0.0);
         self.grad_bias_sum.resize(new_k, 0.0);
         self.model.n_outputs = new_k;
+        Ok(())
     }
 
     /// Maps a raw label to ±1, learning the mapping as values arrive.

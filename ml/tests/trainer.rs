@@ -451,3 +451,40 @@ fn learning_rate_decays_and_empty_epoch_is_zero() {
         }
     );
 }
+
+/// Cancel must not wait for a whole buffer: the interrupt check runs between rows and stops
+/// the buffer at once, however expensive one row is (softmax over many classes here).
+#[test]
+fn interrupt_check_stops_a_buffer_early() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let kind = ModelKind::Softmax;
+    let mut arena = TupleArena::new(50, 0);
+    for i in 0..2000 {
+        arena.push((i % 500) as f64, &[0.5; 50]);
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let mut t = Trainer::new(TrainConfig::new(kind), 50);
+    t.set_interrupt(Some(Box::new(move || seen.fetch_add(1, Ordering::Relaxed) >= 2)));
+    assert_eq!(t.train_buffer(&arena, None), Err(TrainError::Interrupted));
+    // Up to 500 classes x 51 = 25,500 multiply-adds a row: a check every ~10 rows or more
+    // often, so the third check comes long before the end of the buffer.
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    assert!(t.finish_epoch().unwrap().tuples < 1000);
+    // Without a check (or one that says go on) the whole buffer trains.
+    let mut t = Trainer::new(TrainConfig::new(kind), 50);
+    t.set_interrupt(Some(Box::new(|| false)));
+    t.train_buffer(&arena, None).unwrap();
+    assert_eq!(t.finish_epoch().unwrap().tuples, 2000);
+}
+
+/// A model too large for the process is an error, not an abort of the server process.
+#[test]
+fn a_model_that_cannot_be_allocated_is_an_error() {
+    let kind = ModelKind::Svm;
+    match Trainer::try_new(TrainConfig::new(kind), usize::MAX / 16) {
+        Err(TrainError::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory, got {:?}", other.map(|_| ())),
+    }
+}

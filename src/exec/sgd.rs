@@ -28,6 +28,8 @@ use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -113,15 +115,21 @@ enum Reply {
     Panicked(String),
 }
 
-/// The SGD worker thread. Dropping it closes the job channel and joins the thread.
+/// The SGD worker thread. Dropping it raises the stop flag, closes the job channel and joins
+/// the thread, which stops within about a millisecond of work (the trainer checks the flag
+/// between rows), so an ERROR or cancel never waits for a buffer to finish.
 struct Worker {
     jobs: Option<Sender<Job>>,
     replies: Receiver<Reply>,
     handle: Option<JoinHandle<Trainer>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Worker {
     fn spawn(mut trainer: Trainer) -> Worker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_seen = stop.clone();
+        trainer.set_interrupt(Some(Box::new(move || stop_seen.load(Ordering::Relaxed))));
         // Two buffers at most exist, so a small bound never blocks the backend for long.
         let (jobs_tx, jobs_rx) = bounded::<Job>(4);
         let (replies_tx, replies_rx) = unbounded::<Reply>();
@@ -152,7 +160,14 @@ impl Worker {
                         Job::EndEpoch { snapshot } => {
                             let result = trainer.finish_epoch();
                             let labels_seen = trainer.labels_seen().len();
-                            let model = snapshot.then(|| trainer.model().clone());
+                            let model = match snapshot.then(|| trainer.model().try_clone()) {
+                                Some(None) => {
+                                    let bytes = trainer.model().weights.len() as u64 * 8;
+                                    let _ = replies_tx.send(Reply::Failed(TrainError::OutOfMemory { bytes }));
+                                    return;
+                                }
+                                copy => copy.flatten(),
+                            };
                             let label_map = trainer.label_map();
                             let _ = replies_tx.send(Reply::EpochDone { result, labels_seen, label_map, busy_seconds: busy, model });
                         }
@@ -170,7 +185,7 @@ impl Worker {
             trainer
         };
         let handle = spawn_with_signals_blocked(body);
-        Worker { jobs: Some(jobs_tx), replies: replies_rx, handle: Some(handle) }
+        Worker { jobs: Some(jobs_tx), replies: replies_rx, handle: Some(handle), stop }
     }
 
     /// Hands the worker a job. Err: the worker has stopped, and the reply that says why.
@@ -220,7 +235,8 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // Closing the channel ends the worker's loop; it finishes at most one buffer first.
+        // The flag stops the buffer in progress; closing the channel ends the worker's loop.
+        self.stop.store(true, Ordering::Relaxed);
         self.jobs = None;
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
@@ -251,8 +267,8 @@ fn spawn_with_signals_blocked<T: Send + 'static>(body: impl FnOnce() -> T + Send
 }
 
 /// Raise the ERROR for a training failure; `label` renders a trainer label (a value or a
-/// class index) as the table shows it.
-fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String) -> ! {
+/// class index) as the table shows it; `normalized`: the features were standardized.
+fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalized: bool) -> ! {
     match e {
         TrainError::TooManyLabels { values } => raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
@@ -270,15 +286,25 @@ fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String) -> ! {
         TrainError::Diverged { epoch } => raise(
             PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             format!("training diverged in epoch {epoch}: the loss or the weights became NaN or infinite"),
-            Some("Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()),
+            Some(if normalized {
+                "Use a smaller learning_rate (the features are already normalized), or a larger l2.".into()
+            } else {
+                "Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()
+            }),
         ),
+        TrainError::OutOfMemory { bytes } => raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!("out of memory: the model could not grow by {bytes} bytes"),
+            Some("Train a smaller model (fewer features or classes), or ask a superuser to lower corgipile.max_model_memory so that such trainings are refused up front.".into()),
+        ),
+        TrainError::Interrupted => raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "corgipile training was stopped", None),
     }
 }
 
 /// Raise the ERROR a worker failure stands for.
-fn raise_reply(reply: Reply, label: &dyn Fn(f64) -> String) -> ! {
+fn raise_reply(reply: Reply, label: &dyn Fn(f64) -> String, normalized: bool) -> ! {
     match reply {
-        Reply::Failed(e) => raise_train_error(e, label),
+        Reply::Failed(e) => raise_train_error(e, label, normalized),
         Reply::Panicked(message) => raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             format!("corgipile SGD worker failed: {message}"),
@@ -306,6 +332,7 @@ impl SgdState {
         let mut spare = None;
         while let Some(b) = shuffle.next_buffer(spare.take()) {
             for k in 0..b.arena.len() {
+                check_for_interrupts!();
                 let i = if b.order.is_empty() { k } else { b.order[k] as usize };
                 let first = match b.arena.row(i) {
                     Row::Dense(x) => x.first().copied().unwrap_or(f64::NAN),
@@ -370,6 +397,7 @@ impl SgdState {
         while let Some(b) = shuffle.next_buffer(spare.take()) {
             let st = stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier()));
             for i in 0..b.arena.len() {
+                check_for_interrupts!();
                 st.push(b.arena.row(i), b.arena.label(i));
             }
             spare = Some(b);
@@ -430,7 +458,13 @@ impl SgdState {
             FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
         };
         let standardizer = train_config.standardizer.clone();
-        let trainer = Trainer::new(train_config, n_features);
+        let mut trainer = Trainer::try_new(train_config, n_features)
+            .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+        // Single-buffered, the backend trains: it must still answer cancel between rows.
+        trainer.set_interrupt(Some(Box::new(|| {
+            check_for_interrupts!();
+            false
+        })));
         let mut epochs: Vec<EpochRecord> = Vec::new();
         let mut rows_skipped = 0;
         let mut first = Some(first);
@@ -453,11 +487,16 @@ impl SgdState {
                 (None, Some(t)) => {
                     let (r, l) = self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
                     self.binary_labels = t.label_map();
-                    (r, l, validate.then(|| t.model().clone()))
+                    let snapshot = validate.then(|| {
+                        t.model().try_clone().unwrap_or_else(|| {
+                            raise_train_error(TrainError::OutOfMemory { bytes: t.model().weights.len() as u64 * 8 }, &|v| v.to_string(), false)
+                        })
+                    });
+                    (r, l, snapshot)
                 }
                 _ => unreachable!(),
             };
-            let stats = result.unwrap_or_else(|e| raise_train_error(e, &self.label_text()));
+            let stats = result.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
             if epoch == 1 {
                 rows_skipped = shuffle.rows_skipped_this_epoch;
                 let classes_seen = if self.config.model == ModelKind::Softmax { shuffle.classes.len() } else { labels_seen };
@@ -553,6 +592,7 @@ impl SgdState {
             _ => None,
         };
         for i in 0..arena.len() {
+            check_for_interrupts!();
             let (row, label) = (arena.row(i), arena.label(i));
             match self.config.model {
                 ModelKind::Linear => {
@@ -602,6 +642,7 @@ impl SgdState {
         let mut spare = None;
         while let Some(b) = shuffle.next_buffer(spare.take()) {
             for i in 0..b.arena.len() {
+                check_for_interrupts!();
                 let (row, label) = (b.arena.row(i), b.arena.label(i));
                 match model.kind() {
                     ModelKind::Linear => regression.push(model.model.decision(row), label),
@@ -699,7 +740,7 @@ impl SgdState {
         epoch: u32,
         snapshot: bool,
     ) -> (Result<EpochStats, TrainError>, usize, Option<LinearModel>) {
-        worker.send(Job::StartEpoch(epoch)).unwrap_or_else(|r| raise_reply(r, &self.label_text()));
+        worker.send(Job::StartEpoch(epoch)).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
         let mut in_flight = 0;
         loop {
             while in_flight >= 2 {
@@ -708,7 +749,7 @@ impl SgdState {
                         spares.push(b);
                         in_flight -= 1;
                     }
-                    other => raise_reply(other, &self.label_text()),
+                    other => raise_reply(other, &self.label_text(), self.config.params.normalize),
                 }
             }
             let next = match first.take() {
@@ -716,10 +757,10 @@ impl SgdState {
                 None => shuffle.next_buffer(spares.pop()),
             };
             let Some(buffer) = next else { break };
-            worker.send(Job::Train(buffer)).unwrap_or_else(|r| raise_reply(r, &self.label_text()));
+            worker.send(Job::Train(buffer)).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
             in_flight += 1;
         }
-        worker.send(Job::EndEpoch { snapshot }).unwrap_or_else(|r| raise_reply(r, &self.label_text()));
+        worker.send(Job::EndEpoch { snapshot }).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
         loop {
             match worker.wait(&mut self.backend_wait_seconds) {
                 Reply::Consumed(b) => spares.push(b),
@@ -728,7 +769,7 @@ impl SgdState {
                     self.binary_labels = label_map;
                     return (result, labels_seen, model);
                 }
-                other => raise_reply(other, &self.label_text()),
+                other => raise_reply(other, &self.label_text(), self.config.params.normalize),
             }
         }
     }

@@ -13,6 +13,8 @@ use crate::plan::PipelineConfig;
 use corgipile_ml::arena::{SparsePushError, TupleArena};
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::trainer::MAX_CLASSES;
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, FromDatum, PgSqlErrorCode};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
@@ -36,6 +38,10 @@ pub struct TupleShuffleState {
     exhausted: bool,
     /// Dense: the feature dimension, fixed by the first row. Sparse: unused.
     n_features: Option<usize>,
+    /// The model shape (features, classes) already checked against corgipile.max_model_memory:
+    /// a row that needs more is checked before the trainer or the statistics pass allocate.
+    checked_features: usize,
+    checked_classes: usize,
     /// Tuples per buffer, and the estimated bytes per tuple they were sized with; known once
     /// the first row shows how big a tuple is.
     capacity: usize,
@@ -68,6 +74,7 @@ struct DirectColumns {
 }
 
 /// Where a decoded row goes.
+#[derive(Clone, Copy)]
 enum Target {
     Train,
     Validation,
@@ -286,6 +293,15 @@ impl TupleShuffleState {
             self.rows_skipped_this_epoch += 1;
             return Pulled::Skipped;
         }
+        let dimension = match (self.config.layout, target) {
+            (FeatureLayout::Dense { .. }, _) => self.n_features.unwrap_or(0),
+            (FeatureLayout::Sparse { .. }, Target::Train) => arena.as_ref().map_or(0, |a| a.n_features()),
+            (FeatureLayout::Sparse { .. }, Target::Validation) => self.validation.as_ref().map_or(0, |a| a.n_features()),
+        };
+        if dimension > self.checked_features {
+            self.check_model_size(dimension, self.checked_classes, tid);
+            self.checked_features = dimension;
+        }
         if matches!(target, Target::Validation) {
             return Pulled::Validation;
         }
@@ -310,20 +326,45 @@ impl TupleShuffleState {
                 raise(
                     PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                     format!("row at ctid {}: label is {}", format_tid(tid), v),
-                    Some("Labels must be finite numbers; filter such rows out with a view or WHERE clause.".into()),
+                    Some("Labels must be finite numbers. Train on a copy without such rows, e.g. CREATE TABLE t2 AS SELECT * FROM t WHERE label NOT IN ('NaN', 'Infinity', '-Infinity').".into()),
                 );
             }
             v
         };
-        match self.config.label {
-            LabelCoding::Value(kind) => finite(kind.to_f64(datum)),
-            LabelCoding::ClassOfValue(kind) => self.classes.index_of_number(finite(kind.to_f64(datum))) as f64,
+        let class = match self.config.label {
+            LabelCoding::Value(kind) => return finite(kind.to_f64(datum)),
+            LabelCoding::ClassOfValue(kind) => self.classes.index_of_number(finite(kind.to_f64(datum))),
             LabelCoding::ClassOfText => {
                 // SAFETY: the label column was cast to text in the query; the datum is non-NULL.
                 let text = <&str as FromDatum>::from_datum(datum, false).unwrap_or("");
-                self.classes.index_of_text(text.as_bytes()) as f64
+                self.classes.index_of_text(text.as_bytes())
             }
+        };
+        // Softmax has one output per class: check each new class before the trainer grows.
+        if self.config.model == ModelKind::Softmax && class as usize >= self.checked_classes {
+            let classes = class as usize + 1;
+            if classes > MAX_CLASSES {
+                raise(
+                    PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                    format!("the label column of {} has more than {MAX_CLASSES} distinct values (row at ctid {})", self.config.relation, format_tid(tid)),
+                    Some(format!("softmax supports at most {MAX_CLASSES} classes.")),
+                );
+            }
+            self.check_model_size(self.checked_features, classes, tid);
+            self.checked_classes = classes;
         }
+        class as f64
+    }
+
+    /// Raise unless a model of `features` × `classes` fits corgipile.max_model_memory.
+    fn check_model_size(&self, features: usize, classes: usize, tid: &pg_sys::ItemPointerData) {
+        let source = match self.config.layout {
+            _ if classes > self.checked_classes => format!("the classes of the label column, up to the row at ctid {}", format_tid(tid)),
+            FeatureLayout::Sparse { n_features: Some(_), .. } => "the n_features param".to_string(),
+            FeatureLayout::Sparse { .. } => format!("the largest feature index, in the row at ctid {}", format_tid(tid)),
+            FeatureLayout::Dense { .. } => format!("the length of the features, in the row at ctid {}", format_tid(tid)),
+        };
+        crate::guc::check_model_size(features as u64, classes as u64, self.config.max_model_bytes, &source);
     }
 
     /// The first training arena: the buffer capacity comes from the first row (dense: its
@@ -357,16 +398,23 @@ impl TupleShuffleState {
         self.tuple_bytes = bytes_per_tuple;
         // Streaming strategies keep their rows in the window/reservoir instead.
         let reserve = if self.config.params.shuffle.shuffles_blocks() || self.config.params.shuffle == ShuffleMode::NoShuffle { self.capacity } else { 1 };
-        match self.config.layout {
+        let arena = match self.config.layout {
             FeatureLayout::Dense { .. } => {
                 let n = bytes_per_tuple / 8 - 1;
-                TupleArena::new(n, reserve)
+                TupleArena::try_new(n, reserve)
             }
             FeatureLayout::Sparse { .. } => {
                 let nnz = (bytes_per_tuple.saturating_sub(16)) / 12;
-                TupleArena::new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
+                TupleArena::try_new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
             }
-        }
+        };
+        arena.unwrap_or_else(|_| {
+            raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                format!("out of memory for a tuple buffer of {} rows ({} bytes each)", reserve, bytes_per_tuple),
+                Some("Use a smaller buffer_size, or ask a superuser to lower corgipile.max_buffer_memory.".into()),
+            )
+        })
     }
 }
 
@@ -539,6 +587,8 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         epoch: 1,
         exhausted: false,
         n_features: None,
+        checked_features: 0,
+        checked_classes: 1,
         capacity: 0,
         tuple_bytes: 0,
         rows_skipped_this_epoch: 0,

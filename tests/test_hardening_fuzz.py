@@ -1,0 +1,674 @@
+"""Hardening: the server never restarts, whatever sizes a role asks for.
+
+A throw-away PostgreSQL 15 cluster of its own, started under `ulimit -v` (about 4 GB of address
+space per process), so that an unbounded allocation fails instead of waking the OOM killer. An
+ordinary role then asks corgipile for absurd sizes: feature dimensions up to 2^31-1, sparse
+indices up to 2147483647, softmax models of up to 70,000 classes, batches of a million, buffers
+of a terabyte or 2^31 tuples, blocks of 2^31 pages, prediction vectors of up to 10^7 elements.
+Any clean ERROR is acceptable; an internal error (SQLSTATE XX000), a lost connection or a server
+restart is not. A restart is detected by an idle sentinel connection, pg_postmaster_start_time()
+and the server log."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import time
+
+import psycopg
+import psycopg.errors as E
+import pytest
+from psycopg.types.json import Jsonb
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_OS_USER = "postgres"
+PORT = int(os.environ.get("CORGIPILE_HARDENING_PORT", "28917"))
+VMEM_KB = 4_000_000  # ulimit -v of the server: about 4 GB of address space per process
+DBNAME = "hardening"
+ROLE = "fz"
+
+SEED = 20250611
+CASES = 150
+TIME_BUDGET = 200.0  # seconds for the fuzz loop; it stops early (and says so) rather than overrun
+STATEMENT_TIMEOUT = "20s"
+HUGE_COEFFICIENT_CALLS = 2  # coefficients of models above 2^24 weights: each may take the whole timeout
+
+# Lines of the server log that mean a backend died and the postmaster restarted (or will).
+CRASH_RE = re.compile(
+    r"terminated by signal|server process .* was terminated|server process .* exited with exit code"
+    r"|terminating any other active server processes|all server processes terminated; reinitializing"
+    r"|PANIC:"
+)
+MEMORY_SETTINGS = ("corgipile.max_model_memory", "corgipile.max_buffer_memory")
+
+
+# ---------------------------------------------------------------------------------------------
+# The throw-away cluster (started as scripts/cluster.sh does, plus ulimit -v)
+# ---------------------------------------------------------------------------------------------
+
+def as_pg(args, **kw):
+    """Run a command as the postgres OS user, from a directory it can read."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("cwd", "/")
+    if os.geteuid() == 0:
+        args = ["runuser", "-u", PG_OS_USER, "--"] + list(args)
+    elif os.environ.get("USER", "") != PG_OS_USER:
+        args = ["sudo", "-u", PG_OS_USER, "--"] + list(args)
+    return subprocess.run(args, **kw)
+
+
+class Cluster:
+    def __init__(self, port):
+        r = as_pg(["mktemp", "-d", "/tmp/corgipile-hardening-XXXXXX"], check=True)
+        self.dir = r.stdout.strip()
+        assert self.dir.startswith("/tmp/corgipile-hardening-"), self.dir
+        as_pg(["chmod", "755", self.dir], check=True)
+        self.data = f"{self.dir}/data"
+        self.log = f"{self.dir}/log"
+        self.port = port
+        self.log_offset = 0
+
+    def init(self):
+        r = as_pg([f"{PG_BIN}/initdb", "-D", self.data, "--auth=trust", "-U", "postgres", "-E", "UTF8",
+                   "--locale=C.UTF-8"])
+        assert r.returncode == 0, f"initdb failed: {r.stdout}\n{r.stderr}"
+        conf = f"""
+# ---- corgipile hardening fuzz cluster (tests/test_hardening_fuzz.py) ----
+listen_addresses = ''
+unix_socket_directories = '{self.dir}'
+port = {self.port}
+shared_buffers = 128MB
+max_wal_size = 2GB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+huge_pages = off
+"""
+        r = as_pg(["tee", "-a", f"{self.data}/postgresql.conf"], input=conf)
+        assert r.returncode == 0, r.stderr
+
+    def start(self):
+        # The limit is set in the shell that execs pg_ctl: the postmaster and every backend inherit it.
+        cmd = (f"ulimit -v {VMEM_KB} && exec env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "
+               f"{PG_BIN}/pg_ctl start -D {self.data} -l {self.log} -w -t 120 -o '-p {self.port} -k {self.dir}'")
+        r = as_pg(["bash", "-c", cmd])
+        assert r.returncode == 0, f"server failed to start: {r.stdout}\n{r.stderr}\n{self.tail()}"
+
+    def stop(self):
+        as_pg([f"{PG_BIN}/pg_ctl", "stop", "-D", self.data, "-m", "fast", "-w"])
+
+    def destroy(self):
+        if self.dir.startswith("/tmp/corgipile-hardening-"):
+            as_pg(["rm", "-rf", "--", self.dir])
+
+    def read_log(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except PermissionError:
+            return as_pg(["cat", self.log]).stdout
+        except OSError:
+            return ""
+
+    def tail(self, n=40):
+        return "\n".join(self.read_log().splitlines()[-n:])
+
+    def new_log_lines(self):
+        text = self.read_log()
+        new, self.log_offset = text[self.log_offset:], len(text)
+        return new.splitlines()
+
+    def postmaster_pid(self):
+        r = as_pg(["head", "-n", "1", f"{self.data}/postmaster.pid"])
+        return int(r.stdout.strip())
+
+    def connect(self, user="postgres", dbname=DBNAME, **kw):
+        kw.setdefault("autocommit", True)
+        kw.setdefault("connect_timeout", 10)
+        return psycopg.connect(host=self.dir, port=self.port, user=user, dbname=dbname, **kw)
+
+    def wait_ready(self, timeout=90.0):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                with self.connect(dbname="postgres") as c:
+                    if c.execute("SELECT 1").fetchone()[0] == 1:
+                        return
+            except psycopg.Error as e:  # still restarting / in recovery
+                last = e
+            time.sleep(0.25)
+        raise AssertionError(f"fuzz cluster not ready after {timeout} s: {last}\n{self.tail()}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(PORT)
+    try:
+        c.init()
+        c.start()
+        c.wait_ready()
+        with open(f"/proc/{c.postmaster_pid()}/limits") as f:
+            limits = f.read()
+        m = re.search(r"Max address space\s+(\d+)", limits)
+        assert m and int(m.group(1)) == VMEM_KB * 1024, f"ulimit -v not applied to the server:\n{limits}"
+        with c.connect(dbname="postgres") as admin:
+            admin.execute(f"CREATE DATABASE {DBNAME}")
+        with c.connect() as admin:
+            admin.execute("CREATE EXTENSION corgipile")
+            admin.execute(f"CREATE ROLE {ROLE} LOGIN")
+            admin.execute(f"CREATE SCHEMA {ROLE} AUTHORIZATION {ROLE}")
+            admin.execute(f"GRANT USAGE ON SCHEMA public TO {ROLE}")
+            admin.execute(f"ALTER ROLE {ROLE} SET search_path = {ROLE}, public")
+        yield c
+    finally:
+        try:
+            c.stop()
+        finally:
+            c.destroy()
+
+
+class Watchdog:
+    """Detects a server restart: an idle sentinel connection, the postmaster's start time, the log."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.sentinel = None
+        self.start_time = None
+        self.connect()
+        cluster.new_log_lines()  # only what happens from now on counts
+
+    def connect(self):
+        self.sentinel = self.cluster.connect()
+        self.start_time = self.sentinel.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+
+    def check(self):
+        """None if the server is as it was; else a description of what happened."""
+        problems = []
+        try:
+            assert self.sentinel.execute("SELECT 1").fetchone()[0] == 1
+        except Exception as e:  # noqa: BLE001 - any failure of the sentinel is the finding
+            problems.append(f"sentinel connection lost: {e!r}")
+        try:
+            with self.cluster.connect() as c:
+                now = c.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+            if now != self.start_time:
+                problems.append(f"pg_postmaster_start_time changed: {self.start_time} -> {now}")
+        except psycopg.Error as e:
+            problems.append(f"cannot connect: {e!r}")
+        crash_lines = [line for line in self.cluster.new_log_lines() if CRASH_RE.search(line)]
+        if crash_lines:
+            problems.append("server log: " + " | ".join(crash_lines[:6]))
+        return "; ".join(problems) or None
+
+    def recover(self):
+        self.cluster.wait_ready()
+        try:
+            self.sentinel.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self.connect()
+        self.cluster.new_log_lines()
+
+    def close(self):
+        self.sentinel.close()
+
+
+def fz_connect(cluster):
+    c = cluster.connect(user=ROLE)
+    c.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+    return c
+
+
+def error_text(e):
+    d = e.diag
+    return " ".join(x for x in (d.message_primary, d.message_detail, d.message_hint) if x) or str(e)
+
+
+def limit_problem(e):
+    """A memory-limit error must be 54000 (naming the setting) or 53200."""
+    text = error_text(e)
+    names = any(s in text for s in MEMORY_SETTINGS)
+    if names and e.sqlstate not in ("54000", "53200"):
+        return f"names a memory setting but has SQLSTATE {e.sqlstate}"
+    if e.sqlstate == "54000" and "memory" in text.lower() and not names:
+        return "SQLSTATE 54000 memory error that names neither corgipile.max_model_memory nor max_buffer_memory"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Data (owned by the ordinary role, in its schema)
+# ---------------------------------------------------------------------------------------------
+
+class Tables:
+    """Small tables, created on first use: a dense one, sparse ones by largest index, softmax ones by K."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.made = set()
+
+    def _create(self, name, sql):
+        if name in self.made:
+            return name
+        with fz_connect(self.cluster) as c:
+            c.execute(f"DROP TABLE IF EXISTS {name}")
+            c.execute(f"CREATE TABLE {name} AS {sql}")
+            c.execute(f"ANALYZE {name}")
+        self.made.add(name)
+        return name
+
+    def dense(self):
+        # 4 features, binary int label, text label, numeric target.
+        return self._create("dense4", """
+            SELECT i, ARRAY[random(), random(), random(), random() + (i % 2)] AS features, i % 2 AS label,
+                   CASE WHEN i % 2 = 0 THEN 'cat' ELSE 'dog' END AS tlabel, random() * 10 AS y
+            FROM generate_series(1, 300) i""")
+
+    def sparse(self, largest):
+        # Rows with indices in 1..8 and every 20th row [1, largest]: the largest data index is `largest`.
+        assert 10 <= largest <= 2**31 - 1
+        return self._create(f"sp_{largest}", f"""
+            SELECT i, (CASE WHEN i % 20 = 0 THEN ARRAY[1, {largest}] ELSE ARRAY[1 + i % 3, 4 + i % 5] END)::int4[] AS idx,
+                   ARRAY[random(), random() + (i % 2)] AS val, i % 2 AS label,
+                   CASE WHEN i % 2 = 0 THEN 'cat' ELSE 'dog' END AS tlabel, (i % 7)::float8 AS y
+            FROM generate_series(1, 120) i""")
+
+    def softmax(self, k):
+        # Labels = row number mod k, at least k rows (so K = k distinct labels); dense and sparse features.
+        rows = max(k, 60)
+        return self._create(f"sm_{k}", f"""
+            SELECT i, ARRAY[random(), random(), random(), random()] AS features,
+                   ARRAY[1 + i % 7]::int4[] AS idx, ARRAY[1.0::float8] AS val,
+                   i % {k} AS label, 'c' || (i % {k}) AS tlabel, (i % {k})::float8 AS y
+            FROM generate_series(0, {rows - 1}) i""")
+
+
+# ---------------------------------------------------------------------------------------------
+# Random cases
+# ---------------------------------------------------------------------------------------------
+
+BIG_DIMS = [2**20, 2**26, 2**28, 2**30, 2**31 - 1]
+
+
+def pick_n_features(rng):
+    v = rng.choice([1] + BIG_DIMS + ["random"])
+    return rng.randint(1, 2**31 - 1) if v == "random" else v
+
+
+def pick_largest_index(rng):
+    v = rng.choice([10, 1000, 2**20, 2**26, 2**28, 2**30, 2**31 - 2, 2**31 - 1, "random"])
+    return rng.randint(10, 2**31 - 1) if v == "random" else v
+
+
+def pick_buffer_size(rng):
+    return rng.choice(["0.001%", "1%", "10%", "50%", "100%", "64kB", "1MB", "64GB", "1TB",
+                       1, 100, 2**20, 2**31 - 1, 2**31])
+
+
+def pick_block_size(rng):
+    return rng.choice(["auto", 1, 8, 1000, 2**31 - 1, 2**31, "8kB", "1GB", "1TB"])
+
+
+def random_training(rng, tables, for_op):
+    """(table, model, params) of a training that asks for odd sizes."""
+    model = rng.choice(["svm", "svm", "logistic", "logistic", "linear", "softmax", "softmax", "softmax"])
+    shape = rng.choice(["dense", "sparse", "sparse", "softmax"]) if model != "softmax" else \
+        rng.choice(["dense", "sparse", "softmax", "softmax", "softmax"])
+    params = {"verbose": False, "epochs": rng.randint(1, 3), "seed": rng.randint(0, 2**40)}
+    label = "y" if model == "linear" else rng.choice(["label", "label", "tlabel"])
+    if shape == "dense":
+        table = tables.dense()
+        if rng.random() < 0.2:
+            params["n_features"] = pick_n_features(rng)
+    elif shape == "sparse":
+        table = tables.sparse(pick_largest_index(rng))
+        params["features"] = {"indices": "idx", "values": "val"}
+        params["index_base"] = rng.choice([0, 1])
+        if rng.random() < 0.7:
+            params["n_features"] = pick_n_features(rng)
+    else:
+        k = rng.choice([2, 3, 10, 100, 1000, 3000, 70000])
+        table = tables.softmax(k)
+        sparse = rng.random() < 0.5
+        # Training K >= 5000 classes on K rows of small features would run for minutes (K x rows x
+        # (features + exp)): such trainings ask for a dimension that makes the model far too big.
+        trains = for_op in ("train", "explain_analyze")
+        if k > 3000 and trains:
+            sparse = True
+            params["n_features"] = rng.choice(BIG_DIMS + [rng.randint(2**20, 2**31 - 1)])
+        elif sparse and rng.random() < 0.5:
+            params["n_features"] = pick_n_features(rng)
+            if k > 100 and trains and params["n_features"] < 2**20:
+                params["n_features"] = rng.choice(BIG_DIMS)
+        if sparse:
+            params["features"] = {"indices": "idx", "values": "val"}
+            params["index_base"] = rng.choice([0, 1])
+    if label != "label":
+        params["label"] = label
+    if rng.random() < 0.5:
+        params["batch_size"] = rng.choice([1, 2, 64, 1000, 1_000_000])
+    if rng.random() < 0.5:
+        params["buffer_size"] = pick_buffer_size(rng)
+    if rng.random() < 0.4:
+        params["block_size"] = pick_block_size(rng)
+    if rng.random() < 0.5:
+        params["double_buffer"] = rng.random() < 0.5
+    if rng.random() < 0.25:
+        params["normalize"] = rng.random() < 0.7
+    if rng.random() < 0.2 and model != "linear":
+        params["class_weight"] = "balanced"
+    if rng.random() < 0.2:
+        params["l2"] = rng.choice([1e-4, 0.1])
+    return table, model, params
+
+
+def dense_arg(rng, n_features):
+    choices = [0, 1, 3, 4, 1000, 10**6, 10**7, rng.randint(0, 10**7)]
+    if n_features is not None and n_features <= 10**7:
+        choices += [n_features, n_features, n_features + 1]
+    return rng.choice(choices)
+
+
+def sparse_arg(rng):
+    indices = rng.choice([[], [0], [1], [0, 2147483647], [1, 2147483646], [2147483646], [2147483647],
+                          [1, 2, 2147483646, 2147483647], [-1], [5, 3], [0, 1, 2, 3]])
+    values = [1.0] * len(indices)
+    if rng.random() < 0.1:
+        values = values + [1.0]
+    return indices, values
+
+
+class Fuzz:
+    def __init__(self, cluster, tables, rng):
+        self.cluster = cluster
+        self.tables = tables
+        self.rng = rng
+        self.models = []  # dicts: id, n_features, n_outputs, table, params
+        self.huge_coefficients = 0
+
+    def remember(self, conn, model_id, table, params):
+        row = conn.execute("SELECT n_features, n_outputs FROM corgipile.models WHERE id = %s", (model_id,)).fetchone()
+        assert row is not None, f"model {model_id} returned but not visible to its owner"
+        self.models.append({"id": model_id, "n_features": row[0], "n_outputs": row[1], "table": table,
+                            "params": params})
+
+    def pick_model(self):
+        if not self.models or self.rng.random() < 0.05:
+            return {"id": self.rng.choice([-1, 0, 2**62]), "n_features": None, "n_outputs": 1, "table": None,
+                    "params": {}}
+        return self.rng.choice(self.models)
+
+    def next_case(self):
+        """(description, sql, args, on_success) of the next random case."""
+        rng = self.rng
+        op = rng.choices(["train", "explain", "explain_analyze", "trace", "evaluate", "predict", "coefficients"],
+                         [34, 6, 8, 6, 10, 28, 8])[0]
+        if op in ("evaluate", "predict", "coefficients") and not self.models:
+            op = "train"
+        if op == "train":
+            table, model, params = random_training(rng, self.tables, op)
+            return ({"op": op, "table": table, "model": model, "params": params},
+                    "SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb(params)),
+                    lambda conn, rows: self.remember(conn, rows[0][0], table, params))
+        if op in ("explain", "explain_analyze"):
+            table, model, params = random_training(rng, self.tables, op)
+            analyze = op == "explain_analyze"
+            fmt = rng.choice(["text", "text", "json"])
+            return ({"op": op, "table": table, "model": model, "params": params, "format": fmt},
+                    "SELECT count(*) FROM corgipile_explain(%s, %s, %s, %s, %s)",
+                    (table, model, Jsonb(params), analyze, fmt), None)
+        if op == "trace":
+            table, _, params = random_training(rng, self.tables, op)
+            if params.get("label") == "tlabel":
+                params["label"] = "label"
+            return ({"op": op, "table": table, "params": params},
+                    "SELECT count(*) FROM corgipile_trace(%s, %s)", (table, Jsonb(params)), None)
+        m = self.pick_model()
+        if op == "evaluate":
+            table = m["table"] if m["table"] and rng.random() < 0.7 else \
+                rng.choice([self.tables.dense(), self.tables.softmax(rng.choice([2, 10, 1000])),
+                            self.tables.sparse(pick_largest_index(rng))])
+            params = {}
+            if rng.random() < 0.5:
+                params["buffer_size"] = pick_buffer_size(rng)
+            if rng.random() < 0.4:
+                params["block_size"] = pick_block_size(rng)
+            if m["params"].get("label") and rng.random() < 0.8:
+                params["label"] = m["params"]["label"]
+            return ({"op": op, "model": m["id"], "table": table, "params": params},
+                    "SELECT corgipile_evaluate(%s::bigint, %s, %s)", (m["id"], table, Jsonb(params)), None)
+        if op == "coefficients":
+            weights = (m["n_features"] or 0) * (m["n_outputs"] or 1)
+            if weights > 2**24:
+                if self.huge_coefficients >= HUGE_COEFFICIENT_CALLS:
+                    small = [x for x in self.models if x["n_features"] * x["n_outputs"] <= 2**24]
+                    m = rng.choice(small) if small else {"id": -1}
+                else:
+                    self.huge_coefficients += 1
+            return ({"op": op, "model": m["id"]},
+                    "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)", (m["id"],), None)
+        # predict family
+        fn = rng.choice(["corgipile_predict", "corgipile_predict_class", "corgipile_predict_proba",
+                         "corgipile_decision_function"])
+        wrap = "cardinality({})" if fn == "corgipile_predict_proba" else "{}"
+        if rng.random() < 0.6:
+            n = dense_arg(rng, m["n_features"])
+            value = rng.choice(["0.5", "0.5", "1e300", "-3"])
+            call = wrap.format(f"{fn}(%s::bigint, array_fill({value}::float8, ARRAY[%s::int4]))")
+            return ({"op": fn, "model": m["id"], "dense_length": n, "value": value},
+                    f"SELECT {call}", (m["id"], n), None)
+        indices, values = sparse_arg(rng)
+        call = wrap.format(f"{fn}(%s::bigint, %s::int4[], %s::float8[])")
+        return ({"op": fn, "model": m["id"], "indices": indices, "values": values},
+                f"SELECT {call}", (m["id"], indices, values), None)
+
+
+def test_server_never_restarts(cluster):
+    rng = random.Random(SEED)
+    tables = Tables(cluster)
+    fuzz = Fuzz(cluster, tables, rng)
+    watchdog = Watchdog(cluster)
+    conn = fz_connect(cluster)
+    internal, restarts, lost, bad_limits = [], [], [], []
+    by_state = {}  # sqlstate -> [count, first message]
+    stats = {"cases": 0, "ok": 0, "errors": 0, "timeouts": 0}
+    slowest = []
+    started = time.monotonic()
+    try:
+        for case in range(CASES):
+            if time.monotonic() - started > TIME_BUDGET:
+                print(f"hardening fuzz: time budget reached after {case} cases")
+                break
+            desc, sql, args, on_success = fuzz.next_case()
+            label = f"case {case}: {json.dumps(desc)}"
+            stats["cases"] += 1
+            t0 = time.monotonic()
+            try:
+                rows = conn.execute(sql, args).fetchall()
+                stats["ok"] += 1
+                if on_success:
+                    on_success(conn, rows)
+            except psycopg.Error as e:
+                if conn.broken or conn.closed or e.sqlstate is None:
+                    lost.append(f"{label}: {e!r}")
+                else:
+                    stats["errors"] += 1
+                    state = e.sqlstate
+                    entry = by_state.setdefault(state, [0, error_text(e)[:160]])
+                    entry[0] += 1
+                    if isinstance(e, E.QueryCanceled):
+                        stats["timeouts"] += 1
+                    if state.startswith("XX"):
+                        internal.append(f"{label}: {state} {error_text(e)[:300]}")
+                    problem = limit_problem(e)
+                    if problem:
+                        bad_limits.append(f"{label}: {problem}: {state} {error_text(e)[:300]}")
+            elapsed = time.monotonic() - t0
+            slowest.append((elapsed, case, desc["op"]))
+            problem = watchdog.check()
+            if problem:
+                restarts.append(f"{label}: {problem}")
+                watchdog.recover()
+            if problem or conn.broken or conn.closed:
+                try:
+                    conn.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                conn = fz_connect(cluster)
+            else:
+                assert conn.execute("SELECT 1").fetchone()[0] == 1, f"{label}: session unusable"
+    finally:
+        conn.close()
+        watchdog.close()
+    elapsed = time.monotonic() - started
+    slowest.sort(reverse=True)
+    print(f"\nhardening fuzz: {stats['cases']} cases in {elapsed:.1f} s: {stats['ok']} succeeded, "
+          f"{stats['errors']} clean errors ({stats['timeouts']} statement timeouts), {len(fuzz.models)} models")
+    for state, (count, message) in sorted(by_state.items()):
+        print(f"  {state} x{count}: {message}")
+    print("  slowest cases: " + ", ".join(f"#{c} {op} {t:.1f}s" for t, c, op in slowest[:6]))
+    failures = []
+    if restarts:
+        failures.append("SERVER RESTARTED:\n  " + "\n  ".join(restarts))
+    if lost:
+        failures.append("connection lost:\n  " + "\n  ".join(lost))
+    if internal:
+        failures.append("internal errors (SQLSTATE XX000):\n  " + "\n  ".join(internal))
+    if bad_limits:
+        failures.append("memory-limit errors of the wrong shape:\n  " + "\n  ".join(bad_limits))
+    if failures:
+        pytest.fail("\n".join(failures) + "\n--- server log (tail) ---\n" + cluster.tail(60), pytrace=False)
+    assert stats["cases"] >= 60, "too few cases ran within the time budget"
+    assert stats["ok"] >= 15 and stats["errors"] >= 15, f"fuzz distribution degenerate: {stats}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Deterministic cases
+# ---------------------------------------------------------------------------------------------
+
+def expect_memory_limit(conn, sql, args, setting):
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(sql, args).fetchall()
+    e = info.value
+    assert not conn.broken, f"connection lost: {e!r}"
+    assert e.sqlstate in ("54000", "53200"), f"{e.sqlstate}: {error_text(e)}"
+    if e.sqlstate == "54000":
+        assert setting in error_text(e), error_text(e)
+    return e
+
+
+def test_oversized_models_and_buffers_are_refused(cluster):
+    tables = Tables(cluster)
+    watchdog = Watchdog(cluster)
+    try:
+        with fz_connect(cluster) as c:
+            sp = tables.sparse(2**31 - 2)
+            sparse = {"indices": "idx", "values": "val"}
+            # 2^31-1 features x 8 bytes = 16 GB of weights.
+            expect_memory_limit(c, "SELECT corgipile_train(%s, 'svm', %s)",
+                                (sp, Jsonb({"features": sparse, "n_features": 2**31 - 1, "verbose": False,
+                                            "epochs": 1})), "corgipile.max_model_memory")
+            assert c.execute("SELECT 1").fetchone()[0] == 1
+            # Inferred from the data: largest index 2147483646, base 0 -> 2^31-1 features.
+            expect_memory_limit(c, "SELECT corgipile_train(%s, 'logistic', %s)",
+                                (sp, Jsonb({"features": sparse, "index_base": 0, "verbose": False, "epochs": 1})),
+                                "corgipile.max_model_memory")
+            # 70,000 classes x 2^20 features x 8 bytes = 587 GB.
+            sm = tables.softmax(70000)
+            expect_memory_limit(c, "SELECT corgipile_train(%s, 'softmax', %s)",
+                                (sm, Jsonb({"features": sparse, "n_features": 2**20, "verbose": False, "epochs": 1})),
+                                "corgipile.max_model_memory")
+            # A terabyte of buffer.
+            expect_memory_limit(c, "SELECT corgipile_train(%s, 'svm', %s)",
+                                (tables.dense(), Jsonb({"buffer_size": "1TB", "verbose": False, "epochs": 1})),
+                                "corgipile.max_buffer_memory")
+            assert c.execute("SELECT 1").fetchone()[0] == 1
+        problem = watchdog.check()
+        assert problem is None, problem
+    finally:
+        watchdog.close()
+
+
+def catalog_sized(cluster, table_sql, model, params, predict_calls):
+    """Train a big model with corgipile.max_model_memory raised to 2GB, then RESET the setting and use it."""
+    watchdog = Watchdog(cluster)
+    outcomes = []
+    try:
+        with cluster.connect() as c:
+            c.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+            c.execute(table_sql)
+            c.execute("LOAD '$libdir/corgipile'")
+            assert c.execute("SELECT current_setting('corgipile.max_model_memory', true)").fetchone()[0], \
+                "the setting corgipile.max_model_memory does not exist"
+            c.execute("SET corgipile.max_model_memory = '2GB'")
+            t0 = time.monotonic()
+            model_id = c.execute("SELECT corgipile_train(%s, %s, %s)",
+                                 (params.pop("table"), model, Jsonb(params))).fetchone()[0]
+            outcomes.append(f"train: model {model_id} in {time.monotonic() - t0:.1f} s")
+            n_features, n_outputs, size = c.execute(
+                "SELECT n_features, n_outputs, pg_column_size(weights) FROM corgipile.models WHERE id = %s",
+                (model_id,)).fetchone()
+            outcomes.append(f"n_features {n_features} x n_outputs {n_outputs}, weights stored in {size} bytes")
+            c.execute("RESET corgipile.max_model_memory")
+            assert watchdog.check() is None
+            for what, sql, args in predict_calls(model_id):
+                t0 = time.monotonic()
+                try:
+                    row = c.execute(sql, args).fetchone()
+                    outcomes.append(f"{what}: {str(row[0])[:60]} ({time.monotonic() - t0:.1f} s)")
+                except psycopg.Error as e:
+                    assert not c.broken, f"{what}: connection lost: {e!r}\n{cluster.tail()}"
+                    assert not (e.sqlstate or "XX").startswith("XX"), f"{what}: internal error {e.sqlstate}: {e}"
+                    problem = limit_problem(e)
+                    assert problem is None, f"{what}: {problem}: {error_text(e)}"
+                    outcomes.append(f"{what}: ERROR {e.sqlstate} {error_text(e)[:120]} ({time.monotonic() - t0:.1f} s)")
+                problem = watchdog.check()
+                assert problem is None, f"{what}: {problem}\n{cluster.tail()}"
+                assert c.execute("SELECT 1").fetchone()[0] == 1
+            c.execute("SELECT corgipile_drop_model(%s::bigint)", (model_id,))
+    finally:
+        print("\n  " + "\n  ".join(outcomes))
+        watchdog.close()
+
+
+def test_catalog_sized_sparse_model_survives_reset(cluster):
+    """A sparse svm of 20,000,000 features (160 MB of weights), trained under a raised limit."""
+    n = 20_000_000
+    catalog_sized(
+        cluster,
+        f"""CREATE TABLE big_sparse AS SELECT i,
+                   ARRAY[1 + i % 5, 1000 + i % 7, {n} - i % 3]::int4[] AS idx,
+                   ARRAY[random(), random(), random() + (i % 2)] AS val, i % 2 AS label
+            FROM generate_series(1, 2000) i""",
+        "svm",
+        {"table": "big_sparse", "features": {"indices": "idx", "values": "val"}, "n_features": n,
+         "epochs": 2, "verbose": False, "seed": 1},
+        lambda m: [
+            ("predict sparse", "SELECT corgipile_predict(%s::bigint, ARRAY[1, 20000000]::int4[], ARRAY[1.0, 2.0])", (m,)),
+            ("predict dense", "SELECT corgipile_predict(%s::bigint, array_fill(0.5::float8, ARRAY[20000000]))", (m,)),
+            ("decision_function", "SELECT corgipile_decision_function(%s::bigint, ARRAY[3]::int4[], ARRAY[1.0])", (m,)),
+            ("evaluate", "SELECT corgipile_evaluate(%s::bigint, 'big_sparse')", (m,)),
+            ("coefficients", "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)", (m,)),
+        ],
+    )
+
+
+def test_catalog_sized_softmax_survives_reset(cluster):
+    """A softmax of 4,000 classes x 4,000 features (128 MB of weights; one non-zero per row keeps it quick)."""
+    k = 4000
+    catalog_sized(
+        cluster,
+        f"""CREATE TABLE big_softmax AS SELECT i, ARRAY[1 + i % {k}]::int4[] AS idx, ARRAY[1.0::float8] AS val,
+                   i % {k} AS label FROM generate_series(0, {k - 1}) i""",
+        "softmax",
+        {"table": "big_softmax", "features": {"indices": "idx", "values": "val"}, "n_features": k,
+         "epochs": 1, "verbose": False, "seed": 1},
+        lambda m: [
+            ("predict dense", "SELECT corgipile_predict(%s::bigint, array_fill(0.5::float8, ARRAY[4000]))", (m,)),
+            ("predict_proba", "SELECT cardinality(corgipile_predict_proba(%s::bigint, ARRAY[7]::int4[], ARRAY[1.0]))", (m,)),
+            ("evaluate", "SELECT corgipile_evaluate(%s::bigint, 'big_softmax') - 'per_class'", (m,)),
+            ("coefficients", "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)", (m,)),
+        ],
+    )
