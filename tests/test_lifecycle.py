@@ -91,7 +91,7 @@ def test_model_name_that_is_not_utf8_is_an_error(dsn, conn):
         conn.execute("DROP DATABASE corgipile_ascii")
 
 
-def test_concurrent_trainings_of_one_name_get_distinct_versions(pts, dsn, conn):
+def test_concurrent_trainings_of_one_name_never_clash(pts, dsn, conn):
     conn.execute("SELECT corgipile_drop_model('race') FROM corgipile.model_summary WHERE name = 'race' LIMIT 1")
     ids, errors = [], []
 
@@ -107,9 +107,15 @@ def test_concurrent_trainings_of_one_name_get_distinct_versions(pts, dsn, conn):
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    # A training that finds the name being trained fails at once (55P03), before any work,
+    # instead of clashing or waiting after its training; the others get distinct versions.
+    assert all(isinstance(e, psycopg.errors.LockNotAvailable) for e in errors), errors
+    assert len(ids) + len(errors) == 4 and ids
     versions = conn.execute("SELECT version FROM corgipile.model_summary WHERE name = 'race' ORDER BY version").fetchall()
-    assert versions == [(1,), (2,), (3,), (4,)]
+    assert versions == [(v,) for v in range(1, len(ids) + 1)]
+    # Once nobody holds the name, the next training gets the next version.
+    train(conn, pts, "svm", {"name": "race", "epochs": 1})
+    assert scalar(conn, "SELECT max(version) FROM corgipile.model_summary WHERE name = 'race'") == len(ids) + 1
 
 
 def test_names_belong_to_their_role(pts, dsn, conn):

@@ -8,6 +8,7 @@ import pytest
 from conftest import scalar
 
 OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
+CURRENT = "0.3.0"
 
 # Columns corgipile.models had in 0.1.0: what a 0.1.0 training wrote.
 COLUMNS_0_1_0 = ["model_type", "relation", "label_column", "features", "n_features", "n_outputs", "label_mapping",
@@ -101,7 +102,7 @@ def test_update_keeps_old_models_and_matches_a_fresh_install(databases, conn):
         assert "ALTER EXTENSION corgipile UPDATE" in e.value.diag.message_hint
 
         old.execute("ALTER EXTENSION corgipile UPDATE")
-        assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == "0.2.0"
+        assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == CURRENT
         assert old.execute(old_pred, (old_ids[0], old_ids[1])).fetchall() == expected
         summary = old.execute("SELECT id, name, version, deployed FROM corgipile.model_summary ORDER BY id").fetchall()
         assert summary == [(old_ids[0], None, None, False), (old_ids[1], None, None, False)]
@@ -115,7 +116,28 @@ def test_update_keeps_old_models_and_matches_a_fresh_install(databases, conn):
     with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:
         fresh.execute("CREATE EXTENSION corgipile")
         installed = schema_description(fresh)
-    assert all(installed.values()), "every part of the description has rows"
+    # Every part has rows (no column privileges remain since 0.3.0: PUBLIC only reads).
+    assert all(rows for part, rows in installed.items() if part != "column_acl")
+    assert installed["column_acl"] == []
     assert len(installed["functions"]) > 20 and ("corgipile_deploy",) in {(f[0],) for f in installed["functions"]}
+    for part in installed:
+        assert upgraded[part] == installed[part], part
+
+
+def test_update_from_0_2_0_matches_a_fresh_install(databases):
+    """0.2.0 -> current: the catalog's privileges change (writes only through corgipile's
+    functions); an updated database must grant exactly what a fresh one grants."""
+    recreate(OLD)
+    with psycopg.connect(dbname=OLD, autocommit=True) as old:
+        old.execute("CREATE EXTENSION corgipile VERSION '0.2.0'")
+        assert scalar(old, "SELECT has_table_privilege('public', 'corgipile.models', 'INSERT')")
+        old.execute("ALTER EXTENSION corgipile UPDATE")
+        assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == CURRENT
+        assert not scalar(old, "SELECT has_table_privilege('public', 'corgipile.models', 'INSERT')")
+        upgraded = schema_description(old)
+    recreate(FRESH)
+    with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:
+        fresh.execute("CREATE EXTENSION corgipile")
+        installed = schema_description(fresh)
     for part in installed:
         assert upgraded[part] == installed[part], part
