@@ -186,6 +186,22 @@ fn bad_predicate(code: PgSqlErrorCode, message: &str) -> ! {
     )
 }
 
+/// Runs the parser on the predicate; its ERROR (syntax, aggregate in WHERE, unknown column...)
+/// is re-raised at once, with its SQLSTATE, saying that it is about the validation predicate.
+fn naming_the_predicate<R>(f: impl FnOnce() -> R) -> R {
+    use pgrx::pg_sys::panic::CaughtError;
+    pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(f))
+        .catch_others(|e| match e {
+            CaughtError::PostgresError(report) => raise(
+                report.sql_error_code(),
+                format!("invalid validation predicate: {}", report.message()),
+                report.hint().map(str::to_owned),
+            ),
+            other => other.rethrow(),
+        })
+        .execute()
+}
+
 /// The validation predicate as the parser sees it: exactly one boolean expression over the
 /// relation's columns (parsed and analysed like a WHERE clause on the relation alone, never
 /// pasted into SQL as written), deparsed back into SQL text by PostgreSQL itself.
@@ -197,7 +213,7 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     let sql = CString::new(format!("SELECT {predicate}"))
         .unwrap_or_else(|_| bad_predicate(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "it contains a NUL byte"));
     // A syntax error raises here, with its position in "SELECT <predicate>".
-    let statements = PgList::<pg_sys::RawStmt>::from_pg(pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT));
+    let statements = PgList::<pg_sys::RawStmt>::from_pg(naming_the_predicate(|| pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT)));
     fn not_one() -> ! {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it must be one expression, without clauses such as FROM, ORDER BY or LIMIT and without a \";\"")
     }
@@ -240,9 +256,12 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
     let item = pg_sys::addRangeTableEntryForRelation(pstate, rel, pg_sys::AccessShareLock as i32, std::ptr::null_mut(), false, true);
     pg_sys::addNSItemToQuery(pstate, item, true, true, true);
-    let expr = pg_sys::transformExpr(pstate, target.val, pg_sys::ParseExprKind::EXPR_KIND_WHERE);
-    let expr = pg_sys::coerce_to_boolean(pstate, expr, c"validation predicate".as_ptr());
-    pg_sys::assign_expr_collations(pstate, expr);
+    let expr = naming_the_predicate(|| {
+        let expr = pg_sys::transformExpr(pstate, target.val, pg_sys::ParseExprKind::EXPR_KIND_WHERE);
+        let expr = pg_sys::coerce_to_boolean(pstate, expr, c"validation predicate".as_ptr());
+        pg_sys::assign_expr_collations(pstate, expr);
+        expr
+    });
     pg_sys::table_close(rel, pg_sys::NoLock as i32);
     if (*pstate).p_hasSubLinks {
         bad_predicate(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, "subqueries are not allowed");

@@ -10,6 +10,7 @@ restart is not. A restart is detected by an idle sentinel connection, pg_postmas
 and the server log."""
 
 import json
+import math
 import os
 import random
 import re
@@ -292,14 +293,19 @@ class Tables:
 BIG_DIMS = [2**20, 2**26, 2**28, 2**30, 2**31 - 1]
 
 
+def log_uniform(rng, lo, hi):
+    """An integer in [lo, hi], uniform in log scale: every octave (around the limits too) is drawn."""
+    return min(hi, max(lo, int(2 ** rng.uniform(math.log2(lo), math.log2(hi + 1)))))
+
+
 def pick_n_features(rng):
     v = rng.choice([1] + BIG_DIMS + ["random"])
-    return rng.randint(1, 2**31 - 1) if v == "random" else v
+    return log_uniform(rng, 1, 2**31 - 1) if v == "random" else v
 
 
 def pick_largest_index(rng):
     v = rng.choice([10, 1000, 2**20, 2**26, 2**28, 2**30, 2**31 - 2, 2**31 - 1, "random"])
-    return rng.randint(10, 2**31 - 1) if v == "random" else v
+    return log_uniform(rng, 10, 2**31 - 1) if v == "random" else v
 
 
 def pick_buffer_size(rng):
@@ -337,7 +343,7 @@ def random_training(rng, tables, for_op):
         trains = for_op in ("train", "explain_analyze")
         if k > 3000 and trains:
             sparse = True
-            params["n_features"] = rng.choice(BIG_DIMS + [rng.randint(2**20, 2**31 - 1)])
+            params["n_features"] = rng.choice(BIG_DIMS + [log_uniform(rng, 2**20, 2**31 - 1)])
         elif sparse and rng.random() < 0.5:
             params["n_features"] = pick_n_features(rng)
             if k > 100 and trains and params["n_features"] < 2**20:
@@ -528,6 +534,9 @@ def test_server_never_restarts(cluster):
           f"{stats['errors']} clean errors ({stats['timeouts']} statement timeouts), {len(fuzz.models)} models")
     for state, (count, message) in sorted(by_state.items()):
         print(f"  {state} x{count}: {message}")
+    if fuzz.models:
+        big = max(fuzz.models, key=lambda m: m["n_features"] * m["n_outputs"])
+        print(f"  largest model trained: {big['n_features']} features x {big['n_outputs']} outputs")
     print("  slowest cases: " + ", ".join(f"#{c} {op} {t:.1f}s" for t, c, op in slowest[:6]))
     failures = []
     if restarts:
@@ -548,43 +557,63 @@ def test_server_never_restarts(cluster):
 # Deterministic cases
 # ---------------------------------------------------------------------------------------------
 
-def expect_memory_limit(conn, sql, args, setting):
+def expect_memory_limit(conn, sql, args, setting=None):
+    """The call fails with a clean limit error: 54000 (naming `setting` when given) or 53200."""
     with pytest.raises(psycopg.Error) as info:
         conn.execute(sql, args).fetchall()
     e = info.value
     assert not conn.broken, f"connection lost: {e!r}"
     assert e.sqlstate in ("54000", "53200"), f"{e.sqlstate}: {error_text(e)}"
-    if e.sqlstate == "54000":
+    if e.sqlstate == "54000" and setting:
         assert setting in error_text(e), error_text(e)
+    assert conn.execute("SELECT 1").fetchone()[0] == 1
     return e
 
 
 def test_oversized_models_and_buffers_are_refused(cluster):
     tables = Tables(cluster)
     watchdog = Watchdog(cluster)
+    sparse = {"indices": "idx", "values": "val"}
+    train = "SELECT corgipile_train(%s, %s, %s)"
     try:
         with fz_connect(cluster) as c:
             sp = tables.sparse(2**31 - 2)
-            sparse = {"indices": "idx", "values": "val"}
-            # 2^31-1 features x 8 bytes = 16 GB of weights.
-            expect_memory_limit(c, "SELECT corgipile_train(%s, 'svm', %s)",
-                                (sp, Jsonb({"features": sparse, "n_features": 2**31 - 1, "verbose": False,
-                                            "epochs": 1})), "corgipile.max_model_memory")
-            assert c.execute("SELECT 1").fetchone()[0] == 1
-            # Inferred from the data: largest index 2147483646, base 0 -> 2^31-1 features.
-            expect_memory_limit(c, "SELECT corgipile_train(%s, 'logistic', %s)",
-                                (sp, Jsonb({"features": sparse, "index_base": 0, "verbose": False, "epochs": 1})),
+            # 2^31-1 features: 16 GB of weights, more than a float8[] in the catalog can hold (a
+            # size limit of its own; it need not name a setting).
+            expect_memory_limit(c, train, (sp, "svm", Jsonb({"features": sparse, "n_features": 2**31 - 1,
+                                                              "verbose": False, "epochs": 1})))
+            # The same size inferred from the data: largest index 2147483646 in base 0.
+            expect_memory_limit(c, train, (sp, "logistic", Jsonb({"features": sparse, "index_base": 0,
+                                                                   "verbose": False, "epochs": 1})))
+            # 10^8 features: storable (< 2^27 weights) but far above the 512MB default of max_model_memory.
+            expect_memory_limit(c, train, (sp, "svm", Jsonb({"features": sparse, "n_features": 100_000_000,
+                                                              "verbose": False, "epochs": 1})),
                                 "corgipile.max_model_memory")
-            # 70,000 classes x 2^20 features x 8 bytes = 587 GB.
-            sm = tables.softmax(70000)
-            expect_memory_limit(c, "SELECT corgipile_train(%s, 'softmax', %s)",
-                                (sm, Jsonb({"features": sparse, "n_features": 2**20, "verbose": False, "epochs": 1})),
+            # ... inferred from the data.
+            expect_memory_limit(c, train, (tables.sparse(100_000_000), "svm",
+                                           Jsonb({"features": sparse, "verbose": False, "epochs": 1})),
                                 "corgipile.max_model_memory")
+            # 70,000 classes x 1,000 features = 7 x 10^7 weights (560 MB of weights alone).
+            expect_memory_limit(c, train, (tables.softmax(70000), "softmax",
+                                           Jsonb({"features": sparse, "n_features": 1000, "verbose": False,
+                                                  "epochs": 1})),
+                                "corgipile.max_model_memory")
+            # 70,000 classes x 2^20 features: beyond the catalog.
+            expect_memory_limit(c, train, (tables.softmax(70000), "softmax",
+                                           Jsonb({"features": sparse, "n_features": 2**20, "verbose": False,
+                                                  "epochs": 1})))
             # A terabyte of buffer.
-            expect_memory_limit(c, "SELECT corgipile_train(%s, 'svm', %s)",
-                                (tables.dense(), Jsonb({"buffer_size": "1TB", "verbose": False, "epochs": 1})),
+            expect_memory_limit(c, train, (tables.dense(), "svm",
+                                           Jsonb({"buffer_size": "1TB", "verbose": False, "epochs": 1})),
                                 "corgipile.max_buffer_memory")
-            assert c.execute("SELECT 1").fetchone()[0] == 1
+            # 2^31-1 tuples of buffer on a 300-row table: a buffer larger than the table may hold just
+            # the table (a model) or be refused as too big (a limit error); anything else is wrong.
+            try:
+                c.execute(train, (tables.dense(), "svm", Jsonb({"buffer_size": 2**31 - 1, "verbose": False,
+                                                                "epochs": 1})))
+            except psycopg.Error as e:
+                assert not c.broken and e.sqlstate in ("54000", "53200"), f"{e.sqlstate}: {error_text(e)}"
+                assert limit_problem(e) is None, error_text(e)
         problem = watchdog.check()
         assert problem is None, problem
     finally:
