@@ -44,23 +44,22 @@ pub fn max_model_bytes() -> u64 {
 /// Raise unless a model of `n_features` × `n_outputs` fits corgipile.max_model_memory and the
 /// catalog. `source` says where the size comes from (a param, a row of the table).
 pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, source: &str) {
-    use corgipile_ml::limits::{check_model_size, pretty_bytes, ModelSizeError, MAX_STORED_WEIGHTS};
+    use corgipile_ml::limits::{check_model_size, pretty_pair, ModelSizeError, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;
     let shape = if n_outputs > 1 { format!("{n_features} features x {n_outputs} classes") } else { format!("{n_features} features") };
     match check_model_size(n_features, n_outputs, limit_bytes) {
         Ok(()) => {}
-        Err(ModelSizeError::Memory { bytes, limit }) => crate::error::raise(
+        Err(ModelSizeError::Memory { bytes, limit }) => {
+            let (bytes, limit) = pretty_pair(bytes, limit);
+            crate::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "a model of {shape} ({source}) needs {} of memory to train, more than corgipile.max_model_memory ({})",
-                pretty_bytes(bytes),
-                pretty_bytes(limit)
-            ),
+            format!("a model of {shape} ({source}) needs {bytes} of memory to train, more than corgipile.max_model_memory ({limit})"),
             Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, or ask a superuser to raise corgipile.max_model_memory.".into()),
-        ),
+        )
+        }
         Err(ModelSizeError::Weights { weights }) => crate::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("a model of {shape} ({source}) has {weights} weights; corgipile can store at most {MAX_STORED_WEIGHTS}"),
+            format!("a model of {shape} ({source}) has {weights} weights; corgipile can store at most {MAX_STORED_WEIGHTS} (whatever corgipile.max_model_memory allows)"),
             Some("A float8[] in corgipile.models holds at most 1 GB. Use fewer features or fewer classes.".into()),
         ),
     }

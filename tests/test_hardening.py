@@ -767,12 +767,14 @@ def test_softmax_over_65536_classes_refused_in_first_pass(env, admin):
     admin.execute("""CREATE TABLE hard_sm_70k AS SELECT i AS id, i AS label,
                      ARRAY[random(), random()] AS features FROM generate_series(1, 70000) i""")
     before = model_count(admin)
-    admin.execute("SET statement_timeout = '15s'")
+    # 1000 epochs of ~65,000 classes would run for hours: an ERROR before the timeout means the
+    # class count was refused during the first pass (as soon as the 65537th class appeared;
+    # that pass trains as it reads, so it is not instant).
+    admin.execute("SET statement_timeout = '60s'")
     try:
-        e, elapsed = timed(train_error, admin, "hard_sm_70k", "softmax", {"epochs": 2, "seed": 1})
+        e, elapsed = timed(train_error, admin, "hard_sm_70k", "softmax", {"epochs": 1000, "seed": 1})
     finally:
         admin.execute("RESET statement_timeout")
     assert isinstance(e, E.ProgramLimitExceeded), describe(e)
     assert "65536" in (e.diag.message_primary or ""), describe(e)
-    assert elapsed < 5.0, f"refused after {elapsed:.2f} s"
     assert model_count(admin) == before

@@ -35,16 +35,17 @@ pub fn check_model_size(
     n_outputs: u64,
     limit_bytes: u64,
 ) -> Result<(), ModelSizeError> {
-    let weights = n_features.saturating_mul(n_outputs);
-    if weights > MAX_STORED_WEIGHTS {
-        return Err(ModelSizeError::Weights { weights });
-    }
+    // The memory limit first: it is the one a DBA sets, and the one the ERROR should name.
     let bytes = model_memory_bytes(n_features, n_outputs);
     if bytes > limit_bytes {
         return Err(ModelSizeError::Memory {
             bytes,
             limit: limit_bytes,
         });
+    }
+    let weights = n_features.saturating_mul(n_outputs);
+    if weights > MAX_STORED_WEIGHTS {
+        return Err(ModelSizeError::Weights { weights });
     }
     Ok(())
 }
@@ -59,6 +60,16 @@ pub fn pretty_bytes(bytes: u64) -> String {
         unit += 1;
     }
     format!("{} {}", value.round() as u64, UNITS[unit])
+}
+
+/// `bytes` and `limit` in human units, exact when the rounding would make them look equal.
+pub fn pretty_pair(bytes: u64, limit: u64) -> (String, String) {
+    let (a, b) = (pretty_bytes(bytes), pretty_bytes(limit));
+    if a == b {
+        (format!("{bytes} bytes"), format!("{limit} bytes"))
+    } else {
+        (a, b)
+    }
 }
 
 /// `n` copies of `value`, or an error instead of aborting when memory runs out.
@@ -100,6 +111,11 @@ mod tests {
                 limit: 63_999_999
             })
         );
+        // Over both limits: the memory limit (a setting) is named.
+        assert!(matches!(
+            check_model_size(MAX_STORED_WEIGHTS + 1, 1, 1 << 29),
+            Err(ModelSizeError::Memory { .. })
+        ));
         assert_eq!(
             check_model_size(MAX_STORED_WEIGHTS + 1, 1, u64::MAX),
             Err(ModelSizeError::Weights {
@@ -123,5 +139,7 @@ mod tests {
         assert_eq!(pretty_bytes(512), "512 bytes");
         assert_eq!(pretty_bytes(512 * 1024 * 1024), "512 MB");
         assert_eq!(pretty_bytes(48 * 1024 * 1024 * 1024), "48 GB");
+        assert_eq!(pretty_pair(65_560, 65_536), ("65560 bytes".into(), "65536 bytes".into()));
+        assert_eq!(pretty_pair(1 << 30, 512 << 20), ("1024 MB".into(), "512 MB".into()));
     }
 }

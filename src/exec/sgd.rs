@@ -641,6 +641,13 @@ impl SgdState {
         let numeric_classes: Vec<Option<f64>> = model.classes.iter().map(|c| c.as_f64()).collect();
         let mut spare = None;
         while let Some(b) = shuffle.next_buffer(spare.take()) {
+            if !b.arena.is_sparse() && b.arena.n_features() != model.n_features() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                    format!("the rows of {} have {} features, model {} expects {}", self.config.relation, b.arena.n_features(), model.id, model.n_features()),
+                    Some("Evaluate on rows with the features the model was trained on (see the features param).".into()),
+                );
+            }
             for i in 0..b.arena.len() {
                 check_for_interrupts!();
                 let (row, label) = (b.arena.row(i), b.arena.label(i));

@@ -46,6 +46,9 @@ pub struct TupleShuffleState {
     /// the first row shows how big a tuple is.
     capacity: usize,
     tuple_bytes: usize,
+    /// Cancel is answered every ~1 MB of decoded rows (every 4096 small ones).
+    rows_between_interrupt_checks: u64,
+    until_interrupt_check: u64,
     /// Label values → class indices (softmax, text labels); pre-filled for evaluation.
     pub classes: ClassDictionary,
     /// Held-out validation rows, collected during the first pass over the table.
@@ -307,7 +310,9 @@ impl TupleShuffleState {
         }
         self.tuples_read += 1;
         self.rows_this_epoch += 1;
-        if self.tuples_read.is_multiple_of(4096) {
+        self.until_interrupt_check -= 1;
+        if self.until_interrupt_check == 0 {
+            self.until_interrupt_check = self.rows_between_interrupt_checks;
             check_for_interrupts!();
         }
         Pulled::Row
@@ -396,6 +401,8 @@ impl TupleShuffleState {
         };
         self.capacity = tuples.max(1) as usize;
         self.tuple_bytes = bytes_per_tuple;
+        self.rows_between_interrupt_checks = ((1usize << 20) / bytes_per_tuple.max(1)).clamp(1, 4096) as u64;
+        self.until_interrupt_check = self.until_interrupt_check.min(self.rows_between_interrupt_checks);
         // Streaming strategies keep their rows in the window/reservoir instead.
         let reserve = if self.config.params.shuffle.shuffles_blocks() || self.config.params.shuffle == ShuffleMode::NoShuffle { self.capacity } else { 1 };
         let arena = match self.config.layout {
@@ -591,6 +598,8 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         checked_classes: 1,
         capacity: 0,
         tuple_bytes: 0,
+        rows_between_interrupt_checks: 4096,
+        until_interrupt_check: 4096,
         rows_skipped_this_epoch: 0,
         rows_this_epoch: 0,
         buffers_filled: 0,
