@@ -32,9 +32,22 @@ pub struct ClassDictionary {
     by_number: HashMap<u64, u32>,
     by_text: HashMap<Vec<u8>, u32>,
     pub classes: Vec<ClassValue>,
+    /// Evaluation: the model's classes only; a label outside them is `UNKNOWN_CLASS` and is
+    /// not stored (a table of a billion distinct labels must not grow the dictionary).
+    frozen: bool,
 }
 
+/// The index of a label that is not one of a frozen dictionary's classes.
+pub const UNKNOWN_CLASS: u32 = u32::MAX;
+
 impl ClassDictionary {
+    /// A dictionary of exactly a model's classes (evaluation).
+    pub fn frozen(classes: &[ClassValue]) -> Self {
+        let mut d = Self::with_classes(classes);
+        d.frozen = true;
+        d
+    }
+
     /// A dictionary that already knows a model's classes (for evaluation).
     pub fn with_classes(classes: &[ClassValue]) -> Self {
         let mut d = ClassDictionary::default();
@@ -50,6 +63,9 @@ impl ClassDictionary {
     /// Index of a numeric label (-0.0 and 0.0 are one class).
     pub fn index_of_number(&mut self, v: f64) -> u32 {
         let key = if v == 0.0 { 0.0f64.to_bits() } else { v.to_bits() };
+        if self.frozen {
+            return self.by_number.get(&key).copied().unwrap_or(UNKNOWN_CLASS);
+        }
         let next = self.classes.len() as u32;
         *self.by_number.entry(key).or_insert_with(|| {
             self.classes.push(ClassValue::Number(v));
@@ -61,6 +77,9 @@ impl ClassDictionary {
     pub fn index_of_text(&mut self, bytes: &[u8]) -> u32 {
         if let Some(&i) = self.by_text.get(bytes) {
             return i;
+        }
+        if self.frozen {
+            return UNKNOWN_CLASS;
         }
         let i = self.classes.len() as u32;
         self.by_text.insert(bytes.to_vec(), i);

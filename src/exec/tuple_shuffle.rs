@@ -4,10 +4,10 @@
 
 use super::block_shuffle::{self, BlockShuffleState};
 use super::{config_of, create_node, explain, init_child, install_state, methods, state_of};
-use crate::classes::ClassDictionary;
+use crate::classes::{ClassDictionary, UNKNOWN_CLASS};
 use crate::decode::{format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice};
 use crate::input::{FeatureLayout, LabelCoding};
-use crate::plan::Holdout;
+use crate::plan::{Holdout, Mode};
 use crate::error::raise;
 use crate::plan::PipelineConfig;
 use corgipile_ml::arena::{SparsePushError, TupleArena};
@@ -345,16 +345,32 @@ impl TupleShuffleState {
                 self.classes.index_of_text(text.as_bytes())
             }
         };
+        if class == UNKNOWN_CLASS {
+            return class as f64; // evaluation: a label the model does not know
+        }
+        // A binary classifier over text labels: a third class is an error now, before the
+        // dictionary grows with every distinct label of the table.
+        if self.config.model.is_binary() && class >= 2 && self.config.mode == Mode::Train {
+            let c = &self.classes.classes;
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "the label column has more than two distinct values (saw {}, {} and {})",
+                    c[0].to_text(), c[1].to_text(), c[class as usize].to_text()
+                ),
+                Some("svm and logistic are binary classifiers: the label must have exactly two distinct values (softmax handles more).".into()),
+            );
+        }
+        if class as usize >= MAX_CLASSES {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("the label column of {} has more than {MAX_CLASSES} distinct values (row at ctid {})", self.config.relation, format_tid(tid)),
+                Some(format!("softmax supports at most {MAX_CLASSES} classes.")),
+            );
+        }
         // Softmax has one output per class: check each new class before the trainer grows.
         if self.config.model == ModelKind::Softmax && class as usize >= self.checked_classes {
             let classes = class as usize + 1;
-            if classes > MAX_CLASSES {
-                raise(
-                    PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                    format!("the label column of {} has more than {MAX_CLASSES} distinct values (row at ctid {})", self.config.relation, format_tid(tid)),
-                    Some(format!("softmax supports at most {MAX_CLASSES} classes.")),
-                );
-            }
             self.check_model_size(self.checked_features, classes, tid);
             self.checked_classes = classes;
         }
@@ -578,7 +594,11 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         .clone()
         .filter(|c| (*child).instrument.is_null() && c.len() <= MAX_COLUMNS)
         .map(|attnos| DirectColumns { deform_to: attnos.iter().copied().max().unwrap_or(0) as i32, attnos });
-    let classes = ClassDictionary::with_classes(&config.known_classes);
+    let classes = if config.mode == Mode::Evaluate {
+        ClassDictionary::frozen(&config.known_classes)
+    } else {
+        ClassDictionary::with_classes(&config.known_classes)
+    };
     let state = TupleShuffleState {
         node: node.cast(),
         classes,
