@@ -277,6 +277,17 @@ def machine():
     return f"{nproc} CPUs ({model})"
 
 
+def installed_library(conn):
+    """(path, modification time) of the corgipile shared library the server loads."""
+    libdir = conn.execute("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'").fetchone()[0]
+    path = os.path.join(libdir, "corgipile.so")
+    try:
+        mtime = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.timezone.utc)
+        return path, mtime.strftime("%Y-%m-%d %H:%M:%S UTC")
+    except OSError:
+        return path, "(not readable from this client)"
+
+
 def git_head():
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return r.stdout.strip() or "unknown"
@@ -291,6 +302,7 @@ def main():
     rng = random.Random(args.seed)
     started = time.perf_counter()
     build_s = 0.0
+    head = git_head()  # at the start: the tree may move while the benchmark runs
 
     ensure_database()
     with connect() as killer:
@@ -306,6 +318,8 @@ def main():
             build_s += time.perf_counter() - t0
             print(f"table {case['table']}: {sizes[case['table']]} (ready in {time.perf_counter() - t0:.1f} s)", flush=True)
         pg_version = killer.execute("SHOW server_version").fetchone()[0]
+        ext_version = killer.execute("SELECT extversion FROM pg_extension WHERE extname = 'corgipile'").fetchone()[0]
+        library = installed_library(killer)
 
         session = Session()
         warnings = []
@@ -333,11 +347,16 @@ def main():
                     print(f"{label}: {'-' if latency is None else f'{latency:.3f} s'}", flush=True)
                 rows.append((case, f"statement_timeout {TIMEOUT_S:g} s", double_buffer, lat, args.repeat, ""))
         session.conn.close()
+        if installed_library(killer) != library:
+            # The sessions keep the library they loaded; the results are of the old one.
+            warn(warnings, f"the installed library changed during the run ({library[0]} was {library[1]}, "
+                           f"now {installed_library(killer)[1]}); the results are of the library installed at the start")
 
     elapsed = time.perf_counter() - started
     today = datetime.date.today().isoformat()
     lines = [
-        f"Cancel latency of a running `corgipile_train` ({today}, commit `{git_head()}`, {machine()}, "
+        f"Cancel latency of a running `corgipile_train` ({today}, commit `{head}` at the start of the run, "
+        f"corgipile {ext_version}, library `{library[0]}` installed {library[1]}, {machine()}, "
         f"PostgreSQL {pg_version}, database `{DBNAME}`).",
         "",
         "Each training runs `epochs: 1000, verbose: false, seed: 1` and the case's params in a thread. "

@@ -240,24 +240,31 @@ pub fn no_such_model(model_id: i64) -> ! {
     )
 }
 
-/// The id of the deployed version of a model name of the current role: the pinned version if
-/// one is pinned (corgipile_deploy), else the newest.
-pub fn resolve_name(name: &str) -> i64 {
-    // Read-only SPI: prediction by name runs in parallel workers too, where a read-write
-    // statement (which would assign a transaction id) is an ERROR.
+/// The first column of the first row of a query, if it returns a row. Read-only SPI: it runs
+/// in parallel workers too (prediction by name), where a read-write statement, which would
+/// assign a transaction id, is an ERROR.
+pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
+    sql: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>, pgrx::spi::Error> {
     Spi::connect(|client| {
-        let table = client.select(
-            "SELECT id FROM corgipile.models
-             WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
-             ORDER BY pinned DESC, version DESC LIMIT 1",
-            Some(1),
-            &[name.into()],
-        )?;
+        let table = client.select(sql, Some(1), args)?;
         if table.is_empty() {
             return Ok(None);
         }
-        table.first().get_one::<i64>()
+        table.first().get_one::<T>()
     })
+}
+
+/// The id of the deployed version of a model name of the current role: the pinned version if
+/// one is pinned (corgipile_deploy), else the newest.
+pub fn resolve_name(name: &str) -> i64 {
+    select_one::<i64>(
+        "SELECT id FROM corgipile.models
+         WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
+         ORDER BY pinned DESC, version DESC LIMIT 1",
+        &[name.into()],
+    )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{name}\": {e}"), None))
     .unwrap_or_else(|| {
         raise(
@@ -271,12 +278,7 @@ pub fn resolve_name(name: &str) -> i64 {
 /// Raise unless the extension's SQL objects in this database are the version of this library
 /// (after installing a new corgipile, each database needs ALTER EXTENSION corgipile UPDATE).
 pub fn check_schema_version() {
-    let installed = Spi::connect(|client| {
-        client
-            .select("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'corgipile'", Some(1), &[])?
-            .first()
-            .get_one::<String>()
-    })
+    let installed = select_one::<String>("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'corgipile'", &[])
     .ok()
     .flatten()
     .unwrap_or_default();

@@ -4,7 +4,7 @@
 //! each role's "churn" is its own, with versions 1, 2, ... The deployed version of a name is the
 //! one pinned by corgipile_deploy, else the newest.
 
-use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, no_such_model, resolve_name};
+use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, no_such_model, resolve_name, select_one};
 use crate::error::raise;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
@@ -24,18 +24,11 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
     resolve_name(model_name); // raises if the role has no model of this name
     let (_, role) = caller();
     if let Some(id) = model_id {
-        let name = Spi::connect(|client| {
-            let table = client.select(
-                "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
-                 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
-                Some(1),
-                &[id.into()],
-            )?;
-            if table.is_empty() {
-                return Ok(None);
-            }
-            table.first().get_one::<String>()
-        })
+        let name = select_one::<String>(
+            "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
+             AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
+            &[id.into()],
+        )
         .unwrap_or_else(|e| spi_failed("read the model", e))
         .unwrap_or_else(|| no_such_model(id));
         if name != model_name {

@@ -295,7 +295,7 @@ fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalized: b
         TrainError::OutOfMemory { bytes } => raise(
             PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
             format!("out of memory: the model could not grow by {bytes} bytes"),
-            Some("Train a smaller model (fewer features or classes), or ask a superuser to lower corgipile.max_model_memory so that such trainings are refused up front.".into()),
+            Some("Train a smaller model (fewer features or classes). The server could not allocate it although corgipile.max_model_memory allowed it: that setting may be too high for this server's memory.".into()),
         ),
         TrainError::Interrupted => raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "corgipile training was stopped", None),
     }

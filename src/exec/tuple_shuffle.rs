@@ -38,8 +38,9 @@ pub struct TupleShuffleState {
     exhausted: bool,
     /// Dense: the feature dimension, fixed by the first row. Sparse: unused.
     n_features: Option<usize>,
-    /// The model shape (features, classes) already checked against corgipile.max_model_memory:
-    /// a row that needs more is checked before the trainer or the statistics pass allocate.
+    /// Training: the model shape (features, classes) already checked against
+    /// corgipile.max_model_memory; a row that needs more is checked before the trainer or the
+    /// statistics pass allocate. (Other modes score or collect rows: no model grows.)
     checked_features: usize,
     checked_classes: usize,
     /// Tuples per buffer, and the estimated bytes per tuple they were sized with; known once
@@ -301,7 +302,7 @@ impl TupleShuffleState {
             (FeatureLayout::Sparse { .. }, Target::Train) => arena.as_ref().map_or(0, |a| a.n_features()),
             (FeatureLayout::Sparse { .. }, Target::Validation) => self.validation.as_ref().map_or(0, |a| a.n_features()),
         };
-        if dimension > self.checked_features {
+        if dimension > self.checked_features && self.config.mode == Mode::Train {
             self.check_model_size(dimension, self.checked_classes, tid);
             self.checked_features = dimension;
         }
@@ -369,7 +370,7 @@ impl TupleShuffleState {
             );
         }
         // Softmax has one output per class: check each new class before the trainer grows.
-        if self.config.model == ModelKind::Softmax && class as usize >= self.checked_classes {
+        if self.config.model == ModelKind::Softmax && class as usize >= self.checked_classes && self.config.mode == Mode::Train {
             let classes = class as usize + 1;
             self.check_model_size(self.checked_features, classes, tid);
             self.checked_classes = classes;
@@ -585,6 +586,11 @@ pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut p
 #[pg_guard]
 pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32) {
     let config = config_of(node);
+    // An n_features param sizes the model from the start (checked up front, see api.rs).
+    let declared_features = match config.layout {
+        FeatureLayout::Sparse { n_features: Some(n), .. } => n as usize,
+        _ => 0,
+    };
     let child = init_child(node, estate, eflags);
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
     let block: *const BlockShuffleState = state_of::<BlockShuffleState>(child.cast());
@@ -614,7 +620,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         epoch: 1,
         exhausted: false,
         n_features: None,
-        checked_features: 0,
+        checked_features: declared_features,
         checked_classes: 1,
         capacity: 0,
         tuple_bytes: 0,
