@@ -5,12 +5,13 @@ use crate::predict::{load_model_ref, ModelRef};
 use crate::classes::ClassValue;
 use crate::decode::ParamsArg;
 use crate::error::raise;
-use crate::exec::sgd::EvaluationReport;
+use crate::driver::{self, Pipeline};
 use crate::exec::explain;
-use crate::exec::tuple_shuffle::ShuffledBuffer;
+use crate::exec::sgd::{Collect, CollectedRows, Evaluate, SgdTask, Trace, Train};
 use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{self, check_relation, qualified_name, relation_name, FeatureColumns, Input};
-use crate::plan::{plan_pipeline, Holdout, Mode, Pipeline, PipelineConfig};
+use crate::pipeline::{Holdout, Mode, PipelineConfig};
+use crate::plan::plan_pipeline;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use pgrx::prelude::*;
@@ -22,6 +23,13 @@ struct Prepared {
     relid: pg_sys::Oid,
     config: PipelineConfig,
     input: Input,
+}
+
+impl Prepared {
+    /// Plans and runs the pipeline with `task`; its output.
+    unsafe fn run<T: SgdTask>(&self, task: T) -> T::Output {
+        driver::run(self.relid, &self.input.sql, &self.config, task)
+    }
 }
 
 fn parse_model(model: &str) -> ModelKind {
@@ -113,19 +121,6 @@ fn random_seed() -> u64 {
     h.finish() & (i64::MAX as u64)
 }
 
-/// Plan, start, run and end the pipeline; `before_run` may prime the SGD node's state.
-unsafe fn run_pipeline<R>(prepared: &Prepared, before_run: impl FnOnce(&mut crate::exec::sgd::SgdState), after_run: impl FnOnce(&mut crate::exec::sgd::SgdState) -> R) -> R {
-    // SAFETY: plan and run on the backend thread; on ERROR the transaction abort releases the
-    // executor's resources and the nodes' Rust state (dropped with the query memory context).
-    let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
-    let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, false, false);
-    before_run(pipeline.sgd_state());
-    pipeline.run();
-    let result = after_run(pipeline.sgd_state());
-    pipeline.finish();
-    result
-}
-
 /// Trains a model on `relation` and stores it in corgipile.models; returns the model id.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
@@ -144,13 +139,9 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             _ => None,
         };
         // Class indices of the validation rows and of the training rows must agree.
-        let known_classes = validation_rows.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+        let known_classes = validation_rows.as_ref().map(|v| v.classes.clone()).unwrap_or_default();
         let prepared = prepare(relation.oid(), kind, params, Mode::Train, known_classes);
-        let outcome = run_pipeline(
-            &prepared,
-            |sgd| sgd.validation_rows = validation_rows,
-            |sgd| sgd.outcome.take().expect("the SGD node trains on its first call"),
-        );
+        let outcome = prepared.run(Train { validation_rows });
         let params = &prepared.config.params;
         store_model(
             &ModelSource {
@@ -160,7 +151,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
                 features: params.to_json()["features"].clone(),
                 label_type: if prepared.input.label_is_bool {
                     "boolean"
-                } else if prepared.config.label.uses_classes() && matches!(prepared.config.label, crate::input::LabelCoding::ClassOfText) {
+                } else if prepared.config.label.uses_classes() && matches!(prepared.config.label, crate::pipeline::LabelCoding::ClassOfText) {
                     "text"
                 } else {
                     "numeric"
@@ -174,7 +165,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
 }
 
 /// Reads a validation relation (same columns as the training relation) into memory.
-unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) -> (ShuffledBuffer, Vec<ClassValue>) {
+unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) -> CollectedRows {
     let relid = Spi::get_one_with_args::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::pg_catalog.oid", &[name.into()])
         .ok()
         .flatten()
@@ -186,7 +177,7 @@ unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) ->
     p.shuffle = corgipile_ml::params::ShuffleMode::NoShuffle;
     p.double_buffer = false;
     let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new());
-    run_pipeline(&prepared, |_| {}, |sgd| sgd.collected.take()).unwrap_or_else(|| {
+    prepared.run(Collect).unwrap_or_else(|| {
         raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("validation relation \"{name}\" has no usable rows"), None)
     })
 }
@@ -233,11 +224,12 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
     overrides.insert("seed".into(), serde_json::json!(0));
     let params = parse_params(&ParamsArg(serde_json::Value::Object(overrides)));
     // SAFETY: as in corgipile_train.
-    let report: EvaluationReport = unsafe {
+    // SAFETY: as in corgipile_train.
+    let report = unsafe {
         let prepared = prepare(relation.oid(), stored.kind(), params, Mode::Evaluate, stored.classes.clone());
-        run_pipeline(&prepared, |sgd| sgd.evaluate_model = Some(stored.clone()), |sgd| sgd.evaluation.take().expect("evaluation ran"))
+        prepared.run(Evaluate { model: stored.clone() })
     };
-    JsonB(serde_json::to_value(report).expect("report serializes"))
+    JsonB(report)
 }
 
 /// The order in which SGD would see the rows of `relation` in epoch 1 under `params` (the
@@ -254,7 +246,7 @@ fn corgipile_trace(
     // SAFETY: as in corgipile_train.
     let visited = unsafe {
         let prepared = prepare(relation.oid(), ModelKind::Linear, params, Mode::Trace, Vec::new());
-        run_pipeline(&prepared, |_| {}, |sgd| sgd.traced.take().unwrap_or_default())
+        prepared.run(Trace)
     };
     TableIterator::new(visited.into_iter().enumerate().map(|(i, (label, first))| (i as i64 + 1, label, first)))
 }
@@ -300,8 +292,8 @@ fn corgipile_explain(
         let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
         let started = std::time::Instant::now();
         if analyze {
-            pipeline.sgd_state().verbose = false;
-            pipeline.run();
+            pipeline.sgd_node().verbose = false;
+            pipeline.run_task(Train { validation_rows: None });
         }
         let es = pg_sys::NewExplainState();
         (*es).analyze = analyze;

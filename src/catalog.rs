@@ -7,7 +7,7 @@
 
 use crate::error::raise;
 use crate::classes::ClassValue;
-use crate::exec::sgd::{EpochRecord, TrainOutcome};
+use crate::pipeline::{EpochRecord, TrainOutcome};
 use corgipile_ml::model::{LinearModel, ModelKind, Row};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};

@@ -5,9 +5,9 @@
 
 use crate::decode::LabelKind;
 use crate::error::raise;
+use crate::pipeline::{FeatureLayout, LabelCoding};
 use corgipile_ml::model::ModelKind;
 use pgrx::{pg_sys, PgSqlErrorCode};
-use serde::{Deserialize, Serialize};
 use std::ffi::{CStr, CString};
 
 /// The features param, as the user wrote it.
@@ -19,33 +19,6 @@ pub enum FeatureColumns {
     Columns(Vec<String>),
     /// An index array and a value array (LIBSVM/criteo style).
     Sparse { indices: String, values: String },
-}
-
-/// How the node decodes the features of a row.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum FeatureLayout {
-    /// Column 1 is a float8[]/float4[]. `columns` = built from a column list: a NULL element
-    /// means a NULL column, and the row is skipped rather than rejected.
-    Dense { columns: bool },
-    /// Columns 1 and 2 are int4[] indices and float8[]/float4[] values.
-    Sparse { index_base: i64, n_features: Option<u32> },
-}
-
-/// How the node turns the label datum into the f64 the trainer sees.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum LabelCoding {
-    /// The numeric value itself (binary classes by value, regression targets).
-    Value(LabelKind),
-    /// A class index, by the numeric value (softmax over numbers).
-    ClassOfValue(LabelKind),
-    /// A class index, by the text (any classifier over a text label).
-    ClassOfText,
-}
-
-impl LabelCoding {
-    pub fn uses_classes(self) -> bool {
-        !matches!(self, LabelCoding::Value(_))
-    }
 }
 
 /// The resolved read of one relation.

@@ -7,83 +7,15 @@
 //! on the finished plan (scanrelid = 0, so they read their child's output through
 //! `custom_scan_tlist`).
 
-use crate::classes::ClassValue;
-use crate::input::{FeatureLayout, LabelCoding};
 use crate::error::raise;
-use crate::exec::{self, methods};
-use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::TrainParams;
+use crate::exec::block_shuffle::BlockShuffle;
+use crate::exec::methods;
+use crate::exec::node::{is_node, Node};
+use crate::pipeline::PipelineConfig;
 use pgrx::{pg_guard, pg_sys, PgSqlErrorCode};
-use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::ffi::{CStr, CString};
-
-/// Everything the three nodes need to know, carried in each node's `custom_private` as JSON
-/// so that every node is self-contained.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PipelineConfig {
-    pub mode: Mode,
-    pub model: ModelKind,
-    /// Effective params; `seed` is always filled in.
-    pub params: TrainParams,
-    pub layout: FeatureLayout,
-    pub label: LabelCoding,
-    pub holdout: Holdout,
-    /// Classes known before the scan (evaluation of a stored classifier).
-    pub known_classes: Vec<ClassValue>,
-    pub max_buffer_bytes: u64,
-    /// corgipile.max_model_memory, in bytes.
-    pub max_model_bytes: u64,
-    /// Catalog name of the relation, for messages.
-    pub relation: String,
-}
-
-/// What the SGD node does with the buffers.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Mode {
-    Train,
-    /// Score a stored model (corgipile_evaluate).
-    Evaluate,
-    /// Keep every row in memory (a validation relation).
-    Collect,
-    /// Record epoch 1's visiting order (corgipile_trace).
-    Trace,
-}
-
-/// Which rows are held out of training for per-epoch validation.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Holdout {
-    None,
-    /// A boolean query column (a validation predicate).
-    Column(usize),
-    /// A fixed fraction of rows, chosen by a hash of the ctid.
-    Fraction(f64),
-}
-
-impl PipelineConfig {
-    pub fn seed(&self) -> u64 {
-        self.params.seed.unwrap_or(0)
-    }
-
-    /// A one-element List holding this config as a String node.
-    pub unsafe fn to_list(&self) -> *mut pg_sys::List {
-        let json = CString::new(serde_json::to_string(self).expect("config serializes"))
-            .expect("config JSON has no NUL");
-        // SAFETY: pstrdup copies into the current (planner/query) memory context.
-        let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
-        pg_sys::lappend(std::ptr::null_mut(), node.cast())
-    }
-
-    /// Reads back what `to_list` stored.
-    pub unsafe fn from_list(list: *mut pg_sys::List) -> PipelineConfig {
-        // SAFETY: only our own nodes are passed here, and they always carry a one-element
-        // list whose element is a String node made by `to_list`.
-        assert!(!list.is_null() && (*list).length >= 1, "corgipile node lost its config");
-        let node = (*(*list).elements).ptr_value.cast::<pg_sys::String>();
-        let json = CStr::from_ptr((*node).sval).to_str().expect("config is UTF-8");
-        serde_json::from_str(json).expect("config JSON round-trips")
-    }
-}
+use std::ffi::CStr;
+use std::sync::OnceLock;
 
 thread_local! {
     /// Set only while `plan_pipeline` runs the planner: (relation oid, its config).
@@ -91,6 +23,25 @@ thread_local! {
 }
 
 static mut PREV_SET_REL_PATHLIST_HOOK: pg_sys::set_rel_pathlist_hook_type = None;
+
+/// The BlockShuffle path's methods (PostgreSQL keeps a pointer to them).
+struct PathMethods(pg_sys::CustomPathMethods);
+// SAFETY: immutable after creation, and read only by the backend thread.
+unsafe impl Send for PathMethods {}
+unsafe impl Sync for PathMethods {}
+static PATH_METHODS: OnceLock<PathMethods> = OnceLock::new();
+
+fn path_methods() -> &'static pg_sys::CustomPathMethods {
+    &PATH_METHODS
+        .get_or_init(|| {
+            PathMethods(pg_sys::CustomPathMethods {
+                CustomName: BlockShuffle::NAME.as_ptr(),
+                PlanCustomPath: Some(plan_block_shuffle),
+                ReparameterizeCustomPathByChild: None,
+            })
+        })
+        .0
+}
 
 pub fn install_hook() {
     // SAFETY: _PG_init runs once per backend on the backend thread, before any planning.
@@ -130,7 +81,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
     (*path).path.total_cost = (*rel).pages as f64 + (*rel).tuples * 0.01;
     (*path).flags = pg_sys::CUSTOMPATH_SUPPORT_PROJECTION;
     (*path).custom_private = config.to_list();
-    (*path).methods = &methods().path;
+    (*path).methods = path_methods();
     // Only our path: the training scan must be the BlockShuffle, never a seq/index/parallel scan.
     (*rel).pathlist = std::ptr::null_mut();
     (*rel).partial_pathlist = std::ptr::null_mut();
@@ -139,7 +90,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
 
 /// PlanCustomPath: the BlockShuffle CustomScan over the base relation.
 #[pg_guard]
-pub unsafe extern "C-unwind" fn plan_block_shuffle(
+unsafe extern "C-unwind" fn plan_block_shuffle(
     _root: *mut pg_sys::PlannerInfo,
     rel: *mut pg_sys::RelOptInfo,
     best_path: *mut pg_sys::CustomPath,
@@ -208,7 +159,7 @@ pub unsafe fn plan_pipeline(
     drop(guard);
 
     let top = (*stmt).planTree;
-    if !exec::is_node(top, &methods().block_scan) {
+    if !is_node(top, &methods().block_scan) {
         raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             "corgipile: the planner did not produce a BlockShuffle scan",
@@ -263,47 +214,4 @@ unsafe fn stack_node(
     (*cscan).custom_private = private;
     (*cscan).methods = scan_methods;
     cscan.cast()
-}
-
-/// A started executor for a pipeline plan. `finish` ends it; on ERROR, transaction abort
-/// releases what it holds.
-pub struct Pipeline {
-    pub query_desc: *mut pg_sys::QueryDesc,
-}
-
-impl Pipeline {
-    /// ExecutorStart on the plan: permission checks (SELECT on the columns) happen here.
-    pub unsafe fn start(stmt: *mut pg_sys::PlannedStmt, sql: &CStr, instrument: bool, explain_only: bool) -> Pipeline {
-        // SAFETY: the source text must outlive the QueryDesc: copy it into the current context.
-        let source = pg_sys::pstrdup(sql.as_ptr());
-        let qd = pg_sys::CreateQueryDesc(
-            stmt,
-            source,
-            pg_sys::GetActiveSnapshot(),
-            std::ptr::null_mut(),
-            pg_sys::None_Receiver,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            if instrument { pg_sys::InstrumentOption::INSTRUMENT_ALL as i32 } else { 0 },
-        );
-        let eflags = if explain_only { pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 } else { 0 };
-        pg_sys::ExecutorStart(qd, eflags);
-        Pipeline { query_desc: qd }
-    }
-
-    /// Runs the whole training (the SGD node does all epochs on its first call).
-    pub unsafe fn run(&self) {
-        pg_sys::ExecutorRun(self.query_desc, pg_sys::ScanDirection::ForwardScanDirection, 0, true);
-        pg_sys::ExecutorFinish(self.query_desc);
-    }
-
-    pub unsafe fn finish(self) {
-        pg_sys::ExecutorEnd(self.query_desc);
-        pg_sys::FreeQueryDesc(self.query_desc);
-    }
-
-    /// The top (SGD) node's state.
-    pub unsafe fn sgd_state(&mut self) -> &mut exec::sgd::SgdState {
-        exec::state_of::<exec::sgd::SgdState>((*self.query_desc).planstate.cast())
-    }
 }

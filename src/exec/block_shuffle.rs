@@ -3,14 +3,15 @@
 //! manager by PostgreSQL's heap scan (`heap_setscanlimits` over each page range) with the
 //! query's MVCC snapshot; WHERE/RLS quals and the projection are applied by `ExecScan`.
 
-use super::{config_of, create_node, explain, install_state, methods, state_of};
-use crate::plan::PipelineConfig;
+use super::explain;
+use super::node::{state_of, Node};
+use crate::pipeline::PipelineConfig;
 use crate::progress;
 use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
-pub struct BlockShuffleState {
+pub struct BlockShuffle {
     config: PipelineConfig,
     scan: pg_sys::TableScanDesc,
     n_pages: u32,
@@ -38,7 +39,7 @@ pub struct BlockShuffleState {
     pub epochs_started: u32,
 }
 
-impl BlockShuffleState {
+impl BlockShuffle {
     /// The table's size with its TOAST data.
     pub fn table_bytes(&self) -> u64 {
         (self.n_pages as u64 + self.toast_pages as u64) * pg_sys::BLCKSZ as u64
@@ -86,15 +87,9 @@ unsafe fn toast_pages(rel: pg_sys::Relation) -> u32 {
     pages
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
-    create_node::<BlockShuffleState>(cscan, &methods().block_exec)
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, _eflags: i32) {
+/// BeginCustomScan (see `Node::begin`).
+unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, config: PipelineConfig) -> BlockShuffle {
     // SAFETY: ExecInitCustomScan has opened the relation into ss_currentRelation.
-    let config = config_of(node);
     let rel = (*node).ss.ss_currentRelation;
     // PostgreSQL 15 gives a custom scan a virtual scan slot, but heap_getnextslot needs the
     // table's own (buffer heap tuple) slot. Swap it in, then rebuild the projection and quals,
@@ -110,7 +105,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
     let toast_pages = toast_pages(rel);
     let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ, buffer_pages(&config, rel, n_pages));
-    let mut state = BlockShuffleState {
+    let mut state = BlockShuffle {
         config,
         scan: std::ptr::null_mut(),
         n_pages,
@@ -129,7 +124,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         epochs_started: 0,
     };
     state.draw_order();
-    install_state(node, state);
+    state
 }
 
 /// The attribute numbers behind `plan`'s output when every output column is a plain column
@@ -173,7 +168,7 @@ unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sy
 /// `ss` is an initialized BlockShuffle node; on the backend thread.
 pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
     let node = ss.cast::<pg_sys::CustomScanState>();
-    let state = state_of::<BlockShuffleState>(node);
+    let state = state_of::<BlockShuffle>(node);
     let slot = (*ss).ss_ScanTupleSlot;
     if state.scan.is_null() {
         // SAFETY: a plain heap scan under the query's snapshot; the relation is locked and
@@ -226,33 +221,38 @@ unsafe extern "C-unwind" fn recheck(_ss: *mut pg_sys::ScanState, _slot: *mut pg_
     true
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
-    // SAFETY: ExecScan applies the node's quals and projection around our access method.
-    pg_sys::ExecScan(&mut (*node).ss, Some(next_tuple), Some(recheck))
-}
+impl Node for BlockShuffle {
+    const NAME: &'static std::ffi::CStr = c"CorgiPile BlockShuffle";
 
-/// Next epoch: a new block order (seed and epoch number give a reproducible permutation).
-#[pg_guard]
-pub unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
-    let state = state_of::<BlockShuffleState>(node);
-    state.epoch += 1;
-    state.draw_order();
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
-    let state = state_of::<BlockShuffleState>(node);
-    if !state.scan.is_null() {
-        // SAFETY: the scan was begun by us and is ended exactly once.
-        pg_sys::heap_endscan(state.scan);
-        state.scan = std::ptr::null_mut();
+    fn exec_methods() -> &'static pg_sys::CustomExecMethods {
+        &super::methods().block_exec
     }
-}
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _ancestors: *mut pg_sys::List, es: *mut pg_sys::ExplainState) {
-    let state = state_of::<BlockShuffleState>(node);
+    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, _eflags: i32, config: PipelineConfig) -> Self {
+        begin(css, estate, config)
+    }
+
+    unsafe fn exec(&mut self, css: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+        // SAFETY: ExecScan applies the node's quals and projection around our access method.
+        pg_sys::ExecScan(&mut (*css).ss, Some(next_tuple), Some(recheck))
+    }
+
+    /// Next epoch: a new block order (seed and epoch number give a reproducible permutation).
+    unsafe fn rescan(&mut self) {
+        self.epoch += 1;
+        self.draw_order();
+    }
+
+    unsafe fn end(&mut self) {
+        if !self.scan.is_null() {
+            // SAFETY: the scan was begun by us and is ended exactly once.
+            pg_sys::heap_endscan(self.scan);
+            self.scan = std::ptr::null_mut();
+        }
+    }
+
+    unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
+        let state = self;
     let order = if state.config.params.shuffle.shuffles_blocks() { "shuffled per epoch" } else { "sequential" };
     explain::int(es, "Table Pages", state.n_pages as i64);
     if state.toast_pages > 0 {
@@ -271,4 +271,5 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
         explain::int(es, "Blocks Read", state.blocks_read as i64);
         explain::int(es, "Pages Read", state.pages_read as i64);
     }
+}
 }

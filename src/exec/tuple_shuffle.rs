@@ -2,20 +2,22 @@
 //! decoded features and labels), shuffles the buffer, and hands whole buffers to the SGD node.
 //! Buffers are owned Rust values so that the SGD node can pass them to its worker thread.
 
-use super::block_shuffle::{self, BlockShuffleState};
-use super::{config_of, create_node, explain, init_child, install_state, methods, state_of};
+use super::block_shuffle::{self, BlockShuffle};
+use super::explain;
+use super::rows::{decode_features, tid_fraction};
+use super::node::{init_child, state_of, Node};
 use crate::classes::{ClassDictionary, UNKNOWN_CLASS};
-use crate::decode::{format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice};
-use crate::input::{FeatureLayout, LabelCoding};
-use crate::plan::{Holdout, Mode};
+use crate::decode::{format_tid, with_float_array, with_int4_array};
+use crate::pipeline::{FeatureLayout, LabelCoding};
+use crate::pipeline::{Holdout, Mode};
 use crate::error::raise;
-use crate::plan::PipelineConfig;
-use corgipile_ml::arena::{SparsePushError, TupleArena};
+use crate::pipeline::PipelineConfig;
+use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::trainer::MAX_CLASSES;
-use pgrx::{check_for_interrupts, pg_guard, pg_sys, FromDatum, PgSqlErrorCode};
+use pgrx::{check_for_interrupts, pg_sys, FromDatum, PgSqlErrorCode};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
 pub struct ShuffledBuffer {
@@ -23,13 +25,13 @@ pub struct ShuffledBuffer {
     pub order: Vec<u32>,
 }
 
-pub struct TupleShuffleState {
+pub struct TupleShuffle {
     config: PipelineConfig,
     /// Our own PlanState, for EXPLAIN ANALYZE instrumentation of whole-buffer pulls.
     node: *mut pg_sys::PlanState,
     child: *mut pg_sys::PlanState,
     /// The child's state (BlockShuffle), for the tuple id of each row.
-    block: *const BlockShuffleState,
+    block: *const BlockShuffle,
     /// The child's `plain_columns`, when rows are read from it directly (not under EXPLAIN
     /// ANALYZE, whose per-node counts need ExecProcNode).
     direct: Option<DirectColumns>,
@@ -102,7 +104,7 @@ enum Stream {
     Reservoir { reservoir: Reservoir, pass_next: bool, final_pass: bool },
 }
 
-impl TupleShuffleState {
+impl TupleShuffle {
     pub fn n_buffers(&self) -> u64 {
         if self.config.params.double_buffer {
             2
@@ -210,6 +212,15 @@ impl TupleShuffleState {
             }
         }
         out.map(|arena| ShuffledBuffer { arena, order: Vec::new() })
+    }
+
+    /// Calls `f` on every buffer of this pass (one epoch), recycling each into the next.
+    pub unsafe fn for_each_buffer(&mut self, mut f: impl FnMut(&ShuffledBuffer)) {
+        let mut spare = None;
+        while let Some(b) = self.next_buffer(spare.take()) {
+            f(&b);
+            spare = Some(b);
+        }
     }
 
     /// Pull the next row from BlockShuffle. A training row is decoded into `arena` (created,
@@ -449,143 +460,8 @@ fn empty_arena(layout: &FeatureLayout, n_features: Option<usize>) -> TupleArena 
     }
 }
 
-/// Decode a row's features into `arena`. Returns false when the row is skipped (empty dense
-/// features, or a NULL column of a column list); raises an ERROR naming the ctid for bad data.
-unsafe fn decode_features(
-    layout: &FeatureLayout,
-    n_features: &mut Option<usize>,
-    arena: &mut TupleArena,
-    label: f64,
-    values: *mut pg_sys::Datum,
-    tid: &pg_sys::ItemPointerData,
-) -> bool {
-    match *layout {
-        FeatureLayout::Dense { columns } => {
-            let result = with_float_array(*values.add(1), |features| {
-                let n = features.len();
-                let expected = *n_features.get_or_insert(n);
-                if n != expected {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                        format!(
-                            "row at ctid {}: features has {} elements, expected {} (the length of the first row read)",
-                            format_tid(tid), n, expected
-                        ),
-                        Some("Every row's feature array must have the same length.".into()),
-                    );
-                }
-                if !features.all_finite() {
-                    raise_not_finite(tid);
-                }
-                if arena.n_features() != n && arena.is_empty() {
-                    *arena = TupleArena::new(n, 0);
-                }
-                match features {
-                    FloatSlice::F64(s) => arena.push(label, s),
-                    FloatSlice::F32(s) => arena.push_f32(label, s),
-                }
-            });
-            match result {
-                Ok(()) => true,
-                Err(ArrayProblem::Empty) => false,
-                Err(ArrayProblem::HasNulls) if columns => false,
-                Err(problem) => raise(
-                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("row at ctid {}: {}", format_tid(tid), problem),
-                    Some("Features must be a one-dimensional numeric array without NULL elements.".into()),
-                ),
-            }
-        }
-        FeatureLayout::Sparse { index_base, n_features: declared } => {
-            let result = with_int4_array(*values.add(1), |indices| {
-                let pushed = with_float_array(*values.add(2), |vals| {
-                    push_sparse(arena, label, indices, vals, index_base, declared, tid)
-                });
-                match pushed {
-                    Ok(()) => {}
-                    Err(ArrayProblem::Empty) => {
-                        push_sparse(arena, label, indices, FloatSlice::F64(&[]), index_base, declared, tid)
-                    }
-                    Err(problem) => raise_sparse_problem(tid, "values", problem),
-                }
-            });
-            match result {
-                Ok(()) => true,
-                Err(ArrayProblem::Empty) => {
-                    // No indices: an all-zero row, valid if the values are empty too.
-                    let values_len = with_float_array(*values.add(2), |v| v.len()).unwrap_or(0);
-                    if values_len != 0 {
-                        raise_sparse_problem_text(tid, format!("sparse row has 0 indices but {values_len} values"));
-                    }
-                    arena.push_sparse(label, &[], &[]);
-                    true
-                }
-                Err(problem) => raise_sparse_problem(tid, "indices", problem),
-            }
-        }
-    }
-}
-
-unsafe fn push_sparse(
-    arena: &mut TupleArena,
-    label: f64,
-    indices: &[i32],
-    values: FloatSlice<'_>,
-    index_base: i64,
-    declared: Option<u32>,
-    tid: &pg_sys::ItemPointerData,
-) {
-    let declared = declared.map(|n| n as usize);
-    let pushed = match values {
-        FloatSlice::F64(v) => arena.try_push_sparse(label, indices, index_base, declared, v),
-        FloatSlice::F32(v) => arena.try_push_sparse(label, indices, index_base, declared, v),
-    };
-    match pushed {
-        Ok(()) => {}
-        Err(SparsePushError::Index(e)) => raise_sparse_problem_text(tid, e.to_string()),
-        Err(SparsePushError::NotFinite) => raise_not_finite(tid),
-    }
-}
-
-unsafe fn raise_not_finite(tid: &pg_sys::ItemPointerData) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-        format!("row at ctid {}: features contain NaN or Infinity", format_tid(tid)),
-        Some("Feature values must be finite numbers.".into()),
-    )
-}
-
-unsafe fn raise_sparse_problem(tid: &pg_sys::ItemPointerData, which: &str, problem: ArrayProblem) -> ! {
-    raise_sparse_problem_text(tid, format!("sparse feature {which}: {problem}"))
-}
-
-unsafe fn raise_sparse_problem_text(tid: &pg_sys::ItemPointerData, problem: String) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-        format!("row at ctid {}: {}", format_tid(tid), problem),
-        Some("Sparse rows need equally long index and value arrays, indices strictly increasing and within range (see the index_base and n_features params).".into()),
-    )
-}
-
-/// A fixed pseudo-random number in [0, 1) per tuple id: which rows a validation fraction holds
-/// out is deterministic (same rows in every epoch and every run).
-fn tid_fraction(tid: &pg_sys::ItemPointerData) -> f64 {
-    let block = (tid.ip_blkid.bi_hi as u64) << 16 | tid.ip_blkid.bi_lo as u64;
-    let mut x = (block << 16 | tid.ip_posid as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn create(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
-    create_node::<TupleShuffleState>(cscan, &methods().tuple_exec)
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32) {
-    let config = config_of(node);
+/// BeginCustomScan (see `Node::begin`).
+unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> TupleShuffle {
     // An n_features param sizes the model from the start (checked up front, see api.rs).
     let declared_features = match config.layout {
         FeatureLayout::Sparse { n_features: Some(n), .. } => n as usize,
@@ -593,7 +469,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     };
     let child = init_child(node, estate, eflags);
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
-    let block: *const BlockShuffleState = state_of::<BlockShuffleState>(child.cast());
+    let block: *const BlockShuffle = state_of::<BlockShuffle>(child.cast());
     let table_bytes = (*block).table_bytes();
     let direct = (*block)
         .plain_columns
@@ -605,7 +481,7 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
     } else {
         ClassDictionary::with_classes(&config.known_classes)
     };
-    let state = TupleShuffleState {
+    TupleShuffle {
         node: node.cast(),
         classes,
         validation: None,
@@ -631,40 +507,12 @@ pub unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate
         buffers_filled: 0,
         tuples_read: 0,
         table_bytes,
-    };
-    install_state(node, state);
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn exec(_node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
-    raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        "CorgiPile TupleShuffle hands whole buffers to CorgiPile SGD and cannot return single rows",
-        None,
-    )
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
-    let state = state_of::<TupleShuffleState>(node);
-    state.epoch += 1;
-    state.shuffler = TupleShuffler::new(state.config.seed(), state.epoch);
-    state.exhausted = false;
-    state.stream = None;
-    state.rows_skipped_this_epoch = 0;
-    state.rows_this_epoch = 0;
-    pg_sys::ExecReScan(state.child);
-}
-
-#[pg_guard]
-pub unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
-    let state = state_of::<TupleShuffleState>(node);
-    pg_sys::ExecEndNode(state.child);
+    }
 }
 
 /// One buffer's memory as planned (before any row is decoded): the default is clamped to
 /// corgipile.max_buffer_memory; a size in tuples is known only once a row's width is.
-fn planned_buffer_bytes(state: &TupleShuffleState, params: &TrainParams) -> Option<f64> {
+fn planned_buffer_bytes(state: &TupleShuffle, params: &TrainParams) -> Option<f64> {
     let bytes = match params.buffer_size {
         BufferSize::Fraction(f) => f * state.table_bytes as f64,
         BufferSize::Bytes(b) => b as f64,
@@ -682,9 +530,41 @@ fn buffer_size_text(spec: BufferSize) -> String {
     }
 }
 
-#[pg_guard]
-pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _ancestors: *mut pg_sys::List, es: *mut pg_sys::ExplainState) {
-    let state = state_of::<TupleShuffleState>(node);
+impl Node for TupleShuffle {
+    const NAME: &'static std::ffi::CStr = c"CorgiPile TupleShuffle";
+
+    fn exec_methods() -> &'static pg_sys::CustomExecMethods {
+        &super::methods().tuple_exec
+    }
+
+    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> Self {
+        begin(css, estate, eflags, config)
+    }
+
+    unsafe fn exec(&mut self, _css: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "CorgiPile TupleShuffle hands whole buffers to CorgiPile SGD and cannot return single rows",
+            None,
+        )
+    }
+
+    unsafe fn rescan(&mut self) {
+        self.epoch += 1;
+        self.shuffler = TupleShuffler::new(self.config.seed(), self.epoch);
+        self.exhausted = false;
+        self.stream = None;
+        self.rows_skipped_this_epoch = 0;
+        self.rows_this_epoch = 0;
+        pg_sys::ExecReScan(self.child);
+    }
+
+    unsafe fn end(&mut self) {
+        pg_sys::ExecEndNode(self.child);
+    }
+
+    unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
+        let state = self;
     let params = &state.config.params;
     let strategy = match params.shuffle {
         ShuffleMode::Corgipile => "corgipile (shuffle each buffer)",
@@ -729,4 +609,5 @@ pub unsafe extern "C-unwind" fn explain(node: *mut pg_sys::CustomScanState, _anc
         explain::int(es, "Tuples Decoded", state.tuples_read as i64);
         explain::int(es, "Rows Skipped Per Epoch", state.rows_skipped_this_epoch as i64);
     }
+}
 }

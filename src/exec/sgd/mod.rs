@@ -1,0 +1,190 @@
+//! CorgiPile SGD, the top node: pulls shuffled buffers from TupleShuffle and does what its
+//! task says — train (one epoch per pass, rescanning its child between epochs, which draws a
+//! new block order and a new tuple shuffle), evaluate, collect or trace. Each task is its own
+//! type in its own file, carrying its input and returning its output (`SgdTask`), so no task
+//! can read another's result.
+
+mod collect;
+mod evaluate;
+mod trace;
+mod train;
+mod worker;
+
+pub use collect::{Collect, CollectedRows};
+pub use evaluate::Evaluate;
+pub use trace::Trace;
+pub use train::Train;
+
+use super::explain;
+use super::node::{init_child, state_of, Node};
+use super::tuple_shuffle::TupleShuffle;
+use crate::error::raise;
+use crate::pipeline::{Mode, PipelineConfig};
+use crate::progress;
+use corgipile_ml::params::ScheduleKind;
+use corgipile_ml::trainer::EpochStats;
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+/// What the SGD node does in one run of the executor: its input is the task value, its output
+/// comes back from `run` (see `crate::driver`).
+pub trait SgdTask: 'static {
+    type Output: 'static;
+    /// The mode the plan must have been built for (TupleShuffle reads it too).
+    const MODE: Mode;
+    /// Runs on the node's first ExecCustomScan call, on the backend thread.
+    ///
+    /// # Safety
+    /// Called inside ExecutorRun of the pipeline plan, with the node's child initialized.
+    unsafe fn run(self, node: &mut SgdNode) -> Self::Output;
+}
+
+/// A task installed by the driver, with a place to put its output.
+pub type PendingTask = Box<dyn FnOnce(&mut SgdNode)>;
+
+pub struct SgdNode {
+    config: PipelineConfig,
+    child: *mut pg_sys::PlanState,
+    /// Set by the driver before ExecutorRun; taken (and run) by the first ExecCustomScan.
+    pub task: Option<PendingTask>,
+    /// Whether to write a progress NOTICE per epoch (off for EXPLAIN ANALYZE).
+    pub verbose: bool,
+    /// Clears the pg_stat_activity progress state when the query ends or fails.
+    progress: Option<progress::Tracker>,
+    /// Binary models: the trainer's (negative, positive) labels after the last epoch.
+    binary_labels: Option<(f64, f64)>,
+    // What EXPLAIN ANALYZE reports of a training.
+    epoch_seconds: Vec<f64>,
+    backend_wait_seconds: f64,
+    worker_busy_seconds: f64,
+    last_stats: Option<EpochStats>,
+    epochs_run: u32,
+}
+
+impl SgdNode {
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// SAFETY: our plan always has TupleShuffle as this node's only child.
+    unsafe fn shuffle<'a>(&self) -> &'a mut TupleShuffle {
+        state_of::<TupleShuffle>(self.child.cast())
+    }
+
+    fn no_rows(&self, skipped: u64) -> ! {
+        if skipped > 0 {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!("all {skipped} rows of {} were skipped (NULL label, NULL or empty features)", self.config.relation),
+                Some("Rows need a non-NULL label and non-NULL, non-empty features.".into()),
+            );
+        }
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("{} has no rows to train on", self.config.relation),
+            Some("The table is empty, or row-level security policies (or the validation split) hide every row.".into()),
+        );
+    }
+
+    /// Renders a trainer label as the table shows it (class indices → class values).
+    fn label_text(&self) -> impl Fn(f64) -> String + '_ {
+        // SAFETY: the child state outlives this borrow (both live until the query ends).
+        let classes = unsafe { &self.shuffle().classes };
+        let uses_classes = self.config.label.uses_classes();
+        move |v: f64| {
+            if uses_classes && v >= 0.0 && (v as usize) < classes.len() {
+                classes.classes[v as usize].to_text()
+            } else {
+                v.to_string()
+            }
+        }
+    }
+
+}
+
+impl Node for SgdNode {
+    const NAME: &'static std::ffi::CStr = c"CorgiPile SGD";
+
+    fn exec_methods() -> &'static pg_sys::CustomExecMethods {
+        &super::methods().sgd_exec
+    }
+
+    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> Self {
+        let child = init_child(css, estate, eflags);
+        SgdNode {
+            verbose: config.params.verbose,
+            config,
+            child,
+            task: None,
+            progress: None,
+            binary_labels: None,
+            epoch_seconds: Vec::new(),
+            backend_wait_seconds: 0.0,
+            worker_busy_seconds: 0.0,
+            last_stats: None,
+            epochs_run: 0,
+        }
+    }
+
+    /// Runs the task on the first call; returns no rows.
+    unsafe fn exec(&mut self, _css: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+        if let Some(task) = self.task.take() {
+            task(self);
+        }
+        std::ptr::null_mut()
+    }
+
+    /// Training again from scratch would be a new training: not supported inside one plan.
+    unsafe fn rescan(&mut self) {
+        self.task = None;
+    }
+
+    unsafe fn end(&mut self) {
+        pg_sys::ExecEndNode(self.child);
+    }
+
+    unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
+        let state = self;
+    let p = &state.config.params;
+    explain::text(es, "Model", state.config.model.name());
+    explain::int(es, "Epochs", p.epochs as i64);
+    let schedule = match p.learning_rate_schedule {
+        ScheduleKind::Constant => "constant".to_string(),
+        ScheduleKind::Exponential => format!("x{} per epoch", p.decay),
+        ScheduleKind::InverseSqrt => "divided by sqrt(epoch)".to_string(),
+    };
+    explain::text(es, "Learning Rate", &format!("{} ({schedule})", p.learning_rate));
+    if p.l1 > 0.0 {
+        explain::float(es, "L1", None, p.l1, 6);
+    }
+    if p.normalize {
+        explain::boolean(es, "Normalize", true);
+    }
+    if let Some(v) = &p.validation {
+        explain::text(es, "Validation", &format!("{v:?}"));
+    }
+    explain::int(es, "Batch Size", p.batch_size as i64);
+    explain::float(es, "L2", None, p.l2, 6);
+    if p.tolerance > 0.0 {
+        explain::float(es, "Tolerance", None, p.tolerance, 6);
+    }
+    if explain::analyzing(es) {
+        explain::int(es, "Epochs Run", state.epochs_run as i64);
+        if let Some(stats) = &state.last_stats {
+            explain::float(es, "Final Loss", None, stats.loss, 6);
+            if let Some(a) = stats.accuracy {
+                explain::float(es, "Final Training Accuracy", None, a, 4);
+            }
+            if let Some(r2) = stats.r2 {
+                explain::float(es, "Final Training R2", None, r2, 4);
+            }
+            explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
+        }
+        let times: Vec<String> = state.epoch_seconds.iter().map(|s| format!("{:.3}", s * 1000.0)).collect();
+        explain::text(es, "Epoch Times (ms)", &times.join(", "));
+        if p.double_buffer {
+            explain::float(es, "Worker Busy", Some("s"), state.worker_busy_seconds, 3);
+            explain::float(es, "Backend Waiting On Worker", Some("s"), state.backend_wait_seconds, 3);
+        }
+    }
+}
+}

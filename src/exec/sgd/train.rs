@@ -1,0 +1,363 @@
+//! Training mode: the epochs, each a pass of TupleShuffle's buffers through the trainer, on
+//! the backend (single-buffered) or on the SGD worker thread (double-buffered); the optional
+//! statistics pass before them; per-epoch validation and progress.
+
+use super::collect::CollectedRows;
+use super::worker::{raise_reply, raise_train_error, Job, Reply, Worker};
+use super::{SgdNode, SgdTask};
+use crate::classes::ClassValue;
+use crate::error::{notice, raise};
+use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
+use crate::pipeline::{EpochRecord, FeatureLayout, Mode, TrainOutcome, ValidationStats};
+use crate::progress;
+use corgipile_ml::metrics::RegressionMetrics;
+use corgipile_ml::model::{argmax, sign, softmax_loss, LinearModel, ModelKind};
+use corgipile_ml::stats::FeatureStats;
+use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
+use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
+use std::time::Instant;
+
+/// Train a model; a validation relation's rows (collected before) may come with it.
+pub struct Train {
+    pub validation_rows: Option<CollectedRows>,
+}
+
+impl SgdTask for Train {
+    type Output = TrainOutcome;
+    const MODE: Mode = Mode::Train;
+
+    unsafe fn run(self, node: &mut SgdNode) -> TrainOutcome {
+        node.train(self.validation_rows)
+    }
+}
+
+impl SgdNode {
+    /// One pass of statistics before training, for `normalize` and `class_weight`.
+    unsafe fn statistics_pass(&mut self, config: &mut TrainConfig) {
+        let params = &self.config.params;
+        let shuffle = self.shuffle();
+        let mut stats: Option<FeatureStats> = None;
+        shuffle.for_each_buffer(|b| {
+            let st = stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier()));
+            for i in 0..b.arena.len() {
+                check_for_interrupts!();
+                st.push(b.arena.row(i), b.arena.label(i));
+            }
+        });
+        let Some(stats) = stats else { self.no_rows(shuffle.rows_skipped_this_epoch) };
+        if params.normalize {
+            let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
+            config.standardizer = Some(stats.standardizer(!sparse));
+        }
+        if let (Some(class_weight), true) = (&params.class_weight, self.config.model.is_classifier()) {
+            // counts: (trainer label, rows), ascending: values, or class indices.
+            let counts = stats.class_counts();
+            let label_text = self.label_text();
+            if self.config.model.is_binary() && counts.len() != 2 {
+                raise(
+                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                    format!("the label column of {} has {} distinct values; binary classifiers need exactly two", self.config.relation, counts.len()),
+                    None,
+                );
+            }
+            let k = if self.config.model.is_binary() { 2 } else { counts.iter().map(|c| c.0 as usize + 1).max().unwrap_or(0) };
+            // Weights by class position: binary [negative, positive]; softmax by class index.
+            let mut labels = Vec::with_capacity(k);
+            let mut n = vec![0u64; k];
+            for (position, (label, count)) in counts.iter().enumerate() {
+                let at = if self.config.model.is_binary() { position } else { *label as usize };
+                n[at] = *count;
+            }
+            #[allow(clippy::needless_range_loop)] // binary indexes counts, softmax does not
+            for position in 0..k {
+                let trainer_label = if self.config.model.is_binary() { counts[position].0 } else { position as f64 };
+                labels.push(label_text(trainer_label));
+            } // (binary: k == counts.len() == 2)
+            let weights = class_weight
+                .resolve(&labels, &n)
+                .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint));
+            if self.config.model.is_binary() {
+                config.label_values = Some((counts[0].0, counts[1].0));
+            }
+            config.class_weights = Some(weights);
+        }
+        pg_sys::ExecReScan(self.child);
+    }
+
+    /// Every epoch; the model and its history.
+    unsafe fn train(&mut self, validation_rows: Option<CollectedRows>) -> TrainOutcome {
+        let started = Instant::now();
+        let params = self.config.params.clone();
+        self.progress = Some(progress::start(&self.config.relation, self.config.model.name(), params.epochs));
+        let mut train_config = params.train_config(self.config.model);
+        if params.normalize || params.class_weight.is_some() {
+            progress::phase("statistics pass");
+            self.statistics_pass(&mut train_config);
+        }
+        let shuffle = self.shuffle();
+        let Some(first) = shuffle.next_buffer(None) else { self.no_rows(shuffle.rows_skipped_this_epoch) };
+        let n_features = match self.config.layout {
+            FeatureLayout::Dense { .. } => first.arena.n_features(),
+            FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
+        };
+        let standardizer = train_config.standardizer.clone();
+        let mut trainer = Trainer::try_new(train_config, n_features)
+            .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+        // Single-buffered, the backend trains: it must still answer cancel between rows.
+        trainer.set_interrupt(Some(Box::new(|| {
+            check_for_interrupts!();
+            false
+        })));
+        let mut epochs: Vec<EpochRecord> = Vec::new();
+        let mut rows_skipped = 0;
+        let mut first = Some(first);
+        let (mut worker, mut local) = if params.double_buffer {
+            (Some(Worker::spawn(trainer)), None)
+        } else {
+            (None, Some(trainer))
+        };
+        let mut spares: Vec<ShuffledBuffer> = Vec::new();
+        let validate = params.validation.is_some();
+
+        for epoch in 1..=params.epochs {
+            let epoch_started = Instant::now();
+            progress::epoch_started(epoch);
+            if epoch > 1 {
+                pg_sys::ExecReScan(self.child);
+            }
+            let (result, labels_seen, snapshot) = match (&mut worker, &mut local) {
+                (Some(w), _) => self.epoch_with_worker(w, shuffle, &mut spares, first.take(), epoch, validate),
+                (None, Some(t)) => {
+                    let (r, l) = self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
+                    self.binary_labels = t.label_map();
+                    let snapshot = validate.then(|| {
+                        t.model().try_clone().unwrap_or_else(|| {
+                            raise_train_error(TrainError::OutOfMemory { bytes: t.model().weights.len() as u64 * 8 }, &|v| v.to_string(), false)
+                        })
+                    });
+                    (r, l, snapshot)
+                }
+                _ => unreachable!(),
+            };
+            let stats = result.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+            if epoch == 1 {
+                rows_skipped = shuffle.rows_skipped_this_epoch;
+                let classes_seen = if self.config.model == ModelKind::Softmax { shuffle.classes.len() } else { labels_seen };
+                if self.config.model.is_classifier() && classes_seen < 2 {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                        format!("the label column of {} has only one distinct value", self.config.relation),
+                        Some("Classifiers need rows of at least two classes.".into()),
+                    );
+                }
+            }
+            let seconds = epoch_started.elapsed().as_secs_f64();
+            progress::epoch_finished(stats.loss);
+            self.epoch_seconds.push(seconds);
+            if snapshot.is_some() {
+                progress::phase("validation");
+            }
+            let validation_started = Instant::now();
+            let validation = snapshot.map(|m| {
+                let m = match &standardizer {
+                    Some(s) => m.fold_standardizer(s),
+                    None => m,
+                };
+                self.validate(&m, shuffle, validation_rows.as_ref())
+            });
+            let validation_seconds = validation_started.elapsed().as_secs_f64();
+            if self.verbose {
+                if epoch == 1 {
+                    notice(progress_header(self.config.model, validation.is_some()));
+                }
+                notice(progress_line(epoch, params.epochs, &stats, validation.as_ref(), seconds));
+            }
+            let converged = params.tolerance > 0.0
+                && epochs.last().is_some_and(|prev: &EpochRecord| (prev.stats.loss - stats.loss).abs() < params.tolerance);
+            self.epochs_run = epoch;
+            self.last_stats = Some(stats.clone());
+            epochs.push(EpochRecord { stats, seconds, validation, validation_seconds });
+            if converged {
+                break;
+            }
+        }
+        progress::finish();
+        let trainer = match worker.take() {
+            Some(w) => w.finish(),
+            None => local.take().expect("local trainer"),
+        };
+        let label_map = trainer.label_map();
+        let mut model = trainer.into_model();
+        if let Some(s) = &standardizer {
+            model = model.fold_standardizer(s);
+        }
+        let classes = self.classes_of(label_map, model.n_outputs);
+        TrainOutcome {
+            model,
+            classes,
+            standardizer: standardizer.map(|s| serde_json::to_value(s).expect("standardizer serializes")),
+            rows_trained: shuffle.rows_this_epoch,
+            rows_skipped,
+            epochs,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// The label values of the model's classes.
+    unsafe fn classes_of(&self, label_map: Option<(f64, f64)>, n_outputs: usize) -> Vec<ClassValue> {
+        let dictionary = &self.shuffle().classes.classes;
+        match self.config.model {
+            ModelKind::Linear => Vec::new(),
+            ModelKind::Softmax => dictionary.iter().take(n_outputs).cloned().collect(),
+            ModelKind::Svm | ModelKind::Logistic => {
+                let (neg, pos) = label_map.expect("two labels were checked after epoch 1");
+                if self.config.label.uses_classes() {
+                    vec![dictionary[neg as usize].clone(), dictionary[pos as usize].clone()]
+                } else {
+                    vec![ClassValue::Number(neg), ClassValue::Number(pos)]
+                }
+            }
+        }
+    }
+
+    /// Loss and accuracy (or R²) of `model` on the validation rows.
+    unsafe fn validate(&self, model: &LinearModel, shuffle: &TupleShuffle, validation_rows: Option<&CollectedRows>) -> ValidationStats {
+        let arena = match (validation_rows, &shuffle.validation) {
+            (Some(v), _) => &v.rows.arena,
+            (None, Some(a)) => a,
+            (None, None) => return ValidationStats { loss: f64::NAN, accuracy: None, r2: None, rows: 0 },
+        };
+        let mut scores = Vec::new();
+        let (mut loss, mut correct, mut n) = (0.0, 0u64, 0u64);
+        let mut regression = RegressionMetrics::new();
+        let binary_map = match self.config.model {
+            ModelKind::Svm | ModelKind::Logistic => self.binary_labels,
+            _ => None,
+        };
+        for i in 0..arena.len() {
+            check_for_interrupts!();
+            let (row, label) = (arena.row(i), arena.label(i));
+            match self.config.model {
+                ModelKind::Linear => {
+                    let z = model.decision(row);
+                    regression.push(z, label);
+                    loss += model.kind.loss(z, label);
+                }
+                ModelKind::Softmax => {
+                    let y = label as usize;
+                    model.scores(row, &mut scores);
+                    if y >= scores.len() {
+                        continue; // a class the model never saw in training
+                    }
+                    correct += (argmax(&scores) == Some(y)) as u64;
+                    loss += softmax_loss(&mut scores, y);
+                }
+                ModelKind::Svm | ModelKind::Logistic => {
+                    let Some((neg, pos)) = binary_map else { continue };
+                    let y = if label == pos { 1.0 } else if label == neg { -1.0 } else { continue };
+                    let z = model.decision(row);
+                    correct += (sign(z) == y) as u64;
+                    loss += model.kind.loss(z, y);
+                }
+            }
+            n += 1;
+        }
+        let mean_loss = if n > 0 { loss / n as f64 } else { f64::NAN };
+        match self.config.model {
+            ModelKind::Linear => ValidationStats { loss: mean_loss, accuracy: None, r2: Some(regression.finish().r2), rows: n },
+            _ => ValidationStats { loss: mean_loss, accuracy: Some(if n > 0 { correct as f64 / n as f64 } else { 0.0 }), r2: None, rows: n },
+        }
+    }
+
+    /// One epoch, double-buffered: the worker trains one buffer while we fill the next.
+    unsafe fn epoch_with_worker(
+        &mut self,
+        worker: &mut Worker,
+        shuffle: &mut TupleShuffle,
+        spares: &mut Vec<ShuffledBuffer>,
+        mut first: Option<ShuffledBuffer>,
+        epoch: u32,
+        snapshot: bool,
+    ) -> (Result<EpochStats, TrainError>, usize, Option<LinearModel>) {
+        worker.send(Job::StartEpoch(epoch)).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+        let mut in_flight = 0;
+        loop {
+            while in_flight >= 2 {
+                match worker.wait(&mut self.backend_wait_seconds) {
+                    Reply::Consumed(b) => {
+                        spares.push(b);
+                        in_flight -= 1;
+                    }
+                    other => raise_reply(other, &self.label_text(), self.config.params.normalize),
+                }
+            }
+            let next = match first.take() {
+                Some(b) => Some(b),
+                None => shuffle.next_buffer(spares.pop()),
+            };
+            let Some(buffer) = next else { break };
+            worker.send(Job::Train(buffer)).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+            in_flight += 1;
+        }
+        worker.send(Job::EndEpoch { snapshot }).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+        loop {
+            match worker.wait(&mut self.backend_wait_seconds) {
+                Reply::Consumed(b) => spares.push(b),
+                Reply::EpochDone { result, labels_seen, busy_seconds, model, label_map } => {
+                    self.worker_busy_seconds += busy_seconds;
+                    self.binary_labels = label_map;
+                    return (result, labels_seen, model);
+                }
+                other => raise_reply(other, &self.label_text(), self.config.params.normalize),
+            }
+        }
+    }
+
+    /// One epoch, single-buffered: fill, then train, on the backend thread.
+    unsafe fn epoch_on_backend(
+        &mut self,
+        trainer: &mut Trainer,
+        shuffle: &mut TupleShuffle,
+        spares: &mut Vec<ShuffledBuffer>,
+        mut first: Option<ShuffledBuffer>,
+        epoch: u32,
+    ) -> (Result<EpochStats, TrainError>, usize) {
+        trainer.start_epoch(epoch);
+        loop {
+            let next = match first.take() {
+                Some(b) => Some(b),
+                None => shuffle.next_buffer(spares.pop()),
+            };
+            let Some(buffer) = next else { break };
+            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
+            if let Err(e) = trainer.train_buffer(&buffer.arena, order) {
+                return (Err(e), trainer.labels_seen().len());
+            }
+            spares.push(buffer);
+        }
+        (trainer.finish_epoch(), trainer.labels_seen().len())
+    }
+}
+
+/// The per-epoch NOTICE.
+/// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
+fn progress_header(model: ModelKind, validation: bool) -> String {
+    let metric = if model == ModelKind::Linear { "r2" } else { "accuracy" };
+    let mut line = format!("corgipile {:>9} {:>12} {:>9}", "epoch", "loss", metric);
+    if validation {
+        line.push_str(&format!(" {:>12} {:>9}", "valid loss", format!("valid {}", if model == ModelKind::Linear { "r2" } else { "acc" })));
+    }
+    line.push_str(&format!(" {:>10} {:>9} {:>9}", "tuples", "lr", "seconds"));
+    line
+}
+
+fn progress_line(epoch: u32, epochs: u32, stats: &EpochStats, validation: Option<&ValidationStats>, seconds: f64) -> String {
+    let metric = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+    let mut line = format!("corgipile {:>9} {:>12.6} {:>9}", format!("{epoch}/{epochs}"), stats.loss, metric(stats.accuracy.or(stats.r2)));
+    if let Some(v) = validation {
+        line.push_str(&format!(" {:>12.6} {:>9}", v.loss, metric(v.accuracy.or(v.r2))));
+    }
+    line.push_str(&format!(" {:>10} {:>9.2e} {:>9.3}", stats.tuples, stats.learning_rate, seconds));
+    line
+}
+

@@ -1,0 +1,236 @@
+//! The SGD worker thread of double buffering: it trains on one buffer while the backend fills
+//! the next; owned buffers travel over crossbeam channels. The worker touches only owned Rust
+//! data — never PostgreSQL. The backend checks for interrupts while it waits, and the `Worker`
+//! guard stops and joins the thread on every exit path, ERROR included.
+
+use crate::error::raise;
+use crate::exec::tuple_shuffle::ShuffledBuffer;
+use corgipile_ml::model::LinearModel;
+use corgipile_ml::trainer::{EpochStats, TrainError, Trainer};
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use pgrx::{check_for_interrupts, PgSqlErrorCode};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub enum Job {
+    StartEpoch(u32),
+    Train(ShuffledBuffer),
+    /// End the epoch; `snapshot` = also send a copy of the model (for validation).
+    EndEpoch { snapshot: bool },
+}
+
+pub enum Reply {
+    Consumed(ShuffledBuffer),
+    EpochDone {
+        result: Result<EpochStats, TrainError>,
+        labels_seen: usize,
+        label_map: Option<(f64, f64)>,
+        busy_seconds: f64,
+        model: Option<LinearModel>,
+    },
+    Failed(TrainError),
+    Panicked(String),
+}
+
+/// The SGD worker thread. Dropping it raises the stop flag, closes the job channel and joins
+/// the thread, which stops within about a millisecond of work (the trainer checks the flag
+/// between rows), so an ERROR or cancel never waits for a buffer to finish.
+pub struct Worker {
+    jobs: Option<Sender<Job>>,
+    replies: Receiver<Reply>,
+    handle: Option<JoinHandle<Trainer>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Worker {
+    pub fn spawn(mut trainer: Trainer) -> Worker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_seen = stop.clone();
+        trainer.set_interrupt(Some(Box::new(move || stop_seen.load(Ordering::Relaxed))));
+        // Two buffers at most exist, so a small bound never blocks the backend for long.
+        let (jobs_tx, jobs_rx) = bounded::<Job>(4);
+        let (replies_tx, replies_rx) = unbounded::<Reply>();
+        let body = move || {
+            let mut busy = 0.0f64;
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                for job in jobs_rx.iter() {
+                    match job {
+                        Job::StartEpoch(epoch) => {
+                            trainer.start_epoch(epoch);
+                            busy = 0.0;
+                        }
+                        Job::Train(buffer) => {
+                            let started = Instant::now();
+                            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
+                            let result = trainer.train_buffer(&buffer.arena, order);
+                            busy += started.elapsed().as_secs_f64();
+                            match result {
+                                Ok(()) => {
+                                    let _ = replies_tx.send(Reply::Consumed(buffer));
+                                }
+                                Err(e) => {
+                                    let _ = replies_tx.send(Reply::Failed(e));
+                                    return;
+                                }
+                            }
+                        }
+                        Job::EndEpoch { snapshot } => {
+                            let result = trainer.finish_epoch();
+                            let labels_seen = trainer.labels_seen().len();
+                            let model = match snapshot.then(|| trainer.model().try_clone()) {
+                                Some(None) => {
+                                    let bytes = trainer.model().weights.len() as u64 * 8;
+                                    let _ = replies_tx.send(Reply::Failed(TrainError::OutOfMemory { bytes }));
+                                    return;
+                                }
+                                copy => copy.flatten(),
+                            };
+                            let label_map = trainer.label_map();
+                            let _ = replies_tx.send(Reply::EpochDone { result, labels_seen, label_map, busy_seconds: busy, model });
+                        }
+                    }
+                }
+            }));
+            if let Err(panic) = outcome {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                let _ = replies_tx.send(Reply::Panicked(message));
+            }
+            trainer
+        };
+        let handle = spawn_with_signals_blocked(body);
+        Worker { jobs: Some(jobs_tx), replies: replies_rx, handle: Some(handle), stop }
+    }
+
+    /// Hands the worker a job. Err: the worker has stopped, and the reply that says why.
+    #[allow(clippy::result_large_err)] // a rare, one-off error path
+    pub fn send(&self, job: Job) -> Result<(), Reply> {
+        if self.jobs.as_ref().expect("worker running").send(job).is_ok() {
+            return Ok(());
+        }
+        while let Ok(reply) = self.replies.try_recv() {
+            if matches!(reply, Reply::Failed(_) | Reply::Panicked(_)) {
+                return Err(reply);
+            }
+        }
+        Err(Reply::Panicked("the worker thread exited unexpectedly".into()))
+    }
+
+    /// Next reply, checking for cancel/statement_timeout every 50 ms while waiting.
+    pub fn wait(&self, waited: &mut f64) -> Reply {
+        let started = Instant::now();
+        loop {
+            match self.replies.recv_timeout(Duration::from_millis(50)) {
+                Ok(reply) => {
+                    *waited += started.elapsed().as_secs_f64();
+                    return reply;
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    check_for_interrupts!();
+                }
+                Err(RecvTimeoutError::Disconnected) => raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    "corgipile SGD worker thread exited unexpectedly",
+                    None,
+                ),
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> Trainer {
+        self.jobs = None;
+        let handle = self.handle.take().expect("worker running");
+        match handle.join() {
+            Ok(trainer) => trainer,
+            Err(_) => raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker thread panicked", None),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // The flag stops the buffer in progress; closing the channel ends the worker's loop.
+        self.stop.store(true, Ordering::Relaxed);
+        self.jobs = None;
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Spawn a thread that cannot receive any signal: PostgreSQL's signal handlers must run on the
+/// backend thread only. The mask is inherited at creation, so block, spawn, restore.
+fn spawn_with_signals_blocked<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    // SAFETY: plain libc signal-mask calls on this thread with valid, initialized sigsets.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
+        let spawned = std::thread::Builder::new().name("corgipile-sgd".into()).spawn(body);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+        match spawned {
+            Ok(handle) => handle,
+            Err(e) => raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+                format!("could not start the corgipile SGD worker thread: {e}"),
+                Some("Set \"double_buffer\": false to train without a worker thread.".into()),
+            ),
+        }
+    }
+}
+
+/// Raise the ERROR for a training failure; `label` renders a trainer label (a value or a
+/// class index) as the table shows it; `normalized`: the features were standardized.
+pub fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalized: bool) -> ! {
+    match e {
+        TrainError::TooManyLabels { values } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "the label column has more than two distinct values (saw {}, {} and {})",
+                label(values[0]), label(values[1]), label(values[2])
+            ),
+            Some("svm and logistic are binary classifiers: the label must have exactly two distinct values (softmax handles more).".into()),
+        ),
+        TrainError::InvalidLabel { value, .. } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!("invalid label {}", label(value)),
+            Some(e.hint().into()),
+        ),
+        TrainError::Diverged { epoch } => raise(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("training diverged in epoch {epoch}: the loss or the weights became NaN or infinite"),
+            Some(if normalized {
+                "Use a smaller learning_rate (the features are already normalized), or a larger l2.".into()
+            } else {
+                "Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()
+            }),
+        ),
+        TrainError::OutOfMemory { bytes } => raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!("out of memory: the model could not grow by {bytes} bytes"),
+            Some("Train a smaller model (fewer features or classes). The server could not allocate it although corgipile.max_model_memory allowed it: that setting may be too high for this server's memory.".into()),
+        ),
+        TrainError::Interrupted => raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "corgipile training was stopped", None),
+    }
+}
+
+/// Raise the ERROR a worker failure stands for.
+pub fn raise_reply(reply: Reply, label: &dyn Fn(f64) -> String, normalized: bool) -> ! {
+    match reply {
+        Reply::Failed(e) => raise_train_error(e, label, normalized),
+        Reply::Panicked(message) => raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("corgipile SGD worker failed: {message}"),
+            None,
+        ),
+        _ => raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker sent an unexpected reply", None),
+    }
+}
+

@@ -1,0 +1,137 @@
+//! The types every part of a pipeline shares — the config each node carries in its plan, the
+//! mode, the holdout, how rows are decoded, what a training produces. They import none of
+//! `plan`, `exec` or `catalog`, so those can all depend on this module and not on each other.
+
+use crate::classes::ClassValue;
+use crate::decode::LabelKind;
+use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::params::TrainParams;
+use corgipile_ml::trainer::EpochStats;
+use pgrx::pg_sys;
+use serde::{Deserialize, Serialize};
+use std::ffi::{CStr, CString};
+
+/// Everything the three nodes need to know, carried in each node's `custom_private` as JSON
+/// so that every node is self-contained.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PipelineConfig {
+    pub mode: Mode,
+    pub model: ModelKind,
+    /// Effective params; `seed` is always filled in.
+    pub params: TrainParams,
+    pub layout: FeatureLayout,
+    pub label: LabelCoding,
+    pub holdout: Holdout,
+    /// Classes known before the scan (evaluation of a stored classifier).
+    pub known_classes: Vec<ClassValue>,
+    pub max_buffer_bytes: u64,
+    /// corgipile.max_model_memory, in bytes.
+    pub max_model_bytes: u64,
+    /// Catalog name of the relation, for messages.
+    pub relation: String,
+}
+
+/// What the SGD node does with the buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Mode {
+    Train,
+    /// Score a stored model (corgipile_evaluate).
+    Evaluate,
+    /// Keep every row in memory (a validation relation).
+    Collect,
+    /// Record epoch 1's visiting order (corgipile_trace).
+    Trace,
+}
+
+/// Which rows are held out of training for per-epoch validation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Holdout {
+    None,
+    /// A boolean query column (a validation predicate).
+    Column(usize),
+    /// A fixed fraction of rows, chosen by a hash of the ctid.
+    Fraction(f64),
+}
+
+impl PipelineConfig {
+    pub fn seed(&self) -> u64 {
+        self.params.seed.unwrap_or(0)
+    }
+
+    /// A one-element List holding this config as a String node.
+    pub unsafe fn to_list(&self) -> *mut pg_sys::List {
+        let json = CString::new(serde_json::to_string(self).expect("config serializes"))
+            .expect("config JSON has no NUL");
+        // SAFETY: pstrdup copies into the current (planner/query) memory context.
+        let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
+        pg_sys::lappend(std::ptr::null_mut(), node.cast())
+    }
+
+    /// Reads back what `to_list` stored.
+    pub unsafe fn from_list(list: *mut pg_sys::List) -> PipelineConfig {
+        // SAFETY: only our own nodes are passed here, and they always carry a one-element
+        // list whose element is a String node made by `to_list`.
+        assert!(!list.is_null() && (*list).length >= 1, "corgipile node lost its config");
+        let node = (*(*list).elements).ptr_value.cast::<pg_sys::String>();
+        let json = CStr::from_ptr((*node).sval).to_str().expect("config is UTF-8");
+        serde_json::from_str(json).expect("config JSON round-trips")
+    }
+}
+
+/// How the node decodes the features of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FeatureLayout {
+    /// Column 1 is a float8[]/float4[]. `columns` = built from a column list: a NULL element
+    /// means a NULL column, and the row is skipped rather than rejected.
+    Dense { columns: bool },
+    /// Columns 1 and 2 are int4[] indices and float8[]/float4[] values.
+    Sparse { index_base: i64, n_features: Option<u32> },
+}
+
+/// How the node turns the label datum into the f64 the trainer sees.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LabelCoding {
+    /// The numeric value itself (binary classes by value, regression targets).
+    Value(LabelKind),
+    /// A class index, by the numeric value (softmax over numbers).
+    ClassOfValue(LabelKind),
+    /// A class index, by the text (any classifier over a text label).
+    ClassOfText,
+}
+
+impl LabelCoding {
+    pub fn uses_classes(self) -> bool {
+        !matches!(self, LabelCoding::Value(_))
+    }
+}
+
+/// Per-epoch metrics on the held-out validation rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidationStats {
+    pub loss: f64,
+    pub accuracy: Option<f64>,
+    pub r2: Option<f64>,
+    pub rows: u64,
+}
+
+pub struct EpochRecord {
+    pub stats: EpochStats,
+    /// The training pass (reading, shuffling, SGD), without validation.
+    pub seconds: f64,
+    pub validation: Option<ValidationStats>,
+    pub validation_seconds: f64,
+}
+
+/// What a finished training produced; the caller stores it in the catalog.
+pub struct TrainOutcome {
+    /// In original feature units (a standardizer, if any, is folded in).
+    pub model: LinearModel,
+    /// Classifiers: label values by class index (binary: [negative, positive]).
+    pub classes: Vec<ClassValue>,
+    pub standardizer: Option<serde_json::Value>,
+    pub epochs: Vec<EpochRecord>,
+    pub rows_trained: u64,
+    pub rows_skipped: u64,
+    pub seconds: f64,
+}
+
