@@ -106,13 +106,8 @@ impl LabelCoding {
 }
 
 /// Per-epoch metrics on the held-out validation rows.
-#[derive(Clone, Debug, Serialize)]
-pub struct ValidationStats {
-    pub loss: f64,
-    pub accuracy: Option<f64>,
-    pub r2: Option<f64>,
-    pub rows: u64,
-}
+pub use corgipile_ml::scoring::ValidationStats;
+
 
 pub struct EpochRecord {
     pub stats: EpochStats,

@@ -3,12 +3,26 @@
 //! regularization, standardization, evaluation metrics, CorgiPile shuffling
 //! and parameter validation. No PostgreSQL dependency, so everything here is
 //! unit-tested with plain `cargo test`.
+//!
+//! Modules:
+//! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
+//!   validation of the user's sparse rows.
+//! - [`limits`]: model memory accounting and fallible allocation.
+//! - [`metrics`]: streaming binary, multiclass and regression metrics (and [`Welford`]).
+//! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
+//! - [`params`]: the training parameters (one table declares them all), their JSON form,
+//!   and buffer/block sizing.
+//! - [`scoring`]: validation statistics and the evaluation report of a model on rows.
+//! - [`shuffle`]: block orders, tuple shuffles and the baselines' buffers.
+//! - [`stats`]: feature statistics, standardization and balanced class weights.
+//! - [`trainer`]: the SGD [`Trainer`] (label mapping, lazy regularization, mini-batches).
 
 pub mod arena;
 pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod params;
+pub mod scoring;
 pub mod shuffle;
 pub mod stats;
 pub mod trainer;
@@ -16,13 +30,14 @@ pub mod trainer;
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};
 pub use metrics::{
     BinaryMetrics, BinaryReport, ClassReport, MulticlassMetrics, MulticlassReport,
-    RegressionMetrics, RegressionReport,
+    RegressionMetrics, RegressionReport, Welford,
 };
 pub use model::{dot, LinearModel, ModelKind, Row};
 pub use params::{
     BlockSize, BufferSize, ClassWeight, Features, ParamError, ScheduleKind, ShuffleMode,
     TrainParams, Validation,
 };
+pub use scoring::{BinaryLabels, Evaluation, ValidationScore, ValidationStats};
 pub use shuffle::{block_order, split_blocks, TupleShuffler};
 pub use stats::{balanced_class_weights, FeatureStats, Standardizer};
 pub use trainer::{

@@ -139,7 +139,13 @@ mod tests {
         assert_eq!(pretty_bytes(512), "512 bytes");
         assert_eq!(pretty_bytes(512 * 1024 * 1024), "512 MB");
         assert_eq!(pretty_bytes(48 * 1024 * 1024 * 1024), "48 GB");
-        assert_eq!(pretty_pair(65_560, 65_536), ("65560 bytes".into(), "65536 bytes".into()));
-        assert_eq!(pretty_pair(1 << 30, 512 << 20), ("1024 MB".into(), "512 MB".into()));
+        assert_eq!(
+            pretty_pair(65_560, 65_536),
+            ("65560 bytes".into(), "65536 bytes".into())
+        );
+        assert_eq!(
+            pretty_pair(1 << 30, 512 << 20),
+            ("1024 MB".into(), "512 MB".into())
+        );
     }
 }

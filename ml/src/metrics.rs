@@ -87,7 +87,10 @@ impl BinaryMetrics {
             (false, true) => self.fn_ += 1,
         }
         if !self.auc_dropped {
-            if self.auc_limit.is_some_and(|limit| self.scored.len() >= limit) {
+            if self
+                .auc_limit
+                .is_some_and(|limit| self.scored.len() >= limit)
+            {
                 self.auc_dropped = true;
                 self.scored = Vec::new();
             } else {
@@ -111,7 +114,11 @@ impl BinaryMetrics {
         let n = self.tp + self.fp + self.tn + self.fn_;
         let precision = ratio(self.tp, self.tp + self.fp);
         let recall = ratio(self.tp, self.tp + self.fn_);
-        let roc_auc = if self.auc_dropped { None } else { roc_auc(&mut self.scored) };
+        let roc_auc = if self.auc_dropped {
+            None
+        } else {
+            roc_auc(&mut self.scored)
+        };
         BinaryReport {
             accuracy: ratio(self.tp + self.tn, n),
             precision,
@@ -267,14 +274,63 @@ pub struct RegressionReport {
     pub n: u64,
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct RegressionMetrics {
+/// Welford's streaming mean and M2 (sum of squared deviations from the mean) of a series:
+/// M2 of the actual values is the SST of R². One implementation for the trainer's per-epoch
+/// R² and [`RegressionMetrics`], so both compute it with the same arithmetic.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Welford {
     n: u64,
-    sse: f64,
-    sae: f64,
-    /// Welford mean and M2 of the actual values (SST = M2).
     mean: f64,
     m2: f64,
+}
+
+impl Welford {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    #[inline]
+    pub fn push(&mut self, x: f64) {
+        self.n += 1;
+        let delta = x - self.mean;
+        self.mean += delta / self.n as f64;
+        self.m2 += delta * (x - self.mean);
+    }
+
+    /// Values pushed.
+    pub fn n(&self) -> u64 {
+        self.n
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.mean
+    }
+
+    /// Σ (x - mean)².
+    pub fn m2(&self) -> f64 {
+        self.m2
+    }
+}
+
+/// 1 - SSE/SST; if SST == 0 (constant actual values): 1 for a perfect fit (SSE == 0), else 0,
+/// like scikit-learn.
+#[inline]
+pub fn r2_score(sse: f64, sst: f64) -> f64 {
+    if sst > 0.0 {
+        1.0 - sse / sst
+    } else if sse == 0.0 {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RegressionMetrics {
+    sse: f64,
+    sae: f64,
+    /// Count, mean and M2 of the actual values (SST = M2).
+    actual: Welford,
 }
 
 impl RegressionMetrics {
@@ -286,14 +342,12 @@ impl RegressionMetrics {
         let e = predicted - actual;
         self.sse += e * e;
         self.sae += e.abs();
-        self.n += 1;
-        let delta = actual - self.mean;
-        self.mean += delta / self.n as f64;
-        self.m2 += delta * (actual - self.mean);
+        self.actual.push(actual);
     }
 
     pub fn finish(self) -> RegressionReport {
-        if self.n == 0 {
+        let count = self.actual.n();
+        if count == 0 {
             return RegressionReport {
                 mse: 0.0,
                 rmse: 0.0,
@@ -302,21 +356,15 @@ impl RegressionMetrics {
                 n: 0,
             };
         }
-        let n = self.n as f64;
+        let n = count as f64;
         let mse = self.sse / n;
-        let r2 = if self.m2 > 0.0 {
-            1.0 - self.sse / self.m2
-        } else if self.sse == 0.0 {
-            1.0
-        } else {
-            0.0
-        };
+        let r2 = r2_score(self.sse, self.actual.m2());
         RegressionReport {
             mse,
             rmse: mse.sqrt(),
             mae: self.sae / n,
             r2,
-            n: self.n,
+            n: count,
         }
     }
 }

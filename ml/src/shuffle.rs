@@ -282,7 +282,11 @@ pub struct SlidingWindow {
 impl SlidingWindow {
     pub fn new(capacity: usize, seed: u64, epoch: u32) -> Self {
         assert!(capacity >= 1);
-        SlidingWindow { slots: Vec::with_capacity(capacity.min(1 << 20)), capacity, rng: epoch_rng(seed, 2 * u64::from(epoch) + 1) }
+        SlidingWindow {
+            slots: Vec::with_capacity(capacity.min(1 << 20)),
+            capacity,
+            rng: epoch_rng(seed, 2 * u64::from(epoch) + 1),
+        }
     }
 
     /// Offer one row; the row it evicts (if the window is full) is appended to `out`.
@@ -330,7 +334,12 @@ pub struct Reservoir {
 impl Reservoir {
     pub fn new(capacity: usize, seed: u64, epoch: u32) -> Self {
         assert!(capacity >= 1);
-        Reservoir { slots: Vec::with_capacity(capacity.min(1 << 20)), capacity, seen: 0, rng: epoch_rng(seed, 2 * u64::from(epoch) + 1) }
+        Reservoir {
+            slots: Vec::with_capacity(capacity.min(1 << 20)),
+            capacity,
+            seen: 0,
+            rng: epoch_rng(seed, 2 * u64::from(epoch) + 1),
+        }
     }
 
     /// Offer one row; the row dropped from the sample (if any) is appended to `dropped`.
@@ -395,7 +404,10 @@ mod streaming_tests {
         w.drain(&mut out);
         let mut seen: Vec<usize> = (0..out.len()).map(|i| out.label(i) as usize).collect();
         let displaced = seen.iter().enumerate().filter(|(p, &v)| *p != v).count();
-        assert!(displaced > 900, "a window of 50 should move almost every row");
+        assert!(
+            displaced > 900,
+            "a window of 50 should move almost every row"
+        );
         // A row can only come out after it went in: position >= original - window is not
         // guaranteed, but no row may leave before it arrived.
         assert!(seen.iter().enumerate().all(|(p, &v)| p + 50 >= v));
@@ -417,15 +429,20 @@ mod streaming_tests {
             assert_eq!(r.len(), 100);
             let mut pass = TupleArena::new(1, 100);
             r.pass(&mut pass);
-            let mut all: Vec<usize> = (0..dropped.len()).map(|i| dropped.label(i) as usize)
-                .chain((0..pass.len()).map(|i| pass.label(i) as usize)).collect();
+            let mut all: Vec<usize> = (0..dropped.len())
+                .map(|i| dropped.label(i) as usize)
+                .chain((0..pass.len()).map(|i| pass.label(i) as usize))
+                .collect();
             kept_late += (0..pass.len()).filter(|&i| pass.label(i) >= 500.0).count();
             all.sort_unstable();
             assert_eq!(all, (0..1000).collect::<Vec<_>>());
         }
         // Uniform sample: about half of the kept rows come from the second half of the stream.
         let share = kept_late as f64 / (200.0 * 100.0);
-        assert!((share - 0.5).abs() < 0.03, "share from the second half: {share}");
+        assert!(
+            (share - 0.5).abs() < 0.03,
+            "share from the second half: {share}"
+        );
     }
 
     #[test]

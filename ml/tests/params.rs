@@ -368,10 +368,22 @@ fn resolve_block_pages_rules() {
     // Auto: buffer pages / 256, between 1 and 1280, never above the table.
     assert_eq!(resolve_block_pages(BlockSize::Auto, 20, 8192, 2), 1);
     assert_eq!(resolve_block_pages(BlockSize::Auto, 0, 8192, 0), 1);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 113_000, 8192, 11_300), 44);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 5_000_000, 8192, 500_000), 1280);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, u32::MAX, 8192, u64::MAX), 1280);
-    assert_eq!(resolve_block_pages(BlockSize::Auto, 100, 8192, 1_000_000), 100);
+    assert_eq!(
+        resolve_block_pages(BlockSize::Auto, 113_000, 8192, 11_300),
+        44
+    );
+    assert_eq!(
+        resolve_block_pages(BlockSize::Auto, 5_000_000, 8192, 500_000),
+        1280
+    );
+    assert_eq!(
+        resolve_block_pages(BlockSize::Auto, u32::MAX, 8192, u64::MAX),
+        1280
+    );
+    assert_eq!(
+        resolve_block_pages(BlockSize::Auto, 100, 8192, 1_000_000),
+        100
+    );
     assert_eq!(resolve_block_pages(BlockSize::Pages(16), 1000, 8192, 0), 16);
     assert_eq!(resolve_block_pages(BlockSize::Pages(16), 10, 8192, 0), 10); // capped at the table
     assert_eq!(resolve_block_pages(BlockSize::Pages(16), 0, 8192, 0), 1);
@@ -379,12 +391,18 @@ fn resolve_block_pages_rules() {
         resolve_block_pages(BlockSize::Bytes(10 << 20), 100_000, 8192, 0),
         1280
     );
-    assert_eq!(resolve_block_pages(BlockSize::Bytes(100), 100_000, 8192, 0), 1);
+    assert_eq!(
+        resolve_block_pages(BlockSize::Bytes(100), 100_000, 8192, 0),
+        1
+    );
     assert_eq!(
         resolve_block_pages(BlockSize::Bytes(1 << 20), 100_000, 16384, 0),
         64
     );
-    assert_eq!(resolve_block_pages(BlockSize::Bytes(u64::MAX), 5, 8192, 0), 5);
+    assert_eq!(
+        resolve_block_pages(BlockSize::Bytes(u64::MAX), 5, 8192, 0),
+        5
+    );
 }
 
 #[test]
@@ -673,7 +691,10 @@ fn buffer_tuples_from_bytes_per_tuple() {
 fn model_names() {
     let p = TrainParams::from_json(&json!({"name": "churn v2"})).unwrap();
     assert_eq!(p.name.as_deref(), Some("churn v2"));
-    assert_eq!(TrainParams::from_json(&json!({"name": null})).unwrap().name, None);
+    assert_eq!(
+        TrainParams::from_json(&json!({"name": null})).unwrap().name,
+        None
+    );
     assert_eq!(TrainParams::from_json(&p.to_json()).unwrap(), p);
     for (bad, problem) in [
         (json!(""), "empty"),
@@ -683,9 +704,14 @@ fn model_names() {
     ] {
         let e = err(json!({ "name": bad }));
         assert!(e.message.contains(problem), "{}", e.message);
-        assert!(e.hint.unwrap().starts_with("name must be null or a string of 1 to 200 characters, not an integer"));
+        assert!(e
+            .hint
+            .unwrap()
+            .starts_with("name must be null or a string of 1 to 200 characters, not an integer"));
     }
-    assert!(err(json!({"name": 7})).message.contains("invalid value for parameter \"name\""));
+    assert!(err(json!({"name": 7}))
+        .message
+        .contains("invalid value for parameter \"name\""));
     // 200 characters, multi-byte, is fine.
     assert!(TrainParams::from_json(&json!({ "name": "é".repeat(200) })).is_ok());
 }

@@ -466,7 +466,9 @@ fn interrupt_check_stops_a_buffer_early() {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
     let mut t = Trainer::new(TrainConfig::new(kind), 50);
-    t.set_interrupt(Some(Box::new(move || seen.fetch_add(1, Ordering::Relaxed) >= 2)));
+    t.set_interrupt(Some(Box::new(move || {
+        seen.fetch_add(1, Ordering::Relaxed) >= 2
+    })));
     assert_eq!(t.train_buffer(&arena, None), Err(TrainError::Interrupted));
     // Up to 500 classes x 51 = 25,500 multiply-adds a row: a check every ~10 rows or more
     // often, so the third check comes long before the end of the buffer.

@@ -4,7 +4,12 @@ use corgipile_ml::arena::TupleArena;
 use corgipile_ml::trainer::{EpochStats, TrainConfig, Trainer};
 
 /// Trains `epochs` epochs over `buffers` (each trained in storage order).
-pub fn run(config: TrainConfig, d: usize, buffers: &[TupleArena], epochs: u32) -> (Trainer, Vec<EpochStats>) {
+pub fn run(
+    config: TrainConfig,
+    d: usize,
+    buffers: &[TupleArena],
+    epochs: u32,
+) -> (Trainer, Vec<EpochStats>) {
     let mut t = Trainer::new(config, d);
     let mut stats = Vec::new();
     for e in 1..=epochs {

@@ -10,8 +10,8 @@ use crate::error::{notice, raise};
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::pipeline::{EpochRecord, FeatureLayout, Mode, TrainOutcome, ValidationStats};
 use crate::progress;
-use corgipile_ml::metrics::RegressionMetrics;
-use corgipile_ml::model::{argmax, sign, softmax_loss, LinearModel, ModelKind};
+use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
@@ -227,46 +227,13 @@ impl SgdNode {
             (None, Some(a)) => a,
             (None, None) => return ValidationStats { loss: f64::NAN, accuracy: None, r2: None, rows: 0 },
         };
-        let mut scores = Vec::new();
-        let (mut loss, mut correct, mut n) = (0.0, 0u64, 0u64);
-        let mut regression = RegressionMetrics::new();
-        let binary_map = match self.config.model {
-            ModelKind::Svm | ModelKind::Logistic => self.binary_labels,
-            _ => None,
-        };
+        let binary = self.binary_labels.map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+        let mut score = ValidationScore::new(self.config.model, binary);
         for i in 0..arena.len() {
             check_for_interrupts!();
-            let (row, label) = (arena.row(i), arena.label(i));
-            match self.config.model {
-                ModelKind::Linear => {
-                    let z = model.decision(row);
-                    regression.push(z, label);
-                    loss += model.kind.loss(z, label);
-                }
-                ModelKind::Softmax => {
-                    let y = label as usize;
-                    model.scores(row, &mut scores);
-                    if y >= scores.len() {
-                        continue; // a class the model never saw in training
-                    }
-                    correct += (argmax(&scores) == Some(y)) as u64;
-                    loss += softmax_loss(&mut scores, y);
-                }
-                ModelKind::Svm | ModelKind::Logistic => {
-                    let Some((neg, pos)) = binary_map else { continue };
-                    let y = if label == pos { 1.0 } else if label == neg { -1.0 } else { continue };
-                    let z = model.decision(row);
-                    correct += (sign(z) == y) as u64;
-                    loss += model.kind.loss(z, y);
-                }
-            }
-            n += 1;
+            score.push(model, arena.row(i), arena.label(i));
         }
-        let mean_loss = if n > 0 { loss / n as f64 } else { f64::NAN };
-        match self.config.model {
-            ModelKind::Linear => ValidationStats { loss: mean_loss, accuracy: None, r2: Some(regression.finish().r2), rows: n },
-            _ => ValidationStats { loss: mean_loss, accuracy: Some(if n > 0 { correct as f64 / n as f64 } else { 0.0 }), r2: None, rows: n },
-        }
+        score.finish()
     }
 
     /// One epoch, double-buffered: the worker trains one buffer while we fill the next.

@@ -1,0 +1,277 @@
+//! Unit tests of the losses, the dot products and the model outputs.
+
+use super::*;
+
+const KINDS: [ModelKind; 3] = [ModelKind::Svm, ModelKind::Logistic, ModelKind::Linear];
+
+#[test]
+fn names_round_trip() {
+    for k in ModelKind::ALL {
+        assert_eq!(ModelKind::parse(k.name()), Some(k));
+    }
+    assert_eq!(
+        ModelKind::all_names(),
+        &["svm", "logistic", "linear", "softmax"]
+    );
+    assert_eq!(ModelKind::parse("SVM"), None);
+    assert_eq!(ModelKind::parse(""), None);
+    assert_eq!(
+        serde_json::to_string(&ModelKind::Logistic).unwrap(),
+        "\"logistic\""
+    );
+    assert_eq!(
+        serde_json::to_string(&ModelKind::Softmax).unwrap(),
+        "\"softmax\""
+    );
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let h = 1e-6;
+    for &kind in &KINDS {
+        let ys: &[f64] = if kind == ModelKind::Linear {
+            &[-3.5, 0.0, 2.25]
+        } else {
+            &[-1.0, 1.0]
+        };
+        for &y in ys {
+            let mut z = -8.0f64;
+            while z <= 8.0 {
+                // Stay away from the hinge kink at y z = 1.
+                if kind == ModelKind::Svm && (y * z - 1.0).abs() < 1e-3 {
+                    z += 0.037;
+                    continue;
+                }
+                let fd = (kind.loss(z + h, y) - kind.loss(z - h, y)) / (2.0 * h);
+                let g = kind.dloss_dz(z, y);
+                assert!(
+                    (fd - g).abs() < 1e-6 * (1.0 + g.abs()),
+                    "{kind:?} z={z} y={y}: analytic {g} vs numeric {fd}"
+                );
+                z += 0.037;
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_gradient_matches_finite_differences() {
+    let h = 1e-6;
+    let points: [&[f64]; 4] = [
+        &[0.0, 0.0, 0.0],
+        &[1.0, -2.0, 0.5],
+        &[3.0, 2.9, -4.0, 0.1],
+        &[-10.0, 5.0],
+    ];
+    let loss = |s: &[f64], y: usize| softmax_loss(&mut s.to_vec(), y);
+    for s in points {
+        for y in 0..s.len() {
+            let mut p = s.to_vec();
+            softmax_loss(&mut p, y);
+            for k in 0..s.len() {
+                let g = p[k] - if k == y { 1.0 } else { 0.0 };
+                let (mut up, mut down) = (s.to_vec(), s.to_vec());
+                up[k] += h;
+                down[k] -= h;
+                let fd = (loss(&up, y) - loss(&down, y)) / (2.0 * h);
+                assert!((fd - g).abs() < 1e-7, "{s:?} y={y} k={k}: {g} vs {fd}");
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_is_stable_for_huge_scores() {
+    let mut s = vec![1e300, -1e300, 0.0];
+    let l = softmax_loss(&mut s, 0);
+    assert_eq!(l, 0.0);
+    assert_eq!(s, vec![1.0, 0.0, 0.0]);
+    let mut s = vec![1e300, -1e300, 0.0];
+    let l = softmax_loss(&mut s, 2);
+    assert_eq!(l, 1e300); // -log p_2 = 1e300 - 0, exact, not inf
+    let mut s = vec![f64::MAX, f64::MAX];
+    let l = softmax_loss(&mut s, 1);
+    assert!((l - std::f64::consts::LN_2).abs() < 1e-15);
+    assert_eq!(s, vec![0.5, 0.5]);
+    let mut s = vec![-1e308, -1e308 + 1e292, -1e308];
+    assert!(softmax_loss(&mut s, 0).is_finite());
+    assert!(s.iter().all(|p| p.is_finite()));
+}
+
+#[test]
+fn known_values() {
+    assert_eq!(ModelKind::Svm.loss(0.0, 1.0), 1.0);
+    assert_eq!(ModelKind::Svm.loss(2.0, 1.0), 0.0);
+    assert_eq!(ModelKind::Svm.loss(2.0, -1.0), 3.0);
+    assert_eq!(ModelKind::Svm.dloss_dz(0.5, -1.0), 1.0);
+    assert_eq!(ModelKind::Svm.dloss_dz(1.5, 1.0), 0.0);
+    assert!((ModelKind::Logistic.loss(0.0, 1.0) - std::f64::consts::LN_2).abs() < 1e-15);
+    assert_eq!(ModelKind::Logistic.dloss_dz(0.0, 1.0), -0.5);
+    assert_eq!(ModelKind::Logistic.dloss_dz(0.0, -1.0), 0.5);
+    assert_eq!(ModelKind::Linear.loss(3.0, 1.0), 2.0);
+    assert_eq!(ModelKind::Linear.dloss_dz(3.0, 1.0), 2.0);
+    let mut s = vec![0.0; 4];
+    assert!((softmax_loss(&mut s, 3) - 4f64.ln()).abs() < 1e-15);
+}
+
+#[test]
+fn logistic_is_stable_for_huge_z() {
+    let k = ModelKind::Logistic;
+    for &z in &[1e3, 1e300, f64::MAX] {
+        // Correct side: loss → 0, gradient → 0, never NaN.
+        assert!(k.loss(z, 1.0).is_finite() && k.loss(z, 1.0) >= 0.0);
+        assert!(k.loss(z, 1.0) < 1e-300);
+        assert_eq!(k.dloss_dz(z, 1.0), -0.0);
+        // Wrong side: loss ≈ |z|, gradient → ±1.
+        assert_eq!(k.loss(z, -1.0), z);
+        assert_eq!(k.loss(-z, 1.0), z);
+        assert_eq!(k.dloss_dz(z, -1.0), 1.0);
+        assert_eq!(k.dloss_dz(-z, 1.0), -1.0);
+    }
+    // Moderate values stay accurate.
+    let z = 30.0f64;
+    let expect = (-z).exp(); // log1p(e^-30) ≈ e^-30
+    assert!((k.loss(z, 1.0) - expect).abs() < 1e-25);
+}
+
+#[test]
+fn loss_and_dloss_dz_equal_the_separate_functions_bitwise() {
+    for kind in [ModelKind::Svm, ModelKind::Logistic, ModelKind::Linear] {
+        for i in 0..2001 {
+            let z = (i as f64 - 1000.0) * 0.0917;
+            for y in [-1.0, 1.0, 0.3] {
+                let (l, g) = kind.loss_and_dloss_dz(z, y);
+                assert_eq!(
+                    l.to_bits(),
+                    kind.loss(z, y).to_bits(),
+                    "{kind:?} loss z={z} y={y}"
+                );
+                assert_eq!(
+                    g.to_bits(),
+                    kind.dloss_dz(z, y).to_bits(),
+                    "{kind:?} dloss z={z} y={y}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn losses_are_symmetric_bitwise() {
+    for kind in [ModelKind::Svm, ModelKind::Logistic] {
+        for i in 0..200 {
+            let z = (i as f64 - 100.0) * 0.173;
+            assert_eq!(kind.loss(z, 1.0).to_bits(), kind.loss(-z, -1.0).to_bits());
+            // Exact up to the sign of a zero gradient (which training skips).
+            let (g, g_neg) = (kind.dloss_dz(z, 1.0), -kind.dloss_dz(-z, -1.0));
+            assert!(g.to_bits() == g_neg.to_bits() || (g == 0.0 && g_neg == 0.0));
+        }
+    }
+}
+
+#[test]
+fn dot_matches_naive() {
+    for n in 0..20 {
+        let a: Vec<f64> = (0..n).map(|i| i as f64 * 0.5 - 2.0).collect();
+        let b: Vec<f64> = (0..n).map(|i| 3.0 - i as f64).collect();
+        let naive: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - naive).abs() < 1e-12, "n={n}");
+    }
+}
+
+#[test]
+fn sparse_dot_and_axpy_match_naive() {
+    let w0: Vec<f64> = (0..50).map(|i| (i as f64 * 0.37).sin()).collect();
+    for n in 0..12 {
+        let indices: Vec<u32> = (0..n).map(|i| (i * 4 + 1) as u32).collect();
+        let values: Vec<f64> = (0..n).map(|i| 1.5 - i as f64 * 0.25).collect();
+        let naive: f64 = indices
+            .iter()
+            .zip(&values)
+            .map(|(&j, v)| w0[j as usize] * v)
+            .sum();
+        assert!(
+            (sparse_dot(&w0, &indices, &values) - naive).abs() < 1e-12,
+            "n={n}"
+        );
+        let mut w = w0.clone();
+        sparse_axpy(&mut w, -0.5, &indices, &values);
+        for (j, (a, b)) in w.iter().zip(&w0).enumerate() {
+            let x = indices
+                .iter()
+                .position(|&i| i as usize == j)
+                .map_or(0.0, |p| values[p]);
+            assert_eq!(*a, b + -0.5 * x, "n={n} j={j}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "sparse index beyond the weights")]
+fn sparse_dot_checks_indices() {
+    sparse_dot(&[1.0, 2.0], &[0, 2], &[1.0, 1.0]);
+}
+
+#[test]
+#[should_panic(expected = "sparse index beyond the weights")]
+fn sparse_axpy_checks_indices() {
+    sparse_axpy(&mut [], 1.0, &[0], &[1.0]);
+}
+
+#[test]
+fn model_decision_and_sign() {
+    let mut m = LinearModel::new(ModelKind::Svm, 2, 1);
+    assert_eq!(m.predict_sign(&[1.0, 1.0]), 1.0); // z = 0 → +1
+    m.weights = vec![1.0, -2.0];
+    m.bias = vec![0.5];
+    assert_eq!(m.decision(Row::Dense(&[3.0, 1.0])), 1.5);
+    assert_eq!(m.predict_sign(&[0.0, 1.0]), -1.0);
+    assert_eq!(m.predict(Row::Dense(&[0.0, 1.0])), -1.0);
+    assert_eq!(sign(-0.0), 1.0);
+    let sparse = Row::Sparse {
+        indices: &[0, 1, 7],
+        values: &[3.0, 1.0, 100.0],
+    };
+    assert_eq!(m.decision(sparse), 1.5); // index 7 is beyond the model: weight 0
+    assert_eq!(sparse.dim(), 8);
+    assert_eq!(sparse.nnz(), 3);
+    let mut out = vec![9.0];
+    assert!(!m.predict_proba(sparse, &mut out));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn multi_output_scores_proba_predict() {
+    let m = LinearModel {
+        kind: ModelKind::Softmax,
+        n_features: 2,
+        n_outputs: 3,
+        weights: vec![1.0, 0.0, 0.0, 1.0, -1.0, -1.0],
+        bias: vec![0.0, 0.5, 0.0],
+    };
+    let x = Row::Dense(&[2.0, 1.0]);
+    let mut s = Vec::new();
+    m.scores(x, &mut s);
+    assert_eq!(s, vec![2.0, 1.5, -3.0]);
+    assert_eq!(m.predict(x), 0.0);
+    assert_eq!(m.predict(Row::Dense(&[1.0, 1.0])), 1.0);
+    assert!(m.predict_proba(x, &mut s));
+    let e = [2f64.exp(), 1.5f64.exp(), (-3f64).exp()];
+    let t: f64 = e.iter().sum();
+    for k in 0..3 {
+        assert!((s[k] - e[k] / t).abs() < 1e-15);
+    }
+    let lg = LinearModel::single(ModelKind::Logistic, vec![1.0], 0.0);
+    assert!(lg.predict_proba(Row::Dense(&[0.0]), &mut s));
+    assert_eq!(s, vec![0.5, 0.5]);
+    assert!(lg.predict_proba(Row::Dense(&[800.0]), &mut s));
+    assert_eq!(s[1], 1.0);
+    assert!(s[0] >= 0.0); // underflows gracefully, no NaN
+    let lin = LinearModel::single(ModelKind::Linear, vec![2.0], 1.0);
+    assert_eq!(lin.predict(Row::Dense(&[-3.0])), -5.0);
+    assert!(LinearModel::new(ModelKind::Softmax, 2, 0)
+        .predict(x)
+        .is_nan());
+    assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
+    assert_eq!(argmax(&[]), None);
+}

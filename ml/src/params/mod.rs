@@ -1,0 +1,444 @@
+//! Training parameters: parsed from the user's JSON object, validated, and
+//! written back (defaults filled in) for storage with the model.
+//!
+//! Every key has exactly one name, a default and a range. Unknown keys are
+//! errors (with a "did you mean" suggestion), so a typo never silently falls
+//! back to a default.
+//!
+//! Each param is declared once, in the `train_params!` table below: its field, default,
+//! how it is parsed and written back, the rule shown in error hints, and its row of the
+//! README's param table (see [`param_table_markdown`]). [`TrainParams::KEYS`], the list of
+//! valid keys in errors, [`TrainParams::defaults`], [`TrainParams::from_json`] and
+//! [`TrainParams::to_json`] all derive from it.
+//!
+//! Files: `options` (shuffle mode, features, schedule, class weights, validation),
+//! `sizing` (block and buffer sizes and their resolution), `units` (byte sizes and
+//! percentages), `values` (JSON value readers and error messages).
+
+mod options;
+mod sizing;
+mod units;
+mod values;
+
+pub use options::{ClassWeight, Features, ScheduleKind, ShuffleMode, Validation};
+pub use sizing::{
+    resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
+    AUTO_BLOCKS_PER_BUFFER,
+};
+pub use units::parse_bytes;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::arena::MAX_FEATURES;
+use crate::model::ModelKind;
+use crate::trainer::TrainConfig;
+use options::{class_weight_json, validation_json};
+use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
+use values::{
+    bad_value, get_bool, get_class_weight, get_features, get_float, get_int, get_model_name,
+    get_name, get_shuffle, get_validation, json_type, unknown_key, wrong_type,
+};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamError {
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for ParamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ParamError {}
+
+const MAX_EPOCHS: u64 = 1_000_000;
+const MAX_BATCH: u64 = 1_000_000;
+const MAX_RATE: f64 = 1e6;
+const MAX_SEED: u64 = i64::MAX as u64; // fits a PostgreSQL bigint
+
+/// One training parameter, as declared in the `train_params!` table.
+#[derive(Clone, Copy)]
+pub struct ParamSpec {
+    /// The JSON key (and field of [`TrainParams`]).
+    pub name: &'static str,
+    /// README: the default as shown to users.
+    pub shown_default: &'static str,
+    /// README: the accepted values.
+    pub accepts: &'static str,
+    /// README: what the param means.
+    pub meaning: &'static str,
+    /// What the key accepts and its default, for the hint of an invalid value
+    /// ("<key> must be <rule>").
+    pub rule: &'static str,
+    /// Parses the key's JSON value into its field.
+    parse: fn(&mut TrainParams, &str, &Value) -> Result<(), ParamError>,
+    /// The field as written back by [`TrainParams::to_json`].
+    to_json: fn(&TrainParams) -> Value,
+}
+
+impl std::fmt::Debug for ParamSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParamSpec")
+            .field("name", &self.name)
+            .field("rule", &self.rule)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Declares [`TrainParams`] (one field per param plus the explicit-size flags), its
+/// defaults, [`TrainParams::KEYS`] and [`PARAMS`] from one entry per param:
+///
+/// ```text
+/// /// field docs
+/// name: Type = default expression => {
+///     shown: README default, accepts: README accepted values, meaning: README meaning,
+///     rule: hint text, parse: fn(&str, &Value) -> Result<Type, ParamError>,
+///     json: fn(&Type) -> Value,
+/// },
+/// ```
+macro_rules! train_params {
+    ($(
+        $(#[doc = $doc:literal])*
+        $field:ident: $ty:ty = $default:expr => {
+            shown: $shown:literal,
+            accepts: $accepts:literal,
+            meaning: $meaning:literal,
+            rule: $rule:literal,
+            parse: $parse:expr,
+            json: $json:expr $(,)?
+        },
+    )*) => {
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct TrainParams {
+            $(
+                $(#[doc = $doc])*
+                #[doc = concat!("\n\nAccepts ", $rule, ".")]
+                pub $field: $ty,
+            )*
+            /// True iff block_size differs from the default ("auto").
+            pub block_size_explicit: bool,
+            /// True iff buffer_size differs from the default ("10%"). An explicit size
+            /// that exceeds the memory limit is an error; the default is clamped.
+            pub buffer_size_explicit: bool,
+        }
+
+        impl TrainParams {
+            /// All valid keys, in documentation order.
+            pub const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            pub fn defaults() -> Self {
+                TrainParams {
+                    $($field: $default,)*
+                    block_size_explicit: false,
+                    buffer_size_explicit: false,
+                }
+            }
+        }
+
+        /// Every training parameter, in documentation order.
+        pub const PARAMS: &[ParamSpec] = &[$(
+            ParamSpec {
+                name: stringify!($field),
+                shown_default: $shown,
+                accepts: $accepts,
+                meaning: $meaning,
+                rule: $rule,
+                parse: |p, key, v| {
+                    let parse: fn(&str, &Value) -> Result<$ty, ParamError> = $parse;
+                    p.$field = parse(key, v)?;
+                    Ok(())
+                },
+                to_json: |p| {
+                    let json: fn(&$ty) -> Value = $json;
+                    json(&p.$field)
+                },
+            },
+        )*];
+    };
+}
+
+train_params! {
+    /// Where the features come from.
+    features: Features = Features::Column("features".to_string()) => {
+        shown: r#"`"features"`"#,
+        accepts: r#"column name, array of column names, or `{"indices": .., "values": ..}`"#,
+        meaning: "see above",
+        rule: "a non-empty string naming one array column (default \"features\"), an array of distinct column names, or {\"indices\": column, \"values\": column} for sparse rows",
+        parse: get_features,
+        json: Features::to_json,
+    },
+    /// The label column.
+    label: String = "label".to_string() => {
+        shown: r#"`"label"`"#,
+        accepts: "column name",
+        meaning: "the label column",
+        rule: "a non-empty string naming the label column (default \"label\")",
+        parse: get_name,
+        json: |x| json!(x),
+    },
+    epochs: u32 = 20 => {
+        shown: "`20`",
+        accepts: "integer 1 … 1,000,000",
+        meaning: "passes over the table",
+        rule: "an integer from 1 to 1000000 (default 20)",
+        parse: |k, v| Ok(get_int(k, v, 1, MAX_EPOCHS)? as u32),
+        json: |x| json!(x),
+    },
+    learning_rate: f64 = 0.01 => {
+        shown: "`0.01`",
+        accepts: "number > 0, ≤ 1e6",
+        meaning: "initial SGD step size",
+        rule: "a number > 0 and <= 1000000 (default 0.01)",
+        parse: |k, v| get_float(k, v, |x| x > 0.0 && x <= MAX_RATE),
+        json: |x| json!(x),
+    },
+    learning_rate_schedule: ScheduleKind = ScheduleKind::Exponential => {
+        shown: r#"`"exponential"`"#,
+        accepts: r#"`"constant"`, `"exponential"`, `"inverse_sqrt"`"#,
+        meaning: "lr of epoch *e*: constant; `learning_rate × decay^(e-1)`; `learning_rate / √e`",
+        rule: "one of \"constant\", \"exponential\" (learning_rate·decay^(epoch-1)), \"inverse_sqrt\" (learning_rate/sqrt(epoch)) (default \"exponential\")",
+        parse: |k, v| {
+            let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
+            ScheduleKind::parse(s).ok_or_else(|| bad_value(k, v, "unknown schedule"))
+        },
+        json: |s| json!(s.name()),
+    },
+    decay: f64 = 0.95 => {
+        shown: "`0.95`",
+        accepts: "number in (0, 1]",
+        meaning: "the exponential schedule's factor",
+        rule: "a number > 0 and <= 1, the learning-rate multiplier per epoch (default 0.95)",
+        parse: |k, v| get_float(k, v, |x| x > 0.0 && x <= 1.0),
+        json: |x| json!(x),
+    },
+    l2: f64 = 0.0 => {
+        shown: "`0`",
+        accepts: "number ≥ 0, ≤ 1e6",
+        meaning: "L2 regularization (bias not regularized)",
+        rule: "a number >= 0 and <= 1000000 (default 0)",
+        parse: |k, v| get_float(k, v, |x| (0.0..=MAX_RATE).contains(&x)),
+        json: |x| json!(x),
+    },
+    l1: f64 = 0.0 => {
+        shown: "`0`",
+        accepts: "number ≥ 0, ≤ 1e6",
+        meaning: "L1 regularization (truncated gradient: exact zeros)",
+        rule: "a number >= 0 and <= 1000000 (default 0)",
+        parse: |k, v| get_float(k, v, |x| (0.0..=MAX_RATE).contains(&x)),
+        json: |x| json!(x),
+    },
+    batch_size: u32 = 1 => {
+        shown: "`1`",
+        accepts: "integer 1 … 1,000,000",
+        meaning: "1 = per-tuple SGD; > 1 = mini-batch (averaged gradient)",
+        rule: "an integer from 1 to 1000000 (default 1)",
+        parse: |k, v| Ok(get_int(k, v, 1, MAX_BATCH)? as u32),
+        json: |x| json!(x),
+    },
+    fit_intercept: bool = true => {
+        shown: "`true`",
+        accepts: "boolean",
+        meaning: "learn a bias; `false` keeps it at 0",
+        rule: "true or false: learn a bias term (default true)",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
+    normalize: bool = false => {
+        shown: "`false`",
+        accepts: "boolean",
+        meaning: "standardize each feature (mean/std from one extra pass; sparse: scale only); the stored weights are in the original units",
+        rule: "true or false: standardize the features (default false)",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
+    class_weight: Option<ClassWeight> = None => {
+        shown: "`null`",
+        accepts: r#"`"balanced"` or a map from label value to weight, e.g. `{"1": 5}`"#,
+        meaning: "weight each class's loss (balanced = n / (K·n_class), as scikit-learn); costs one extra pass",
+        rule: "null, \"balanced\", or an object mapping label values to weights > 0 such as {\"1\": 5} (default null)",
+        parse: get_class_weight,
+        json: class_weight_json,
+    },
+    /// Sparse features only: the dimension (None: inferred from the indices).
+    n_features: Option<u32> = None => {
+        shown: "`null`",
+        accepts: "integer ≥ 1, within `corgipile.max_model_memory`",
+        meaning: "sparse features only: the dimension (checked against the setting before the table is read)",
+        rule: "null (inferred from the indices) or an integer from 1 to 2147483647 (default null)",
+        parse: |k, v| {
+            Ok(if v.is_null() {
+                None
+            } else {
+                Some(get_int(k, v, 1, MAX_FEATURES as u64)? as u32)
+            })
+        },
+        json: |x| json!(x),
+    },
+    /// Sparse features only: index of the first feature, 0 or 1.
+    index_base: u8 = 1 => {
+        shown: "`1`",
+        accepts: "`0` or `1`",
+        meaning: "sparse features only: the first index",
+        rule: "0 or 1, the index of the first sparse feature (default 1)",
+        parse: |k, v| Ok(get_int(k, v, 0, 1)? as u8),
+        json: |x| json!(x),
+    },
+    validation: Option<Validation> = None => {
+        shown: "`null`",
+        accepts: r#"`{"fraction": 0.2}`, `{"predicate": "id % 5 = 0"}`, `{"relation": "test_table"}`"#,
+        meaning: "rows held out of training (a fixed hash of the ctid; a boolean SQL expression over the row; another table with the same columns), evaluated after every epoch into `corgipile.epochs.validation_*`; the predicate is one boolean expression over the table's columns, without subqueries, aggregates, window, set-returning or volatile functions",
+        rule: "null, {\"fraction\": f} with 0 < f < 1, {\"relation\": name} or {\"predicate\": sql} (default null)",
+        parse: get_validation,
+        json: validation_json,
+    },
+    tolerance: f64 = 0.0 => {
+        shown: "`0`",
+        accepts: "number ≥ 0",
+        meaning: "stop early when the epoch loss changes by less than this; 0 = off",
+        rule: "a number >= 0; 0 turns early stopping off (default 0)",
+        parse: |k, v| get_float(k, v, |x| x >= 0.0),
+        json: |x| json!(x),
+    },
+    seed: Option<u64> = None => {
+        shown: "random",
+        accepts: "integer 0 … 2^63-1, or `null`",
+        meaning: "same seed + same data = identical model; the seed used is stored",
+        rule: "an integer from 0 to 9223372036854775807, or null for a random seed (default null)",
+        parse: |k, v| {
+            Ok(if v.is_null() {
+                None
+            } else {
+                Some(get_int(k, v, 0, MAX_SEED)?)
+            })
+        },
+        json: |x| json!(x),
+    },
+    shuffle: ShuffleMode = ShuffleMode::Corgipile => {
+        shown: r#"`"corgipile"`"#,
+        accepts: r#"`"corgipile"`, `"block_only"`, `"no_shuffle"`, `"sliding_window"`, `"mrs"`"#,
+        meaning: "see [Strategies](#strategies)",
+        rule: "one of \"corgipile\", \"block_only\", \"no_shuffle\", \"sliding_window\", \"mrs\" (default \"corgipile\")",
+        parse: get_shuffle,
+        json: |s| json!(s.name()),
+    },
+    block_size: BlockSize = BlockSize::Auto => {
+        shown: r#"`"auto"`"#,
+        accepts: r#"`"auto"`, a size (`"10MB"`, `"512kB"`), or a number of pages"#,
+        meaning: "pages per block; auto = the buffer's size / 256, at most 10 MB (see [Choosing sizes](#choosing-buffer-and-block-sizes))",
+        rule: "\"auto\", a size such as \"10MB\", or a number of pages from 1 to 2147483648 (default \"auto\")",
+        parse: get_block_size,
+        json: block_size_json,
+    },
+    buffer_size: BufferSize = DEFAULT_BUFFER => {
+        shown: r#"`"10%"`"#,
+        accepts: r#"a percentage of the table's size (`"5%"`), a size (`"64MB"`), or a number of tuples"#,
+        meaning: "tuples per shuffle buffer (window / reservoir for the baselines)",
+        rule: "a percentage of the table such as \"10%\" (above 0% and at most 100%), a size such as \"64MB\", or a number of tuples >= 1 (default \"10%\")",
+        parse: get_buffer_size,
+        json: buffer_size_json,
+    },
+    double_buffer: bool = true => {
+        shown: "`true`",
+        accepts: "boolean",
+        meaning: "fill the next buffer while a worker thread trains on the current one",
+        rule: "true or false (default true)",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
+    verbose: bool = true => {
+        shown: "`true`",
+        accepts: "boolean",
+        meaning: "one NOTICE per epoch",
+        rule: "true or false: report progress once per epoch (default true)",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
+    /// The model's name: each training of a name stores a new version of it.
+    name: Option<String> = None => {
+        shown: "`null`",
+        accepts: "string of 1–200 characters, no leading/trailing blanks, not an integer",
+        meaning: "store the model as the next version of this name (a text argument that is an integer means a model id: `corgipile_predict('7', f)` is model 7)",
+        rule: "null or a string of 1 to 200 characters, not an integer, naming the model; each training of a name stores a new version (default null)",
+        parse: get_model_name,
+        json: |x| json!(x),
+    },
+}
+
+impl Default for TrainParams {
+    fn default() -> Self {
+        Self::defaults()
+    }
+}
+
+impl TrainParams {
+    /// Parses and validates a JSON object of parameters; absent keys take
+    /// their defaults. A block_size/buffer_size equal to its default counts as
+    /// not explicit (this keeps `from_json(&p.to_json()) == p`).
+    pub fn from_json(value: &Value) -> Result<TrainParams, ParamError> {
+        let obj = value.as_object().ok_or_else(|| ParamError {
+            message: format!("params must be a JSON object, got {}", json_type(value)),
+            hint: Some("pass e.g. '{\"epochs\": 10, \"learning_rate\": 0.05}'::jsonb".to_string()),
+        })?;
+        // Report typos before any value error: they explain the most.
+        if let Some(key) = obj.keys().find(|k| !Self::KEYS.contains(&k.as_str())) {
+            return Err(unknown_key(key));
+        }
+
+        let mut p = Self::defaults();
+        for (key, v) in obj {
+            let spec = PARAMS
+                .iter()
+                .find(|s| s.name == key)
+                .expect("unknown keys were rejected above");
+            (spec.parse)(&mut p, key, v)?;
+        }
+        p.block_size_explicit = p.block_size != BlockSize::Auto;
+        p.buffer_size_explicit = p.buffer_size != DEFAULT_BUFFER;
+        Ok(p)
+    }
+
+    /// The effective parameters as a JSON object with every key.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        for spec in PARAMS {
+            m.insert(spec.name.into(), (spec.to_json)(self));
+        }
+        Value::Object(m)
+    }
+
+    /// The trainer configuration these parameters describe. Data-dependent
+    /// parts are left for the caller: `class_weights` (see
+    /// [`ClassWeight::resolve`]), `label_values` and `standardizer` (see
+    /// [`crate::FeatureStats`]) are None.
+    pub fn train_config(&self, kind: ModelKind) -> TrainConfig {
+        TrainConfig {
+            kind,
+            learning_rate: self.learning_rate,
+            schedule: self.learning_rate_schedule.schedule(self.decay),
+            l2: self.l2,
+            l1: self.l1,
+            batch_size: self.batch_size as usize,
+            fit_intercept: self.fit_intercept,
+            class_weights: None,
+            label_values: None,
+            standardizer: None,
+        }
+    }
+}
+
+/// The README's param table (header, separator and one row per param, each line ending
+/// in a newline), generated from [`PARAMS`]; a test checks README.md holds exactly this.
+pub fn param_table_markdown() -> String {
+    let mut s =
+        String::from("| param | default | accepted values | meaning |\n|---|---|---|---|\n");
+    for p in PARAMS {
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            p.name, p.shown_default, p.accepts, p.meaning
+        ));
+    }
+    s
+}

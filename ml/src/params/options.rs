@@ -1,0 +1,190 @@
+//! The parameters' value types that are not sizes: shuffle mode, feature source,
+//! learning-rate schedule, class weights and validation rows.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::ParamError;
+use crate::stats::balanced_class_weights;
+use crate::trainer::LrSchedule;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShuffleMode {
+    /// Shuffle block order and the tuples inside each buffer.
+    Corgipile,
+    /// Shuffle block order only; tuples of a buffer are visited in storage order.
+    BlockOnly,
+    /// Sequential scan, no shuffling at all.
+    NoShuffle,
+    /// Sequential scan through a TensorFlow-style shuffle buffer (window).
+    SlidingWindow,
+    /// Sequential scan through Bismarck's multiplexed reservoir sampling.
+    Mrs,
+}
+
+impl ShuffleMode {
+    pub const ALL: [ShuffleMode; 5] = [
+        ShuffleMode::Corgipile,
+        ShuffleMode::BlockOnly,
+        ShuffleMode::NoShuffle,
+        ShuffleMode::SlidingWindow,
+        ShuffleMode::Mrs,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ShuffleMode::Corgipile => "corgipile",
+            ShuffleMode::BlockOnly => "block_only",
+            ShuffleMode::NoShuffle => "no_shuffle",
+            ShuffleMode::SlidingWindow => "sliding_window",
+            ShuffleMode::Mrs => "mrs",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ShuffleMode> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the block visiting order is shuffled.
+    pub fn shuffles_blocks(self) -> bool {
+        matches!(self, ShuffleMode::Corgipile | ShuffleMode::BlockOnly)
+    }
+
+    /// Whether each buffer's tuples are shuffled.
+    pub fn shuffles_tuples(self) -> bool {
+        self == ShuffleMode::Corgipile
+    }
+}
+
+/// Where the features come from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Features {
+    /// One array column (JSON: a string).
+    Column(String),
+    /// Several numeric columns, one feature each (JSON: an array of names).
+    Columns(Vec<String>),
+    /// Sparse rows from an index array column and a value array column
+    /// (JSON: {"indices": "col", "values": "col"}).
+    Sparse { indices: String, values: String },
+}
+
+impl Features {
+    pub fn is_sparse(&self) -> bool {
+        matches!(self, Features::Sparse { .. })
+    }
+
+    /// As written back by `TrainParams::to_json`.
+    pub(super) fn to_json(&self) -> Value {
+        match self {
+            Features::Column(c) => json!(c),
+            Features::Columns(cs) => json!(cs),
+            Features::Sparse { indices, values } => json!({"indices": indices, "values": values}),
+        }
+    }
+}
+
+/// Learning-rate schedule by name; `decay` parameterizes the exponential one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleKind {
+    Constant,
+    Exponential,
+    InverseSqrt,
+}
+
+impl ScheduleKind {
+    pub const ALL: [ScheduleKind; 3] = [
+        ScheduleKind::Constant,
+        ScheduleKind::Exponential,
+        ScheduleKind::InverseSqrt,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::Constant => "constant",
+            ScheduleKind::Exponential => "exponential",
+            ScheduleKind::InverseSqrt => "inverse_sqrt",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ScheduleKind> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    pub fn schedule(self, decay: f64) -> LrSchedule {
+        match self {
+            ScheduleKind::Constant => LrSchedule::Constant,
+            ScheduleKind::Exponential => LrSchedule::Exponential { decay },
+            ScheduleKind::InverseSqrt => LrSchedule::InverseSqrt,
+        }
+    }
+}
+
+/// Per-class weights on loss and gradient.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClassWeight {
+    /// n / (K · n_c), as scikit-learn's "balanced".
+    Balanced,
+    /// Label (as text) → weight > 0; unlisted labels weigh 1.
+    Map(BTreeMap<String, f64>),
+}
+
+impl ClassWeight {
+    /// Weights by class index, for classes whose labels (as text) are
+    /// `labels` (binary: [negative, positive]; softmax: in class-index order)
+    /// and whose row counts are `counts`. A map naming a label that does not
+    /// occur is an error.
+    pub fn resolve(&self, labels: &[String], counts: &[u64]) -> Result<Vec<f64>, ParamError> {
+        match self {
+            ClassWeight::Balanced => Ok(balanced_class_weights(counts)),
+            ClassWeight::Map(m) => {
+                if let Some(k) = m.keys().find(|k| !labels.contains(k)) {
+                    return Err(ParamError {
+                        message: format!(
+                            "class_weight names label \"{k}\", which does not occur in the label column"
+                        ),
+                        hint: Some(format!(
+                            "the labels are: {}",
+                            labels.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+                        )),
+                    });
+                }
+                Ok(labels
+                    .iter()
+                    .map(|l| m.get(l).copied().unwrap_or(1.0))
+                    .collect())
+            }
+        }
+    }
+}
+
+/// Held-out rows for validation. JSON: {"fraction": 0.2} (a hash-selected
+/// fraction of the table), {"relation": "t"} or {"predicate": "id % 5 = 0"}.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Validation {
+    Fraction(f64),
+    Relation(String),
+    Predicate(String),
+}
+
+/// class_weight as written back by `TrainParams::to_json`.
+pub(super) fn class_weight_json(class_weight: &Option<ClassWeight>) -> Value {
+    match class_weight {
+        None => Value::Null,
+        Some(ClassWeight::Balanced) => json!("balanced"),
+        Some(ClassWeight::Map(m)) => json!(m),
+    }
+}
+
+/// validation as written back by `TrainParams::to_json`.
+pub(super) fn validation_json(validation: &Option<Validation>) -> Value {
+    match validation {
+        None => Value::Null,
+        Some(Validation::Fraction(f)) => json!({ "fraction": f }),
+        Some(Validation::Relation(r)) => json!({ "relation": r }),
+        Some(Validation::Predicate(p)) => json!({ "predicate": p }),
+    }
+}

@@ -1,0 +1,165 @@
+//! What the trainer is given and what it reports as errors: [`TrainConfig`], the
+//! learning-rate schedule, [`TrainError`] and the interrupt check.
+
+use crate::model::ModelKind;
+use crate::stats::Standardizer;
+
+/// Largest number of softmax classes (class indices 0..MAX_CLASSES-1).
+pub const MAX_CLASSES: usize = 1 << 16;
+
+/// Learning rate of each epoch from the base rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LrSchedule {
+    /// `learning_rate` every epoch.
+    Constant,
+    /// `learning_rate · decay^(epoch-1)`.
+    Exponential { decay: f64 },
+    /// `learning_rate / sqrt(epoch)`.
+    InverseSqrt,
+}
+
+impl LrSchedule {
+    pub const NAMES: [&'static str; 3] = ["constant", "exponential", "inverse_sqrt"];
+
+    pub fn learning_rate(self, base: f64, epoch: u32) -> f64 {
+        match self {
+            LrSchedule::Constant => base,
+            LrSchedule::Exponential { decay } => base * decay.powf(f64::from(epoch - 1)),
+            LrSchedule::InverseSqrt => base / f64::from(epoch).sqrt(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LrSchedule::Constant => "constant",
+            LrSchedule::Exponential { .. } => "exponential",
+            LrSchedule::InverseSqrt => "inverse_sqrt",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainConfig {
+    pub kind: ModelKind,
+    pub learning_rate: f64,
+    pub schedule: LrSchedule,
+    /// L2 strength (weights only, not the bias): decay `1 - lr·l2` per step.
+    pub l2: f64,
+    /// L1 strength (weights only): clip toward zero by `lr·l1` per step
+    /// (truncated gradient), which yields exact zeros.
+    pub l1: f64,
+    /// Gradients of `batch_size` tuples are averaged into one step.
+    pub batch_size: usize,
+    /// false: the bias stays 0.
+    pub fit_intercept: bool,
+    /// Per class weight on each tuple's loss and gradient: binary
+    /// `[negative, positive]`, softmax by class index (missing → 1). Ignored
+    /// by linear. Binary kinds then need `label_values`.
+    pub class_weights: Option<Vec<f64>>,
+    /// Binary kinds: the raw (negative, positive) label values, if known up
+    /// front. Required with `class_weights` (the provisional mapping could
+    /// not fix a class weight applied to the wrong class).
+    pub label_values: Option<(f64, f64)>,
+    /// Train on standardized rows (dense: centered or not; sparse: never
+    /// centered). The model is then in standardized units: see
+    /// [`LinearModel::fold_standardizer`](crate::model::LinearModel::fold_standardizer).
+    pub standardizer: Option<Standardizer>,
+}
+
+impl TrainConfig {
+    /// The defaults of [`crate::TrainParams`] for `kind`.
+    pub fn new(kind: ModelKind) -> Self {
+        TrainConfig {
+            kind,
+            learning_rate: 0.01,
+            schedule: LrSchedule::Exponential { decay: 0.95 },
+            l2: 0.0,
+            l1: 0.0,
+            batch_size: 1,
+            fit_intercept: true,
+            class_weights: None,
+            label_values: None,
+            standardizer: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrainError {
+    /// A third distinct raw label value was seen: the two known ones, then the
+    /// new one. A NaN label is reported this way too (with NaN as the new value).
+    TooManyLabels { values: [f64; 3] },
+    /// Softmax: a label that is not a class index in 0..MAX_CLASSES;
+    /// linear: a label that is not finite.
+    InvalidLabel { value: f64, kind: ModelKind },
+    /// Loss or weights became NaN or infinite.
+    Diverged { epoch: u32 },
+    /// Growing the model needed `bytes` more than the process could allocate.
+    OutOfMemory { bytes: u64 },
+    /// The interrupt check (see [`Trainer::set_interrupt`](super::Trainer::set_interrupt)) asked to stop.
+    Interrupted,
+}
+
+impl TrainError {
+    /// A suggestion for the user, suitable for an error HINT.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            TrainError::TooManyLabels { .. } => {
+                "svm and logistic are binary classifiers: the label column must hold exactly two distinct values (use softmax for more classes)"
+            }
+            TrainError::InvalidLabel {
+                kind: ModelKind::Linear,
+                ..
+            } => "remove rows whose label is NaN or infinite",
+            TrainError::InvalidLabel { .. } => "softmax supports at most 65536 classes",
+            TrainError::Diverged { .. } => {
+                "lower learning_rate, raise l2, or set normalize to true to scale the features"
+            }
+            TrainError::OutOfMemory { .. } => {
+                "the server could not allocate the model: train a smaller one (fewer features or classes)"
+            }
+            TrainError::Interrupted => "the training was stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for TrainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TrainError::TooManyLabels { values: [a, b, c] } => {
+                if c.is_nan() {
+                    write!(f, "label value NaN is not a valid class label")
+                } else {
+                    write!(
+                        f,
+                        "label column has more than two distinct values (found {a}, {b} and {c})"
+                    )
+                }
+            }
+            TrainError::InvalidLabel {
+                value,
+                kind: ModelKind::Linear,
+            } => write!(f, "label value {value} is not a finite number"),
+            TrainError::InvalidLabel { value, .. } => write!(
+                f,
+                "label value {value} is not a class index from 0 to {}",
+                MAX_CLASSES - 1
+            ),
+            TrainError::Diverged { epoch } => {
+                write!(
+                    f,
+                    "training diverged in epoch {epoch}: loss or weights became NaN or infinite"
+                )
+            }
+            TrainError::OutOfMemory { bytes } => {
+                write!(f, "out of memory growing the model by {bytes} bytes")
+            }
+            TrainError::Interrupted => write!(f, "training interrupted"),
+        }
+    }
+}
+
+impl std::error::Error for TrainError {}
+
+/// See [`Trainer::set_interrupt`](super::Trainer::set_interrupt).
+pub type InterruptCheck = Box<dyn FnMut() -> bool + Send>;

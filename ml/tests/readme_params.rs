@@ -1,0 +1,50 @@
+//! The README's param table is generated from the param table in the code: they cannot
+//! drift apart.
+
+use corgipile_ml::params::{param_table_markdown, TrainParams, PARAMS};
+
+#[test]
+fn readme_param_table_matches_the_code() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md next to the workspace");
+    let header = "| param | default | accepted values | meaning |";
+    let start = readme.find(header).expect("the README has a param table");
+    let table: String = readme[start..]
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let generated = param_table_markdown();
+    for (r, g) in table.lines().zip(generated.lines()) {
+        assert_eq!(r, g, "README row differs from the generated one");
+    }
+    assert_eq!(table, generated);
+}
+
+#[test]
+fn param_table_lists_every_key_once() {
+    let names: Vec<&str> = PARAMS.iter().map(|p| p.name).collect();
+    assert_eq!(names, TrainParams::KEYS);
+    let defaults = TrainParams::defaults().to_json();
+    for p in PARAMS {
+        // The rule's "(default ...)" and the README's default agree with defaults().
+        let shown = p.shown_default.trim_matches('`');
+        let value = &defaults[p.name];
+        if p.name == "seed" {
+            assert_eq!((shown, value), ("random", &serde_json::Value::Null));
+            assert!(p.rule.ends_with("(default null)"));
+            continue;
+        }
+        let parsed: serde_json::Value = serde_json::from_str(shown).unwrap();
+        match (parsed.as_f64(), value.as_f64()) {
+            (Some(a), Some(b)) => assert_eq!(a, b, "{}", p.name),
+            _ => assert_eq!(&parsed, value, "{}", p.name),
+        }
+        assert!(
+            p.rule.contains(&format!("(default {shown})")),
+            "{}: {}",
+            p.name,
+            p.rule
+        );
+    }
+}
