@@ -24,7 +24,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 PGRX_SUDO := $(if $(filter 0,$(shell id -u)),,--sudo)
 
 CLUSTER  := scripts/cluster.sh
-REGRESS_DIR ?= pg_test
+REGRESS_DIR ?= regress
 VENV     := .venv
 PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 
@@ -39,7 +39,7 @@ help:
 	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
 	@echo "  test           everything CI runs: unit + install + regress + pytest"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
-	@echo "  regress        pg_regress suite pg_test/schedule against the running test cluster"
+	@echo "  regress        pg_regress suite regress/schedule against the running test cluster"
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
@@ -92,20 +92,19 @@ test: setup-python
 	$(MAKE) regress
 	$(MAKE) pytest
 
-# $(REGRESS_DIR)/schedule (pg_test/schedule) may list bare test names one per line or use pg_regress's own
-# "test: name ..." syntax; bare names are rewritten into the latter. With
-# --use-existing pg_regress does not create the database, so we (re)create it.
+# The pg_regress suite: regress/sql/*.sql, expected output in regress/expected/, run in the
+# order of regress/schedule. With --use-existing pg_regress does not create the database, so
+# we (re)create it.
 regress:
 	@test -f $(REGRESS_DIR)/schedule || { echo "regress: $(REGRESS_DIR)/schedule is missing" >&2; exit 1; }
 	rm -rf $(REGRESS_DIR)/results
 	mkdir -p $(REGRESS_DIR)/results
-	sed -E 's/^[[:space:]]*([A-Za-z0-9_.-]+)[[:space:]]*$$/test: \1/' $(REGRESS_DIR)/schedule > $(REGRESS_DIR)/results/schedule
 	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 -c 'SET client_min_messages = warning' \
 		-c 'DROP DATABASE IF EXISTS corgipile_regress' -c 'CREATE DATABASE corgipile_regress TEMPLATE template0' \
 		-c "ALTER DATABASE corgipile_regress SET lc_messages = 'C'"
 	@if $(PG_REGRESS) --bindir=$(PG_BIN) --use-existing \
 		--host=$(CLUSTER_DIR) --port=$(PORT) --user=postgres --dbname=corgipile_regress \
-		--inputdir=$(REGRESS_DIR) --outputdir=$(REGRESS_DIR)/results --schedule=$(REGRESS_DIR)/results/schedule; then \
+		--inputdir=$(REGRESS_DIR) --outputdir=$(REGRESS_DIR)/results --schedule=$(REGRESS_DIR)/schedule; then \
 		echo "regress: all tests passed"; \
 	else \
 		echo "regress: FAILED; $(REGRESS_DIR)/results/regression.diffs:" >&2; \
