@@ -28,7 +28,7 @@ REGRESS_DIR ?= regress
 VENV     := .venv
 PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 
-.PHONY: help setup setup-python install demo test unit regress pytest bench-epochs bench-cancel \
+.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -37,7 +37,8 @@ help:
 	@echo "  setup-python   setup + Python venv .venv with tests/requirements.txt"
 	@echo "  install        build (release) and install the extension into the system PostgreSQL 15"
 	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
-	@echo "  test           everything CI runs: unit + install + regress + pytest"
+	@echo "  test           everything CI runs: lint + unit + install + regress + pytest"
+	@echo "  lint           cargo fmt --check and cargo clippy -D warnings (both crates)"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
 	@echo "  regress        pg_regress suite regress/schedule against the running test cluster"
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
@@ -67,6 +68,11 @@ install: setup
 unit:
 	cargo test -p corgipile-ml
 
+# Formatting and lints of both crates, as CI checks them.
+lint:
+	cargo fmt --all --check
+	cargo clippy --all-targets --release -- -D warnings
+
 cluster-start:
 	$(CLUSTER) start
 
@@ -86,6 +92,7 @@ demo: install
 	$(CLUSTER) psql -X -d corgipile_demo -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
 test: setup-python
+	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) install
 	$(CLUSTER) start

@@ -1,17 +1,19 @@
 //! The SQL functions: training, prediction, evaluation, EXPLAIN.
 
-use crate::catalog::{check_schema_version, check_writable, lock_model_name, store_model, ModelSource};
-use crate::predict::{load_model_ref, ModelRef};
+use crate::catalog::{
+    check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
+};
 use crate::classes::ClassValue;
 use crate::decode::ParamsArg;
-use crate::error::raise;
 use crate::driver::{self, Pipeline};
+use crate::error::raise;
 use crate::exec::explain;
 use crate::exec::sgd::{Collect, CollectedRows, Evaluate, SgdTask, Trace, Train};
 use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{self, check_relation, qualified_name, relation_name, FeatureColumns, Input};
 use crate::pipeline::{Holdout, Mode, PipelineConfig};
 use crate::plan::plan_pipeline;
+use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use pgrx::prelude::*;
@@ -37,14 +39,22 @@ fn parse_model(model: &str) -> ModelKind {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("unknown model \"{model}\""),
-            Some(format!("Valid models are: {}.", ModelKind::all_names().join(", "))),
+            Some(format!(
+                "Valid models are: {}.",
+                ModelKind::all_names().join(", ")
+            )),
         )
     })
 }
 
 fn parse_params(params: &ParamsArg) -> TrainParams {
-    let mut params = TrainParams::from_json(&params.0)
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint));
+    let mut params = TrainParams::from_json(&params.0).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            e.message,
+            e.hint,
+        )
+    });
     if params.seed.is_none() {
         params.seed = Some(random_seed());
     }
@@ -55,12 +65,21 @@ fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
     match spec {
         FeatureSpec::Column(c) => FeatureColumns::Array(c.clone()),
         FeatureSpec::Columns(cs) => FeatureColumns::Columns(cs.clone()),
-        FeatureSpec::Sparse { indices, values } => FeatureColumns::Sparse { indices: indices.clone(), values: values.clone() },
+        FeatureSpec::Sparse { indices, values } => FeatureColumns::Sparse {
+            indices: indices.clone(),
+            values: values.clone(),
+        },
     }
 }
 
 /// Resolve a relation for `mode` and build the pipeline config.
-unsafe fn prepare(relid: pg_sys::Oid, kind: ModelKind, params: TrainParams, mode: Mode, known_classes: Vec<ClassValue>) -> Prepared {
+unsafe fn prepare(
+    relid: pg_sys::Oid,
+    kind: ModelKind,
+    params: TrainParams,
+    mode: Mode,
+    known_classes: Vec<ClassValue>,
+) -> Prepared {
     let relname = relation_name(relid);
     check_relation(relid, &relname);
     let features = feature_columns(&params.features);
@@ -74,7 +93,12 @@ unsafe fn prepare(relid: pg_sys::Oid, kind: ModelKind, params: TrainParams, mode
     if let Some(n) = params.n_features {
         // Before reading a row: the model this asks for must fit (softmax has at least 2 classes).
         let min_outputs = if kind == ModelKind::Softmax { 2 } else { 1 };
-        crate::guc::check_model_size(n as u64, min_outputs, max_model_bytes(), "the n_features param");
+        crate::guc::check_model_size(
+            n as u64,
+            min_outputs,
+            max_model_bytes(),
+            "the n_features param",
+        );
     }
     let predicate = match (&params.validation, mode) {
         (Some(Validation::Predicate(p)), Mode::Train) => Some(p.as_str()),
@@ -116,7 +140,11 @@ unsafe fn prepare(relid: pg_sys::Oid, kind: ModelKind, params: TrainParams, mode
 fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     // Stored as a JSON integer that also fits a bigint.
     h.finish() & (i64::MAX as u64)
 }
@@ -139,7 +167,10 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             _ => None,
         };
         // Class indices of the validation rows and of the training rows must agree.
-        let known_classes = validation_rows.as_ref().map(|v| v.classes.clone()).unwrap_or_default();
+        let known_classes = validation_rows
+            .as_ref()
+            .map(|v| v.classes.clone())
+            .unwrap_or_default();
         let prepared = prepare(relation.oid(), kind, params, Mode::Train, known_classes);
         let outcome = prepared.run(Train { validation_rows });
         let params = &prepared.config.params;
@@ -151,7 +182,12 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
                 features: params.to_json()["features"].clone(),
                 label_type: if prepared.input.label_is_bool {
                     "boolean"
-                } else if prepared.config.label.uses_classes() && matches!(prepared.config.label, crate::pipeline::LabelCoding::ClassOfText) {
+                } else if prepared.config.label.uses_classes()
+                    && matches!(
+                        prepared.config.label,
+                        crate::pipeline::LabelCoding::ClassOfText
+                    )
+                {
                     "text"
                 } else {
                     "numeric"
@@ -166,19 +202,30 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
 
 /// Reads a validation relation (same columns as the training relation) into memory.
 unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) -> CollectedRows {
-    let relid = Spi::get_one_with_args::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::pg_catalog.oid", &[name.into()])
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| {
-            raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("validation relation \"{name}\" does not exist"), None)
-        });
+    let relid = Spi::get_one_with_args::<pg_sys::Oid>(
+        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
+        &[name.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("validation relation \"{name}\" does not exist"),
+            None,
+        )
+    });
     let mut p = params.clone();
     p.validation = None;
     p.shuffle = corgipile_ml::params::ShuffleMode::NoShuffle;
     p.double_buffer = false;
     let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new());
     prepared.run(Collect).unwrap_or_else(|| {
-        raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("validation relation \"{name}\" has no usable rows"), None)
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("validation relation \"{name}\" has no usable rows"),
+            None,
+        )
     })
 }
 
@@ -186,13 +233,21 @@ unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) ->
 /// accuracy, precision, recall, F1, ROC AUC and log loss for classifiers (per class and macro
 /// for softmax), MSE, RMSE, MAE and R² for linear regression, and the rows scored and skipped.
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_evaluate(model_id: i64, relation: PgRelation, params: default!(ParamsArg, "'{}'")) -> JsonB {
+fn corgipile_evaluate(
+    model_id: i64,
+    relation: PgRelation,
+    params: default!(ParamsArg, "'{}'"),
+) -> JsonB {
     evaluate(ModelRef::Id(model_id), relation, params)
 }
 
 /// corgipile_evaluate of the deployed version of a model name.
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
-fn corgipile_evaluate_by_name(model_name: &str, relation: PgRelation, params: default!(ParamsArg, "'{}'")) -> JsonB {
+fn corgipile_evaluate_by_name(
+    model_name: &str,
+    relation: PgRelation,
+    params: default!(ParamsArg, "'{}'"),
+) -> JsonB {
     evaluate(ModelRef::from_text(model_name), relation, params)
 }
 
@@ -215,8 +270,12 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
             );
         }
     }
-    overrides.entry("features").or_insert_with(|| stored.features.clone());
-    overrides.entry("label").or_insert_with(|| serde_json::Value::String(stored.label_column.clone()));
+    overrides
+        .entry("features")
+        .or_insert_with(|| stored.features.clone());
+    overrides
+        .entry("label")
+        .or_insert_with(|| serde_json::Value::String(stored.label_column.clone()));
     overrides.insert("index_base".into(), serde_json::json!(stored.index_base));
     overrides.insert("shuffle".into(), serde_json::json!("no_shuffle"));
     overrides.insert("double_buffer".into(), serde_json::json!(false));
@@ -226,8 +285,16 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
     // SAFETY: as in corgipile_train.
     // SAFETY: as in corgipile_train.
     let report = unsafe {
-        let prepared = prepare(relation.oid(), stored.kind(), params, Mode::Evaluate, stored.classes.clone());
-        prepared.run(Evaluate { model: stored.clone() })
+        let prepared = prepare(
+            relation.oid(),
+            stored.kind(),
+            params,
+            Mode::Evaluate,
+            stored.classes.clone(),
+        );
+        prepared.run(Evaluate {
+            model: stored.clone(),
+        })
     };
     JsonB(report)
 }
@@ -239,16 +306,34 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
 fn corgipile_trace(
     relation: PgRelation,
     params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<'static, (name!(position, i64), name!(label, f64), name!(first_feature, f64))> {
+) -> TableIterator<
+    'static,
+    (
+        name!(position, i64),
+        name!(label, f64),
+        name!(first_feature, f64),
+    ),
+> {
     let mut params = parse_params(&params);
     params.double_buffer = false;
     params.verbose = false;
     // SAFETY: as in corgipile_train.
     let visited = unsafe {
-        let prepared = prepare(relation.oid(), ModelKind::Linear, params, Mode::Trace, Vec::new());
+        let prepared = prepare(
+            relation.oid(),
+            ModelKind::Linear,
+            params,
+            Mode::Trace,
+            Vec::new(),
+        );
         prepared.run(Trace)
     };
-    TableIterator::new(visited.into_iter().enumerate().map(|(i, (label, first))| (i as i64 + 1, label, first)))
+    TableIterator::new(
+        visited
+            .into_iter()
+            .enumerate()
+            .map(|(i, (label, first))| (i as i64 + 1, label, first)),
+    )
 }
 
 fn json_type(v: &serde_json::Value) -> &'static str {
@@ -293,7 +378,9 @@ fn corgipile_explain(
         let started = std::time::Instant::now();
         if analyze {
             pipeline.sgd_node().verbose = false;
-            pipeline.run_task(Train { validation_rows: None });
+            pipeline.run_task(Train {
+                validation_rows: None,
+            });
         }
         let es = pg_sys::NewExplainState();
         (*es).analyze = analyze;
@@ -306,11 +393,19 @@ fn corgipile_explain(
         pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
         pg_sys::ExplainPrintPlan(es, pipeline.query_desc);
         if analyze {
-            explain::float(es, "Training Time", Some("ms"), started.elapsed().as_secs_f64() * 1000.0, 3);
+            explain::float(
+                es,
+                "Training Time",
+                Some("ms"),
+                started.elapsed().as_secs_f64() * 1000.0,
+                3,
+            );
         }
         pg_sys::ExplainCloseGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
         pg_sys::ExplainEndOutput(es);
-        let text = CStr::from_ptr((*(*es).str_).data).to_string_lossy().into_owned();
+        let text = CStr::from_ptr((*(*es).str_).data)
+            .to_string_lossy()
+            .into_owned();
         pipeline.finish();
         text
     };

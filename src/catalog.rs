@@ -5,8 +5,8 @@
 //! `SELECT corgipile_predict(id, f) FROM big_table` reads the catalog once, while a later
 //! statement never sees a model that has since been deleted.
 
-use crate::error::raise;
 use crate::classes::ClassValue;
+use crate::error::raise;
 use crate::pipeline::{EpochRecord, TrainOutcome};
 use corgipile_ml::model::{LinearModel, ModelKind, Row};
 use pgrx::prelude::*;
@@ -35,7 +35,9 @@ pub fn caller() -> (pg_sys::Oid, String) {
     // GetUserNameFromId(noerr = false) returns a palloc'd C string or raises.
     unsafe {
         let role = pg_sys::GetUserId();
-        let name = std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(role, false)).to_string_lossy().into_owned();
+        let name = std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(role, false))
+            .to_string_lossy()
+            .into_owned();
         (role, name)
     }
 }
@@ -48,7 +50,11 @@ fn catalog_table() -> (pg_sys::Oid, pg_sys::Oid) {
         let schema = pg_sys::get_namespace_oid(c"corgipile".as_ptr(), false);
         let relid = pg_sys::get_relname_relid(c"models".as_ptr(), schema);
         if relid == pg_sys::InvalidOid {
-            raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, "corgipile.models does not exist", Some("CREATE EXTENSION corgipile (or ALTER EXTENSION corgipile UPDATE).".into()));
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+                "corgipile.models does not exist",
+                Some("CREATE EXTENSION corgipile (or ALTER EXTENSION corgipile UPDATE).".into()),
+            );
         }
         let rel = pg_sys::RelationIdGetRelation(relid);
         let owner = (*(*rel).rd_rel).relowner;
@@ -81,7 +87,9 @@ pub fn as_catalog_owner<R>(f: impl FnOnce() -> R) -> R {
         pg_sys::GetUserIdAndSecContext(&mut saved_role, &mut saved_context);
         pg_sys::SetUserIdAndSecContext(
             owner,
-            saved_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+            saved_context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
         let nest = pg_sys::NewGUCNestLevel();
         pg_sys::set_config_option(
@@ -119,15 +127,21 @@ pub fn lock_model_name(name: &str) {
     let (relid, _) = catalog_table();
     let (role, _) = caller();
     // FNV-1a of the name, folded to 16 bits: the lock key is (role, name hash).
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
     let key = (hash ^ (hash >> 16) ^ (hash >> 32) ^ (hash >> 48)) as u16;
     // SAFETY: backend thread, inside a transaction; the lock is released at its end.
-    let got = unsafe { pg_sys::ConditionalLockDatabaseObject(relid, role, key, pg_sys::ExclusiveLock as i32) };
+    let got = unsafe {
+        pg_sys::ConditionalLockDatabaseObject(relid, role, key, pg_sys::ExclusiveLock as i32)
+    };
     if !got {
         raise(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
             format!("model name \"{name}\" is being trained by another session"),
-            Some("Wait until that training's transaction ends, or train under another name.".into()),
+            Some(
+                "Wait until that training's transaction ends, or train under another name.".into(),
+            ),
         );
     }
 }
@@ -142,7 +156,11 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
 
 fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64 {
     let Some(last) = outcome.epochs.last() else {
-        raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, "the training ran no epoch", None)
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            "the training ran no epoch",
+            None,
+        )
     };
     let label_mapping = if source.model.is_classifier() {
         json!({ "classes": outcome.classes, "label_type": source.label_type })
@@ -200,9 +218,19 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the model: {e}"), None))
     .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "INSERT ... RETURNING id returned no row", None));
 
-    let column = |f: &dyn Fn(&EpochRecord) -> Option<f64>| -> Vec<Option<f64>> { outcome.epochs.iter().map(f).collect() };
-    let epochs: Vec<i32> = outcome.epochs.iter().map(|e| e.stats.epoch as i32).collect();
-    let tuples: Vec<i64> = outcome.epochs.iter().map(|e| e.stats.tuples as i64).collect();
+    let column = |f: &dyn Fn(&EpochRecord) -> Option<f64>| -> Vec<Option<f64>> {
+        outcome.epochs.iter().map(f).collect()
+    };
+    let epochs: Vec<i32> = outcome
+        .epochs
+        .iter()
+        .map(|e| e.stats.epoch as i32)
+        .collect();
+    let tuples: Vec<i64> = outcome
+        .epochs
+        .iter()
+        .map(|e| e.stats.tuples as i64)
+        .collect();
     Spi::run_with_args(
         "INSERT INTO corgipile.epochs (model_id, epoch, loss, accuracy, r2, tuples, seconds, learning_rate,
                                        validation_loss, validation_accuracy, validation_r2, validation_seconds)
@@ -236,7 +264,10 @@ pub fn no_such_model(model_id: i64) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
         format!("corgipile model {model_id} does not exist"),
-        Some("SELECT id, name, version FROM corgipile.model_summary lists the models you can use.".into()),
+        Some(
+            "SELECT id, name, version FROM corgipile.model_summary lists the models you can use."
+                .into(),
+        ),
     )
 }
 
@@ -309,7 +340,9 @@ impl StoredModel {
     /// A class as text, as the label column would show it.
     pub fn class_text(&self, index: usize) -> String {
         match &self.classes[index] {
-            ClassValue::Number(v) if self.boolean_label => (if *v != 0.0 { "true" } else { "false" }).to_owned(),
+            ClassValue::Number(v) if self.boolean_label => {
+                (if *v != 0.0 { "true" } else { "false" }).to_owned()
+            }
             c => c.to_text(),
         }
     }
@@ -349,7 +382,10 @@ fn current_stamp() -> CacheStamp {
 }
 
 /// Models loaded in the current statement, by (model id, role).
-type ModelCache = (Option<CacheStamp>, HashMap<(i64, pg_sys::Oid), Rc<StoredModel>>);
+type ModelCache = (
+    Option<CacheStamp>,
+    HashMap<(i64, pg_sys::Oid), Rc<StoredModel>>,
+);
 
 thread_local! {
     static CACHE: RefCell<ModelCache> = RefCell::new((None, HashMap::new()));
@@ -379,17 +415,30 @@ pub fn load_model(model_id: i64) -> Rc<StoredModel> {
 
 /// A catalog array as a Vec; running out of memory is an ERROR, not an abort of the server.
 fn fallible_copy(array: Option<pgrx::Array<f64>>, model_id: i64) -> Vec<f64> {
-    let Some(array) = array else { return Vec::new() };
+    let Some(array) = array else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     if out.try_reserve_exact(array.len()).is_err() {
-        raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, format!("out of memory loading model {model_id} ({} weights)", array.len()), None);
+        raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!(
+                "out of memory loading model {model_id} ({} weights)",
+                array.len()
+            ),
+            None,
+        );
     }
     match array.as_slice() {
         Ok(values) => out.extend_from_slice(values),
         Err(_) => {
             for v in array.iter() {
                 let Some(v) = v else {
-                    raise(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, format!("model {model_id} has NULL weights"), None)
+                    raise(
+                        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                        format!("model {model_id} has NULL weights"),
+                        None,
+                    )
                 };
                 out.push(v);
             }
@@ -424,13 +473,26 @@ fn read_model(model_id: i64) -> StoredModel {
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
-    let Some((kind, n_features, n_outputs, weights, bias, mapping, label_column, features, index_base)) = row else {
+    let Some((
+        kind,
+        n_features,
+        n_outputs,
+        weights,
+        bias,
+        mapping,
+        label_column,
+        features,
+        index_base,
+    )) = row
+    else {
         no_such_model(model_id)
     };
     let kind = ModelKind::parse(&kind).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("model {model_id} has type \"{kind}\", which this version of corgipile cannot use"),
+            format!(
+                "model {model_id} has type \"{kind}\", which this version of corgipile cannot use"
+            ),
             None,
         )
     });
@@ -441,11 +503,21 @@ fn read_model(model_id: i64) -> StoredModel {
     let boolean_label = mapping.get("label_type").and_then(|t| t.as_str()) == Some("boolean");
     let (n_features, n_outputs) = (n_features.max(0) as usize, n_outputs.max(1) as usize);
     if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
-        raise(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, format!("model {model_id} has inconsistent weights"), None);
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("model {model_id} has inconsistent weights"),
+            None,
+        );
     }
     StoredModel {
         id: model_id,
-        model: LinearModel { kind, n_features, n_outputs, weights, bias },
+        model: LinearModel {
+            kind,
+            n_features,
+            n_outputs,
+            weights,
+            bias,
+        },
         classes,
         label_column,
         features,

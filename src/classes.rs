@@ -62,7 +62,11 @@ impl ClassDictionary {
 
     /// Index of a numeric label (-0.0 and 0.0 are one class).
     pub fn index_of_number(&mut self, v: f64) -> u32 {
-        let key = if v == 0.0 { 0.0f64.to_bits() } else { v.to_bits() };
+        let key = if v == 0.0 {
+            0.0f64.to_bits()
+        } else {
+            v.to_bits()
+        };
         if self.frozen {
             return self.by_number.get(&key).copied().unwrap_or(UNKNOWN_CLASS);
         }
@@ -83,7 +87,9 @@ impl ClassDictionary {
         }
         let i = self.classes.len() as u32;
         self.by_text.insert(bytes.to_vec(), i);
-        self.classes.push(ClassValue::Text(String::from_utf8_lossy(bytes).into_owned()));
+        self.classes.push(ClassValue::Text(
+            String::from_utf8_lossy(bytes).into_owned(),
+        ));
         i
     }
 

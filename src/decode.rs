@@ -1,7 +1,7 @@
 //! Turning PostgreSQL datums into plain Rust numbers, without per-value allocation.
 
-use pgrx::pg_sys;
 use pgrx::array::RawArray;
+use pgrx::pg_sys;
 use serde::{Deserialize, Serialize};
 use std::ptr::NonNull;
 
@@ -98,10 +98,16 @@ unsafe fn with_array<R>(
     let original = datum.cast_mut_ptr::<pg_sys::varlena>();
     // SAFETY: the caller guarantees a valid array varlena; pg_detoast_datum returns either the
     // same pointer (plain 4-byte-header datum) or a palloc'd, MAXALIGNed copy.
-    let detoasted = if is_plain_4b(original) { original } else { pg_sys::pg_detoast_datum(original) };
+    let detoasted = if is_plain_4b(original) {
+        original
+    } else {
+        pg_sys::pg_detoast_datum(original)
+    };
     let result = (|| {
         // SAFETY: detoasted points to a complete ArrayType that lives until we pfree it below.
-        let mut raw = RawArray::from_ptr(NonNull::new_unchecked(detoasted.cast::<pg_sys::ArrayType>()));
+        let mut raw = RawArray::from_ptr(NonNull::new_unchecked(
+            detoasted.cast::<pg_sys::ArrayType>(),
+        ));
         let ndim = raw.dims().len();
         if ndim == 0 {
             return Err(ArrayProblem::Empty);
@@ -136,11 +142,17 @@ pub unsafe fn with_float_array<R>(
         match raw.oid() {
             pg_sys::FLOAT8OID => {
                 let data = raw.data::<f64>();
-                Ok(f(FloatSlice::F64(std::slice::from_raw_parts(data.as_ptr().cast::<f64>(), n))))
+                Ok(f(FloatSlice::F64(std::slice::from_raw_parts(
+                    data.as_ptr().cast::<f64>(),
+                    n,
+                ))))
             }
             pg_sys::FLOAT4OID => {
                 let data = raw.data::<f32>();
-                Ok(f(FloatSlice::F32(std::slice::from_raw_parts(data.as_ptr().cast::<f32>(), n))))
+                Ok(f(FloatSlice::F32(std::slice::from_raw_parts(
+                    data.as_ptr().cast::<f32>(),
+                    n,
+                ))))
             }
             _ => Err(ArrayProblem::WrongElementType),
         }
@@ -151,7 +163,10 @@ pub unsafe fn with_float_array<R>(
 ///
 /// # Safety
 /// As for `with_array`.
-pub unsafe fn with_int4_array<R>(datum: pg_sys::Datum, f: impl FnOnce(&[i32]) -> R) -> Result<R, ArrayProblem> {
+pub unsafe fn with_int4_array<R>(
+    datum: pg_sys::Datum,
+    f: impl FnOnce(&[i32]) -> R,
+) -> Result<R, ArrayProblem> {
     with_array(datum, |raw| {
         if raw.oid() != pg_sys::INT4OID {
             return Err(ArrayProblem::WrongElementType);
@@ -159,7 +174,10 @@ pub unsafe fn with_int4_array<R>(datum: pg_sys::Datum, f: impl FnOnce(&[i32]) ->
         let n = raw.len();
         let data = raw.data::<i32>();
         // SAFETY: int4 arrays are 'i'-aligned and hold n elements (type checked above).
-        Ok(f(std::slice::from_raw_parts(data.as_ptr().cast::<i32>(), n)))
+        Ok(f(std::slice::from_raw_parts(
+            data.as_ptr().cast::<i32>(),
+            n,
+        )))
     })
 }
 
@@ -190,7 +208,11 @@ unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
 pub struct ParamsArg(pub serde_json::Value);
 
 impl pgrx::FromDatum for ParamsArg {
-    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
         if is_null {
             return None;
         }
@@ -220,7 +242,11 @@ pub struct Int4ArrayArg(pub pg_sys::Datum);
 pub struct TextArg(pub pg_sys::Datum);
 
 impl pgrx::FromDatum for TextArg {
-    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
         (!is_null).then_some(TextArg(datum))
     }
 }
@@ -241,13 +267,21 @@ pub unsafe fn with_text_bytes<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> 
 }
 
 impl pgrx::FromDatum for Float8ArrayArg {
-    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
         (!is_null).then_some(Float8ArrayArg(datum))
     }
 }
 
 impl pgrx::FromDatum for Int4ArrayArg {
-    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
         (!is_null).then_some(Int4ArrayArg(datum))
     }
 }

@@ -19,7 +19,12 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// ExecutorStart on the plan: permission checks (SELECT on the columns) happen here.
-    pub unsafe fn start(stmt: *mut pg_sys::PlannedStmt, sql: &CStr, instrument: bool, explain_only: bool) -> Pipeline {
+    pub unsafe fn start(
+        stmt: *mut pg_sys::PlannedStmt,
+        sql: &CStr,
+        instrument: bool,
+        explain_only: bool,
+    ) -> Pipeline {
         // SAFETY: the source text must outlive the QueryDesc: copy it into the current context.
         let source = pg_sys::pstrdup(sql.as_ptr());
         let qd = pg_sys::CreateQueryDesc(
@@ -30,16 +35,29 @@ impl Pipeline {
             pg_sys::None_Receiver,
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-            if instrument { pg_sys::InstrumentOption::INSTRUMENT_ALL as i32 } else { 0 },
+            if instrument {
+                pg_sys::InstrumentOption::INSTRUMENT_ALL as i32
+            } else {
+                0
+            },
         );
-        let eflags = if explain_only { pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 } else { 0 };
+        let eflags = if explain_only {
+            pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32
+        } else {
+            0
+        };
         pg_sys::ExecutorStart(qd, eflags);
         Pipeline { query_desc: qd }
     }
 
     /// Runs the plan: the SGD node does its whole task on its first call.
     pub unsafe fn run(&self) {
-        pg_sys::ExecutorRun(self.query_desc, pg_sys::ScanDirection::ForwardScanDirection, 0, true);
+        pg_sys::ExecutorRun(
+            self.query_desc,
+            pg_sys::ScanDirection::ForwardScanDirection,
+            0,
+            true,
+        );
         pg_sys::ExecutorFinish(self.query_desc);
     }
 
@@ -57,7 +75,11 @@ impl Pipeline {
     pub unsafe fn run_task<T: SgdTask>(&mut self, task: T) -> T::Output {
         let node = self.sgd_node();
         if node.config().mode != T::MODE {
-            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile: a task ran on a plan built for another mode", None);
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile: a task ran on a plan built for another mode",
+                None,
+            );
         }
         let output: Rc<RefCell<Option<T::Output>>> = Rc::new(RefCell::new(None));
         let slot = output.clone();
@@ -67,7 +89,13 @@ impl Pipeline {
         }));
         self.run();
         let result = output.borrow_mut().take();
-        result.unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile: the SGD node did not run its task", None))
+        result.unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile: the SGD node did not run its task",
+                None,
+            )
+        })
     }
 }
 
@@ -76,7 +104,12 @@ impl Pipeline {
 /// # Safety
 /// Backend thread, inside a transaction with an active snapshot (a SQL function's call). On
 /// ERROR, transaction abort releases the executor's resources and the nodes' Rust state.
-pub unsafe fn run<T: SgdTask>(relid: pg_sys::Oid, sql: &CStr, config: &PipelineConfig, task: T) -> T::Output {
+pub unsafe fn run<T: SgdTask>(
+    relid: pg_sys::Oid,
+    sql: &CStr,
+    config: &PipelineConfig,
+    task: T,
+) -> T::Output {
     let stmt = plan_pipeline(relid, sql, config);
     let mut pipeline = Pipeline::start(stmt, sql, false, false);
     let output = pipeline.run_task(task);

@@ -14,6 +14,10 @@ pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: Option<Stri
 }
 
 pub fn notice(message: impl Into<String>) {
-    ErrorReport::new(PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION, message.into(), "corgipile")
-        .report(PgLogLevel::NOTICE);
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
+        message.into(),
+        "corgipile",
+    )
+    .report(PgLogLevel::NOTICE);
 }

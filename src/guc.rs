@@ -46,7 +46,11 @@ pub fn max_model_bytes() -> u64 {
 pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, source: &str) {
     use corgipile_ml::limits::{check_model_size, pretty_pair, ModelSizeError, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;
-    let shape = if n_outputs > 1 { format!("{n_features} features x {n_outputs} classes") } else { format!("{n_features} features") };
+    let shape = if n_outputs > 1 {
+        format!("{n_features} features x {n_outputs} classes")
+    } else {
+        format!("{n_features} features")
+    };
     match check_model_size(n_features, n_outputs, limit_bytes) {
         Ok(()) => {}
         Err(ModelSizeError::Memory { bytes, limit }) => {

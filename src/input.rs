@@ -34,7 +34,11 @@ pub struct Input {
 pub unsafe fn relation_name(relid: pg_sys::Oid) -> String {
     let name = pg_sys::get_rel_name(relid);
     if name.is_null() {
-        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation with OID {} does not exist", relid.to_u32()), None);
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("relation with OID {} does not exist", relid.to_u32()),
+            None,
+        );
     }
     CStr::from_ptr(name).to_string_lossy().into_owned()
 }
@@ -53,11 +57,17 @@ pub unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
 pub fn quote_ident(name: &str) -> String {
     let c = CString::new(name).expect("identifiers were checked for NUL bytes");
     // SAFETY: quote_identifier returns its input or a palloc'd quoted copy, both valid C strings.
-    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
+    unsafe {
+        CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr()))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 unsafe fn type_name(oid: pg_sys::Oid) -> String {
-    CStr::from_ptr(pg_sys::format_type_be(oid)).to_string_lossy().into_owned()
+    CStr::from_ptr(pg_sys::format_type_be(oid))
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Only plain heap tables (and materialized views) have pages we can shuffle.
@@ -97,7 +107,11 @@ pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str) {
 /// The type of a user column named by a param; a missing column is an ERROR, never a default.
 unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &str) -> pg_sys::Oid {
     let cname = CString::new(column).unwrap_or_else(|_| {
-        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, format!("\"{param}\" contains a NUL byte"), None)
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("\"{param}\" contains a NUL byte"),
+            None,
+        )
     });
     let attnum = pg_sys::get_attnum(relid, cname.as_ptr());
     if attnum <= 0 {
@@ -105,7 +119,8 @@ unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &s
             PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
             format!("column \"{column}\" of {relname} does not exist"),
             Some(if param == "label" {
-                "Name the label column with the \"label\" param, e.g. '{\"label\": \"my_column\"}'.".into()
+                "Name the label column with the \"label\" param, e.g. '{\"label\": \"my_column\"}'."
+                    .into()
             } else {
                 "Name the features with the \"features\" param: a column, a list of columns, or {\"indices\": .., \"values\": ..}.".into()
             }),
@@ -117,12 +132,20 @@ unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &s
 fn is_number(t: pg_sys::Oid) -> bool {
     matches!(
         t,
-        pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID | pg_sys::FLOAT4OID | pg_sys::FLOAT8OID | pg_sys::NUMERICOID
+        pg_sys::INT2OID
+            | pg_sys::INT4OID
+            | pg_sys::INT8OID
+            | pg_sys::FLOAT4OID
+            | pg_sys::FLOAT8OID
+            | pg_sys::NUMERICOID
     )
 }
 
 fn is_text(t: pg_sys::Oid) -> bool {
-    matches!(t, pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID | pg_sys::NAMEOID)
+    matches!(
+        t,
+        pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID | pg_sys::NAMEOID
+    )
 }
 
 unsafe fn element_type(array_type: pg_sys::Oid) -> pg_sys::Oid {
@@ -183,10 +206,16 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     if predicate.trim().is_empty() {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it is empty");
     }
-    let sql = CString::new(format!("SELECT {predicate}"))
-        .unwrap_or_else(|_| bad_predicate(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "it contains a NUL byte"));
+    let sql = CString::new(format!("SELECT {predicate}")).unwrap_or_else(|_| {
+        bad_predicate(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "it contains a NUL byte",
+        )
+    });
     // A syntax error raises here, with its position in "SELECT <predicate>".
-    let statements = PgList::<pg_sys::RawStmt>::from_pg(naming_the_predicate(|| pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT)));
+    let statements = PgList::<pg_sys::RawStmt>::from_pg(naming_the_predicate(|| {
+        pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT)
+    }));
     fn not_one() -> ! {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it must be one expression, without clauses such as FROM, ORDER BY or LIMIT and without a \";\"")
     }
@@ -219,7 +248,10 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     }
     let target = &*targets.get_ptr(0).unwrap_or_else(|| not_one());
     if !target.name.is_null() {
-        bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it must be an expression without an alias");
+        bad_predicate(
+            PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
+            "it must be an expression without an alias",
+        );
     }
     // Analyse it as a WHERE clause over this relation only: aggregates, window functions and
     // set-returning functions are refused by the analyser itself; unknown columns and other
@@ -227,23 +259,42 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
     (*pstate).p_sourcetext = sql.as_ptr();
     let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
-    let item = pg_sys::addRangeTableEntryForRelation(pstate, rel, pg_sys::AccessShareLock as i32, std::ptr::null_mut(), false, true);
+    let item = pg_sys::addRangeTableEntryForRelation(
+        pstate,
+        rel,
+        pg_sys::AccessShareLock as i32,
+        std::ptr::null_mut(),
+        false,
+        true,
+    );
     pg_sys::addNSItemToQuery(pstate, item, true, true, true);
     let expr = naming_the_predicate(|| {
-        let expr = pg_sys::transformExpr(pstate, target.val, pg_sys::ParseExprKind::EXPR_KIND_WHERE);
+        let expr =
+            pg_sys::transformExpr(pstate, target.val, pg_sys::ParseExprKind::EXPR_KIND_WHERE);
         let expr = pg_sys::coerce_to_boolean(pstate, expr, c"validation predicate".as_ptr());
         pg_sys::assign_expr_collations(pstate, expr);
         expr
     });
     pg_sys::table_close(rel, pg_sys::NoLock as i32);
     if (*pstate).p_hasSubLinks {
-        bad_predicate(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, "subqueries are not allowed");
+        bad_predicate(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "subqueries are not allowed",
+        );
     }
     if pg_sys::contain_volatile_functions(expr) {
-        bad_predicate(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "volatile functions (such as random()) are not allowed");
+        bad_predicate(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "volatile functions (such as random()) are not allowed",
+        );
     }
     let name = CString::new(relname).unwrap_or_default();
-    let text = pg_sys::deparse_expression(expr, pg_sys::deparse_context_for(name.as_ptr(), relid), false, false);
+    let text = pg_sys::deparse_expression(
+        expr,
+        pg_sys::deparse_context_for(name.as_ptr(), relid),
+        false,
+        false,
+    );
     pg_sys::free_parsestate(pstate);
     CStr::from_ptr(text).to_string_lossy().into_owned()
 }
@@ -266,25 +317,49 @@ pub unsafe fn resolve(
     let (label_expr, coding) = match model {
         ModelKind::Linear => {
             if !is_number(label_type) {
-                type_error(relname, "label", label, type_name(label_type), "linear regression needs a numeric label.");
+                type_error(
+                    relname,
+                    "label",
+                    label,
+                    type_name(label_type),
+                    "linear regression needs a numeric label.",
+                );
             }
-            (numeric_label_expr(label, label_type), LabelCoding::Value(label_kind(label_type)))
+            (
+                numeric_label_expr(label, label_type),
+                LabelCoding::Value(label_kind(label_type)),
+            )
         }
         ModelKind::Softmax | ModelKind::Svm | ModelKind::Logistic => {
             if is_text(label_type) {
-                (format!("{}::pg_catalog.text", quote_ident(label)), LabelCoding::ClassOfText)
+                (
+                    format!("{}::pg_catalog.text", quote_ident(label)),
+                    LabelCoding::ClassOfText,
+                )
             } else if is_number(label_type) || label_is_bool {
                 let kind = label_kind(label_type);
-                let coding = if model == ModelKind::Softmax { LabelCoding::ClassOfValue(kind) } else { LabelCoding::Value(kind) };
+                let coding = if model == ModelKind::Softmax {
+                    LabelCoding::ClassOfValue(kind)
+                } else {
+                    LabelCoding::Value(kind)
+                };
                 (numeric_label_expr(label, label_type), coding)
             } else {
-                type_error(relname, "label", label, type_name(label_type),
-                    "The label must be boolean, a number type or text.")
+                type_error(
+                    relname,
+                    "label",
+                    label,
+                    type_name(label_type),
+                    "The label must be boolean, a number type or text.",
+                )
             }
         }
     };
     let (feature_exprs, layout) = match features {
-        FeatureColumns::Array(column) => (vec![dense_array_expr(relid, relname, column)], FeatureLayout::Dense { columns: false }),
+        FeatureColumns::Array(column) => (
+            vec![dense_array_expr(relid, relname, column)],
+            FeatureLayout::Dense { columns: false },
+        ),
         FeatureColumns::Columns(columns) => {
             let mut parts = Vec::with_capacity(columns.len());
             for column in columns {
@@ -294,17 +369,36 @@ pub unsafe fn resolve(
                 }
                 parts.push(format!("{}::pg_catalog.float8", quote_ident(column)));
             }
-            (vec![format!("ARRAY[{}]", parts.join(", "))], FeatureLayout::Dense { columns: true })
+            (
+                vec![format!("ARRAY[{}]", parts.join(", "))],
+                FeatureLayout::Dense { columns: true },
+            )
         }
         FeatureColumns::Sparse { indices, values } => {
             let ti = column_type(relid, relname, indices, "features");
-            if !matches!(element_type(ti), pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
-                type_error(relname, "feature indices", indices, type_name(ti), "Sparse feature indices must be an integer array (int4[]).");
+            if !matches!(
+                element_type(ti),
+                pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID
+            ) {
+                type_error(
+                    relname,
+                    "feature indices",
+                    indices,
+                    type_name(ti),
+                    "Sparse feature indices must be an integer array (int4[]).",
+                );
             }
-            let index_expr = if ti == pg_sys::INT4ARRAYOID { quote_ident(indices) } else { format!("{}::pg_catalog.int4[]", quote_ident(indices)) };
+            let index_expr = if ti == pg_sys::INT4ARRAYOID {
+                quote_ident(indices)
+            } else {
+                format!("{}::pg_catalog.int4[]", quote_ident(indices))
+            };
             (
                 vec![index_expr, dense_array_expr(relid, relname, values)],
-                FeatureLayout::Sparse { index_base, n_features },
+                FeatureLayout::Sparse {
+                    index_base,
+                    n_features,
+                },
             )
         }
     };
@@ -315,10 +409,18 @@ pub unsafe fn resolve(
         columns.push(format!("COALESCE(({checked}), false)"));
         columns.len() - 1
     });
-    let sql = format!("SELECT {} FROM ONLY {}", columns.join(", "), qualified_name(relid));
+    let sql = format!(
+        "SELECT {} FROM ONLY {}",
+        columns.join(", "),
+        qualified_name(relid)
+    );
     Input {
         sql: CString::new(sql).unwrap_or_else(|_| {
-            raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "the validation predicate contains a NUL byte", None)
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                "the validation predicate contains a NUL byte",
+                None,
+            )
         }),
         layout,
         label: coding,

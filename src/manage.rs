@@ -4,7 +4,10 @@
 //! each role's "churn" is its own, with versions 1, 2, ... The deployed version of a name is the
 //! one pinned by corgipile_deploy, else the newest.
 
-use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, no_such_model, resolve_name, select_one};
+use crate::catalog::{
+    as_catalog_owner, caller, caller_manages_all, check_writable, no_such_model, resolve_name,
+    select_one,
+};
 use crate::error::raise;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
@@ -12,7 +15,11 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not {what}: {e}"), None)
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("could not {what}: {e}"),
+        None,
+    )
 }
 
 /// Pins `model_id` as the deployed version of `model_name` (what corgipile_predict('name', ...)
@@ -32,7 +39,11 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
         .unwrap_or_else(|e| spi_failed("read the model", e))
         .unwrap_or_else(|| no_such_model(id));
         if name != model_name {
-            let is = if name.is_empty() { "is unnamed".to_string() } else { format!("is a version of \"{name}\"") };
+            let is = if name.is_empty() {
+                "is unnamed".to_string()
+            } else {
+                format!("is a version of \"{name}\"")
+            };
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("model {id} is not a version of \"{model_name}\": it {is}"),
@@ -98,7 +109,7 @@ fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
         return corgipile_drop_model(id);
     }
     resolve_name(model_name); // raises if the role has no model of this name
-    // Names are per role: even a superuser drops only its own versions of a name.
+                              // Names are per role: even a superuser drops only its own versions of a name.
     let (_, role) = caller();
     check_writable(c"corgipile_drop_model()");
     as_catalog_owner(|| {
@@ -122,36 +133,85 @@ type CoefficientRow = (Option<String>, String, Option<i64>, f64);
 /// "col[i]" (1-based) for an array column, the index (in the model's index base) for sparse.
 fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let stored = load_model_ref(key);
-    let (kind, n_features, n_outputs) = (stored.kind(), stored.model.n_features, stored.model.n_outputs);
+    let (kind, n_features, n_outputs) = (
+        stored.kind(),
+        stored.model.n_features,
+        stored.model.n_outputs,
+    );
     let classes: Vec<Option<String>> = match kind {
         ModelKind::Linear => vec![None],
-        ModelKind::Softmax => (0..stored.classes.len()).map(|k| Some(stored.class_text(k))).collect(),
+        ModelKind::Softmax => (0..stored.classes.len())
+            .map(|k| Some(stored.class_text(k)))
+            .collect(),
         _ => vec![(stored.classes.len() == 2).then(|| stored.class_text(1))],
     };
     // Rows are made one at a time as the executor asks for them: a model of millions of
     // weights is never materialized as millions of Rust strings at once.
-    classes.into_iter().enumerate().take(n_outputs).flat_map(move |(k, class)| {
-        let stored = stored.clone();
-        (0..=n_features).map(move |j| {
-            if j == n_features {
-                return (class.clone(), "(intercept)".to_owned(), None, stored.model.bias[k]);
-            }
-            let (name, index) = match &stored.features {
-                serde_json::Value::Array(cols) => (cols.get(j).and_then(|c| c.as_str()).unwrap_or("").to_owned(), j as i64 + 1),
-                serde_json::Value::String(col) => (format!("{col}[{}]", j + 1), j as i64 + 1),
-                _ => ((j as i64 + stored.index_base).to_string(), j as i64 + stored.index_base),
-            };
-            (class.clone(), name, Some(index), stored.model.weights[k * n_features + j])
+    classes
+        .into_iter()
+        .enumerate()
+        .take(n_outputs)
+        .flat_map(move |(k, class)| {
+            let stored = stored.clone();
+            (0..=n_features).map(move |j| {
+                if j == n_features {
+                    return (
+                        class.clone(),
+                        "(intercept)".to_owned(),
+                        None,
+                        stored.model.bias[k],
+                    );
+                }
+                let (name, index) = match &stored.features {
+                    serde_json::Value::Array(cols) => (
+                        cols.get(j)
+                            .and_then(|c| c.as_str())
+                            .unwrap_or("")
+                            .to_owned(),
+                        j as i64 + 1,
+                    ),
+                    serde_json::Value::String(col) => (format!("{col}[{}]", j + 1), j as i64 + 1),
+                    _ => (
+                        (j as i64 + stored.index_base).to_string(),
+                        j as i64 + stored.index_base,
+                    ),
+                };
+                (
+                    class.clone(),
+                    name,
+                    Some(index),
+                    stored.model.weights[k * n_features + j],
+                )
+            })
         })
-    })
 }
 
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_model_coefficients(model_id: i64) -> TableIterator<'static, (name!(class, Option<String>), name!(feature, String), name!(feature_index, Option<i64>), name!(coefficient, f64))> {
+fn corgipile_model_coefficients(
+    model_id: i64,
+) -> TableIterator<
+    'static,
+    (
+        name!(class, Option<String>),
+        name!(feature, String),
+        name!(feature_index, Option<i64>),
+        name!(coefficient, f64),
+    ),
+> {
     TableIterator::new(coefficients(ModelRef::Id(model_id)))
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_model_coefficients")]
-fn corgipile_model_coefficients_by_name(model_name: &str) -> TableIterator<'static, (name!(class, Option<String>), name!(feature, String), name!(feature_index, Option<i64>), name!(coefficient, f64))> {
+fn corgipile_model_coefficients_by_name(
+    model_name: &str,
+) -> TableIterator<
+    'static,
+    (
+        name!(class, Option<String>),
+        name!(feature, String),
+        name!(feature_index, Option<i64>),
+        name!(coefficient, f64),
+    ),
+> {
     TableIterator::new(coefficients(ModelRef::from_text(model_name)))
 }

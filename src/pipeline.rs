@@ -71,9 +71,14 @@ impl PipelineConfig {
     pub unsafe fn from_list(list: *mut pg_sys::List) -> PipelineConfig {
         // SAFETY: only our own nodes are passed here, and they always carry a one-element
         // list whose element is a String node made by `to_list`.
-        assert!(!list.is_null() && (*list).length >= 1, "corgipile node lost its config");
+        assert!(
+            !list.is_null() && (*list).length >= 1,
+            "corgipile node lost its config"
+        );
         let node = (*(*list).elements).ptr_value.cast::<pg_sys::String>();
-        let json = CStr::from_ptr((*node).sval).to_str().expect("config is UTF-8");
+        let json = CStr::from_ptr((*node).sval)
+            .to_str()
+            .expect("config is UTF-8");
         serde_json::from_str(json).expect("config JSON round-trips")
     }
 }
@@ -85,7 +90,10 @@ pub enum FeatureLayout {
     /// means a NULL column, and the row is skipped rather than rejected.
     Dense { columns: bool },
     /// Columns 1 and 2 are int4[] indices and float8[]/float4[] values.
-    Sparse { index_base: i64, n_features: Option<u32> },
+    Sparse {
+        index_base: i64,
+        n_features: Option<u32>,
+    },
 }
 
 /// How the node turns the label datum into the f64 the trainer sees.
@@ -108,7 +116,6 @@ impl LabelCoding {
 /// Per-epoch metrics on the held-out validation rows.
 pub use corgipile_ml::scoring::ValidationStats;
 
-
 pub struct EpochRecord {
     pub stats: EpochStats,
     /// The training pass (reading, shuffling, SGD), without validation.
@@ -129,4 +136,3 @@ pub struct TrainOutcome {
     pub rows_skipped: u64,
     pub seconds: f64,
 }
-

@@ -71,7 +71,8 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
     {
         return;
     }
-    let path = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()).cast::<pg_sys::CustomPath>();
+    let path =
+        pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()).cast::<pg_sys::CustomPath>();
     (*path).path.type_ = pg_sys::NodeTag::T_CustomPath;
     (*path).path.pathtype = pg_sys::NodeTag::T_CustomScan;
     (*path).path.parent = rel;
@@ -111,7 +112,8 @@ unsafe extern "C-unwind" fn plan_block_shuffle(
 }
 
 unsafe fn new_custom_scan() -> *mut pg_sys::CustomScan {
-    let cscan = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()).cast::<pg_sys::CustomScan>();
+    let cscan =
+        pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()).cast::<pg_sys::CustomScan>();
     (*cscan).scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
     cscan
 }
@@ -191,10 +193,15 @@ unsafe fn stack_node(
     let mut tlist: *mut pg_sys::List = std::ptr::null_mut();
     let child_tlist = (*child).targetlist;
     for i in 0..(*child_tlist).length {
-        let tle = (*(*child_tlist).elements.add(i as usize)).ptr_value.cast::<pg_sys::TargetEntry>();
+        let tle = (*(*child_tlist).elements.add(i as usize))
+            .ptr_value
+            .cast::<pg_sys::TargetEntry>();
         let expr = (*tle).expr.cast::<pg_sys::Node>();
-        let (typ, typmod, coll) =
-            (pg_sys::exprType(expr), pg_sys::exprTypmod(expr), pg_sys::exprCollation(expr));
+        let (typ, typmod, coll) = (
+            pg_sys::exprType(expr),
+            pg_sys::exprTypmod(expr),
+            pg_sys::exprCollation(expr),
+        );
         let resno = (i + 1) as pg_sys::AttrNumber;
         let outer = pg_sys::makeVar(pg_sys::OUTER_VAR, resno, typ, typmod, coll, 0);
         scan_tlist = pg_sys::lappend(

@@ -3,7 +3,10 @@
 
 use crate::catalog::{load_model, resolve_name, StoredModel};
 use crate::classes::ClassValue;
-use crate::decode::{with_float_array, with_int4_array, with_text_bytes, ArrayProblem, Float8ArrayArg, FloatSlice, Int4ArrayArg, TextArg};
+use crate::decode::{
+    with_float_array, with_int4_array, with_text_bytes, ArrayProblem, Float8ArrayArg, FloatSlice,
+    Int4ArrayArg, TextArg,
+};
 use crate::error::raise;
 use corgipile_ml::arena::validate_sparse;
 use corgipile_ml::model::{ModelKind, Row};
@@ -16,20 +19,36 @@ struct SparseFeatures(Vec<u32>, Vec<f64>);
 
 impl SparseFeatures {
     fn row(&self) -> Row<'_> {
-        Row::Sparse { indices: &self.0, values: &self.1 }
+        Row::Sparse {
+            indices: &self.0,
+            values: &self.1,
+        }
     }
 }
 
 fn wrong_dimension(model: &StoredModel, got: usize) -> ! {
-    let got = if got == 0 { "an empty array".to_string() } else { got.to_string() };
+    let got = if got == 0 {
+        "an empty array".to_string()
+    } else {
+        got.to_string()
+    };
     raise(
         PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-        format!("model {} expects {} features, got {}", model.id, model.n_features(), got),
+        format!(
+            "model {} expects {} features, got {}",
+            model.id,
+            model.n_features(),
+            got
+        ),
         None,
     )
 }
 
-fn sparse_features(model: &StoredModel, indices: Int4ArrayArg, values: Float8ArrayArg) -> SparseFeatures {
+fn sparse_features(
+    model: &StoredModel,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+) -> SparseFeatures {
     // SAFETY: as in with_dense: non-NULL int4[] and float8[] arguments of this call.
     // More entries than the model has features cannot be valid (indices are distinct): refused
     // before copying, so the copy is bounded by the model, not by the argument.
@@ -42,34 +61,69 @@ fn sparse_features(model: &StoredModel, indices: Int4ArrayArg, values: Float8Arr
                 FloatSlice::F32(x) => x.iter().map(|&v| v as f64).collect(),
             })
         });
-        fn empty_ok<T>(r: Result<Option<Vec<T>>, ArrayProblem>, what: &str, model: &StoredModel) -> Vec<T> {
+        fn empty_ok<T>(
+            r: Result<Option<Vec<T>>, ArrayProblem>,
+            what: &str,
+            model: &StoredModel,
+        ) -> Vec<T> {
             match r {
                 Ok(Some(x)) => x,
                 Ok(None) => raise(
                     PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                    format!("sparse {what}: more entries than the {} features of model {}", model.n_features(), model.id),
+                    format!(
+                        "sparse {what}: more entries than the {} features of model {}",
+                        model.n_features(),
+                        model.id
+                    ),
                     None,
                 ),
                 Err(ArrayProblem::Empty) => Vec::new(),
-                Err(p) => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("sparse {what}: {p}"), None),
+                Err(p) => raise(
+                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                    format!("sparse {what}: {p}"),
+                    None,
+                ),
             }
         }
         (empty_ok(i, "indices", model), empty_ok(v, "values", model))
     };
-    if let Err(e) = validate_sparse(&indices, values.len(), model.index_base, Some(model.n_features())) {
-        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, e.to_string(), Some(format!("Model {} uses index base {}.", model.id, model.index_base)));
+    if let Err(e) = validate_sparse(
+        &indices,
+        values.len(),
+        model.index_base,
+        Some(model.n_features()),
+    ) {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            e.to_string(),
+            Some(format!(
+                "Model {} uses index base {}.",
+                model.id, model.index_base
+            )),
+        );
     }
     if !values.iter().all(|v| v.is_finite()) {
-        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            "features contain NaN or Infinity",
+            None,
+        );
     }
-    let indices = indices.iter().map(|&i| (i as i64 - model.index_base) as u32).collect();
+    let indices = indices
+        .iter()
+        .map(|&i| (i as i64 - model.index_base) as u32)
+        .collect();
     SparseFeatures(indices, values)
 }
 
 fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-        format!("model {} is a {} model: {what}", model.id, model.kind().name()),
+        format!(
+            "model {} is a {} model: {what}",
+            model.id,
+            model.kind().name()
+        ),
         Some(hint.into()),
     )
 }
@@ -81,13 +135,21 @@ fn predict_number(model: &StoredModel, x: Row) -> f64 {
     }
     match &model.classes[model.class_index(x)] {
         ClassValue::Number(v) => *v,
-        ClassValue::Text(_) => not_for(model, "its labels are text", "Use corgipile_predict_class(), which returns the label as text."),
+        ClassValue::Text(_) => not_for(
+            model,
+            "its labels are text",
+            "Use corgipile_predict_class(), which returns the label as text.",
+        ),
     }
 }
 
 fn predict_class(model: &StoredModel, x: Row) -> String {
     if model.kind() == ModelKind::Linear {
-        not_for(model, "it predicts numbers, not classes", "Use corgipile_predict().");
+        not_for(
+            model,
+            "it predicts numbers, not classes",
+            "Use corgipile_predict().",
+        );
     }
     model.class_text(model.class_index(x))
 }
@@ -102,7 +164,11 @@ fn predict_proba(model: &StoredModel, x: Row) -> Vec<f64> {
 
 fn decision_function(model: &StoredModel, x: Row) -> f64 {
     if model.kind() == ModelKind::Softmax {
-        not_for(model, "it has one score per class", "Use corgipile_predict_proba().");
+        not_for(
+            model,
+            "it has one score per class",
+            "Use corgipile_predict_proba().",
+        );
     }
     model.model.decision(x)
 }
@@ -219,11 +285,17 @@ fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> Rc<StoredM
             }
         }
         let model = load_model_arg(arg);
-        let entry = CallCache { command_id, arg: arg.into(), model: model.clone() };
+        let entry = CallCache {
+            command_id,
+            arg: arg.into(),
+            model: model.clone(),
+        };
         match cached.as_mut() {
             Some(c) => *c = entry,
             None => {
-                (*flinfo).fn_extra = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(entry).cast();
+                (*flinfo).fn_extra = PgMemoryContexts::For((*flinfo).fn_mcxt)
+                    .leak_and_drop_on_delete(entry)
+                    .cast();
             }
         }
         model
@@ -242,7 +314,11 @@ fn with_dense<R>(model: &StoredModel, features: Float8ArrayArg, f: impl FnOnce(R
                     wrong_dimension(model, x.len());
                 }
                 if !x.iter().all(|v| v.is_finite()) {
-                    raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, "features contain NaN or Infinity", None);
+                    raise(
+                        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                        "features contain NaN or Infinity",
+                        None,
+                    );
                 }
                 f(Row::Dense(x))
             }
@@ -251,18 +327,33 @@ fn with_dense<R>(model: &StoredModel, features: Float8ArrayArg, f: impl FnOnce(R
     };
     result.unwrap_or_else(|problem| match problem {
         ArrayProblem::Empty => wrong_dimension(model, 0),
-        other => raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, other.to_string(), None),
+        other => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            other.to_string(),
+            None,
+        ),
     })
 }
 
 type Predictor<R> = fn(&StoredModel, Row) -> R;
 
-fn dense<R>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg, features: Float8ArrayArg, f: Predictor<R>) -> R {
+fn dense<R>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    arg: ModelArg,
+    features: Float8ArrayArg,
+    f: Predictor<R>,
+) -> R {
     let model = model_for_call(fcinfo, arg);
     with_dense(&model, features, |row| f(&model, row))
 }
 
-fn sparse<R>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg, indices: Int4ArrayArg, values: Float8ArrayArg, f: Predictor<R>) -> R {
+fn sparse<R>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    arg: ModelArg,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    f: Predictor<R>,
+) -> R {
     let model = model_for_call(fcinfo, arg);
     f(&model, sparse_features(&model, indices, values).row())
 }
@@ -278,85 +369,197 @@ fn by_name<R>(model_name: TextArg, f: impl FnOnce(ModelArg) -> R) -> R {
 /// The predicted label for one feature vector, in the label values of the training table
 /// (0/1 for a boolean label); for linear regression the predicted value.
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_predict(
+    model_id: i64,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
     dense(fcinfo, ModelArg::Id(model_id), features, predict_number)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelArg::Id(model_id), indices, values, predict_number)
+fn corgipile_predict_sparse(
+    model_id: i64,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
+    sparse(
+        fcinfo,
+        ModelArg::Id(model_id),
+        indices,
+        values,
+        predict_number,
+    )
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    by_name(model_name, |arg| dense(fcinfo, arg, features, predict_number))
+fn corgipile_predict_by_name(
+    model_name: TextArg,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
+    by_name(model_name, |arg| {
+        dense(fcinfo, arg, features, predict_number)
+    })
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, predict_number))
+fn corgipile_predict_sparse_by_name(
+    model_name: TextArg,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
+    by_name(model_name, |arg| {
+        sparse(fcinfo, arg, indices, values, predict_number)
+    })
 }
 
 /// The predicted class as text (works for numeric and text labels).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_class(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
+fn corgipile_predict_class(
+    model_id: i64,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> String {
     dense(fcinfo, ModelArg::Id(model_id), features, predict_class)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    sparse(fcinfo, ModelArg::Id(model_id), indices, values, predict_class)
+fn corgipile_predict_class_sparse(
+    model_id: i64,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> String {
+    sparse(
+        fcinfo,
+        ModelArg::Id(model_id),
+        indices,
+        values,
+        predict_class,
+    )
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    by_name(model_name, |arg| dense(fcinfo, arg, features, predict_class))
+fn corgipile_predict_class_by_name(
+    model_name: TextArg,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> String {
+    by_name(model_name, |arg| {
+        dense(fcinfo, arg, features, predict_class)
+    })
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> String {
-    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, predict_class))
+fn corgipile_predict_class_sparse_by_name(
+    model_name: TextArg,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> String {
+    by_name(model_name, |arg| {
+        sparse(fcinfo, arg, indices, values, predict_class)
+    })
 }
 
 /// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
 /// P(positive)]; softmax: one per class).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_proba(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
+fn corgipile_predict_proba(
+    model_id: i64,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Vec<f64> {
     dense(fcinfo, ModelArg::Id(model_id), features, predict_proba)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    sparse(fcinfo, ModelArg::Id(model_id), indices, values, predict_proba)
+fn corgipile_predict_proba_sparse(
+    model_id: i64,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Vec<f64> {
+    sparse(
+        fcinfo,
+        ModelArg::Id(model_id),
+        indices,
+        values,
+        predict_proba,
+    )
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    by_name(model_name, |arg| dense(fcinfo, arg, features, predict_proba))
+fn corgipile_predict_proba_by_name(
+    model_name: TextArg,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Vec<f64> {
+    by_name(model_name, |arg| {
+        dense(fcinfo, arg, features, predict_proba)
+    })
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> Vec<f64> {
-    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, predict_proba))
+fn corgipile_predict_proba_sparse_by_name(
+    model_name: TextArg,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Vec<f64> {
+    by_name(model_name, |arg| {
+        sparse(fcinfo, arg, indices, values, predict_proba)
+    })
 }
 
 /// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
 #[pg_extern(stable, parallel_safe)]
-fn corgipile_decision_function(model_id: i64, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
+fn corgipile_decision_function(
+    model_id: i64,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
     dense(fcinfo, ModelArg::Id(model_id), features, decision_function)
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse(model_id: i64, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    sparse(fcinfo, ModelArg::Id(model_id), indices, values, decision_function)
+fn corgipile_decision_function_sparse(
+    model_id: i64,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
+    sparse(
+        fcinfo,
+        ModelArg::Id(model_id),
+        indices,
+        values,
+        decision_function,
+    )
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_by_name(model_name: TextArg, features: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    by_name(model_name, |arg| dense(fcinfo, arg, features, decision_function))
+fn corgipile_decision_function_by_name(
+    model_name: TextArg,
+    features: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
+    by_name(model_name, |arg| {
+        dense(fcinfo, arg, features, decision_function)
+    })
 }
 
 #[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse_by_name(model_name: TextArg, indices: Int4ArrayArg, values: Float8ArrayArg, fcinfo: pg_sys::FunctionCallInfo) -> f64 {
-    by_name(model_name, |arg| sparse(fcinfo, arg, indices, values, decision_function))
+fn corgipile_decision_function_sparse_by_name(
+    model_name: TextArg,
+    indices: Int4ArrayArg,
+    values: Float8ArrayArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> f64 {
+    by_name(model_name, |arg| {
+        sparse(fcinfo, arg, indices, values, decision_function)
+    })
 }

@@ -56,7 +56,11 @@ pub fn start(relation: &str, model: &'static str, epochs: u32) -> Tracker {
     // the backend thread while that statement runs.
     let query = unsafe {
         let q = pg_sys::debug_query_string;
-        if q.is_null() { String::new() } else { CStr::from_ptr(q).to_string_lossy().into_owned() }
+        if q.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(q).to_string_lossy().into_owned()
+        }
     };
     let now = Instant::now();
     PROGRESS.with(|p| {
@@ -156,18 +160,29 @@ fn set_activity(text: &str) {
 impl Progress {
     /// Seconds left, from the mean time per epoch so far (an upper bound with early stopping).
     fn remaining(&self) -> Option<f64> {
-        let in_epoch = if self.epochs_done < self.epoch { self.epoch_fraction } else { 0.0 };
+        let in_epoch = if self.epochs_done < self.epoch {
+            self.epoch_fraction
+        } else {
+            0.0
+        };
         let done = self.epochs_done as f64 + in_epoch;
         if done < 0.02 {
             return None;
         }
-        let spent = self.epoch_seconds + if in_epoch > 0.0 { self.epoch_started.elapsed().as_secs_f64() } else { 0.0 };
+        let spent = self.epoch_seconds
+            + if in_epoch > 0.0 {
+                self.epoch_started.elapsed().as_secs_f64()
+            } else {
+                0.0
+            };
         Some(spent / done * (self.epochs as f64 - done).max(0.0))
     }
 
     fn line(&self) -> String {
         let loss = self.last_loss.map_or("-".to_owned(), |l| format!("{l:.6}"));
-        let remaining = self.remaining().map_or("-".to_owned(), |r| format!("{r:.1}"));
+        let remaining = self
+            .remaining()
+            .map_or("-".to_owned(), |r| format!("{r:.1}"));
         format!(
             "corgipile: relation {} model {} | {} | epoch {}/{} | {:.1}% | tuples {} | loss {} | elapsed {:.1} s | remaining {} s | query: {}",
             self.relation,

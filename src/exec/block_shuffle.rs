@@ -65,7 +65,11 @@ unsafe fn buffer_pages(config: &PipelineConfig, rel: pg_sys::Relation, n_pages: 
         BufferSize::Tuples(t) => {
             // SAFETY: rd_rel is valid for an open relation; reltuples is -1 before ANALYZE.
             let (reltuples, relpages) = ((*(*rel).rd_rel).reltuples, (*(*rel).rd_rel).relpages);
-            let per_page = if reltuples > 0.0 && relpages > 0 { reltuples as f64 / relpages as f64 } else { 50.0 };
+            let per_page = if reltuples > 0.0 && relpages > 0 {
+                reltuples as f64 / relpages as f64
+            } else {
+                50.0
+            };
             (t as f64 / per_page.max(1.0)) as u64
         }
     };
@@ -82,20 +86,26 @@ unsafe fn toast_pages(rel: pg_sys::Relation) -> u32 {
     }
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
     let toast_rel = pg_sys::table_open(toast, lock);
-    let pages = pg_sys::RelationGetNumberOfBlocksInFork(toast_rel, pg_sys::ForkNumber::MAIN_FORKNUM);
+    let pages =
+        pg_sys::RelationGetNumberOfBlocksInFork(toast_rel, pg_sys::ForkNumber::MAIN_FORKNUM);
     pg_sys::table_close(toast_rel, lock);
     pages
 }
 
 /// BeginCustomScan (see `Node::begin`).
-unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, config: PipelineConfig) -> BlockShuffle {
+unsafe fn begin(
+    node: *mut pg_sys::CustomScanState,
+    estate: *mut pg_sys::EState,
+    config: PipelineConfig,
+) -> BlockShuffle {
     // SAFETY: ExecInitCustomScan has opened the relation into ss_currentRelation.
     let rel = (*node).ss.ss_currentRelation;
     // PostgreSQL 15 gives a custom scan a virtual scan slot, but heap_getnextslot needs the
     // table's own (buffer heap tuple) slot. Swap it in, then rebuild the projection and quals,
     // whose compiled steps depend on the scan slot's type.
     let ops = pg_sys::table_slot_callbacks(rel);
-    (*node).ss.ss_ScanTupleSlot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, (*rel).rd_att, ops);
+    (*node).ss.ss_ScanTupleSlot =
+        pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, (*rel).rd_att, ops);
     (*node).ss.ps.scanops = ops;
     (*node).ss.ps.scanopsfixed = true;
     (*node).ss.ps.scanopsset = true;
@@ -104,7 +114,12 @@ unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState,
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
     let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
     let toast_pages = toast_pages(rel);
-    let block_pages = resolve_block_pages(config.params.block_size, n_pages, pg_sys::BLCKSZ, buffer_pages(&config, rel, n_pages));
+    let block_pages = resolve_block_pages(
+        config.params.block_size,
+        n_pages,
+        pg_sys::BLCKSZ,
+        buffer_pages(&config, rel, n_pages),
+    );
     let mut state = BlockShuffle {
         config,
         scan: std::ptr::null_mut(),
@@ -129,7 +144,10 @@ unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState,
 
 /// The attribute numbers behind `plan`'s output when every output column is a plain column
 /// of the scanned table and there is no qual (no WHERE, no row-level security filter).
-unsafe fn plain_columns(plan: *mut pg_sys::CustomScan, qual: *mut pg_sys::ExprState) -> Option<Vec<usize>> {
+unsafe fn plain_columns(
+    plan: *mut pg_sys::CustomScan,
+    qual: *mut pg_sys::ExprState,
+) -> Option<Vec<usize>> {
     if !qual.is_null() {
         return None;
     }
@@ -140,13 +158,18 @@ unsafe fn plain_columns(plan: *mut pg_sys::CustomScan, qual: *mut pg_sys::ExprSt
     }
     let mut columns = Vec::new();
     for i in 0..(*tlist).length as usize {
-        let entry = (*(*tlist).elements.add(i)).ptr_value.cast::<pg_sys::TargetEntry>();
+        let entry = (*(*tlist).elements.add(i))
+            .ptr_value
+            .cast::<pg_sys::TargetEntry>();
         let expr = (*entry).expr;
         if (*entry).resjunk || expr.is_null() || (*expr).type_ != pg_sys::NodeTag::T_Var {
             return None;
         }
         let var = expr.cast::<pg_sys::Var>();
-        if (*var).varno as u32 != (*plan).scan.scanrelid || (*var).varlevelsup != 0 || (*var).varattno <= 0 {
+        if (*var).varno as u32 != (*plan).scan.scanrelid
+            || (*var).varlevelsup != 0
+            || (*var).varattno <= 0
+        {
             return None;
         }
         columns.push((*var).varattno as usize);
@@ -207,7 +230,11 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
             state.pages_read += len as u64;
         }
         // SAFETY: the scan slot was created by ExecInitCustomScan with the heap's slot ops.
-        if pg_sys::heap_getnextslot(state.scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+        if pg_sys::heap_getnextslot(
+            state.scan,
+            pg_sys::ScanDirection::ForwardScanDirection,
+            slot,
+        ) {
             state.last_tid = (*slot).tts_tid;
             state.tuples_this_epoch += 1;
             return slot;
@@ -217,7 +244,10 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn recheck(_ss: *mut pg_sys::ScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+unsafe extern "C-unwind" fn recheck(
+    _ss: *mut pg_sys::ScanState,
+    _slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
     true
 }
 
@@ -228,7 +258,12 @@ impl Node for BlockShuffle {
         &super::methods().block_exec
     }
 
-    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, _eflags: i32, config: PipelineConfig) -> Self {
+    unsafe fn begin(
+        css: *mut pg_sys::CustomScanState,
+        estate: *mut pg_sys::EState,
+        _eflags: i32,
+        config: PipelineConfig,
+    ) -> Self {
         begin(css, estate, config)
     }
 
@@ -253,23 +288,31 @@ impl Node for BlockShuffle {
 
     unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
         let state = self;
-    let order = if state.config.params.shuffle.shuffles_blocks() { "shuffled per epoch" } else { "sequential" };
-    explain::int(es, "Table Pages", state.n_pages as i64);
-    if state.toast_pages > 0 {
-        explain::int(es, "TOAST Pages", state.toast_pages as i64);
+        let order = if state.config.params.shuffle.shuffles_blocks() {
+            "shuffled per epoch"
+        } else {
+            "sequential"
+        };
+        explain::int(es, "Table Pages", state.n_pages as i64);
+        if state.toast_pages > 0 {
+            explain::int(es, "TOAST Pages", state.toast_pages as i64);
+        }
+        explain::text(
+            es,
+            "Block Size",
+            &format!(
+                "{} pages ({:.3} MB)",
+                state.block_pages,
+                state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0
+            ),
+        );
+        explain::int(es, "Blocks", state.blocks.len() as i64);
+        explain::text(es, "Block Order", order);
+        explain::int(es, "Seed", state.config.seed() as i64);
+        if explain::analyzing(es) {
+            explain::int(es, "Epochs Scanned", state.epochs_started as i64);
+            explain::int(es, "Blocks Read", state.blocks_read as i64);
+            explain::int(es, "Pages Read", state.pages_read as i64);
+        }
     }
-    explain::text(
-        es,
-        "Block Size",
-        &format!("{} pages ({:.3} MB)", state.block_pages, state.block_pages as f64 * pg_sys::BLCKSZ as f64 / 1048576.0),
-    );
-    explain::int(es, "Blocks", state.blocks.len() as i64);
-    explain::text(es, "Block Order", order);
-    explain::int(es, "Seed", state.config.seed() as i64);
-    if explain::analyzing(es) {
-        explain::int(es, "Epochs Scanned", state.epochs_started as i64);
-        explain::int(es, "Blocks Read", state.blocks_read as i64);
-        explain::int(es, "Pages Read", state.pages_read as i64);
-    }
-}
 }

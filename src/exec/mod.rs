@@ -4,7 +4,6 @@
 
 pub mod block_shuffle;
 pub mod node;
-mod rows;
 pub mod sgd;
 pub mod tuple_shuffle;
 
@@ -53,7 +52,6 @@ pub fn register_methods() {
     }
 }
 
-
 /// EXPLAIN helpers (text and structured formats alike).
 pub mod explain {
     use pgrx::pg_sys;
@@ -67,10 +65,22 @@ pub mod explain {
         let l = CString::new(label).unwrap();
         pg_sys::ExplainPropertyInteger(l.as_ptr(), std::ptr::null(), value, es);
     }
-    pub unsafe fn float(es: *mut pg_sys::ExplainState, label: &str, unit: Option<&str>, value: f64, digits: i32) {
+    pub unsafe fn float(
+        es: *mut pg_sys::ExplainState,
+        label: &str,
+        unit: Option<&str>,
+        value: f64,
+        digits: i32,
+    ) {
         let l = CString::new(label).unwrap();
         let u = unit.map(|u| CString::new(u).unwrap());
-        pg_sys::ExplainPropertyFloat(l.as_ptr(), u.as_ref().map_or(std::ptr::null(), |u| u.as_ptr()), value, digits, es);
+        pg_sys::ExplainPropertyFloat(
+            l.as_ptr(),
+            u.as_ref().map_or(std::ptr::null(), |u| u.as_ptr()),
+            value,
+            digits,
+            es,
+        );
     }
     pub unsafe fn boolean(es: *mut pg_sys::ExplainState, label: &str, value: bool) {
         let l = CString::new(label).unwrap();

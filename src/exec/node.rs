@@ -23,7 +23,12 @@ pub trait Node: Sized + 'static {
     ///
     /// # Safety
     /// Called by the executor with its own initialized `css` and `estate`, on the backend thread.
-    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> Self;
+    unsafe fn begin(
+        css: *mut pg_sys::CustomScanState,
+        estate: *mut pg_sys::EState,
+        eflags: i32,
+        config: PipelineConfig,
+    ) -> Self;
 
     /// ExecCustomScan.
     ///
@@ -72,7 +77,10 @@ pub fn exec_methods<N: Node>() -> pg_sys::CustomExecMethods {
 
 /// The plan-level methods of node `N` (CreateCustomScanState).
 pub fn scan_methods<N: Node>() -> pg_sys::CustomScanMethods {
-    pg_sys::CustomScanMethods { CustomName: N::NAME.as_ptr(), CreateCustomScanState: Some(create::<N>) }
+    pg_sys::CustomScanMethods {
+        CustomName: N::NAME.as_ptr(),
+        CreateCustomScanState: Some(create::<N>),
+    }
 }
 
 /// The Rust state of `css`, which must be a node of type `N`: checked against its methods, so a
@@ -82,12 +90,20 @@ pub fn scan_methods<N: Node>() -> pg_sys::CustomScanMethods {
 /// `css` is a live CustomScanState of this query; backend thread.
 pub unsafe fn state_of<'a, N: Node>(css: *mut pg_sys::CustomScanState) -> &'a mut N {
     if css.is_null() || !std::ptr::eq((*css).methods, N::exec_methods()) {
-        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("corgipile: expected a {} node", N::NAME.to_string_lossy()), None);
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("corgipile: expected a {} node", N::NAME.to_string_lossy()),
+            None,
+        );
     }
     // SAFETY: the methods say this node was made by create::<N>; begin::<N> set `rust`.
     let ptr = (*css.cast::<NodeState<N>>()).rust;
     if ptr.is_null() {
-        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile node used before BeginCustomScan", None);
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "corgipile node used before BeginCustomScan",
+            None,
+        );
     }
     &mut *ptr
 }
@@ -112,9 +128,15 @@ pub unsafe fn is_node(plan: *mut pg_sys::Plan, scan_methods: &pg_sys::CustomScan
 ///
 /// # Safety
 /// Called from `begin` of a node whose plan has exactly one custom_plans entry.
-pub unsafe fn init_child(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32) -> *mut pg_sys::PlanState {
+pub unsafe fn init_child(
+    css: *mut pg_sys::CustomScanState,
+    estate: *mut pg_sys::EState,
+    eflags: i32,
+) -> *mut pg_sys::PlanState {
     let cscan = (*css).ss.ps.plan.cast::<pg_sys::CustomScan>();
-    let child_plan = (*(*(*cscan).custom_plans).elements).ptr_value.cast::<pg_sys::Plan>();
+    let child_plan = (*(*(*cscan).custom_plans).elements)
+        .ptr_value
+        .cast::<pg_sys::Plan>();
     let child = pg_sys::ExecInitNode(child_plan, estate, eflags);
     (*css).custom_ps = pg_sys::lappend(std::ptr::null_mut(), child.cast());
     child
@@ -132,7 +154,11 @@ unsafe extern "C-unwind" fn create<N: Node>(cscan: *mut pg_sys::CustomScan) -> *
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn begin<N: Node>(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32) {
+unsafe extern "C-unwind" fn begin<N: Node>(
+    css: *mut pg_sys::CustomScanState,
+    estate: *mut pg_sys::EState,
+    eflags: i32,
+) {
     let state = N::begin(css, estate, eflags, config_of(css));
     // SAFETY: `css` was made by create::<N>; BeginCustomScan runs in es_query_cxt, whose
     // deletion (end of query, or abort) drops the state.
@@ -141,7 +167,9 @@ unsafe extern "C-unwind" fn begin<N: Node>(css: *mut pg_sys::CustomScanState, es
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn exec<N: Node>(css: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+unsafe extern "C-unwind" fn exec<N: Node>(
+    css: *mut pg_sys::CustomScanState,
+) -> *mut pg_sys::TupleTableSlot {
     state_of::<N>(css).exec(css)
 }
 
@@ -156,6 +184,10 @@ unsafe extern "C-unwind" fn end<N: Node>(css: *mut pg_sys::CustomScanState) {
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn explain<N: Node>(css: *mut pg_sys::CustomScanState, _ancestors: *mut pg_sys::List, es: *mut pg_sys::ExplainState) {
+unsafe extern "C-unwind" fn explain<N: Node>(
+    css: *mut pg_sys::CustomScanState,
+    _ancestors: *mut pg_sys::List,
+    es: *mut pg_sys::ExplainState,
+) {
     state_of::<N>(css).explain(es)
 }

@@ -35,24 +35,38 @@ impl SgdNode {
         let mut all: Option<ShuffledBuffer> = None;
         shuffle.for_each_buffer(|b| {
             let dst = all.get_or_insert_with(|| ShuffledBuffer {
-                arena: if b.arena.is_sparse() { TupleArena::new_sparse(0, 0) } else { TupleArena::new(b.arena.n_features(), 0) },
+                arena: if b.arena.is_sparse() {
+                    TupleArena::new_sparse(0, 0)
+                } else {
+                    TupleArena::new(b.arena.n_features(), 0)
+                },
                 order: Vec::new(),
             });
             for i in 0..b.arena.len() {
                 match b.arena.row(i) {
                     Row::Dense(x) => dst.arena.push(b.arena.label(i), x),
-                    Row::Sparse { indices, values } => dst.arena.push_sparse(b.arena.label(i), indices, values),
+                    Row::Sparse { indices, values } => {
+                        dst.arena.push_sparse(b.arena.label(i), indices, values)
+                    }
                 }
             }
             if dst.arena.bytes_used() as u64 > self.config.max_buffer_bytes {
                 raise(
                     PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                    format!("the validation relation {} does not fit in corgipile.max_buffer_memory", self.config.relation),
-                    Some("Use a smaller validation relation, or {\"fraction\": ...} validation.".into()),
+                    format!(
+                        "the validation relation {} does not fit in corgipile.max_buffer_memory",
+                        self.config.relation
+                    ),
+                    Some(
+                        "Use a smaller validation relation, or {\"fraction\": ...} validation."
+                            .into(),
+                    ),
                 );
             }
         });
-        all.map(|rows| CollectedRows { rows, classes: shuffle.classes.classes.clone() })
+        all.map(|rows| CollectedRows {
+            rows,
+            classes: shuffle.classes.classes.clone(),
+        })
     }
-
 }

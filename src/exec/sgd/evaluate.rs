@@ -35,8 +35,17 @@ impl SgdNode {
         let binary = if self.config.label.uses_classes() {
             BinaryLabels::ClassIndices
         } else {
-            let value = |k: usize| model.classes.get(k).and_then(|c| c.as_f64()).unwrap_or(f64::NAN);
-            BinaryLabels::Values { negative: value(0), positive: value(1) }
+            let value = |k: usize| {
+                model
+                    .classes
+                    .get(k)
+                    .and_then(|c| c.as_f64())
+                    .unwrap_or(f64::NAN)
+            };
+            BinaryLabels::Values {
+                negative: value(0),
+                positive: value(1),
+            }
         };
         let mut evaluation = Evaluation::new(model.kind(), model.classes.len(), binary, auc_rows);
         shuffle.for_each_buffer(|b| {
@@ -56,5 +65,4 @@ impl SgdNode {
         report["model_id"] = json!(model.id);
         report
     }
-
 }

@@ -74,7 +74,10 @@ impl SgdNode {
         if skipped > 0 {
             raise(
                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!("all {skipped} rows of {} were skipped (NULL label, NULL or empty features)", self.config.relation),
+                format!(
+                    "all {skipped} rows of {} were skipped (NULL label, NULL or empty features)",
+                    self.config.relation
+                ),
                 Some("Rows need a non-NULL label and non-NULL, non-empty features.".into()),
             );
         }
@@ -98,7 +101,6 @@ impl SgdNode {
             }
         }
     }
-
 }
 
 impl Node for SgdNode {
@@ -108,7 +110,12 @@ impl Node for SgdNode {
         &super::methods().sgd_exec
     }
 
-    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> Self {
+    unsafe fn begin(
+        css: *mut pg_sys::CustomScanState,
+        estate: *mut pg_sys::EState,
+        eflags: i32,
+        config: PipelineConfig,
+    ) -> Self {
         let child = init_child(css, estate, eflags);
         SgdNode {
             verbose: config.params.verbose,
@@ -144,47 +151,61 @@ impl Node for SgdNode {
 
     unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
         let state = self;
-    let p = &state.config.params;
-    explain::text(es, "Model", state.config.model.name());
-    explain::int(es, "Epochs", p.epochs as i64);
-    let schedule = match p.learning_rate_schedule {
-        ScheduleKind::Constant => "constant".to_string(),
-        ScheduleKind::Exponential => format!("x{} per epoch", p.decay),
-        ScheduleKind::InverseSqrt => "divided by sqrt(epoch)".to_string(),
-    };
-    explain::text(es, "Learning Rate", &format!("{} ({schedule})", p.learning_rate));
-    if p.l1 > 0.0 {
-        explain::float(es, "L1", None, p.l1, 6);
-    }
-    if p.normalize {
-        explain::boolean(es, "Normalize", true);
-    }
-    if let Some(v) = &p.validation {
-        explain::text(es, "Validation", &format!("{v:?}"));
-    }
-    explain::int(es, "Batch Size", p.batch_size as i64);
-    explain::float(es, "L2", None, p.l2, 6);
-    if p.tolerance > 0.0 {
-        explain::float(es, "Tolerance", None, p.tolerance, 6);
-    }
-    if explain::analyzing(es) {
-        explain::int(es, "Epochs Run", state.epochs_run as i64);
-        if let Some(stats) = &state.last_stats {
-            explain::float(es, "Final Loss", None, stats.loss, 6);
-            if let Some(a) = stats.accuracy {
-                explain::float(es, "Final Training Accuracy", None, a, 4);
-            }
-            if let Some(r2) = stats.r2 {
-                explain::float(es, "Final Training R2", None, r2, 4);
-            }
-            explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
+        let p = &state.config.params;
+        explain::text(es, "Model", state.config.model.name());
+        explain::int(es, "Epochs", p.epochs as i64);
+        let schedule = match p.learning_rate_schedule {
+            ScheduleKind::Constant => "constant".to_string(),
+            ScheduleKind::Exponential => format!("x{} per epoch", p.decay),
+            ScheduleKind::InverseSqrt => "divided by sqrt(epoch)".to_string(),
+        };
+        explain::text(
+            es,
+            "Learning Rate",
+            &format!("{} ({schedule})", p.learning_rate),
+        );
+        if p.l1 > 0.0 {
+            explain::float(es, "L1", None, p.l1, 6);
         }
-        let times: Vec<String> = state.epoch_seconds.iter().map(|s| format!("{:.3}", s * 1000.0)).collect();
-        explain::text(es, "Epoch Times (ms)", &times.join(", "));
-        if p.double_buffer {
-            explain::float(es, "Worker Busy", Some("s"), state.worker_busy_seconds, 3);
-            explain::float(es, "Backend Waiting On Worker", Some("s"), state.backend_wait_seconds, 3);
+        if p.normalize {
+            explain::boolean(es, "Normalize", true);
+        }
+        if let Some(v) = &p.validation {
+            explain::text(es, "Validation", &format!("{v:?}"));
+        }
+        explain::int(es, "Batch Size", p.batch_size as i64);
+        explain::float(es, "L2", None, p.l2, 6);
+        if p.tolerance > 0.0 {
+            explain::float(es, "Tolerance", None, p.tolerance, 6);
+        }
+        if explain::analyzing(es) {
+            explain::int(es, "Epochs Run", state.epochs_run as i64);
+            if let Some(stats) = &state.last_stats {
+                explain::float(es, "Final Loss", None, stats.loss, 6);
+                if let Some(a) = stats.accuracy {
+                    explain::float(es, "Final Training Accuracy", None, a, 4);
+                }
+                if let Some(r2) = stats.r2 {
+                    explain::float(es, "Final Training R2", None, r2, 4);
+                }
+                explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
+            }
+            let times: Vec<String> = state
+                .epoch_seconds
+                .iter()
+                .map(|s| format!("{:.3}", s * 1000.0))
+                .collect();
+            explain::text(es, "Epoch Times (ms)", &times.join(", "));
+            if p.double_buffer {
+                explain::float(es, "Worker Busy", Some("s"), state.worker_busy_seconds, 3);
+                explain::float(
+                    es,
+                    "Backend Waiting On Worker",
+                    Some("s"),
+                    state.backend_wait_seconds,
+                    3,
+                );
+            }
         }
     }
-}
 }

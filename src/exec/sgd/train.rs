@@ -38,18 +38,24 @@ impl SgdNode {
         let shuffle = self.shuffle();
         let mut stats: Option<FeatureStats> = None;
         shuffle.for_each_buffer(|b| {
-            let st = stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier()));
+            let st = stats.get_or_insert_with(|| {
+                FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier())
+            });
             for i in 0..b.arena.len() {
                 check_for_interrupts!();
                 st.push(b.arena.row(i), b.arena.label(i));
             }
         });
-        let Some(stats) = stats else { self.no_rows(shuffle.rows_skipped_this_epoch) };
+        let Some(stats) = stats else {
+            self.no_rows(shuffle.rows_skipped_this_epoch)
+        };
         if params.normalize {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
             config.standardizer = Some(stats.standardizer(!sparse));
         }
-        if let (Some(class_weight), true) = (&params.class_weight, self.config.model.is_classifier()) {
+        if let (Some(class_weight), true) =
+            (&params.class_weight, self.config.model.is_classifier())
+        {
             // counts: (trainer label, rows), ascending: values, or class indices.
             let counts = stats.class_counts();
             let label_text = self.label_text();
@@ -60,22 +66,38 @@ impl SgdNode {
                     None,
                 );
             }
-            let k = if self.config.model.is_binary() { 2 } else { counts.iter().map(|c| c.0 as usize + 1).max().unwrap_or(0) };
+            let k = if self.config.model.is_binary() {
+                2
+            } else {
+                counts.iter().map(|c| c.0 as usize + 1).max().unwrap_or(0)
+            };
             // Weights by class position: binary [negative, positive]; softmax by class index.
             let mut labels = Vec::with_capacity(k);
             let mut n = vec![0u64; k];
             for (position, (label, count)) in counts.iter().enumerate() {
-                let at = if self.config.model.is_binary() { position } else { *label as usize };
+                let at = if self.config.model.is_binary() {
+                    position
+                } else {
+                    *label as usize
+                };
                 n[at] = *count;
             }
             #[allow(clippy::needless_range_loop)] // binary indexes counts, softmax does not
             for position in 0..k {
-                let trainer_label = if self.config.model.is_binary() { counts[position].0 } else { position as f64 };
+                let trainer_label = if self.config.model.is_binary() {
+                    counts[position].0
+                } else {
+                    position as f64
+                };
                 labels.push(label_text(trainer_label));
             } // (binary: k == counts.len() == 2)
-            let weights = class_weight
-                .resolve(&labels, &n)
-                .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint));
+            let weights = class_weight.resolve(&labels, &n).unwrap_or_else(|e| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    e.message,
+                    e.hint,
+                )
+            });
             if self.config.model.is_binary() {
                 config.label_values = Some((counts[0].0, counts[1].0));
             }
@@ -88,14 +110,20 @@ impl SgdNode {
     unsafe fn train(&mut self, validation_rows: Option<CollectedRows>) -> TrainOutcome {
         let started = Instant::now();
         let params = self.config.params.clone();
-        self.progress = Some(progress::start(&self.config.relation, self.config.model.name(), params.epochs));
+        self.progress = Some(progress::start(
+            &self.config.relation,
+            self.config.model.name(),
+            params.epochs,
+        ));
         let mut train_config = params.train_config(self.config.model);
         if params.normalize || params.class_weight.is_some() {
             progress::phase("statistics pass");
             self.statistics_pass(&mut train_config);
         }
         let shuffle = self.shuffle();
-        let Some(first) = shuffle.next_buffer(None) else { self.no_rows(shuffle.rows_skipped_this_epoch) };
+        let Some(first) = shuffle.next_buffer(None) else {
+            self.no_rows(shuffle.rows_skipped_this_epoch)
+        };
         let n_features = match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
             FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
@@ -126,27 +154,44 @@ impl SgdNode {
                 pg_sys::ExecReScan(self.child);
             }
             let (result, labels_seen, snapshot) = match (&mut worker, &mut local) {
-                (Some(w), _) => self.epoch_with_worker(w, shuffle, &mut spares, first.take(), epoch, validate),
+                (Some(w), _) => {
+                    self.epoch_with_worker(w, shuffle, &mut spares, first.take(), epoch, validate)
+                }
                 (None, Some(t)) => {
-                    let (r, l) = self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
+                    let (r, l) =
+                        self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
                     self.binary_labels = t.label_map();
                     let snapshot = validate.then(|| {
                         t.model().try_clone().unwrap_or_else(|| {
-                            raise_train_error(TrainError::OutOfMemory { bytes: t.model().weights.len() as u64 * 8 }, &|v| v.to_string(), false)
+                            raise_train_error(
+                                TrainError::OutOfMemory {
+                                    bytes: t.model().weights.len() as u64 * 8,
+                                },
+                                &|v| v.to_string(),
+                                false,
+                            )
                         })
                     });
                     (r, l, snapshot)
                 }
                 _ => unreachable!(),
             };
-            let stats = result.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+            let stats = result
+                .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
             if epoch == 1 {
                 rows_skipped = shuffle.rows_skipped_this_epoch;
-                let classes_seen = if self.config.model == ModelKind::Softmax { shuffle.classes.len() } else { labels_seen };
+                let classes_seen = if self.config.model == ModelKind::Softmax {
+                    shuffle.classes.len()
+                } else {
+                    labels_seen
+                };
                 if self.config.model.is_classifier() && classes_seen < 2 {
                     raise(
                         PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                        format!("the label column of {} has only one distinct value", self.config.relation),
+                        format!(
+                            "the label column of {} has only one distinct value",
+                            self.config.relation
+                        ),
                         Some("Classifiers need rows of at least two classes.".into()),
                     );
                 }
@@ -170,13 +215,26 @@ impl SgdNode {
                 if epoch == 1 {
                     notice(progress_header(self.config.model, validation.is_some()));
                 }
-                notice(progress_line(epoch, params.epochs, &stats, validation.as_ref(), seconds));
+                notice(progress_line(
+                    epoch,
+                    params.epochs,
+                    &stats,
+                    validation.as_ref(),
+                    seconds,
+                ));
             }
             let converged = params.tolerance > 0.0
-                && epochs.last().is_some_and(|prev: &EpochRecord| (prev.stats.loss - stats.loss).abs() < params.tolerance);
+                && epochs.last().is_some_and(|prev: &EpochRecord| {
+                    (prev.stats.loss - stats.loss).abs() < params.tolerance
+                });
             self.epochs_run = epoch;
             self.last_stats = Some(stats.clone());
-            epochs.push(EpochRecord { stats, seconds, validation, validation_seconds });
+            epochs.push(EpochRecord {
+                stats,
+                seconds,
+                validation,
+                validation_seconds,
+            });
             if converged {
                 break;
             }
@@ -195,7 +253,8 @@ impl SgdNode {
         TrainOutcome {
             model,
             classes,
-            standardizer: standardizer.map(|s| serde_json::to_value(s).expect("standardizer serializes")),
+            standardizer: standardizer
+                .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
             rows_trained: shuffle.rows_this_epoch,
             rows_skipped,
             epochs,
@@ -204,7 +263,11 @@ impl SgdNode {
     }
 
     /// The label values of the model's classes.
-    unsafe fn classes_of(&self, label_map: Option<(f64, f64)>, n_outputs: usize) -> Vec<ClassValue> {
+    unsafe fn classes_of(
+        &self,
+        label_map: Option<(f64, f64)>,
+        n_outputs: usize,
+    ) -> Vec<ClassValue> {
         let dictionary = &self.shuffle().classes.classes;
         match self.config.model {
             ModelKind::Linear => Vec::new(),
@@ -212,7 +275,10 @@ impl SgdNode {
             ModelKind::Svm | ModelKind::Logistic => {
                 let (neg, pos) = label_map.expect("two labels were checked after epoch 1");
                 if self.config.label.uses_classes() {
-                    vec![dictionary[neg as usize].clone(), dictionary[pos as usize].clone()]
+                    vec![
+                        dictionary[neg as usize].clone(),
+                        dictionary[pos as usize].clone(),
+                    ]
                 } else {
                     vec![ClassValue::Number(neg), ClassValue::Number(pos)]
                 }
@@ -221,13 +287,27 @@ impl SgdNode {
     }
 
     /// Loss and accuracy (or R²) of `model` on the validation rows.
-    unsafe fn validate(&self, model: &LinearModel, shuffle: &TupleShuffle, validation_rows: Option<&CollectedRows>) -> ValidationStats {
+    unsafe fn validate(
+        &self,
+        model: &LinearModel,
+        shuffle: &TupleShuffle,
+        validation_rows: Option<&CollectedRows>,
+    ) -> ValidationStats {
         let arena = match (validation_rows, &shuffle.validation) {
             (Some(v), _) => &v.rows.arena,
             (None, Some(a)) => a,
-            (None, None) => return ValidationStats { loss: f64::NAN, accuracy: None, r2: None, rows: 0 },
+            (None, None) => {
+                return ValidationStats {
+                    loss: f64::NAN,
+                    accuracy: None,
+                    r2: None,
+                    rows: 0,
+                }
+            }
         };
-        let binary = self.binary_labels.map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+        let binary = self
+            .binary_labels
+            .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
         let mut score = ValidationScore::new(self.config.model, binary);
         for i in 0..arena.len() {
             check_for_interrupts!();
@@ -246,7 +326,9 @@ impl SgdNode {
         epoch: u32,
         snapshot: bool,
     ) -> (Result<EpochStats, TrainError>, usize, Option<LinearModel>) {
-        worker.send(Job::StartEpoch(epoch)).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+        worker
+            .send(Job::StartEpoch(epoch))
+            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
         let mut in_flight = 0;
         loop {
             while in_flight >= 2 {
@@ -263,14 +345,24 @@ impl SgdNode {
                 None => shuffle.next_buffer(spares.pop()),
             };
             let Some(buffer) = next else { break };
-            worker.send(Job::Train(buffer)).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+            worker.send(Job::Train(buffer)).unwrap_or_else(|r| {
+                raise_reply(r, &self.label_text(), self.config.params.normalize)
+            });
             in_flight += 1;
         }
-        worker.send(Job::EndEpoch { snapshot }).unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+        worker
+            .send(Job::EndEpoch { snapshot })
+            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
         loop {
             match worker.wait(&mut self.backend_wait_seconds) {
                 Reply::Consumed(b) => spares.push(b),
-                Reply::EpochDone { result, labels_seen, busy_seconds, model, label_map } => {
+                Reply::EpochDone {
+                    result,
+                    labels_seen,
+                    busy_seconds,
+                    model,
+                    label_map,
+                } => {
                     self.worker_busy_seconds += busy_seconds;
                     self.binary_labels = label_map;
                     return (result, labels_seen, model);
@@ -309,22 +401,54 @@ impl SgdNode {
 /// The per-epoch NOTICE.
 /// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
 fn progress_header(model: ModelKind, validation: bool) -> String {
-    let metric = if model == ModelKind::Linear { "r2" } else { "accuracy" };
+    let metric = if model == ModelKind::Linear {
+        "r2"
+    } else {
+        "accuracy"
+    };
     let mut line = format!("corgipile {:>9} {:>12} {:>9}", "epoch", "loss", metric);
     if validation {
-        line.push_str(&format!(" {:>12} {:>9}", "valid loss", format!("valid {}", if model == ModelKind::Linear { "r2" } else { "acc" })));
+        line.push_str(&format!(
+            " {:>12} {:>9}",
+            "valid loss",
+            format!(
+                "valid {}",
+                if model == ModelKind::Linear {
+                    "r2"
+                } else {
+                    "acc"
+                }
+            )
+        ));
     }
     line.push_str(&format!(" {:>10} {:>9} {:>9}", "tuples", "lr", "seconds"));
     line
 }
 
-fn progress_line(epoch: u32, epochs: u32, stats: &EpochStats, validation: Option<&ValidationStats>, seconds: f64) -> String {
+fn progress_line(
+    epoch: u32,
+    epochs: u32,
+    stats: &EpochStats,
+    validation: Option<&ValidationStats>,
+    seconds: f64,
+) -> String {
     let metric = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
-    let mut line = format!("corgipile {:>9} {:>12.6} {:>9}", format!("{epoch}/{epochs}"), stats.loss, metric(stats.accuracy.or(stats.r2)));
+    let mut line = format!(
+        "corgipile {:>9} {:>12.6} {:>9}",
+        format!("{epoch}/{epochs}"),
+        stats.loss,
+        metric(stats.accuracy.or(stats.r2))
+    );
     if let Some(v) = validation {
-        line.push_str(&format!(" {:>12.6} {:>9}", v.loss, metric(v.accuracy.or(v.r2))));
+        line.push_str(&format!(
+            " {:>12.6} {:>9}",
+            v.loss,
+            metric(v.accuracy.or(v.r2))
+        ));
     }
-    line.push_str(&format!(" {:>10} {:>9.2e} {:>9.3}", stats.tuples, stats.learning_rate, seconds));
+    line.push_str(&format!(
+        " {:>10} {:>9.2e} {:>9.3}",
+        stats.tuples, stats.learning_rate, seconds
+    ));
     line
 }
-

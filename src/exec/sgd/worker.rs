@@ -19,7 +19,9 @@ pub enum Job {
     StartEpoch(u32),
     Train(ShuffledBuffer),
     /// End the epoch; `snapshot` = also send a copy of the model (for validation).
-    EndEpoch { snapshot: bool },
+    EndEpoch {
+        snapshot: bool,
+    },
 }
 
 pub enum Reply {
@@ -64,7 +66,8 @@ impl Worker {
                         }
                         Job::Train(buffer) => {
                             let started = Instant::now();
-                            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
+                            let order =
+                                (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
                             let result = trainer.train_buffer(&buffer.arena, order);
                             busy += started.elapsed().as_secs_f64();
                             match result {
@@ -83,13 +86,20 @@ impl Worker {
                             let model = match snapshot.then(|| trainer.model().try_clone()) {
                                 Some(None) => {
                                     let bytes = trainer.model().weights.len() as u64 * 8;
-                                    let _ = replies_tx.send(Reply::Failed(TrainError::OutOfMemory { bytes }));
+                                    let _ = replies_tx
+                                        .send(Reply::Failed(TrainError::OutOfMemory { bytes }));
                                     return;
                                 }
                                 copy => copy.flatten(),
                             };
                             let label_map = trainer.label_map();
-                            let _ = replies_tx.send(Reply::EpochDone { result, labels_seen, label_map, busy_seconds: busy, model });
+                            let _ = replies_tx.send(Reply::EpochDone {
+                                result,
+                                labels_seen,
+                                label_map,
+                                busy_seconds: busy,
+                                model,
+                            });
                         }
                     }
                 }
@@ -105,13 +115,24 @@ impl Worker {
             trainer
         };
         let handle = spawn_with_signals_blocked(body);
-        Worker { jobs: Some(jobs_tx), replies: replies_rx, handle: Some(handle), stop }
+        Worker {
+            jobs: Some(jobs_tx),
+            replies: replies_rx,
+            handle: Some(handle),
+            stop,
+        }
     }
 
     /// Hands the worker a job. Err: the worker has stopped, and the reply that says why.
     #[allow(clippy::result_large_err)] // a rare, one-off error path
     pub fn send(&self, job: Job) -> Result<(), Reply> {
-        if self.jobs.as_ref().expect("worker running").send(job).is_ok() {
+        if self
+            .jobs
+            .as_ref()
+            .expect("worker running")
+            .send(job)
+            .is_ok()
+        {
             return Ok(());
         }
         while let Ok(reply) = self.replies.try_recv() {
@@ -119,7 +140,9 @@ impl Worker {
                 return Err(reply);
             }
         }
-        Err(Reply::Panicked("the worker thread exited unexpectedly".into()))
+        Err(Reply::Panicked(
+            "the worker thread exited unexpectedly".into(),
+        ))
     }
 
     /// Next reply, checking for cancel/statement_timeout every 50 ms while waiting.
@@ -148,7 +171,11 @@ impl Worker {
         let handle = self.handle.take().expect("worker running");
         match handle.join() {
             Ok(trainer) => trainer,
-            Err(_) => raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker thread panicked", None),
+            Err(_) => raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile SGD worker thread panicked",
+                None,
+            ),
         }
     }
 }
@@ -166,14 +193,18 @@ impl Drop for Worker {
 
 /// Spawn a thread that cannot receive any signal: PostgreSQL's signal handlers must run on the
 /// backend thread only. The mask is inherited at creation, so block, spawn, restore.
-fn spawn_with_signals_blocked<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+fn spawn_with_signals_blocked<T: Send + 'static>(
+    body: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
     // SAFETY: plain libc signal-mask calls on this thread with valid, initialized sigsets.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut previous: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
-        let spawned = std::thread::Builder::new().name("corgipile-sgd".into()).spawn(body);
+        let spawned = std::thread::Builder::new()
+            .name("corgipile-sgd".into())
+            .spawn(body);
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
         match spawned {
             Ok(handle) => handle,
@@ -230,7 +261,10 @@ pub fn raise_reply(reply: Reply, label: &dyn Fn(f64) -> String, normalized: bool
             format!("corgipile SGD worker failed: {message}"),
             None,
         ),
-        _ => raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "corgipile SGD worker sent an unexpected reply", None),
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "corgipile SGD worker sent an unexpected reply",
+            None,
+        ),
     }
 }
-

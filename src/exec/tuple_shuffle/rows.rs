@@ -50,20 +50,32 @@ pub unsafe fn decode_features(
                 Err(problem) => raise(
                     PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                     format!("row at ctid {}: {}", format_tid(tid), problem),
-                    Some("Features must be a one-dimensional numeric array without NULL elements.".into()),
+                    Some(
+                        "Features must be a one-dimensional numeric array without NULL elements."
+                            .into(),
+                    ),
                 ),
             }
         }
-        FeatureLayout::Sparse { index_base, n_features: declared } => {
+        FeatureLayout::Sparse {
+            index_base,
+            n_features: declared,
+        } => {
             let result = with_int4_array(*values.add(1), |indices| {
                 let pushed = with_float_array(*values.add(2), |vals| {
                     push_sparse(arena, label, indices, vals, index_base, declared, tid)
                 });
                 match pushed {
                     Ok(()) => {}
-                    Err(ArrayProblem::Empty) => {
-                        push_sparse(arena, label, indices, FloatSlice::F64(&[]), index_base, declared, tid)
-                    }
+                    Err(ArrayProblem::Empty) => push_sparse(
+                        arena,
+                        label,
+                        indices,
+                        FloatSlice::F64(&[]),
+                        index_base,
+                        declared,
+                        tid,
+                    ),
                     Err(problem) => raise_sparse_problem(tid, "values", problem),
                 }
             });
@@ -73,7 +85,10 @@ pub unsafe fn decode_features(
                     // No indices: an all-zero row, valid if the values are empty too.
                     let values_len = with_float_array(*values.add(2), |v| v.len()).unwrap_or(0);
                     if values_len != 0 {
-                        raise_sparse_problem_text(tid, format!("sparse row has 0 indices but {values_len} values"));
+                        raise_sparse_problem_text(
+                            tid,
+                            format!("sparse row has 0 indices but {values_len} values"),
+                        );
                     }
                     arena.push_sparse(label, &[], &[]);
                     true
@@ -108,12 +123,19 @@ unsafe fn push_sparse(
 unsafe fn raise_not_finite(tid: &pg_sys::ItemPointerData) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-        format!("row at ctid {}: features contain NaN or Infinity", format_tid(tid)),
+        format!(
+            "row at ctid {}: features contain NaN or Infinity",
+            format_tid(tid)
+        ),
         Some("Feature values must be finite numbers.".into()),
     )
 }
 
-unsafe fn raise_sparse_problem(tid: &pg_sys::ItemPointerData, which: &str, problem: ArrayProblem) -> ! {
+unsafe fn raise_sparse_problem(
+    tid: &pg_sys::ItemPointerData,
+    which: &str,
+    problem: ArrayProblem,
+) -> ! {
     raise_sparse_problem_text(tid, format!("sparse feature {which}: {problem}"))
 }
 
@@ -135,4 +157,3 @@ pub fn tid_fraction(tid: &pg_sys::ItemPointerData) -> f64 {
     x ^= x >> 31;
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
-

@@ -4,20 +4,22 @@
 
 use super::block_shuffle::{self, BlockShuffle};
 use super::explain;
-use super::rows::{decode_features, tid_fraction};
 use super::node::{init_child, state_of, Node};
-use crate::classes::{ClassDictionary, UNKNOWN_CLASS};
-use crate::decode::{format_tid, with_float_array, with_int4_array};
-use crate::pipeline::{FeatureLayout, LabelCoding};
-use crate::pipeline::{Holdout, Mode};
+mod labels;
+mod rows;
+mod sizing;
+
+use crate::classes::ClassDictionary;
 use crate::error::raise;
+use crate::pipeline::FeatureLayout;
 use crate::pipeline::PipelineConfig;
+use crate::pipeline::{Holdout, Mode};
 use corgipile_ml::arena::TupleArena;
-use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
+use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
-use corgipile_ml::model::ModelKind;
-use corgipile_ml::trainer::MAX_CLASSES;
-use pgrx::{check_for_interrupts, pg_sys, FromDatum, PgSqlErrorCode};
+use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
+use rows::{decode_features, tid_fraction};
+use sizing::{buffer_size_text, empty_arena, planned_buffer_bytes};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
 pub struct ShuffledBuffer {
@@ -101,7 +103,11 @@ enum Pulled {
 /// The state of a streaming strategy within one epoch.
 enum Stream {
     Window(SlidingWindow),
-    Reservoir { reservoir: Reservoir, pass_next: bool, final_pass: bool },
+    Reservoir {
+        reservoir: Reservoir,
+        pass_next: bool,
+        final_pass: bool,
+    },
 }
 
 impl TupleShuffle {
@@ -115,7 +121,10 @@ impl TupleShuffle {
 
     /// Fill the next buffer of this epoch (reusing `recycled`'s memory), ordered by the
     /// strategy. None when the epoch has no more tuples.
-    pub unsafe fn next_buffer(&mut self, recycled: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+    pub unsafe fn next_buffer(
+        &mut self,
+        recycled: Option<ShuffledBuffer>,
+    ) -> Option<ShuffledBuffer> {
         // The SGD node pulls whole buffers, bypassing ExecProcNode: count them for EXPLAIN ANALYZE.
         let instrument = (*self.node).instrument;
         if !instrument.is_null() {
@@ -165,12 +174,21 @@ impl TupleShuffle {
     /// (and, for mrs, every other buffer a pass over the reservoir) goes to SGD.
     unsafe fn fill_streamed(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
         let mut out = buffer.map(|b| b.arena);
-        if let Some(Stream::Reservoir { reservoir, pass_next, .. }) = &mut self.stream {
+        if let Some(Stream::Reservoir {
+            reservoir,
+            pass_next,
+            ..
+        }) = &mut self.stream
+        {
             if *pass_next && !reservoir.is_empty() {
                 *pass_next = false;
-                let out = out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let out =
+                    out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
                 reservoir.pass(out);
-                return Some(ShuffledBuffer { arena: std::mem::replace(out, TupleArena::new(0, 0)), order: Vec::new() });
+                return Some(ShuffledBuffer {
+                    arena: std::mem::replace(out, TupleArena::new(0, 0)),
+                    order: Vec::new(),
+                });
             }
         }
         loop {
@@ -183,26 +201,42 @@ impl TupleShuffle {
             let mut staging = self.staging.take();
             let pulled = self.pull_row(&mut staging);
             if let (Pulled::Row, Some(staging)) = (&pulled, staging.as_mut()) {
-                let out = out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let out =
+                    out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
                 let capacity = self.capacity;
                 let (seed, epoch) = (self.config.seed(), self.epoch);
-                let stream = self.stream.get_or_insert_with(|| match self.config.params.shuffle {
-                    ShuffleMode::SlidingWindow => Stream::Window(SlidingWindow::new(capacity, seed, epoch)),
-                    _ => Stream::Reservoir { reservoir: Reservoir::new(capacity, seed, epoch), pass_next: false, final_pass: false },
-                });
+                let stream = self
+                    .stream
+                    .get_or_insert_with(|| match self.config.params.shuffle {
+                        ShuffleMode::SlidingWindow => {
+                            Stream::Window(SlidingWindow::new(capacity, seed, epoch))
+                        }
+                        _ => Stream::Reservoir {
+                            reservoir: Reservoir::new(capacity, seed, epoch),
+                            pass_next: false,
+                            final_pass: false,
+                        },
+                    });
                 match stream {
                     Stream::Window(w) => w.push(staging.label(0), staging.row(0), out),
-                    Stream::Reservoir { reservoir, .. } => reservoir.push(staging.label(0), staging.row(0), out),
+                    Stream::Reservoir { reservoir, .. } => {
+                        reservoir.push(staging.label(0), staging.row(0), out)
+                    }
                 }
                 staging.clear();
             }
             self.staging = staging;
             if matches!(pulled, Pulled::Done) {
                 // End of the scan: empty the window / one last pass over the reservoir.
-                let out = out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let out =
+                    out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
                 match &mut self.stream {
                     Some(Stream::Window(w)) => w.drain(out),
-                    Some(Stream::Reservoir { reservoir, final_pass, .. }) if !*final_pass => {
+                    Some(Stream::Reservoir {
+                        reservoir,
+                        final_pass,
+                        ..
+                    }) if !*final_pass => {
                         *final_pass = true;
                         reservoir.pass(out);
                     }
@@ -211,7 +245,10 @@ impl TupleShuffle {
                 break;
             }
         }
-        out.map(|arena| ShuffledBuffer { arena, order: Vec::new() })
+        out.map(|arena| ShuffledBuffer {
+            arena,
+            order: Vec::new(),
+        })
     }
 
     /// Calls `f` on every buffer of this pass (one epoch), recycling each into the next.
@@ -267,10 +304,18 @@ impl TupleShuffle {
         let target = match self.config.holdout {
             Holdout::None => Target::Train,
             Holdout::Column(c) => {
-                if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 { Target::Validation } else { Target::Train }
+                if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 {
+                    Target::Validation
+                } else {
+                    Target::Train
+                }
             }
             Holdout::Fraction(f) => {
-                if tid_fraction(tid) < f { Target::Validation } else { Target::Train }
+                if tid_fraction(tid) < f {
+                    Target::Validation
+                } else {
+                    Target::Train
+                }
             }
         };
         if matches!(target, Target::Validation) && self.first_pass_done {
@@ -288,11 +333,27 @@ impl TupleShuffle {
         let pushed = match target {
             Target::Train => {
                 let a = arena.get_or_insert_with(|| self.new_arena_like(values));
-                decode_features(&self.config.layout, &mut self.n_features, a, label, values, tid)
+                decode_features(
+                    &self.config.layout,
+                    &mut self.n_features,
+                    a,
+                    label,
+                    values,
+                    tid,
+                )
             }
             Target::Validation => {
-                let v = self.validation.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
-                let pushed = decode_features(&self.config.layout, &mut self.n_features, v, label, values, tid);
+                let v = self
+                    .validation
+                    .get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let pushed = decode_features(
+                    &self.config.layout,
+                    &mut self.n_features,
+                    v,
+                    label,
+                    values,
+                    tid,
+                );
                 // Held-out rows stay in memory for the whole training: same bound as the buffers.
                 if v.bytes_used() as u64 > self.config.max_buffer_bytes {
                     raise(
@@ -310,8 +371,12 @@ impl TupleShuffle {
         }
         let dimension = match (self.config.layout, target) {
             (FeatureLayout::Dense { .. }, _) => self.n_features.unwrap_or(0),
-            (FeatureLayout::Sparse { .. }, Target::Train) => arena.as_ref().map_or(0, |a| a.n_features()),
-            (FeatureLayout::Sparse { .. }, Target::Validation) => self.validation.as_ref().map_or(0, |a| a.n_features()),
+            (FeatureLayout::Sparse { .. }, Target::Train) => {
+                arena.as_ref().map_or(0, |a| a.n_features())
+            }
+            (FeatureLayout::Sparse { .. }, Target::Validation) => {
+                self.validation.as_ref().map_or(0, |a| a.n_features())
+            }
         };
         if dimension > self.checked_features && self.config.mode == Mode::Train {
             self.check_model_size(dimension, self.checked_classes, tid);
@@ -335,136 +400,21 @@ impl TupleShuffle {
         self.first_pass_done = true;
         Pulled::Done
     }
-
-    /// The f64 the trainer sees for this label datum (a value or a class index).
-    unsafe fn decode_label(&mut self, datum: pg_sys::Datum, tid: &pg_sys::ItemPointerData) -> f64 {
-        let finite = |v: f64| -> f64 {
-            if !v.is_finite() {
-                raise(
-                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("row at ctid {}: label is {}", format_tid(tid), v),
-                    Some("Labels must be finite numbers. Train on a copy without such rows, e.g. CREATE TABLE t2 AS SELECT * FROM t WHERE label NOT IN ('NaN', 'Infinity', '-Infinity').".into()),
-                );
-            }
-            v
-        };
-        let class = match self.config.label {
-            LabelCoding::Value(kind) => return finite(kind.to_f64(datum)),
-            LabelCoding::ClassOfValue(kind) => self.classes.index_of_number(finite(kind.to_f64(datum))),
-            LabelCoding::ClassOfText => {
-                // SAFETY: the label column was cast to text in the query; the datum is non-NULL.
-                let text = <&str as FromDatum>::from_datum(datum, false).unwrap_or("");
-                self.classes.index_of_text(text.as_bytes())
-            }
-        };
-        if class == UNKNOWN_CLASS {
-            return class as f64; // evaluation: a label the model does not know
-        }
-        // A binary classifier over text labels: a third class is an error now, before the
-        // dictionary grows with every distinct label of the table.
-        if self.config.model.is_binary() && class >= 2 && self.config.mode == Mode::Train {
-            let c = &self.classes.classes;
-            raise(
-                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!(
-                    "the label column has more than two distinct values (saw {}, {} and {})",
-                    c[0].to_text(), c[1].to_text(), c[class as usize].to_text()
-                ),
-                Some("svm and logistic are binary classifiers: the label must have exactly two distinct values (softmax handles more).".into()),
-            );
-        }
-        if class as usize >= MAX_CLASSES {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!("the label column of {} has more than {MAX_CLASSES} distinct values (row at ctid {})", self.config.relation, format_tid(tid)),
-                Some(format!("softmax supports at most {MAX_CLASSES} classes.")),
-            );
-        }
-        // Softmax has one output per class: check each new class before the trainer grows.
-        if self.config.model == ModelKind::Softmax && class as usize >= self.checked_classes && self.config.mode == Mode::Train {
-            let classes = class as usize + 1;
-            self.check_model_size(self.checked_features, classes, tid);
-            self.checked_classes = classes;
-        }
-        class as f64
-    }
-
-    /// Raise unless a model of `features` × `classes` fits corgipile.max_model_memory.
-    fn check_model_size(&self, features: usize, classes: usize, tid: &pg_sys::ItemPointerData) {
-        let source = match self.config.layout {
-            _ if classes > self.checked_classes => format!("the classes of the label column, up to the row at ctid {}", format_tid(tid)),
-            FeatureLayout::Sparse { n_features: Some(_), .. } => "the n_features param".to_string(),
-            FeatureLayout::Sparse { .. } => format!("the largest feature index, in the row at ctid {}", format_tid(tid)),
-            FeatureLayout::Dense { .. } => format!("the length of the features, in the row at ctid {}", format_tid(tid)),
-        };
-        crate::guc::check_model_size(features as u64, classes as u64, self.config.max_model_bytes, &source);
-    }
-
-    /// The first training arena: the buffer capacity comes from the first row (dense: its
-    /// length; sparse: its number of non-zeros).
-    unsafe fn new_arena_like(&mut self, values: *mut pg_sys::Datum) -> TupleArena {
-        let bytes_per_tuple = match self.config.layout {
-            FeatureLayout::Dense { .. } => {
-                let n = with_float_array(*values.add(1), |f| f.len()).unwrap_or(0);
-                TupleArena::bytes_per_tuple(self.n_features.unwrap_or(n))
-            }
-            FeatureLayout::Sparse { .. } => {
-                let nnz = with_int4_array(*values.add(1), |i| i.len()).unwrap_or(0);
-                TupleArena::bytes_per_sparse_tuple(nnz.max(1))
-            }
-        };
-        // resolve_buffer_tuples works in dense-equivalent features: (n + 1) * 8 bytes per tuple.
-        let equivalent_features = bytes_per_tuple.div_ceil(8).saturating_sub(1).max(1);
-        let params = &self.config.params;
-        let tuples = match resolve_buffer_tuples(
-            params.buffer_size,
-            params.buffer_size_explicit,
-            equivalent_features,
-            self.table_bytes,
-            self.n_buffers(),
-            self.config.max_buffer_bytes,
-        ) {
-            Ok(t) => t,
-            Err(e) => raise(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED, e.message, e.hint),
-        };
-        self.capacity = tuples.max(1) as usize;
-        self.tuple_bytes = bytes_per_tuple;
-        self.rows_between_interrupt_checks = ((1usize << 20) / bytes_per_tuple.max(1)).clamp(1, 4096) as u64;
-        self.until_interrupt_check = self.until_interrupt_check.min(self.rows_between_interrupt_checks);
-        // Streaming strategies keep their rows in the window/reservoir instead.
-        let reserve = if self.config.params.shuffle.shuffles_blocks() || self.config.params.shuffle == ShuffleMode::NoShuffle { self.capacity } else { 1 };
-        let arena = match self.config.layout {
-            FeatureLayout::Dense { .. } => {
-                let n = bytes_per_tuple / 8 - 1;
-                TupleArena::try_new(n, reserve)
-            }
-            FeatureLayout::Sparse { .. } => {
-                let nnz = (bytes_per_tuple.saturating_sub(16)) / 12;
-                TupleArena::try_new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
-            }
-        };
-        arena.unwrap_or_else(|_| {
-            raise(
-                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                format!("out of memory for a tuple buffer of {} rows ({} bytes each)", reserve, bytes_per_tuple),
-                Some("Use a smaller buffer_size, or ask a superuser to lower corgipile.max_buffer_memory.".into()),
-            )
-        })
-    }
-}
-
-fn empty_arena(layout: &FeatureLayout, n_features: Option<usize>) -> TupleArena {
-    match layout {
-        FeatureLayout::Dense { .. } => TupleArena::new(n_features.unwrap_or(0), 0),
-        FeatureLayout::Sparse { .. } => TupleArena::new_sparse(0, 0),
-    }
 }
 
 /// BeginCustomScan (see `Node::begin`).
-unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> TupleShuffle {
+unsafe fn begin(
+    node: *mut pg_sys::CustomScanState,
+    estate: *mut pg_sys::EState,
+    eflags: i32,
+    config: PipelineConfig,
+) -> TupleShuffle {
     // An n_features param sizes the model from the start (checked up front, see api.rs).
     let declared_features = match config.layout {
-        FeatureLayout::Sparse { n_features: Some(n), .. } => n as usize,
+        FeatureLayout::Sparse {
+            n_features: Some(n),
+            ..
+        } => n as usize,
         _ => 0,
     };
     let child = init_child(node, estate, eflags);
@@ -475,7 +425,10 @@ unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState,
         .plain_columns
         .clone()
         .filter(|c| (*child).instrument.is_null() && c.len() <= MAX_COLUMNS)
-        .map(|attnos| DirectColumns { deform_to: attnos.iter().copied().max().unwrap_or(0) as i32, attnos });
+        .map(|attnos| DirectColumns {
+            deform_to: attnos.iter().copied().max().unwrap_or(0) as i32,
+            attnos,
+        });
     let classes = if config.mode == Mode::Evaluate {
         ClassDictionary::frozen(&config.known_classes)
     } else {
@@ -509,27 +462,6 @@ unsafe fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState,
         table_bytes,
     }
 }
-
-/// One buffer's memory as planned (before any row is decoded): the default is clamped to
-/// corgipile.max_buffer_memory; a size in tuples is known only once a row's width is.
-fn planned_buffer_bytes(state: &TupleShuffle, params: &TrainParams) -> Option<f64> {
-    let bytes = match params.buffer_size {
-        BufferSize::Fraction(f) => f * state.table_bytes as f64,
-        BufferSize::Bytes(b) => b as f64,
-        BufferSize::Tuples(_) => return None,
-    };
-    let limit = (state.config.max_buffer_bytes / state.n_buffers() as u64) as f64;
-    Some(if params.buffer_size_explicit { bytes } else { bytes.min(limit) })
-}
-
-fn buffer_size_text(spec: BufferSize) -> String {
-    match spec {
-        BufferSize::Fraction(f) => format!("{}% of table", f * 100.0),
-        BufferSize::Bytes(b) => format!("{:.1} MB", b as f64 / 1048576.0),
-        BufferSize::Tuples(t) => format!("{t} tuples"),
-    }
-}
-
 impl Node for TupleShuffle {
     const NAME: &'static std::ffi::CStr = c"CorgiPile TupleShuffle";
 
@@ -537,7 +469,12 @@ impl Node for TupleShuffle {
         &super::methods().tuple_exec
     }
 
-    unsafe fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32, config: PipelineConfig) -> Self {
+    unsafe fn begin(
+        css: *mut pg_sys::CustomScanState,
+        estate: *mut pg_sys::EState,
+        eflags: i32,
+        config: PipelineConfig,
+    ) -> Self {
         begin(css, estate, eflags, config)
     }
 
@@ -565,49 +502,57 @@ impl Node for TupleShuffle {
 
     unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
         let state = self;
-    let params = &state.config.params;
-    let strategy = match params.shuffle {
-        ShuffleMode::Corgipile => "corgipile (shuffle each buffer)",
-        ShuffleMode::BlockOnly => "block_only (no tuple shuffle)",
-        ShuffleMode::NoShuffle => "no_shuffle",
-        ShuffleMode::SlidingWindow => "sliding_window (TensorFlow shuffle buffer over a sequential scan)",
-        ShuffleMode::Mrs => "mrs (Bismarck multiplexed reservoir sampling over a sequential scan)",
-    };
-    explain::text(es, "Strategy", strategy);
-    explain::text(es, "Buffer Size", &buffer_size_text(params.buffer_size));
-    if let Some(bytes) = planned_buffer_bytes(state, params) {
-        let mb = |b: f64| b / 1048576.0;
-        explain::text(
-            es,
-            "Buffer Memory",
-            &format!(
-                "{:.1} MB per buffer x {} ({:.1}% of the table's {:.1} MB)",
-                mb(bytes),
-                state.n_buffers(),
-                100.0 * bytes / state.table_bytes.max(1) as f64,
-                mb(state.table_bytes as f64)
-            ),
-        );
-    }
-    explain::boolean(es, "Double Buffered", params.double_buffer);
-    if explain::analyzing(es) {
-        if state.buffers_filled > 0 {
-            let bytes = state.capacity as u64 * state.tuple_bytes as u64;
+        let params = &state.config.params;
+        let strategy = match params.shuffle {
+            ShuffleMode::Corgipile => "corgipile (shuffle each buffer)",
+            ShuffleMode::BlockOnly => "block_only (no tuple shuffle)",
+            ShuffleMode::NoShuffle => "no_shuffle",
+            ShuffleMode::SlidingWindow => {
+                "sliding_window (TensorFlow shuffle buffer over a sequential scan)"
+            }
+            ShuffleMode::Mrs => {
+                "mrs (Bismarck multiplexed reservoir sampling over a sequential scan)"
+            }
+        };
+        explain::text(es, "Strategy", strategy);
+        explain::text(es, "Buffer Size", &buffer_size_text(params.buffer_size));
+        if let Some(bytes) = planned_buffer_bytes(state, params) {
+            let mb = |b: f64| b / 1048576.0;
             explain::text(
                 es,
-                "Buffer",
+                "Buffer Memory",
                 &format!(
-                    "{} tuples ({:.1} MB, {:.1}% of table) x {}",
-                    state.capacity,
-                    bytes as f64 / 1048576.0,
-                    100.0 * bytes as f64 / state.table_bytes.max(1) as f64,
-                    state.n_buffers()
+                    "{:.1} MB per buffer x {} ({:.1}% of the table's {:.1} MB)",
+                    mb(bytes),
+                    state.n_buffers(),
+                    100.0 * bytes / state.table_bytes.max(1) as f64,
+                    mb(state.table_bytes as f64)
                 ),
             );
         }
-        explain::int(es, "Buffers Filled", state.buffers_filled as i64);
-        explain::int(es, "Tuples Decoded", state.tuples_read as i64);
-        explain::int(es, "Rows Skipped Per Epoch", state.rows_skipped_this_epoch as i64);
+        explain::boolean(es, "Double Buffered", params.double_buffer);
+        if explain::analyzing(es) {
+            if state.buffers_filled > 0 {
+                let bytes = state.capacity as u64 * state.tuple_bytes as u64;
+                explain::text(
+                    es,
+                    "Buffer",
+                    &format!(
+                        "{} tuples ({:.1} MB, {:.1}% of table) x {}",
+                        state.capacity,
+                        bytes as f64 / 1048576.0,
+                        100.0 * bytes as f64 / state.table_bytes.max(1) as f64,
+                        state.n_buffers()
+                    ),
+                );
+            }
+            explain::int(es, "Buffers Filled", state.buffers_filled as i64);
+            explain::int(es, "Tuples Decoded", state.tuples_read as i64);
+            explain::int(
+                es,
+                "Rows Skipped Per Epoch",
+                state.rows_skipped_this_epoch as i64,
+            );
+        }
     }
-}
 }

@@ -1,0 +1,109 @@
+//! The label of a row as the trainer sees it (a value, or a class index from the class
+//! dictionary), and the checks a new class or a wider row triggers: at most MAX_CLASSES
+//! classes, a binary classifier's third class, and corgipile.max_model_memory.
+
+use super::TupleShuffle;
+use crate::classes::UNKNOWN_CLASS;
+use crate::decode::format_tid;
+use crate::error::raise;
+use crate::pipeline::{FeatureLayout, LabelCoding, Mode};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::trainer::MAX_CLASSES;
+use pgrx::{pg_sys, FromDatum, PgSqlErrorCode};
+
+impl TupleShuffle {
+    /// The f64 the trainer sees for this label datum (a value or a class index).
+    pub(super) unsafe fn decode_label(
+        &mut self,
+        datum: pg_sys::Datum,
+        tid: &pg_sys::ItemPointerData,
+    ) -> f64 {
+        let finite = |v: f64| -> f64 {
+            if !v.is_finite() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                    format!("row at ctid {}: label is {}", format_tid(tid), v),
+                    Some("Labels must be finite numbers. Train on a copy without such rows, e.g. CREATE TABLE t2 AS SELECT * FROM t WHERE label NOT IN ('NaN', 'Infinity', '-Infinity').".into()),
+                );
+            }
+            v
+        };
+        let class = match self.config.label {
+            LabelCoding::Value(kind) => return finite(kind.to_f64(datum)),
+            LabelCoding::ClassOfValue(kind) => {
+                self.classes.index_of_number(finite(kind.to_f64(datum)))
+            }
+            LabelCoding::ClassOfText => {
+                // SAFETY: the label column was cast to text in the query; the datum is non-NULL.
+                let text = <&str as FromDatum>::from_datum(datum, false).unwrap_or("");
+                self.classes.index_of_text(text.as_bytes())
+            }
+        };
+        if class == UNKNOWN_CLASS {
+            return class as f64; // evaluation: a label the model does not know
+        }
+        // A binary classifier over text labels: a third class is an error now, before the
+        // dictionary grows with every distinct label of the table.
+        if self.config.model.is_binary() && class >= 2 && self.config.mode == Mode::Train {
+            let c = &self.classes.classes;
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "the label column has more than two distinct values (saw {}, {} and {})",
+                    c[0].to_text(), c[1].to_text(), c[class as usize].to_text()
+                ),
+                Some("svm and logistic are binary classifiers: the label must have exactly two distinct values (softmax handles more).".into()),
+            );
+        }
+        if class as usize >= MAX_CLASSES {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("the label column of {} has more than {MAX_CLASSES} distinct values (row at ctid {})", self.config.relation, format_tid(tid)),
+                Some(format!("softmax supports at most {MAX_CLASSES} classes.")),
+            );
+        }
+        // Softmax has one output per class: check each new class before the trainer grows.
+        if self.config.model == ModelKind::Softmax
+            && class as usize >= self.checked_classes
+            && self.config.mode == Mode::Train
+        {
+            let classes = class as usize + 1;
+            self.check_model_size(self.checked_features, classes, tid);
+            self.checked_classes = classes;
+        }
+        class as f64
+    }
+
+    /// Raise unless a model of `features` × `classes` fits corgipile.max_model_memory.
+    pub(super) fn check_model_size(
+        &self,
+        features: usize,
+        classes: usize,
+        tid: &pg_sys::ItemPointerData,
+    ) {
+        let source = match self.config.layout {
+            _ if classes > self.checked_classes => format!(
+                "the classes of the label column, up to the row at ctid {}",
+                format_tid(tid)
+            ),
+            FeatureLayout::Sparse {
+                n_features: Some(_),
+                ..
+            } => "the n_features param".to_string(),
+            FeatureLayout::Sparse { .. } => format!(
+                "the largest feature index, in the row at ctid {}",
+                format_tid(tid)
+            ),
+            FeatureLayout::Dense { .. } => format!(
+                "the length of the features, in the row at ctid {}",
+                format_tid(tid)
+            ),
+        };
+        crate::guc::check_model_size(
+            features as u64,
+            classes as u64,
+            self.config.max_model_bytes,
+            &source,
+        );
+    }
+}

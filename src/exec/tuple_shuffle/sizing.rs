@@ -1,0 +1,108 @@
+//! How big a buffer is: the capacity fixed from the first row's width, the arena reserved for
+//! it (fallibly), and what EXPLAIN says of the planned buffer memory.
+
+use super::TupleShuffle;
+use crate::decode::{with_float_array, with_int4_array};
+use crate::error::raise;
+use crate::pipeline::FeatureLayout;
+use corgipile_ml::arena::TupleArena;
+use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+impl TupleShuffle {
+    /// The first training arena: the buffer capacity comes from the first row (dense: its
+    /// length; sparse: its number of non-zeros).
+    pub(super) unsafe fn new_arena_like(&mut self, values: *mut pg_sys::Datum) -> TupleArena {
+        let bytes_per_tuple = match self.config.layout {
+            FeatureLayout::Dense { .. } => {
+                let n = with_float_array(*values.add(1), |f| f.len()).unwrap_or(0);
+                TupleArena::bytes_per_tuple(self.n_features.unwrap_or(n))
+            }
+            FeatureLayout::Sparse { .. } => {
+                let nnz = with_int4_array(*values.add(1), |i| i.len()).unwrap_or(0);
+                TupleArena::bytes_per_sparse_tuple(nnz.max(1))
+            }
+        };
+        // resolve_buffer_tuples works in dense-equivalent features: (n + 1) * 8 bytes per tuple.
+        let equivalent_features = bytes_per_tuple.div_ceil(8).saturating_sub(1).max(1);
+        let params = &self.config.params;
+        let tuples = match resolve_buffer_tuples(
+            params.buffer_size,
+            params.buffer_size_explicit,
+            equivalent_features,
+            self.table_bytes,
+            self.n_buffers(),
+            self.config.max_buffer_bytes,
+        ) {
+            Ok(t) => t,
+            Err(e) => raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                e.message,
+                e.hint,
+            ),
+        };
+        self.capacity = tuples.max(1) as usize;
+        self.tuple_bytes = bytes_per_tuple;
+        self.rows_between_interrupt_checks =
+            ((1usize << 20) / bytes_per_tuple.max(1)).clamp(1, 4096) as u64;
+        self.until_interrupt_check = self
+            .until_interrupt_check
+            .min(self.rows_between_interrupt_checks);
+        // Streaming strategies keep their rows in the window/reservoir instead.
+        let reserve = if self.config.params.shuffle.shuffles_blocks()
+            || self.config.params.shuffle == ShuffleMode::NoShuffle
+        {
+            self.capacity
+        } else {
+            1
+        };
+        let arena = match self.config.layout {
+            FeatureLayout::Dense { .. } => {
+                let n = bytes_per_tuple / 8 - 1;
+                TupleArena::try_new(n, reserve)
+            }
+            FeatureLayout::Sparse { .. } => {
+                let nnz = (bytes_per_tuple.saturating_sub(16)) / 12;
+                TupleArena::try_new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
+            }
+        };
+        arena.unwrap_or_else(|_| {
+            raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                format!("out of memory for a tuple buffer of {} rows ({} bytes each)", reserve, bytes_per_tuple),
+                Some("Use a smaller buffer_size, or ask a superuser to lower corgipile.max_buffer_memory.".into()),
+            )
+        })
+    }
+}
+
+pub(super) fn empty_arena(layout: &FeatureLayout, n_features: Option<usize>) -> TupleArena {
+    match layout {
+        FeatureLayout::Dense { .. } => TupleArena::new(n_features.unwrap_or(0), 0),
+        FeatureLayout::Sparse { .. } => TupleArena::new_sparse(0, 0),
+    }
+}
+
+/// One buffer's memory as planned (before any row is decoded): the default is clamped to
+/// corgipile.max_buffer_memory; a size in tuples is known only once a row's width is.
+pub(super) fn planned_buffer_bytes(state: &TupleShuffle, params: &TrainParams) -> Option<f64> {
+    let bytes = match params.buffer_size {
+        BufferSize::Fraction(f) => f * state.table_bytes as f64,
+        BufferSize::Bytes(b) => b as f64,
+        BufferSize::Tuples(_) => return None,
+    };
+    let limit = (state.config.max_buffer_bytes / state.n_buffers()) as f64;
+    Some(if params.buffer_size_explicit {
+        bytes
+    } else {
+        bytes.min(limit)
+    })
+}
+
+pub(super) fn buffer_size_text(spec: BufferSize) -> String {
+    match spec {
+        BufferSize::Fraction(f) => format!("{}% of table", f * 100.0),
+        BufferSize::Bytes(b) => format!("{:.1} MB", b as f64 / 1048576.0),
+        BufferSize::Tuples(t) => format!("{t} tuples"),
+    }
+}
