@@ -7,3 +7,13 @@ REVOKE INSERT, DELETE ON corgipile.models, corgipile.epochs FROM PUBLIC;
 REVOKE UPDATE (pinned) ON corgipile.models FROM PUBLIC;
 REVOKE USAGE ON SEQUENCE corgipile.models_id_seq FROM PUBLIC;
 GRANT SELECT ON SEQUENCE corgipile.models_id_seq TO PUBLIC;
+
+-- corgipile_shuffle: a full, uniform shuffle of a table into a new table (the pile shuffle).
+CREATE FUNCTION "corgipile_shuffle"(
+	"source" regclass,
+	"target" TEXT,
+	"params" jsonb DEFAULT '{}'
+) RETURNS bigint
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'corgipile_shuffle_wrapper';

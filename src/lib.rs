@@ -17,6 +17,7 @@ mod exec;
 mod guc;
 mod input;
 mod manage;
+mod pile_shuffle;
 mod pipeline;
 mod plan;
 mod predict;

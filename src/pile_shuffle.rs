@@ -1,0 +1,689 @@
+//! corgipile_shuffle: a full, uniform shuffle of a table into a new table, in two sequential
+//! passes and memory bounded by one pile (the pile shuffle, Rao's algorithm; see
+//! `corgipile_ml::shuffle::PileShuffler`), instead of `ORDER BY random()`'s external sort.
+//!
+//! Pass 1 runs `SELECT cols FROM source` through the executor (privileges, row-level security
+//! and the statement's snapshot as for any query) into a receiver that appends each row, as a
+//! minimal tuple, to one of M piles: PostgreSQL temporary files (`BufFile`), so
+//! temp_tablespaces and temp_file_limit apply and an ERROR or cancel deletes them. Pass 2
+//! reads one pile at a time into memory, shuffles it and appends it to the new table with the
+//! bulk insert path, as CREATE TABLE AS does. A pile larger than the memory bound is split
+//! again into sub-piles, never loaded whole.
+
+use crate::catalog::check_writable;
+use crate::decode::ParamsArg;
+use crate::error::raise;
+use crate::guc::max_buffer_bytes;
+use crate::input::{qualified_name, quote_ident, relation_name};
+use corgipile_ml::limits::pretty_bytes;
+use corgipile_ml::params::parse_bytes;
+use corgipile_ml::shuffle::{pile_count, PileShuffler};
+use pgrx::prelude::*;
+use pgrx::{check_for_interrupts, pg_guard, PgMemoryContexts, PgRelation, PgSqlErrorCode};
+use std::ffi::{CStr, CString};
+
+const KEYS: [&str; 3] = ["seed", "memory", "columns"];
+/// Most piles one pass writes (each open temporary file buffers one 8 kB block).
+const MAX_PILES: usize = 4096;
+
+struct ShuffleParams {
+    seed: u64,
+    memory: u64,
+    columns: Option<Vec<String>>,
+}
+
+fn bad(message: String, hint: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        message,
+        Some(hint.into()),
+    )
+}
+
+fn parse_params(json: &serde_json::Value) -> ShuffleParams {
+    let serde_json::Value::Object(map) = json else {
+        bad(
+            "params must be a JSON object".into(),
+            "For example '{\"seed\": 1, \"memory\": \"256MB\"}'.",
+        )
+    };
+    let limit = max_buffer_bytes();
+    let mut p = ShuffleParams {
+        seed: random_seed(),
+        memory: limit,
+        columns: None,
+    };
+    for (key, value) in map {
+        match key.as_str() {
+            "seed" => {
+                p.seed = match value.as_u64() {
+                    Some(s) if s <= i64::MAX as u64 => s,
+                    _ => bad(
+                        format!(
+                            "\"seed\" must be an integer from 0 to {}, got {value}",
+                            i64::MAX
+                        ),
+                        "Same seed and same data give the same order.",
+                    ),
+                }
+            }
+            "memory" => {
+                let bytes = match value {
+                    serde_json::Value::String(s) => parse_bytes(s).unwrap_or_else(|e| {
+                        bad(
+                            format!("\"memory\": {e}"),
+                            "A size such as \"64MB\" or \"1GB\".",
+                        )
+                    }),
+                    serde_json::Value::Number(n) => n.as_u64().unwrap_or_else(|| {
+                        bad(
+                            format!("\"memory\" must be a size, got {n}"),
+                            "A size such as \"64MB\" or \"1GB\" (a number is bytes).",
+                        )
+                    }),
+                    other => bad(
+                        format!("\"memory\" must be a size, got {other}"),
+                        "A size such as \"64MB\" or \"1GB\".",
+                    ),
+                };
+                if bytes < 1 << 20 || bytes > limit {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                        format!("\"memory\" must be from 1 MB to corgipile.max_buffer_memory ({}), got {}", pretty_bytes(limit), pretty_bytes(bytes)),
+                        Some("The memory of one pile in pass 2; the default is corgipile.max_buffer_memory.".into()),
+                    );
+                }
+                p.memory = bytes;
+            }
+            "columns" => {
+                let names: Option<Vec<String>> = value
+                    .as_array()
+                    .and_then(|a| a.iter().map(|c| c.as_str().map(str::to_owned)).collect());
+                match names {
+                    Some(n) if !n.is_empty() => p.columns = Some(n),
+                    _ => bad(
+                        format!(
+                            "\"columns\" must be a non-empty array of column names, got {value}"
+                        ),
+                        "For example '{\"columns\": [\"id\", \"features\", \"label\"]}'.",
+                    ),
+                }
+            }
+            other => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("unknown parameter \"{other}\" for corgipile_shuffle"),
+                Some(format!("Valid parameters are: {}.", KEYS.join(", "))),
+            ),
+        }
+    }
+    p
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() & (i64::MAX as u64)
+}
+
+/// Creates table `target` holding every row of `source` visible to this statement exactly once,
+/// in a uniformly random order; returns the number of rows.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_shuffle(source: PgRelation, target: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+    let p = parse_params(&params.0);
+    check_writable(c"corgipile_shuffle()");
+    // SAFETY: catalog lookups, SPI and executor calls on the backend thread inside a
+    // transaction; on ERROR the abort drops the new table and deletes the temporary files.
+    unsafe {
+        let relid = source.oid();
+        let relname = relation_name(relid);
+        check_source(relid, &relname);
+        let target_sql = target_name(target);
+        let columns = match &p.columns {
+            Some(cols) => cols
+                .iter()
+                .map(|c| checked_column(relid, &relname, c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => "*".to_owned(),
+        };
+        let select = format!("SELECT {columns} FROM {}", qualified_name(relid));
+        // The new table has the query's columns and types, as CREATE TABLE AS gives them;
+        // CREATE privilege on its schema is checked here, as the caller.
+        Spi::run(&format!(
+            "CREATE TABLE {target_sql} USING heap AS {select} WITH NO DATA"
+        ))
+        .unwrap_or_else(|e| {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("could not create {target_sql}: {e}"),
+                None,
+            )
+        });
+        let target_rv = range_var(target);
+        let target_relid = pg_sys::RangeVarGetRelidExtended(
+            target_rv,
+            pg_sys::NoLock as i32,
+            0,
+            None,
+            std::ptr::null_mut(),
+        );
+        let data_bytes = source_bytes(relid);
+        // Each open pile buffers one block in memory: keep that within a quarter of the bound.
+        let max_piles =
+            ((p.memory / 4) / pg_sys::BLCKSZ as u64).clamp(1, MAX_PILES as u64) as usize;
+        let piles = pile_count(data_bytes, p.memory, max_piles);
+        let mut shuffler = PileShuffler::new(p.seed);
+        let pass1 = split_into_piles(&select, piles, &mut shuffler, p.memory);
+        let mut writer = Writer::open(target_relid);
+        for (k, pile) in pass1.into_iter().enumerate() {
+            shuffle_pile(
+                pile,
+                k as u64,
+                &shuffler,
+                p.memory,
+                max_piles,
+                &mut writer,
+                0,
+            );
+        }
+        writer.close()
+    }
+}
+
+/// Sources a query can read as a table: plain, partitioned and materialized.
+unsafe fn check_source(relid: pg_sys::Oid, relname: &str) {
+    let kind = pg_sys::get_rel_relkind(relid) as u8;
+    if !matches!(
+        kind,
+        pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW | pg_sys::RELKIND_PARTITIONED_TABLE
+    ) {
+        let what = match kind {
+            pg_sys::RELKIND_VIEW => "a view",
+            pg_sys::RELKIND_FOREIGN_TABLE => "a foreign table",
+            pg_sys::RELKIND_SEQUENCE => "a sequence",
+            pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => "an index",
+            _ => "not a table",
+        };
+        raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!("cannot shuffle {relname}: it is {what}"),
+            Some(
+                "corgipile_shuffle copies a table; CREATE TABLE ... AS SELECT from it first."
+                    .into(),
+            ),
+        );
+    }
+}
+
+unsafe fn range_var(name: &str) -> *mut pg_sys::RangeVar {
+    let c = CString::new(name).unwrap_or_else(|_| {
+        bad(
+            "the target name contains a NUL byte".into(),
+            "Name a new table, e.g. 'public.t_shuffled'.",
+        )
+    });
+    // Parses a possibly schema-qualified, possibly quoted name, as regclass input does.
+    pg_sys::makeRangeVarFromNameList(pg_sys::stringToQualifiedNameList(c.as_ptr()))
+}
+
+/// The target as quoted SQL; an existing relation of that name is an ERROR.
+unsafe fn target_name(name: &str) -> String {
+    let rv = range_var(name);
+    let existing = pg_sys::RangeVarGetRelidExtended(
+        rv,
+        pg_sys::NoLock as i32,
+        pg_sys::RVROption::RVR_MISSING_OK,
+        None,
+        std::ptr::null_mut(),
+    );
+    if existing != pg_sys::InvalidOid {
+        raise(
+            PgSqlErrorCode::ERRCODE_DUPLICATE_TABLE,
+            format!("relation \"{name}\" already exists"),
+            Some("corgipile_shuffle creates its target table: name a new one, or DROP TABLE the old one first.".into()),
+        );
+    }
+    let rel = CStr::from_ptr((*rv).relname).to_string_lossy().into_owned();
+    match (*rv).schemaname.is_null() {
+        true => quote_ident(&rel),
+        false => format!(
+            "{}.{}",
+            quote_ident(&CStr::from_ptr((*rv).schemaname).to_string_lossy()),
+            quote_ident(&rel)
+        ),
+    }
+}
+
+unsafe fn checked_column(relid: pg_sys::Oid, relname: &str, column: &str) -> String {
+    let c = CString::new(column).unwrap_or_else(|_| {
+        bad(
+            "a column name contains a NUL byte".into(),
+            "Name columns of the source table.",
+        )
+    });
+    if pg_sys::get_attnum(relid, c.as_ptr()) <= 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+            format!("column \"{column}\" of {relname} does not exist"),
+            Some("\"columns\" names columns of the source table.".into()),
+        );
+    }
+    quote_ident(column)
+}
+
+/// The source's size with TOAST (all partitions of a partitioned table), for the pile count.
+unsafe fn source_bytes(relid: pg_sys::Oid) -> u64 {
+    Spi::get_one_with_args::<i64>(
+        "SELECT pg_catalog.sum(pg_catalog.pg_table_size(relid))::pg_catalog.int8 FROM pg_catalog.pg_partition_tree($1)",
+        &[relid.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(0)
+    .max(0) as u64
+}
+
+/// Bytes at the start of a heap tuple that insertion overwrites (xmin, xmax, cid): a pile
+/// record keeps the tuple's length there, so a loaded record is a heap tuple in place.
+const HEADER_SCRATCH: usize = 12;
+
+fn record_len(t_len: u32) -> usize {
+    (t_len as usize).div_ceil(8) * 8
+}
+
+/// One pile: a temporary file of records, each a heap tuple (padded to 8 bytes) whose first
+/// bytes hold its length, written through a buffer of our own so that a row costs no call.
+struct Pile {
+    file: *mut pg_sys::BufFile,
+    buffer: Vec<u8>,
+    bytes: u64,
+    rows: u64,
+}
+
+impl Pile {
+    unsafe fn new(buffer_bytes: usize) -> Pile {
+        Pile {
+            file: pg_sys::BufFileCreateTemp(false),
+            buffer: Vec::with_capacity(buffer_bytes),
+            bytes: 0,
+            rows: 0,
+        }
+    }
+
+    unsafe fn append(&mut self, tuple: pg_sys::HeapTuple) {
+        let t_len = (*tuple).t_len;
+        let len = record_len(t_len);
+        if self.buffer.len() + len > self.buffer.capacity() {
+            self.flush();
+        }
+        let mut header = [0u8; HEADER_SCRATCH];
+        header[..4].copy_from_slice(&t_len.to_ne_bytes());
+        let body = std::slice::from_raw_parts(
+            (*tuple).t_data.cast::<u8>().add(HEADER_SCRATCH),
+            t_len as usize - HEADER_SCRATCH,
+        );
+        let pad = [0u8; 8];
+        let pad = &pad[..len - t_len as usize];
+        if len > self.buffer.capacity() {
+            for part in [&header[..], body, pad] {
+                pg_sys::BufFileWrite(self.file, part.as_ptr() as *mut _, part.len());
+            }
+        } else {
+            self.buffer.extend_from_slice(&header);
+            self.buffer.extend_from_slice(body);
+            self.buffer.extend_from_slice(pad);
+        }
+        self.bytes += len as u64;
+        self.rows += 1;
+    }
+
+    unsafe fn flush(&mut self) {
+        if !self.buffer.is_empty() {
+            pg_sys::BufFileWrite(
+                self.file,
+                self.buffer.as_mut_ptr().cast(),
+                self.buffer.len(),
+            );
+            self.buffer.clear();
+        }
+    }
+
+    /// Rewinds for reading (after the last append).
+    unsafe fn rewind(&mut self) {
+        self.flush();
+        self.buffer = Vec::new();
+        if pg_sys::BufFileSeek(self.file, 0, 0, libc::SEEK_SET) != 0 {
+            raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                "could not rewind a corgipile_shuffle pile",
+                None,
+            );
+        }
+    }
+
+    unsafe fn read_exact(&mut self, to: *mut u8, len: usize) {
+        if pg_sys::BufFileRead(self.file, to.cast(), len) != len {
+            raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                "could not read a corgipile_shuffle pile back",
+                None,
+            );
+        }
+    }
+
+    /// The whole pile in one 8-byte aligned buffer, and a heap tuple pointing at each record.
+    unsafe fn load(&mut self) -> (Vec<u64>, Vec<pg_sys::HeapTupleData>) {
+        let mut words: Vec<u64> = Vec::new();
+        let mut tuples: Vec<pg_sys::HeapTupleData> = Vec::new();
+        if words.try_reserve_exact(self.bytes as usize / 8).is_err()
+            || tuples.try_reserve_exact(self.rows as usize).is_err()
+        {
+            raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                "out of memory for a corgipile_shuffle pile",
+                None,
+            );
+        }
+        words.resize(self.bytes as usize / 8, 0);
+        let base = words.as_mut_ptr().cast::<u8>();
+        self.read_exact(base, self.bytes as usize);
+        let mut offset = 0usize;
+        while offset < self.bytes as usize {
+            let t_len = u32::from_ne_bytes(
+                std::slice::from_raw_parts(base.add(offset), 4)
+                    .try_into()
+                    .unwrap_or_default(),
+            );
+            let mut tuple = pg_sys::HeapTupleData {
+                t_len,
+                ..Default::default()
+            };
+            tuple.t_data = base.add(offset).cast();
+            tuples.push(tuple);
+            offset += record_len(t_len.max(HEADER_SCRATCH as u32));
+        }
+        (words, tuples)
+    }
+
+    /// The next record as a palloc'd heap tuple (for splitting an oversized pile), or None.
+    unsafe fn read(&mut self) -> Option<pg_sys::HeapTuple> {
+        let mut header = [0u8; HEADER_SCRATCH];
+        if pg_sys::BufFileRead(self.file, header.as_mut_ptr().cast(), HEADER_SCRATCH) == 0 {
+            return None;
+        }
+        let t_len = u32::from_ne_bytes(header[..4].try_into().unwrap_or_default());
+        let len = record_len(t_len);
+        let base = pg_sys::palloc(HEAP_TUPLE_SIZE + len).cast::<u8>();
+        let tuple = base.cast::<pg_sys::HeapTupleData>();
+        *tuple = pg_sys::HeapTupleData {
+            t_len,
+            ..Default::default()
+        };
+        (*tuple).t_data = base.add(HEAP_TUPLE_SIZE).cast();
+        self.read_exact(
+            base.add(HEAP_TUPLE_SIZE + HEADER_SCRATCH),
+            len - HEADER_SCRATCH,
+        );
+        Some(tuple)
+    }
+
+    unsafe fn close(self) {
+        pg_sys::BufFileClose(self.file);
+    }
+}
+
+/// MAXALIGN(sizeof(HeapTupleData)): where a palloc'd heap tuple's data starts (HEAPTUPLESIZE).
+const HEAP_TUPLE_SIZE: usize = std::mem::size_of::<pg_sys::HeapTupleData>().div_ceil(8) * 8;
+
+/// The executor's receiver of pass 1: every row to a random pile.
+#[repr(C)]
+struct PileReceiver {
+    dest: pg_sys::DestReceiver,
+    piles: *mut Vec<Pile>,
+    shuffler: *mut PileShuffler,
+    bytes_since_check: u64,
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn receive_slot(
+    slot: *mut pg_sys::TupleTableSlot,
+    dest: *mut pg_sys::DestReceiver,
+) -> bool {
+    let receiver = &mut *dest.cast::<PileReceiver>();
+    let (piles, shuffler) = (&mut *receiver.piles, &mut *receiver.shuffler);
+    // A row straight from the table's buffer needs no copy; a projected one is formed here.
+    let mut should_free = false;
+    let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
+    let k = shuffler.pile(piles.len());
+    piles[k].append(tuple);
+    receiver.bytes_since_check += (*tuple).t_len as u64;
+    if should_free {
+        pg_sys::heap_freetuple(tuple);
+    }
+    // Cancel is answered every ~1 MB of rows.
+    if receiver.bytes_since_check > 1 << 20 {
+        receiver.bytes_since_check = 0;
+        check_for_interrupts!();
+    }
+    true
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn receiver_startup(
+    _dest: *mut pg_sys::DestReceiver,
+    _operation: i32,
+    _typeinfo: pg_sys::TupleDesc,
+) {
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn receiver_noop(_dest: *mut pg_sys::DestReceiver) {}
+
+/// Pass 1: runs `select` and spreads its rows over `n` new piles.
+unsafe fn split_into_piles(
+    select: &str,
+    n: usize,
+    shuffler: &mut PileShuffler,
+    memory: u64,
+) -> Vec<Pile> {
+    let mut piles: Vec<Pile> = (0..n).map(|_| Pile::new(pile_buffer(memory, n))).collect();
+    let mut receiver = PileReceiver {
+        dest: pg_sys::DestReceiver {
+            receiveSlot: Some(receive_slot),
+            rStartup: Some(receiver_startup),
+            rShutdown: Some(receiver_noop),
+            rDestroy: Some(receiver_noop),
+            mydest: pg_sys::CommandDest::DestNone,
+        },
+        piles: &mut piles,
+        shuffler,
+        bytes_since_check: 0,
+    };
+    let sql = CString::new(select).unwrap_or_else(|_| bad("a name contains a NUL byte".into(), ""));
+    // A synchronized scan would start wherever another scan is: the same seed must give the
+    // same order, so this scan starts at the first page (as a plain SELECT does when alone).
+    let nest = pg_sys::NewGUCNestLevel();
+    pg_sys::set_config_option(
+        c"synchronize_seqscans".as_ptr(),
+        c"off".as_ptr(),
+        pg_sys::GucContext::PGC_USERSET,
+        pg_sys::GucSource::PGC_S_SESSION,
+        pg_sys::GucAction::GUC_ACTION_SAVE,
+        true,
+        0,
+        false,
+    );
+    let raw = pg_sys::pg_parse_query(sql.as_ptr());
+    let query = pg_sys::pg_analyze_and_rewrite_fixedparams(
+        (*(*raw).elements).ptr_value.cast(),
+        sql.as_ptr(),
+        std::ptr::null(),
+        0,
+        std::ptr::null_mut(),
+    );
+    // No parallel plan: rows must arrive in one reproducible order.
+    let stmt = pg_sys::pg_plan_query(
+        (*(*query).elements).ptr_value.cast(),
+        sql.as_ptr(),
+        0,
+        std::ptr::null_mut(),
+    );
+    let qd = pg_sys::CreateQueryDesc(
+        stmt,
+        sql.as_ptr(),
+        pg_sys::GetActiveSnapshot(),
+        std::ptr::null_mut(),
+        &mut receiver.dest,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        0,
+    );
+    pg_sys::ExecutorStart(qd, 0);
+    pg_sys::ExecutorRun(qd, pg_sys::ScanDirection::ForwardScanDirection, 0, true);
+    pg_sys::ExecutorFinish(qd);
+    pg_sys::ExecutorEnd(qd);
+    pg_sys::FreeQueryDesc(qd);
+    pg_sys::AtEOXact_GUC(true, nest);
+    piles
+}
+
+/// The write buffer of each of `n` piles: together at most a quarter of the memory bound.
+fn pile_buffer(memory: u64, n: usize) -> usize {
+    ((memory / 4) / n.max(1) as u64).clamp(8192, 256 * 1024) as usize
+}
+
+/// Pass 2 of one pile: shuffled in memory and appended to the table, or, when it is larger
+/// than `memory`, split into sub-piles first.
+unsafe fn shuffle_pile(
+    mut pile: Pile,
+    path: u64,
+    shuffler: &PileShuffler,
+    memory: u64,
+    max_piles: usize,
+    writer: &mut Writer,
+    depth: u32,
+) {
+    check_for_interrupts!();
+    pile.rewind();
+    // In memory a pile is its records plus one HeapTupleData per row.
+    let loaded_bytes = pile.bytes + pile.rows * std::mem::size_of::<pg_sys::HeapTupleData>() as u64;
+    if loaded_bytes > memory {
+        if pile.rows <= 1 || depth >= 8 {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "a row of {} does not fit in corgipile_shuffle's memory ({})",
+                    pretty_bytes(pile.bytes),
+                    pretty_bytes(memory)
+                ),
+                Some("Give a larger \"memory\" (up to corgipile.max_buffer_memory).".into()),
+            );
+        }
+        let n = pile_count(loaded_bytes, memory, max_piles).max(2);
+        let mut sub_shuffler = shuffler.subpiles(path);
+        let mut subs: Vec<Pile> = (0..n).map(|_| Pile::new(pile_buffer(memory, n))).collect();
+        let mut cxt = PgMemoryContexts::new("corgipile_shuffle split");
+        cxt.switch_to(|_| {
+            while let Some(tuple) = pile.read() {
+                let k = sub_shuffler.pile(n);
+                subs[k].append(tuple);
+                pg_sys::heap_freetuple(tuple);
+            }
+        });
+        pile.close();
+        for (k, sub) in subs.into_iter().enumerate() {
+            let sub_path = path
+                .wrapping_mul(MAX_PILES as u64 + 1)
+                .wrapping_add(k as u64 + 1);
+            shuffle_pile(
+                sub,
+                sub_path,
+                shuffler,
+                memory,
+                max_piles,
+                writer,
+                depth + 1,
+            );
+        }
+        return;
+    }
+    let (_buffer, mut rows) = pile.load();
+    pile.close();
+    // Shuffle 4-byte positions (they stay in cache), not the rows themselves.
+    let mut order: Vec<u32> = (0..rows.len() as u32).collect();
+    shuffler.shuffle_pile(path, &mut order);
+    for k in 0..order.len() {
+        // The rows are scattered over the pile's memory: start loading a few ahead.
+        if let Some(&ahead) = order.get(k + 8) {
+            let ahead = &rows[ahead as usize];
+            prefetch(ahead.t_data.cast(), ahead.t_len as usize);
+        }
+        writer.insert(&mut rows[order[k] as usize]);
+    }
+}
+
+/// A hint to start loading `len` bytes at `address` into the cache (never faults).
+#[inline]
+fn prefetch(address: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for offset in (0..len.min(256)).step_by(64) {
+        // SAFETY: a prefetch is only a hint: it never faults or changes memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                address.wrapping_add(offset).cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (address, len);
+}
+
+/// Inserts into the new table as CREATE TABLE AS does: heap_insert with a bulk insert state,
+/// no free-space map lookups (WAL is skipped when wal_level = minimal for a table created in
+/// this transaction).
+struct Writer {
+    rel: pg_sys::Relation,
+    bistate: pg_sys::BulkInsertState,
+    cid: pg_sys::CommandId,
+    rows: i64,
+}
+
+impl Writer {
+    unsafe fn open(relid: pg_sys::Oid) -> Writer {
+        let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
+        Writer {
+            rel,
+            bistate: pg_sys::GetBulkInsertState(),
+            cid: pg_sys::GetCurrentCommandId(true),
+            rows: 0,
+        }
+    }
+
+    /// Inserts one row (its header is overwritten in place: the record's length is no longer
+    /// needed).
+    unsafe fn insert(&mut self, tuple: &mut pg_sys::HeapTupleData) {
+        pg_sys::heap_insert(
+            self.rel,
+            tuple,
+            self.cid,
+            pg_sys::TABLE_INSERT_SKIP_FSM as i32,
+            self.bistate,
+        );
+        self.rows += 1;
+        if self.rows % 4096 == 0 {
+            check_for_interrupts!();
+        }
+    }
+
+    unsafe fn close(self) -> i64 {
+        pg_sys::FreeBulkInsertState(self.bistate);
+        pg_sys::table_finish_bulk_insert(self.rel, pg_sys::TABLE_INSERT_SKIP_FSM as i32);
+        pg_sys::table_close(self.rel, pg_sys::NoLock as i32);
+        self.rows
+    }
+}
