@@ -279,7 +279,10 @@ unsafe fn checked_column(relid: pg_sys::Oid, relname: &str, column: &str) -> Str
 /// The source's size with TOAST (all partitions of a partitioned table), for the pile count.
 unsafe fn source_bytes(relid: pg_sys::Oid) -> u64 {
     Spi::get_one_with_args::<i64>(
-        "SELECT pg_catalog.sum(pg_catalog.pg_table_size(relid))::pg_catalog.int8 FROM pg_catalog.pg_partition_tree($1)",
+        "SELECT COALESCE(pg_catalog.sum(pg_catalog.pg_table_size(c.oid)), 0)::pg_catalog.int8 FROM pg_catalog.pg_class c
+         WHERE c.oid OPERATOR(pg_catalog.=) $1
+            OR c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1))
+            OR c.oid IN (SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent OPERATOR(pg_catalog.=) $1)",
         &[relid.into()],
     )
     .ok()
@@ -389,9 +392,10 @@ impl Pile {
                 None,
             );
         }
-        words.resize(self.bytes as usize / 8, 0);
+        // Filled by the read below (which raises unless it reads every byte): no zeroing.
         let base = words.as_mut_ptr().cast::<u8>();
         self.read_exact(base, self.bytes as usize);
+        words.set_len(self.bytes as usize / 8);
         let mut offset = 0usize;
         while offset < self.bytes as usize {
             let t_len = u32::from_ne_bytes(
@@ -589,17 +593,25 @@ unsafe fn shuffle_pile(
         let mut subs: Vec<Pile> = (0..n).map(|_| Pile::new(pile_buffer(memory, n))).collect();
         let mut cxt = PgMemoryContexts::new("corgipile_shuffle split");
         cxt.switch_to(|_| {
+            let mut bytes_since_check = 0u64;
             while let Some(tuple) = pile.read() {
                 let k = sub_shuffler.pile(n);
+                bytes_since_check += (*tuple).t_len as u64;
                 subs[k].append(tuple);
                 pg_sys::heap_freetuple(tuple);
+                if bytes_since_check > 1 << 20 {
+                    bytes_since_check = 0;
+                    check_for_interrupts!();
+                }
             }
         });
         pile.close();
         for (k, sub) in subs.into_iter().enumerate() {
-            let sub_path = path
-                .wrapping_mul(MAX_PILES as u64 + 1)
-                .wrapping_add(k as u64 + 1);
+            // Sub-pile streams: bit 63 set (top-level piles are 0..MAX_PILES), the rest a hash
+            // of the parent and the index, so no two piles share a stream.
+            let sub_path = (path.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ (k as u64 + 1).wrapping_mul(0xc2b2_ae3d_27d4_eb4f))
+                | 1 << 63;
             shuffle_pile(
                 sub,
                 sub_path,
@@ -618,7 +630,11 @@ unsafe fn shuffle_pile(
     let mut order: Vec<u32> = (0..rows.len() as u32).collect();
     shuffler.shuffle_pile(path, &mut order);
     for k in 0..order.len() {
-        // The rows are scattered over the pile's memory: start loading a few ahead.
+        // The rows are scattered over the pile's memory: start loading their headers sixteen
+        // rows ahead (addresses known from the order alone) and their data eight ahead.
+        if let Some(&far) = order.get(k + 16) {
+            prefetch(rows.as_ptr().wrapping_add(far as usize).cast(), 24);
+        }
         if let Some(&ahead) = order.get(k + 8) {
             let ahead = &rows[ahead as usize];
             prefetch(ahead.t_data.cast(), ahead.t_len as usize);
