@@ -137,7 +137,8 @@ unsafe fn prepare(
     }
 }
 
-fn random_seed() -> u64 {
+/// A seed for a call that gave none (it is stored or reported, so the run can be repeated).
+pub fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

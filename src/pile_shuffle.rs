@@ -10,6 +10,7 @@
 //! bulk insert path, as CREATE TABLE AS does. A pile larger than the memory bound is split
 //! again into sub-piles, never loaded whole.
 
+use crate::api::random_seed;
 use crate::catalog::check_writable;
 use crate::decode::ParamsArg;
 use crate::error::raise;
@@ -117,17 +118,6 @@ fn parse_params(json: &serde_json::Value) -> ShuffleParams {
         }
     }
     p
-}
-
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() & (i64::MAX as u64)
 }
 
 /// Creates table `target` holding every row of `source` visible to this statement exactly once,
