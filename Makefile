@@ -28,7 +28,7 @@ REGRESS_DIR ?= regress
 VENV     := .venv
 PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 
-.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel \
+.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel bench-shuffle \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -44,6 +44,7 @@ help:
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
+	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
 	@echo "  bench          the paper-scale benchmark (bench/results/latest.md; ~15 min, an hour the first time)"
 	@echo "  cluster-start | cluster-stop | cluster-status   manage the test cluster"
@@ -136,6 +137,10 @@ bench-epochs: setup-python install
 bench-cancel: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/cancel_latency.py
+
+bench-shuffle: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/shuffle_copy.py
 
 # Benchmark harness (bench/harness.py): every shuffle strategy, Shuffle Once and the scikit-learn export
 # path side by side; writes bench/results/latest.md (bench) or quick.md (bench-quick) plus PNG plots.
