@@ -16,6 +16,7 @@ use crate::decode::ParamsArg;
 use crate::error::raise;
 use crate::guc::max_buffer_bytes;
 use crate::input::{qualified_name, quote_ident, relation_name};
+use corgipile_ml::arena::prefetch_bytes;
 use corgipile_ml::limits::pretty_bytes;
 use corgipile_ml::params::parse_bytes;
 use corgipile_ml::shuffle::{pile_count, PileShuffler};
@@ -623,30 +624,14 @@ unsafe fn shuffle_pile(
         // The rows are scattered over the pile's memory: start loading their headers sixteen
         // rows ahead (addresses known from the order alone) and their data eight ahead.
         if let Some(&far) = order.get(k + 16) {
-            prefetch(rows.as_ptr().wrapping_add(far as usize).cast(), 24);
+            prefetch_bytes(rows.as_ptr().wrapping_add(far as usize).cast(), 24);
         }
         if let Some(&ahead) = order.get(k + 8) {
             let ahead = &rows[ahead as usize];
-            prefetch(ahead.t_data.cast(), ahead.t_len as usize);
+            prefetch_bytes(ahead.t_data.cast(), ahead.t_len as usize);
         }
         writer.insert(&mut rows[order[k] as usize]);
     }
-}
-
-/// A hint to start loading `len` bytes at `address` into the cache (never faults).
-#[inline]
-fn prefetch(address: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for offset in (0..len.min(256)).step_by(64) {
-        // SAFETY: a prefetch is only a hint: it never faults or changes memory.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                address.wrapping_add(offset).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (address, len);
 }
 
 /// Inserts into the new table as CREATE TABLE AS does: heap_insert with a bulk insert state,

@@ -51,6 +51,15 @@ pub(crate) fn prefetch_l2<T>(x: &T) {
     prefetch_address::<{ HINT_L2 }>(x as *const T as usize);
 }
 
+/// Prefetch the first `len` bytes (at most four cache lines) at `address` into every cache
+/// level: for rows a caller is about to read out of order.
+#[inline]
+pub fn prefetch_bytes(address: *const u8, len: usize) {
+    for offset in (0..len.min(256)).step_by(64) {
+        prefetch_address::<{ HINT_L1 }>(address as usize + offset);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 const HINT_L1: i32 = std::arch::x86_64::_MM_HINT_T0;
 #[cfg(target_arch = "x86_64")]
