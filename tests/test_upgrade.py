@@ -8,7 +8,7 @@ import pytest
 from conftest import scalar
 
 OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
-CURRENT = "0.3.0"
+CURRENT = "0.4.0"
 
 # Columns corgipile.models had in 0.1.0: what a 0.1.0 training wrote.
 COLUMNS_0_1_0 = ["model_type", "relation", "label_column", "features", "n_features", "n_outputs", "label_mapping",

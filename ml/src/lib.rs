@@ -12,6 +12,8 @@
 //! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
 //! - [`params`]: the training parameters (one table declares them all), their JSON form,
 //!   and buffer/block sizing.
+//! - [`preprocess`]: table columns (numbers, text, arrays) → features: the statistics
+//!   pass, imputation, one-hot and hashed categories, scaling.
 //! - [`scoring`]: validation statistics and the evaluation report of a model on rows.
 //! - [`shuffle`]: block orders, tuple shuffles and the baselines' buffers.
 //! - [`stats`]: feature statistics, standardization and balanced class weights.
@@ -22,6 +24,7 @@ pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod params;
+pub mod preprocess;
 pub mod scoring;
 pub mod shuffle;
 pub mod stats;

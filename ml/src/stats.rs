@@ -177,16 +177,16 @@ impl Standardizer {
         out.extend(x.iter().enumerate().map(|(j, &v)| self.one(j, v)));
     }
 
-    /// Standardized values of a sparse row into `out`; the indices are unchanged.
-    /// Requires `!center` (centering would destroy sparsity).
+    /// Standardized values of a sparse row into `out`; the indices are unchanged. Only the
+    /// present entries are touched: centering is exact only for features present in every
+    /// row (a preprocessor's numeric columns); plain sparse data is scaled, never centered.
     pub fn apply_sparse(&self, indices: &[u32], values: &[f64], out: &mut Vec<f64>) {
-        debug_assert!(!self.center, "sparse rows are scaled, never centered");
         out.clear();
         out.extend(
             indices
                 .iter()
                 .zip(values)
-                .map(|(&j, &v)| v * self.scale.get(j as usize).copied().unwrap_or(1.0)),
+                .map(|(&j, &v)| self.one(j as usize, v)),
         );
     }
 

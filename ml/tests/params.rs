@@ -24,7 +24,9 @@ fn defaults() {
     assert_eq!(p.learning_rate_schedule, ScheduleKind::Exponential);
     assert_eq!(p.l1, 0.0);
     assert!(p.fit_intercept);
-    assert!(!p.normalize);
+    assert!(p.normalize);
+    assert!(p.preprocess.is_empty() && p.exclude.is_empty());
+    assert_eq!(p.max_categories, 100);
     assert_eq!(p.class_weight, None);
     assert_eq!(p.n_features, None);
     assert_eq!(p.index_base, 1);
@@ -287,7 +289,8 @@ fn to_json_round_trips() {
         json!({
             "features": "features", "label": "label", "epochs": 20, "learning_rate": 0.01,
             "learning_rate_schedule": "exponential", "decay": 0.95, "l2": 0.0, "l1": 0.0,
-            "batch_size": 1, "fit_intercept": true, "normalize": false, "class_weight": null,
+            "batch_size": 1, "fit_intercept": true, "normalize": true, "exclude": [], "preprocess": {},
+            "max_categories": 100, "class_weight": null,
             "n_features": null, "index_base": 1, "validation": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
             "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "verbose": true,
             "name": null

@@ -35,9 +35,11 @@ use crate::model::ModelKind;
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
+use crate::preprocess::PreprocessOptions;
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_float, get_int, get_model_name,
-    get_name, get_shuffle, get_validation, json_type, unknown_key, wrong_type,
+    get_name, get_name_list, get_preprocess, get_shuffle, get_validation, json_type, unknown_key,
+    wrong_type,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -164,9 +166,9 @@ train_params! {
     /// Where the features come from.
     features: Features = Features::Column("features".to_string()) => {
         shown: r#"`"features"`"#,
-        accepts: r#"column name, array of column names, or `{"indices": .., "values": ..}`"#,
-        meaning: "see above",
-        rule: "a non-empty string naming one array column (default \"features\"), an array of distinct column names, or {\"indices\": column, \"values\": column} for sparse rows",
+        accepts: r#"array column name, array of column names, `"*"`, or `{"indices": .., "values": ..}`"#,
+        meaning: "see [Features](#features)",
+        rule: "a non-empty string naming one array column (default \"features\"), an array of distinct column names of any encodable type, \"*\" for every column but the label, or {\"indices\": column, \"values\": column} for sparse rows",
         parse: get_features,
         json: Features::to_json,
     },
@@ -246,12 +248,39 @@ train_params! {
         parse: get_bool,
         json: |x| json!(x),
     },
-    normalize: bool = false => {
-        shown: "`false`",
+    normalize: bool = true => {
+        shown: "`true`",
         accepts: "boolean",
-        meaning: "standardize each feature (mean/std from one extra pass; sparse: scale only); the stored weights are in the original units",
-        rule: "true or false: standardize the features (default false)",
+        meaning: "standardize each numeric feature while training (mean/std from the statistics pass; sparse arrays: scale only); the stored weights are in the table's units",
+        rule: "true or false: standardize the features (default true)",
         parse: get_bool,
+        json: |x| json!(x),
+    },
+    /// With `"features": "*"`: columns left out.
+    exclude: Vec<String> = Vec::new() => {
+        shown: "`[]`",
+        accepts: "array of column names",
+        meaning: r#"with `"features": "*"`: the columns not to use"#,
+        rule: "an array of distinct column names, used with \"features\": \"*\" (default [])",
+        parse: get_name_list,
+        json: |x| json!(x),
+    },
+    /// Per-column preprocessing of a column list.
+    preprocess: PreprocessOptions = PreprocessOptions::new() => {
+        shown: "`{}`",
+        accepts: r#"`{"column": {"encode": .., "buckets": .., "impute": .., "scale": ..}}`"#,
+        meaning: "per-column options of a column list, see [Preprocessing](#preprocessing)",
+        rule: "an object mapping feature column names to options: {\"encode\": \"one_hot\" | \"hash\", \"buckets\": 1 .. 16777216 (hash only, default 1024), \"impute\": \"mean\" | \"zero\" | \"category\" | \"skip\" | \"error\", \"scale\": \"standard\" | \"none\"} (default {})",
+        parse: get_preprocess,
+        json: |x| json!(x.iter().map(|(k, o)| (k.clone(), o.to_json())).collect::<Map<String, Value>>()),
+    },
+    /// One-hot columns keep their most frequent categories; the rest are "(other)".
+    max_categories: u32 = 100 => {
+        shown: "`100`",
+        accepts: "integer 1 … 65,536",
+        meaning: "one-hot text columns: the most frequent categories kept, the rest pooled into `(other)`",
+        rule: "an integer from 1 to 65536 (default 100)",
+        parse: |k, v| Ok(get_int(k, v, 1, 65_536)? as u32),
         json: |x| json!(x),
     },
     class_weight: Option<ClassWeight> = None => {

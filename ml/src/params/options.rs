@@ -64,8 +64,10 @@ impl ShuffleMode {
 pub enum Features {
     /// One array column (JSON: a string).
     Column(String),
-    /// Several numeric columns, one feature each (JSON: an array of names).
+    /// Several columns of any encodable type (JSON: an array of names).
     Columns(Vec<String>),
+    /// Every column but the label and the `exclude` list (JSON: "*").
+    All,
     /// Sparse rows from an index array column and a value array column
     /// (JSON: {"indices": "col", "values": "col"}).
     Sparse { indices: String, values: String },
@@ -76,11 +78,18 @@ impl Features {
         matches!(self, Features::Sparse { .. })
     }
 
+    /// Columns preprocessed one by one (a list, or "*"), as opposed to an array column or
+    /// a sparse pair.
+    pub fn is_tabular(&self) -> bool {
+        matches!(self, Features::Columns(_) | Features::All)
+    }
+
     /// As written back by `TrainParams::to_json`.
     pub(super) fn to_json(&self) -> Value {
         match self {
             Features::Column(c) => json!(c),
             Features::Columns(cs) => json!(cs),
+            Features::All => json!("*"),
             Features::Sparse { indices, values } => json!({"indices": indices, "values": values}),
         }
     }

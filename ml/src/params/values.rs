@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::options::{ClassWeight, Features, ShuffleMode, Validation};
+use crate::preprocess::{ColumnOptions, PreprocessOptions};
 use super::{ParamError, TrainParams, MAX_RATE, PARAMS};
 
 /// The rule of `key` (what it accepts and its default), "" for an unknown key.
@@ -120,6 +121,7 @@ pub(super) fn get_model_name(key: &str, v: &Value) -> Result<Option<String>, Par
 
 pub(super) fn get_features(key: &str, v: &Value) -> Result<Features, ParamError> {
     match v {
+        Value::String(s) if s == "*" => Ok(Features::All),
         Value::String(_) => Ok(Features::Column(get_name(key, v)?)),
         Value::Array(items) => {
             if items.is_empty() {
@@ -274,4 +276,34 @@ pub(super) fn get_float(key: &str, v: &Value, ok: impl Fn(f64) -> bool) -> Resul
 pub(super) fn get_shuffle(key: &str, v: &Value) -> Result<ShuffleMode, ParamError> {
     let s = v.as_str().ok_or_else(|| wrong_type(key, v, "a string"))?;
     ShuffleMode::parse(s).ok_or_else(|| bad_value(key, v, "unknown shuffle mode"))
+}
+
+pub(super) fn get_name_list(key: &str, v: &Value) -> Result<Vec<String>, ParamError> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| wrong_type(key, v, "an array of column names"))?;
+    let mut names: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        match item.as_str() {
+            Some(s) if !s.is_empty() && !names.iter().any(|n| n == s) => names.push(s.to_owned()),
+            Some(s) if !s.is_empty() => {
+                return Err(bad_value(key, v, &format!("column \"{s}\" is listed twice")))
+            }
+            _ => return Err(bad_value(key, v, "column names must be non-empty strings")),
+        }
+    }
+    Ok(names)
+}
+
+pub(super) fn get_preprocess(key: &str, v: &Value) -> Result<PreprocessOptions, ParamError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| wrong_type(key, v, "an object keyed by column name"))?;
+    let mut out = PreprocessOptions::new();
+    for (column, options) in obj {
+        let o = ColumnOptions::from_json(options)
+            .map_err(|problem| bad_value(key, v, &format!("column \"{column}\": {problem}")))?;
+        out.insert(column.clone(), o);
+    }
+    Ok(out)
 }

@@ -306,7 +306,6 @@ impl Trainer {
                     Row::Dense(scaled)
                 }
                 (Some(s), Row::Sparse { indices, values }) => {
-                    assert!(!s.center, "sparse rows must not be centered");
                     s.apply_sparse(indices, values, scaled);
                     Row::Sparse {
                         indices,
