@@ -25,6 +25,7 @@ CREATE TABLE corgipile.models (
     name             text,                            -- the name param; NULL for unnamed models
     version          integer,                         -- 1, 2, ... per (trained_by, name)
     pinned           boolean     NOT NULL DEFAULT false,   -- set by corgipile_deploy
+    preprocessing    jsonb,                           -- column lists: per-column encoding and its statistics (0.4.0)
     CONSTRAINT models_name_check CHECK (name <> ''),
     CONSTRAINT models_version_check CHECK ((name IS NULL) = (version IS NULL) AND version > 0),
     CONSTRAINT models_name_version_key UNIQUE (trained_by, name, version)

@@ -10,12 +10,15 @@ use crate::error::raise;
 use crate::exec::explain;
 use crate::exec::sgd::{Collect, CollectedRows, Evaluate, SgdTask, Trace, Train};
 use crate::guc::{max_buffer_bytes, max_model_bytes};
-use crate::input::{self, check_relation, qualified_name, relation_name, FeatureColumns, Input};
+use crate::input::{
+    self, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
+};
 use crate::pipeline::{Holdout, Mode, PipelineConfig};
 use crate::plan::plan_pipeline;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
+use corgipile_ml::preprocess::Preprocessor;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgRelation, PgSqlErrorCode};
 use std::ffi::CStr;
@@ -65,6 +68,9 @@ fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
     match spec {
         FeatureSpec::Column(c) => FeatureColumns::Array(c.clone()),
         FeatureSpec::Columns(cs) => FeatureColumns::Columns(cs.clone()),
+        FeatureSpec::All => FeatureColumns::All {
+            exclude: Vec::new(),
+        },
         FeatureSpec::Sparse { indices, values } => FeatureColumns::Sparse {
             indices: indices.clone(),
             values: values.clone(),
@@ -79,10 +85,27 @@ unsafe fn prepare(
     params: TrainParams,
     mode: Mode,
     known_classes: Vec<ClassValue>,
+    stored_preprocess: Option<&Preprocessor>,
 ) -> Prepared {
     let relname = relation_name(relid);
     check_relation(relid, &relname);
-    let features = feature_columns(&params.features);
+    let mut features = feature_columns(&params.features);
+    if let FeatureColumns::All { exclude } = &mut features {
+        exclude.clone_from(&params.exclude);
+    } else if !params.exclude.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"exclude\" applies to \"features\": \"*\" only",
+            Some("List the feature columns you want, or use \"features\": \"*\" with \"exclude\".".into()),
+        );
+    }
+    if !params.features.is_tabular() && !params.preprocess.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"preprocess\" applies to a list of feature columns (or \"*\")",
+            Some("An array column or a sparse pair is read as it is; name its columns in \"features\" to preprocess them one by one.".into()),
+        );
+    }
     if params.n_features.is_some() && !matches!(features, FeatureColumns::Sparse { .. }) {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -113,6 +136,14 @@ unsafe fn prepare(
         params.index_base as i64,
         params.n_features,
         predicate,
+        match stored_preprocess {
+            Some(p) => Tabular::Stored(p),
+            None => Tabular::Train {
+                options: &params.preprocess,
+                normalize: params.normalize,
+                max_categories: params.max_categories,
+            },
+        },
     );
     let holdout = match (&params.validation, input.validation_column, mode) {
         (_, Some(c), Mode::Train) => Holdout::Column(c),
@@ -132,6 +163,7 @@ unsafe fn prepare(
             max_buffer_bytes: max_buffer_bytes(),
             max_model_bytes: max_model_bytes(),
             relation: relname,
+            preprocess: input.preprocess.clone(),
         },
         input,
     }
@@ -163,6 +195,15 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
     }
     // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
     unsafe {
+        if params.features.is_tabular()
+            && matches!(params.validation, Some(Validation::Relation(_)))
+        {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "a validation relation is not supported with a list of feature columns yet",
+                Some("Hold rows out of the table with {\"fraction\": 0.2} or {\"predicate\": ...}, or score the other table afterwards with corgipile_evaluate().".into()),
+            );
+        }
         let validation_rows = match &params.validation {
             Some(Validation::Relation(name)) => Some(collect_relation(name, kind, &params)),
             _ => None,
@@ -172,7 +213,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             .as_ref()
             .map(|v| v.classes.clone())
             .unwrap_or_default();
-        let prepared = prepare(relation.oid(), kind, params, Mode::Train, known_classes);
+        let prepared = prepare(relation.oid(), kind, params, Mode::Train, known_classes, None);
         let outcome = prepared.run(Train { validation_rows });
         let params = &prepared.config.params;
         store_model(
@@ -180,7 +221,12 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
                 model: kind,
                 relation: &qualified_name(prepared.relid),
                 label_column: &params.label,
-                features: params.to_json()["features"].clone(),
+                // A column list is stored as the columns read ("*" expanded).
+                features: if prepared.config.preprocess.is_some() {
+                    serde_json::json!(prepared.input.columns)
+                } else {
+                    params.to_json()["features"].clone()
+                },
                 label_type: if prepared.input.label_is_bool {
                     "boolean"
                 } else if prepared.config.label.uses_classes()
@@ -220,7 +266,7 @@ unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) ->
     p.validation = None;
     p.shuffle = corgipile_ml::params::ShuffleMode::NoShuffle;
     p.double_buffer = false;
-    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new());
+    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), None);
     prepared.run(Collect).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
@@ -271,6 +317,13 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
             );
         }
     }
+    if stored.preprocessing.is_some() && overrides.contains_key("features") {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("model {} reads its feature columns by name: \"features\" cannot be changed", stored.id),
+            Some(format!("The relation must have the model's columns: {}.", stored.features)),
+        );
+    }
     overrides
         .entry("features")
         .or_insert_with(|| stored.features.clone());
@@ -284,7 +337,6 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
     overrides.insert("seed".into(), serde_json::json!(0));
     let params = parse_params(&ParamsArg(serde_json::Value::Object(overrides)));
     // SAFETY: as in corgipile_train.
-    // SAFETY: as in corgipile_train.
     let report = unsafe {
         let prepared = prepare(
             relation.oid(),
@@ -292,6 +344,7 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
             params,
             Mode::Evaluate,
             stored.classes.clone(),
+            stored.preprocessing.as_ref(),
         );
         prepared.run(Evaluate {
             model: stored.clone(),
@@ -326,6 +379,7 @@ fn corgipile_trace(
             params,
             Mode::Trace,
             Vec::new(),
+            None,
         );
         prepared.run(Trace)
     };
@@ -373,7 +427,7 @@ fn corgipile_explain(
     let params = parse_params(&params);
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
-        let prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new());
+        let prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new(), None);
         let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
         let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
         let started = std::time::Instant::now();

@@ -8,6 +8,7 @@
 use crate::classes::ClassValue;
 use crate::error::raise;
 use crate::pipeline::{EpochRecord, TrainOutcome};
+use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::model::{LinearModel, ModelKind, Row};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
@@ -181,19 +182,22 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
     if let Some(v) = &last.validation {
         metrics["validation"] = json!(v);
     }
+    if let Some(t) = outcome.statistics_seconds {
+        metrics["statistics_seconds"] = json!(t);
+    }
     let model = &outcome.model;
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO corgipile.models
             (model_type, relation, label_column, features, n_features, n_outputs, label_mapping,
              weights, bias, standardizer, params, metrics, rows_trained, rows_skipped, training_seconds,
-             name, version, trained_by)
+             name, version, trained_by, preprocessing)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                  CASE WHEN $16 IS NOT NULL THEN
                      (SELECT COALESCE(pg_catalog.max(version), 0) OPERATOR(pg_catalog.+) 1
                       FROM corgipile.models
                       WHERE name OPERATOR(pg_catalog.=) $16 AND trained_by OPERATOR(pg_catalog.=) $17::pg_catalog.name)
                  END,
-                 $17::pg_catalog.name)
+                 $17::pg_catalog.name, $18)
          RETURNING id",
         &[
             source.model.name().into(),
@@ -213,6 +217,11 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
             outcome.seconds.into(),
             source.name.into(),
             role.into(),
+            outcome
+                .preprocessing
+                .as_ref()
+                .map(|p| JsonB(p.to_json()))
+                .into(),
         ],
     )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the model: {e}"), None))
@@ -334,6 +343,8 @@ pub struct StoredModel {
     pub index_base: i64,
     /// Trained on a boolean label (classes 0 and 1 stand for false and true).
     pub boolean_label: bool,
+    /// A column list's preprocessing: predictions take rows, by column name.
+    pub preprocessing: Option<Preprocessor>,
 }
 
 impl StoredModel {
@@ -451,7 +462,8 @@ fn read_model(model_id: i64) -> StoredModel {
     let row = Spi::connect(|client| {
         let table = client.select(
             "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
-                    coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1)
+                    coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1),
+                    preprocessing
              FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
             Some(1),
             &[model_id.into()],
@@ -470,6 +482,7 @@ fn read_model(model_id: i64) -> StoredModel {
             row.get::<String>(7)?.unwrap_or_default(),
             row.get::<JsonB>(8)?.map(|j| j.0).unwrap_or_default(),
             row.get::<i64>(9)?.unwrap_or(1),
+            row.get::<JsonB>(10)?.map(|j| j.0),
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
@@ -483,6 +496,7 @@ fn read_model(model_id: i64) -> StoredModel {
         label_column,
         features,
         index_base,
+        preprocessing,
     )) = row
     else {
         no_such_model(model_id)
@@ -509,8 +523,20 @@ fn read_model(model_id: i64) -> StoredModel {
             None,
         );
     }
+    let preprocessing = preprocessing.map(|json| {
+        Preprocessor::from_json(&json)
+            .filter(|p| p.n_features == n_features)
+            .unwrap_or_else(|| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("model {model_id} has an unreadable preprocessing"),
+                    None,
+                )
+            })
+    });
     StoredModel {
         id: model_id,
+        preprocessing,
         model: LinearModel {
             kind,
             n_features,

@@ -5,8 +5,9 @@
 
 use crate::decode::LabelKind;
 use crate::error::raise;
-use crate::pipeline::{FeatureLayout, LabelCoding};
+use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::ModelKind;
+use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source};
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
@@ -15,8 +16,10 @@ use std::ffi::{CStr, CString};
 pub enum FeatureColumns {
     /// One array column (float8[], float4[], integer or numeric arrays).
     Array(String),
-    /// Several numeric columns, one feature each (MADlib/PostgresML style).
+    /// Columns of any encodable type, preprocessed one by one (MADlib/PostgresML style).
     Columns(Vec<String>),
+    /// Every column but the label and the excluded ones.
+    All { exclude: Vec<String> },
     /// An index array and a value array (LIBSVM/criteo style).
     Sparse { indices: String, values: String },
 }
@@ -29,6 +32,20 @@ pub struct Input {
     /// Column position (0-based) of the validation flag, if any.
     pub validation_column: Option<usize>,
     pub label_is_bool: bool,
+    /// Column lists: how the columns become features.
+    pub preprocess: Option<PreprocessSpec>,
+    /// Column lists: the columns read, in order (stored as the model's `features`).
+    pub columns: Vec<String>,
+}
+
+/// How a column list is preprocessed: by params, for a training, or as a stored model says.
+pub enum Tabular<'a> {
+    Train {
+        options: &'a PreprocessOptions,
+        normalize: bool,
+        max_categories: u32,
+    },
+    Stored(&'a Preprocessor),
 }
 
 pub unsafe fn relation_name(relid: pg_sys::Oid) -> String {
@@ -311,6 +328,7 @@ pub unsafe fn resolve(
     index_base: i64,
     n_features: Option<u32>,
     validation_predicate: Option<&str>,
+    tabular: Tabular,
 ) -> Input {
     let label_type = column_type(relid, relname, label, "label");
     let label_is_bool = label_type == pg_sys::BOOLOID;
@@ -355,24 +373,23 @@ pub unsafe fn resolve(
             }
         }
     };
+    let mut preprocess = None;
+    let mut tabular_names = Vec::new();
     let (feature_exprs, layout) = match features {
         FeatureColumns::Array(column) => (
             vec![dense_array_expr(relid, relname, column)],
             FeatureLayout::Dense { columns: false },
         ),
-        FeatureColumns::Columns(columns) => {
-            let mut parts = Vec::with_capacity(columns.len());
-            for column in columns {
-                let t = column_type(relid, relname, column, "features");
-                if !is_number(t) {
-                    type_error(relname, "feature", column, type_name(t), "Feature columns must be numbers (integer, real, double precision, numeric).");
-                }
-                parts.push(format!("{}::pg_catalog.float8", quote_ident(column)));
-            }
-            (
-                vec![format!("ARRAY[{}]", parts.join(", "))],
-                FeatureLayout::Dense { columns: true },
-            )
+        FeatureColumns::Columns(_) | FeatureColumns::All { .. } => {
+            let names = match features {
+                FeatureColumns::Columns(c) => c.clone(),
+                FeatureColumns::All { exclude } => every_column(relid, relname, label, exclude),
+                _ => unreachable!(),
+            };
+            let (exprs, spec) = tabular_columns(relid, relname, label, &names, tabular);
+            preprocess = Some(spec);
+            tabular_names = names;
+            (exprs, FeatureLayout::Tabular)
         }
         FeatureColumns::Sparse { indices, values } => {
             let ti = column_type(relid, relname, indices, "features");
@@ -426,7 +443,155 @@ pub unsafe fn resolve(
         label: coding,
         validation_column,
         label_is_bool,
+        preprocess,
+        columns: tabular_names,
     }
+}
+
+/// How a column of type `t` is read as a feature, and the SQL expression that reads it;
+/// None for a type we cannot encode.
+unsafe fn column_source(column: &str, t: pg_sys::Oid) -> Option<(Source, String)> {
+    let base = pg_sys::getBaseType(t);
+    let col = quote_ident(column);
+    if base == pg_sys::BOOLOID {
+        Some((Source::Number, format!("{col}::pg_catalog.int4::pg_catalog.float8")))
+    } else if is_number(base) {
+        Some((Source::Number, format!("{col}::pg_catalog.float8")))
+    } else if is_text(base) || pg_sys::type_is_enum(base) {
+        Some((Source::Text, format!("{col}::pg_catalog.text")))
+    } else if is_number(element_type(base)) {
+        Some((Source::NumberArray, format!("{col}::pg_catalog.float8[]")))
+    } else {
+        None
+    }
+}
+
+fn unsupported_type(relname: &str, column: &str, found: String) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+        format!("feature column \"{column}\" of {relname} has type {found}, which corgipile cannot encode"),
+        Some("Feature columns may be numbers, boolean, text-like (text, varchar, char, enums) or numeric arrays; leave this one out (\"exclude\" with \"*\"), or compute a supported column from it.".into()),
+    )
+}
+
+/// `"features": "*"`: every user column of the relation, in table order, but the label and
+/// the excluded ones (which must exist).
+unsafe fn every_column(
+    relid: pg_sys::Oid,
+    relname: &str,
+    label: &str,
+    exclude: &[String],
+) -> Vec<String> {
+    for column in exclude {
+        column_type(relid, relname, column, "exclude");
+    }
+    let rel = pg_sys::RelationIdGetRelation(relid);
+    let desc = (*rel).rd_att;
+    let mut names = Vec::new();
+    for i in 0..(*desc).natts as usize {
+        let att = &(*desc).attrs.as_slice((*desc).natts as usize)[i];
+        if att.attisdropped {
+            continue;
+        }
+        let name = CStr::from_ptr(att.attname.data.as_ptr())
+            .to_string_lossy()
+            .into_owned();
+        if name != label && !exclude.contains(&name) {
+            names.push(name);
+        }
+    }
+    pg_sys::RelationClose(rel);
+    if names.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{relname} has no columns left to use as features"),
+            Some("\"features\": \"*\" uses every column but the label and the \"exclude\" list.".into()),
+        );
+    }
+    names
+}
+
+/// The SELECT expressions of a column list and how its columns are preprocessed: per-column
+/// options resolved for a training (each option naming a listed column), or the stored
+/// model's preprocessing, whose columns must still have their types.
+unsafe fn tabular_columns(
+    relid: pg_sys::Oid,
+    relname: &str,
+    label: &str,
+    names: &[String],
+    tabular: Tabular,
+) -> (Vec<String>, PreprocessSpec) {
+    let mut exprs = Vec::with_capacity(names.len());
+    let mut plans = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        if name == label {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("column \"{name}\" is both the label and a feature"),
+                None,
+            );
+        }
+        let t = column_type(relid, relname, name, "features");
+        let Some((source, expr)) = column_source(name, t) else {
+            unsupported_type(relname, name, type_name(t))
+        };
+        exprs.push(expr);
+        match &tabular {
+            Tabular::Train {
+                options, normalize, ..
+            } => {
+                let plan = ColumnPlan::resolve(name, source, options.get(name), *normalize)
+                    .unwrap_or_else(|problem| {
+                        raise(
+                            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                            format!("invalid value for parameter \"preprocess\": column \"{name}\": {problem}"),
+                            None,
+                        )
+                    });
+                plans.push(plan);
+            }
+            Tabular::Stored(p) => {
+                let wanted = p.columns[i].source;
+                if wanted != source {
+                    let what = |s: Source| match s {
+                        Source::Number => "a number or boolean",
+                        Source::Text => "text",
+                        Source::NumberArray => "a numeric array",
+                    };
+                    raise(
+                        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                        format!(
+                            "column \"{name}\" of {relname} has type {}, but the model was trained on {}",
+                            type_name(t),
+                            what(wanted)
+                        ),
+                        None,
+                    );
+                }
+            }
+        }
+    }
+    let spec = match tabular {
+        Tabular::Train {
+            options,
+            max_categories,
+            ..
+        } => {
+            if let Some(unknown) = options.keys().find(|k| !names.contains(k)) {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!("invalid value for parameter \"preprocess\": \"{unknown}\" is not a feature column"),
+                    Some(format!("The feature columns are: {}.", names.join(", "))),
+                );
+            }
+            PreprocessSpec::Learn {
+                plans,
+                max_categories,
+            }
+        }
+        Tabular::Stored(p) => PreprocessSpec::Fixed(p.clone()),
+    };
+    (exprs, spec)
 }
 
 fn numeric_label_expr(label: &str, t: pg_sys::Oid) -> String {

@@ -6,6 +6,7 @@ use crate::classes::ClassValue;
 use crate::decode::LabelKind;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::TrainParams;
+use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
 use corgipile_ml::trainer::EpochStats;
 use pgrx::pg_sys;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,20 @@ pub struct PipelineConfig {
     pub max_model_bytes: u64,
     /// Catalog name of the relation, for messages.
     pub relation: String,
+    /// Column lists (`FeatureLayout::Tabular`): how the columns become features.
+    pub preprocess: Option<PreprocessSpec>,
+}
+
+/// The preprocessing of a column list.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum PreprocessSpec {
+    /// Learned by the statistics pass of a training.
+    Learn {
+        plans: Vec<ColumnPlan>,
+        max_categories: u32,
+    },
+    /// A stored model's (evaluation).
+    Fixed(Preprocessor),
 }
 
 /// What the SGD node does with the buffers.
@@ -94,6 +109,9 @@ pub enum FeatureLayout {
         index_base: i64,
         n_features: Option<u32>,
     },
+    /// Columns 1..=n are a column list's columns (float8, text or float8[] each, as the
+    /// preprocessing says), encoded into sparse rows.
+    Tabular,
 }
 
 /// How the node turns the label datum into the f64 the trainer sees.
@@ -131,8 +149,12 @@ pub struct TrainOutcome {
     /// Classifiers: label values by class index (binary: [negative, positive]).
     pub classes: Vec<ClassValue>,
     pub standardizer: Option<serde_json::Value>,
+    /// Column lists: the preprocessing (statistics, categories) predictions apply.
+    pub preprocessing: Option<Preprocessor>,
     pub epochs: Vec<EpochRecord>,
     pub rows_trained: u64,
     pub rows_skipped: u64,
     pub seconds: f64,
+    /// The statistics pass before the epochs, if there was one.
+    pub statistics_seconds: Option<f64>,
 }

@@ -15,6 +15,7 @@
 //! which is what makes centering them on a sparse row exact.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -126,9 +127,11 @@ impl ColumnOptions {
                         "category" => Impute::Category,
                         "skip" => Impute::Skip,
                         "error" => Impute::Error,
-                        s => return Err(format!(
-                            "unknown impute \"{s}\" (mean, zero, category, skip or error)"
-                        )),
+                        s => {
+                            return Err(format!(
+                                "unknown impute \"{s}\" (mean, zero, category, skip or error)"
+                            ))
+                        }
                     })
                 }
                 "scale" => {
@@ -254,13 +257,18 @@ fn null_action(impute: Impute) -> NullAction {
 #[derive(Clone, Debug, PartialEq)]
 pub enum PreprocessError {
     /// The category dictionaries outgrew their memory bound.
-    TooManyCategories { column: String, distinct: usize },
+    TooManyCategories {
+        column: String,
+        distinct: usize,
+    },
     ArrayLength {
         column: String,
         got: usize,
         expected: usize,
     },
-    NotFinite { column: String },
+    NotFinite {
+        column: String,
+    },
 }
 
 impl std::fmt::Display for PreprocessError {
@@ -424,7 +432,11 @@ impl StatsBuilder {
                 ColumnStats::Number(m) => {
                     let (mean, std) = m.mean_std();
                     Encoding::Number {
-                        fill: if plan.impute == Impute::Zero { 0.0 } else { mean },
+                        fill: if plan.impute == Impute::Zero {
+                            0.0
+                        } else {
+                            mean
+                        },
                         mean,
                         std,
                     }
@@ -466,7 +478,7 @@ impl StatsBuilder {
                 source: plan.source,
                 offset,
                 impute: plan.impute,
-                scaled: plan.scale == Scale::Standard,
+                scaled: plan.scale == Scale::Standard && plan.source != Source::Text,
                 encoding,
             });
             offset += width;
@@ -540,9 +552,9 @@ pub struct Preprocessor {
     pub n_features: usize,
     /// Rows the statistics were computed from.
     pub rows: u64,
-    /// Category → feature index, per column (one-hot columns only); rebuilt on load.
+    /// Category → feature index, per column (one-hot columns only); built on first use.
     #[serde(skip)]
-    lookup: Vec<HashMap<Box<[u8]>, usize>>,
+    lookup: OnceLock<Vec<HashMap<Box<[u8]>, usize>>>,
 }
 
 impl PartialEq for Preprocessor {
@@ -572,22 +584,18 @@ impl EncodedRow {
 
 impl Preprocessor {
     fn new(columns: Vec<EncodedColumn>, rows: u64) -> Preprocessor {
-        let n_features = columns
-            .last()
-            .map_or(0, |c| c.offset + c.encoding.width());
-        let mut p = Preprocessor {
+        let n_features = columns.last().map_or(0, |c| c.offset + c.encoding.width());
+        Preprocessor {
             columns,
             n_features,
             rows,
-            lookup: Vec::new(),
-        };
-        p.build_lookup();
-        p
+            lookup: OnceLock::new(),
+        }
     }
 
     /// Reads a stored preprocessing; None if it is not one.
     pub fn from_json(v: &Value) -> Option<Preprocessor> {
-        let mut p: Preprocessor = serde_json::from_value(v.clone()).ok()?;
+        let p: Preprocessor = serde_json::from_value(v.clone()).ok()?;
         // Offsets and widths must tile [0, n_features): a stored row is checked, not trusted.
         let mut at = 0;
         for c in &p.columns {
@@ -599,7 +607,6 @@ impl Preprocessor {
         if at != p.n_features {
             return None;
         }
-        p.build_lookup();
         Some(p)
     }
 
@@ -607,19 +614,20 @@ impl Preprocessor {
         serde_json::to_value(self).expect("preprocessing serializes")
     }
 
-    fn build_lookup(&mut self) {
-        self.lookup = self
-            .columns
-            .iter()
-            .map(|c| match &c.encoding {
-                Encoding::OneHot { categories, .. } => categories
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| (k.as_bytes().into(), c.offset + i))
-                    .collect(),
-                _ => HashMap::new(),
-            })
-            .collect();
+    fn lookup(&self) -> &[HashMap<Box<[u8]>, usize>] {
+        self.lookup.get_or_init(|| {
+            self.columns
+                .iter()
+                .map(|c| match &c.encoding {
+                    Encoding::OneHot { categories, .. } => categories
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| (k.as_bytes().into(), c.offset + i))
+                        .collect(),
+                    _ => HashMap::new(),
+                })
+                .collect()
+        })
     }
 
     pub fn null_action(&self, col: usize) -> NullAction {
@@ -689,7 +697,7 @@ impl Preprocessor {
                 null,
             } => {
                 let slot = match value {
-                    Some(v) => self.lookup[col]
+                    Some(v) => self.lookup()[col]
                         .get(v)
                         .copied()
                         .or(other.then_some(c.offset + categories.len())),
@@ -716,7 +724,11 @@ impl Preprocessor {
         for c in self.columns.iter().filter(|c| c.scaled) {
             let mut set = |j: usize, m: f64, s: f64| {
                 mean[j] = m;
-                scale[j] = if s > 0.0 && s.is_finite() { 1.0 / s } else { 1.0 };
+                scale[j] = if s > 0.0 && s.is_finite() {
+                    1.0 / s
+                } else {
+                    1.0
+                };
             };
             match &c.encoding {
                 Encoding::Number { mean, std, .. } => set(c.offset, *mean, *std),
@@ -744,7 +756,9 @@ impl Preprocessor {
         match &c.encoding {
             Encoding::Number { .. } => c.name.clone(),
             Encoding::Array { .. } => format!("{}[{}]", c.name, k + 1),
-            Encoding::OneHot { categories, other, .. } => match categories.get(k) {
+            Encoding::OneHot {
+                categories, other, ..
+            } => match categories.get(k) {
                 Some(v) => format!("{}={}", c.name, v),
                 None if *other && k == categories.len() => format!("{}=(other)", c.name),
                 None => format!("{}=(null)", c.name),

@@ -32,10 +32,10 @@ use serde_json::{json, Map, Value};
 
 use crate::arena::MAX_FEATURES;
 use crate::model::ModelKind;
+use crate::preprocess::PreprocessOptions;
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
-use crate::preprocess::PreprocessOptions;
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_float, get_int, get_model_name,
     get_name, get_name_list, get_preprocess, get_shuffle, get_validation, json_type, unknown_key,

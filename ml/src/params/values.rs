@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::options::{ClassWeight, Features, ShuffleMode, Validation};
-use crate::preprocess::{ColumnOptions, PreprocessOptions};
 use super::{ParamError, TrainParams, MAX_RATE, PARAMS};
+use crate::preprocess::{ColumnOptions, PreprocessOptions};
 
 /// The rule of `key` (what it accepts and its default), "" for an unknown key.
 fn rule(key: &str) -> &'static str {
@@ -287,7 +287,11 @@ pub(super) fn get_name_list(key: &str, v: &Value) -> Result<Vec<String>, ParamEr
         match item.as_str() {
             Some(s) if !s.is_empty() && !names.iter().any(|n| n == s) => names.push(s.to_owned()),
             Some(s) if !s.is_empty() => {
-                return Err(bad_value(key, v, &format!("column \"{s}\" is listed twice")))
+                return Err(bad_value(
+                    key,
+                    v,
+                    &format!("column \"{s}\" is listed twice"),
+                ))
             }
             _ => return Err(bad_value(key, v, "column names must be non-empty strings")),
         }

@@ -42,19 +42,34 @@ fn sample() -> Preprocessor {
 #[test]
 fn statistics_give_means_top_categories_and_a_layout() {
     let p = sample();
-    let Encoding::Number { fill, mean, std } = p.columns[0].encoding else { panic!() };
+    let Encoding::Number { fill, mean, std } = p.columns[0].encoding else {
+        panic!()
+    };
     assert_eq!((fill, mean), (25.0, 25.0)); // NULL not counted; imputed by the mean
     assert!((std - 125f64.sqrt()).abs() < 1e-12);
     // KS (2 rows) first, then the tie CA/NY broken by value; NY pooled into (other).
     assert_eq!(
         p.columns[1].encoding,
-        Encoding::OneHot { categories: vec!["KS".into(), "CA".into()], other: true, null: true }
+        Encoding::OneHot {
+            categories: vec!["KS".into(), "CA".into()],
+            other: true,
+            null: true
+        }
     );
     let offsets: Vec<usize> = p.columns.iter().map(|c| c.offset).collect();
     assert_eq!(offsets, vec![0, 1, 5, 13]);
     assert_eq!(p.n_features, 15);
     let names: Vec<String> = (0..p.n_features).map(|j| p.feature_name(j)).collect();
-    assert_eq!(&names[..5], &["income", "state=KS", "state=CA", "state=(other)", "state=(null)"]);
+    assert_eq!(
+        &names[..5],
+        &[
+            "income",
+            "state=KS",
+            "state=CA",
+            "state=(other)",
+            "state=(null)"
+        ]
+    );
     assert_eq!(names[5], "url#0");
     assert_eq!(&names[13..], &["xy[1]", "xy[2]"]);
 }
@@ -80,9 +95,16 @@ fn rows_encode_sorted_with_nulls_unseen_and_hashed_values() {
     assert_eq!(row.values, vec![1.0, 1.0, 5.0, 2.0]);
     assert!(matches!(
         p.array(3, Some(&[1.0]), &mut row),
-        Err(PreprocessError::ArrayLength { got: 1, expected: 2, .. })
+        Err(PreprocessError::ArrayLength {
+            got: 1,
+            expected: 2,
+            ..
+        })
     ));
-    assert!(matches!(p.number(0, Some(f64::NAN), &mut row), Err(PreprocessError::NotFinite { .. })));
+    assert!(matches!(
+        p.number(0, Some(f64::NAN), &mut row),
+        Err(PreprocessError::NotFinite { .. })
+    ));
 }
 
 #[test]
@@ -93,7 +115,7 @@ fn standardizer_centers_numbers_only_and_folds_back_to_table_units() {
     assert!((s.scale[0] - 1.0 / 125f64.sqrt()).abs() < 1e-15);
     assert_eq!((s.mean[1], s.scale[1]), (0.0, 1.0)); // a category
     assert_eq!(s.scale[14], 1.0); // constant array element: std 0
-    // A model trained on standardized rows, folded, gives the same scores on raw rows.
+                                  // A model trained on standardized rows, folded, gives the same scores on raw rows.
     let mut m = LinearModel::new(ModelKind::Logistic, p.n_features, 1);
     for (j, w) in m.weights.iter_mut().enumerate() {
         *w = (j as f64 - 7.0) / 3.0;
@@ -107,8 +129,14 @@ fn standardizer_centers_numbers_only_and_folds_back_to_table_units() {
     p.array(3, Some(&[2.0, 2.0]), &mut row).unwrap();
     let mut scaled = Vec::new();
     s.apply_sparse(&row.indices, &row.values, &mut scaled);
-    let trained = m.decision(Row::Sparse { indices: &row.indices, values: &scaled });
-    let stored = folded.decision(Row::Sparse { indices: &row.indices, values: &row.values });
+    let trained = m.decision(Row::Sparse {
+        indices: &row.indices,
+        values: &scaled,
+    });
+    let stored = folded.decision(Row::Sparse {
+        indices: &row.indices,
+        values: &row.values,
+    });
     assert!((trained - stored).abs() < 1e-12, "{trained} vs {stored}");
 }
 
@@ -133,24 +161,42 @@ fn options_are_checked_against_the_column_type() {
     let o = |v: Value| ColumnOptions::from_json(&v);
     assert!(o(json!({"encode": "hash", "buckets": 64})).is_ok());
     assert!(o(json!({"buckets": 64})).unwrap_err().contains("hash"));
-    assert!(o(json!({"encode": "ordinal"})).unwrap_err().contains("one_hot or hash"));
-    assert!(o(json!({"impute": "median"})).unwrap_err().contains("mean, zero"));
-    assert!(o(json!({"colour": 1})).unwrap_err().contains("unknown option"));
+    assert!(o(json!({"encode": "ordinal"}))
+        .unwrap_err()
+        .contains("one_hot or hash"));
+    assert!(o(json!({"impute": "median"}))
+        .unwrap_err()
+        .contains("mean, zero"));
+    assert!(o(json!({"colour": 1}))
+        .unwrap_err()
+        .contains("unknown option"));
     assert!(o(json!({"encode": "hash", "buckets": 0})).is_err());
-    let numeric_hash = ColumnOptions { encode: Some(Encode::Hash), ..Default::default() };
+    let numeric_hash = ColumnOptions {
+        encode: Some(Encode::Hash),
+        ..Default::default()
+    };
     assert!(ColumnPlan::resolve("a", Source::Number, Some(&numeric_hash), true).is_err());
-    let text_mean = ColumnOptions { impute: Some(Impute::Mean), ..Default::default() };
+    let text_mean = ColumnOptions {
+        impute: Some(Impute::Mean),
+        ..Default::default()
+    };
     assert!(ColumnPlan::resolve("a", Source::Text, Some(&text_mean), true).is_err());
     let p = ColumnPlan::resolve("a", Source::Number, None, false).unwrap();
     assert_eq!((p.impute, p.scale), (Impute::Mean, Scale::None));
-    let skip = ColumnOptions { impute: Some(Impute::Skip), ..Default::default() };
+    let skip = ColumnOptions {
+        impute: Some(Impute::Skip),
+        ..Default::default()
+    };
     let p = ColumnPlan::resolve("a", Source::Text, Some(&skip), true).unwrap();
     assert_eq!(p.null_action(), NullAction::Skip);
 }
 
 #[test]
 fn category_dictionaries_are_bounded() {
-    let mut s = StatsBuilder::new(vec![plan("id", Source::Text, None)], 10 * (CATEGORY_OVERHEAD + 4));
+    let mut s = StatsBuilder::new(
+        vec![plan("id", Source::Text, None)],
+        10 * (CATEGORY_OVERHEAD + 4),
+    );
     let mut result = Ok(());
     for i in 0..100 {
         s.begin_row();
@@ -159,7 +205,13 @@ fn category_dictionaries_are_bounded() {
             break;
         }
     }
-    assert_eq!(result, Err(PreprocessError::TooManyCategories { column: "id".into(), distinct: 10 }));
+    assert_eq!(
+        result,
+        Err(PreprocessError::TooManyCategories {
+            column: "id".into(),
+            distinct: 10
+        })
+    );
 }
 
 #[test]
@@ -170,5 +222,8 @@ fn hash_buckets_are_stable_and_spread() {
     for i in 0..16_000 {
         counts[bucket(format!("user{i}").as_bytes(), 16)] += 1;
     }
-    assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+    assert!(
+        counts.iter().all(|&c| (800..1200).contains(&c)),
+        "{counts:?}"
+    );
 }

@@ -49,7 +49,10 @@ impl SgdNode {
         let Some(stats) = stats else {
             self.no_rows(shuffle.rows_skipped_this_epoch)
         };
-        if params.normalize {
+        if self.config.layout == FeatureLayout::Tabular {
+            let classes = shuffle.classes.len();
+            config.standardizer = Some(shuffle.finish_statistics(classes));
+        } else if params.normalize {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
             config.standardizer = Some(stats.standardizer(!sparse));
         }
@@ -116,9 +119,13 @@ impl SgdNode {
             params.epochs,
         ));
         let mut train_config = params.train_config(self.config.model);
-        if params.normalize || params.class_weight.is_some() {
+        let tabular = self.config.layout == FeatureLayout::Tabular;
+        let mut statistics_seconds = None;
+        if params.normalize || params.class_weight.is_some() || tabular {
             progress::phase("statistics pass");
+            let pass_started = Instant::now();
             self.statistics_pass(&mut train_config);
+            statistics_seconds = Some(pass_started.elapsed().as_secs_f64());
         }
         let shuffle = self.shuffle();
         let Some(first) = shuffle.next_buffer(None) else {
@@ -127,6 +134,7 @@ impl SgdNode {
         let n_features = match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
             FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
+            FeatureLayout::Tabular => shuffle.preprocessor().map_or(0, |p| p.n_features),
         };
         let standardizer = train_config.standardizer.clone();
         let mut trainer = Trainer::try_new(train_config, n_features)
@@ -250,11 +258,16 @@ impl SgdNode {
             model = model.fold_standardizer(s);
         }
         let classes = self.classes_of(label_map, model.n_outputs);
+        // A column list's scaling is part of its preprocessing (means and deviations).
+        let preprocessing = shuffle.preprocessor().cloned();
         TrainOutcome {
             model,
             classes,
             standardizer: standardizer
+                .filter(|_| preprocessing.is_none())
                 .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
+            preprocessing,
+            statistics_seconds,
             rows_trained: shuffle.rows_this_epoch,
             rows_skipped,
             epochs,

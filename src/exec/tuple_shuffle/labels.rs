@@ -94,6 +94,7 @@ impl TupleShuffle {
                 "the largest feature index, in the row at ctid {}",
                 format_tid(tid)
             ),
+            FeatureLayout::Tabular => "the encoded feature columns".to_string(),
             FeatureLayout::Dense { .. } => format!(
                 "the length of the features, in the row at ctid {}",
                 format_tid(tid)

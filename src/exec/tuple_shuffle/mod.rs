@@ -19,6 +19,8 @@ use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use rows::{decode_features, tid_fraction};
+
+mod tabular;
 use sizing::{buffer_size_text, empty_arena, planned_buffer_bytes};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
@@ -69,6 +71,10 @@ pub struct TupleShuffle {
     pub buffers_filled: u64,
     pub tuples_read: u64,
     table_bytes: u64,
+    /// Column lists: the preprocessing (being learned, then ready), and reusable row scratch.
+    pub encoder: Option<tabular::Encoder>,
+    encoded: corgipile_ml::preprocess::EncodedRow,
+    array_scratch: Vec<f64>,
 }
 
 /// Most columns a training query has: label, indices, values, holdout flag.
@@ -321,9 +327,15 @@ impl TupleShuffle {
         if matches!(target, Target::Validation) && self.first_pass_done {
             return Pulled::Skipped; // collected during the first pass already
         }
+        if matches!(target, Target::Validation) && self.is_learning() {
+            return Pulled::Skipped; // encoded once the statistics pass has learned how
+        }
         let feature_nulls = match self.config.layout {
             FeatureLayout::Dense { .. } => *nulls.add(1),
             FeatureLayout::Sparse { .. } => *nulls.add(1) || *nulls.add(2),
+            FeatureLayout::Tabular => {
+                !*nulls.add(0) && matches!(self.tabular_nulls(nulls, tid), tabular::Nulls::Skip)
+            }
         };
         if *nulls.add(0) || feature_nulls {
             self.rows_skipped_this_epoch += 1;
@@ -331,8 +343,27 @@ impl TupleShuffle {
         }
         let label = self.decode_label(*values.add(0), tid);
         let pushed = match target {
+            Target::Train if self.config.layout == FeatureLayout::Tabular => {
+                let mut a = match arena.take() {
+                    Some(a) => a,
+                    None => self.new_arena_like(values, nulls),
+                };
+                self.decode_tabular(&mut a, label, values, nulls, tid);
+                *arena = Some(a);
+                true
+            }
+            Target::Validation if self.config.layout == FeatureLayout::Tabular => {
+                let mut v = self
+                    .validation
+                    .take()
+                    .unwrap_or_else(|| TupleArena::new_sparse(0, 0));
+                self.decode_tabular(&mut v, label, values, nulls, tid);
+                self.validation = Some(v);
+                self.check_validation_memory();
+                true
+            }
             Target::Train => {
-                let a = arena.get_or_insert_with(|| self.new_arena_like(values));
+                let a = arena.get_or_insert_with(|| self.new_arena_like(values, nulls));
                 decode_features(
                     &self.config.layout,
                     &mut self.n_features,
@@ -354,14 +385,7 @@ impl TupleShuffle {
                     values,
                     tid,
                 );
-                // Held-out rows stay in memory for the whole training: same bound as the buffers.
-                if v.bytes_used() as u64 > self.config.max_buffer_bytes {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                        format!("the validation rows of {} do not fit in corgipile.max_buffer_memory", self.config.relation),
-                        Some("Hold out a smaller fraction, or evaluate afterwards with corgipile_evaluate().".into()),
-                    );
-                }
+                self.check_validation_memory();
                 pushed
             }
         };
@@ -371,6 +395,8 @@ impl TupleShuffle {
         }
         let dimension = match (self.config.layout, target) {
             (FeatureLayout::Dense { .. }, _) => self.n_features.unwrap_or(0),
+            // Checked when the statistics pass fixes the preprocessing.
+            (FeatureLayout::Tabular, _) => 0,
             (FeatureLayout::Sparse { .. }, Target::Train) => {
                 arena.as_ref().map_or(0, |a| a.n_features())
             }
@@ -393,6 +419,18 @@ impl TupleShuffle {
             check_for_interrupts!();
         }
         Pulled::Row
+    }
+
+    /// Held-out rows stay in memory for the whole training: same bound as the buffers.
+    fn check_validation_memory(&self) {
+        let used = self.validation.as_ref().map_or(0, |v| v.bytes_used());
+        if used as u64 > self.config.max_buffer_bytes {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("the validation rows of {} do not fit in corgipile.max_buffer_memory", self.config.relation),
+                Some("Hold out a smaller fraction, or evaluate afterwards with corgipile_evaluate().".into()),
+            );
+        }
     }
 
     fn end_of_scan(&mut self) -> Pulled {
@@ -434,7 +472,14 @@ unsafe fn begin(
     } else {
         ClassDictionary::with_classes(&config.known_classes)
     };
+    let encoder = config
+        .preprocess
+        .as_ref()
+        .map(|spec| tabular::Encoder::new(spec, config.max_buffer_bytes));
     TupleShuffle {
+        encoder,
+        encoded: tabular::new_row(),
+        array_scratch: Vec::new(),
         node: node.cast(),
         classes,
         validation: None,

@@ -96,6 +96,7 @@ pub unsafe fn decode_features(
                 Err(problem) => raise_sparse_problem(tid, "indices", problem),
             }
         }
+        FeatureLayout::Tabular => unreachable!("column lists are decoded by the encoder"),
     }
 }
 

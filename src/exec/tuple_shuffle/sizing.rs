@@ -12,7 +12,11 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 impl TupleShuffle {
     /// The first training arena: the buffer capacity comes from the first row (dense: its
     /// length; sparse: its number of non-zeros).
-    pub(super) unsafe fn new_arena_like(&mut self, values: *mut pg_sys::Datum) -> TupleArena {
+    pub(super) unsafe fn new_arena_like(
+        &mut self,
+        values: *mut pg_sys::Datum,
+        nulls: *mut bool,
+    ) -> TupleArena {
         let bytes_per_tuple = match self.config.layout {
             FeatureLayout::Dense { .. } => {
                 let n = with_float_array(*values.add(1), |f| f.len()).unwrap_or(0);
@@ -21,6 +25,10 @@ impl TupleShuffle {
             FeatureLayout::Sparse { .. } => {
                 let nnz = with_int4_array(*values.add(1), |i| i.len()).unwrap_or(0);
                 TupleArena::bytes_per_sparse_tuple(nnz.max(1))
+            }
+            FeatureLayout::Tabular => {
+                let encoder = self.encoder.as_ref().expect("a column list has an encoder");
+                TupleArena::bytes_per_sparse_tuple(encoder.estimated_nnz(values, nulls))
             }
         };
         // resolve_buffer_tuples works in dense-equivalent features: (n + 1) * 8 bytes per tuple.
@@ -61,7 +69,7 @@ impl TupleShuffle {
                 let n = bytes_per_tuple / 8 - 1;
                 TupleArena::try_new(n, reserve)
             }
-            FeatureLayout::Sparse { .. } => {
+            FeatureLayout::Sparse { .. } | FeatureLayout::Tabular => {
                 let nnz = (bytes_per_tuple.saturating_sub(16)) / 12;
                 TupleArena::try_new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
             }
@@ -79,7 +87,7 @@ impl TupleShuffle {
 pub(super) fn empty_arena(layout: &FeatureLayout, n_features: Option<usize>) -> TupleArena {
     match layout {
         FeatureLayout::Dense { .. } => TupleArena::new(n_features.unwrap_or(0), 0),
-        FeatureLayout::Sparse { .. } => TupleArena::new_sparse(0, 0),
+        FeatureLayout::Sparse { .. } | FeatureLayout::Tabular => TupleArena::new_sparse(0, 0),
     }
 }
 

@@ -1,0 +1,258 @@
+//! Column lists: each row's columns (float8, text or float8[] datums, as the query casts
+//! them) go to the statistics pass while the preprocessing is learned, then are encoded into
+//! sparse rows by it. Backend thread only (datums are read in place).
+
+use super::TupleShuffle;
+use crate::decode::{format_tid, with_float_array, with_text_bytes, ArrayProblem, FloatSlice};
+use crate::error::raise;
+use crate::pipeline::PreprocessSpec;
+use corgipile_ml::arena::TupleArena;
+use corgipile_ml::preprocess::{
+    ColumnPlan, EncodedRow, NullAction, PreprocessError, Preprocessor, Source, StatsBuilder,
+};
+use corgipile_ml::stats::Standardizer;
+use pgrx::{pg_sys, PgSqlErrorCode};
+
+/// The preprocessing of a column list: being learned, or ready to encode.
+pub enum Encoder {
+    Learning(StatsBuilder),
+    Ready(Preprocessor),
+}
+
+impl Encoder {
+    pub fn new(spec: &PreprocessSpec, max_dictionary_bytes: u64) -> Encoder {
+        match spec {
+            PreprocessSpec::Learn { plans, .. } => Encoder::Learning(StatsBuilder::new(
+                plans.clone(),
+                usize::try_from(max_dictionary_bytes).unwrap_or(usize::MAX),
+            )),
+            PreprocessSpec::Fixed(p) => Encoder::Ready(p.clone()),
+        }
+    }
+
+    fn sources(&self) -> impl Iterator<Item = (Source, NullAction, &str)> {
+        let (plans, ready): (&[ColumnPlan], _) = match self {
+            Encoder::Learning(s) => (s.plans(), None),
+            Encoder::Ready(p) => (&[], Some(p)),
+        };
+        let learning = plans.iter().map(|p| (p.source, p.null_action(), p.name.as_str()));
+        let ready = ready.into_iter().flat_map(|p| {
+            p.columns
+                .iter()
+                .enumerate()
+                .map(move |(i, c)| (c.source, p.null_action(i), c.name.as_str()))
+        });
+        learning.chain(ready)
+    }
+
+    /// Estimated non-zeros of a row (for sizing buffers): numbers and text columns one each,
+    /// arrays their length in this row.
+    pub unsafe fn estimated_nnz(&self, values: *mut pg_sys::Datum, nulls: *mut bool) -> usize {
+        self.sources()
+            .enumerate()
+            .map(|(i, (source, _, _))| match source {
+                Source::NumberArray if !*nulls.add(1 + i) => {
+                    with_float_array(*values.add(1 + i), |a| a.len()).unwrap_or(0)
+                }
+                _ => 1,
+            })
+            .sum::<usize>()
+            .max(1)
+    }
+}
+
+/// What the NULLs of a row ask for.
+pub enum Nulls {
+    Keep,
+    Skip,
+}
+
+impl TupleShuffle {
+    /// The NULL policy on a row's columns: keep it (NULLs imputed), skip it, or an ERROR.
+    pub(super) unsafe fn tabular_nulls(
+        &self,
+        nulls: *mut bool,
+        tid: &pg_sys::ItemPointerData,
+    ) -> Nulls {
+        let encoder = self.encoder.as_ref().expect("a column list has an encoder");
+        let mut result = Nulls::Keep;
+        for (i, (_, action, name)) in encoder.sources().enumerate() {
+            if !*nulls.add(1 + i) {
+                continue;
+            }
+            match action {
+                NullAction::Encode => {}
+                NullAction::Skip => result = Nulls::Skip,
+                NullAction::Error => raise(
+                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                    format!("row at ctid {}: column \"{name}\" is NULL", format_tid(tid)),
+                    Some(format!("The model was told \"impute\": \"error\" for \"{name}\"; use \"mean\", \"zero\" (numbers), \"category\" (text) or \"skip\" to accept NULLs.")),
+                ),
+            }
+        }
+        result
+    }
+
+    /// Learn from or encode one kept training row into `arena` (learning: the label only, so
+    /// that the statistics pass still counts classes).
+    pub(super) unsafe fn decode_tabular(
+        &mut self,
+        arena: &mut TupleArena,
+        label: f64,
+        values: *mut pg_sys::Datum,
+        nulls: *mut bool,
+        tid: &pg_sys::ItemPointerData,
+    ) {
+        let mut row = std::mem::take(&mut self.encoded);
+        row.clear();
+        let mut scratch = std::mem::take(&mut self.array_scratch);
+        let encoder = self.encoder.as_mut().expect("a column list has an encoder");
+        let n = match encoder {
+            Encoder::Learning(s) => {
+                s.begin_row();
+                s.plans().len()
+            }
+            Encoder::Ready(p) => p.columns.len(),
+        };
+        for i in 0..n {
+            let (datum, null) = (*values.add(1 + i), *nulls.add(1 + i));
+            let source = match encoder {
+                Encoder::Learning(s) => s.plans()[i].source,
+                Encoder::Ready(p) => p.columns[i].source,
+            };
+            let result = match source {
+                Source::Number => {
+                    let v = (!null).then(|| f64::from_bits(datum.value() as u64));
+                    match encoder {
+                        Encoder::Learning(s) => s.number(i, v),
+                        Encoder::Ready(p) => p.number(i, v, &mut row),
+                    }
+                }
+                Source::Text => {
+                    let mut text = |v: Option<&[u8]>| match encoder {
+                        Encoder::Learning(s) => s.text(i, v),
+                        Encoder::Ready(p) => {
+                            p.text(i, v, &mut row);
+                            Ok(())
+                        }
+                    };
+                    if null {
+                        text(None)
+                    } else {
+                        with_text_bytes(datum, |b| text(Some(b)))
+                    }
+                }
+                Source::NumberArray => {
+                    let array = if null {
+                        None
+                    } else {
+                        let read = with_float_array(datum, |a| {
+                            scratch.clear();
+                            match a {
+                                FloatSlice::F64(x) => scratch.extend_from_slice(x),
+                                FloatSlice::F32(x) => scratch.extend(x.iter().map(|&v| v as f64)),
+                            }
+                        });
+                        match read {
+                            Ok(()) => {}
+                            Err(ArrayProblem::Empty) => scratch.clear(),
+                            Err(problem) => raise(
+                                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                                format!("row at ctid {}: column \"{}\": {problem}", format_tid(tid), column_name(encoder, i)),
+                                Some("Array feature columns must be one-dimensional, without NULL elements.".into()),
+                            ),
+                        }
+                        Some(scratch.as_slice())
+                    };
+                    match encoder {
+                        Encoder::Learning(s) => s.array(i, array),
+                        Encoder::Ready(p) => p.array(i, array, &mut row),
+                    }
+                }
+            };
+            if let Err(e) = result {
+                raise_preprocess_error(e, tid);
+            }
+        }
+        match encoder {
+            Encoder::Learning(_) => arena.push_sparse(label, &[], &[]),
+            Encoder::Ready(_) => arena.push_sparse(label, &row.indices, &row.values),
+        }
+        self.encoded = row;
+        self.array_scratch = scratch;
+    }
+
+    /// End of the statistics pass: the preprocessing is fixed, its model size checked, and
+    /// the scaling the trainer applies returned. The next pass collects held-out rows (the
+    /// statistics pass could not encode them yet).
+    pub fn finish_statistics(&mut self, classes: usize) -> Standardizer {
+        let Some(Encoder::Learning(_)) = &self.encoder else {
+            unreachable!("statistics are learned once, for a column list")
+        };
+        let Some(PreprocessSpec::Learn { max_categories, .. }) = &self.config.preprocess else {
+            unreachable!("a learning encoder comes from a Learn spec")
+        };
+        let max_categories = *max_categories as usize;
+        let Some(Encoder::Learning(stats)) = self.encoder.take() else {
+            unreachable!()
+        };
+        let p = stats.finish(max_categories);
+        crate::guc::check_model_size(
+            p.n_features as u64,
+            classes.max(1) as u64,
+            self.config.max_model_bytes,
+            "the encoded feature columns (numbers, array elements, kept categories and hash buckets)",
+        );
+        self.checked_features = p.n_features;
+        let standardizer = p.standardizer();
+        self.encoder = Some(Encoder::Ready(p));
+        self.first_pass_done = false;
+        standardizer
+    }
+
+    /// The preprocessing, once learned (or given).
+    pub fn preprocessor(&self) -> Option<&Preprocessor> {
+        match &self.encoder {
+            Some(Encoder::Ready(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    pub fn is_learning(&self) -> bool {
+        matches!(self.encoder, Some(Encoder::Learning(_)))
+    }
+}
+
+fn column_name(encoder: &Encoder, i: usize) -> String {
+    match encoder {
+        Encoder::Learning(s) => s.plans()[i].name.clone(),
+        Encoder::Ready(p) => p.columns[i].name.clone(),
+    }
+}
+
+unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerData) -> ! {
+    let (code, hint) = match &e {
+        PreprocessError::TooManyCategories { column, .. } => (
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("Hash the column instead: \"preprocess\": {{\"{column}\": {{\"encode\": \"hash\"}}}}, or leave it out."),
+        ),
+        PreprocessError::ArrayLength { .. } => (
+            PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+            "Every row's array in a feature column must have the same length.".into(),
+        ),
+        PreprocessError::NotFinite { .. } => (
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            "Feature values must be finite numbers.".into(),
+        ),
+    };
+    raise(
+        code,
+        format!("row at ctid {}: {e}", format_tid(tid)),
+        Some(hint),
+    )
+}
+
+/// An empty encoded row, for `TupleShuffle`'s reusable scratch.
+pub fn new_row() -> EncodedRow {
+    EncodedRow::default()
+}
