@@ -129,8 +129,10 @@ type CoefficientRow = (Option<String>, String, Option<i64>, f64);
 /// A model's coefficients in the units of the training table (a `normalize` standardizer is
 /// folded in), one row per (class, feature) plus one '(intercept)' row per class; comparable
 /// with scikit-learn's coef_ and intercept_. class: the positive class of a binary classifier,
-/// each class of softmax, NULL for linear (all as the label column shows them). feature: the column name for a column list,
-/// "col[i]" (1-based) for an array column, the index (in the model's index base) for sparse.
+/// each class of softmax, NULL for linear (all as the label column shows them). feature: for
+/// a column list the column name (`col`, `col[i]` for an array element, `col=value`,
+/// `col=(other)`, `col=(null)` for categories, `col#b` for a hash bucket); "col[i]" (1-based)
+/// for an array column; the index (in the model's index base) for sparse.
 fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let stored = load_model_ref(key);
     let (kind, n_features, n_outputs) = (
@@ -162,15 +164,18 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
                         stored.model.bias[k],
                     );
                 }
-                let (name, index) = match &stored.features {
-                    serde_json::Value::Array(cols) => (
+                let (name, index) = match (&stored.preprocessing, &stored.features) {
+                    (Some(p), _) => (p.feature_name(j), j as i64 + 1),
+                    (None, serde_json::Value::Array(cols)) => (
                         cols.get(j)
                             .and_then(|c| c.as_str())
                             .unwrap_or("")
                             .to_owned(),
                         j as i64 + 1,
                     ),
-                    serde_json::Value::String(col) => (format!("{col}[{}]", j + 1), j as i64 + 1),
+                    (None, serde_json::Value::String(col)) => {
+                        (format!("{col}[{}]", j + 1), j as i64 + 1)
+                    }
                     _ => (
                         (j as i64 + stored.index_base).to_string(),
                         j as i64 + stored.index_base,

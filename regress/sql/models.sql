@@ -17,10 +17,12 @@ SELECT corgipile_predict_proba(:lin, ARRAY[1, 2]::float8[]);
 SELECT corgipile_train('reg', 'linear', '{"features": ["a", "nope"], "label": "y"}');
 SELECT corgipile_train('reg', 'linear', '{"features": ["a", "b"], "label": "y", "fit_intercept": false, "epochs": 1, "seed": 1}') AS noint \gset
 SELECT bias FROM corgipile.models WHERE id = :noint;
--- A NULL in a listed column skips the row.
+-- A NULL in a listed column is imputed (the column's mean); "impute": "skip" skips the row.
 INSERT INTO reg VALUES (-1, NULL, 1, 3);
 SELECT corgipile_train('reg', 'linear', '{"features": ["a", "b"], "label": "y", "epochs": 1, "seed": 1}') AS withnull \gset
 SELECT rows_trained, rows_skipped FROM corgipile.models WHERE id = :withnull;
+SELECT corgipile_train('reg', 'linear', '{"features": ["a", "b"], "label": "y", "epochs": 1, "seed": 1, "preprocess": {"a": {"impute": "skip"}}}') AS skipnull \gset
+SELECT rows_trained, rows_skipped FROM corgipile.models WHERE id = :skipnull;
 
 -- Softmax over integer and text labels, integer array features.
 CREATE TABLE blobs AS

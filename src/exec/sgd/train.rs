@@ -51,10 +51,11 @@ impl SgdNode {
         };
         if self.config.layout == FeatureLayout::Tabular {
             let classes = shuffle.classes.len();
-            config.standardizer = Some(shuffle.finish_statistics(classes));
+            config.standardizer = Some(shuffle.finish_statistics(classes, params.fit_intercept));
         } else if params.normalize {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
-            config.standardizer = Some(stats.standardizer(!sparse));
+            // Centering would give a model without an intercept one in the table's units.
+            config.standardizer = Some(stats.standardizer(!sparse && params.fit_intercept));
         }
         if let (Some(class_weight), true) =
             (&params.class_weight, self.config.model.is_classifier())

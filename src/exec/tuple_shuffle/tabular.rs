@@ -183,9 +183,10 @@ impl TupleShuffle {
     }
 
     /// End of the statistics pass: the preprocessing is fixed, its model size checked, and
-    /// the scaling the trainer applies returned. The next pass collects held-out rows (the
-    /// statistics pass could not encode them yet).
-    pub fn finish_statistics(&mut self, classes: usize) -> Standardizer {
+    /// the scaling the trainer applies returned (`center`: false without an intercept, which
+    /// centering would bring back). The next pass collects held-out rows (the statistics pass
+    /// could not encode them yet).
+    pub fn finish_statistics(&mut self, classes: usize, center: bool) -> Standardizer {
         let Some(Encoder::Learning(_)) = &self.encoder else {
             unreachable!("statistics are learned once, for a column list")
         };
@@ -204,7 +205,11 @@ impl TupleShuffle {
             "the encoded feature columns (numbers, array elements, kept categories and hash buckets)",
         );
         self.checked_features = p.n_features;
-        let standardizer = p.standardizer();
+        let mut standardizer = p.standardizer();
+        if !center {
+            standardizer.mean.iter_mut().for_each(|m| *m = 0.0);
+            standardizer.center = false;
+        }
         self.encoder = Some(Encoder::Ready(p));
         self.first_pass_done = false;
         standardizer

@@ -14,6 +14,9 @@ use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;
 
+mod row;
+use row::{with_row, RecordArg};
+
 /// A sparse feature vector from SQL, checked against the model and rebased to 0.
 struct SparseFeatures(Vec<u32>, Vec<f64>);
 
@@ -195,7 +198,7 @@ impl<'a> ModelRef<'a> {
 /// The model argument of a prediction call as given: an id, or the bytes of a text argument
 /// (compared as bytes with the cached one, so a cached call neither validates nor parses it).
 #[derive(Clone, Copy)]
-enum ModelArg<'a> {
+pub(crate) enum ModelArg<'a> {
     Id(i64),
     Text(&'a [u8]),
 }
@@ -260,11 +263,12 @@ fn current_command_id() -> pg_sys::CommandId {
     unsafe { get_current_command_id_unguarded(false) }
 }
 
-/// A model cached in a call site's `fn_extra`.
+/// A model cached in a call site's `fn_extra`, with the row layout of by-row predictions.
 struct CallCache {
     command_id: pg_sys::CommandId,
     arg: OwnedModelArg,
     model: Rc<StoredModel>,
+    rows: row::RowCache,
 }
 
 /// The model for this call. Cached in the call site's `fn_extra` (which lives as long as the
@@ -272,33 +276,43 @@ struct CallCache {
 /// up once; a new command id (e.g. after a DELETE or a deploy in the same transaction) reloads
 /// it.
 fn model_for_call(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> Rc<StoredModel> {
+    cached_call(fcinfo, arg).model.clone()
+}
+
+/// This call site's cache, with the model `arg` stands for now.
+fn cached_call<'a>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> &'a mut CallCache {
     // SAFETY: fcinfo and its flinfo are valid for this call; fn_extra belongs to this function's
-    // FmgrInfo and lives in fn_mcxt; we only ever store there a CallCache made by
-    // leak_and_drop_on_delete in that context, so the cast is sound.
+    // FmgrInfo and lives in fn_mcxt (longer than the call); we only ever store there a
+    // CallCache made by leak_and_drop_on_delete in that context, so the cast is sound, and
+    // the caller's borrow ends with the call.
     unsafe {
         let command_id = current_command_id();
         let flinfo = (*fcinfo).flinfo;
         let cached = (*flinfo).fn_extra.cast::<CallCache>();
-        if let Some(c) = cached.as_ref() {
+        if let Some(c) = cached.as_mut() {
             if c.arg.is(arg) && c.command_id == command_id {
-                return c.model.clone();
+                return c;
             }
         }
         let model = load_model_arg(arg);
         let entry = CallCache {
             command_id,
             arg: arg.into(),
-            model: model.clone(),
+            model,
+            rows: row::RowCache::new(),
         };
         match cached.as_mut() {
-            Some(c) => *c = entry,
+            Some(c) => {
+                *c = entry;
+                c
+            }
             None => {
-                (*flinfo).fn_extra = PgMemoryContexts::For((*flinfo).fn_mcxt)
-                    .leak_and_drop_on_delete(entry)
-                    .cast();
+                let c = PgMemoryContexts::For((*flinfo).fn_mcxt)
+                    .leak_and_drop_on_delete(entry);
+                (*flinfo).fn_extra = c.cast();
+                &mut *c
             }
         }
-        model
     }
 }
 
@@ -562,4 +576,80 @@ fn corgipile_decision_function_sparse_by_name(
     by_name(model_name, |arg| {
         sparse(fcinfo, arg, indices, values, decision_function)
     })
+}
+
+// Whole rows: the model's columns by name, encoded by its stored preprocessing. NULL when
+// the row has a NULL in a column the model skips rows for ("impute": "skip").
+
+/// The predicted label (or value) for a whole row of a table with the model's columns.
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
+fn corgipile_predict_row(
+    model_id: i64,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<f64> {
+    with_row(fcinfo, ModelArg::Id(model_id), row, predict_number)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
+fn corgipile_predict_row_by_name(
+    model_name: TextArg,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<f64> {
+    by_name(model_name, |arg| with_row(fcinfo, arg, row, predict_number))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
+fn corgipile_predict_class_row(
+    model_id: i64,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<String> {
+    with_row(fcinfo, ModelArg::Id(model_id), row, predict_class)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
+fn corgipile_predict_class_row_by_name(
+    model_name: TextArg,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<String> {
+    by_name(model_name, |arg| with_row(fcinfo, arg, row, predict_class))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
+fn corgipile_predict_proba_row(
+    model_id: i64,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<Vec<f64>> {
+    with_row(fcinfo, ModelArg::Id(model_id), row, predict_proba)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
+fn corgipile_predict_proba_row_by_name(
+    model_name: TextArg,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<Vec<f64>> {
+    by_name(model_name, |arg| with_row(fcinfo, arg, row, predict_proba))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
+fn corgipile_decision_function_row(
+    model_id: i64,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<f64> {
+    with_row(fcinfo, ModelArg::Id(model_id), row, decision_function)
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
+fn corgipile_decision_function_row_by_name(
+    model_name: TextArg,
+    row: RecordArg,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<f64> {
+    by_name(model_name, |arg| with_row(fcinfo, arg, row, decision_function))
 }

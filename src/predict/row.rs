@@ -1,0 +1,339 @@
+//! Predictions from a whole row: `corgipile_predict('churn', c) FROM customers c`. The row's
+//! columns are matched to the model's by name (once per call site and row type), read in
+//! place, and encoded by the model's stored preprocessing, as in training.
+
+use super::{cached_call, ModelArg};
+use crate::catalog::StoredModel;
+use crate::decode::{with_float_array, with_text_bytes, ArrayProblem, FloatSlice};
+use crate::error::raise;
+use corgipile_ml::model::Row;
+use corgipile_ml::preprocess::{EncodedRow, NullAction, Preprocessor, Source};
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+use std::ffi::CStr;
+
+/// A composite (row) argument kept as its datum.
+pub struct RecordArg(pub pg_sys::Datum);
+
+impl pgrx::FromDatum for RecordArg {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        (!is_null).then_some(RecordArg(datum))
+    }
+}
+
+// SAFETY: unboxed exactly like pgrx's own FromDatum-based argument types.
+unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for RecordArg {
+    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+        let index = arg.index();
+        arg.unbox_arg_using_from_datum()
+            .unwrap_or_else(|| panic!("argument {index} must not be null"))
+    }
+    unsafe fn unbox_nullable_arg(
+        arg: pgrx::callconv::Arg<'_, 'fcx>,
+    ) -> pgrx::nullable::Nullable<Self> {
+        arg.unbox_arg_using_from_datum().into()
+    }
+}
+pgrx::impl_sql_translatable!(RecordArg, arg_only = "record");
+
+/// How a row column's datum is read.
+#[derive(Clone, Copy)]
+enum Read {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    Numeric,
+    /// text, varchar (and domains over them): the bytes in place.
+    Text,
+    /// char(n): the bytes without trailing blanks, as `::text` gives them in training.
+    Bpchar,
+    /// name, enums: the type's output function.
+    Output(pg_sys::Oid),
+    /// float8[] / float4[].
+    FloatArray,
+}
+
+/// A row type matched against a model: per model column, its attribute and how to read it.
+struct RowLayout {
+    model_id: i64,
+    type_id: pg_sys::Oid,
+    typmod: i32,
+    /// A copy of the row type's descriptor, in the call site's memory context.
+    desc: pg_sys::TupleDesc,
+    columns: Vec<(usize, Read)>,
+    values: Vec<pg_sys::Datum>,
+    nulls: Vec<bool>,
+    encoded: EncodedRow,
+    scratch: Vec<f64>,
+}
+
+fn not_for_rows(model: &StoredModel) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+        format!(
+            "model {} was trained on an array of features, not on named columns",
+            model.id
+        ),
+        Some("Pass its features as an array (or an indices/values pair); a row works for models trained with \"features\": [column, ...] or \"*\".".into()),
+    )
+}
+
+/// The descriptor of a composite datum's row type, and its type id and typmod.
+unsafe fn row_type(header: pg_sys::HeapTupleHeader) -> (pg_sys::Oid, i32) {
+    let fields = (*header).t_choice.t_datum;
+    (fields.datum_typeid, fields.datum_typmod)
+}
+
+unsafe fn type_name(oid: pg_sys::Oid) -> String {
+    CStr::from_ptr(pg_sys::format_type_be(oid))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Match the model's columns to the row type's attributes, by name; a missing column or an
+/// unusable type is an ERROR naming it.
+unsafe fn layout_for(
+    model: &StoredModel,
+    p: &Preprocessor,
+    type_id: pg_sys::Oid,
+    typmod: i32,
+    mcxt: pg_sys::MemoryContext,
+) -> RowLayout {
+    let cached = pg_sys::lookup_rowtype_tupdesc(type_id, typmod);
+    let desc = PgMemoryContexts::For(mcxt).switch_to(|_| pg_sys::CreateTupleDescCopy(cached));
+    pg_sys::DecrTupleDescRefCount(cached);
+    let natts = (*desc).natts as usize;
+    let attrs = (*desc).attrs.as_slice(natts);
+    let mut columns = Vec::with_capacity(p.columns.len());
+    for c in &p.columns {
+        let found = attrs.iter().position(|a| {
+            !a.attisdropped
+                && CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == c.name.as_bytes()
+        });
+        let Some(at) = found else {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+                format!("the row has no column \"{}\", which model {} uses", c.name, model.id),
+                Some(format!(
+                    "Model {} reads the columns {}.",
+                    model.id,
+                    p.column_names().collect::<Vec<_>>().join(", ")
+                )),
+            );
+        };
+        let t = attrs[at].atttypid;
+        let base = pg_sys::getBaseType(t);
+        let read = match (c.source, base) {
+            (Source::Number, pg_sys::BOOLOID) => Some(Read::Bool),
+            (Source::Number, pg_sys::INT2OID) => Some(Read::Int2),
+            (Source::Number, pg_sys::INT4OID) => Some(Read::Int4),
+            (Source::Number, pg_sys::INT8OID) => Some(Read::Int8),
+            (Source::Number, pg_sys::FLOAT4OID) => Some(Read::Float4),
+            (Source::Number, pg_sys::FLOAT8OID) => Some(Read::Float8),
+            (Source::Number, pg_sys::NUMERICOID) => Some(Read::Numeric),
+            (Source::Text, pg_sys::TEXTOID | pg_sys::VARCHAROID) => Some(Read::Text),
+            (Source::Text, pg_sys::BPCHAROID) => Some(Read::Bpchar),
+            (Source::Text, b) if b == pg_sys::NAMEOID || pg_sys::type_is_enum(b) => {
+                let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
+                pg_sys::getTypeOutputInfo(b, &mut output, &mut varlena);
+                Some(Read::Output(output))
+            }
+            (Source::NumberArray, pg_sys::FLOAT8ARRAYOID | pg_sys::FLOAT4ARRAYOID) => {
+                Some(Read::FloatArray)
+            }
+            _ => None,
+        };
+        let Some(read) = read else {
+            let wanted = match c.source {
+                Source::Number => "a number or boolean",
+                Source::Text => "text (text, varchar, char, name or an enum)",
+                Source::NumberArray => "float8[] or float4[] (cast other arrays)",
+            };
+            raise(
+                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                format!(
+                    "column \"{}\" of the row has type {}, but model {} needs {wanted}",
+                    c.name,
+                    type_name(t),
+                    model.id
+                ),
+                None,
+            );
+        };
+        columns.push((at, read));
+    }
+    RowLayout {
+        model_id: model.id,
+        type_id,
+        typmod,
+        desc,
+        columns,
+        values: vec![pg_sys::Datum::from(0usize); natts],
+        nulls: vec![true; natts],
+        encoded: EncodedRow::default(),
+        scratch: Vec::new(),
+    }
+}
+
+impl RowLayout {
+    /// Encode the row into `self.encoded`; false when a NULL makes the model skip such rows.
+    unsafe fn encode(&mut self, header: pg_sys::HeapTupleHeader, p: &Preprocessor) -> bool {
+        let mut tuple = pg_sys::HeapTupleData {
+            // The 4-byte varlena header of a (detoasted) composite datum holds its length.
+            t_len: (*header).t_choice.t_datum.datum_len_ as u32 >> 2,
+            t_self: pg_sys::ItemPointerData::default(),
+            t_tableOid: pg_sys::Oid::INVALID,
+            t_data: header,
+        };
+        pg_sys::heap_deform_tuple(
+            &mut tuple,
+            self.desc,
+            self.values.as_mut_ptr(),
+            self.nulls.as_mut_ptr(),
+        );
+        let row = &mut self.encoded;
+        row.clear();
+        for (i, &(at, read)) in self.columns.iter().enumerate() {
+            let (datum, null) = (self.values[at], self.nulls[at]);
+            if null {
+                match p.null_action(i) {
+                    NullAction::Encode => {}
+                    NullAction::Skip => return false,
+                    NullAction::Error => raise(
+                        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                        format!("column \"{}\" is NULL", p.columns[i].name),
+                        Some("The model was trained with \"impute\": \"error\" for this column.".into()),
+                    ),
+                }
+            }
+            let result = match read {
+                Read::Text | Read::Bpchar | Read::Output(_) => {
+                    if null {
+                        p.text(i, None, row);
+                    } else {
+                        match read {
+                            Read::Output(f) => {
+                                let text = pg_sys::OidOutputFunctionCall(f, datum);
+                                p.text(i, Some(CStr::from_ptr(text).to_bytes()), row);
+                                pg_sys::pfree(text.cast());
+                            }
+                            Read::Bpchar => with_text_bytes(datum, |b| {
+                                let end = b.iter().rposition(|&c| c != b' ').map_or(0, |e| e + 1);
+                                p.text(i, Some(&b[..end]), row)
+                            }),
+                            _ => with_text_bytes(datum, |b| p.text(i, Some(b), row)),
+                        }
+                    }
+                    Ok(())
+                }
+                Read::FloatArray => {
+                    let values = if null {
+                        None
+                    } else {
+                        let scratch = &mut self.scratch;
+                        let read = with_float_array(datum, |a| {
+                            scratch.clear();
+                            match a {
+                                FloatSlice::F64(x) => scratch.extend_from_slice(x),
+                                FloatSlice::F32(x) => scratch.extend(x.iter().map(|&v| v as f64)),
+                            }
+                        });
+                        match read {
+                            Ok(()) => {}
+                            Err(ArrayProblem::Empty) => scratch.clear(),
+                            Err(problem) => raise(
+                                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                                format!("column \"{}\": {problem}", p.columns[i].name),
+                                None,
+                            ),
+                        }
+                        Some(scratch.as_slice())
+                    };
+                    p.array(i, values, row)
+                }
+                number => {
+                    let v = (!null).then(|| match number {
+                        Read::Bool => (datum.value() & 0xff != 0) as u8 as f64,
+                        Read::Int2 => datum.value() as i16 as f64,
+                        Read::Int4 => datum.value() as i32 as f64,
+                        Read::Int8 => datum.value() as i64 as f64,
+                        Read::Float4 => f32::from_bits(datum.value() as u32) as f64,
+                        Read::Float8 => f64::from_bits(datum.value() as u64),
+                        _ => pgrx::direct_function_call::<f64>(
+                            pg_sys::numeric_float8,
+                            &[Some(datum)],
+                        )
+                        .unwrap_or(f64::NAN),
+                    });
+                    p.number(i, v, row)
+                }
+            };
+            if let Err(e) = result {
+                raise(
+                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                    e.to_string(),
+                    None,
+                );
+            }
+        }
+        true
+    }
+}
+
+/// The per-call-site row layout (in `fn_extra`, next to the cached model).
+pub struct RowCache(Option<RowLayout>);
+
+impl RowCache {
+    pub fn new() -> Self {
+        RowCache(None)
+    }
+}
+
+impl Default for RowCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Apply `f` to a whole row encoded by the model's preprocessing; None (SQL NULL) when the
+/// row has a NULL in a column the model skips rows for.
+pub fn with_row<R>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    arg: ModelArg,
+    record: RecordArg,
+    f: fn(&StoredModel, Row) -> R,
+) -> Option<R> {
+    let call = cached_call(fcinfo, arg);
+    let model = call.model.clone();
+    let cache = &mut call.rows;
+    let Some(p) = &model.preprocessing else {
+        not_for_rows(&model)
+    };
+    // SAFETY: a non-NULL composite argument of this call (the functions are strict);
+    // pg_detoast_datum returns the header in place or a palloc'd copy, valid for the call.
+    // `cache` lives in fn_extra (fn_mcxt), which outlives the call.
+    unsafe {
+        let header = pg_sys::pg_detoast_datum(record.0.cast_mut_ptr()).cast::<pg_sys::HeapTupleHeaderData>();
+        let (type_id, typmod) = row_type(header);
+        let fresh = !matches!(&cache.0, Some(l) if l.model_id == model.id && l.type_id == type_id && l.typmod == typmod);
+        if fresh {
+            cache.0 = Some(layout_for(&model, p, type_id, typmod, (*(*fcinfo).flinfo).fn_mcxt));
+        }
+        let layout = cache.0.as_mut().expect("set above");
+        if !layout.encode(header, p) {
+            return None;
+        }
+        let row = Row::Sparse {
+            indices: &layout.encoded.indices,
+            values: &layout.encoded.values,
+        };
+        Some(f(&model, row))
+    }
+}
