@@ -351,6 +351,18 @@ fn with_dense<R>(model: &StoredModel, features: Float8ArrayArg, f: impl FnOnce(R
 
 type Predictor<R> = fn(&StoredModel, Row) -> R;
 
+/// A model trained on named columns encodes rows itself: an array would skip its
+/// preprocessing (imputation, categories), so it is refused.
+fn not_for_arrays(model: &StoredModel) {
+    if model.preprocessing.is_some() {
+        raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!("model {} was trained on named columns: predict from a row", model.id),
+            Some(format!("Pass a row with the model's columns, e.g. SELECT corgipile_predict({}, t) FROM my_table t.", model.id)),
+        );
+    }
+}
+
 fn dense<R>(
     fcinfo: pg_sys::FunctionCallInfo,
     arg: ModelArg,
@@ -358,6 +370,7 @@ fn dense<R>(
     f: Predictor<R>,
 ) -> R {
     let model = model_for_call(fcinfo, arg);
+    not_for_arrays(&model);
     with_dense(&model, features, |row| f(&model, row))
 }
 
@@ -369,6 +382,7 @@ fn sparse<R>(
     f: Predictor<R>,
 ) -> R {
     let model = model_for_call(fcinfo, arg);
+    not_for_arrays(&model);
     f(&model, sparse_features(&model, indices, values).row())
 }
 
