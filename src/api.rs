@@ -317,7 +317,11 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
             );
         }
     }
-    if stored.preprocessing.is_some() && overrides.contains_key("features") {
+    if stored.preprocessing.is_some()
+        && overrides
+            .get("features")
+            .is_some_and(|f| *f != stored.features)
+    {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("model {} reads its feature columns by name: \"features\" cannot be changed", stored.id),

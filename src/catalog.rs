@@ -463,8 +463,10 @@ fn read_model(model_id: i64) -> StoredModel {
         let table = client.select(
             "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
                     coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1),
-                    preprocessing
-             FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
+                    -- (read this way, a 0.3.0 catalog without the column still predicts until
+                    -- ALTER EXTENSION UPDATE)
+                    pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->) 'preprocessing'
+             FROM corgipile.models m WHERE id OPERATOR(pg_catalog.=) $1",
             Some(1),
             &[model_id.into()],
         )?;
@@ -482,7 +484,7 @@ fn read_model(model_id: i64) -> StoredModel {
             row.get::<String>(7)?.unwrap_or_default(),
             row.get::<JsonB>(8)?.map(|j| j.0).unwrap_or_default(),
             row.get::<i64>(9)?.unwrap_or(1),
-            row.get::<JsonB>(10)?.map(|j| j.0),
+            row.get::<JsonB>(10)?.map(|j| j.0).filter(|j| !j.is_null()),
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));

@@ -190,7 +190,7 @@ pub fn format_tid(tid: &pg_sys::ItemPointerData) -> String {
 /// True for an uncompressed, in-line varlena with a 4-byte header, which needs no detoasting
 /// (saves a guarded FFI call per tuple on the hot path).
 #[inline]
-unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
+pub unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
     // SAFETY: every varlena starts with at least one header byte.
     #[cfg(target_endian = "little")]
     {
@@ -309,3 +309,59 @@ from_datum_arg!(
     Int4ArrayArg => "integer[]",
     TextArg => "TEXT"
 );
+
+/// A numeric datum as f64: its base-10000 digits written out as decimal text and parsed by
+/// Rust's correctly rounded parser, which gives the value `::float8` gives (PostgreSQL's
+/// numeric_float8 prints the numeric and calls strtod, also correctly rounded) without a
+/// palloc'd string and a guarded call per value. None for a compressed or external datum,
+/// or NaN/Infinity (the caller then asks PostgreSQL).
+///
+/// # Safety
+/// `datum` must be a non-NULL numeric datum valid for this call.
+pub unsafe fn numeric_to_f64(datum: pg_sys::Datum, text: &mut String) -> Option<f64> {
+    use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, vardata_any, varsize_any_exhdr};
+    use std::fmt::Write;
+    let ptr = datum.cast_mut_ptr::<pg_sys::varlena>();
+    if varatt_is_1b_e(ptr) || varatt_is_4b_c(ptr) {
+        return None;
+    }
+    // SAFETY: an uncompressed, inline numeric: a 2-byte header (short form) or a 2-byte
+    // sign/dscale and a 2-byte weight (long form), then int16 base-10000 digits. Read
+    // unaligned: a packed (1-byte header) datum is not aligned.
+    let len = varsize_any_exhdr(ptr);
+    let bytes = std::slice::from_raw_parts(vardata_any(ptr).cast::<u8>(), len);
+    let u16_at = |i: usize| u16::from_ne_bytes([bytes[i], bytes[i + 1]]);
+    if len < 2 {
+        return None;
+    }
+    let header = u16_at(0);
+    let (negative, weight, digits_at) = match header & 0xC000 {
+        0x8000 => {
+            // Short form: sign 0x2000, weight sign 0x0040, weight 0x003F.
+            let w = (header & 0x003F) as i32;
+            let w = if header & 0x0040 != 0 { w - 64 } else { w };
+            (header & 0x2000 != 0, w, 2)
+        }
+        0xC000 => return None, // NaN, +-Infinity
+        sign if len >= 4 => (sign == 0x4000, u16_at(2) as i16 as i32, 4),
+        _ => return None,
+    };
+    let n = (len - digits_at) / 2;
+    if n == 0 {
+        return Some(0.0);
+    }
+    text.clear();
+    if negative {
+        text.push('-');
+    }
+    for i in 0..n {
+        let digit = u16_at(digits_at + 2 * i);
+        if digit > 9999 {
+            return None;
+        }
+        let _ = write!(text, "{digit:04}");
+    }
+    // The last digit stands for 10000^(weight - n + 1).
+    let _ = write!(text, "e{}", 4 * (weight - n as i32 + 1));
+    text.parse::<f64>().ok()
+}

@@ -138,6 +138,10 @@ unsafe fn column_type(relid: pg_sys::Oid, relname: &str, column: &str, param: &s
             Some(if param == "label" {
                 "Name the label column with the \"label\" param, e.g. '{\"label\": \"my_column\"}'."
                     .into()
+            } else if param == "model" {
+                "The model reads its feature columns by name: the relation must have every column it was trained on.".into()
+            } else if param == "exclude" {
+                "\"exclude\" names columns of the table to leave out of \"features\": \"*\".".into()
             } else {
                 "Name the features with the \"features\" param: a column, a list of columns, or {\"indices\": .., \"values\": ..}.".into()
             }),
@@ -531,7 +535,11 @@ unsafe fn tabular_columns(
                 None,
             );
         }
-        let t = column_type(relid, relname, name, "features");
+        let param = match tabular {
+            Tabular::Stored(_) => "model",
+            Tabular::Train { .. } => "features",
+        };
+        let t = column_type(relid, relname, name, param);
         let Some((source, expr)) = column_source(name, t) else {
             unsupported_type(relname, name, type_name(t))
         };

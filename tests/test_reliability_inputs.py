@@ -303,7 +303,7 @@ def model(tables):
 
 
 def test_predict_bad_input(conn, model):
-    assert scalar(conn, "SELECT corgipile_predict(%s, NULL)", (model,)) is None
+    assert scalar(conn, "SELECT corgipile_predict(%s, NULL::float8[])", (model,)) is None
     assert scalar(conn, "SELECT corgipile_predict(NULL, ARRAY[1,2,3,4]::float8[])") is None
     ok = scalar(conn, "SELECT corgipile_predict(%s, ARRAY[1,2,3,4]::float8[])", (model,))
     assert ok in (0.0, 1.0)

@@ -141,3 +141,27 @@ def test_update_from_0_2_0_matches_a_fresh_install(databases):
         installed = schema_description(fresh)
     for part in installed:
         assert upgraded[part] == installed[part], part
+
+
+def test_update_from_0_3_0_matches_a_fresh_install(databases):
+    """0.3.0 -> current: models get a preprocessing column and predictions from a row appear
+    (tests/test_tabular.py checks that 0.3.0 models predict alike before and after)."""
+    recreate(OLD)
+    with psycopg.connect(dbname=OLD, autocommit=True) as old:
+        old.execute("CREATE EXTENSION corgipile VERSION '0.3.0'")
+        old.execute("ALTER EXTENSION corgipile UPDATE")
+        assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == CURRENT
+        # What 0.4.0 adds works on the updated database: a column list, predicted from rows.
+        old.execute(POINTS)
+        named = scalar(old, "SELECT corgipile_train('pts', 'svm', %s)",
+                       (psycopg.types.json.Jsonb({"label": "flag", "features": ["id", "label"], "epochs": 2,
+                                                  "seed": 1, "verbose": False}),))
+        assert scalar(old, "SELECT count(corgipile_predict(%s, p)) FROM pts p", (named,)) == 3000
+        assert scalar(old, "SELECT preprocessing IS NOT NULL FROM corgipile.models WHERE id = %s", (named,))
+        upgraded = schema_description(old)
+    recreate(FRESH)
+    with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:
+        fresh.execute("CREATE EXTENSION corgipile")
+        installed = schema_description(fresh)
+    for part in installed:
+        assert upgraded[part] == installed[part], part

@@ -15,6 +15,7 @@
 //! which is what makes centering them on a sparse row exact.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -293,6 +294,31 @@ impl std::fmt::Display for PreprocessError {
     }
 }
 
+/// Category bytes → `V`. Keys are short strings looked up once per row and column while
+/// predicting: a multiply-rotate hash (as rustc's FxHash) costs a fraction of SipHash, and
+/// flooding is no concern for a map built from the training table by its owner.
+pub type CategoryMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<FxHasher>>;
+
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(K);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Bytes a distinct category costs in the statistics pass (key plus map overhead).
 const CATEGORY_OVERHEAD: usize = 48;
 
@@ -324,7 +350,7 @@ impl Moments {
 enum ColumnStats {
     Number(Moments),
     Array(Option<Vec<Moments>>),
-    Categories(HashMap<Box<[u8]>, u64>, u64),
+    Categories(CategoryMap<u64>, u64),
     Hashed,
 }
 
@@ -346,7 +372,9 @@ impl StatsBuilder {
             .map(|p| match (p.source, p.encode) {
                 (Source::Number, _) => ColumnStats::Number(Moments::default()),
                 (Source::NumberArray, _) => ColumnStats::Array(None),
-                (Source::Text, Encode::OneHot) => ColumnStats::Categories(HashMap::new(), 0),
+                (Source::Text, Encode::OneHot) => {
+                    ColumnStats::Categories(CategoryMap::default(), 0)
+                }
                 (Source::Text, Encode::Hash) => ColumnStats::Hashed,
             })
             .collect();
@@ -554,7 +582,7 @@ pub struct Preprocessor {
     pub rows: u64,
     /// Category → feature index, per column (one-hot columns only); built on first use.
     #[serde(skip)]
-    lookup: OnceLock<Vec<HashMap<Box<[u8]>, usize>>>,
+    lookup: OnceLock<Vec<CategoryMap<usize>>>,
 }
 
 impl PartialEq for Preprocessor {
@@ -614,7 +642,7 @@ impl Preprocessor {
         serde_json::to_value(self).expect("preprocessing serializes")
     }
 
-    fn lookup(&self) -> &[HashMap<Box<[u8]>, usize>] {
+    fn lookup(&self) -> &[CategoryMap<usize>] {
         self.lookup.get_or_init(|| {
             self.columns
                 .iter()
@@ -624,7 +652,7 @@ impl Preprocessor {
                         .enumerate()
                         .map(|(i, k)| (k.as_bytes().into(), c.offset + i))
                         .collect(),
-                    _ => HashMap::new(),
+                    _ => CategoryMap::default(),
                 })
                 .collect()
         })
@@ -765,6 +793,11 @@ impl Preprocessor {
             },
             Encoding::Hash { .. } => format!("{}#{}", c.name, k),
         }
+    }
+
+    /// Every column a number (one feature each, in column order).
+    pub fn is_numbers_only(&self) -> bool {
+        self.columns.iter().all(|c| c.source == Source::Number)
     }
 
     /// The columns a row must have, by name.

@@ -352,9 +352,15 @@ fn with_dense<R>(model: &StoredModel, features: Float8ArrayArg, f: impl FnOnce(R
 type Predictor<R> = fn(&StoredModel, Row) -> R;
 
 /// A model trained on named columns encodes rows itself: an array would skip its
-/// preprocessing (imputation, categories), so it is refused.
+/// preprocessing (categories, imputation), so it is refused, except for numbers only, one
+/// feature per column, where the array holds the columns' values in training order (the
+/// model's weights are in the table's units).
 fn not_for_arrays(model: &StoredModel) {
-    if model.preprocessing.is_some() {
+    if model
+        .preprocessing
+        .as_ref()
+        .is_some_and(|p| !p.is_numbers_only())
+    {
         raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
             format!("model {} was trained on named columns: predict from a row", model.id),

@@ -4,7 +4,9 @@
 
 use super::{cached_call, ModelArg};
 use crate::catalog::StoredModel;
-use crate::decode::{with_float_array, with_text_bytes, ArrayProblem, FloatSlice};
+use crate::decode::{
+    is_plain_4b, numeric_to_f64, with_float_array, with_text_bytes, ArrayProblem, FloatSlice,
+};
 use crate::error::raise;
 use corgipile_ml::model::Row;
 use corgipile_ml::preprocess::{EncodedRow, NullAction, Preprocessor, Source};
@@ -58,6 +60,8 @@ enum Read {
     Output(pg_sys::Oid),
     /// float8[] / float4[].
     FloatArray,
+    /// Other numeric arrays (int2/int4/int8/numeric elements), converted element by element.
+    NumberArray(pg_sys::Oid),
 }
 
 /// A row type matched against a model: per model column, its attribute and how to read it.
@@ -72,6 +76,7 @@ struct RowLayout {
     nulls: Vec<bool>,
     encoded: EncodedRow,
     scratch: Vec<f64>,
+    numeric_text: String,
 }
 
 fn not_for_rows(model: &StoredModel) -> ! {
@@ -108,7 +113,11 @@ unsafe fn layout_for(
 ) -> RowLayout {
     let cached = pg_sys::lookup_rowtype_tupdesc(type_id, typmod);
     let desc = PgMemoryContexts::For(mcxt).switch_to(|_| pg_sys::CreateTupleDescCopy(cached));
-    pg_sys::DecrTupleDescRefCount(cached);
+    // ReleaseTupleDesc: only reference-counted descriptors are released (a transient record
+    // type's shared descriptor is not counted).
+    if (*cached).tdrefcount >= 0 {
+        pg_sys::DecrTupleDescRefCount(cached);
+    }
     let natts = (*desc).natts as usize;
     let attrs = (*desc).attrs.as_slice(natts);
     let mut columns = Vec::with_capacity(p.columns.len());
@@ -148,13 +157,19 @@ unsafe fn layout_for(
             (Source::NumberArray, pg_sys::FLOAT8ARRAYOID | pg_sys::FLOAT4ARRAYOID) => {
                 Some(Read::FloatArray)
             }
+            (Source::NumberArray, b) => match pg_sys::get_element_type(b) {
+                e @ (pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID | pg_sys::NUMERICOID) => {
+                    Some(Read::NumberArray(e))
+                }
+                _ => None,
+            },
             _ => None,
         };
         let Some(read) = read else {
             let wanted = match c.source {
                 Source::Number => "a number or boolean",
                 Source::Text => "text (text, varchar, char, name or an enum)",
-                Source::NumberArray => "float8[] or float4[] (cast other arrays)",
+                Source::NumberArray => "a numeric array",
             };
             raise(
                 PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
@@ -179,6 +194,7 @@ unsafe fn layout_for(
         nulls: vec![true; natts],
         encoded: EncodedRow::default(),
         scratch: Vec::new(),
+        numeric_text: String::new(),
     }
 }
 
@@ -258,6 +274,22 @@ impl RowLayout {
                     };
                     p.array(i, values, row)
                 }
+                Read::NumberArray(element) => {
+                    let values = if null {
+                        None
+                    } else {
+                        self.scratch.clear();
+                        if !number_array(datum, element, &mut self.scratch) {
+                            raise(
+                                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                                format!("column \"{}\": the array contains NULL elements", p.columns[i].name),
+                                None,
+                            );
+                        }
+                        Some(self.scratch.as_slice())
+                    };
+                    p.array(i, values, row)
+                }
                 number => {
                     let v = (!null).then(|| match number {
                         Read::Bool => (datum.value() & 0xff != 0) as u8 as f64,
@@ -266,11 +298,10 @@ impl RowLayout {
                         Read::Int8 => datum.value() as i64 as f64,
                         Read::Float4 => f32::from_bits(datum.value() as u32) as f64,
                         Read::Float8 => f64::from_bits(datum.value() as u64),
-                        _ => pgrx::direct_function_call::<f64>(
-                            pg_sys::numeric_float8,
-                            &[Some(datum)],
-                        )
-                        .unwrap_or(f64::NAN),
+                        _ => numeric_to_f64(datum, &mut self.numeric_text).unwrap_or_else(|| {
+                            pgrx::direct_function_call::<f64>(pg_sys::numeric_float8, &[Some(datum)])
+                                .unwrap_or(f64::NAN)
+                        }),
                     });
                     p.number(i, v, row)
                 }
@@ -284,6 +315,32 @@ impl RowLayout {
             }
         }
         true
+    }
+}
+
+/// The elements of an int2/int4/int8/numeric array as f64 into `out`; false if one is NULL.
+unsafe fn number_array(datum: pg_sys::Datum, element: pg_sys::Oid, out: &mut Vec<f64>) -> bool {
+    use pgrx::{AnyNumeric, Array, FromDatum};
+    let t = pg_sys::get_array_type(element);
+    macro_rules! take {
+        ($ty:ty, $to_f64:expr) => {{
+            let Some(a) = Array::<$ty>::from_polymorphic_datum(datum, false, t) else {
+                return true;
+            };
+            for v in a.iter() {
+                match v {
+                    Some(v) => out.push($to_f64(v)),
+                    None => return false,
+                }
+            }
+            true
+        }};
+    }
+    match element {
+        pg_sys::INT2OID => take!(i16, |v: i16| v as f64),
+        pg_sys::INT4OID => take!(i32, |v: i32| v as f64),
+        pg_sys::INT8OID => take!(i64, |v: i64| v as f64),
+        _ => take!(AnyNumeric, |v: AnyNumeric| f64::try_from(v).unwrap_or(f64::NAN)),
     }
 }
 
@@ -320,7 +377,9 @@ pub fn with_row<R>(
     // pg_detoast_datum returns the header in place or a palloc'd copy, valid for the call.
     // `cache` lives in fn_extra (fn_mcxt), which outlives the call.
     unsafe {
-        let header = pg_sys::pg_detoast_datum(record.0.cast_mut_ptr()).cast::<pg_sys::HeapTupleHeaderData>();
+        let raw = record.0.cast_mut_ptr::<pg_sys::varlena>();
+        let header = if is_plain_4b(raw) { raw } else { pg_sys::pg_detoast_datum(raw) }
+            .cast::<pg_sys::HeapTupleHeaderData>();
         let (type_id, typmod) = row_type(header);
         let fresh = !matches!(&cache.0, Some(l) if l.model_id == model.id && l.type_id == type_id && l.typmod == typmod);
         if fresh {

@@ -283,6 +283,15 @@ train_params! {
         parse: |k, v| Ok(get_int(k, v, 1, 65_536)? as u32),
         json: |x| json!(x),
     },
+    /// Return the average of the iterates (from epoch 2 on) instead of the last one.
+    average: bool = true => {
+        shown: "`true`",
+        accepts: "boolean",
+        meaning: "return the average of the SGD iterates from epoch 2 on (epoch 1 if it is the only one), as scikit-learn's `SGDClassifier(average=True)`; `false` = the last iterate",
+        rule: "true or false: average the iterates (default true)",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
     class_weight: Option<ClassWeight> = None => {
         shown: "`null`",
         accepts: r#"`"balanced"` or a map from label value to weight, e.g. `{"1": 5}`"#,
@@ -454,6 +463,7 @@ impl TrainParams {
             class_weights: None,
             label_values: None,
             standardizer: None,
+            average_from_epoch: self.average.then_some(if self.epochs >= 2 { 2 } else { 1 }),
         }
     }
 }

@@ -64,6 +64,9 @@ pub struct TrainConfig {
     /// centered). The model is then in standardized units: see
     /// [`LinearModel::fold_standardizer`](crate::model::LinearModel::fold_standardizer).
     pub standardizer: Option<Standardizer>,
+    /// Return the average of the iterates from this epoch on (see `average`); None = the
+    /// last iterate.
+    pub average_from_epoch: Option<u32>,
 }
 
 impl TrainConfig {
@@ -80,6 +83,7 @@ impl TrainConfig {
             class_weights: None,
             label_values: None,
             standardizer: None,
+            average_from_epoch: None,
         }
     }
 }

@@ -21,6 +21,7 @@
 //! mini-batch and their flush; `update` the plain SGD update of one tuple (dense, sparse,
 //! scaled weights); `growth` growing features and classes.
 
+mod average;
 mod config;
 mod epoch;
 mod growth;
@@ -79,6 +80,9 @@ pub struct Trainer {
     /// Weight-coordinate updates done (a cost measure, see `coordinate_updates`).
     work: u64,
 
+    /// Iterate averaging (see `average`), when configured.
+    average: Option<average::Average>,
+
     /// Called every few hundred thousand multiply-adds inside a buffer; `true` stops the
     /// buffer with [`TrainError::Interrupted`] (cancel must not wait for a whole buffer).
     interrupt: Option<InterruptCheck>,
@@ -119,6 +123,7 @@ impl Trainer {
             );
         }
         let kind = config.kind;
+        let average_from = config.average_from_epoch;
         let outputs = usize::from(kind != ModelKind::Softmax);
         let mini = config.batch_size > 1;
         let lazy = config.l2 != 0.0 || config.l1 != 0.0;
@@ -184,6 +189,7 @@ impl Trainer {
             step: 0,
             pending: false,
             work: 0,
+            average: average_from.map(average::Average::new),
             interrupt: None,
         };
         t.start_epoch(1);
@@ -314,6 +320,7 @@ impl Trainer {
                 }
             };
             self.step(row, arena.label(i))?;
+            self.average_step()?;
         }
         Ok(())
     }
@@ -338,6 +345,7 @@ impl Trainer {
     pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
         self.flush_batch();
         self.sync();
+        self.sample_average()?;
         let n = self.sums.tuples;
         let mean_loss = if n > 0 {
             self.sums.loss_sum / n as f64
@@ -376,10 +384,10 @@ impl Trainer {
         &self.model
     }
 
-    /// The up-to-date model, consuming the trainer.
+    /// The trained model, consuming the trainer: the average of the iterates when averaging
+    /// (see `average`), else the last iterate.
     pub fn into_model(mut self) -> LinearModel {
-        self.sync();
-        self.model
+        self.take_result()
     }
 
     pub fn config(&self) -> &TrainConfig {

@@ -119,3 +119,50 @@ fn schedules() {
             .any(|s| s.name() == name));
     }
 }
+
+/// Averaging: the result is the mean of the iterates sampled at the ends of epochs (and every
+/// `every` steps inside them), from the averaging epoch on; a model that grows while averaging
+/// counts its new coordinates as 0 before they existed.
+#[test]
+fn averaged_model_is_the_mean_of_sampled_iterates() {
+    let rows = sparse_rows(40, 30, 4, 7); // 40 steps per epoch: fewer than MIN_EVERY
+    let mut config = TrainConfig::new(ModelKind::Svm);
+    config.learning_rate = 0.1;
+    config.average_from_epoch = Some(2);
+    let mut averaged = Trainer::new(config.clone(), 0);
+    let mut plain = Trainer::new(TrainConfig { average_from_epoch: None, ..config }, 0);
+    let mut ends: Vec<LinearModel> = Vec::new();
+    for epoch in 1..=4 {
+        for t in [&mut averaged, &mut plain] {
+            t.start_epoch(epoch);
+            t.train_buffer(&rows, None).unwrap();
+            t.finish_epoch().unwrap();
+        }
+        if epoch >= 2 {
+            ends.push(plain.model().clone());
+        }
+    }
+    let result = averaged.into_model();
+    let d = result.n_features;
+    for j in 0..d {
+        let mean = ends.iter().map(|m| m.weights.get(j).copied().unwrap_or(0.0)).sum::<f64>() / 3.0;
+        assert!((result.weights[j] - mean).abs() < 1e-12, "weight {j}");
+    }
+    let bias = ends.iter().map(|m| m.bias[0]).sum::<f64>() / 3.0;
+    assert!((result.bias[0] - bias).abs() < 1e-12);
+    assert_ne!(result.weights, plain.model().weights, "averaging changes the result");
+
+    // Growth after sampling started: wider rows later; the copy and in-place paths agree.
+    let mut config = TrainConfig::new(ModelKind::Logistic);
+    config.average_from_epoch = Some(1);
+    let mut t = Trainer::new(config, 0);
+    t.start_epoch(1);
+    t.train_buffer(&sparse_rows(100, 10, 3, 1), None).unwrap();
+    t.finish_epoch().unwrap();
+    t.start_epoch(2);
+    t.train_buffer(&sparse_rows(100, 50, 3, 2), None).unwrap();
+    t.finish_epoch().unwrap();
+    let copy = t.result_model().unwrap();
+    assert_eq!(copy.n_features, 50);
+    assert_eq!(t.into_model().weights, copy.weights);
+}

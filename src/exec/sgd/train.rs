@@ -171,7 +171,7 @@ impl SgdNode {
                         self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
                     self.binary_labels = t.label_map();
                     let snapshot = validate.then(|| {
-                        t.model().try_clone().unwrap_or_else(|| {
+                        t.result_model().unwrap_or_else(|| {
                             raise_train_error(
                                 TrainError::OutOfMemory {
                                     bytes: t.model().weights.len() as u64 * 8,

@@ -83,7 +83,8 @@ impl Worker {
                         Job::EndEpoch { snapshot } => {
                             let result = trainer.finish_epoch();
                             let labels_seen = trainer.labels_seen().len();
-                            let model = match snapshot.then(|| trainer.model().try_clone()) {
+                            // What would be stored now (the average, when averaging).
+                            let model = match snapshot.then(|| trainer.result_model()) {
                                 Some(None) => {
                                     let bytes = trainer.model().weights.len() as u64 * 8;
                                     let _ = replies_tx
