@@ -41,7 +41,9 @@ def train(conn, table, model, params):
 
 @pytest.mark.parametrize("model", ["svm", "logistic"])
 def test_corgipile_beats_no_shuffle_and_matches_full_shuffle(gaussians, conn, model):
-    params = {"epochs": 3, "seed": 11, "verbose": False}
+    # The last iterate shows what the order does to SGD: averaged over epochs 2 and 3, even
+    # no_shuffle gets close on these easy clusters (tests/test_datasets.py: not on a9a).
+    params = {"epochs": 3, "seed": 11, "verbose": False, "average": False}
     no_shuffle = accuracy(conn, train(conn, "g_clustered", model, {**params, "shuffle": "no_shuffle"}))
     corgipile = accuracy(conn, train(conn, "g_clustered", model, {**params, "shuffle": "corgipile"}))
     shuffled_once = accuracy(conn, train(conn, "g_shuffled", model, {**params, "shuffle": "no_shuffle"}))

@@ -54,8 +54,14 @@ impl SgdNode {
             config.standardizer = Some(shuffle.finish_statistics(classes, params.fit_intercept));
         } else if params.normalize {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
-            // Centering would give a model without an intercept one in the table's units.
-            config.standardizer = Some(stats.standardizer(!sparse && params.fit_intercept));
+            // Sparse rows are scaled by max |value|, never centered (zeros stay zeros); dense
+            // rows standardized (centering would give a model without an intercept one in the
+            // table's units).
+            config.standardizer = Some(if sparse {
+                stats.max_abs_scaler()
+            } else {
+                stats.standardizer(params.fit_intercept)
+            });
         }
         if let (Some(class_weight), true) =
             (&params.class_weight, self.config.model.is_classifier())
