@@ -96,7 +96,10 @@ unsafe fn prepare(
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "\"exclude\" applies to \"features\": \"*\" only",
-            Some("List the feature columns you want, or use \"features\": \"*\" with \"exclude\".".into()),
+            Some(
+                "List the feature columns you want, or use \"features\": \"*\" with \"exclude\"."
+                    .into(),
+            ),
         );
     }
     if !params.features.is_tabular() && !params.preprocess.is_empty() {
@@ -213,7 +216,14 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             .as_ref()
             .map(|v| v.classes.clone())
             .unwrap_or_default();
-        let prepared = prepare(relation.oid(), kind, params, Mode::Train, known_classes, None);
+        let prepared = prepare(
+            relation.oid(),
+            kind,
+            params,
+            Mode::Train,
+            known_classes,
+            None,
+        );
         let outcome = prepared.run(Train { validation_rows });
         let params = &prepared.config.params;
         store_model(
@@ -324,8 +334,14 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
     {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("model {} reads its feature columns by name: \"features\" cannot be changed", stored.id),
-            Some(format!("The relation must have the model's columns: {}.", stored.features)),
+            format!(
+                "model {} reads its feature columns by name: \"features\" cannot be changed",
+                stored.id
+            ),
+            Some(format!(
+                "The relation must have the model's columns: {}.",
+                stored.features
+            )),
         );
     }
     overrides

@@ -458,7 +458,10 @@ unsafe fn column_source(column: &str, t: pg_sys::Oid) -> Option<(Source, String)
     let base = pg_sys::getBaseType(t);
     let col = quote_ident(column);
     if base == pg_sys::BOOLOID {
-        Some((Source::Number, format!("{col}::pg_catalog.int4::pg_catalog.float8")))
+        Some((
+            Source::Number,
+            format!("{col}::pg_catalog.int4::pg_catalog.float8"),
+        ))
     } else if is_number(base) {
         Some((Source::Number, format!("{col}::pg_catalog.float8")))
     } else if is_text(base) || pg_sys::type_is_enum(base) {
@@ -509,7 +512,10 @@ unsafe fn every_column(
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("{relname} has no columns left to use as features"),
-            Some("\"features\": \"*\" uses every column but the label and the \"exclude\" list.".into()),
+            Some(
+                "\"features\": \"*\" uses every column but the label and the \"exclude\" list."
+                    .into(),
+            ),
         );
     }
     names

@@ -270,6 +270,11 @@ pub enum PreprocessError {
     NotFinite {
         column: String,
     },
+    /// An array column longer than a model may be wide.
+    TooWide {
+        column: String,
+        elements: usize,
+    },
 }
 
 impl std::fmt::Display for PreprocessError {
@@ -290,6 +295,10 @@ impl std::fmt::Display for PreprocessError {
             PreprocessError::NotFinite { column } => {
                 write!(f, "column \"{column}\" is NaN or Infinity")
             }
+            PreprocessError::TooWide { column, elements } => write!(
+                f,
+                "column \"{column}\" has {elements} elements, more features than corgipile.max_model_memory allows a model"
+            ),
         }
     }
 }
@@ -363,10 +372,18 @@ pub struct StatsBuilder {
     rows: u64,
     dictionary_bytes: usize,
     max_dictionary_bytes: usize,
+    /// Most elements an array column may have (its statistics are allocated per element).
+    max_array: usize,
 }
 
 impl StatsBuilder {
-    pub fn new(plans: Vec<ColumnPlan>, max_dictionary_bytes: usize) -> StatsBuilder {
+    /// `max_dictionary_bytes` bounds the category dictionaries; `max_array` the length of an
+    /// array column (checked before its per-element statistics are allocated).
+    pub fn new(
+        plans: Vec<ColumnPlan>,
+        max_dictionary_bytes: usize,
+        max_array: usize,
+    ) -> StatsBuilder {
         let columns = plans
             .iter()
             .map(|p| match (p.source, p.encode) {
@@ -384,6 +401,7 @@ impl StatsBuilder {
             rows: 0,
             dictionary_bytes: 0,
             max_dictionary_bytes,
+            max_array,
         }
     }
 
@@ -410,6 +428,12 @@ impl StatsBuilder {
         let (ColumnStats::Array(moments), Some(values)) = (&mut self.columns[col], value) else {
             return Ok(());
         };
+        if moments.is_none() && values.len() > self.max_array {
+            return Err(PreprocessError::TooWide {
+                column: self.plans[col].name.clone(),
+                elements: values.len(),
+            });
+        }
         let m = moments.get_or_insert_with(|| vec![Moments::default(); values.len()]);
         if m.len() != values.len() {
             return Err(PreprocessError::ArrayLength {
@@ -625,12 +649,19 @@ impl Preprocessor {
     pub fn from_json(v: &Value) -> Option<Preprocessor> {
         let p: Preprocessor = serde_json::from_value(v.clone()).ok()?;
         // Offsets and widths must tile [0, n_features): a stored row is checked, not trusted.
-        let mut at = 0;
+        let mut at = 0usize;
         for c in &p.columns {
-            if c.offset != at {
+            let sound = match &c.encoding {
+                Encoding::Hash { buckets } => *buckets >= 1,
+                Encoding::Array { fill, mean, std } => {
+                    fill.len() == mean.len() && std.len() == mean.len()
+                }
+                _ => true,
+            };
+            if !sound || c.offset != at {
                 return None;
             }
-            at += c.encoding.width();
+            at = at.checked_add(c.encoding.width())?;
         }
         if at != p.n_features {
             return None;

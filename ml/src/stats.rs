@@ -153,7 +153,13 @@ impl FeatureStats {
             scale: self
                 .max_abs
                 .iter()
-                .map(|&m| if m > 0.0 && m.is_finite() { 1.0 / m } else { 1.0 })
+                .map(|&m| {
+                    if m > 0.0 && m.is_finite() {
+                        1.0 / m
+                    } else {
+                        1.0
+                    }
+                })
                 .collect(),
             center: false,
         }

@@ -307,8 +307,7 @@ fn cached_call<'a>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> &'a mut C
                 c
             }
             None => {
-                let c = PgMemoryContexts::For((*flinfo).fn_mcxt)
-                    .leak_and_drop_on_delete(entry);
+                let c = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(entry);
                 (*flinfo).fn_extra = c.cast();
                 &mut *c
             }
@@ -671,5 +670,7 @@ fn corgipile_decision_function_row_by_name(
     row: RecordArg,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<f64> {
-    by_name(model_name, |arg| with_row(fcinfo, arg, row, decision_function))
+    by_name(model_name, |arg| {
+        with_row(fcinfo, arg, row, decision_function)
+    })
 }

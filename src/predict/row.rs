@@ -129,7 +129,10 @@ unsafe fn layout_for(
         let Some(at) = found else {
             raise(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
-                format!("the row has no column \"{}\", which model {} uses", c.name, model.id),
+                format!(
+                    "the row has no column \"{}\", which model {} uses",
+                    c.name, model.id
+                ),
                 Some(format!(
                     "Model {} reads the columns {}.",
                     model.id,
@@ -225,7 +228,10 @@ impl RowLayout {
                     NullAction::Error => raise(
                         PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
                         format!("column \"{}\" is NULL", p.columns[i].name),
-                        Some("The model was trained with \"impute\": \"error\" for this column.".into()),
+                        Some(
+                            "The model was trained with \"impute\": \"error\" for this column."
+                                .into(),
+                        ),
                     ),
                 }
             }
@@ -282,7 +288,10 @@ impl RowLayout {
                         if !number_array(datum, element, &mut self.scratch) {
                             raise(
                                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                                format!("column \"{}\": the array contains NULL elements", p.columns[i].name),
+                                format!(
+                                    "column \"{}\": the array contains NULL elements",
+                                    p.columns[i].name
+                                ),
                                 None,
                             );
                         }
@@ -299,19 +308,18 @@ impl RowLayout {
                         Read::Float4 => f32::from_bits(datum.value() as u32) as f64,
                         Read::Float8 => f64::from_bits(datum.value() as u64),
                         _ => numeric_to_f64(datum, &mut self.numeric_text).unwrap_or_else(|| {
-                            pgrx::direct_function_call::<f64>(pg_sys::numeric_float8, &[Some(datum)])
-                                .unwrap_or(f64::NAN)
+                            pgrx::direct_function_call::<f64>(
+                                pg_sys::numeric_float8,
+                                &[Some(datum)],
+                            )
+                            .unwrap_or(f64::NAN)
                         }),
                     });
                     p.number(i, v, row)
                 }
             };
             if let Err(e) = result {
-                raise(
-                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    e.to_string(),
-                    None,
-                );
+                raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, e.to_string(), None);
             }
         }
         true
@@ -340,7 +348,8 @@ unsafe fn number_array(datum: pg_sys::Datum, element: pg_sys::Oid, out: &mut Vec
         pg_sys::INT2OID => take!(i16, |v: i16| v as f64),
         pg_sys::INT4OID => take!(i32, |v: i32| v as f64),
         pg_sys::INT8OID => take!(i64, |v: i64| v as f64),
-        _ => take!(AnyNumeric, |v: AnyNumeric| f64::try_from(v).unwrap_or(f64::NAN)),
+        _ => take!(AnyNumeric, |v: AnyNumeric| f64::try_from(v)
+            .unwrap_or(f64::NAN)),
     }
 }
 
@@ -378,12 +387,22 @@ pub fn with_row<R>(
     // `cache` lives in fn_extra (fn_mcxt), which outlives the call.
     unsafe {
         let raw = record.0.cast_mut_ptr::<pg_sys::varlena>();
-        let header = if is_plain_4b(raw) { raw } else { pg_sys::pg_detoast_datum(raw) }
-            .cast::<pg_sys::HeapTupleHeaderData>();
+        let header = if is_plain_4b(raw) {
+            raw
+        } else {
+            pg_sys::pg_detoast_datum(raw)
+        }
+        .cast::<pg_sys::HeapTupleHeaderData>();
         let (type_id, typmod) = row_type(header);
         let fresh = !matches!(&cache.0, Some(l) if l.model_id == model.id && l.type_id == type_id && l.typmod == typmod);
         if fresh {
-            cache.0 = Some(layout_for(&model, p, type_id, typmod, (*(*fcinfo).flinfo).fn_mcxt));
+            cache.0 = Some(layout_for(
+                &model,
+                p,
+                type_id,
+                typmod,
+                (*(*fcinfo).flinfo).fn_mcxt,
+            ));
         }
         let layout = cache.0.as_mut().expect("set above");
         if !layout.encode(header, p) {

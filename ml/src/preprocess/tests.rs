@@ -21,7 +21,7 @@ fn sample() -> Preprocessor {
         plan("url", Source::Text, hashed(8)),
         plan("xy", Source::NumberArray, None),
     ];
-    let mut s = StatsBuilder::new(plans, 1 << 20);
+    let mut s = StatsBuilder::new(plans, 1 << 20, 1000);
     let rows: [(Option<f64>, Option<&str>, &str, [f64; 2]); 5] = [
         (Some(10.0), Some("KS"), "a", [1.0, 2.0]),
         (Some(20.0), Some("KS"), "b", [3.0, 2.0]),
@@ -196,6 +196,7 @@ fn category_dictionaries_are_bounded() {
     let mut s = StatsBuilder::new(
         vec![plan("id", Source::Text, None)],
         10 * (CATEGORY_OVERHEAD + 4),
+        1,
     );
     let mut result = Ok(());
     for i in 0..100 {
@@ -226,4 +227,29 @@ fn hash_buckets_are_stable_and_spread() {
         counts.iter().all(|&c| (800..1200).contains(&c)),
         "{counts:?}"
     );
+}
+
+#[test]
+fn array_columns_wider_than_a_model_are_refused_before_allocation() {
+    let mut s = StatsBuilder::new(vec![plan("v", Source::NumberArray, None)], 1 << 20, 3);
+    s.begin_row();
+    assert_eq!(
+        s.array(0, Some(&[1.0; 4])),
+        Err(PreprocessError::TooWide {
+            column: "v".into(),
+            elements: 4
+        })
+    );
+    assert!(s.array(0, Some(&[1.0; 3])).is_ok());
+}
+
+#[test]
+fn damaged_hash_or_array_columns_are_refused() {
+    let p = sample();
+    let mut bad = p.to_json();
+    bad["columns"][2]["buckets"] = json!(0);
+    assert!(Preprocessor::from_json(&bad).is_none());
+    bad = p.to_json();
+    bad["columns"][3]["fill"] = json!([1.0]);
+    assert!(Preprocessor::from_json(&bad).is_none());
 }

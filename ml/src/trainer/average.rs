@@ -56,7 +56,11 @@ impl Trainer {
 
     /// Adds the current iterate (brought up to date) to the sums.
     pub(super) fn sample_average(&mut self) -> Result<(), TrainError> {
-        if !self.average.as_ref().is_some_and(|a| self.epoch >= a.from_epoch) {
+        if self
+            .average
+            .as_ref()
+            .is_none_or(|a| self.epoch < a.from_epoch)
+        {
             return Ok(());
         }
         self.sync();
@@ -65,7 +69,11 @@ impl Trainer {
         if a.weights.len() != self.model.weights.len() {
             // The model grew (sparse features, softmax classes): new coordinates were 0 in
             // every earlier sample. Re-laid out row by row, as the model's rows widened.
-            let old_d = if a.bias.is_empty() { d } else { a.weights.len() / a.bias.len() };
+            let old_d = if a.bias.is_empty() {
+                d
+            } else {
+                a.weights.len() / a.bias.len()
+            };
             let mut grown = try_filled(d * k, 0.0).map_err(|_| TrainError::OutOfMemory {
                 bytes: (d * k * 8) as u64,
             })?;

@@ -130,7 +130,13 @@ fn averaged_model_is_the_mean_of_sampled_iterates() {
     config.learning_rate = 0.1;
     config.average_from_epoch = Some(2);
     let mut averaged = Trainer::new(config.clone(), 0);
-    let mut plain = Trainer::new(TrainConfig { average_from_epoch: None, ..config }, 0);
+    let mut plain = Trainer::new(
+        TrainConfig {
+            average_from_epoch: None,
+            ..config
+        },
+        0,
+    );
     let mut ends: Vec<LinearModel> = Vec::new();
     for epoch in 1..=4 {
         for t in [&mut averaged, &mut plain] {
@@ -145,12 +151,20 @@ fn averaged_model_is_the_mean_of_sampled_iterates() {
     let result = averaged.into_model();
     let d = result.n_features;
     for j in 0..d {
-        let mean = ends.iter().map(|m| m.weights.get(j).copied().unwrap_or(0.0)).sum::<f64>() / 3.0;
+        let mean = ends
+            .iter()
+            .map(|m| m.weights.get(j).copied().unwrap_or(0.0))
+            .sum::<f64>()
+            / 3.0;
         assert!((result.weights[j] - mean).abs() < 1e-12, "weight {j}");
     }
     let bias = ends.iter().map(|m| m.bias[0]).sum::<f64>() / 3.0;
     assert!((result.bias[0] - bias).abs() < 1e-12);
-    assert_ne!(result.weights, plain.model().weights, "averaging changes the result");
+    assert_ne!(
+        result.weights,
+        plain.model().weights,
+        "averaging changes the result"
+    );
 
     // Growth after sampling started: wider rows later; the copy and in-place paths agree.
     let mut config = TrainConfig::new(ModelKind::Logistic);

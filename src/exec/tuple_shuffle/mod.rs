@@ -475,7 +475,7 @@ unsafe fn begin(
     let encoder = config
         .preprocess
         .as_ref()
-        .map(|spec| tabular::Encoder::new(spec, config.max_buffer_bytes));
+        .map(|spec| tabular::Encoder::new(spec, config.max_buffer_bytes, config.max_model_bytes));
     TupleShuffle {
         encoder,
         encoded: tabular::new_row(),

@@ -7,6 +7,7 @@ use crate::decode::{format_tid, with_float_array, with_text_bytes, ArrayProblem,
 use crate::error::raise;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
+use corgipile_ml::limits::model_memory_bytes;
 use corgipile_ml::preprocess::{
     ColumnPlan, EncodedRow, NullAction, PreprocessError, Preprocessor, Source, StatsBuilder,
 };
@@ -20,11 +21,14 @@ pub enum Encoder {
 }
 
 impl Encoder {
-    pub fn new(spec: &PreprocessSpec, max_dictionary_bytes: u64) -> Encoder {
+    /// `max_dictionary_bytes`: corgipile.max_buffer_memory; `max_model_bytes`:
+    /// corgipile.max_model_memory (which bounds an array column's length).
+    pub fn new(spec: &PreprocessSpec, max_dictionary_bytes: u64, max_model_bytes: u64) -> Encoder {
         match spec {
             PreprocessSpec::Learn { plans, .. } => Encoder::Learning(StatsBuilder::new(
                 plans.clone(),
                 usize::try_from(max_dictionary_bytes).unwrap_or(usize::MAX),
+                usize::try_from(max_model_bytes / model_memory_bytes(1, 1)).unwrap_or(usize::MAX),
             )),
             PreprocessSpec::Fixed(p) => Encoder::Ready(p.clone()),
         }
@@ -35,7 +39,9 @@ impl Encoder {
             Encoder::Learning(s) => (s.plans(), None),
             Encoder::Ready(p) => (&[], Some(p)),
         };
-        let learning = plans.iter().map(|p| (p.source, p.null_action(), p.name.as_str()));
+        let learning = plans
+            .iter()
+            .map(|p| (p.source, p.null_action(), p.name.as_str()));
         let ready = ready.into_iter().flat_map(|p| {
             p.columns
                 .iter()
@@ -248,6 +254,10 @@ unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerDa
         PreprocessError::NotFinite { .. } => (
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
             "Feature values must be finite numbers.".into(),
+        ),
+        PreprocessError::TooWide { .. } => (
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            "Ask a superuser to raise corgipile.max_model_memory, or leave the column out.".into(),
         ),
     };
     raise(
