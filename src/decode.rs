@@ -350,18 +350,42 @@ pub unsafe fn numeric_to_f64(datum: pg_sys::Datum, text: &mut String) -> Option<
     if n == 0 {
         return Some(0.0);
     }
-    text.clear();
-    if negative {
-        text.push('-');
-    }
+    // The last digit stands for 10000^(weight - n + 1): value = mantissa · 10^exp10.
+    let exp10 = 4 * (weight - n as i32 + 1);
+    let mut mantissa: u64 = 0;
+    let mut exact = n <= 4;
     for i in 0..n {
         let digit = u16_at(digits_at + 2 * i);
         if digit > 9999 {
             return None;
         }
-        let _ = write!(text, "{digit:04}");
+        mantissa = mantissa.wrapping_mul(10000).wrapping_add(digit as u64);
     }
-    // The last digit stands for 10000^(weight - n + 1).
-    let _ = write!(text, "e{}", 4 * (weight - n as i32 + 1));
-    text.parse::<f64>().ok()
+    // Clinger's fast path: a mantissa below 2^53 and a power of ten below 10^23 are exact
+    // doubles, so one multiplication or division rounds correctly, as strtod does.
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    exact &= mantissa < (1u64 << 53) && exp10.unsigned_abs() < 23;
+    let value = if exact {
+        let m = mantissa as f64;
+        if exp10 >= 0 {
+            m * POW10[exp10 as usize]
+        } else {
+            m / POW10[(-exp10) as usize]
+        }
+    } else {
+        // The digits as decimal text, parsed by Rust's correctly rounded parser.
+        text.clear();
+        for i in 0..n {
+            let d = u16_at(digits_at + 2 * i);
+            for p in [1000, 100, 10, 1] {
+                text.push(char::from(b'0' + (d / p % 10) as u8));
+            }
+        }
+        let _ = write!(text, "e{exp10}");
+        text.parse::<f64>().ok()?
+    };
+    Some(if negative { -value } else { value })
 }

@@ -731,6 +731,28 @@ def test_numeric_columns_predict_as_their_float8_value(conn):
     assert differ == 0
 
 
+def test_numeric_values_of_every_scale_read_as_float8(conn):
+    """Row predictions read numerics from their digits; the value must be exactly ::float8's,
+    for tiny, huge, negative, long and short values (both the fast path and the text path)."""
+    conn.execute("""CREATE TABLE tt_numscale AS
+                    SELECT i, (CASE i % 6 WHEN 0 THEN (random() - 0.5) * 10 ^ (i % 40 - 20)
+                                          WHEN 1 THEN round((random() * 1e6)::numeric, 2)
+                                          WHEN 2 THEN -(random() * 1e30)::numeric
+                                          WHEN 3 THEN (random()::numeric / 7) ^ 3
+                                          WHEN 4 THEN (i % 1000)::numeric
+                                          ELSE (random() * 1e-25)::numeric END)::numeric AS x,
+                           (i % 2 = 0) AS y
+                    FROM generate_series(1, 3000) i""")
+    mid = train(conn, "tt_numscale", "logistic", {"label": "y", "features": ["x"], "epochs": 1})
+    # With one feature, decision = w * x + b: equal decisions <=> equal x (w is not 0).
+    assert scalar(conn, "SELECT weights[1] <> 0 FROM corgipile.models WHERE id = %s", (mid,))
+    differ = scalar(conn, """SELECT count(*) FROM tt_numscale c
+                             WHERE corgipile_decision_function(%s, c) IS DISTINCT FROM
+                                   corgipile_decision_function(%s, (SELECT r FROM (SELECT c.x::float8 AS x) r))""",
+                    (mid, mid))
+    assert differ == 0
+
+
 def test_long_numeric_values_predict(conn):
     conn.execute("CREATE TABLE tt_longnum AS SELECT i, (i / 7.0)::numeric AS x, (i % 2 = 0) AS y FROM generate_series(1, 300) i")
     mid = train(conn, "tt_longnum", "logistic", {"label": "y", "features": ["x"], "epochs": 1})
