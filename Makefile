@@ -28,7 +28,7 @@ REGRESS_DIR ?= regress
 VENV     := .venv
 PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 
-.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel bench-shuffle \
+.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel bench-shuffle bench-defaults bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -45,6 +45,8 @@ help:
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
+	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
+	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
 	@echo "  bench          the paper-scale benchmark (bench/results/latest.md; ~15 min, an hour the first time)"
 	@echo "  cluster-start | cluster-stop | cluster-status   manage the test cluster"
@@ -141,6 +143,17 @@ bench-cancel: setup-python install
 bench-shuffle: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/shuffle_copy.py
+
+# Default params against scikit-learn on ijcnn1/a9a/w8a (../shared/datasets) and generated
+# mixed-type tables, all stored clustered by label (about 2 minutes).
+bench-defaults: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/defaults_vs_sklearn.py
+
+# Predicting from a whole row against a plain scan of the same 20 columns.
+bench-predict: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/predict_row.py
 
 # Benchmark harness (bench/harness.py): every shuffle strategy, Shuffle Once and the scikit-learn export
 # path side by side; writes bench/results/latest.md (bench) or quick.md (bench-quick) plus PNG plots.

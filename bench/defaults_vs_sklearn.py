@@ -378,7 +378,8 @@ def sklearn_pipeline(kind, model, num_idx=None, text_idx=None):
     if model == "logistic":
         clf = LogisticRegression(solver="lbfgs", C=1.0, max_iter=10_000)
     else:
-        clf = LinearSVC(C=1.0, loss="hinge", dual=True, max_iter=200_000)
+        clf = (LinearSVC(C=1.0, loss="hinge", dual=True, max_iter=200_000) if SVM_LOSS == "hinge"
+               else LinearSVC(C=1.0, dual=False, max_iter=10_000))
     return Pipeline([("pre", pre), ("clf", clf)])
 
 
@@ -404,6 +405,9 @@ def sklearn_run(data, model):
 
 # --params: extra corgipile params (for trying other defaults); empty for the real measurement.
 EXTRA_PARAMS = {}
+# --svm-loss: scikit-learn's reference for svm: "hinge" (corgipile's objective) or
+# "squared_hinge" (LinearSVC's default, another objective).
+SVM_LOSS = "hinge"
 
 
 def corgipile_params(key, seed):
@@ -568,10 +572,13 @@ def main():
     ap.add_argument("--models", default="logistic,svm")
     ap.add_argument("--no-shuffled", action="store_true", help="skip the runs on a shuffled copy")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--svm-loss", default="hinge", choices=["hinge", "squared_hinge"])
     ap.add_argument("--params", default="{}",
                     help="extra corgipile params as JSON, e.g. '{\"learning_rate\": 0.001}' (default none: the defaults)")
     args = ap.parse_args()
     EXTRA_PARAMS.update(json.loads(args.params))
+    global SVM_LOSS
+    SVM_LOSS = args.svm_loss
     import sklearn
     seeds = parse_seeds(args.seeds)
     keys = args.only.split(",") if args.only else DATASETS

@@ -9,6 +9,8 @@ Timed, side by side in every round (rotated order, --rounds rounds, medians and 
   wholerow SELECT sum(num_nonnulls(t.*)) FROM t t                -- also builds the row value
   predict: SELECT sum(corgipile_predict(m, t)) FROM t t          -- row matched by name, encoded
 
+without parallel workers (max_parallel_workers_per_gather = 0), so the ratios are per-row costs.
+
 Reported: seconds per statement and predict / floor (the README's "predict from a row" ratio).
 
 Usage: bench/predict_row.py [--rows 1000000] [--rounds 5] [--out FILE]
@@ -83,6 +85,8 @@ def main():
             "wholerow": sql.SQL("SELECT sum(num_nonnulls(t.*)) FROM {} t").format(t),
             "predict": sql.SQL("SELECT sum(corgipile_predict({}, t)) FROM {} t").format(sql.Literal(model), t),
         }
+        # One process each: the ratio is per-row cost (all three run parallel alike otherwise).
+        conn.execute("SET max_parallel_workers_per_gather = 0")
         for q in queries.values():  # warm the cache and the plan
             timed(conn, q)
         times = {k: [] for k in queries}
@@ -95,7 +99,7 @@ def main():
             f"# Predict from a row vs a plain scan ({args.rows:,} rows, 20 feature columns)",
             "",
             f"{datetime.date.today()}, commit {git_head()}, library {installed_library(conn)}, {machine()}; "
-            f"{args.rounds} rounds, rotated order; `python bench/predict_row.py --rows {args.rows}`.",
+            f"{args.rounds} rounds, rotated order, no parallel workers; `python bench/predict_row.py --rows {args.rows}`.",
             "",
             "| statement | median s | min s | max s | ÷ floor |",
             "|---|---|---|---|---|",
