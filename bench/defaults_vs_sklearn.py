@@ -51,6 +51,8 @@ import warnings
 
 import numpy as np
 import psycopg
+
+from cancel_latency import installed_library
 import scipy.sparse as sp
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -119,17 +121,6 @@ def log(msg):
 
 def connect(dbname=DBNAME):
     return psycopg.connect(dbname=dbname, autocommit=True)
-
-
-def installed_library(conn):
-    """(path, mtime UTC) of the corgipile.so the server loads: a reinstall mid-run changes it."""
-    libdir = conn.execute("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'").fetchone()[0]
-    path = os.path.join(libdir, "corgipile.so")
-    try:
-        mtime = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.timezone.utc)
-        return path, mtime.strftime("%Y-%m-%d %H:%M:%S UTC")
-    except OSError:
-        return path, "(not readable from this client)"
 
 
 def setup_database():

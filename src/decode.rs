@@ -159,6 +159,25 @@ pub unsafe fn with_float_array<R>(
     })
 }
 
+/// The elements of a float8[]/float4[] datum as f64 into `out` (an empty array gives none).
+///
+/// # Safety
+/// As for `with_array`.
+pub unsafe fn float_array_into(
+    datum: pg_sys::Datum,
+    out: &mut Vec<f64>,
+) -> Result<(), ArrayProblem> {
+    out.clear();
+    let read = with_float_array(datum, |a| match a {
+        FloatSlice::F64(x) => out.extend_from_slice(x),
+        FloatSlice::F32(x) => out.extend(x.iter().map(|&v| v as f64)),
+    });
+    match read {
+        Err(ArrayProblem::Empty) => Ok(()),
+        other => other,
+    }
+}
+
 /// The elements of an int4[] datum (see `with_array`).
 ///
 /// # Safety
@@ -238,6 +257,19 @@ pub struct Float8ArrayArg(pub pg_sys::Datum);
 /// An int4[] argument kept as its datum (see `Float8ArrayArg`), read by `with_int4_array`.
 pub struct Int4ArrayArg(pub pg_sys::Datum);
 
+/// A composite (row) argument kept as its datum, read by `predict::row`.
+pub struct RecordArg(pub pg_sys::Datum);
+
+impl pgrx::FromDatum for RecordArg {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        (!is_null).then_some(RecordArg(datum))
+    }
+}
+
 /// A text argument kept as its datum (see `Float8ArrayArg`), read by `with_text_bytes`.
 pub struct TextArg(pub pg_sys::Datum);
 
@@ -307,7 +339,8 @@ from_datum_arg!(
     ParamsArg => "jsonb",
     Float8ArrayArg => "double precision[]",
     Int4ArrayArg => "integer[]",
-    TextArg => "TEXT"
+    TextArg => "TEXT",
+    RecordArg => "record"
 );
 
 /// A numeric datum as f64: its base-10000 digits written out as decimal text and parsed by
@@ -364,8 +397,8 @@ pub unsafe fn numeric_to_f64(datum: pg_sys::Datum, text: &mut String) -> Option<
     // Clinger's fast path: a mantissa below 2^53 and a power of ten below 10^23 are exact
     // doubles, so one multiplication or division rounds correctly, as strtod does.
     const POW10: [f64; 23] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
     ];
     exact &= mantissa < (1u64 << 53) && exp10.unsigned_abs() < 23;
     let value = if exact {

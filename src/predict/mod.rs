@@ -15,7 +15,8 @@ use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;
 
 mod row;
-use row::{with_row, RecordArg};
+use crate::decode::RecordArg;
+use row::with_row;
 
 /// A sparse feature vector from SQL, checked against the model and rebased to 0.
 struct SparseFeatures(Vec<u32>, Vec<f64>);

@@ -5,7 +5,7 @@
 use super::{cached_call, ModelArg};
 use crate::catalog::StoredModel;
 use crate::decode::{
-    is_plain_4b, numeric_to_f64, with_float_array, with_text_bytes, ArrayProblem, FloatSlice,
+    float_array_into, is_plain_4b, numeric_to_f64, with_text_bytes, LabelKind, RecordArg,
 };
 use crate::error::raise;
 use corgipile_ml::model::Row;
@@ -14,43 +14,11 @@ use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::ffi::CStr;
 
-/// A composite (row) argument kept as its datum.
-pub struct RecordArg(pub pg_sys::Datum);
-
-impl pgrx::FromDatum for RecordArg {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _: pg_sys::Oid,
-    ) -> Option<Self> {
-        (!is_null).then_some(RecordArg(datum))
-    }
-}
-
-// SAFETY: unboxed exactly like pgrx's own FromDatum-based argument types.
-unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for RecordArg {
-    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
-        let index = arg.index();
-        arg.unbox_arg_using_from_datum()
-            .unwrap_or_else(|| panic!("argument {index} must not be null"))
-    }
-    unsafe fn unbox_nullable_arg(
-        arg: pgrx::callconv::Arg<'_, 'fcx>,
-    ) -> pgrx::nullable::Nullable<Self> {
-        arg.unbox_arg_using_from_datum().into()
-    }
-}
-pgrx::impl_sql_translatable!(RecordArg, arg_only = "record");
-
 /// How a row column's datum is read.
 #[derive(Clone, Copy)]
 enum Read {
-    Bool,
-    Int2,
-    Int4,
-    Int8,
-    Float4,
-    Float8,
+    /// boolean, integers, float4, float8: the datum itself.
+    Number(LabelKind),
     Numeric,
     /// text, varchar (and domains over them): the bytes in place.
     Text,
@@ -143,13 +111,8 @@ unsafe fn layout_for(
         let t = attrs[at].atttypid;
         let base = pg_sys::getBaseType(t);
         let read = match (c.source, base) {
-            (Source::Number, pg_sys::BOOLOID) => Some(Read::Bool),
-            (Source::Number, pg_sys::INT2OID) => Some(Read::Int2),
-            (Source::Number, pg_sys::INT4OID) => Some(Read::Int4),
-            (Source::Number, pg_sys::INT8OID) => Some(Read::Int8),
-            (Source::Number, pg_sys::FLOAT4OID) => Some(Read::Float4),
-            (Source::Number, pg_sys::FLOAT8OID) => Some(Read::Float8),
             (Source::Number, pg_sys::NUMERICOID) => Some(Read::Numeric),
+            (Source::Number, b) => LabelKind::from_type(b).map(Read::Number),
             (Source::Text, pg_sys::TEXTOID | pg_sys::VARCHAROID) => Some(Read::Text),
             (Source::Text, pg_sys::BPCHAROID) => Some(Read::Bpchar),
             (Source::Text, b) if b == pg_sys::NAMEOID || pg_sys::type_is_enum(b) => {
@@ -259,24 +222,14 @@ impl RowLayout {
                     let values = if null {
                         None
                     } else {
-                        let scratch = &mut self.scratch;
-                        let read = with_float_array(datum, |a| {
-                            scratch.clear();
-                            match a {
-                                FloatSlice::F64(x) => scratch.extend_from_slice(x),
-                                FloatSlice::F32(x) => scratch.extend(x.iter().map(|&v| v as f64)),
-                            }
-                        });
-                        match read {
-                            Ok(()) => {}
-                            Err(ArrayProblem::Empty) => scratch.clear(),
-                            Err(problem) => raise(
+                        if let Err(problem) = float_array_into(datum, &mut self.scratch) {
+                            raise(
                                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                                 format!("column \"{}\": {problem}", p.columns[i].name),
                                 None,
-                            ),
+                            );
                         }
-                        Some(scratch.as_slice())
+                        Some(self.scratch.as_slice())
                     };
                     p.array(i, values, row)
                 }
@@ -301,12 +254,7 @@ impl RowLayout {
                 }
                 number => {
                     let v = (!null).then(|| match number {
-                        Read::Bool => (datum.value() & 0xff != 0) as u8 as f64,
-                        Read::Int2 => datum.value() as i16 as f64,
-                        Read::Int4 => datum.value() as i32 as f64,
-                        Read::Int8 => datum.value() as i64 as f64,
-                        Read::Float4 => f32::from_bits(datum.value() as u32) as f64,
-                        Read::Float8 => f64::from_bits(datum.value() as u64),
+                        Read::Number(kind) => kind.to_f64(datum),
                         _ => numeric_to_f64(datum, &mut self.numeric_text).unwrap_or_else(|| {
                             pgrx::direct_function_call::<f64>(
                                 pg_sys::numeric_float8,

@@ -3,7 +3,7 @@
 //! sparse rows by it. Backend thread only (datums are read in place).
 
 use super::TupleShuffle;
-use crate::decode::{format_tid, with_float_array, with_text_bytes, ArrayProblem, FloatSlice};
+use crate::decode::{float_array_into, format_tid, with_float_array, with_text_bytes};
 use crate::error::raise;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
@@ -152,21 +152,12 @@ impl TupleShuffle {
                     let array = if null {
                         None
                     } else {
-                        let read = with_float_array(datum, |a| {
-                            scratch.clear();
-                            match a {
-                                FloatSlice::F64(x) => scratch.extend_from_slice(x),
-                                FloatSlice::F32(x) => scratch.extend(x.iter().map(|&v| v as f64)),
-                            }
-                        });
-                        match read {
-                            Ok(()) => {}
-                            Err(ArrayProblem::Empty) => scratch.clear(),
-                            Err(problem) => raise(
+                        if let Err(problem) = float_array_into(datum, &mut scratch) {
+                            raise(
                                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                                 format!("row at ctid {}: column \"{}\": {problem}", format_tid(tid), column_name(encoder, i)),
                                 Some("Array feature columns must be one-dimensional, without NULL elements.".into()),
-                            ),
+                            );
                         }
                         Some(scratch.as_slice())
                     };
