@@ -14,7 +14,7 @@ CREATE TABLE corgipile.models (
     label_mapping    jsonb       NOT NULL,            -- {"classes": [...], "label_type": ...}; classifiers only
     weights          float8[]    NOT NULL CHECK (cardinality(weights) = n_features::bigint * n_outputs),
     bias             float8[]    NOT NULL CHECK (cardinality(bias) = n_outputs),
-    standardizer     jsonb,                           -- per-feature mean/scale when trained with normalize (already folded into weights)
+    standardizer     jsonb,                           -- per-feature mean/scale of a dense array trained with normalize (already folded into weights)
     params           jsonb       NOT NULL,            -- every param, defaults filled in
     metrics          jsonb       NOT NULL,            -- final epoch's metrics
     rows_trained     bigint      NOT NULL,

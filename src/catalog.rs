@@ -458,15 +458,30 @@ fn fallible_copy(array: Option<pgrx::Array<f64>>, model_id: i64) -> Vec<f64> {
     out
 }
 
+/// The preprocessing column as the model query reads it: `NULL` in a database still at 0.3.0
+/// (the library is updated before ALTER EXTENSION UPDATE adds the column), so its models keep
+/// predicting until the update.
+fn preprocessing_column() -> &'static str {
+    let (relid, _) = catalog_table();
+    // SAFETY: a syscache lookup on the backend thread inside a transaction.
+    let attnum = unsafe { pg_sys::get_attnum(relid, c"preprocessing".as_ptr()) };
+    if attnum > 0 {
+        "preprocessing"
+    } else {
+        "NULL::pg_catalog.jsonb"
+    }
+}
+
 fn read_model(model_id: i64) -> StoredModel {
     let row = Spi::connect(|client| {
         let table = client.select(
+            &format!(
             "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
                     coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1),
-                    -- (read this way, a 0.3.0 catalog without the column still predicts until
-                    -- ALTER EXTENSION UPDATE)
-                    pg_catalog.to_jsonb(m) OPERATOR(pg_catalog.->) 'preprocessing'
-             FROM corgipile.models m WHERE id OPERATOR(pg_catalog.=) $1",
+                    {preprocessing}
+             FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
+            preprocessing = preprocessing_column()
+        ),
             Some(1),
             &[model_id.into()],
         )?;

@@ -19,7 +19,7 @@ use super::explain;
 use super::node::{init_child, state_of, Node};
 use super::tuple_shuffle::TupleShuffle;
 use crate::error::raise;
-use crate::pipeline::{Mode, PipelineConfig};
+use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
 use crate::progress;
 use corgipile_ml::params::ScheduleKind;
 use corgipile_ml::trainer::EpochStats;
@@ -54,6 +54,8 @@ pub struct SgdNode {
     binary_labels: Option<(f64, f64)>,
     // What EXPLAIN ANALYZE reports of a training.
     epoch_seconds: Vec<f64>,
+    /// The statistics pass before the epochs, if any (EXPLAIN ANALYZE).
+    statistics_seconds: Option<f64>,
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
@@ -125,6 +127,7 @@ impl Node for SgdNode {
             progress: None,
             binary_labels: None,
             epoch_seconds: Vec::new(),
+            statistics_seconds: None,
             backend_wait_seconds: 0.0,
             worker_busy_seconds: 0.0,
             last_stats: None,
@@ -170,6 +173,13 @@ impl Node for SgdNode {
         if p.normalize {
             explain::boolean(es, "Normalize", true);
         }
+        if p.average {
+            let from = if p.epochs >= 2 { 2 } else { 1 };
+            explain::text(es, "Average Iterates", &format!("from epoch {from}"));
+        }
+        if let Some(PreprocessSpec::Learn { plans, .. }) = &state.config.preprocess {
+            explain::int(es, "Feature Columns", plans.len() as i64);
+        }
         if let Some(v) = &p.validation {
             explain::text(es, "Validation", &format!("{v:?}"));
         }
@@ -189,6 +199,12 @@ impl Node for SgdNode {
                     explain::float(es, "Final Training R2", None, r2, 4);
                 }
                 explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
+            }
+            if let Some(t) = state.statistics_seconds {
+                explain::float(es, "Statistics Pass", Some("ms"), t * 1000.0, 3);
+            }
+            if let Some(prep) = state.shuffle().preprocessor() {
+                explain::int(es, "Encoded Features", prep.n_features as i64);
             }
             let times: Vec<String> = state
                 .epoch_seconds

@@ -133,6 +133,7 @@ impl SgdNode {
             let pass_started = Instant::now();
             self.statistics_pass(&mut train_config);
             statistics_seconds = Some(pass_started.elapsed().as_secs_f64());
+            self.statistics_seconds = statistics_seconds;
         }
         let shuffle = self.shuffle();
         let Some(first) = shuffle.next_buffer(None) else {
@@ -265,13 +266,16 @@ impl SgdNode {
             model = model.fold_standardizer(s);
         }
         let classes = self.classes_of(label_map, model.n_outputs);
-        // A column list's scaling is part of its preprocessing (means and deviations).
+        // Stored for dense arrays only: a column list's scaling is part of its preprocessing,
+        // and a sparse model's (one scale per feature, maybe millions) is folded in and would
+        // only bloat the catalog row.
         let preprocessing = shuffle.preprocessor().cloned();
+        let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
         TrainOutcome {
             model,
             classes,
             standardizer: standardizer
-                .filter(|_| preprocessing.is_none())
+                .filter(|_| dense)
                 .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
             preprocessing,
             statistics_seconds,
