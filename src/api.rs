@@ -8,7 +8,7 @@ use crate::decode::ParamsArg;
 use crate::driver::{self, Pipeline};
 use crate::error::raise;
 use crate::exec::explain;
-use crate::exec::sgd::{Collect, CollectedRows, Evaluate, SgdTask, Trace, Train};
+use crate::exec::sgd::{Collect, CollectedRows, Evaluate, Learn, SgdTask, Trace, Train};
 use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{
     self, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
@@ -198,17 +198,20 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
     }
     // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
     unsafe {
-        if params.features.is_tabular()
-            && matches!(params.validation, Some(Validation::Relation(_)))
-        {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "a validation relation is not supported with a list of feature columns yet",
-                Some("Hold rows out of the table with {\"fraction\": 0.2} or {\"predicate\": ...}, or score the other table afterwards with corgipile_evaluate().".into()),
-            );
-        }
+        // A list of columns with a validation relation: the preprocessing is learned first
+        // (its own statistics pass), so that the validation rows are encoded with it.
+        let learned = match (&params.validation, params.features.is_tabular()) {
+            (Some(Validation::Relation(_)), true) => {
+                let mut p = params.clone();
+                p.validation = None;
+                Some(prepare(relation.oid(), kind, p, Mode::Train, Vec::new(), None).run(Learn))
+            }
+            _ => None,
+        };
         let validation_rows = match &params.validation {
-            Some(Validation::Relation(name)) => Some(collect_relation(name, kind, &params)),
+            Some(Validation::Relation(name)) => {
+                Some(collect_relation(name, kind, &params, learned.as_ref()))
+            }
             _ => None,
         };
         // Class indices of the validation rows and of the training rows must agree.
@@ -222,7 +225,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             params,
             Mode::Train,
             known_classes,
-            None,
+            learned.as_ref(),
         );
         let outcome = prepared.run(Train { validation_rows });
         let params = &prepared.config.params;
@@ -258,7 +261,12 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
 }
 
 /// Reads a validation relation (same columns as the training relation) into memory.
-unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) -> CollectedRows {
+unsafe fn collect_relation(
+    name: &str,
+    kind: ModelKind,
+    params: &TrainParams,
+    preprocessing: Option<&Preprocessor>,
+) -> CollectedRows {
     let relid = Spi::get_one_with_args::<pg_sys::Oid>(
         "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
         &[name.into()],
@@ -274,9 +282,14 @@ unsafe fn collect_relation(name: &str, kind: ModelKind, params: &TrainParams) ->
     });
     let mut p = params.clone();
     p.validation = None;
+    if let Some(prep) = preprocessing {
+        // The training's columns ("*" resolved on the training table), by name.
+        p.features = FeatureSpec::Columns(prep.column_names().map(str::to_owned).collect());
+        p.exclude.clear();
+    }
     p.shuffle = corgipile_ml::params::ShuffleMode::NoShuffle;
     p.double_buffer = false;
-    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), None);
+    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), preprocessing);
     prepared.run(Collect).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,

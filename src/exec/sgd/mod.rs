@@ -6,12 +6,14 @@
 
 mod collect;
 mod evaluate;
+mod learn;
 mod trace;
 mod train;
 mod worker;
 
 pub use collect::{Collect, CollectedRows};
 pub use evaluate::Evaluate;
+pub use learn::Learn;
 pub use trace::Trace;
 pub use train::Train;
 

@@ -49,7 +49,7 @@ impl SgdNode {
         let Some(stats) = stats else {
             self.no_rows(shuffle.rows_skipped_this_epoch)
         };
-        if self.config.layout == FeatureLayout::Tabular {
+        if shuffle.is_learning() {
             let classes = shuffle.classes.len();
             config.standardizer = Some(shuffle.finish_statistics(classes, params.fit_intercept));
         } else if params.normalize {
@@ -127,8 +127,11 @@ impl SgdNode {
         ));
         let mut train_config = params.train_config(self.config.model);
         let tabular = self.config.layout == FeatureLayout::Tabular;
+        // A column list learns its preprocessing in the statistics pass, unless it was
+        // learned before (see `Learn`).
+        let learning = self.shuffle().is_learning();
         let mut statistics_seconds = None;
-        if params.normalize || params.class_weight.is_some() || tabular {
+        if (params.normalize && !tabular) || params.class_weight.is_some() || learning {
             progress::phase("statistics pass");
             let pass_started = Instant::now();
             self.statistics_pass(&mut train_config);
@@ -136,6 +139,9 @@ impl SgdNode {
             self.statistics_seconds = statistics_seconds;
         }
         let shuffle = self.shuffle();
+        if tabular && !learning {
+            train_config.standardizer = shuffle.scaling(params.fit_intercept);
+        }
         let Some(first) = shuffle.next_buffer(None) else {
             self.no_rows(shuffle.rows_skipped_this_epoch)
         };

@@ -13,7 +13,7 @@ use crate::classes::ClassDictionary;
 use crate::error::raise;
 use crate::pipeline::FeatureLayout;
 use crate::pipeline::PipelineConfig;
-use crate::pipeline::{Holdout, Mode};
+use crate::pipeline::{Holdout, Mode, PreprocessSpec};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
@@ -448,11 +448,16 @@ unsafe fn begin(
     config: PipelineConfig,
 ) -> TupleShuffle {
     // An n_features param sizes the model from the start (checked up front, see api.rs).
-    let declared_features = match config.layout {
-        FeatureLayout::Sparse {
-            n_features: Some(n),
-            ..
-        } => n as usize,
+    let declared_features = match (config.layout, &config.preprocess) {
+        (
+            FeatureLayout::Sparse {
+                n_features: Some(n),
+                ..
+            },
+            _,
+        ) => n as usize,
+        // A preprocessing learned before (checked against the limit when it was learned).
+        (FeatureLayout::Tabular, Some(PreprocessSpec::Fixed(p))) => p.n_features,
         _ => 0,
     };
     let child = init_child(node, estate, eflags);

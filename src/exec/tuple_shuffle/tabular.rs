@@ -202,14 +202,20 @@ impl TupleShuffle {
             "the encoded feature columns (numbers, array elements, kept categories and hash buckets)",
         );
         self.checked_features = p.n_features;
-        let mut standardizer = p.standardizer();
+        self.encoder = Some(Encoder::Ready(p));
+        self.first_pass_done = false;
+        self.scaling(center).expect("ready")
+    }
+
+    /// The scaling the trainer applies for a ready preprocessing (`center`: false without an
+    /// intercept, which centering would bring back).
+    pub fn scaling(&self, center: bool) -> Option<Standardizer> {
+        let mut standardizer = self.preprocessor()?.standardizer();
         if !center {
             standardizer.mean.iter_mut().for_each(|m| *m = 0.0);
             standardizer.center = false;
         }
-        self.encoder = Some(Encoder::Ready(p));
-        self.first_pass_done = false;
-        standardizer
+        Some(standardizer)
     }
 
     /// The preprocessing, once learned (or given).
