@@ -541,7 +541,7 @@ fn read_model(model_id: i64) -> StoredModel {
         );
     }
     let preprocessing = preprocessing.map(|json| {
-        Preprocessor::from_json(&json)
+        let p = Preprocessor::from_json(&json)
             .filter(|p| p.n_features == n_features)
             .unwrap_or_else(|| {
                 raise(
@@ -549,7 +549,15 @@ fn read_model(model_id: i64) -> StoredModel {
                     format!("model {model_id} has an unreadable preprocessing"),
                     None,
                 )
-            })
+            });
+        if p.prepare().is_err() {
+            raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                format!("out of memory for the categories of model {model_id}"),
+                None,
+            );
+        }
+        p
     });
     StoredModel {
         id: model_id,

@@ -289,13 +289,28 @@ impl pgrx::FromDatum for TextArg {
 /// `datum` must be a non-NULL text datum valid for this call, on the backend thread.
 pub unsafe fn with_text_bytes<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> R) -> R {
     use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
-    let mut ptr = datum.cast_mut_ptr::<pg_sys::varlena>();
-    // SAFETY: a valid varlena; detoasting (rare for a model name) returns a palloc'd copy in
-    // the current memory context, which the executor resets.
-    if varatt_is_1b_e(ptr) || varatt_is_4b_c(ptr) {
-        ptr = pg_sys::pg_detoast_datum_packed(ptr);
+    let original = datum.cast_mut_ptr::<pg_sys::varlena>();
+    // SAFETY: a valid varlena; detoasting returns a palloc'd copy, freed here once `f` is done
+    // (rows are decoded by the million in one memory context).
+    let ptr = if varatt_is_1b_e(original) || varatt_is_4b_c(original) {
+        pg_sys::pg_detoast_datum_packed(original)
+    } else {
+        original
+    };
+    let result = f(varlena_to_byte_slice(ptr));
+    if ptr != original {
+        pg_sys::pfree(ptr.cast());
     }
-    f(varlena_to_byte_slice(ptr))
+    result
+}
+
+/// The length of a one-dimensional, NULL-free array datum (any element type), checked
+/// before its elements are converted or copied.
+///
+/// # Safety
+/// As for `with_array`.
+pub unsafe fn array_len(datum: pg_sys::Datum) -> Result<usize, ArrayProblem> {
+    with_array(datum, |raw| Ok(raw.len()))
 }
 
 impl pgrx::FromDatum for Float8ArrayArg {

@@ -598,6 +598,13 @@ unsafe fn tabular_columns(
                     Some(format!("The feature columns are: {}.", names.join(", "))),
                 );
             }
+            // Numbers and hash buckets are features whatever the data: checked before a row is read.
+            crate::guc::check_model_size(
+                ColumnPlan::fixed_width(&plans) as u64,
+                1,
+                crate::guc::max_model_bytes(),
+                "the feature columns (one per number, and the buckets of hashed columns)",
+            );
             PreprocessSpec::Learn {
                 plans,
                 max_categories,

@@ -17,7 +17,7 @@ Two parts:
   running out of memory is immediate and deterministic and never touches the machine (no swap).
   A crash is detected by the server log and a sentinel connection.
 
-Tests marked xfail(strict=True) are bugs found in review (see each reason)."""
+"""
 
 import json
 import os
@@ -211,11 +211,6 @@ def test_bad_row_values_are_clean_errors(env, alive, mixed_model):
     alive.check()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src/predict/row.rs number_array(): int2/int4/int8/numeric arrays are flattened with pgrx's "
-    "Array iterator without checking the number of dimensions, so a 2-D int array is accepted "
-    "(its elements read in storage order) where a 2-D float array, and any 2-D array in training "
-    "or corgipile_evaluate, is a 22000 ERROR"))
 def test_two_dimensional_integer_array_in_a_row_is_refused(env, alive, mixed_model):
     with connect(env) as c:
         expect_error(c, f"""SELECT corgipile_predict({mixed_model}, r) FROM (
@@ -439,11 +434,6 @@ def test_row_type_altered_by_another_session_mid_statement(env, alive):
     alive.check()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ml/src/preprocess.rs FxHasher: no final mixing, so keys that differ only in the high bytes "
-    "of an 8-byte chunk (zero-padded codes such as lpad(id, 8, '0')) share the low hash bits "
-    "hashbrown indexes by: one probe sequence for all, quadratic statistics pass and lookups "
-    "(65,536 such keys: ~15x slower than random keys of the same length; 262,144: 20 s vs 0.7 s)"))
 def test_zero_padded_category_codes_train_as_fast_as_random_ones(env, alive):
     n = 65536
     times = {}
@@ -565,13 +555,6 @@ def own_train(own, table, model, params):
         return train(c, table, model, params)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src/predict/row.rs RowLayout::encode(): an array column is converted into a Vec<f64> "
-    "(number_array() push by push for int2/int4/int8/numeric, float_array_into() for float4: up "
-    "to 8x the datum's size) before Preprocessor::array() compares its length with the model's; "
-    "the Vec is an infallible Rust allocation, so 120M int2 elements "
-    "(a 240 MB datum) for a model of 2 elements abort the backend ('memory allocation of "
-    "536870912 bytes failed', SIGABRT, server restart) where PostgreSQL alone handles the row"))
 def test_row_array_length_is_checked_before_it_is_converted(own):
     own.reset()
     own_exec(own, "DROP TABLE IF EXISTS arr2",
@@ -585,13 +568,6 @@ def test_row_array_length_is_checked_before_it_is_converted(own):
     assert e is not None and e.sqlstate == "22000", describe(e)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ml/src/preprocess.rs StatsBuilder::array(): each array column is checked alone against "
-    "max_array (max_model_memory / 72 bytes) and then gets vec![Moments; len] (24 bytes an "
-    "element, infallible); the total width is checked only in finish_statistics, after "
-    "finish() has allocated fill/mean/std for every column too. 12 columns of 7M elements (84M "
-    "features, far over the model limit) abort the backend ('memory allocation of 168000000 "
-    "bytes failed') instead of the 54000 ERROR"))
 def test_array_columns_are_bounded_together(own):
     own.reset()
     cols = [f"a{k}" for k in range(12)]
@@ -605,13 +581,6 @@ def test_array_columns_are_bounded_together(own):
     assert e is not None and e.sqlstate == "54000", describe(e)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src/decode.rs with_text_bytes(), called per row and text column by "
-    "src/exec/tuple_shuffle/tabular.rs decode_tabular(): a compressed or out-of-line text datum "
-    "is detoasted with pg_detoast_datum_packed into the current context (ExecutorState during "
-    "training and evaluate) and never freed: the training keeps every detoasted value of every "
-    "pass (500 MB a pass here; 53200 'Failed on request of size 512004 in memory context "
-    "ExecutorState'); without a limit the backend grows until the OOM killer acts"))
 def test_toasted_text_columns_do_not_accumulate_across_rows_and_epochs(own):
     own.reset()
     own_exec(own, "DROP TABLE IF EXISTS toasted_text",
@@ -624,11 +593,6 @@ def test_toasted_text_columns_do_not_accumulate_across_rows_and_epochs(own):
     assert e is None, describe(e)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src/predict/row.rs with_row()/layout_for(): when the row type changes between rows of one "
-    "call site, the new layout replaces the cached one but the descriptor copy "
-    "(CreateTupleDescCopy in fn_mcxt, ~120 kB for 1000 columns) is never freed: memory grows "
-    "with every row that alternates types (16,000 rows: 1.9 GB; 53200 here)"))
 def test_alternating_row_types_do_not_leak(own):
     own.reset()
     own_exec(own, "DROP TABLE IF EXISTS alt_src",
@@ -644,13 +608,6 @@ def test_alternating_row_types_do_not_leak(own):
     assert e is None, describe(e)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "one-hot categories cost far more than the settings account for (the dictionary counts 48 "
-    "bytes + the value, the model 72 bytes a feature; measured ~350 bytes a kept category in "
-    "training: the names, the lookup HashMap built by Preprocessor::lookup(), to_json, the "
-    "catalog's jsonb), and those allocations are infallible: 24 text columns of 65,536 "
-    "categories (1.6M features, 113 MB by the model formula) abort the backend under a 400 MB "
-    "budget ('memory allocation of 3276816 bytes failed') instead of an ERROR"))
 def test_many_kept_categories_fail_cleanly_if_at_all(own):
     own.reset()
     cols = ", ".join(f"left(md5('{j}_' || i), 10) AS t{j}" for j in range(24))

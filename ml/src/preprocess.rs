@@ -275,6 +275,8 @@ pub enum PreprocessError {
         column: String,
         elements: usize,
     },
+    /// Memory for the statistics or the category lookup could not be allocated.
+    OutOfMemory,
 }
 
 impl std::fmt::Display for PreprocessError {
@@ -294,6 +296,9 @@ impl std::fmt::Display for PreprocessError {
             ),
             PreprocessError::NotFinite { column } => {
                 write!(f, "column \"{column}\" is NaN or Infinity")
+            }
+            PreprocessError::OutOfMemory => {
+                write!(f, "out of memory for the statistics of the feature columns")
             }
             PreprocessError::TooWide { column, elements } => write!(
                 f,
@@ -324,12 +329,21 @@ impl Hasher for FxHasher {
         }
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply carries differences only upwards; hashbrown takes its bucket from the
+        // low bits. Fold the high half down (as a 64-bit finalizer does), or keys differing
+        // only in their high bytes (zero-padded codes) share buckets.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
     }
 }
 
-/// Bytes a distinct category costs in the statistics pass (key plus map overhead).
-const CATEGORY_OVERHEAD: usize = 48;
+/// Bytes a distinct category costs besides its text, measured: in the statistics pass's map
+/// (boxed key, count, control byte, growth slack), then as a kept category (its name, its
+/// lookup entry, its JSON). Counted against the memory settings.
+pub const CATEGORY_OVERHEAD: usize = 200;
 
 #[derive(Clone, Debug, Default)]
 struct Moments {
@@ -372,18 +386,23 @@ pub struct StatsBuilder {
     rows: u64,
     dictionary_bytes: usize,
     max_dictionary_bytes: usize,
-    /// Most elements an array column may have (its statistics are allocated per element).
-    max_array: usize,
+    /// Most features the model may have: numbers, hash buckets and array elements together
+    /// are checked against it before an array's per-element statistics are allocated.
+    max_features: usize,
+    /// Features known so far: one per number, the buckets of hashed columns, the elements of
+    /// the arrays seen.
+    width: usize,
 }
 
 impl StatsBuilder {
-    /// `max_dictionary_bytes` bounds the category dictionaries; `max_array` the length of an
-    /// array column (checked before its per-element statistics are allocated).
+    /// `max_dictionary_bytes` bounds the category dictionaries; `max_features` the model's
+    /// width (see [`StatsBuilder::fixed_width`]).
     pub fn new(
         plans: Vec<ColumnPlan>,
         max_dictionary_bytes: usize,
-        max_array: usize,
+        max_features: usize,
     ) -> StatsBuilder {
+        let width = ColumnPlan::fixed_width(&plans);
         let columns = plans
             .iter()
             .map(|p| match (p.source, p.encode) {
@@ -401,7 +420,8 @@ impl StatsBuilder {
             rows: 0,
             dictionary_bytes: 0,
             max_dictionary_bytes,
-            max_array,
+            max_features,
+            width,
         }
     }
 
@@ -424,17 +444,46 @@ impl StatsBuilder {
         Ok(())
     }
 
+    /// Whether an array of `len` elements may be fed to column `col` (its length so far, and
+    /// the model's width): checked before the caller converts the elements.
+    pub fn check_array(&self, col: usize, len: usize) -> Result<(), PreprocessError> {
+        let column = || self.plans[col].name.clone();
+        match &self.columns[col] {
+            ColumnStats::Array(Some(m)) if m.len() != len => Err(PreprocessError::ArrayLength {
+                column: column(),
+                got: len,
+                expected: m.len(),
+            }),
+            ColumnStats::Array(None) if self.width.saturating_add(len) > self.max_features => {
+                Err(PreprocessError::TooWide {
+                    column: column(),
+                    elements: len,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub fn array(&mut self, col: usize, value: Option<&[f64]>) -> Result<(), PreprocessError> {
         let (ColumnStats::Array(moments), Some(values)) = (&mut self.columns[col], value) else {
             return Ok(());
         };
-        if moments.is_none() && values.len() > self.max_array {
-            return Err(PreprocessError::TooWide {
+        if moments.is_none() {
+            let width = self.width.saturating_add(values.len());
+            let too_wide = PreprocessError::TooWide {
                 column: self.plans[col].name.clone(),
                 elements: values.len(),
-            });
+            };
+            if width > self.max_features {
+                return Err(too_wide);
+            }
+            let mut m = Vec::new();
+            m.try_reserve_exact(values.len()).map_err(|_| too_wide)?;
+            m.resize(values.len(), Moments::default());
+            *moments = Some(m);
+            self.width = width;
         }
-        let m = moments.get_or_insert_with(|| vec![Moments::default(); values.len()]);
+        let m = moments.as_mut().expect("set above");
         if m.len() != values.len() {
             return Err(PreprocessError::ArrayLength {
                 column: self.plans[col].name.clone(),
@@ -470,13 +519,18 @@ impl StatsBuilder {
                 distinct: counts.len(),
             });
         }
+        // Growth is fallible: the dictionary's bound is a setting, the server's memory may be
+        // less (an allocation failure in Rust would abort the backend).
+        if counts.try_reserve(1).is_err() {
+            return Err(PreprocessError::OutOfMemory);
+        }
         counts.insert(v.into(), 1);
         Ok(())
     }
 
     /// The preprocessing the statistics give: the most frequent `max_categories` categories
     /// of each one-hot column (ties by value), the rest pooled into "(other)".
-    pub fn finish(self, max_categories: usize) -> Preprocessor {
+    pub fn finish(self, max_categories: usize) -> Result<Preprocessor, PreprocessError> {
         let mut offset = 0usize;
         let mut columns = Vec::with_capacity(self.plans.len());
         for (plan, stats) in self.plans.into_iter().zip(self.columns) {
@@ -508,7 +562,10 @@ impl StatsBuilder {
                 }
                 ColumnStats::Categories(counts, nulls) => {
                     let distinct = counts.len();
-                    let mut all: Vec<(Box<[u8]>, u64)> = counts.into_iter().collect();
+                    let mut all: Vec<(Box<[u8]>, u64)> = Vec::new();
+                    all.try_reserve_exact(counts.len())
+                        .map_err(|_| PreprocessError::OutOfMemory)?;
+                    all.extend(counts);
                     all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                     all.truncate(max_categories);
                     Encoding::OneHot {
@@ -535,7 +592,37 @@ impl StatsBuilder {
             });
             offset += width;
         }
-        Preprocessor::new(columns, self.rows)
+        let p = Preprocessor::new(columns, self.rows);
+        p.prepare()?;
+        Ok(p)
+    }
+}
+
+/// (source, encode, buckets) of each column, for [`fixed_width`].
+fn plans_width(plans: &[ColumnPlan]) -> Vec<(Source, Encode, u32)> {
+    plans
+        .iter()
+        .map(|p| (p.source, p.encode, p.buckets))
+        .collect()
+}
+
+/// The features a list of columns has whatever the data: one per number column, the buckets
+/// of each hashed column (checked against the model limit before any row is read).
+pub fn fixed_width(columns: &[(Source, Encode, u32)]) -> usize {
+    columns
+        .iter()
+        .map(|&(source, encode, buckets)| match (source, encode) {
+            (Source::Number, _) => 1,
+            (Source::Text, Encode::Hash) => buckets as usize,
+            _ => 0,
+        })
+        .sum()
+}
+
+impl ColumnPlan {
+    /// The features the plans have whatever the data (see [`fixed_width`]).
+    pub fn fixed_width(plans: &[ColumnPlan]) -> usize {
+        fixed_width(&plans_width(plans))
     }
 }
 
@@ -598,7 +685,7 @@ pub struct EncodedColumn {
 
 /// The preprocessing of a model: stored with it, applied to every row it trains on, is
 /// evaluated on, or predicts.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Preprocessor {
     pub columns: Vec<EncodedColumn>,
     pub n_features: usize,
@@ -607,6 +694,19 @@ pub struct Preprocessor {
     /// Category → feature index, per column (one-hot columns only); built on first use.
     #[serde(skip)]
     lookup: OnceLock<Vec<CategoryMap<usize>>>,
+}
+
+/// A copy without the category lookup (rebuilt, fallibly, by [`Preprocessor::prepare`]): a
+/// model of many categories would otherwise copy large maps with an allocation that cannot fail.
+impl Clone for Preprocessor {
+    fn clone(&self) -> Self {
+        Preprocessor {
+            columns: self.columns.clone(),
+            n_features: self.n_features,
+            rows: self.rows,
+            lookup: OnceLock::new(),
+        }
+    }
 }
 
 impl PartialEq for Preprocessor {
@@ -673,20 +773,38 @@ impl Preprocessor {
         serde_json::to_value(self).expect("preprocessing serializes")
     }
 
-    fn lookup(&self) -> &[CategoryMap<usize>] {
-        self.lookup.get_or_init(|| {
-            self.columns
-                .iter()
-                .map(|c| match &c.encoding {
-                    Encoding::OneHot { categories, .. } => categories
+    /// Builds the category lookup, fallibly (a model of many categories needs a lot of it):
+    /// call before encoding rows. Encoding without it builds it infallibly.
+    pub fn prepare(&self) -> Result<(), PreprocessError> {
+        if self.lookup.get().is_some() {
+            return Ok(());
+        }
+        let mut maps = Vec::new();
+        maps.try_reserve_exact(self.columns.len())
+            .map_err(|_| PreprocessError::OutOfMemory)?;
+        for c in &self.columns {
+            let mut map = CategoryMap::default();
+            if let Encoding::OneHot { categories, .. } = &c.encoding {
+                map.try_reserve(categories.len())
+                    .map_err(|_| PreprocessError::OutOfMemory)?;
+                map.extend(
+                    categories
                         .iter()
                         .enumerate()
-                        .map(|(i, k)| (k.as_bytes().into(), c.offset + i))
-                        .collect(),
-                    _ => CategoryMap::default(),
-                })
-                .collect()
-        })
+                        .map(|(i, k)| (k.as_bytes().into(), c.offset + i)),
+                );
+            }
+            maps.push(map);
+        }
+        let _ = self.lookup.set(maps);
+        Ok(())
+    }
+
+    fn lookup(&self) -> &[CategoryMap<usize>] {
+        if self.lookup.get().is_none() {
+            let _ = self.prepare();
+        }
+        self.lookup.get().map_or(&[], |v| v.as_slice())
     }
 
     pub fn null_action(&self, col: usize) -> NullAction {
@@ -713,6 +831,20 @@ impl Preprocessor {
         }
         out.push(c.offset, v);
         Ok(())
+    }
+
+    /// Whether an array of `len` elements fits column `col` (checked before conversion).
+    pub fn check_array(&self, col: usize, len: usize) -> Result<(), PreprocessError> {
+        let expected = self.array_len(col);
+        if len == expected {
+            Ok(())
+        } else {
+            Err(PreprocessError::ArrayLength {
+                column: self.columns[col].name.clone(),
+                got: len,
+                expected,
+            })
+        }
     }
 
     pub fn array(
@@ -826,9 +958,31 @@ impl Preprocessor {
         }
     }
 
+    /// The length an array column's rows must have (0 for other columns).
+    pub fn array_len(&self, col: usize) -> usize {
+        match &self.columns[col].encoding {
+            Encoding::Array { fill, .. } => fill.len(),
+            _ => 0,
+        }
+    }
+
     /// Every column a number (one feature each, in column order).
     pub fn is_numbers_only(&self) -> bool {
         self.columns.iter().all(|c| c.source == Source::Number)
+    }
+
+    /// Bytes the kept categories cost besides the weights (names, lookup entries, JSON).
+    pub fn category_bytes(&self) -> u64 {
+        self.columns
+            .iter()
+            .map(|c| match &c.encoding {
+                Encoding::OneHot { categories, .. } => categories
+                    .iter()
+                    .map(|k| (k.len() + CATEGORY_OVERHEAD) as u64)
+                    .sum(),
+                _ => 0,
+            })
+            .sum()
     }
 
     /// The columns a row must have, by name.

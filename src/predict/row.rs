@@ -5,7 +5,8 @@
 use super::{cached_call, ModelArg};
 use crate::catalog::StoredModel;
 use crate::decode::{
-    float_array_into, is_plain_4b, numeric_to_f64, with_text_bytes, LabelKind, RecordArg,
+    array_len, float_array_into, is_plain_4b, numeric_to_f64, with_text_bytes, ArrayProblem,
+    LabelKind, RecordArg,
 };
 use crate::error::raise;
 use corgipile_ml::model::Row;
@@ -218,35 +219,40 @@ impl RowLayout {
                     }
                     Ok(())
                 }
-                Read::FloatArray => {
+                Read::FloatArray | Read::NumberArray(_) => {
                     let values = if null {
                         None
                     } else {
-                        if let Err(problem) = float_array_into(datum, &mut self.scratch) {
+                        // Shape first: an array of another length is refused before its
+                        // elements are converted (an int2[] grows 4× as f64).
+                        let bad = |problem: String| -> ! {
                             raise(
                                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                                 format!("column \"{}\": {problem}", p.columns[i].name),
                                 None,
-                            );
+                            )
+                        };
+                        let expected = p.array_len(i);
+                        match array_len(datum) {
+                            Ok(n) if n == expected => {}
+                            Err(ArrayProblem::Empty) if expected == 0 => {}
+                            Ok(n) => {
+                                bad(format!("the array has {n} elements, expected {expected}"))
+                            }
+                            Err(ArrayProblem::Empty) => {
+                                bad(format!("the array is empty, expected {expected} elements"))
+                            }
+                            Err(problem) => bad(problem.to_string()),
                         }
-                        Some(self.scratch.as_slice())
-                    };
-                    p.array(i, values, row)
-                }
-                Read::NumberArray(element) => {
-                    let values = if null {
-                        None
-                    } else {
-                        self.scratch.clear();
-                        if !number_array(datum, element, &mut self.scratch) {
-                            raise(
-                                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                                format!(
-                                    "column \"{}\": the array contains NULL elements",
-                                    p.columns[i].name
-                                ),
-                                None,
-                            );
+                        let read = match read {
+                            Read::NumberArray(element) => {
+                                self.scratch.clear();
+                                number_array(datum, element, &mut self.scratch)
+                            }
+                            _ => float_array_into(datum, &mut self.scratch).is_ok(),
+                        };
+                        if !read {
+                            bad("the array contains NULL elements".into());
                         }
                         Some(self.scratch.as_slice())
                     };
@@ -344,6 +350,11 @@ pub fn with_row<R>(
         let (type_id, typmod) = row_type(header);
         let fresh = !matches!(&cache.0, Some(l) if l.model_id == model.id && l.type_id == type_id && l.typmod == typmod);
         if fresh {
+            // A statement whose rows change type (a union of records) replaces the layout:
+            // free the old descriptor copy, or each change would keep one until the end.
+            if let Some(old) = cache.0.take() {
+                pg_sys::FreeTupleDesc(old.desc);
+            }
             cache.0 = Some(layout_for(
                 &model,
                 p,

@@ -36,7 +36,7 @@ fn sample() -> Preprocessor {
         s.text(2, Some(url.as_bytes())).unwrap();
         s.array(3, Some(&xy)).unwrap();
     }
-    s.finish(2)
+    s.finish(2).unwrap()
 }
 
 #[test]

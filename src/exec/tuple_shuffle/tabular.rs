@@ -3,7 +3,9 @@
 //! sparse rows by it. Backend thread only (datums are read in place).
 
 use super::TupleShuffle;
-use crate::decode::{float_array_into, format_tid, with_float_array, with_text_bytes};
+use crate::decode::{
+    array_len, float_array_into, format_tid, with_float_array, with_text_bytes, ArrayProblem,
+};
 use crate::error::raise;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
@@ -30,7 +32,13 @@ impl Encoder {
                 usize::try_from(max_dictionary_bytes).unwrap_or(usize::MAX),
                 usize::try_from(max_model_bytes / model_memory_bytes(1, 1)).unwrap_or(usize::MAX),
             )),
-            PreprocessSpec::Fixed(p) => Encoder::Ready(p.clone()),
+            PreprocessSpec::Fixed(p) => {
+                let p = p.clone();
+                if p.prepare().is_err() {
+                    raise_out_of_memory();
+                }
+                Encoder::Ready(p)
+            }
         }
     }
 
@@ -152,7 +160,21 @@ impl TupleShuffle {
                     let array = if null {
                         None
                     } else {
-                        if let Err(problem) = float_array_into(datum, &mut scratch) {
+                        let checked = match array_len(datum) {
+                            Ok(n) => Ok(n),
+                            Err(ArrayProblem::Empty) => Ok(0),
+                            Err(problem) => Err(problem),
+                        }
+                        .map(|n| match encoder {
+                            Encoder::Learning(s) => s.check_array(i, n),
+                            Encoder::Ready(p) => p.check_array(i, n),
+                        });
+                        if let Ok(Err(e)) = checked {
+                            raise_preprocess_error(e, tid);
+                        }
+                        if let Err(problem) =
+                            checked.and_then(|_| float_array_into(datum, &mut scratch))
+                        {
                             raise(
                                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                                 format!("row at ctid {}: column \"{}\": {problem}", format_tid(tid), column_name(encoder, i)),
@@ -194,11 +216,14 @@ impl TupleShuffle {
         let Some(Encoder::Learning(stats)) = self.encoder.take() else {
             unreachable!()
         };
-        let p = stats.finish(max_categories);
+        let p = stats
+            .finish(max_categories)
+            .unwrap_or_else(|_| raise_out_of_memory());
+        // The kept categories' names and lookup entries count against the model's memory too.
         crate::guc::check_model_size(
             p.n_features as u64,
             classes.max(1) as u64,
-            self.config.max_model_bytes,
+            self.config.max_model_bytes.saturating_sub(p.category_bytes()),
             "the encoded feature columns (numbers, array elements, kept categories and hash buckets)",
         );
         self.checked_features = p.n_features;
@@ -252,6 +277,7 @@ unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerDa
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
             "Feature values must be finite numbers.".into(),
         ),
+        PreprocessError::OutOfMemory => raise_out_of_memory(),
         PreprocessError::TooWide { .. } => (
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             "Ask a superuser to raise corgipile.max_model_memory, or leave the column out.".into(),
@@ -261,6 +287,14 @@ unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerDa
         code,
         format!("row at ctid {}: {e}", format_tid(tid)),
         Some(hint),
+    )
+}
+
+fn raise_out_of_memory() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+        "out of memory for the categories of the feature columns",
+        Some("Use a smaller \"max_categories\", hash the columns of many distinct values (\"encode\": \"hash\"), or ask a superuser to lower corgipile.max_buffer_memory / corgipile.max_model_memory to what the server has.".into()),
     )
 }
 
