@@ -29,6 +29,7 @@ STRATEGIES = {
     "sliding_window": {"shuffle": "sliding_window", "buffer_size": BUFFER},
     "mrs": {"shuffle": "mrs", "buffer_size": BUFFER},
     "shuffle_once": {"shuffle": "no_shuffle", "double_buffer": False},  # over the ORDER BY random() copy
+    "shuffle_once_pile": {"shuffle": "no_shuffle", "double_buffer": False},  # over the corgipile_shuffle copy
     "sklearn": None,
 }
 ALL = list(STRATEGIES)
@@ -46,7 +47,7 @@ FULL = {
          "models": ["svm"], "strategies": ALL},
         {"key": "criteo", "kind": "sparse", "rows": 5_000_000, "n_features": 1_000_000, "nnz": 40,
          "test_rows": 500_000, "models": ["logistic"],
-         "strategies": ["no_shuffle", "corgipile", "corgipile_buf2", "shuffle_once"]},
+         "strategies": ["no_shuffle", "corgipile", "corgipile_buf2", "shuffle_once", "shuffle_once_pile"]},
     ],
     "real": ["a9a", "ijcnn1", "w8a"], "real_models": ["svm", "logistic"], "real_epochs": 10,
     "ceiling_max_cells": 5_000_000,
@@ -60,7 +61,8 @@ QUICK = {
          "models": ["svm"], "strategies": ALL},
         {"key": "criteo", "kind": "sparse", "rows": 100_000, "n_features": 1_000_000, "nnz": 40,
          "test_rows": 10_000, "models": ["logistic"],
-         "strategies": ["no_shuffle", "corgipile", "corgipile_buf2", "shuffle_once", "sklearn"]},
+         "strategies": ["no_shuffle", "corgipile", "corgipile_buf2", "shuffle_once", "shuffle_once_pile",
+                        "sklearn"]},
     ],
     "real": ["a9a", "ijcnn1"], "real_models": ["svm"], "real_epochs": 3,
     "ceiling_max_cells": 5_000_000,
@@ -124,11 +126,15 @@ def run_dataset(ds, models, strategies, epochs, cfg, seed):
     out = {"dataset": ds.name, "family": ds.family, "order": ds.order, "rows": ds.rows,
            "n_features": ds.n_features, "size": ds.size, "note": ds.note, "sparse": ds.sparse,
            "epochs": epochs, "floor": retrying(runner.scan_floor, ds), "models": {}}
-    so_copy = so_secs = sk_data = None
+    so_copy = so_secs = pile_copy = pile_secs = sk_data = None
     if "shuffle_once" in strategies:
         log(f"{ds.name}: Shuffle Once copy (ORDER BY random())")
         so_copy, so_secs = retrying(runner.shuffle_once_copy, ds, seed)
         out["shuffle_once_copy_seconds"] = so_secs
+    if "shuffle_once_pile" in strategies:
+        log(f"{ds.name}: Shuffle Once copy (corgipile_shuffle)")
+        pile_copy, pile_secs = retrying(runner.pile_shuffle_copy, ds, seed)
+        out["pile_shuffle_copy_seconds"] = pile_secs
     if "sklearn" in strategies:
         log(f"{ds.name}: export to numpy")
         sk_data = retrying(runner.export_all, ds)
@@ -145,6 +151,9 @@ def run_dataset(ds, models, strategies, epochs, cfg, seed):
                 elif name == "shuffle_once":
                     r = retrying(runner.train, ds, model, STRATEGIES[name], epochs, seed, so_copy)
                     r["offset"] = so_secs
+                elif name == "shuffle_once_pile":
+                    r = retrying(runner.train, ds, model, STRATEGIES[name], epochs, seed, pile_copy)
+                    r["offset"] = pile_secs
                 else:
                     r = retrying(runner.train, ds, model, STRATEGIES[name], epochs, seed)
                     r["offset"] = 0.0
@@ -157,8 +166,9 @@ def run_dataset(ds, models, strategies, epochs, cfg, seed):
         for r in ran:
             r["e2e"], r["e2e_epoch"] = time_to_target(r, best - TOLERANCE, r["offset"])
         out["models"][model] = {"best_val_acc": best, "runs": res}
-    if so_copy:
-        runner.drop(so_copy)
+    for copy in (so_copy, pile_copy):
+        if copy:
+            runner.drop(copy)
     return out
 
 
@@ -293,6 +303,8 @@ def dataset_table(d):
     extras = []
     if "shuffle_once_copy_seconds" in d:
         extras.append(f"Shuffle Once copy (`CREATE TABLE .. AS SELECT * .. ORDER BY random()`): {d['shuffle_once_copy_seconds']:.2f} s")
+    if "pile_shuffle_copy_seconds" in d:
+        extras.append(f"Shuffle Once copy with `corgipile_shuffle`: {d['pile_shuffle_copy_seconds']:.2f} s")
     if "export_seconds" in d:
         extras.append(f"psycopg export of the training table into numpy: {d['export_seconds']:.2f} s")
     lines.append(head + ("  \n" + "; ".join(extras) + "." if extras else ""))
@@ -316,6 +328,7 @@ def dataset_table(d):
             best = max(a for a in r["val_acc"] if a is not None)
             hwm = f"{r['vm_hwm_mb']:.0f}" if "vm_hwm_mb" in r else "(client)"
             label = {"shuffle_once": "shuffle_once (copy + no_shuffle)",
+                     "shuffle_once_pile": "shuffle_once_pile (corgipile_shuffle copy + no_shuffle)",
                      "sklearn": "sklearn SGDClassifier (export + partial_fit)"}.get(name, name)
             lines.append(f"| {label} | {fmt_s(em)} | {fmt_s(min(r['epoch_seconds']))}–{fmt_s(max(r['epoch_seconds']))} | "
                          f"{fmt_r(ratio(em, base)) if name != 'sklearn' else '–'} | "

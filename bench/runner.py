@@ -3,6 +3,7 @@ or a plain scan. Each in-database run uses a FRESH connection, so the backend's 
 (VmHWM from /proc/<pid>/status) belongs to that run alone."""
 
 import statistics
+import json
 import time
 
 import numpy as np
@@ -84,6 +85,17 @@ def shuffle_once_copy(ds, seed):
         c.execute("SELECT setseed(%s)", (seed / 1000.0,))
         t0 = time.perf_counter()
         c.execute(f"CREATE TABLE {copy} AS SELECT * FROM {ds.train} ORDER BY random()")
+        secs = time.perf_counter() - t0
+    return copy, secs
+
+
+def pile_shuffle_copy(ds, seed):
+    """Shuffle Once with corgipile_shuffle (the two-pass pile shuffle) instead of a sort (timed)."""
+    copy = f"{ds.train}_pile"
+    with connect() as c:
+        c.execute(f"DROP TABLE IF EXISTS {copy}")
+        t0 = time.perf_counter()
+        c.execute("SELECT corgipile_shuffle(%s, %s, %s)", (ds.train, copy, json.dumps({"seed": seed})))
         secs = time.perf_counter() - t0
     return copy, secs
 
