@@ -169,12 +169,9 @@ fn corgipile_shuffle(source: PgRelation, target: &str, params: default!(ParamsAr
             ((p.memory / 4) / pg_sys::BLCKSZ as u64).clamp(1, MAX_PILES as u64) as usize;
         let piles = pile_count(data_bytes, p.memory, max_piles);
         let mut shuffler = PileShuffler::new(p.seed);
-        let pass1 = split_into_piles(&select, piles, &mut shuffler, p.memory, data_bytes);
+        let pass1 = split_into_piles(&select, piles, &mut shuffler, p.memory);
         let mut writer = Writer::open(target_relid);
-        // The resident pile first: its memory is freed before any other pile is loaded.
-        let mut order: Vec<(usize, Pile)> = pass1.into_iter().enumerate().collect();
-        order.sort_by_key(|(_, pile)| !pile.is_resident());
-        for (k, pile) in order {
+        for (k, pile) in pass1.into_iter().enumerate() {
             shuffle_pile(
                 pile,
                 k as u64,
@@ -295,20 +292,9 @@ fn record_len(t_len: u32) -> usize {
 
 /// One pile: a temporary file of records, each a heap tuple (padded to 8 bytes) whose first
 /// bytes hold its length, written through a buffer of our own so that a row costs no call.
-/// One pile of pass 1 may stay in memory instead ("resident"): its records go straight into
-/// the 8-byte aligned buffer pass 2 would load them into, saving its share of the temporary
-/// file I/O; it moves to a file if it outgrows `resident_limit`.
 struct Pile {
-    /// Null while resident.
     file: *mut pg_sys::BufFile,
     buffer: Vec<u8>,
-    /// A resident pile's records (8-byte aligned, as `load` gives them).
-    resident: Vec<u64>,
-    /// Most bytes a resident pile may hold, records plus one HeapTupleData per row (0: none).
-    resident_limit: u64,
-    /// Where a resident pile's file is created if it spills: the context the piles were made
-    /// in (the spill happens inside the executor, whose contexts end before pass 2).
-    context: pg_sys::MemoryContext,
     bytes: u64,
     rows: u64,
 }
@@ -318,92 +304,14 @@ impl Pile {
         Pile {
             file: pg_sys::BufFileCreateTemp(false),
             buffer: Vec::with_capacity(buffer_bytes),
-            resident: Vec::new(),
-            resident_limit: 0,
-            context: std::ptr::null_mut(),
             bytes: 0,
             rows: 0,
         }
-    }
-
-    /// A pile kept in memory while it holds at most `limit` bytes (see `Pile`): its memory is
-    /// reserved at once (address space only until rows are written; one mapping, returned to
-    /// the system when freed, also by an ERROR or a cancel), or, if that fails, a file pile.
-    unsafe fn new_resident(limit: u64, buffer_bytes: usize) -> Pile {
-        let mut resident = Vec::new();
-        if resident.try_reserve_exact(limit as usize / 8).is_err() {
-            return Pile::new(buffer_bytes);
-        }
-        Pile {
-            file: std::ptr::null_mut(),
-            buffer: Vec::new(),
-            resident,
-            resident_limit: limit,
-            context: pg_sys::CurrentMemoryContext,
-            bytes: 0,
-            rows: 0,
-        }
-    }
-
-    fn is_resident(&self) -> bool {
-        self.file.is_null()
-    }
-
-    /// Appends to a resident pile; false (nothing written) when the record would take it past
-    /// its limit or memory is short: the caller moves it to a file.
-    unsafe fn append_resident(&mut self, tuple: pg_sys::HeapTuple, len: usize) -> bool {
-        let t_len = (*tuple).t_len;
-        let after = self.bytes + len as u64;
-        let tuples = (self.rows + 1) * std::mem::size_of::<pg_sys::HeapTupleData>() as u64;
-        if after + tuples > self.resident_limit {
-            return false;
-        }
-        let words = after as usize / 8;
-        if words > self.resident.capacity() {
-            return false; // (reserved up to the limit at creation)
-        }
-        // SAFETY: capacity for `words` words was reserved at creation; the record is written in
-        // full (header, body, zero padding) before the length covers it.
-        let base = self.resident.as_mut_ptr().cast::<u8>().add(self.bytes as usize);
-        std::ptr::write_bytes(base, 0, len);
-        std::ptr::copy_nonoverlapping(t_len.to_ne_bytes().as_ptr(), base, 4);
-        std::ptr::copy_nonoverlapping(
-            (*tuple).t_data.cast::<u8>().add(HEADER_SCRATCH),
-            base.add(HEADER_SCRATCH),
-            t_len as usize - HEADER_SCRATCH,
-        );
-        self.resident.set_len(words);
-        self.bytes = after;
-        self.rows += 1;
-        true
-    }
-
-    /// Moves a resident pile to a temporary file (it outgrew its limit).
-    unsafe fn spill(&mut self, buffer_bytes: usize) {
-        // SAFETY: `context` is the context the piles were created in, alive until the end of
-        // corgipile_shuffle (as the other piles' files are).
-        self.file = PgMemoryContexts::For(self.context)
-            .switch_to(|_| pg_sys::BufFileCreateTemp(false));
-        if self.bytes > 0 {
-            pg_sys::BufFileWrite(
-                self.file,
-                self.resident.as_mut_ptr().cast(),
-                self.bytes as usize,
-            );
-        }
-        self.resident = Vec::new();
-        self.buffer = Vec::with_capacity(buffer_bytes);
     }
 
     unsafe fn append(&mut self, tuple: pg_sys::HeapTuple) {
         let t_len = (*tuple).t_len;
         let len = record_len(t_len);
-        if self.is_resident() {
-            if self.append_resident(tuple, len) {
-                return;
-            }
-            self.spill(256 * 1024);
-        }
         if self.buffer.len() + len > self.buffer.capacity() {
             self.flush();
         }
@@ -441,9 +349,6 @@ impl Pile {
 
     /// Rewinds for reading (after the last append).
     unsafe fn rewind(&mut self) {
-        if self.is_resident() {
-            return;
-        }
         self.flush();
         self.buffer = Vec::new();
         if pg_sys::BufFileSeek(self.file, 0, 0, libc::SEEK_SET) != 0 {
@@ -467,10 +372,9 @@ impl Pile {
 
     /// The whole pile in one 8-byte aligned buffer, and a heap tuple pointing at each record.
     unsafe fn load(&mut self) -> (Vec<u64>, Vec<pg_sys::HeapTupleData>) {
-        let resident = self.is_resident();
-        let mut words: Vec<u64> = std::mem::take(&mut self.resident);
+        let mut words: Vec<u64> = Vec::new();
         let mut tuples: Vec<pg_sys::HeapTupleData> = Vec::new();
-        if (!resident && words.try_reserve_exact(self.bytes as usize / 8).is_err())
+        if words.try_reserve_exact(self.bytes as usize / 8).is_err()
             || tuples.try_reserve_exact(self.rows as usize).is_err()
         {
             raise(
@@ -479,12 +383,10 @@ impl Pile {
                 None,
             );
         }
+        // Filled by the read below (which raises unless it reads every byte): no zeroing.
         let base = words.as_mut_ptr().cast::<u8>();
-        if !resident {
-            // Filled by the read below (which raises unless it reads every byte): no zeroing.
-            self.read_exact(base, self.bytes as usize);
-            words.set_len(self.bytes as usize / 8);
-        }
+        self.read_exact(base, self.bytes as usize);
+        words.set_len(self.bytes as usize / 8);
         let mut offset = 0usize;
         while offset < self.bytes as usize {
             let t_len = u32::from_ne_bytes(
@@ -505,8 +407,6 @@ impl Pile {
 
     /// The next record as a palloc'd heap tuple (for splitting an oversized pile), or None.
     unsafe fn read(&mut self) -> Option<pg_sys::HeapTuple> {
-        // Only an oversized pile is read record by record, and a resident one never is.
-        assert!(!self.is_resident(), "a resident pile is loaded, not read");
         let mut header = [0u8; HEADER_SCRATCH];
         if pg_sys::BufFileRead(self.file, header.as_mut_ptr().cast(), HEADER_SCRATCH) == 0 {
             return None;
@@ -528,9 +428,7 @@ impl Pile {
     }
 
     unsafe fn close(self) {
-        if !self.file.is_null() {
-            pg_sys::BufFileClose(self.file);
-        }
+        pg_sys::BufFileClose(self.file);
     }
 }
 
@@ -587,17 +485,8 @@ unsafe fn split_into_piles(
     n: usize,
     shuffler: &mut PileShuffler,
     memory: u64,
-    data_bytes: u64,
 ) -> Vec<Pile> {
-    // The last pile stays in memory while it fits three quarters of the bound (the other
-    // piles' write buffers take at most the last quarter); pass 2 shuffles it first.
-    let mut piles: Vec<Pile> = (0..n - 1)
-        .map(|_| Pile::new(pile_buffer(memory, n)))
-        .collect();
-    // Reserved for the expected pile with room to spare, never past 3/4 of the bound.
-    let expected = data_bytes / n as u64;
-    let limit = (memory / 4 * 3).min(expected + expected / 2 + (1 << 20));
-    piles.push(Pile::new_resident(limit, pile_buffer(memory, n)));
+    let mut piles: Vec<Pile> = (0..n).map(|_| Pile::new(pile_buffer(memory, n))).collect();
     let mut receiver = PileReceiver {
         dest: pg_sys::DestReceiver {
             receiveSlot: Some(receive_slot),

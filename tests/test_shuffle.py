@@ -666,12 +666,11 @@ def test_read_only_transaction(conn, small):
 
 def test_error_mid_copy_leaves_nothing(conn, src):
     """An ERROR while the piles are being written (temp_file_limit) leaves no table and no
-    temporary files. (With a 1 MB memory bound the piles are files; at the default the whole
-    table would stay in memory.)"""
+    temporary files."""
     pid = scalar(conn, "SELECT pg_backend_pid()")
     conn.execute("SET temp_file_limit = '1MB'")
     try:
-        expect_error(conn, "53400", "src", "dst_tfl", {"memory": "1MB"})
+        expect_error(conn, "53400", "src", "dst_tfl")
     finally:
         conn.execute("RESET temp_file_limit")
     assert my_tmp_files(conn, pid) == []
@@ -750,26 +749,13 @@ def run_cancelled(dsn, delay, params):
 
 
 @pytest.mark.parametrize("delay", [0.2, 0.6, 1.2])
-@pytest.mark.parametrize("params", [{"memory": "256MB"}, {"memory": "8MB"}], ids=["memory_256MB", "memory_8MB"])
+@pytest.mark.parametrize("params", [{}, {"memory": "8MB"}], ids=["default_memory", "memory_8MB"])
 def test_cancel(dsn, big, params, delay):
     """pg_cancel_backend at several points of a ~2.5-3 s shuffle (on this machine pass 1 takes
     ~0.5 s, then pass 2 the rest)."""
     latency, seen = run_cancelled(dsn, delay, params)
     assert seen > 0, "no temporary files seen while the shuffle ran: the leftover check would be vacuous"
     assert latency < 1.5, f"cancel took {latency:.2f} s"
-
-
-def test_table_within_the_memory_bound_needs_no_temporary_file(conn, big):
-    """Pass 1 keeps one pile in memory (up to 3/4 of the bound): a table that fits is shuffled
-    without any temporary file, and still uniformly (checked by test_uniform_order's default)."""
-    drop(conn, "dst_big")
-    before = scalar(conn, "SELECT temp_files FROM pg_stat_database WHERE datname = current_database()")
-    assert shuffle(conn, "big", "dst_big", {"seed": 3, "memory": "512MB"}) == BIG_ROWS
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    after = scalar(conn, "SELECT temp_files FROM pg_stat_database WHERE datname = current_database()")
-    assert after == before, f"{after - before} temporary files written"
-    assert scalar(conn, "SELECT count(DISTINCT id) FROM dst_big") == BIG_ROWS
-    drop(conn, "dst_big")
 
 
 def test_statement_timeout(conn, big):
