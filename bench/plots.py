@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"no_shuffle": "tab:red", "block_only": "tab:orange", "corgipile": "tab:green",
           "corgipile_single": "tab:olive", "corgipile_buf2": "tab:cyan", "sliding_window": "tab:purple",
-          "mrs": "tab:brown", "shuffle_once": "tab:blue", "sklearn": "tab:gray"}
+          "mrs": "tab:brown", "shuffle_once": "tab:blue", "shuffle_once_pile": "tab:pink", "sklearn": "tab:gray"}
 
 
 def _ok(runs):
