@@ -159,21 +159,31 @@ pub unsafe fn with_float_array<R>(
     })
 }
 
-/// The elements of a float8[]/float4[] datum as f64 into `out` (an empty array gives none).
+/// The elements of a float8[]/float4[] datum as f64 into `out` (an empty array gives none),
+/// if `accept_len` accepts their number (its error is returned, and nothing copied, if not).
 ///
 /// # Safety
 /// As for `with_array`.
-pub unsafe fn float_array_into(
+pub unsafe fn float_array_into<E>(
     datum: pg_sys::Datum,
     out: &mut Vec<f64>,
-) -> Result<(), ArrayProblem> {
+    accept_len: impl FnOnce(usize) -> Result<(), E>,
+) -> Result<Result<(), E>, ArrayProblem> {
     out.clear();
-    let read = with_float_array(datum, |a| match a {
-        FloatSlice::F64(x) => out.extend_from_slice(x),
-        FloatSlice::F32(x) => out.extend(x.iter().map(|&v| v as f64)),
+    let mut accept_len = Some(accept_len);
+    let read = with_float_array(datum, |a| {
+        // The length is checked before anything is copied (one detoast for both).
+        let accepted = (accept_len.take().expect("called once"))(a.len());
+        if accepted.is_ok() {
+            match a {
+                FloatSlice::F64(x) => out.extend_from_slice(x),
+                FloatSlice::F32(x) => out.extend(x.iter().map(|&v| v as f64)),
+            }
+        }
+        accepted
     });
     match read {
-        Err(ArrayProblem::Empty) => Ok(()),
+        Err(ArrayProblem::Empty) => Ok((accept_len.take().expect("not called"))(0)),
         other => other,
     }
 }

@@ -233,26 +233,32 @@ impl RowLayout {
                             )
                         };
                         let expected = p.array_len(i);
-                        match array_len(datum) {
-                            Ok(n) if n == expected => {}
-                            Err(ArrayProblem::Empty) if expected == 0 => {}
-                            Ok(n) => {
-                                bad(format!("the array has {n} elements, expected {expected}"))
-                            }
-                            Err(ArrayProblem::Empty) => {
+                        let wrong_len = |n: usize| -> ! {
+                            if n == 0 {
                                 bad(format!("the array is empty, expected {expected} elements"))
                             }
-                            Err(problem) => bad(problem.to_string()),
-                        }
-                        let read = match read {
-                            Read::NumberArray(element) => {
-                                self.scratch.clear();
-                                number_array(datum, element, &mut self.scratch)
-                            }
-                            _ => float_array_into(datum, &mut self.scratch).is_ok(),
+                            bad(format!("the array has {n} elements, expected {expected}"))
                         };
-                        if !read {
-                            bad("the array contains NULL elements".into());
+                        let accept = |n: usize| if n == expected { Ok(()) } else { Err(n) };
+                        match read {
+                            Read::NumberArray(element) => {
+                                match array_len(datum) {
+                                    Ok(n) => accept(n).unwrap_or_else(|n| wrong_len(n)),
+                                    Err(ArrayProblem::Empty) => {
+                                        accept(0).unwrap_or_else(|n| wrong_len(n))
+                                    }
+                                    Err(problem) => bad(problem.to_string()),
+                                }
+                                self.scratch.clear();
+                                if !number_array(datum, element, &mut self.scratch) {
+                                    bad("the array contains NULL elements".into());
+                                }
+                            }
+                            _ => match float_array_into(datum, &mut self.scratch, accept) {
+                                Ok(Ok(())) => {}
+                                Ok(Err(n)) => wrong_len(n),
+                                Err(problem) => bad(problem.to_string()),
+                            },
                         }
                         Some(self.scratch.as_slice())
                     };

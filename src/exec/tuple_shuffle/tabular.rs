@@ -3,9 +3,7 @@
 //! sparse rows by it. Backend thread only (datums are read in place).
 
 use super::TupleShuffle;
-use crate::decode::{
-    array_len, float_array_into, format_tid, with_float_array, with_text_bytes, ArrayProblem,
-};
+use crate::decode::{float_array_into, format_tid, with_float_array, with_text_bytes};
 use crate::error::raise;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
@@ -160,26 +158,18 @@ impl TupleShuffle {
                     let array = if null {
                         None
                     } else {
-                        let checked = match array_len(datum) {
-                            Ok(n) => Ok(n),
-                            Err(ArrayProblem::Empty) => Ok(0),
-                            Err(problem) => Err(problem),
-                        }
-                        .map(|n| match encoder {
+                        let read = float_array_into(datum, &mut scratch, |n| match encoder {
                             Encoder::Learning(s) => s.check_array(i, n),
                             Encoder::Ready(p) => p.check_array(i, n),
                         });
-                        if let Ok(Err(e)) = checked {
-                            raise_preprocess_error(e, tid);
-                        }
-                        if let Err(problem) =
-                            checked.and_then(|_| float_array_into(datum, &mut scratch))
-                        {
-                            raise(
+                        match read {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => raise_preprocess_error(e, tid),
+                            Err(problem) => raise(
                                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                                 format!("row at ctid {}: column \"{}\": {problem}", format_tid(tid), column_name(encoder, i)),
                                 Some("Array feature columns must be one-dimensional, without NULL elements.".into()),
-                            );
+                            ),
                         }
                         Some(scratch.as_slice())
                     };
