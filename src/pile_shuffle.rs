@@ -171,6 +171,7 @@ fn corgipile_shuffle(source: PgRelation, target: &str, params: default!(ParamsAr
         let mut shuffler = PileShuffler::new(p.seed);
         let pass1 = split_into_piles(&select, piles, &mut shuffler, p.memory);
         let mut writer = Writer::open(target_relid);
+        let mut loaded = LoadedPile::default();
         for (k, pile) in pass1.into_iter().enumerate() {
             shuffle_pile(
                 pile,
@@ -178,6 +179,7 @@ fn corgipile_shuffle(source: PgRelation, target: &str, params: default!(ParamsAr
                 &shuffler,
                 p.memory,
                 max_piles,
+                &mut loaded,
                 &mut writer,
                 0,
             );
@@ -290,92 +292,203 @@ fn record_len(t_len: u32) -> usize {
     (t_len as usize).div_ceil(8) * 8
 }
 
-/// One pile: a temporary file of records, each a heap tuple (padded to 8 bytes) whose first
-/// bytes hold its length, written through a buffer of our own so that a row costs no call.
+/// Most bytes one FileRead or FileWrite call moves (their length is an int before PostgreSQL 16).
+const IO_CHUNK: usize = 1 << 30;
+
+fn io_error(what: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_IO_ERROR,
+        format!(
+            "could not {what} a corgipile_shuffle pile: {}",
+            std::io::Error::last_os_error()
+        ),
+        None,
+    )
+}
+
+/// One pile: a PostgreSQL temporary file (`OpenTemporaryFile`: placed by temp_tablespaces,
+/// counted against temp_file_limit, deleted when closed or when the transaction ends, ERROR and
+/// cancel included) of records, each a heap tuple padded to 8 bytes whose first bytes hold its
+/// length. Appends go through a buffer of our own that is written in one call when full.
 struct Pile {
-    file: *mut pg_sys::BufFile,
+    file: pg_sys::File,
     buffer: Vec<u8>,
-    bytes: u64,
+    /// Bytes in the file; the buffer's follow them.
+    written: u64,
     rows: u64,
 }
 
 impl Pile {
     unsafe fn new(buffer_bytes: usize) -> Pile {
         Pile {
-            file: pg_sys::BufFileCreateTemp(false),
+            file: pg_sys::OpenTemporaryFile(false),
             buffer: Vec::with_capacity(buffer_bytes),
-            bytes: 0,
+            written: 0,
             rows: 0,
         }
     }
 
-    unsafe fn append(&mut self, tuple: pg_sys::HeapTuple) {
-        let t_len = (*tuple).t_len;
+    fn bytes(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+
+    /// Appends one record: the tuple's length, then its bytes after the scratch header
+    /// (`body`), then padding.
+    unsafe fn append(&mut self, t_len: u32, body: &[u8]) {
         let len = record_len(t_len);
         if self.buffer.len() + len > self.buffer.capacity() {
             self.flush();
         }
         let mut header = [0u8; HEADER_SCRATCH];
         header[..4].copy_from_slice(&t_len.to_ne_bytes());
-        let body = std::slice::from_raw_parts(
-            (*tuple).t_data.cast::<u8>().add(HEADER_SCRATCH),
-            t_len as usize - HEADER_SCRATCH,
-        );
-        let pad = [0u8; 8];
-        let pad = &pad[..len - t_len as usize];
-        if len > self.buffer.capacity() {
-            for part in [&header[..], body, pad] {
-                pg_sys::BufFileWrite(self.file, part.as_ptr() as *mut _, part.len());
+        let pad = &[0u8; 8][..len - t_len as usize];
+        for part in [&header[..], body, pad] {
+            if len > self.buffer.capacity() {
+                self.written += write_at(self.file, part, self.written);
+            } else {
+                self.buffer.extend_from_slice(part);
             }
-        } else {
-            self.buffer.extend_from_slice(&header);
-            self.buffer.extend_from_slice(body);
-            self.buffer.extend_from_slice(pad);
         }
-        self.bytes += len as u64;
         self.rows += 1;
     }
 
     unsafe fn flush(&mut self) {
-        if !self.buffer.is_empty() {
-            pg_sys::BufFileWrite(
-                self.file,
-                self.buffer.as_mut_ptr().cast(),
-                self.buffer.len(),
-            );
-            self.buffer.clear();
-        }
+        self.written += write_at(self.file, &self.buffer, self.written);
+        self.buffer.clear();
     }
 
-    /// Rewinds for reading (after the last append).
-    unsafe fn rewind(&mut self) {
+    /// Ends appending: the last records to the file, the write buffer freed.
+    unsafe fn finish(&mut self) {
         self.flush();
         self.buffer = Vec::new();
-        if pg_sys::BufFileSeek(self.file, 0, 0, libc::SEEK_SET) != 0 {
-            raise(
-                PgSqlErrorCode::ERRCODE_IO_ERROR,
-                "could not rewind a corgipile_shuffle pile",
-                None,
+    }
+
+    /// Fills `to` from the file at `offset` (after `finish`).
+    unsafe fn read_at(&self, to: &mut [u8], offset: u64) {
+        let mut offset = offset;
+        for chunk in to.chunks_mut(IO_CHUNK) {
+            let n = pg_sys::FileRead(
+                self.file,
+                chunk.as_mut_ptr().cast(),
+                chunk.len() as _,
+                offset as _,
+                0,
             );
+            if n < 0 || n as usize != chunk.len() {
+                io_error("read back");
+            }
+            offset += chunk.len() as u64;
         }
     }
 
-    unsafe fn read_exact(&mut self, to: *mut u8, len: usize) {
-        if pg_sys::BufFileRead(self.file, to.cast(), len) != len {
-            raise(
-                PgSqlErrorCode::ERRCODE_IO_ERROR,
-                "could not read a corgipile_shuffle pile back",
-                None,
-            );
+    /// Deletes the file.
+    unsafe fn close(self) {
+        pg_sys::FileClose(self.file);
+    }
+}
+
+/// Writes `bytes` at `offset`; returns how many (all of them, or an ERROR).
+unsafe fn write_at(file: pg_sys::File, bytes: &[u8], offset: u64) -> u64 {
+    let mut done = 0u64;
+    for chunk in bytes.chunks(IO_CHUNK) {
+        // FileWrite raises the ERROR itself when temp_file_limit would be exceeded.
+        let n = pg_sys::FileWrite(
+            file,
+            chunk.as_ptr() as *mut _,
+            chunk.len() as _,
+            (offset + done) as _,
+            0,
+        );
+        if n < 0 || n as usize != chunk.len() {
+            io_error("write");
+        }
+        done += chunk.len() as u64;
+    }
+    done
+}
+
+/// Reads a pile's records in order through a buffer (to split a pile too large to load).
+struct PileReader<'a> {
+    pile: &'a Pile,
+    buffer: Vec<u8>,
+    /// File offset of `buffer[0]`.
+    at: u64,
+    pos: usize,
+}
+
+impl<'a> PileReader<'a> {
+    fn new(pile: &'a Pile, buffer_bytes: usize) -> PileReader<'a> {
+        PileReader {
+            pile,
+            buffer: Vec::with_capacity(buffer_bytes),
+            at: 0,
+            pos: 0,
         }
     }
 
-    /// The whole pile in one 8-byte aligned buffer, and a heap tuple pointing at each record.
-    unsafe fn load(&mut self) -> (Vec<u64>, Vec<pg_sys::HeapTupleData>) {
-        let mut words: Vec<u64> = Vec::new();
-        let mut tuples: Vec<pg_sys::HeapTupleData> = Vec::new();
-        if words.try_reserve_exact(self.bytes as usize / 8).is_err()
-            || tuples.try_reserve_exact(self.rows as usize).is_err()
+    /// Makes at least `n` unread bytes available (the file has them: records are whole).
+    unsafe fn fill(&mut self, n: usize) {
+        if self.buffer.len() - self.pos >= n {
+            return;
+        }
+        self.buffer.drain(..self.pos);
+        self.at += self.pos as u64;
+        self.pos = 0;
+        if self.buffer.capacity() < n && self.buffer.try_reserve_exact(n).is_err() {
+            raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                "out of memory for a corgipile_shuffle pile",
+                None,
+            );
+        }
+        let have = self.buffer.len();
+        let left = self.pile.written - self.at - have as u64;
+        let take = (self.buffer.capacity() - have).min(left as usize);
+        self.buffer.resize(have + take, 0);
+        self.pile
+            .read_at(&mut self.buffer[have..], self.at + have as u64);
+        if self.buffer.len() < n {
+            io_error("read back");
+        }
+    }
+
+    /// The next record's tuple length and body (its bytes after the scratch header), or None.
+    unsafe fn next(&mut self) -> Option<(u32, &[u8])> {
+        if self.at + self.pos as u64 >= self.pile.written {
+            return None;
+        }
+        self.fill(HEADER_SCRATCH);
+        let t_len = u32::from_ne_bytes(
+            self.buffer[self.pos..self.pos + 4]
+                .try_into()
+                .unwrap_or_default(),
+        );
+        let len = record_len(t_len);
+        self.fill(len);
+        let body = &self.buffer[self.pos + HEADER_SCRATCH..self.pos + t_len as usize];
+        self.pos += len;
+        Some((t_len, body))
+    }
+}
+
+/// Pass 2's memory, reused from pile to pile: one pile's records and a heap tuple for each.
+#[derive(Default)]
+struct LoadedPile {
+    words: Vec<u64>,
+    rows: Vec<pg_sys::HeapTupleData>,
+    order: Vec<u32>,
+}
+
+impl LoadedPile {
+    /// Reads all of `pile` (after `finish`) into memory.
+    unsafe fn load(&mut self, pile: &Pile) {
+        let bytes = pile.written as usize;
+        self.words.clear();
+        self.rows.clear();
+        self.order.clear();
+        if self.words.try_reserve_exact(bytes / 8).is_err()
+            || self.rows.try_reserve_exact(pile.rows as usize).is_err()
+            || self.order.try_reserve_exact(pile.rows as usize).is_err()
         {
             raise(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
@@ -383,12 +496,13 @@ impl Pile {
                 None,
             );
         }
-        // Filled by the read below (which raises unless it reads every byte): no zeroing.
-        let base = words.as_mut_ptr().cast::<u8>();
-        self.read_exact(base, self.bytes as usize);
-        words.set_len(self.bytes as usize / 8);
+        // SAFETY of the set_len: read_at fills every byte (or raises), so nothing
+        // uninitialized is ever read; records are padded to 8 bytes, so bytes / 8 is exact.
+        let base = self.words.as_mut_ptr().cast::<u8>();
+        pile.read_at(std::slice::from_raw_parts_mut(base, bytes), 0);
+        self.words.set_len(bytes / 8);
         let mut offset = 0usize;
-        while offset < self.bytes as usize {
+        while offset < bytes {
             let t_len = u32::from_ne_bytes(
                 std::slice::from_raw_parts(base.add(offset), 4)
                     .try_into()
@@ -399,41 +513,20 @@ impl Pile {
                 ..Default::default()
             };
             tuple.t_data = base.add(offset).cast();
-            tuples.push(tuple);
+            self.rows.push(tuple);
             offset += record_len(t_len.max(HEADER_SCRATCH as u32));
         }
-        (words, tuples)
-    }
-
-    /// The next record as a palloc'd heap tuple (for splitting an oversized pile), or None.
-    unsafe fn read(&mut self) -> Option<pg_sys::HeapTuple> {
-        let mut header = [0u8; HEADER_SCRATCH];
-        if pg_sys::BufFileRead(self.file, header.as_mut_ptr().cast(), HEADER_SCRATCH) == 0 {
-            return None;
-        }
-        let t_len = u32::from_ne_bytes(header[..4].try_into().unwrap_or_default());
-        let len = record_len(t_len);
-        let base = pg_sys::palloc(HEAP_TUPLE_SIZE + len).cast::<u8>();
-        let tuple = base.cast::<pg_sys::HeapTupleData>();
-        *tuple = pg_sys::HeapTupleData {
-            t_len,
-            ..Default::default()
-        };
-        (*tuple).t_data = base.add(HEAP_TUPLE_SIZE).cast();
-        self.read_exact(
-            base.add(HEAP_TUPLE_SIZE + HEADER_SCRATCH),
-            len - HEADER_SCRATCH,
-        );
-        Some(tuple)
-    }
-
-    unsafe fn close(self) {
-        pg_sys::BufFileClose(self.file);
+        self.order.extend(0..self.rows.len() as u32);
     }
 }
 
-/// MAXALIGN(sizeof(HeapTupleData)): where a palloc'd heap tuple's data starts (HEAPTUPLESIZE).
-const HEAP_TUPLE_SIZE: usize = std::mem::size_of::<pg_sys::HeapTupleData>().div_ceil(8) * 8;
+/// A heap tuple's bytes after the scratch header (all a pile record keeps besides the length).
+unsafe fn tuple_body<'a>(tuple: pg_sys::HeapTuple) -> &'a [u8] {
+    std::slice::from_raw_parts(
+        (*tuple).t_data.cast::<u8>().add(HEADER_SCRATCH),
+        (*tuple).t_len as usize - HEADER_SCRATCH,
+    )
+}
 
 /// The executor's receiver of pass 1: every row to a random pile.
 #[repr(C)]
@@ -455,7 +548,8 @@ unsafe extern "C-unwind" fn receive_slot(
     let mut should_free = false;
     let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
     let k = shuffler.pile(piles.len());
-    piles[k].append(tuple);
+    let t_len = (*tuple).t_len;
+    piles[k].append(t_len, tuple_body(tuple));
     receiver.bytes_since_check += (*tuple).t_len as u64;
     if should_free {
         pg_sys::heap_freetuple(tuple);
@@ -554,48 +648,52 @@ fn pile_buffer(memory: u64, n: usize) -> usize {
 
 /// Pass 2 of one pile: shuffled in memory and appended to the table, or, when it is larger
 /// than `memory`, split into sub-piles first.
+#[allow(clippy::too_many_arguments)]
 unsafe fn shuffle_pile(
     mut pile: Pile,
     path: u64,
     shuffler: &PileShuffler,
     memory: u64,
     max_piles: usize,
+    loaded: &mut LoadedPile,
     writer: &mut Writer,
     depth: u32,
 ) {
     check_for_interrupts!();
-    pile.rewind();
-    // In memory a pile is its records plus one HeapTupleData per row.
-    let loaded_bytes = pile.bytes + pile.rows * std::mem::size_of::<pg_sys::HeapTupleData>() as u64;
+    pile.finish();
+    // In memory a pile is its records plus one HeapTupleData and one position per row.
+    let row_bytes = (std::mem::size_of::<pg_sys::HeapTupleData>() + 4) as u64;
+    let loaded_bytes = pile.bytes() + pile.rows * row_bytes;
     if loaded_bytes > memory {
         if pile.rows <= 1 || depth >= 8 {
             raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!(
                     "a row of {} does not fit in corgipile_shuffle's memory ({})",
-                    pretty_bytes(pile.bytes),
+                    pretty_bytes(pile.bytes()),
                     pretty_bytes(memory)
                 ),
                 Some("Give a larger \"memory\" (up to corgipile.max_buffer_memory).".into()),
             );
         }
+        // The pile's memory is free while it is split: drop it, so the split stays in bound.
+        *loaded = LoadedPile::default();
         let n = pile_count(loaded_bytes, memory, max_piles).max(2);
         let mut sub_shuffler = shuffler.subpiles(path);
         let mut subs: Vec<Pile> = (0..n).map(|_| Pile::new(pile_buffer(memory, n))).collect();
-        let mut cxt = PgMemoryContexts::new("corgipile_shuffle split");
-        cxt.switch_to(|_| {
+        {
+            let mut reader = PileReader::new(&pile, (memory / 4) as usize);
             let mut bytes_since_check = 0u64;
-            while let Some(tuple) = pile.read() {
+            while let Some((t_len, body)) = reader.next() {
                 let k = sub_shuffler.pile(n);
-                bytes_since_check += (*tuple).t_len as u64;
-                subs[k].append(tuple);
-                pg_sys::heap_freetuple(tuple);
+                subs[k].append(t_len, body);
+                bytes_since_check += t_len as u64;
                 if bytes_since_check > 1 << 20 {
                     bytes_since_check = 0;
                     check_for_interrupts!();
                 }
             }
-        });
+        }
         pile.close();
         for (k, sub) in subs.into_iter().enumerate() {
             // Sub-pile streams: bit 63 set (top-level piles are 0..MAX_PILES), the rest a hash
@@ -609,17 +707,18 @@ unsafe fn shuffle_pile(
                 shuffler,
                 memory,
                 max_piles,
+                loaded,
                 writer,
                 depth + 1,
             );
         }
         return;
     }
-    let (_buffer, mut rows) = pile.load();
+    loaded.load(&pile);
     pile.close();
     // Shuffle 4-byte positions (they stay in cache), not the rows themselves.
-    let mut order: Vec<u32> = (0..rows.len() as u32).collect();
-    shuffler.shuffle_pile(path, &mut order);
+    shuffler.shuffle_pile(path, &mut loaded.order);
+    let (rows, order) = (&mut loaded.rows, &loaded.order);
     for k in 0..order.len() {
         // The rows are scattered over the pile's memory: start loading their headers sixteen
         // rows ahead (addresses known from the order alone) and their data eight ahead.
@@ -632,46 +731,96 @@ unsafe fn shuffle_pile(
         }
         writer.insert(&mut rows[order[k] as usize]);
     }
+    // The rows live in `loaded`, which the next pile reuses: they must be in the table first.
+    writer.flush();
 }
 
-/// Inserts into the new table as CREATE TABLE AS does: heap_insert with a bulk insert state,
-/// no free-space map lookups (WAL is skipped when wal_level = minimal for a table created in
-/// this transaction).
+/// Rows inserted by one heap_multi_insert call (COPY's batch size).
+const INSERT_BATCH: usize = 1000;
+
+/// Inserts into the new table in batches with heap_multi_insert (one WAL record per page, as
+/// COPY does; CREATE TABLE AS inserts row by row), with a bulk insert state and no free-space
+/// map lookups (WAL is skipped when wal_level = minimal for a table created in this
+/// transaction).
 struct Writer {
     rel: pg_sys::Relation,
     bistate: pg_sys::BulkInsertState,
     cid: pg_sys::CommandId,
+    slots: Vec<*mut pg_sys::TupleTableSlot>,
+    pending: usize,
+    /// What heap_multi_insert allocates for a batch (its tuple array, TOASTed copies).
+    batch_memory: PgMemoryContexts,
     rows: i64,
 }
 
 impl Writer {
     unsafe fn open(relid: pg_sys::Oid) -> Writer {
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
+        let slots = (0..INSERT_BATCH)
+            .map(|_| {
+                pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &raw const pg_sys::TTSOpsHeapTuple)
+            })
+            .collect();
         Writer {
             rel,
             bistate: pg_sys::GetBulkInsertState(),
             cid: pg_sys::GetCurrentCommandId(true),
+            slots,
+            pending: 0,
+            batch_memory: PgMemoryContexts::new("corgipile_shuffle insert"),
             rows: 0,
         }
     }
 
-    /// Inserts one row (its header is overwritten in place: the record's length is no longer
-    /// needed).
-    unsafe fn insert(&mut self, tuple: &mut pg_sys::HeapTupleData) {
-        pg_sys::heap_insert(
-            self.rel,
-            tuple,
-            self.cid,
-            pg_sys::TABLE_INSERT_SKIP_FSM as i32,
-            self.bistate,
-        );
-        self.rows += 1;
-        if self.rows % 4096 == 0 {
-            check_for_interrupts!();
+    /// Queues one row for insertion; `tuple` must stay valid until the next `flush`.
+    unsafe fn insert(&mut self, tuple: *mut pg_sys::HeapTupleData) {
+        // heap_multi_insert materializes every slot, which copies a row the slot does not
+        // own. These rows are ours until the flush: the slot is told it owns the row (no copy)
+        // and told otherwise right after the insert, before anything could free it.
+        pg_sys::ExecStoreHeapTuple(tuple, self.slots[self.pending], true);
+        self.pending += 1;
+        if self.pending == INSERT_BATCH {
+            self.flush();
         }
     }
 
-    unsafe fn close(self) -> i64 {
+    /// Inserts the queued rows (their headers are overwritten in place: a record's length is
+    /// no longer needed).
+    unsafe fn flush(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        let (rel, slots, n, cid, bistate) = (
+            self.rel,
+            self.slots.as_mut_ptr(),
+            self.pending as i32,
+            self.cid,
+            self.bistate,
+        );
+        self.batch_memory.switch_to(|_| {
+            pg_sys::heap_multi_insert(
+                rel,
+                slots,
+                n,
+                cid,
+                pg_sys::TABLE_INSERT_SKIP_FSM as i32,
+                bistate,
+            )
+        });
+        for &slot in &self.slots[..self.pending] {
+            (*slot).tts_flags &= !(pg_sys::TTS_FLAG_SHOULDFREE as u16);
+        }
+        self.batch_memory.reset();
+        self.rows += self.pending as i64;
+        self.pending = 0;
+        check_for_interrupts!();
+    }
+
+    unsafe fn close(mut self) -> i64 {
+        self.flush();
+        for &slot in &self.slots {
+            pg_sys::ExecDropSingleTupleTableSlot(slot);
+        }
         pg_sys::FreeBulkInsertState(self.bistate);
         pg_sys::table_finish_bulk_insert(self.rel, pg_sys::TABLE_INSERT_SKIP_FSM as i32);
         pg_sys::table_close(self.rel, pg_sys::NoLock as i32);

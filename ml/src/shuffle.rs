@@ -504,10 +504,17 @@ impl PileShuffler {
     }
 }
 
-/// How many piles pass 1 writes: enough that the expected pile, with headroom of a few
-/// standard deviations, fits `memory` bytes; at least 1, at most `max_piles`.
+/// The size a pile aims at: small enough that pass 2's reads of its rows in random order hit
+/// the CPU caches (a pile of hundreds of MB costs a cache and a TLB miss per row: measured
+/// 1.5 s of 6 s on a 925 MB table), large enough that pass 1's appends to the open piles stay
+/// few and sequential.
+pub const CACHE_PILE_BYTES: u64 = 4 << 20;
+
+/// How many piles pass 1 writes: enough that the expected pile is about CACHE_PILE_BYTES and,
+/// with headroom of a few standard deviations, fits `memory` bytes; at least 1, at most
+/// `max_piles`.
 pub fn pile_count(data_bytes: u64, memory: u64, max_piles: usize) -> usize {
-    // Half of the memory for the expected pile: piles vary in size (and rows in width).
-    let per_pile = (memory / 2).max(1);
+    // At most half of the memory for the expected pile: piles vary in size (and rows in width).
+    let per_pile = (memory / 2).clamp(1, CACHE_PILE_BYTES);
     (data_bytes.div_ceil(per_pile) as usize).clamp(1, max_piles.max(1))
 }

@@ -54,4 +54,7 @@ fn pile_count_bounds() {
     assert_eq!(pile_count(0, 1 << 20, 1024), 1);
     assert_eq!(pile_count(10 << 20, 1 << 20, 1024), 20);
     assert_eq!(pile_count(u64::MAX, 1, 1024), 1024);
+    // A large memory bound still gives cache-sized piles, not a few huge ones.
+    assert_eq!(pile_count(1 << 30, 512 << 20, 4096), 256);
+    assert_eq!(pile_count(3 << 20, 512 << 20, 4096), 1);
 }
