@@ -49,24 +49,57 @@ CREATE TABLE corgipile.epochs (
     PRIMARY KEY (model_id, epoch)
 );
 
--- Every role may train and use models; each role sees only its own models (superusers and the
--- extension owner see all). Only corgipile's functions write these tables (as their owner, for
--- the calling role): PUBLIC may read, so no role can forge rows, pick ids, or lock the tables
--- beyond ACCESS SHARE. SELECT on the sequence lets pg_dump read it as any role.
+-- Privileges on models that their owners granted to other roles (corgipile_grant /
+-- corgipile_revoke): on a model name (every version, present and future) or on one model id.
+-- `use` lets the grantee see the model and predict/evaluate with it; `manage` also lets it
+-- deploy, drop, retrain (new versions of the name, owned by the owner) and grant. grantee 0
+-- ('-') is PUBLIC; a regrole column so that pg_dump writes role names, not OIDs.
+CREATE TABLE corgipile.model_grants (
+    owner       name        NOT NULL,         -- trained_by of the models it covers
+    model_name  text,                         -- a name of the owner's: all its versions
+    model_id    bigint      REFERENCES corgipile.models (id) ON DELETE CASCADE,
+    grantee     regrole     NOT NULL,         -- '-' (0) = PUBLIC
+    privilege   text        NOT NULL CHECK (privilege IN ('use', 'manage')),
+    granted_by  name        NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT model_grants_target_check CHECK ((model_name IS NULL) <> (model_id IS NULL)),
+    CONSTRAINT model_grants_key UNIQUE NULLS NOT DISTINCT (owner, model_name, model_id, grantee, privilege)
+);
+
+-- Every role may train and use models; each role sees its own models and those granted to it
+-- (to a role it inherits privileges from, as pg_has_role 'USAGE' says, or to PUBLIC);
+-- superusers and the extension owner see all. Only corgipile's functions write these tables (as
+-- their owner, for the calling role): PUBLIC may read, so no role can forge rows, pick ids, or
+-- lock the tables beyond ACCESS SHARE. SELECT on the sequence lets pg_dump read it as any role.
+-- A grant to a dropped role is dead at once: pg_has_role is false for a role that no longer
+-- exists, the grant is hidden, never dumped, and deleted by the next corgipile_grant/_revoke.
 GRANT USAGE ON SCHEMA corgipile TO PUBLIC;
-GRANT SELECT ON corgipile.models, corgipile.epochs TO PUBLIC;
+GRANT SELECT ON corgipile.models, corgipile.epochs, corgipile.model_grants TO PUBLIC;
 GRANT SELECT ON SEQUENCE corgipile.models_id_seq TO PUBLIC;
 ALTER TABLE corgipile.models ENABLE ROW LEVEL SECURITY;
 ALTER TABLE corgipile.epochs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY models_own ON corgipile.models
-    USING (trained_by = current_user) WITH CHECK (trained_by = current_user);
+ALTER TABLE corgipile.model_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY models_visible ON corgipile.models
+    USING (trained_by = current_user OR EXISTS (
+        SELECT 1 FROM corgipile.model_grants g
+        WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)))
+    WITH CHECK (trained_by = current_user);
 CREATE POLICY epochs_own ON corgipile.epochs
     USING (EXISTS (SELECT 1 FROM corgipile.models m WHERE m.id = model_id));
+-- A role sees the grants it made (as owner) and the live grants that reach it.
+CREATE POLICY model_grants_visible ON corgipile.model_grants
+    USING (owner = current_user
+           OR grantee::oid = 0
+           OR pg_has_role(current_user, grantee::oid, 'USAGE'));
 
 -- pg_dump carries the models: extension member tables are otherwise skipped.
 SELECT pg_catalog.pg_extension_config_dump('corgipile.models', '');
 SELECT pg_catalog.pg_extension_config_dump('corgipile.models_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('corgipile.epochs', '');
+-- Grants to roles that no longer exist are not dumped (their OIDs would mean nothing, or
+-- another role, elsewhere).
+SELECT pg_catalog.pg_extension_config_dump('corgipile.model_grants',
+    'WHERE grantee::pg_catalog.oid OPERATOR(pg_catalog.=) 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid)');
 
 -- One line per model, newest first; `deployed` marks the version corgipile_predict('name', ...)
 -- uses (the pinned one, else the newest). security_invoker: the caller's row-level security.

@@ -70,3 +70,76 @@ CREATE FUNCTION "corgipile_predict_proba"(
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_predict_proba_row_by_name_wrapper';
+
+
+-- Models shared between roles (corgipile_grant / corgipile_revoke).
+-- Privileges on models that their owners granted to other roles (corgipile_grant /
+-- corgipile_revoke): on a model name (every version, present and future) or on one model id.
+-- `use` lets the grantee see the model and predict/evaluate with it; `manage` also lets it
+-- deploy, drop, retrain (new versions of the name, owned by the owner) and grant. grantee 0
+-- ('-') is PUBLIC; a regrole column so that pg_dump writes role names, not OIDs.
+CREATE TABLE corgipile.model_grants (
+    owner       name        NOT NULL,         -- trained_by of the models it covers
+    model_name  text,                         -- a name of the owner's: all its versions
+    model_id    bigint      REFERENCES corgipile.models (id) ON DELETE CASCADE,
+    grantee     regrole     NOT NULL,         -- '-' (0) = PUBLIC
+    privilege   text        NOT NULL CHECK (privilege IN ('use', 'manage')),
+    granted_by  name        NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT model_grants_target_check CHECK ((model_name IS NULL) <> (model_id IS NULL)),
+    CONSTRAINT model_grants_key UNIQUE NULLS NOT DISTINCT (owner, model_name, model_id, grantee, privilege)
+);
+
+GRANT SELECT ON corgipile.model_grants TO PUBLIC;
+ALTER TABLE corgipile.model_grants ENABLE ROW LEVEL SECURITY;
+DROP POLICY models_own ON corgipile.models;
+CREATE POLICY models_visible ON corgipile.models
+    USING (trained_by = current_user OR EXISTS (
+        SELECT 1 FROM corgipile.model_grants g
+        WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)))
+    WITH CHECK (trained_by = current_user);
+-- A role sees the grants it made (as owner) and the live grants that reach it.
+CREATE POLICY model_grants_visible ON corgipile.model_grants
+    USING (owner = current_user
+           OR grantee::oid = 0
+           OR pg_has_role(current_user, grantee::oid, 'USAGE'));
+-- Grants to roles that no longer exist are not dumped (their OIDs would mean nothing, or
+-- another role, elsewhere).
+SELECT pg_catalog.pg_extension_config_dump('corgipile.model_grants',
+    'WHERE grantee::pg_catalog.oid OPERATOR(pg_catalog.=) 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid)');
+
+CREATE FUNCTION "corgipile_grant"(
+	"model_name" TEXT,
+	"role" TEXT,
+	"privilege" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'corgipile_grant_wrapper';
+
+CREATE FUNCTION "corgipile_grant"(
+	"model_id" bigint,
+	"role" TEXT,
+	"privilege" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'corgipile_grant_id_wrapper';
+
+CREATE FUNCTION "corgipile_revoke"(
+	"model_name" TEXT,
+	"role" TEXT,
+	"privilege" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'corgipile_revoke_wrapper';
+
+CREATE FUNCTION "corgipile_revoke"(
+	"model_id" bigint,
+	"role" TEXT,
+	"privilege" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'corgipile_revoke_id_wrapper';

@@ -193,7 +193,9 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
     check_schema_version();
     // What would fail at the end fails now, before any work.
     check_writable(c"corgipile_train()");
-    if let Some(name) = &params.name {
+    // A version of another owner's name needs "manage" on it: checked before any work.
+    let target_name = params.name.as_deref().map(crate::grants::training_name);
+    if let Some(name) = &target_name {
         lock_model_name(name);
     }
     // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
@@ -253,7 +255,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
                     "numeric"
                 },
                 params: params.to_json(),
-                name: params.name.as_deref(),
+                name: target_name.as_ref(),
             },
             &outcome,
         )

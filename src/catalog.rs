@@ -26,8 +26,9 @@ pub struct ModelSource<'a> {
     pub features: serde_json::Value,
     pub label_type: &'a str,
     pub params: serde_json::Value,
-    /// The name param: the model becomes the next version of this name.
-    pub name: Option<&'a str>,
+    /// The name param: the model becomes the next version of this name (of its owner, who
+    /// owns the new model too).
+    pub name: Option<&'a crate::grants::ModelName>,
 }
 
 /// The role that called us (models belong to it): its OID and name.
@@ -121,14 +122,19 @@ pub fn check_writable(what: &std::ffi::CStr) {
 }
 
 /// Takes, for the rest of the transaction, the lock that serializes trainings of one model
-/// name of the caller; another session holding it is an ERROR now rather than a wait (or a
+/// name (of its owner); another session holding it is an ERROR now rather than a wait (or a
 /// clash) after the training. The lock lives in a lock space no SQL command reaches (an
 /// object lock keyed by corgipile.models itself), so no role can take it to block another.
-pub fn lock_model_name(name: &str) {
+pub fn lock_model_name(name: &crate::grants::ModelName) {
     let (relid, _) = catalog_table();
-    let (role, _) = caller();
-    // FNV-1a of the name, folded to 16 bits: the lock key is (role, name hash).
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    let owner = name.owner.as_str();
+    let role = std::ffi::CString::new(owner)
+        .ok()
+        // SAFETY: a syscache lookup on the backend thread; missing_ok returns InvalidOid.
+        .map(|c| unsafe { pg_sys::get_role_oid(c.as_ptr(), true) })
+        .unwrap_or(pg_sys::InvalidOid);
+    // FNV-1a of the name, folded to 16 bits: the lock key is (owner, name hash).
+    let hash = name.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     });
     let key = (hash ^ (hash >> 16) ^ (hash >> 32) ^ (hash >> 48)) as u16;
@@ -139,7 +145,10 @@ pub fn lock_model_name(name: &str) {
     if !got {
         raise(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-            format!("model name \"{name}\" is being trained by another session"),
+            format!(
+                "model name \"{}\" is being trained by another session",
+                name.name
+            ),
             Some(
                 "Wait until that training's transaction ends, or train under another name.".into(),
             ),
@@ -151,7 +160,10 @@ pub fn lock_model_name(name: &str) {
 /// so an ERROR anywhere leaves no row behind. The caller holds the name's lock
 /// (`lock_model_name`) since before training.
 pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
-    let (_, role) = caller();
+    let role = match source.name {
+        Some(n) => n.owner.clone(),
+        None => caller().1,
+    };
     as_catalog_owner(|| insert_model(source, outcome, &role))
 }
 
@@ -215,7 +227,7 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
             (outcome.rows_trained as i64).into(),
             (outcome.rows_skipped as i64).into(),
             outcome.seconds.into(),
-            source.name.into(),
+            source.name.map(|n| n.name.as_str()).into(),
             role.into(),
             outcome
                 .preprocessing
@@ -296,21 +308,27 @@ pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
     })
 }
 
-/// The id of the deployed version of a model name of the current role: the pinned version if
-/// one is pinned (corgipile_deploy), else the newest.
-pub fn resolve_name(name: &str) -> i64 {
-    select_one::<i64>(
-        "SELECT id FROM corgipile.models
-         WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER
-         ORDER BY pinned DESC, version DESC LIMIT 1",
-        &[name.into()],
-    )
-    .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{name}\": {e}"), None))
-    .unwrap_or_else(|| {
+/// The id of the deployed version of a model name (the caller's own, or `owner.name` of a role
+/// that granted the caller a privilege on that name): the pinned version if one is pinned
+/// (corgipile_deploy), else the newest. A name the caller may not use does not exist for it.
+pub fn resolve_name(text: &str) -> i64 {
+    let n = crate::grants::model_name(text);
+    let found = if crate::grants::may_use_name(&n) {
+        select_one::<i64>(
+            "SELECT id FROM corgipile.models
+             WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
+             ORDER BY pinned DESC, version DESC LIMIT 1",
+            &[n.name.as_str().into(), n.owner.as_str().into()],
+        )
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{text}\": {e}"), None))
+    } else {
+        None
+    };
+    found.unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("no corgipile model named \"{name}\""),
-            Some("SELECT name, version, id FROM corgipile.model_summary lists your models; train one with corgipile_train(..., '{\"name\": \"...\"}').".into()),
+            format!("no corgipile model named \"{text}\""),
+            Some("SELECT name, version, id, trained_by FROM corgipile.model_summary lists the models you can use (another role's name is written owner.name); train one with corgipile_train(..., '{\"name\": \"...\"}').".into()),
         )
     })
 }

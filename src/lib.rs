@@ -14,6 +14,7 @@ mod decode;
 mod driver;
 mod error;
 mod exec;
+mod grants;
 mod guc;
 mod input;
 mod manage;

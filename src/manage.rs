@@ -1,14 +1,12 @@
 //! Living with models: deploy a version of a name, drop models, export coefficients.
 //!
-//! Names are per role, like the models themselves (row-level security on corgipile.models):
-//! each role's "churn" is its own, with versions 1, 2, ... The deployed version of a name is the
-//! one pinned by corgipile_deploy, else the newest.
+//! Names are per owner, like the models themselves: each role's "churn" is its own, with
+//! versions 1, 2, ...; another role's is "owner.churn" (src/grants.rs). The deployed version of
+//! a name is the one pinned by corgipile_deploy, else the newest.
 
-use crate::catalog::{
-    as_catalog_owner, caller, caller_manages_all, check_writable, no_such_model, resolve_name,
-    select_one,
-};
+use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_name, select_one};
 use crate::error::raise;
+use crate::grants;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
 use pgrx::prelude::*;
@@ -24,21 +22,22 @@ fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
 
 /// Pins `model_id` as the deployed version of `model_name` (what corgipile_predict('name', ...)
 /// uses); without a model id, unpins, so the newest version is deployed again. Returns the id
-/// of the deployed version.
+/// of the deployed version. Another owner's name (`owner.name`) needs "manage" on it.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -> i64 {
     check_writable(c"corgipile_deploy()");
-    resolve_name(model_name); // raises if the role has no model of this name
-    let (_, role) = caller();
+    resolve_name(model_name); // raises if the caller may not use a model of this name
+    let n = grants::model_name(model_name);
+    grants::check_manage_name(&n, model_name, "deploy");
     if let Some(id) = model_id {
         let name = select_one::<String>(
             "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
-             AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER",
-            &[id.into()],
+             AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
+            &[id.into(), n.owner.as_str().into()],
         )
         .unwrap_or_else(|e| spi_failed("read the model", e))
         .unwrap_or_else(|| no_such_model(id));
-        if name != model_name {
+        if name != n.name {
             let is = if name.is_empty() {
                 "is unnamed".to_string()
             } else {
@@ -47,7 +46,7 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("model {id} is not a version of \"{model_name}\": it {is}"),
-                Some(format!("SELECT version, id FROM corgipile.model_summary WHERE name = '{model_name}' lists its versions.")),
+                Some(format!("SELECT version, id FROM corgipile.model_summary WHERE name = '{}' lists its versions.", n.name)),
             );
         }
     }
@@ -56,14 +55,14 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
         Spi::run_with_args(
             "UPDATE corgipile.models SET pinned = false
              WHERE pinned AND name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
-            &[model_name.into(), role.as_str().into()],
+            &[n.name.as_str().into(), n.owner.as_str().into()],
         )
         .unwrap_or_else(|e| spi_failed("unpin the deployed version", e));
         if let Some(id) = model_id {
             Spi::run_with_args(
                 "UPDATE corgipile.models SET pinned = true
                  WHERE id OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
-                &[id.into(), role.as_str().into()],
+                &[id.into(), n.owner.as_str().into()],
             )
             .unwrap_or_else(|e| spi_failed("pin the version", e));
         }
@@ -72,56 +71,46 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
 }
 
 /// Deletes models (and their epochs) as the catalog's owner: `filter` is a WHERE clause over
-/// $1 (the id or name) and $2 (the caller's role, whose rows alone it may touch unless the
-/// caller manages every role's models). Returns how many were deleted.
-fn delete_models(filter: &str, key: pgrx::datum::DatumWithOid<'_>) -> i64 {
-    check_writable(c"corgipile_drop_model()");
-    let (_, role) = caller();
-    let all = caller_manages_all();
-    let sql = format!(
-        "WITH d AS (DELETE FROM corgipile.models WHERE {filter}
-                      AND ($3 OR trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name) RETURNING 1)
-         SELECT pg_catalog.count(*) FROM d"
-    );
+/// `args`; the caller's right to drop them was checked before. Returns how many.
+fn delete_models(filter: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> i64 {
+    let sql =
+        format!("WITH d AS (DELETE FROM corgipile.models WHERE {filter} RETURNING 1) SELECT pg_catalog.count(*) FROM d");
     as_catalog_owner(|| {
-        Spi::get_one_with_args::<i64>(&sql, &[key, role.as_str().into(), all.into()])
+        Spi::get_one_with_args::<i64>(&sql, args)
             .unwrap_or_else(|e| spi_failed("drop the model", e))
             .unwrap_or(0)
     })
 }
 
-/// Deletes one model (and its epochs); returns 1. Another role's model does not exist for
-/// the caller (unless the caller manages every role's models).
+/// Deletes one model (and its epochs); returns 1. It must be the caller's, or the caller must
+/// hold "manage" on it or its name (or manage every role's models); a model the caller cannot
+/// see does not exist for it.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_drop_model(model_id: i64) -> i64 {
-    let dropped = delete_models("id OPERATOR(pg_catalog.=) $1", model_id.into());
+    check_writable(c"corgipile_drop_model()");
+    grants::check_manage_id(model_id, "drop");
+    let dropped = delete_models("id OPERATOR(pg_catalog.=) $1", &[model_id.into()]);
     if dropped == 0 {
         no_such_model(model_id);
     }
     dropped
 }
 
-/// Deletes every version of a model name of the current role; returns how many. (An integer
-/// is a model id, as in prediction.)
+/// Deletes every version of a model name (the caller's own, or `owner.name` with "manage" on
+/// it); returns how many. (An integer is a model id, as in prediction.)
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_drop_model")]
 fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
     if let ModelRef::Id(id) = ModelRef::from_text(model_name) {
         return corgipile_drop_model(id);
     }
-    resolve_name(model_name); // raises if the role has no model of this name
-                              // Names are per role: even a superuser drops only its own versions of a name.
-    let (_, role) = caller();
     check_writable(c"corgipile_drop_model()");
-    as_catalog_owner(|| {
-        Spi::get_one_with_args::<i64>(
-            "WITH d AS (DELETE FROM corgipile.models
-                        WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name RETURNING 1)
-             SELECT pg_catalog.count(*) FROM d",
-            &[model_name.into(), role.as_str().into()],
-        )
-        .unwrap_or_else(|e| spi_failed("drop the model", e))
-        .unwrap_or(0)
-    })
+    resolve_name(model_name); // raises if the caller may not use a model of this name
+    let n = grants::model_name(model_name);
+    grants::check_manage_name(&n, model_name, "drop");
+    delete_models(
+        "name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
+        &[n.name.as_str().into(), n.owner.as_str().into()],
+    )
 }
 
 type CoefficientRow = (Option<String>, String, Option<i64>, f64);

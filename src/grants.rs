@@ -1,0 +1,334 @@
+//! Models shared between roles: corgipile_grant / corgipile_revoke, and how a role names and
+//! may act on another role's models.
+//!
+//! A model belongs to the role that trained it (`trained_by`, its owner), and names are per
+//! owner. The owner, or a role holding `manage`, grants `use` or `manage` on a name (every
+//! version, present and future) or on one model id, to a role or to PUBLIC
+//! (corgipile.model_grants). Row-level security on corgipile.models makes the models a role may
+//! use visible to it; `manage` is checked here, as the caller, before anything is written (as
+//! the catalog's owner). Another owner's name is written `owner.name`.
+
+use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, select_one};
+use crate::error::raise;
+use crate::predict::ModelRef;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+use std::ffi::CString;
+
+/// A model name with its owner.
+pub struct ModelName {
+    pub owner: String,
+    pub name: String,
+}
+
+impl ModelName {
+    pub fn is_own(&self) -> bool {
+        self.owner == caller().1
+    }
+}
+
+/// Splits `owner.name` (the owner double-quoted, with `""` for a quote, when it contains a
+/// dot or a quote); None when `text` has no owner part.
+fn split_owner(text: &str) -> Option<(String, &str)> {
+    let Some(quoted) = text.strip_prefix('"') else {
+        let (owner, name) = text.split_once('.')?;
+        return Some((owner.to_owned(), name));
+    };
+    let mut owner = String::new();
+    let mut rest = quoted;
+    loop {
+        let end = rest.find('"')?;
+        owner.push_str(&rest[..end]);
+        rest = &rest[end + 1..];
+        match rest.strip_prefix('"') {
+            Some(after) => {
+                owner.push('"');
+                rest = after;
+            }
+            None => return rest.strip_prefix('.').map(|name| (owner, name)),
+        }
+    }
+}
+
+/// The OID of the role `name`, or None if there is no such role.
+fn role_oid(name: &str) -> Option<pg_sys::Oid> {
+    let name = CString::new(name).ok()?;
+    // SAFETY: a syscache lookup on the backend thread inside a transaction; missing_ok = true
+    // returns InvalidOid instead of raising.
+    let oid = unsafe { pg_sys::get_role_oid(name.as_ptr(), true) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// How `text` names a model: the caller's own name `text`, unless the caller has no model of
+/// that exact name and `text` is `owner.name` for an existing role other than the caller.
+pub fn model_name(text: &str) -> ModelName {
+    let (_, me) = caller();
+    let own = ModelName {
+        owner: me.clone(),
+        name: text.to_owned(),
+    };
+    let Some((owner, name)) = split_owner(text) else {
+        return own;
+    };
+    if owner == me || name.is_empty() || role_oid(&owner).is_none() {
+        return own;
+    }
+    let has_own = select_one::<bool>(
+        "SELECT true FROM corgipile.models
+         WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) CURRENT_USER LIMIT 1",
+        &[text.into()],
+    )
+    .unwrap_or_else(|e| spi_failed("look up the model name", e))
+    .is_some();
+    if has_own {
+        return own;
+    }
+    ModelName {
+        owner,
+        name: name.to_owned(),
+    }
+}
+
+fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("could not {what}: {e}"),
+        None,
+    )
+}
+
+/// Whether a grant of `privilege` (or of `manage`, which includes `use`) on the owner's name
+/// or on model `id` reaches the caller (directly, through a role it inherits from, or PUBLIC).
+/// Read as the caller: row-level security shows it only the grants that reach it.
+fn granted(owner: &str, name: Option<&str>, id: Option<i64>, privilege: &str) -> bool {
+    select_one::<bool>(
+        "SELECT true FROM corgipile.model_grants g
+         WHERE g.owner OPERATOR(pg_catalog.=) $1::pg_catalog.name
+           AND (g.model_name OPERATOR(pg_catalog.=) $2 OR g.model_id OPERATOR(pg_catalog.=) $3)
+           AND (g.privilege OPERATOR(pg_catalog.=) 'manage' OR g.privilege OPERATOR(pg_catalog.=) $4)
+           AND (g.grantee::pg_catalog.oid OPERATOR(pg_catalog.=) 0
+                OR pg_catalog.pg_has_role(CURRENT_USER, g.grantee::pg_catalog.oid, 'USAGE'))
+         LIMIT 1",
+        &[owner.into(), name.into(), id.into(), privilege.into()],
+    )
+    .unwrap_or_else(|e| spi_failed("read the model grants", e))
+    .is_some()
+}
+
+/// Whether the caller may use every version of the owner's name (and address it by name).
+pub fn may_use_name(n: &ModelName) -> bool {
+    n.is_own() || caller_manages_all() || granted(&n.owner, Some(&n.name), None, "use")
+}
+
+/// Whether the caller may deploy, drop, retrain and grant the owner's name, or model `id`.
+pub fn may_manage(owner: &str, name: Option<&str>, id: Option<i64>) -> bool {
+    owner == caller().1 || caller_manages_all() || granted(owner, name, id, "manage")
+}
+
+fn permission_denied(what: String, owner: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!("permission denied to {what}"),
+        Some(format!(
+            "It belongs to role {owner}: its owner, or a role holding \"manage\" on it, can run corgipile_grant(model, your_role, 'manage')."
+        )),
+    )
+}
+
+/// The name a training's `name` param makes a new version of; another owner's name needs
+/// `manage` on it. Checked before the training starts.
+pub fn training_name(text: &str) -> ModelName {
+    let n = model_name(text);
+    if !n.is_own() && !may_manage(&n.owner, Some(&n.name), None) {
+        permission_denied(format!("train a new version of model \"{text}\""), &n.owner);
+    }
+    n
+}
+
+/// Raises unless the caller may manage `n` (which it can see).
+pub fn check_manage_name(n: &ModelName, text: &str, what: &str) {
+    if !may_manage(&n.owner, Some(&n.name), None) {
+        permission_denied(format!("{what} model \"{text}\""), &n.owner);
+    }
+}
+
+/// The owner and name of model `id`, if the caller can see it.
+pub fn model_owner(id: i64) -> Option<(String, Option<String>)> {
+    Spi::connect(|client| {
+        let table = client.select(
+            "SELECT trained_by::pg_catalog.text, name FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
+            Some(1),
+            &[id.into()],
+        )?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        let row = table.first();
+        Ok(row.get::<String>(1)?.map(|owner| (owner, row.get::<String>(2).ok().flatten())))
+    })
+    .unwrap_or_else(|e: pgrx::spi::Error| spi_failed("read the model", e))
+}
+
+/// Raises unless the caller may manage model `id` (ownership, `manage` on the id or its name).
+pub fn check_manage_id(id: i64, what: &str) {
+    let Some((owner, name)) = model_owner(id) else {
+        crate::catalog::no_such_model(id)
+    };
+    if !may_manage(&owner, name.as_deref(), Some(id)) {
+        permission_denied(format!("{what} model {id}"), &owner);
+    }
+}
+
+/// What a grant covers: the owner's name, or one model id.
+struct Target {
+    owner: String,
+    name: Option<String>,
+    id: Option<i64>,
+}
+
+/// The target of a grant or revoke; the caller must own it or hold `manage` on it.
+fn grant_target(model: ModelRef, what: &str) -> Target {
+    match model {
+        ModelRef::Id(id) => {
+            check_manage_id(id, what);
+            let (owner, _) = model_owner(id).unwrap_or_else(|| crate::catalog::no_such_model(id));
+            Target {
+                owner,
+                name: None,
+                id: Some(id),
+            }
+        }
+        ModelRef::Name(text) => {
+            // Raises (as for a name that does not exist) unless the caller may use the name.
+            crate::catalog::resolve_name(text);
+            let n = model_name(text);
+            check_manage_name(&n, text, what);
+            Target {
+                owner: n.owner,
+                name: Some(n.name),
+                id: None,
+            }
+        }
+    }
+}
+
+/// The grantee's OID (as an integer: an invalid Oid would become SQL NULL): a role, or PUBLIC
+/// (any case) as 0.
+fn grantee(role: &str) -> i64 {
+    if role.eq_ignore_ascii_case("public") {
+        return 0;
+    }
+    let oid = role_oid(role).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("role \"{role}\" does not exist"),
+            Some("Give a role name (as in pg_roles.rolname) or PUBLIC.".into()),
+        )
+    });
+    u32::from(oid) as i64
+}
+
+fn privilege(text: &str) -> &'static str {
+    match text.to_ascii_lowercase().as_str() {
+        "use" => "use",
+        "manage" => "manage",
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown model privilege \"{text}\""),
+            Some("\"use\" (predict, evaluate, coefficients, see it) or \"manage\" (also deploy, drop, retrain, grant).".into()),
+        ),
+    }
+}
+
+/// Deletes grants to roles that no longer exist (they are dead already: pg_has_role is false
+/// for them, row-level security hides them, pg_dump skips them).
+fn purge_dropped_grantees() {
+    Spi::run(
+        "DELETE FROM corgipile.model_grants g
+         WHERE g.grantee::pg_catalog.oid OPERATOR(pg_catalog.<>) 0
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                           WHERE r.oid OPERATOR(pg_catalog.=) g.grantee::pg_catalog.oid)",
+    )
+    .unwrap_or_else(|e| spi_failed("delete the grants of dropped roles", e));
+}
+
+fn grant(model: ModelRef, role: &str, privilege_text: &str) {
+    check_writable(c"corgipile_grant()");
+    let privilege = privilege(privilege_text);
+    let grantee = grantee(role);
+    let target = grant_target(model, "grant privileges on");
+    let (_, me) = caller();
+    as_catalog_owner(|| {
+        purge_dropped_grantees();
+        Spi::run_with_args(
+            "INSERT INTO corgipile.model_grants (owner, model_name, model_id, grantee, privilege, granted_by)
+             VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.int8::pg_catalog.oid::pg_catalog.regrole, $5, $6::pg_catalog.name)
+             ON CONFLICT ON CONSTRAINT model_grants_key DO NOTHING",
+            &[
+                target.owner.as_str().into(),
+                target.name.into(),
+                target.id.into(),
+                grantee.into(),
+                privilege.into(),
+                me.as_str().into(),
+            ],
+        )
+        .unwrap_or_else(|e| spi_failed("store the grant", e));
+    });
+}
+
+fn revoke(model: ModelRef, role: &str, privilege_text: &str) {
+    check_writable(c"corgipile_revoke()");
+    let privilege = privilege(privilege_text);
+    let grantee = grantee(role);
+    let target = grant_target(model, "revoke privileges on");
+    let revoked = as_catalog_owner(|| {
+        purge_dropped_grantees();
+        Spi::get_one_with_args::<i64>(
+            "WITH d AS (DELETE FROM corgipile.model_grants
+                        WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.name
+                          AND model_name IS NOT DISTINCT FROM $2 AND model_id IS NOT DISTINCT FROM $3
+                          AND grantee::pg_catalog.oid OPERATOR(pg_catalog.=) $4::pg_catalog.int8::pg_catalog.oid
+                          AND privilege OPERATOR(pg_catalog.=) $5 RETURNING 1)
+             SELECT pg_catalog.count(*) FROM d",
+            &[
+                target.owner.as_str().into(),
+                target.name.into(),
+                target.id.into(),
+                grantee.into(),
+                privilege.into(),
+            ],
+        )
+        .unwrap_or_else(|e| spi_failed("revoke the grant", e))
+        .unwrap_or(0)
+    });
+    if revoked == 0 {
+        pgrx::notice!(
+            "role {role} held no \"{privilege}\" privilege on that model to revoke (grants on a model name and on a model id are separate)"
+        );
+    }
+}
+
+/// Grants `privilege` ('use' or 'manage') on a model name (every version, present and future;
+/// another owner's as 'owner.name') to `role` (or PUBLIC).
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_grant(model_name: &str, role: &str, privilege: &str) {
+    grant(ModelRef::from_text(model_name), role, privilege)
+}
+
+/// Grants `privilege` on one model to `role` (or PUBLIC).
+#[pg_extern(volatile, parallel_unsafe, name = "corgipile_grant")]
+fn corgipile_grant_id(model_id: i64, role: &str, privilege: &str) {
+    grant(ModelRef::Id(model_id), role, privilege)
+}
+
+/// Revokes a privilege granted with corgipile_grant on the same name or id.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_revoke(model_name: &str, role: &str, privilege: &str) {
+    revoke(ModelRef::from_text(model_name), role, privilege)
+}
+
+#[pg_extern(volatile, parallel_unsafe, name = "corgipile_revoke")]
+fn corgipile_revoke_id(model_id: i64, role: &str, privilege: &str) {
+    revoke(ModelRef::Id(model_id), role, privilege)
+}
