@@ -86,11 +86,13 @@ CREATE POLICY models_visible ON corgipile.models
     WITH CHECK (trained_by = current_user);
 CREATE POLICY epochs_own ON corgipile.epochs
     USING (EXISTS (SELECT 1 FROM corgipile.models m WHERE m.id = model_id));
--- A role sees the grants it made (as owner) and the live grants that reach it.
+-- A role sees the grants it made (as owner) and the grants that reach it; only those to PUBLIC
+-- and to roles that exist.
 CREATE POLICY model_grants_visible ON corgipile.model_grants
-    USING (owner = current_user
-           OR grantee::oid = 0
-           OR pg_has_role(current_user, grantee::oid, 'USAGE'));
+    USING ((grantee::oid = 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = grantee::oid))
+           AND (owner = current_user
+                OR grantee::oid = 0
+                OR pg_has_role(current_user, grantee::oid, 'USAGE')));
 
 -- pg_dump carries the models: extension member tables are otherwise skipped.
 SELECT pg_catalog.pg_extension_config_dump('corgipile.models', '');

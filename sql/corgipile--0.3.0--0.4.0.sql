@@ -98,11 +98,13 @@ CREATE POLICY models_visible ON corgipile.models
         SELECT 1 FROM corgipile.model_grants g
         WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)))
     WITH CHECK (trained_by = current_user);
--- A role sees the grants it made (as owner) and the live grants that reach it.
+-- A role sees the grants it made (as owner) and the grants that reach it; only those to PUBLIC
+-- and to roles that exist.
 CREATE POLICY model_grants_visible ON corgipile.model_grants
-    USING (owner = current_user
-           OR grantee::oid = 0
-           OR pg_has_role(current_user, grantee::oid, 'USAGE'));
+    USING ((grantee::oid = 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = grantee::oid))
+           AND (owner = current_user
+                OR grantee::oid = 0
+                OR pg_has_role(current_user, grantee::oid, 'USAGE')));
 -- Grants to roles that no longer exist are not dumped (their OIDs would mean nothing, or
 -- another role, elsewhere).
 SELECT pg_catalog.pg_extension_config_dump('corgipile.model_grants',

@@ -1,0 +1,365 @@
+"""Models shared between roles: corgipile_grant / corgipile_revoke.
+
+gr_alice owns the models. gr_bob is the grantee under test, gr_carol a member of the group role
+gr_app, gr_dave a NOINHERIT member of gr_app, gr_eve never gets anything. Every test grants what
+it needs and revokes it again (the module's roles and models are shared)."""
+
+import subprocess
+
+import psycopg
+import psycopg.errors as E
+import pytest
+from psycopg import sql
+
+from conftest import scalar
+
+ROLES = ("gr_alice", "gr_bob", "gr_carol", "gr_dave", "gr_eve", "gr_app")
+TRAIN = {"features": "features", "label": "label", "epochs": 1, "seed": 1, "verbose": False}
+X = "ARRAY[0.5, -1.0]::float8[]"
+
+
+def drop_roles(admin, roles):
+    for role in roles:
+        if scalar(admin, "SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def train(c, name=None, **extra):
+    params = dict(TRAIN, **extra)
+    if name:
+        params["name"] = name
+    return scalar(c, "SELECT corgipile_train('public.pts', 'logistic', %s::jsonb)",
+                  (psycopg.types.json.Jsonb(params),))
+
+
+@pytest.fixture(scope="module")
+def world(dsn):
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        drop_roles(admin, ROLES)
+        for role in ("gr_alice", "gr_bob", "gr_carol", "gr_eve"):
+            admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("CREATE ROLE gr_dave LOGIN NOINHERIT")
+        admin.execute("CREATE ROLE gr_app NOLOGIN")
+        admin.execute("GRANT gr_app TO gr_carol, gr_dave")
+        admin.execute("DROP TABLE IF EXISTS public.pts")
+        admin.execute("""CREATE TABLE public.pts AS SELECT i AS id,
+                         ARRAY[(i % 2) * 2 - 1 + (i % 7) / 7.0, (i % 5) / 5.0]::float8[] AS features,
+                         (i % 2) AS label FROM generate_series(1, 2000) i""")
+        admin.execute("GRANT SELECT ON public.pts TO PUBLIC")
+    with psycopg.connect(dsn, user="gr_alice", autocommit=True) as alice:
+        ids = {"v1": train(alice, "churn"), "v2": train(alice, "churn"), "unnamed": train(alice)}
+    yield ids
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DELETE FROM corgipile.models WHERE trained_by::text LIKE 'gr\\_%'")
+        drop_roles(admin, ROLES)
+
+
+def session(dsn, role):
+    return psycopg.connect(dsn, user=role, autocommit=True)
+
+
+def as_alice(dsn, sql, params=None):
+    with session(dsn, "gr_alice") as c:
+        c.execute(sql, params)
+
+
+def predict(c, model):
+    return scalar(c, f"SELECT corgipile_predict_proba(%s, {X})", (model,))
+
+
+def visible_ids(c):
+    return {r[0] for r in c.execute("SELECT id FROM corgipile.model_summary")}
+
+
+def assert_cannot_reach(c, world, name="gr_alice.churn"):
+    """Nothing of gr_alice's reaches this session: not in any view, and every function says
+    'does not exist', word for word as for an id or name that never existed."""
+    assert visible_ids(c).isdisjoint(world.values())
+    assert scalar(c, "SELECT count(*) FROM corgipile.models") == 0
+    assert scalar(c, "SELECT count(*) FROM corgipile.epochs") == 0
+    assert scalar(c, "SELECT count(*) FROM corgipile.model_grants WHERE owner = 'gr_alice'") == 0
+    for sql in (f"SELECT corgipile_predict(%s::bigint, {X})",
+                "SELECT corgipile_evaluate(%s::bigint, 'public.pts')",
+                "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)",
+                "SELECT corgipile_drop_model(%s::bigint)",
+                "SELECT corgipile_grant(%s::bigint, 'gr_eve', 'use')"):
+        messages = []
+        for model in (world["v1"], 987654321):
+            with pytest.raises(E.UndefinedObject) as err:
+                c.execute(sql, (model,))
+            messages.append(str(err.value).replace(str(model), "N"))
+        assert messages[0] == messages[1], sql
+    for sql in (f"SELECT corgipile_predict(%s::text, {X})",
+                "SELECT corgipile_deploy(%s)",
+                "SELECT corgipile_drop_model(%s::text)",
+                "SELECT corgipile_grant(%s::text, 'gr_eve', 'use')"):
+        messages = []
+        for model in (name, "gr_alice.no_such_name"):
+            with pytest.raises(E.UndefinedObject) as err:
+                c.execute(sql, (model,))
+            messages.append(str(err.value).replace(model, "NAME"))
+        assert messages[0] == messages[1], sql
+    # Retraining another role's name: the same refusal whether or not the name exists.
+    messages = []
+    for model in (name, "gr_alice.no_such_name"):
+        with pytest.raises(E.InsufficientPrivilege) as err:
+            train(c, model)
+        messages.append(str(err.value).replace(model, "NAME"))
+    assert messages[0] == messages[1]
+
+
+def test_without_a_grant_another_roles_models_do_not_exist(dsn, world):
+    with session(dsn, "gr_bob") as bob:
+        assert_cannot_reach(bob, world)
+
+
+def test_owner_sees_and_uses_everything(dsn, world):
+    with session(dsn, "gr_alice") as alice:
+        assert visible_ids(alice) >= set(world.values())
+        assert predict(alice, "churn") == predict(alice, world["v2"])
+
+
+def test_use_on_a_name_covers_every_version_present_and_future(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'use')")
+    try:
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            assert visible_ids(bob) == {world["v1"], world["v2"]}
+            assert bob.execute("SELECT version, deployed, trained_by FROM corgipile.model_summary ORDER BY version").fetchall() == \
+                [(1, False, "gr_alice"), (2, True, "gr_alice")]
+            assert predict(bob, "gr_alice.churn") == predict(alice, "churn")
+            assert predict(bob, str(world["v1"])) == predict(alice, world["v1"])
+            assert scalar(bob, "SELECT corgipile_evaluate('gr_alice.churn', 'public.pts') ->> 'rows_scored'") == "2000"
+            assert scalar(bob, "SELECT count(*) FROM corgipile_model_coefficients('gr_alice.churn')") == 3
+            assert scalar(bob, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (world["v1"],)) == 1
+            # Not the unnamed model, and not the grants made to others.
+            assert world["unnamed"] not in visible_ids(bob)
+            # "churn" alone is bob's own name (he has none).
+            with pytest.raises(E.UndefinedObject):
+                predict(bob, "churn")
+            # use is not manage.
+            with pytest.raises(E.InsufficientPrivilege):
+                bob.execute("SELECT corgipile_deploy('gr_alice.churn', %s)", (world["v1"],))
+            with pytest.raises(E.InsufficientPrivilege):
+                bob.execute("SELECT corgipile_drop_model(%s::bigint)", (world["v1"],))
+            with pytest.raises(E.InsufficientPrivilege):
+                bob.execute("SELECT corgipile_drop_model('gr_alice.churn')")
+            with pytest.raises(E.InsufficientPrivilege):
+                train(bob, "gr_alice.churn")
+            with pytest.raises(E.InsufficientPrivilege):
+                bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            # A version trained later is covered too, and becomes the deployed one.
+            v3 = train(alice, "churn")
+            try:
+                assert v3 in visible_ids(bob)
+                assert predict(bob, "gr_alice.churn") == predict(alice, v3)
+            finally:
+                alice.execute("SELECT corgipile_drop_model(%s::bigint)", (v3,))
+        with session(dsn, "gr_eve") as eve:
+            assert_cannot_reach(eve, world)
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'use')")
+    with session(dsn, "gr_bob") as bob:
+        assert_cannot_reach(bob, world)
+
+
+def test_use_on_an_id_covers_that_model_only(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant(%s::bigint, 'gr_bob', 'use')", (world["v1"],))
+    try:
+        with session(dsn, "gr_bob") as bob:
+            assert visible_ids(bob) == {world["v1"]}
+            assert predict(bob, world["v1"]) is not None
+            # Addressing the name needs a grant on the name.
+            with pytest.raises(E.UndefinedObject):
+                predict(bob, "gr_alice.churn")
+            with pytest.raises(E.InsufficientPrivilege):
+                bob.execute("SELECT corgipile_drop_model(%s::bigint)", (world["v1"],))
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke(%s::bigint, 'gr_bob', 'use')", (world["v1"],))
+    with session(dsn, "gr_bob") as bob:
+        assert visible_ids(bob) == set()
+
+
+def test_manage_deploys_retrains_grants_and_drops(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    try:
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            # manage includes use.
+            assert visible_ids(bob) == {world["v1"], world["v2"]}
+            assert scalar(bob, "SELECT corgipile_deploy('gr_alice.churn', %s)", (world["v1"],)) == world["v1"]
+            assert predict(alice, "churn") == predict(alice, world["v1"])
+            assert scalar(bob, "SELECT corgipile_deploy('gr_alice.churn')") == world["v2"]
+            # A new version of alice's name, owned by alice.
+            v3 = train(bob, "gr_alice.churn")
+            assert alice.execute("SELECT version, trained_by FROM corgipile.models WHERE id = %s", (v3,)).fetchone() == (3, "gr_alice")
+            # bob has no "churn" of his own.
+            assert scalar(bob, "SELECT count(*) FROM corgipile.models WHERE trained_by = 'gr_bob'") == 0
+            # bob may pass "use" on.
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            with session(dsn, "gr_eve") as eve:
+                assert v3 in visible_ids(eve)
+            bob.execute("SELECT corgipile_revoke('gr_alice.churn', 'gr_eve', 'use')")
+            with session(dsn, "gr_eve") as eve:
+                assert_cannot_reach(eve, world)
+            assert scalar(bob, "SELECT corgipile_drop_model(%s::bigint)", (v3,)) == 1
+            assert scalar(alice, "SELECT count(*) FROM corgipile.models WHERE id = %s", (v3,)) == 0
+            # Still nothing outside the granted name.
+            with pytest.raises(E.UndefinedObject):
+                bob.execute("SELECT corgipile_drop_model(%s::bigint)", (world["unnamed"],))
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")
+
+
+def test_manage_on_an_id(dsn, world):
+    with session(dsn, "gr_alice") as alice:
+        victim = train(alice, "churn")
+        alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_bob', 'manage')", (victim,))
+    with session(dsn, "gr_bob") as bob:
+        assert visible_ids(bob) == {victim}
+        with pytest.raises(E.UndefinedObject):
+            bob.execute("SELECT corgipile_deploy('gr_alice.churn', %s)", (victim,))
+        assert scalar(bob, "SELECT corgipile_drop_model(%s::bigint)", (victim,)) == 1
+    with session(dsn, "gr_alice") as alice:
+        # The id's grants went with the model.
+        assert scalar(alice, "SELECT count(*) FROM corgipile.model_grants WHERE model_id = %s", (victim,)) == 0
+
+
+def test_membership_counts_as_in_postgresql(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_app', 'use')")
+    try:
+        with session(dsn, "gr_carol") as carol:
+            assert visible_ids(carol) == {world["v1"], world["v2"]}
+            assert predict(carol, "gr_alice.churn") is not None
+        # NOINHERIT: a member that does not inherit the group's privileges gets nothing ...
+        with session(dsn, "gr_dave") as dave:
+            assert_cannot_reach(dave, world)
+            # ... until it takes on the role, as with any privilege.
+            dave.execute("SET ROLE gr_app")
+            assert visible_ids(dave) == {world["v1"], world["v2"]}
+        with session(dsn, "gr_bob") as bob:
+            assert_cannot_reach(bob, world)
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_app', 'use')")
+
+
+def test_public(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'PUBLIC', 'use')")
+    try:
+        for role in ("gr_bob", "gr_eve", "gr_dave"):
+            with session(dsn, role) as c:
+                assert visible_ids(c) == {world["v1"], world["v2"]}
+                assert predict(c, "gr_alice.churn") is not None
+                with pytest.raises(E.InsufficientPrivilege):
+                    c.execute("SELECT corgipile_deploy('gr_alice.churn')")
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'public', 'use')")
+    with session(dsn, "gr_eve") as eve:
+        assert_cannot_reach(eve, world)
+
+
+def test_bad_grants(dsn, world):
+    with session(dsn, "gr_alice") as alice:
+        with pytest.raises(E.InvalidParameterValue, match="unknown model privilege"):
+            alice.execute("SELECT corgipile_grant('churn', 'gr_bob', 'select')")
+        with pytest.raises(E.UndefinedObject, match='role "gr_nobody" does not exist'):
+            alice.execute("SELECT corgipile_grant('churn', 'gr_nobody', 'use')")
+        with pytest.raises(E.UndefinedObject, match='no corgipile model named "no_such"'):
+            alice.execute("SELECT corgipile_grant('no_such', 'gr_bob', 'use')")
+        # Granting twice is one grant; revoking what was never granted says so.
+        alice.execute("SELECT corgipile_grant('churn', 'gr_bob', 'use')")
+        alice.execute("SELECT corgipile_grant('churn', 'gr_bob', 'use')")
+        assert scalar(alice, "SELECT count(*) FROM corgipile.model_grants WHERE grantee = 'gr_bob'::regrole") == 1
+        alice.execute("SELECT corgipile_revoke('churn', 'gr_bob', 'use')")
+        notices = []
+        alice.add_notice_handler(lambda d: notices.append(d.message_primary))
+        alice.execute("SELECT corgipile_revoke('churn', 'gr_bob', 'use')")
+        assert any("held no" in n for n in notices), notices
+    # Nobody writes the grants table directly.
+    with session(dsn, "gr_bob") as bob:
+        with pytest.raises(E.InsufficientPrivilege):
+            bob.execute("""INSERT INTO corgipile.model_grants (owner, model_name, grantee, privilege, granted_by)
+                           VALUES ('gr_alice', 'churn', 'gr_bob', 'manage', 'gr_alice')""")
+
+
+def test_a_dropped_roles_grants_disappear(dsn, world):
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        drop_roles(admin, ["gr_temp"])
+        admin.execute("CREATE ROLE gr_temp LOGIN")
+        temp_oid = scalar(admin, "SELECT oid FROM pg_roles WHERE rolname = 'gr_temp'")
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_temp', 'use')")
+    with session(dsn, "gr_temp") as temp:
+        assert visible_ids(temp) == {world["v1"], world["v2"]}
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DROP ROLE gr_temp")
+    with session(dsn, "gr_alice") as alice:
+        # Dead at once: not shown to the owner (shown rows name live roles only) ...
+        assert alice.execute("SELECT grantee::text FROM corgipile.model_grants").fetchall() == []
+        # ... and deleted by the next grant or revoke of anyone.
+        alice.execute("SELECT corgipile_grant('churn', 'gr_bob', 'use')")
+        alice.execute("SELECT corgipile_revoke('churn', 'gr_bob', 'use')")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        assert scalar(admin, "SELECT count(*) FROM corgipile.model_grants WHERE grantee::oid = %s", (temp_oid,)) == 0
+
+
+def test_grants_survive_dump_and_restore(dsn, world, tmp_path):
+    source, target = "corgipile_grants_src", "corgipile_grants_dst"
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        for db in (source, target):
+            admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {source}")
+        drop_roles(admin, ["gr_gone"])
+        admin.execute("CREATE ROLE gr_gone")
+    with psycopg.connect(dbname=source, autocommit=True) as c:
+        c.execute("CREATE EXTENSION corgipile")
+        c.execute("""CREATE TABLE public.pts AS SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + (i % 7) / 7.0, 0.5]::float8[] AS features,
+                     (i % 2) AS label FROM generate_series(1, 500) i""")
+        c.execute("GRANT SELECT ON public.pts TO PUBLIC")
+    with psycopg.connect(dbname=source, user="gr_alice", autocommit=True) as alice:
+        v1 = train(alice, "churn")
+        other = train(alice)
+        alice.execute("SELECT corgipile_grant('churn', 'gr_bob', 'use')")
+        alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_app', 'manage')", (other,))
+        alice.execute("SELECT corgipile_grant('churn', 'gr_gone', 'use')")
+        before = predict(alice, "churn")
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        admin.execute("DROP ROLE gr_gone")
+    dump = tmp_path / "grants.dump"
+    subprocess.run(["pg_dump", "-Fc", "-f", str(dump), source], check=True)
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {target}")
+    subprocess.run(["pg_restore", "-d", target, str(dump)], check=True)
+    try:
+        with psycopg.connect(dbname=target, autocommit=True) as c:
+            rows = c.execute("""SELECT owner::text, model_name, model_id, grantee::text, privilege
+                                FROM corgipile.model_grants ORDER BY privilege, grantee::text""").fetchall()
+            assert rows == [("gr_alice", None, other, "gr_app", "manage"), ("gr_alice", "churn", None, "gr_bob", "use")]
+        with psycopg.connect(dbname=target, user="gr_bob", autocommit=True) as bob:
+            assert predict(bob, "gr_alice.churn") == before
+            assert {r[0] for r in bob.execute("SELECT id FROM corgipile.model_summary")} == {v1}
+        with psycopg.connect(dbname=target, user="gr_carol", autocommit=True) as carol:
+            assert scalar(carol, "SELECT corgipile_drop_model(%s::bigint)", (other,)) == 1
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+            for db in (source, target):
+                admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def test_owner_names_with_dots_and_quotes(dsn, world):
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        drop_roles(admin, ['gr.dotted'])
+        admin.execute('CREATE ROLE "gr.dotted" LOGIN')
+    try:
+        with session(dsn, "gr.dotted") as dotted:
+            train(dotted, "m")
+            dotted.execute("SELECT corgipile_grant('m', 'gr_bob', 'use')")
+            # A name of one's own may contain a dot where the part before it is no role.
+            own = train(dotted, "v1.2")
+            assert scalar(dotted, f"SELECT corgipile_predict_proba('v1.2', {X})") == predict(dotted, own)
+        with session(dsn, "gr_bob") as bob:
+            assert predict(bob, '"gr.dotted".m') is not None
+            with pytest.raises(E.UndefinedObject):
+                predict(bob, "gr.dotted.m")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("DELETE FROM corgipile.models WHERE trained_by = 'gr.dotted'")
+            drop_roles(admin, ['gr.dotted'])
