@@ -283,6 +283,15 @@ train_params! {
         parse: |k, v| Ok(get_int(k, v, 1, 65_536)? as u32),
         json: |x| json!(x),
     },
+    /// Read the named table alone, not its inheritance children.
+    only: bool = false => {
+        shown: "`false`",
+        accepts: "boolean",
+        meaning: "a table with inheritance children: `true` reads the parent's own rows only (as `FROM ONLY`); without it such a table is an ERROR, because corgipile does not read the children yet",
+        rule: "true or false (default false)",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
     /// Return the average of the iterates (from epoch 2 on) instead of the last one.
     average: bool = true => {
         shown: "`true`",
