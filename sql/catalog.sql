@@ -86,11 +86,12 @@ CREATE POLICY models_visible ON corgipile.models
     WITH CHECK (trained_by = current_user);
 CREATE POLICY epochs_own ON corgipile.epochs
     USING (EXISTS (SELECT 1 FROM corgipile.models m WHERE m.id = model_id));
--- A role sees the grants it made (as owner) and the grants that reach it; only those to PUBLIC
--- and to roles that exist.
+-- A role sees the grants on its models, the grants it made (as a manager) and the grants that
+-- reach it; only those to PUBLIC and to roles that exist.
 CREATE POLICY model_grants_visible ON corgipile.model_grants
     USING ((grantee::oid = 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = grantee::oid))
            AND (owner = current_user
+                OR granted_by = current_user
                 OR grantee::oid = 0
                 OR pg_has_role(current_user, grantee::oid, 'USAGE')));
 
@@ -111,9 +112,16 @@ SELECT m.id, m.name, m.version, m.model_type AS model, m.relation, m.rows_traine
        round((m.metrics OPERATOR(pg_catalog.->>) 'loss')::numeric, 6) AS loss,
        round((m.metrics OPERATOR(pg_catalog.->>) 'accuracy')::numeric, 4) AS accuracy,
        round((m.metrics OPERATOR(pg_catalog.->>) 'r2')::numeric, 4) AS r2,
-       coalesce(m.id = (SELECT d.id FROM corgipile.models d
-                        WHERE d.name = m.name AND d.trained_by = m.trained_by
-                        ORDER BY d.pinned DESC, d.version DESC LIMIT 1), false) AS deployed,
+       -- NULL (unknown) for a model granted by id alone: its other versions are not visible.
+       CASE WHEN m.name IS NULL OR m.trained_by = current_user
+                 OR EXISTS (SELECT 1 FROM corgipile.model_grants g
+                            WHERE g.owner = m.trained_by AND g.model_name = m.name)
+                 OR pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c
+                                               WHERE c.oid = 'corgipile.models'::regclass), 'USAGE')
+            THEN coalesce(m.id = (SELECT d.id FROM corgipile.models d
+                                  WHERE d.name = m.name AND d.trained_by = m.trained_by
+                                  ORDER BY d.pinned DESC, d.version DESC LIMIT 1), false)
+       END AS deployed,
        date_trunc('second', m.created_at) AS created_at, m.trained_by
 FROM corgipile.models m
 ORDER BY m.id DESC;

@@ -98,17 +98,39 @@ CREATE POLICY models_visible ON corgipile.models
         SELECT 1 FROM corgipile.model_grants g
         WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)))
     WITH CHECK (trained_by = current_user);
--- A role sees the grants it made (as owner) and the grants that reach it; only those to PUBLIC
--- and to roles that exist.
+-- A role sees the grants on its models, the grants it made (as a manager) and the grants that
+-- reach it; only those to PUBLIC and to roles that exist.
 CREATE POLICY model_grants_visible ON corgipile.model_grants
     USING ((grantee::oid = 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = grantee::oid))
            AND (owner = current_user
+                OR granted_by = current_user
                 OR grantee::oid = 0
                 OR pg_has_role(current_user, grantee::oid, 'USAGE')));
 -- Grants to roles that no longer exist are not dumped (their OIDs would mean nothing, or
 -- another role, elsewhere).
 SELECT pg_catalog.pg_extension_config_dump('corgipile.model_grants',
     'WHERE grantee::pg_catalog.oid OPERATOR(pg_catalog.=) 0 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid)');
+
+-- model_summary: `deployed` is unknown (NULL) for a model granted by id alone.
+CREATE OR REPLACE VIEW corgipile.model_summary WITH (security_invoker = true) AS
+SELECT m.id, m.name, m.version, m.model_type AS model, m.relation, m.rows_trained AS rows,
+       (m.metrics OPERATOR(pg_catalog.->>) 'epochs_run')::integer AS epochs,
+       round((m.metrics OPERATOR(pg_catalog.->>) 'loss')::numeric, 6) AS loss,
+       round((m.metrics OPERATOR(pg_catalog.->>) 'accuracy')::numeric, 4) AS accuracy,
+       round((m.metrics OPERATOR(pg_catalog.->>) 'r2')::numeric, 4) AS r2,
+       -- NULL (unknown) for a model granted by id alone: its other versions are not visible.
+       CASE WHEN m.name IS NULL OR m.trained_by = current_user
+                 OR EXISTS (SELECT 1 FROM corgipile.model_grants g
+                            WHERE g.owner = m.trained_by AND g.model_name = m.name)
+                 OR pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c
+                                               WHERE c.oid = 'corgipile.models'::regclass), 'USAGE')
+            THEN coalesce(m.id = (SELECT d.id FROM corgipile.models d
+                                  WHERE d.name = m.name AND d.trained_by = m.trained_by
+                                  ORDER BY d.pinned DESC, d.version DESC LIMIT 1), false)
+       END AS deployed,
+       date_trunc('second', m.created_at) AS created_at, m.trained_by
+FROM corgipile.models m
+ORDER BY m.id DESC;
 
 CREATE FUNCTION "corgipile_grant"(
 	"model_name" TEXT,

@@ -161,7 +161,17 @@ pub fn lock_model_name(name: &crate::grants::ModelName) {
 /// (`lock_model_name`) since before training.
 pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
     let role = match source.name {
-        Some(n) => n.owner.clone(),
+        Some(n) => {
+            // Checked before training too; a "manage" revoked meanwhile must not still count.
+            if !n.is_own() {
+                crate::grants::check_manage_name(
+                    n,
+                    &format!("{}.{}", n.owner, n.name),
+                    "train a new version of",
+                );
+            }
+            n.owner.clone()
+        }
         None => caller().1,
     };
     as_catalog_owner(|| insert_model(source, outcome, &role))

@@ -60,7 +60,8 @@ fn role_oid(name: &str) -> Option<pg_sys::Oid> {
 }
 
 /// How `text` names a model: the caller's own name `text`, unless the caller has no model of
-/// that exact name and `text` is `owner.name` for an existing role other than the caller.
+/// that exact name and `text` is `owner.name` for an existing role (the caller's own
+/// `me.churn` is its `churn`, as another role would write it).
 pub fn model_name(text: &str) -> ModelName {
     let (_, me) = caller();
     let own = ModelName {
@@ -70,7 +71,7 @@ pub fn model_name(text: &str) -> ModelName {
     let Some((owner, name)) = split_owner(text) else {
         return own;
     };
-    if owner == me || name.is_empty() || role_oid(&owner).is_none() {
+    if name.is_empty() || role_oid(&owner).is_none() {
         return own;
     }
     let has_own = select_one::<bool>(
@@ -215,10 +216,13 @@ fn grant_target(model: ModelRef, what: &str) -> Target {
 /// The grantee's OID (as an integer: an invalid Oid would become SQL NULL): a role, or PUBLIC
 /// (any case) as 0.
 fn grantee(role: &str) -> i64 {
-    if role.eq_ignore_ascii_case("public") {
+    // "public" itself can never be a role name; another spelling is PUBLIC only when no role
+    // has exactly that name (a role "Public" gets its own grants, not everybody).
+    let role_named = role_oid(role);
+    if role_named.is_none() && role.eq_ignore_ascii_case("public") {
         return 0;
     }
-    let oid = role_oid(role).unwrap_or_else(|| {
+    let oid = role_named.unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("role \"{role}\" does not exist"),
@@ -240,14 +244,19 @@ fn privilege(text: &str) -> &'static str {
     }
 }
 
-/// Deletes grants to roles that no longer exist (they are dead already: pg_has_role is false
-/// for them, row-level security hides them, pg_dump skips them).
-fn purge_dropped_grantees() {
-    Spi::run(
-        "DELETE FROM corgipile.model_grants g
-         WHERE g.grantee::pg_catalog.oid OPERATOR(pg_catalog.<>) 0
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                           WHERE r.oid OPERATOR(pg_catalog.=) g.grantee::pg_catalog.oid)",
+/// Deletes the owner's grants to roles that no longer exist (they are dead already:
+/// pg_has_role is false for them, row-level security hides them, pg_dump skips them). Rows
+/// another transaction holds are skipped, not waited for: no role can block this.
+fn purge_dropped_grantees(owner: &str) {
+    Spi::run_with_args(
+        "DELETE FROM corgipile.model_grants WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+             SELECT g.ctid FROM corgipile.model_grants g
+             WHERE g.owner OPERATOR(pg_catalog.=) $1::pg_catalog.name
+               AND g.grantee::pg_catalog.oid OPERATOR(pg_catalog.<>) 0
+               AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                               WHERE r.oid OPERATOR(pg_catalog.=) g.grantee::pg_catalog.oid)
+             FOR UPDATE SKIP LOCKED))",
+        &[owner.into()],
     )
     .unwrap_or_else(|e| spi_failed("delete the grants of dropped roles", e));
 }
@@ -259,7 +268,7 @@ fn grant(model: ModelRef, role: &str, privilege_text: &str) {
     let target = grant_target(model, "grant privileges on");
     let (_, me) = caller();
     as_catalog_owner(|| {
-        purge_dropped_grantees();
+        purge_dropped_grantees(&target.owner);
         Spi::run_with_args(
             "INSERT INTO corgipile.model_grants (owner, model_name, model_id, grantee, privilege, granted_by)
              VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.int8::pg_catalog.oid::pg_catalog.regrole, $5, $6::pg_catalog.name)
@@ -283,7 +292,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str) {
     let grantee = grantee(role);
     let target = grant_target(model, "revoke privileges on");
     let revoked = as_catalog_owner(|| {
-        purge_dropped_grantees();
+        purge_dropped_grantees(&target.owner);
         Spi::get_one_with_args::<i64>(
             "WITH d AS (DELETE FROM corgipile.model_grants
                         WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.name

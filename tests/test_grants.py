@@ -52,6 +52,7 @@ def world(dsn):
     yield ids
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("DELETE FROM corgipile.models WHERE trained_by::text LIKE 'gr\\_%'")
+        admin.execute("DELETE FROM corgipile.model_grants WHERE owner::text LIKE 'gr\\_%'")
         drop_roles(admin, ROLES)
 
 
@@ -362,4 +363,112 @@ def test_owner_names_with_dots_and_quotes(dsn, world):
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("DELETE FROM corgipile.models WHERE trained_by = 'gr.dotted'")
+            admin.execute("DELETE FROM corgipile.model_grants WHERE owner = 'gr.dotted'")
             drop_roles(admin, ['gr.dotted'])
+
+
+def test_a_call_site_never_serves_one_roles_model_to_another(dsn, world):
+    """A PL/pgSQL expression's call site outlives a role switch (SECURITY DEFINER): the model it
+    caches is the one of the role that loaded it, and is reloaded for another role."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA IF EXISTS gr_s CASCADE")
+        admin.execute("CREATE SCHEMA gr_s AUTHORIZATION gr_alice")
+        admin.execute("GRANT USAGE ON SCHEMA gr_s TO PUBLIC")
+    with session(dsn, "gr_alice") as alice:
+        alice.execute(f"""CREATE FUNCTION gr_s.score(x float8[]) RETURNS float8 LANGUAGE plpgsql
+                          AS $$BEGIN RETURN corgipile_decision_function('churn', x); END$$""")
+        alice.execute("""CREATE FUNCTION gr_s.report() RETURNS float8 LANGUAGE plpgsql SECURITY DEFINER
+                         SET search_path = pg_catalog, public
+                         AS $$BEGIN RETURN gr_s.score(ARRAY[0.5, -1.0]); END$$""")
+        alices = scalar(alice, "SELECT gr_s.report()")
+    try:
+        with session(dsn, "gr_eve") as eve:
+            eve.execute("SET search_path = pg_catalog, public")
+            eve.execute("BEGIN")
+            # The definer's call loads alice's churn; eve's own call of the same site must not
+            # reuse it: she has no model named churn.
+            with pytest.raises(E.UndefinedObject):
+                eve.execute("SELECT gr_s.report(), gr_s.score(ARRAY[0.5, -1.0]::float8[])")
+            eve.execute("ROLLBACK")
+            # Eve's own churn, trained on flipped labels, never reaches alice's function either.
+            own = train(eve, "churn")
+            try:
+                eve.execute("BEGIN")
+                mine, report = eve.execute("SELECT gr_s.score(ARRAY[0.5, -1.0]::float8[]), gr_s.report()").fetchone()
+                eve.execute("ROLLBACK")
+                assert report == alices
+                assert mine == scalar(eve, f"SELECT corgipile_decision_function({own}, {X})")
+            finally:
+                eve.execute("SELECT corgipile_drop_model('churn')")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA gr_s CASCADE")
+
+
+def test_a_role_named_like_public_is_that_role(dsn, world):
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        drop_roles(admin, ["Public"])
+        admin.execute('CREATE ROLE "Public"')
+    try:
+        as_alice(dsn, "SELECT corgipile_grant('churn', 'Public', 'use')")
+        with session(dsn, "gr_eve") as eve:
+            assert_cannot_reach(eve, world)
+        with session(dsn, "gr_alice") as alice:
+            assert alice.execute("SELECT grantee::text FROM corgipile.model_grants WHERE model_name = 'churn'").fetchall() == [('"Public"',)]
+            alice.execute("SELECT corgipile_revoke('churn', 'Public', 'use')")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            drop_roles(admin, ["Public"])
+
+
+def test_no_role_can_block_another_roles_grants(dsn, world):
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        drop_roles(admin, ["gr_temp2"])
+        admin.execute("CREATE ROLE gr_temp2")
+    with session(dsn, "gr_bob") as bob:
+        own = train(bob)
+        bob.execute("SELECT corgipile_grant(%s::bigint, 'gr_temp2', 'use')", (own,))
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("DROP ROLE gr_temp2")  # a dead grant of bob's waits to be purged
+        bob.execute("BEGIN")
+        bob.execute("SELECT corgipile_grant(%s::bigint, 'gr_carol', 'use')", (own,))
+        try:
+            with session(dsn, "gr_alice") as alice:
+                alice.execute("SET lock_timeout = '2s'")
+                alice.execute("SELECT corgipile_grant('churn', 'gr_eve', 'use')")
+                alice.execute("SELECT corgipile_revoke('churn', 'gr_eve', 'use')")
+        finally:
+            bob.execute("ROLLBACK")
+        bob.execute("SELECT corgipile_drop_model(%s::bigint)", (own,))
+
+
+def test_deployed_is_unknown_to_a_grantee_of_one_id(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant(%s::bigint, 'gr_bob', 'use')", (world["v1"],))
+    try:
+        with session(dsn, "gr_bob") as bob:
+            assert bob.execute("SELECT id, deployed FROM corgipile.model_summary").fetchall() == [(world["v1"], None)]
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke(%s::bigint, 'gr_bob', 'use')", (world["v1"],))
+
+
+def test_owner_may_qualify_her_own_names(dsn, world):
+    with session(dsn, "gr_alice") as alice:
+        assert predict(alice, "gr_alice.churn") == predict(alice, "churn")
+        v3 = train(alice, "gr_alice.churn")
+        try:
+            assert alice.execute("SELECT name, version FROM corgipile.models WHERE id = %s", (v3,)).fetchone() == ("churn", 3)
+        finally:
+            alice.execute("SELECT corgipile_drop_model(%s::bigint)", (v3,))
+
+
+def test_a_manager_sees_the_grants_it_made(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    try:
+        with session(dsn, "gr_bob") as bob:
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            rows = bob.execute("""SELECT grantee::text, privilege, granted_by::text FROM corgipile.model_grants
+                                  WHERE owner = 'gr_alice' ORDER BY 1""").fetchall()
+            assert rows == [("gr_bob", "manage", "gr_alice"), ("gr_eve", "use", "gr_bob")]
+            bob.execute("SELECT corgipile_revoke('gr_alice.churn', 'gr_eve', 'use')")
+    finally:
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")

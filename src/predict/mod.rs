@@ -267,6 +267,10 @@ fn current_command_id() -> pg_sys::CommandId {
 /// A model cached in a call site's `fn_extra`, with the row layout of by-row predictions.
 struct CallCache {
     command_id: pg_sys::CommandId,
+    /// The role the model was loaded for: a call site can outlive a role switch (a PL/pgSQL
+    /// expression called from a SECURITY DEFINER function and then directly), and each role
+    /// must get exactly the models it may see.
+    role: pg_sys::Oid,
     arg: OwnedModelArg,
     model: Rc<StoredModel>,
     rows: row::RowCache,
@@ -288,16 +292,18 @@ fn cached_call<'a>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> &'a mut C
     // the caller's borrow ends with the call.
     unsafe {
         let command_id = current_command_id();
+        let role = pg_sys::GetUserId();
         let flinfo = (*fcinfo).flinfo;
         let cached = (*flinfo).fn_extra.cast::<CallCache>();
         if let Some(c) = cached.as_mut() {
-            if c.arg.is(arg) && c.command_id == command_id {
+            if c.arg.is(arg) && c.command_id == command_id && c.role == role {
                 return c;
             }
         }
         let model = load_model_arg(arg);
         let entry = CallCache {
             command_id,
+            role,
             arg: arg.into(),
             model,
             rows: row::RowCache::new(),
