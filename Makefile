@@ -28,7 +28,7 @@ REGRESS_DIR ?= regress
 VENV     := .venv
 PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 
-.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel bench-shuffle bench-defaults bench-predict \
+.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -44,6 +44,7 @@ help:
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
+	@echo "  bench-cold     epochs read from storage (server restarted, OS cache dropped) vs warm, per block size, prefetch on/off (bench/results/cold_epochs.md; run as root)"
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
@@ -139,6 +140,10 @@ bench-epochs: setup-python install
 bench-cancel: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/cancel_latency.py
+
+bench-cold: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/cold_epochs.py
 
 bench-shuffle: setup-python install
 	$(CLUSTER) start
