@@ -44,7 +44,7 @@ help:
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
-	@echo "  bench-cold     epochs read from storage (server restarted, OS cache dropped) vs warm, per block size, prefetch on/off (bench/results/cold_epochs.md; run as root)"
+	@echo "  bench-cold     epochs read from storage (server restarted, OS cache dropped) vs warm, per block size (bench/results/cold_epochs.md; run as root)"
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"

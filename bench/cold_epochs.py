@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Epochs read from storage: the cold scan floor, a cold no_shuffle epoch and cold corgipile
-epochs per block size, with and without prefetching the next blocks; and the same warm.
+epochs per block size; and the same warm.
 
 Cold, before every statement: the server is restarted (empty shared_buffers) and every
 segment file of the table and of its TOAST table is dropped from the OS page cache
@@ -8,13 +8,13 @@ segment file of the table and of its TOAST table is dropped from the OS page cac
 to open the data directory's files, i.e. run as root or as the server's OS user). Warm: the
 same statements right after one untimed run, nothing evicted.
 
-Prefetch off = `SET effective_io_concurrency = 0` (PostgreSQL's own switch); on = the
-setting given (PostgreSQL 15's default is 1: one block in flight ahead of the one read).
+Warm here means in the OS page cache: a table larger than a quarter of shared_buffers is read
+through a small ring of buffers, so it does not stay in shared_buffers.
 
 Timed: the scan floor `SELECT sum(features[1]) FROM t` client side; an epoch = corgipile.epochs
 .seconds of epoch 1 of `corgipile_train(t, 'svm', {"epochs": 1, ...})`. Medians of --rounds.
 
-Usage: bench/cold_epochs.py [--rows 4500000] [--rounds 3] [--io 1,16] [--out FILE]
+Usage: bench/cold_epochs.py [--rows 4500000] [--rounds 3] [--out FILE]
        (make bench-cold; needs the test cluster of scripts/cluster.sh, which it restarts)."""
 
 import argparse
@@ -78,8 +78,7 @@ def run_floor(conn, table):
     return time.perf_counter() - started
 
 
-def run_epoch(conn, table, params, io):
-    conn.execute(f"SET effective_io_concurrency = {io}")
+def run_epoch(conn, table, params):
     model = conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, json.dumps(params))).fetchone()[0]
     seconds = conn.execute("SELECT seconds FROM corgipile.epochs WHERE model_id = %s AND epoch = 1",
                            (model,)).fetchone()[0]
@@ -112,10 +111,8 @@ def main():
     ap.add_argument("--rows", type=int, default=4_500_000)
     ap.add_argument("--small-rows", type=int, default=150_000, help="the small table (~30 MB)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--io", default="1,16", help="effective_io_concurrency values for prefetch on")
     ap.add_argument("--out", default="bench/results/cold_epochs.md")
     args = ap.parse_args()
-    ios = [int(x) for x in args.io.split(",")]
     started = time.time()
     with connect("postgres") as c:
         if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DBNAME,)).fetchone():
@@ -130,30 +127,22 @@ def main():
             mb = c.execute("SELECT pg_total_relation_size(%s) / 1048576.0", (name,)).fetchone()[0]
             tables.append((name, rows, float(mb), table_files(c, name)))
         settings = {k: c.execute(f"SHOW {k}").fetchone()[0]
-                    for k in ("shared_buffers", "effective_io_concurrency", "server_version")}
+                    for k in ("shared_buffers", "server_version")}
         lib, lib_time = installed_library(c)
     results = []
     for name, rows, mb, files in tables:
         cases = [("scan floor: SELECT sum(features[1])", lambda c, t=name: run_floor(c, t)),
-                 ("no_shuffle epoch, prefetch off",
-                  lambda c, t=name: run_epoch(c, t, dict(BASE, shuffle="no_shuffle"), 0)),
-                 (f"no_shuffle epoch, prefetch effective_io_concurrency={ios[-1]}",
-                  lambda c, t=name: run_epoch(c, t, dict(BASE, shuffle="no_shuffle"), ios[-1]))]
+                 ("no_shuffle epoch", lambda c, t=name: run_epoch(c, t, dict(BASE, shuffle="no_shuffle")))]
         for block in ("auto", "1MB", "10MB"):
             params = dict(BASE) if block == "auto" else dict(BASE, block_size=block)
-            cases.append((f"corgipile epoch, block {block}, prefetch off",
-                          lambda c, t=name, p=params: run_epoch(c, t, p, 0)))
-            for io in ios:
-                cases.append((f"corgipile epoch, block {block}, prefetch effective_io_concurrency={io}",
-                              lambda c, t=name, p=params, io=io: run_epoch(c, t, p, io)))
+            cases.append((f"corgipile epoch, block {block}", lambda c, t=name, p=params: run_epoch(c, t, p)))
         for cold in (True, False):
             times = measure(name, files, cases, args.rounds, cold)
             results.append((name, rows, mb, cold, times))
     restart()
-    lines = ["# Epochs from storage (cold) and from memory (warm), with and without prefetch", "",
+    lines = ["# Epochs from storage (cold) and from memory (warm)", "",
              f"{datetime.date.today()}, commit `{git_head()}`, library `{lib}` installed {lib_time}, {machine()}; "
-             f"PostgreSQL {settings['server_version']}, shared_buffers {settings['shared_buffers']}, "
-             f"effective_io_concurrency default {settings['effective_io_concurrency']}.", "",
+             f"PostgreSQL {settings['server_version']}, shared_buffers {settings['shared_buffers']}.", "",
              "Cold = server restarted and the table's files dropped from the OS page cache before each "
              "statement; warm = after one untimed run. Median (min–max) seconds of "
              f"{args.rounds} rounds, cases in rotated order. An epoch is `corgipile.epochs.seconds` of a "
@@ -161,7 +150,7 @@ def main():
              "no_shuffle of the same table and state.", ""]
     for name, rows, mb, cold, times in results:
         floor = statistics.median(times["scan floor: SELECT sum(features[1])"])
-        nos = statistics.median(times["no_shuffle epoch, prefetch off"])
+        nos = statistics.median(times["no_shuffle epoch"])
         lines += [f"## `{name}` ({rows:,} rows, {mb:.0f} MB), {'cold' if cold else 'warm'}", "",
                   "| case | median s | min–max | ÷ scan floor | ÷ no_shuffle |", "|---|---|---|---|---|"]
         for case, ts in times.items():

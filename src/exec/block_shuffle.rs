@@ -22,12 +22,6 @@ pub struct BlockShuffle {
     blocks: Vec<(u32, u32)>,
     order: Vec<usize>,
     next_block: usize,
-    /// Blocks whose reads are kept in flight ahead of the one being scanned: PostgreSQL's I/O
-    /// concurrency for the table's tablespace (effective_io_concurrency; 0 turns it off),
-    /// one block counting as one I/O (its pages are contiguous).
-    prefetch_blocks: usize,
-    /// Position in `order` of the next block to prefetch.
-    prefetched_upto: usize,
     in_block: bool,
     epoch: u32,
     /// Heap tuples read this epoch (for the progress line).
@@ -55,29 +49,8 @@ impl BlockShuffle {
         let shuffle = self.config.params.shuffle.shuffles_blocks();
         self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
         self.next_block = 0;
-        self.prefetched_upto = 0;
         self.in_block = false;
         self.tuples_this_epoch = 0;
-    }
-
-    /// Asks for the pages of the next `prefetch_blocks` blocks of the order (after the one just
-    /// started), so that reading a cold table keeps that many reads in flight while the current
-    /// block is decoded (the Rinas idea: the order inside a buffer does not matter, and the
-    /// order of the epoch is known). A page already in shared buffers costs a lookup; others an
-    /// asynchronous read hint to the kernel (posix_fadvise).
-    ///
-    /// # Safety
-    /// `rel` is the scanned relation, open and locked; on the backend thread.
-    unsafe fn prefetch(&mut self, rel: pg_sys::Relation) {
-        self.prefetched_upto = self.prefetched_upto.max(self.next_block);
-        let until = (self.next_block + self.prefetch_blocks).min(self.order.len());
-        while self.prefetched_upto < until {
-            let (start, len) = self.blocks[self.order[self.prefetched_upto]];
-            for page in start..start + len {
-                pg_sys::PrefetchBuffer(rel, pg_sys::ForkNumber::MAIN_FORKNUM, page);
-            }
-            self.prefetched_upto += 1;
-        }
     }
 }
 
@@ -156,9 +129,6 @@ unsafe fn begin(
         blocks: split_blocks(n_pages, block_pages),
         order: Vec::new(),
         next_block: 0,
-        prefetch_blocks: pg_sys::get_tablespace_io_concurrency((*(*rel).rd_rel).reltablespace)
-            .max(0) as usize,
-        prefetched_upto: 0,
         in_block: false,
         epoch: 1,
         tuples_this_epoch: 0,
@@ -255,7 +225,6 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
             // heap_setscanlimits requires a scan that has not started.
             pg_sys::heap_rescan(state.scan, std::ptr::null_mut(), false, false, false, false);
             pg_sys::heap_setscanlimits(state.scan, start, len);
-            state.prefetch((*ss).ss_currentRelation);
             state.in_block = true;
             state.blocks_read += 1;
             state.pages_read += len as u64;
@@ -339,7 +308,6 @@ impl Node for BlockShuffle {
         );
         explain::int(es, "Blocks", state.blocks.len() as i64);
         explain::text(es, "Block Order", order);
-        explain::int(es, "Prefetch Blocks", state.prefetch_blocks as i64);
         explain::int(es, "Seed", state.config.seed() as i64);
         if explain::analyzing(es) {
             explain::int(es, "Epochs Scanned", state.epochs_started as i64);
