@@ -496,7 +496,7 @@ unsafe fn every_column(
     let desc = (*rel).rd_att;
     let mut names = Vec::new();
     for i in 0..(*desc).natts as usize {
-        let att = &(*desc).attrs.as_slice((*desc).natts as usize)[i];
+        let att = &crate::compat::tuple_desc_attrs(desc)[i];
         if att.attisdropped {
             continue;
         }

@@ -145,13 +145,7 @@ pub unsafe fn plan_pipeline(
         );
     }
     let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
-    let queries = pg_sys::pg_analyze_and_rewrite_fixedparams(
-        raw,
-        sql.as_ptr(),
-        std::ptr::null(),
-        0,
-        std::ptr::null_mut(),
-    );
+    let queries = crate::compat::analyze_and_rewrite(raw, sql.as_ptr());
     assert!((*queries).length == 1);
     let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin")  # the major under test (make sets it)
 SERVER_LOG = os.environ.get("CORGIPILE_CLUSTER_DIR", "/tmp/corgipile-cluster") + "/log"
 
 

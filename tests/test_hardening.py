@@ -25,7 +25,7 @@ SMALL_ROWS = 3000
 PAR_ROWS = 300_000
 BIG_ROWS = 1_000_000
 DUMP_DB, RESTORE_DB = "hard_dumpdb", "hard_restoredb"
-PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin")  # the major under test (make sets it)
 BIG_EPOCHS = 20  # the big table's trainings would run for many seconds if they got going
 
 

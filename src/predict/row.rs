@@ -87,8 +87,8 @@ unsafe fn layout_for(
     if (*cached).tdrefcount >= 0 {
         pg_sys::DecrTupleDescRefCount(cached);
     }
-    let natts = (*desc).natts as usize;
-    let attrs = (*desc).attrs.as_slice(natts);
+    let attrs = crate::compat::tuple_desc_attrs(desc);
+    let natts = attrs.len();
     let mut columns = Vec::with_capacity(p.columns.len());
     for c in &p.columns {
         let found = attrs.iter().position(|a| {
