@@ -24,6 +24,11 @@ def scalar(conn, sql, params=None):
     return conn.execute(sql, params).fetchone()[0]
 
 
+def parallel_guc(conn):
+    """The setting that forces a parallel plan: PostgreSQL 16 renamed force_parallel_mode."""
+    return "force_parallel_mode" if int(scalar(conn, "SHOW server_version_num")) < 160000 else "debug_parallel_query"
+
+
 def wait_ready(timeout=60.0):
     """Wait until the server accepts connections and runs a query (after a crash restart)."""
     deadline = time.monotonic() + timeout

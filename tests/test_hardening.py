@@ -19,6 +19,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from reliability_helpers import parallel_guc
+
 ALICE, BOB, OWNER = "hard_alice", "hard_bob", "hard_owner"
 ROLES = (ALICE, BOB)
 SMALL_ROWS = 3000
@@ -95,10 +97,6 @@ def drop_role(admin, role):
     if scalar(admin, "SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
         admin.execute(f"DROP OWNED BY {role}")
         admin.execute(f"DROP ROLE {role}")
-
-
-def parallel_guc(conn):
-    return "force_parallel_mode" if int(scalar(conn, "SHOW server_version_num")) < 160000 else "debug_parallel_query"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
+from reliability_helpers import parallel_guc
 from test_hardening_fuzz import CRASH_RE, Cluster, as_pg
 
 ALICE, BOB = "ht_tab_alice", "ht_tab_bob"
@@ -241,7 +242,7 @@ def test_dropped_columns_expanded_records_and_parallel_plans(env, alive, mixed_m
             END $$""")
         assert scalar(c, "SELECT ht_rec_mismatches()") == 0
         with c.transaction():
-            for guc, v in (("force_parallel_mode", "on"), ("parallel_setup_cost", "0"),
+            for guc, v in ((parallel_guc(c), "on"), ("parallel_setup_cost", "0"),
                            ("parallel_tuple_cost", "0"), ("min_parallel_table_scan_size", "0")):
                 c.execute(f"SET LOCAL {guc} = {v}")
             plan = "\n".join(r[0] for r in c.execute(
