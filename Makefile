@@ -48,7 +48,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= regress
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint unit regress pytest bench-epochs bench-cancel bench-shuffle bench-defaults bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest bench-epochs bench-cancel bench-shuffle bench-defaults bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -60,6 +60,7 @@ help:
 	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
 	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
 	@echo "  lint           cargo fmt --check and cargo clippy -D warnings (both crates, built for 15 and for 18)"
+	@echo "  check-majors   type-check the extension for the untested majors 13, 14, 16, 17 (pgrx's bundled bindings)"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
 	@echo "  regress        pg_regress suite regress/schedule against the running test cluster"
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
@@ -100,6 +101,10 @@ lint: setup
 		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \
 	done
 
+# The majors whose headers cannot be installed here: compiled against pgrx's own bindings.
+check-majors:
+	scripts/check-majors.sh
+
 cluster-start:
 	$(CLUSTER) start
 
@@ -119,9 +124,11 @@ demo: install
 	$(CLUSTER) psql -X -d corgipile_demo -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
 # `make test`: lint and unit tests once, then every suite on each tested major, in turn; it
-# fails if any major fails. `make test PG=18` (or PG_CONFIG=...): lint, unit, that major only.
+# fails if any major fails. `make test PG=18` (or PG_CONFIG=...): lint, check-majors, unit, that
+# major only.
 test: setup-python
 	$(MAKE) lint
+	$(MAKE) check-majors
 	$(MAKE) unit
 ifneq ($(ONE_MAJOR),)
 	$(MAKE) test-major

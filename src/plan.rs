@@ -80,7 +80,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
     (*path).path.rows = (*rel).rows;
     (*path).path.startup_cost = 0.0;
     (*path).path.total_cost = (*rel).pages as f64 + (*rel).tuples * 0.01;
-    (*path).flags = pg_sys::CUSTOMPATH_SUPPORT_PROJECTION;
+    (*path).flags = crate::compat::CUSTOMPATH_PROJECTS;
     (*path).custom_private = config.to_list();
     (*path).methods = path_methods();
     // Only our path: the training scan must be the BlockShuffle, never a seq/index/parallel scan.
