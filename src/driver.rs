@@ -52,12 +52,7 @@ impl Pipeline {
 
     /// Runs the plan: the SGD node does its whole task on its first call.
     pub unsafe fn run(&self) {
-        pg_sys::ExecutorRun(
-            self.query_desc,
-            pg_sys::ScanDirection::ForwardScanDirection,
-            0,
-            true,
-        );
+        crate::compat::executor_run_all(self.query_desc);
         pg_sys::ExecutorFinish(self.query_desc);
     }
 

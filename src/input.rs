@@ -235,7 +235,7 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     });
     // A syntax error raises here, with its position in "SELECT <predicate>".
     let statements = PgList::<pg_sys::RawStmt>::from_pg(naming_the_predicate(|| {
-        pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT)
+        crate::compat::raw_parse(sql.as_ptr())
     }));
     fn not_one() -> ! {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it must be one expression, without clauses such as FROM, ORDER BY or LIMIT and without a \";\"")
@@ -496,7 +496,7 @@ unsafe fn every_column(
     let desc = (*rel).rd_att;
     let mut names = Vec::new();
     for i in 0..(*desc).natts as usize {
-        let att = &(*desc).attrs.as_slice((*desc).natts as usize)[i];
+        let att = &crate::compat::tuple_desc_attrs(desc)[i];
         if att.attisdropped {
             continue;
         }

@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 mod api;
 mod catalog;
 mod classes;
+mod compat;
 mod decode;
 mod driver;
 mod error;

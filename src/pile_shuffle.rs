@@ -221,7 +221,7 @@ unsafe fn range_var(name: &str) -> *mut pg_sys::RangeVar {
         )
     });
     // Parses a possibly schema-qualified, possibly quoted name, as regclass input does.
-    pg_sys::makeRangeVarFromNameList(pg_sys::stringToQualifiedNameList(c.as_ptr()))
+    pg_sys::makeRangeVarFromNameList(crate::compat::qualified_name_list(c.as_ptr()))
 }
 
 /// The target as quoted SQL; an existing relation of that name is an ERROR.
@@ -608,13 +608,8 @@ unsafe fn split_into_piles(
         false,
     );
     let raw = pg_sys::pg_parse_query(sql.as_ptr());
-    let query = pg_sys::pg_analyze_and_rewrite_fixedparams(
-        (*(*raw).elements).ptr_value.cast(),
-        sql.as_ptr(),
-        std::ptr::null(),
-        0,
-        std::ptr::null_mut(),
-    );
+    let query =
+        crate::compat::analyze_and_rewrite((*(*raw).elements).ptr_value.cast(), sql.as_ptr());
     // No parallel plan: rows must arrive in one reproducible order.
     let stmt = pg_sys::pg_plan_query(
         (*(*query).elements).ptr_value.cast(),
@@ -633,7 +628,7 @@ unsafe fn split_into_piles(
         0,
     );
     pg_sys::ExecutorStart(qd, 0);
-    pg_sys::ExecutorRun(qd, pg_sys::ScanDirection::ForwardScanDirection, 0, true);
+    crate::compat::executor_run_all(qd);
     pg_sys::ExecutorFinish(qd);
     pg_sys::ExecutorEnd(qd);
     pg_sys::FreeQueryDesc(qd);

@@ -90,10 +90,11 @@ impl PipelineConfig {
             !list.is_null() && (*list).length >= 1,
             "corgipile node lost its config"
         );
-        let node = (*(*list).elements).ptr_value.cast::<pg_sys::String>();
-        let json = CStr::from_ptr((*node).sval)
-            .to_str()
-            .expect("config is UTF-8");
+        let json = CStr::from_ptr(crate::compat::string_node_chars(
+            (*(*list).elements).ptr_value,
+        ))
+        .to_str()
+        .expect("config is UTF-8");
         serde_json::from_str(json).expect("config JSON round-trips")
     }
 }

@@ -80,7 +80,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
     (*path).path.rows = (*rel).rows;
     (*path).path.startup_cost = 0.0;
     (*path).path.total_cost = (*rel).pages as f64 + (*rel).tuples * 0.01;
-    (*path).flags = pg_sys::CUSTOMPATH_SUPPORT_PROJECTION;
+    (*path).flags = crate::compat::CUSTOMPATH_PROJECTS;
     (*path).custom_private = config.to_list();
     (*path).methods = path_methods();
     // Only our path: the training scan must be the BlockShuffle, never a seq/index/parallel scan.
@@ -145,13 +145,7 @@ pub unsafe fn plan_pipeline(
         );
     }
     let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
-    let queries = pg_sys::pg_analyze_and_rewrite_fixedparams(
-        raw,
-        sql.as_ptr(),
-        std::ptr::null(),
-        0,
-        std::ptr::null_mut(),
-    );
+    let queries = crate::compat::analyze_and_rewrite(raw, sql.as_ptr());
     assert!((*queries).length == 1);
     let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
 

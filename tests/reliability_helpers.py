@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin")  # the major under test (make sets it)
 SERVER_LOG = os.environ.get("CORGIPILE_CLUSTER_DIR", "/tmp/corgipile-cluster") + "/log"
 
 
@@ -22,6 +22,11 @@ def connect(dsn, **kw):
 
 def scalar(conn, sql, params=None):
     return conn.execute(sql, params).fetchone()[0]
+
+
+def parallel_guc(conn):
+    """The setting that forces a parallel plan: PostgreSQL 16 renamed force_parallel_mode."""
+    return "force_parallel_mode" if int(scalar(conn, "SHOW server_version_num")) < 160000 else "debug_parallel_query"
 
 
 def wait_ready(timeout=60.0):

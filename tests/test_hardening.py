@@ -19,13 +19,15 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from reliability_helpers import parallel_guc
+
 ALICE, BOB, OWNER = "hard_alice", "hard_bob", "hard_owner"
 ROLES = (ALICE, BOB)
 SMALL_ROWS = 3000
 PAR_ROWS = 300_000
 BIG_ROWS = 1_000_000
 DUMP_DB, RESTORE_DB = "hard_dumpdb", "hard_restoredb"
-PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin")  # the major under test (make sets it)
 BIG_EPOCHS = 20  # the big table's trainings would run for many seconds if they got going
 
 
@@ -95,10 +97,6 @@ def drop_role(admin, role):
     if scalar(admin, "SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
         admin.execute(f"DROP OWNED BY {role}")
         admin.execute(f"DROP ROLE {role}")
-
-
-def parallel_guc(conn):
-    return "force_parallel_mode" if int(scalar(conn, "SHOW server_version_num")) < 160000 else "debug_parallel_query"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin")  # the major under test (make sets it)
 PG_OS_USER = "postgres"
 PORT = int(os.environ.get("CORGIPILE_HARDENING_PORT", "28917"))
 VMEM_KB = 4_000_000  # ulimit -v of the server: about 4 GB of address space per process

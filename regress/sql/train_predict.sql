@@ -32,6 +32,7 @@ SELECT avg((corgipile_predict(:m37, feats::float8[]) = y)::int) > 0.9 AS accurat
 -- Relabelling the classes (+1 -> 3, -1 -> 7, so 7 is now the larger, positive class) gives
 -- exactly the negated model, whichever class the shuffled scan happens to meet first.
 CREATE TABLE relabelled AS SELECT id, features, CASE WHEN label > 0 THEN 3 ELSE 7 END AS label FROM clustered;
+VACUUM relabelled;  -- the same pages as clustered (see setup.sql)
 SELECT corgipile_train('relabelled', 'svm', '{"epochs": 2, "seed": 1}') AS mr \gset
 SELECT corgipile_train('clustered', 'svm', '{"epochs": 2, "seed": 1}') AS mc \gset
 SELECT (SELECT weights FROM corgipile.models WHERE id = :mr) =

@@ -110,7 +110,7 @@ unsafe fn begin(
     (*node).ss.ps.scanopsfixed = true;
     (*node).ss.ps.scanopsset = true;
     let plan = (*node).ss.ps.plan.cast::<pg_sys::CustomScan>();
-    pg_sys::ExecAssignScanProjectionInfoWithVarno(&mut (*node).ss, (*plan).scan.scanrelid as i32);
+    crate::compat::assign_scan_projection(&mut (*node).ss, (*plan).scan.scanrelid);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
     let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
     let toast_pages = toast_pages(rel);

@@ -38,6 +38,8 @@ struct RowLayout {
     model_id: i64,
     type_id: pg_sys::Oid,
     typmod: i32,
+    /// The type cache's identifier of the descriptor the layout was built from.
+    tupdesc_id: u64,
     /// A copy of the row type's descriptor, in the call site's memory context.
     desc: pg_sys::TupleDesc,
     columns: Vec<(usize, Read)>,
@@ -71,6 +73,17 @@ unsafe fn type_name(oid: pg_sys::Oid) -> String {
         .into_owned()
 }
 
+/// The type cache's identifier of a row type's current descriptor: it changes whenever the
+/// type is altered (and this backend has read the invalidation), also in the middle of a
+/// statement. A blessed anonymous record type (RECORD with a typmod) never changes: 0.
+unsafe fn tupdesc_identifier(type_id: pg_sys::Oid) -> u64 {
+    if type_id == pg_sys::RECORDOID {
+        return 0;
+    }
+    let entry = pg_sys::lookup_type_cache(type_id, pg_sys::TYPECACHE_TUPDESC as i32);
+    (*entry).tupDesc_identifier
+}
+
 /// Match the model's columns to the row type's attributes, by name; a missing column or an
 /// unusable type is an ERROR naming it.
 unsafe fn layout_for(
@@ -80,6 +93,9 @@ unsafe fn layout_for(
     typmod: i32,
     mcxt: pg_sys::MemoryContext,
 ) -> RowLayout {
+    // Read first: an invalidation between here and the lookup below only makes the next call
+    // rebuild the layout once more.
+    let tupdesc_id = tupdesc_identifier(type_id);
     let cached = pg_sys::lookup_rowtype_tupdesc(type_id, typmod);
     let desc = PgMemoryContexts::For(mcxt).switch_to(|_| pg_sys::CreateTupleDescCopy(cached));
     // ReleaseTupleDesc: only reference-counted descriptors are released (a transient record
@@ -87,8 +103,8 @@ unsafe fn layout_for(
     if (*cached).tdrefcount >= 0 {
         pg_sys::DecrTupleDescRefCount(cached);
     }
-    let natts = (*desc).natts as usize;
-    let attrs = (*desc).attrs.as_slice(natts);
+    let attrs = crate::compat::tuple_desc_attrs(desc);
+    let natts = attrs.len();
     let mut columns = Vec::with_capacity(p.columns.len());
     for c in &p.columns {
         let found = attrs.iter().position(|a| {
@@ -155,6 +171,7 @@ unsafe fn layout_for(
         model_id: model.id,
         type_id,
         typmod,
+        tupdesc_id,
         desc,
         columns,
         values: vec![pg_sys::Datum::from(0usize); natts],
@@ -344,7 +361,8 @@ pub fn with_row<R>(
     };
     // SAFETY: a non-NULL composite argument of this call (the functions are strict);
     // pg_detoast_datum returns the header in place or a palloc'd copy, valid for the call.
-    // `cache` lives in fn_extra (fn_mcxt), which outlives the call.
+    // `cache` lives in fn_extra (fn_mcxt), which outlives the call. The type cache entry
+    // tupdesc_identifier reads is read at once, before anything can invalidate it.
     unsafe {
         let raw = record.0.cast_mut_ptr::<pg_sys::varlena>();
         let header = if is_plain_4b(raw) {
@@ -354,7 +372,10 @@ pub fn with_row<R>(
         }
         .cast::<pg_sys::HeapTupleHeaderData>();
         let (type_id, typmod) = row_type(header);
-        let fresh = !matches!(&cache.0, Some(l) if l.model_id == model.id && l.type_id == type_id && l.typmod == typmod);
+        // A row type altered by another session since the layout was built (its descriptor
+        // has a new identifier) must not be read with the old descriptor.
+        let fresh = !matches!(&cache.0, Some(l) if l.model_id == model.id && l.type_id == type_id
+            && l.typmod == typmod && l.tupdesc_id == tupdesc_identifier(type_id));
         if fresh {
             // A statement whose rows change type (a union of records) replaces the layout:
             // free the old descriptor copy, or each change would keep one until the end.

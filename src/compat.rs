@@ -1,0 +1,141 @@
+//! Every difference between the PostgreSQL majors that corgipile meets, in one place.
+//!
+//! The crate builds for each major pgrx 0.18 supports (features `pg13` … `pg18`); 15 and 18 are
+//! tested. Each difference is written as the range of majors it covers, as the server changed
+//! it: `#[cfg(pg_since = "16")]` is 16 and later (build.rs sets `pg_since` for every major up to
+//! the one built for), so the untested majors in between get the right variant too. The rest
+//! of the crate calls these helpers and never names a major.
+
+use pgrx::pg_sys;
+
+/// Parses a possibly schema-qualified, possibly quoted name (as regclass input does) into a
+/// list of name parts. An invalid name is an ERROR.
+///
+/// # Safety
+/// `name` is a NUL-terminated string that outlives the call; backend thread, in a transaction.
+pub unsafe fn qualified_name_list(name: *const std::ffi::c_char) -> *mut pg_sys::List {
+    // 16 added a soft-error context; none is passed, so a bad name stays an ERROR.
+    #[cfg(not(pg_since = "16"))]
+    let list = pg_sys::stringToQualifiedNameList(name);
+    #[cfg(pg_since = "16")]
+    let list = pg_sys::stringToQualifiedNameList(name, std::ptr::null_mut());
+    list
+}
+
+/// Parse analysis and rewriting of one raw statement without parameters.
+///
+/// # Safety
+/// `raw` is a raw statement parsed from `sql`, a NUL-terminated string that outlives the call;
+/// backend thread, in a transaction with an active snapshot.
+pub unsafe fn analyze_and_rewrite(
+    raw: *mut pg_sys::RawStmt,
+    sql: *const std::ffi::c_char,
+) -> *mut pg_sys::List {
+    // 15 renamed it (and made the parameter types const).
+    #[cfg(not(pg_since = "15"))]
+    let list =
+        pg_sys::pg_analyze_and_rewrite(raw, sql, std::ptr::null_mut(), 0, std::ptr::null_mut());
+    #[cfg(pg_since = "15")]
+    let list = pg_sys::pg_analyze_and_rewrite_fixedparams(
+        raw,
+        sql,
+        std::ptr::null(),
+        0,
+        std::ptr::null_mut(),
+    );
+    list
+}
+
+/// Runs a started plan forward to its end (count 0: all rows), once.
+///
+/// # Safety
+/// `qd` went through `ExecutorStart` and not yet through `ExecutorFinish`; backend thread.
+pub unsafe fn executor_run_all(qd: *mut pg_sys::QueryDesc) {
+    let forward = pg_sys::ScanDirection::ForwardScanDirection;
+    // Until 17 ExecutorRun takes `execute_once`; 18 dropped it (a plan always runs once).
+    #[cfg(not(pg_since = "18"))]
+    pg_sys::ExecutorRun(qd, forward, 0, true);
+    #[cfg(pg_since = "18")]
+    pg_sys::ExecutorRun(qd, forward, 0);
+}
+
+/// The attributes (columns, dropped ones included) of a tuple descriptor.
+///
+/// # Safety
+/// `desc` is a valid tuple descriptor that outlives the returned slice and is not changed
+/// while it is used.
+pub unsafe fn tuple_desc_attrs<'a>(desc: pg_sys::TupleDesc) -> &'a [pg_sys::FormData_pg_attribute] {
+    let natts = (*desc).natts as usize;
+    if natts == 0 {
+        return &[];
+    }
+    // Until 17 the attributes are the descriptor's trailing array; 18 put an array of
+    // `CompactAttribute`s there and the full attributes right after it (where TupleDescAttr
+    // reads them).
+    #[cfg(not(pg_since = "18"))]
+    let first: *const pg_sys::FormData_pg_attribute = (*desc).attrs.as_ptr();
+    #[cfg(pg_since = "18")]
+    let first: *const pg_sys::FormData_pg_attribute =
+        (*desc).compact_attrs.as_ptr().add(natts).cast();
+    std::slice::from_raw_parts(first, natts)
+}
+
+/// The local transaction id of this backend's current transaction.
+///
+/// # Safety
+/// A regular backend (MyProc is set); backend thread.
+pub unsafe fn local_xid() -> u32 {
+    // 17 moved it into the virtual transaction id.
+    #[cfg(not(pg_since = "17"))]
+    let lxid = (*pg_sys::MyProc).lxid;
+    #[cfg(pg_since = "17")]
+    let lxid = (*pg_sys::MyProc).vxid.lxid;
+    lxid
+}
+
+/// The characters of a String value node (as `makeString` makes it).
+///
+/// # Safety
+/// `node` is a valid String (before 15: Value of type T_String) node.
+pub unsafe fn string_node_chars(node: *mut std::ffi::c_void) -> *const std::ffi::c_char {
+    // 15 split the Value node into Integer, Float, String, ... nodes.
+    #[cfg(not(pg_since = "15"))]
+    let chars = (*node.cast::<pg_sys::Value>()).val.str_;
+    #[cfg(pg_since = "15")]
+    let chars = (*node.cast::<pg_sys::String>()).sval;
+    chars
+}
+
+/// Parses SQL into raw statements, as a whole query string.
+///
+/// # Safety
+/// `sql` is a NUL-terminated string that outlives the call; backend thread, in a transaction.
+pub unsafe fn raw_parse(sql: *const std::ffi::c_char) -> *mut pg_sys::List {
+    // 14 added the parse mode.
+    #[cfg(not(pg_since = "14"))]
+    let list = pg_sys::raw_parser(sql);
+    #[cfg(pg_since = "14")]
+    let list = pg_sys::raw_parser(sql, pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+    list
+}
+
+/// The flags of a custom path whose plan node projects (computes its target list) itself.
+/// 15 made projection support a flag; before, every custom scan was assumed to project.
+#[cfg(not(pg_since = "15"))]
+pub const CUSTOMPATH_PROJECTS: u32 = 0;
+/// The flags of a custom path whose plan node projects (computes its target list) itself.
+/// 15 made projection support a flag; before, every custom scan was assumed to project.
+#[cfg(pg_since = "15")]
+pub const CUSTOMPATH_PROJECTS: u32 = pg_sys::CUSTOMPATH_SUPPORT_PROJECTION;
+
+/// Sets up a scan node's projection for the scan relation `varno` (`scanrelid`).
+///
+/// # Safety
+/// `ss` is the ScanState of a node being initialized, with its scan slot set; backend thread.
+pub unsafe fn assign_scan_projection(ss: *mut pg_sys::ScanState, varno: pg_sys::Index) {
+    // 15 made the varno an int.
+    #[cfg(not(pg_since = "15"))]
+    pg_sys::ExecAssignScanProjectionInfoWithVarno(ss, varno);
+    #[cfg(pg_since = "15")]
+    pg_sys::ExecAssignScanProjectionInfoWithVarno(ss, varno as i32);
+}
