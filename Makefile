@@ -9,6 +9,7 @@
 #   CORGIPILE_CLUSTER_DIR  throw-away test cluster directory (default /tmp/corgipile-cluster
 #                          for 15, /tmp/corgipile-cluster-N for another major N)
 #   CORGIPILE_PORT         its port (default 28815 for 15, 288N for another major N)
+#   (set these only for a run of one major: plain `make test` would give both majors the same)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

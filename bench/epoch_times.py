@@ -88,11 +88,12 @@ def main():
         conn.execute("SET parallel_setup_cost = 0")
         touch_parallel = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
         predict_parallel = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
+        server = conn.execute("SHOW server_version").fetchone()[0]
     base = statistics.median(rows[0][1])
     floor = statistics.median(touch)
     lines = [
         f"Table `{table}`: {args.rows:,} rows x {args.features} float8 features, {size}, clustered by label; "
-        f"svm, {args.epochs} epochs, default block and buffer sizes; PostgreSQL 15, release build, parallel workers off.",
+        f"svm, {args.epochs} epochs, default block and buffer sizes; PostgreSQL {server}, release build, parallel workers off.",
         "",
         "| what | median s | range s | ÷ no_shuffle | ÷ scan touching arrays | last-epoch train accuracy |",
         "|---|---|---|---|---|---|",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A throw-away local PostgreSQL 15 cluster for corgipile development and tests.
+# A throw-away local PostgreSQL cluster for corgipile development and tests (PostgreSQL 15
+# unless CORGIPILE_PG_BIN names another install's bin dir; `make ... PG=18` sets it).
 #
 # Usage: scripts/cluster.sh start|stop|restart|status|psql [ARGS...]|env|destroy
 #
@@ -154,6 +155,6 @@ case "$sub" in
     psql)    exec "$PG_BIN/psql" -h "$DIR" -p "$PORT" -U postgres "$@" ;;
     env)     printf 'export PGHOST=%q PGPORT=%q PGUSER=postgres\n' "$DIR" "$PORT" ;;
     destroy) cmd_destroy ;;
-    -h|--help|help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-    *) sed -n '4p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    -h|--help|help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+    *) sed -n '5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
