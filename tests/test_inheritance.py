@@ -2,6 +2,7 @@
 alone is never silent. corgipile does not read children yet: an ERROR, unless "only": true
 asks for the parent's own rows (as FROM ONLY)."""
 
+import psycopg
 import psycopg.errors as E
 import pytest
 
@@ -12,7 +13,6 @@ TRAIN = '{"features": "f", "label": "y", "verbose": false, "epochs": 1%s}'
 
 @pytest.fixture(scope="module")
 def family(dsn):
-    import psycopg
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("DROP TABLE IF EXISTS inh_parent CASCADE")
         c.execute("CREATE TABLE inh_parent (id int, f float8[], y int)")
