@@ -306,6 +306,11 @@ fn io_error(what: &str) -> ! {
     )
 }
 
+/// # Safety (every method of Pile, PileReader, LoadedPile and Writer)
+/// Called on the backend thread, inside the transaction that created the pile or writer: the
+/// temporary file, the relation and the bulk insert state belong to it (abort closes and
+/// deletes them).
+///
 /// One pile: a PostgreSQL temporary file (`OpenTemporaryFile`: placed by temp_tablespaces,
 /// counted against temp_file_limit, deleted when closed or when the transaction ends, ERROR and
 /// cancel included) of records, each a heap tuple padded to 8 bytes whose first bytes hold its
@@ -388,6 +393,9 @@ impl Pile {
 }
 
 /// Writes `bytes` at `offset`; returns how many (all of them, or an ERROR).
+///
+/// # Safety
+/// `file` is an open temporary file of this transaction; backend thread.
 unsafe fn write_at(file: pg_sys::File, bytes: &[u8], offset: u64) -> u64 {
     let mut done = 0u64;
     for chunk in bytes.chunks(IO_CHUNK) {
@@ -521,6 +529,10 @@ impl LoadedPile {
 }
 
 /// A heap tuple's bytes after the scratch header (all a pile record keeps besides the length).
+///
+/// # Safety
+/// `tuple` is a valid heap tuple of at least HEADER_SCRATCH bytes; the slice borrows its memory
+/// and must not outlive it.
 unsafe fn tuple_body<'a>(tuple: pg_sys::HeapTuple) -> &'a [u8] {
     std::slice::from_raw_parts(
         (*tuple).t_data.cast::<u8>().add(HEADER_SCRATCH),
