@@ -127,12 +127,7 @@ pub fn check_writable(what: &std::ffi::CStr) {
 /// object lock keyed by corgipile.models itself), so no role can take it to block another.
 pub fn lock_model_name(name: &crate::grants::ModelName) {
     let (relid, _) = catalog_table();
-    let owner = name.owner.as_str();
-    let role = std::ffi::CString::new(owner)
-        .ok()
-        // SAFETY: a syscache lookup on the backend thread; missing_ok returns InvalidOid.
-        .map(|c| unsafe { pg_sys::get_role_oid(c.as_ptr(), true) })
-        .unwrap_or(pg_sys::InvalidOid);
+    let role = crate::grants::role_oid(&name.owner).unwrap_or(pg_sys::InvalidOid);
     // FNV-1a of the name, folded to 16 bits: the lock key is (owner, name hash).
     let hash = name.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)

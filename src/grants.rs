@@ -51,7 +51,7 @@ fn split_owner(text: &str) -> Option<(String, &str)> {
 }
 
 /// The OID of the role `name`, or None if there is no such role.
-fn role_oid(name: &str) -> Option<pg_sys::Oid> {
+pub fn role_oid(name: &str) -> Option<pg_sys::Oid> {
     let name = CString::new(name).ok()?;
     // SAFETY: a syscache lookup on the backend thread inside a transaction; missing_ok = true
     // returns InvalidOid instead of raising.
