@@ -1,7 +1,7 @@
 //! The SQL functions: training, prediction, evaluation, EXPLAIN.
 
 use crate::catalog::{
-    check_schema_version, check_writable, lock_model_name, select_one, store_model, ModelSource,
+    check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
 };
 use crate::classes::ClassValue;
 use crate::decode::ParamsArg;
@@ -78,26 +78,6 @@ fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
     }
 }
 
-/// A table with inheritance children is an ERROR unless "only" says to read the parent alone:
-/// a SELECT would read the children too, and silently training on part of the rows is not an
-/// option.
-fn check_no_children(relid: pg_sys::Oid, relname: &str) {
-    let children = select_one::<i64>(
-        "SELECT pg_catalog.count(*) FROM pg_catalog.pg_inherits WHERE inhparent OPERATOR(pg_catalog.=) $1",
-        &[relid.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(0);
-    if children > 0 {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("cannot read {relname}: it has {children} inheritance children, which corgipile does not read yet"),
-            Some("Add \"only\": true to use the rows of the parent table alone (as SELECT ... FROM ONLY), or copy all rows into one table.".into()),
-        );
-    }
-}
-
 /// Resolve a relation for `mode` and build the pipeline config.
 unsafe fn prepare(
     relid: pg_sys::Oid,
@@ -108,10 +88,7 @@ unsafe fn prepare(
     stored_preprocess: Option<&Preprocessor>,
 ) -> Prepared {
     let relname = relation_name(relid);
-    check_relation(relid, &relname);
-    if !params.only {
-        check_no_children(relid, &relname);
-    }
+    check_relation(relid, &relname, params.only);
     let mut features = feature_columns(&params.features);
     if let FeatureColumns::All { exclude } = &mut features {
         exclude.clone_from(&params.exclude);
@@ -170,6 +147,7 @@ unsafe fn prepare(
                 max_categories: params.max_categories,
             },
         },
+        params.only,
     );
     let holdout = match (&params.validation, input.validation_column, mode) {
         (_, Some(c), Mode::Train) => Holdout::Column(c),

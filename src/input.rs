@@ -87,15 +87,25 @@ unsafe fn type_name(oid: pg_sys::Oid) -> String {
         .into_owned()
 }
 
-/// Only plain heap tables (and materialized views) have pages we can shuffle.
-pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str) {
+/// Only heap tables (and materialized views) have pages we can shuffle, and partitioned
+/// tables are trees of them (their leaves are checked when the scan opens them).
+pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) {
     let kind = pg_sys::get_rel_relkind(relid) as u8;
+    if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
+        if only {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("cannot read only {relname}: it is a partitioned table, which has no rows of its own"),
+                Some("Leave out \"only\" to read all its partitions, or name one partition.".into()),
+            );
+        }
+        return;
+    }
     let what = match kind {
         pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => None,
         pg_sys::RELKIND_VIEW => Some("a view"),
         pg_sys::RELKIND_FOREIGN_TABLE => Some("a foreign table"),
         pg_sys::RELKIND_SEQUENCE => Some("a sequence"),
-        pg_sys::RELKIND_PARTITIONED_TABLE => Some("a partitioned table"),
         pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => Some("an index"),
         _ => Some("not a table"),
     };
@@ -103,10 +113,7 @@ pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str) {
         raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
             format!("cannot train on {relname}: it is {what}"),
-            Some(match kind {
-                pg_sys::RELKIND_PARTITIONED_TABLE => "Train on one partition, or copy the rows into a plain table.".into(),
-                _ => "corgipile reads the pages of a plain table: CREATE TABLE ... AS SELECT from it first.".into(),
-            }),
+            Some("corgipile reads the pages of a plain table: CREATE TABLE ... AS SELECT from it first.".into()),
         );
     }
     let rel = pg_sys::RelationIdGetRelation(relid);
@@ -333,6 +340,7 @@ pub unsafe fn resolve(
     n_features: Option<u32>,
     validation_predicate: Option<&str>,
     tabular: Tabular,
+    only: bool,
 ) -> Input {
     let label_type = column_type(relid, relname, label, "label");
     let label_is_bool = label_type == pg_sys::BOOLOID;
@@ -430,9 +438,11 @@ pub unsafe fn resolve(
         columns.push(format!("COALESCE(({checked}), false)"));
         columns.len() - 1
     });
+    // As SELECT reads it: with its partitions or inheritance children, unless "only" is set.
     let sql = format!(
-        "SELECT {} FROM ONLY {}",
+        "SELECT {} FROM {}{}",
         columns.join(", "),
+        if only { "ONLY " } else { "" },
         qualified_name(relid)
     );
     Input {

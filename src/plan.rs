@@ -87,6 +87,12 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
     (*rel).pathlist = std::ptr::null_mut();
     (*rel).partial_pathlist = std::ptr::null_mut();
     pg_sys::add_path(rel, path.cast());
+    // A partitioned table: our one scan reads every partition (BlockShuffle opens the leaves).
+    // Without its partitioning scheme the planner keeps our path; with it, the final target
+    // step (apply_scanjoin_target_to_paths) drops a partitioned rel's paths and rebuilds an
+    // Append of the partitions. The query reads this one relation (no join or grouping could
+    // be planned partition-wise).
+    (*rel).part_scheme = std::ptr::null_mut();
 }
 
 /// PlanCustomPath: the BlockShuffle CustomScan over the base relation.

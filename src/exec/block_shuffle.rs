@@ -2,6 +2,11 @@
 //! the blocks in a fresh seeded random order every epoch. Pages are read through the buffer
 //! manager by PostgreSQL's heap scan (`heap_setscanlimits` over each page range) with the
 //! query's MVCC snapshot; WHERE/RLS quals and the projection are applied by `ExecScan`.
+//!
+//! A partitioned table, or a table with inheritance children, is read as `SELECT` reads it: the
+//! blocks of every leaf table form one pool, visited in one random order per epoch (so a table
+//! partitioned by month is shuffled across months). Rows of a leaf are converted to the
+//! parent's columns (order, dropped columns) before the parent's quals and projection see them.
 
 use super::explain;
 use super::node::{state_of, Node};
@@ -11,15 +16,40 @@ use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
+/// One table whose pages are read: the scanned relation itself, or a leaf of its partition or
+/// inheritance tree.
+struct Leaf {
+    rel: pg_sys::Relation,
+    /// Opened (so closed) by us; the scanned relation itself belongs to the executor.
+    opened: bool,
+    scan: pg_sys::TableScanDesc,
+    /// The leaf's own slot (of its table's slot type), filled by the heap scan.
+    slot: *mut pg_sys::TupleTableSlot,
+    /// Leaf columns → the parent's, when they differ (column order, dropped columns).
+    map: *mut pg_sys::TupleConversionMap,
+}
+
+/// One block: a range of pages of one leaf.
+#[derive(Clone, Copy)]
+struct Block {
+    leaf: u32,
+    start: u32,
+    len: u32,
+}
+
 pub struct BlockShuffle {
     config: PipelineConfig,
-    scan: pg_sys::TableScanDesc,
-    n_pages: u32,
-    /// Pages of the table's TOAST relation: wide feature arrays live there, and a buffer of
+    leaves: Vec<Leaf>,
+    /// Rows are converted into the node's own scan slot (more than one leaf, or a leaf that is
+    /// not the scanned relation); otherwise the leaf's slot is the scan slot.
+    converts: bool,
+    current_leaf: usize,
+    n_pages: u64,
+    /// Pages of the tables' TOAST relations: wide feature arrays live there, and a buffer of
     /// "10% of the table" must mean 10% of the data, not of the pointers to it.
-    toast_pages: u32,
+    toast_pages: u64,
     block_pages: u32,
-    blocks: Vec<(u32, u32)>,
+    blocks: Vec<Block>,
     order: Vec<usize>,
     next_block: usize,
     in_block: bool,
@@ -42,7 +72,7 @@ pub struct BlockShuffle {
 impl BlockShuffle {
     /// The table's size with its TOAST data.
     pub fn table_bytes(&self) -> u64 {
-        (self.n_pages as u64 + self.toast_pages as u64) * pg_sys::BLCKSZ as u64
+        (self.n_pages + self.toast_pages) * pg_sys::BLCKSZ as u64
     }
 
     fn draw_order(&mut self) {
@@ -56,17 +86,24 @@ impl BlockShuffle {
 
 /// The shuffle buffer's size in table pages, estimated before any tuple is decoded (the auto
 /// block size makes a buffer hold many blocks).
-unsafe fn buffer_pages(config: &PipelineConfig, rel: pg_sys::Relation, n_pages: u32) -> u64 {
+unsafe fn buffer_pages(config: &PipelineConfig, leaves: &[Leaf], n_pages: u64) -> u64 {
     let n_buffers = if config.params.double_buffer { 2 } else { 1 };
     let limit = config.max_buffer_bytes / n_buffers / pg_sys::BLCKSZ as u64;
     let pages = match config.params.buffer_size {
         BufferSize::Fraction(f) => (f * n_pages as f64) as u64,
         BufferSize::Bytes(b) => b / pg_sys::BLCKSZ as u64,
         BufferSize::Tuples(t) => {
-            // SAFETY: rd_rel is valid for an open relation; reltuples is -1 before ANALYZE.
-            let (reltuples, relpages) = ((*(*rel).rd_rel).reltuples, (*(*rel).rd_rel).relpages);
-            let per_page = if reltuples > 0.0 && relpages > 0 {
-                reltuples as f64 / relpages as f64
+            let (mut reltuples, mut relpages) = (0.0f64, 0u64);
+            for leaf in leaves {
+                // SAFETY: rd_rel is valid for an open relation; reltuples is -1 before ANALYZE.
+                let (tuples, pages) = ((*(*leaf.rel).rd_rel).reltuples, (*(*leaf.rel).rd_rel).relpages);
+                if tuples > 0.0 && pages > 0 {
+                    reltuples += tuples as f64;
+                    relpages += pages as u64;
+                }
+            }
+            let per_page = if relpages > 0 {
+                reltuples / relpages as f64
             } else {
                 50.0
             };
@@ -92,6 +129,124 @@ unsafe fn toast_pages(rel: pg_sys::Relation) -> u32 {
     pages
 }
 
+unsafe extern "C-unwind" {
+    /// catalog/pg_inherits.h (not in pgrx's bindings): `relid` and every table below it in its
+    /// partition or inheritance tree, each locked with `lockmode`. Can raise an ERROR: call it
+    /// through `all_inheritors`.
+    #[link_name = "find_all_inheritors"]
+    fn find_all_inheritors_unguarded(
+        relid: pg_sys::Oid,
+        lockmode: pg_sys::LOCKMODE,
+        numparents: *mut *mut pg_sys::List,
+    ) -> *mut pg_sys::List;
+}
+
+/// `relid` and every table below it, each locked with `lockmode`, as an OID list.
+unsafe fn all_inheritors(relid: pg_sys::Oid, lockmode: pg_sys::LOCKMODE) -> Vec<pg_sys::Oid> {
+    // SAFETY: the guard turns an ERROR raised inside into a Rust panic that pgrx re-raises at
+    // the FFI boundary (no longjmp across Rust frames); backend thread, in a transaction.
+    let list = pg_sys::ffi::pg_guard_ffi_boundary(|| {
+        find_all_inheritors_unguarded(relid, lockmode, std::ptr::null_mut())
+    });
+    (0..(*list).length as usize)
+        .map(|i| (*(*list).elements.add(i)).oid_value)
+        .collect()
+}
+
+/// Why a table of the tree cannot be read page by page (None: it can, or it has no pages).
+unsafe fn unreadable(kind: u8, am: pg_sys::Oid) -> Option<&'static str> {
+    match kind {
+        pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW if am == pg_sys::HEAP_TABLE_AM_OID => {
+            None
+        }
+        pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => {
+            Some("does not use the heap access method")
+        }
+        pg_sys::RELKIND_PARTITIONED_TABLE => None,
+        pg_sys::RELKIND_FOREIGN_TABLE => Some("is a foreign table"),
+        _ => Some("is not a table"),
+    }
+}
+
+/// The tables whose pages the scan reads: the scanned relation (`rel`) alone, or with
+/// `include_children` every heap table of its partition or inheritance tree (partitioned
+/// tables themselves have no pages). Leaves are locked as a SELECT on the parent locks them;
+/// privileges and row-level security are the parent's, checked by the executor already.
+unsafe fn open_leaves(
+    rel: pg_sys::Relation,
+    scan_slot: *mut pg_sys::TupleTableSlot,
+    include_children: bool,
+    relname: &str,
+) -> Vec<Leaf> {
+    // SAFETY: rel is the executor's open scan relation; rd_id/rd_rel are valid while it is open.
+    let relid = (*rel).rd_id;
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let oids = if include_children {
+        all_inheritors(relid, lock)
+    } else {
+        vec![relid]
+    };
+    let mut leaves = Vec::with_capacity(oids.len());
+    for oid in oids {
+        let leaf_rel = if oid == relid {
+            rel
+        } else {
+            // Locked by find_all_inheritors; held to the end of the transaction.
+            pg_sys::table_open(oid, pg_sys::NoLock as pg_sys::LOCKMODE)
+        };
+        let opened = leaf_rel != rel;
+        let (kind, am) = ((*(*leaf_rel).rd_rel).relkind as u8, (*(*leaf_rel).rd_rel).relam);
+        if let Some(why) = unreadable(kind, am) {
+            let leaf_name = crate::input::qualified_name(oid);
+            if opened {
+                pg_sys::table_close(leaf_rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+            }
+            close_leaves(&mut leaves);
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                if opened {
+                    format!("cannot read {relname}: its partition or child table {leaf_name} {why}")
+                } else {
+                    format!("cannot read {relname}: it {why}")
+                },
+                Some(if kind == pg_sys::RELKIND_FOREIGN_TABLE {
+                    "corgipile reads the pages of local heap tables; train on a table (or partitions) stored on this server.".into()
+                } else {
+                    "corgipile reads the pages of heap tables: CREATE TABLE ... AS SELECT from it first.".into()
+                }),
+            );
+        }
+        if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
+            if opened {
+                pg_sys::table_close(leaf_rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+            }
+            continue;
+        }
+        leaves.push(Leaf {
+            rel: leaf_rel,
+            opened,
+            scan: std::ptr::null_mut(),
+            slot: scan_slot,
+            map: std::ptr::null_mut(),
+        });
+    }
+    leaves
+}
+
+/// Ends the leaves' scans and closes the tables we opened (locks stay to the end of the
+/// transaction, as for any table a query read).
+unsafe fn close_leaves(leaves: &mut Vec<Leaf>) {
+    for leaf in leaves.drain(..) {
+        // SAFETY: each scan was begun by us and each opened table opened by us, exactly once.
+        if !leaf.scan.is_null() {
+            pg_sys::heap_endscan(leaf.scan);
+        }
+        if leaf.opened {
+            pg_sys::table_close(leaf.rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        }
+    }
+}
+
 /// BeginCustomScan (see `Node::begin`).
 unsafe fn begin(
     node: *mut pg_sys::CustomScanState,
@@ -100,33 +255,77 @@ unsafe fn begin(
 ) -> BlockShuffle {
     // SAFETY: ExecInitCustomScan has opened the relation into ss_currentRelation.
     let rel = (*node).ss.ss_currentRelation;
-    // PostgreSQL 15 gives a custom scan a virtual scan slot, but heap_getnextslot needs the
-    // table's own (buffer heap tuple) slot. Swap it in, then rebuild the projection and quals,
-    // whose compiled steps depend on the scan slot's type.
-    let ops = pg_sys::table_slot_callbacks(rel);
-    (*node).ss.ss_ScanTupleSlot =
-        pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, (*rel).rd_att, ops);
+    // The scan slot: PostgreSQL 15 gives a custom scan a virtual slot, but heap_getnextslot
+    // needs the table's own (buffer heap tuple) slot. A scan over one table fills that slot
+    // directly; over a tree, each leaf has its own and rows are converted into a virtual slot
+    // with the parent's columns. The projection and quals are then rebuilt, because their
+    // compiled steps depend on the scan slot's type.
+    let relname = config.relation.clone();
+    let mut leaves = open_leaves(rel, std::ptr::null_mut(), !config.params.only, &relname);
+    let converts = !(leaves.len() == 1 && leaves[0].rel == rel);
+    let ops = if converts {
+        &raw const pg_sys::TTSOpsVirtual
+    } else {
+        pg_sys::table_slot_callbacks(rel)
+    };
+    let scan_slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, (*rel).rd_att, ops);
+    (*node).ss.ss_ScanTupleSlot = scan_slot;
     (*node).ss.ps.scanops = ops;
     (*node).ss.ps.scanopsfixed = true;
     (*node).ss.ps.scanopsset = true;
     let plan = (*node).ss.ps.plan.cast::<pg_sys::CustomScan>();
     crate::compat::assign_scan_projection(&mut (*node).ss, (*plan).scan.scanrelid);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
-    let n_pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
-    let toast_pages = toast_pages(rel);
+    let (mut n_pages, mut toast) = (0u64, 0u64);
+    let mut leaf_pages = Vec::with_capacity(leaves.len());
+    for leaf in &mut leaves {
+        if converts {
+            // Slots in es_tupleTable are released (buffer pins too) when the executor ends.
+            let leaf_desc = (*leaf.rel).rd_att;
+            leaf.slot = pg_sys::ExecAllocTableSlot(
+                &mut (*estate).es_tupleTable,
+                leaf_desc,
+                pg_sys::table_slot_callbacks(leaf.rel),
+            );
+            // Null when the columns are the same (same order, no dropped ones in between).
+            leaf.map = pg_sys::convert_tuples_by_name(leaf_desc, (*rel).rd_att);
+        } else {
+            leaf.slot = scan_slot;
+        }
+        let pages =
+            pg_sys::RelationGetNumberOfBlocksInFork(leaf.rel, pg_sys::ForkNumber::MAIN_FORKNUM);
+        leaf_pages.push(pages);
+        n_pages += pages as u64;
+        toast += toast_pages(leaf.rel) as u64;
+    }
     let block_pages = resolve_block_pages(
         config.params.block_size,
-        n_pages,
+        n_pages.min(u32::MAX as u64) as u32,
         pg_sys::BLCKSZ,
-        buffer_pages(&config, rel, n_pages),
+        buffer_pages(&config, &leaves, n_pages),
     );
+    let blocks = leaf_pages
+        .iter()
+        .enumerate()
+        .flat_map(|(leaf, &pages)| {
+            split_blocks(pages, block_pages)
+                .into_iter()
+                .map(move |(start, len)| Block {
+                    leaf: leaf as u32,
+                    start,
+                    len,
+                })
+        })
+        .collect();
     let mut state = BlockShuffle {
         config,
-        scan: std::ptr::null_mut(),
+        leaves,
+        converts,
+        current_leaf: 0,
         n_pages,
-        toast_pages,
+        toast_pages: toast,
         block_pages,
-        blocks: split_blocks(n_pages, block_pages),
+        blocks,
         order: Vec::new(),
         next_block: 0,
         in_block: false,
@@ -192,22 +391,6 @@ unsafe extern "C-unwind" fn next_tuple(ss: *mut pg_sys::ScanState) -> *mut pg_sy
 pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
     let node = ss.cast::<pg_sys::CustomScanState>();
     let state = state_of::<BlockShuffle>(node);
-    let slot = (*ss).ss_ScanTupleSlot;
-    if state.scan.is_null() {
-        // SAFETY: a plain heap scan under the query's snapshot; the relation is locked and
-        // kept open by the executor. No sync scan: every scan must start where we say.
-        let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN
-            | pg_sys::ScanOptions::SO_ALLOW_STRAT
-            | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
-        state.scan = pg_sys::heap_beginscan(
-            (*ss).ss_currentRelation,
-            (*(*ss).ps.state).es_snapshot,
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            flags,
-        );
-    }
     loop {
         if !state.in_block {
             if state.next_block >= state.order.len() {
@@ -219,28 +402,69 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
             // Cancel and statement_timeout act at least once per block.
             check_for_interrupts!();
             progress::scanning(state.next_block, state.order.len(), state.tuples_this_epoch);
-            let (start, len) = state.blocks[state.order[state.next_block]];
+            let block = state.blocks[state.order[state.next_block]];
             state.next_block += 1;
+            let leaf = &mut state.leaves[block.leaf as usize];
+            if leaf.scan.is_null() {
+                // SAFETY: a plain heap scan under the query's snapshot; the table is locked
+                // and open. No sync scan: every scan must start where we say.
+                let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN
+                    | pg_sys::ScanOptions::SO_ALLOW_STRAT
+                    | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
+                leaf.scan = pg_sys::heap_beginscan(
+                    leaf.rel,
+                    (*(*ss).ps.state).es_snapshot,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    flags,
+                );
+            }
             // SAFETY: rescan resets the scan (and its limits) before new limits are set, as
             // heap_setscanlimits requires a scan that has not started.
-            pg_sys::heap_rescan(state.scan, std::ptr::null_mut(), false, false, false, false);
-            pg_sys::heap_setscanlimits(state.scan, start, len);
+            pg_sys::heap_rescan(leaf.scan, std::ptr::null_mut(), false, false, false, false);
+            pg_sys::heap_setscanlimits(leaf.scan, block.start, block.len);
+            state.current_leaf = block.leaf as usize;
             state.in_block = true;
             state.blocks_read += 1;
-            state.pages_read += len as u64;
+            state.pages_read += block.len as u64;
         }
-        // SAFETY: the scan slot was created by ExecInitCustomScan with the heap's slot ops.
+        let leaf = &state.leaves[state.current_leaf];
+        // SAFETY: the leaf's slot was created with its table's slot ops (see begin).
         if pg_sys::heap_getnextslot(
-            state.scan,
+            leaf.scan,
             pg_sys::ScanDirection::ForwardScanDirection,
-            slot,
+            leaf.slot,
         ) {
-            state.last_tid = (*slot).tts_tid;
+            state.last_tid = (*leaf.slot).tts_tid;
             state.tuples_this_epoch += 1;
-            return slot;
+            if !state.converts {
+                return leaf.slot;
+            }
+            return to_parent_columns(leaf, (*ss).ss_ScanTupleSlot);
         }
         state.in_block = false;
     }
+}
+
+/// A leaf's row as a row of the parent (the virtual scan slot). The values point into the
+/// leaf slot's buffer page, which stays pinned until the leaf slot is next filled: the same
+/// lifetime a row of the scan slot has without conversion.
+unsafe fn to_parent_columns(
+    leaf: &Leaf,
+    parent: *mut pg_sys::TupleTableSlot,
+) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: both slots are valid; a null map means the leaf's descriptor matches the parent's
+    // attribute for attribute (convert_tuples_by_name), so natts and types agree.
+    if !leaf.map.is_null() {
+        return pg_sys::execute_attr_map_slot((*leaf.map).attrMap, leaf.slot, parent);
+    }
+    pg_sys::ExecClearTuple(parent);
+    let natts = (*(*parent).tts_tupleDescriptor).natts as usize;
+    pg_sys::slot_getallattrs(leaf.slot);
+    std::ptr::copy_nonoverlapping((*leaf.slot).tts_values, (*parent).tts_values, natts);
+    std::ptr::copy_nonoverlapping((*leaf.slot).tts_isnull, (*parent).tts_isnull, natts);
+    pg_sys::ExecStoreVirtualTuple(parent)
 }
 
 #[pg_guard]
@@ -279,11 +503,7 @@ impl Node for BlockShuffle {
     }
 
     unsafe fn end(&mut self) {
-        if !self.scan.is_null() {
-            // SAFETY: the scan was begun by us and is ended exactly once.
-            pg_sys::heap_endscan(self.scan);
-            self.scan = std::ptr::null_mut();
-        }
+        close_leaves(&mut self.leaves);
     }
 
     unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
@@ -293,6 +513,9 @@ impl Node for BlockShuffle {
         } else {
             "sequential"
         };
+        if state.converts {
+            explain::int(es, "Tables", state.leaves.len() as i64);
+        }
         explain::int(es, "Table Pages", state.n_pages as i64);
         if state.toast_pages > 0 {
             explain::int(es, "TOAST Pages", state.toast_pages as i64);

@@ -283,11 +283,11 @@ train_params! {
         parse: |k, v| Ok(get_int(k, v, 1, 65_536)? as u32),
         json: |x| json!(x),
     },
-    /// Read the named table alone, not its inheritance children.
+    /// Read the named table alone, not its inheritance children (as `FROM ONLY`).
     only: bool = false => {
         shown: "`false`",
         accepts: "boolean",
-        meaning: "a table with inheritance children: `true` reads the parent's own rows only (as `FROM ONLY`); without it such a table is an ERROR, because corgipile does not read the children yet",
+        meaning: "`false` reads a table as SELECT does: a partitioned table's partitions and a table's inheritance children, all their blocks shuffled as one pool; `true` reads the named table's own rows only (as `FROM ONLY`; an ERROR for a partitioned table, which has none)",
         rule: "true or false (default false)",
         parse: get_bool,
         json: |x| json!(x),
