@@ -139,3 +139,55 @@ pub unsafe fn assign_scan_projection(ss: *mut pg_sys::ScanState, varno: pg_sys::
     #[cfg(pg_since = "15")]
     pg_sys::ExecAssignScanProjectionInfoWithVarno(ss, varno as i32);
 }
+
+/// Reads page `page` of a heap scan in page mode: pins it (unpinning the scan's previous
+/// page), prunes it if worthwhile, and lists its tuples visible to the scan's snapshot in
+/// `rs_vistuples[..rs_ntuples]`. Returns how many there are.
+///
+/// # Safety
+/// `scan` is a heap scan begun in page mode (SO_ALLOW_PAGEMODE, MVCC snapshot) on a locked
+/// relation, `page` < the relation's size; backend thread.
+pub unsafe fn read_heap_page(scan: pg_sys::HeapScanDesc, page: pg_sys::BlockNumber) -> usize {
+    // Until 16 heapgetpage does it all; 17 split it: the caller pins the page, then
+    // heap_prepare_pagescan lists the visible tuples.
+    #[cfg(not(pg_since = "17"))]
+    pg_sys::heapgetpage(scan.cast(), page);
+    #[cfg(pg_since = "17")]
+    {
+        if (*scan).rs_cbuf != pg_sys::InvalidBuffer as pg_sys::Buffer {
+            pg_sys::ReleaseBuffer((*scan).rs_cbuf);
+            (*scan).rs_cbuf = pg_sys::InvalidBuffer as pg_sys::Buffer;
+        }
+        (*scan).rs_cbuf = pg_sys::ReadBufferExtended(
+            (*scan).rs_base.rs_rd,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            page,
+            pg_sys::ReadBufferMode::RBM_NORMAL,
+            (*scan).rs_strategy,
+        );
+        (*scan).rs_cblock = page;
+        pg_sys::heap_prepare_pagescan(scan.cast());
+    }
+    (*scan).rs_ntuples as usize
+}
+
+/// Counts `n` tuples as returned by a sequential scan of `rel` (pg_stat_*_tables.seq_tup_read),
+/// as heap_getnextslot does one by one.
+///
+/// # Safety
+/// `rel` is an open relation; backend thread.
+pub unsafe fn count_tuples_returned(rel: pg_sys::Relation, n: usize) {
+    let stats = (*rel).pgstat_info;
+    if stats.is_null() {
+        return; // not counted (or not yet associated: heap_beginscan associates it)
+    }
+    // 16 renamed the counters.
+    #[cfg(not(pg_since = "16"))]
+    {
+        (*stats).t_counts.t_tuples_returned += n as pg_sys::PgStat_Counter;
+    }
+    #[cfg(pg_since = "16")]
+    {
+        (*stats).counts.tuples_returned += n as pg_sys::PgStat_Counter;
+    }
+}

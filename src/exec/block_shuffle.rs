@@ -10,6 +10,7 @@
 
 use super::explain;
 use super::node::{state_of, Node};
+use super::page_reader::{self, Attr};
 use crate::pipeline::PipelineConfig;
 use crate::progress;
 use corgipile_ml::params::{resolve_block_pages, BufferSize};
@@ -27,6 +28,26 @@ struct Leaf {
     slot: *mut pg_sys::TupleTableSlot,
     /// Leaf columns → the parent's, when they differ (column order, dropped columns).
     map: *mut pg_sys::TupleConversionMap,
+    /// The page reader's view of this leaf: its attribute numbers of the plain columns, and
+    /// the storage of its attributes up to the largest of them.
+    columns: Vec<usize>,
+    attrs: Vec<Attr>,
+    /// A tuple the page reader hands to PostgreSQL's deforming (see `deform_slowly`); the slot
+    /// keeps a pointer to it, so it lives here, at an address that does not move.
+    slow_tuple: pg_sys::HeapTupleData,
+}
+
+/// Where the page reader is: pages `page..end` of the current block are still to be read, and
+/// visible tuples `tuple..ntuples` of the page read last.
+#[derive(Default)]
+struct PageCursor {
+    page: u32,
+    end: u32,
+    tuple: usize,
+    ntuples: usize,
+    /// Deformed attributes of the current tuple (up to the largest plain column).
+    values: Vec<pg_sys::Datum>,
+    nulls: Vec<bool>,
 }
 
 /// One block: a range of pages of one leaf.
@@ -53,6 +74,7 @@ pub struct BlockShuffle {
     order: Vec<usize>,
     next_block: usize,
     in_block: bool,
+    cursor: PageCursor,
     epoch: u32,
     /// Heap tuples read this epoch (for the progress line).
     tuples_this_epoch: u64,
@@ -80,7 +102,49 @@ impl BlockShuffle {
         self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
         self.next_block = 0;
         self.in_block = false;
+        self.cursor.page = 0;
+        self.cursor.end = 0;
+        self.cursor.tuple = 0;
+        self.cursor.ntuples = 0;
         self.tuples_this_epoch = 0;
+    }
+
+    /// Moves to the next block of this epoch's order (beginning its leaf's scan the first
+    /// time); false at the end of the epoch. Cancel and statement_timeout act here, at least
+    /// once per block.
+    unsafe fn next_block(&mut self, snapshot: pg_sys::Snapshot) -> Option<Block> {
+        if self.next_block >= self.order.len() {
+            return None;
+        }
+        if self.next_block == 0 {
+            self.epochs_started += 1;
+        }
+        check_for_interrupts!();
+        progress::scanning(self.next_block, self.order.len(), self.tuples_this_epoch);
+        let block = self.blocks[self.order[self.next_block]];
+        self.next_block += 1;
+        let leaf = &mut self.leaves[block.leaf as usize];
+        if leaf.scan.is_null() {
+            // SAFETY: a plain heap scan under the query's snapshot; the table is locked and
+            // open. No sync scan: every scan must start where we say. Page mode: the page
+            // reader relies on it (it is kept for an MVCC snapshot, which a query has).
+            let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN
+                | pg_sys::ScanOptions::SO_ALLOW_STRAT
+                | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
+            leaf.scan = pg_sys::heap_beginscan(
+                leaf.rel,
+                snapshot,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                flags,
+            );
+        }
+        self.current_leaf = block.leaf as usize;
+        self.in_block = true;
+        self.blocks_read += 1;
+        self.pages_read += block.len as u64;
+        Some(block)
     }
 }
 
@@ -96,7 +160,10 @@ unsafe fn buffer_pages(config: &PipelineConfig, leaves: &[Leaf], n_pages: u64) -
             let (mut reltuples, mut relpages) = (0.0f64, 0u64);
             for leaf in leaves {
                 // SAFETY: rd_rel is valid for an open relation; reltuples is -1 before ANALYZE.
-                let (tuples, pages) = ((*(*leaf.rel).rd_rel).reltuples, (*(*leaf.rel).rd_rel).relpages);
+                let (tuples, pages) = (
+                    (*(*leaf.rel).rd_rel).reltuples,
+                    (*(*leaf.rel).rd_rel).relpages,
+                );
                 if tuples > 0.0 && pages > 0 {
                     reltuples += tuples as f64;
                     relpages += pages as u64;
@@ -195,7 +262,10 @@ unsafe fn open_leaves(
             pg_sys::table_open(oid, pg_sys::NoLock as pg_sys::LOCKMODE)
         };
         let opened = leaf_rel != rel;
-        let (kind, am) = ((*(*leaf_rel).rd_rel).relkind as u8, (*(*leaf_rel).rd_rel).relam);
+        let (kind, am) = (
+            (*(*leaf_rel).rd_rel).relkind as u8,
+            (*(*leaf_rel).rd_rel).relam,
+        );
         if let Some(why) = unreadable(kind, am) {
             let leaf_name = crate::input::qualified_name(oid);
             if opened {
@@ -228,6 +298,9 @@ unsafe fn open_leaves(
             scan: std::ptr::null_mut(),
             slot: scan_slot,
             map: std::ptr::null_mut(),
+            columns: Vec::new(),
+            attrs: Vec::new(),
+            slow_tuple: pg_sys::HeapTupleData::default(),
         });
     }
     leaves
@@ -245,6 +318,20 @@ unsafe fn close_leaves(leaves: &mut Vec<Leaf>) {
             pg_sys::table_close(leaf.rel, pg_sys::NoLock as pg_sys::LOCKMODE);
         }
     }
+}
+
+/// The leaf's attribute numbers of the parent's `columns` (the same without a conversion map).
+unsafe fn leaf_columns(map: *mut pg_sys::TupleConversionMap, columns: &[usize]) -> Vec<usize> {
+    if map.is_null() {
+        return columns.to_vec();
+    }
+    // SAFETY: attrMap->attnums[i] is the leaf attribute of parent attribute i + 1. A partition
+    // or inheritance child has every column of its parent, so none is 0.
+    let attr_map = (*map).attrMap;
+    columns
+        .iter()
+        .map(|&c| *(*attr_map).attnums.add(c - 1) as usize)
+        .collect()
 }
 
 /// BeginCustomScan (see `Node::begin`).
@@ -276,6 +363,7 @@ unsafe fn begin(
     let plan = (*node).ss.ps.plan.cast::<pg_sys::CustomScan>();
     crate::compat::assign_scan_projection(&mut (*node).ss, (*plan).scan.scanrelid);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
+    let plain = plain_columns(plan, (*node).ss.ps.qual);
     let (mut n_pages, mut toast) = (0u64, 0u64);
     let mut leaf_pages = Vec::with_capacity(leaves.len());
     for leaf in &mut leaves {
@@ -291,6 +379,11 @@ unsafe fn begin(
             leaf.map = pg_sys::convert_tuples_by_name(leaf_desc, (*rel).rd_att);
         } else {
             leaf.slot = scan_slot;
+        }
+        if let Some(columns) = &plain {
+            leaf.columns = leaf_columns(leaf.map, columns);
+            let deform_to = leaf.columns.iter().copied().max().unwrap_or(0);
+            leaf.attrs = page_reader::attrs((*leaf.rel).rd_att, deform_to);
         }
         let pages =
             pg_sys::RelationGetNumberOfBlocksInFork(leaf.rel, pg_sys::ForkNumber::MAIN_FORKNUM);
@@ -329,10 +422,11 @@ unsafe fn begin(
         order: Vec::new(),
         next_block: 0,
         in_block: false,
+        cursor: PageCursor::default(),
         epoch: 1,
         tuples_this_epoch: 0,
         last_tid: pg_sys::ItemPointerData::default(),
-        plain_columns: plain_columns(plan, (*node).ss.ps.qual),
+        plain_columns: plain,
         blocks_read: 0,
         pages_read: 0,
         epochs_started: 0,
@@ -393,41 +487,14 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
     let state = state_of::<BlockShuffle>(node);
     loop {
         if !state.in_block {
-            if state.next_block >= state.order.len() {
+            let Some(block) = state.next_block((*(*ss).ps.state).es_snapshot) else {
                 return std::ptr::null_mut();
-            }
-            if state.next_block == 0 {
-                state.epochs_started += 1;
-            }
-            // Cancel and statement_timeout act at least once per block.
-            check_for_interrupts!();
-            progress::scanning(state.next_block, state.order.len(), state.tuples_this_epoch);
-            let block = state.blocks[state.order[state.next_block]];
-            state.next_block += 1;
-            let leaf = &mut state.leaves[block.leaf as usize];
-            if leaf.scan.is_null() {
-                // SAFETY: a plain heap scan under the query's snapshot; the table is locked
-                // and open. No sync scan: every scan must start where we say.
-                let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN
-                    | pg_sys::ScanOptions::SO_ALLOW_STRAT
-                    | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
-                leaf.scan = pg_sys::heap_beginscan(
-                    leaf.rel,
-                    (*(*ss).ps.state).es_snapshot,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    flags,
-                );
-            }
+            };
+            let scan = state.leaves[block.leaf as usize].scan;
             // SAFETY: rescan resets the scan (and its limits) before new limits are set, as
             // heap_setscanlimits requires a scan that has not started.
-            pg_sys::heap_rescan(leaf.scan, std::ptr::null_mut(), false, false, false, false);
-            pg_sys::heap_setscanlimits(leaf.scan, block.start, block.len);
-            state.current_leaf = block.leaf as usize;
-            state.in_block = true;
-            state.blocks_read += 1;
-            state.pages_read += block.len as u64;
+            pg_sys::heap_rescan(scan, std::ptr::null_mut(), false, false, false, false);
+            pg_sys::heap_setscanlimits(scan, block.start, block.len);
         }
         let leaf = &state.leaves[state.current_leaf];
         // SAFETY: the leaf's slot was created with its table's slot ops (see begin).
@@ -444,6 +511,133 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
             return to_parent_columns(leaf, (*ss).ss_ScanTupleSlot);
         }
         state.in_block = false;
+    }
+}
+
+/// The page reader: the next row's `plain_columns` into `values`/`nulls` (in their order);
+/// false at the end of the epoch. The same rows in the same order as `fetch`; values of
+/// by-reference types point into the row's page, pinned until the next call.
+///
+/// # Safety
+/// `ss` is an initialized BlockShuffle node whose `plain_columns` is set, with as many entries
+/// in `values` and `nulls`; on the backend thread.
+pub unsafe fn fetch_columns(
+    ss: *mut pg_sys::ScanState,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+) -> bool {
+    let node = ss.cast::<pg_sys::CustomScanState>();
+    let state = state_of::<BlockShuffle>(node);
+    loop {
+        let cursor = &mut state.cursor;
+        if cursor.tuple < cursor.ntuples {
+            let leaf = &mut state.leaves[state.current_leaf];
+            let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+            // SAFETY: read_heap_page listed the page's visible tuples and holds its pin (see
+            // the module comment of page_reader); offsets come from that list.
+            let offset = (*scan).rs_vistuples[cursor.tuple];
+            cursor.tuple += 1;
+            let page = pg_sys::BufferGetPage((*scan).rs_cbuf);
+            let item = (*page.cast::<pg_sys::PageHeaderData>())
+                .pd_linp
+                .as_ptr()
+                .add(offset as usize - 1);
+            let tup = page
+                .cast::<u8>()
+                .add((*item).lp_off() as usize)
+                .cast::<pg_sys::HeapTupleHeaderData>();
+            let len = (*item).lp_len() as usize;
+            let block = (*scan).rs_cblock;
+            state.last_tid = pg_sys::ItemPointerData {
+                ip_blkid: pg_sys::BlockIdData {
+                    bi_hi: (block >> 16) as u16,
+                    bi_lo: (block & 0xffff) as u16,
+                },
+                ip_posid: offset,
+            };
+            state.tuples_this_epoch += 1;
+            let n = leaf.attrs.len();
+            if page_reader::deform(
+                tup,
+                len,
+                &leaf.attrs,
+                &mut cursor.values[..n],
+                &mut cursor.nulls[..n],
+            ) {
+                for (k, &attno) in leaf.columns.iter().enumerate() {
+                    values[k] = cursor.values[attno - 1];
+                    nulls[k] = cursor.nulls[attno - 1];
+                }
+            } else {
+                deform_slowly(leaf, tup, len, state.last_tid, values, nulls);
+            }
+            return true;
+        }
+        if state.in_block && cursor.page < cursor.end {
+            let leaf = &state.leaves[state.current_leaf];
+            let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+            // SAFETY: the page is within the relation as it was when the executor started,
+            // and the relation cannot shrink while we hold our lock (truncation needs an
+            // AccessExclusiveLock); the scan is in page mode (checked in next_block's caller).
+            cursor.ntuples = crate::compat::read_heap_page(scan, cursor.page);
+            crate::compat::count_tuples_returned(leaf.rel, cursor.ntuples);
+            cursor.page += 1;
+            cursor.tuple = 0;
+            continue;
+        }
+        let Some(block) = state.next_block((*(*ss).ps.state).es_snapshot) else {
+            return false;
+        };
+        let scan = state.leaves[block.leaf as usize].scan;
+        if (*scan).rs_flags & pg_sys::ScanOptions::SO_ALLOW_PAGEMODE == 0 {
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile: the scan is not in page mode (not an MVCC snapshot)",
+                Some("This is a bug; please report it.".into()),
+            );
+        }
+        let deform_to = state
+            .leaves
+            .iter()
+            .map(|l| l.attrs.len())
+            .max()
+            .unwrap_or(0);
+        let cursor = &mut state.cursor;
+        cursor.values.resize(deform_to, pg_sys::Datum::from(0usize));
+        cursor.nulls.resize(deform_to, true);
+        cursor.page = block.start;
+        cursor.end = block.start + block.len;
+        cursor.tuple = 0;
+        cursor.ntuples = 0;
+    }
+}
+
+/// A tuple the page reader does not deform itself (fewer attributes than the columns read:
+/// a column added later may have a stored default), deformed by PostgreSQL through the leaf's
+/// slot, which pins the page for as long as it holds the tuple.
+unsafe fn deform_slowly(
+    leaf: &mut Leaf,
+    tup: *mut pg_sys::HeapTupleHeaderData,
+    len: usize,
+    tid: pg_sys::ItemPointerData,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+) {
+    let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+    leaf.slow_tuple = pg_sys::HeapTupleData {
+        t_len: len as u32,
+        t_self: tid,
+        t_tableOid: (*leaf.rel).rd_id,
+        t_data: tup,
+    };
+    // SAFETY: the slot has the leaf's buffer heap tuple ops; slow_tuple outlives its use by
+    // the slot (it is replaced only when the slot is next filled); the buffer is pinned.
+    pg_sys::ExecStoreBufferHeapTuple(&mut leaf.slow_tuple, leaf.slot, (*scan).rs_cbuf);
+    let deform_to = leaf.columns.iter().copied().max().unwrap_or(0);
+    pg_sys::slot_getsomeattrs_int(leaf.slot, deform_to as i32);
+    for (k, &attno) in leaf.columns.iter().enumerate() {
+        values[k] = *(*leaf.slot).tts_values.add(attno - 1);
+        nulls[k] = *(*leaf.slot).tts_isnull.add(attno - 1);
     }
 }
 

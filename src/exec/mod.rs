@@ -4,6 +4,7 @@
 
 pub mod block_shuffle;
 pub mod node;
+mod page_reader;
 pub mod sgd;
 pub mod tuple_shuffle;
 

@@ -36,9 +36,9 @@ pub struct TupleShuffle {
     child: *mut pg_sys::PlanState,
     /// The child's state (BlockShuffle), for the tuple id of each row.
     block: *const BlockShuffle,
-    /// The child's `plain_columns`, when rows are read from it directly (not under EXPLAIN
-    /// ANALYZE, whose per-node counts need ExecProcNode).
-    direct: Option<DirectColumns>,
+    /// How many `plain_columns` the child has, when rows are read from it by its page reader
+    /// (not under EXPLAIN ANALYZE, whose per-node counts need ExecProcNode).
+    direct: Option<usize>,
     epoch: u32,
     shuffler: TupleShuffler,
     exhausted: bool,
@@ -79,13 +79,6 @@ pub struct TupleShuffle {
 
 /// Most columns a training query has: label, indices, values, holdout flag.
 const MAX_COLUMNS: usize = 4;
-
-/// Table columns read straight from the heap tuple, in the query's order.
-struct DirectColumns {
-    attnos: Vec<usize>,
-    /// The largest of them: how far each tuple is deformed.
-    deform_to: i32,
-}
 
 /// Where a decoded row goes.
 #[derive(Clone, Copy)]
@@ -276,20 +269,16 @@ impl TupleShuffle {
         // The query's columns (label, features..., holdout) in order.
         let mut direct_values = [pg_sys::Datum::from(0usize); MAX_COLUMNS];
         let mut direct_nulls = [false; MAX_COLUMNS];
-        let (values, nulls) = if let Some(direct) = &self.direct {
-            // SAFETY: child is our initialized BlockShuffle node, whose output is exactly these
-            // table columns (plain_columns); the heap slot and the page its datums point into
-            // stay valid until the next fetch.
-            let slot = block_shuffle::fetch(self.child.cast());
-            if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
+        let (values, nulls) = if let Some(n) = self.direct {
+            // SAFETY: child is our initialized BlockShuffle node, whose output is exactly
+            // these n table columns (plain_columns); the page the values point into stays
+            // pinned until the next fetch.
+            if !block_shuffle::fetch_columns(
+                self.child.cast(),
+                &mut direct_values[..n],
+                &mut direct_nulls[..n],
+            ) {
                 return self.end_of_scan();
-            }
-            if ((*slot).tts_nvalid as i32) < direct.deform_to {
-                pg_sys::slot_getsomeattrs_int(slot, direct.deform_to);
-            }
-            for (k, &attno) in direct.attnos.iter().enumerate() {
-                direct_values[k] = *(*slot).tts_values.add(attno - 1);
-                direct_nulls[k] = *(*slot).tts_isnull.add(attno - 1);
             }
             (direct_values.as_mut_ptr(), direct_nulls.as_mut_ptr())
         } else {
@@ -466,12 +455,9 @@ unsafe fn begin(
     let table_bytes = (*block).table_bytes();
     let direct = (*block)
         .plain_columns
-        .clone()
-        .filter(|c| (*child).instrument.is_null() && c.len() <= MAX_COLUMNS)
-        .map(|attnos| DirectColumns {
-            deform_to: attnos.iter().copied().max().unwrap_or(0) as i32,
-            attnos,
-        });
+        .as_ref()
+        .map(|c| c.len())
+        .filter(|&n| (*child).instrument.is_null() && n <= MAX_COLUMNS);
     let classes = if config.mode == Mode::Evaluate {
         ClassDictionary::frozen(&config.known_classes)
     } else {
