@@ -115,7 +115,9 @@ unsafe fn with_array<R>(
         if ndim != 1 {
             return Err(ArrayProblem::MultiDimensional(ndim as i32));
         }
-        if raw.any_nulls() {
+        // An array without a NULL bitmap (dataoffset 0, ARR_HASNULL) has no NULL element: the
+        // common case needs no (guarded) call to scan the bitmap.
+        if (*detoasted.cast::<pg_sys::ArrayType>()).dataoffset != 0 && raw.any_nulls() {
             return Err(ArrayProblem::HasNulls);
         }
         f(&mut raw)
