@@ -106,6 +106,23 @@ def measure(table, files, cases, rounds, cold):
     return times
 
 
+def targets(results, big_rows):
+    """Issue #14's cold targets, PASS/FAIL from this run's medians (block size auto)."""
+    out = ["## Targets (cold, block size auto)", "", "| target | result | measured |", "|---|---|---|"]
+    for name, rows, mb, cold, times in results:
+        if not cold:
+            continue
+        floor = statistics.median(times["scan floor: SELECT sum(features[1])"])
+        nos = statistics.median(times["no_shuffle epoch"])
+        cp = statistics.median(times["corgipile epoch, block auto"])
+        checks = [("corgipile epoch ≤ 1.0 × cold no_shuffle", cp / nos, 1.0)]
+        if rows == big_rows:
+            checks.append(("corgipile epoch ≤ 1.5 × cold scan floor", cp / floor, 1.5))
+        for what, ratio, limit in checks:
+            out.append(f"| {rows:,} rows ({mb:.0f} MB): {what} | {'PASS' if ratio <= limit else 'FAIL'} | {ratio:.2f}× |")
+    return out + [""]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4_500_000)
@@ -157,6 +174,7 @@ def main():
             m = statistics.median(ts)
             lines.append(f"| {case} | {m:.3f} | {min(ts):.3f}–{max(ts):.3f} | {m / floor:.2f} | {m / nos:.2f} |")
         lines.append("")
+    lines += targets(results, args.rows)
     lines.append(f"Run time: {(time.time() - started) / 60:.1f} min.")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
