@@ -193,11 +193,6 @@ def test_grandchildren(conn, three_generations):
     assert evaluate(conn, model, "inh_p", {"only": True})["rows_scored"] == 300
 
 
-@pytest.mark.xfail(strict=True, raises=E.FeatureNotSupported, reason=(
-    "BUG (found writing these tests): BlockShuffle opens every table find_all_inheritors lists, "
-    "including another session's temporary child, and fails with 0A000 'cannot access temporary "
-    "tables of other sessions'; SELECT skips such children (expand_inherited_rtentry, "
-    "RELATION_IS_OTHER_TEMP) and reads the rest"))
 def test_another_sessions_temporary_child_is_skipped_as_select_skips_it(dsn, conn, family):
     with psycopg.connect(dsn, autocommit=True) as other:
         other.execute("CREATE TEMP TABLE inh_temp_child () INHERITS (inh_parent)")

@@ -11,8 +11,8 @@ column lists with text columns, validation, corgipile_evaluate / _trace / _expla
 RLS and privileges, foreign partitions, "only", and the headline: a table partitioned by month
 and clustered by label trains as well as a Shuffle Once copy.
 
-Known bug, marked xfail(strict): system columns (tableoid, ctid) of converted rows are lost, so an
-RLS policy or a validation predicate on them disagrees with SELECT (SYSTEM_COLUMNS_BUG below)."""
+System columns tableoid and ctid of converted rows are what SELECT sees, so an RLS policy or a
+validation predicate on them agrees with SELECT."""
 
 import psycopg
 import psycopg.errors as E
@@ -177,14 +177,10 @@ def test_only_on_a_partitioned_table_is_an_error_in_evaluate(conn, rng):
     assert evaluate(conn, m, "pt_rng_mid", {"only": True})["rows_scored"] == 1000
 
 
-SYSTEM_COLUMNS_BUG = ("BUG (found writing these tests): a leaf's row converted to the parent's columns loses "
-                      "its system columns -- BlockShuffle's to_parent_columns sets neither tts_tableOid nor "
-                      "tts_tid on the virtual scan slot, so the parent's quals (RLS policies) and the "
-                      "validation predicate see tableoid 0 and an invalid ctid, where SELECT sees the "
-                      "partition's OID and the row's ctid")
+# A leaf's row converted to the parent's columns keeps its tableoid and ctid (the virtual slot
+# carries them), so quals and predicates on them select what SELECT selects.
 
 
-@pytest.mark.xfail(strict=True, reason=SYSTEM_COLUMNS_BUG)
 @pytest.mark.parametrize("predicate", ["tableoid = 'pt_rng_mid'::regclass", "ctid < '(1,0)'::tid"])
 def test_system_columns_in_a_validation_predicate(conn, rng, predicate):
     held = scalar(conn, f"SELECT count(*) FROM pt_rng WHERE {predicate}")
@@ -466,7 +462,6 @@ def test_rls_and_privileges_come_from_the_parent(dsn, conn, rls):
     assert model(conn, train(conn, "pt_rls", "svm", params))["rows_trained"] == 2000
 
 
-@pytest.mark.xfail(strict=True, reason=SYSTEM_COLUMNS_BUG)
 def test_rls_policy_on_tableoid(dsn, conn, rls):
     conn.execute("CREATE POLICY not_b ON pt_rls AS RESTRICTIVE FOR SELECT USING (tableoid <> 'pt_rls_b'::regclass)")
     with psycopg.connect(dsn, user="cpp_reader", autocommit=True) as r:

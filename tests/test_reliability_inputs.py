@@ -91,7 +91,6 @@ RELATIONS = [
     ("v", E.WrongObjectType),
     ("s", E.WrongObjectType),
     ("t_id", E.WrongObjectType),
-    ("part", E.WrongObjectType),
     ("comp", E.WrongObjectType),  # a composite type has a pg_class row (relkind c)
 ]
 
@@ -108,8 +107,8 @@ def test_foreign_table(conn):
     expect_train_error(conn, E.WrongObjectType, "ft")
 
 
-def test_materialized_view_and_partition_are_accepted(conn):
-    for rel in ("mv", "part_1"):
+def test_materialized_view_partitioned_table_and_partition_are_accepted(conn):
+    for rel in ("mv", "part", "part_1"):
         model_id = train(conn, rel, "svm", {"epochs": 1, "seed": 1})
         assert scalar(conn, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model_id,)) == 1000
 

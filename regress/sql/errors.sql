@@ -29,8 +29,10 @@ CREATE VIEW clustered_view AS SELECT * FROM clustered;
 SELECT corgipile_train('clustered_view', 'svm');
 CREATE SEQUENCE some_seq;
 SELECT corgipile_train('some_seq', 'svm');
+-- A partitioned table is read through its partitions; with none, it has no rows.
 CREATE TABLE parted (features float8[], label int) PARTITION BY RANGE (label);
 SELECT corgipile_train('parted', 'svm');
+SELECT corgipile_train('parted', 'svm', '{"only": true}');
 -- Data problems.
 CREATE TABLE empty_t (features float8[], label int);
 SELECT corgipile_train('empty_t', 'svm');

@@ -262,6 +262,14 @@ unsafe fn open_leaves(
             pg_sys::table_open(oid, pg_sys::NoLock as pg_sys::LOCKMODE)
         };
         let opened = leaf_rel != rel;
+        // Another session's temporary child: its rows are in that session's local buffers,
+        // and SELECT leaves it out too.
+        let other_temp = (*(*leaf_rel).rd_rel).relpersistence as u8 == pg_sys::RELPERSISTENCE_TEMP
+            && !(*leaf_rel).rd_islocaltemp;
+        if opened && other_temp {
+            pg_sys::table_close(leaf_rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+            continue;
+        }
         let (kind, am) = (
             (*(*leaf_rel).rd_rel).relkind as u8,
             (*(*leaf_rel).rd_rel).relam,
@@ -650,15 +658,21 @@ unsafe fn to_parent_columns(
 ) -> *mut pg_sys::TupleTableSlot {
     // SAFETY: both slots are valid; a null map means the leaf's descriptor matches the parent's
     // attribute for attribute (convert_tuples_by_name), so natts and types agree.
-    if !leaf.map.is_null() {
-        return pg_sys::execute_attr_map_slot((*leaf.map).attrMap, leaf.slot, parent);
-    }
-    pg_sys::ExecClearTuple(parent);
-    let natts = (*(*parent).tts_tupleDescriptor).natts as usize;
-    pg_sys::slot_getallattrs(leaf.slot);
-    std::ptr::copy_nonoverlapping((*leaf.slot).tts_values, (*parent).tts_values, natts);
-    std::ptr::copy_nonoverlapping((*leaf.slot).tts_isnull, (*parent).tts_isnull, natts);
-    pg_sys::ExecStoreVirtualTuple(parent)
+    let row = if !leaf.map.is_null() {
+        pg_sys::execute_attr_map_slot((*leaf.map).attrMap, leaf.slot, parent)
+    } else {
+        pg_sys::ExecClearTuple(parent);
+        let natts = (*(*parent).tts_tupleDescriptor).natts as usize;
+        pg_sys::slot_getallattrs(leaf.slot);
+        std::ptr::copy_nonoverlapping((*leaf.slot).tts_values, (*parent).tts_values, natts);
+        std::ptr::copy_nonoverlapping((*leaf.slot).tts_isnull, (*parent).tts_isnull, natts);
+        pg_sys::ExecStoreVirtualTuple(parent)
+    };
+    // Quals (row-level security, a validation predicate) may read tableoid and ctid, which a
+    // virtual slot keeps in these fields (other system columns are an ERROR from the executor).
+    (*row).tts_tableOid = (*leaf.slot).tts_tableOid;
+    (*row).tts_tid = (*leaf.slot).tts_tid;
+    row
 }
 
 #[pg_guard]

@@ -97,7 +97,7 @@ pub unsafe fn deform(
         nulls[i] = false;
         // A varlena with a 1-byte header is not aligned (its first byte is never a pad byte).
         if a.len != -1 || off >= data_len || *data.add(off) == 0 {
-            off = off.next_multiple_of(a.align);
+            off = (off + a.align - 1) & !(a.align - 1); // a power of two: no division
         }
         if off >= data_len {
             return false;
