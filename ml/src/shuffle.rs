@@ -58,11 +58,24 @@ fn bounded(rng: &mut ChaCha8Rng, bound: u64) -> u64 {
     }
 }
 
-/// Fisher–Yates over the whole slice.
+/// Fisher–Yates over the whole slice. The random positions are drawn a batch ahead and their
+/// cache lines prefetched before the swaps: a buffer's permutation is megabytes, and a swap
+/// with a random position would otherwise wait on a cache miss every time. The draws and swaps
+/// happen in the same order as one at a time, so the permutation is the same.
 fn shuffle_in_place<T>(rng: &mut ChaCha8Rng, v: &mut [T]) {
-    for i in (1..v.len()).rev() {
-        let j = bounded(rng, i as u64 + 1) as usize;
-        v.swap(i, j);
+    const AHEAD: usize = 16;
+    let mut js = [0usize; AHEAD];
+    let mut i = v.len().saturating_sub(1);
+    while i >= 1 {
+        let batch = AHEAD.min(i);
+        for (t, j) in js[..batch].iter_mut().enumerate() {
+            *j = bounded(rng, (i - t) as u64 + 1) as usize;
+            crate::arena::prefetch(&v[*j]);
+        }
+        for (t, &j) in js[..batch].iter().enumerate() {
+            v.swap(i - t, j);
+        }
+        i -= batch;
     }
 }
 
@@ -113,6 +126,21 @@ mod tests {
         let mut seen = vec![false; v.len()];
         v.iter()
             .all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true))
+    }
+
+    #[test]
+    fn batched_shuffle_is_the_plain_fisher_yates() {
+        for n in [0usize, 1, 2, 15, 16, 17, 33, 1000] {
+            let mut batched: Vec<usize> = (0..n).collect();
+            shuffle_in_place(&mut epoch_rng(9, 3), &mut batched);
+            let mut plain: Vec<usize> = (0..n).collect();
+            let mut rng = epoch_rng(9, 3);
+            for i in (1..n).rev() {
+                let j = bounded(&mut rng, i as u64 + 1) as usize;
+                plain.swap(i, j);
+            }
+            assert_eq!(batched, plain, "n = {n}");
+        }
     }
 
     #[test]
