@@ -952,3 +952,20 @@ def test_0_3_0_database_predicts_before_the_update(conn):
     finally:
         drop(UP_PRE)
 
+
+
+def test_trace_of_a_column_list_shows_the_first_column(conn):
+    """corgipile_trace with a list of feature columns: the preprocessing is learned first (as a
+    training does), so first_feature is the first column's value, not an unencoded 0."""
+    conn.execute("DROP TABLE IF EXISTS trace_cols")
+    conn.execute("CREATE TABLE trace_cols AS SELECT i AS id, random() AS x, i % 2 AS y FROM generate_series(1, 500) i")
+    rows = conn.execute(
+        "SELECT position, first_feature FROM corgipile_trace('trace_cols', %s) ORDER BY position",
+        (Jsonb({"features": ["id", "x"], "label": "y", "shuffle": "no_shuffle", "normalize": False}),),
+    ).fetchall()
+    assert [f for _, f in rows] == [float(i) for i in range(1, 501)]
+    shuffled = [f for (f,) in conn.execute(
+        "SELECT first_feature FROM corgipile_trace('trace_cols', %s) ORDER BY position",
+        (Jsonb({"features": ["id", "x"], "label": "y", "normalize": False, "seed": 3}),))]
+    assert sorted(shuffled) == [float(i) for i in range(1, 501)] and shuffled != sorted(shuffled)
+    conn.execute("DROP TABLE trace_cols")

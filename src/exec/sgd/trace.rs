@@ -4,7 +4,7 @@ use super::{SgdNode, SgdTask};
 use crate::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::model::Row;
-use pgrx::{check_for_interrupts, PgSqlErrorCode};
+use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 
 /// The (label, first feature) of every tuple, in visiting order.
 pub struct Trace;
@@ -23,6 +23,18 @@ impl SgdNode {
     /// see them in epoch 1.
     unsafe fn trace(&mut self) -> Vec<(f64, f64)> {
         let shuffle = self.shuffle();
+        if shuffle.is_learning() {
+            // A column list: as a training does, learn the preprocessing in a statistics pass
+            // first (until then its rows are not encoded), then trace the pass after it.
+            let mut rows = 0usize;
+            shuffle.for_each_buffer(|b| rows += b.arena.len());
+            if rows == 0 {
+                self.no_rows(shuffle.rows_skipped_this_epoch)
+            }
+            let classes = shuffle.classes.len();
+            shuffle.finish_statistics(classes, self.config.params.fit_intercept);
+            pg_sys::ExecReScan(self.child);
+        }
         let mut visited = Vec::new();
         shuffle.for_each_buffer(|b| {
             for k in 0..b.arena.len() {
