@@ -331,6 +331,23 @@ def test_null_bitmap_of_many_columns(dsn, admin):
     both_paths(dsn, t, "logistic", {}, 3000 - skipped, skipped)
 
 
+def test_a_long_list_of_float8_and_text_columns(dsn, admin):
+    """40 feature columns, float8 and text (read as they are, no cast: the page reader's path),
+    NULLs among them (imputed); the label last."""
+    t = "rd_long_list"
+    cols = ", ".join(f"c{k} {'text' if k % 5 == 0 else 'float8'}" for k in range(40))
+    fresh(admin, t, f"CREATE TABLE {t} (id int, {cols}, label int)")
+    values = ", ".join(
+        f"CASE WHEN (i + {k}) % 13 = 0 THEN NULL ELSE "
+        + (f"'v' || ((i * {k + 1}) % 7) END" if k % 5 == 0 else f"((i * {k + 3}) % 101) / 7.0 END")
+        for k in range(40))
+    admin.execute(f"""INSERT INTO {t} SELECT i, {values}, CASE WHEN i % 29 = 0 THEN NULL ELSE i % 2 END
+                      FROM generate_series(1, 3000) i""")
+    open_to_reader(admin, t)
+    no_label = count(admin, t, "label IS NULL")
+    both_paths(dsn, t, "logistic", {"features": [f"c{k}" for k in range(40)]}, 3000 - no_label, no_label)
+
+
 # ----------------------------------------------------------------------------------------------
 # 4. dropped and reordered columns
 

@@ -39,6 +39,9 @@ pub struct TupleShuffle {
     /// How many `plain_columns` the child has, when rows are read from it by its page reader
     /// (not under EXPLAIN ANALYZE, whose per-node counts need ExecProcNode).
     direct: Option<usize>,
+    /// The row the page reader hands over (as many entries as `direct` says).
+    direct_values: Vec<pg_sys::Datum>,
+    direct_nulls: Vec<bool>,
     epoch: u32,
     shuffler: TupleShuffler,
     exhausted: bool,
@@ -76,9 +79,6 @@ pub struct TupleShuffle {
     encoded: corgipile_ml::preprocess::EncodedRow,
     array_scratch: Vec<f64>,
 }
-
-/// Most columns a training query has: label, indices, values, holdout flag.
-const MAX_COLUMNS: usize = 4;
 
 /// Where a decoded row goes.
 #[derive(Clone, Copy)]
@@ -267,9 +267,8 @@ impl TupleShuffle {
             return Pulled::Done;
         }
         // The query's columns (label, features..., holdout) in order.
-        let mut direct_values = [pg_sys::Datum::from(0usize); MAX_COLUMNS];
-        let mut direct_nulls = [false; MAX_COLUMNS];
         let (values, nulls) = if let Some(n) = self.direct {
+            let (direct_values, direct_nulls) = (&mut self.direct_values, &mut self.direct_nulls);
             // SAFETY: child is our initialized BlockShuffle node, whose output is exactly
             // these n table columns (plain_columns); the page the values point into stays
             // pinned until the next fetch.
@@ -280,7 +279,10 @@ impl TupleShuffle {
             ) {
                 return self.end_of_scan();
             }
-            (direct_values.as_mut_ptr(), direct_nulls.as_mut_ptr())
+            (
+                self.direct_values.as_mut_ptr(),
+                self.direct_nulls.as_mut_ptr(),
+            )
         } else {
             // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
             // until the next ExecProcNode call.
@@ -457,7 +459,7 @@ unsafe fn begin(
         .plain_columns
         .as_ref()
         .map(|c| c.len())
-        .filter(|&n| (*child).instrument.is_null() && n <= MAX_COLUMNS);
+        .filter(|_| (*child).instrument.is_null());
     let classes = if config.mode == Mode::Evaluate {
         ClassDictionary::frozen(&config.known_classes)
     } else {
@@ -482,6 +484,8 @@ unsafe fn begin(
         child,
         block,
         direct,
+        direct_values: vec![pg_sys::Datum::from(0usize); direct.unwrap_or(0)],
+        direct_nulls: vec![false; direct.unwrap_or(0)],
         epoch: 1,
         exhausted: false,
         n_features: None,
