@@ -467,11 +467,10 @@ pub unsafe fn resolve(
 unsafe fn column_source(column: &str, t: pg_sys::Oid) -> Option<(Source, String)> {
     let base = pg_sys::getBaseType(t);
     let col = quote_ident(column);
-    if base == pg_sys::BOOLOID {
-        Some((
-            Source::Number,
-            format!("{col}::pg_catalog.int4::pg_catalog.float8"),
-        ))
+    if LabelKind::from_type(base).is_some() && base != pg_sys::NUMERICOID {
+        // Read as stored (boolean, integers, floats: converted to f64 as the casts would),
+        // so the query stays plain columns and can take the page reader.
+        Some((Source::Number, col))
     } else if is_number(base) {
         Some((Source::Number, format!("{col}::pg_catalog.float8")))
     } else if is_text(base) || pg_sys::type_is_enum(base) {

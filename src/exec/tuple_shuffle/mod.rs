@@ -10,6 +10,7 @@ mod rows;
 mod sizing;
 
 use crate::classes::ClassDictionary;
+use crate::decode::LabelKind;
 use crate::error::raise;
 use crate::pipeline::FeatureLayout;
 use crate::pipeline::PipelineConfig;
@@ -76,6 +77,9 @@ pub struct TupleShuffle {
     table_bytes: u64,
     /// Column lists: the preprocessing (being learned, then ready), and reusable row scratch.
     pub encoder: Option<tabular::Encoder>,
+    /// How each of the query's columns holds a number (column lists read boolean, integer and
+    /// float columns as stored; numeric is cast to float8 in the query).
+    number_kinds: Vec<LabelKind>,
     encoded: corgipile_ml::preprocess::EncodedRow,
     array_scratch: Vec<f64>,
 }
@@ -471,6 +475,7 @@ unsafe fn begin(
         .map(|spec| tabular::Encoder::new(spec, config.max_buffer_bytes, config.max_model_bytes));
     TupleShuffle {
         encoder,
+        number_kinds: number_kinds(child),
         encoded: tabular::new_row(),
         array_scratch: Vec::new(),
         node: node.cast(),
@@ -595,4 +600,19 @@ impl Node for TupleShuffle {
             );
         }
     }
+}
+
+/// The number kind of each output column of `child` (float8 for a column that is no number:
+/// never read as one).
+unsafe fn number_kinds(child: *mut pg_sys::PlanState) -> Vec<LabelKind> {
+    // SAFETY: an initialized scan node has its result type; its attributes are the query's
+    // output columns, in order.
+    let desc = (*child).ps_ResultTupleDesc;
+    if desc.is_null() {
+        return Vec::new();
+    }
+    crate::compat::tuple_desc_attrs(desc)
+        .iter()
+        .map(|a| LabelKind::from_type(pg_sys::getBaseType(a.atttypid)).unwrap_or(LabelKind::Float8))
+        .collect()
 }

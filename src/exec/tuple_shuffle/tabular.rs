@@ -1,9 +1,9 @@
-//! Column lists: each row's columns (float8, text or float8[] datums, as the query casts
-//! them) go to the statistics pass while the preprocessing is learned, then are encoded into
+//! Column lists: each row's columns (numbers as stored, text or float8[] datums, as the query
+//! reads them) go to the statistics pass while the preprocessing is learned, then are encoded into
 //! sparse rows by it. Backend thread only (datums are read in place).
 
 use super::TupleShuffle;
-use crate::decode::{float_array_into, format_tid, with_float_array, with_text_bytes};
+use crate::decode::{float_array_into, format_tid, with_float_array, with_text_bytes, LabelKind};
 use crate::error::raise;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
@@ -134,7 +134,13 @@ impl TupleShuffle {
             };
             let result = match source {
                 Source::Number => {
-                    let v = (!null).then(|| f64::from_bits(datum.value() as u64));
+                    // SAFETY: a non-NULL value of the column's type, whose kind this is.
+                    let kind = self
+                        .number_kinds
+                        .get(1 + i)
+                        .copied()
+                        .unwrap_or(LabelKind::Float8);
+                    let v = (!null).then(|| kind.to_f64(datum));
                     match encoder {
                         Encoder::Learning(s) => s.number(i, v),
                         Encoder::Ready(p) => p.number(i, v, &mut row),
