@@ -71,6 +71,7 @@ help:
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
+	@echo "  bench-sparse   sparse 1M-dim vs dense per-row training time, and the guard vs scikit-learn partial_fit (bench/results/sparse_vs_dense.md; ~5 min)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
 	@echo "  bench          the paper-scale benchmark (bench/results/latest.md; ~15 min, an hour the first time)"
 	@echo "  cluster-start | cluster-stop | cluster-status   manage the test cluster"
@@ -222,3 +223,11 @@ bench-quick: $(BENCH_DEPS)
 	$(CLUSTER) start
 	$(VENV)/bin/pip install -q -r bench/requirements.txt
 	$(PG_ENV) $(VENV)/bin/python bench/harness.py --quick
+
+# Sparse (1,000,000 dimensions) vs dense per-row training time, and the guard: corgipile's
+# per-row epoch time below scikit-learn SGDClassifier.partial_fit's on the same rows in memory,
+# dense and sparse (exit status 1 when a case fails). BENCH_SKIP_INSTALL=1 as above.
+.PHONY: bench-sparse
+bench-sparse: $(BENCH_DEPS)
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/sparse_vs_dense.py
