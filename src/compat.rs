@@ -140,14 +140,151 @@ pub unsafe fn assign_scan_projection(ss: *mut pg_sys::ScanState, varno: pg_sys::
     pg_sys::ExecAssignScanProjectionInfoWithVarno(ss, varno as i32);
 }
 
+/// The pages a leaf's page reader will read this epoch, fed to PostgreSQL's read stream (17
+/// and later), which keeps the I/O for the next of them in flight — across our blocks, in the
+/// epoch's random block order — while the current page is decoded, at the distance
+/// `effective_io_concurrency` (or the tablespace's setting) allows, combining adjacent pages
+/// into one read. Before 17 there is no read stream: pages are read one by one.
+pub struct PageStream {
+    #[cfg(pg_since = "17")]
+    stream: *mut pg_sys::ReadStream,
+    /// Owned (Box::into_raw); the stream's callback reads and advances it. A raw pointer, not a
+    /// Box, because the callback mutates it while Rust code is inside read_stream_next_buffer.
+    #[cfg(pg_since = "17")]
+    pages: *mut StreamPages,
+}
+
+#[cfg(pg_since = "17")]
+struct StreamPages {
+    ranges: Vec<(u32, u32)>,
+    next: usize,
+    page: u32,
+    end: u32,
+    /// The stream fell out of step with the reader (never expected): read directly until the
+    /// next epoch.
+    broken: bool,
+}
+
+impl PageStream {
+    pub fn new() -> PageStream {
+        PageStream {
+            #[cfg(pg_since = "17")]
+            stream: std::ptr::null_mut(),
+            #[cfg(pg_since = "17")]
+            pages: std::ptr::null_mut(),
+        }
+    }
+
+    /// Starts (or restarts) the stream for this epoch: `ranges` are the leaf's page ranges
+    /// in the order the reader will read them.
+    ///
+    /// # Safety
+    /// `scan` is the leaf's heap scan, begun; backend thread.
+    #[allow(unused_variables)]
+    pub unsafe fn start(&mut self, scan: pg_sys::HeapScanDesc, ranges: Vec<(u32, u32)>) {
+        #[cfg(pg_since = "17")]
+        {
+            if self.pages.is_null() {
+                self.pages = Box::into_raw(Box::new(StreamPages {
+                    ranges: Vec::new(),
+                    next: 0,
+                    page: 0,
+                    end: 0,
+                    broken: false,
+                }));
+            }
+            if !self.stream.is_null() {
+                // Releases the buffers read ahead for the last epoch (if it ended early).
+                pg_sys::read_stream_reset(self.stream);
+            }
+            // SAFETY: pages is ours; no stream call is running.
+            *self.pages = StreamPages {
+                ranges,
+                next: 0,
+                page: 0,
+                end: 0,
+                broken: false,
+            };
+            if self.stream.is_null() {
+                self.stream = pg_sys::read_stream_begin_relation(
+                    pg_sys::READ_STREAM_DEFAULT as i32,
+                    (*scan).rs_strategy,
+                    (*scan).rs_base.rs_rd,
+                    pg_sys::ForkNumber::MAIN_FORKNUM,
+                    Some(next_stream_page),
+                    self.pages.cast(),
+                    0,
+                );
+            }
+        }
+    }
+
+    /// Ends the stream (releasing what it read ahead).
+    ///
+    /// # Safety
+    /// Backend thread; the stream's relation is still open.
+    pub unsafe fn end(&mut self) {
+        #[cfg(pg_since = "17")]
+        if !self.stream.is_null() {
+            pg_sys::read_stream_end(self.stream);
+            self.stream = std::ptr::null_mut();
+        }
+    }
+}
+
+impl Drop for PageStream {
+    /// Frees the page list only (Rust memory). The ReadStream itself is palloc'd in the
+    /// query's memory context and its buffers are released by the resource owner when a query
+    /// fails; `end` releases them when it ends normally.
+    fn drop(&mut self) {
+        #[cfg(pg_since = "17")]
+        if !self.pages.is_null() {
+            // SAFETY: made by Box::into_raw in `start`, freed once here.
+            drop(unsafe { Box::from_raw(self.pages) });
+        }
+    }
+}
+
+/// ReadStreamBlockNumberCB: the next page of the epoch's ranges, or InvalidBlockNumber at the
+/// end. Makes no PostgreSQL call.
+#[cfg(pg_since = "17")]
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn next_stream_page(
+    _stream: *mut pg_sys::ReadStream,
+    private: *mut std::ffi::c_void,
+    _per_buffer_data: *mut std::ffi::c_void,
+) -> pg_sys::BlockNumber {
+    // SAFETY: private is the StreamPages the stream was begun with, alive while it is.
+    let pages = &mut *private.cast::<StreamPages>();
+    if pages.broken {
+        return pg_sys::InvalidBlockNumber;
+    }
+    while pages.page >= pages.end {
+        let Some(&(start, len)) = pages.ranges.get(pages.next) else {
+            return pg_sys::InvalidBlockNumber;
+        };
+        pages.next += 1;
+        pages.page = start;
+        pages.end = start + len;
+    }
+    pages.page += 1;
+    pages.page - 1
+}
+
 /// Reads page `page` of a heap scan in page mode: pins it (unpinning the scan's previous
 /// page), prunes it if worthwhile, and lists its tuples visible to the scan's snapshot in
-/// `rs_vistuples[..rs_ntuples]`. Returns how many there are.
+/// `rs_vistuples[..rs_ntuples]`. Returns how many there are. From 17 the page comes from
+/// `stream` (read ahead), which must be yielding this leaf's pages in this order.
 ///
 /// # Safety
 /// `scan` is a heap scan begun in page mode (SO_ALLOW_PAGEMODE, MVCC snapshot) on a locked
 /// relation, `page` < the relation's size; backend thread.
-pub unsafe fn read_heap_page(scan: pg_sys::HeapScanDesc, page: pg_sys::BlockNumber) -> usize {
+#[allow(unused_variables)]
+pub unsafe fn read_heap_page(
+    scan: pg_sys::HeapScanDesc,
+    page: pg_sys::BlockNumber,
+    stream: &mut PageStream,
+) -> usize {
     // Until 16 heapgetpage does it all; 17 split it: the caller pins the page, then
     // heap_prepare_pagescan lists the visible tuples.
     #[cfg(not(pg_since = "17"))]
@@ -158,13 +295,29 @@ pub unsafe fn read_heap_page(scan: pg_sys::HeapScanDesc, page: pg_sys::BlockNumb
             pg_sys::ReleaseBuffer((*scan).rs_cbuf);
             (*scan).rs_cbuf = pg_sys::InvalidBuffer as pg_sys::Buffer;
         }
-        (*scan).rs_cbuf = pg_sys::ReadBufferExtended(
-            (*scan).rs_base.rs_rd,
-            pg_sys::ForkNumber::MAIN_FORKNUM,
-            page,
-            pg_sys::ReadBufferMode::RBM_NORMAL,
-            (*scan).rs_strategy,
-        );
+        let mut buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+        if !stream.stream.is_null() && !(*stream.pages).broken {
+            buffer = pg_sys::read_stream_next_buffer(stream.stream, std::ptr::null_mut());
+            if buffer != pg_sys::InvalidBuffer as pg_sys::Buffer
+                && pg_sys::BufferGetBlockNumber(buffer) != page
+            {
+                pg_sys::ReleaseBuffer(buffer);
+                buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+            }
+            if buffer == pg_sys::InvalidBuffer as pg_sys::Buffer {
+                (*stream.pages).broken = true;
+            }
+        }
+        if buffer == pg_sys::InvalidBuffer as pg_sys::Buffer {
+            buffer = pg_sys::ReadBufferExtended(
+                (*scan).rs_base.rs_rd,
+                pg_sys::ForkNumber::MAIN_FORKNUM,
+                page,
+                pg_sys::ReadBufferMode::RBM_NORMAL,
+                (*scan).rs_strategy,
+            );
+        }
+        (*scan).rs_cbuf = buffer;
         (*scan).rs_cblock = page;
         pg_sys::heap_prepare_pagescan(scan.cast());
     }

@@ -219,6 +219,20 @@ impl Standardizer {
         );
     }
 
+    /// Starts loading the scales (and means) a sparse row will use: for a model of millions
+    /// of features they are as large as the weights, and as much a cache miss per non-zero.
+    #[inline]
+    pub fn prefetch_sparse(&self, indices: &[u32]) {
+        for &j in indices {
+            if let Some(s) = self.scale.get(j as usize) {
+                crate::arena::prefetch_l2(s);
+                if self.center {
+                    crate::arena::prefetch_l2(&self.mean[j as usize]);
+                }
+            }
+        }
+    }
+
     #[inline]
     fn one(&self, j: usize, v: f64) -> f64 {
         match self.scale.get(j) {

@@ -35,6 +35,11 @@ struct Leaf {
     /// A tuple the page reader hands to PostgreSQL's deforming (see `deform_slowly`); the slot
     /// keeps a pointer to it, so it lives here, at an address that does not move.
     slow_tuple: pg_sys::HeapTupleData,
+    /// The page reader's read-ahead: this epoch's page ranges of this leaf, in reading order,
+    /// and the stream that reads them ahead (started at the leaf's first block of the epoch).
+    ranges: Vec<(u32, u32)>,
+    stream: crate::compat::PageStream,
+    stream_started: bool,
 }
 
 /// Where the page reader is: pages `page..end` of the current block are still to be read, and
@@ -107,6 +112,16 @@ impl BlockShuffle {
         self.cursor.tuple = 0;
         self.cursor.ntuples = 0;
         self.tuples_this_epoch = 0;
+        for leaf in &mut self.leaves {
+            leaf.ranges.clear();
+            leaf.stream_started = false;
+        }
+        for &b in &self.order {
+            let block = self.blocks[b];
+            self.leaves[block.leaf as usize]
+                .ranges
+                .push((block.start, block.len));
+        }
     }
 
     /// Moves to the next block of this epoch's order (beginning its leaf's scan the first
@@ -309,6 +324,9 @@ unsafe fn open_leaves(
             columns: Vec::new(),
             attrs: Vec::new(),
             slow_tuple: pg_sys::HeapTupleData::default(),
+            ranges: Vec::new(),
+            stream: crate::compat::PageStream::new(),
+            stream_started: false,
         });
     }
     leaves
@@ -317,8 +335,10 @@ unsafe fn open_leaves(
 /// Ends the leaves' scans and closes the tables we opened (locks stay to the end of the
 /// transaction, as for any table a query read).
 unsafe fn close_leaves(leaves: &mut Vec<Leaf>) {
-    for leaf in leaves.drain(..) {
-        // SAFETY: each scan was begun by us and each opened table opened by us, exactly once.
+    for mut leaf in leaves.drain(..) {
+        // SAFETY: each scan was begun by us and each opened table opened by us, exactly once;
+        // the stream ends before its relation closes.
+        leaf.stream.end();
         if !leaf.scan.is_null() {
             pg_sys::heap_endscan(leaf.scan);
         }
@@ -582,12 +602,12 @@ pub unsafe fn fetch_columns(
             return true;
         }
         if state.in_block && cursor.page < cursor.end {
-            let leaf = &state.leaves[state.current_leaf];
+            let leaf = &mut state.leaves[state.current_leaf];
             let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
             // SAFETY: the page is within the relation as it was when the executor started,
             // and the relation cannot shrink while we hold our lock (truncation needs an
             // AccessExclusiveLock); the scan is in page mode (checked in next_block's caller).
-            cursor.ntuples = crate::compat::read_heap_page(scan, cursor.page);
+            cursor.ntuples = crate::compat::read_heap_page(scan, cursor.page, &mut leaf.stream);
             crate::compat::count_tuples_returned(leaf.rel, cursor.ntuples);
             cursor.page += 1;
             cursor.tuple = 0;
@@ -596,7 +616,13 @@ pub unsafe fn fetch_columns(
         let Some(block) = state.next_block((*(*ss).ps.state).es_snapshot) else {
             return false;
         };
-        let scan = state.leaves[block.leaf as usize].scan;
+        let leaf = &mut state.leaves[block.leaf as usize];
+        let scan = leaf.scan;
+        if !leaf.stream_started {
+            leaf.stream
+                .start(scan.cast(), std::mem::take(&mut leaf.ranges));
+            leaf.stream_started = true;
+        }
         if (*scan).rs_flags & pg_sys::ScanOptions::SO_ALLOW_PAGEMODE == 0 {
             crate::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

@@ -289,6 +289,9 @@ impl Trainer {
                 let ahead = order.map_or(pos + WEIGHTS_AHEAD, |o| o[pos + WEIGHTS_AHEAD] as usize);
                 if let Row::Sparse { indices, .. } = arena.row(ahead) {
                     self.prefetch_weights(indices);
+                    if let Some(s) = standardizer {
+                        s.prefetch_sparse(indices);
+                    }
                 }
             }
             let i = match order {
