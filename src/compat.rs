@@ -152,6 +152,9 @@ pub struct PageStream {
     /// Box, because the callback mutates it while Rust code is inside read_stream_next_buffer.
     #[cfg(pg_since = "17")]
     pages: *mut StreamPages,
+    /// Ranges the reader has begun this epoch (all but the last fully read).
+    #[cfg(pg_since = "17")]
+    ranges_started: usize,
 }
 
 #[cfg(pg_since = "17")]
@@ -172,6 +175,33 @@ impl PageStream {
             stream: std::ptr::null_mut(),
             #[cfg(pg_since = "17")]
             pages: std::ptr::null_mut(),
+            #[cfg(pg_since = "17")]
+            ranges_started: 0,
+        }
+    }
+
+    /// The reader begins the next of the ranges given to `start`.
+    pub fn range_started(&mut self) {
+        #[cfg(pg_since = "17")]
+        {
+            self.ranges_started += 1;
+        }
+    }
+
+    /// The reader leaves this leaf for another, at the end of a range: drop the read-ahead
+    /// (and its pins) and resume from the next range when the leaf comes back.
+    ///
+    /// # Safety
+    /// Backend thread; at a range boundary.
+    pub unsafe fn pause(&mut self) {
+        #[cfg(pg_since = "17")]
+        if !self.stream.is_null() {
+            pg_sys::read_stream_reset(self.stream);
+            // SAFETY: pages is ours; no stream call is running.
+            let pages = &mut *self.pages;
+            pages.next = self.ranges_started;
+            pages.page = 0;
+            pages.end = 0;
         }
     }
 
@@ -197,6 +227,7 @@ impl PageStream {
                 // Releases the buffers read ahead for the last epoch (if it ended early).
                 pg_sys::read_stream_reset(self.stream);
             }
+            self.ranges_started = 0;
             // SAFETY: pages is ours; no stream call is running.
             *self.pages = StreamPages {
                 ranges,

@@ -97,6 +97,14 @@ pub struct BlockShuffle {
 }
 
 impl BlockShuffle {
+    /// The leaf table of the row returned last, when rows come from a partition or
+    /// inheritance tree (None for a plain table).
+    pub fn row_table(&self) -> Option<pg_sys::Oid> {
+        // SAFETY: leaves are open relations for as long as the node runs.
+        self.converts
+            .then(|| unsafe { (*self.leaves[self.current_leaf].rel).rd_id })
+    }
+
     /// The table's size with its TOAST data.
     pub fn table_bytes(&self) -> u64 {
         (self.n_pages + self.toast_pages) * pg_sys::BLCKSZ as u64
@@ -138,7 +146,17 @@ impl BlockShuffle {
         progress::scanning(self.next_block, self.order.len(), self.tuples_this_epoch);
         let block = self.blocks[self.order[self.next_block]];
         self.next_block += 1;
-        let leaf = &mut self.leaves[block.leaf as usize];
+        // Every leaf's scan begins before the first row is read, empty leaves too: beginning a
+        // scan takes the relation's SERIALIZABLE predicate lock, as a SELECT's scan does.
+        for i in 0..self.leaves.len() {
+            self.begin_scan(i, snapshot);
+        }
+        Some(self.start_block(block))
+    }
+
+    /// Begins leaf `i`'s heap scan, once.
+    unsafe fn begin_scan(&mut self, i: usize, snapshot: pg_sys::Snapshot) {
+        let leaf = &mut self.leaves[i];
         if leaf.scan.is_null() {
             // SAFETY: a plain heap scan under the query's snapshot; the table is locked and
             // open. No sync scan: every scan must start where we say. Page mode: the page
@@ -155,11 +173,29 @@ impl BlockShuffle {
                 flags,
             );
         }
-        self.current_leaf = block.leaf as usize;
+    }
+
+    /// Makes `block` the current one. Leaving a leaf for another releases what it holds
+    /// pinned (its last page, its read-ahead), so a tree of many partitions does not keep
+    /// pages of every leaf pinned.
+    unsafe fn start_block(&mut self, block: Block) -> Block {
+        let next = block.leaf as usize;
+        if next != self.current_leaf {
+            let leaf = &mut self.leaves[self.current_leaf];
+            let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+            // SAFETY: the leaf's last row was decoded before this call (rows are handed over
+            // one at a time), so nothing points into its page any more.
+            if !scan.is_null() && (*scan).rs_cbuf != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                pg_sys::ReleaseBuffer((*scan).rs_cbuf);
+                (*scan).rs_cbuf = pg_sys::InvalidBuffer as pg_sys::Buffer;
+            }
+            leaf.stream.pause();
+        }
+        self.current_leaf = next;
         self.in_block = true;
         self.blocks_read += 1;
         self.pages_read += block.len as u64;
-        Some(block)
+        block
     }
 }
 
@@ -602,6 +638,8 @@ pub unsafe fn fetch_columns(
             return true;
         }
         if state.in_block && cursor.page < cursor.end {
+            // As heapam checks per page (a block of many empty or dead pages, or slow I/O).
+            check_for_interrupts!();
             let leaf = &mut state.leaves[state.current_leaf];
             let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
             // SAFETY: the page is within the relation as it was when the executor started,
@@ -623,6 +661,7 @@ pub unsafe fn fetch_columns(
                 .start(scan.cast(), std::mem::take(&mut leaf.ranges));
             leaf.stream_started = true;
         }
+        leaf.stream.range_started();
         if (*scan).rs_flags & pg_sys::ScanOptions::SO_ALLOW_PAGEMODE == 0 {
             crate::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

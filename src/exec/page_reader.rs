@@ -44,20 +44,22 @@ pub unsafe fn attrs(desc: pg_sys::TupleDesc, natts: usize) -> Vec<Attr> {
 }
 
 /// The total size of the varlena at `p` (any header form), or None for a form that never
-/// appears in a stored tuple.
-unsafe fn varsize_any(p: *const u8) -> Option<usize> {
+/// appears in a stored tuple or a header that would not fit in the `avail` bytes left.
+unsafe fn varsize_any(p: *const u8, avail: usize) -> Option<usize> {
     let first = *p;
     if first == 0x01 {
         // 1-byte header, external (TOAST pointer): a tag byte, then the pointer.
-        if *p.add(1) as u32 == pg_sys::vartag_external::VARTAG_ONDISK {
+        if avail >= 2 && *p.add(1) as u32 == pg_sys::vartag_external::VARTAG_ONDISK {
             Some(2 + std::mem::size_of::<pg_sys::varatt_external>())
         } else {
             None
         }
     } else if first & 0x01 == 0x01 {
         Some((first >> 1) as usize) // 1-byte header: up to 126 bytes inline
-    } else {
+    } else if avail >= 4 {
         Some((std::ptr::read_unaligned(p.cast::<u32>()) >> 2) as usize) // 4-byte header
+    } else {
+        None
     }
 }
 
@@ -102,11 +104,15 @@ pub unsafe fn deform(
         if off >= data_len {
             return false;
         }
+        if a.len > 0 && off + a.len as usize > data_len {
+            return false;
+        }
         let p = data.add(off);
         values[i] = if a.byval {
-            // Sign-extended, as Int16GetDatum/Int32GetDatum make them.
+            // As fetch_att makes them: CharGetDatum of a C char, Int16/Int32GetDatum
+            // sign-extended.
             let v: i64 = match a.len {
-                1 => *p as i8 as i64,
+                1 => *p as std::ffi::c_char as i64,
                 2 => std::ptr::read_unaligned(p.cast::<i16>()) as i64,
                 4 => std::ptr::read_unaligned(p.cast::<i32>()) as i64,
                 8 => std::ptr::read_unaligned(p.cast::<i64>()),
@@ -118,7 +124,7 @@ pub unsafe fn deform(
         };
         off += match a.len {
             n if n > 0 => n as usize,
-            -1 => match varsize_any(p) {
+            -1 => match varsize_any(p, data_len - off) {
                 Some(n) => n,
                 None => return false,
             },

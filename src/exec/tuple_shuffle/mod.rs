@@ -312,7 +312,7 @@ impl TupleShuffle {
                 }
             }
             Holdout::Fraction(f) => {
-                if tid_fraction(tid) < f {
+                if tid_fraction(tid, (*self.block).row_table()) < f {
                     Target::Validation
                 } else {
                     Target::Train
