@@ -146,10 +146,13 @@ impl BlockShuffle {
         progress::scanning(self.next_block, self.order.len(), self.tuples_this_epoch);
         let block = self.blocks[self.order[self.next_block]];
         self.next_block += 1;
-        // Every leaf's scan begins before the first row is read, empty leaves too: beginning a
-        // scan takes the relation's SERIALIZABLE predicate lock, as a SELECT's scan does.
-        for i in 0..self.leaves.len() {
-            self.begin_scan(i, snapshot);
+        if self.epochs_started == 1 && self.next_block == 1 {
+            // Every leaf's scan begins before the first row is read, empty leaves too: beginning
+            // a scan takes the relation's SERIALIZABLE predicate lock, as a SELECT's scan does.
+            // Once: scans stay begun for every later block and epoch.
+            for i in 0..self.leaves.len() {
+                self.begin_scan(i, snapshot);
+            }
         }
         Some(self.start_block(block))
     }
