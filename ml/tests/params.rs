@@ -242,7 +242,7 @@ fn unknown_key_suggests_the_closest() {
         ),
         "{hint}"
     );
-    assert!(hint.ends_with("double_buffer, verbose, name"), "{hint}");
+    assert!(hint.ends_with("double_buffer, workers, verbose, name"), "{hint}");
 
     assert!(err(json!({"Epochs": 3}))
         .hint
@@ -292,7 +292,7 @@ fn to_json_round_trips() {
             "batch_size": 1, "fit_intercept": true, "normalize": true, "exclude": [], "preprocess": {},
             "max_categories": 100, "only": false, "average": true, "class_weight": null,
             "n_features": null, "index_base": 1, "validation": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
-            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "verbose": true,
+            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "workers": 0, "verbose": true,
             "name": null
         })
     );

@@ -395,6 +395,15 @@ train_params! {
         parse: get_bool,
         json: |x| json!(x),
     },
+    /// PostgreSQL parallel workers that train beside the backend (see `workers` in the README).
+    workers: u32 = 0 => {
+        shown: "`0`",
+        accepts: "integer 0 … 64",
+        meaning: "parallel worker processes that train beside the backend, each on its share of every epoch's blocks, exchanging with one shared model (see [Parallel training](#parallel-training)); 0 = the backend alone",
+        rule: "an integer from 0 to 64 (default 0)",
+        parse: |k, v| Ok(get_int(k, v, 0, 64)? as u32),
+        json: |x| json!(x),
+    },
     verbose: bool = true => {
         shown: "`true`",
         accepts: "boolean",

@@ -12,9 +12,9 @@ use crate::model::LinearModel;
 
 pub(super) struct Average {
     /// Sums of the sampled weights (row-major, as the model's) and biases.
-    weights: Vec<f64>,
-    bias: Vec<f64>,
-    samples: u64,
+    pub(super) weights: Vec<f64>,
+    pub(super) bias: Vec<f64>,
+    pub(super) samples: u64,
     /// Steps between samples, and steps left to the next one.
     every: u64,
     until_next: u64,

@@ -109,7 +109,7 @@ impl Trainer {
     /// weights that are exactly zero). Pending lazy decay/clipping is odd in w
     /// too, so it may stay pending. (Never reached with class weights: those
     /// require `label_values`.)
-    fn flip(&mut self, wrong_y: f64) {
+    pub(super) fn flip(&mut self, wrong_y: f64) {
         for w in &mut self.model.weights {
             *w = -*w;
         }

@@ -24,6 +24,7 @@
 mod average;
 mod config;
 mod epoch;
+mod exchange;
 mod growth;
 mod labels;
 mod minibatch;
@@ -34,6 +35,7 @@ mod update;
 
 pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSES};
 pub use epoch::EpochStats;
+pub use exchange::{SharedModel, MIN_EXCHANGE_PERIOD};
 
 use crate::arena::{prefetch_l2, TupleArena};
 use crate::limits::try_filled;
@@ -86,6 +88,10 @@ pub struct Trainer {
     /// Called every few hundred thousand multiply-adds inside a buffer; `true` stops the
     /// buffer with [`TrainError::Interrupted`] (cancel must not wait for a whole buffer).
     interrupt: Option<InterruptCheck>,
+
+    /// Training in several processes: the shared model this one exchanges with (see
+    /// `exchange`).
+    exchange: Option<exchange::Exchange>,
 }
 
 /// Multiply-adds between two interrupt checks: well under a millisecond of work.
@@ -191,6 +197,7 @@ impl Trainer {
             work: 0,
             average: average_from.map(average::Average::new),
             interrupt: None,
+            exchange: None,
         };
         t.start_epoch(1);
         Ok(t)
@@ -216,6 +223,8 @@ impl Trainer {
             .learning_rate(self.config.learning_rate, epoch);
         self.sums = EpochSums::default();
         self.reset_batch();
+        // Several processes: continue from the shared model (the others' last epoch).
+        self.exchange_at_next_tuple();
     }
 
     /// Trains on the arena's tuples in `order` (a permutation of `0..len`) or in
@@ -322,6 +331,7 @@ impl Trainer {
                     }
                 }
             };
+            self.exchange_due()?;
             self.step(row, arena.label(i))?;
             self.average_step()?;
         }
@@ -348,6 +358,7 @@ impl Trainer {
     pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
         self.flush_batch();
         self.sync();
+        self.exchange()?;
         self.sample_average()?;
         let n = self.sums.tuples;
         let mean_loss = if n > 0 {

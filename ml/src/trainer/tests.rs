@@ -180,3 +180,124 @@ fn averaged_model_is_the_mean_of_sampled_iterates() {
     assert_eq!(copy.n_features, 50);
     assert_eq!(t.into_model().weights, copy.weights);
 }
+
+/// Dense rows around ±(1, 1) with labels `neg`/`pos`; `only` keeps one class.
+fn blobs(n: usize, neg: f64, pos: f64, only: Option<bool>, seed: u64) -> TupleArena {
+    let mut s = seed;
+    let mut noise = move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    };
+    let mut arena = TupleArena::new(2, n);
+    for i in 0..n {
+        let positive = only.unwrap_or(i % 2 == 0);
+        let c = if positive { 1.0 } else { -1.0 };
+        arena.push(
+            if positive { pos } else { neg },
+            &[c + noise(), c + noise()],
+        );
+    }
+    arena
+}
+
+fn accuracy(model: &LinearModel, arena: &TupleArena, pos: f64) -> f64 {
+    let correct = (0..arena.len())
+        .filter(|&i| (model.output(0, arena.row(i)) > 0.0) == (arena.label(i) == pos))
+        .count();
+    correct as f64 / arena.len() as f64
+}
+
+/// Memory for a shared model, 8-byte aligned.
+fn shared_memory(n_values: usize) -> Vec<u64> {
+    vec![0u64; SharedModel::bytes(n_values).div_ceil(8)]
+}
+
+#[test]
+fn exchanging_trainers_learn_what_neither_share_holds_alone() {
+    // Each process holds one class only (a label-clustered table split in two): alone, each
+    // learns a constant; exchanging every 1024 tuples they learn the boundary.
+    let (a_rows, b_rows) = (
+        blobs(20_000, 1.0, 2.0, Some(false), 1),
+        blobs(20_000, 1.0, 2.0, Some(true), 2),
+    );
+    let mut memory = shared_memory(3);
+    let mut config = TrainConfig::new(ModelKind::Svm);
+    config.average_from_epoch = Some(2);
+    // SAFETY: `memory` is aligned, big enough and outlives both trainers.
+    let (sa, sb) = unsafe {
+        let at = memory.as_mut_ptr().cast::<u8>();
+        let sa = SharedModel::create(at, 3);
+        (sa, SharedModel::attach(at, 3).expect("same shape"))
+    };
+    let mut a = Trainer::new(config.clone(), 2);
+    let mut b = Trainer::new(config.clone(), 2);
+    a.set_exchange(sa, 1024);
+    b.set_exchange(sb, 1024);
+    for epoch in 1..=3 {
+        a.start_epoch(epoch);
+        b.start_epoch(epoch);
+        // Interleave the two shares in chunks, as two processes would.
+        for chunk in 0..20 {
+            let part = |arena: &TupleArena| {
+                let mut p = TupleArena::new(2, 1000);
+                for i in chunk * 1000..(chunk + 1) * 1000 {
+                    if let Row::Dense(x) = arena.row(i) {
+                        p.push(arena.label(i), x);
+                    }
+                }
+                p
+            };
+            a.train_buffer(&part(&a_rows), None).unwrap();
+            b.train_buffer(&part(&b_rows), None).unwrap();
+        }
+        a.finish_epoch().unwrap();
+        b.finish_epoch().unwrap();
+    }
+    // The trainer that saw only label 1 adopted the pair from the shared model.
+    a.exchange().unwrap();
+    assert_eq!(a.label_map(), Some((1.0, 2.0)));
+    // The result averages both processes' iterates.
+    b.contribute_average().unwrap();
+    a.contribute_average().unwrap();
+    a.adopt_shared_average();
+    let both = blobs(2_000, 1.0, 2.0, None, 3);
+    let model = a.into_model();
+    assert!(
+        accuracy(&model, &both, 2.0) > 0.95,
+        "{}",
+        accuracy(&model, &both, 2.0)
+    );
+
+    // Alone, the same share learns nothing of the other class.
+    let mut alone = Trainer::new(config, 2);
+    alone.train_buffer(&a_rows, None).unwrap();
+    alone.finish_epoch().unwrap();
+    assert!(accuracy(&alone.into_model(), &both, 2.0) <= 0.5);
+}
+
+#[test]
+fn exchanging_trainers_with_different_label_pairs_fail() {
+    let mut memory = shared_memory(3);
+    // SAFETY: as above.
+    let (sa, sb) = unsafe {
+        let at = memory.as_mut_ptr().cast::<u8>();
+        let sa = SharedModel::create(at, 3);
+        (sa, SharedModel::attach(at, 3).expect("same shape"))
+    };
+    let config = TrainConfig::new(ModelKind::Logistic);
+    let mut a = Trainer::new(config.clone(), 2);
+    let mut b = Trainer::new(config, 2);
+    a.set_exchange(sa, 1024);
+    b.set_exchange(sb, 1024);
+    a.train_buffer(&blobs(100, 0.0, 1.0, None, 4), None)
+        .unwrap();
+    a.finish_epoch().unwrap();
+    b.train_buffer(&blobs(100, 0.0, 5.0, None, 5), None)
+        .unwrap();
+    match b.finish_epoch() {
+        Err(TrainError::TooManyLabels { values }) => assert_eq!(values, [0.0, 1.0, 5.0]),
+        other => panic!("expected TooManyLabels, got {other:?}"),
+    }
+}

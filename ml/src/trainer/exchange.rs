@@ -1,0 +1,309 @@
+//! Training in several processes at once (PostgreSQL parallel workers): every process trains
+//! its own share of the blocks with its own `Trainer`, and every `period` tuples it adds what it
+//! learned since its last exchange (its delta) to one model in shared memory and continues from
+//! that sum. Every tuple's step thus reaches the shared model exactly once, as in sequential SGD
+//! over the processes' tuples interleaved, with the other processes' steps arriving up to
+//! `period` tuples late (bounded staleness, as in Hogwild!); a label-clustered share cannot pull
+//! the model its way for longer than that.
+//!
+//! The shared model is plain memory laid out here ([`SharedModel`]): a header with a spin lock
+//! and the binary label pair, then the weights and the biases. It is touched only through
+//! atomics and raw reads/writes under the lock, so any thread of any process may exchange.
+
+use super::labels::Labels;
+use super::{TrainError, Trainer};
+use crate::model::ModelKind;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Tuples between two exchanges, at least (a big model exchanges less often: an exchange
+/// reads and writes every weight three times).
+pub const MIN_EXCHANGE_PERIOD: u64 = 1024;
+
+#[repr(C)]
+struct Header {
+    lock: AtomicU32,
+    /// Binary kinds: the distinct label values the processes have seen (0, 1 or 2).
+    n_seen: u64,
+    seen: [f64; 2],
+    /// Weights plus biases: the model that follows the header, then the sums of the
+    /// processes' averaged iterates (iterate averaging).
+    n_values: u64,
+    exchanges: u64,
+    average_samples: u64,
+}
+
+/// A model in memory shared by the processes of one training.
+pub struct SharedModel {
+    header: *mut Header,
+    values: *mut f64,
+    n_values: usize,
+}
+
+// SAFETY: the memory outlives every thread that holds a SharedModel (the caller's contract in
+// `create`/`attach`), and every access goes through the header's lock.
+unsafe impl Send for SharedModel {}
+
+impl SharedModel {
+    /// Bytes the shared model of `n_values` weights and biases needs.
+    pub fn bytes(n_values: usize) -> usize {
+        std::mem::size_of::<Header>() + 2 * n_values * std::mem::size_of::<f64>()
+    }
+
+    /// Lays out a zero model at `at`.
+    ///
+    /// # Safety
+    /// `at` is 8-byte aligned, `bytes(n_values)` long, and outlives every `SharedModel` over it.
+    pub unsafe fn create(at: *mut u8, n_values: usize) -> SharedModel {
+        std::ptr::write_bytes(at, 0, Self::bytes(n_values));
+        let header = at.cast::<Header>();
+        (*header).n_values = n_values as u64;
+        SharedModel {
+            header,
+            values: at.add(std::mem::size_of::<Header>()).cast(),
+            n_values,
+        }
+    }
+
+    /// The model another process laid out at `at`; None if it holds another number of values.
+    ///
+    /// # Safety
+    /// As `create`, and `create` was called on `at` before.
+    pub unsafe fn attach(at: *mut u8, n_values: usize) -> Option<SharedModel> {
+        let header = at.cast::<Header>();
+        ((*header).n_values == n_values as u64).then(|| SharedModel {
+            header,
+            values: at.add(std::mem::size_of::<Header>()).cast(),
+            n_values,
+        })
+    }
+
+    /// Exchanges done so far by all processes.
+    pub fn exchanges(&self) -> u64 {
+        // SAFETY: a plain read of a counter written under the lock; a torn value is impossible
+        // for an aligned u64 on the platforms PostgreSQL runs on, and only a statistic anyway.
+        unsafe { std::ptr::read_volatile(&(*self.header).exchanges) }
+    }
+
+    /// Takes the lock, spinning; gives up when `stop` says so (checked every few thousand
+    /// spins), so a cancel never waits on a process that died holding it.
+    fn lock(&self, stop: &mut dyn FnMut() -> bool) -> Result<(), TrainError> {
+        // SAFETY: the header lives as long as self (see `create`).
+        let lock = unsafe { &(*self.header).lock };
+        let mut spins = 0u32;
+        while lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+            }
+            if spins % 4096 == 0 && stop() {
+                return Err(TrainError::Interrupted);
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    fn unlock(&self) {
+        // SAFETY: as in `lock`.
+        unsafe { (*self.header).lock.store(0, Ordering::Release) };
+    }
+}
+
+/// A trainer's side of the exchange.
+pub(super) struct Exchange {
+    shared: SharedModel,
+    /// The shared values this trainer continued from at its last exchange.
+    base: Vec<f64>,
+    period: u64,
+    /// Tuples trained since the last exchange.
+    since: u64,
+}
+
+impl Trainer {
+    /// Makes this trainer exchange with `shared` every `period` tuples (at least
+    /// [`MIN_EXCHANGE_PERIOD`]), at the start of every later epoch and at the end of every
+    /// epoch. Every process of a training must start from the same (zero) model. Iterate
+    /// averaging: see `contribute_average`.
+    pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
+        let n_values = self.model.weights.len() + self.model.bias.len();
+        assert_eq!(n_values, shared.n_values, "shared model shape");
+        self.exchange = Some(Exchange {
+            shared,
+            base: vec![0.0; n_values],
+            period: period.max(MIN_EXCHANGE_PERIOD),
+            since: 0,
+        });
+    }
+
+    /// Exchanges now (if exchanging): adds this trainer's steps since its last exchange to the
+    /// shared model and continues from the sum.
+    pub fn exchange(&mut self) -> Result<(), TrainError> {
+        let Some(mut x) = self.exchange.take() else {
+            return Ok(());
+        };
+        x.since = 0;
+        let result = self.exchange_with(&mut x);
+        self.exchange = Some(x);
+        result
+    }
+
+    /// Exchanges done by all processes so far (None: not exchanging).
+    pub fn exchanges(&self) -> Option<u64> {
+        self.exchange.as_ref().map(|x| x.shared.exchanges())
+    }
+
+    fn exchange_with(&mut self, x: &mut Exchange) -> Result<(), TrainError> {
+        let binary = matches!(self.config.kind, ModelKind::Svm | ModelKind::Logistic);
+        self.sync();
+        let mut stop = self.interrupt.take();
+        let mut never = || false;
+        let check: &mut dyn FnMut() -> bool = match stop.as_mut() {
+            Some(c) => c,
+            None => &mut never,
+        };
+        let locked = x.shared.lock(check);
+        self.interrupt = stop;
+        locked?;
+        let result = self.exchange_locked(x, binary);
+        x.shared.unlock();
+        result
+    }
+
+    /// The exchange proper, under the shared model's lock.
+    fn exchange_locked(&mut self, x: &mut Exchange, binary: bool) -> Result<(), TrainError> {
+        // SAFETY: the lock is held; the header lives as long as `x.shared`.
+        let header = unsafe { &mut *x.shared.header };
+        if binary && !self.agree_on_labels(header)? {
+            // The mapping is still provisional (every process has seen one value at most):
+            // steps may have the wrong sign, so this one trains on alone for now.
+            return Ok(());
+        }
+        // SAFETY: `values` holds n_values f64s (see `create`), and the lock is held.
+        let shared = unsafe { std::slice::from_raw_parts_mut(x.shared.values, x.shared.n_values) };
+        let d = self.model.weights.len();
+        let local = self
+            .model
+            .weights
+            .iter_mut()
+            .chain(self.model.bias.iter_mut());
+        for ((l, s), b) in local.zip(shared.iter_mut()).zip(x.base.iter_mut()) {
+            let sum = *s + (*l - *b);
+            *s = sum;
+            *l = sum;
+            *b = sum;
+        }
+        self.work += (d + self.model.bias.len()) as u64;
+        header.exchanges += 1;
+        Ok(())
+    }
+
+    /// Binary kinds: adds the label values this trainer has seen to the shared ones; once
+    /// two are known (here or in another process), adopts the final mapping (ascending:
+    /// negative, positive), flipping a provisional one that had the wrong sign. False while
+    /// fewer than two values are known.
+    fn agree_on_labels(&mut self, header: &mut Header) -> Result<bool, TrainError> {
+        for v in self.labels_seen() {
+            let n = header.n_seen as usize;
+            if header.seen[..n].contains(&v) {
+                continue;
+            }
+            if n == 2 {
+                let [a, b] = header.seen;
+                let (a, b) = if a < b { (a, b) } else { (b, a) };
+                return Err(TrainError::TooManyLabels { values: [a, b, v] });
+            }
+            header.seen[n] = v;
+            header.n_seen += 1;
+        }
+        if header.n_seen < 2 {
+            return Ok(false);
+        }
+        let [a, b] = header.seen;
+        let (neg, pos) = if a < b { (a, b) } else { (b, a) };
+        match self.labels {
+            Labels::Two { .. } => {} // its values are the shared two (added above)
+            Labels::One { value, y } => {
+                let y_final = if value == neg { -1.0 } else { 1.0 };
+                if y_final != y {
+                    self.flip(y);
+                }
+                self.labels = Labels::Two { neg, pos };
+            }
+            Labels::None => self.labels = Labels::Two { neg, pos },
+        }
+        Ok(true)
+    }
+
+    /// Before a tuple: exchange if the period is over.
+    #[inline(always)]
+    pub(super) fn exchange_due(&mut self) -> Result<(), TrainError> {
+        if let Some(x) = self.exchange.as_mut() {
+            if x.since >= x.period {
+                return self.exchange();
+            }
+            x.since += 1;
+        }
+        Ok(())
+    }
+
+    /// Iterate averaging: adds this trainer's sums of sampled iterates to the shared ones (once,
+    /// after its last epoch).
+    pub fn contribute_average(&mut self) -> Result<(), TrainError> {
+        let (Some(x), Some(a)) = (self.exchange.as_mut(), self.average.as_ref()) else {
+            return Ok(());
+        };
+        let mut stop = self.interrupt.take();
+        let mut never = || false;
+        let check: &mut dyn FnMut() -> bool = match stop.as_mut() {
+            Some(c) => c,
+            None => &mut never,
+        };
+        let locked = x.shared.lock(check);
+        self.interrupt = stop;
+        locked?;
+        if a.samples > 0 {
+            // SAFETY: the averaging sums follow the model values (see `bytes`); lock held.
+            let sums = unsafe {
+                std::slice::from_raw_parts_mut(
+                    x.shared.values.add(x.shared.n_values),
+                    x.shared.n_values,
+                )
+            };
+            for (s, v) in sums.iter_mut().zip(a.weights.iter().chain(&a.bias)) {
+                *s += v;
+            }
+            // SAFETY: lock held.
+            unsafe { (*x.shared.header).average_samples += a.samples };
+        }
+        x.shared.unlock();
+        Ok(())
+    }
+
+    /// Iterate averaging: takes the shared sums (every process's samples, once each has
+    /// contributed) as this trainer's, so that `into_model` returns the average of all.
+    pub fn adopt_shared_average(&mut self) {
+        let (Some(x), Some(a)) = (self.exchange.as_ref(), self.average.as_mut()) else {
+            return;
+        };
+        let n = x.shared.n_values;
+        let d = self.model.weights.len();
+        // SAFETY: no process writes any more (all contributed before this call).
+        let sums = unsafe { std::slice::from_raw_parts(x.shared.values.add(n), n) };
+        a.weights.clear();
+        a.weights.extend_from_slice(&sums[..d]);
+        a.bias.clear();
+        a.bias.extend_from_slice(&sums[d..]);
+        // SAFETY: as above.
+        a.samples = unsafe { (*x.shared.header).average_samples };
+    }
+
+    /// At the start of an epoch: exchange before its first tuple.
+    pub(super) fn exchange_at_next_tuple(&mut self) {
+        if let Some(x) = self.exchange.as_mut() {
+            x.since = x.period;
+        }
+    }
+}
