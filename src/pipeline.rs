@@ -46,6 +46,21 @@ pub enum PreprocessSpec {
     Fixed(Preprocessor),
 }
 
+/// One process's part of a parallel training: of every epoch's block order, the blocks at
+/// positions `rank`, `rank + processes`, … (rank 0 is the leader).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Share {
+    pub rank: u32,
+    pub processes: u32,
+}
+
+impl Share {
+    pub const ALL: Share = Share {
+        rank: 0,
+        processes: 1,
+    };
+}
+
 /// What the SGD node does with the buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Mode {

@@ -242,7 +242,10 @@ fn unknown_key_suggests_the_closest() {
         ),
         "{hint}"
     );
-    assert!(hint.ends_with("double_buffer, workers, verbose, name"), "{hint}");
+    assert!(
+        hint.ends_with("double_buffer, workers, verbose, name"),
+        "{hint}"
+    );
 
     assert!(err(json!({"Epochs": 3}))
         .hint

@@ -11,7 +11,7 @@
 use super::explain;
 use super::node::{state_of, Node};
 use super::page_reader::{self, Attr};
-use crate::pipeline::PipelineConfig;
+use crate::pipeline::{PipelineConfig, Share};
 use crate::progress;
 use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
@@ -76,6 +76,8 @@ pub struct BlockShuffle {
     toast_pages: u64,
     block_pages: u32,
     blocks: Vec<Block>,
+    /// This process's part of every epoch's blocks (parallel training).
+    share: Share,
     order: Vec<usize>,
     next_block: usize,
     in_block: bool,
@@ -105,6 +107,20 @@ impl BlockShuffle {
             .then(|| unsafe { (*self.leaves[self.current_leaf].rel).rd_id })
     }
 
+    /// Reads only `share` of every epoch's blocks from now on, starting over with the block
+    /// order of `epoch` (the leader's current one: every process must draw the same orders).
+    /// Called before the epoch's first row.
+    pub fn set_share(&mut self, share: Share, epoch: u32) {
+        self.share = share;
+        self.epoch = epoch;
+        self.draw_order();
+    }
+
+    /// The epoch whose block order is being read (a statistics pass counts as one).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     /// The table's size with its TOAST data.
     pub fn table_bytes(&self) -> u64 {
         (self.n_pages + self.toast_pages) * pg_sys::BLCKSZ as u64
@@ -113,6 +129,16 @@ impl BlockShuffle {
     fn draw_order(&mut self) {
         let shuffle = self.config.params.shuffle.shuffles_blocks();
         self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
+        if self.share.processes > 1 {
+            // Every process draws the same order and keeps its positions of it.
+            let Share { rank, processes } = self.share;
+            let mut position = 0u32;
+            self.order.retain(|_| {
+                let mine = position % processes == rank;
+                position += 1;
+                mine
+            });
+        }
         self.next_block = 0;
         self.in_block = false;
         self.cursor.page = 0;
@@ -486,6 +512,7 @@ unsafe fn begin(
         toast_pages: toast,
         block_pages,
         blocks,
+        share: Share::ALL,
         order: Vec::new(),
         next_block: 0,
         in_block: false,

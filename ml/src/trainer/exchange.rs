@@ -32,11 +32,74 @@ struct Header {
     average_samples: u64,
 }
 
+/// Guards a process's use of shared memory that may be unmapped while a thread uses it (a
+/// process that exits unmaps it on its backend thread while its SGD thread may be mid-exchange).
+/// Exchanges enter the gate; `close` waits for them to leave, and later ones fail.
+pub struct Gate(AtomicU32);
+
+const GATE_CLOSED: u32 = 1 << 31;
+
+impl Gate {
+    pub const fn new() -> Gate {
+        Gate(AtomicU32::new(GATE_CLOSED))
+    }
+
+    /// Opens the gate for a new shared model.
+    pub fn open(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+
+    /// Closes the gate and waits until no exchange is inside (an exchange takes microseconds,
+    /// and never waits on anything while inside but the shared lock, whose holder is inside a
+    /// gate of its own process and leaves as quickly). Must not be called from inside.
+    pub fn close(&self) {
+        self.0.fetch_or(GATE_CLOSED, Ordering::AcqRel);
+        while self.0.load(Ordering::Acquire) & !GATE_CLOSED != 0 {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn enter(&self) -> bool {
+        if self.0.fetch_add(1, Ordering::Acquire) & GATE_CLOSED != 0 {
+            self.leave();
+            return false;
+        }
+        true
+    }
+
+    fn leave(&self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.load(Ordering::Relaxed) & GATE_CLOSED != 0
+    }
+}
+
+impl SharedModel {
+    /// A second handle on the same memory (for a closure that also borrows the trainer).
+    fn shallow(&self) -> SharedModel {
+        SharedModel {
+            header: self.header,
+            values: self.values,
+            n_values: self.n_values,
+            gate: self.gate,
+        }
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A model in memory shared by the processes of one training.
 pub struct SharedModel {
     header: *mut Header,
     values: *mut f64,
     n_values: usize,
+    gate: &'static Gate,
 }
 
 // SAFETY: the memory outlives every thread that holds a SharedModel (the caller's contract in
@@ -52,8 +115,9 @@ impl SharedModel {
     /// Lays out a zero model at `at`.
     ///
     /// # Safety
-    /// `at` is 8-byte aligned, `bytes(n_values)` long, and outlives every `SharedModel` over it.
-    pub unsafe fn create(at: *mut u8, n_values: usize) -> SharedModel {
+    /// `at` is 8-byte aligned, `bytes(n_values)` long, and stays mapped while `gate` is open
+    /// (whoever unmaps it closes `gate` first).
+    pub unsafe fn create(at: *mut u8, n_values: usize, gate: &'static Gate) -> SharedModel {
         std::ptr::write_bytes(at, 0, Self::bytes(n_values));
         let header = at.cast::<Header>();
         (*header).n_values = n_values as u64;
@@ -61,6 +125,7 @@ impl SharedModel {
             header,
             values: at.add(std::mem::size_of::<Header>()).cast(),
             n_values,
+            gate,
         }
     }
 
@@ -68,47 +133,44 @@ impl SharedModel {
     ///
     /// # Safety
     /// As `create`, and `create` was called on `at` before.
-    pub unsafe fn attach(at: *mut u8, n_values: usize) -> Option<SharedModel> {
+    pub unsafe fn attach(at: *mut u8, n_values: usize, gate: &'static Gate) -> Option<SharedModel> {
         let header = at.cast::<Header>();
         ((*header).n_values == n_values as u64).then(|| SharedModel {
             header,
             values: at.add(std::mem::size_of::<Header>()).cast(),
             n_values,
+            gate,
         })
     }
 
-    /// Exchanges done so far by all processes.
-    pub fn exchanges(&self) -> u64 {
-        // SAFETY: a plain read of a counter written under the lock; a torn value is impossible
-        // for an aligned u64 on the platforms PostgreSQL runs on, and only a statistic anyway.
-        unsafe { std::ptr::read_volatile(&(*self.header).exchanges) }
-    }
-
-    /// Takes the lock, spinning; gives up when `stop` says so (checked every few thousand
-    /// spins), so a cancel never waits on a process that died holding it.
-    fn lock(&self, stop: &mut dyn FnMut() -> bool) -> Result<(), TrainError> {
-        // SAFETY: the header lives as long as self (see `create`).
+    /// Runs `f` inside the gate with the shared lock held. The lock's holder is always inside
+    /// its own process's gate and leaves within microseconds (a process unmapping the memory
+    /// first waits for that), so spinning is bounded; it gives up when this gate closes.
+    fn locked<T>(&self, f: impl FnOnce() -> Result<T, TrainError>) -> Result<T, TrainError> {
+        if !self.gate.enter() {
+            return Err(TrainError::Interrupted);
+        }
+        // SAFETY: inside the gate the memory is mapped (see `create`).
         let lock = unsafe { &(*self.header).lock };
         let mut spins = 0u32;
         while lock
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            spins += 1;
+            spins = spins.wrapping_add(1);
             if spins % 64 == 0 {
+                if self.gate.is_closed() {
+                    self.gate.leave();
+                    return Err(TrainError::Interrupted);
+                }
                 std::thread::yield_now();
-            }
-            if spins % 4096 == 0 && stop() {
-                return Err(TrainError::Interrupted);
             }
             std::hint::spin_loop();
         }
-        Ok(())
-    }
-
-    fn unlock(&self) {
-        // SAFETY: as in `lock`.
-        unsafe { (*self.header).lock.store(0, Ordering::Release) };
+        let result = f();
+        lock.store(0, Ordering::Release);
+        self.gate.leave();
+        result
     }
 }
 
@@ -150,26 +212,11 @@ impl Trainer {
         result
     }
 
-    /// Exchanges done by all processes so far (None: not exchanging).
-    pub fn exchanges(&self) -> Option<u64> {
-        self.exchange.as_ref().map(|x| x.shared.exchanges())
-    }
-
     fn exchange_with(&mut self, x: &mut Exchange) -> Result<(), TrainError> {
         let binary = matches!(self.config.kind, ModelKind::Svm | ModelKind::Logistic);
         self.sync();
-        let mut stop = self.interrupt.take();
-        let mut never = || false;
-        let check: &mut dyn FnMut() -> bool = match stop.as_mut() {
-            Some(c) => c,
-            None => &mut never,
-        };
-        let locked = x.shared.lock(check);
-        self.interrupt = stop;
-        locked?;
-        let result = self.exchange_locked(x, binary);
-        x.shared.unlock();
-        result
+        let shared = x.shared.shallow();
+        shared.locked(|| self.exchange_locked(x, binary))
     }
 
     /// The exchange proper, under the shared model's lock.
@@ -252,34 +299,25 @@ impl Trainer {
     /// Iterate averaging: adds this trainer's sums of sampled iterates to the shared ones (once,
     /// after its last epoch).
     pub fn contribute_average(&mut self) -> Result<(), TrainError> {
-        let (Some(x), Some(a)) = (self.exchange.as_mut(), self.average.as_ref()) else {
+        let (Some(x), Some(a)) = (self.exchange.as_ref(), self.average.as_ref()) else {
             return Ok(());
         };
-        let mut stop = self.interrupt.take();
-        let mut never = || false;
-        let check: &mut dyn FnMut() -> bool = match stop.as_mut() {
-            Some(c) => c,
-            None => &mut never,
-        };
-        let locked = x.shared.lock(check);
-        self.interrupt = stop;
-        locked?;
-        if a.samples > 0 {
+        if a.samples == 0 {
+            return Ok(());
+        }
+        let shared = &x.shared;
+        shared.locked(|| {
             // SAFETY: the averaging sums follow the model values (see `bytes`); lock held.
             let sums = unsafe {
-                std::slice::from_raw_parts_mut(
-                    x.shared.values.add(x.shared.n_values),
-                    x.shared.n_values,
-                )
+                std::slice::from_raw_parts_mut(shared.values.add(shared.n_values), shared.n_values)
             };
             for (s, v) in sums.iter_mut().zip(a.weights.iter().chain(&a.bias)) {
                 *s += v;
             }
             // SAFETY: lock held.
-            unsafe { (*x.shared.header).average_samples += a.samples };
-        }
-        x.shared.unlock();
-        Ok(())
+            unsafe { (*shared.header).average_samples += a.samples };
+            Ok(())
+        })
     }
 
     /// Iterate averaging: takes the shared sums (every process's samples, once each has
@@ -290,7 +328,8 @@ impl Trainer {
         };
         let n = x.shared.n_values;
         let d = self.model.weights.len();
-        // SAFETY: no process writes any more (all contributed before this call).
+        // SAFETY: no process writes any more (all contributed before this call), and the
+        // caller keeps the memory mapped while it calls.
         let sums = unsafe { std::slice::from_raw_parts(x.shared.values.add(n), n) };
         a.weights.clear();
         a.weights.extend_from_slice(&sums[..d]);

@@ -35,7 +35,7 @@ mod update;
 
 pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSES};
 pub use epoch::EpochStats;
-pub use exchange::{SharedModel, MIN_EXCHANGE_PERIOD};
+pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
 
 use crate::arena::{prefetch_l2, TupleArena};
 use crate::limits::try_filled;

@@ -209,6 +209,8 @@ fn accuracy(model: &LinearModel, arena: &TupleArena, pos: f64) -> f64 {
     correct as f64 / arena.len() as f64
 }
 
+static GATE: Gate = Gate::new();
+
 /// Memory for a shared model, 8-byte aligned.
 fn shared_memory(n_values: usize) -> Vec<u64> {
     vec![0u64; SharedModel::bytes(n_values).div_ceil(8)]
@@ -223,13 +225,14 @@ fn exchanging_trainers_learn_what_neither_share_holds_alone() {
         blobs(20_000, 1.0, 2.0, Some(true), 2),
     );
     let mut memory = shared_memory(3);
+    GATE.open();
     let mut config = TrainConfig::new(ModelKind::Svm);
     config.average_from_epoch = Some(2);
     // SAFETY: `memory` is aligned, big enough and outlives both trainers.
     let (sa, sb) = unsafe {
         let at = memory.as_mut_ptr().cast::<u8>();
-        let sa = SharedModel::create(at, 3);
-        (sa, SharedModel::attach(at, 3).expect("same shape"))
+        let sa = SharedModel::create(at, 3, &GATE);
+        (sa, SharedModel::attach(at, 3, &GATE).expect("same shape"))
     };
     let mut a = Trainer::new(config.clone(), 2);
     let mut b = Trainer::new(config.clone(), 2);
@@ -280,11 +283,12 @@ fn exchanging_trainers_learn_what_neither_share_holds_alone() {
 #[test]
 fn exchanging_trainers_with_different_label_pairs_fail() {
     let mut memory = shared_memory(3);
+    GATE.open();
     // SAFETY: as above.
     let (sa, sb) = unsafe {
         let at = memory.as_mut_ptr().cast::<u8>();
-        let sa = SharedModel::create(at, 3);
-        (sa, SharedModel::attach(at, 3).expect("same shape"))
+        let sa = SharedModel::create(at, 3, &GATE);
+        (sa, SharedModel::attach(at, 3, &GATE).expect("same shape"))
     };
     let config = TrainConfig::new(ModelKind::Logistic);
     let mut a = Trainer::new(config.clone(), 2);

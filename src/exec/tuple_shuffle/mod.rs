@@ -12,7 +12,7 @@ mod sizing;
 use crate::classes::ClassDictionary;
 use crate::decode::LabelKind;
 use crate::error::raise;
-use crate::pipeline::FeatureLayout;
+use crate::pipeline::{FeatureLayout, Share};
 use crate::pipeline::PipelineConfig;
 use crate::pipeline::{Holdout, Mode, PreprocessSpec};
 use corgipile_ml::arena::TupleArena;
@@ -36,7 +36,10 @@ pub struct TupleShuffle {
     node: *mut pg_sys::PlanState,
     child: *mut pg_sys::PlanState,
     /// The child's state (BlockShuffle), for the tuple id of each row.
-    block: *const BlockShuffle,
+    block: *mut BlockShuffle,
+    /// This process's part of the blocks (parallel training); its rank also seeds the tuple
+    /// shuffle, so that processes do not shuffle their buffers alike.
+    share: Share,
     /// How many `plain_columns` the child has, when rows are read from it by its page reader
     /// (not under EXPLAIN ANALYZE, whose per-node counts need ExecProcNode).
     direct: Option<usize>,
@@ -120,6 +123,30 @@ impl TupleShuffle {
         } else {
             1
         }
+    }
+
+    /// Parallel training: from now on this process reads `share` of the blocks of the epochs
+    /// numbered from `block_epoch` on (see `BlockShuffle::set_share`), into buffers of its part
+    /// of the memory (the buffer size and limit are split between the processes). Called
+    /// before the epoch's first row.
+    pub unsafe fn set_share(&mut self, share: Share, block_epoch: u32) {
+        self.share = share;
+        (*self.block).set_share(share, block_epoch);
+        self.shuffler = TupleShuffler::new(self.tuple_seed(), self.epoch);
+        // A capacity fixed already (by a statistics pass) is split too.
+        if self.capacity > 0 {
+            self.capacity = (self.capacity / share.processes as usize).max(1);
+        }
+    }
+
+    /// The epoch whose block order the child reads.
+    pub fn block_epoch(&self) -> u32 {
+        // SAFETY: the child's state lives as long as this node's.
+        unsafe { (*self.block).epoch() }
+    }
+
+    fn tuple_seed(&self) -> u64 {
+        self.config.seed() ^ (u64::from(self.share.rank)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 
     /// Fill the next buffer of this epoch (reusing `recycled`'s memory), ordered by the
@@ -457,7 +484,7 @@ unsafe fn begin(
     };
     let child = init_child(node, estate, eflags);
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
-    let block: *const BlockShuffle = state_of::<BlockShuffle>(child.cast());
+    let block: *mut BlockShuffle = state_of::<BlockShuffle>(child.cast());
     let table_bytes = (*block).table_bytes();
     let direct = (*block)
         .plain_columns
@@ -488,6 +515,7 @@ unsafe fn begin(
         config,
         child,
         block,
+        share: Share::ALL,
         direct,
         direct_values: vec![pg_sys::Datum::from(0usize); direct.unwrap_or(0)],
         direct_nulls: vec![false; direct.unwrap_or(0)],
@@ -533,7 +561,7 @@ impl Node for TupleShuffle {
 
     unsafe fn rescan(&mut self) {
         self.epoch += 1;
-        self.shuffler = TupleShuffler::new(self.config.seed(), self.epoch);
+        self.shuffler = TupleShuffler::new(self.tuple_seed(), self.epoch);
         self.exhausted = false;
         self.stream = None;
         self.rows_skipped_this_epoch = 0;

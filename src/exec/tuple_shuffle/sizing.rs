@@ -49,7 +49,8 @@ impl TupleShuffle {
                 e.hint,
             ),
         };
-        self.capacity = tuples.max(1) as usize;
+        // Parallel training: each process has its part of the buffer memory.
+        self.capacity = (tuples / u64::from(self.share.processes)).max(1) as usize;
         self.tuple_bytes = bytes_per_tuple;
         self.rows_between_interrupt_checks =
             ((1usize << 20) / bytes_per_tuple.max(1)).clamp(1, 4096) as u64;
