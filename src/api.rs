@@ -13,7 +13,7 @@ use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{
     self, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
 };
-use crate::pipeline::{Holdout, Mode, PipelineConfig};
+use crate::pipeline::{FeatureLayout, Holdout, Mode, PipelineConfig};
 use crate::plan::plan_pipeline;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
@@ -149,6 +149,9 @@ unsafe fn prepare(
         },
         params.only,
     );
+    if params.workers > 0 && mode == Mode::Train {
+        check_parallel(kind, &params, &input);
+    }
     let holdout = match (&params.validation, input.validation_column, mode) {
         (_, Some(c), Mode::Train) => Holdout::Column(c),
         (Some(Validation::Fraction(f)), _, Mode::Train) => Holdout::Fraction(*f),
@@ -170,6 +173,36 @@ unsafe fn prepare(
             preprocess: input.preprocess.clone(),
         },
         input,
+    }
+}
+
+/// What parallel training (`"workers"`) does not do yet: an ERROR before any work.
+fn check_parallel(kind: ModelKind, params: &TrainParams, input: &input::Input) {
+    let unsupported = |what: &str| -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("\"workers\" cannot be used with {what} yet"),
+            Some("Set \"workers\": 0 (the default) to train in one process.".into()),
+        )
+    };
+    if kind == ModelKind::Softmax {
+        unsupported("softmax (the processes would number the classes differently)");
+    }
+    if input.label.uses_classes() {
+        unsupported("a text or boolean label (the processes would number the classes differently)");
+    }
+    if params.validation.is_some() {
+        unsupported("\"validation\"");
+    }
+    if let FeatureLayout::Sparse {
+        n_features: None, ..
+    } = input.layout
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"workers\" with sparse features needs \"n_features\"",
+            Some("Every process must train a model of the same width: give \"n_features\" (the largest index, plus one if index_base is 0).".into()),
+        );
     }
 }
 
@@ -230,7 +263,11 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             known_classes,
             learned.as_ref(),
         );
-        let outcome = prepared.run(Train { validation_rows });
+        let outcome = prepared.run(Train {
+            validation_rows,
+            relid: prepared.relid,
+            sql: prepared.input.sql.clone(),
+        });
         let params = &prepared.config.params;
         store_model(
             &ModelSource {
@@ -471,6 +508,8 @@ fn corgipile_explain(
             pipeline.sgd_node().verbose = false;
             pipeline.run_task(Train {
                 validation_rows: None,
+                relid: prepared.relid,
+                sql: prepared.input.sql.clone(),
             });
         }
         let es = pg_sys::NewExplainState();

@@ -87,6 +87,11 @@ unsafe fn type_name(oid: pg_sys::Oid) -> String {
         .into_owned()
 }
 
+/// A temporary table (parallel workers cannot read the leader's).
+pub unsafe fn is_temporary(relid: pg_sys::Oid) -> bool {
+    pg_sys::get_rel_persistence(relid) as u8 == pg_sys::RELPERSISTENCE_TEMP
+}
+
 /// Only heap tables (and materialized views) have pages we can shuffle, and partitioned
 /// tables are trees of them (their leaves are checked when the scan opens them).
 pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) {

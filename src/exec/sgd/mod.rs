@@ -7,6 +7,7 @@
 mod collect;
 mod evaluate;
 mod learn;
+mod parallel;
 mod trace;
 mod train;
 mod worker;
@@ -62,6 +63,11 @@ pub struct SgdNode {
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
     epochs_run: u32,
+    /// Parallel training (EXPLAIN ANALYZE): workers asked for and started, and each process's
+    /// rows in the last epoch (the leader's first).
+    workers_planned: u32,
+    workers_launched: u32,
+    rows_per_process: Vec<u64>,
 }
 
 impl SgdNode {
@@ -134,6 +140,9 @@ impl Node for SgdNode {
             worker_busy_seconds: 0.0,
             last_stats: None,
             epochs_run: 0,
+            workers_planned: 0,
+            workers_launched: 0,
+            rows_per_process: Vec::new(),
         }
     }
 
@@ -186,6 +195,9 @@ impl Node for SgdNode {
             explain::text(es, "Validation", &format!("{v:?}"));
         }
         explain::int(es, "Batch Size", p.batch_size as i64);
+        if p.workers > 0 {
+            explain::int(es, "Workers Planned", p.workers as i64);
+        }
         explain::float(es, "L2", None, p.l2, 6);
         if p.tolerance > 0.0 {
             explain::float(es, "Tolerance", None, p.tolerance, 6);
@@ -207,6 +219,21 @@ impl Node for SgdNode {
             }
             if let Some(prep) = state.shuffle().preprocessor() {
                 explain::int(es, "Encoded Features", prep.n_features as i64);
+            }
+            if state.workers_planned > 0 {
+                explain::int(es, "Workers Launched", state.workers_launched as i64);
+            }
+            if state.rows_per_process.len() > 1 {
+                let rows: Vec<String> = state
+                    .rows_per_process
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| match i {
+                        0 => format!("leader {r}"),
+                        _ => format!("worker {i} {r}"),
+                    })
+                    .collect();
+                explain::text(es, "Rows Per Process", &rows.join(", "));
             }
             let times: Vec<String> = state
                 .epoch_seconds

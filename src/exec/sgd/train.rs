@@ -3,6 +3,7 @@
 //! statistics pass before them; per-epoch validation and progress.
 
 use super::collect::CollectedRows;
+use super::parallel::{Team, TrainExtras, TrainShare};
 use super::worker::{raise_reply, raise_train_error, Job, Reply, Worker};
 use super::{SgdNode, SgdTask};
 use crate::classes::ClassValue;
@@ -15,11 +16,15 @@ use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
+use std::ffi::CString;
 use std::time::Instant;
 
-/// Train a model; a validation relation's rows (collected before) may come with it.
+/// Train a model; a validation relation's rows (collected before) may come with it. With
+/// `"workers"`, parallel workers plan `sql` over `relid` as the leader did.
 pub struct Train {
     pub validation_rows: Option<CollectedRows>,
+    pub relid: pg_sys::Oid,
+    pub sql: CString,
 }
 
 impl SgdTask for Train {
@@ -27,7 +32,27 @@ impl SgdTask for Train {
     const MODE: Mode = Mode::Train;
 
     unsafe fn run(self, node: &mut SgdNode) -> TrainOutcome {
-        node.train(self.validation_rows)
+        let role = Role::Lead {
+            relid: self.relid,
+            sql: self.sql,
+        };
+        node.train(self.validation_rows, role)
+            .expect("the leader of a training returns its outcome")
+    }
+}
+
+/// How this process takes part in a training.
+pub enum Role {
+    /// The backend: alone, or leading the parallel workers it starts (`"workers"`).
+    Lead { relid: pg_sys::Oid, sql: CString },
+    /// A parallel worker.
+    Member(TrainShare),
+}
+
+impl SgdNode {
+    /// A parallel worker's training (its share of the leader's).
+    pub(super) unsafe fn train_in_team(&mut self, share: TrainShare) {
+        self.train(None, Role::Member(share));
     }
 }
 
@@ -116,22 +141,37 @@ impl SgdNode {
         pg_sys::ExecReScan(self.child);
     }
 
-    /// Every epoch; the model and its history.
-    unsafe fn train(&mut self, validation_rows: Option<CollectedRows>) -> TrainOutcome {
+    /// Every epoch; the model and its history. None only in a parallel worker that had
+    /// nothing to train (no process had a row: the leader raises the ERROR).
+    unsafe fn train(
+        &mut self,
+        validation_rows: Option<CollectedRows>,
+        role: Role,
+    ) -> Option<TrainOutcome> {
         let started = Instant::now();
         let params = self.config.params.clone();
-        self.progress = Some(progress::start(
-            &self.config.relation,
-            self.config.model.name(),
-            params.epochs,
-        ));
+        let (lead, member) = match role {
+            Role::Lead { relid, sql } => (Some((relid, sql)), None),
+            Role::Member(share) => (None, Some(share)),
+        };
+        // The leader reports the whole training; workers report nothing.
+        if member.is_none() {
+            self.progress = Some(progress::start(
+                &self.config.relation,
+                self.config.model.name(),
+                params.epochs,
+            ));
+        }
         let mut train_config = params.train_config(self.config.model);
         let tabular = self.config.layout == FeatureLayout::Tabular;
         // A column list learns its preprocessing in the statistics pass, unless it was
         // learned before (see `Learn`).
         let learning = self.shuffle().is_learning();
         let mut statistics_seconds = None;
-        if (params.normalize && !tabular) || params.class_weight.is_some() || learning {
+        if let Some(share) = &member {
+            // The leader's statistics pass learned these for the whole table.
+            share.extras.clone().apply(&mut train_config);
+        } else if (params.normalize && !tabular) || params.class_weight.is_some() || learning {
             progress::phase("statistics pass");
             let pass_started = Instant::now();
             self.statistics_pass(&mut train_config);
@@ -139,20 +179,77 @@ impl SgdNode {
             self.statistics_seconds = statistics_seconds;
         }
         let shuffle = self.shuffle();
-        if tabular && !learning {
+        if tabular && !learning && member.is_none() {
             train_config.standardizer = shuffle.scaling(params.fit_intercept);
         }
-        let Some(first) = shuffle.next_buffer(None) else {
-            self.no_rows(shuffle.rows_skipped_this_epoch)
+        let mut team = match (lead, member) {
+            (Some((relid, sql)), _) if params.workers > 0 => {
+                self.workers_planned = params.workers;
+                let team = if crate::input::is_temporary(relid) {
+                    // Parallel workers cannot read this session's temporary tables.
+                    None
+                } else {
+                    Team::launch(
+                        relid,
+                        &sql,
+                        &self.config,
+                        TrainExtras::of(&train_config),
+                        shuffle.preprocessor().cloned(),
+                        shuffle.block_epoch(),
+                        params.workers,
+                    )
+                };
+                if let Some(t) = &team {
+                    shuffle.set_share(t.share, shuffle.block_epoch());
+                    self.workers_launched = t.share.processes - 1;
+                }
+                team
+            }
+            (_, Some(share)) => {
+                shuffle.set_share(share.team.share, share.block_epoch);
+                Some(share.team)
+            }
+            _ => None,
         };
-        let n_features = match self.config.layout {
+        let first = shuffle.next_buffer(None);
+        let width = first.as_ref().map(|first| match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
             FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
             FeatureLayout::Tabular => shuffle.preprocessor().map_or(0, |p| p.n_features),
+        });
+        let n_features = match &team {
+            None => match width {
+                Some(w) => w,
+                None => self.no_rows(shuffle.rows_skipped_this_epoch),
+            },
+            Some(t) => match t.agree_on_width(width) {
+                Some(w) => {
+                    if width.is_some_and(|mine| mine != w) {
+                        raise(
+                            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                            format!(
+                                "rows of {} have feature arrays of {} and of {} elements",
+                                self.config.relation,
+                                w,
+                                width.unwrap_or(0)
+                            ),
+                            Some("Every row's feature array must have the same length.".into()),
+                        );
+                    }
+                    w
+                }
+                None if t.is_leader() => self.no_rows(shuffle.rows_skipped_this_epoch),
+                None => return None,
+            },
         };
         let standardizer = train_config.standardizer.clone();
         let mut trainer = Trainer::try_new(train_config, n_features)
             .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+        if let Some(t) = team.as_mut() {
+            let n_values = trainer.model().weights.len() + trainer.model().bias.len();
+            // An exchange reads and writes every weight: a big model exchanges less often.
+            trainer.set_exchange(t.shared_model(n_features, n_values), n_values as u64 / 4);
+        }
         // Single-buffered, the backend trains: it must still answer cancel between rows.
         trainer.set_interrupt(Some(Box::new(|| {
             check_for_interrupts!();
@@ -160,7 +257,8 @@ impl SgdNode {
         })));
         let mut epochs: Vec<EpochRecord> = Vec::new();
         let mut rows_skipped = 0;
-        let mut first = Some(first);
+        let mut rows_trained = 0;
+        let mut first = first;
         let (mut worker, mut local) = if params.double_buffer {
             (Some(Worker::spawn(trainer)), None)
         } else {
@@ -200,8 +298,33 @@ impl SgdNode {
             };
             let stats = result
                 .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+            // With workers: the whole epoch's (every process waits here for the others).
+            let (stats, rows, skipped, labels_seen) = match &team {
+                Some(t) => {
+                    let whole = t.end_epoch(
+                        epoch,
+                        &stats,
+                        shuffle.rows_this_epoch,
+                        shuffle.rows_skipped_this_epoch,
+                        &labels_seen,
+                    );
+                    (
+                        whole.stats,
+                        whole.rows,
+                        whole.rows_skipped,
+                        whole.labels_seen,
+                    )
+                }
+                None => (
+                    stats,
+                    shuffle.rows_this_epoch,
+                    shuffle.rows_skipped_this_epoch,
+                    labels_seen.len(),
+                ),
+            };
+            rows_trained = rows;
             if epoch == 1 {
-                rows_skipped = shuffle.rows_skipped_this_epoch;
+                rows_skipped = skipped;
                 let classes_seen = if self.config.model == ModelKind::Softmax {
                     shuffle.classes.len()
                 } else {
@@ -262,10 +385,28 @@ impl SgdNode {
             }
         }
         progress::finish();
-        let trainer = match worker.take() {
+        let mut trainer = match worker.take() {
             Some(w) => w.finish(),
             None => local.take().expect("local trainer"),
         };
+        if let Some(t) = team.take() {
+            // Every process's last steps are in the shared model now: continue from it, and
+            // pool the iterate averages.
+            if let Err(e) = trainer
+                .exchange()
+                .and_then(|()| trainer.contribute_average())
+            {
+                raise_train_error(e, &self.label_text(), params.normalize);
+            }
+            if !t.is_leader() {
+                t.finish();
+                return None;
+            }
+            self.rows_per_process = t.rows_per_process(self.epochs_run);
+            t.wait_for_workers();
+            trainer.adopt_shared_average();
+            t.finish();
+        }
         let label_map = trainer.label_map();
         let mut model = trainer.into_model();
         if let Some(s) = &standardizer {
@@ -277,7 +418,7 @@ impl SgdNode {
         // only bloat the catalog row.
         let preprocessing = shuffle.preprocessor().cloned();
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
-        TrainOutcome {
+        Some(TrainOutcome {
             model,
             classes,
             standardizer: standardizer
@@ -285,11 +426,11 @@ impl SgdNode {
                 .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
             preprocessing,
             statistics_seconds,
-            rows_trained: shuffle.rows_this_epoch,
+            rows_trained,
             rows_skipped,
             epochs,
             seconds: started.elapsed().as_secs_f64(),
-        }
+        })
     }
 
     /// The label values of the model's classes.
@@ -355,7 +496,11 @@ impl SgdNode {
         mut first: Option<ShuffledBuffer>,
         epoch: u32,
         snapshot: bool,
-    ) -> (Result<EpochStats, TrainError>, usize, Option<LinearModel>) {
+    ) -> (
+        Result<EpochStats, TrainError>,
+        Vec<f64>,
+        Option<LinearModel>,
+    ) {
         worker
             .send(Job::StartEpoch(epoch))
             .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
@@ -410,7 +555,7 @@ impl SgdNode {
         spares: &mut Vec<ShuffledBuffer>,
         mut first: Option<ShuffledBuffer>,
         epoch: u32,
-    ) -> (Result<EpochStats, TrainError>, usize) {
+    ) -> (Result<EpochStats, TrainError>, Vec<f64>) {
         trainer.start_epoch(epoch);
         loop {
             let next = match first.take() {
@@ -420,11 +565,11 @@ impl SgdNode {
             let Some(buffer) = next else { break };
             let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
             if let Err(e) = trainer.train_buffer(&buffer.arena, order) {
-                return (Err(e), trainer.labels_seen().len());
+                return (Err(e), trainer.labels_seen());
             }
             spares.push(buffer);
         }
-        (trainer.finish_epoch(), trainer.labels_seen().len())
+        (trainer.finish_epoch(), trainer.labels_seen())
     }
 }
 

@@ -28,7 +28,8 @@ pub enum Reply {
     Consumed(ShuffledBuffer),
     EpochDone {
         result: Result<EpochStats, TrainError>,
-        labels_seen: usize,
+        /// Binary kinds: the distinct label values seen so far.
+        labels_seen: Vec<f64>,
         label_map: Option<(f64, f64)>,
         busy_seconds: f64,
         model: Option<LinearModel>,
@@ -82,7 +83,7 @@ impl Worker {
                         }
                         Job::EndEpoch { snapshot } => {
                             let result = trainer.finish_epoch();
-                            let labels_seen = trainer.labels_seen().len();
+                            let labels_seen = trainer.labels_seen();
                             // What would be stored now (the average, when averaging).
                             let model = match snapshot.then(|| trainer.result_model()) {
                                 Some(None) => {

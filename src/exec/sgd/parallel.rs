@@ -1,0 +1,515 @@
+//! Parallel training with PostgreSQL parallel workers, the way parallel CREATE INDEX does it: a
+//! `ParallelContext` whose workers call `corgipile_parallel_main` (exported by this library),
+//! each a full backend with the leader's snapshot, user and settings. Every worker plans and
+//! runs the same three-node pipeline as the leader over its share of every epoch's blocks (see
+//! `Share`), with its own buffers (the buffer memory is split between the processes) and its
+//! own SGD; the processes' trainers exchange with one model in shared memory (see
+//! `corgipile_ml::trainer::SharedModel`) every few thousand tuples and at every epoch's end, and
+//! meet at the end of every epoch (`Team::end_epoch`), where each learns the whole epoch's
+//! statistics, so that all of them take the same decisions (early stop) and the leader reports
+//! the whole training once.
+//!
+//! Two shared memory segments: the parallel context's (this module's `Control` and the worker
+//! plan, sized before the workers start) and the model's, created by the leader once the first
+//! rows tell the model's width, and attached by the workers through the handle in `Control`.
+//! The backend thread of each process is the only one to touch `Control`; SGD threads touch the
+//! model only, through the trainer's exchange, behind `MODEL_GATE`.
+
+use super::SgdNode;
+use crate::error::raise;
+use crate::pipeline::{PipelineConfig, PreprocessSpec, Share};
+use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::stats::Standardizer;
+use corgipile_ml::trainer::{EpochStats, Gate, SharedModel, TrainConfig};
+use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
+use serde::{Deserialize, Serialize};
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The toc key of `Control`.
+const KEY_CONTROL: u64 = 0xC0A6_1E00_0000_0001;
+
+/// The leader and at most 64 workers (the `workers` param's limit).
+const MAX_PROCESSES: usize = 65;
+
+/// `Control::model_state`.
+const MODEL_PENDING: u32 = 0;
+const MODEL_READY: u32 = 1;
+/// No process has a row: the leader raises the ERROR, the workers stop quietly.
+const MODEL_NO_ROWS: u32 = 2;
+
+/// Guards this process's mapping of the shared model (see `Gate`): closed when the segment is
+/// detached, which an exiting process does on its backend thread while its SGD thread may still
+/// be inside an exchange.
+static MODEL_GATE: Gate = Gate::new();
+
+/// The data-dependent parts of the trainer's configuration, learned by the leader's statistics
+/// pass and given to every worker.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct TrainExtras {
+    standardizer: Option<Standardizer>,
+    class_weights: Option<Vec<f64>>,
+    label_values: Option<(f64, f64)>,
+}
+
+impl TrainExtras {
+    pub fn of(config: &TrainConfig) -> TrainExtras {
+        TrainExtras {
+            standardizer: config.standardizer.clone(),
+            class_weights: config.class_weights.clone(),
+            label_values: config.label_values,
+        }
+    }
+
+    pub fn apply(self, config: &mut TrainConfig) {
+        config.standardizer = self.standardizer;
+        config.class_weights = self.class_weights;
+        config.label_values = self.label_values;
+    }
+}
+
+/// What a worker needs to build and run its own pipeline (JSON after `Control`).
+#[derive(Serialize, Deserialize)]
+struct WorkerPlan {
+    relid: u32,
+    sql: String,
+    config: PipelineConfig,
+    extras: TrainExtras,
+    /// The epoch number of the leader's block order at the first training epoch (a statistics
+    /// pass counts as one).
+    block_epoch: u32,
+}
+
+/// One process's statistics of one epoch.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct EpochReport {
+    tuples: u64,
+    rows: u64,
+    rows_skipped: u64,
+    loss: f64,
+    accuracy: f64,
+    r2: f64,
+    /// Binary kinds: the distinct label values this process has seen (0, 1 or 2).
+    n_seen: u64,
+    seen: [f64; 2],
+}
+
+#[repr(C)]
+struct Slot {
+    /// The last epoch this process finished (its report is in `reports[epoch % 2]`: a process
+    /// may write epoch e+1's report while a slower one still reads epoch e's, never e+2's).
+    epoch_done: AtomicU32,
+    /// After the first buffer: 1 = no rows in this process's share, w + 2 = rows w features wide.
+    first_width: AtomicU64,
+    reports: [EpochReport; 2],
+}
+
+#[repr(C)]
+struct Control {
+    /// The leader plus the workers that started; 0 until the leader knows.
+    processes: AtomicU32,
+    model_state: AtomicU32,
+    model_handle: AtomicU32,
+    n_features: AtomicU64,
+    plan_len: u64,
+    slots: [Slot; MAX_PROCESSES],
+}
+
+/// The whole epoch, as every process of the team sees it after `end_epoch`.
+pub struct TeamEpoch {
+    pub stats: EpochStats,
+    pub rows: u64,
+    pub rows_skipped: u64,
+    /// Binary kinds: the distinct label values all processes have seen.
+    pub labels_seen: usize,
+}
+
+/// One process's membership in a parallel training.
+pub struct Team {
+    control: *mut Control,
+    pub share: Share,
+    /// Leader only: the parallel context (null in a worker).
+    pcxt: *mut pg_sys::ParallelContext,
+    model: *mut pg_sys::dsm_segment,
+}
+
+/// PostgreSQL's BUFFERALIGN (shm_toc chunks are aligned so).
+fn buffer_align(bytes: usize) -> usize {
+    const ALIGNOF_BUFFER: usize = 32;
+    bytes.div_ceil(ALIGNOF_BUFFER) * ALIGNOF_BUFFER
+}
+
+impl Team {
+    /// Leader: starts up to `workers` parallel workers that will train `relid` with `config`.
+    /// None when none could start (max_parallel_workers, max_worker_processes, no dynamic
+    /// shared memory): the leader then trains alone, as with `"workers": 0`.
+    ///
+    /// # Safety
+    /// Backend thread of a training, before the first training epoch reads a row.
+    pub unsafe fn launch(
+        relid: pg_sys::Oid,
+        sql: &CStr,
+        config: &PipelineConfig,
+        extras: TrainExtras,
+        preprocessor: Option<Preprocessor>,
+        block_epoch: u32,
+        workers: u32,
+    ) -> Option<Team> {
+        let mut worker_config = config.clone();
+        worker_config.params.verbose = false;
+        // A column list's preprocessing, learned by the leader's statistics pass.
+        if let Some(p) = preprocessor {
+            worker_config.preprocess = Some(PreprocessSpec::Fixed(p));
+        }
+        let plan = serde_json::to_vec(&WorkerPlan {
+            relid: u32::from(relid),
+            sql: sql.to_string_lossy().into_owned(),
+            config: worker_config,
+            extras,
+            block_epoch,
+        })
+        .expect("worker plan serializes");
+        let bytes = std::mem::size_of::<Control>() + plan.len();
+        pg_sys::EnterParallelMode();
+        let pcxt = pg_sys::CreateParallelContext(
+            c"$libdir/corgipile".as_ptr(),
+            c"corgipile_parallel_main".as_ptr(),
+            workers as i32,
+        );
+        // shm_toc_estimate_chunk and shm_toc_estimate_keys (C macros).
+        (*pcxt).estimator.space_for_chunks += buffer_align(bytes);
+        (*pcxt).estimator.number_of_keys += 1;
+        pg_sys::InitializeParallelDSM(pcxt);
+        // SAFETY: shm_toc_allocate returns `bytes` of the segment (or raises), BUFFERALIGNed.
+        let at = pg_sys::shm_toc_allocate((*pcxt).toc, bytes).cast::<u8>();
+        std::ptr::write_bytes(at, 0, std::mem::size_of::<Control>());
+        let control = at.cast::<Control>();
+        (*control).plan_len = plan.len() as u64;
+        std::ptr::copy_nonoverlapping(
+            plan.as_ptr(),
+            at.add(std::mem::size_of::<Control>()),
+            plan.len(),
+        );
+        pg_sys::shm_toc_insert((*pcxt).toc, KEY_CONTROL, at.cast());
+        pg_sys::LaunchParallelWorkers(pcxt);
+        let launched = (*pcxt).nworkers_launched;
+        if launched <= 0 {
+            pg_sys::DestroyParallelContext(pcxt);
+            pg_sys::ExitParallelMode();
+            return None;
+        }
+        // Raises if a launched worker failed to start.
+        pg_sys::WaitForParallelWorkersToAttach(pcxt);
+        let processes = launched as u32 + 1;
+        (*control).processes.store(processes, Ordering::Release);
+        Some(Team {
+            control,
+            share: Share { rank: 0, processes },
+            pcxt,
+            model: std::ptr::null_mut(),
+        })
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.share.rank == 0
+    }
+
+    fn slot(&self, rank: u32) -> &Slot {
+        // SAFETY: the control block lives in the parallel context's segment, mapped in every
+        // process for the whole training; rank < processes <= MAX_PROCESSES.
+        unsafe { &(*self.control).slots[rank as usize] }
+    }
+
+    fn control(&self) -> &Control {
+        // SAFETY: as in `slot`.
+        unsafe { &*self.control }
+    }
+
+    /// Waits until `done`, answering cancel and worker errors (an ERROR in a worker reaches the
+    /// leader through CHECK_FOR_INTERRUPTS; one that exits without finishing is an ERROR too).
+    unsafe fn wait_until(&self, mut done: impl FnMut() -> bool) {
+        while !done() {
+            check_for_interrupts!();
+            if self.is_leader() {
+                self.check_workers_running();
+            }
+            pg_sys::pg_usleep(100);
+        }
+    }
+
+    /// Leader: raises if a worker has stopped. Called only while waiting for the workers, who
+    /// all stay until the training's end.
+    unsafe fn check_workers_running(&self) {
+        for i in 0..(*self.pcxt).nworkers_launched as usize {
+            let mut pid: pg_sys::pid_t = 0;
+            let status =
+                pg_sys::GetBackgroundWorkerPid((*(*self.pcxt).worker.add(i)).bgwhandle, &mut pid);
+            if status == pg_sys::BgwHandleStatus::BGWH_STOPPED
+                || status == pg_sys::BgwHandleStatus::BGWH_POSTMASTER_DIED
+            {
+                // Its ERROR, if it sent one, is the better message: let it arrive first.
+                pg_sys::pg_usleep(10_000);
+                check_for_interrupts!();
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!(
+                        "corgipile parallel worker {} exited before the training ended",
+                        i + 1
+                    ),
+                    None,
+                );
+            }
+        }
+    }
+
+    /// After this process's first buffer (`width`: its rows' number of features, None if its
+    /// share had no rows): the model's number of features every process uses, the leader's if
+    /// it has rows, else a worker's. None: no process has a row.
+    pub unsafe fn agree_on_width(&self, width: Option<usize>) -> Option<usize> {
+        let me = self.slot(self.share.rank);
+        me.first_width
+            .store(width.map_or(1, |w| w as u64 + 2), Ordering::Release);
+        let control = self.control();
+        if !self.is_leader() {
+            self.wait_until(|| control.model_state.load(Ordering::Acquire) != MODEL_PENDING);
+            return match control.model_state.load(Ordering::Acquire) {
+                MODEL_READY => Some(control.n_features.load(Ordering::Acquire) as usize),
+                _ => None,
+            };
+        }
+        if let Some(w) = width {
+            return Some(w);
+        }
+        let mut found = None;
+        self.wait_until(|| {
+            let widths: Vec<u64> = (1..self.share.processes)
+                .map(|r| self.slot(r).first_width.load(Ordering::Acquire))
+                .collect();
+            found = widths.iter().find(|&&w| w >= 2).map(|&w| (w - 2) as usize);
+            found.is_some() || widths.iter().all(|&w| w == 1)
+        });
+        if found.is_none() {
+            control.model_state.store(MODEL_NO_ROWS, Ordering::Release);
+        }
+        found
+    }
+
+    /// The shared model of `n_values` weights and biases for `n_features` features: the leader
+    /// creates it (after `agree_on_width`), a worker attaches the leader's.
+    pub unsafe fn shared_model(&mut self, n_features: usize, n_values: usize) -> SharedModel {
+        let control = &*self.control;
+        let bytes = SharedModel::bytes(n_values);
+        if self.is_leader() {
+            self.model = pg_sys::dsm_create(bytes, 0);
+            pg_sys::on_dsm_detach(
+                self.model,
+                Some(close_model_gate),
+                pg_sys::Datum::from(0usize),
+            );
+            MODEL_GATE.open();
+            // SAFETY: a fresh segment of `bytes`, page-aligned, mapped until detached (which
+            // closes the gate first).
+            let shared = SharedModel::create(
+                pg_sys::dsm_segment_address(self.model).cast(),
+                n_values,
+                &MODEL_GATE,
+            );
+            control
+                .model_handle
+                .store(pg_sys::dsm_segment_handle(self.model), Ordering::Relaxed);
+            control
+                .n_features
+                .store(n_features as u64, Ordering::Relaxed);
+            control.model_state.store(MODEL_READY, Ordering::Release);
+            return shared;
+        }
+        let handle = control.model_handle.load(Ordering::Acquire);
+        self.model = pg_sys::dsm_attach(handle);
+        if self.model.is_null() {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile parallel worker could not attach the shared model",
+                None,
+            );
+        }
+        pg_sys::on_dsm_detach(
+            self.model,
+            Some(close_model_gate),
+            pg_sys::Datum::from(0usize),
+        );
+        MODEL_GATE.open();
+        // SAFETY: the leader laid it out (MODEL_READY was published after `create`).
+        SharedModel::attach(
+            pg_sys::dsm_segment_address(self.model).cast(),
+            n_values,
+            &MODEL_GATE,
+        )
+        .unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile parallel worker found a shared model of another shape",
+                None,
+            )
+        })
+    }
+
+    /// The end of `epoch` in this process: publishes its statistics, waits for every process
+    /// to finish the epoch, and returns the whole epoch's.
+    pub unsafe fn end_epoch(
+        &self,
+        epoch: u32,
+        stats: &EpochStats,
+        rows: u64,
+        rows_skipped: u64,
+        labels_seen: &[f64],
+    ) -> TeamEpoch {
+        let slot = &mut (*self.control).slots[self.share.rank as usize];
+        let mut seen = [0.0; 2];
+        for (s, v) in seen.iter_mut().zip(labels_seen) {
+            *s = *v;
+        }
+        slot.reports[(epoch % 2) as usize] = EpochReport {
+            tuples: stats.tuples,
+            rows,
+            rows_skipped,
+            loss: stats.loss,
+            accuracy: stats.accuracy.unwrap_or(f64::NAN),
+            r2: stats.r2.unwrap_or(f64::NAN),
+            n_seen: labels_seen.len().min(2) as u64,
+            seen,
+        };
+        slot.epoch_done.store(epoch, Ordering::Release);
+        let processes = self.share.processes;
+        self.wait_until(|| {
+            (0..processes).all(|r| self.slot(r).epoch_done.load(Ordering::Acquire) >= epoch)
+        });
+        let reports: Vec<EpochReport> = (0..processes)
+            .map(|r| self.slot(r).reports[(epoch % 2) as usize])
+            .collect();
+        combine(stats, &reports)
+    }
+
+    /// Per-worker rows of the last finished epoch (EXPLAIN ANALYZE), the leader's first.
+    pub fn rows_per_process(&self, epoch: u32) -> Vec<u64> {
+        (0..self.share.processes)
+            .map(|r| self.slot(r).reports[(epoch % 2) as usize].rows)
+            .collect()
+    }
+
+    /// Leader, after its last epoch: waits for the workers to finish (they have added their
+    /// averages to the shared model when they do).
+    pub unsafe fn wait_for_workers(&self) {
+        pg_sys::WaitForParallelWorkersToFinish(self.pcxt);
+    }
+
+    /// At the very end: detaches the model; the leader also ends the parallel context.
+    pub unsafe fn finish(self) {
+        if !self.model.is_null() {
+            pg_sys::dsm_detach(self.model);
+        }
+        if self.is_leader() {
+            pg_sys::DestroyParallelContext(self.pcxt);
+            pg_sys::ExitParallelMode();
+        }
+    }
+}
+
+/// The whole epoch's statistics from every process's: tuples add up; loss, accuracy and R² are
+/// means weighted by tuples.
+fn combine(mine: &EpochStats, reports: &[EpochReport]) -> TeamEpoch {
+    let tuples: u64 = reports.iter().map(|r| r.tuples).sum();
+    let weighted = |f: fn(&EpochReport) -> f64| -> f64 {
+        if tuples == 0 {
+            return 0.0;
+        }
+        reports
+            .iter()
+            .filter(|r| r.tuples > 0)
+            .map(|r| f(r) * r.tuples as f64)
+            .sum::<f64>()
+            / tuples as f64
+    };
+    let mut seen: Vec<f64> = reports
+        .iter()
+        .flat_map(|r| r.seen[..r.n_seen as usize].iter().copied())
+        .collect();
+    seen.sort_by(f64::total_cmp);
+    seen.dedup();
+    TeamEpoch {
+        stats: EpochStats {
+            epoch: mine.epoch,
+            loss: weighted(|r| r.loss),
+            accuracy: mine.accuracy.map(|_| weighted(|r| r.accuracy)),
+            r2: mine.r2.map(|_| weighted(|r| r.r2)),
+            tuples,
+            learning_rate: mine.learning_rate,
+        },
+        rows: reports.iter().map(|r| r.rows).sum(),
+        rows_skipped: reports.iter().map(|r| r.rows_skipped).sum(),
+        labels_seen: seen.len(),
+    }
+}
+
+/// on_dsm_detach callback of the model segment: no exchange may touch it from now on.
+#[pg_guard]
+unsafe extern "C-unwind" fn close_model_gate(_seg: *mut pg_sys::dsm_segment, _arg: pg_sys::Datum) {
+    MODEL_GATE.close();
+}
+
+/// The parallel worker's entry point (named in `Team::launch`): plans and runs this worker's
+/// share of the training. ParallelWorkerMain has restored the leader's transaction, snapshot,
+/// user and settings.
+///
+/// # Safety
+/// Called by PostgreSQL's ParallelWorkerMain with the context's segment and table of contents.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn corgipile_parallel_main(
+    _seg: *mut pg_sys::dsm_segment,
+    toc: *mut pg_sys::shm_toc,
+) {
+    let control = pg_sys::shm_toc_lookup(toc, KEY_CONTROL, false).cast::<Control>();
+    let plan_at = control.cast::<u8>().add(std::mem::size_of::<Control>());
+    let plan_bytes = std::slice::from_raw_parts(plan_at, (*control).plan_len as usize);
+    let plan: WorkerPlan = serde_json::from_slice(plan_bytes).expect("worker plan round-trips");
+    let mut team = Team {
+        control,
+        share: Share {
+            rank: pg_sys::ParallelWorkerNumber as u32 + 1,
+            processes: 0,
+        },
+        pcxt: std::ptr::null_mut(),
+        model: std::ptr::null_mut(),
+    };
+    // The leader counts the workers that started before any of them may read.
+    team.wait_until(|| (*control).processes.load(Ordering::Acquire) != 0);
+    team.share.processes = (*control).processes.load(Ordering::Acquire);
+    let sql = CString::new(plan.sql).expect("the query has no NUL");
+    crate::driver::run(
+        pg_sys::Oid::from(plan.relid),
+        &sql,
+        &plan.config,
+        TrainShare {
+            team,
+            extras: plan.extras,
+            block_epoch: plan.block_epoch,
+        },
+    );
+}
+
+/// A worker's task: train its share with the team.
+pub struct TrainShare {
+    pub team: Team,
+    pub extras: TrainExtras,
+    pub block_epoch: u32,
+}
+
+impl super::SgdTask for TrainShare {
+    type Output = ();
+    const MODE: crate::pipeline::Mode = crate::pipeline::Mode::Train;
+
+    unsafe fn run(self, node: &mut SgdNode) {
+        node.train_in_team(self);
+    }
+}
