@@ -158,7 +158,7 @@ impl SharedModel {
             .is_err()
         {
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 if self.gate.is_closed() {
                     self.gate.leave();
                     return Err(TrainError::Interrupted);
