@@ -189,7 +189,7 @@ fn check_parallel(kind: ModelKind, params: &TrainParams, input: &input::Input) {
         unsupported("softmax (the processes would number the classes differently)");
     }
     if input.label.uses_classes() {
-        unsupported("a text or boolean label (the processes would number the classes differently)");
+        unsupported("a text label (the processes would number the classes differently)");
     }
     if params.validation.is_some() {
         unsupported("\"validation\"");

@@ -1,0 +1,629 @@
+"""Parallel training ("workers"): the leader and up to 64 PostgreSQL parallel workers each read a
+disjoint share of every epoch's random block order, train their own copy of the model and
+exchange with one shared model; epoch statistics are combined.
+
+Checked here: validation of "workers" and of what it cannot be used with (0A000 / 22023); a model
+trained with 1, 2 or 4 workers is as accurate (within 0.5 accuracy points, R2 within 0.01) as the
+single-process model with the same seed, on label-clustered tables (Gaussian blobs, a9a, a
+partitioned table, a column list, sparse features) and for a linear regression; fewer workers
+than asked (max_parallel_workers) and TEMP tables train with those that started or the leader
+alone; EXPLAIN shows Workers Planned / Launched and Rows Per Process adding up to the tuples of an
+epoch; the stored params keep "workers"; an ERROR raised by whichever process reads a bad row
+reaches the caller, stores nothing and leaves no parallel worker behind; cancel, statement_timeout
+and the termination of one parallel worker stop the whole training (and the server stays up);
+corgipile.progress shows one row per parallel training."""
+
+import threading
+import time
+
+import psycopg
+import psycopg.errors as E
+import pytest
+from psycopg.types.json import Jsonb
+
+from conftest import DATASETS, REPO, scalar
+
+QUIET = {"verbose": False}
+ACCURACY_TOLERANCE = 0.005  # 0.5 accuracy points
+R2_TOLERANCE = 0.01
+CANCEL_LIMIT = 2.0  # seconds from pg_cancel_backend to the ERROR at the client
+BLOB_ROWS = 200_000
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+
+def train(c, rel, model, params):
+    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, Jsonb({**QUIET, **params})))
+
+
+def evaluate(c, model_id, rel):
+    return scalar(c, "SELECT corgipile_evaluate(%s::bigint, %s::regclass)", (model_id, rel))
+
+
+def explain(c, rel, model, params, analyze=False):
+    return [r[0] for r in c.execute("SELECT * FROM corgipile_explain(%s::regclass, %s, %s, %s)",
+                                    (rel, model, Jsonb({**QUIET, **params}), analyze))]
+
+
+def field(lines, key):
+    """The values of `key` in EXPLAIN text lines ("    Key: value")."""
+    return [ln.split(": ", 1)[1] for ln in lines if ln.strip().startswith(key + ": ")]
+
+
+def rows_per_process(lines):
+    """"leader 66700, worker 1 66658, worker 2 66642" -> [66700, 66658, 66642]."""
+    (text,) = field(lines, "Rows Per Process")
+    parts = [p.strip() for p in text.split(",")]
+    assert parts[0].startswith("leader "), text
+    for i, p in enumerate(parts[1:], start=1):
+        assert p.startswith(f"worker {i} "), text
+    return [int(p.rsplit(" ", 1)[1]) for p in parts]
+
+
+def models_count(c):
+    return scalar(c, "SELECT count(*) FROM corgipile.models")
+
+
+def parallel_workers(c, leader_pid=None):
+    """Parallel workers of this database (of one leader if given), as pg_stat_activity shows them."""
+    if leader_pid is None:
+        return [r[0] for r in c.execute("""SELECT pid FROM pg_stat_activity
+                                           WHERE backend_type = 'parallel worker' AND datname = current_database()""")]
+    return [r[0] for r in c.execute("""SELECT pid FROM pg_stat_activity
+                                       WHERE backend_type = 'parallel worker' AND leader_pid = %s""", (leader_pid,))]
+
+
+def wait_for_workers(observer, leader_pid, timeout=15.0):
+    """Pids of the leader's parallel workers once at least one runs; [] if none showed up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = parallel_workers(observer, leader_pid)
+        if pids:
+            return pids
+        time.sleep(0.02)
+    return []
+
+
+def wait_active(observer, pid, timeout=10.0):
+    """Until the backend runs the training (a cancel sent while idle would be ignored)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile%%' FROM pg_stat_activity "
+                            "WHERE pid = %s", (pid,)):
+            return
+        time.sleep(0.01)
+    raise AssertionError("training did not start")
+
+
+def start_training(conn, rel, model, params):
+    """Runs corgipile_train in a thread; returns (thread, result dict)."""
+    result = {}
+
+    def run():
+        result["started"] = time.monotonic()
+        try:
+            result["value"] = conn.execute("SELECT corgipile_train(%s::regclass, %s, %s)",
+                                           (rel, model, Jsonb({**QUIET, **params}))).fetchone()[0]
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            result["error"] = e
+        result["ended"] = time.monotonic()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, result
+
+
+def stop_if_running(killer, t, pid):
+    """Never leave a training running on the shared cluster."""
+    if t.is_alive():
+        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        t.join(timeout=30)
+
+
+def no_worker_available_skip(observer):
+    busy = scalar(observer, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'parallel worker'")
+    pytest.skip(f"no parallel worker started within 15 s ({busy} parallel workers busy on the cluster): "
+                "cannot test what happens to a running worker")
+
+
+def compare_accuracy(c, rel, model, params, workers=(1, 2, 4), eval_rel=None, floor=0.95):
+    """Trains with "workers": 0 and then each of `workers` (same params, same seed); asserts every
+    parallel model is within ACCURACY_TOLERANCE of the single-process one on `eval_rel`."""
+    eval_rel = eval_rel or rel
+    n = scalar(c, f"SELECT count(*) FROM {rel}")
+    acc = {}
+    for w in (0, *workers):
+        m = train(c, rel, model, {**params, "workers": w})
+        assert scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == n, (rel, w)
+        acc[w] = evaluate(c, m, eval_rel)["accuracy"]
+    msg = f"{model} on {rel}: accuracy per workers " + ", ".join(f"{w}: {a:.4f}" for w, a in acc.items())
+    print("\n" + msg)
+    assert acc[0] > floor, msg
+    for w in workers:
+        assert abs(acc[w] - acc[0]) <= ACCURACY_TOLERANCE, msg
+    return acc
+
+
+# ----------------------------------------------------------------------------------------------
+# tables
+
+
+GAUSS = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"
+
+
+@pytest.fixture(scope="module")
+def tables(dsn):
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("""DROP TABLE IF EXISTS par_blobs, par_reg, par_bad_label, par_bad_length, par_part,
+                                          par_cols, par_sparse, par_small CASCADE""")
+        c.execute("SELECT setseed(0.31)")
+        # Two Gaussian blobs in 10 dimensions, means -0.6 / +0.6 on every axis (Bayes accuracy
+        # ~0.97), stored clustered by label.
+        c.execute(f"""CREATE TABLE par_blobs AS
+            SELECT i AS id, y AS label,
+                   ARRAY(SELECT (CASE WHEN y = 1 THEN 0.6 ELSE -0.6 END) + {GAUSS}
+                         FROM generate_series(1, 10) k WHERE i > 0)::float8[] AS features
+            FROM (SELECT i, (random() < 0.5)::int AS y FROM generate_series(1, {BLOB_ROWS}) i) s
+            ORDER BY y, i""")
+        # Linear regression: y = w.x + noise (R2 ~0.95), stored ordered by y.
+        c.execute(f"""CREATE TABLE par_reg AS
+            SELECT id, features,
+                   (SELECT sum(features[k] * k / 10.0) FROM generate_series(1, 10) k) + 0.5 * g AS label
+            FROM (SELECT i AS id, {GAUSS} AS g,
+                         ARRAY(SELECT {GAUSS} FROM generate_series(1, 10) k WHERE i > 0)::float8[] AS features
+                  FROM generate_series(1, 150000) i) s
+            ORDER BY label""")
+        # Bad rows everywhere (every 500th row): whichever process reads first raises.
+        c.execute("""CREATE TABLE par_bad_label AS
+            SELECT id, CASE WHEN id % 500 = 0 THEN 2 ELSE label END AS label, features
+            FROM par_blobs WHERE id <= 100000 ORDER BY label, id""")
+        c.execute("""CREATE TABLE par_bad_length AS
+            SELECT id, label, CASE WHEN id % 500 = 0 THEN features[1:9] ELSE features END AS features
+            FROM par_blobs WHERE id <= 100000 ORDER BY label, id""")
+        # Partitioned by id range; every partition clustered by label.
+        c.execute("CREATE TABLE par_part (id int, label int, features float8[]) PARTITION BY RANGE (id)")
+        for p in range(4):
+            c.execute(f"CREATE TABLE par_part_{p} PARTITION OF par_part "
+                      f"FOR VALUES FROM ({p * 50000 + 1}) TO ({(p + 1) * 50000 + 1})")
+        c.execute("INSERT INTO par_part SELECT id, label, features FROM par_blobs ORDER BY label, id")
+        # A column list of float8 and integer columns.
+        c.execute(f"""CREATE TABLE par_cols AS
+            SELECT i AS id, y AS label,
+                   (CASE WHEN y = 1 THEN 1.0 ELSE -1.0 END) + {GAUSS} AS a,
+                   round(3 * ((CASE WHEN y = 1 THEN 1.0 ELSE -1.0 END) + {GAUSS}))::int AS b,
+                   (CASE WHEN y = 1 THEN 1.0 ELSE -1.0 END) + {GAUSS} AS c
+            FROM (SELECT i, (random() < 0.5)::int AS y FROM generate_series(1, 150000) i) s
+            ORDER BY y, i""")
+        # Sparse: 5 indices per row, one in each stratum of 10 of 1..50, values +-0.8 + noise.
+        c.execute(f"""CREATE TABLE par_sparse AS
+            SELECT i AS id, y AS label,
+                   ARRAY(SELECT k * 10 + 1 + floor(random() * 10)::int FROM generate_series(0, 4) k WHERE i > 0)::int4[] AS idx,
+                   ARRAY(SELECT (CASE WHEN y = 1 THEN 0.8 ELSE -0.8 END) + {GAUSS}
+                         FROM generate_series(0, 4) k WHERE i > 0)::float8[] AS val
+            FROM (SELECT i, (random() < 0.5)::int AS y FROM generate_series(1, 150000) i) s
+            ORDER BY y, i""")
+        # Small, for validation errors: a text, a boolean and a three-valued integer label.
+        c.execute("""CREATE TABLE par_small AS
+            SELECT i AS id, ARRAY[i % 7, (i % 2) + random()]::float8[] AS features, i % 2 AS label,
+                   (ARRAY['no', 'yes'])[1 + i % 2] AS tlabel, (i % 2 = 1) AS blabel, i % 3 AS klabel,
+                   ARRAY[1 + i % 5, 6 + i % 3]::int4[] AS idx, ARRAY[1.0, (i % 2) + 0.5]::float8[] AS val
+            FROM generate_series(1, 2000) i""")
+        c.execute("VACUUM ANALYZE par_blobs, par_reg, par_bad_label, par_bad_length, par_part, par_cols, "
+                  "par_sparse, par_small")
+        assert scalar(c, "SELECT count(*) FROM par_part") == BLOB_ROWS
+        assert scalar(c, "SELECT bool_and(cardinality(idx) = 5 AND idx[5] <= 50) FROM par_sparse")
+    yield dsn
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("""DROP TABLE IF EXISTS par_blobs, par_reg, par_bad_label, par_bad_length, par_part,
+                                          par_cols, par_sparse, par_small CASCADE""")
+
+
+A9A_FEATURES = 123
+
+
+@pytest.fixture(scope="module")
+def a9a(dsn):
+    import subprocess
+    import sys
+
+    train_file, test_file = DATASETS / "a9a.train.bz2", DATASETS / "a9a.test.bz2"
+    if not train_file.exists() or not test_file.exists():
+        pytest.skip(f"{train_file} not found")
+    dbname = dsn.split("=")[1]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS par_a9a_train, par_a9a_test, par_a9a_clustered")
+    for path, table in ((train_file, "par_a9a_train"), (test_file, "par_a9a_test")):
+        subprocess.run([sys.executable, str(REPO / "scripts" / "load_libsvm.py"), str(path), table,
+                        "--n-features", str(A9A_FEATURES), "-d", dbname], check=True, capture_output=True)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE par_a9a_clustered AS SELECT * FROM par_a9a_train ORDER BY label, id")
+        c.execute("VACUUM ANALYZE par_a9a_clustered, par_a9a_test")
+        assert scalar(c, "SELECT count(*) FROM par_a9a_clustered") == 32561
+    yield dsn
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS par_a9a_train, par_a9a_test, par_a9a_clustered")
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+
+
+@pytest.mark.parametrize("workers", [-1, 65, "two", 1.5, None, True])
+@pytest.mark.parametrize("call", ["train", "explain"])
+def test_out_of_range_workers_is_invalid_parameter_value(conn, tables, workers, call):
+    before = models_count(conn)
+    params = {"epochs": 1, "workers": workers}
+    with pytest.raises(E.InvalidParameterValue) as err:
+        if call == "train":
+            train(conn, "par_small", "svm", params)
+        else:
+            explain(conn, "par_small", "svm", params)
+    assert err.value.sqlstate == "22023"
+    assert "workers" in err.value.diag.message_primary, err.value.diag.message_primary
+    assert models_count(conn) == before
+
+
+@pytest.mark.parametrize("workers", [0, 1, 64])
+def test_workers_bounds_are_accepted(conn, tables, workers):
+    m = train(conn, "par_small", "svm", {"epochs": 1, "seed": 1, "workers": workers})
+    assert scalar(conn, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == 2000
+
+
+UNSUPPORTED = {
+    "softmax": ("softmax", {"label": "klabel"}),
+    "text label": ("logistic", {"label": "tlabel"}),
+    "validation fraction": ("svm", {"validation": {"fraction": 0.2}}),
+    "validation predicate": ("logistic", {"validation": {"predicate": "id % 5 = 0"}}),
+}
+
+
+def test_boolean_label_trains_with_workers(conn, tables):
+    # A boolean label is two numeric values (false/true), not classes: every process agrees.
+    m0 = train(conn, "par_small", "svm", {"epochs": 2, "seed": 1, "label": "blabel", "workers": 0})
+    m2 = train(conn, "par_small", "svm", {"epochs": 2, "seed": 1, "label": "blabel", "workers": 2})
+    acc = lambda m: scalar(conn, "SELECT (corgipile_evaluate(%s, 'par_small')->>'accuracy')::float8", (m,))
+    assert abs(acc(m2) - acc(m0)) <= 0.02
+
+
+@pytest.mark.parametrize("case", list(UNSUPPORTED))
+def test_unsupported_with_workers_is_feature_not_supported(conn, tables, case):
+    model, extra = UNSUPPORTED[case]
+    params = {"epochs": 1, "seed": 1, **extra}
+    before = models_count(conn)
+    with pytest.raises(E.FeatureNotSupported) as err:
+        train(conn, "par_small", model, {**params, "workers": 2})
+    assert err.value.sqlstate == "0A000"
+    assert err.value.diag.message_primary.startswith('"workers" cannot be used with'), err.value.diag.message_primary
+    assert models_count(conn) == before
+    # The same call trains without workers.
+    m = train(conn, "par_small", model, {**params, "workers": 0})
+    assert m is not None and models_count(conn) == before + 1
+
+
+def test_sparse_without_n_features_is_invalid_with_workers(conn, tables):
+    params = {"epochs": 1, "seed": 1, "features": {"indices": "idx", "values": "val"}}
+    before = models_count(conn)
+    with pytest.raises(E.InvalidParameterValue) as err:
+        train(conn, "par_small", "svm", {**params, "workers": 2})
+    assert err.value.sqlstate == "22023"
+    assert err.value.diag.message_primary == '"workers" with sparse features needs "n_features"'
+    assert models_count(conn) == before
+    assert train(conn, "par_small", "svm", {**params, "workers": 0}) is not None
+    assert train(conn, "par_small", "svm", {**params, "workers": 2, "n_features": 8}) is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# accuracy: 1, 2, 4 workers against one process with the same seed
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_accuracy_with_workers_matches_one_process_on_clustered_blobs(conn, tables, model):
+    compare_accuracy(conn, "par_blobs", model, {"epochs": 3, "seed": 11})
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_accuracy_with_workers_matches_one_process_on_clustered_a9a(conn, a9a, model):
+    acc = compare_accuracy(conn, "par_a9a_clustered", model, {"epochs": 10, "seed": 5},
+                           eval_rel="par_a9a_test", floor=0.84)
+    assert min(acc.values()) >= 0.84, acc
+
+
+def test_linear_regression_r2_with_workers_matches_one_process(conn, tables):
+    r2 = {}
+    for w in (0, 1, 2, 4):
+        m = train(conn, "par_reg", "linear", {"epochs": 3, "seed": 3, "workers": w})
+        r2[w] = evaluate(conn, m, "par_reg")["r2"]
+    msg = "linear on par_reg: R2 per workers " + ", ".join(f"{w}: {v:.4f}" for w, v in r2.items())
+    print("\n" + msg)
+    assert r2[0] > 0.9, msg
+    for w in (1, 2, 4):
+        assert abs(r2[w] - r2[0]) <= R2_TOLERANCE, msg
+
+
+def test_partitioned_table_with_two_workers(conn, tables):
+    acc = compare_accuracy(conn, "par_part", "svm", {"epochs": 3, "seed": 7}, workers=(2,))
+    lines = explain(conn, "par_part", "svm", {"epochs": 2, "seed": 7, "workers": 2}, analyze=True)
+    assert field(lines, "Tables") == ["4"], lines
+    assert field(lines, "Tuples Per Epoch") == [str(BLOB_ROWS)], lines
+    launched = int(field(lines, "Workers Launched")[0])
+    if launched > 0:
+        assert sum(rows_per_process(lines)) == BLOB_ROWS, lines
+    assert acc[2] > 0.95
+
+
+def test_column_list_features_with_workers(conn, tables):
+    params = {"features": ["a", "b", "c"], "epochs": 3, "seed": 2}
+    compare_accuracy(conn, "par_cols", "logistic", params, workers=(2, 4), floor=0.93)
+    m = train(conn, "par_cols", "svm", {**params, "workers": 2})
+    cols = scalar(conn, "SELECT preprocessing FROM corgipile.models WHERE id = %s", (m,))["columns"]
+    assert [col["name"] for col in cols] == ["a", "b", "c"]
+
+
+def test_sparse_features_with_n_features_and_workers(conn, tables):
+    params = {"features": {"indices": "idx", "values": "val"}, "n_features": 50, "epochs": 3, "seed": 4}
+    compare_accuracy(conn, "par_sparse", "svm", params, workers=(2, 4), floor=0.93)
+    m = train(conn, "par_sparse", "logistic", {**params, "workers": 2})
+    assert scalar(conn, "SELECT n_features FROM corgipile.models WHERE id = %s", (m,)) == 50
+
+
+# ----------------------------------------------------------------------------------------------
+# fewer workers than asked; TEMP tables
+
+
+def test_no_parallel_workers_available_trains_with_the_leader_alone(dsn, tables):
+    with psycopg.connect(dsn, autocommit=True) as c:
+        base = train(c, "par_blobs", "svm", {"epochs": 3, "seed": 5})
+        c.execute("SET max_parallel_workers = 0")
+        m = train(c, "par_blobs", "svm", {"epochs": 3, "seed": 5, "workers": 4})
+        assert scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == BLOB_ROWS
+        base_acc, acc = evaluate(c, base, "par_blobs")["accuracy"], evaluate(c, m, "par_blobs")["accuracy"]
+        assert abs(acc - base_acc) <= ACCURACY_TOLERANCE, (acc, base_acc)
+        lines = explain(c, "par_blobs", "svm", {"epochs": 2, "seed": 5, "workers": 4}, analyze=True)
+        assert field(lines, "Workers Planned") == ["4"], lines
+        assert field(lines, "Workers Launched") == ["0"], lines
+        assert field(lines, "Rows Per Process") == [], lines
+        assert field(lines, "Tuples Per Epoch") == [str(BLOB_ROWS)], lines
+
+
+def test_fewer_workers_than_asked_train_every_row(dsn, tables):
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SET max_parallel_workers = 1")
+        lines = explain(c, "par_blobs", "logistic", {"epochs": 2, "seed": 5, "workers": 4}, analyze=True)
+        assert field(lines, "Workers Planned") == ["4"], lines
+        launched = int(field(lines, "Workers Launched")[0])
+        assert launched in (0, 1), lines
+        if launched:
+            rows = rows_per_process(lines)
+            assert len(rows) == 2 and sum(rows) == BLOB_ROWS, lines
+        m = train(c, "par_blobs", "logistic", {"epochs": 2, "seed": 5, "workers": 4})
+        assert scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == BLOB_ROWS
+        assert evaluate(c, m, "par_blobs")["accuracy"] > 0.95
+
+
+def test_temp_table_trains_with_the_leader_alone(dsn, tables):
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("CREATE TEMP TABLE par_tmp AS SELECT * FROM par_blobs WHERE id % 2 = 0 ORDER BY label, id")
+        n = scalar(c, "SELECT count(*) FROM par_tmp")
+        base = train(c, "par_tmp", "svm", {"epochs": 3, "seed": 9})
+        m = train(c, "par_tmp", "svm", {"epochs": 3, "seed": 9, "workers": 2})
+        assert scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == n
+        acc, base_acc = evaluate(c, m, "par_tmp")["accuracy"], evaluate(c, base, "par_tmp")["accuracy"]
+        assert abs(acc - base_acc) <= ACCURACY_TOLERANCE, (acc, base_acc)
+        lines = explain(c, "par_tmp", "svm", {"epochs": 1, "seed": 9, "workers": 2}, analyze=True)
+        assert field(lines, "Workers Launched") == ["0"], lines
+        assert field(lines, "Tuples Per Epoch") == [str(n)], lines
+
+
+# ----------------------------------------------------------------------------------------------
+# EXPLAIN and the stored params
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 4])
+def test_explain_shows_workers_planned(conn, tables, workers):
+    lines = explain(conn, "par_blobs", "svm", {"epochs": 2, "seed": 1, "workers": workers})
+    assert field(lines, "Workers Planned") == ([str(workers)] if workers else []), lines
+    # Plain EXPLAIN runs nothing.
+    assert field(lines, "Workers Launched") == [] and field(lines, "Rows Per Process") == [], lines
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_explain_analyze_rows_per_process_add_up(conn, tables, workers):
+    # Workers Launched may be below the plan when other sessions hold worker slots; retry a few
+    # times so that at least one worker runs.
+    for _ in range(5):
+        lines = explain(conn, "par_blobs", "svm", {"epochs": 2, "seed": 1, "workers": workers}, analyze=True)
+        launched = int(field(lines, "Workers Launched")[0])
+        if launched > 0:
+            break
+        time.sleep(0.5)
+    assert field(lines, "Workers Planned") == [str(workers)], lines
+    assert 1 <= launched <= workers, lines
+    assert field(lines, "Tuples Per Epoch") == [str(BLOB_ROWS)], lines
+    rows = rows_per_process(lines)
+    assert len(rows) == launched + 1, lines
+    assert sum(rows) == BLOB_ROWS, lines
+    assert all(r > 0 for r in rows), lines
+    assert field(lines, "Epochs Run") == ["2"], lines
+
+
+def test_explain_analyze_without_workers_has_no_worker_lines(conn, tables):
+    lines = explain(conn, "par_blobs", "svm", {"epochs": 1, "seed": 1}, analyze=True)
+    for key in ("Workers Planned", "Workers Launched", "Rows Per Process"):
+        assert field(lines, key) == [], lines
+
+
+def test_stored_params_contain_workers(conn, tables):
+    m2 = train(conn, "par_blobs", "svm", {"epochs": 1, "seed": 1, "workers": 2})
+    m0 = train(conn, "par_blobs", "svm", {"epochs": 1, "seed": 1})
+    params = dict(conn.execute("SELECT id, params FROM corgipile.models WHERE id IN (%s, %s)", (m0, m2)).fetchall())
+    assert params[m2]["workers"] == 2
+    assert params[m0]["workers"] == 0
+    # The stored params train again: the same call with the stored params is accepted.
+    again = scalar(conn, "SELECT corgipile_train('par_blobs', 'svm', params) FROM corgipile.models WHERE id = %s", (m2,))
+    assert scalar(conn, "SELECT params->'workers' FROM corgipile.models WHERE id = %s", (again,)) == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# errors raised by a process reading a bad row
+
+
+BAD = {
+    "third label": ("par_bad_label", psycopg.DataError, "22000", "more than two distinct values"),
+    "short feature array": ("par_bad_length", psycopg.DataError, "2202E", "features has 9 elements, expected 10"),
+}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("case", list(BAD))
+@pytest.mark.parametrize("workers", [2, 4])
+def test_error_from_any_process_reaches_the_caller(dsn, tables, case, seed, workers):
+    """Every 500th row is bad, so whichever process reads one first raises (no statistics pass:
+    "normalize": false, so the training processes are the first to read the rows)."""
+    rel, cls, sqlstate, text = BAD[case]
+    with psycopg.connect(dsn, autocommit=True) as c, psycopg.connect(dsn, autocommit=True) as observer:
+        before = models_count(observer)
+        pid = c.info.backend_pid
+        with pytest.raises(cls) as err:
+            train(c, rel, "svm", {"epochs": 2, "seed": seed, "workers": workers, "normalize": False})
+        assert err.value.sqlstate == sqlstate, err.value
+        assert text in err.value.diag.message_primary, err.value.diag.message_primary
+        assert models_count(observer) == before
+        assert parallel_workers(observer, pid) == []
+        assert parallel_workers(observer) == []
+        # The session goes on working.
+        assert scalar(c, "SELECT 1") == 1
+        assert train(c, "par_small", "svm", {"epochs": 1, "workers": workers}) is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# cancel, statement_timeout, a terminated worker
+
+
+LONG = {"epochs": 1_000_000, "seed": 1}
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_pg_cancel_backend_stops_parallel_training(dsn, tables, workers):
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        before = models_count(killer)
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "par_blobs", "svm", {**LONG, "workers": workers})
+        try:
+            wait_active(killer, pid)
+            seen = wait_for_workers(killer, pid)
+            time.sleep(1.5)
+            assert t.is_alive(), f"training should still be running: {result}"
+            cancelled_at = time.monotonic()
+            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(timeout=60)
+            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
+        finally:
+            stop_if_running(killer, t, pid)
+        latency = result["ended"] - cancelled_at
+        print(f"\ncancel latency with {workers} workers ({len(seen)} seen running): {latency:.2f} s")
+        assert isinstance(result.get("error"), E.QueryCanceled), result
+        assert result["error"].sqlstate == "57014"
+        assert latency < CANCEL_LIMIT, f"cancel took {latency:.2f} s"
+        assert parallel_workers(killer, pid) == []
+        assert parallel_workers(killer) == []
+        assert models_count(killer) == before
+        assert scalar(victim, "SELECT 1") == 1
+        assert scalar(killer, "SELECT 1") == 1
+
+
+def test_statement_timeout_stops_parallel_training(dsn, tables):
+    with psycopg.connect(dsn, autocommit=True) as c, psycopg.connect(dsn, autocommit=True) as observer:
+        before = models_count(observer)
+        pid = c.info.backend_pid
+        c.execute("SET statement_timeout = '1500ms'")
+        started = time.monotonic()
+        with pytest.raises(E.QueryCanceled) as err:
+            train(c, "par_blobs", "logistic", {**LONG, "workers": 2})
+        elapsed = time.monotonic() - started
+        c.execute("RESET statement_timeout")
+        print(f"\nstatement_timeout 1.5 s: ERROR after {elapsed:.2f} s")
+        assert err.value.sqlstate == "57014"
+        assert elapsed < 1.5 + CANCEL_LIMIT, elapsed
+        assert parallel_workers(observer, pid) == []
+        assert parallel_workers(observer) == []
+        assert models_count(observer) == before
+        assert train(c, "par_small", "svm", {"epochs": 1, "workers": 2}) is not None
+
+
+def test_terminating_one_parallel_worker_fails_the_training_not_the_server(dsn, tables):
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        started_at = scalar(killer, "SELECT pg_postmaster_start_time()")
+        before = models_count(killer)
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "par_blobs", "svm", {**LONG, "workers": 2})
+        try:
+            wait_active(killer, pid)
+            workers = wait_for_workers(killer, pid)
+            if not workers:
+                stop_if_running(killer, t, pid)
+                no_worker_available_skip(killer)
+            time.sleep(1.0)
+            assert t.is_alive(), f"training should still be running: {result}"
+            terminated_at = time.monotonic()
+            assert scalar(killer, "SELECT pg_terminate_backend(%s)", (workers[0],))
+            t.join(timeout=30)
+            stopped = not t.is_alive()
+        finally:
+            if t.is_alive():
+                killer.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                t.join(timeout=10)
+            stop_if_running(killer, t, pid)
+        assert stopped, "the leader was still training 30 s after one of its workers was terminated"
+        print(f"\nleader failed {result['ended'] - terminated_at:.2f} s after its worker was terminated: "
+              f"{result.get('error')!r}")
+        assert isinstance(result.get("error"), psycopg.Error), result
+        assert "value" not in result
+        # The server did not restart, other sessions go on working, no worker is left.
+        assert scalar(killer, "SELECT pg_postmaster_start_time()") == started_at
+        assert scalar(killer, "SELECT 1") == 1
+        assert parallel_workers(killer, pid) == []
+        assert models_count(killer) == before
+        with psycopg.connect(dsn, autocommit=True) as other:
+            assert scalar(other, "SELECT count(*) FROM par_small") == 2000
+            assert train(other, "par_small", "svm", {"epochs": 1, "workers": 2}) is not None
+        # The worker's FATAL reaches the leader as an ERROR: the leader's session goes on.
+        assert scalar(victim, "SELECT 1") == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# progress
+
+
+def test_progress_shows_one_row_for_a_parallel_training(dsn, tables):
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as observer:
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "par_blobs", "svm", {**LONG, "workers": 4})
+        samples = []
+        try:
+            wait_active(observer, pid)
+            workers = wait_for_workers(observer, pid)
+            if not workers:
+                stop_if_running(observer, t, pid)
+                no_worker_available_skip(observer)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(samples) < 5:
+                running = parallel_workers(observer, pid)
+                rows = observer.execute("""SELECT pid, relation, model, phase, epoch, epochs FROM corgipile.progress
+                                           WHERE datname = current_database()""").fetchall()
+                if running and rows and rows[0][3] == "training":
+                    samples.append((rows, running))
+                time.sleep(0.2)
+            observer.execute("SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(timeout=30)
+        finally:
+            stop_if_running(observer, t, pid)
+        assert isinstance(result.get("error"), E.QueryCanceled), result
+        assert len(samples) == 5, f"a training with running workers was seen {len(samples)} times"
+        for rows, running in samples:
+            assert len(rows) == 1, (rows, running)
+            row = rows[0]
+            assert row[0] == pid and row[1] == "par_blobs" and row[2] == "svm" and row[5] == 1_000_000, row
+        assert observer.execute("SELECT count(*) FROM corgipile.progress WHERE datname = current_database()"
+                                ).fetchone()[0] == 0
