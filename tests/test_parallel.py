@@ -470,8 +470,11 @@ def test_stored_params_contain_workers(conn, tables):
 
 
 BAD = {
-    "third label": ("par_bad_label", psycopg.DataError, "22000", "more than two distinct values"),
-    "short feature array": ("par_bad_length", psycopg.DataError, "2202E", "features has 9 elements, expected 10"),
+    "third label": ("par_bad_label", psycopg.DataError, "22000", ("more than two distinct values",)),
+    # Whichever length a process read first is the one it expects (as in one process).
+    "short feature array": ("par_bad_length", psycopg.DataError, "2202E",
+                            ("features has 9 elements, expected 10", "features has 10 elements, expected 9",
+                             "have feature arrays of")),
 }
 
 
@@ -488,7 +491,7 @@ def test_error_from_any_process_reaches_the_caller(dsn, tables, case, seed, work
         with pytest.raises(cls) as err:
             train(c, rel, "svm", {"epochs": 2, "seed": seed, "workers": workers, "normalize": False})
         assert err.value.sqlstate == sqlstate, err.value
-        assert text in err.value.diag.message_primary, err.value.diag.message_primary
+        assert any(t in err.value.diag.message_primary for t in text), err.value.diag.message_primary
         assert models_count(observer) == before
         assert parallel_workers(observer, pid) == []
         assert parallel_workers(observer) == []

@@ -226,7 +226,7 @@ impl SgdNode {
                 Some(w) => {
                     if width.is_some_and(|mine| mine != w) {
                         raise(
-                            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                            PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
                             format!(
                                 "rows of {} have feature arrays of {} and of {} elements",
                                 self.config.relation,
