@@ -167,3 +167,14 @@ CREATE FUNCTION "corgipile_revoke"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_revoke_id_wrapper';
+
+-- A shard server's part of a training over a sharded table (postgres_fdw partitions).
+CREATE FUNCTION "corgipile_shard_round"(
+	"relation" regclass,
+	"model" TEXT,
+	"params" jsonb,
+	"request" TEXT
+) RETURNS TEXT
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'corgipile_shard_round_wrapper';

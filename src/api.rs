@@ -8,7 +8,9 @@ use crate::decode::ParamsArg;
 use crate::driver::{self, Pipeline};
 use crate::error::raise;
 use crate::exec::explain;
-use crate::exec::sgd::{Collect, CollectedRows, Evaluate, Learn, SgdTask, Trace, Train};
+use crate::exec::sgd::{
+    Collect, CollectedRows, Evaluate, Learn, RoundReply, RoundRequest, SgdTask, ShardRound, Trace, Train,
+};
 use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{
     self, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
@@ -263,11 +265,14 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             known_classes,
             learned.as_ref(),
         );
-        let outcome = prepared.run(Train {
-            validation_rows,
-            relid: prepared.relid,
-            sql: prepared.input.sql.clone(),
-        });
+        let outcome = match crate::shard::sharded_leaves(prepared.relid) {
+            Some(leaves) => train_sharded(&prepared, leaves),
+            None => prepared.run(Train {
+                validation_rows,
+                relid: prepared.relid,
+                sql: prepared.input.sql.clone(),
+            }),
+        };
         let params = &prepared.config.params;
         store_model(
             &ModelSource {
@@ -298,6 +303,80 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             &outcome,
         )
     }
+}
+
+/// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
+/// combines (see `crate::shard`).
+unsafe fn train_sharded(prepared: &Prepared, leaves: Vec<crate::shard::Leaf>) -> crate::pipeline::TrainOutcome {
+    let config = &prepared.config;
+    crate::shard::check_supported(config.model, config);
+    // The shards read their tables as the user mappings' roles; here the caller must be allowed
+    // to read the partitioned table, and its row-level security (which the shards cannot apply)
+    // must not be in force.
+    if pg_sys::pg_class_aclcheck(prepared.relid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
+        != pg_sys::AclResult::ACLCHECK_OK
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("permission denied for table {}", config.relation),
+            None,
+        );
+    }
+    if pg_sys::check_enable_rls(prepared.relid, pg_sys::InvalidOid, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("cannot train on the sharded table {}: its row-level security would not apply on the shards", config.relation),
+            Some("Define the policies on the shards' tables, for the roles the user mappings name.".into()),
+        );
+    }
+    let kind = config.model;
+    let params = config.params.clone();
+    let run_local = |relid: pg_sys::Oid, request: &RoundRequest| shard_round_here(relid, kind, &params, request);
+    crate::shard::train(leaves, config, &run_local)
+}
+
+/// Runs a shard's round on a table of this server.
+unsafe fn shard_round_here(
+    relid: pg_sys::Oid,
+    kind: ModelKind,
+    params: &TrainParams,
+    request: &RoundRequest,
+) -> RoundReply {
+    let mut params = params.clone();
+    params.verbose = false;
+    params.workers = 0;
+    let prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
+    crate::shard::check_supported(kind, &prepared.config);
+    prepared.run(ShardRound {
+        request: request.clone(),
+    })
+}
+
+/// A shard server's part of a training over a sharded table: called by the coordinator
+/// through the user mapping's connection. Returns the round's result as JSON; stores nothing.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_shard_round(relation: PgRelation, model: &str, params: ParamsArg, request: &str) -> String {
+    let kind = parse_model(model);
+    let params = parse_params(&params);
+    check_schema_version();
+    let request: RoundRequest = serde_json::from_str(request).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("invalid corgipile shard request: {e}"),
+            Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into()),
+        )
+    });
+    let version = env!("CARGO_PKG_VERSION");
+    if request.version != version {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("the coordinator runs corgipile {}, this shard {version}", request.version),
+            Some("Install the same corgipile version on every server.".into()),
+        );
+    }
+    // SAFETY: as corgipile_train.
+    let reply = unsafe { shard_round_here(relation.oid(), kind, &params, &request) };
+    serde_json::to_string(&reply).expect("reply serializes")
 }
 
 /// Reads a validation relation (same columns as the training relation) into memory.

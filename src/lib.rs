@@ -3,7 +3,7 @@
 //! Layout: `api` holds the training/evaluation SQL functions, `predict` the prediction ones,
 //! `manage` model names, deployment and export, `progress` what pg_stat_activity shows; `plan` builds the BlockShuffle → TupleShuffle → SGD
 //! executor tree through the planner, `exec` holds the three CustomScan nodes, `catalog` the
-//! model tables. The pure ML (models, SGD, shuffling, params) is the `corgipile_ml` crate.
+//! model tables, `shard` training over tables sharded across servers. The pure ML (models, SGD, shuffling, params) is the `corgipile_ml` crate.
 
 use pgrx::prelude::*;
 
@@ -24,6 +24,7 @@ mod pipeline;
 mod plan;
 mod predict;
 mod progress;
+mod shard;
 
 pgrx::pg_module_magic!();
 

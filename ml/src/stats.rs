@@ -11,7 +11,7 @@ use crate::model::Row;
 /// Streaming per-feature statistics. Sparse rows only visit their non-zeros;
 /// the implicit zeros are added at the end (Chan's merge of a group of
 /// non-zeros with a group of zeros), so a pass costs O(nnz), not O(d).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct FeatureStats {
     rows: u64,
     /// Per feature: values visited, their Welford mean and sum of squared deviations.
@@ -32,6 +32,19 @@ fn welford(n: u64, mean: &mut f64, m2: &mut f64, x: f64) {
     let delta = x - *mean;
     *mean += delta / n as f64;
     *m2 += delta * (x - *mean);
+}
+
+/// Merges the moments of a group of `nb` values into those of `na` values.
+fn merge_moments(na: &mut u64, mean_a: &mut f64, m2_a: &mut f64, nb: u64, mean_b: f64, m2_b: f64) {
+    if nb == 0 {
+        return;
+    }
+    let n = *na + nb;
+    let delta = mean_b - *mean_a;
+    let (af, bf, nf) = (*na as f64, nb as f64, n as f64);
+    *mean_a += delta * bf / nf;
+    *m2_a += m2_b + delta * delta * af * bf / nf;
+    *na = n;
 }
 
 impl FeatureStats {
@@ -90,6 +103,42 @@ impl FeatureStats {
 
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// Adds `other`'s rows (statistics of another part of the table; Chan's pairwise merge of
+    /// means and squared deviations), as if they had been pushed here.
+    pub fn merge(&mut self, other: &FeatureStats) {
+        let d = self.seen.len().max(other.seen.len());
+        self.seen.resize(d, 0);
+        self.mean.resize(d, 0.0);
+        self.m2.resize(d, 0.0);
+        self.max_abs.resize(d, 0.0);
+        for j in 0..other.seen.len() {
+            let b = other.seen[j];
+            merge_moments(
+                &mut self.seen[j],
+                &mut self.mean[j],
+                &mut self.m2[j],
+                b,
+                other.mean[j],
+                other.m2[j],
+            );
+            self.max_abs[j] = self.max_abs[j].max(other.max_abs[j]);
+        }
+        self.rows += other.rows;
+        merge_moments(
+            &mut self.label_n,
+            &mut self.label_mean,
+            &mut self.label_m2,
+            other.label_n,
+            other.label_mean,
+            other.label_m2,
+        );
+        if let (Some(mine), Some(theirs)) = (&mut self.classes, &other.classes) {
+            for (k, c) in theirs {
+                *mine.entry(*k).or_insert(0) += c;
+            }
+        }
     }
 
     /// Largest dimension seen (or given to `new`).
@@ -263,6 +312,37 @@ pub fn balanced_class_weights(counts: &[u64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_parts_equal_one_pass() {
+        let rows: Vec<(Vec<u32>, Vec<f64>, f64)> = (0..50)
+            .map(|i| {
+                let idx: Vec<u32> = (0..4).filter(|j| (i + j) % 3 != 0).collect();
+                let val = idx.iter().map(|&j| (i as f64 * 0.37 + j as f64).sin() * 4.0).collect();
+                (idx, val, (i % 2) as f64)
+            })
+            .collect();
+        let mut whole = FeatureStats::new(0, true);
+        let (mut a, mut b) = (FeatureStats::new(0, true), FeatureStats::new(0, true));
+        for (i, (idx, val, y)) in rows.iter().enumerate() {
+            let row = Row::Sparse { indices: idx, values: val };
+            whole.push(row, *y);
+            if i < 17 { a.push(row, *y) } else { b.push(row, *y) }
+        }
+        let json = serde_json::to_string(&b).unwrap();
+        a.merge(&serde_json::from_str(&json).unwrap());
+        assert_eq!(a.rows(), whole.rows());
+        assert_eq!(a.class_counts(), whole.class_counts());
+        for j in 0..4 {
+            let (m1, v1) = a.feature(j);
+            let (m2, v2) = whole.feature(j);
+            assert!((m1 - m2).abs() < 1e-12 && (v1 - v2).abs() < 1e-9, "{j}: {m1} {v1} vs {m2} {v2}");
+        }
+        assert_eq!(a.max_abs_scaler(), whole.max_abs_scaler());
+        let (lm, lv) = a.label_mean_variance();
+        let (wm, wv) = whole.label_mean_variance();
+        assert!((lm - wm).abs() < 1e-12 && (lv - wv).abs() < 1e-12);
+    }
 
     #[test]
     fn dense_and_sparse_give_the_same_statistics() {

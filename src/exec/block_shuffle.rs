@@ -289,7 +289,7 @@ unsafe extern "C-unwind" {
 }
 
 /// `relid` and every table below it, each locked with `lockmode`, as an OID list.
-unsafe fn all_inheritors(relid: pg_sys::Oid, lockmode: pg_sys::LOCKMODE) -> Vec<pg_sys::Oid> {
+pub unsafe fn all_inheritors(relid: pg_sys::Oid, lockmode: pg_sys::LOCKMODE) -> Vec<pg_sys::Oid> {
     // SAFETY: the guard turns an ERROR raised inside into a Rust panic that pgrx re-raises at
     // the FFI boundary (no longjmp across Rust frames); backend thread, in a transaction.
     let list = pg_sys::ffi::pg_guard_ffi_boundary(|| {

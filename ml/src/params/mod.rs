@@ -404,6 +404,15 @@ train_params! {
         parse: |k, v| Ok(get_int(k, v, 0, 64)? as u32),
         json: |x| json!(x),
     },
+    /// Sharded tables: rounds per epoch.
+    sync: u32 = 1 => {
+        shown: "`1`",
+        accepts: "integer 1 … 1,000",
+        meaning: "sharded tables (postgres_fdw partitions): rounds per epoch; each round every shard trains on a share of its blocks from the combined model, and the coordinator combines the shards' models (see [Scaling out](#scaling-out-sharded-tables))",
+        rule: "an integer from 1 to 1000 (default 1)",
+        parse: |k, v| Ok(get_int(k, v, 1, 1000)? as u32),
+        json: |x| json!(x),
+    },
     verbose: bool = true => {
         shown: "`true`",
         accepts: "boolean",

@@ -398,6 +398,16 @@ impl Trainer {
         &self.model
     }
 
+    /// Continues from `weights` and `bias` (a model of this trainer's shape, e.g. one combined
+    /// from other trainers').
+    pub fn set_model(&mut self, weights: &[f64], bias: &[f64]) {
+        assert_eq!(weights.len(), self.model.weights.len(), "model shape");
+        assert_eq!(bias.len(), self.model.bias.len(), "model shape");
+        self.sync();
+        self.model.weights.copy_from_slice(weights);
+        self.model.bias.copy_from_slice(bias);
+    }
+
     /// The trained model, consuming the trainer: the average of the iterates when averaging
     /// (see `average`), else the last iterate.
     pub fn into_model(mut self) -> LinearModel {

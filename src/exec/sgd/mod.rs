@@ -8,6 +8,7 @@ mod collect;
 mod evaluate;
 mod learn;
 mod parallel;
+mod shard_round;
 mod trace;
 mod train;
 mod worker;
@@ -15,6 +16,8 @@ mod worker;
 pub use collect::{Collect, CollectedRows};
 pub use evaluate::Evaluate;
 pub use learn::Learn;
+pub use parallel::TrainExtras;
+pub use shard_round::{Phase, RoundReply, RoundRequest, ShardRound};
 pub use trace::Trace;
 pub use train::Train;
 

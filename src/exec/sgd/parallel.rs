@@ -47,9 +47,9 @@ static MODEL_GATE: Gate = Gate::new();
 /// pass and given to every worker.
 #[derive(Clone, Default, Serialize, Deserialize)]
 pub struct TrainExtras {
-    standardizer: Option<Standardizer>,
-    class_weights: Option<Vec<f64>>,
-    label_values: Option<(f64, f64)>,
+    pub standardizer: Option<Standardizer>,
+    pub class_weights: Option<Vec<f64>>,
+    pub label_values: Option<(f64, f64)>,
 }
 
 impl TrainExtras {

@@ -132,11 +132,20 @@ impl TupleShuffle {
     pub unsafe fn set_share(&mut self, share: Share, block_epoch: u32) {
         self.share = share;
         (*self.block).set_share(share, block_epoch);
+        self.epoch = block_epoch;
         self.shuffler = TupleShuffler::new(self.tuple_seed(), self.epoch);
         // A capacity fixed already (by a statistics pass) is split too.
         if self.capacity > 0 {
             self.capacity = (self.capacity / share.processes as usize).max(1);
         }
+    }
+
+    /// A shard's round (see `crate::shard`): this call reads `share` of the blocks of epoch
+    /// `block_epoch`, into buffers of the whole buffer memory.
+    pub unsafe fn set_round(&mut self, share: Share, block_epoch: u32) {
+        (*self.block).set_share(share, block_epoch);
+        self.epoch = block_epoch;
+        self.shuffler = TupleShuffler::new(self.tuple_seed() ^ u64::from(share.rank), self.epoch);
     }
 
     /// The epoch whose block order the child reads.

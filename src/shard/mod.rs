@@ -1,0 +1,459 @@
+//! Training over a sharded table: a partitioned table whose partitions are postgres_fdw foreign
+//! tables on other servers (and maybe local tables). Rows never cross the network: every shard
+//! runs corgipile's own pipeline over its local table (`corgipile_shard_round`, see
+//! `exec::sgd::shard_round`) and returns a model; the coordinator combines the shards' models,
+//! weighted by the tuples each trained, once per round, and sends the combination back for the
+//! next round. A round is one epoch of every shard, or with `"sync": K` a K-th of it (blocks
+//! `r`, `r + K`, … of the epoch's order), for shards that hold different label mixes.
+//!
+//! Round 0 is a statistics pass on every shard: the merged statistics give the features'
+//! scales (`normalize`), the two label values of a binary model (so every shard maps labels
+//! alike), the class weights and the dense width every shard must have.
+
+pub mod remote;
+
+use crate::error::{notice, raise};
+use crate::exec::sgd::{Phase, RoundReply, RoundRequest, TrainExtras};
+use crate::pipeline::{EpochRecord, FeatureLayout, PipelineConfig, TrainOutcome};
+use crate::progress;
+use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::stats::FeatureStats;
+use corgipile_ml::trainer::EpochStats;
+use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
+use remote::Remote;
+use std::ffi::{CStr, CString};
+use std::time::Instant;
+
+/// One leaf of the sharded table.
+pub enum Leaf {
+    Local(pg_sys::Oid),
+    /// A foreign table: its server and the remote table's qualified name.
+    Remote {
+        server: pg_sys::Oid,
+        table: String,
+    },
+}
+
+/// The leaves of `relid` if it is a partitioned table with at least one postgres_fdw foreign
+/// partition (None otherwise: the table is read locally).
+///
+/// # Safety
+/// Backend thread, inside a transaction.
+pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
+    if pg_sys::get_rel_relkind(relid) as u8 != pg_sys::RELKIND_PARTITIONED_TABLE {
+        return None;
+    }
+    let tree = crate::exec::block_shuffle::all_inheritors(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let mut leaves = Vec::new();
+    let mut any_foreign = false;
+    for oid in tree {
+        match pg_sys::get_rel_relkind(oid) as u8 {
+            pg_sys::RELKIND_FOREIGN_TABLE => {
+                any_foreign = true;
+                let ft = pg_sys::GetForeignTable(oid);
+                let server = (*ft).serverid;
+                let fdw = pg_sys::GetForeignDataWrapper((*pg_sys::GetForeignServer(server)).fdwid);
+                let fdw_name = CStr::from_ptr((*fdw).fdwname).to_string_lossy().into_owned();
+                if fdw_name != "postgres_fdw" {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                        format!(
+                            "cannot train on partition {}: its foreign data wrapper is {fdw_name}",
+                            crate::input::relation_name(oid)
+                        ),
+                        Some("Shards must be postgres_fdw foreign tables on servers with corgipile installed.".into()),
+                    );
+                }
+                let mut schema = CStr::from_ptr(pg_sys::get_namespace_name(pg_sys::get_rel_namespace(oid)))
+                    .to_string_lossy()
+                    .into_owned();
+                let mut table = CStr::from_ptr(pg_sys::get_rel_name(oid)).to_string_lossy().into_owned();
+                let list = (*ft).options;
+                if !list.is_null() {
+                    for j in 0..(*list).length {
+                        let def = (*(*list).elements.add(j as usize)).ptr_value.cast::<pg_sys::DefElem>();
+                        let key = CStr::from_ptr((*def).defname).to_string_lossy().into_owned();
+                        let value = CStr::from_ptr(pg_sys::defGetString(def)).to_string_lossy().into_owned();
+                        match key.as_str() {
+                            "schema_name" => schema = value,
+                            "table_name" => table = value,
+                            _ => {}
+                        }
+                    }
+                }
+                leaves.push(Leaf::Remote {
+                    server,
+                    table: format!("{}.{}", quote(&schema), quote(&table)),
+                });
+            }
+            pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => leaves.push(Leaf::Local(oid)),
+            _ => {} // partitioned tables in between
+        }
+    }
+    any_foreign.then_some(leaves)
+}
+
+fn quote(ident: &str) -> String {
+    let c = CString::new(ident).expect("identifier without NUL");
+    // SAFETY: quote_identifier returns its argument or a palloc'd copy.
+    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
+}
+
+/// What a sharded training does not do yet: an ERROR before any work.
+pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
+    let unsupported = |what: &str| -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("cannot train on a sharded table with {what} yet"),
+            Some("Train on each shard's table on its own server, or copy the rows to one server.".into()),
+        )
+    };
+    if kind == ModelKind::Softmax {
+        unsupported("softmax");
+    }
+    if config.label.uses_classes() {
+        unsupported("a text label");
+    }
+    if config.params.validation.is_some() {
+        unsupported("\"validation\"");
+    }
+    match config.layout {
+        FeatureLayout::Tabular => unsupported("a list of feature columns (one array column or a sparse pair only)"),
+        FeatureLayout::Sparse { n_features: None, .. } => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "a sharded table with sparse features needs \"n_features\"",
+            Some("Every shard must train a model of the same width.".into()),
+        ),
+        _ => {}
+    }
+}
+
+/// A shard during the training.
+struct Shard {
+    /// For messages: the foreign server's name, or the local partition's.
+    name: String,
+    place: Place,
+    /// Tuples trained in the current epoch (EXPLAIN-like reporting, progress).
+    tuples: u64,
+}
+
+enum Place {
+    Local(pg_sys::Oid),
+    Remote { conn: Remote, table: String },
+}
+
+/// Runs one request on every shard at once (remote ones first, then the local ones here, while
+/// the remote ones work) and returns their replies in shard order.
+unsafe fn round(
+    shards: &mut [Shard],
+    request: &RoundRequest,
+    model: &str,
+    params_json: &str,
+    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+) -> Vec<RoundReply> {
+    let request_json = serde_json::to_string(request).expect("request serializes");
+    for shard in shards.iter_mut() {
+        if let Place::Remote { conn, table } = &mut shard.place {
+            conn.send(
+                c"SELECT corgipile_shard_round($1::regclass, $2, $3::jsonb, $4)",
+                &[table, model, params_json, &request_json],
+            );
+        }
+    }
+    let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
+    for (i, shard) in shards.iter().enumerate() {
+        if let Place::Local(oid) = shard.place {
+            replies[i] = Some(run_local(oid, request));
+        }
+    }
+    loop {
+        let mut waiting = false;
+        for (i, shard) in shards.iter_mut().enumerate() {
+            if replies[i].is_some() {
+                continue;
+            }
+            let Place::Remote { conn, .. } = &mut shard.place else { continue };
+            if conn.ready() {
+                let text = conn.result().unwrap_or_default();
+                let reply: RoundReply = serde_json::from_str(&text).unwrap_or_else(|e| {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                        format!("shard server \"{}\" sent an answer corgipile cannot read: {e}", shard.name),
+                        None,
+                    )
+                });
+                replies[i] = Some(reply);
+            } else {
+                waiting = true;
+            }
+        }
+        if !waiting {
+            break;
+        }
+        check_for_interrupts!();
+        pg_sys::pg_usleep(1000);
+    }
+    replies.into_iter().map(|r| r.expect("every shard answered")).collect()
+}
+
+/// Trains `config`'s model over the shards of a sharded table. `run_local` runs a request on a
+/// local partition in this backend.
+///
+/// # Safety
+/// Backend thread, inside a transaction (a SQL function's call).
+pub unsafe fn train(
+    leaves: Vec<Leaf>,
+    config: &PipelineConfig,
+    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+) -> TrainOutcome {
+    let started = Instant::now();
+    let params = &config.params;
+    let kind = config.model;
+    let _progress = progress::start(&config.relation, kind.name(), params.epochs);
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    let mut shards: Vec<Shard> = Vec::new();
+    for leaf in leaves {
+        let (name, place) = match leaf {
+            Leaf::Local(oid) => (format!("local partition {}", crate::input::relation_name(oid)), Place::Local(oid)),
+            Leaf::Remote { server, table } => {
+                let mut conn = Remote::connect(server);
+                let theirs = conn.query(
+                    c"SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'corgipile'",
+                    &[],
+                );
+                match theirs {
+                    None => raise(
+                        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                        format!("corgipile is not installed on shard server \"{}\"", conn.server),
+                        Some(format!("Run CREATE EXTENSION corgipile VERSION '{version}' in the shard's database.")),
+                    ),
+                    Some(v) if v != version => raise(
+                        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                        format!("shard server \"{}\" has corgipile {v}, this server {version}", conn.server),
+                        Some("Install the same corgipile version on every server (ALTER EXTENSION corgipile UPDATE).".into()),
+                    ),
+                    Some(_) => {}
+                }
+                (conn.server.clone(), Place::Remote { conn, table })
+            }
+        };
+        shards.push(Shard { name, place, tuples: 0 });
+    }
+    // Shards train with the coordinator's params, one process each, silently.
+    let mut shard_params = params.clone();
+    shard_params.verbose = false;
+    shard_params.workers = 0;
+    shard_params.only = true;
+    let params_json = serde_json::to_string(&shard_params.to_json()).expect("params serialize");
+    let model_name = kind.name();
+
+    // Round 0: statistics.
+    progress::phase("statistics pass");
+    let stats_started = Instant::now();
+    let mut request = RoundRequest {
+        version: version.clone(),
+        phase: Phase::Statistics,
+        epoch: 1,
+        round: 0,
+        rounds: 1,
+        n_features: 0,
+        weights: Vec::new(),
+        bias: Vec::new(),
+        extras: TrainExtras::default(),
+    };
+    let replies = round(&mut shards, &request, model_name, &params_json, run_local);
+    let mut stats: Option<FeatureStats> = None;
+    let mut width: Option<(usize, &str)> = None;
+    let mut rows_skipped = 0;
+    for (reply, shard) in replies.iter().zip(&shards) {
+        rows_skipped += reply.rows_skipped;
+        if let Some(w) = reply.width {
+            match width {
+                Some((other, at)) if other != w => raise(
+                    PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                    format!("the feature arrays of {} have {other} elements on {at} and {w} on {}", config.relation, shard.name),
+                    Some("Every row's feature array must have the same length.".into()),
+                ),
+                None => width = Some((w, &shard.name)),
+                _ => {}
+            }
+        }
+        if let Some(s) = &reply.stats {
+            match &mut stats {
+                Some(all) => all.merge(s),
+                None => stats = Some(s.clone()),
+            }
+        }
+    }
+    let Some(stats) = stats.filter(|s| s.rows() > 0) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("{} has no rows to train on (on any shard)", config.relation),
+            Some("The shards' tables are empty, or their row-level security policies hide every row.".into()),
+        )
+    };
+    let statistics_seconds = stats_started.elapsed().as_secs_f64();
+    let n_features = match config.layout {
+        FeatureLayout::Sparse { n_features, .. } => n_features.unwrap_or(0) as usize,
+        _ => width.map_or(stats.n_features(), |w| w.0),
+    };
+    let mut extras = TrainExtras::default();
+    let mut train_config = params.train_config(kind);
+    if params.normalize {
+        extras.standardizer = Some(match config.layout {
+            FeatureLayout::Sparse { .. } => stats.max_abs_scaler(),
+            _ => stats.standardizer(params.fit_intercept),
+        });
+    }
+    let counts = stats.class_counts();
+    if kind.is_binary() {
+        if counts.len() != 2 {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!("the label column of {} has {} distinct values on its shards; binary classifiers need exactly two", config.relation, counts.len()),
+                None,
+            );
+        }
+        extras.label_values = Some((counts[0].0, counts[1].0));
+        if let Some(cw) = &params.class_weight {
+            let labels: Vec<String> = counts.iter().map(|c| c.0.to_string()).collect();
+            let n: Vec<u64> = counts.iter().map(|c| c.1).collect();
+            extras.class_weights = Some(cw.resolve(&labels, &n).unwrap_or_else(|e| {
+                raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint)
+            }));
+        }
+    }
+    extras.clone().apply(&mut train_config);
+
+    // Rounds.
+    let rounds = params.sync.max(1);
+    let outputs = 1usize;
+    let mut weights = vec![0.0; n_features * outputs];
+    let mut bias = vec![0.0; outputs];
+    let average_from = params.average.then_some(if params.epochs >= 2 { 2 } else { 1 });
+    let (mut avg_w, mut avg_b, mut avg_n) = (vec![0.0; weights.len()], vec![0.0; outputs], 0u64);
+    let mut epochs: Vec<EpochRecord> = Vec::new();
+    let mut rows_trained = 0;
+    request.phase = Phase::Train;
+    request.n_features = n_features;
+    request.extras = extras;
+    let lr_schedule = train_config.schedule;
+    for epoch in 1..=params.epochs {
+        let epoch_started = Instant::now();
+        progress::epoch_started(epoch);
+        let (mut tuples, mut loss, mut acc, mut r2, mut rows) = (0u64, 0.0, 0.0, 0.0, 0u64);
+        for shard in shards.iter_mut() {
+            shard.tuples = 0;
+        }
+        for r in 0..rounds {
+            request.epoch = epoch;
+            request.round = r;
+            request.rounds = rounds;
+            request.weights = weights.clone();
+            request.bias = bias.clone();
+            let replies = round(&mut shards, &request, model_name, &params_json, run_local);
+            let total: u64 = replies.iter().map(|r| r.tuples).sum();
+            if total > 0 {
+                weights.iter_mut().for_each(|w| *w = 0.0);
+                bias.iter_mut().for_each(|b| *b = 0.0);
+                for reply in replies.iter().filter(|r| r.tuples > 0) {
+                    let share = reply.tuples as f64 / total as f64;
+                    for (w, x) in weights.iter_mut().zip(&reply.weights) {
+                        *w += share * x;
+                    }
+                    for (b, x) in bias.iter_mut().zip(&reply.bias) {
+                        *b += share * x;
+                    }
+                }
+            }
+            if !weights.iter().chain(&bias).all(|v| v.is_finite()) {
+                raise(
+                    PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+                    format!("training diverged in epoch {epoch}: the weights became NaN or infinite"),
+                    Some("Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()),
+                );
+            }
+            if average_from.is_some_and(|from| epoch >= from) {
+                avg_w.iter_mut().zip(&weights).for_each(|(s, w)| *s += w);
+                avg_b.iter_mut().zip(&bias).for_each(|(s, b)| *s += b);
+                avg_n += 1;
+            }
+            for (reply, shard) in replies.iter().zip(shards.iter_mut()) {
+                tuples += reply.tuples;
+                rows += reply.rows;
+                shard.tuples += reply.tuples;
+                let t = reply.tuples as f64;
+                loss += reply.loss * t;
+                acc += reply.accuracy.unwrap_or(0.0) * t;
+                r2 += reply.r2.unwrap_or(0.0) * t;
+            }
+        }
+        rows_trained = rows;
+        let n = tuples.max(1) as f64;
+        let stats = EpochStats {
+            epoch,
+            loss: loss / n,
+            accuracy: kind.is_classifier().then_some(acc / n),
+            r2: (kind == ModelKind::Linear).then_some(r2 / n),
+            tuples,
+            learning_rate: lr_schedule.learning_rate(params.learning_rate, epoch),
+        };
+        let seconds = epoch_started.elapsed().as_secs_f64();
+        progress::epoch_finished(stats.loss);
+        if params.verbose {
+            let per_shard: Vec<String> = shards.iter().map(|s| format!("{} {}", s.name, s.tuples)).collect();
+            notice(format!(
+                "corgipile epoch {epoch}/{}: loss {:.6}{}, {tuples} tuples ({}), {rounds} round(s), {seconds:.3} s",
+                params.epochs,
+                stats.loss,
+                stats.accuracy.or(stats.r2).map_or(String::new(), |m| format!(", metric {m:.4}")),
+                per_shard.join(", ")
+            ));
+        }
+        let converged = params.tolerance > 0.0
+            && epochs.last().is_some_and(|prev| (prev.stats.loss - stats.loss).abs() < params.tolerance);
+        epochs.push(EpochRecord {
+            stats,
+            seconds,
+            validation: None,
+            validation_seconds: 0.0,
+        });
+        if converged {
+            break;
+        }
+    }
+    progress::finish();
+    if avg_n > 0 {
+        weights = avg_w.iter().map(|s| s / avg_n as f64).collect();
+        bias = avg_b.iter().map(|s| s / avg_n as f64).collect();
+    }
+    let mut model = LinearModel {
+        kind,
+        n_features,
+        n_outputs: outputs,
+        weights,
+        bias,
+    };
+    let standardizer = request.extras.standardizer.clone();
+    if let Some(s) = &standardizer {
+        model = model.fold_standardizer(s);
+    }
+    let classes = match request.extras.label_values {
+        Some((neg, pos)) => vec![crate::classes::ClassValue::Number(neg), crate::classes::ClassValue::Number(pos)],
+        None => Vec::new(),
+    };
+    let dense = matches!(config.layout, FeatureLayout::Dense { .. });
+    TrainOutcome {
+        model,
+        classes,
+        standardizer: standardizer
+            .filter(|_| dense)
+            .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
+        preprocessing: None,
+        epochs,
+        rows_trained,
+        rows_skipped,
+        seconds: started.elapsed().as_secs_f64(),
+        statistics_seconds: Some(statistics_seconds),
+    }
+}
