@@ -49,7 +49,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= regress
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest bench-epochs bench-parallel bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -67,6 +67,7 @@ help:
 	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-parallel epoch time and accuracy with 0, 1, 2 parallel workers (4.5M x 18 table; a few minutes)"
+	@echo "  bench-shards   a table sharded over two local servers vs one server: epoch time, accuracy, bytes"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
 	@echo "  bench-cold     epochs read from storage (server restarted, OS cache dropped) vs warm, per block size (bench/results/cold_epochs.md; run as root)"
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
@@ -192,6 +193,12 @@ bench-epochs: setup-python install
 bench-parallel: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/parallel_epochs.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/parallel_epochs_pg$(PG_MAJOR).md)
+
+# Training over a table sharded across two throw-away servers on this machine (postgres_fdw
+# partitions) vs the same rows on one server (bench/results/shard_epochs.md).
+bench-shards: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/shard_epochs.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/shard_epochs_pg$(PG_MAJOR).md)
 
 bench-cancel: setup-python install
 	$(CLUSTER) start

@@ -150,10 +150,12 @@ unsafe fn round(
     model: &str,
     params_json: &str,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+    bytes: &mut u64,
 ) -> Vec<RoundReply> {
     let request_json = serde_json::to_string(request).expect("request serializes");
     for shard in shards.iter_mut() {
         if let Place::Remote { conn, table } = &mut shard.place {
+            *bytes += request_json.len() as u64;
             conn.send(
                 c"SELECT corgipile_shard_round($1::regclass, $2, $3::jsonb, $4)",
                 &[table, model, params_json, &request_json],
@@ -175,6 +177,7 @@ unsafe fn round(
             let Place::Remote { conn, .. } = &mut shard.place else { continue };
             if conn.ready() {
                 let text = conn.result().unwrap_or_default();
+                *bytes += text.len() as u64;
                 let reply: RoundReply = serde_json::from_str(&text).unwrap_or_else(|e| {
                     raise(
                         PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
@@ -261,7 +264,8 @@ pub unsafe fn train(
         bias: Vec::new(),
         extras: TrainExtras::default(),
     };
-    let replies = round(&mut shards, &request, model_name, &params_json, run_local);
+    let mut bytes = 0u64;
+    let replies = round(&mut shards, &request, model_name, &params_json, run_local, &mut bytes);
     let mut stats: Option<FeatureStats> = None;
     let mut width: Option<(usize, &str)> = None;
     let mut rows_skipped = 0;
@@ -342,6 +346,7 @@ pub unsafe fn train(
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
         let (mut tuples, mut loss, mut acc, mut r2, mut rows) = (0u64, 0.0, 0.0, 0.0, 0u64);
+        bytes = 0;
         for shard in shards.iter_mut() {
             shard.tuples = 0;
         }
@@ -351,7 +356,8 @@ pub unsafe fn train(
             request.rounds = rounds;
             request.weights = weights.clone();
             request.bias = bias.clone();
-            let replies = round(&mut shards, &request, model_name, &params_json, run_local);
+            progress::phase("shard rounds");
+            let replies = round(&mut shards, &request, model_name, &params_json, run_local, &mut bytes);
             let total: u64 = replies.iter().map(|r| r.tuples).sum();
             if total > 0 {
                 weights.iter_mut().for_each(|w| *w = 0.0);
@@ -403,7 +409,7 @@ pub unsafe fn train(
         if params.verbose {
             let per_shard: Vec<String> = shards.iter().map(|s| format!("{} {}", s.name, s.tuples)).collect();
             notice(format!(
-                "corgipile epoch {epoch}/{}: loss {:.6}{}, {tuples} tuples ({}), {rounds} round(s), {seconds:.3} s",
+                "corgipile epoch {epoch}/{}: loss {:.6}{}, {tuples} tuples ({}), {rounds} round(s), {seconds:.3} s, {bytes} bytes to and from shard servers",
                 params.epochs,
                 stats.loss,
                 stats.accuracy.or(stats.r2).map_or(String::new(), |m| format!(", metric {m:.4}")),
