@@ -9,13 +9,14 @@ use crate::driver::{self, Pipeline};
 use crate::error::raise;
 use crate::exec::explain;
 use crate::exec::sgd::{
-    Collect, CollectedRows, Evaluate, Learn, RoundReply, RoundRequest, SgdTask, ShardRound, Trace, Train,
+    Collect, CollectedRows, Evaluate, Learn, RoundReply, RoundRequest, SgdTask, ShardRound, Trace,
+    Train,
 };
 use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{
     self, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
 };
-use crate::pipeline::{FeatureLayout, Holdout, Mode, PipelineConfig};
+use crate::pipeline::{Distributed, Holdout, Mode, PipelineConfig};
 use crate::plan::plan_pipeline;
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
@@ -152,7 +153,13 @@ unsafe fn prepare(
         params.only,
     );
     if params.workers > 0 && mode == Mode::Train {
-        check_parallel(kind, &params, &input);
+        crate::pipeline::check_distributed(
+            Distributed::Workers,
+            kind,
+            input.label,
+            input.layout,
+            &params,
+        );
     }
     let holdout = match (&params.validation, input.validation_column, mode) {
         (_, Some(c), Mode::Train) => Holdout::Column(c),
@@ -175,36 +182,6 @@ unsafe fn prepare(
             preprocess: input.preprocess.clone(),
         },
         input,
-    }
-}
-
-/// What parallel training (`"workers"`) does not do yet: an ERROR before any work.
-fn check_parallel(kind: ModelKind, params: &TrainParams, input: &input::Input) {
-    let unsupported = |what: &str| -> ! {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("\"workers\" cannot be used with {what} yet"),
-            Some("Set \"workers\": 0 (the default) to train in one process.".into()),
-        )
-    };
-    if kind == ModelKind::Softmax {
-        unsupported("softmax (the processes would number the classes differently)");
-    }
-    if input.label.uses_classes() {
-        unsupported("a text label (the processes would number the classes differently)");
-    }
-    if params.validation.is_some() {
-        unsupported("\"validation\"");
-    }
-    if let FeatureLayout::Sparse {
-        n_features: None, ..
-    } = input.layout
-    {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "\"workers\" with sparse features needs \"n_features\"",
-            Some("Every process must train a model of the same width: give \"n_features\" (the largest index, plus one if index_base is 0).".into()),
-        );
     }
 }
 
@@ -307,14 +284,20 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
 
 /// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
 /// combines (see `crate::shard`).
-unsafe fn train_sharded(prepared: &Prepared, leaves: Vec<crate::shard::Leaf>) -> crate::pipeline::TrainOutcome {
+unsafe fn train_sharded(
+    prepared: &Prepared,
+    leaves: Vec<crate::shard::Leaf>,
+) -> crate::pipeline::TrainOutcome {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
     // The shards read their tables as the user mappings' roles; here the caller must be allowed
     // to read the partitioned table, and its row-level security (which the shards cannot apply)
     // must not be in force.
-    if pg_sys::pg_class_aclcheck(prepared.relid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
-        != pg_sys::AclResult::ACLCHECK_OK
+    if pg_sys::pg_class_aclcheck(
+        prepared.relid,
+        pg_sys::GetUserId(),
+        pg_sys::ACL_SELECT as pg_sys::AclMode,
+    ) != pg_sys::AclResult::ACLCHECK_OK
     {
         raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -322,7 +305,9 @@ unsafe fn train_sharded(prepared: &Prepared, leaves: Vec<crate::shard::Leaf>) ->
             None,
         );
     }
-    if pg_sys::check_enable_rls(prepared.relid, pg_sys::InvalidOid, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+    if pg_sys::check_enable_rls(prepared.relid, pg_sys::InvalidOid, true)
+        == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+    {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("cannot train on the sharded table {}: its row-level security would not apply on the shards", config.relation),
@@ -331,7 +316,9 @@ unsafe fn train_sharded(prepared: &Prepared, leaves: Vec<crate::shard::Leaf>) ->
     }
     let kind = config.model;
     let params = config.params.clone();
-    let run_local = |relid: pg_sys::Oid, request: &RoundRequest| shard_round_here(relid, kind, &params, request);
+    let run_local = |relid: pg_sys::Oid, request: &RoundRequest| {
+        shard_round_here(relid, kind, &params, request)
+    };
     crate::shard::train(leaves, config, &run_local)
 }
 
@@ -355,7 +342,12 @@ unsafe fn shard_round_here(
 /// A shard server's part of a training over a sharded table: called by the coordinator
 /// through the user mapping's connection. Returns the round's result as JSON; stores nothing.
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_shard_round(relation: PgRelation, model: &str, params: ParamsArg, request: &str) -> String {
+fn corgipile_shard_round(
+    relation: PgRelation,
+    model: &str,
+    params: ParamsArg,
+    request: &str,
+) -> String {
     let kind = parse_model(model);
     let params = parse_params(&params);
     check_schema_version();
@@ -370,7 +362,10 @@ fn corgipile_shard_round(relation: PgRelation, model: &str, params: ParamsArg, r
     if request.version != version {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("the coordinator runs corgipile {}, this shard {version}", request.version),
+            format!(
+                "the coordinator runs corgipile {}, this shard {version}",
+                request.version
+            ),
             Some("Install the same corgipile version on every server.".into()),
         );
     }

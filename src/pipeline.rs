@@ -8,7 +8,7 @@ use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
 use corgipile_ml::trainer::EpochStats;
-use pgrx::pg_sys;
+use pgrx::{pg_sys, PgSqlErrorCode};
 use serde::{Deserialize, Serialize};
 use std::ffi::{CStr, CString};
 
@@ -59,6 +59,69 @@ impl Share {
         rank: 0,
         processes: 1,
     };
+}
+
+/// A training split between processes or servers, whose trainers must agree on the model's
+/// shape and the labels' meaning before they start.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Distributed {
+    /// Parallel workers (`"workers"`).
+    Workers,
+    /// Shard servers (a table with postgres_fdw partitions).
+    Shards,
+}
+
+/// What a distributed training does not do yet: an ERROR before any work. (Softmax classes and
+/// text labels are numbered as each process or shard meets them; validation is per process.)
+pub fn check_distributed(
+    how: Distributed,
+    kind: ModelKind,
+    label: LabelCoding,
+    layout: FeatureLayout,
+    params: &TrainParams,
+) {
+    let unsupported = |what: &str| -> ! {
+        let (message, hint) = match how {
+            Distributed::Workers => (
+                format!("\"workers\" cannot be used with {what} yet"),
+                "Set \"workers\": 0 (the default) to train in one process.",
+            ),
+            Distributed::Shards => (
+                format!("cannot train on a sharded table with {what} yet"),
+                "Train on each shard's table on its own server, or copy the rows to one server.",
+            ),
+        };
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            message,
+            Some(hint.into()),
+        )
+    };
+    if kind == ModelKind::Softmax {
+        unsupported("softmax (the classes would be numbered differently)");
+    }
+    if label.uses_classes() {
+        unsupported("a text label (the classes would be numbered differently)");
+    }
+    if params.validation.is_some() {
+        unsupported("\"validation\"");
+    }
+    match layout {
+        // Parallel workers get the leader's learned preprocessing; shards would each learn
+        // their own categories.
+        FeatureLayout::Tabular if how == Distributed::Shards => {
+            unsupported("a list of feature columns (one array column or a sparse pair only)")
+        }
+        FeatureLayout::Sparse { n_features: None, .. } => crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            match how {
+                Distributed::Workers => "\"workers\" with sparse features needs \"n_features\"",
+                Distributed::Shards => "a sharded table with sparse features needs \"n_features\"",
+            },
+            Some("Every trainer must train a model of the same width: give \"n_features\" (the largest index, plus one if index_base is 0).".into()),
+        ),
+        _ => {}
+    }
 }
 
 /// What the SGD node does with the buffers.

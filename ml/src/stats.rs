@@ -318,16 +318,26 @@ mod tests {
         let rows: Vec<(Vec<u32>, Vec<f64>, f64)> = (0..50)
             .map(|i| {
                 let idx: Vec<u32> = (0..4).filter(|j| (i + j) % 3 != 0).collect();
-                let val = idx.iter().map(|&j| (i as f64 * 0.37 + j as f64).sin() * 4.0).collect();
+                let val = idx
+                    .iter()
+                    .map(|&j| (i as f64 * 0.37 + j as f64).sin() * 4.0)
+                    .collect();
                 (idx, val, (i % 2) as f64)
             })
             .collect();
         let mut whole = FeatureStats::new(0, true);
         let (mut a, mut b) = (FeatureStats::new(0, true), FeatureStats::new(0, true));
         for (i, (idx, val, y)) in rows.iter().enumerate() {
-            let row = Row::Sparse { indices: idx, values: val };
+            let row = Row::Sparse {
+                indices: idx,
+                values: val,
+            };
             whole.push(row, *y);
-            if i < 17 { a.push(row, *y) } else { b.push(row, *y) }
+            if i < 17 {
+                a.push(row, *y)
+            } else {
+                b.push(row, *y)
+            }
         }
         let json = serde_json::to_string(&b).unwrap();
         a.merge(&serde_json::from_str(&json).unwrap());
@@ -336,7 +346,10 @@ mod tests {
         for j in 0..4 {
             let (m1, v1) = a.feature(j);
             let (m2, v2) = whole.feature(j);
-            assert!((m1 - m2).abs() < 1e-12 && (v1 - v2).abs() < 1e-9, "{j}: {m1} {v1} vs {m2} {v2}");
+            assert!(
+                (m1 - m2).abs() < 1e-12 && (v1 - v2).abs() < 1e-9,
+                "{j}: {m1} {v1} vs {m2} {v2}"
+            );
         }
         assert_eq!(a.max_abs_scaler(), whole.max_abs_scaler());
         let (lm, lv) = a.label_mean_variance();

@@ -43,7 +43,10 @@ pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
     if pg_sys::get_rel_relkind(relid) as u8 != pg_sys::RELKIND_PARTITIONED_TABLE {
         return None;
     }
-    let tree = crate::exec::block_shuffle::all_inheritors(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let tree = crate::exec::block_shuffle::all_inheritors(
+        relid,
+        pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+    );
     let mut leaves = Vec::new();
     let mut any_foreign = false;
     for oid in tree {
@@ -53,7 +56,9 @@ pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
                 let ft = pg_sys::GetForeignTable(oid);
                 let server = (*ft).serverid;
                 let fdw = pg_sys::GetForeignDataWrapper((*pg_sys::GetForeignServer(server)).fdwid);
-                let fdw_name = CStr::from_ptr((*fdw).fdwname).to_string_lossy().into_owned();
+                let fdw_name = CStr::from_ptr((*fdw).fdwname)
+                    .to_string_lossy()
+                    .into_owned();
                 if fdw_name != "postgres_fdw" {
                     raise(
                         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -64,16 +69,25 @@ pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
                         Some("Shards must be postgres_fdw foreign tables on servers with corgipile installed.".into()),
                     );
                 }
-                let mut schema = CStr::from_ptr(pg_sys::get_namespace_name(pg_sys::get_rel_namespace(oid)))
+                let mut schema =
+                    CStr::from_ptr(pg_sys::get_namespace_name(pg_sys::get_rel_namespace(oid)))
+                        .to_string_lossy()
+                        .into_owned();
+                let mut table = CStr::from_ptr(pg_sys::get_rel_name(oid))
                     .to_string_lossy()
                     .into_owned();
-                let mut table = CStr::from_ptr(pg_sys::get_rel_name(oid)).to_string_lossy().into_owned();
                 let list = (*ft).options;
                 if !list.is_null() {
                     for j in 0..(*list).length {
-                        let def = (*(*list).elements.add(j as usize)).ptr_value.cast::<pg_sys::DefElem>();
-                        let key = CStr::from_ptr((*def).defname).to_string_lossy().into_owned();
-                        let value = CStr::from_ptr(pg_sys::defGetString(def)).to_string_lossy().into_owned();
+                        let def = (*(*list).elements.add(j as usize))
+                            .ptr_value
+                            .cast::<pg_sys::DefElem>();
+                        let key = CStr::from_ptr((*def).defname)
+                            .to_string_lossy()
+                            .into_owned();
+                        let value = CStr::from_ptr(pg_sys::defGetString(def))
+                            .to_string_lossy()
+                            .into_owned();
                         match key.as_str() {
                             "schema_name" => schema = value,
                             "table_name" => table = value,
@@ -96,36 +110,22 @@ pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
 fn quote(ident: &str) -> String {
     let c = CString::new(ident).expect("identifier without NUL");
     // SAFETY: quote_identifier returns its argument or a palloc'd copy.
-    unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
+    unsafe {
+        CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr()))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 /// What a sharded training does not do yet: an ERROR before any work.
 pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
-    let unsupported = |what: &str| -> ! {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("cannot train on a sharded table with {what} yet"),
-            Some("Train on each shard's table on its own server, or copy the rows to one server.".into()),
-        )
-    };
-    if kind == ModelKind::Softmax {
-        unsupported("softmax");
-    }
-    if config.label.uses_classes() {
-        unsupported("a text label");
-    }
-    if config.params.validation.is_some() {
-        unsupported("\"validation\"");
-    }
-    match config.layout {
-        FeatureLayout::Tabular => unsupported("a list of feature columns (one array column or a sparse pair only)"),
-        FeatureLayout::Sparse { n_features: None, .. } => raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "a sharded table with sparse features needs \"n_features\"",
-            Some("Every shard must train a model of the same width.".into()),
-        ),
-        _ => {}
-    }
+    crate::pipeline::check_distributed(
+        crate::pipeline::Distributed::Shards,
+        kind,
+        config.label,
+        config.layout,
+        &config.params,
+    );
 }
 
 /// A shard during the training.
@@ -174,14 +174,19 @@ unsafe fn round(
             if replies[i].is_some() {
                 continue;
             }
-            let Place::Remote { conn, .. } = &mut shard.place else { continue };
+            let Place::Remote { conn, .. } = &mut shard.place else {
+                continue;
+            };
             if conn.ready() {
                 let text = conn.result().unwrap_or_default();
                 *bytes += text.len() as u64;
                 let reply: RoundReply = serde_json::from_str(&text).unwrap_or_else(|e| {
                     raise(
                         PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-                        format!("shard server \"{}\" sent an answer corgipile cannot read: {e}", shard.name),
+                        format!(
+                            "shard server \"{}\" sent an answer corgipile cannot read: {e}",
+                            shard.name
+                        ),
                         None,
                     )
                 });
@@ -196,7 +201,10 @@ unsafe fn round(
         check_for_interrupts!();
         pg_sys::pg_usleep(1000);
     }
-    replies.into_iter().map(|r| r.expect("every shard answered")).collect()
+    replies
+        .into_iter()
+        .map(|r| r.expect("every shard answered"))
+        .collect()
 }
 
 /// Trains `config`'s model over the shards of a sharded table. `run_local` runs a request on a
@@ -217,7 +225,10 @@ pub unsafe fn train(
     let mut shards: Vec<Shard> = Vec::new();
     for leaf in leaves {
         let (name, place) = match leaf {
-            Leaf::Local(oid) => (format!("local partition {}", crate::input::relation_name(oid)), Place::Local(oid)),
+            Leaf::Local(oid) => (
+                format!("local partition {}", crate::input::relation_name(oid)),
+                Place::Local(oid),
+            ),
             Leaf::Remote { server, table } => {
                 let mut conn = Remote::connect(server);
                 let theirs = conn.query(
@@ -240,7 +251,11 @@ pub unsafe fn train(
                 (conn.server.clone(), Place::Remote { conn, table })
             }
         };
-        shards.push(Shard { name, place, tuples: 0 });
+        shards.push(Shard {
+            name,
+            place,
+            tuples: 0,
+        });
     }
     // Shards train with the coordinator's params, one process each, silently.
     let mut shard_params = params.clone();
@@ -265,7 +280,14 @@ pub unsafe fn train(
         extras: TrainExtras::default(),
     };
     let mut bytes = 0u64;
-    let replies = round(&mut shards, &request, model_name, &params_json, run_local, &mut bytes);
+    let replies = round(
+        &mut shards,
+        &request,
+        model_name,
+        &params_json,
+        run_local,
+        &mut bytes,
+    );
     let mut stats: Option<FeatureStats> = None;
     let mut width: Option<(usize, &str)> = None;
     let mut rows_skipped = 0;
@@ -275,7 +297,10 @@ pub unsafe fn train(
             match width {
                 Some((other, at)) if other != w => raise(
                     PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                    format!("the feature arrays of {} have {other} elements on {at} and {w} on {}", config.relation, shard.name),
+                    format!(
+                        "the feature arrays of {} have {other} elements on {at} and {w} on {}",
+                        config.relation, shard.name
+                    ),
                     Some("Every row's feature array must have the same length.".into()),
                 ),
                 None => width = Some((w, &shard.name)),
@@ -323,7 +348,11 @@ pub unsafe fn train(
             let labels: Vec<String> = counts.iter().map(|c| c.0.to_string()).collect();
             let n: Vec<u64> = counts.iter().map(|c| c.1).collect();
             extras.class_weights = Some(cw.resolve(&labels, &n).unwrap_or_else(|e| {
-                raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint)
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    e.message,
+                    e.hint,
+                )
             }));
         }
     }
@@ -334,7 +363,9 @@ pub unsafe fn train(
     let outputs = 1usize;
     let mut weights = vec![0.0; n_features * outputs];
     let mut bias = vec![0.0; outputs];
-    let average_from = params.average.then_some(if params.epochs >= 2 { 2 } else { 1 });
+    let average_from = params
+        .average
+        .then_some(if params.epochs >= 2 { 2 } else { 1 });
     let (mut avg_w, mut avg_b, mut avg_n) = (vec![0.0; weights.len()], vec![0.0; outputs], 0u64);
     let mut epochs: Vec<EpochRecord> = Vec::new();
     let mut rows_trained = 0;
@@ -357,7 +388,14 @@ pub unsafe fn train(
             request.weights = weights.clone();
             request.bias = bias.clone();
             progress::phase("shard rounds");
-            let replies = round(&mut shards, &request, model_name, &params_json, run_local, &mut bytes);
+            let replies = round(
+                &mut shards,
+                &request,
+                model_name,
+                &params_json,
+                run_local,
+                &mut bytes,
+            );
             let total: u64 = replies.iter().map(|r| r.tuples).sum();
             if total > 0 {
                 weights.iter_mut().for_each(|w| *w = 0.0);
@@ -407,7 +445,10 @@ pub unsafe fn train(
         let seconds = epoch_started.elapsed().as_secs_f64();
         progress::epoch_finished(stats.loss);
         if params.verbose {
-            let per_shard: Vec<String> = shards.iter().map(|s| format!("{} {}", s.name, s.tuples)).collect();
+            let per_shard: Vec<String> = shards
+                .iter()
+                .map(|s| format!("{} {}", s.name, s.tuples))
+                .collect();
             notice(format!(
                 "corgipile epoch {epoch}/{}: loss {:.6}{}, {tuples} tuples ({}), {rounds} round(s), {seconds:.3} s, {bytes} bytes to and from shard servers",
                 params.epochs,
@@ -417,7 +458,9 @@ pub unsafe fn train(
             ));
         }
         let converged = params.tolerance > 0.0
-            && epochs.last().is_some_and(|prev| (prev.stats.loss - stats.loss).abs() < params.tolerance);
+            && epochs
+                .last()
+                .is_some_and(|prev| (prev.stats.loss - stats.loss).abs() < params.tolerance);
         epochs.push(EpochRecord {
             stats,
             seconds,
@@ -445,7 +488,10 @@ pub unsafe fn train(
         model = model.fold_standardizer(s);
     }
     let classes = match request.extras.label_values {
-        Some((neg, pos)) => vec![crate::classes::ClassValue::Number(neg), crate::classes::ClassValue::Number(pos)],
+        Some((neg, pos)) => vec![
+            crate::classes::ClassValue::Number(neg),
+            crate::classes::ClassValue::Number(pos),
+        ],
         None => Vec::new(),
     };
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });

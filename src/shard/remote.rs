@@ -136,7 +136,10 @@ impl Remote {
             raise(
                 PgSqlErrorCode::ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED,
                 format!("password is required to train on shard server \"{name}\""),
-                Some("Non-superusers must give a password in the user mapping, as for postgres_fdw.".into()),
+                Some(
+                    "Non-superusers must give a password in the user mapping, as for postgres_fdw."
+                        .into(),
+                ),
             );
         }
         let keys: Vec<CString> = pairs
@@ -284,10 +287,9 @@ fn sqlstate_code(sqlstate: &str) -> Option<PgSqlErrorCode> {
         return None;
     }
     // MAKE_SQLSTATE: six bits per character, first character lowest.
-    let code = b
-        .iter()
-        .enumerate()
-        .fold(0i32, |acc, (i, &c)| acc | ((((c - b'0') & 0x3F) as i32) << (6 * i)));
+    let code = b.iter().enumerate().fold(0i32, |acc, (i, &c)| {
+        acc | ((((c - b'0') & 0x3F) as i32) << (6 * i))
+    });
     Some(PgSqlErrorCode::from(code))
 }
 

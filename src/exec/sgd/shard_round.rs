@@ -77,7 +77,8 @@ impl SgdNode {
         let mut stats: Option<FeatureStats> = None;
         let mut width = None;
         shuffle.for_each_buffer(|b| {
-            let st = stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), classifier));
+            let st =
+                stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), classifier));
             if dense {
                 width.get_or_insert(b.arena.n_features());
             }
@@ -154,7 +155,10 @@ impl SgdNode {
         if model.weights.len() != request.weights.len() {
             raise(
                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!("a sparse index of {} is beyond n_features", self.config.relation),
+                format!(
+                    "a sparse index of {} is beyond n_features",
+                    self.config.relation
+                ),
                 None,
             );
         }
