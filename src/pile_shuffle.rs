@@ -211,6 +211,21 @@ unsafe fn check_source(relid: pg_sys::Oid, relname: &str) {
             ),
         );
     }
+    if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        for leaf in crate::exec::block_shuffle::all_inheritors(relid, lock) {
+            if pg_sys::get_rel_relkind(leaf) as u8 == pg_sys::RELKIND_FOREIGN_TABLE {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    format!(
+                        "cannot shuffle {relname}: its partition {} is a foreign table",
+                        crate::input::relation_name(leaf)
+                    ),
+                    Some("corgipile_shuffle copies the rows of local tables only.".into()),
+                );
+            }
+        }
+    }
 }
 
 unsafe fn range_var(name: &str) -> *mut pg_sys::RangeVar {

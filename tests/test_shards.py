@@ -13,14 +13,16 @@ collide; CORGIPILE_PG_BIN passes through) and destroyed at the end. A third fore
 at PGPORT+102, where nothing listens.
 
 Checked here: hash-sharded tables train as well as one server on a local copy of the same rows
-(svm, logistic, linear; a9a too), range-sharded by label (one class per shard) with the default
-"sync" and with 8 rounds per epoch, an unequal 90/10 split, an empty shard, a local partition
-beside a foreign one, NULL rows skipped and counted, one epochs row per epoch, the seed, nothing
-stored on the shards; a shard down, without corgipile, with another corgipile version, a remote
-role without SELECT, bad data on a shard, cancel and statement_timeout (the remote queries stop
-too), parameters a sharded training does not support, a non-superuser whose user mapping has no
-password, privileges and row-level security on the coordinator's table, and the functions that
-still read locally (corgipile_evaluate / _explain / _trace: 0A000 naming the foreign partition)."""
+(svm, logistic, linear; a9a too), range-sharded by label (one class per shard, equal and unequal
+shard sizes; a9a too) with the default "sync" and with 8 rounds per epoch, an unequal 90/10
+split, an empty shard, a local partition beside a foreign one, NULL rows skipped and counted, the
+per-epoch NOTICE, one epochs row per epoch, the seed, nothing stored on the shards; a shard down,
+without corgipile, with another corgipile version, a remote role without SELECT, bad data on a
+shard (its SQLSTATE, the server named, the other shards' work cancelled), cancel and
+statement_timeout (the remote queries stop too, also one waiting for a lock), parameters a
+sharded training does not support, a non-superuser whose user mapping has no password,
+privileges and row-level security on the coordinator's table, and the functions that still read
+locally (corgipile_evaluate / _explain / _trace / _shuffle: 0A000 naming the foreign partition)."""
 
 import os
 import re
@@ -50,7 +52,7 @@ SHARD_DB = f"{DBNAME}_shard"  # corgipile installed, current version (both shard
 NOCORGI_DB = f"{DBNAME}_nocorgi"  # no corgipile (shard 1)
 OLD_DB = f"{DBNAME}_old"  # corgipile 0.3.0 (shard 1)
 S1, S2 = "sht_s1", "sht_s2"
-EXTRA_SERVERS = ("sht_dead", "sht_nocorgi", "sht_old", "sht_s1_noread")
+EXTRA_SERVERS = ("sht_dead", "sht_nocorgi", "sht_old", "sht_noread")
 ROLES = ("sht_user", "sht_nosel", "sht_rls")
 GAUSS = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"
 
@@ -323,7 +325,7 @@ def test_hash_sharded_trains_like_one_server(conn, blobs, model):
     row = stored(conn, m)
     assert row["rows_trained"] == 200_000 and row["rows_skipped"] == 0
     assert row["relation"] == "public.sh_hash"
-    assert row["params"]["sync"] == 1
+    assert row["params"]["sync"] == "auto"
     epochs = conn.execute("SELECT epoch, tuples FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch",
                           (m,)).fetchall()
     assert epochs == [(e, 200_000) for e in range(1, 6)], epochs
@@ -342,7 +344,8 @@ def test_hash_sharded_verbose_notice_per_epoch(conn, blobs):
     n1, n2 = blobs["hash_per_shard"]
     for e, text in enumerate(epochs, start=1):
         assert re.fullmatch(rf"corgipile epoch {e}/3: loss [0-9.]+, metric [0-9.]+, 200000 tuples "
-                            rf"\({S1} {n1}, {S2} {n2}\), 2 round\(s\), [0-9.]+ s", text), text
+                            rf"\({S1} {n1}, {S2} {n2}\), 2 round\(s\), [0-9.]+ s"
+                            r"(, [0-9]+ bytes to and from shard servers)?", text), text
 
 
 def test_same_seed_same_sharded_model(conn, blobs):
@@ -387,18 +390,45 @@ def test_range_sharded_by_label_default_sync_and_sync_8(conn, blobs):
     single = train(conn, "sh_range_copy", "svm", params)
     ref = evaluate(conn, single, "sh_range_copy")["accuracy"]
     acc = {}
-    for sync in (None, 8):
-        p = params if sync is None else {**params, "sync": sync}
-        m = train(conn, "sh_range", "svm", p)
+    for sync in ("auto", 1, 8):
+        m = train(conn, "sh_range", "svm", {**params, "sync": sync})
         assert stored(conn, m)["rows_trained"] == 200_000
-        assert stored(conn, m)["params"]["sync"] == (sync or 1)
-        acc[sync or 1] = evaluate(conn, m, "sh_range_copy")["accuracy"]
+        assert stored(conn, m)["params"]["sync"] == sync
+        acc[sync] = evaluate(conn, m, "sh_range_copy")["accuracy"]
     msg = (f"range-sharded by label (one class per shard), svm {params}: single-server {ref:.4f}, "
-           f"sharded sync 1 {acc[1]:.4f}, sync 8 {acc[8]:.4f}")
+           f"sharded sync auto {acc['auto']:.4f}, sync 1 {acc[1]:.4f}, sync 8 {acc[8]:.4f}")
     print("\n" + msg)
     assert ref > 0.95, msg
-    for sync in (1, 8):
+    # Equal shards: even one round per epoch holds.
+    for sync in ("auto", 1, 8):
         assert abs(acc[sync] - ref) <= ACCURACY_TOLERANCE, msg
+
+
+def test_range_sharded_by_label_unequal_shards(conn, shards):
+    """One class per shard again, but 90,000 rows of class 0 on shard 1 and 10,000 of class 1
+    on shard 2 (a9a sharded by label is like this: 24,720 / 7,841)."""
+    on_shard(0, "DROP TABLE IF EXISTS imb_part", "SELECT setseed(0.3)",
+             f"CREATE TABLE imb_part AS {blob_rows(90_000, '0')}", "VACUUM ANALYZE imb_part")
+    on_shard(1, "DROP TABLE IF EXISTS imb_part", "SELECT setseed(0.4)",
+             f"CREATE TABLE imb_part AS {blob_rows(10_000, '1', start=90_001)}", "VACUUM ANALYZE imb_part")
+    sharded_table(conn, "sh_imb", [("FOR VALUES IN (0)", S1, "imb_part"), ("FOR VALUES IN (1)", S2, "imb_part")],
+                  by="LIST (label)")
+    copy = local_copy(conn, "sh_imb")
+    params = {"epochs": 5, "seed": 3}
+    ref = evaluate(conn, train(conn, copy, "svm", params), copy)["accuracy"]
+    acc = {}
+    for sync in ("auto", 1, 8):
+        m = train(conn, "sh_imb", "svm", {**params, "sync": sync})
+        assert stored(conn, m)["rows_trained"] == 100_000
+        acc[sync] = evaluate(conn, m, copy)["accuracy"]
+    msg = (f"range-sharded by label, 90,000 class 0 / 10,000 class 1, svm {params}: single-server {ref:.4f}, "
+           f"sharded sync auto {acc['auto']:.4f}, sync 1 {acc[1]:.4f}, sync 8 {acc[8]:.4f} "
+           "(always predicting class 0: 0.9000)")
+    print("\n" + msg)
+    assert ref > 0.95, msg
+    # Unequal one-class shards need rounds within the epoch: the default (64) holds; 1 and 8
+    # are reported (README), not asserted.
+    assert abs(acc["auto"] - ref) <= ACCURACY_TOLERANCE, msg
 
 
 # ----------------------------------------------------------------------------------------------
@@ -429,7 +459,7 @@ def test_unequal_split_90_10(conn, uneven):
     copy = local_copy(conn, "sh_uneven")
     notices = verbose_notices(conn)
     got, ref, m = compare(conn, "sh_uneven", copy, "svm", {"epochs": 5, "seed": 2, "verbose": True})
-    assert ref > 0.9, ref
+    assert ref > 0.85, ref  # class means +-0.4: Bayes accuracy ~0.9
     assert stored(conn, m)["rows_trained"] == 100_000
     shard_epochs = [n for n in notices if n.startswith("corgipile epoch") and "round(s)" in n]
     assert len(shard_epochs) == 5, notices
@@ -449,13 +479,21 @@ def test_a_shard_with_zero_rows(conn, uneven):
 
 
 def test_no_rows_on_any_shard_is_no_data_found(conn, uneven):
+    """The condition no_data_found (SQLSTATE P0002), as for an empty table on one server."""
     sharded_table(conn, "sh_none", [("FOR VALUES FROM (1) TO (90001)", S2, "empty_part"),
                                     ("FOR VALUES FROM (90001) TO (100001)", S2, "empty_part")])
+    conn.execute("DROP TABLE IF EXISTS sh_none_local")
+    conn.execute("CREATE TABLE sh_none_local (id int, label int, features float8[])")
+    with pytest.raises(psycopg.Error) as local:
+        train(conn, "sh_none_local", "svm", {"epochs": 1})
     before = models_count(conn)
     with pytest.raises(psycopg.Error) as err:
         train(conn, "sh_none", "svm", {"epochs": 1})
-    assert err.value.sqlstate == "02000", (err.value.sqlstate, err.value.diag.message_primary)
-    assert models_count(conn) == before
+    msg = err.value.diag.message_primary
+    assert isinstance(err.value, E.NoDataFound), (err.value.sqlstate, msg)
+    assert err.value.sqlstate == local.value.sqlstate == "P0002", (err.value.sqlstate, local.value.sqlstate, msg)
+    assert "no rows" in msg, msg
+    assert_nothing_stored(conn, before)
 
 
 def test_a_local_partition_beside_a_foreign_one(conn, uneven):
@@ -542,9 +580,10 @@ def test_a9a_sharded_matches_one_server(conn, a9a, table):
     assert stored(conn, m)["rows_trained"] == 32561
     got = evaluate(conn, m, "sh_a9a_test")["accuracy"]
     extra = ""
-    if table == "sh_a9a_label":  # reported, not asserted: one class per shard with 8 rounds per epoch
-        m8 = train(conn, table, "svm", {**A9A_PARAMS, "sync": 8})
-        extra = f", sync 8 {evaluate(conn, m8, 'sh_a9a_test')['accuracy']:.4f}"
+    if table == "sh_a9a_label":  # reported, not asserted: one class per shard, 1 and 8 rounds per epoch
+        for sync in (1, 8):
+            m_sync = train(conn, table, "svm", {**A9A_PARAMS, "sync": sync})
+            extra += f", sync {sync} {evaluate(conn, m_sync, 'sh_a9a_test')['accuracy']:.4f}"
     msg = f"a9a svm {A9A_PARAMS} test accuracy: single-server {ref:.4f}, {table} {got:.4f}{extra}"
     print("\n" + msg)
     assert ref > 0.84, msg
@@ -580,7 +619,7 @@ def broken(conn, blobs):
         "sht_dead": (d0, DEAD_PORT, SHARD_DB, "postgres"),
         "sht_nocorgi": (d0, p0, NOCORGI_DB, "postgres"),
         "sht_old": (d0, p0, OLD_DB, "postgres"),
-        "sht_s1_noread": (cluster_dir(p1), p1, SHARD_DB, "sht_noread"),
+        "sht_noread": (cluster_dir(p1), p1, SHARD_DB, "sht_noread"),
     }
     for name, (host, port, db, user) in servers.items():
         conn.execute(f"CREATE SERVER {name} FOREIGN DATA WRAPPER postgres_fdw "
@@ -634,10 +673,10 @@ def test_a_shard_with_another_corgipile_version_is_0A000(conn, broken):
 def test_a_remote_role_without_select_is_42501_from_the_shard(conn, broken):
     before = models_count(conn)
     with pytest.raises(E.InsufficientPrivilege) as err:
-        train(conn, "sh_s1_noread", "svm", {"epochs": 1})
+        train(conn, "sh_noread", "svm", {"epochs": 1})
     assert err.value.sqlstate == "42501"
     msg = err.value.diag.message_primary
-    assert msg.startswith('shard server "sht_s1_noread": ') and "permission denied" in msg, msg
+    assert msg.startswith('shard server "sht_noread": ') and "permission denied" in msg, msg
     assert_nothing_stored(conn, before)
 
 
@@ -674,6 +713,32 @@ def test_a_shard_error_keeps_its_sqlstate_and_names_the_server(conn, blobs):
     assert_nothing_stored(conn, before)
 
 
+def test_a_shard_error_cancels_the_other_shards_work(conn, blobs):
+    """Shard 1's round waits for a lock while shard 2 raises: the ERROR comes at once and shard
+    1's query is cancelled (it would otherwise wait as long as the lock is held)."""
+    on_shard(1, "DROP TABLE IF EXISTS badw_part",
+             "CREATE TABLE badw_part AS SELECT id, label, CASE WHEN id % 100 = 0 THEN features[1:9] ELSE features END "
+             "AS features FROM range_part")
+    sharded_table(conn, "sh_badw2", [("FOR VALUES FROM (1) TO (100001)", S1, "range_part"),
+                                     ("FOR VALUES FROM (100001) TO (200001)", S2, "badw_part")])
+    before = models_count(conn)
+    with psycopg.connect(shard_dsn(0)) as locker:
+        locker.execute("LOCK TABLE range_part IN ACCESS EXCLUSIVE MODE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(psycopg.Error) as err:
+                train(conn, "sh_badw2", "svm", {"epochs": 1})
+            elapsed = time.monotonic() - started
+            still = wait_shards_quiet()
+        finally:
+            locker.rollback()
+    print(f"\nshard 2 ERROR while shard 1 waits: after {elapsed:.3f} s; after {SETTLE} s: {still}")
+    assert err.value.sqlstate == "2202E" and err.value.diag.message_primary.startswith(f'shard server "{S2}": ')
+    assert elapsed < CANCEL_LIMIT, elapsed
+    assert still == {0: [], 1: []}, still
+    assert_nothing_stored(conn, before)
+
+
 LONG = {"epochs": 1_000_000, "sync": 50, "seed": 1}
 
 
@@ -686,7 +751,11 @@ def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
             wait_active(killer, pid)
             time.sleep(1.0)
             assert t.is_alive(), f"training should still be running: {result}"
-            seen = {i: running_rounds(i) for i in (0, 1)}
+            # Rounds are short (2,000 rows): look for one in progress for up to 1 s more.
+            seen = {0: [], 1: []}
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and not (seen[0] or seen[1]):
+                seen = {i: running_rounds(i) for i in (0, 1)}
             cancelled_at = time.monotonic()
             assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
             t.join(timeout=60)
@@ -704,6 +773,43 @@ def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
         assert {i: corgipile_connections(i) for i in (0, 1)} == {0: [], 1: []}
         assert_nothing_stored(killer, before)
         assert scalar(victim, "SELECT 1") == 1
+
+
+def test_cancel_while_a_shard_round_waits_cancels_the_remote_query(dsn, blobs):
+    """Shard 2's table is locked, so its round waits there: cancelling the coordinator must
+    cancel that remote query too (it would otherwise wait as long as the lock is held)."""
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer, \
+            psycopg.connect(shard_dsn(1)) as locker:
+        before = models_count(killer)
+        locker.execute("LOCK TABLE range_part IN ACCESS EXCLUSIVE MODE")  # held until rollback
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "sh_range", "svm", {"epochs": 2, "seed": 1})
+        try:
+            deadline = time.monotonic() + 15
+            waiting = []
+            while time.monotonic() < deadline and not waiting:
+                waiting = running_rounds(1)
+                time.sleep(0.02)
+            assert waiting, "shard 2 never started corgipile_shard_round"
+            time.sleep(0.3)
+            assert t.is_alive(), result
+            cancelled_at = time.monotonic()
+            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(timeout=60)
+            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
+            latency = result["ended"] - cancelled_at
+            still = wait_shards_quiet()  # the lock is still held
+            connected = corgipile_connections(1)
+        finally:
+            stop_if_running(killer, t, pid)
+            locker.rollback()
+        print(f"\ncancel while shard 2 waits for a lock: ERROR after {latency:.3f} s; "
+              f"after {SETTLE} s: {still}, connections {connected}")
+        assert isinstance(result.get("error"), E.QueryCanceled), result
+        assert latency < CANCEL_LIMIT, latency
+        assert still == {0: [], 1: []}, still
+        assert connected == [], connected
+        assert_nothing_stored(killer, before)
 
 
 def test_statement_timeout_stops_the_coordinator_and_the_shards(conn, blobs):
@@ -789,10 +895,12 @@ def test_invalid_sync_is_22023(conn, blobs, sync):
 @pytest.mark.parametrize("call", [
     "SELECT count(*) FROM corgipile_trace('sh_hash', %s)",
     "SELECT count(*) FROM corgipile_explain('sh_hash', 'svm', %s)",
+    "SELECT corgipile_shuffle('sh_hash', 'sh_hash_shuffled', %s)",
 ])
 def test_functions_that_read_locally_name_the_foreign_partition(conn, blobs, call):
+    params = Jsonb({"seed": 1} if "shuffle" in call else {**QUIET, "epochs": 1})
     with pytest.raises(E.FeatureNotSupported) as err:
-        conn.execute(call, (Jsonb({**QUIET, "epochs": 1}),))
+        conn.execute(call, (params,))
     assert "sh_hash_0" in err.value.diag.message_primary or "sh_hash_1" in err.value.diag.message_primary
 
 

@@ -295,7 +295,7 @@ fn to_json_round_trips() {
             "batch_size": 1, "fit_intercept": true, "normalize": true, "exclude": [], "preprocess": {},
             "max_categories": 100, "only": false, "average": true, "class_weight": null,
             "n_features": null, "index_base": 1, "validation": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
-            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "workers": 0, "sync": 1, "verbose": true,
+            "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "workers": 0, "sync": "auto", "verbose": true,
             "name": null
         })
     );

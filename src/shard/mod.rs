@@ -1,9 +1,9 @@
 //! Training over a sharded table: a partitioned table whose partitions are postgres_fdw foreign
 //! tables on other servers (and maybe local tables). Rows never cross the network: every shard
 //! runs corgipile's own pipeline over its local table (`corgipile_shard_round`, see
-//! `exec::sgd::shard_round`) and returns a model; the coordinator combines the shards' models,
-//! weighted by the tuples each trained, once per round, and sends the combination back for the
-//! next round. A round is one epoch of every shard, or with `"sync": K` a K-th of it (blocks
+//! `exec::sgd::shard_round`) and returns a model; the coordinator adds every shard's change to
+//! the model the round started from, once per round, and sends the sum back for the next
+//! round. A round is one epoch of every shard, or with `"sync": K` a K-th of it (blocks
 //! `r`, `r + K`, … of the epoch's order), for shards that hold different label mixes.
 //!
 //! Round 0 is a statistics pass on every shard: the merged statistics give the features'
@@ -359,8 +359,8 @@ pub unsafe fn train(
     extras.clone().apply(&mut train_config);
 
     // Rounds.
-    let rounds = params.sync.max(1);
     let outputs = 1usize;
+    let rounds = params.sync_rounds(n_features * outputs + outputs);
     let mut weights = vec![0.0; n_features * outputs];
     let mut bias = vec![0.0; outputs];
     let average_from = params
@@ -396,18 +396,21 @@ pub unsafe fn train(
                 run_local,
                 &mut bytes,
             );
-            let total: u64 = replies.iter().map(|r| r.tuples).sum();
-            if total > 0 {
-                weights.iter_mut().for_each(|w| *w = 0.0);
-                bias.iter_mut().for_each(|b| *b = 0.0);
-                for reply in replies.iter().filter(|r| r.tuples > 0) {
-                    let share = reply.tuples as f64 / total as f64;
-                    for (w, x) in weights.iter_mut().zip(&reply.weights) {
-                        *w += share * x;
-                    }
-                    for (b, x) in bias.iter_mut().zip(&reply.bias) {
-                        *b += share * x;
-                    }
+            // Every shard's steps count once: the round's model is the one it started from plus
+            // each shard's change (as sequential SGD over the shards' tuples would move it, to
+            // first order). Averaging the models weighted by tuples would count a big shard
+            // twice (its change already grows with its tuples): with one class per shard and
+            // shards of 90% and 10% of the rows, that gave a majority-class model.
+            let start: Vec<f64> = weights.iter().chain(&bias).copied().collect();
+            for reply in replies.iter().filter(|r| r.tuples > 0) {
+                let model = reply.weights.iter().chain(&reply.bias);
+                for ((v, x), s0) in weights
+                    .iter_mut()
+                    .chain(bias.iter_mut())
+                    .zip(model)
+                    .zip(&start)
+                {
+                    *v += x - s0;
                 }
             }
             if !weights.iter().chain(&bias).all(|v| v.is_finite()) {

@@ -404,14 +404,17 @@ train_params! {
         parse: |k, v| Ok(get_int(k, v, 0, 64)? as u32),
         json: |x| json!(x),
     },
-    /// Sharded tables: rounds per epoch.
-    sync: u32 = 1 => {
-        shown: "`1`",
-        accepts: "integer 1 … 1,000",
-        meaning: "sharded tables (postgres_fdw partitions): rounds per epoch; each round every shard trains on a share of its blocks from the combined model, and the coordinator combines the shards' models (see [Scaling out](#scaling-out-sharded-tables))",
-        rule: "an integer from 1 to 1000 (default 1)",
-        parse: |k, v| Ok(get_int(k, v, 1, 1000)? as u32),
-        json: |x| json!(x),
+    /// Sharded tables: rounds per epoch; None = auto (see `sync_rounds`).
+    sync: Option<u32> = None => {
+        shown: r#"`"auto"`"#,
+        accepts: r#"`"auto"` or integer 1 … 1,000"#,
+        meaning: "sharded tables (postgres_fdw partitions): rounds per epoch; each round every shard trains on a share of its blocks from the combined model; auto = 64, fewer for a model of more than 16,384 weights (see [Scaling out](#scaling-out-sharded-tables))",
+        rule: "\"auto\" or an integer from 1 to 1000 (default \"auto\")",
+        parse: |k, v| match v {
+            Value::String(s) if s == "auto" => Ok(None),
+            _ => Ok(Some(get_int(k, v, 1, 1000)? as u32)),
+        },
+        json: |x| x.map_or(json!("auto"), |n| json!(n)),
     },
     verbose: bool = true => {
         shown: "`true`",
@@ -472,6 +475,14 @@ impl TrainParams {
             m.insert(spec.name.into(), (spec.to_json)(self));
         }
         Value::Object(m)
+    }
+
+    /// Sharded tables: rounds per epoch for a model of `weights` weights and biases. Auto: 64
+    /// (enough, in our tests, for shards that each hold one class), but at most 2^20 / weights,
+    /// so that a big model's exchanges stay within ~2^20 values per shard and epoch each way.
+    pub fn sync_rounds(&self, weights: usize) -> u32 {
+        self.sync
+            .unwrap_or_else(|| (((1usize << 20) / weights.max(1)).clamp(1, 64)) as u32)
     }
 
     /// The trainer configuration these parameters describe. Data-dependent
