@@ -92,10 +92,11 @@ def main():
                 conn.execute(f"CREATE TABLE one_{layout} AS SELECT * FROM sh_{layout} ORDER BY label, id")
                 conn.execute(f"VACUUM ANALYZE one_{layout}")
                 configs = [("one server", f"one_{layout}", {}),
+                           ("2 shards, sync auto (64, the default)", f"sh_{layout}", {}),
                            ("2 shards, sync 1", f"sh_{layout}", {"sync": 1}),
                            ("2 shards, sync 8", f"sh_{layout}", {"sync": 8})]
                 for r in range(args.rounds):
-                    for name, table, extra in configs[r % 3:] + configs[: r % 3]:
+                    for name, table, extra in configs[r % 4:] + configs[: r % 4]:
                         notices.clear()
                         p = {"epochs": args.epochs, "seed": 1, "verbose": True, **extra}
                         m = conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, Jsonb(p))).fetchone()[0]
@@ -124,7 +125,7 @@ def main():
     for layout, what in (("by_hash", "split by id parity (same label mix)"), ("by_label", "one class per shard")):
         one = statistics.median(results[(layout, "one server")][0])
         one_acc = statistics.median(results[(layout, "one server")][1])
-        for name in ("one server", "2 shards, sync 1", "2 shards, sync 8"):
+        for name in ("one server", "2 shards, sync auto (64, the default)", "2 shards, sync 1", "2 shards, sync 8"):
             secs, accs, sent = results[(layout, name)]
             m = statistics.median(secs)
             a = statistics.median(accs)
