@@ -243,7 +243,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
             learned.as_ref(),
         );
         let outcome = match crate::shard::sharded_leaves(prepared.relid) {
-            Some(leaves) => train_sharded(&prepared, leaves),
+            Some(leaves) => train_sharded(&prepared, leaves).0,
             None => prepared.run(Train {
                 validation_rows,
                 relid: prepared.relid,
@@ -287,7 +287,7 @@ fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg
 unsafe fn train_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
-) -> crate::pipeline::TrainOutcome {
+) -> (crate::pipeline::TrainOutcome, crate::shard::ShardSummary) {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
     // The shards read their tables as the user mappings' roles; here the caller must be allowed
@@ -320,6 +320,85 @@ unsafe fn train_sharded(
         shard_round_here(relid, kind, &params, request)
     };
     crate::shard::train(leaves, config, &run_local)
+}
+
+/// EXPLAIN of a training over a sharded table: no executor plan runs here, so the output is the
+/// training's properties and its shards; with `analyze`, after training (the model is not
+/// stored), each shard's tuples in the last epoch and time, and the bytes exchanged per epoch.
+unsafe fn explain_sharded(
+    prepared: &Prepared,
+    leaves: Vec<crate::shard::Leaf>,
+    analyze: bool,
+    format: pg_sys::ExplainFormat::Type,
+) -> String {
+    crate::shard::check_supported(prepared.config.model, &prepared.config);
+    let described = crate::shard::describe(&leaves);
+    let params = &prepared.config.params;
+    let started = std::time::Instant::now();
+    let trained = analyze.then(|| train_sharded(prepared, leaves));
+    let es = pg_sys::NewExplainState();
+    (*es).analyze = analyze;
+    (*es).format = format;
+    pg_sys::ExplainBeginOutput(es);
+    pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+    explain::text(es, "Sharded Training", &prepared.config.relation);
+    explain::text(es, "Model", prepared.config.model.name());
+    explain::int(es, "Epochs", params.epochs as i64);
+    explain::text(
+        es,
+        "Sync",
+        &match params.sync {
+            Some(n) => format!("{n} rounds per epoch"),
+            None => {
+                "auto (64 rounds per epoch, fewer for a model of more than 16384 weights)".into()
+            }
+        },
+    );
+    explain::int(es, "Shards", described.len() as i64);
+    match &trained {
+        None => {
+            for (i, d) in described.iter().enumerate() {
+                explain::text(es, &format!("Shard {}", i + 1), d);
+            }
+        }
+        Some((outcome, summary)) => {
+            for (i, (line, d)) in summary.shards.iter().zip(&described).enumerate() {
+                explain::text(
+                    es,
+                    &format!("Shard {}", i + 1),
+                    &format!(
+                        "{d}: {} tuples in the last epoch, {:.3} s in rounds",
+                        line.tuples_last_epoch, line.seconds
+                    ),
+                );
+            }
+            explain::int(es, "Rounds Per Epoch", summary.rounds_per_epoch as i64);
+            explain::int(es, "Epochs Run", outcome.epochs.len() as i64);
+            if let Some(last) = outcome.epochs.last() {
+                explain::float(es, "Final Loss", None, last.stats.loss, 6);
+                explain::int(es, "Tuples Per Epoch", last.stats.tuples as i64);
+            }
+            explain::int(es, "Bytes Per Epoch", summary.bytes_per_epoch as i64);
+            let times: Vec<String> = outcome
+                .epochs
+                .iter()
+                .map(|e| format!("{:.3}", e.seconds * 1000.0))
+                .collect();
+            explain::text(es, "Epoch Times (ms)", &times.join(", "));
+            explain::float(
+                es,
+                "Training Time",
+                Some("ms"),
+                started.elapsed().as_secs_f64() * 1000.0,
+                3,
+            );
+        }
+    }
+    pg_sys::ExplainCloseGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+    pg_sys::ExplainEndOutput(es);
+    CStr::from_ptr((*(*es).str_).data)
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Runs a shard's round on a table of this server.
@@ -571,10 +650,22 @@ fn corgipile_explain(
             Some("Valid formats are text, json, yaml and xml.".into()),
         ),
     };
-    let params = parse_params(&params);
+    let mut params = parse_params(&params);
+    // EXPLAIN ANALYZE trains without the per-epoch NOTICEs.
+    params.verbose = false;
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
         let prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new(), None);
+        if let Some(leaves) = crate::shard::sharded_leaves(prepared.relid) {
+            let text = explain_sharded(&prepared, leaves, analyze, explain_format);
+            let rows = match explain_format {
+                pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT => {
+                    text.lines().map(str::to_owned).collect()
+                }
+                _ => vec![text],
+            };
+            return SetOfIterator::new(rows);
+        }
         let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
         let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
         let started = std::time::Instant::now();

@@ -894,7 +894,6 @@ def test_invalid_sync_is_22023(conn, blobs, sync):
 
 @pytest.mark.parametrize("call", [
     "SELECT count(*) FROM corgipile_trace('sh_hash', %s)",
-    "SELECT count(*) FROM corgipile_explain('sh_hash', 'svm', %s)",
     "SELECT corgipile_shuffle('sh_hash', 'sh_hash_shuffled', %s)",
 ])
 def test_functions_that_read_locally_name_the_foreign_partition(conn, blobs, call):
@@ -902,6 +901,26 @@ def test_functions_that_read_locally_name_the_foreign_partition(conn, blobs, cal
     with pytest.raises(E.FeatureNotSupported) as err:
         conn.execute(call, (params,))
     assert "sh_hash_0" in err.value.diag.message_primary or "sh_hash_1" in err.value.diag.message_primary
+
+
+def test_explain_shows_the_shards_and_with_analyze_their_tuples(conn, blobs):
+    before = models_count(conn)
+    plain = [r[0] for r in conn.execute(
+        "SELECT * FROM corgipile_explain('sh_hash', 'svm', %s)", (Jsonb({"epochs": 2, "sync": 3}),))]
+    assert "Sharded Training: sh_hash" in plain and "Shards: 2" in plain and "Sync: 3 rounds per epoch" in plain
+    assert sum(line.startswith("Shard ") and " table " in line for line in plain) == 2
+    analyzed = [r[0] for r in conn.execute(
+        "SELECT * FROM corgipile_explain('sh_hash', 'svm', %s, true)", (Jsonb({"epochs": 2, "seed": 1}),))]
+    tuples = [int(line.split(": ")[2].split(" tuples")[0]) for line in analyzed if line.startswith("Shard ")]
+    assert len(tuples) == 2 and sum(tuples) == 200_000, analyzed
+    assert "Rounds Per Epoch: 64" in analyzed and "Epochs Run: 2" in analyzed
+    assert any(line.startswith("Bytes Per Epoch: ") and int(line.split(": ")[1]) > 0 for line in analyzed)
+    # JSON is one well-formed document; EXPLAIN ANALYZE stores no model.
+    doc = conn.execute("SELECT * FROM corgipile_explain('sh_hash', 'svm', %s, true, 'json')",
+                       (Jsonb({"epochs": 1, "seed": 1, "sync": 1}),)).fetchone()[0]
+    import json
+    assert json.loads(doc)[0]["Tuples Per Epoch"] == 200_000
+    assert models_count(conn) == before
 
 
 def test_evaluate_on_a_sharded_table_names_the_foreign_partition(conn, blobs):

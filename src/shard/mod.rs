@@ -133,8 +133,41 @@ struct Shard {
     /// For messages: the foreign server's name, or the local partition's.
     name: String,
     place: Place,
-    /// Tuples trained in the current epoch (EXPLAIN-like reporting, progress).
+    /// Tuples trained in the current epoch (the NOTICE, EXPLAIN ANALYZE).
     tuples: u64,
+    /// Time from sending a request until its reply, summed over the training.
+    seconds: f64,
+}
+
+/// What EXPLAIN ANALYZE shows of a sharded training.
+pub struct ShardSummary {
+    pub shards: Vec<ShardLine>,
+    pub rounds_per_epoch: u32,
+    /// Bytes to and from the shard servers in the last epoch.
+    pub bytes_per_epoch: u64,
+}
+
+pub struct ShardLine {
+    pub tuples_last_epoch: u64,
+    pub seconds: f64,
+}
+
+/// What EXPLAIN (without ANALYZE) shows of each shard: its server (or local partition) and
+/// table, without connecting.
+///
+/// # Safety
+/// Backend thread, inside a transaction.
+pub unsafe fn describe(leaves: &[Leaf]) -> Vec<String> {
+    leaves
+        .iter()
+        .map(|leaf| match leaf {
+            Leaf::Local(oid) => format!("local partition {}", crate::input::relation_name(*oid)),
+            Leaf::Remote { server, table } => {
+                let name = CStr::from_ptr((*pg_sys::GetForeignServer(*server)).servername);
+                format!("server {} table {table}", name.to_string_lossy())
+            }
+        })
+        .collect()
 }
 
 enum Place {
@@ -153,6 +186,7 @@ unsafe fn round(
     bytes: &mut u64,
 ) -> Vec<RoundReply> {
     let request_json = serde_json::to_string(request).expect("request serializes");
+    let sent = Instant::now();
     for shard in shards.iter_mut() {
         if let Place::Remote { conn, table } = &mut shard.place {
             *bytes += request_json.len() as u64;
@@ -163,9 +197,11 @@ unsafe fn round(
         }
     }
     let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
-    for (i, shard) in shards.iter().enumerate() {
+    for (i, shard) in shards.iter_mut().enumerate() {
         if let Place::Local(oid) = shard.place {
+            let started = Instant::now();
             replies[i] = Some(run_local(oid, request));
+            shard.seconds += started.elapsed().as_secs_f64();
         }
     }
     loop {
@@ -178,6 +214,7 @@ unsafe fn round(
                 continue;
             };
             if conn.ready() {
+                shard.seconds += sent.elapsed().as_secs_f64();
                 let text = conn.result().unwrap_or_default();
                 *bytes += text.len() as u64;
                 let reply: RoundReply = serde_json::from_str(&text).unwrap_or_else(|e| {
@@ -216,7 +253,7 @@ pub unsafe fn train(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
-) -> TrainOutcome {
+) -> (TrainOutcome, ShardSummary) {
     let started = Instant::now();
     let params = &config.params;
     let kind = config.model;
@@ -255,6 +292,7 @@ pub unsafe fn train(
             name,
             place,
             tuples: 0,
+            seconds: 0.0,
         });
     }
     // Shards train with the coordinator's params, one process each, silently.
@@ -498,7 +536,18 @@ pub unsafe fn train(
         None => Vec::new(),
     };
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
-    TrainOutcome {
+    let summary = ShardSummary {
+        shards: shards
+            .iter()
+            .map(|s| ShardLine {
+                tuples_last_epoch: s.tuples,
+                seconds: s.seconds,
+            })
+            .collect(),
+        rounds_per_epoch: rounds,
+        bytes_per_epoch: bytes,
+    };
+    let outcome = TrainOutcome {
         model,
         classes,
         standardizer: standardizer
@@ -510,5 +559,6 @@ pub unsafe fn train(
         rows_skipped,
         seconds: started.elapsed().as_secs_f64(),
         statistics_seconds: Some(statistics_seconds),
-    }
+    };
+    (outcome, summary)
 }
