@@ -30,3 +30,40 @@ def conn(dsn):
 
 def scalar(conn, sql, params=None):
     return conn.execute(sql, params).fetchone()[0]
+
+
+def start_training(conn, rel, model, params):
+    """Runs corgipile_train (without NOTICEs) in a thread; returns (thread, result dict with
+    "started", "ended" and "value" or "error")."""
+    import threading
+    import time
+
+    from psycopg.types.json import Jsonb
+
+    result = {}
+
+    def run():
+        result["started"] = time.monotonic()
+        try:
+            result["value"] = conn.execute("SELECT corgipile_train(%s::regclass, %s, %s)",
+                                           (rel, model, Jsonb({"verbose": False, **params}))).fetchone()[0]
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            result["error"] = e
+        result["ended"] = time.monotonic()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, result
+
+
+def wait_active(observer, pid, timeout=10.0):
+    """Until backend `pid` runs a corgipile_train (a cancel sent while idle would be ignored)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile_train%%' FROM pg_stat_activity "
+                            "WHERE pid = %s", (pid,)):
+            return
+        time.sleep(0.01)
+    raise AssertionError("training did not start")

@@ -21,7 +21,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import DATASETS, REPO, scalar
+from conftest import DATASETS, REPO, scalar, start_training, wait_active
 
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.005  # 0.5 accuracy points
@@ -86,33 +86,7 @@ def wait_for_workers(observer, leader_pid, timeout=15.0):
     return []
 
 
-def wait_active(observer, pid, timeout=10.0):
-    """Until the backend runs the training (a cancel sent while idle would be ignored)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile%%' FROM pg_stat_activity "
-                            "WHERE pid = %s", (pid,)):
-            return
-        time.sleep(0.01)
-    raise AssertionError("training did not start")
 
-
-def start_training(conn, rel, model, params):
-    """Runs corgipile_train in a thread; returns (thread, result dict)."""
-    result = {}
-
-    def run():
-        result["started"] = time.monotonic()
-        try:
-            result["value"] = conn.execute("SELECT corgipile_train(%s::regclass, %s, %s)",
-                                           (rel, model, Jsonb({**QUIET, **params}))).fetchone()[0]
-        except BaseException as e:  # noqa: BLE001 - reported to the test
-            result["error"] = e
-        result["ended"] = time.monotonic()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, result
 
 
 def stop_if_running(killer, t, pid):

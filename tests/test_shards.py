@@ -37,7 +37,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import DATASETS, DBNAME, REPO, scalar
+from conftest import DATASETS, DBNAME, REPO, scalar, start_training, wait_active
 
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.01  # 1 accuracy point
@@ -224,32 +224,7 @@ def compare(c, sharded, copy, model, params, eval_rel=None, metric="accuracy", t
     return got, ref, shard
 
 
-def start_training(conn, rel, model, params):
-    """Runs corgipile_train in a thread; returns (thread, result dict)."""
-    result = {}
 
-    def run():
-        result["started"] = time.monotonic()
-        try:
-            result["value"] = conn.execute("SELECT corgipile_train(%s::regclass, %s, %s)",
-                                           (rel, model, Jsonb({**QUIET, **params}))).fetchone()[0]
-        except BaseException as e:  # noqa: BLE001 - reported to the test
-            result["error"] = e
-        result["ended"] = time.monotonic()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, result
-
-
-def wait_active(observer, pid, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile_train%%' FROM pg_stat_activity "
-                            "WHERE pid = %s", (pid,)):
-            return
-        time.sleep(0.01)
-    raise AssertionError("training did not start")
 
 
 def wait_shards_quiet(timeout=SETTLE):
