@@ -156,7 +156,7 @@ impl Remote {
         value_ptrs.push(std::ptr::null());
         // SAFETY: null-terminated arrays of C strings that outlive the call.
         let conn = PQconnectdbParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 0);
-        let remote = Remote {
+        let mut remote = Remote {
             conn,
             server: name.clone(),
             busy: false,
@@ -180,6 +180,12 @@ impl Remote {
                 Some("Non-superusers may only connect with password authentication, as for postgres_fdw.".into()),
             );
         }
+        // If this session is gone (ERROR, FATAL, crash) while a round runs there, the shard
+        // notices the closed connection within a second and ends the round.
+        remote.query(
+            c"SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false)",
+            &[],
+        );
         remote
     }
 
@@ -301,10 +307,22 @@ impl Drop for Remote {
                 return;
             }
             if self.busy {
+                // A cancel that reaches the shard before its backend has read the query is
+                // dropped there, so it is repeated every 100 ms while we wait (at most 0.5 s)
+                // for the query to end. Beyond that, client_connection_check_interval (set at
+                // connect) ends the remote query within a second of PQfinish.
                 let cancel = PQgetCancel(self.conn);
                 if !cancel.is_null() {
-                    let mut buf = [0 as c_char; 256];
-                    PQcancel(cancel, buf.as_mut_ptr(), buf.len() as c_int);
+                    for attempt in 0..50 {
+                        if attempt % 10 == 0 {
+                            let mut buf = [0 as c_char; 256];
+                            PQcancel(cancel, buf.as_mut_ptr(), buf.len() as c_int);
+                        }
+                        if PQconsumeInput(self.conn) == 0 || PQisBusy(self.conn) == 0 {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
                     PQfreeCancel(cancel);
                 }
             }
