@@ -178,3 +178,15 @@ CREATE FUNCTION "corgipile_shard_round"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_shard_round_wrapper';
+
+-- corgipile.progress: a shards column (round and per-shard state of a sharded training).
+CREATE OR REPLACE VIEW corgipile.progress WITH (security_invoker = true) AS
+SELECT a.pid, a.usename, a.datname, p[1] AS relation, p[2] AS model, p[3] AS phase,
+       p[4]::integer AS epoch, p[5]::integer AS epochs, p[6]::float8 AS epoch_percent,
+       p[7]::bigint AS tuples_this_epoch, nullif(p[8], '-')::float8 AS last_epoch_loss,
+       p[9]::float8 AS elapsed_seconds, nullif(p[10], '-')::float8 AS remaining_seconds,
+       p[12] AS query, p[11] AS shards
+FROM pg_catalog.pg_stat_activity a,
+     LATERAL pg_catalog.regexp_match(a.query,
+        '^corgipile: relation (.*) model (\S+) \| (.+?) \| epoch (\d+)/(\d+) \| ([0-9.]+)% \| tuples (\d+) \| loss (\S+) \| elapsed ([0-9.]+) s \| remaining (\S+) s(?: \| shards (.*?))? \| query: (.*)$') AS p
+WHERE p IS NOT NULL AND a.state = 'active';

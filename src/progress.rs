@@ -3,9 +3,10 @@
 //! memory, so no shared_preload_libraries. The line is
 //!
 //! `corgipile: relation R model M | phase | epoch k/n | p% | tuples t | loss L | elapsed E s |
-//! remaining R s | query: <the statement>`
+//! remaining R s [| shards S] | query: <the statement>`
 //!
-//! (`loss` is the last finished epoch's; `-` when unknown). Everything here runs on the backend
+//! (`loss` is the last finished epoch's; `-` when unknown; `shards` only for a sharded table:
+//! the round and each shard's state). Everything here runs on the backend
 //! thread only; the state is a thread-local that the SGD node's `Tracker` clears when the query
 //! ends or fails.
 
@@ -16,6 +17,9 @@ use std::time::{Duration, Instant};
 
 /// How often block-level progress may rewrite the activity line.
 const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// At most this much of the activity line describes the shards.
+const SHARDS_MAX_BYTES: usize = 400;
 
 struct Progress {
     relation: String,
@@ -33,6 +37,8 @@ struct Progress {
     epochs_done: u32,
     epoch_started: Instant,
     last_report: Instant,
+    /// Sharded tables: the round and each shard's state.
+    shards: Option<String>,
     query: String,
 }
 
@@ -78,6 +84,7 @@ pub fn start(relation: &str, model: &'static str, epochs: u32) -> Tracker {
             epochs_done: 0,
             epoch_started: now,
             last_report: now,
+            shards: None,
             query,
         })
     });
@@ -118,6 +125,35 @@ pub fn scanning(blocks_done: usize, blocks: usize, tuples: u64) {
             p.tuples = tuples;
         }
     });
+}
+
+/// A sharded training: the fraction of the epoch's rounds done, the tuples trained so far this
+/// epoch, and the round and each shard's state (e.g. `round 3/64: s1 done 2000 tuples, s2
+/// running 0.4 s`). Rewritten at most every 250 ms unless `force`; `state` is only built then.
+pub fn shard_rounds(fraction: f64, tuples: u64, state: impl FnOnce() -> String, force: bool) {
+    let due = PROGRESS.with(|p| {
+        p.borrow()
+            .as_ref()
+            .is_some_and(|p| force || p.last_report.elapsed() >= REPORT_EVERY)
+    });
+    if due {
+        update(true, |p| {
+            p.epoch_fraction = fraction;
+            p.tuples = tuples;
+            // The line is cut at track_activity_query_size (1 kB by default): a long shard
+            // list must not push " | query: " out of it, or the view loses the row.
+            let mut state = state();
+            if state.len() > SHARDS_MAX_BYTES {
+                let mut end = SHARDS_MAX_BYTES;
+                while !state.is_char_boundary(end) {
+                    end -= 1;
+                }
+                state.truncate(end);
+                state.push_str(" …");
+            }
+            p.shards = Some(state);
+        });
+    }
 }
 
 /// Put the statement's own text back as the activity (the training is over).
@@ -184,7 +220,7 @@ impl Progress {
             .remaining()
             .map_or("-".to_owned(), |r| format!("{r:.1}"));
         format!(
-            "corgipile: relation {} model {} | {} | epoch {}/{} | {:.1}% | tuples {} | loss {} | elapsed {:.1} s | remaining {} s | query: {}",
+            "corgipile: relation {} model {} | {} | epoch {}/{} | {:.1}% | tuples {} | loss {} | elapsed {:.1} s | remaining {} s{} | query: {}",
             self.relation,
             self.model,
             self.phase,
@@ -195,6 +231,9 @@ impl Progress {
             loss,
             self.started.elapsed().as_secs_f64(),
             remaining,
+            self.shards
+                .as_ref()
+                .map_or(String::new(), |s| format!(" | shards {s}")),
             self.query
         )
     }

@@ -4,7 +4,7 @@
 //! Undefined ratios (no predicted positives, no support, ...) are 0, like
 //! scikit-learn's `zero_division=0`; an empty input gives all-zero reports.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Probabilities are clipped to [EPS, 1 - EPS] for log loss, as scikit-learn
 /// did (its historical default eps), so one confident mistake costs ~34.5, not ∞.
@@ -54,8 +54,76 @@ pub struct BinaryMetrics {
     /// At most this many scores are kept for ROC AUC (memory bound); past it AUC is None.
     auc_limit: Option<usize>,
     auc_dropped: bool,
+    /// Instead of `scored`: ROC AUC from a histogram of scores (mergeable across shards).
+    histogram: Option<ScoreHistogram>,
     log_loss_sum: f64,
     all_have_prob: bool,
+}
+
+/// Bins of [`ScoreHistogram`].
+pub const AUC_BINS: usize = 1 << 16;
+
+/// Positive and negative counts of the scores in each of [`AUC_BINS`] equal bins of
+/// sigmoid(score) — a monotone map of every score into [0, 1], so ranks are kept up to the
+/// bin. ROC AUC from it counts a positive and a negative in the same bin as a tie (1/2): exact
+/// up to ties within a bin, in bounded memory, and two histograms add.
+#[derive(Clone, Debug)]
+struct ScoreHistogram {
+    positive: Vec<u64>,
+    negative: Vec<u64>,
+}
+
+impl ScoreHistogram {
+    fn new() -> Self {
+        ScoreHistogram {
+            positive: vec![0; AUC_BINS],
+            negative: vec![0; AUC_BINS],
+        }
+    }
+
+    #[inline]
+    fn bin(score: f64) -> usize {
+        let p = 1.0 / (1.0 + (-score).exp());
+        // NaN casts to 0.
+        ((p * AUC_BINS as f64) as usize).min(AUC_BINS - 1)
+    }
+
+    fn push(&mut self, score: f64, positive: bool) {
+        let b = Self::bin(score);
+        if positive {
+            self.positive[b] += 1;
+        } else {
+            self.negative[b] += 1;
+        }
+    }
+
+    /// Σ over positives of (negatives in lower bins + half those in its bin), over P·N.
+    fn auc(&self) -> Option<f64> {
+        let pos: u64 = self.positive.iter().sum();
+        let neg: u64 = self.negative.iter().sum();
+        if pos == 0 || neg == 0 {
+            return None;
+        }
+        let (mut below, mut wins) = (0u64, 0.0f64);
+        for (p, n) in self.positive.iter().zip(&self.negative) {
+            wins += *p as f64 * (below as f64 + *n as f64 / 2.0);
+            below += n;
+        }
+        Some(wins / (pos as f64 * neg as f64))
+    }
+}
+
+/// What a shard sends of its [`BinaryMetrics`]: the counts and the non-empty histogram bins
+/// as (bin, positives, negatives).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BinaryPart {
+    tp: u64,
+    fp: u64,
+    tn: u64,
+    fn_: u64,
+    log_loss_sum: f64,
+    all_have_prob: bool,
+    bins: Vec<(u32, u64, u64)>,
 }
 
 impl BinaryMetrics {
@@ -78,6 +146,54 @@ impl BinaryMetrics {
     /// Bytes kept per row for ROC AUC.
     pub const AUC_BYTES_PER_ROW: usize = std::mem::size_of::<(f64, bool)>();
 
+    /// ROC AUC from a [`ScoreHistogram`] (bounded memory, mergeable) instead of every score.
+    pub fn with_histogram() -> Self {
+        BinaryMetrics {
+            histogram: Some(ScoreHistogram::new()),
+            ..Self::new()
+        }
+    }
+
+    /// This part's state for merging elsewhere (histogram metrics only).
+    pub fn part(&self) -> BinaryPart {
+        let histogram = self
+            .histogram
+            .as_ref()
+            .expect("only histogram metrics are merged");
+        BinaryPart {
+            tp: self.tp,
+            fp: self.fp,
+            tn: self.tn,
+            fn_: self.fn_,
+            log_loss_sum: self.log_loss_sum,
+            all_have_prob: self.all_have_prob,
+            bins: (0..AUC_BINS)
+                .filter(|&b| histogram.positive[b] + histogram.negative[b] > 0)
+                .map(|b| (b as u32, histogram.positive[b], histogram.negative[b]))
+                .collect(),
+        }
+    }
+
+    /// Adds another part's rows (histogram metrics only; bins out of range are ignored).
+    pub fn merge(&mut self, part: &BinaryPart) {
+        self.tp += part.tp;
+        self.fp += part.fp;
+        self.tn += part.tn;
+        self.fn_ += part.fn_;
+        self.log_loss_sum += part.log_loss_sum;
+        self.all_have_prob &= part.all_have_prob;
+        let histogram = self
+            .histogram
+            .as_mut()
+            .expect("only histogram metrics are merged");
+        for &(b, p, n) in &part.bins {
+            if let Some(slot) = histogram.positive.get_mut(b as usize) {
+                *slot += p;
+                histogram.negative[b as usize] += n;
+            }
+        }
+    }
+
     /// `score`: decision value; `prob`: P(positive) if the model has one.
     pub fn push(&mut self, score: f64, prob: Option<f64>, actual_positive: bool) {
         match (score >= 0.0, actual_positive) {
@@ -86,7 +202,9 @@ impl BinaryMetrics {
             (false, false) => self.tn += 1,
             (false, true) => self.fn_ += 1,
         }
-        if !self.auc_dropped {
+        if let Some(histogram) = &mut self.histogram {
+            histogram.push(score, actual_positive);
+        } else if !self.auc_dropped {
             if self
                 .auc_limit
                 .is_some_and(|limit| self.scored.len() >= limit)
@@ -114,7 +232,9 @@ impl BinaryMetrics {
         let n = self.tp + self.fp + self.tn + self.fn_;
         let precision = ratio(self.tp, self.tp + self.fp);
         let recall = ratio(self.tp, self.tp + self.fn_);
-        let roc_auc = if self.auc_dropped {
+        let roc_auc = if let Some(histogram) = &self.histogram {
+            histogram.auc()
+        } else if self.auc_dropped {
             None
         } else {
             roc_auc(&mut self.scored)
@@ -181,8 +301,8 @@ pub struct MulticlassReport {
 }
 
 /// Multiclass metrics over class indices 0..K-1 (K grows if a larger index
-/// is pushed).
-#[derive(Clone, Debug)]
+/// is pushed). Serializes as the part a shard sends.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MulticlassMetrics {
     /// Per class: true positives, times predicted, times actual.
     tp: Vec<u64>,
@@ -223,6 +343,28 @@ impl MulticlassMetrics {
             Some(p) => self.log_loss_sum -= p.clamp(EPS, 1.0 - EPS).ln(),
             None => self.all_have_prob = false,
         }
+    }
+
+    /// Adds another part's rows.
+    pub fn merge(&mut self, other: &MulticlassMetrics) {
+        let k = self.tp.len().max(other.tp.len());
+        for v in [&mut self.tp, &mut self.predicted, &mut self.actual] {
+            v.resize(k, 0);
+        }
+        for (c, ((tp, predicted), actual)) in other
+            .tp
+            .iter()
+            .zip(&other.predicted)
+            .zip(&other.actual)
+            .enumerate()
+        {
+            self.tp[c] += tp;
+            self.predicted[c] += predicted;
+            self.actual[c] += actual;
+        }
+        self.n += other.n;
+        self.log_loss_sum += other.log_loss_sum;
+        self.all_have_prob &= other.all_have_prob;
     }
 
     pub fn finish(self) -> MulticlassReport {
@@ -277,7 +419,7 @@ pub struct RegressionReport {
 /// Welford's streaming mean and M2 (sum of squared deviations from the mean) of a series:
 /// M2 of the actual values is the SST of R². One implementation for the trainer's per-epoch
 /// R² and [`RegressionMetrics`], so both compute it with the same arithmetic.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Welford {
     n: u64,
     mean: f64,
@@ -295,6 +437,18 @@ impl Welford {
         let delta = x - self.mean;
         self.mean += delta / self.n as f64;
         self.m2 += delta * (x - self.mean);
+    }
+
+    /// Adds another series' values (Chan's pairwise merge).
+    pub fn merge(&mut self, other: &Welford) {
+        crate::stats::merge_moments(
+            &mut self.n,
+            &mut self.mean,
+            &mut self.m2,
+            other.n,
+            other.mean,
+            other.m2,
+        );
     }
 
     /// Values pushed.
@@ -325,7 +479,8 @@ pub fn r2_score(sse: f64, sst: f64) -> f64 {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+/// Serializes as the part a shard sends.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RegressionMetrics {
     sse: f64,
     sae: f64,
@@ -343,6 +498,13 @@ impl RegressionMetrics {
         self.sse += e * e;
         self.sae += e.abs();
         self.actual.push(actual);
+    }
+
+    /// Adds another part's rows.
+    pub fn merge(&mut self, other: &RegressionMetrics) {
+        self.sse += other.sse;
+        self.sae += other.sae;
+        self.actual.merge(&other.actual);
     }
 
     pub fn finish(self) -> RegressionReport {

@@ -7,10 +7,10 @@
 //! classes is skipped and, in an evaluation, counted as unknown); binary labels are
 //! described by [`BinaryLabels`].
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::metrics::{BinaryMetrics, MulticlassMetrics, RegressionMetrics};
+use crate::metrics::{BinaryMetrics, BinaryPart, MulticlassMetrics, RegressionMetrics, AUC_BINS};
 use crate::model::{argmax, sigmoid, sign, softmax_loss, LinearModel, ModelKind, Row};
 
 /// How binary labels reach scoring: as class indices (text labels: 0 = negative,
@@ -159,6 +159,17 @@ impl ValidationScore {
 const ROC_AUC_NOTE: &str =
     "not computed: more rows than corgipile.max_buffer_memory can hold scores for";
 
+/// What a shard sends of its [`Evaluation`]: its kind's metrics, mergeable.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct EvaluationPart {
+    binary: Option<BinaryPart>,
+    multiclass: Option<MulticlassMetrics>,
+    regression: Option<RegressionMetrics>,
+    scored: u64,
+    unknown: u64,
+}
+
+
 /// The metrics of a stored model on a table (corgipile_evaluate), one row at a time.
 pub struct Evaluation {
     kind: ModelKind,
@@ -172,6 +183,8 @@ pub struct Evaluation {
     probs: Vec<f64>,
     scored: u64,
     unknown: u64,
+    /// ROC AUC from a histogram ([`Evaluation::mergeable`]).
+    histogram_auc: bool,
 }
 
 impl Evaluation {
@@ -196,7 +209,46 @@ impl Evaluation {
             probs: Vec::new(),
             scored: 0,
             unknown: 0,
+            histogram_auc: false,
         }
+    }
+
+    /// Like `new`, with ROC AUC from a histogram of scores, so that evaluations of the parts
+    /// of a table (shards) merge: see [`Evaluation::part`] and [`Evaluation::merge`].
+    pub fn mergeable(kind: ModelKind, n_classes: usize, binary: BinaryLabels) -> Self {
+        Evaluation {
+            binary_metrics: BinaryMetrics::with_histogram(),
+            auc_row_limit: usize::MAX,
+            histogram_auc: true,
+            ..Self::new(kind, n_classes, binary, 0)
+        }
+    }
+
+    /// This part's metrics, to merge into another [`Evaluation::mergeable`].
+    pub fn part(&self) -> EvaluationPart {
+        EvaluationPart {
+            binary: matches!(self.kind, ModelKind::Svm | ModelKind::Logistic)
+                .then(|| self.binary_metrics.part()),
+            multiclass: (self.kind == ModelKind::Softmax).then(|| self.multiclass.clone()),
+            regression: (self.kind == ModelKind::Linear).then(|| self.regression.clone()),
+            scored: self.scored,
+            unknown: self.unknown,
+        }
+    }
+
+    /// Adds a part's rows (from an evaluation of the same model).
+    pub fn merge(&mut self, part: &EvaluationPart) {
+        if let Some(b) = &part.binary {
+            self.binary_metrics.merge(b);
+        }
+        if let Some(m) = &part.multiclass {
+            self.multiclass.merge(m);
+        }
+        if let Some(r) = &part.regression {
+            self.regression.merge(r);
+        }
+        self.scored += part.scored;
+        self.unknown += part.unknown;
     }
 
     /// Scores one row; a classifier's row whose label is not one of the model's classes is
@@ -248,6 +300,12 @@ impl Evaluation {
             && self.scored as usize > self.auc_row_limit
         {
             report["roc_auc_note"] = json!(ROC_AUC_NOTE);
+        }
+        if self.histogram_auc && report.get("roc_auc").is_some_and(|v| !v.is_null()) {
+            // Why it may differ (slightly) from one server's.
+            report["roc_auc_note"] = json!(format!(
+                "from a histogram of {AUC_BINS} score bins merged across the shards: exact up to ties within a bin"
+            ));
         }
         report
     }

@@ -175,6 +175,41 @@ enum Place {
     Remote { conn: Remote, table: String },
 }
 
+/// Where a round stands in the training, for corgipile.progress.
+struct RoundProgress {
+    /// "statistics" or "round r/R".
+    label: String,
+    /// Fraction of the epoch done before this round, and tuples trained so far this epoch.
+    fraction: f64,
+    tuples: u64,
+}
+
+impl RoundProgress {
+    /// Shows the round and each shard's state: done (with its tuples or rows) or running since.
+    fn report(&self, shards: &[Shard], replies: &[Option<RoundReply>], sent: Instant, force: bool) {
+        progress::shard_rounds(
+            self.fraction,
+            self.tuples,
+            || {
+                let states: Vec<String> = shards
+                    .iter()
+                    .zip(replies)
+                    .map(|(shard, reply)| match reply {
+                        Some(r) => format!("{} done {} rows", shard.name, r.tuples.max(r.rows)),
+                        None => format!(
+                            "{} running {:.1} s",
+                            shard.name,
+                            sent.elapsed().as_secs_f64()
+                        ),
+                    })
+                    .collect();
+                format!("{}: {}", self.label, states.join(", "))
+            },
+            force,
+        );
+    }
+}
+
 /// Runs one request on every shard at once (remote ones first, then the local ones here, while
 /// the remote ones work) and returns their replies in shard order.
 unsafe fn round(
@@ -184,9 +219,12 @@ unsafe fn round(
     params_json: &str,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
     bytes: &mut u64,
+    at: &RoundProgress,
 ) -> Vec<RoundReply> {
     let request_json = serde_json::to_string(request).expect("request serializes");
     let sent = Instant::now();
+    let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
+    at.report(shards, &replies, sent, true);
     for shard in shards.iter_mut() {
         if let Place::Remote { conn, table } = &mut shard.place {
             *bytes += request_json.len() as u64;
@@ -196,7 +234,6 @@ unsafe fn round(
             );
         }
     }
-    let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
     for (i, shard) in shards.iter_mut().enumerate() {
         if let Place::Local(oid) = shard.place {
             let started = Instant::now();
@@ -235,6 +272,7 @@ unsafe fn round(
         if !waiting {
             break;
         }
+        at.report(shards, &replies, sent, false);
         check_for_interrupts!();
         pg_sys::pg_usleep(1000);
     }
@@ -318,6 +356,11 @@ pub unsafe fn train(
         extras: TrainExtras::default(),
     };
     let mut bytes = 0u64;
+    let at = RoundProgress {
+        label: "statistics".into(),
+        fraction: 0.0,
+        tuples: 0,
+    };
     let replies = round(
         &mut shards,
         &request,
@@ -325,6 +368,7 @@ pub unsafe fn train(
         &params_json,
         run_local,
         &mut bytes,
+        &at,
     );
     let mut stats: Option<FeatureStats> = None;
     let mut width: Option<(usize, &str)> = None;
@@ -425,7 +469,11 @@ pub unsafe fn train(
             request.rounds = rounds;
             request.weights = weights.clone();
             request.bias = bias.clone();
-            progress::phase("shard rounds");
+            let at = RoundProgress {
+                label: format!("round {}/{rounds}", r + 1),
+                fraction: r as f64 / rounds as f64,
+                tuples,
+            };
             let replies = round(
                 &mut shards,
                 &request,
@@ -433,6 +481,7 @@ pub unsafe fn train(
                 &params_json,
                 run_local,
                 &mut bytes,
+                &at,
             );
             // Every shard's steps count once: the round's model is the one it started from plus
             // each shard's change (as sequential SGD over the shards' tuples would move it, to
