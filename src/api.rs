@@ -9,8 +9,8 @@ use crate::driver::{self, Pipeline};
 use crate::error::raise;
 use crate::exec::explain;
 use crate::exec::sgd::{
-    Collect, CollectedRows, Evaluate, Learn, RoundReply, RoundRequest, SgdTask, ShardRound, Trace,
-    Train,
+    binary_labels, Collect, CollectedRows, Evaluate, EvaluateRequest, EvaluateShard, Learn, Phase,
+    RoundReply, RoundRequest, SgdTask, ShardRound, Trace, Train,
 };
 use crate::guc::{max_buffer_bytes, max_model_bytes};
 use crate::input::{
@@ -22,6 +22,7 @@ use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::scoring::Evaluation;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgRelation, PgSqlErrorCode};
 use std::ffi::CStr;
@@ -290,36 +291,40 @@ unsafe fn train_sharded(
 ) -> (crate::pipeline::TrainOutcome, crate::shard::ShardSummary) {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
-    // The shards read their tables as the user mappings' roles; here the caller must be allowed
-    // to read the partitioned table, and its row-level security (which the shards cannot apply)
-    // must not be in force.
-    if pg_sys::pg_class_aclcheck(
-        prepared.relid,
-        pg_sys::GetUserId(),
-        pg_sys::ACL_SELECT as pg_sys::AclMode,
-    ) != pg_sys::AclResult::ACLCHECK_OK
-    {
-        raise(
-            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("permission denied for table {}", config.relation),
-            None,
-        );
-    }
-    if pg_sys::check_enable_rls(prepared.relid, pg_sys::InvalidOid, true)
-        == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-    {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("cannot train on the sharded table {}: its row-level security would not apply on the shards", config.relation),
-            Some("Define the policies on the shards' tables, for the roles the user mappings name.".into()),
-        );
-    }
+    check_sharded_access(prepared.relid, &config.relation, "train on");
     let kind = config.model;
     let params = config.params.clone();
     let run_local = |relid: pg_sys::Oid, request: &RoundRequest| {
         shard_round_here(relid, kind, &params, request)
     };
     crate::shard::train(leaves, config, &run_local)
+}
+
+/// The shards read their tables as the user mappings' roles; here the caller must be allowed to
+/// read the partitioned table, and its row-level security (which the shards cannot apply) must
+/// not be in force. `what`: "train on" or "evaluate on", for the message.
+unsafe fn check_sharded_access(relid: pg_sys::Oid, relation: &str, what: &str) {
+    if pg_sys::pg_class_aclcheck(
+        relid,
+        pg_sys::GetUserId(),
+        pg_sys::ACL_SELECT as pg_sys::AclMode,
+    ) != pg_sys::AclResult::ACLCHECK_OK
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("permission denied for table {relation}"),
+            None,
+        );
+    }
+    if pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true)
+        == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("cannot {what} the sharded table {relation}: its row-level security would not apply on the shards"),
+            Some("Define the policies on the shards' tables, for the roles the user mappings name.".into()),
+        );
+    }
 }
 
 /// EXPLAIN of a training over a sharded table: no executor plan runs here, so the output is the
@@ -411,11 +416,73 @@ unsafe fn shard_round_here(
     let mut params = params.clone();
     params.verbose = false;
     params.workers = 0;
+    if request.phase == Phase::Evaluate {
+        return evaluate_shard_here(relid, kind, params, request);
+    }
     let prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
     crate::shard::check_supported(kind, &prepared.config);
     prepared.run(ShardRound {
         request: request.clone(),
     })
+}
+
+/// A shard's part of an evaluation: the coordinator's model scored on this server's rows.
+unsafe fn evaluate_shard_here(
+    relid: pg_sys::Oid,
+    kind: ModelKind,
+    params: TrainParams,
+    request: &RoundRequest,
+) -> RoundReply {
+    let Some(EvaluateRequest {
+        model,
+        classes,
+        preprocessing,
+    }) = &request.evaluate
+    else {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: an evaluation without a model",
+            None,
+        )
+    };
+    // A model of another kind or shape than it says would score out of bounds.
+    let outputs = if kind == ModelKind::Softmax {
+        classes.len()
+    } else {
+        1
+    };
+    if model.kind != kind
+        || model.n_outputs != outputs
+        || model.n_features.checked_mul(outputs) != Some(model.weights.len())
+        || model.bias.len() != outputs
+        || preprocessing
+            .as_ref()
+            .is_some_and(|p| p.n_features != model.n_features)
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: the coordinator's model has another shape",
+            None,
+        );
+    }
+    let prepared = prepare(
+        relid,
+        kind,
+        params,
+        Mode::Evaluate,
+        classes.clone(),
+        preprocessing.as_ref(),
+    );
+    let (part, rows_skipped) = prepared.run(EvaluateShard {
+        model: model.clone(),
+        classes: classes.clone(),
+    });
+    RoundReply {
+        rows: part.rows_scored(),
+        rows_skipped,
+        evaluation: Some(part),
+        ..RoundReply::default()
+    }
 }
 
 /// A shard server's part of a training over a sharded table: called by the coordinator
@@ -572,11 +639,40 @@ fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
             stored.classes.clone(),
             stored.preprocessing.as_ref(),
         );
-        prepared.run(Evaluate {
-            model: stored.clone(),
-        })
+        match crate::shard::sharded_leaves(prepared.relid) {
+            Some(leaves) => evaluate_sharded(&prepared, leaves, &stored),
+            None => prepared.run(Evaluate {
+                model: stored.clone(),
+            }),
+        }
     };
     JsonB(report)
+}
+
+/// corgipile_evaluate on a sharded table: every shard scores the model on its rows; the
+/// metrics are merged here.
+unsafe fn evaluate_sharded(
+    prepared: &Prepared,
+    leaves: Vec<crate::shard::Leaf>,
+    stored: &crate::catalog::StoredModel,
+) -> serde_json::Value {
+    let config = &prepared.config;
+    check_sharded_access(prepared.relid, &config.relation, "evaluate on");
+    let request = EvaluateRequest {
+        model: stored.model.clone(),
+        classes: stored.classes.clone(),
+        preprocessing: stored.preprocessing.clone(),
+    };
+    let kind = config.model;
+    let run_local = |relid: pg_sys::Oid, request: &RoundRequest| {
+        evaluate_shard_here(relid, kind, config.params.clone(), request)
+    };
+    let binary = binary_labels(config.label.uses_classes(), &stored.classes);
+    let mut evaluation = Evaluation::mergeable(kind, stored.classes.len(), binary);
+    let rows_skipped = crate::shard::evaluate(leaves, config, request, &run_local, &mut evaluation);
+    let mut report = evaluation.finish(rows_skipped);
+    report["model_id"] = serde_json::json!(stored.id);
+    report
 }
 
 /// The order in which SGD would see the rows of `relation` in epoch 1 under `params` (the

@@ -6,6 +6,41 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Serde for the sums a shard sends: serde_json writes a non-finite f64 (an overflowed sum) as
+/// null, which it cannot read back as f64; these are written as the strings "inf", "-inf" and
+/// "NaN" instead, so that a merged report says what one server's would.
+mod nonfinite {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match *v {
+            v if v.is_finite() => s.serialize_f64(v),
+            v if v.is_nan() => s.serialize_str("NaN"),
+            v if v > 0.0 => s.serialize_str("inf"),
+            _ => s.serialize_str("-inf"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(v),
+            Repr::Text(t) => match t.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "NaN" => Ok(f64::NAN),
+                _ => Err(serde::de::Error::custom(format!("not a number: {t}"))),
+            },
+        }
+    }
+}
+
 /// Probabilities are clipped to [EPS, 1 - EPS] for log loss, as scikit-learn
 /// did (its historical default eps), so one confident mistake costs ~34.5, not ∞.
 const EPS: f64 = 1e-15;
@@ -63,10 +98,17 @@ pub struct BinaryMetrics {
 /// Bins of [`ScoreHistogram`].
 pub const AUC_BINS: usize = 1 << 16;
 
+/// Scores are binned in units of this: resolution down to 10^-6.
+const AUC_SCORE_UNIT: f64 = 1e-6;
+/// ln(1 + 10^15 / AUC_SCORE_UNIT): scores beyond ±10^15 share the outermost bins.
+const AUC_LOG_RANGE: f64 = 48.35428695287496;
+
 /// Positive and negative counts of the scores in each of [`AUC_BINS`] equal bins of
-/// sigmoid(score) — a monotone map of every score into [0, 1], so ranks are kept up to the
-/// bin. ROC AUC from it counts a positive and a negative in the same bin as a tie (1/2): exact
-/// up to ties within a bin, in bounded memory, and two histograms add.
+/// sign(score)·ln(1 + |score| / 10^-6) over [-AUC_LOG_RANGE, AUC_LOG_RANGE] — a monotone map
+/// that keeps scores apart to about 0.15% of their size from 10^-6 to 10^15 (a sigmoid would
+/// put every score above ~11 in one bin, and ln(1 + |score|) every score below 10^-3). ROC AUC from it counts a positive and a
+/// negative in the same bin as a tie (1/2): exact up to ties within a bin, in bounded memory,
+/// and two histograms add.
 #[derive(Clone, Debug)]
 struct ScoreHistogram {
     positive: Vec<u64>,
@@ -83,9 +125,11 @@ impl ScoreHistogram {
 
     #[inline]
     fn bin(score: f64) -> usize {
-        let p = 1.0 / (1.0 + (-score).exp());
+        let m = (score.signum() * (score.abs() / AUC_SCORE_UNIT).ln_1p())
+            .clamp(-AUC_LOG_RANGE, AUC_LOG_RANGE);
+        let unit = (m + AUC_LOG_RANGE) / (2.0 * AUC_LOG_RANGE);
         // NaN casts to 0.
-        ((p * AUC_BINS as f64) as usize).min(AUC_BINS - 1)
+        ((unit * AUC_BINS as f64) as usize).min(AUC_BINS - 1)
     }
 
     fn push(&mut self, score: f64, positive: bool) {
@@ -121,6 +165,7 @@ pub struct BinaryPart {
     fp: u64,
     tn: u64,
     fn_: u64,
+    #[serde(with = "nonfinite")]
     log_loss_sum: f64,
     all_have_prob: bool,
     bins: Vec<(u32, u64, u64)>,
@@ -309,6 +354,7 @@ pub struct MulticlassMetrics {
     predicted: Vec<u64>,
     actual: Vec<u64>,
     n: u64,
+    #[serde(with = "nonfinite")]
     log_loss_sum: f64,
     all_have_prob: bool,
 }
@@ -422,7 +468,9 @@ pub struct RegressionReport {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Welford {
     n: u64,
+    #[serde(with = "nonfinite")]
     mean: f64,
+    #[serde(with = "nonfinite")]
     m2: f64,
 }
 
@@ -482,7 +530,9 @@ pub fn r2_score(sse: f64, sst: f64) -> f64 {
 /// Serializes as the part a shard sends.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RegressionMetrics {
+    #[serde(with = "nonfinite")]
     sse: f64,
+    #[serde(with = "nonfinite")]
     sae: f64,
     /// Count, mean and M2 of the actual values (SST = M2).
     actual: Welford,
@@ -736,5 +786,600 @@ mod tests {
         assert_eq!(report.roc_auc, None);
         assert_eq!(report.n, 4);
         assert_eq!(report.accuracy, 1.0);
+    }
+
+    use rand_chacha::ChaCha8Rng;
+    use rand_core::{RngCore, SeedableRng};
+
+    /// Seeded uniforms in (0, 1) and standard normals (Box–Muller).
+    struct Rand(ChaCha8Rng);
+
+    impl Rand {
+        fn new(seed: u64) -> Self {
+            Rand(ChaCha8Rng::seed_from_u64(seed))
+        }
+
+        fn uniform(&mut self) -> f64 {
+            ((self.0.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+
+        fn normal(&mut self) -> f64 {
+            let (a, b) = (self.uniform(), self.uniform());
+            (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
+        }
+    }
+
+    /// |a - b| within `tol` relative to the larger magnitude (absolute below 1).
+    fn near(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol * a.abs().max(b.abs()).max(1.0)
+    }
+
+    fn exact_auc(scored: &[(f64, bool)]) -> Option<f64> {
+        let mut m = BinaryMetrics::new();
+        for &(s, a) in scored {
+            m.push(s, None, a);
+        }
+        m.finish().roc_auc
+    }
+
+    fn histogram_auc(scored: &[(f64, bool)]) -> Option<f64> {
+        let mut m = BinaryMetrics::with_histogram();
+        for &(s, a) in scored {
+            m.push(s, None, a);
+        }
+        m.finish().roc_auc
+    }
+
+    /// Positives from `pos(rng)`, negatives from `neg(rng)`, one in three positive.
+    fn sample(
+        seed: u64,
+        n: usize,
+        mut score: impl FnMut(&mut Rand, bool) -> f64,
+    ) -> Vec<(f64, bool)> {
+        let mut rng = Rand::new(seed);
+        (0..n)
+            .map(|i| {
+                let positive = i % 3 == 0;
+                (score(&mut rng, positive), positive)
+            })
+            .collect()
+    }
+
+    /// The monotone map the histogram bins (for the tests' own expectations).
+    fn log_map(s: f64) -> f64 {
+        s.signum() * (s.abs() / AUC_SCORE_UNIT).ln_1p()
+    }
+
+    const BIN_WIDTH: f64 = 2.0 * AUC_LOG_RANGE / AUC_BINS as f64;
+
+    #[test]
+    fn histogram_bins_are_monotone_and_cover_the_range() {
+        assert!((AUC_LOG_RANGE - (1e15 / AUC_SCORE_UNIT).ln_1p()).abs() < 1e-12);
+        let mid = AUC_BINS / 2;
+        assert_eq!(ScoreHistogram::bin(0.0), mid);
+        assert_eq!(ScoreHistogram::bin(-0.0), mid);
+        assert_eq!(ScoreHistogram::bin(1e-300), mid);
+        assert_eq!(ScoreHistogram::bin(-1e-9), mid - 1);
+        assert_eq!(ScoreHistogram::bin(1e-9), mid);
+        assert_eq!(ScoreHistogram::bin(2e-9), mid + 1);
+        for top in [1e15 * 1.0001, 1e16, 1e300, f64::MAX, f64::INFINITY] {
+            assert_eq!(ScoreHistogram::bin(top), AUC_BINS - 1, "{top}");
+            assert_eq!(ScoreHistogram::bin(-top), 0, "{}", -top);
+        }
+        assert_eq!(ScoreHistogram::bin(f64::NAN), 0);
+        assert!(ScoreHistogram::bin(1e15 * 0.99) < AUC_BINS - 1);
+        assert!(ScoreHistogram::bin(-1e15 * 0.99) > 0);
+        // Sorted scores of every magnitude, both signs: bins never decrease, and scores
+        // further apart (in the log map) than a bin are in different bins.
+        let mut scores: Vec<f64> = (-1500..=1500)
+            .map(|e| 10f64.powf(e as f64 / 100.0))
+            .flat_map(|m| [m, -m])
+            .chain((-2000..=2000).map(|i| i as f64 * 1.7e-4))
+            .collect();
+        scores.sort_by(f64::total_cmp);
+        let bins: Vec<usize> = scores.iter().map(|&s| ScoreHistogram::bin(s)).collect();
+        for i in 1..scores.len() {
+            assert!(bins[i - 1] <= bins[i], "{} {}", scores[i - 1], scores[i]);
+        }
+        for (i, &a) in scores.iter().enumerate() {
+            for &b in &scores[i + 1..(i + 40).min(scores.len())] {
+                if log_map(b) - log_map(a) > BIN_WIDTH * (1.0 + 1e-9) {
+                    assert!(ScoreHistogram::bin(a) < ScoreHistogram::bin(b), "{a} {b}");
+                }
+            }
+        }
+        // About 0.1% apart from 1 to 10^15.
+        for m in [1.0, 37.0, 1e3, 1e6, 1e9, 1e14] {
+            assert!(
+                ScoreHistogram::bin(m) < ScoreHistogram::bin(m * 1.0022),
+                "{m}"
+            );
+            assert!(
+                ScoreHistogram::bin(-m * 1.0022) < ScoreHistogram::bin(-m),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_auc_close_to_exact_on_overlapping_normals() {
+        for seed in 0..3 {
+            // N(±0.6, 1): AUC ≈ 0.80.
+            let v = sample(seed, 60_000, |r, p| r.normal() + if p { 0.6 } else { -0.6 });
+            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
+            assert!((0.75..0.85).contains(&exact), "{exact}");
+            // Required: 1e-3; on unit-scale scores the bins are ~500x narrower than
+            // the spread, so it is far closer.
+            assert!(
+                (exact - hist).abs() <= 1e-4,
+                "seed {seed}: {exact} vs {hist}"
+            );
+            // Shifted and scaled (all positive, large): still close.
+            let v: Vec<(f64, bool)> = v.iter().map(|&(s, p)| (5e3 + 800.0 * s, p)).collect();
+            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
+            assert!(
+                (exact - hist).abs() <= 1e-4,
+                "seed {seed}: {exact} vs {hist}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_auc_close_to_exact_on_huge_magnitudes() {
+        for seed in 0..3 {
+            // ±10^(3|z|) with |s| up to 10^6, both signs in both classes.
+            let v = sample(seed + 10, 60_000, |r, p| {
+                let z = r.normal() + if p { 0.6 } else { -0.6 };
+                z.signum() * 10f64.powf((z.abs() * 3.0).min(6.0))
+            });
+            assert!(v.iter().any(|s| s.0 > 1e5) && v.iter().any(|s| s.0 < -1e5));
+            assert!(v.iter().all(|s| s.0.abs() <= 1e6));
+            assert!(v.iter().any(|s| s.1 && s.0 < 0.0) && v.iter().any(|s| !s.1 && s.0 > 0.0));
+            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
+            assert!((0.7..0.9).contains(&exact), "{exact}");
+            assert!(
+                (exact - hist).abs() <= 1e-3,
+                "seed {seed}: {exact} vs {hist}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_auc_close_to_exact_on_tiny_magnitudes() {
+        for seed in 0..3 {
+            // N(±0.0021, 0.003) clipped to |s| < 1e-2: AUC ≈ 0.84.
+            let v = sample(seed + 20, 60_000, |r, p| {
+                (0.003 * r.normal() + if p { 0.0021 } else { -0.0021 }).clamp(-0.0099, 0.0099)
+            });
+            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
+            assert!((0.75..0.9).contains(&exact), "{exact}");
+            assert!(
+                (exact - hist).abs() <= 1e-3,
+                "seed {seed}: {exact} vs {hist}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_auc_exact_when_scores_are_apart() {
+        // The hand examples of the exact tests.
+        let v = [
+            (0.9, true),
+            (0.8, false),
+            (-0.1, true),
+            (0.3, true),
+            (-0.7, false),
+            (-0.2, false),
+        ];
+        assert!(close(histogram_auc(&v).unwrap(), 7.0 / 9.0));
+        let v = [(0.1, false), (0.4, false), (0.35, true), (0.8, true)];
+        assert_eq!(histogram_auc(&v), Some(0.75));
+        let v = [(0.5, true), (0.5, false), (0.9, true), (0.1, false)];
+        assert_eq!(histogram_auc(&v), Some(3.5 / 4.0));
+        // Perfectly separated (even by less than 1% at 10^6, and across 0): 1; reversed: 0.
+        let sep: Vec<(f64, bool)> = (0..500)
+            .map(|i| (1e6 + i as f64 * 50.0, true))
+            .chain((0..500).map(|i| (1e6 - 6e3 - i as f64 * 1e4, false)))
+            .chain((0..200).map(|i| (-1e-2 - i as f64, false)))
+            .collect();
+        assert_eq!(histogram_auc(&sep), Some(1.0));
+        let rev: Vec<(f64, bool)> = sep.iter().map(|&(s, p)| (s, !p)).collect();
+        assert_eq!(histogram_auc(&rev), Some(0.0));
+        // Scores from a grid whose neighbours are more than a bin apart, with repeats (real
+        // ties) and random labels: the histogram is exact, ties included.
+        let mut grid = Vec::new();
+        let mut m = 0.0f64;
+        while m < 45.0 {
+            grid.push(m.exp_m1() * AUC_SCORE_UNIT); // log_map(grid[k]) = m
+            m += 2.5 * BIN_WIDTH + 0.3 * (grid.len() % 7) as f64;
+        }
+        let grid: Vec<f64> = grid.iter().flat_map(|&g| [g, -g]).collect();
+        for seed in 0..3 {
+            let mut rng = Rand::new(seed + 30);
+            let v: Vec<(f64, bool)> = (0..20_000)
+                .map(|_| {
+                    let s = grid[(rng.uniform() * grid.len() as f64) as usize];
+                    let positive = rng.uniform() < 1.0 / (1.0 + (-log_map(s) / 5.0).exp());
+                    (s, positive)
+                })
+                .collect();
+            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
+            assert!((0.6..0.99).contains(&exact), "{exact}");
+            assert!(
+                (exact - hist).abs() < 1e-12,
+                "seed {seed}: {exact} vs {hist}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_auc_ties_and_single_class() {
+        for s in [0.0, 3.7, -1e9, 1e-5, 1e20] {
+            let v = [(s, true), (s, false), (s, true), (s, false), (s, false)];
+            assert_eq!(histogram_auc(&v), Some(0.5), "{s}");
+        }
+        let v: Vec<(f64, bool)> = (0..100).map(|i| (i as f64 - 50.0, true)).collect();
+        assert_eq!(histogram_auc(&v), None);
+        let v: Vec<(f64, bool)> = (0..100).map(|i| (i as f64 - 50.0, false)).collect();
+        assert_eq!(histogram_auc(&v), None);
+        assert_eq!(histogram_auc(&[]), None);
+        let r = BinaryMetrics::with_histogram().finish();
+        assert_eq!((r.n, r.roc_auc, r.log_loss), (0, None, None));
+    }
+
+    /// Rows (score, P(positive), actual positive) of a logistic-like model.
+    fn binary_rows(seed: u64, n: usize) -> Vec<(f64, f64, bool)> {
+        let mut rng = Rand::new(seed);
+        (0..n)
+            .map(|_| {
+                let z = 2.0 * rng.normal();
+                let p = 1.0 / (1.0 + (-z).exp());
+                (z, p, rng.uniform() < p)
+            })
+            .collect()
+    }
+
+    fn push_all(m: &mut BinaryMetrics, rows: &[(f64, f64, bool)], with_prob: bool) {
+        for &(z, p, a) in rows {
+            m.push(z, with_prob.then_some(p), a);
+        }
+    }
+
+    fn round_trip_binary(part: &BinaryPart) -> BinaryPart {
+        let json = serde_json::to_string(part).unwrap();
+        let back: BinaryPart = serde_json::from_str(&json).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        back
+    }
+
+    #[test]
+    fn binary_parts_merge_to_one_pass() {
+        let rows = binary_rows(40, 5_000);
+        let mut whole = BinaryMetrics::with_histogram();
+        push_all(&mut whole, &rows, true);
+        let mut exact = BinaryMetrics::new();
+        push_all(&mut exact, &rows, true);
+        let whole_part = whole.part();
+        let whole = whole.finish();
+        let exact = exact.finish();
+        // Parts of 1234, 0 and 3766 rows, merged in two orders.
+        let splits = [&rows[..1234], &rows[1234..1234], &rows[1234..]];
+        for order in [[0, 1, 2], [2, 1, 0]] {
+            let mut merged = BinaryMetrics::with_histogram();
+            for &i in &order {
+                let mut m = BinaryMetrics::with_histogram();
+                push_all(&mut m, splits[i], true);
+                merged.merge(&round_trip_binary(&m.part()));
+            }
+            let p = merged.part();
+            assert_eq!(
+                (p.tp, p.fp, p.tn, p.fn_, p.all_have_prob),
+                (
+                    whole_part.tp,
+                    whole_part.fp,
+                    whole_part.tn,
+                    whole_part.fn_,
+                    whole_part.all_have_prob
+                )
+            );
+            assert_eq!(p.bins, whole_part.bins);
+            assert!(!p.bins.is_empty());
+            let r = merged.finish();
+            assert_eq!(r.n, 5_000);
+            assert_eq!(
+                (r.accuracy, r.precision, r.recall, r.f1, r.roc_auc),
+                (
+                    whole.accuracy,
+                    whole.precision,
+                    whole.recall,
+                    whole.f1,
+                    whole.roc_auc
+                )
+            );
+            assert!(near(r.log_loss.unwrap(), whole.log_loss.unwrap(), 1e-12));
+            // And the same as the exact one-pass metrics, AUC aside.
+            assert_eq!(
+                (r.accuracy, r.precision, r.recall, r.f1, r.n),
+                (
+                    exact.accuracy,
+                    exact.precision,
+                    exact.recall,
+                    exact.f1,
+                    exact.n
+                )
+            );
+            assert!(near(r.log_loss.unwrap(), exact.log_loss.unwrap(), 1e-12));
+            assert!((r.roc_auc.unwrap() - exact.roc_auc.unwrap()).abs() <= 1e-4);
+        }
+        // A part without probabilities (svm-like) makes the merged log loss None, in either
+        // order; an empty part (no rows, so "every row had one") does not.
+        let mut no_prob = BinaryMetrics::with_histogram();
+        push_all(&mut no_prob, &rows[..10], false);
+        let mut with_prob = BinaryMetrics::with_histogram();
+        push_all(&mut with_prob, &rows[10..], true);
+        for parts in [
+            [no_prob.part(), with_prob.part()],
+            [with_prob.part(), no_prob.part()],
+        ] {
+            let mut merged = BinaryMetrics::with_histogram();
+            for p in &parts {
+                merged.merge(&round_trip_binary(p));
+            }
+            let r = merged.finish();
+            assert_eq!((r.n, r.log_loss), (5_000, None));
+            assert!(r.roc_auc.is_some());
+        }
+        let mut merged = BinaryMetrics::with_histogram();
+        merged.merge(&BinaryMetrics::with_histogram().part());
+        merged.merge(&with_prob.part());
+        merged.merge(&BinaryMetrics::with_histogram().part());
+        assert!(merged.finish().log_loss.is_some());
+        // Only empty parts: the empty report.
+        let mut merged = BinaryMetrics::with_histogram();
+        merged.merge(&round_trip_binary(&BinaryMetrics::with_histogram().part()));
+        assert_eq!(merged.finish(), BinaryMetrics::new().finish());
+    }
+
+    #[test]
+    fn binary_merge_ignores_bins_out_of_range() {
+        let hostile = BinaryPart {
+            tp: 1,
+            fp: 0,
+            tn: 1,
+            fn_: 0,
+            log_loss_sum: 0.0,
+            all_have_prob: false,
+            bins: vec![
+                (AUC_BINS as u32, 7, 7),
+                (3, 1, 0),
+                (u32::MAX, 5, 9),
+                (AUC_BINS as u32 - 1, 0, 1),
+                (AUC_BINS as u32 + 1, 0, 3),
+            ],
+        };
+        let mut m = BinaryMetrics::with_histogram();
+        m.merge(&hostile);
+        let p = m.part();
+        assert_eq!(p.bins, vec![(3, 1, 0), (AUC_BINS as u32 - 1, 0, 1)]);
+        // The positive is in the lowest bin, the negative in the highest.
+        assert_eq!(m.clone().finish().roc_auc, Some(0.0));
+        // From JSON, as a shard's reply would arrive.
+        let json = r#"{"tp":0,"fp":0,"tn":0,"fn_":0,"log_loss_sum":0.0,"all_have_prob":true,
+                       "bins":[[65536,1,1],[4294967295,2,2],[100,0,1],[200,1,0]]}"#;
+        m.merge(&serde_json::from_str(json).unwrap());
+        let r = m.finish();
+        assert_eq!(r.n, 2);
+        // Positives in bins 3, 200; negatives in 100, 65535: 1 win of 4.
+        assert_eq!(r.roc_auc, Some(0.25));
+    }
+
+    #[test]
+    fn multiclass_parts_merge_to_one_pass() {
+        let mut rng = Rand::new(50);
+        let rows: Vec<(usize, usize, Option<f64>)> = (0..3_000)
+            .map(|_| {
+                let actual = (rng.uniform() * 4.0) as usize;
+                let predicted = if rng.uniform() < 0.6 {
+                    actual
+                } else {
+                    (rng.uniform() * 4.0) as usize
+                };
+                (predicted, actual, Some(0.05 + 0.9 * rng.uniform()))
+            })
+            .collect();
+        let mut whole = MulticlassMetrics::new(4);
+        for &(p, a, q) in &rows {
+            whole.push(p, a, q);
+        }
+        // A part that grew K (index 5 pushed) merged with parts of K = 4, in both orders.
+        let mut grown = MulticlassMetrics::new(4);
+        grown.push(5, 1, Some(0.5));
+        grown.push(2, 5, Some(0.25));
+        let mut whole_grown = whole.clone();
+        whole_grown.merge(&grown);
+        let whole = whole.finish();
+        let mut reference = MulticlassMetrics::new(4);
+        for &(p, a, q) in rows.iter().chain(&[(5, 1, Some(0.5)), (2, 5, Some(0.25))]) {
+            reference.push(p, a, q);
+        }
+        let reference = reference.finish();
+        let round_trip = |m: &MulticlassMetrics| -> MulticlassMetrics {
+            serde_json::from_str(&serde_json::to_string(m).unwrap()).unwrap()
+        };
+        let part = |range: std::ops::Range<usize>| {
+            let mut m = MulticlassMetrics::new(4);
+            for &(p, a, q) in &rows[range] {
+                m.push(p, a, q);
+            }
+            round_trip(&m)
+        };
+        let parts = [part(0..700), part(700..700), part(700..3_000)];
+        let check = |r: &MulticlassReport, want: &MulticlassReport| {
+            assert_eq!(r.n, want.n);
+            assert_eq!(r.per_class, want.per_class);
+            assert_eq!(
+                (r.accuracy, r.macro_precision, r.macro_recall, r.macro_f1),
+                (
+                    want.accuracy,
+                    want.macro_precision,
+                    want.macro_recall,
+                    want.macro_f1
+                )
+            );
+            assert!(near(r.log_loss.unwrap(), want.log_loss.unwrap(), 1e-12));
+        };
+        let mut merged = MulticlassMetrics::new(4);
+        for p in &parts {
+            merged.merge(p);
+        }
+        check(&merged.finish(), &whole);
+        // Larger K merged into smaller, and smaller into larger.
+        let mut merged = MulticlassMetrics::new(1);
+        for p in &parts {
+            merged.merge(p);
+        }
+        merged.merge(&round_trip(&grown));
+        let r = merged.finish();
+        assert_eq!(r.per_class.len(), 6);
+        check(&r, &reference);
+        let mut merged = round_trip(&grown);
+        for p in parts.iter().rev() {
+            merged.merge(p);
+        }
+        check(&merged.finish(), &reference);
+        check(&whole_grown.finish(), &reference);
+        // Empty parts: both directions.
+        let mut empty = MulticlassMetrics::new(4);
+        empty.merge(&parts[2]);
+        let mut right = parts[2].clone();
+        right.merge(&MulticlassMetrics::new(4));
+        assert_eq!(
+            serde_json::to_string(&empty).unwrap(),
+            serde_json::to_string(&right).unwrap()
+        );
+        // A part without probabilities: no log loss.
+        let mut no_prob = MulticlassMetrics::new(4);
+        no_prob.push(0, 0, None);
+        let mut merged = parts[0].clone();
+        merged.merge(&no_prob);
+        assert_eq!(merged.finish().log_loss, None);
+    }
+
+    #[test]
+    fn welford_merge_equals_pushing_all() {
+        let mut rng = Rand::new(60);
+        // Large offset, small spread: a naive sum-of-squares merge would lose it.
+        let values: Vec<f64> = (0..2_001).map(|_| 1e6 + 3.0 * rng.normal()).collect();
+        let mut whole = Welford::new();
+        for &v in &values {
+            whole.push(v);
+        }
+        assert!(near(whole.m2() / 2_001.0, 9.0, 0.1));
+        let of = |vs: &[f64]| {
+            let mut w = Welford::new();
+            for &v in vs {
+                w.push(v);
+            }
+            w
+        };
+        for cuts in [
+            [0, 0],
+            [0, 2_001],
+            [1, 2],
+            [700, 700],
+            [13, 1_500],
+            [2_000, 2_001],
+        ] {
+            let parts = [
+                of(&values[..cuts[0]]),
+                of(&values[cuts[0]..cuts[1]]),
+                of(&values[cuts[1]..]),
+            ];
+            for order in [[0, 1, 2], [2, 0, 1]] {
+                let mut merged = Welford::new();
+                for &i in &order {
+                    let json = serde_json::to_string(&parts[i]).unwrap();
+                    merged.merge(&serde_json::from_str(&json).unwrap());
+                }
+                assert_eq!(merged.n(), 2_001);
+                assert!(near(merged.mean(), whole.mean(), 1e-14), "{cuts:?}");
+                assert!(
+                    near(merged.m2(), whole.m2(), 1e-9),
+                    "{cuts:?}: {} vs {}",
+                    merged.m2(),
+                    whole.m2()
+                );
+            }
+        }
+        // With an empty one, both directions.
+        let mut a = whole;
+        a.merge(&Welford::new());
+        assert_eq!(a, whole);
+        let mut b = Welford::new();
+        b.merge(&whole);
+        assert_eq!(b.n(), whole.n());
+        assert!(near(b.mean(), whole.mean(), 1e-15));
+        assert_eq!(b.m2(), whole.m2());
+        let mut e = Welford::new();
+        e.merge(&Welford::new());
+        assert_eq!(e, Welford::new());
+        // Two single values: mean and M2 by hand.
+        let (mut x, mut y) = (Welford::new(), Welford::new());
+        x.push(1.0);
+        y.push(4.0);
+        x.merge(&y);
+        assert_eq!((x.n(), x.mean(), x.m2()), (2, 2.5, 4.5));
+    }
+
+    #[test]
+    fn regression_parts_merge_to_one_pass() {
+        let mut rng = Rand::new(70);
+        let rows: Vec<(f64, f64)> = (0..4_000)
+            .map(|_| {
+                let actual = 50.0 + 10.0 * rng.normal();
+                (actual + 2.0 * rng.normal() + 0.5, actual)
+            })
+            .collect();
+        let mut whole = RegressionMetrics::new();
+        for &(p, a) in &rows {
+            whole.push(p, a);
+        }
+        let whole = whole.finish();
+        assert!((0.9..1.0).contains(&whole.r2));
+        let part = |r: &[(f64, f64)]| {
+            let mut m = RegressionMetrics::new();
+            for &(p, a) in r {
+                m.push(p, a);
+            }
+            let json = serde_json::to_string(&m).unwrap();
+            serde_json::from_str::<RegressionMetrics>(&json).unwrap()
+        };
+        let parts = [part(&rows[..3_100]), part(&[]), part(&rows[3_100..])];
+        for order in [[0, 1, 2], [1, 2, 0]] {
+            let mut merged = RegressionMetrics::new();
+            for &i in &order {
+                merged.merge(&parts[i]);
+            }
+            let r = merged.finish();
+            assert_eq!(r.n, whole.n);
+            for (got, want) in [
+                (r.mse, whole.mse),
+                (r.rmse, whole.rmse),
+                (r.mae, whole.mae),
+                (r.r2, whole.r2),
+            ] {
+                assert!(near(got, want, 1e-12), "{got} vs {want}");
+            }
+        }
+        let mut merged = RegressionMetrics::new();
+        merged.merge(&RegressionMetrics::new());
+        assert_eq!(merged.finish(), RegressionMetrics::new().finish());
+        // A constant series split in two: SST stays 0, so R² is 1 for a perfect fit.
+        let (mut a, mut b) = (RegressionMetrics::new(), RegressionMetrics::new());
+        a.push(2.0, 2.0);
+        b.push(2.0, 2.0);
+        b.push(2.0, 2.0);
+        a.merge(&b);
+        assert_eq!(a.finish().r2, 1.0);
     }
 }

@@ -35,7 +35,14 @@ fn welford(n: u64, mean: &mut f64, m2: &mut f64, x: f64) {
 }
 
 /// Merges the moments of a group of `nb` values into those of `na` values.
-pub(crate) fn merge_moments(na: &mut u64, mean_a: &mut f64, m2_a: &mut f64, nb: u64, mean_b: f64, m2_b: f64) {
+pub(crate) fn merge_moments(
+    na: &mut u64,
+    mean_a: &mut f64,
+    m2_a: &mut f64,
+    nb: u64,
+    mean_b: f64,
+    m2_b: f64,
+) {
     if nb == 0 {
         return;
     }

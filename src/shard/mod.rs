@@ -13,10 +13,11 @@
 pub mod remote;
 
 use crate::error::{notice, raise};
-use crate::exec::sgd::{Phase, RoundReply, RoundRequest, TrainExtras};
+use crate::exec::sgd::{EvaluateRequest, Phase, RoundReply, RoundRequest, TrainExtras};
 use crate::pipeline::{EpochRecord, FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::progress;
 use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::EpochStats;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
@@ -282,21 +283,12 @@ unsafe fn round(
         .collect()
 }
 
-/// Trains `config`'s model over the shards of a sharded table. `run_local` runs a request on a
-/// local partition in this backend.
+/// Connects to every remote shard through its foreign server's user mapping and checks that it
+/// runs this corgipile version.
 ///
 /// # Safety
-/// Backend thread, inside a transaction (a SQL function's call).
-pub unsafe fn train(
-    leaves: Vec<Leaf>,
-    config: &PipelineConfig,
-    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
-) -> (TrainOutcome, ShardSummary) {
-    let started = Instant::now();
-    let params = &config.params;
-    let kind = config.model;
-    let _progress = progress::start(&config.relation, kind.name(), params.epochs);
-    let version = env!("CARGO_PKG_VERSION").to_string();
+/// Backend thread, inside a transaction.
+unsafe fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
     let mut shards: Vec<Shard> = Vec::new();
     for leaf in leaves {
         let (name, place) = match leaf {
@@ -333,12 +325,96 @@ pub unsafe fn train(
             seconds: 0.0,
         });
     }
-    // Shards train with the coordinator's params, one process each, silently.
+    shards
+}
+
+/// The params a shard runs with: the coordinator's, one process, silently, its own table only.
+fn shard_params(params: &corgipile_ml::params::TrainParams) -> String {
     let mut shard_params = params.clone();
     shard_params.verbose = false;
     shard_params.workers = 0;
     shard_params.only = true;
-    let params_json = serde_json::to_string(&shard_params.to_json()).expect("params serialize");
+    serde_json::to_string(&shard_params.to_json()).expect("params serialize")
+}
+
+/// Scores a stored model on every shard of a sharded table (`request`: the model) and merges
+/// the shards' metrics into `evaluation` (an [`Evaluation::mergeable`]); returns the rows the
+/// shards' readers skipped. `run_local` runs the request on a local partition in this backend.
+///
+/// # Safety
+/// Backend thread, inside a transaction (a SQL function's call).
+pub unsafe fn evaluate(
+    leaves: Vec<Leaf>,
+    config: &PipelineConfig,
+    model: EvaluateRequest,
+    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+    evaluation: &mut Evaluation,
+) -> u64 {
+    let kind = config.model;
+    let _progress = progress::start(&config.relation, kind.name(), 1);
+    progress::phase("evaluation");
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    let mut shards = open_shards(leaves, &version);
+    let request = RoundRequest {
+        version,
+        phase: Phase::Evaluate,
+        epoch: 1,
+        round: 0,
+        rounds: 1,
+        n_features: model.model.n_features,
+        weights: Vec::new(),
+        bias: Vec::new(),
+        extras: TrainExtras::default(),
+        evaluate: Some(model),
+    };
+    let at = RoundProgress {
+        label: "evaluation".into(),
+        fraction: 0.0,
+        tuples: 0,
+    };
+    let mut bytes = 0;
+    let replies = round(
+        &mut shards,
+        &request,
+        kind.name(),
+        &shard_params(&config.params),
+        run_local,
+        &mut bytes,
+        &at,
+    );
+    let mut rows_skipped = 0;
+    for (reply, shard) in replies.iter().zip(&shards) {
+        let Some(part) = &reply.evaluation else {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                format!("shard server \"{}\" sent no evaluation", shard.name),
+                None,
+            )
+        };
+        evaluation.merge(part);
+        rows_skipped += reply.rows_skipped;
+    }
+    progress::finish();
+    rows_skipped
+}
+
+/// Trains `config`'s model over the shards of a sharded table. `run_local` runs a request on a
+/// local partition in this backend.
+///
+/// # Safety
+/// Backend thread, inside a transaction (a SQL function's call).
+pub unsafe fn train(
+    leaves: Vec<Leaf>,
+    config: &PipelineConfig,
+    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+) -> (TrainOutcome, ShardSummary) {
+    let started = Instant::now();
+    let params = &config.params;
+    let kind = config.model;
+    let _progress = progress::start(&config.relation, kind.name(), params.epochs);
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    let mut shards = open_shards(leaves, &version);
+    let params_json = shard_params(params);
     let model_name = kind.name();
 
     // Round 0: statistics.
@@ -354,6 +430,7 @@ pub unsafe fn train(
         weights: Vec::new(),
         bias: Vec::new(),
         extras: TrainExtras::default(),
+        evaluate: None,
     };
     let mut bytes = 0u64;
     let at = RoundProgress {

@@ -1,11 +1,14 @@
-//! Evaluate mode (corgipile_evaluate): score a stored model on every row of a relation.
+//! Evaluate mode (corgipile_evaluate): score a stored model on every row of a relation — the
+//! whole report here, or a shard's mergeable part of it (see `crate::shard`).
 
 use super::{SgdNode, SgdTask};
 use crate::catalog::StoredModel;
+use crate::classes::ClassValue;
 use crate::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
-use corgipile_ml::scoring::{BinaryLabels, Evaluation};
+use corgipile_ml::model::LinearModel;
+use corgipile_ml::scoring::{BinaryLabels, Evaluation, EvaluationPart};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use serde_json::json;
 use std::rc::Rc;
@@ -24,45 +27,83 @@ impl SgdTask for Evaluate {
     }
 }
 
+/// A shard's evaluation: the output is its mergeable metrics and the rows the reader skipped.
+pub struct EvaluateShard {
+    pub model: LinearModel,
+    pub classes: Vec<ClassValue>,
+}
+
+impl SgdTask for EvaluateShard {
+    type Output = (EvaluationPart, u64);
+    const MODE: Mode = Mode::Evaluate;
+
+    unsafe fn run(self, node: &mut SgdNode) -> (EvaluationPart, u64) {
+        let mut evaluation = Evaluation::mergeable(
+            self.model.kind,
+            self.classes.len(),
+            binary_labels(node.config.label.uses_classes(), &self.classes),
+        );
+        let skipped = node.score_rows(&self.model, "the coordinator's model", &mut evaluation);
+        (evaluation.part(), skipped)
+    }
+}
+
+/// How a model's binary labels arrive: as class indices (text labels, pre-seeded with the
+/// model's classes, so index 1 is the positive class) or as the values of `classes`.
+pub fn binary_labels(uses_classes: bool, classes: &[ClassValue]) -> BinaryLabels {
+    if uses_classes {
+        return BinaryLabels::ClassIndices;
+    }
+    let value = |k: usize| classes.get(k).and_then(|c| c.as_f64()).unwrap_or(f64::NAN);
+    BinaryLabels::Values {
+        negative: value(0),
+        positive: value(1),
+    }
+}
+
 impl SgdNode {
     /// corgipile_evaluate: score the stored model on every row.
     unsafe fn evaluate(&mut self, model: &StoredModel) -> serde_json::Value {
-        let shuffle = self.shuffle();
         // ROC AUC keeps one score per row: bounded by the same limit as the training buffers.
         let auc_rows = self.config.max_buffer_bytes as usize / BinaryMetrics::AUC_BYTES_PER_ROW;
-        // Binary labels arrive as values (numeric) or class indices (text, pre-seeded with the
-        // model's classes, so index 1 is the positive class).
-        let binary = if self.config.label.uses_classes() {
-            BinaryLabels::ClassIndices
-        } else {
-            let value = |k: usize| {
-                model
-                    .classes
-                    .get(k)
-                    .and_then(|c| c.as_f64())
-                    .unwrap_or(f64::NAN)
-            };
-            BinaryLabels::Values {
-                negative: value(0),
-                positive: value(1),
-            }
-        };
-        let mut evaluation = Evaluation::new(model.kind(), model.classes.len(), binary, auc_rows);
+        let mut evaluation = Evaluation::new(
+            model.kind(),
+            model.classes.len(),
+            binary_labels(self.config.label.uses_classes(), &model.classes),
+            auc_rows,
+        );
+        let skipped = self.score_rows(
+            &model.model,
+            &format!("model {}", model.id),
+            &mut evaluation,
+        );
+        let mut report = evaluation.finish(skipped);
+        report["model_id"] = json!(model.id);
+        report
+    }
+
+    /// Pushes every row into `evaluation`; returns the rows the reader skipped. `what` names
+    /// the model in errors.
+    unsafe fn score_rows(
+        &mut self,
+        model: &LinearModel,
+        what: &str,
+        evaluation: &mut Evaluation,
+    ) -> u64 {
+        let shuffle = self.shuffle();
         shuffle.for_each_buffer(|b| {
-            if !b.arena.is_sparse() && b.arena.n_features() != model.n_features() {
+            if !b.arena.is_sparse() && b.arena.n_features() != model.n_features {
                 raise(
                     PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                    format!("the rows of {} have {} features, model {} expects {}", self.config.relation, b.arena.n_features(), model.id, model.n_features()),
+                    format!("the rows of {} have {} features, {what} expects {}", self.config.relation, b.arena.n_features(), model.n_features),
                     Some("Evaluate on rows with the features the model was trained on (see the features param).".into()),
                 );
             }
             for i in 0..b.arena.len() {
                 check_for_interrupts!();
-                evaluation.push(&model.model, b.arena.row(i), b.arena.label(i));
+                evaluation.push(model, b.arena.row(i), b.arena.label(i));
             }
         });
-        let mut report = evaluation.finish(shuffle.rows_skipped_this_epoch);
-        report["model_id"] = json!(model.id);
-        report
+        shuffle.rows_skipped_this_epoch
     }
 }

@@ -14,10 +14,10 @@ mod train;
 mod worker;
 
 pub use collect::{Collect, CollectedRows};
-pub use evaluate::Evaluate;
+pub use evaluate::{binary_labels, Evaluate, EvaluateShard};
 pub use learn::Learn;
 pub use parallel::TrainExtras;
-pub use shard_round::{Phase, RoundReply, RoundRequest, ShardRound};
+pub use shard_round::{EvaluateRequest, Phase, RoundReply, RoundRequest, ShardRound};
 pub use trace::Trace;
 pub use train::Train;
 

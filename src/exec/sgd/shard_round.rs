@@ -1,13 +1,18 @@
-//! A shard server's part of a training over a sharded table (see `crate::shard`): one call
-//! either gathers the statistics of the shard's table, or trains one round — a share of one
-//! epoch's blocks — from the coordinator's model, and returns what it learned. Rows never leave
-//! the shard; nothing is stored here.
+//! A shard server's part of a training or evaluation over a sharded table (see `crate::shard`):
+//! one call either gathers the statistics of the shard's table, or trains one round — a share
+//! of one epoch's blocks — from the coordinator's model and returns what it learned, or scores
+//! the coordinator's model on every row and returns mergeable counts. Rows never leave the
+//! shard; nothing is stored here.
 
 use super::parallel::TrainExtras;
 use super::worker::raise_train_error;
 use super::{SgdNode, SgdTask};
+use crate::classes::ClassValue;
 use crate::error::raise;
 use crate::pipeline::{FeatureLayout, Mode, Share};
+use corgipile_ml::model::LinearModel;
+use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::scoring::EvaluationPart;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::Trainer;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
@@ -17,6 +22,17 @@ use serde::{Deserialize, Serialize};
 pub enum Phase {
     Statistics,
     Train,
+    Evaluate,
+}
+
+/// The stored model an evaluation scores (`Phase::Evaluate`).
+#[derive(Clone, Serialize, Deserialize)]
+pub struct EvaluateRequest {
+    pub model: LinearModel,
+    /// The label values by class index, as stored with the model.
+    pub classes: Vec<ClassValue>,
+    /// A column list's preprocessing, as stored with the model.
+    pub preprocessing: Option<Preprocessor>,
 }
 
 /// What the coordinator asks of a shard.
@@ -33,6 +49,9 @@ pub struct RoundRequest {
     pub weights: Vec<f64>,
     pub bias: Vec<f64>,
     pub extras: TrainExtras,
+    /// Evaluate: the model to score.
+    #[serde(default)]
+    pub evaluate: Option<EvaluateRequest>,
 }
 
 /// What a shard answers.
@@ -50,6 +69,9 @@ pub struct RoundReply {
     pub loss: f64,
     pub accuracy: Option<f64>,
     pub r2: Option<f64>,
+    /// Evaluate: the shard's metrics, to merge.
+    #[serde(default)]
+    pub evaluation: Option<EvaluationPart>,
 }
 
 /// One shard call.
@@ -65,6 +87,11 @@ impl SgdTask for ShardRound {
         match self.request.phase {
             Phase::Statistics => node.shard_statistics(),
             Phase::Train => node.shard_train(self.request),
+            Phase::Evaluate => raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                "corgipile shard round: an evaluation on a training plan",
+                None,
+            ),
         }
     }
 }
