@@ -750,6 +750,47 @@ def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
         assert scalar(victim, "SELECT 1") == 1
 
 
+def test_progress_shows_the_round_and_each_shards_state(dsn, blobs):
+    """corgipile.progress on the coordinator: the round ("statistics", then "round r/R") and every
+    shard done (with its rows) or running (for how long). Shard 2's table is locked, so its
+    statistics round waits, and shard 1's is done."""
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as observer, \
+            psycopg.connect(shard_dsn(1)) as locker:
+        locker.execute("LOCK TABLE range_part IN ACCESS EXCLUSIVE MODE")
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "sh_range", "svm", {"epochs": 2, "seed": 1, "sync": 4})
+        try:
+            def shards_column():
+                row = observer.execute("SELECT shards FROM corgipile.progress WHERE pid = %s", (pid,)).fetchone()
+                return row and row[0]
+            deadline = time.monotonic() + 15
+            seen = None
+            while time.monotonic() < deadline:
+                seen = shards_column()
+                if seen and f"{S1} done 100000 rows" in seen and "running" in seen:
+                    break
+                time.sleep(0.05)
+            assert seen and re.fullmatch(rf"statistics: {S1} done 100000 rows, {S2} running \d+\.\d s", seen), seen
+            row = observer.execute("SELECT relation, model, phase FROM corgipile.progress WHERE pid = %s",
+                                   (pid,)).fetchone()
+            assert row == ("sh_range", "svm", "statistics pass"), row
+            locker.rollback()
+            rounds = set()
+            while t.is_alive() and time.monotonic() < deadline + 30:
+                seen = shards_column()
+                if seen and seen.startswith("round "):
+                    rounds.add(seen.split(":")[0])
+                time.sleep(0.01)
+            t.join(timeout=60)
+            assert "value" in result, result
+            assert rounds and rounds <= {f"round {r}/4" for r in range(1, 5)}, rounds
+        finally:
+            locker.rollback()
+            stop_if_running(observer, t, pid)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert scalar(c, "SELECT count(*) FROM corgipile.progress WHERE pid = %s", (pid,)) == 0
+
+
 def test_cancel_while_a_shard_round_waits_cancels_the_remote_query(dsn, blobs):
     """Shard 2's table is locked, so its round waits there: cancelling the coordinator must
     cancel that remote query too (it would otherwise wait as long as the lock is held)."""
@@ -898,11 +939,118 @@ def test_explain_shows_the_shards_and_with_analyze_their_tuples(conn, blobs):
     assert models_count(conn) == before
 
 
-def test_evaluate_on_a_sharded_table_names_the_foreign_partition(conn, blobs):
-    m = train(conn, "sh_hash_copy", "svm", {"epochs": 1, "seed": 1})
-    with pytest.raises(E.FeatureNotSupported) as err:
-        evaluate(conn, m, "sh_hash")
-    assert "sh_hash_0" in err.value.diag.message_primary or "sh_hash_1" in err.value.diag.message_primary
+def assert_same_evaluation(sharded, single):
+    """Every metric equal to one server's; ROC AUC from the merged histogram within 1e-3."""
+    assert set(sharded) - {"roc_auc_note"} == set(single) - {"roc_auc_note"}, (sharded, single)
+    for key, want in single.items():
+        got = sharded[key]
+        if key == "roc_auc_note":
+            continue
+        if key == "roc_auc" and want is not None:
+            assert abs(got - want) <= 1e-3, (key, got, want)
+            assert "histogram" in sharded["roc_auc_note"], sharded
+        elif isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (key, got, want)
+        else:
+            assert got == want, (key, got, want)
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic", "linear"])
+def test_evaluate_on_a_sharded_table_equals_one_server(conn, blobs, model):
+    m = train(conn, "sh_hash_copy", model, {"epochs": 2, "seed": 1})
+    before_shards = [shard_models(i) for i in (0, 1)]
+    sharded = evaluate(conn, m, "sh_hash")
+    single = evaluate(conn, m, "sh_hash_copy")
+    assert sharded["rows_scored"] == 200_000 and sharded["model_id"] == m
+    assert_same_evaluation(sharded, single)
+    assert [shard_models(i) for i in (0, 1)] == before_shards
+
+
+def test_evaluate_on_one_class_per_shard_and_a_local_partition(conn, blobs, uneven):
+    m = train(conn, "sh_range_copy", "logistic", {"epochs": 2, "seed": 1})
+    assert_same_evaluation(evaluate(conn, m, "sh_range"), evaluate(conn, m, "sh_range_copy"))
+    if scalar(conn, "SELECT to_regclass('sh_mixed') IS NOT NULL"):
+        m = train(conn, "sh_mixed_copy", "svm", {"epochs": 2, "seed": 1})
+        assert_same_evaluation(evaluate(conn, m, "sh_mixed"), evaluate(conn, m, "sh_mixed_copy"))
+
+
+@pytest.fixture
+def classes3(conn, shards):
+    """sh_cls: text labels a/b/c, two numeric columns and a text column, hash-sharded; a copy."""
+    for i in (0, 1):
+        on_shard(i, "DROP TABLE IF EXISTS cls_part",
+                 "CREATE TABLE cls_part (id int, label text, x1 float8, x2 float8, color text)")
+    sharded_table(conn, "sh_cls", [(f"FOR VALUES WITH (MODULUS 2, REMAINDER {k})", srv, "cls_part")
+                                   for k, srv in enumerate((S1, S2))],
+                  cols="id int, label text, x1 float8, x2 float8, color text", by="HASH (id)")
+    conn.execute("SELECT setseed(0.3)")
+    conn.execute(f"""INSERT INTO sh_cls SELECT i, (ARRAY['a','b','c'])[1 + i % 3],
+                            (i % 3) + {GAUSS}, (i % 3) * 0.5 + {GAUSS},
+                            (ARRAY['red','green','blue'])[1 + (i + (random() < 0.3)::int) % 3]
+                     FROM generate_series(1, 30000) i""")
+    copy = local_copy(conn, "sh_cls")
+    try:
+        yield copy
+    finally:
+        conn.execute("DROP TABLE IF EXISTS sh_cls, sh_cls_copy CASCADE")
+
+
+def test_evaluate_softmax_with_text_labels_and_a_column_list_on_a_sharded_table(conn, classes3):
+    params = {"epochs": 3, "seed": 1, "label": "label", "features": ["x1", "x2", "color"]}
+    m = train(conn, classes3, "softmax", params)
+    sharded = evaluate(conn, m, "sh_cls")
+    assert sharded["rows_scored"] == 30_000
+    assert_same_evaluation(sharded, evaluate(conn, m, classes3))
+    # A binary model of a text label: rows of the third class are unknown, counted alike.
+    conn.execute("DELETE FROM sh_cls_copy WHERE label = 'c'")
+    m = train(conn, classes3, "logistic", params)
+    sharded = evaluate(conn, m, "sh_cls")
+    assert sharded["rows_with_unknown_label"] == 10_000
+    conn.execute(f"INSERT INTO {classes3} SELECT * FROM sh_cls WHERE label = 'c'")
+    assert_same_evaluation(sharded, evaluate(conn, m, classes3))
+
+
+def test_evaluate_failures_on_a_sharded_table(conn, broken):
+    m = train(conn, "sh_range_copy", "svm", {"epochs": 1, "seed": 1})
+    with pytest.raises(psycopg.OperationalError) as err:
+        evaluate(conn, m, "sh_dead")
+    assert err.value.sqlstate == "08001" and '"sht_dead"' in err.value.diag.message_primary
+    with pytest.raises(E.UndefinedObject) as err:
+        evaluate(conn, m, "sh_nocorgi")
+    assert 'shard server "sht_nocorgi"' in err.value.diag.message_primary
+    with pytest.raises(E.InsufficientPrivilege) as err:
+        evaluate(conn, m, "sh_noread")
+    assert err.value.diag.message_primary.startswith('shard server "sht_noread": ')
+    # Rows of another width on a shard: the shard's ERROR, naming it.
+    on_shard(1, "DROP TABLE IF EXISTS wide_part",
+             "CREATE TABLE wide_part AS SELECT id, label, features || 0.0::float8 AS features FROM range_part")
+    sharded_table(conn, "sh_wide", [("FOR VALUES IN (0)", S1, "range_part"), ("FOR VALUES IN (1)", S2, "wide_part")],
+                  by="LIST (label)")
+    with pytest.raises(psycopg.Error) as err:
+        evaluate(conn, m, "sh_wide")
+    assert err.value.sqlstate == "2202E", (err.value.sqlstate, err.value.diag.message_primary)
+    assert err.value.diag.message_primary.startswith(f'shard server "{S2}": ')
+    assert running_rounds(0) == [] or wait_shards_quiet()[0] == []
+
+
+def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
+    """corgipile_shard_round is callable by anyone who can read the table: a model whose shape
+    does not match what it says is refused before any row is scored."""
+    on_shard(0, "DROP TABLE IF EXISTS forge_part",
+             "CREATE TABLE forge_part AS SELECT 1 AS label, ARRAY[1.0, 2.0]::float8[] AS features")
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        v = version(c)
+        request = {"version": v, "phase": "Evaluate", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+                   "weights": [], "bias": [], "extras": {},
+                   "evaluate": {"model": {"kind": "svm", "n_features": 1000, "n_outputs": 1,
+                                          "weights": [0.5], "bias": [0.0]},
+                                "classes": [], "preprocessing": None}}
+        import json
+        with pytest.raises(psycopg.Error) as err:
+            c.execute("SELECT corgipile_shard_round('forge_part', 'svm', %s, %s)",
+                      (Jsonb({"features": "features", "label": "label"}), json.dumps(request)))
+        assert err.value.sqlstate == "08P01", (err.value.sqlstate, err.value.diag.message_primary)
+        assert "another shape" in err.value.diag.message_primary
 
 
 # ----------------------------------------------------------------------------------------------
@@ -948,10 +1096,16 @@ def test_caller_without_select_on_the_coordinator_table_is_42501(dsn, conn, role
     for srv in (S1, S2):
         conn.execute(f"CREATE USER MAPPING FOR sht_nosel SERVER {srv} OPTIONS (user 'postgres', password 'secret')")
     before = models_count(conn)
+    m = train(conn, "sh_hash_copy", "svm", {"epochs": 1, "seed": 1})
+    conn.execute("SELECT corgipile_grant(%s::bigint, 'sht_nosel', 'use')", (m,))
     with psycopg.connect(dsn, user="sht_nosel", autocommit=True) as u:
         with pytest.raises(E.InsufficientPrivilege) as err:
             train(u, "sh_hash", "svm", {"epochs": 1})
-    assert err.value.sqlstate == "42501"
+        assert err.value.sqlstate == "42501"
+        with pytest.raises(E.InsufficientPrivilege) as err:
+            evaluate(u, m, "sh_hash")
+    assert err.value.sqlstate == "42501" and "permission denied for table" in err.value.diag.message_primary
+    conn.execute("DELETE FROM corgipile.models WHERE id = %s", (m,))
     assert_nothing_stored(conn, before)
 
 
