@@ -102,6 +102,7 @@ unit:
 # code differs between majors only in src/compat.rs).
 lint: setup
 	cargo fmt --all --check
+	cargo clippy -p corgipile-ml --all-targets --release -- -D warnings
 	for v in $(TESTED_MAJORS); do \
 		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \
 	done

@@ -582,7 +582,7 @@ impl RegressionMetrics {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn close(a: f64, b: f64) -> bool {
@@ -791,19 +791,19 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
     use rand_core::{RngCore, SeedableRng};
 
-    /// Seeded uniforms in (0, 1) and standard normals (Box–Muller).
-    struct Rand(ChaCha8Rng);
+    /// Seeded uniforms in (0, 1) and standard normals (Box–Muller); scoring's tests use it too.
+    pub(crate) struct Rand(ChaCha8Rng);
 
     impl Rand {
-        fn new(seed: u64) -> Self {
+        pub(crate) fn new(seed: u64) -> Self {
             Rand(ChaCha8Rng::seed_from_u64(seed))
         }
 
-        fn uniform(&mut self) -> f64 {
+        pub(crate) fn uniform(&mut self) -> f64 {
             ((self.0.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
         }
 
-        fn normal(&mut self) -> f64 {
+        pub(crate) fn normal(&mut self) -> f64 {
             let (a, b) = (self.uniform(), self.uniform());
             (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
         }

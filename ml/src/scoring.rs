@@ -320,26 +320,7 @@ impl Evaluation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand_chacha::ChaCha8Rng;
-    use rand_core::{RngCore, SeedableRng};
-
-    /// Seeded uniforms in (0, 1) and standard normals (Box–Muller).
-    struct Rand(ChaCha8Rng);
-
-    impl Rand {
-        fn new(seed: u64) -> Self {
-            Rand(ChaCha8Rng::seed_from_u64(seed))
-        }
-
-        fn uniform(&mut self) -> f64 {
-            ((self.0.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        }
-
-        fn normal(&mut self) -> f64 {
-            let (a, b) = (self.uniform(), self.uniform());
-            (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
-        }
-    }
+    use crate::metrics::tests::Rand;
 
     const FEATURES: usize = 4;
     const SKIPPED_BY_READER: u64 = 7;

@@ -22,7 +22,9 @@ fn sample() -> Preprocessor {
         plan("xy", Source::NumberArray, None),
     ];
     let mut s = StatsBuilder::new(plans, 1 << 20, 1000);
-    let rows: [(Option<f64>, Option<&str>, &str, [f64; 2]); 5] = [
+    // (amount, state, url, xy)
+    type Row<'a> = (Option<f64>, Option<&'a str>, &'a str, [f64; 2]);
+    let rows: [Row; 5] = [
         (Some(10.0), Some("KS"), "a", [1.0, 2.0]),
         (Some(20.0), Some("KS"), "b", [3.0, 2.0]),
         (None, Some("NY"), "c", [5.0, 2.0]),
