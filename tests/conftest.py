@@ -56,14 +56,15 @@ def start_training(conn, rel, model, params):
     return t, result
 
 
-def wait_active(observer, pid, timeout=10.0):
-    """Until backend `pid` runs a corgipile_train (a cancel sent while idle would be ignored)."""
+def wait_active(observer, pid, timeout=10.0, function="corgipile_train"):
+    """Until backend `pid` runs a query calling `function` (a cancel sent while idle would be
+    ignored)."""
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile_train%%' FROM pg_stat_activity "
-                            "WHERE pid = %s", (pid,)):
+        if scalar(observer, "SELECT state = 'active' AND strpos(query, %s) > 0 FROM pg_stat_activity "
+                            "WHERE pid = %s", (function, pid)):
             return
         time.sleep(0.01)
     raise AssertionError("training did not start")

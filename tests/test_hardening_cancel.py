@@ -11,7 +11,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import scalar
+from conftest import scalar, wait_active
 
 LATENCY_LIMIT = 1.0
 SLACK = 0.5  # a noisy shared 2-core machine
@@ -64,17 +64,6 @@ def backend_threads(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
 
 
-def wait_active(observer, pid, timeout=10.0):
-    """Until the backend is running the training (a cancel sent while idle would be ignored)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile%%' FROM pg_stat_activity "
-                            "WHERE pid = %s", (pid,)):
-            return
-        time.sleep(0.01)
-    raise AssertionError("training did not start")
-
-
 def phase_of(observer, pid):
     row = observer.execute("SELECT phase, epoch, epoch_percent FROM corgipile.progress WHERE pid = %s",
                            (pid,)).fetchone()
@@ -114,7 +103,7 @@ def test_pg_cancel_backend_stops_expensive_training(tables, dsn, case, double_bu
         pid = scalar(victim, "SELECT pg_backend_pid()")
         t, result = start_training(victim, table, model, params)
         try:
-            wait_active(killer, pid)
+            wait_active(killer, pid, function="corgipile")
             time.sleep(RUNNING_FOR)
             assert t.is_alive(), f"training should still be running: {result}"
             phase = phase_of(killer, pid)

@@ -13,6 +13,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
+from conftest import wait_active
 from reliability_helpers import (assert_catalog_consistent, catalog_counts, connect, database_fixture,
                                  proc_status, scalar, server_crashes, status_kb, threads, train, wait_ready)
 
@@ -39,17 +40,6 @@ SCENARIOS = {
     "training": ("big", {"buffer_size": "1%"}),
     "between_epochs": ("small", {"buffer_size": "100%"}),
 }
-
-
-def wait_active(observer, pid, timeout=5.0):
-    """Until the backend is running the training (a cancel sent while idle would be ignored)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if scalar(observer, "SELECT state = 'active' AND query LIKE '%%corgipile_train%%' FROM pg_stat_activity "
-                            "WHERE pid = %s", (pid,)):
-            return
-        time.sleep(0.005)
-    raise AssertionError("training did not start")
 
 
 def run_in_thread(conn, sql, params):
