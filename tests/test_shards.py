@@ -25,7 +25,8 @@ privileges and row-level security on the coordinator's table, and the functions 
 locally (_trace / _shuffle: 0A000 naming the foreign partition). corgipile_evaluate scores on the
 shards and merges: the same report as one server (ROC AUC within 0.001) for every kind of model,
 the same failures and privileges, a forged request refused by the shard. corgipile.progress shows
-the round and every shard's state."""
+the round and every shard's state. A hung shard server (accepts, never answers): 08001 after
+connect_timeout, and cancel while connecting stops within 1 s."""
 
 import os
 import re
@@ -626,6 +627,94 @@ def test_a_shard_down_is_08001_naming_the_server(conn, broken):
     assert 'could not connect to shard server "sht_dead"' in err.value.diag.message_primary
     assert time.monotonic() - started < 15
     assert_nothing_stored(conn, before)
+
+
+@pytest.fixture
+def silent(conn, blobs):
+    """sh_silent: one partition on sht_s1, one on sht_silent — a socket that accepts
+    connections and never answers (a hung server), with connect_timeout 3 s."""
+    import socket
+    port = DEAD_PORT + 1
+    directory = f"/tmp/corgipile-silent-{port}"
+    os.makedirs(directory, exist_ok=True)
+    path = f"{directory}/.s.PGSQL.{port}"
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(directory, 0o777)  # the servers run as another user
+    os.chmod(path, 0o777)
+    listener.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    conn.execute("DROP SERVER IF EXISTS sht_silent CASCADE")
+    conn.execute(f"CREATE SERVER sht_silent FOREIGN DATA WRAPPER postgres_fdw "
+                 f"OPTIONS (host '{directory}', port '{port}', dbname '{SHARD_DB}', connect_timeout '3')")
+    conn.execute("CREATE USER MAPPING FOR CURRENT_USER SERVER sht_silent OPTIONS (user 'postgres')")
+    sharded_table(conn, "sh_silent", [("FOR VALUES IN (0)", S1, "range_part"),
+                                      ("FOR VALUES IN (1)", "sht_silent", "range_part")], by="LIST (label)")
+    try:
+        yield held
+    finally:
+        stop.set()
+        acceptor.join(timeout=5)
+        for c in held:
+            c.close()
+        listener.close()
+        os.unlink(path)
+        conn.execute("DROP TABLE IF EXISTS sh_silent CASCADE")
+        conn.execute("DROP SERVER IF EXISTS sht_silent CASCADE")
+
+
+def test_a_hung_shard_server_is_08001_after_connect_timeout(conn, silent):
+    before = models_count(conn)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError) as err:
+        train(conn, "sh_silent", "svm", {"epochs": 1})
+    took = time.monotonic() - started
+    assert err.value.sqlstate == "08001"
+    assert 'shard server "sht_silent"' in err.value.diag.message_primary
+    assert "timeout expired" in err.value.diag.message_primary
+    assert 2.5 < took < 6, took
+    assert silent, "the coordinator never connected"
+    assert_nothing_stored(conn, before)
+
+
+def test_cancel_while_connecting_to_a_hung_shard_server(dsn, conn, silent):
+    conn.execute("ALTER SERVER sht_silent OPTIONS (SET connect_timeout '60')")
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        before = models_count(killer)
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "sh_silent", "svm", {"epochs": 1})
+        try:
+            wait_active(killer, pid)
+            deadline = time.monotonic() + 10
+            while not silent and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert silent, "the coordinator never connected"
+            time.sleep(0.5)
+            assert t.is_alive(), result
+            cancelled_at = time.monotonic()
+            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(timeout=30)
+            assert not t.is_alive(), "training not stopped 30 s after pg_cancel_backend"
+        finally:
+            stop_if_running(killer, t, pid)
+        latency = result["ended"] - cancelled_at
+        assert isinstance(result.get("error"), E.QueryCanceled), result
+        assert latency < 1.0, f"cancel took {latency:.2f} s"
+        assert_nothing_stored(killer, before)
 
 
 def test_a_shard_without_corgipile_is_42704(conn, broken):

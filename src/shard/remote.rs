@@ -15,6 +15,11 @@ type PGresult = c_void;
 type PGcancel = c_void;
 
 const CONNECTION_OK: c_int = 0;
+const CONNECTION_BAD: c_int = 1;
+const PGRES_POLLING_FAILED: c_int = 0;
+const PGRES_POLLING_READING: c_int = 1;
+const PGRES_POLLING_WRITING: c_int = 2;
+const PGRES_POLLING_OK: c_int = 3;
 const PGRES_TUPLES_OK: c_int = 2;
 const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
 const PG_DIAG_MESSAGE_PRIMARY: c_int = b'M' as c_int;
@@ -22,11 +27,13 @@ const PG_DIAG_MESSAGE_HINT: c_int = b'H' as c_int;
 
 #[link(name = "pq")]
 extern "C" {
-    fn PQconnectdbParams(
+    fn PQconnectStartParams(
         keywords: *const *const c_char,
         values: *const *const c_char,
         expand_dbname: c_int,
     ) -> *mut PGconn;
+    fn PQconnectPoll(conn: *mut PGconn) -> c_int;
+    fn PQsocket(conn: *const PGconn) -> c_int;
     fn PQstatus(conn: *const PGconn) -> c_int;
     fn PQerrorMessage(conn: *const PGconn) -> *const c_char;
     fn PQfinish(conn: *mut PGconn);
@@ -154,13 +161,54 @@ impl Remote {
         let mut value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
         key_ptrs.push(std::ptr::null());
         value_ptrs.push(std::ptr::null());
+        // libpq's own connect_timeout applies to blocking connects only: this one is
+        // non-blocking (so that cancel and statement_timeout stop it), and keeps the timeout
+        // itself, with libpq's rules (0 or less: none; at least 2 s).
+        let timeout = pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "connect_timeout")
+            .and_then(|(_, v)| v.trim().parse::<i64>().ok())
+            .filter(|&t| t > 0)
+            .map(|t| std::time::Duration::from_secs(t.max(2) as u64));
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
         // SAFETY: null-terminated arrays of C strings that outlive the call.
-        let conn = PQconnectdbParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 0);
+        let conn = PQconnectStartParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 0);
+        // Dropped (PQfinish) on every exit from here, ERROR and cancel included.
         let mut remote = Remote {
             conn,
             server: name.clone(),
             busy: false,
         };
+        if !conn.is_null() && PQstatus(conn) != CONNECTION_BAD {
+            // As libpq's docs say: start as if PQconnectPoll had asked to write.
+            let mut polling = PGRES_POLLING_WRITING;
+            while polling != PGRES_POLLING_OK && polling != PGRES_POLLING_FAILED {
+                let mut fd = libc::pollfd {
+                    fd: PQsocket(conn),
+                    events: if polling == PGRES_POLLING_READING {
+                        libc::POLLIN
+                    } else {
+                        libc::POLLOUT
+                    },
+                    revents: 0,
+                };
+                // SAFETY: one pollfd that outlives the call; 100 ms so that interrupts are
+                // checked ten times a second.
+                let ready = libc::poll(&mut fd, 1, 100);
+                check_for_interrupts!();
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+                        format!("could not connect to shard server \"{name}\": timeout expired after {} s", timeout.map_or(0, |t| t.as_secs())),
+                        Some("Check that the server runs, or raise connect_timeout in the foreign server's options.".into()),
+                    );
+                }
+                if ready > 0 {
+                    polling = PQconnectPoll(conn);
+                }
+            }
+        }
         if conn.is_null() || PQstatus(conn) != CONNECTION_OK {
             let why = if conn.is_null() {
                 "out of memory".to_string()
