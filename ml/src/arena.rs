@@ -6,12 +6,13 @@
 //! keeps the allocations so the buffer is reused across fills.
 
 use crate::model::Row;
+use crate::shuffle::TupleShuffler;
 
 /// Largest number of features (and so largest 0-based index + 1) accepted.
 pub const MAX_FEATURES: usize = i32::MAX as usize;
 
 /// Contiguous storage of decoded tuples, dense or sparse (fixed at creation).
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct TupleArena {
     sparse: bool,
     /// Dense: the row length. Sparse: largest index + 1 stored since `clear`.
@@ -23,6 +24,52 @@ pub struct TupleArena {
     /// Sparse only: row i is `offsets[i]..offsets[i+1]`; starts as `[0]`.
     offsets: Vec<usize>,
     labels: Vec<f64>,
+    /// Dense, while being filled in shuffled order: where each pushed row goes.
+    scatter: Option<Scatter>,
+    /// The slots of the last scatter, kept so the next one reuses their allocation.
+    spare_slots: Vec<u32>,
+}
+
+/// A dense arena being filled in shuffled order (see [`TupleArena::begin_scatter`]). The rows
+/// live in the spare capacity of `values` and `labels` (whose lengths stay 0) until
+/// [`TupleArena::finish_scatter`].
+#[derive(Debug)]
+struct Scatter {
+    /// A permutation of `0..slots.len()`: the k-th row pushed goes to row `slots[k]`.
+    slots: Vec<u32>,
+    /// Bucket b of the plan is rows `starts[b]..starts[b+1]` (see TupleShuffler::bucket_slots).
+    starts: Vec<u32>,
+    /// Rows pushed so far; rows `slots[..pushed]` have been written in full.
+    pushed: usize,
+}
+
+/// How many rows ahead a scattered push prefetches its destination.
+const SCATTER_AHEAD: usize = 8;
+
+/// Scattered rows go to buckets of about this size: small enough that visiting one in random
+/// order stays within the caches and TLB, large enough that there are few write streams (one
+/// per bucket). Measured on a 92 MB buffer (4.5M x 18 table, double-buffered epoch): 256 kB
+/// buckets 0.77 s, 2 MB 0.72 s, 8 MB 0.77 s, one permutation of the whole buffer 0.81 s.
+const SCATTER_BUCKET_BYTES: usize = 2 << 20;
+
+impl Clone for TupleArena {
+    /// Panics if the arena is being scattered into (its rows are not readable until then).
+    fn clone(&self) -> Self {
+        assert!(
+            self.scatter.is_none(),
+            "clone of an arena being filled in shuffled order"
+        );
+        TupleArena {
+            sparse: self.sparse,
+            n_features: self.n_features,
+            values: self.values.clone(),
+            indices: self.indices.clone(),
+            offsets: self.offsets.clone(),
+            labels: self.labels.clone(),
+            scatter: None,
+            spare_slots: Vec::new(),
+        }
+    }
 }
 
 /// Prefetch every cache line of `data` (lines are 64 bytes on the CPUs we run on).
@@ -92,6 +139,8 @@ impl TupleArena {
             indices: Vec::new(),
             offsets: Vec::new(),
             labels: Vec::with_capacity(capacity_tuples),
+            scatter: None,
+            spare_slots: Vec::new(),
         }
     }
 
@@ -134,6 +183,8 @@ impl TupleArena {
             indices: Vec::with_capacity(capacity_nnz),
             offsets,
             labels: Vec::with_capacity(capacity_tuples),
+            scatter: None,
+            spare_slots: Vec::new(),
         }
     }
 
@@ -147,13 +198,15 @@ impl TupleArena {
         self.n_features
     }
 
-    /// Number of tuples stored.
+    /// Number of tuples stored (while scattering: pushed so far).
     pub fn len(&self) -> usize {
-        self.labels.len()
+        self.scatter
+            .as_ref()
+            .map_or(self.labels.len(), |s| s.pushed)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
+        self.len() == 0
     }
 
     /// Number of stored feature values (dense: len · n_features).
@@ -173,8 +226,11 @@ impl TupleArena {
             }
     }
 
-    /// Removes all tuples but keeps the allocation.
+    /// Removes all tuples but keeps the allocation (and abandons a scatter).
     pub fn clear(&mut self) {
+        if let Some(s) = self.scatter.take() {
+            self.spare_slots = s.slots;
+        }
         self.values.clear();
         self.indices.clear();
         self.labels.clear();
@@ -187,6 +243,9 @@ impl TupleArena {
 
     pub fn push(&mut self, label: f64, features: &[f64]) {
         assert!(!self.sparse, "push on a sparse arena");
+        if self.scatter.is_some() {
+            return self.push_scattered(label, features, |&v| v);
+        }
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
         self.values.extend_from_slice(features);
         self.labels.push(label);
@@ -195,9 +254,122 @@ impl TupleArena {
     /// Like [`push`](Self::push) for `real[]` columns: widens to f64.
     pub fn push_f32(&mut self, label: f64, features: &[f32]) {
         assert!(!self.sparse, "push_f32 on a sparse arena");
+        if self.scatter.is_some() {
+            return self.push_scattered(label, features, |&v| f64::from(v));
+        }
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
         self.values.extend(features.iter().map(|&v| f64::from(v)));
         self.labels.push(label);
+    }
+
+    /// Dense: fill the arena scattered, for a shuffle with local memory accesses. The next
+    /// `rows` rows pushed each go to a uniformly random bucket of about
+    /// 2 MB (the next free row of it, drawn from `shuffler`);
+    /// [`finish_scatter`](Self::finish_scatter) then gives an order that visits bucket after
+    /// bucket, each in random order: a uniformly random permutation of the rows, as one
+    /// permutation of the whole buffer is, but whose reads stay within one bucket at a time.
+    /// Visiting a 92 MB buffer in one random permutation waits on a cache and TLB miss per row;
+    /// the scattered writes (a few dozen sequential streams, prefetched) cost less than that.
+    /// Returns false (and changes nothing) when the arena is sparse, not empty, already
+    /// scattering, or has no room reserved for `rows` rows.
+    pub fn begin_scatter(&mut self, rows: usize, shuffler: &mut TupleShuffler) -> bool {
+        let room = self
+            .n_features
+            .checked_mul(rows)
+            .is_some_and(|v| v <= self.values.capacity())
+            && rows <= self.labels.capacity();
+        if self.sparse || !self.is_empty() || self.scatter.is_some() || !room || rows == 0 {
+            return false;
+        }
+        let mut slots = std::mem::take(&mut self.spare_slots);
+        let mut starts = Vec::new();
+        let bytes = rows.saturating_mul(Self::bytes_per_tuple(self.n_features));
+        shuffler.bucket_slots(
+            rows,
+            bytes.div_ceil(SCATTER_BUCKET_BYTES),
+            &mut slots,
+            &mut starts,
+        );
+        self.scatter = Some(Scatter {
+            slots,
+            starts,
+            pushed: 0,
+        });
+        true
+    }
+
+    fn push_scattered<T>(&mut self, label: f64, features: &[T], widen: impl Fn(&T) -> f64) {
+        let n = self.n_features;
+        // Hard checks: finish_scatter marks every written row initialized.
+        assert_eq!(features.len(), n, "feature vector length");
+        let s = self.scatter.as_mut().expect("scattering");
+        let slot = *s
+            .slots
+            .get(s.pushed)
+            .expect("more rows pushed than begin_scatter planned") as usize;
+        if let Some(&ahead) = s.slots.get(s.pushed + SCATTER_AHEAD) {
+            let ahead = ahead as usize;
+            prefetch_bytes(self.values.as_ptr().wrapping_add(ahead * n).cast(), n * 8);
+            prefetch_address::<{ HINT_L1 }>(self.labels.as_ptr().wrapping_add(ahead) as usize);
+        }
+        // slot < rows and rows · n ≤ capacity (begin_scatter), so both ranges are in bounds.
+        let row = &mut self.values.spare_capacity_mut()[slot * n..(slot + 1) * n];
+        for (dst, x) in row.iter_mut().zip(features) {
+            dst.write(widen(x));
+        }
+        self.labels.spare_capacity_mut()[slot].write(label);
+        s.pushed += 1; // only now is the row written in full
+    }
+
+    /// Ends a scatter: the rows pushed since [`begin_scatter`](Self::begin_scatter) become
+    /// rows `0..len()`. When fewer rows came than planned (the last buffer of a pass), the
+    /// written rows are moved to the front and `order` is a permutation of all of them.
+    /// `order` becomes the order to visit the rows in: bucket by bucket, each in random order
+    /// (drawn from `shuffler`). Returns false if the arena was not scattering.
+    pub fn finish_scatter(&mut self, shuffler: &mut TupleShuffler, order: &mut Vec<u32>) -> bool {
+        let Some(Scatter {
+            mut slots,
+            starts,
+            pushed,
+        }) = self.scatter.take()
+        else {
+            return false;
+        };
+        let n = self.n_features;
+        if pushed < slots.len() {
+            // Move the written rows to the front, in the order of their positions. Sorted and
+            // distinct, slots[t] >= t: each row moves down onto a row already moved or unused.
+            let written = &mut slots[..pushed];
+            written.sort_unstable();
+            let values = self.values.spare_capacity_mut();
+            let labels = self.labels.spare_capacity_mut();
+            for (t, &slot) in written.iter().enumerate() {
+                let slot = slot as usize;
+                if slot != t {
+                    values.copy_within(slot * n..(slot + 1) * n, t * n);
+                    labels[t] = labels[slot];
+                }
+            }
+        }
+        // SAFETY: rows 0..pushed of the spare capacity are initialized: when every planned row
+        // came (pushed == slots.len()), `slots` is a permutation of 0..pushed and push_scattered
+        // wrote all n values and the label of each slot; otherwise the loop above copied a
+        // written row onto each of 0..pushed. Both lengths are within the capacity
+        // (begin_scatter checked rows · n and rows against it).
+        unsafe {
+            self.values.set_len(pushed * n);
+            self.labels.set_len(pushed);
+        }
+        if pushed == slots.len() {
+            shuffler.bucket_order(&starts, order);
+        } else {
+            // Compacted rows keep the order of their slots, not their buckets: any uniform
+            // permutation of them is as good.
+            shuffler.permutation(pushed, order);
+        }
+        slots.clear();
+        self.spare_slots = slots;
+        true
     }
 
     /// Appends a sparse row: 0-based strictly increasing `indices` below

@@ -116,6 +116,54 @@ impl TupleShuffler {
         out.extend((0..n as u64).map(|i| i as u32));
         shuffle_in_place(&mut self.rng, out);
     }
+
+    /// Where `n` rows arriving one after another go, so that a buffer can be shuffled with
+    /// local memory accesses only: each row is assigned a uniformly random bucket of `buckets`
+    /// and takes the next free position of it (`slots[k]` for the k-th row; the buckets are
+    /// consecutive ranges, bucket b = `starts[b]..starts[b+1]`). Visiting the buckets in turn,
+    /// each in a uniformly random order of its own ([`bucket_order`](Self::bucket_order)),
+    /// visits the rows in a uniformly random permutation: it orders them by i.i.d. uniform
+    /// keys (bucket, then position within it).
+    pub fn bucket_slots(
+        &mut self,
+        n: usize,
+        buckets: usize,
+        slots: &mut Vec<u32>,
+        starts: &mut Vec<u32>,
+    ) {
+        assert!(n as u64 <= u64::from(u32::MAX), "too many rows: {n}");
+        let buckets = buckets.clamp(1, n.max(1));
+        slots.clear();
+        slots.extend((0..n).map(|_| bounded(&mut self.rng, buckets as u64) as u32));
+        // starts[b] = rows in buckets before b; then each label becomes its bucket's next slot.
+        starts.clear();
+        starts.resize(buckets + 1, 0);
+        for &b in slots.iter() {
+            starts[b as usize + 1] += 1;
+        }
+        for b in 1..=buckets {
+            starts[b] += starts[b - 1];
+        }
+        let mut next: Vec<u32> = starts[..buckets].to_vec();
+        for slot in slots.iter_mut() {
+            let b = *slot as usize;
+            *slot = next[b];
+            next[b] += 1;
+        }
+    }
+
+    /// The visiting order of buckets laid out by [`bucket_slots`](Self::bucket_slots): bucket
+    /// after bucket, each in a uniformly random order.
+    pub fn bucket_order(&mut self, starts: &[u32], out: &mut Vec<u32>) {
+        out.clear();
+        out.extend(0..starts.last().copied().unwrap_or(0));
+        for range in starts.windows(2) {
+            shuffle_in_place(
+                &mut self.rng,
+                &mut out[range[0] as usize..range[1] as usize],
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -216,3 +216,244 @@ fn validate_sparse_errors() {
         Err(SparseError::LengthMismatch { .. })
     ));
 }
+
+/// Row k of a test: label k, features [k, k + 0.5, ...] (so a row is recognisable anywhere).
+fn test_row(k: usize, n: usize) -> (f64, Vec<f64>) {
+    (
+        k as f64,
+        (0..n).map(|j| k as f64 + j as f64 * 0.5).collect(),
+    )
+}
+
+/// Fills a fresh arena of `capacity` rows (3 features) scattered with `pushed` rows and returns
+/// it with its visiting order.
+fn scattered(capacity: usize, pushed: usize, seed: u64) -> (TupleArena, Vec<u32>) {
+    let mut shuffler = TupleShuffler::new(seed, 1);
+    let mut a = TupleArena::new(3, capacity);
+    assert!(a.begin_scatter(capacity, &mut shuffler));
+    for k in 0..pushed {
+        let (label, x) = test_row(k, 3);
+        if k % 2 == 0 {
+            a.push(label, &x);
+        } else {
+            let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+            a.push_f32(label, &x32);
+        }
+        assert_eq!(a.len(), k + 1);
+    }
+    let mut order = vec![7, 7, 7];
+    assert!(a.finish_scatter(&mut shuffler, &mut order));
+    (a, order)
+}
+
+/// Every pushed row is there exactly once with its own label, and `order` visits each once.
+fn assert_rows_kept(a: &TupleArena, order: &[u32], pushed: usize) {
+    assert_eq!(a.len(), pushed);
+    assert_eq!(a.nnz(), pushed * 3);
+    let mut seen = vec![false; pushed];
+    for &i in order {
+        let label = a.label(i as usize);
+        let k = label as usize;
+        assert_eq!(
+            a.features(i as usize),
+            test_row(k, 3).1.as_slice(),
+            "row {k}"
+        );
+        assert!(!std::mem::replace(&mut seen[k], true), "row {k} twice");
+    }
+    assert!(seen.iter().all(|&s| s), "a row is missing");
+}
+
+#[test]
+fn scatter_keeps_every_row_with_its_label_full_and_partial() {
+    // Several buckets (2 MB each at 32 bytes per row = 65,536 rows) and one.
+    for (capacity, pushed) in [
+        (200_000, 200_000),
+        (200_000, 123_457),
+        (1000, 1000),
+        (1000, 1),
+        (5, 3),
+    ] {
+        let (a, order) = scattered(capacity, pushed, 42);
+        assert_rows_kept(&a, &order, pushed);
+    }
+}
+
+#[test]
+fn scatter_is_deterministic_and_shuffles() {
+    let (a, order) = scattered(10_000, 10_000, 7);
+    let (b, order_b) = scattered(10_000, 10_000, 7);
+    let visit =
+        |a: &TupleArena, o: &[u32]| o.iter().map(|&i| a.label(i as usize)).collect::<Vec<_>>();
+    assert_eq!(visit(&a, &order), visit(&b, &order_b));
+    let (c, order_c) = scattered(10_000, 10_000, 8);
+    assert_ne!(
+        visit(&a, &order),
+        visit(&c, &order_c),
+        "another seed, another order"
+    );
+    // Far from the arrival order: fewer than 1% of rows keep their place.
+    let fixed = visit(&a, &order)
+        .iter()
+        .enumerate()
+        .filter(|&(i, &l)| i as f64 == l)
+        .count();
+    assert!(fixed < 100, "{fixed} rows in place");
+}
+
+#[test]
+fn scattered_visit_order_is_uniform() {
+    // 4 rows → 24 orders; full buffers and partial ones (3 of 5 planned, 6 orders) alike.
+    for (capacity, pushed, orders) in [(4usize, 4usize, 24usize), (5, 3, 6)] {
+        let mut counts = std::collections::HashMap::new();
+        let trials = 24_000;
+        for seed in 0..trials {
+            let (a, order) = scattered(capacity, pushed, seed);
+            let visit: Vec<u64> = order.iter().map(|&i| a.label(i as usize) as u64).collect();
+            *counts.entry(visit).or_insert(0usize) += 1;
+        }
+        assert_eq!(counts.len(), orders);
+        let expected = trials as f64 / orders as f64;
+        let chi2: f64 = counts
+            .values()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
+        // 23 (5) degrees of freedom: p = 0.001 at 49.7 (20.5).
+        assert!(
+            chi2 < if orders == 24 { 49.7 } else { 20.5 },
+            "chi2 {chi2} over {counts:?}"
+        );
+    }
+}
+
+#[test]
+fn bucket_order_stays_within_buckets() {
+    let mut shuffler = TupleShuffler::new(3, 1);
+    let (mut slots, mut starts) = (Vec::new(), Vec::new());
+    shuffler.bucket_slots(50_000, 7, &mut slots, &mut starts);
+    assert_eq!(starts.len(), 8);
+    assert_eq!((starts[0], starts[7]), (0, 50_000));
+    let mut sorted = slots.clone();
+    sorted.sort_unstable();
+    assert!(
+        sorted.iter().enumerate().all(|(i, &s)| i as u32 == s),
+        "slots are a permutation"
+    );
+    // Rows of one bucket take its slots in arrival order.
+    for b in starts.windows(2) {
+        let mine: Vec<u32> = slots
+            .iter()
+            .copied()
+            .filter(|&s| s >= b[0] && s < b[1])
+            .collect();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]));
+        assert!(
+            (b[1] - b[0]) > 6000,
+            "bucket sizes are about n / 7: {}",
+            b[1] - b[0]
+        );
+    }
+    let mut order = Vec::new();
+    shuffler.bucket_order(&starts, &mut order);
+    assert_eq!(order.len(), 50_000);
+    for (pos, &i) in order.iter().enumerate() {
+        let bucket = starts.partition_point(|&s| s as usize <= pos) - 1;
+        assert!(i >= starts[bucket] && i < starts[bucket + 1]);
+    }
+}
+
+#[test]
+fn begin_scatter_refuses_what_it_cannot_do() {
+    let mut shuffler = TupleShuffler::new(1, 1);
+    let mut sparse = TupleArena::new_sparse(10, 10);
+    assert!(!sparse.begin_scatter(10, &mut shuffler));
+    let mut small = TupleArena::new(3, 10);
+    assert!(!small.begin_scatter(11, &mut shuffler), "no room reserved");
+    assert!(!small.begin_scatter(0, &mut shuffler));
+    small.push(1.0, &[1.0, 2.0, 3.0]);
+    assert!(!small.begin_scatter(5, &mut shuffler), "not empty");
+    let mut a = TupleArena::new(3, 10);
+    assert!(a.begin_scatter(10, &mut shuffler));
+    assert!(!a.begin_scatter(10, &mut shuffler), "already scattering");
+    let mut order = Vec::new();
+    let mut plain = TupleArena::new(3, 10);
+    assert!(!plain.finish_scatter(&mut shuffler, &mut order));
+}
+
+#[test]
+fn clear_abandons_a_scatter() {
+    let mut shuffler = TupleShuffler::new(1, 1);
+    let mut a = TupleArena::new(3, 10);
+    assert!(a.begin_scatter(10, &mut shuffler));
+    a.push(1.0, &[1.0, 2.0, 3.0]);
+    a.clear();
+    assert!(a.is_empty());
+    assert!(!a.finish_scatter(&mut shuffler, &mut Vec::new()));
+    // The arena is usable again, scattered or not.
+    assert!(a.begin_scatter(10, &mut shuffler));
+    a.push(2.0, &[4.0, 5.0, 6.0]);
+    let mut order = Vec::new();
+    assert!(a.finish_scatter(&mut shuffler, &mut order));
+    assert_eq!(
+        (a.len(), a.label(0), a.features(0)),
+        (1, 2.0, &[4.0, 5.0, 6.0][..])
+    );
+    assert_eq!(order, vec![0]);
+}
+
+#[test]
+#[should_panic(expected = "more rows pushed than begin_scatter planned")]
+fn scatter_refuses_more_rows_than_planned() {
+    let mut shuffler = TupleShuffler::new(1, 1);
+    let mut a = TupleArena::new(1, 2);
+    assert!(a.begin_scatter(2, &mut shuffler));
+    for k in 0..3 {
+        a.push(k as f64, &[0.0]);
+    }
+}
+
+#[test]
+#[should_panic(expected = "feature vector length")]
+fn scatter_refuses_a_row_of_another_width() {
+    let mut shuffler = TupleShuffler::new(1, 1);
+    let mut a = TupleArena::new(3, 2);
+    assert!(a.begin_scatter(2, &mut shuffler));
+    a.push(0.0, &[1.0, 2.0]);
+}
+
+#[test]
+#[should_panic(expected = "clone of an arena being filled")]
+fn clone_while_scattering_panics() {
+    let mut shuffler = TupleShuffler::new(1, 1);
+    let mut a = TupleArena::new(1, 2);
+    assert!(a.begin_scatter(2, &mut shuffler));
+    let _ = a.clone();
+}
+
+#[test]
+fn bucketed_visit_order_is_uniform_with_several_buckets() {
+    // The arena's buckets are 2 MB, so small tests have one; the plan itself takes any count.
+    for buckets in [2usize, 3, 4] {
+        let mut counts = std::collections::HashMap::new();
+        let trials = 24_000;
+        for seed in 0..trials {
+            let mut shuffler = TupleShuffler::new(seed, 2);
+            let (mut slots, mut starts, mut order) = (Vec::new(), Vec::new(), Vec::new());
+            shuffler.bucket_slots(4, buckets, &mut slots, &mut starts);
+            shuffler.bucket_order(&starts, &mut order);
+            // Row k sits at slots[k]; the visit reads positions `order`.
+            let visit: Vec<usize> = order
+                .iter()
+                .map(|&p| slots.iter().position(|&s| s == p).unwrap())
+                .collect();
+            *counts.entry(visit).or_insert(0usize) += 1;
+        }
+        assert_eq!(counts.len(), 24);
+        let expected = trials as f64 / 24.0;
+        let chi2: f64 = counts
+            .values()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
+        assert!(chi2 < 49.7, "{buckets} buckets: chi2 {chi2}");
+    }
+}

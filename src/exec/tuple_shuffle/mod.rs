@@ -172,6 +172,7 @@ impl TupleShuffle {
         let before = self.tuples_read;
         let buffer = recycled.map(|mut b| {
             b.arena.clear();
+            self.begin_scatter(&mut b.arena);
             b
         });
         let buffer = match self.config.params.shuffle {
@@ -182,16 +183,28 @@ impl TupleShuffle {
             pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
         }
         let mut b = buffer?;
+        let scattered = b.arena.finish_scatter(&mut self.shuffler, &mut b.order);
         if b.arena.is_empty() {
             return None;
         }
         self.buffers_filled += 1;
-        if self.config.params.shuffle.shuffles_tuples() {
-            self.shuffler.permutation(b.arena.len(), &mut b.order);
-        } else {
-            b.order.clear();
+        if !scattered {
+            if self.config.params.shuffle.shuffles_tuples() {
+                self.shuffler.permutation(b.arena.len(), &mut b.order);
+            } else {
+                b.order.clear();
+            }
         }
         Some(b)
+    }
+
+    /// corgipile: a dense buffer is filled scattered into random buckets, so that SGD visits it
+    /// in a uniformly random order with accesses local to one bucket at a time (see
+    /// `TupleArena::begin_scatter`); other buffers get a permutation of the whole buffer.
+    fn begin_scatter(&mut self, arena: &mut TupleArena) {
+        if self.config.params.shuffle.shuffles_tuples() {
+            arena.begin_scatter(self.capacity, &mut self.shuffler);
+        }
     }
 
     /// corgipile, block_only, no_shuffle: the next `capacity` training rows in scan order.
@@ -394,7 +407,12 @@ impl TupleShuffle {
                 true
             }
             Target::Train => {
-                let a = arena.get_or_insert_with(|| self.new_arena_like(values, nulls));
+                if arena.is_none() {
+                    let mut a = self.new_arena_like(values, nulls);
+                    self.begin_scatter(&mut a);
+                    *arena = Some(a);
+                }
+                let a = arena.as_mut().expect("created above");
                 decode_features(
                     &self.config.layout,
                     &mut self.n_features,
