@@ -136,3 +136,30 @@ def test_buffer_percentage_counts_toasted_arrays(conn):
     tuples = int(buffer.split()[1])
     assert 150 <= tuples <= 260, buffer
     assert any(line.strip().startswith("TOAST Pages:") for line in plan)
+
+
+def test_double_buffering_across_epoch_boundaries(conn):
+    """Double-buffered, the next epoch's first buffer is filled while the worker trains the
+    last one: every epoch still counts its own rows and skipped rows, the model is the
+    single-buffered one bit for bit (many buffers per epoch, a short last one, validation held
+    out), and an early stop by `tolerance` leaves nothing behind."""
+    conn.execute("DROP TABLE IF EXISTS epochs_edge")
+    conn.execute("""CREATE TABLE epochs_edge AS
+                    SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + sin(i), cos(i)]::float8[] AS features,
+                           CASE WHEN i % 97 = 0 THEN NULL ELSE (i % 2) END AS label
+                    FROM generate_series(1, 20011) i ORDER BY i % 2, i""")
+    base = {"epochs": 4, "seed": 5, "buffer_size": 1500, "validation": {"fraction": 0.1}}
+    models = {db: train(conn, "epochs_edge", "logistic", {**base, "double_buffer": db}) for db in (True, False)}
+    rows = {db: conn.execute("SELECT rows_trained, rows_skipped, weights FROM corgipile.models WHERE id = %s",
+                             (m,)).fetchone() for db, m in models.items()}
+    assert rows[True] == rows[False]
+    per_epoch = conn.execute("SELECT array_agg(tuples ORDER BY epoch) FROM corgipile.epochs WHERE model_id = %s",
+                             (models[True],)).fetchone()[0]
+    assert len(per_epoch) == 4 and len(set(per_epoch)) == 1, per_epoch
+    nulls = 20_011 // 97  # NULL labels: skipped (those falling in the held-out tenth are not counted)
+    assert 0.8 * nulls < rows[True][1] <= nulls, rows[True][1]
+    assert per_epoch[0] + nulls < 20_011 and per_epoch[0] == rows[True][0], (per_epoch, rows[True])
+    # A loose tolerance stops after epoch 2, with the third epoch's scan already begun.
+    m = train(conn, "epochs_edge", "logistic", {**base, "epochs": 10, "tolerance": 10.0})
+    assert scalar(conn, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (m,)) == 2
+    conn.execute("DROP TABLE epochs_edge")

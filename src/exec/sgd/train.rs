@@ -266,16 +266,34 @@ impl SgdNode {
         };
         let mut spares: Vec<ShuffledBuffer> = Vec::new();
         let validate = params.validation.is_some();
+        // The scan of the epoch to come has begun (its first buffer filled during the last one).
+        let mut rescanned = false;
 
         for epoch in 1..=params.epochs {
             let epoch_started = Instant::now();
             progress::epoch_started(epoch);
-            if epoch > 1 {
+            if epoch > 1 && !rescanned {
                 pg_sys::ExecReScan(self.child);
             }
+            // Double-buffered, one process: the first buffer of the next epoch is filled while
+            // the worker trains this epoch's last one (with workers, epochs end together).
+            let fill_next = team.is_none() && epoch < params.epochs;
+            let mut rows_of_epoch = None;
             let (result, labels_seen, snapshot) = match (&mut worker, &mut local) {
                 (Some(w), _) => {
-                    self.epoch_with_worker(w, shuffle, &mut spares, first.take(), epoch, validate)
+                    let end = self.epoch_with_worker(
+                        w,
+                        shuffle,
+                        &mut spares,
+                        first.take(),
+                        epoch,
+                        validate,
+                        fill_next,
+                    );
+                    rescanned = end.next_first.is_some();
+                    first = end.next_first.flatten();
+                    rows_of_epoch = end.rows_of_epoch;
+                    (end.result, end.labels_seen, end.model)
                 }
                 (None, Some(t)) => {
                     let (r, l) =
@@ -315,12 +333,11 @@ impl SgdNode {
                         whole.labels_seen,
                     )
                 }
-                None => (
-                    stats,
-                    shuffle.rows_this_epoch,
-                    shuffle.rows_skipped_this_epoch,
-                    labels_seen.len(),
-                ),
+                None => {
+                    let (rows, skipped) = rows_of_epoch
+                        .unwrap_or((shuffle.rows_this_epoch, shuffle.rows_skipped_this_epoch));
+                    (stats, rows, skipped, labels_seen.len())
+                }
             };
             rows_trained = rows;
             if epoch == 1 {
@@ -487,7 +504,11 @@ impl SgdNode {
         score.finish()
     }
 
-    /// One epoch, double-buffered: the worker trains one buffer while we fill the next.
+    /// One epoch, double-buffered: the worker trains one buffer while we fill the next. With
+    /// `fill_next`, once this epoch's last buffer is handed over, the next epoch's scan begins
+    /// and its first buffer is filled while the worker finishes (otherwise both sides would
+    /// wait on each other at every epoch boundary: about one buffer's fill and one's training).
+    #[allow(clippy::too_many_arguments)]
     unsafe fn epoch_with_worker(
         &mut self,
         worker: &mut Worker,
@@ -496,11 +517,8 @@ impl SgdNode {
         mut first: Option<ShuffledBuffer>,
         epoch: u32,
         snapshot: bool,
-    ) -> (
-        Result<EpochStats, TrainError>,
-        Vec<f64>,
-        Option<LinearModel>,
-    ) {
+        fill_next: bool,
+    ) -> EpochEnd {
         worker
             .send(Job::StartEpoch(epoch))
             .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
@@ -528,22 +546,54 @@ impl SgdNode {
         worker
             .send(Job::EndEpoch { snapshot })
             .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
-        loop {
-            match worker.wait(&mut self.backend_wait_seconds) {
-                Reply::Consumed(b) => spares.push(b),
-                Reply::EpochDone {
-                    result,
-                    labels_seen,
-                    busy_seconds,
-                    model,
-                    label_map,
-                } => {
-                    self.worker_busy_seconds += busy_seconds;
-                    self.binary_labels = label_map;
-                    return (result, labels_seen, model);
-                }
-                other => raise_reply(other, &self.label_text(), self.config.params.normalize),
+        let mut end = None;
+        let (mut next_first, mut rows_of_epoch) = (None, None);
+        if fill_next {
+            // A buffer to fill: a spare, or the next one the worker is done with.
+            while spares.is_empty() && end.is_none() {
+                end = self.take_reply(worker, spares);
             }
+            rows_of_epoch = Some((shuffle.rows_this_epoch, shuffle.rows_skipped_this_epoch));
+            pg_sys::ExecReScan(self.child);
+            next_first = Some(shuffle.next_buffer(spares.pop()));
+        }
+        while end.is_none() {
+            end = self.take_reply(worker, spares);
+        }
+        let (result, labels_seen, model) = end.expect("the epoch ended");
+        EpochEnd {
+            result,
+            labels_seen,
+            model,
+            next_first,
+            rows_of_epoch,
+        }
+    }
+
+    /// Waits for the worker's next reply: a consumed buffer goes to `spares`; the end of the
+    /// epoch is returned; anything else is raised.
+    unsafe fn take_reply(
+        &mut self,
+        worker: &mut Worker,
+        spares: &mut Vec<ShuffledBuffer>,
+    ) -> Option<EpochResult> {
+        match worker.wait(&mut self.backend_wait_seconds) {
+            Reply::Consumed(b) => {
+                spares.push(b);
+                None
+            }
+            Reply::EpochDone {
+                result,
+                labels_seen,
+                busy_seconds,
+                model,
+                label_map,
+            } => {
+                self.worker_busy_seconds += busy_seconds;
+                self.binary_labels = label_map;
+                Some((result, labels_seen, model))
+            }
+            other => raise_reply(other, &self.label_text(), self.config.params.normalize),
         }
     }
 
@@ -575,6 +625,25 @@ impl SgdNode {
 
 /// The per-epoch NOTICE.
 /// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
+/// What the worker reports at the end of an epoch: the epoch's stats, the distinct label values
+/// seen, and the model snapshot when one was asked for.
+type EpochResult = (
+    Result<EpochStats, TrainError>,
+    Vec<f64>,
+    Option<LinearModel>,
+);
+
+/// How a double-buffered epoch ended.
+struct EpochEnd {
+    result: Result<EpochStats, TrainError>,
+    labels_seen: Vec<f64>,
+    model: Option<LinearModel>,
+    /// Some when the next epoch's scan has begun: its first buffer (None if it has no rows).
+    next_first: Option<Option<ShuffledBuffer>>,
+    /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
+    rows_of_epoch: Option<(u64, u64)>,
+}
+
 fn progress_header(model: ModelKind, validation: bool) -> String {
     let metric = if model == ModelKind::Linear {
         "r2"
