@@ -401,12 +401,17 @@ fn clear_abandons_a_scatter() {
     assert_eq!(order, vec![0]);
 }
 
+/// A dense arena of `n_features` with a scatter of `rows` rows begun.
+fn scattering(n_features: usize, rows: usize) -> TupleArena {
+    let mut a = TupleArena::new(n_features, rows);
+    assert!(a.begin_scatter(rows, &mut TupleShuffler::new(1, 1)));
+    a
+}
+
 #[test]
 #[should_panic(expected = "more rows pushed than begin_scatter planned")]
 fn scatter_refuses_more_rows_than_planned() {
-    let mut shuffler = TupleShuffler::new(1, 1);
-    let mut a = TupleArena::new(1, 2);
-    assert!(a.begin_scatter(2, &mut shuffler));
+    let mut a = scattering(1, 2);
     for k in 0..3 {
         a.push(k as f64, &[0.0]);
     }
@@ -415,18 +420,14 @@ fn scatter_refuses_more_rows_than_planned() {
 #[test]
 #[should_panic(expected = "feature vector length")]
 fn scatter_refuses_a_row_of_another_width() {
-    let mut shuffler = TupleShuffler::new(1, 1);
-    let mut a = TupleArena::new(3, 2);
-    assert!(a.begin_scatter(2, &mut shuffler));
+    let mut a = scattering(3, 2);
     a.push(0.0, &[1.0, 2.0]);
 }
 
 #[test]
 #[should_panic(expected = "clone of an arena being filled")]
 fn clone_while_scattering_panics() {
-    let mut shuffler = TupleShuffler::new(1, 1);
-    let mut a = TupleArena::new(1, 2);
-    assert!(a.begin_scatter(2, &mut shuffler));
+    let mut a = scattering(1, 2);
     let _ = a.clone();
 }
 
