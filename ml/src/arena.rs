@@ -24,8 +24,9 @@ pub struct TupleArena {
     /// Sparse only: row i is `offsets[i]..offsets[i+1]`; starts as `[0]`.
     offsets: Vec<usize>,
     labels: Vec<f64>,
-    /// Dense, while being filled in shuffled order: where each pushed row goes.
-    scatter: Option<Scatter>,
+    /// Dense, while being filled in shuffled order: where each pushed row goes (boxed: rarely
+    /// there, and buffers are moved between threads by value).
+    scatter: Option<Box<Scatter>>,
     /// The slots of the last scatter, kept so the next one reuses their allocation.
     spare_slots: Vec<u32>,
 }
@@ -290,11 +291,11 @@ impl TupleArena {
             &mut slots,
             &mut starts,
         );
-        self.scatter = Some(Scatter {
+        self.scatter = Some(Box::new(Scatter {
             slots,
             starts,
             pushed: 0,
-        });
+        }));
         true
     }
 
@@ -327,14 +328,14 @@ impl TupleArena {
     /// `order` becomes the order to visit the rows in: bucket by bucket, each in random order
     /// (drawn from `shuffler`). Returns false if the arena was not scattering.
     pub fn finish_scatter(&mut self, shuffler: &mut TupleShuffler, order: &mut Vec<u32>) -> bool {
-        let Some(Scatter {
+        let Some(scatter) = self.scatter.take() else {
+            return false;
+        };
+        let Scatter {
             mut slots,
             starts,
             pushed,
-        }) = self.scatter.take()
-        else {
-            return false;
-        };
+        } = *scatter;
         let n = self.n_features;
         if pushed < slots.len() {
             // Move the written rows to the front, in the order of their positions. Sorted and

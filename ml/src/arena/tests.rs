@@ -427,7 +427,7 @@ fn scatter_refuses_a_row_of_another_width() {
 #[test]
 #[should_panic(expected = "clone of an arena being filled")]
 fn clone_while_scattering_panics() {
-    let mut a = scattering(1, 2);
+    let a = scattering(1, 2);
     let _ = a.clone();
 }
 
