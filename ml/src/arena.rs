@@ -27,8 +27,6 @@ pub struct TupleArena {
     /// Dense, while being filled in shuffled order: where each pushed row goes (boxed: rarely
     /// there, and buffers are moved between threads by value).
     scatter: Option<Box<Scatter>>,
-    /// The slots of the last scatter, kept so the next one reuses their allocation.
-    spare_slots: Vec<u32>,
 }
 
 /// A dense arena being filled in shuffled order (see [`TupleArena::begin_scatter`]). The rows
@@ -68,7 +66,6 @@ impl Clone for TupleArena {
             offsets: self.offsets.clone(),
             labels: self.labels.clone(),
             scatter: None,
-            spare_slots: Vec::new(),
         }
     }
 }
@@ -141,7 +138,6 @@ impl TupleArena {
             offsets: Vec::new(),
             labels: Vec::with_capacity(capacity_tuples),
             scatter: None,
-            spare_slots: Vec::new(),
         }
     }
 
@@ -185,7 +181,6 @@ impl TupleArena {
             offsets,
             labels: Vec::with_capacity(capacity_tuples),
             scatter: None,
-            spare_slots: Vec::new(),
         }
     }
 
@@ -229,9 +224,7 @@ impl TupleArena {
 
     /// Removes all tuples but keeps the allocation (and abandons a scatter).
     pub fn clear(&mut self) {
-        if let Some(s) = self.scatter.take() {
-            self.spare_slots = s.slots;
-        }
+        self.scatter = None;
         self.values.clear();
         self.indices.clear();
         self.labels.clear();
@@ -271,9 +264,16 @@ impl TupleArena {
     /// permutation of the whole buffer is, but whose reads stay within one bucket at a time.
     /// Visiting a 92 MB buffer in one random permutation waits on a cache and TLB miss per row;
     /// the scattered writes (a few dozen sequential streams, prefetched) cost less than that.
-    /// Returns false (and changes nothing) when the arena is sparse, not empty, already
-    /// scattering, or has no room reserved for `rows` rows.
-    pub fn begin_scatter(&mut self, rows: usize, shuffler: &mut TupleShuffler) -> bool {
+    /// `storage` lends its allocation to the plan (a buffer's visiting order from its last use:
+    /// the plan becomes the next visiting order, so a buffer keeps one index per row, as with
+    /// one permutation). Returns false (and changes nothing) when the arena is sparse, not
+    /// empty, already scattering, or has no room reserved for `rows` rows.
+    pub fn begin_scatter(
+        &mut self,
+        rows: usize,
+        shuffler: &mut TupleShuffler,
+        storage: &mut Vec<u32>,
+    ) -> bool {
         let room = self
             .n_features
             .checked_mul(rows)
@@ -282,7 +282,7 @@ impl TupleArena {
         if self.sparse || !self.is_empty() || self.scatter.is_some() || !room || rows == 0 {
             return false;
         }
-        let mut slots = std::mem::take(&mut self.spare_slots);
+        let mut slots = std::mem::take(storage);
         let mut starts = Vec::new();
         let bytes = rows.saturating_mul(Self::bytes_per_tuple(self.n_features));
         shuffler.bucket_slots(
@@ -361,15 +361,15 @@ impl TupleArena {
             self.values.set_len(pushed * n);
             self.labels.set_len(pushed);
         }
+        // The plan is spent: its allocation holds the visiting order.
         if pushed == slots.len() {
-            shuffler.bucket_order(&starts, order);
+            shuffler.bucket_order(&starts, &mut slots);
         } else {
             // Compacted rows keep the order of their slots, not their buckets: any uniform
             // permutation of them is as good.
-            shuffler.permutation(pushed, order);
+            shuffler.permutation(pushed, &mut slots);
         }
-        slots.clear();
-        self.spare_slots = slots;
+        *order = slots;
         true
     }
 

@@ -230,7 +230,7 @@ fn test_row(k: usize, n: usize) -> (f64, Vec<f64>) {
 fn scattered(capacity: usize, pushed: usize, seed: u64) -> (TupleArena, Vec<u32>) {
     let mut shuffler = TupleShuffler::new(seed, 1);
     let mut a = TupleArena::new(3, capacity);
-    assert!(a.begin_scatter(capacity, &mut shuffler));
+    assert!(a.begin_scatter(capacity, &mut shuffler, &mut Vec::new()));
     for k in 0..pushed {
         let (label, x) = test_row(k, 3);
         if k % 2 == 0 {
@@ -366,15 +366,24 @@ fn bucket_order_stays_within_buckets() {
 fn begin_scatter_refuses_what_it_cannot_do() {
     let mut shuffler = TupleShuffler::new(1, 1);
     let mut sparse = TupleArena::new_sparse(10, 10);
-    assert!(!sparse.begin_scatter(10, &mut shuffler));
+    assert!(!sparse.begin_scatter(10, &mut shuffler, &mut Vec::new()));
     let mut small = TupleArena::new(3, 10);
-    assert!(!small.begin_scatter(11, &mut shuffler), "no room reserved");
-    assert!(!small.begin_scatter(0, &mut shuffler));
+    assert!(
+        !small.begin_scatter(11, &mut shuffler, &mut Vec::new()),
+        "no room reserved"
+    );
+    assert!(!small.begin_scatter(0, &mut shuffler, &mut Vec::new()));
     small.push(1.0, &[1.0, 2.0, 3.0]);
-    assert!(!small.begin_scatter(5, &mut shuffler), "not empty");
+    assert!(
+        !small.begin_scatter(5, &mut shuffler, &mut Vec::new()),
+        "not empty"
+    );
     let mut a = TupleArena::new(3, 10);
-    assert!(a.begin_scatter(10, &mut shuffler));
-    assert!(!a.begin_scatter(10, &mut shuffler), "already scattering");
+    assert!(a.begin_scatter(10, &mut shuffler, &mut Vec::new()));
+    assert!(
+        !a.begin_scatter(10, &mut shuffler, &mut Vec::new()),
+        "already scattering"
+    );
     let mut order = Vec::new();
     let mut plain = TupleArena::new(3, 10);
     assert!(!plain.finish_scatter(&mut shuffler, &mut order));
@@ -384,13 +393,13 @@ fn begin_scatter_refuses_what_it_cannot_do() {
 fn clear_abandons_a_scatter() {
     let mut shuffler = TupleShuffler::new(1, 1);
     let mut a = TupleArena::new(3, 10);
-    assert!(a.begin_scatter(10, &mut shuffler));
+    assert!(a.begin_scatter(10, &mut shuffler, &mut Vec::new()));
     a.push(1.0, &[1.0, 2.0, 3.0]);
     a.clear();
     assert!(a.is_empty());
     assert!(!a.finish_scatter(&mut shuffler, &mut Vec::new()));
     // The arena is usable again, scattered or not.
-    assert!(a.begin_scatter(10, &mut shuffler));
+    assert!(a.begin_scatter(10, &mut shuffler, &mut Vec::new()));
     a.push(2.0, &[4.0, 5.0, 6.0]);
     let mut order = Vec::new();
     assert!(a.finish_scatter(&mut shuffler, &mut order));
@@ -404,7 +413,7 @@ fn clear_abandons_a_scatter() {
 /// A dense arena of `n_features` with a scatter of `rows` rows begun.
 fn scattering(n_features: usize, rows: usize) -> TupleArena {
     let mut a = TupleArena::new(n_features, rows);
-    assert!(a.begin_scatter(rows, &mut TupleShuffler::new(1, 1)));
+    assert!(a.begin_scatter(rows, &mut TupleShuffler::new(1, 1), &mut Vec::new()));
     a
 }
 
@@ -457,4 +466,25 @@ fn bucketed_visit_order_is_uniform_with_several_buckets() {
             .sum();
         assert!(chi2 < 49.7, "{buckets} buckets: chi2 {chi2}");
     }
+}
+
+#[test]
+fn scatter_plan_reuses_the_visiting_order_allocation() {
+    let mut shuffler = TupleShuffler::new(1, 1);
+    let mut order: Vec<u32> = Vec::with_capacity(1000);
+    order.extend(0..10);
+    let ptr = order.as_ptr();
+    // Refused: the lent vector is left alone.
+    let mut sparse = TupleArena::new_sparse(10, 10);
+    assert!(!sparse.begin_scatter(10, &mut shuffler, &mut order));
+    assert_eq!(order.len(), 10);
+    // Taken for the plan, and given back holding the visiting order: one allocation.
+    let mut a = TupleArena::new(1, 100);
+    assert!(a.begin_scatter(100, &mut shuffler, &mut order));
+    assert!(order.is_empty());
+    for k in 0..100 {
+        a.push(k as f64, &[k as f64]);
+    }
+    assert!(a.finish_scatter(&mut shuffler, &mut order));
+    assert_eq!((order.len(), order.as_ptr()), (100, ptr));
 }

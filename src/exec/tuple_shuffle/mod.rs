@@ -172,7 +172,7 @@ impl TupleShuffle {
         let before = self.tuples_read;
         let buffer = recycled.map(|mut b| {
             b.arena.clear();
-            self.begin_scatter(&mut b.arena);
+            self.begin_scatter(&mut b.arena, &mut b.order);
             b
         });
         let buffer = match self.config.params.shuffle {
@@ -201,9 +201,9 @@ impl TupleShuffle {
     /// corgipile: a dense buffer is filled scattered into random buckets, so that SGD visits it
     /// in a uniformly random order with accesses local to one bucket at a time (see
     /// `TupleArena::begin_scatter`); other buffers get a permutation of the whole buffer.
-    fn begin_scatter(&mut self, arena: &mut TupleArena) {
+    fn begin_scatter(&mut self, arena: &mut TupleArena, storage: &mut Vec<u32>) {
         if self.config.params.shuffle.shuffles_tuples() {
-            arena.begin_scatter(self.capacity, &mut self.shuffler);
+            arena.begin_scatter(self.capacity, &mut self.shuffler, storage);
         }
     }
 
@@ -409,7 +409,7 @@ impl TupleShuffle {
             Target::Train => {
                 if arena.is_none() {
                     let mut a = self.new_arena_like(values, nulls);
-                    self.begin_scatter(&mut a);
+                    self.begin_scatter(&mut a, &mut Vec::new());
                     *arena = Some(a);
                 }
                 let a = arena.as_mut().expect("created above");
