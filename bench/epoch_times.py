@@ -2,7 +2,12 @@
 """Per-epoch time of each shuffle strategy (and per-row prediction over the table) next to a
 plain scan of the same table, measured side by side in one run (ratios matter more than seconds on a shared machine).
 
-Usage: bench/epoch_times.py [--rows 4500000] [--features 18] [--epochs 3] [--out FILE]
+Usage: bench/epoch_times.py [--rows 4500000] [--features 18] [--epochs 3] [--rounds 3] [--out FILE]
+
+Every strategy trains once per round, the rounds interleaved, with the scan floor measured
+before each training; medians are over all epochs of all rounds (one training per strategy
+was not enough on a shared machine: the double-buffered ratio read 1.19-1.94x in four runs of
+one build).
 Needs PGHOST/PGPORT/PGUSER for a cluster with corgipile installed (make bench-epochs does it)."""
 
 import argparse
@@ -50,6 +55,7 @@ def main():
     ap.add_argument("--rows", type=int, default=4_500_000)
     ap.add_argument("--features", type=int, default=18)
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="bench/results/epoch_times.md")
     args = ap.parse_args()
     table = f"bench_clustered_{args.rows}x{args.features}"
@@ -63,18 +69,21 @@ def main():
         timed(conn, f"SELECT count(*) FROM {table}", 1)  # warm the cache
         count = timed(conn, f"SELECT count(*) FROM {table}", 3)
         touch = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
-        rows = []
-        for name, params in STRATEGIES:
-            # The floor is measured between the trainings too, so that it sees the same
-            # machine (a shared one: its speed drifts within a run).
-            touch += timed(conn, f"SELECT sum(features[1]) FROM {table}", 1)
-            p = {"epochs": args.epochs, "seed": 1, "verbose": False, "name": "epoch_times_svm", **params}
-            model_id = conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, Jsonb(p))).fetchone()[0]
-            secs = [r[0] for r in conn.execute(
-                "SELECT seconds FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (model_id,))]
-            acc = conn.execute("SELECT (metrics->>'accuracy')::float8 FROM corgipile.models WHERE id = %s",
-                               (model_id,)).fetchone()[0]
-            rows.append((name, secs, acc))
+        epochs = {name: [] for name, _ in STRATEGIES}
+        accuracy = {}
+        for _ in range(args.rounds):
+            for name, params in STRATEGIES:
+                # The floor is measured between the trainings too, so that it sees the same
+                # machine (a shared one: its speed drifts within a run).
+                touch += timed(conn, f"SELECT sum(features[1]) FROM {table}", 1)
+                p = {"epochs": args.epochs, "seed": 1, "verbose": False, "name": "epoch_times_svm", **params}
+                model_id = conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, Jsonb(p))).fetchone()[0]
+                epochs[name] += [r[0] for r in conn.execute(
+                    "SELECT seconds FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (model_id,))]
+                accuracy[name] = conn.execute(
+                    "SELECT (metrics->>'accuracy')::float8 FROM corgipile.models WHERE id = %s",
+                    (model_id,)).fetchone()[0]
+        rows = [(name, epochs[name], accuracy[name]) for name, _ in STRATEGIES]
         # Batch prediction over the same table, next to the floor: the per-row SQL function by
         # model id and by name (the last model trained is the name's newest version), and
         # corgipile_evaluate (our block scan, plus metrics). Then with 2 parallel workers, which
@@ -96,7 +105,8 @@ def main():
     floor = statistics.median(touch)
     lines = [
         f"Table `{table}`: {args.rows:,} rows x {args.features} float8 features, {size}, clustered by label; "
-        f"svm, {args.epochs} epochs, default block and buffer sizes; PostgreSQL {server}, release build, parallel workers off.",
+        f"svm, {args.epochs} epochs x {args.rounds} interleaved rounds (medians over all epochs), default block and buffer sizes; "
+        f"PostgreSQL {server}, release build, parallel workers off.",
         "",
         "| what | median s | range s | ÷ no_shuffle | ÷ scan touching arrays | last-epoch train accuracy |",
         "|---|---|---|---|---|---|",
