@@ -822,6 +822,21 @@ pub(crate) mod tests {
         m.finish().roc_auc
     }
 
+    /// The exact AUC of `v` lies in `expect`, and the histogram's is within `tolerance` of it.
+    fn check_histogram_auc(
+        v: &[(f64, bool)],
+        expect: std::ops::Range<f64>,
+        tolerance: f64,
+        seed: u64,
+    ) {
+        let (exact, hist) = (exact_auc(v).unwrap(), histogram_auc(v).unwrap());
+        assert!(expect.contains(&exact), "seed {seed}: exact {exact}");
+        assert!(
+            (exact - hist).abs() <= tolerance,
+            "seed {seed}: {exact} vs {hist}"
+        );
+    }
+
     fn histogram_auc(scored: &[(f64, bool)]) -> Option<f64> {
         let mut m = BinaryMetrics::with_histogram();
         for &(s, a) in scored {
@@ -906,21 +921,12 @@ pub(crate) mod tests {
         for seed in 0..3 {
             // N(±0.6, 1): AUC ≈ 0.80.
             let v = sample(seed, 60_000, |r, p| r.normal() + if p { 0.6 } else { -0.6 });
-            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
-            assert!((0.75..0.85).contains(&exact), "{exact}");
             // Required: 1e-3; on unit-scale scores the bins are ~500x narrower than
             // the spread, so it is far closer.
-            assert!(
-                (exact - hist).abs() <= 1e-4,
-                "seed {seed}: {exact} vs {hist}"
-            );
+            check_histogram_auc(&v, 0.75..0.85, 1e-4, seed);
             // Shifted and scaled (all positive, large): still close.
             let v: Vec<(f64, bool)> = v.iter().map(|&(s, p)| (5e3 + 800.0 * s, p)).collect();
-            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
-            assert!(
-                (exact - hist).abs() <= 1e-4,
-                "seed {seed}: {exact} vs {hist}"
-            );
+            check_histogram_auc(&v, 0.0..1.0, 1e-4, seed);
         }
     }
 
@@ -935,12 +941,7 @@ pub(crate) mod tests {
             assert!(v.iter().any(|s| s.0 > 1e5) && v.iter().any(|s| s.0 < -1e5));
             assert!(v.iter().all(|s| s.0.abs() <= 1e6));
             assert!(v.iter().any(|s| s.1 && s.0 < 0.0) && v.iter().any(|s| !s.1 && s.0 > 0.0));
-            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
-            assert!((0.7..0.9).contains(&exact), "{exact}");
-            assert!(
-                (exact - hist).abs() <= 1e-3,
-                "seed {seed}: {exact} vs {hist}"
-            );
+            check_histogram_auc(&v, 0.7..0.9, 1e-3, seed);
         }
     }
 
@@ -951,12 +952,7 @@ pub(crate) mod tests {
             let v = sample(seed + 20, 60_000, |r, p| {
                 (0.003 * r.normal() + if p { 0.0021 } else { -0.0021 }).clamp(-0.0099, 0.0099)
             });
-            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
-            assert!((0.75..0.9).contains(&exact), "{exact}");
-            assert!(
-                (exact - hist).abs() <= 1e-3,
-                "seed {seed}: {exact} vs {hist}"
-            );
+            check_histogram_auc(&v, 0.75..0.9, 1e-3, seed);
         }
     }
 
@@ -1003,12 +999,7 @@ pub(crate) mod tests {
                     (s, positive)
                 })
                 .collect();
-            let (exact, hist) = (exact_auc(&v).unwrap(), histogram_auc(&v).unwrap());
-            assert!((0.6..0.99).contains(&exact), "{exact}");
-            assert!(
-                (exact - hist).abs() < 1e-12,
-                "seed {seed}: {exact} vs {hist}"
-            );
+            check_histogram_auc(&v, 0.6..0.99, 1e-12, seed);
         }
     }
 
