@@ -814,12 +814,16 @@ pub(crate) mod tests {
         (a - b).abs() <= tol * a.abs().max(b.abs()).max(1.0)
     }
 
-    fn exact_auc(scored: &[(f64, bool)]) -> Option<f64> {
-        let mut m = BinaryMetrics::new();
+    /// ROC AUC of `scored` (score, is positive) as `m` computes it.
+    fn auc(mut m: BinaryMetrics, scored: &[(f64, bool)]) -> Option<f64> {
         for &(s, a) in scored {
             m.push(s, None, a);
         }
         m.finish().roc_auc
+    }
+
+    fn exact_auc(scored: &[(f64, bool)]) -> Option<f64> {
+        auc(BinaryMetrics::new(), scored)
     }
 
     /// The exact AUC of `v` lies in `expect`, and the histogram's is within `tolerance` of it.
@@ -838,11 +842,7 @@ pub(crate) mod tests {
     }
 
     fn histogram_auc(scored: &[(f64, bool)]) -> Option<f64> {
-        let mut m = BinaryMetrics::with_histogram();
-        for &(s, a) in scored {
-            m.push(s, None, a);
-        }
-        m.finish().roc_auc
+        auc(BinaryMetrics::with_histogram(), scored)
     }
 
     /// Positives from `pos(rng)`, negatives from `neg(rng)`, one in three positive.
