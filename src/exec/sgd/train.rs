@@ -623,8 +623,6 @@ impl SgdNode {
     }
 }
 
-/// The per-epoch NOTICE.
-/// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
 /// What the worker reports at the end of an epoch: the epoch's stats, the distinct label values
 /// seen, and the model snapshot when one was asked for.
 type EpochResult = (
@@ -644,6 +642,8 @@ struct EpochEnd {
     rows_of_epoch: Option<(u64, u64)>,
 }
 
+/// The per-epoch NOTICE.
+/// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
 fn progress_header(model: ModelKind, validation: bool) -> String {
     let metric = if model == ModelKind::Linear {
         "r2"
