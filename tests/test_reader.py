@@ -168,6 +168,60 @@ def hot_updates(admin, table):
                   (table,))
 
 
+class TrainingPair:
+    """Two trainings of `table` with the same params, run in threads: one as the owner (page
+    reader), one as rd_reader (executor path). The constructor returns once both statements
+    have their snapshot (backend_xmin) and are past the statistics pass (corgipile shows its
+    progress in pg_stat_activity.query), so what the caller does next happens mid-training."""
+
+    def __init__(self, dsn, admin, table, params):
+        self.admin = admin
+        self.results, self.errors, pids = {}, {}, {}
+
+        def run(who, user):
+            try:
+                with psycopg.connect(dsn, user=user, autocommit=True) as c:
+                    pids[who] = scalar(c, "SELECT pg_backend_pid()")
+                    self.results[who] = train(c, table, "logistic", params)
+            except Exception as e:  # reported by the main thread
+                self.errors[who] = e
+
+        self.threads = {who: threading.Thread(target=run, args=(who, user))
+                        for who, user in (("owner", "postgres"), ("reader", ROLE))}
+        for th in self.threads.values():
+            th.start()
+        deadline = time.monotonic() + 30
+        while len(pids) < 2 or scalar(admin, """SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)
+                                                AND state = 'active' AND backend_xmin IS NOT NULL
+                                                AND query LIKE 'corgipile:%%training%%'""",
+                                      (list(pids.values()),)) < 2:
+            assert time.monotonic() < deadline and not self.errors, (
+                f"the trainings did not start: {self.errors}")
+            time.sleep(0.005)
+
+    def running(self):
+        return [who for who, th in self.threads.items() if th.is_alive()]
+
+    def check_still_running(self, what):
+        still = self.running()
+        assert still == ["owner", "reader"], (
+            f"only {still} were still training when {what} ({self.results}): more epochs")
+
+    def check_same_model(self, rows, during):
+        """Waits for both; asserts both read `rows` rows (their snapshot's) and are bit-identical."""
+        for th in self.threads.values():
+            th.join(120)
+        assert not self.errors, f"a training failed: {self.errors}"
+        owner_id, reader_id = self.results["owner"], self.results["reader"]
+        same, rows_a, rows_b = self.admin.execute(
+            """SELECT a.weights = b.weights AND a.bias = b.bias, a.rows_trained, b.rows_trained
+               FROM corgipile.models a, corgipile.models b WHERE a.id = %s AND b.id = %s""",
+            (owner_id, reader_id)).fetchone()
+        assert (rows_a, rows_b) == (rows, rows), "the trainings should read their snapshot's rows"
+        assert same, (f"page reader (model {owner_id}) and executor path (model {reader_id}) differ"
+                      f" under {during}")
+
+
 def count(admin, table, where="true"):
     return scalar(admin, f"SELECT count(*) FROM {table} WHERE {where}")
 
@@ -530,48 +584,64 @@ def test_concurrent_delete_update_and_vacuum(dsn, admin, kind):
     admin.execute(f"VACUUM ANALYZE {t}")
     open_to_reader(admin, t)
     params = dict(BASE, epochs=epochs, buffer_size="5%", block_size=8)
-    results, errors, pids = {}, {}, {}
-
-    def run(who, user):
-        try:
-            with psycopg.connect(dsn, user=user, autocommit=True) as c:
-                pids[who] = scalar(c, "SELECT pg_backend_pid()")
-                started = time.monotonic()
-                results[who] = train(c, t, "logistic", params)
-                results[who + "_seconds"] = time.monotonic() - started
-        except Exception as e:  # reported by the main thread
-            errors[who] = e
-
-    threads = {who: threading.Thread(target=run, args=(who, user))
-               for who, user in (("owner", "postgres"), ("reader", ROLE))}
-    for th in threads.values():
-        th.start()
-    # Both statements have their snapshot (backend_xmin) and are past the statistics pass
-    # (corgipile shows its progress in pg_stat_activity.query) before the DELETE.
-    deadline = time.monotonic() + 30
-    while len(pids) < 2 or scalar(admin, """SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)
-                                            AND state = 'active' AND backend_xmin IS NOT NULL
-                                            AND query LIKE 'corgipile:%%training%%'""",
-                                  (list(pids.values()),)) < 2:
-        assert time.monotonic() < deadline and not errors, f"the trainings did not start: {errors}"
-        time.sleep(0.005)
+    both = TrainingPair(dsn, admin, t, params)
     admin.execute(f"DELETE FROM {t} WHERE id % 4 < 2")  # half, both classes
     admin.execute(f"UPDATE {t} SET features[1] = features[1] + 0.5 WHERE id % 4 = 2")
     admin.execute(f"VACUUM {t}")
-    still_running = [who for who, th in threads.items() if th.is_alive()]
-    for th in threads.values():
-        th.join(120)
-    assert not errors, f"a training failed: {errors}"
-    assert still_running == ["owner", "reader"], (
-        f"only {still_running} were still training when the VACUUM ended ({results}): more epochs")
-    owner_id, reader_id = results["owner"], results["reader"]
-    same, rows_a, rows_b = admin.execute(
-        """SELECT a.weights = b.weights AND a.bias = b.bias, a.rows_trained, b.rows_trained
-           FROM corgipile.models a, corgipile.models b WHERE a.id = %s AND b.id = %s""",
-        (owner_id, reader_id)).fetchone()
-    assert (rows_a, rows_b) == (n, n), "the trainings should read their snapshot's rows"
-    assert same, f"page reader (model {owner_id}) and executor path (model {reader_id}) differ under a concurrent DELETE + UPDATE + VACUUM"
+    both.check_still_running("the VACUUM ended")
+    both.check_same_model(n, "a concurrent DELETE + UPDATE + VACUUM")
     with psycopg.connect(dsn, autocommit=True) as c:  # the server is up
         assert scalar(c, f"SELECT count(*) FROM {t}") == n // 2
     admin.execute(f"VACUUM {t}")
+    both_paths(dsn, t, "logistic", {"epochs": 2}, n // 2)
+
+
+def test_no_page_read_past_a_truncation(dsn, admin):
+    """The pages read (and, from PostgreSQL 17, read ahead by the read stream) are those the
+    table had when the training began, and none of them can disappear while it runs.
+
+    The second half of the table is deleted before the trainings begin, so its pages hold only
+    rows no snapshot sees. Mid-training another connection vacuums the table: VACUUM empties
+    those pages and gets to its truncation phase, but cutting them off needs an ACCESS
+    EXCLUSIVE lock, which the trainings' ACCESS SHARE lock denies (VACUUM gives up after 5 s):
+    the table keeps its size while they run, and every epoch reads the empty tail pages (if
+    they were cut, reading them would fail). Both paths give the same model. Once the
+    trainings have ended a VACUUM does truncate the table, and the next trainings read the
+    shorter table (no page past its new end) and agree again."""
+    t = "rd_truncated"
+    n = 300_000
+    fresh(admin, t, f"CREATE TABLE {t} (id int, features float8[], label int) WITH (autovacuum_enabled = false)")
+    features = "ARRAY[(i % 2) * 2 - 1 + sin(i * 0.7), cos(i), sin(i * 0.3)]"
+    admin.execute(f"INSERT INTO {t} SELECT i, {features}, i % 2 FROM generate_series(1, {n}) i")
+    admin.execute(f"VACUUM ANALYZE {t}")
+    admin.execute(f"DELETE FROM {t} WHERE id > {n // 2}")
+    open_to_reader(admin, t)
+    size = lambda: scalar(admin, "SELECT pg_relation_size(%s::regclass)", (t,))  # noqa: E731
+    began = size()
+    both = TrainingPair(dsn, admin, t, dict(BASE, epochs=250, buffer_size="5%", block_size=8))
+    vacuum_error = []
+
+    def vacuum():
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute(f"VACUUM {t}")
+        except Exception as e:  # reported by the main thread
+            vacuum_error.append(e)
+
+    vacuuming = threading.Thread(target=vacuum)
+    vacuuming.start()
+    phases, sizes = set(), set()
+    while both.running() == ["owner", "reader"] and vacuuming.is_alive():
+        phases.update(r[0] for r in admin.execute(
+            "SELECT phase FROM pg_stat_progress_vacuum WHERE relid = %s::regclass", (t,)))
+        sizes.add(size())
+        time.sleep(0.01)
+    both.check_still_running("VACUUM had given up truncating")
+    vacuuming.join(60)
+    assert not vacuum_error, vacuum_error
+    assert "truncating heap" in phases, f"VACUUM never tried to truncate (phases seen: {phases})"
+    assert sizes == {began}, f"the table changed size under the trainings: {sizes} (began {began})"
+    both.check_same_model(n // 2, "a VACUUM trying to truncate the table")
+    admin.execute(f"VACUUM {t}")
+    assert size() < began * 0.6, f"VACUUM should truncate the empty tail once nobody trains: {size()} of {began} bytes"
     both_paths(dsn, t, "logistic", {"epochs": 2}, n // 2)
