@@ -6,25 +6,100 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::arena::TupleArena;
 use crate::model::Row;
 
 /// Streaming per-feature statistics. Sparse rows only visit their non-zeros;
 /// the implicit zeros are added at the end (Chan's merge of a group of
 /// non-zeros with a group of zeros), so a pass costs O(nnz), not O(d).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(into = "StatsWire", try_from = "StatsWire")]
 pub struct FeatureStats {
     rows: u64,
-    /// Per feature: values visited, their Welford mean and sum of squared deviations.
-    seen: Vec<u64>,
-    mean: Vec<f64>,
-    m2: Vec<f64>,
-    /// Per feature: the largest |value| (for scaling sparse data).
-    max_abs: Vec<f64>,
+    /// Per feature (index = feature).
+    features: Vec<Moments>,
     label_n: u64,
     label_mean: f64,
     label_m2: f64,
     /// Label value (as bits, -0.0 folded into 0.0) → count; None when not tracked.
     classes: Option<HashMap<u64, u64>>,
+}
+
+/// One feature's running statistics, kept together: a sparse row's update touches one cache
+/// line per non-zero instead of four (on a million features the four arrays were 32 MB of
+/// cache misses). 32 bytes, aligned to 32, so never across two lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C, align(32))]
+struct Moments {
+    /// Values visited, their Welford mean and sum of squared deviations.
+    seen: u64,
+    mean: f64,
+    m2: f64,
+    /// The largest |value| (for scaling sparse data).
+    max_abs: f64,
+}
+
+/// How FeatureStats travels between servers (a shard's statistics, as JSON): one array per
+/// statistic, as before the per-feature layout.
+#[derive(Serialize, Deserialize)]
+struct StatsWire {
+    rows: u64,
+    seen: Vec<u64>,
+    mean: Vec<f64>,
+    m2: Vec<f64>,
+    max_abs: Vec<f64>,
+    label_n: u64,
+    label_mean: f64,
+    label_m2: f64,
+    classes: Option<HashMap<u64, u64>>,
+}
+
+impl From<FeatureStats> for StatsWire {
+    fn from(s: FeatureStats) -> StatsWire {
+        StatsWire {
+            rows: s.rows,
+            seen: s.features.iter().map(|f| f.seen).collect(),
+            mean: s.features.iter().map(|f| f.mean).collect(),
+            m2: s.features.iter().map(|f| f.m2).collect(),
+            max_abs: s.features.iter().map(|f| f.max_abs).collect(),
+            label_n: s.label_n,
+            label_mean: s.label_mean,
+            label_m2: s.label_m2,
+            classes: s.classes,
+        }
+    }
+}
+
+impl TryFrom<StatsWire> for FeatureStats {
+    type Error = String;
+
+    fn try_from(w: StatsWire) -> Result<FeatureStats, String> {
+        let d = w.seen.len();
+        if w.mean.len() != d || w.m2.len() != d || w.max_abs.len() != d {
+            return Err(format!(
+                "feature statistics of different lengths: {d} counts, {} means, {} squared deviations, {} maxima",
+                w.mean.len(),
+                w.m2.len(),
+                w.max_abs.len()
+            ));
+        }
+        let features = (0..d)
+            .map(|j| Moments {
+                seen: w.seen[j],
+                mean: w.mean[j],
+                m2: w.m2[j],
+                max_abs: w.max_abs[j],
+            })
+            .collect();
+        Ok(FeatureStats {
+            rows: w.rows,
+            features,
+            label_n: w.label_n,
+            label_mean: w.label_mean,
+            label_m2: w.label_m2,
+            classes: w.classes,
+        })
+    }
 }
 
 #[inline]
@@ -54,16 +129,29 @@ pub(crate) fn merge_moments(
     *na = n;
 }
 
+/// How many rows ahead `push_arena` prefetches a sparse row's statistics.
+const STATS_AHEAD: usize = 4;
+
+/// Sparse statistics of at least this many features (1 MiB) get prefetched; smaller ones stay
+/// in cache.
+const PREFETCH_STATS_MIN: usize = 1 << 15;
+
+impl Moments {
+    #[inline]
+    fn push(&mut self, v: f64) {
+        self.seen += 1;
+        self.max_abs = self.max_abs.max(v.abs());
+        welford(self.seen, &mut self.mean, &mut self.m2, v);
+    }
+}
+
 impl FeatureStats {
     /// `n_features` may be 0 for sparse data (grows with the indices seen).
     /// `track_classes`: count distinct label values (classifiers only: a
     /// regression label would make the map as large as the table).
     pub fn new(n_features: usize, track_classes: bool) -> Self {
         FeatureStats {
-            seen: vec![0; n_features],
-            mean: vec![0.0; n_features],
-            m2: vec![0.0; n_features],
-            max_abs: vec![0.0; n_features],
+            features: vec![Moments::default(); n_features],
             classes: track_classes.then(HashMap::new),
             ..Default::default()
         }
@@ -71,27 +159,18 @@ impl FeatureStats {
 
     pub fn push(&mut self, row: Row, label: f64) {
         self.rows += 1;
-        if row.dim() > self.seen.len() {
-            let d = row.dim();
-            self.seen.resize(d, 0);
-            self.mean.resize(d, 0.0);
-            self.m2.resize(d, 0.0);
-            self.max_abs.resize(d, 0.0);
+        if row.dim() > self.features.len() {
+            self.features.resize(row.dim(), Moments::default());
         }
         match row {
             Row::Dense(x) => {
-                for (j, &v) in x.iter().enumerate() {
-                    self.seen[j] += 1;
-                    self.max_abs[j] = self.max_abs[j].max(v.abs());
-                    welford(self.seen[j], &mut self.mean[j], &mut self.m2[j], v);
+                for (f, &v) in self.features.iter_mut().zip(x) {
+                    f.push(v);
                 }
             }
             Row::Sparse { indices, values } => {
                 for (&j, &v) in indices.iter().zip(values) {
-                    let j = j as usize;
-                    self.seen[j] += 1;
-                    self.max_abs[j] = self.max_abs[j].max(v.abs());
-                    welford(self.seen[j], &mut self.mean[j], &mut self.m2[j], v);
+                    self.features[j as usize].push(v);
                 }
             }
         }
@@ -108,6 +187,26 @@ impl FeatureStats {
         }
     }
 
+    /// Pushes every row of `arena`, in storage order, calling `each_row` before each (an
+    /// interrupt check). A sparse row's statistics are prefetched a few rows ahead: with
+    /// millions of features each non-zero is a cache miss otherwise.
+    pub fn push_arena(&mut self, arena: &TupleArena, mut each_row: impl FnMut()) {
+        let prefetch = arena.is_sparse() && self.features.len() >= PREFETCH_STATS_MIN;
+        for i in 0..arena.len() {
+            each_row();
+            if prefetch && i + STATS_AHEAD < arena.len() {
+                if let Row::Sparse { indices, .. } = arena.row(i + STATS_AHEAD) {
+                    for &j in indices {
+                        if let Some(f) = self.features.get(j as usize) {
+                            crate::arena::prefetch_l2(f);
+                        }
+                    }
+                }
+            }
+            self.push(arena.row(i), arena.label(i));
+        }
+    }
+
     pub fn rows(&self) -> u64 {
         self.rows
     }
@@ -115,22 +214,13 @@ impl FeatureStats {
     /// Adds `other`'s rows (statistics of another part of the table; Chan's pairwise merge of
     /// means and squared deviations), as if they had been pushed here.
     pub fn merge(&mut self, other: &FeatureStats) {
-        let d = self.seen.len().max(other.seen.len());
-        self.seen.resize(d, 0);
-        self.mean.resize(d, 0.0);
-        self.m2.resize(d, 0.0);
-        self.max_abs.resize(d, 0.0);
-        for j in 0..other.seen.len() {
-            let b = other.seen[j];
-            merge_moments(
-                &mut self.seen[j],
-                &mut self.mean[j],
-                &mut self.m2[j],
-                b,
-                other.mean[j],
-                other.m2[j],
-            );
-            self.max_abs[j] = self.max_abs[j].max(other.max_abs[j]);
+        if other.features.len() > self.features.len() {
+            self.features
+                .resize(other.features.len(), Moments::default());
+        }
+        for (a, b) in self.features.iter_mut().zip(&other.features) {
+            merge_moments(&mut a.seen, &mut a.mean, &mut a.m2, b.seen, b.mean, b.m2);
+            a.max_abs = a.max_abs.max(b.max_abs);
         }
         self.rows += other.rows;
         merge_moments(
@@ -150,17 +240,24 @@ impl FeatureStats {
 
     /// Largest dimension seen (or given to `new`).
     pub fn n_features(&self) -> usize {
-        self.seen.len()
+        self.features.len()
     }
 
     /// Feature j's (mean, population variance) over all rows, implicit zeros included.
     pub fn feature(&self, j: usize) -> (f64, f64) {
         let n = self.rows;
-        let a = self.seen.get(j).copied().unwrap_or(0);
+        let Some(&Moments {
+            seen: a,
+            mean: mean_a,
+            m2: m2_a,
+            ..
+        }) = self.features.get(j)
+        else {
+            return (0.0, 0.0);
+        };
         if n == 0 || a == 0 {
             return (0.0, 0.0);
         }
-        let (mean_a, m2_a) = (self.mean[j], self.m2[j]);
         let zeros = n - a;
         let (nf, af, zf) = (n as f64, a as f64, zeros as f64);
         let mean = mean_a * (af / nf);
@@ -207,9 +304,9 @@ impl FeatureStats {
         Standardizer {
             mean: vec![0.0; d],
             scale: self
-                .max_abs
+                .features
                 .iter()
-                .map(|&m| {
+                .map(|&Moments { max_abs: m, .. }| {
                     if m > 0.0 && m.is_finite() {
                         1.0 / m
                     } else {
@@ -424,6 +521,65 @@ mod tests {
         ss.apply_sparse(&[0, 2, 9], &[1.0, 5.0, 4.0], &mut out);
         assert_eq!(out[2], 4.0); // beyond the statistics: unchanged
         assert!((out[1] - 5.0 / sparse.feature(2).1.sqrt()).abs() < 1e-15);
+    }
+
+    #[test]
+    fn json_has_one_array_per_statistic_and_rejects_unequal_ones() {
+        let mut s = FeatureStats::new(2, true);
+        s.push(Row::Dense(&[1.0, -4.0]), 1.0);
+        s.push(Row::Dense(&[3.0, 2.0]), 0.0);
+        let json: serde_json::Value = serde_json::to_value(&s).unwrap();
+        // The shape shards send (and 0.4.0 development builds sent): arrays, not objects.
+        assert_eq!(json["rows"], 2);
+        assert_eq!(json["seen"], serde_json::json!([2, 2]));
+        assert_eq!(json["mean"], serde_json::json!([2.0, -1.0]));
+        assert_eq!(json["m2"], serde_json::json!([2.0, 18.0]));
+        assert_eq!(json["max_abs"], serde_json::json!([3.0, 4.0]));
+        let back: FeatureStats = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.features, s.features);
+        assert_eq!(back.class_counts(), s.class_counts());
+        let mut hostile = json;
+        hostile["m2"] = serde_json::json!([2.0]);
+        let err = serde_json::from_value::<FeatureStats>(hostile).unwrap_err();
+        assert!(err.to_string().contains("different lengths"), "{err}");
+    }
+
+    #[test]
+    fn push_arena_equals_pushing_row_by_row() {
+        // Enough features that push_arena prefetches (PREFETCH_STATS_MIN), and dense rows.
+        let d = PREFETCH_STATS_MIN as u32 * 2;
+        let mut sparse = TupleArena::new_sparse(0, 0);
+        let mut dense = TupleArena::new(3, 0);
+        for i in 0..200u32 {
+            let idx: Vec<u32> = (0..7)
+                .map(|k| (i * 7919 + k * 104_729) % d)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let val: Vec<f64> = idx
+                .iter()
+                .map(|&j| (j as f64 * 0.01 + i as f64).sin())
+                .collect();
+            sparse.push_sparse((i % 2) as f64, &idx, &val);
+            dense.push((i % 3) as f64, &[i as f64, (i as f64).cos(), -1.5]);
+        }
+        for arena in [&sparse, &dense] {
+            let mut one_by_one = FeatureStats::new(arena.n_features(), true);
+            for i in 0..arena.len() {
+                one_by_one.push(arena.row(i), arena.label(i));
+            }
+            let mut calls = 0;
+            let mut at_once = FeatureStats::new(arena.n_features(), true);
+            at_once.push_arena(arena, || calls += 1);
+            assert_eq!(calls, arena.len());
+            assert_eq!(at_once.features, one_by_one.features, "bit for bit");
+            assert_eq!(at_once.rows(), one_by_one.rows());
+            assert_eq!(at_once.class_counts(), one_by_one.class_counts());
+            assert_eq!(
+                at_once.label_mean_variance(),
+                one_by_one.label_mean_variance()
+            );
+        }
     }
 
     #[test]

@@ -109,10 +109,9 @@ impl SgdNode {
             if dense {
                 width.get_or_insert(b.arena.n_features());
             }
-            for i in 0..b.arena.len() {
+            st.push_arena(&b.arena, || {
                 check_for_interrupts!();
-                st.push(b.arena.row(i), b.arena.label(i));
-            }
+            });
         });
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),

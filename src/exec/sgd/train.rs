@@ -66,10 +66,9 @@ impl SgdNode {
             let st = stats.get_or_insert_with(|| {
                 FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier())
             });
-            for i in 0..b.arena.len() {
+            st.push_arena(&b.arena, || {
                 check_for_interrupts!();
-                st.push(b.arena.row(i), b.arena.label(i));
-            }
+            });
         });
         let Some(stats) = stats else {
             self.no_rows(shuffle.rows_skipped_this_epoch)
