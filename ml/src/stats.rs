@@ -187,13 +187,16 @@ impl FeatureStats {
         }
     }
 
-    /// Pushes every row of `arena`, in storage order, calling `each_row` before each (an
-    /// interrupt check). A sparse row's statistics are prefetched a few rows ahead: with
-    /// millions of features each non-zero is a cache miss otherwise.
-    pub fn push_arena(&mut self, arena: &TupleArena, mut each_row: impl FnMut()) {
+    /// Pushes every row of `arena`, in storage order, as long as `keep_going` (called before
+    /// each row: an interrupt check) says so; returns false if it stopped early. A sparse row's
+    /// statistics are prefetched a few rows ahead: with millions of features each non-zero is
+    /// a cache miss otherwise.
+    pub fn push_arena(&mut self, arena: &TupleArena, mut keep_going: impl FnMut() -> bool) -> bool {
         let prefetch = arena.is_sparse() && self.features.len() >= PREFETCH_STATS_MIN;
         for i in 0..arena.len() {
-            each_row();
+            if !keep_going() {
+                return false;
+            }
             if prefetch && i + STATS_AHEAD < arena.len() {
                 if let Row::Sparse { indices, .. } = arena.row(i + STATS_AHEAD) {
                     for &j in indices {
@@ -205,6 +208,7 @@ impl FeatureStats {
             }
             self.push(arena.row(i), arena.label(i));
         }
+        true
     }
 
     pub fn rows(&self) -> u64 {
@@ -570,8 +574,18 @@ mod tests {
             }
             let mut calls = 0;
             let mut at_once = FeatureStats::new(arena.n_features(), true);
-            at_once.push_arena(arena, || calls += 1);
+            assert!(at_once.push_arena(arena, || {
+                calls += 1;
+                true
+            }));
             assert_eq!(calls, arena.len());
+            let mut stopped = FeatureStats::new(arena.n_features(), true);
+            let mut budget = 50;
+            assert!(!stopped.push_arena(arena, || {
+                budget -= 1;
+                budget >= 0
+            }));
+            assert_eq!(stopped.rows(), 50, "stops before the row it was refused");
             assert_eq!(at_once.features, one_by_one.features, "bit for bit");
             assert_eq!(at_once.rows(), one_by_one.rows());
             assert_eq!(at_once.class_counts(), one_by_one.class_counts());

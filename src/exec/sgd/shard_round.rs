@@ -5,6 +5,7 @@
 //! shard; nothing is stored here.
 
 use super::parallel::TrainExtras;
+use super::train::gather_statistics;
 use super::worker::raise_train_error;
 use super::{SgdNode, SgdTask};
 use crate::classes::ClassValue;
@@ -100,18 +101,13 @@ impl SgdNode {
     unsafe fn shard_statistics(&mut self) -> RoundReply {
         let classifier = self.config.model.is_classifier();
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
+        let double_buffer = self.config.params.double_buffer;
         let shuffle = self.shuffle();
-        let mut stats: Option<FeatureStats> = None;
         let mut width = None;
-        shuffle.for_each_buffer(|b| {
-            let st =
-                stats.get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), classifier));
+        let stats = gather_statistics(shuffle, classifier, double_buffer, |b| {
             if dense {
                 width.get_or_insert(b.arena.n_features());
             }
-            st.push_arena(&b.arena, || {
-                check_for_interrupts!();
-            });
         });
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),

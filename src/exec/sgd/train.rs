@@ -4,7 +4,7 @@
 
 use super::collect::CollectedRows;
 use super::parallel::{Team, TrainExtras, TrainShare};
-use super::worker::{raise_reply, raise_train_error, Job, Reply, Worker};
+use super::worker::{raise_reply, raise_train_error, Job, Reply, StatsWorker, Worker};
 use super::{SgdNode, SgdTask};
 use crate::classes::ClassValue;
 use crate::error::{notice, raise};
@@ -56,20 +56,48 @@ impl SgdNode {
     }
 }
 
+/// One pass over the table's rows into statistics; `seen` is shown each buffer first.
+/// Double-buffered, a thread counts one buffer while the backend fills the next.
+pub(super) unsafe fn gather_statistics(
+    shuffle: &mut TupleShuffle,
+    classifier: bool,
+    double_buffer: bool,
+    mut seen: impl FnMut(&ShuffledBuffer),
+) -> Option<FeatureStats> {
+    if double_buffer {
+        let counter = StatsWorker::spawn(classifier);
+        let (mut spare, mut in_flight) = (None, 0);
+        while let Some(b) = shuffle.next_buffer(spare.take()) {
+            seen(&b);
+            counter.push(b);
+            in_flight += 1;
+            if in_flight == 2 {
+                spare = Some(counter.wait_returned());
+                in_flight -= 1;
+            }
+        }
+        return counter.finish();
+    }
+    let mut stats: Option<FeatureStats> = None;
+    shuffle.for_each_buffer(|b| {
+        seen(b);
+        stats
+            .get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), classifier))
+            .push_arena(&b.arena, || {
+                check_for_interrupts!();
+                true
+            });
+    });
+    stats
+}
+
 impl SgdNode {
     /// One pass of statistics before training, for `normalize` and `class_weight`.
     unsafe fn statistics_pass(&mut self, config: &mut TrainConfig) {
         let params = &self.config.params;
         let shuffle = self.shuffle();
-        let mut stats: Option<FeatureStats> = None;
-        shuffle.for_each_buffer(|b| {
-            let st = stats.get_or_insert_with(|| {
-                FeatureStats::new(b.arena.n_features(), self.config.model.is_classifier())
-            });
-            st.push_arena(&b.arena, || {
-                check_for_interrupts!();
-            });
-        });
+        let classifier = self.config.model.is_classifier();
+        let stats = gather_statistics(shuffle, classifier, params.double_buffer, |_| {});
         let Some(stats) = stats else {
             self.no_rows(shuffle.rows_skipped_this_epoch)
         };

@@ -6,6 +6,7 @@
 use crate::error::raise;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use corgipile_ml::model::LinearModel;
+use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{EpochStats, TrainError, Trainer};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
@@ -191,6 +192,109 @@ impl Drop for Worker {
             let _ = handle.join();
         }
     }
+}
+
+/// The statistics pass of double buffering: a thread pushes one buffer's rows into the
+/// statistics while the backend fills the next (the pass cost their sum before). Like
+/// `Worker`, it touches only owned Rust data, and dropping it stops and joins the thread.
+pub struct StatsWorker {
+    buffers: Option<Sender<ShuffledBuffer>>,
+    returned: Receiver<ShuffledBuffer>,
+    handle: Option<JoinHandle<Option<FeatureStats>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl StatsWorker {
+    /// `classifier`: count the label values too (see `FeatureStats::new`).
+    pub fn spawn(classifier: bool) -> StatsWorker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_seen = stop.clone();
+        let (buffers_tx, buffers_rx) = bounded::<ShuffledBuffer>(2);
+        let (returned_tx, returned_rx) = unbounded::<ShuffledBuffer>();
+        let handle = spawn_with_signals_blocked(move || {
+            let mut stats: Option<FeatureStats> = None;
+            for buffer in buffers_rx.iter() {
+                let st = stats.get_or_insert_with(|| {
+                    FeatureStats::new(buffer.arena.n_features(), classifier)
+                });
+                if !st.push_arena(&buffer.arena, || !stop_seen.load(Ordering::Relaxed)) {
+                    return None;
+                }
+                let _ = returned_tx.send(buffer);
+            }
+            stats
+        });
+        StatsWorker {
+            buffers: Some(buffers_tx),
+            returned: returned_rx,
+            handle: Some(handle),
+            stop,
+        }
+    }
+
+    /// Hands the thread a filled buffer.
+    pub fn push(&self, buffer: ShuffledBuffer) {
+        if self
+            .buffers
+            .as_ref()
+            .expect("running")
+            .send(buffer)
+            .is_err()
+        {
+            raise_stats_thread_failed();
+        }
+    }
+
+    /// A buffer whose rows are counted, to fill again; checks for cancel/statement_timeout
+    /// every 50 ms while waiting.
+    pub fn wait_returned(&self) -> ShuffledBuffer {
+        loop {
+            match self.returned.recv_timeout(Duration::from_millis(50)) {
+                Ok(buffer) => return buffer,
+                Err(RecvTimeoutError::Timeout) => {
+                    check_for_interrupts!();
+                }
+                Err(RecvTimeoutError::Disconnected) => raise_stats_thread_failed(),
+            }
+        }
+    }
+
+    /// The statistics of every buffer pushed (None if none was).
+    pub fn finish(mut self) -> Option<FeatureStats> {
+        self.buffers = None; // ends the thread's loop once it has counted the last buffer
+        loop {
+            match self.returned.recv_timeout(Duration::from_millis(50)) {
+                Ok(_) => {} // counted, not needed any more
+                Err(RecvTimeoutError::Timeout) => {
+                    check_for_interrupts!();
+                }
+                Err(RecvTimeoutError::Disconnected) => break, // the thread has ended
+            }
+        }
+        match self.handle.take().expect("running").join() {
+            Ok(stats) => stats,
+            Err(_) => raise_stats_thread_failed(),
+        }
+    }
+}
+
+impl Drop for StatsWorker {
+    fn drop(&mut self) {
+        // The flag stops the buffer in progress within a row; closing the channel ends the loop.
+        self.stop.store(true, Ordering::Relaxed);
+        self.buffers = None;
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn raise_stats_thread_failed() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        "corgipile statistics thread exited unexpectedly",
+        None,
+    )
 }
 
 /// Spawn a thread that cannot receive any signal: PostgreSQL's signal handlers must run on the
