@@ -145,3 +145,35 @@ def test_statement_timeout_stops_softmax60k(tables, dsn, double_buffer):
         assert elapsed < 2.0, f"statement_timeout of 1 s took {elapsed:.2f} s to stop the training"
         victim.execute("RESET statement_timeout")
         check_after(victim, observer, pid, models_before)
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.parametrize("case", ["dense1m", "sparse1m"])
+def test_cancel_during_the_statistics_pass(tables, dsn, case, double_buffer):
+    """Cancelled while the statistics pass (for `normalize`) runs — double-buffered, a thread
+    counts one buffer while the backend fills the next: the training stops at once, stores
+    nothing, and that thread is joined before the ERROR reaches the client."""
+    table, model, extra = CASES[case]
+    params = {"verbose": False, "seed": 7, "double_buffer": double_buffer, "normalize": True, **extra}
+    with psycopg.connect(tables, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        models_before = scalar(killer, "SELECT count(*) FROM corgipile.models")
+        pid = scalar(victim, "SELECT pg_backend_pid()")
+        t, result = start_training(victim, table, model, params)
+        try:
+            deadline = time.monotonic() + 30
+            while not phase_of(killer, pid).startswith("phase statistics pass"):
+                assert t.is_alive() and time.monotonic() < deadline, (
+                    f"the statistics pass was not seen: {phase_of(killer, pid)}, {result}")
+                time.sleep(0.002)
+            cancelled_at = time.monotonic()
+            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(timeout=60)
+            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
+        finally:
+            if t.is_alive():  # do not leave it running on the shared cluster
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                t.join(timeout=30)
+        latency = result["ended"] - cancelled_at
+        assert isinstance(result.get("error"), E.QueryCanceled), result
+        assert latency < LATENCY_LIMIT + SLACK, f"{case}: cancel took {latency:.2f} s"
+        check_after(victim, killer, pid, models_before)
