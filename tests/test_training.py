@@ -163,3 +163,39 @@ def test_double_buffering_across_epoch_boundaries(conn):
     m = train(conn, "epochs_edge", "logistic", {**base, "epochs": 10, "tolerance": 10.0})
     assert scalar(conn, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (m,)) == 2
     conn.execute("DROP TABLE epochs_edge")
+
+
+@pytest.mark.parametrize("shuffle", ["no_shuffle", "corgipile"])
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_sparse_normalize_is_training_on_max_abs_scaled_values(conn, shuffle, double_buffer):
+    """`normalize` on sparse rows divides each feature by its largest |value| (scaled in the
+    buffer before SGD gets it, since 0.4.0). Every feature's largest |value| is a power of two
+    here, so that division is exact: training the raw table with normalize must give exactly
+    the model trained, without normalize, on a copy of the table whose values are divided in
+    SQL — its weights times the scales, bit for bit. Scaling twice, or not at all, would not."""
+    for t, divide in (("sp_norm_raw", False), ("sp_norm_scaled", True)):
+        conn.execute(f"DROP TABLE IF EXISTS {t}")
+        # Feature j (0..299): values 2^(j % 5) or -0.5 · 2^(j % 5), so its max |value| is 2^(j % 5).
+        value = "(CASE WHEN (i + j) % 2 = 0 THEN 1 ELSE -0.5 END) * power(2, j % 5)"
+        if divide:
+            value = f"({value}) / power(2, j % 5)"
+        conn.execute(f"""CREATE TABLE {t} AS
+            SELECT i, ARRAY(SELECT j FROM generate_series(0, 299) j WHERE (i * 7 + j * 13) % 10 < 3 ORDER BY j)::int4[] AS idx,
+                   ARRAY(SELECT {value} FROM generate_series(0, 299) j WHERE (i * 7 + j * 13) % 10 < 3 ORDER BY j)::float8[] AS val,
+                   (i % 4 < 2)::int AS label
+            FROM generate_series(1, 20000) i ORDER BY i""")
+        conn.execute(f"VACUUM ANALYZE {t}")
+    params = {"epochs": 3, "seed": 5, "verbose": False, "shuffle": shuffle, "double_buffer": double_buffer,
+              "features": {"indices": "idx", "values": "val"}, "n_features": 300, "index_base": 0,
+              "buffer_size": "10%"}
+    raw = train(conn, "sp_norm_raw", "logistic", {**params, "normalize": True})
+    # class_weight "balanced" (1.0 for both classes: they are even) gives this training a
+    # statistics pass too, so that the random orders after it are the same.
+    scaled = train(conn, "sp_norm_scaled", "logistic", {**params, "normalize": False, "class_weight": "balanced"})
+    same, nonzero = conn.execute(
+        """SELECT a.weights = ARRAY(SELECT w * power(2, -((k - 1) %% 5)) FROM unnest(b.weights) WITH ORDINALITY u(w, k) ORDER BY k)
+                  AND a.bias = b.bias,
+                  (SELECT bool_or(w <> 0) FROM unnest(b.weights) w)
+           FROM corgipile.models a, corgipile.models b WHERE a.id = %s AND b.id = %s""", (raw, scaled)).fetchone()
+    assert nonzero
+    assert same, "normalize on sparse rows is not training on the max-abs-scaled values"

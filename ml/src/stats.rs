@@ -394,10 +394,17 @@ impl Standardizer {
     fn one(&self, j: usize, v: f64) -> f64 {
         match self.scale.get(j) {
             Some(&s) if self.center => (v - self.mean[j]) * s,
-            Some(&s) => v * s,
+            Some(&s) => scale_value(v, s),
             None => v,
         }
     }
+}
+
+/// A value scaled without centering (one place, so that rows scaled in their buffer —
+/// `TupleArena::scale_values` — equal rows scaled by SGD bit for bit).
+#[inline]
+pub fn scale_value(v: f64, scale: f64) -> f64 {
+    v * scale
 }
 
 /// scikit-learn's "balanced" class weights: `n / (K · n_c)` for K classes and

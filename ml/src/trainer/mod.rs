@@ -256,12 +256,20 @@ impl Trainer {
         }
         // Taken out so rows may borrow them while `step` borrows self.
         let standardizer = self.config.standardizer.take();
+        // Rows scaled in their buffer (TupleArena::scale_values) are used as they are.
+        let scale_here = match arena.scaled_rows() {
+            0 => standardizer.as_ref(),
+            k => {
+                assert_eq!(k, arena.len(), "an arena of scaled and unscaled rows");
+                None
+            }
+        };
         let mut scaled = std::mem::take(&mut self.scaled);
         // Separate loops, so dense rows and small models pay nothing for the weight prefetch.
         let result = if arena.is_sparse() && self.model.weights.len() >= PREFETCH_WEIGHTS_MIN {
-            self.train_rows::<true>(arena, order, standardizer.as_ref(), &mut scaled)
+            self.train_rows::<true>(arena, order, scale_here, &mut scaled)
         } else {
-            self.train_rows::<false>(arena, order, standardizer.as_ref(), &mut scaled)
+            self.train_rows::<false>(arena, order, scale_here, &mut scaled)
         };
         self.scaled = scaled;
         self.config.standardizer = standardizer;

@@ -305,3 +305,59 @@ fn exchanging_trainers_with_different_label_pairs_fail() {
         other => panic!("expected TooManyLabels, got {other:?}"),
     }
 }
+
+#[test]
+fn rows_scaled_as_pushed_train_the_same_model_bit_for_bit() {
+    // A sparse arena scaled in place (TupleArena::scale_values, as the backend does) gives
+    // the model that SGD scaling the same rows with the standardizer gives, bit for bit, over
+    // more features than the weights prefetch threshold; with a scale shorter than the rows'
+    // dimension (features beyond it keep their values).
+    let (n, d) = (3000, (PREFETCH_WEIGHTS_MIN * 2) as u32);
+    let raw = sparse_rows(n, d, 12, 11);
+    for scale_len in [d as usize, d as usize / 2] {
+        let scale: Vec<f64> = (0..scale_len)
+            .map(|j| 1.0 / (1.0 + (j % 13) as f64))
+            .collect();
+        let standardizer = Standardizer {
+            mean: vec![0.0; scale_len],
+            scale: scale.clone(),
+            center: false,
+        };
+        let mut prescaled = raw.clone();
+        prescaled.scale_values(&scale);
+        assert_eq!(prescaled.scaled_rows(), n);
+        let mut config = TrainConfig::new(ModelKind::Logistic);
+        config.standardizer = Some(standardizer);
+        let (mut by_sgd, mut by_push) = (Trainer::new(config.clone(), 0), Trainer::new(config, 0));
+        let order: Vec<u32> = (0..n as u32).rev().collect();
+        for epoch in 1..=2 {
+            for (t, arena) in [(&mut by_sgd, &raw), (&mut by_push, &prescaled)] {
+                t.start_epoch(epoch);
+                t.train_buffer(arena, Some(&order)).unwrap();
+                t.finish_epoch().unwrap();
+            }
+        }
+        let (a, b) = (by_sgd.into_model(), by_push.into_model());
+        assert!(a.weights.iter().any(|&w| w != 0.0));
+        assert_eq!(a.weights, b.weights, "scale length {scale_len}");
+        assert_eq!(a.bias, b.bias);
+    }
+}
+
+#[test]
+#[should_panic(expected = "an arena of scaled and unscaled rows")]
+fn an_arena_of_scaled_and_unscaled_rows_is_not_trained_on() {
+    let mut arena = TupleArena::new_sparse(0, 0);
+    arena.push_sparse(1.0, &[0, 3], &[1.0, 2.0]);
+    arena.scale_values(&[0.5; 4]);
+    arena.push_sparse(0.0, &[1], &[4.0]);
+    let mut config = TrainConfig::new(ModelKind::Logistic);
+    config.standardizer = Some(Standardizer {
+        mean: vec![0.0; 4],
+        scale: vec![0.5; 4],
+        center: false,
+    });
+    let mut t = Trainer::new(config, 0);
+    t.start_epoch(1);
+    let _ = t.train_buffer(&arena, None);
+}

@@ -209,6 +209,9 @@ impl SgdNode {
         if tabular && !learning && member.is_none() {
             train_config.standardizer = shuffle.scaling(params.fit_intercept);
         }
+        if let Some(s) = train_config.standardizer.as_ref().filter(|s| !s.center) {
+            shuffle.scale_sparse_rows(&s.scale);
+        }
         let mut team = match (lead, member) {
             (Some((relid, sql)), _) if params.workers > 0 => {
                 self.workers_planned = params.workers;
