@@ -93,19 +93,16 @@ def check_after(victim, killer, pid, models_before):
     assert backend_threads(pid) == 1
 
 
-@pytest.mark.parametrize("double_buffer", [True, False])
-@pytest.mark.parametrize("case", list(CASES))
-def test_pg_cancel_backend_stops_expensive_training(tables, dsn, case, double_buffer):
-    table, model, extra = CASES[case]
-    params = {"verbose": False, "seed": 7, "double_buffer": double_buffer, **extra}
+def cancel_training(tables, dsn, table, model, params, cancel_when):
+    """Starts a training, calls `cancel_when(killer, pid, thread, result)` (returns once it is
+    time), cancels it and checks that it stopped within the limit, stored nothing and left no
+    thread behind. Returns the latency and the phase the training was in when cancelled."""
     with psycopg.connect(tables, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
         models_before = scalar(killer, "SELECT count(*) FROM corgipile.models")
         pid = scalar(victim, "SELECT pg_backend_pid()")
         t, result = start_training(victim, table, model, params)
         try:
-            wait_active(killer, pid, function="corgipile")
-            time.sleep(RUNNING_FOR)
-            assert t.is_alive(), f"training should still be running: {result}"
+            cancel_when(killer, pid, t, result)
             phase = phase_of(killer, pid)
             cancelled_at = time.monotonic()
             assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
@@ -116,10 +113,25 @@ def test_pg_cancel_backend_stops_expensive_training(tables, dsn, case, double_bu
                 killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 t.join(timeout=30)
         latency = result["ended"] - cancelled_at
-        print(f"\ncancel latency {case} double_buffer={double_buffer}: {latency:.2f} s  (cancelled during {phase})")
         assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert latency < LATENCY_LIMIT + SLACK, f"{case}: cancel took {latency:.2f} s ({phase})"
+        assert latency < LATENCY_LIMIT + SLACK, f"{table}: cancel took {latency:.2f} s ({phase})"
         check_after(victim, killer, pid, models_before)
+        return latency, phase
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.parametrize("case", list(CASES))
+def test_pg_cancel_backend_stops_expensive_training(tables, dsn, case, double_buffer):
+    table, model, extra = CASES[case]
+    params = {"verbose": False, "seed": 7, "double_buffer": double_buffer, **extra}
+
+    def after_a_while(killer, pid, t, result):
+        wait_active(killer, pid, function="corgipile")
+        time.sleep(RUNNING_FOR)
+        assert t.is_alive(), f"training should still be running: {result}"
+
+    latency, phase = cancel_training(tables, dsn, table, model, params, after_a_while)
+    print(f"\ncancel latency {case} double_buffer={double_buffer}: {latency:.2f} s  (cancelled during {phase})")
 
 
 @pytest.mark.parametrize("double_buffer", [True, False])
@@ -155,25 +167,12 @@ def test_cancel_during_the_statistics_pass(tables, dsn, case, double_buffer):
     nothing, and that thread is joined before the ERROR reaches the client."""
     table, model, extra = CASES[case]
     params = {"verbose": False, "seed": 7, "double_buffer": double_buffer, "normalize": True, **extra}
-    with psycopg.connect(tables, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
-        models_before = scalar(killer, "SELECT count(*) FROM corgipile.models")
-        pid = scalar(victim, "SELECT pg_backend_pid()")
-        t, result = start_training(victim, table, model, params)
-        try:
-            deadline = time.monotonic() + 30
-            while not phase_of(killer, pid).startswith("phase statistics pass"):
-                assert t.is_alive() and time.monotonic() < deadline, (
-                    f"the statistics pass was not seen: {phase_of(killer, pid)}, {result}")
-                time.sleep(0.002)
-            cancelled_at = time.monotonic()
-            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(timeout=60)
-            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
-        finally:
-            if t.is_alive():  # do not leave it running on the shared cluster
-                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                t.join(timeout=30)
-        latency = result["ended"] - cancelled_at
-        assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert latency < LATENCY_LIMIT + SLACK, f"{case}: cancel took {latency:.2f} s"
-        check_after(victim, killer, pid, models_before)
+
+    def in_the_statistics_pass(killer, pid, t, result):
+        deadline = time.monotonic() + 30
+        while not phase_of(killer, pid).startswith("phase statistics pass"):
+            assert t.is_alive() and time.monotonic() < deadline, (
+                f"the statistics pass was not seen: {phase_of(killer, pid)}, {result}")
+            time.sleep(0.002)
+
+    cancel_training(tables, dsn, table, model, params, in_the_statistics_pass)

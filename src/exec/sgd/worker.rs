@@ -151,22 +151,15 @@ impl Worker {
     /// Next reply, checking for cancel/statement_timeout every 50 ms while waiting.
     pub fn wait(&self, waited: &mut f64) -> Reply {
         let started = Instant::now();
-        loop {
-            match self.replies.recv_timeout(Duration::from_millis(50)) {
-                Ok(reply) => {
-                    *waited += started.elapsed().as_secs_f64();
-                    return reply;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    check_for_interrupts!();
-                }
-                Err(RecvTimeoutError::Disconnected) => raise(
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    "corgipile SGD worker thread exited unexpectedly",
-                    None,
-                ),
-            }
-        }
+        let Some(reply) = recv_interruptible(&self.replies) else {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile SGD worker thread exited unexpectedly",
+                None,
+            )
+        };
+        *waited += started.elapsed().as_secs_f64();
+        reply
     }
 
     pub fn finish(mut self) -> Trainer {
@@ -248,29 +241,14 @@ impl StatsWorker {
     /// A buffer whose rows are counted, to fill again; checks for cancel/statement_timeout
     /// every 50 ms while waiting.
     pub fn wait_returned(&self) -> ShuffledBuffer {
-        loop {
-            match self.returned.recv_timeout(Duration::from_millis(50)) {
-                Ok(buffer) => return buffer,
-                Err(RecvTimeoutError::Timeout) => {
-                    check_for_interrupts!();
-                }
-                Err(RecvTimeoutError::Disconnected) => raise_stats_thread_failed(),
-            }
-        }
+        recv_interruptible(&self.returned).unwrap_or_else(|| raise_stats_thread_failed())
     }
 
     /// The statistics of every buffer pushed (None if none was).
     pub fn finish(mut self) -> Option<FeatureStats> {
         self.buffers = None; // ends the thread's loop once it has counted the last buffer
-        loop {
-            match self.returned.recv_timeout(Duration::from_millis(50)) {
-                Ok(_) => {} // counted, not needed any more
-                Err(RecvTimeoutError::Timeout) => {
-                    check_for_interrupts!();
-                }
-                Err(RecvTimeoutError::Disconnected) => break, // the thread has ended
-            }
-        }
+                             // Buffers still coming back are not needed; the channel closes when the thread ends.
+        while recv_interruptible(&self.returned).is_some() {}
         match self.handle.take().expect("running").join() {
             Ok(stats) => stats,
             Err(_) => raise_stats_thread_failed(),
@@ -285,6 +263,20 @@ impl Drop for StatsWorker {
         self.buffers = None;
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
+        }
+    }
+}
+
+/// The next message of `rx`, checking for cancel/statement_timeout every 50 ms while waiting;
+/// None once the sending thread is gone.
+fn recv_interruptible<T>(rx: &Receiver<T>) -> Option<T> {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(message) => return Some(message),
+            Err(RecvTimeoutError::Timeout) => {
+                check_for_interrupts!();
+            }
+            Err(RecvTimeoutError::Disconnected) => return None,
         }
     }
 }
