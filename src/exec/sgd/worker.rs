@@ -246,8 +246,9 @@ impl StatsWorker {
 
     /// The statistics of every buffer pushed (None if none was).
     pub fn finish(mut self) -> Option<FeatureStats> {
-        self.buffers = None; // ends the thread's loop once it has counted the last buffer
-                             // Buffers still coming back are not needed; the channel closes when the thread ends.
+        // Closing the channel ends the thread's loop once it has counted the last buffer. The
+        // buffers still coming back are not needed; that channel closes when the thread ends.
+        self.buffers = None;
         while recv_interruptible(&self.returned).is_some() {}
         match self.handle.take().expect("running").join() {
             Ok(stats) => stats,
