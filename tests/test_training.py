@@ -199,3 +199,31 @@ def test_sparse_normalize_is_training_on_max_abs_scaled_values(conn, shuffle, do
            FROM corgipile.models a, corgipile.models b WHERE a.id = %s AND b.id = %s""", (raw, scaled)).fetchone()
     assert nonzero
     assert same, "normalize on sparse rows is not training on the max-abs-scaled values"
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_sparse_normalize_of_binary_features_keeps_the_model(conn, double_buffer):
+    """One-hot and binary features (every max |value| 1) need no scaling: normalize trains
+    exactly the model normalize = false trains, bit for bit (since 0.4.0 it skips the
+    per-value scaling on such data instead of multiplying by 1; a feature with a larger value
+    makes it scale again, as the test above checks)."""
+    conn.execute("DROP TABLE IF EXISTS sp_binary")
+    conn.execute("""CREATE TABLE sp_binary AS
+        SELECT i, ARRAY(SELECT j FROM generate_series(0, 199) j WHERE (i * 7 + j * 13) % 10 < 2 ORDER BY j)::int4[] AS idx,
+               ARRAY(SELECT CASE WHEN (i + j) % 3 = 0 THEN -1 ELSE 1 END
+                     FROM generate_series(0, 199) j WHERE (i * 7 + j * 13) % 10 < 2 ORDER BY j)::float8[] AS val,
+               (i % 4 < 2)::int AS label
+        FROM generate_series(1, 20000) i ORDER BY i""")
+    params = {"epochs": 2, "seed": 9, "verbose": False, "shuffle": "corgipile", "double_buffer": double_buffer,
+              "features": {"indices": "idx", "values": "val"}, "n_features": 200, "index_base": 0,
+              "buffer_size": "10%"}
+    normalized = train(conn, "sp_binary", "logistic", {**params, "normalize": True})
+    # class_weight "balanced" (1.0 for both classes) gives a statistics pass too: same orders.
+    plain = train(conn, "sp_binary", "logistic", {**params, "normalize": False, "class_weight": "balanced"})
+    same, nonzero = conn.execute(
+        """SELECT a.weights = b.weights AND a.bias = b.bias, (SELECT bool_or(w <> 0) FROM unnest(b.weights) w)
+           FROM corgipile.models a, corgipile.models b WHERE a.id = %s AND b.id = %s""",
+        (normalized, plain)).fetchone()
+    assert nonzero
+    assert same, "normalize changed the model of binary features"
+    conn.execute("DROP TABLE sp_binary")

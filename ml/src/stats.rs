@@ -376,6 +376,15 @@ impl Standardizer {
         );
     }
 
+    /// Whether it leaves every value as it is (every scale 1, every mean 0 or not used): as
+    /// binary and one-hot features (max |x| = 1) give. Such a standardizer is skipped, so that
+    /// neither the buffer nor SGD looks up a scale per non-zero; `v · 1` and `(v - 0) · 1` are
+    /// `v` exactly, so the model is the same bit for bit.
+    pub fn is_identity(&self) -> bool {
+        self.scale.iter().all(|&s| s == 1.0)
+            && (!self.center || self.mean.iter().all(|&m| m == 0.0))
+    }
+
     /// Starts loading the scales (and means) a sparse row will use: for a model of millions
     /// of features they are as large as the weights, and as much a cache miss per non-zero.
     #[inline]
@@ -427,6 +436,40 @@ pub fn balanced_class_weights(counts: &[u64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_max_abs_scaler_of_binary_features_is_the_identity() {
+        let mut stats = FeatureStats::new(0, true);
+        for (idx, val) in [
+            (vec![0u32, 2], vec![1.0, -1.0]),
+            (vec![1, 2], vec![1.0, 1.0]),
+        ] {
+            let row = Row::Sparse {
+                indices: &idx,
+                values: &val,
+            };
+            stats.push(row, 1.0);
+        }
+        // Features 0..3 are ±1 (feature 3 never seen: scale 1 too).
+        let mut s = stats.max_abs_scaler();
+        s.scale.push(1.0);
+        assert!(s.is_identity());
+        // One value of 2 is enough to need the scaling.
+        let row = Row::Sparse {
+            indices: &[1],
+            values: &[2.0],
+        };
+        stats.push(row, 0.0);
+        assert!(!stats.max_abs_scaler().is_identity());
+        // Centering: only with every mean 0.
+        let centered = |mean: f64| Standardizer {
+            mean: vec![0.0, mean],
+            scale: vec![1.0, 1.0],
+            center: true,
+        };
+        assert!(centered(0.0).is_identity());
+        assert!(!centered(0.5).is_identity());
+    }
 
     #[test]
     fn merged_parts_equal_one_pass() {

@@ -258,7 +258,7 @@ impl Trainer {
         let standardizer = self.config.standardizer.take();
         // Rows scaled in their buffer (TupleArena::scale_values) are used as they are.
         let scale_here = match arena.scaled_rows() {
-            0 => standardizer.as_ref(),
+            0 => standardizer.as_ref().filter(|s| !s.is_identity()),
             k => {
                 assert_eq!(k, arena.len(), "an arena of scaled and unscaled rows");
                 None

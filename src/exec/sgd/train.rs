@@ -209,7 +209,8 @@ impl SgdNode {
         if tabular && !learning && member.is_none() {
             train_config.standardizer = shuffle.scaling(params.fit_intercept);
         }
-        if let Some(s) = train_config.standardizer.as_ref().filter(|s| !s.center) {
+        let scaling = train_config.standardizer.as_ref();
+        if let Some(s) = scaling.filter(|s| !s.center && !s.is_identity()) {
             shuffle.scale_sparse_rows(&s.scale);
         }
         let mut team = match (lead, member) {
