@@ -60,7 +60,7 @@ help:
 	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
 	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
 	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
-	@echo "  lint           cargo fmt --check and cargo clippy -D warnings (both crates, built for 15 and for 18)"
+	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts"
 	@echo "  check-majors   type-check the extension for the untested majors 13, 14, 16, 17 (pgrx's bundled bindings)"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
 	@echo "  regress        pg_regress suite regress/schedule against the running test cluster"
@@ -98,10 +98,12 @@ install: setup
 unit:
 	cargo test -p corgipile-ml
 
-# Formatting and lints of both crates, as CI checks them: built for each tested major (the
-# code differs between majors only in src/compat.rs).
-lint: setup
+# Formatting and lints, as CI checks them: rustfmt; clippy on both crates, built for each tested
+# major (the code differs between majors only in src/compat.rs); pyflakes on the Python (unused
+# imports and names, f-strings without fields).
+lint: setup setup-python
 	cargo fmt --all --check
+	$(VENV)/bin/python -m pyflakes tests bench scripts
 	cargo clippy -p corgipile-ml --all-targets --release -- -D warnings
 	for v in $(TESTED_MAJORS); do \
 		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \

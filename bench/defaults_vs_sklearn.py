@@ -40,7 +40,6 @@ when their COMMENT carries the same generation signature. Prints a markdown tabl
 numbers to bench/results/defaults_vs_sklearn.json."""
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -227,7 +226,7 @@ def generate_mixed(spec):
     the label comes from a logistic model over the standardized, complete features."""
     rng = np.random.default_rng(spec["seed"])
     n = spec["train"] + spec["test"]
-    cols, z, logit = {}, [], np.zeros(n)
+    cols, logit = {}, np.zeros(n)
     for name, (kind, a, w) in spec["numbers"].items():
         if kind == "lognormal_dollars":
             v = np.round(a[0] * rng.lognormal(0.0, a[1], n), 2)

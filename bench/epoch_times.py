@@ -30,7 +30,7 @@ def make_table(conn, table, rows, features):
     if exists and conn.execute(f"SELECT count(*) = %s FROM {table}", (rows,)).fetchone()[0]:
         return
     conn.execute(f"DROP TABLE IF EXISTS {table}")
-    coords = ", ".join(f"s * 0.3 + (random() - 0.5) * 2" for _ in range(features))
+    coords = ", ".join("s * 0.3 + (random() - 0.5) * 2" for _ in range(features))
     # Label-clustered: every negative row first, then every positive row.
     conn.execute(
         f"""CREATE TABLE {table} AS

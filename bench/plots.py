@@ -40,7 +40,7 @@ def accuracy_vs_time(results, path):
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    handles, labels = {}, {}
+    handles = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)

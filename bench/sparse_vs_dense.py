@@ -58,7 +58,7 @@ def make_tables(c, rows):
     c.execute(f"""CREATE TABLE bench_dense AS SELECT id, label, val[1:{NNZ}] || array_fill(0.0::float8, ARRAY[{NNZ} - cardinality(val)]) AS features
                   FROM bench_sparse""")
     # The same values as a sparse model over 40 dimensions: isolates the cost of the dimension.
-    c.execute(f"""CREATE TABLE bench_sparse40 AS SELECT id, label, ARRAY(SELECT generate_series(1, cardinality(val)))::int4[] AS idx, val
+    c.execute("""CREATE TABLE bench_sparse40 AS SELECT id, label, ARRAY(SELECT generate_series(1, cardinality(val)))::int4[] AS idx, val
                   FROM bench_sparse""")
     c.execute("VACUUM ANALYZE bench_sparse, bench_dense, bench_sparse40")
     distinct = c.execute("SELECT count(DISTINCT idx) FROM bench_sparse").fetchone()[0]

@@ -56,6 +56,25 @@ def start_training(conn, rel, model, params):
     return t, result
 
 
+def stop_if_running(killer, t, pid):
+    """Never leave a training running on the shared cluster."""
+    if t.is_alive():
+        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        t.join(timeout=30)
+
+
+def cancel_and_join(killer, t, result, pid, timeout=60):
+    """Cancels the training running in thread `t` (from start_training) on backend `pid` and
+    waits for it to stop; returns the seconds from the cancel to the end of its statement."""
+    import time
+
+    cancelled_at = time.monotonic()
+    assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
+    t.join(timeout=timeout)
+    assert not t.is_alive(), f"training not stopped {timeout} s after pg_cancel_backend"
+    return result["ended"] - cancelled_at
+
+
 def wait_active(observer, pid, timeout=10.0, function="corgipile_train"):
     """Until backend `pid` runs a query calling `function` (a cancel sent while idle would be
     ignored)."""

@@ -80,27 +80,27 @@ def assert_cannot_reach(c, world, name="gr_alice.churn"):
     assert scalar(c, "SELECT count(*) FROM corgipile.models") == 0
     assert scalar(c, "SELECT count(*) FROM corgipile.epochs") == 0
     assert scalar(c, "SELECT count(*) FROM corgipile.model_grants WHERE owner = 'gr_alice'") == 0
-    for sql in (f"SELECT corgipile_predict(%s::bigint, {X})",
-                "SELECT corgipile_evaluate(%s::bigint, 'public.pts')",
-                "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)",
-                "SELECT corgipile_drop_model(%s::bigint)",
-                "SELECT corgipile_grant(%s::bigint, 'gr_eve', 'use')"):
+    for stmt in (f"SELECT corgipile_predict(%s::bigint, {X})",
+                 "SELECT corgipile_evaluate(%s::bigint, 'public.pts')",
+                 "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)",
+                 "SELECT corgipile_drop_model(%s::bigint)",
+                 "SELECT corgipile_grant(%s::bigint, 'gr_eve', 'use')"):
         messages = []
         for model in (world["v1"], 987654321):
             with pytest.raises(E.UndefinedObject) as err:
-                c.execute(sql, (model,))
+                c.execute(stmt, (model,))
             messages.append(str(err.value).replace(str(model), "N"))
-        assert messages[0] == messages[1], sql
-    for sql in (f"SELECT corgipile_predict(%s::text, {X})",
-                "SELECT corgipile_deploy(%s)",
-                "SELECT corgipile_drop_model(%s::text)",
-                "SELECT corgipile_grant(%s::text, 'gr_eve', 'use')"):
+        assert messages[0] == messages[1], stmt
+    for stmt in (f"SELECT corgipile_predict(%s::text, {X})",
+                 "SELECT corgipile_deploy(%s)",
+                 "SELECT corgipile_drop_model(%s::text)",
+                 "SELECT corgipile_grant(%s::text, 'gr_eve', 'use')"):
         messages = []
         for model in (name, "gr_alice.no_such_name"):
             with pytest.raises(E.UndefinedObject) as err:
-                c.execute(sql, (model,))
+                c.execute(stmt, (model,))
             messages.append(str(err.value).replace(model, "NAME"))
-        assert messages[0] == messages[1], sql
+        assert messages[0] == messages[1], stmt
     # Retraining another role's name: the same refusal whether or not the name exists.
     messages = []
     for model in (name, "gr_alice.no_such_name"):
@@ -375,7 +375,7 @@ def test_a_call_site_never_serves_one_roles_model_to_another(dsn, world):
         admin.execute("CREATE SCHEMA gr_s AUTHORIZATION gr_alice")
         admin.execute("GRANT USAGE ON SCHEMA gr_s TO PUBLIC")
     with session(dsn, "gr_alice") as alice:
-        alice.execute(f"""CREATE FUNCTION gr_s.score(x float8[]) RETURNS float8 LANGUAGE plpgsql
+        alice.execute("""CREATE FUNCTION gr_s.score(x float8[]) RETURNS float8 LANGUAGE plpgsql
                           AS $$BEGIN RETURN corgipile_decision_function('churn', x); END$$""")
         alice.execute("""CREATE FUNCTION gr_s.report() RETURNS float8 LANGUAGE plpgsql SECURITY DEFINER
                          SET search_path = pg_catalog, public

@@ -11,7 +11,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import scalar, wait_active
+from conftest import cancel_and_join, scalar, stop_if_running, wait_active
 
 LATENCY_LIMIT = 1.0
 SLACK = 0.5  # a noisy shared 2-core machine
@@ -104,15 +104,9 @@ def cancel_training(tables, dsn, table, model, params, cancel_when):
         try:
             cancel_when(killer, pid, t, result)
             phase = phase_of(killer, pid)
-            cancelled_at = time.monotonic()
-            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(timeout=60)
-            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
+            latency = cancel_and_join(killer, t, result, pid)
         finally:
-            if t.is_alive():  # do not leave it running on the shared cluster
-                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                t.join(timeout=30)
-        latency = result["ended"] - cancelled_at
+            stop_if_running(killer, t, pid)
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert latency < LATENCY_LIMIT + SLACK, f"{table}: cancel took {latency:.2f} s ({phase})"
         check_after(victim, killer, pid, models_before)

@@ -19,14 +19,12 @@ Two parts:
 
 """
 
-import json
 import os
 import re
 import threading
 import time
 
 import psycopg
-import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 

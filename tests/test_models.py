@@ -135,7 +135,7 @@ def test_softmax_digits_clustered_by_class(conn):
     digits = load_digits()
     rng = np.random.default_rng(0)
     order = rng.permutation(len(digits.target))
-    test_idx, train_idx = order[:360], order[360:]
+    test_idx = order[:360]
     conn.execute("CREATE TABLE digits (id int, pixels float8[], digit int, is_test bool)")
     with conn.cursor().copy("COPY digits FROM STDIN") as copy:
         for i in range(len(digits.target)):

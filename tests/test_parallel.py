@@ -13,7 +13,6 @@ reaches the caller, stores nothing and leaves no parallel worker behind; cancel,
 and the termination of one parallel worker stop the whole training (and the server stays up);
 corgipile.progress shows one row per parallel training."""
 
-import threading
 import time
 
 import psycopg
@@ -21,7 +20,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import DATASETS, REPO, scalar, start_training, wait_active
+from conftest import DATASETS, REPO, cancel_and_join, scalar, start_training, stop_if_running, wait_active
 
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.005  # 0.5 accuracy points
@@ -87,13 +86,6 @@ def wait_for_workers(observer, leader_pid, timeout=15.0):
 
 
 
-
-
-def stop_if_running(killer, t, pid):
-    """Never leave a training running on the shared cluster."""
-    if t.is_alive():
-        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        t.join(timeout=30)
 
 
 def no_worker_available_skip(observer):
@@ -492,13 +484,9 @@ def test_pg_cancel_backend_stops_parallel_training(dsn, tables, workers):
             seen = wait_for_workers(killer, pid)
             time.sleep(1.5)
             assert t.is_alive(), f"training should still be running: {result}"
-            cancelled_at = time.monotonic()
-            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(timeout=60)
-            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
+            latency = cancel_and_join(killer, t, result, pid)
         finally:
             stop_if_running(killer, t, pid)
-        latency = result["ended"] - cancelled_at
         print(f"\ncancel latency with {workers} workers ({len(seen)} seen running): {latency:.2f} s")
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert result["error"].sqlstate == "57014"

@@ -284,8 +284,8 @@ def test_toasted_and_compressed_arrays(dsn, admin, storage):
     fresh(admin, t, f"CREATE TABLE {t} (id int, blob text, features float8[], label int)"
                     " WITH (autovacuum_enabled = false)")
     admin.execute(f"ALTER TABLE {t} ALTER COLUMN features SET STORAGE {storage}")
-    compressible = (f"ARRAY[(i % 2) * 2 - 1 + sin(i * 0.7)]::float8[]"
-                    f" || array_fill((i % 4)::float8, ARRAY[399])")
+    compressible = ("ARRAY[(i % 2) * 2 - 1 + sin(i * 0.7)]::float8[]"
+                    " || array_fill((i % 4)::float8, ARRAY[399])")
     features = {"external": dense(400),
                 "main": compressible,
                 "extended": f"CASE WHEN i % 2 = 0 THEN {compressible} ELSE {dense(400)} END"}[storage]

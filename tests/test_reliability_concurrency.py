@@ -9,9 +9,8 @@ import time
 import psycopg
 import psycopg.errors as E
 import pytest
-from psycopg.types.json import Jsonb
 
-from reliability_helpers import connect, database_fixture, scalar, server_crashes, train
+from reliability_helpers import connect, database_fixture, scalar, train
 
 db = database_fixture("concurrency")
 

@@ -13,9 +13,9 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import wait_active
+from conftest import cancel_and_join, wait_active
 from reliability_helpers import (assert_catalog_consistent, catalog_counts, connect, database_fixture,
-                                 proc_status, scalar, server_crashes, status_kb, threads, train, wait_ready)
+                                 proc_status, scalar, server_crashes, threads, train, wait_ready)
 
 db = database_fixture("interrupt")
 BIG_ROWS = 300_000
@@ -74,11 +74,7 @@ def test_pg_cancel_backend_at_random_points(tables, scenario, double_buffer):
             wait_active(observer, pid)
             time.sleep(delay)
             assert t.is_alive(), "training ended before the cancel"
-            cancelled_at = time.monotonic()
-            assert scalar(observer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(10)
-            assert not t.is_alive(), "training still running 10 s after pg_cancel_backend"
-            latency = result["ended"] - cancelled_at
+            latency = cancel_and_join(observer, t, result, pid, timeout=10)
             LATENCIES.append((f"cancel {scenario} double_buffer={double_buffer} after {delay:.2f}s", latency))
             assert isinstance(result.get("error"), E.QueryCanceled), result
             assert latency < 1.0, f"cancel took {latency:.3f} s"

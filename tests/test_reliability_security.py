@@ -4,7 +4,6 @@ injection), and the catalog's per-role isolation."""
 import psycopg
 import psycopg.errors as E
 import pytest
-from psycopg.types.json import Jsonb
 
 from reliability_helpers import catalog_counts, connect, database_fixture, scalar, train
 

@@ -41,7 +41,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import DATASETS, DBNAME, REPO, scalar, start_training, wait_active
+from conftest import DATASETS, DBNAME, REPO, cancel_and_join, scalar, start_training, stop_if_running, wait_active
 
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.01  # 1 accuracy point
@@ -235,12 +235,6 @@ def wait_shards_quiet(timeout=SETTLE):
     """Sleeps `timeout` seconds, then returns what still runs corgipile_shard_round on each shard."""
     time.sleep(timeout)
     return {i: running_rounds(i) for i in (0, 1)}
-
-
-def stop_if_running(killer, t, pid):
-    if t.is_alive():
-        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        t.join(timeout=30)
 
 
 def drop_roles(admin):
@@ -710,13 +704,9 @@ def test_cancel_while_connecting_to_a_hung_shard_server(dsn, conn, silent):
             assert silent, "the coordinator never connected"
             time.sleep(0.5)
             assert t.is_alive(), result
-            cancelled_at = time.monotonic()
-            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(timeout=30)
-            assert not t.is_alive(), "training not stopped 30 s after pg_cancel_backend"
+            latency = cancel_and_join(killer, t, result, pid, timeout=30)
         finally:
             stop_if_running(killer, t, pid)
-        latency = result["ended"] - cancelled_at
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert latency < 1.0, f"cancel took {latency:.2f} s"
         assert_nothing_stored(killer, before)
@@ -828,13 +818,9 @@ def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline and not (seen[0] or seen[1]):
                 seen = {i: running_rounds(i) for i in (0, 1)}
-            cancelled_at = time.monotonic()
-            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(timeout=60)
-            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
+            latency = cancel_and_join(killer, t, result, pid)
         finally:
             stop_if_running(killer, t, pid)
-        latency = result["ended"] - cancelled_at
         still = wait_shards_quiet()
         print(f"\ncancel latency {latency:.3f} s (shard rounds seen running before: "
               f"{[len(v) for v in seen.values()]}); after {SETTLE} s: {still}")
@@ -906,11 +892,7 @@ def test_cancel_while_a_shard_round_waits_cancels_the_remote_query(dsn, blobs):
             assert waiting, "shard 2 never started corgipile_shard_round"
             time.sleep(0.3)
             assert t.is_alive(), result
-            cancelled_at = time.monotonic()
-            assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-            t.join(timeout=60)
-            assert not t.is_alive(), "training not stopped 60 s after pg_cancel_backend"
-            latency = result["ended"] - cancelled_at
+            latency = cancel_and_join(killer, t, result, pid)
             still = wait_shards_quiet()  # the lock is still held
             connected = corgipile_connections(1)
         finally:

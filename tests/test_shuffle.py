@@ -18,7 +18,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import scalar
+from conftest import cancel_and_join, scalar
 
 N_UNIF = 20_000
 ALPHA = 1e-7  # the uniformity tests reject a correct shuffle once in ten million runs
@@ -748,11 +748,7 @@ def run_cancelled(dsn, delay, params):
             seen = max(seen, len(my_tmp_files(killer, pid)))
             time.sleep(0.05)
         assert t.is_alive(), f"the shuffle of {BIG_ROWS} rows finished in less than {delay:.2f} s"
-        cancelled_at = time.monotonic()
-        assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-        t.join(timeout=30)
-        assert not t.is_alive(), "the shuffle did not stop within 30 s of a cancel"
-        latency = result["ended"] - cancelled_at
+        latency = cancel_and_join(killer, t, result, pid, timeout=30)
         print(f"cancel after {delay:.1f} s ({params}): {type(result.get('error')).__name__} "
               f"{latency * 1000:.0f} ms after pg_cancel_backend; up to {seen} temp files seen while running")
         assert isinstance(result.get("error"), E.QueryCanceled), result.get("error")
@@ -835,12 +831,9 @@ def test_cancel_while_piles_are_split(dsn, huge):
         while t.is_alive() and len(my_tmp_files(killer, pid)) < 2 and time.monotonic() - started < 20:
             time.sleep(0.02)
         assert t.is_alive(), "the shuffle ended before it had two temporary files"
-        cancelled_at = time.monotonic()
-        assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-        t.join(timeout=60)
-        assert not t.is_alive()
-        latency = result["ended"] - cancelled_at
-        print(f"cancel {cancelled_at - started:.2f} s into the shuffle of huge (first moment with >= 2 temp files): "
+        cancel_after = time.monotonic() - started
+        latency = cancel_and_join(killer, t, result, pid)
+        print(f"cancel {cancel_after:.2f} s into the shuffle of huge (first moment with >= 2 temp files): "
               f"{type(result.get('error')).__name__} after {latency * 1000:.0f} ms")
         assert isinstance(result.get("error"), E.QueryCanceled), result.get("error")
         assert not exists(killer, "dst_huge")
