@@ -61,6 +61,9 @@ pub struct Trainer {
     gz: Vec<f64>,
     /// Standardized values of the current tuple.
     scaled: Vec<f64>,
+    /// The standardizer leaves every value as it is (see `Standardizer::is_identity`): rows
+    /// are not scaled. Decided once: the check reads every feature's scale.
+    identity_standardizer: bool,
 
     /// The partial mini-batch (see `minibatch`).
     batch: MiniBatch,
@@ -133,6 +136,10 @@ impl Trainer {
         let outputs = usize::from(kind != ModelKind::Softmax);
         let mini = config.batch_size > 1;
         let lazy = config.l2 != 0.0 || config.l1 != 0.0;
+        let identity_standardizer = config
+            .standardizer
+            .as_ref()
+            .is_some_and(|s| s.is_identity());
         // lr·l2 < 1 keeps every per-step factor positive (the schedules never raise lr).
         let scaled_weights = config.l1 == 0.0
             && config.learning_rate * config.l2 < 1.0
@@ -192,6 +199,7 @@ impl Trainer {
             sums: EpochSums::default(),
             gz: Vec::new(),
             scaled: Vec::new(),
+            identity_standardizer,
             step: 0,
             pending: false,
             work: 0,
@@ -258,7 +266,9 @@ impl Trainer {
         let standardizer = self.config.standardizer.take();
         // Rows scaled in their buffer (TupleArena::scale_values) are used as they are.
         let scale_here = match arena.scaled_rows() {
-            0 => standardizer.as_ref().filter(|s| !s.is_identity()),
+            0 => standardizer
+                .as_ref()
+                .filter(|_| !self.identity_standardizer),
             k => {
                 assert_eq!(k, arena.len(), "an arena of scaled and unscaled rows");
                 None
