@@ -4,7 +4,7 @@ use crate::catalog::{
     check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
 };
 use crate::classes::ClassValue;
-use crate::decode::ParamsArg;
+use crate::decode::{ParamsArg, RelationArg};
 use crate::driver::{self, Pipeline};
 use crate::error::raise;
 use crate::exec::explain;
@@ -23,8 +23,9 @@ use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::Evaluation;
+use corgipile_ml::wire;
 use pgrx::prelude::*;
-use pgrx::{JsonB, PgRelation, PgSqlErrorCode};
+use pgrx::{JsonB, PgSqlErrorCode};
 use std::ffi::CStr;
 
 /// A checked request: the config every node gets and the query BlockShuffle runs.
@@ -120,15 +121,15 @@ unsafe fn prepare(
             Some("Dense features take their dimension from the data.".into()),
         );
     }
+    // Every process of a parallel training holds its own model: they share the setting.
+    let model_limit = match mode {
+        Mode::Train => crate::guc::model_bytes_for(params.workers),
+        _ => max_model_bytes(),
+    };
     if let Some(n) = params.n_features {
         // Before reading a row: the model this asks for must fit (softmax has at least 2 classes).
         let min_outputs = if kind == ModelKind::Softmax { 2 } else { 1 };
-        crate::guc::check_model_size(
-            n as u64,
-            min_outputs,
-            max_model_bytes(),
-            "the n_features param",
-        );
+        crate::guc::check_model_size(n as u64, min_outputs, model_limit, "the n_features param");
     }
     let predicate = match (&params.validation, mode) {
         (Some(Validation::Predicate(p)), Mode::Train) => Some(p.as_str()),
@@ -149,6 +150,7 @@ unsafe fn prepare(
                 options: &params.preprocess,
                 normalize: params.normalize,
                 max_categories: params.max_categories,
+                max_model_bytes: model_limit,
             },
         },
         params.only,
@@ -178,7 +180,8 @@ unsafe fn prepare(
             known_classes,
             params,
             max_buffer_bytes: max_buffer_bytes(),
-            max_model_bytes: max_model_bytes(),
+            max_model_bytes: model_limit,
+            leaf: None,
             relation: relname,
             preprocess: input.preprocess.clone(),
         },
@@ -201,7 +204,7 @@ pub fn random_seed() -> u64 {
 
 /// Trains a model on `relation` and stores it in corgipile.models; returns the model id.
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_train(relation: PgRelation, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
     let kind = parse_model(model);
     let params = parse_params(&params);
     check_schema_version();
@@ -294,8 +297,9 @@ unsafe fn train_sharded(
     check_sharded_access(prepared.relid, &config.relation, "train on");
     let kind = config.model;
     let params = config.params.clone();
-    let run_local = |relid: pg_sys::Oid, request: &RoundRequest| {
-        shard_round_here(relid, kind, &params, request)
+    let parent = prepared.relid;
+    let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
+        shard_round_here(parent, Some(leaf), kind, &params, request)
     };
     crate::shard::train(leaves, config, &run_local)
 }
@@ -406,9 +410,12 @@ unsafe fn explain_sharded(
         .into_owned()
 }
 
-/// Runs a shard's round on a table of this server.
+/// Runs a shard's round on a table of this server: `relid` itself (a shard server's table), or
+/// with `leaf`, that local partition of the sharded table `relid`, read as a SELECT on `relid`
+/// reads it.
 unsafe fn shard_round_here(
     relid: pg_sys::Oid,
+    leaf: Option<pg_sys::Oid>,
     kind: ModelKind,
     params: &TrainParams,
     request: &RoundRequest,
@@ -417,18 +424,21 @@ unsafe fn shard_round_here(
     params.verbose = false;
     params.workers = 0;
     if request.phase == Phase::Evaluate {
-        return evaluate_shard_here(relid, kind, params, request);
+        return evaluate_shard_here(relid, leaf, kind, params, request);
     }
-    let prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
+    let mut prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
+    prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
     prepared.run(ShardRound {
         request: request.clone(),
     })
 }
 
-/// A shard's part of an evaluation: the coordinator's model scored on this server's rows.
+/// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
+/// `relid`, or its partition `leaf`, as `shard_round_here`).
 unsafe fn evaluate_shard_here(
     relid: pg_sys::Oid,
+    leaf: Option<pg_sys::Oid>,
     kind: ModelKind,
     params: TrainParams,
     request: &RoundRequest,
@@ -465,7 +475,7 @@ unsafe fn evaluate_shard_here(
             None,
         );
     }
-    let prepared = prepare(
+    let mut prepared = prepare(
         relid,
         kind,
         params,
@@ -473,6 +483,7 @@ unsafe fn evaluate_shard_here(
         classes.clone(),
         preprocessing.as_ref(),
     );
+    prepared.config.leaf = leaf.map(u32::from);
     let (part, rows_skipped) = prepared.run(EvaluateShard {
         model: model.clone(),
         classes: classes.clone(),
@@ -489,7 +500,7 @@ unsafe fn evaluate_shard_here(
 /// through the user mapping's connection. Returns the round's result as JSON; stores nothing.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_shard_round(
-    relation: PgRelation,
+    relation: RelationArg,
     model: &str,
     params: ParamsArg,
     request: &str,
@@ -497,13 +508,25 @@ fn corgipile_shard_round(
     let kind = parse_model(model);
     let params = parse_params(&params);
     check_schema_version();
-    let request: RoundRequest = serde_json::from_str(request).unwrap_or_else(|e| {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("invalid corgipile shard request: {e}"),
-            Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into()),
-        )
-    });
+    // Whoever may call this function may have written the request: its size is bounded before
+    // it is parsed (by corgipile.max_model_memory, the memory of the model it carries), its
+    // shapes and values are checked before anything is allocated from them.
+    let hint = || {
+        Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
+    };
+    let request: RoundRequest =
+        wire::parse_bounded(request.as_bytes(), max_model_bytes()).unwrap_or_else(|e| match e {
+            wire::WireError::TooLarge { .. } => raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),
+                Some("A coordinator's request carries one model: raise corgipile.max_model_memory on this server if the model is really that large.".into()),
+            ),
+            wire::WireError::Invalid(why) => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid corgipile shard request: {why}"),
+                hint(),
+            ),
+        });
     let version = env!("CARGO_PKG_VERSION");
     if request.version != version {
         raise(
@@ -515,8 +538,31 @@ fn corgipile_shard_round(
             Some("Install the same corgipile version on every server.".into()),
         );
     }
+    // Sharded trainings are binary or regression models (one output); an evaluation's model
+    // says its own outputs.
+    let outputs = match &request.evaluate {
+        Some(e) => e.model.n_outputs.max(1),
+        None => 1,
+    };
+    if let Err(why) = request.check(outputs) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("invalid corgipile shard request: {why}"),
+            hint(),
+        );
+    }
+    let n_features = match &request.evaluate {
+        Some(e) => e.model.n_features,
+        None => request.n_features,
+    };
+    crate::guc::check_model_size(
+        n_features as u64,
+        outputs as u64,
+        max_model_bytes(),
+        "the coordinator's request",
+    );
     // SAFETY: as corgipile_train.
-    let reply = unsafe { shard_round_here(relation.oid(), kind, &params, &request) };
+    let reply = unsafe { shard_round_here(relation.oid(), None, kind, &params, &request) };
     serde_json::to_string(&reply).expect("reply serializes")
 }
 
@@ -565,7 +611,7 @@ unsafe fn collect_relation(
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_evaluate(
     model_id: i64,
-    relation: PgRelation,
+    relation: RelationArg,
     params: default!(ParamsArg, "'{}'"),
 ) -> JsonB {
     evaluate(ModelRef::Id(model_id), relation, params)
@@ -575,13 +621,13 @@ fn corgipile_evaluate(
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
 fn corgipile_evaluate_by_name(
     model_name: &str,
-    relation: PgRelation,
+    relation: RelationArg,
     params: default!(ParamsArg, "'{}'"),
 ) -> JsonB {
     evaluate(ModelRef::from_text(model_name), relation, params)
 }
 
-fn evaluate(key: ModelRef, relation: PgRelation, params: ParamsArg) -> JsonB {
+fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
     let stored = load_model_ref(key);
     let mut overrides = match &params.0 {
         serde_json::Value::Object(map) => map.clone(),
@@ -664,8 +710,9 @@ unsafe fn evaluate_sharded(
         preprocessing: stored.preprocessing.clone(),
     };
     let kind = config.model;
-    let run_local = |relid: pg_sys::Oid, request: &RoundRequest| {
-        evaluate_shard_here(relid, kind, config.params.clone(), request)
+    let parent = prepared.relid;
+    let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
+        evaluate_shard_here(parent, Some(leaf), kind, config.params.clone(), request)
     };
     let binary = binary_labels(config.label.uses_classes(), &stored.classes);
     let mut evaluation = Evaluation::mergeable(kind, stored.classes.len(), binary);
@@ -680,7 +727,7 @@ unsafe fn evaluate_sharded(
 /// visited row. For studying strategies (the paper's Figures 3 and 4); trains nothing.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_trace(
-    relation: PgRelation,
+    relation: RelationArg,
     params: default!(ParamsArg, "'{}'"),
 ) -> TableIterator<
     'static,
@@ -728,7 +775,7 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 /// not stored). `format` is text (one row per line), json, yaml or xml (one row).
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_explain(
-    relation: PgRelation,
+    relation: RelationArg,
     model: &str,
     params: default!(ParamsArg, "'{}'"),
     analyze: default!(bool, false),

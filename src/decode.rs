@@ -238,6 +238,9 @@ pub unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
 /// internal error; this one reports it as a bad parameter.
 pub struct ParamsArg(pub serde_json::Value);
 
+/// Most bytes of JSON text a params argument may have (1 MiB: thousands of column names).
+pub const MAX_PARAMS_TEXT: usize = 1 << 20;
+
 impl pgrx::FromDatum for ParamsArg {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,
@@ -250,6 +253,16 @@ impl pgrx::FromDatum for ParamsArg {
         // SAFETY: a non-NULL jsonb datum; jsonb_out returns a palloc'd C string.
         let text = pgrx::direct_function_call::<&std::ffi::CStr>(pg_sys::jsonb_out, &[Some(datum)])
             .expect("jsonb_out returns text");
+        // A serde_json::Value takes up to ~50 times its text: bound the text first, so that a
+        // huge params document is an ERROR rather than an allocation that aborts the server.
+        let len = text.to_bytes().len();
+        if len > MAX_PARAMS_TEXT {
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("params are {len} bytes of JSON; corgipile reads at most {MAX_PARAMS_TEXT}"),
+                Some("Params hold settings, not data: list fewer columns, or give the training a table.".into()),
+            );
+        }
         match serde_json::from_str(&text.to_string_lossy()) {
             Ok(value) => Some(ParamsArg(value)),
             Err(e) => crate::error::raise(
@@ -345,6 +358,46 @@ impl pgrx::FromDatum for Int4ArrayArg {
     }
 }
 
+/// A regclass argument, opened with AccessShareLock. Unlike pgrx's `PgRelation` argument, an
+/// OID that names no relation (`0::oid::regclass`, a dropped table's OID) is a clean ERROR
+/// 42P01, not an internal error from relation_open.
+pub struct RelationArg(pub pgrx::PgRelation);
+
+impl RelationArg {
+    pub fn oid(&self) -> pg_sys::Oid {
+        self.0.oid()
+    }
+}
+
+impl pgrx::FromDatum for RelationArg {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        let oid = pg_sys::Oid::from(datum.value() as u32);
+        // Lock first (a lock on an OID that names nothing is harmless), then look: a table
+        // dropped between the two cannot reach relation_open.
+        pg_sys::LockRelationOid(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if pg_sys::get_rel_name(oid).is_null() {
+            pg_sys::UnlockRelationOid(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+                format!("relation with OID {} does not exist", u32::from(oid)),
+                Some("Name the relation, as in 'my_table' or 'my_schema.my_table'.".into()),
+            );
+        }
+        // SAFETY: the relation exists and is locked (the lock is kept to the transaction's end).
+        Some(RelationArg(pgrx::PgRelation::with_lock(
+            oid,
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+        )))
+    }
+}
+
 /// Argument unboxing for our FromDatum-based argument types, as pgrx does for its own.
 macro_rules! from_datum_arg {
     ($($t:ty => $sql:literal),*) => {$(
@@ -367,7 +420,8 @@ from_datum_arg!(
     Float8ArrayArg => "double precision[]",
     Int4ArrayArg => "integer[]",
     TextArg => "TEXT",
-    RecordArg => "record"
+    RecordArg => "record",
+    RelationArg => "regclass"
 );
 
 /// A numeric datum as f64: its base-10000 digits written out as decimal text and parsed by

@@ -41,8 +41,16 @@ pub fn max_model_bytes() -> u64 {
     MAX_MODEL_MEMORY_KB.get().max(0) as u64 * 1024
 }
 
-/// Raise unless a model of `n_features` × `n_outputs` fits corgipile.max_model_memory and the
-/// catalog. `source` says where the size comes from (a param, a row of the table).
+/// The share of corgipile.max_model_memory of each process of a training with `workers`
+/// parallel workers: every process (the leader and each worker) holds its own copy of the
+/// model, and the setting bounds the training, whatever its processes.
+pub fn model_bytes_for(workers: u32) -> u64 {
+    max_model_bytes() / (u64::from(workers) + 1)
+}
+
+/// Raise unless a model of `n_features` × `n_outputs` fits `limit_bytes` (corgipile.max_model_memory,
+/// or a parallel training's share of it: `model_bytes_for`) and the catalog. `source` says
+/// where the size comes from (a param, a row of the table).
 pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, source: &str) {
     use corgipile_ml::limits::{check_model_size, pretty_pair, ModelSizeError, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;
@@ -54,12 +62,21 @@ pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, sourc
     match check_model_size(n_features, n_outputs, limit_bytes) {
         Ok(()) => {}
         Err(ModelSizeError::Memory { bytes, limit }) => {
-            let (bytes, limit) = pretty_pair(bytes, limit);
+            let total = max_model_bytes();
+            // A parallel training's share is total / (workers + 1), rounded down.
+            let processes = total / limit.max(1);
+            let what = if processes >= 2 {
+                let (share, total) = pretty_pair(limit, total);
+                format!("its share of corgipile.max_model_memory ({share} of {total}: each of the training's {processes} processes holds its own copy)")
+            } else {
+                format!("corgipile.max_model_memory ({})", pretty_pair(bytes, limit).1)
+            };
+            let bytes = pretty_pair(bytes, limit).0;
             crate::error::raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("a model of {shape} ({source}) needs {bytes} of memory to train, more than corgipile.max_model_memory ({limit})"),
-            Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, or ask a superuser to raise corgipile.max_model_memory.".into()),
-        )
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("a model of {shape} ({source}) needs {bytes} of memory to train, more than {what}"),
+                Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, fewer \"workers\", or ask a superuser to raise corgipile.max_model_memory.".into()),
+            )
         }
         Err(ModelSizeError::Weights { weights }) => crate::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,

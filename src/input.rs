@@ -44,6 +44,8 @@ pub enum Tabular<'a> {
         options: &'a PreprocessOptions,
         normalize: bool,
         max_categories: u32,
+        /// The training's share of corgipile.max_model_memory (see `guc::model_bytes_for`).
+        max_model_bytes: u64,
     },
     Stored(&'a Preprocessor),
 }
@@ -603,6 +605,7 @@ unsafe fn tabular_columns(
         Tabular::Train {
             options,
             max_categories,
+            max_model_bytes,
             ..
         } => {
             if let Some(unknown) = options.keys().find(|k| !names.contains(k)) {
@@ -616,7 +619,7 @@ unsafe fn tabular_columns(
             crate::guc::check_model_size(
                 ColumnPlan::fixed_width(&plans) as u64,
                 1,
-                crate::guc::max_model_bytes(),
+                max_model_bytes,
                 "the feature columns (one per number, and the buckets of hashed columns)",
             );
             PreprocessSpec::Learn {

@@ -21,7 +21,7 @@ use corgipile_ml::limits::pretty_bytes;
 use corgipile_ml::params::parse_bytes;
 use corgipile_ml::shuffle::{pile_count, PileShuffler};
 use pgrx::prelude::*;
-use pgrx::{check_for_interrupts, pg_guard, PgMemoryContexts, PgRelation, PgSqlErrorCode};
+use pgrx::{check_for_interrupts, pg_guard, PgMemoryContexts, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
 const KEYS: [&str; 3] = ["seed", "memory", "columns"];
@@ -124,7 +124,11 @@ fn parse_params(json: &serde_json::Value) -> ShuffleParams {
 /// Creates table `target` holding every row of `source` visible to this statement exactly once,
 /// in a uniformly random order; returns the number of rows.
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_shuffle(source: PgRelation, target: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+fn corgipile_shuffle(
+    source: crate::decode::RelationArg,
+    target: &str,
+    params: default!(ParamsArg, "'{}'"),
+) -> i64 {
     let p = parse_params(&params.0);
     check_writable(c"corgipile_shuffle()");
     // SAFETY: catalog lookups, SPI and executor calls on the backend thread inside a

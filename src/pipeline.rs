@@ -32,6 +32,11 @@ pub struct PipelineConfig {
     pub relation: String,
     /// Column lists (`FeatureLayout::Tabular`): how the columns become features.
     pub preprocess: Option<PreprocessSpec>,
+    /// A local partition of a sharded table, read through the partitioned table: BlockShuffle
+    /// reads this leaf only, with the privileges and row-level security of the parent (as a
+    /// SELECT on the parent reads its partitions), never the partition's own.
+    #[serde(default)]
+    pub leaf: Option<u32>,
 }
 
 /// The preprocessing of a column list.

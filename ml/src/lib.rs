@@ -18,6 +18,7 @@
 //! - [`shuffle`]: block orders, tuple shuffles and the baselines' buffers.
 //! - [`stats`]: feature statistics, standardization and balanced class weights.
 //! - [`trainer`]: the SGD [`Trainer`] (label mapping, lazy regularization, mini-batches).
+//! - [`wire`]: JSON from other processes and servers, parsed within a memory bound.
 
 pub mod arena;
 pub mod limits;
@@ -29,6 +30,7 @@ pub mod scoring;
 pub mod shuffle;
 pub mod stats;
 pub mod trainer;
+pub mod wire;
 
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};
 pub use metrics::{

@@ -171,6 +171,16 @@ pub struct BinaryPart {
     bins: Vec<(u32, u64, u64)>,
 }
 
+impl BinaryPart {
+    /// Why this part (from another server) cannot be merged: a bin out of range.
+    pub fn check(&self) -> Result<(), String> {
+        match self.bins.iter().find(|b| b.0 as usize >= AUC_BINS) {
+            Some(b) => Err(format!("a score histogram bin {} beyond {AUC_BINS}", b.0)),
+            None => Ok(()),
+        }
+    }
+}
+
 impl BinaryMetrics {
     pub fn new() -> Self {
         BinaryMetrics {
@@ -220,11 +230,12 @@ impl BinaryMetrics {
     }
 
     /// Adds another part's rows (histogram metrics only; bins out of range are ignored).
+    /// Counts saturate: a part from another server is not trusted to keep them small.
     pub fn merge(&mut self, part: &BinaryPart) {
-        self.tp += part.tp;
-        self.fp += part.fp;
-        self.tn += part.tn;
-        self.fn_ += part.fn_;
+        self.tp = self.tp.saturating_add(part.tp);
+        self.fp = self.fp.saturating_add(part.fp);
+        self.tn = self.tn.saturating_add(part.tn);
+        self.fn_ = self.fn_.saturating_add(part.fn_);
         self.log_loss_sum += part.log_loss_sum;
         self.all_have_prob &= part.all_have_prob;
         let histogram = self
@@ -233,8 +244,9 @@ impl BinaryMetrics {
             .expect("only histogram metrics are merged");
         for &(b, p, n) in &part.bins {
             if let Some(slot) = histogram.positive.get_mut(b as usize) {
-                *slot += p;
-                histogram.negative[b as usize] += n;
+                *slot = slot.saturating_add(p);
+                let slot = &mut histogram.negative[b as usize];
+                *slot = slot.saturating_add(n);
             }
         }
     }
@@ -392,6 +404,24 @@ impl MulticlassMetrics {
     }
 
     /// Adds another part's rows.
+    /// Classes counted.
+    pub fn n_classes(&self) -> usize {
+        self.tp.len()
+    }
+
+    /// Why this part (from another server) cannot be merged into metrics of `k` classes.
+    pub fn check(&self, k: usize) -> Result<(), String> {
+        if self.tp.len() != k || self.predicted.len() != k || self.actual.len() != k {
+            return Err(format!(
+                "metrics of {}/{}/{} classes for a model of {k}",
+                self.tp.len(),
+                self.predicted.len(),
+                self.actual.len()
+            ));
+        }
+        Ok(())
+    }
+
     pub fn merge(&mut self, other: &MulticlassMetrics) {
         let k = self.tp.len().max(other.tp.len());
         for v in [&mut self.tp, &mut self.predicted, &mut self.actual] {
@@ -404,11 +434,11 @@ impl MulticlassMetrics {
             .zip(&other.actual)
             .enumerate()
         {
-            self.tp[c] += tp;
-            self.predicted[c] += predicted;
-            self.actual[c] += actual;
+            self.tp[c] = self.tp[c].saturating_add(*tp);
+            self.predicted[c] = self.predicted[c].saturating_add(*predicted);
+            self.actual[c] = self.actual[c].saturating_add(*actual);
         }
-        self.n += other.n;
+        self.n = self.n.saturating_add(other.n);
         self.log_loss_sum += other.log_loss_sum;
         self.all_have_prob &= other.all_have_prob;
     }

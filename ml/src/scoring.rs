@@ -174,6 +174,28 @@ impl EvaluationPart {
     pub fn rows_scored(&self) -> u64 {
         self.scored
     }
+
+    /// Why this part (from another server) cannot be merged into an evaluation of a `kind`
+    /// model of `n_classes` classes: the metrics of another kind, or of another shape.
+    pub fn check(&self, kind: ModelKind, n_classes: usize) -> Result<(), String> {
+        let binary = matches!(kind, ModelKind::Svm | ModelKind::Logistic);
+        if self.binary.is_some() != binary
+            || self.multiclass.is_some() != (kind == ModelKind::Softmax)
+            || self.regression.is_some() != (kind == ModelKind::Linear)
+        {
+            return Err(format!(
+                "metrics of another kind of model than {}",
+                kind.name()
+            ));
+        }
+        if let Some(b) = &self.binary {
+            b.check()?;
+        }
+        if let Some(m) = &self.multiclass {
+            m.check(n_classes)?;
+        }
+        Ok(())
+    }
 }
 
 /// The metrics of a stored model on a table (corgipile_evaluate), one row at a time.
@@ -253,8 +275,8 @@ impl Evaluation {
         if let Some(r) = &part.regression {
             self.regression.merge(r);
         }
-        self.scored += part.scored;
-        self.unknown += part.unknown;
+        self.scored = self.scored.saturating_add(part.scored);
+        self.unknown = self.unknown.saturating_add(part.unknown);
     }
 
     /// Scores one row; a classifier's row whose label is not one of the model's classes is
@@ -297,6 +319,16 @@ impl Evaluation {
             _ => serde_json::to_value(self.binary_metrics.finish()),
         }
         .expect("metrics serialize");
+        if self.scored == 0 {
+            // No rows: no metric has a value (as an aggregate over no rows is NULL), rather
+            // than an accuracy of 0; counts stay (0).
+            if let Some(map) = report.as_object_mut() {
+                map.values_mut()
+                    .filter(|v| v.is_f64())
+                    .for_each(|v| *v = Value::Null);
+            }
+            report["note"] = json!("no rows to score");
+        }
         report["rows_scored"] = json!(self.scored);
         report["rows_skipped"] = json!(rows_skipped_by_reader + self.unknown);
         if self.unknown > 0 {
@@ -685,6 +717,9 @@ mod tests {
         }
         let only_unknown = sharded(&model, 2, labels, &[&unknown], &[0]);
         assert_eq!(only_unknown["n"], 0);
+        // Nothing scored: no accuracy (NULL), not 0.
+        assert_eq!(only_unknown["accuracy"], Value::Null);
+        assert_eq!(only_unknown["note"], "no rows to score");
         assert_eq!(
             only_unknown["rows_with_unknown_label"],
             unknown.len() as u64

@@ -121,7 +121,8 @@ pub(crate) fn merge_moments(
     if nb == 0 {
         return;
     }
-    let n = *na + nb;
+    // Saturating: counts from another server are not trusted to stay small.
+    let n = na.saturating_add(nb);
     let delta = mean_b - *mean_a;
     let (af, bf, nf) = (*na as f64, nb as f64, n as f64);
     *mean_a += delta * bf / nf;
@@ -226,7 +227,7 @@ impl FeatureStats {
             merge_moments(&mut a.seen, &mut a.mean, &mut a.m2, b.seen, b.mean, b.m2);
             a.max_abs = a.max_abs.max(b.max_abs);
         }
-        self.rows += other.rows;
+        self.rows = self.rows.saturating_add(other.rows);
         merge_moments(
             &mut self.label_n,
             &mut self.label_mean,
@@ -237,9 +238,39 @@ impl FeatureStats {
         );
         if let (Some(mine), Some(theirs)) = (&mut self.classes, &other.classes) {
             for (k, c) in theirs {
-                *mine.entry(*k).or_insert(0) += c;
+                let count = mine.entry(*k).or_insert(0);
+                *count = count.saturating_add(*c);
             }
         }
+    }
+
+    /// Why these statistics (from another server) cannot be merged: a value that is not
+    /// finite, a negative squared deviation, more values of a feature or classes than rows.
+    pub fn check(&self) -> Result<(), String> {
+        for (j, m) in self.features.iter().enumerate() {
+            if !(m.mean.is_finite() && m.m2.is_finite() && m.max_abs.is_finite())
+                || m.m2 < 0.0
+                || m.max_abs < 0.0
+                || m.seen > self.rows
+            {
+                return Err(format!("impossible statistics of feature {j}"));
+            }
+        }
+        if !(self.label_mean.is_finite() && self.label_m2.is_finite() && self.label_m2 >= 0.0)
+            || self.label_n > self.rows
+        {
+            return Err("impossible label statistics".into());
+        }
+        if let Some(classes) = &self.classes {
+            let total = classes
+                .values()
+                .try_fold(0u64, |a, &c| a.checked_add(c))
+                .ok_or("class counts beyond 2^64")?;
+            if total > self.rows || classes.keys().any(|&k| !f64::from_bits(k).is_finite()) {
+                return Err("impossible class counts".into());
+            }
+        }
+        Ok(())
     }
 
     /// Largest dimension seen (or given to `new`).

@@ -319,20 +319,34 @@ unsafe fn unreadable(kind: u8, am: pg_sys::Oid) -> Option<&'static str> {
 /// `include_children` every heap table of its partition or inheritance tree (partitioned
 /// tables themselves have no pages). Leaves are locked as a SELECT on the parent locks them;
 /// privileges and row-level security are the parent's, checked by the executor already.
+///
+/// `only_leaf`: read that one leaf of the tree (a local partition of a sharded table; the
+/// others, foreign ones among them, are not opened).
 unsafe fn open_leaves(
     rel: pg_sys::Relation,
     scan_slot: *mut pg_sys::TupleTableSlot,
     include_children: bool,
+    only_leaf: Option<u32>,
     relname: &str,
 ) -> Vec<Leaf> {
     // SAFETY: rel is the executor's open scan relation; rd_id/rd_rel are valid while it is open.
     let relid = (*rel).rd_id;
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    let oids = if include_children {
+    let mut oids = if include_children {
         all_inheritors(relid, lock)
     } else {
         vec![relid]
     };
+    if let Some(leaf) = only_leaf {
+        oids.retain(|&oid| u32::from(oid) == leaf);
+        if oids.is_empty() {
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+                format!("relation with OID {leaf} is no longer a partition of {relname}"),
+                None,
+            );
+        }
+    }
     let mut leaves = Vec::with_capacity(oids.len());
     for oid in oids {
         let leaf_rel = if oid == relid {
@@ -441,7 +455,13 @@ unsafe fn begin(
     // with the parent's columns. The projection and quals are then rebuilt, because their
     // compiled steps depend on the scan slot's type.
     let relname = config.relation.clone();
-    let mut leaves = open_leaves(rel, std::ptr::null_mut(), !config.params.only, &relname);
+    let mut leaves = open_leaves(
+        rel,
+        std::ptr::null_mut(),
+        !config.params.only,
+        config.leaf,
+        &relname,
+    );
     let converts = !(leaves.len() == 1 && leaves[0].rel == rel);
     let ops = if converts {
         &raw const pg_sys::TTSOpsVirtual

@@ -20,6 +20,7 @@ use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::EpochStats;
+use corgipile_ml::wire::{self, WireError};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use remote::Remote;
 use std::ffi::{CStr, CString};
@@ -173,7 +174,13 @@ pub unsafe fn describe(leaves: &[Leaf]) -> Vec<String> {
 
 enum Place {
     Local(pg_sys::Oid),
-    Remote { conn: Remote, table: String },
+    /// `call`: the round's SQL, the function qualified with the schema corgipile is installed
+    /// in on that server.
+    Remote {
+        conn: Remote,
+        table: String,
+        call: CString,
+    },
 }
 
 /// Where a round stands in the training, for corgipile.progress.
@@ -227,14 +234,15 @@ unsafe fn round(
     let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
     at.report(shards, &replies, sent, true);
     for shard in shards.iter_mut() {
-        if let Place::Remote { conn, table } = &mut shard.place {
+        if let Place::Remote { conn, table, call } = &mut shard.place {
             *bytes += request_json.len() as u64;
-            conn.send(
-                c"SELECT corgipile_shard_round($1::regclass, $2, $3::jsonb, $4)",
-                &[table, model, params_json, &request_json],
-            );
+            conn.send(call, &[table, model, params_json, &request_json]);
         }
     }
+    // A reply is parsed within corgipile.max_model_memory (it carries at most one model's
+    // worth of numbers) and checked against the request before it is used: it may come from
+    // code the shard's role wrote.
+    let limit = crate::guc::max_model_bytes();
     for (i, shard) in shards.iter_mut().enumerate() {
         if let Place::Local(oid) = shard.place {
             let started = Instant::now();
@@ -253,18 +261,16 @@ unsafe fn round(
             };
             if conn.ready() {
                 shard.seconds += sent.elapsed().as_secs_f64();
-                let text = conn.result().unwrap_or_default();
-                *bytes += text.len() as u64;
-                let reply: RoundReply = serde_json::from_str(&text).unwrap_or_else(|e| {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-                        format!(
-                            "shard server \"{}\" sent an answer corgipile cannot read: {e}",
-                            shard.name
-                        ),
-                        None,
-                    )
-                });
+                let parsed = conn
+                    .result_with(|text| {
+                        (text.len(), wire::parse_bounded::<RoundReply>(text, limit))
+                    })
+                    .unwrap_or((0, Err(WireError::Invalid("no answer".into()))));
+                *bytes += parsed.0 as u64;
+                let reply = parsed
+                    .1
+                    .and_then(|r| r.check(request).map(|()| r).map_err(WireError::Invalid))
+                    .unwrap_or_else(|e| bad_reply(&shard.name, e));
                 replies[i] = Some(reply);
             } else {
                 waiting = true;
@@ -281,6 +287,22 @@ unsafe fn round(
         .into_iter()
         .map(|r| r.expect("every shard answered"))
         .collect()
+}
+
+/// Raises for a shard's reply that could not be read or does not answer the request.
+fn bad_reply(shard: &str, e: WireError) -> ! {
+    match e {
+        WireError::TooLarge { .. } => raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("shard server \"{shard}\" sent an answer too large to read: {e} (corgipile.max_model_memory)"),
+            Some("A shard's answer carries one model or its statistics: raise corgipile.max_model_memory if the model is really that large.".into()),
+        ),
+        WireError::Invalid(why) => raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            format!("shard server \"{shard}\" sent an answer corgipile cannot use: {why}"),
+            Some("The shard must run corgipile's own corgipile_shard_round, of this version.".into()),
+        ),
+    }
 }
 
 /// Connects to every remote shard through its foreign server's user mapping and checks that it
@@ -315,7 +337,19 @@ unsafe fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
                     ),
                     Some(_) => {}
                 }
-                (conn.server.clone(), Place::Remote { conn, table })
+                let schema = conn
+                    .query(
+                        c"SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e
+                          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                          WHERE e.extname OPERATOR(pg_catalog.=) 'corgipile'",
+                        &[],
+                    )
+                    .unwrap_or_default();
+                let call = CString::new(format!(
+                    "SELECT {schema}.corgipile_shard_round($1::pg_catalog.regclass, $2::pg_catalog.text, $3::pg_catalog.jsonb, $4::pg_catalog.text)"
+                ))
+                .expect("a quoted identifier has no NUL");
+                (conn.server.clone(), Place::Remote { conn, table, call })
             }
         };
         shards.push(Shard {
@@ -382,7 +416,7 @@ pub unsafe fn evaluate(
         &mut bytes,
         &at,
     );
-    let mut rows_skipped = 0;
+    let mut rows_skipped = 0u64;
     for (reply, shard) in replies.iter().zip(&shards) {
         let Some(part) = &reply.evaluation else {
             raise(
@@ -392,7 +426,7 @@ pub unsafe fn evaluate(
             )
         };
         evaluation.merge(part);
-        rows_skipped += reply.rows_skipped;
+        rows_skipped = rows_skipped.saturating_add(reply.rows_skipped);
     }
     progress::finish();
     rows_skipped
@@ -449,9 +483,9 @@ pub unsafe fn train(
     );
     let mut stats: Option<FeatureStats> = None;
     let mut width: Option<(usize, &str)> = None;
-    let mut rows_skipped = 0;
+    let mut rows_skipped = 0u64;
     for (reply, shard) in replies.iter().zip(&shards) {
-        rows_skipped += reply.rows_skipped;
+        rows_skipped = rows_skipped.saturating_add(reply.rows_skipped);
         if let Some(w) = reply.width {
             match width {
                 Some((other, at)) if other != w => raise(
@@ -485,6 +519,13 @@ pub unsafe fn train(
         FeatureLayout::Sparse { n_features, .. } => n_features.unwrap_or(0) as usize,
         _ => width.map_or(stats.n_features(), |w| w.0),
     };
+    // The shards said how wide the rows are: the model must fit before it is allocated.
+    crate::guc::check_model_size(
+        n_features as u64,
+        1,
+        crate::guc::max_model_bytes(),
+        "the rows of the shards",
+    );
     let mut extras = TrainExtras::default();
     let mut train_config = params.train_config(kind);
     if params.normalize {
@@ -590,9 +631,9 @@ pub unsafe fn train(
                 avg_n += 1;
             }
             for (reply, shard) in replies.iter().zip(shards.iter_mut()) {
-                tuples += reply.tuples;
-                rows += reply.rows;
-                shard.tuples += reply.tuples;
+                tuples = tuples.saturating_add(reply.tuples);
+                rows = rows.saturating_add(reply.rows);
+                shard.tuples = shard.tuples.saturating_add(reply.tuples);
                 let t = reply.tuples as f64;
                 loss += reply.loss * t;
                 acc += reply.accuracy.unwrap_or(0.0) * t;

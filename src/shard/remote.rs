@@ -56,6 +56,7 @@ extern "C" {
     fn PQntuples(res: *const PGresult) -> c_int;
     fn PQgetisnull(res: *const PGresult, row: c_int, col: c_int) -> c_int;
     fn PQgetvalue(res: *const PGresult, row: c_int, col: c_int) -> *const c_char;
+    fn PQgetlength(res: *const PGresult, row: c_int, col: c_int) -> c_int;
     fn PQclear(res: *mut PGresult);
     fn PQgetCancel(conn: *mut PGconn) -> *mut PGcancel;
     fn PQcancel(cancel: *mut PGcancel, errbuf: *mut c_char, errbufsize: c_int) -> c_int;
@@ -78,6 +79,7 @@ const FDW_ONLY_OPTIONS: &[&str] = &[
     "keep_connections",
     "analyze_sampling",
     "password_required",
+    "use_scram_passthrough",
     "schema_name",
     "table_name",
 ];
@@ -97,7 +99,8 @@ unsafe fn c_text(p: *const c_char) -> String {
     }
 }
 
-/// `(name, value)` pairs of a DefElem list of string options.
+/// `(name, value)` pairs of a DefElem list of string options, values exactly as given (a
+/// password of blanks stays blanks: libpq sends it).
 unsafe fn options(list: *mut pg_sys::List) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if list.is_null() {
@@ -108,47 +111,78 @@ unsafe fn options(list: *mut pg_sys::List) -> Vec<(String, String)> {
             .ptr_value
             .cast::<pg_sys::DefElem>();
         let name = c_text((*def).defname);
-        let value = c_text(pg_sys::defGetString(def));
+        let value = CStr::from_ptr(pg_sys::defGetString(def))
+            .to_string_lossy()
+            .into_owned();
         out.push((name, value));
     }
     out
 }
 
+/// postgres_fdw's `password_required` of a user mapping (only a superuser can set it false).
+unsafe fn password_required(list: *mut pg_sys::List) -> bool {
+    if list.is_null() {
+        return true;
+    }
+    for i in 0..(*list).length {
+        let def = (*(*list).elements.add(i as usize))
+            .ptr_value
+            .cast::<pg_sys::DefElem>();
+        if CStr::from_ptr((*def).defname).to_bytes() == b"password_required" {
+            // SAFETY: defGetBoolean raises a proper ERROR for a value that is not a boolean.
+            return pg_sys::defGetBoolean(def);
+        }
+    }
+    true
+}
+
+/// What libpq would read, for a connection without a password of its own, from the server's
+/// environment rather than from the user mapping.
+const ENVIRONMENT_SECRETS: &[&str] = &["PGPASSWORD", "PGPASSFILE", "PGSERVICE", "PGSERVICEFILE"];
+
+/// A path that names no file, given to libpq as `passfile` on a non-superuser's connection so
+/// that it never reads the server OS user's ~/.pgpass.
+const NO_PASSFILE: &str = "/nonexistent/corgipile/no-passfile";
+
+fn refuse_credentials(name: &str, message: String, hint: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED,
+        format!("{message} (shard server \"{name}\")"),
+        Some(hint.into()),
+    )
+}
+
 impl Remote {
-    /// Connects to foreign server `server_oid` as the current user's user mapping says.
-    /// Non-superusers must connect with a password (as postgres_fdw requires), so that no role
-    /// can borrow the server's own credentials.
+    /// Connects to foreign server `server_oid` as the current user's user mapping says, under
+    /// postgres_fdw's rules for non-superusers (its check_conn_params and its check that the
+    /// password was used), and stricter: a non-superuser's connection never reads a password
+    /// from anywhere but the user mapping (no password file, no service file, no environment),
+    /// so that no role can borrow the server's own credentials. Then the remote session is
+    /// pinned (search_path = pg_catalog and the settings postgres_fdw pins) before anything
+    /// runs there.
     ///
     /// # Safety
     /// Backend thread, inside a transaction.
     pub unsafe fn connect(server_oid: pg_sys::Oid) -> Remote {
         let server = pg_sys::GetForeignServer(server_oid);
         let name = c_text((*server).servername);
-        let user = pg_sys::GetUserId();
-        let mapping = pg_sys::GetUserMapping(user, server_oid);
+        let mapping = pg_sys::GetUserMapping(pg_sys::GetUserId(), server_oid);
         let mut pairs: Vec<(String, String)> = options((*server).options)
             .into_iter()
             .chain(options((*mapping).options))
             .collect();
-        let password_required = !pairs
-            .iter()
-            .any(|(k, v)| k == "password_required" && v == "false");
         pairs.retain(|(k, _)| !FDW_ONLY_OPTIONS.contains(&k.as_str()));
+        // As postgres_fdw: the rules apply unless the user mapping's role is a superuser (for a
+        // PUBLIC mapping, the current user).
+        let superuser = pg_sys::superuser_arg((*mapping).userid);
+        if !superuser {
+            check_credentials(&name, &pairs, password_required((*mapping).options));
+            pairs.push(("passfile".into(), NO_PASSFILE.into()));
+        }
         if !pairs.iter().any(|(k, _)| k == "connect_timeout") {
             pairs.push(("connect_timeout".into(), "10".into()));
         }
         pairs.push(("fallback_application_name".into(), "corgipile".into()));
-        let superuser = pg_sys::superuser();
-        if !superuser && password_required && !pairs.iter().any(|(k, _)| k == "password") {
-            raise(
-                PgSqlErrorCode::ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED,
-                format!("password is required to train on shard server \"{name}\""),
-                Some(
-                    "Non-superusers must give a password in the user mapping, as for postgres_fdw."
-                        .into(),
-                ),
-            );
-        }
         let keys: Vec<CString> = pairs
             .iter()
             .map(|(k, _)| CString::new(k.as_str()).expect("no NUL in an option"))
@@ -221,17 +255,28 @@ impl Remote {
                 Some("Check that the server runs and that the foreign server and user mapping options are right.".into()),
             );
         }
-        if !superuser && password_required && PQconnectionUsedPassword(conn) == 0 {
-            raise(
-                PgSqlErrorCode::ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED,
-                format!("shard server \"{name}\" did not ask for the user mapping's password"),
-                Some("Non-superusers may only connect with password authentication, as for postgres_fdw.".into()),
+        if !superuser
+            && password_required((*mapping).options)
+            && PQconnectionUsedPassword(conn) == 0
+        {
+            refuse_credentials(
+                &name,
+                "the shard server did not ask for the user mapping's password".into(),
+                "Non-superusers may only connect with password authentication, as for postgres_fdw: change the shard server's authentication method, or have a superuser set password_required 'false' on the user mapping.",
             );
         }
-        // If this session is gone (ERROR, FATAL, crash) while a round runs there, the shard
-        // notices the closed connection within a second and ends the round.
+        // Before anything else runs there: the remote session's settings as postgres_fdw pins
+        // them, so that nothing the remote role or the server's options chose (a search_path
+        // with the role's own functions first) changes what corgipile's calls mean. And if this
+        // session is gone (ERROR, FATAL, crash) while a round runs there, the shard notices
+        // the closed connection within a second and ends the round.
         remote.query(
-            c"SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false)",
+            c"SELECT pg_catalog.set_config('search_path', 'pg_catalog', false),
+                     pg_catalog.set_config('timezone', 'UTC', false),
+                     pg_catalog.set_config('datestyle', 'ISO', false),
+                     pg_catalog.set_config('intervalstyle', 'postgres', false),
+                     pg_catalog.set_config('extra_float_digits', '3', false),
+                     pg_catalog.set_config('client_connection_check_interval', '1000', false)",
             &[],
         );
         remote
@@ -270,8 +315,17 @@ impl Remote {
     }
 
     /// The first column of the result's single row (NULL → None); a remote ERROR is raised
-    /// here, naming the server, with the remote SQLSTATE. Call once `ready`.
+    /// here, naming the server, with the remote SQLSTATE. Call once `ready`. For short values
+    /// (a version, a schema name): the text is copied.
     pub unsafe fn result(&mut self) -> Option<String> {
+        self.result_with(|bytes| String::from_utf8_lossy(bytes).trim_end().to_string())
+    }
+
+    /// As `result`, but hands the value's bytes, in libpq's buffer, to `read` (which must not
+    /// raise: it returns what to raise) instead of copying them: a reply of any size costs no
+    /// memory here beyond what libpq already holds.
+    pub unsafe fn result_with<T>(&mut self, read: impl FnOnce(&[u8]) -> T) -> Option<T> {
+        let mut read = Some(read);
         let mut value = None;
         let mut error: Option<(String, String, Option<String>)> = None;
         loop {
@@ -281,7 +335,13 @@ impl Remote {
             }
             if PQresultStatus(res) == PGRES_TUPLES_OK {
                 if PQntuples(res) == 1 && PQgetisnull(res, 0, 0) == 0 {
-                    value = Some(c_text(PQgetvalue(res, 0, 0)));
+                    if let Some(read) = read.take() {
+                        let len = PQgetlength(res, 0, 0).max(0) as usize;
+                        // SAFETY: libpq's value of `len` bytes, valid until PQclear below.
+                        let bytes =
+                            std::slice::from_raw_parts(PQgetvalue(res, 0, 0).cast::<u8>(), len);
+                        value = Some(read(bytes));
+                    }
                 }
             } else if error.is_none() {
                 let hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
@@ -325,6 +385,48 @@ impl Remote {
             ),
             None,
         )
+    }
+}
+
+/// Raises unless a non-superuser's connection options may be used: postgres_fdw's
+/// check_conn_params (a non-empty password, unless a superuser set password_required false on
+/// the mapping), plus: no passfile or service file the role chose, and no password from the
+/// server's environment.
+fn check_credentials(name: &str, pairs: &[(String, String)], password_required: bool) {
+    if let Some((key, _)) = pairs
+        .iter()
+        .find(|(k, _)| k == "passfile" || k == "service")
+    {
+        refuse_credentials(
+            name,
+            format!("non-superusers may not train through a foreign server or user mapping with a \"{key}\" option"),
+            "A password file or service file is the server's, not the role's: give the password in the user mapping, or ask a superuser to remove the option.",
+        );
+    }
+    // Exactly as libpq reads it: an empty password is no password (it then falls back on
+    // the password file and the environment); blanks are a password.
+    let has_password = pairs.iter().any(|(k, v)| k == "password" && !v.is_empty());
+    if has_password {
+        return;
+    }
+    if password_required {
+        refuse_credentials(
+            name,
+            "password is required to train on a shard server".into(),
+            "Non-superusers must give a non-empty password in the user mapping, as for postgres_fdw.",
+        );
+    }
+    // password_required 'false' (a superuser's choice): libpq must still not find a password
+    // in the server's environment.
+    if let Some(var) = ENVIRONMENT_SECRETS
+        .iter()
+        .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+    {
+        refuse_credentials(
+            name,
+            format!("the server's environment sets {var}, which a connection without a password would use"),
+            "Give the password in the user mapping, or remove the variable from the server's environment.",
+        );
     }
 }
 

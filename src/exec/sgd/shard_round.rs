@@ -75,6 +75,150 @@ pub struct RoundReply {
     pub evaluation: Option<EvaluationPart>,
 }
 
+/// Every float finite.
+fn all_finite(values: &[f64]) -> bool {
+    values.iter().all(|v| v.is_finite())
+}
+
+impl TrainExtras {
+    /// Why these (from a coordinator) cannot be trained with for `n_features` features.
+    fn check(&self, n_features: usize) -> Result<(), String> {
+        if let Some(s) = &self.standardizer {
+            if s.mean.len() != n_features || s.scale.len() != n_features {
+                return Err(format!(
+                    "a standardizer of {}/{} features for a model of {n_features}",
+                    s.mean.len(),
+                    s.scale.len()
+                ));
+            }
+            if !all_finite(&s.mean) || !s.scale.iter().all(|v| v.is_finite() && *v > 0.0) {
+                return Err("a standardizer with values that are not finite".into());
+            }
+        }
+        if let Some(w) = &self.class_weights {
+            if w.len() != 2 || !w.iter().all(|v| v.is_finite() && *v > 0.0) {
+                return Err("class weights other than two positive numbers".into());
+            }
+        }
+        if let Some((neg, pos)) = self.label_values {
+            if !neg.is_finite() || !pos.is_finite() || neg == pos {
+                return Err("label values that are not two distinct numbers".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RoundRequest {
+    /// Why this request cannot be run for a model of `outputs` outputs: shapes that do not
+    /// match, values that are not finite. Whoever calls corgipile_shard_round may have
+    /// written it, so nothing in it is trusted. (Its size was bounded when it was parsed, and
+    /// `n_features` is checked against corgipile.max_model_memory by the caller.)
+    pub fn check(&self, outputs: usize) -> Result<(), String> {
+        if self.rounds == 0 || self.round >= self.rounds || self.epoch == 0 {
+            return Err(format!(
+                "round {} of {} in epoch {}",
+                self.round, self.rounds, self.epoch
+            ));
+        }
+        if self.phase == Phase::Train {
+            let weights = self.n_features.checked_mul(outputs);
+            if self.n_features == 0
+                || weights != Some(self.weights.len())
+                || self.bias.len() != outputs
+            {
+                return Err(format!(
+                    "a model of {} weights and {} biases for {} features",
+                    self.weights.len(),
+                    self.bias.len(),
+                    self.n_features
+                ));
+            }
+            if !all_finite(&self.weights) || !all_finite(&self.bias) {
+                return Err("weights that are not finite".into());
+            }
+            self.extras.check(self.n_features)?;
+        }
+        if (self.phase == Phase::Evaluate) != self.evaluate.is_some() {
+            return Err("a model to evaluate in another phase, or none to evaluate".into());
+        }
+        Ok(())
+    }
+}
+
+impl RoundReply {
+    /// Why this reply (from a shard server: maybe from code its role wrote) does not answer
+    /// `request`: another shape than asked for, values that are not finite, impossible
+    /// counts. Sizes were bounded when it was parsed.
+    pub fn check(&self, request: &RoundRequest) -> Result<(), String> {
+        // More rows than one PostgreSQL table can hold (2^32 pages of at most 291 tuples).
+        const MAX_ROWS: u64 = 1 << 41;
+        if self.rows > MAX_ROWS || self.rows_skipped > MAX_ROWS {
+            return Err(format!(
+                "{} rows and {} skipped rows",
+                self.rows, self.rows_skipped
+            ));
+        }
+        match request.phase {
+            Phase::Statistics => {
+                if let Some(stats) = &self.stats {
+                    stats.check()?;
+                    if stats.rows() != self.rows {
+                        return Err("statistics of another number of rows".into());
+                    }
+                    if self.width.is_some_and(|w| w != stats.n_features()) {
+                        return Err("a row width other than its statistics'".into());
+                    }
+                } else if self.rows > 0 || self.width.is_some() {
+                    return Err("rows without statistics".into());
+                }
+                if !self.weights.is_empty() || !self.bias.is_empty() || self.evaluation.is_some() {
+                    return Err("a model or metrics where statistics were asked for".into());
+                }
+            }
+            Phase::Train => {
+                if self.weights.len() != request.weights.len()
+                    || self.bias.len() != request.bias.len()
+                {
+                    return Err(format!(
+                        "a model of {} weights and {} biases, where {} and {} were sent",
+                        self.weights.len(),
+                        self.bias.len(),
+                        request.weights.len(),
+                        request.bias.len()
+                    ));
+                }
+                if !all_finite(&self.weights) || !all_finite(&self.bias) {
+                    return Err("weights that are not finite".into());
+                }
+                let metric_ok = |m: Option<f64>, lo: f64, hi: f64| {
+                    m.is_none_or(|v| v.is_finite() && (lo..=hi).contains(&v))
+                };
+                if !self.loss.is_finite()
+                    || self.loss < 0.0
+                    || self.tuples > self.rows
+                    || !metric_ok(self.accuracy, 0.0, 1.0)
+                    || !metric_ok(self.r2, f64::NEG_INFINITY, 1.0)
+                {
+                    return Err("impossible loss, metrics or tuple counts".into());
+                }
+                if self.stats.is_some() || self.width.is_some() || self.evaluation.is_some() {
+                    return Err("statistics or metrics where a model was asked for".into());
+                }
+            }
+            Phase::Evaluate => {
+                let Some(part) = &self.evaluation else {
+                    return Err("no evaluation".into());
+                };
+                if let Some(model) = &request.evaluate {
+                    part.check(model.model.kind, model.classes.len())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One shard call.
 pub struct ShardRound {
     pub request: RoundRequest,

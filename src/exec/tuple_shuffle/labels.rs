@@ -4,12 +4,15 @@
 
 use super::TupleShuffle;
 use crate::classes::UNKNOWN_CLASS;
-use crate::decode::format_tid;
+use crate::decode::{format_tid, LabelKind};
 use crate::error::raise;
 use crate::pipeline::{FeatureLayout, LabelCoding, Mode};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::trainer::MAX_CLASSES;
 use pgrx::{pg_sys, FromDatum, PgSqlErrorCode};
+
+/// 2^53: every integer up to it is exactly one float8.
+const EXACT_LABEL_LIMIT: f64 = 9_007_199_254_740_992.0;
 
 impl TupleShuffle {
     /// The f64 the trainer sees for this label datum (a value or a class index).
@@ -28,11 +31,26 @@ impl TupleShuffle {
             }
             v
         };
-        let class = match self.config.label {
-            LabelCoding::Value(kind) => return finite(kind.to_f64(datum)),
-            LabelCoding::ClassOfValue(kind) => {
-                self.classes.index_of_number(finite(kind.to_f64(datum)))
+        // A classifier's labels are told apart as float8: two bigint or numeric labels beyond
+        // 2^53 can be the same float8 and would silently become one class.
+        let class_value = |kind: LabelKind, v: f64| -> f64 {
+            if matches!(kind, LabelKind::Int8 | LabelKind::Float8) && v.abs() >= EXACT_LABEL_LIMIT {
+                raise(
+                    PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+                    format!("row at ctid {}: label {v} is at or beyond 2^53, where different numbers can become the same float8", format_tid(tid)),
+                    Some("Classifier labels are classes: give them as integers of magnitude below 2^53, or as text (e.g. train on a view or copy with label::text).".into()),
+                );
             }
+            v
+        };
+        let class = match self.config.label {
+            LabelCoding::Value(kind) if self.config.model.is_classifier() => {
+                return class_value(kind, finite(kind.to_f64(datum)))
+            }
+            LabelCoding::Value(kind) => return finite(kind.to_f64(datum)),
+            LabelCoding::ClassOfValue(kind) => self
+                .classes
+                .index_of_number(class_value(kind, finite(kind.to_f64(datum)))),
             LabelCoding::ClassOfText => {
                 // SAFETY: the label column was cast to text in the query; the datum is non-NULL.
                 let text = <&str as FromDatum>::from_datum(datum, false).unwrap_or("");
