@@ -519,7 +519,10 @@ def test_statement_timeout_stops_parallel_training(dsn, tables):
 
 def test_terminating_one_parallel_worker_fails_the_training_not_the_server(dsn, tables):
     with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        # A crash restart keeps pg_postmaster_start_time() on PostgreSQL 15; it starts a new
+        # checkpointer (and kills this idle session).
         started_at = scalar(killer, "SELECT pg_postmaster_start_time()")
+        checkpointer = scalar(killer, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'")
         before = models_count(killer)
         pid = victim.info.backend_pid
         t, result = start_training(victim, "par_blobs", "svm", {**LONG, "workers": 2})
@@ -547,6 +550,7 @@ def test_terminating_one_parallel_worker_fails_the_training_not_the_server(dsn, 
         assert "value" not in result
         # The server did not restart, other sessions go on working, no worker is left.
         assert scalar(killer, "SELECT pg_postmaster_start_time()") == started_at
+        assert scalar(killer, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'") == checkpointer
         assert scalar(killer, "SELECT 1") == 1
         assert parallel_workers(killer, pid) == []
         assert models_count(killer) == before
@@ -592,3 +596,32 @@ def test_progress_shows_one_row_for_a_parallel_training(dsn, tables):
             assert row[0] == pid and row[1] == "par_blobs" and row[2] == "svm" and row[5] == 1_000_000, row
         assert observer.execute("SELECT count(*) FROM corgipile.progress WHERE datname = current_database()"
                                 ).fetchone()[0] == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# corgipile.max_model_memory bounds the training, whatever its processes
+
+
+def test_max_model_memory_bounds_all_processes_together(dsn, tables):
+    """Every process of a parallel training holds its own model, so the setting is shared:
+    a model that fits alone is refused with two workers (three copies) before a row is read,
+    with a message that says why; the same model trains with one process."""
+    # 100,000 sparse features: 7.2 MB to train one copy (model_memory_bytes: 72 bytes a feature).
+    params = {"epochs": 1, "features": {"indices": "idx", "values": "val"}, "n_features": 100_000,
+              "verbose": False}
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SET corgipile.max_model_memory = '16MB'")
+        before = models_count(c)
+        alone = train(c, "par_sparse", "svm", params)
+        assert alone is not None
+        with pytest.raises(E.ProgramLimitExceeded) as err:
+            train(c, "par_sparse", "svm", {**params, "workers": 2})
+        message = err.value.diag.message_primary
+        assert "its share of corgipile.max_model_memory" in message, message
+        assert "3 processes" in message, message
+        assert "workers" in err.value.diag.message_hint
+        with pytest.raises(E.ProgramLimitExceeded):
+            train(c, "par_sparse", "svm", {**params, "n_features": 300_000})
+        assert models_count(c) == before + 1
+        # A model that fits three times trains with two workers.
+        assert train(c, "par_sparse", "svm", {**params, "n_features": 50_000, "workers": 2}) is not None

@@ -327,6 +327,61 @@ def test_predict_deleted_model(conn, tables):
     expect_error(conn, E.UndefinedObject, "SELECT corgipile_predict(%s, ARRAY[1,2,3,4]::float8[])", (model_id,))
 
 
+@pytest.mark.parametrize("call", [
+    "SELECT corgipile_train(%s::oid::regclass, 'svm', '{\"epochs\": 1}')",
+    "SELECT corgipile_explain(%s::oid::regclass, 'svm', '{\"epochs\": 1}')",
+    "SELECT count(*) FROM corgipile_trace(%s::oid::regclass, '{}')",
+])
+@pytest.mark.parametrize("oid", [0, 4294967295])
+def test_an_oid_that_names_no_relation_is_undefined_table(conn, call, oid):
+    # Not an internal error (XX000) from opening the relation.
+    err = expect_error(conn, E.UndefinedTable, call, (oid,))
+    assert f"relation with OID {oid} does not exist" in err.diag.message_primary
+
+
+def test_huge_params_document_is_refused_before_it_is_parsed(conn):
+    # 4 MB of JSON numbers would be ~100 MB as parsed values: refused by size (54000), and a
+    # document just under the limit is read (its unknown key is the error).
+    big = "[" + ",".join(["0"] * 2_000_000) + "]"
+    err = expect_error(conn, E.ProgramLimitExceeded,
+                       "SELECT corgipile_train('t', 'svm', jsonb_build_object('x', %s::jsonb))", (big,))
+    assert "at most 1048576" in err.diag.message_primary
+    small = "[" + ",".join(["0"] * 100_000) + "]"
+    err = expect_error(conn, E.InvalidParameterValue,
+                       "SELECT corgipile_train('t', 'svm', jsonb_build_object('x', %s::jsonb))", (small,))
+    assert '"x"' in err.diag.message_primary
+
+
+@pytest.mark.parametrize("ltype", ["bigint", "numeric"])
+@pytest.mark.parametrize("model", ["svm", "softmax"])
+def test_classifier_labels_beyond_2_53_are_refused_not_merged(conn, ltype, model):
+    # 2^53 and 2^53 + 1 are one float8: as classes they would silently become one.
+    conn.execute(f"DROP TABLE IF EXISTS l_big; CREATE TABLE l_big (features float8[], label {ltype})")
+    conn.execute("""INSERT INTO l_big SELECT ARRAY[random(), random()], 9007199254740992 + (i % 2)
+                    FROM generate_series(1, 200) i""")
+    err = expect_train_error(conn, E.NumericValueOutOfRange, "l_big", model)
+    assert "2^53" in err.diag.message_primary
+    # Below 2^53 every integer is its own float8: the same labels shifted down train.
+    conn.execute("UPDATE l_big SET label = label - 2")
+    model_id = train(conn, "l_big", model, {"epochs": 1, "verbose": False})
+    classes = scalar(conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (model_id,))
+    assert sorted(float(c) for c in classes) == [9007199254740990.0, 9007199254740991.0], classes
+    # A regression label is a value, not a class: large values are fine.
+    conn.execute("UPDATE l_big SET label = label + 1e6")
+    assert train(conn, "l_big", "linear", {"epochs": 1, "verbose": False}) is not None
+    conn.execute("DROP TABLE l_big")
+
+
+def test_evaluate_on_no_rows_reports_null_metrics_not_zero(conn):
+    model_id = train(conn, "t", "svm", {"epochs": 1, "verbose": False})
+    report = scalar(conn, "SELECT corgipile_evaluate(%s, 'empty')", (model_id,))
+    assert report["rows_scored"] == 0
+    assert report["accuracy"] is None, report
+    assert report["note"] == "no rows to score"
+    full = scalar(conn, "SELECT corgipile_evaluate(%s, 't')", (model_id,))
+    assert full["rows_scored"] == 1000 and 0 <= full["accuracy"] <= 1
+
+
 def test_no_crash_during_module(tables):
     # Checked last in this file (pytest runs tests in file order): no backend died on any of the above.
     with connect(tables) as c:
