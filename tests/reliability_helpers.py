@@ -108,9 +108,11 @@ def threads(pid):
 
 
 def server_crashes():
-    """Number of 'terminated by signal' lines in the server log (crash detector)."""
+    """Number of crash restarts in the server log: the postmaster reinitialises after any
+    backend dies abnormally (a signal, an abort, an unexpected exit code)."""
     try:
         with open(SERVER_LOG, errors="replace") as f:
-            return sum(1 for line in f if "terminated by signal" in line)
+            return sum(1 for line in f
+                       if "terminated by signal" in line or "all server processes terminated; reinitializing" in line)
     except OSError:
         return 0

@@ -90,13 +90,19 @@ def drop_role(admin, role):
 # the shared cluster
 
 
+CHECKPOINTER = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'"
+
+
 class Alive:
-    """The server is still the same one: the sentinel, a new connection, the start time."""
+    """The server is still the same one: the sentinel, a new connection, the start time and the
+    checkpointer's pid (a crash restart starts a new checkpointer; on PostgreSQL 15 it keeps
+    pg_postmaster_start_time())."""
 
     def __init__(self, dsn):
         self.dsn = dsn
         self.sentinel = connect(dsn)
         self.start = scalar(self.sentinel, "SELECT pg_postmaster_start_time()")
+        self.checkpointer = scalar(self.sentinel, CHECKPOINTER)
 
     def check(self):
         try:
@@ -106,6 +112,7 @@ class Alive:
         with connect(self.dsn) as c:
             assert scalar(c, "SELECT 1") == 1
             assert scalar(c, "SELECT pg_postmaster_start_time()") == self.start
+            assert scalar(c, CHECKPOINTER) == self.checkpointer, "a new checkpointer: the server restarted"
 
 
 @pytest.fixture(scope="module")

@@ -610,7 +610,15 @@ def test_max_model_memory_bounds_all_processes_together(dsn, tables):
     params = {"epochs": 1, "features": {"indices": "idx", "values": "val"}, "n_features": 100_000,
               "verbose": False}
     with psycopg.connect(dsn, autocommit=True) as c:
+        # Set by a superuser; the trainings run as an ordinary role, which cannot raise it.
+        c.execute("DROP ROLE IF EXISTS par_mem_user")
+        c.execute("CREATE ROLE par_mem_user")
+        c.execute("GRANT SELECT ON par_sparse TO par_mem_user")
+        c.execute("LOAD 'corgipile'")  # the setting exists (not a placeholder) in this session
         c.execute("SET corgipile.max_model_memory = '16MB'")
+        c.execute("SET ROLE par_mem_user")
+        with pytest.raises(E.InsufficientPrivilege):
+            c.execute("SET corgipile.max_model_memory = '1GB'")
         before = models_count(c)
         alone = train(c, "par_sparse", "svm", params)
         assert alone is not None
@@ -625,3 +633,7 @@ def test_max_model_memory_bounds_all_processes_together(dsn, tables):
         assert models_count(c) == before + 1
         # A model that fits three times trains with two workers.
         assert train(c, "par_sparse", "svm", {**params, "n_features": 50_000, "workers": 2}) is not None
+        c.execute("RESET ROLE")
+        c.execute("DELETE FROM corgipile.models WHERE trained_by = 'par_mem_user'")
+        c.execute("REVOKE ALL ON par_sparse FROM par_mem_user")
+        c.execute("DROP ROLE par_mem_user")
