@@ -748,9 +748,15 @@ impl Preprocessor {
     /// Reads a stored preprocessing; None if it is not one.
     pub fn from_json(v: &Value) -> Option<Preprocessor> {
         let p: Preprocessor = serde_json::from_value(v.clone()).ok()?;
-        // Offsets and widths must tile [0, n_features): a stored row is checked, not trusted.
+        p.is_sound().then_some(p)
+    }
+
+    /// Whether offsets and widths tile [0, n_features) and every column's arrays agree: a
+    /// preprocessing read from the catalog or from another server is checked, not trusted
+    /// (an encoder would otherwise write features beyond the model).
+    pub fn is_sound(&self) -> bool {
         let mut at = 0usize;
-        for c in &p.columns {
+        for c in &self.columns {
             let sound = match &c.encoding {
                 Encoding::Hash { buckets } => *buckets >= 1,
                 Encoding::Array { fill, mean, std } => {
@@ -759,14 +765,14 @@ impl Preprocessor {
                 _ => true,
             };
             if !sound || c.offset != at {
-                return None;
+                return false;
             }
-            at = at.checked_add(c.encoding.width())?;
+            match at.checked_add(c.encoding.width()) {
+                Some(next) => at = next,
+                None => return false,
+            }
         }
-        if at != p.n_features {
-            return None;
-        }
-        Some(p)
+        at == self.n_features
     }
 
     pub fn to_json(&self) -> Value {

@@ -91,12 +91,28 @@ pub struct Remote {
     busy: bool,
 }
 
+/// Most bytes of a remote server's message (or short value) corgipile copies: a hostile
+/// server can send anything.
+const MAX_REMOTE_TEXT: usize = 8192;
+
+/// A C string from libpq or a catalog, for messages: at most MAX_REMOTE_TEXT bytes of it.
 unsafe fn c_text(p: *const c_char) -> String {
     if p.is_null() {
         String::new()
     } else {
-        CStr::from_ptr(p).to_string_lossy().trim_end().to_string()
+        let bytes = CStr::from_ptr(p).to_bytes();
+        short_text(bytes)
     }
+}
+
+/// `bytes` as text, cut to MAX_REMOTE_TEXT bytes (with "…"), trailing blanks removed.
+fn short_text(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(MAX_REMOTE_TEXT)];
+    let mut text = String::from_utf8_lossy(cut).trim_end().to_string();
+    if cut.len() < bytes.len() {
+        text.push('…');
+    }
+    text
 }
 
 /// `(name, value)` pairs of a DefElem list of string options, values exactly as given (a
@@ -318,7 +334,7 @@ impl Remote {
     /// here, naming the server, with the remote SQLSTATE. Call once `ready`. For short values
     /// (a version, a schema name): the text is copied.
     pub unsafe fn result(&mut self) -> Option<String> {
-        self.result_with(|bytes| String::from_utf8_lossy(bytes).trim_end().to_string())
+        self.result_with(short_text)
     }
 
     /// As `result`, but hands the value's bytes, in libpq's buffer, to `read` (which must not

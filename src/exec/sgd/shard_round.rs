@@ -142,6 +142,20 @@ impl RoundRequest {
         if (self.phase == Phase::Evaluate) != self.evaluate.is_some() {
             return Err("a model to evaluate in another phase, or none to evaluate".into());
         }
+        if let Some(e) = &self.evaluate {
+            let m = &e.model;
+            if m.n_outputs == 0
+                || m.n_features.checked_mul(m.n_outputs) != Some(m.weights.len())
+                || m.bias.len() != m.n_outputs
+                || !all_finite(&m.weights)
+                || !all_finite(&m.bias)
+            {
+                return Err("a model to evaluate whose weights do not match its shape".into());
+            }
+            if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
+                return Err("a preprocessing whose columns do not tile its features".into());
+            }
+        }
         Ok(())
     }
 }
