@@ -509,13 +509,13 @@ fn corgipile_shard_round(
     let params = parse_params(&params);
     check_schema_version();
     // Whoever may call this function may have written the request: its size is bounded before
-    // it is parsed (by corgipile.max_model_memory, the memory of the model it carries), its
+    // it is parsed (four times corgipile.max_model_memory: it carries one model), its
     // shapes and values are checked before anything is allocated from them.
     let hint = || {
         Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
     };
     let request: RoundRequest =
-        wire::parse_bounded(request.as_bytes(), max_model_bytes()).unwrap_or_else(|e| match e {
+        wire::parse_bounded(request.as_bytes(), crate::guc::max_wire_bytes()).unwrap_or_else(|e| match e {
             wire::WireError::TooLarge { .. } => raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),

@@ -41,6 +41,13 @@ pub fn max_model_bytes() -> u64 {
     MAX_MODEL_MEMORY_KB.get().max(0) as u64 * 1024
 }
 
+/// The most a shard's request or reply may take to parse: four times corgipile.max_model_memory
+/// (it carries one model, or the statistics of its features: four numbers a feature, where
+/// the model counts 72 bytes a feature; see `corgipile_ml::wire` for what parsing is charged).
+pub fn max_wire_bytes() -> u64 {
+    max_model_bytes().saturating_mul(4)
+}
+
 /// The share of corgipile.max_model_memory of each process of a training with `workers`
 /// parallel workers: every process (the leader and each worker) holds its own copy of the
 /// model, and the setting bounds the training, whatever its processes.

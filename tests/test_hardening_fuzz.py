@@ -7,7 +7,13 @@ indices up to 2147483647, softmax models of up to 70,000 classes, batches of a m
 of a terabyte or 2^31 tuples, blocks of 2^31 pages, prediction vectors of up to 10^7 elements.
 Any clean ERROR is acceptable; an internal error (SQLSTATE XX000), a lost connection or a server
 restart is not. A restart is detected by an idle sentinel connection, pg_postmaster_start_time()
-and the server log."""
+and the server log (and, for the shard-request fuzzer, the checkpointer's pid).
+
+test_shard_round_requests_never_crash calls corgipile_shard_round (EXECUTE is granted to PUBLIC)
+directly with hostile requests: fixed cases (10^7 class values, a 2^62-feature model, 10^11
+features with 5e7 weights, 2e7 class weights, 10^6-deep nesting) then seeded random ones (huge
+arrays in weights, extras and evaluate models, odd counts, deep nesting, hostile params, random
+mutations of valid Statistics / Train / Evaluate requests), each within the statement timeout."""
 
 import json
 import math
@@ -741,3 +747,347 @@ def test_catalog_sized_softmax_survives_reset(cluster):
             ("coefficients", "SELECT count(*) FROM corgipile_model_coefficients(%s::bigint)", (m,)),
         ],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# corgipile_shard_round: hostile requests. EXECUTE on it is granted to PUBLIC (it reads only what
+# the caller may SELECT and stores nothing), so any role can send it any request text.
+# ---------------------------------------------------------------------------------------------
+
+SHARD_ROUND_SEED = int(os.environ.get("CORGIPILE_SHARD_ROUND_SEED", str(SEED + 1)))
+SHARD_ROUND_CASES = int(os.environ.get("CORGIPILE_SHARD_ROUND_CASES", "140"))
+SHARD_ROUND_BUDGET = 60.0  # seconds for the loop; it stops early (and says so) rather than overrun
+SHARD_ROUND_LIMIT = 20.0 + 10.0  # every call returns within the statement timeout (and some slack)
+SHARD_ROUND_SQL = "SELECT corgipile_shard_round(%s::regclass, %s, %s::jsonb, %s)"
+# JSON numbers a request may hold where a count or an index goes.
+ODD_NUMBERS = [-1, 0, 1, 2**31 - 1, 2**31, 2**32, 2**53, 2**62, 2**63 - 1, 2**63, 2**64 - 1, 2**64,
+               10**11, 10**30, -2**63, 1e308, -1e308, 1.5, 1e-320]
+
+
+class CheckpointerWatchdog(Watchdog):
+    """Watchdog plus the checkpointer's pid: on PostgreSQL 15 pg_postmaster_start_time() does not
+    change at a crash restart, the checkpointer (restarted with every other process) does."""
+
+    def connect(self):
+        super().connect()
+        self.checkpointer = self._checkpointer(self.sentinel)
+
+    @staticmethod
+    def _checkpointer(c):
+        return c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'").fetchone()[0]
+
+    def check(self):
+        problems = [p for p in [super().check()] if p]
+        try:
+            with self.cluster.connect() as c:
+                now = self._checkpointer(c)
+            if now != self.checkpointer:
+                problems.append(f"checkpointer pid changed: {self.checkpointer} -> {now}")
+        except psycopg.Error as e:
+            problems.append(f"cannot connect: {e!r}")
+        return "; ".join(problems) or None
+
+
+def json_array(n, item="0"):
+    """The text of a JSON array of n copies of `item` (built as text: n may be 5e7)."""
+    return "[]" if n <= 0 else "[" + (item + ",") * (n - 1) + item + "]"
+
+
+def with_raw(doc, raw):
+    """json.dumps(doc), then each "@@k@@" string replaced by the raw JSON text raw[k]."""
+    text = json.dumps(doc)
+    for k, fragment in enumerate(raw):
+        text = text.replace(f'"@@{k}@@"', fragment, 1)
+    return text
+
+
+class ShardRoundFuzz:
+    """Requests for corgipile_shard_round: valid ones (one per phase) and hostile variations."""
+
+    def __init__(self, cluster, rng):
+        self.rng = rng
+        with fz_connect(cluster) as c:
+            self.version = c.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'").fetchone()[0]
+            c.execute("DROP TABLE IF EXISTS sr_tab")
+            c.execute("""CREATE TABLE sr_tab AS SELECT i, random() + (i % 2) AS x1, random() AS x2,
+                                (ARRAY['red', 'green', 'blue', 'cyan'])[1 + i % 4] AS color, i % 2 AS label
+                         FROM generate_series(1, 400) i""")
+            model_id = c.execute("SELECT corgipile_train('sr_tab', 'logistic', %s)",
+                                 (Jsonb({"features": ["x1", "x2", "color"], "epochs": 1, "verbose": False,
+                                         "seed": 1}),)).fetchone()[0]
+        with cluster.connect() as admin:
+            kind, n_features, weights, bias, mapping, prep = admin.execute(
+                "SELECT model_type, n_features, weights, bias, label_mapping, preprocessing FROM corgipile.models "
+                "WHERE id = %s", (model_id,)).fetchone()
+        self.dense_table = Tables(cluster).dense()
+        base = {"version": self.version, "epoch": 1, "round": 0, "rounds": 1,
+                "extras": {"standardizer": None, "class_weights": None, "label_values": None}, "evaluate": None}
+        self.templates = {
+            "Statistics": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
+                           {**base, "phase": "Statistics", "n_features": 0, "weights": [], "bias": []}),
+            "Train": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
+                      {**base, "phase": "Train", "n_features": 4, "weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05],
+                       "extras": {"standardizer": {"mean": [0.5] * 4, "scale": [2.0] * 4, "center": True},
+                                  "class_weights": [1.0, 1.5], "label_values": [0.0, 1.0]}}),
+            "Evaluate": ("sr_tab", kind, {"features": ["x1", "x2", "color"], "label": "label", "only": True},
+                         {**base, "phase": "Evaluate", "n_features": n_features, "weights": [], "bias": [],
+                          "evaluate": {"model": {"kind": kind, "n_features": n_features, "n_outputs": 1,
+                                                 "weights": list(weights), "bias": list(bias)},
+                                       "classes": mapping.get("classes", []), "preprocessing": prep}}),
+        }
+
+    def template(self, phase=None):
+        phase = phase or self.rng.choice(list(self.templates))
+        table, model, params, request = self.templates[phase]
+        return table, model, json.loads(json.dumps(params)), json.loads(json.dumps(request))
+
+    def big(self, item="0"):
+        """A large array length: at most ~100 MB of text of `item`s."""
+        return min(self.rng.choice([10**5, 10**6, 10**7, 2 * 10**7, 5 * 10**7]), 10**8 // (len(item) + 1))
+
+    def fixed_cases(self):
+        """Cases every run makes, whatever the seed: (description, table, model, params, request)."""
+        out = []
+        table, model, params, req = self.template("Evaluate")
+        req["evaluate"]["classes"] = "@@0@@"  # 10^7 class values (40 MB)
+        out.append(({"kind": "fixed", "what": "evaluate with 10^7 classes"}, table, model, json.dumps(params),
+                    with_raw(req, [json_array(10**7, '"c"')])))
+        table, model, params, req = self.template("Evaluate")
+        req["evaluate"]["model"].update(n_features=2**62, weights=[])
+        out.append(({"kind": "fixed", "what": "evaluate model of 2^62 features"}, table, model, json.dumps(params),
+                    json.dumps(req)))
+        table, model, params, req = self.template("Train")
+        req.update(n_features=10**11, weights="@@0@@")
+        out.append(({"kind": "fixed", "what": "train 10^11 features, 5e7 weights (100 MB)"}, table, model,
+                    json.dumps(params), with_raw(req, [json_array(5 * 10**7)])))
+        table, model, params, req = self.template("Train")
+        req["extras"]["class_weights"] = "@@0@@"
+        out.append(({"kind": "fixed", "what": "2e7 class weights"}, table, model, json.dumps(params),
+                    with_raw(req, [json_array(2 * 10**7, "1.5")])))
+        table, model, params, req = self.template("Statistics")
+        out.append(({"kind": "fixed", "what": "request nested 10^6 deep"}, table, model, json.dumps(params),
+                     "[" * 10**6 + "]" * 10**6))
+        return out
+
+    def next_case(self):
+        """(description, table, model, params text, request text)."""
+        rng = self.rng
+        kind = rng.choice(["huge_weights", "n_features", "extras", "evaluate", "deep", "mutation", "mutation",
+                           "mutation", "counters", "params"])
+        table, model, params, req = self.template()
+        raw = []
+        desc = {"kind": kind, "phase": req["phase"]}
+        if kind == "huge_weights":
+            table, model, params, req = self.template("Train")
+            item = rng.choice(["0", "1e300", "-0.5"])
+            n = self.big(item)
+            req["n_features"] = rng.choice([n, 4, 2**62, 10**11])
+            raw.append(json_array(n, item))
+            req["weights"] = "@@0@@"
+            desc.update(phase="Train", weights=n, n_features=req["n_features"])
+        elif kind == "n_features":
+            req["n_features"] = rng.choice(ODD_NUMBERS)
+            if req["evaluate"] and rng.random() < 0.7:
+                req["evaluate"]["model"]["n_features"] = rng.choice(ODD_NUMBERS)
+                if rng.random() < 0.5:
+                    req["evaluate"]["model"]["weights"] = []
+            desc["n_features"] = req["n_features"]
+        elif kind == "extras":
+            table, model, params, req = self.template("Train")
+            n = self.big("0.5,2")  # the standardizer's two arrays together
+            what = rng.choice(["class_weights", "standardizer", "standardizer_mismatch", "label_values"])
+            if what == "class_weights":
+                raw.append(json_array(n, "1.5"))
+                req["extras"]["class_weights"] = "@@0@@"
+            elif what.startswith("standardizer"):
+                raw += [json_array(n, "0.5"), json_array(n if what == "standardizer" else 3, "2")]
+                req["extras"]["standardizer"] = {"mean": "@@0@@", "scale": "@@1@@", "center": True}
+                if rng.random() < 0.5:
+                    req["n_features"] = n
+            else:
+                req["extras"]["label_values"] = rng.choice([[1e308, -1e308], [0.0, 0.0], [1, 2, 3], [], None, "x"])
+            desc.update(phase="Train", extras=what, n=n)
+        elif kind == "evaluate":
+            table, model, params, req = self.template("Evaluate")
+            ev = req["evaluate"]
+            n = self.big("0.25")
+            what = rng.choice(["weights", "n_outputs", "classes", "categories", "prep_n_features", "prep_rows"])
+            if what == "weights":
+                raw.append(json_array(n, "0.25"))
+                ev["model"]["weights"] = "@@0@@"
+                ev["model"]["n_features"] = rng.choice([n, ev["model"]["n_features"], 2**62])
+            elif what == "n_outputs":
+                ev["model"]["n_outputs"] = rng.choice(ODD_NUMBERS)
+            elif what == "classes":
+                raw.append(json_array(n, '"c"'))
+                ev["classes"] = "@@0@@"
+            elif what == "categories":
+                # Every list inside the preprocessing becomes a list of n strings (or numbers); at
+                # most 2e6 each, so that all of them stay under ~100 MB.
+                n = min(n, 2 * 10**6)
+                def blow(node):
+                    if isinstance(node, dict):
+                        return {key: blow(v) for key, v in node.items()}
+                    if isinstance(node, list):
+                        raw.append(json_array(n, f'"cat{len(raw)}"') if not node or isinstance(node[0], str)
+                                   else json_array(n, "1"))
+                        return f"@@{len(raw) - 1}@@"
+                    return node
+                ev["preprocessing"]["columns"] = [blow(col) for col in ev["preprocessing"]["columns"]]
+            elif what == "prep_n_features":
+                ev["preprocessing"]["n_features"] = rng.choice(ODD_NUMBERS)
+            else:
+                ev["preprocessing"]["rows"] = rng.choice(ODD_NUMBERS)
+            desc.update(phase="Evaluate", evaluate=what, n=n)
+        elif kind == "deep":
+            depth = rng.choice([200, 10_000, 1_000_000])
+            nest = "[" * depth + "0" + "]" * depth
+            where = rng.choice(["weights", "extras", "request", "params"])
+            if where == "request":
+                desc.update(deep=where, depth=depth)
+                return desc, table, model, json.dumps(params), nest
+            if where == "params":
+                desc.update(deep=where, depth=depth)
+                return desc, table, model, '{"features": ' + nest + "}", json.dumps(req)
+            raw.append(nest)
+            req[where] = "@@0@@"
+            desc.update(deep=where, depth=depth)
+        elif kind == "counters":
+            for key in rng.sample(["epoch", "round", "rounds"], rng.randint(1, 3)):
+                req[key] = rng.choice(ODD_NUMBERS)
+            desc.update(epoch=req["epoch"], round=req["round"], rounds=req["rounds"])
+        elif kind == "params":
+            params[rng.choice(["n_features", "buffer_size", "block_size", "batch_size", "epochs", "sync",
+                               "label", "features", "workers"])] = rng.choice(
+                ODD_NUMBERS + ["1TB", "", "x" * 1000, {"indices": "features", "values": "features"}, [], None])
+            desc["params"] = params
+        else:  # random mutations of a valid request
+            desc["mutations"] = []
+            for _ in range(rng.randint(1, 4)):
+                desc["mutations"].append(self.mutate(req))
+            if rng.random() < 0.2:
+                model = rng.choice(["svm", "logistic", "linear", "softmax", "bogus"])
+                desc["model"] = model
+        return desc, table, model, json.dumps(params), with_raw(req, raw)
+
+    def mutate(self, doc):
+        """One random change somewhere in doc (in place); returns what it did."""
+        rng = self.rng
+        paths = []
+
+        def walk(node, path):
+            if isinstance(node, dict):
+                for key, v in node.items():
+                    paths.append(path + [key])
+                    walk(v, path + [key])
+            elif isinstance(node, list):
+                for i, v in enumerate(node[:8]):
+                    paths.append(path + [i])
+                    walk(v, path + [i])
+        walk(doc, [])
+        path = rng.choice(paths)
+        parent = doc
+        for p in path[:-1]:
+            parent = parent[p]
+        key = path[-1]
+        action = rng.choice(["replace", "replace", "replace", "delete", "add", "grow"])
+        if action == "delete":
+            del parent[key]
+        elif action == "add" and isinstance(parent, dict):
+            parent[rng.choice(["extra", "weights", "phase", "n_features", "evaluate"])] = rng.choice(ODD_NUMBERS)
+        elif action == "grow" and isinstance(parent[key], list):
+            parent[key] = parent[key] * rng.choice([2, 1000, 100_000])
+        elif rng.random() < 0.7 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
+            parent[key] = rng.choice(ODD_NUMBERS)  # same type: gets past the parser, reaches the checks
+        elif rng.random() < 0.7 and isinstance(parent[key], list):
+            parent[key] = [rng.choice(ODD_NUMBERS) for _ in parent[key]] + [rng.choice(ODD_NUMBERS)] * rng.randint(0, 2)
+        else:
+            parent[key] = rng.choice(ODD_NUMBERS + [None, True, "", "Train", "Evaluate", "Statistics", "x" * 10000,
+                                                    [], {}, [None], {"a": [1, 2]}, [[0.5]] * 3])
+        return f"{action} {'/'.join(map(str, path))}"
+
+
+def test_shard_round_requests_never_crash(cluster):
+    """corgipile_shard_round called directly by an ordinary role with hostile requests (sizes of
+    tens to a hundred MB: big weights arrays, n_features of 10^11 and 2^62, negative numbers, huge
+    class lists, category lists and standardizer arrays, an evaluate model with huge arrays, deep
+    nesting, random mutations of valid requests of every phase, hostile params). Any clean ERROR is
+    acceptable; XX000, a lost connection, a server restart (sentinel, checkpointer pid, the log's
+    crash lines) or a call running past the statement timeout is not."""
+    rng = random.Random(SHARD_ROUND_SEED)
+    fuzz = ShardRoundFuzz(cluster, rng)
+    watchdog = CheckpointerWatchdog(cluster)
+    conn = fz_connect(cluster)
+    internal, restarts, lost, slow, slowest = [], [], [], [], []
+    by_state = {}
+    stats = {"cases": 0, "ok": 0, "errors": 0}
+    started = time.monotonic()
+    try:
+        # The valid requests work: the fuzz starts from requests a coordinator would send.
+        for phase in fuzz.templates:
+            table, model, params, req = fuzz.template(phase)
+            reply = json.loads(conn.execute(SHARD_ROUND_SQL, (table, model, json.dumps(params),
+                                                              json.dumps(req))).fetchone()[0])
+            assert reply["rows"] > 0, (phase, reply)
+        fixed = fuzz.fixed_cases()
+        for case in range(SHARD_ROUND_CASES):
+            if time.monotonic() - started > SHARD_ROUND_BUDGET:
+                print(f"shard round fuzz: time budget reached after {case} cases")
+                break
+            desc, table, model, params, request = fixed.pop(0) if fixed else fuzz.next_case()
+            label = f"case {case}: {json.dumps(desc)[:300]} ({len(request)} bytes)"
+            stats["cases"] += 1
+            t0 = time.monotonic()
+            try:
+                conn.execute(SHARD_ROUND_SQL, (table, model, params, request)).fetchall()
+                stats["ok"] += 1
+            except psycopg.Error as e:
+                if conn.broken or conn.closed or e.sqlstate is None:
+                    lost.append(f"{label}: {e!r}")
+                else:
+                    stats["errors"] += 1
+                    entry = by_state.setdefault(e.sqlstate, [0, []])
+                    entry[0] += 1
+                    if len(entry[1]) < 3 and error_text(e)[:60] not in [m[:60] for m in entry[1]]:
+                        entry[1].append(error_text(e)[:140])
+                    if e.sqlstate.startswith("XX"):
+                        internal.append(f"{label}: {e.sqlstate} {error_text(e)[:300]}")
+            elapsed = time.monotonic() - t0
+            slowest.append((elapsed, case, desc["kind"], len(request)))
+            if elapsed > SHARD_ROUND_LIMIT:
+                slow.append(f"{label}: {elapsed:.1f} s")
+            problem = watchdog.check()
+            if problem:
+                restarts.append(f"{label}: {problem}")
+                watchdog.recover()
+            if problem or conn.broken or conn.closed:
+                try:
+                    conn.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                conn = fz_connect(cluster)
+            else:
+                assert conn.execute("SELECT 1").fetchone()[0] == 1, f"{label}: session unusable"
+    finally:
+        conn.close()
+        watchdog.close()
+    print(f"\nshard round fuzz: {stats['cases']} cases in {time.monotonic() - started:.1f} s: "
+          f"{stats['ok']} succeeded, {stats['errors']} clean errors")
+    for state, (count, texts) in sorted(by_state.items()):
+        print(f"  {state} x{count}: " + " | ".join(texts))
+    slowest.sort(reverse=True)
+    print("  slowest cases: " + ", ".join(f"#{c} {k} ({n // 1_000_000} MB) {t:.1f}s" for t, c, k, n in slowest[:6]))
+    failures = []
+    if restarts:
+        failures.append("SERVER RESTARTED:\n  " + "\n  ".join(restarts))
+    if lost:
+        failures.append("connection lost:\n  " + "\n  ".join(lost))
+    if internal:
+        failures.append("internal errors (SQLSTATE XX000):\n  " + "\n  ".join(internal))
+    if slow:
+        failures.append(f"calls past the statement timeout ({STATEMENT_TIMEOUT}):\n  " + "\n  ".join(slow))
+    if failures:
+        pytest.fail("\n".join(failures) + "\n--- server log (tail) ---\n" + cluster.tail(40), pytrace=False)
+    assert stats["cases"] >= 40, "too few cases ran within the time budget"
+    assert stats["errors"] >= 20, f"fuzz distribution degenerate: {stats}"

@@ -172,6 +172,14 @@ pub struct BinaryPart {
 }
 
 impl BinaryPart {
+    /// Rows counted in its confusion matrix (None past 2^64).
+    pub fn rows(&self) -> Option<u64> {
+        self.tp
+            .checked_add(self.fp)?
+            .checked_add(self.tn)?
+            .checked_add(self.fn_)
+    }
+
     /// Why this part (from another server) cannot be merged: a bin out of range.
     pub fn check(&self) -> Result<(), String> {
         match self.bins.iter().find(|b| b.0 as usize >= AUC_BINS) {
@@ -409,6 +417,11 @@ impl MulticlassMetrics {
         self.tp.len()
     }
 
+    /// Rows counted.
+    pub fn rows(&self) -> u64 {
+        self.n
+    }
+
     /// Why this part (from another server) cannot be merged into metrics of `k` classes.
     pub fn check(&self, k: usize) -> Result<(), String> {
         if self.tp.len() != k || self.predicted.len() != k || self.actual.len() != k {
@@ -578,6 +591,11 @@ impl RegressionMetrics {
         self.sse += e * e;
         self.sae += e.abs();
         self.actual.push(actual);
+    }
+
+    /// Rows counted.
+    pub fn rows(&self) -> u64 {
+        self.actual.n()
     }
 
     /// Adds another part's rows.

@@ -188,11 +188,29 @@ impl EvaluationPart {
                 kind.name()
             ));
         }
-        if let Some(b) = &self.binary {
-            b.check()?;
+        // More rows than one PostgreSQL table can hold (2^32 pages of at most 291 tuples).
+        const MAX_ROWS: u64 = 1 << 41;
+        if self.scored > MAX_ROWS || self.unknown > MAX_ROWS {
+            return Err(format!(
+                "{} rows scored and {} of unknown labels",
+                self.scored, self.unknown
+            ));
         }
-        if let Some(m) = &self.multiclass {
+        // Every kind's counts must add up to the rows scored.
+        let counted = if let Some(b) = &self.binary {
+            b.check()?;
+            b.rows()
+        } else if let Some(m) = &self.multiclass {
             m.check(n_classes)?;
+            Some(m.rows())
+        } else {
+            self.regression.as_ref().map(|r| r.rows())
+        };
+        if counted != Some(self.scored) {
+            return Err(format!(
+                "metrics of {counted:?} rows where {} were scored",
+                self.scored
+            ));
         }
         Ok(())
     }

@@ -12,12 +12,16 @@
 use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
-/// Bytes charged for each JSON value (number, bool, null, or the header of an array, object or
-/// string): 8 bytes of a Vec<f64> element, or a 24-byte String/Vec header, times 3 for a
-/// Vec's growth (its old and new buffers live together while it doubles).
-pub const BYTES_PER_VALUE: u64 = 24;
+/// Bytes charged for each JSON value (number, bool, null, or the header of an array or
+/// object). A number in a Vec<f64> takes 8 bytes, but serde first buffers the values of an
+/// untagged enum or a flattened struct as 32-byte `Content` values; with a Vec's growth (its
+/// old and new buffers live together while it doubles) that is 80 bytes at the peak.
+pub const BYTES_PER_VALUE: u64 = 80;
+/// Bytes charged for each string, besides its length: a String header in a Vec, its heap
+/// block, and a buffered copy (as for numbers).
+pub const BYTES_PER_STRING: u64 = 160;
 /// Extra bytes per object member (the map or struct entry around a key and value).
-pub const BYTES_PER_MEMBER: u64 = 24;
+pub const BYTES_PER_MEMBER: u64 = 80;
 
 /// Why a JSON text was refused.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,7 +127,7 @@ impl<'de> Visitor<'de> for Measure<'_> {
     }
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
         self.0
-            .charge(BYTES_PER_VALUE.saturating_add(s.len() as u64))
+            .charge(BYTES_PER_STRING.saturating_add(s.len() as u64))
     }
     fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
         self.0.charge(BYTES_PER_VALUE)
@@ -166,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_long_array_is_refused_before_it_is_built() {
-        // 1M zeros: 2 MB of text, ~24 MB to hold; a 4 MB limit refuses it.
+        // 1M zeros: 2 MB of text, charged 80 MB; a 4 MB limit refuses it.
         let text = format!("[{}0]", "0,".repeat(999_999));
         match measure(text.as_bytes(), 4 << 20) {
             Err(WireError::TooLarge { bytes, limit }) => {
@@ -177,7 +181,7 @@ mod tests {
         }
         assert!(parse_bounded::<Vec<f64>>(text.as_bytes(), 4 << 20).is_err());
         assert_eq!(
-            parse_bounded::<Vec<f64>>(text.as_bytes(), 64 << 20)
+            parse_bounded::<Vec<f64>>(text.as_bytes(), 128 << 20)
                 .unwrap()
                 .len(),
             1_000_000
@@ -188,7 +192,7 @@ mod tests {
     fn the_text_itself_counts() {
         let text = format!("\"{}\"", "x".repeat(1000));
         assert!(matches!(
-            measure(text.as_bytes(), 500),
+            measure(text.as_bytes(), 1100),
             Err(WireError::TooLarge { .. })
         ));
         assert!(measure(text.as_bytes(), 4096).is_ok());
@@ -201,7 +205,7 @@ mod tests {
         // 2 objects, 1 array, 2 numbers, null, 3 keys (strings), 3 members
         let expected = text.len() as u64
             + 6 * BYTES_PER_VALUE
-            + 3 * (BYTES_PER_VALUE + 1)
+            + 3 * (BYTES_PER_STRING + 1)
             + 3 * BYTES_PER_MEMBER;
         assert_eq!(bytes, expected);
     }
@@ -226,5 +230,70 @@ mod tests {
             parse_bounded::<Vec<f64>>(b"{\"a\": 1}", 1 << 20),
             Err(WireError::Invalid(_))
         ));
+    }
+}
+
+/// A JSON array as a Vec of at most `max` elements: the count is checked as elements arrive,
+/// so a list that is too long is refused before it is built (for lists whose elements are
+/// large next to their text, or whose length has a documented bound).
+pub fn seq_at_most<'de, D, T>(d: D, max: usize) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct AtMost<T> {
+        max: usize,
+        element: std::marker::PhantomData<T>,
+    }
+    impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for AtMost<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "an array of at most {} elements", self.max)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(x) = seq.next_element()? {
+                if out.len() == self.max {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {} elements",
+                        self.max
+                    )));
+                }
+                out.push(x);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(AtMost {
+        max,
+        element: std::marker::PhantomData,
+    })
+}
+
+#[cfg(test)]
+mod seq_tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct Few {
+        #[serde(deserialize_with = "three_at_most")]
+        v: Vec<u8>,
+    }
+    fn three_at_most<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        seq_at_most(d, 3)
+    }
+
+    #[test]
+    fn lists_beyond_their_bound_are_refused() {
+        assert_eq!(
+            serde_json::from_str::<Few>(r#"{"v": [1, 2, 3]}"#)
+                .unwrap()
+                .v,
+            [1, 2, 3]
+        );
+        let err = serde_json::from_str::<Few>(r#"{"v": [1, 2, 3, 4]}"#)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("more than 3 elements"), "{err}");
     }
 }

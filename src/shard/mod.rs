@@ -239,10 +239,10 @@ unsafe fn round(
             conn.send(call, &[table, model, params_json, &request_json]);
         }
     }
-    // A reply is parsed within corgipile.max_model_memory (it carries at most one model's
+    // A reply is parsed within four times corgipile.max_model_memory (it carries at most one model's
     // worth of numbers) and checked against the request before it is used: it may come from
     // code the shard's role wrote.
-    let limit = crate::guc::max_model_bytes();
+    let limit = crate::guc::max_wire_bytes();
     for (i, shard) in shards.iter_mut().enumerate() {
         if let Place::Local(oid) = shard.place {
             let started = Instant::now();

@@ -26,11 +26,17 @@ pub enum Phase {
     Evaluate,
 }
 
+fn class_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ClassValue>, D::Error> {
+    corgipile_ml::wire::seq_at_most(d, corgipile_ml::trainer::MAX_CLASSES)
+}
+
 /// The stored model an evaluation scores (`Phase::Evaluate`).
 #[derive(Clone, Serialize, Deserialize)]
 pub struct EvaluateRequest {
     pub model: LinearModel,
-    /// The label values by class index, as stored with the model.
+    /// The label values by class index, as stored with the model (at most MAX_CLASSES: a
+    /// class value takes far more memory than its text, so the list is bounded as it is read).
+    #[serde(deserialize_with = "class_list")]
     pub classes: Vec<ClassValue>,
     /// A column list's preprocessing, as stored with the model.
     pub preprocessing: Option<Preprocessor>,
