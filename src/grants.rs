@@ -185,6 +185,9 @@ struct Target {
     owner: String,
     name: Option<String>,
     id: Option<i64>,
+    /// The name whose grants (on it, and on its versions' ids) can depend on this target's:
+    /// `manage` on a name covers its versions. None for an unnamed model (its id stands alone).
+    scope: Option<String>,
 }
 
 /// The target of a grant or revoke; the caller must own it or hold `manage` on it.
@@ -192,11 +195,13 @@ fn grant_target(model: ModelRef, what: &str) -> Target {
     match model {
         ModelRef::Id(id) => {
             check_manage_id(id, what);
-            let (owner, _) = model_owner(id).unwrap_or_else(|| crate::catalog::no_such_model(id));
+            let (owner, scope) =
+                model_owner(id).unwrap_or_else(|| crate::catalog::no_such_model(id));
             Target {
                 owner,
                 name: None,
                 id: Some(id),
+                scope,
             }
         }
         ModelRef::Name(text) => {
@@ -206,6 +211,7 @@ fn grant_target(model: ModelRef, what: &str) -> Target {
             check_manage_name(&n, text, what);
             Target {
                 owner: n.owner,
+                scope: Some(n.name.clone()),
                 name: Some(n.name),
                 id: None,
             }
@@ -261,13 +267,19 @@ fn purge_dropped_grantees(owner: &str) {
     .unwrap_or_else(|e| spi_failed("delete the grants of dropped roles", e));
 }
 
-/// The target of a grant or revoke, with the owner's grants lock held: grants and revokes on
-/// one owner's models run one at a time, so a revoke's dependent grants are computed with
-/// none being added meanwhile. The caller's right is checked before the lock (only a role that
-/// may grant on the owner's models ever waits for it) and again after the wait.
+/// The target of a grant or revoke, with its scope's grants lock held: grants and revokes on
+/// one name (and its versions' ids), or on one unnamed model, run one at a time, so a revoke's
+/// dependent grants are computed with none being added meanwhile (as PostgreSQL's GRANT and
+/// REVOKE on one object wait for each other). The caller's right is checked before the lock
+/// (only a role that may grant on the target ever waits for it, or holds it) and again after.
 fn locked_grant_target(model: ModelRef, what: &str) -> Target {
+    use crate::locks::{wait_for, Purpose};
     let target = grant_target(model, what);
-    crate::locks::wait_for(crate::locks::Purpose::Grants, &target.owner, "");
+    match (&target.scope, target.id) {
+        (Some(name), _) => wait_for(Purpose::Grants, &target.owner, name),
+        (None, Some(id)) => wait_for(Purpose::GrantsOfUnnamed, &target.owner, &id.to_string()),
+        (None, None) => {}
+    }
     grant_target(model, what)
 }
 
@@ -301,8 +313,10 @@ fn grant(model: ModelRef, role: &str, privilege_text: &str) {
 /// holds no `manage` covering the grant's target through a supported grant (a grant on the
 /// same name, on the same id, or on the name of the id's model; to PUBLIC or to a role whose
 /// privileges the grantor has). Supported grants are the least fixpoint from the roots, so
-/// grants that only support each other in a cycle are unsupported too. $1: the owner. Columns:
-/// ctid, and a description of the grant for messages.
+/// grants that only support each other in a cycle are unsupported too. $1: the owner; only the
+/// grants of one scope are read, those a revoke on it can affect and its lock keeps still (a
+/// grant is supported only by grants of its own scope): $3, a name (grants on it and on its
+/// versions' ids), or when $3 is NULL, the unnamed model $4. Columns: ctid, and a description of the grant for messages.
 const UNSUPPORTED_GRANTS: &str = "
     WITH RECURSIVE g AS (
         SELECT g.ctid AS tid, g.model_name, g.model_id, g.grantee::pg_catalog.oid AS grantee,
@@ -315,6 +329,9 @@ const UNSUPPORTED_GRANTS: &str = "
         LEFT JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) g.granted_by
         LEFT JOIN corgipile.models m ON m.id OPERATOR(pg_catalog.=) g.model_id
         WHERE g.owner OPERATOR(pg_catalog.=) $1::pg_catalog.name
+          AND CASE WHEN $3::pg_catalog.text IS NOT NULL
+                   THEN COALESCE(g.model_name, m.name) OPERATOR(pg_catalog.=) $3
+                   ELSE g.model_id OPERATOR(pg_catalog.=) $4 END
     ), supported AS (
         SELECT g.tid, g.model_name, g.model_id, g.grantee, g.privilege FROM g WHERE g.root
         UNION
@@ -334,18 +351,29 @@ const UNSUPPORTED_GRANTS: &str = "
                     ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END) AS description
     FROM g WHERE NOT EXISTS (SELECT 1 FROM supported s WHERE s.tid OPERATOR(pg_catalog.=) g.tid)";
 
-/// The owner's unsupported grants (UNSUPPORTED_GRANTS) other than `except`, as a tid[]
-/// literal and their descriptions. Runs as the catalog's owner.
-fn unsupported_grants(owner: &str, except: &str) -> (String, Vec<String>) {
+/// The unsupported grants (UNSUPPORTED_GRANTS) of the target's scope other than `except` (a
+/// tid[] literal), as a tid[] literal and their descriptions. Runs as the catalog's owner.
+fn unsupported_grants(target: &Target, except: &str) -> (String, Vec<String>) {
     let sql = format!(
         "SELECT COALESCE(pg_catalog.array_agg(u.tid ORDER BY u.tid), '{{}}')::pg_catalog.text,
                 COALESCE(pg_catalog.array_agg(u.description ORDER BY u.tid), '{{}}')
          FROM ({UNSUPPORTED_GRANTS}) u
          WHERE u.tid OPERATOR(pg_catalog.<>) ALL ($2::pg_catalog.text::pg_catalog.tid[])"
     );
-    let (tids, grants) = Spi::get_two_with_args::<String, Vec<String>>(&sql, &[owner.into(), except.into()])
-        .unwrap_or_else(|e| spi_failed("check the grants that depend on it", e));
-    (tids.unwrap_or_else(|| "{}".into()), grants.unwrap_or_default())
+    let (tids, grants) = Spi::get_two_with_args::<String, Vec<String>>(
+        &sql,
+        &[
+            target.owner.as_str().into(),
+            except.into(),
+            target.scope.as_deref().into(),
+            target.id.into(),
+        ],
+    )
+    .unwrap_or_else(|e| spi_failed("check the grants that depend on it", e));
+    (
+        tids.unwrap_or_else(|| "{}".into()),
+        grants.unwrap_or_default(),
+    )
 }
 
 /// Revokes a grant; with `cascade`, also the grants that depended on it (made by roles that
@@ -361,7 +389,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
         // Grants unsupported already (a grantor dropped, or out of a role since) are not this
         // revoke's dependents; only `manage` supports other grants.
         let before = if privilege == "manage" {
-            unsupported_grants(&target.owner, "{}").0
+            unsupported_grants(&target, "{}").0
         } else {
             String::new()
         };
@@ -391,12 +419,17 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
         if privilege != "manage" {
             return;
         }
-        let (dependents, described) = unsupported_grants(&target.owner, &before);
+        let (dependents, described) = unsupported_grants(&target, &before);
         if described.is_empty() {
             return;
         }
         if !cascade {
-            let shown = described.iter().take(5).cloned().collect::<Vec<_>>().join("; ");
+            let shown = described
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
             let more = match described.len() {
                 n if n > 5 => format!("; and {} more", n - 5),
                 _ => String::new(),
@@ -452,7 +485,8 @@ fn raise_with_detail(code: PgSqlErrorCode, message: String, detail: String, hint
     unreachable!("ereport(ERROR) returned")
 }
 
-const GRANT_USAGE: &str = "corgipile_grant(model_name text | model_id bigint, role text, privilege text)";
+const GRANT_USAGE: &str =
+    "corgipile_grant(model_name text | model_id bigint, role text, privilege text)";
 const REVOKE_USAGE: &str =
     "corgipile_revoke(model_name text | model_id bigint, role text, privilege text, cascade boolean DEFAULT false)";
 

@@ -1,4 +1,4 @@
-//! Transaction-level locks on one owner's model name (or on one owner's grants) that no SQL
+//! Transaction-level locks on one owner's model name (its trainings, deploys, grants) that no SQL
 //! command can take, so no role can hold them to block another's work.
 //!
 //! The key: an advisory-type LOCKTAG (USER_LOCKMETHOD, released at the end of the transaction
@@ -26,9 +26,11 @@ pub enum Purpose {
     Training,
     /// corgipile_deploy and corgipile_drop_model of a name: they wait for each other.
     Deploy,
-    /// corgipile_grant and corgipile_revoke on the owner's models (`name` is empty): a revoke's
+    /// corgipile_grant and corgipile_revoke on a name and its versions' ids: a revoke's
     /// dependent grants are computed with no grant being added meanwhile.
     Grants,
+    /// The same on one unnamed model (`name`: its id).
+    GrantsOfUnnamed,
 }
 
 impl Purpose {
@@ -37,6 +39,7 @@ impl Purpose {
             Purpose::Training => 1,
             Purpose::Deploy => 2,
             Purpose::Grants => 3,
+            Purpose::GrantsOfUnnamed => 4,
         }
     }
 }
@@ -112,7 +115,7 @@ pub fn lock_training(owner: &str, name: &str) {
 }
 
 /// Waits until no other deploy or drop of this name is in progress (or `Grants`: no other
-/// grant or revoke on the owner's models), then holds it until the transaction ends.
+/// grant or revoke on it), then holds it until the transaction ends.
 pub fn wait_for(purpose: Purpose, owner: &str, name: &str) {
     acquire(purpose, owner, name, true);
 }

@@ -6,8 +6,8 @@
 
 use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_name, select_one};
 use crate::error::{quote_literal, raise, required};
-use crate::locks::{wait_for, Purpose};
 use crate::grants;
+use crate::locks::{wait_for, Purpose};
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
 use pgrx::prelude::*;

@@ -727,3 +727,69 @@ def test_deploy_hint_quotes_the_name(dsn, world, name):
             assert alice.execute(query).fetchall() == [(1, own)]
         finally:
             alice.execute("SELECT corgipile_drop_model(%s::bigint)", (own,))
+
+
+def in_thread(c, stmt, params=None):
+    """Runs stmt on connection c in a thread; returns (thread, outcome dict)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            c.execute(stmt, params)
+            outcome["ok"] = True
+        except psycopg.Error as e:
+            outcome["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def test_grants_and_revokes_on_one_owners_models_are_serialised(dsn, world):
+    """A revoke never misses a grant made at the same time through the manage it revokes."""
+    import time
+
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    try:
+        # bob's grant first (uncommitted): alice's revoke waits for it, then sees it.
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            bob.execute("BEGIN")
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            t, outcome = in_thread(alice, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")
+            time.sleep(0.5)
+            assert t.is_alive(), "the revoke did not wait for the grant in progress"
+            bob.execute("COMMIT")
+            t.join(30)
+            assert isinstance(outcome.get("error"), E.DependentPrivilegeDescriptorsStillExist), outcome
+        # Only grants on one name (and its versions) wait for each other: bob's open transaction
+        # on churn does not hold up alice's grants on her other models.
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            other = train(alice, "other")
+            bob.execute("BEGIN")
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            try:
+                alice.execute("SET lock_timeout = '2s'")
+                for model in (other, world["unnamed"]):
+                    alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_carol', 'use')", (model,))
+                    alice.execute("SELECT corgipile_revoke(%s::bigint, 'gr_carol', 'use')", (model,))
+                with pytest.raises(E.LockNotAvailable):
+                    alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_carol', 'use')", (world["v1"],))
+            finally:
+                bob.execute("ROLLBACK")
+                alice.execute("SELECT corgipile_drop_model('other')")
+        # alice's revoke first (uncommitted): bob's grant waits, then finds no manage left.
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            alice.execute("BEGIN")
+            alice.execute("SELECT corgipile_revoke('churn', 'gr_bob', 'manage', cascade => true)")
+            t, outcome = in_thread(bob, "SELECT corgipile_grant('gr_alice.churn', 'gr_carol', 'use')")
+            time.sleep(0.5)
+            assert t.is_alive(), "the grant did not wait for the revoke in progress"
+            alice.execute("COMMIT")
+            t.join(30)
+            assert isinstance(outcome.get("error"), E.UndefinedObject), outcome
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == set()
+    finally:
+        cleanup_grants(dsn)
