@@ -384,6 +384,10 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
     let privilege = privilege(privilege_text);
     let grantee = grantee(role);
     let target = locked_grant_target(model, "revoke privileges on");
+    // Who calls (as_catalog_owner switches the current user): the owner and roles that manage
+    // every model may see every grant; a manager learns only how many grants depend.
+    let own = target.owner == caller().1;
+    let sees_all_grants = own || caller_manages_all();
     as_catalog_owner(|| {
         purge_dropped_grantees(&target.owner);
         // Grants unsupported already (a grantor dropped, or out of a role since) are not this
@@ -424,18 +428,27 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
             return;
         }
         if !cascade {
-            let shown = described
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            let more = match described.len() {
-                n if n > 5 => format!("; and {} more", n - 5),
-                _ => String::new(),
+            let detail = if sees_all_grants {
+                let shown = described
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let more = match described.len() {
+                    n if n > 5 => format!("; and {} more", n - 5),
+                    _ => String::new(),
+                };
+                format!("Granted through the \"manage\" being revoked: {shown}{more}.")
+            } else {
+                format!(
+                    "{} grant{} made through the \"manage\" being revoked.",
+                    described.len(),
+                    if described.len() == 1 { "" } else { "s" }
+                )
             };
             let model_arg = match (&target.name, target.id) {
-                (Some(name), _) => crate::error::quote_literal(&if target.owner == caller().1 {
+                (Some(name), _) => crate::error::quote_literal(&if own {
                     name.clone()
                 } else {
                     format!("{}.{name}", quote_owner(&target.owner))
@@ -446,7 +459,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
             raise_with_detail(
                 PgSqlErrorCode::ERRCODE_DEPENDENT_PRIVILEGE_DESCRIPTORS_STILL_EXIST,
                 "dependent privileges exist".into(),
-                format!("Granted through the \"manage\" being revoked: {shown}{more}."),
+                detail,
                 format!(
                     "Revoke them too with corgipile_revoke({model_arg}, {}, 'manage', cascade => true).",
                     crate::error::quote_literal(role)

@@ -564,8 +564,17 @@ def test_revoke_refuses_while_grants_depend_on_it(dsn, world):
                     alice.execute(stmt)
             diag = err.value.diag
             assert diag.message_primary == "dependent privileges exist"
-            assert "gr_bob granted use on 'churn' to gr_eve" in diag.message_detail
-            assert "cascade => true" in diag.message_hint
+            assert diag.message_detail == "Granted through the \"manage\" being revoked: gr_bob granted use on 'churn' to gr_eve."
+            assert diag.message_hint == "Revoke them too with corgipile_revoke('churn', 'gr_bob', 'manage', cascade => true)."
+        # Another manager is told how many grants depend, not who made them to whom.
+        as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_dave', 'manage')")
+        with session(dsn, "gr_dave") as dave:
+            with pytest.raises(E.DependentPrivilegeDescriptorsStillExist) as err:
+                dave.execute("SELECT corgipile_revoke('gr_alice.churn', 'gr_bob', 'manage')")
+            assert err.value.diag.message_detail == "1 grant made through the \"manage\" being revoked."
+            assert err.value.diag.message_hint == \
+                "Revoke them too with corgipile_revoke('gr_alice.churn', 'gr_bob', 'manage', cascade => true)."
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_dave', 'manage')")
         with psycopg.connect(dsn, autocommit=True) as admin:
             assert grants_of(admin) == before  # nothing changed
         with session(dsn, "gr_bob") as bob:
