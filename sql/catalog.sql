@@ -79,10 +79,13 @@ GRANT SELECT ON SEQUENCE corgipile.models_id_seq TO PUBLIC;
 ALTER TABLE corgipile.models ENABLE ROW LEVEL SECURITY;
 ALTER TABLE corgipile.epochs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE corgipile.model_grants ENABLE ROW LEVEL SECURITY;
+-- Visible through a grant only while it gives the caller a privilege: to PUBLIC or to a role
+-- whose privileges the caller has. (A role also sees the grants it made, which give it nothing.)
 CREATE POLICY models_visible ON corgipile.models
     USING (trained_by = current_user OR EXISTS (
         SELECT 1 FROM corgipile.model_grants g
-        WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)))
+        WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)
+          AND (g.grantee::oid = 0 OR pg_has_role(current_user, g.grantee::oid, 'USAGE'))))
     WITH CHECK (trained_by = current_user);
 CREATE POLICY epochs_own ON corgipile.epochs
     USING (EXISTS (SELECT 1 FROM corgipile.models m WHERE m.id = model_id));
@@ -115,7 +118,8 @@ SELECT m.id, m.name, m.version, m.model_type AS model, m.relation, m.rows_traine
        -- NULL (unknown) for a model granted by id alone: its other versions are not visible.
        CASE WHEN m.name IS NULL OR m.trained_by = current_user
                  OR EXISTS (SELECT 1 FROM corgipile.model_grants g
-                            WHERE g.owner = m.trained_by AND g.model_name = m.name)
+                            WHERE g.owner = m.trained_by AND g.model_name = m.name
+                              AND (g.grantee::oid = 0 OR pg_has_role(current_user, g.grantee::oid, 'USAGE')))
                  OR pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c
                                                WHERE c.oid = 'corgipile.models'::regclass), 'USAGE')
             THEN coalesce(m.id = (SELECT d.id FROM corgipile.models d

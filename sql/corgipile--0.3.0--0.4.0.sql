@@ -93,10 +93,13 @@ CREATE TABLE corgipile.model_grants (
 GRANT SELECT ON corgipile.model_grants TO PUBLIC;
 ALTER TABLE corgipile.model_grants ENABLE ROW LEVEL SECURITY;
 DROP POLICY models_own ON corgipile.models;
+-- Visible through a grant only while it gives the caller a privilege: to PUBLIC or to a role
+-- whose privileges the caller has. (A role also sees the grants it made, which give it nothing.)
 CREATE POLICY models_visible ON corgipile.models
     USING (trained_by = current_user OR EXISTS (
         SELECT 1 FROM corgipile.model_grants g
-        WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)))
+        WHERE g.owner = models.trained_by AND (g.model_name = models.name OR g.model_id = models.id)
+          AND (g.grantee::oid = 0 OR pg_has_role(current_user, g.grantee::oid, 'USAGE'))))
     WITH CHECK (trained_by = current_user);
 -- A role sees the grants on its models, the grants it made (as a manager) and the grants that
 -- reach it; only those to PUBLIC and to roles that exist.
@@ -121,7 +124,8 @@ SELECT m.id, m.name, m.version, m.model_type AS model, m.relation, m.rows_traine
        -- NULL (unknown) for a model granted by id alone: its other versions are not visible.
        CASE WHEN m.name IS NULL OR m.trained_by = current_user
                  OR EXISTS (SELECT 1 FROM corgipile.model_grants g
-                            WHERE g.owner = m.trained_by AND g.model_name = m.name)
+                            WHERE g.owner = m.trained_by AND g.model_name = m.name
+                              AND (g.grantee::oid = 0 OR pg_has_role(current_user, g.grantee::oid, 'USAGE')))
                  OR pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c
                                                WHERE c.oid = 'corgipile.models'::regclass), 'USAGE')
             THEN coalesce(m.id = (SELECT d.id FROM corgipile.models d
@@ -132,12 +136,14 @@ SELECT m.id, m.name, m.version, m.model_type AS model, m.relation, m.rows_traine
 FROM corgipile.models m
 ORDER BY m.id DESC;
 
+-- Grants and revokes: a NULL argument is an ERROR (22004), not a silent no-op, so they are
+-- not STRICT; corgipile_revoke's cascade also revokes the grants that depended on a `manage`.
 CREATE FUNCTION "corgipile_grant"(
 	"model_name" TEXT,
 	"role" TEXT,
 	"privilege" TEXT
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE
+VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_grant_wrapper';
 
@@ -146,25 +152,27 @@ CREATE FUNCTION "corgipile_grant"(
 	"role" TEXT,
 	"privilege" TEXT
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE
+VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_grant_id_wrapper';
 
 CREATE FUNCTION "corgipile_revoke"(
 	"model_name" TEXT,
 	"role" TEXT,
-	"privilege" TEXT
+	"privilege" TEXT,
+	"cascade" bool DEFAULT false
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE
+VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_revoke_wrapper';
 
 CREATE FUNCTION "corgipile_revoke"(
 	"model_id" bigint,
 	"role" TEXT,
-	"privilege" TEXT
+	"privilege" TEXT,
+	"cascade" bool DEFAULT false
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE
+VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'corgipile_revoke_id_wrapper';
 

@@ -123,32 +123,11 @@ pub fn check_writable(what: &std::ffi::CStr) {
 
 /// Takes, for the rest of the transaction, the lock that serializes trainings of one model
 /// name (of its owner); another session holding it is an ERROR now rather than a wait (or a
-/// clash) after the training. The lock lives in a lock space no SQL command reaches (an
-/// object lock keyed by corgipile.models itself), so no role can take it to block another.
+/// clash) after the training. The lock lives in a lock space no SQL command reaches, keyed by
+/// the owner and a 47-bit hash of the name (`crate::locks`), so no role can take it to block
+/// another, and two different names do not realistically share it.
 pub fn lock_model_name(name: &crate::grants::ModelName) {
-    let (relid, _) = catalog_table();
-    let role = crate::grants::role_oid(&name.owner).unwrap_or(pg_sys::InvalidOid);
-    // FNV-1a of the name, folded to 16 bits: the lock key is (owner, name hash).
-    let hash = name.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    let key = (hash ^ (hash >> 16) ^ (hash >> 32) ^ (hash >> 48)) as u16;
-    // SAFETY: backend thread, inside a transaction; the lock is released at its end.
-    let got = unsafe {
-        pg_sys::ConditionalLockDatabaseObject(relid, role, key, pg_sys::ExclusiveLock as i32)
-    };
-    if !got {
-        raise(
-            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-            format!(
-                "model name \"{}\" is being trained by another session",
-                name.name
-            ),
-            Some(
-                "Wait until that training's transaction ends, or train under another name.".into(),
-            ),
-        );
-    }
+    crate::locks::lock_training(&name.owner, &name.name);
 }
 
 /// Insert the model and its epochs; returns the new model id. Runs in the caller's transaction,

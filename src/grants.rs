@@ -9,7 +9,7 @@
 //! the catalog's owner). Another owner's name is written `owner.name`.
 
 use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, select_one};
-use crate::error::raise;
+use crate::error::{raise, required};
 use crate::predict::ModelRef;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -185,6 +185,9 @@ struct Target {
     owner: String,
     name: Option<String>,
     id: Option<i64>,
+    /// The name whose grants (on it, and on its versions' ids) can depend on this target's:
+    /// `manage` on a name covers its versions. None for an unnamed model (its id stands alone).
+    scope: Option<String>,
 }
 
 /// The target of a grant or revoke; the caller must own it or hold `manage` on it.
@@ -192,11 +195,13 @@ fn grant_target(model: ModelRef, what: &str) -> Target {
     match model {
         ModelRef::Id(id) => {
             check_manage_id(id, what);
-            let (owner, _) = model_owner(id).unwrap_or_else(|| crate::catalog::no_such_model(id));
+            let (owner, scope) =
+                model_owner(id).unwrap_or_else(|| crate::catalog::no_such_model(id));
             Target {
                 owner,
                 name: None,
                 id: Some(id),
+                scope,
             }
         }
         ModelRef::Name(text) => {
@@ -206,6 +211,7 @@ fn grant_target(model: ModelRef, what: &str) -> Target {
             check_manage_name(&n, text, what);
             Target {
                 owner: n.owner,
+                scope: Some(n.name.clone()),
                 name: Some(n.name),
                 id: None,
             }
@@ -261,11 +267,27 @@ fn purge_dropped_grantees(owner: &str) {
     .unwrap_or_else(|e| spi_failed("delete the grants of dropped roles", e));
 }
 
+/// The target of a grant or revoke, with its scope's grants lock held: grants and revokes on
+/// one name (and its versions' ids), or on one unnamed model, run one at a time, so a revoke's
+/// dependent grants are computed with none being added meanwhile (as PostgreSQL's GRANT and
+/// REVOKE on one object wait for each other). The caller's right is checked before the lock
+/// (only a role that may grant on the target ever waits for it, or holds it) and again after.
+fn locked_grant_target(model: ModelRef, what: &str) -> Target {
+    use crate::locks::{wait_for, Purpose};
+    let target = grant_target(model, what);
+    match (&target.scope, target.id) {
+        (Some(name), _) => wait_for(Purpose::Grants, &target.owner, name),
+        (None, Some(id)) => wait_for(Purpose::GrantsOfUnnamed, &target.owner, &id.to_string()),
+        (None, None) => {}
+    }
+    grant_target(model, what)
+}
+
 fn grant(model: ModelRef, role: &str, privilege_text: &str) {
     check_writable(c"corgipile_grant()");
     let privilege = privilege(privilege_text);
     let grantee = grantee(role);
-    let target = grant_target(model, "grant privileges on");
+    let target = locked_grant_target(model, "grant privileges on");
     let (_, me) = caller();
     as_catalog_owner(|| {
         purge_dropped_grantees(&target.owner);
@@ -286,14 +308,96 @@ fn grant(model: ModelRef, role: &str, privilege_text: &str) {
     });
 }
 
-fn revoke(model: ModelRef, role: &str, privilege_text: &str) {
+/// The owner's grants that nothing supports: those whose grantor (granted_by) is not a root
+/// (the owner, or a role with the privileges of the catalog's owner, superusers included) and
+/// holds no `manage` covering the grant's target through a supported grant (a grant on the
+/// same name, on the same id, or on the name of the id's model; to PUBLIC or to a role whose
+/// privileges the grantor has). Supported grants are the least fixpoint from the roots, so
+/// grants that only support each other in a cycle are unsupported too. $1: the owner; only the
+/// grants of one scope are read, those a revoke on it can affect and its lock keeps still (a
+/// grant is supported only by grants of its own scope): $3, a name (grants on it and on its
+/// versions' ids), or when $3 is NULL, the unnamed model $4. Columns: ctid, and a description of the grant for messages.
+const UNSUPPORTED_GRANTS: &str = "
+    WITH RECURSIVE g AS (
+        SELECT g.ctid AS tid, g.model_name, g.model_id, g.grantee::pg_catalog.oid AS grantee,
+               g.privilege, g.granted_by, r.oid AS granter,
+               COALESCE(g.model_name, m.name) AS covered_name,
+               (r.oid IS NOT NULL AND (g.granted_by OPERATOR(pg_catalog.=) g.owner
+                    OR pg_catalog.pg_has_role(r.oid, (SELECT c.relowner FROM pg_catalog.pg_class c
+                         WHERE c.oid OPERATOR(pg_catalog.=) 'corgipile.models'::pg_catalog.regclass), 'USAGE'))) AS root
+        FROM corgipile.model_grants g
+        LEFT JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) g.granted_by
+        LEFT JOIN corgipile.models m ON m.id OPERATOR(pg_catalog.=) g.model_id
+        WHERE g.owner OPERATOR(pg_catalog.=) $1::pg_catalog.name
+          AND CASE WHEN $3::pg_catalog.text IS NOT NULL
+                   THEN COALESCE(g.model_name, m.name) OPERATOR(pg_catalog.=) $3
+                   ELSE g.model_id OPERATOR(pg_catalog.=) $4 END
+    ), supported AS (
+        SELECT g.tid, g.model_name, g.model_id, g.grantee, g.privilege FROM g WHERE g.root
+        UNION
+        SELECT g.tid, g.model_name, g.model_id, g.grantee, g.privilege
+        FROM g JOIN supported s
+          ON s.privilege OPERATOR(pg_catalog.=) 'manage'
+         AND (s.model_name OPERATOR(pg_catalog.=) g.covered_name OR s.model_id OPERATOR(pg_catalog.=) g.model_id)
+         AND (s.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+              OR pg_catalog.pg_has_role(g.granter, s.grantee, 'USAGE'))
+        WHERE g.granter IS NOT NULL
+    )
+    SELECT g.tid,
+           pg_catalog.format('%s granted %s on %s to %s', g.granted_by, g.privilege,
+               COALESCE('model ' OPERATOR(pg_catalog.||) g.model_id::pg_catalog.text,
+                        pg_catalog.quote_literal(g.model_name)),
+               CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                    ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END) AS description
+    FROM g WHERE NOT EXISTS (SELECT 1 FROM supported s WHERE s.tid OPERATOR(pg_catalog.=) g.tid)";
+
+/// The unsupported grants (UNSUPPORTED_GRANTS) of the target's scope other than `except` (a
+/// tid[] literal), as a tid[] literal and their descriptions. Runs as the catalog's owner.
+fn unsupported_grants(target: &Target, except: &str) -> (String, Vec<String>) {
+    let sql = format!(
+        "SELECT COALESCE(pg_catalog.array_agg(u.tid ORDER BY u.tid), '{{}}')::pg_catalog.text,
+                COALESCE(pg_catalog.array_agg(u.description ORDER BY u.tid), '{{}}')
+         FROM ({UNSUPPORTED_GRANTS}) u
+         WHERE u.tid OPERATOR(pg_catalog.<>) ALL ($2::pg_catalog.text::pg_catalog.tid[])"
+    );
+    let (tids, grants) = Spi::get_two_with_args::<String, Vec<String>>(
+        &sql,
+        &[
+            target.owner.as_str().into(),
+            except.into(),
+            target.scope.as_deref().into(),
+            target.id.into(),
+        ],
+    )
+    .unwrap_or_else(|e| spi_failed("check the grants that depend on it", e));
+    (
+        tids.unwrap_or_else(|| "{}".into()),
+        grants.unwrap_or_default(),
+    )
+}
+
+/// Revokes a grant; with `cascade`, also the grants that depended on it (made by roles that
+/// held `manage` only through it, recursively). Without, such grants are an ERROR (2BP01, as
+/// PostgreSQL's REVOKE) and nothing changes.
+fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
     check_writable(c"corgipile_revoke()");
     let privilege = privilege(privilege_text);
     let grantee = grantee(role);
-    let target = grant_target(model, "revoke privileges on");
-    let revoked = as_catalog_owner(|| {
+    let target = locked_grant_target(model, "revoke privileges on");
+    // Who calls (as_catalog_owner switches the current user): the owner and roles that manage
+    // every model may see every grant; a manager learns only how many grants depend.
+    let own = target.owner == caller().1;
+    let sees_all_grants = own || caller_manages_all();
+    as_catalog_owner(|| {
         purge_dropped_grantees(&target.owner);
-        Spi::get_one_with_args::<i64>(
+        // Grants unsupported already (a grantor dropped, or out of a role since) are not this
+        // revoke's dependents; only `manage` supports other grants.
+        let before = if privilege == "manage" {
+            unsupported_grants(&target, "{}").0
+        } else {
+            String::new()
+        };
+        let revoked = Spi::get_one_with_args::<i64>(
             "WITH d AS (DELETE FROM corgipile.model_grants
                         WHERE owner OPERATOR(pg_catalog.=) $1::pg_catalog.name
                           AND model_name IS NOT DISTINCT FROM $2 AND model_id IS NOT DISTINCT FROM $3
@@ -302,42 +406,154 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str) {
              SELECT pg_catalog.count(*) FROM d",
             &[
                 target.owner.as_str().into(),
-                target.name.into(),
+                target.name.clone().into(),
                 target.id.into(),
                 grantee.into(),
                 privilege.into(),
             ],
         )
         .unwrap_or_else(|e| spi_failed("revoke the grant", e))
-        .unwrap_or(0)
-    });
-    if revoked == 0 {
+        .unwrap_or(0);
+        if revoked == 0 {
+            pgrx::notice!(
+                "role {role} held no \"{privilege}\" privilege on that model to revoke (grants on a model name and on a model id are separate)"
+            );
+            return;
+        }
+        if privilege != "manage" {
+            return;
+        }
+        let (dependents, described) = unsupported_grants(&target, &before);
+        if described.is_empty() {
+            return;
+        }
+        if !cascade {
+            let detail = if sees_all_grants {
+                let shown = described
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let more = match described.len() {
+                    n if n > 5 => format!("; and {} more", n - 5),
+                    _ => String::new(),
+                };
+                format!("Granted through the \"manage\" being revoked: {shown}{more}.")
+            } else {
+                format!(
+                    "{} grant{} made through the \"manage\" being revoked.",
+                    described.len(),
+                    if described.len() == 1 { "" } else { "s" }
+                )
+            };
+            let model_arg = match (&target.name, target.id) {
+                (Some(name), _) => crate::error::quote_literal(&if own {
+                    name.clone()
+                } else {
+                    format!("{}.{name}", quote_owner(&target.owner))
+                }),
+                (None, Some(id)) => id.to_string(),
+                (None, None) => String::new(),
+            };
+            raise_with_detail(
+                PgSqlErrorCode::ERRCODE_DEPENDENT_PRIVILEGE_DESCRIPTORS_STILL_EXIST,
+                "dependent privileges exist".into(),
+                detail,
+                format!(
+                    "Revoke them too with corgipile_revoke({model_arg}, {}, 'manage', cascade => true).",
+                    crate::error::quote_literal(role)
+                ),
+            );
+        }
+        let deleted = Spi::get_one_with_args::<i64>(
+            "WITH d AS (DELETE FROM corgipile.model_grants
+                        WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text::pg_catalog.tid[]) RETURNING 1)
+             SELECT pg_catalog.count(*) FROM d",
+            &[dependents.as_str().into()],
+        )
+        .unwrap_or_else(|e| spi_failed("revoke the dependent grants", e))
+        .unwrap_or(0);
         pgrx::notice!(
-            "role {role} held no \"{privilege}\" privilege on that model to revoke (grants on a model name and on a model id are separate)"
+            "revoked {deleted} dependent grant{} too",
+            if deleted == 1 { "" } else { "s" }
         );
+    });
+}
+
+/// An owner as the first part of `owner.name`: double-quoted when it has a dot or a quote.
+fn quote_owner(owner: &str) -> String {
+    if owner.contains('.') || owner.contains('"') {
+        format!("\"{}\"", owner.replace('"', "\"\""))
+    } else {
+        owner.to_owned()
     }
 }
 
+fn raise_with_detail(code: PgSqlErrorCode, message: String, detail: String, hint: String) -> ! {
+    pgrx::pg_sys::panic::ErrorReport::new(code, message, "corgipile")
+        .set_detail(detail)
+        .set_hint(hint)
+        .report(pgrx::PgLogLevel::ERROR);
+    unreachable!("ereport(ERROR) returned")
+}
+
+const GRANT_USAGE: &str =
+    "corgipile_grant(model_name text | model_id bigint, role text, privilege text)";
+const REVOKE_USAGE: &str =
+    "corgipile_revoke(model_name text | model_id bigint, role text, privilege text, cascade boolean DEFAULT false)";
+
 /// Grants `privilege` ('use' or 'manage') on a model name (every version, present and future;
-/// another owner's as 'owner.name') to `role` (or PUBLIC).
+/// another owner's as 'owner.name') to `role` (or PUBLIC). A NULL argument is an ERROR (22004).
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_grant(model_name: &str, role: &str, privilege: &str) {
-    grant(ModelRef::from_text(model_name), role, privilege)
+fn corgipile_grant(model_name: Option<&str>, role: Option<&str>, privilege: Option<&str>) {
+    let model = required(model_name, "model_name", GRANT_USAGE);
+    grant(
+        ModelRef::from_text(model),
+        required(role, "role", GRANT_USAGE),
+        required(privilege, "privilege", GRANT_USAGE),
+    )
 }
 
 /// Grants `privilege` on one model to `role` (or PUBLIC).
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_grant")]
-fn corgipile_grant_id(model_id: i64, role: &str, privilege: &str) {
-    grant(ModelRef::Id(model_id), role, privilege)
+fn corgipile_grant_id(model_id: Option<i64>, role: Option<&str>, privilege: Option<&str>) {
+    grant(
+        ModelRef::Id(required(model_id, "model_id", GRANT_USAGE)),
+        required(role, "role", GRANT_USAGE),
+        required(privilege, "privilege", GRANT_USAGE),
+    )
 }
 
-/// Revokes a privilege granted with corgipile_grant on the same name or id.
+/// Revokes a privilege granted with corgipile_grant on the same name or id; `cascade` also
+/// revokes the grants that depended on a revoked `manage` (else they are an ERROR, 2BP01).
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_revoke(model_name: &str, role: &str, privilege: &str) {
-    revoke(ModelRef::from_text(model_name), role, privilege)
+fn corgipile_revoke(
+    model_name: Option<&str>,
+    role: Option<&str>,
+    privilege: Option<&str>,
+    cascade: default!(Option<bool>, false),
+) {
+    let model = required(model_name, "model_name", REVOKE_USAGE);
+    revoke(
+        ModelRef::from_text(model),
+        required(role, "role", REVOKE_USAGE),
+        required(privilege, "privilege", REVOKE_USAGE),
+        required(cascade, "cascade", REVOKE_USAGE),
+    )
 }
 
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_revoke")]
-fn corgipile_revoke_id(model_id: i64, role: &str, privilege: &str) {
-    revoke(ModelRef::Id(model_id), role, privilege)
+fn corgipile_revoke_id(
+    model_id: Option<i64>,
+    role: Option<&str>,
+    privilege: Option<&str>,
+    cascade: default!(Option<bool>, false),
+) {
+    revoke(
+        ModelRef::Id(required(model_id, "model_id", REVOKE_USAGE)),
+        required(role, "role", REVOKE_USAGE),
+        required(privilege, "privilege", REVOKE_USAGE),
+        required(cascade, "cascade", REVOKE_USAGE),
+    )
 }

@@ -18,6 +18,7 @@ mod exec;
 mod grants;
 mod guc;
 mod input;
+mod locks;
 mod manage;
 mod pile_shuffle;
 mod pipeline;

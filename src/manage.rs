@@ -5,8 +5,9 @@
 //! a name is the one pinned by corgipile_deploy, else the newest.
 
 use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_name, select_one};
-use crate::error::raise;
+use crate::error::{quote_literal, raise, required};
 use crate::grants;
+use crate::locks::{wait_for, Purpose};
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::ModelKind;
 use pgrx::prelude::*;
@@ -20,15 +21,18 @@ fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
     )
 }
 
+const DEPLOY_USAGE: &str = "corgipile_deploy(model_name text, model_id bigint DEFAULT NULL)";
+
 /// Pins `model_id` as the deployed version of `model_name` (what corgipile_predict('name', ...)
 /// uses); without a model id, unpins, so the newest version is deployed again. Returns the id
 /// of the deployed version. Another owner's name (`owner.name`) needs "manage" on it.
+/// Deploys and drops of one name wait for each other (the last one wins), so concurrent ones
+/// never clash on the one-pinned-per-name index nor deadlock.
 #[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -> i64 {
+fn corgipile_deploy(model_name: Option<&str>, model_id: default!(Option<i64>, "NULL")) -> i64 {
+    let model_name = required(model_name, "model_name", DEPLOY_USAGE);
     check_writable(c"corgipile_deploy()");
-    resolve_name(model_name); // raises if the caller may not use a model of this name
-    let n = grants::model_name(model_name);
-    grants::check_manage_name(&n, model_name, "deploy");
+    let n = checked_name(model_name, "deploy");
     if let Some(id) = model_id {
         let name = select_one::<String>(
             "SELECT COALESCE(name, '') FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1
@@ -43,10 +47,18 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
             } else {
                 format!("is a version of \"{name}\"")
             };
+            let owner = if n.is_own() {
+                String::new()
+            } else {
+                format!(" AND trained_by = {}", quote_literal(&n.owner))
+            };
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("model {id} is not a version of \"{model_name}\": it {is}"),
-                Some(format!("SELECT version, id FROM corgipile.model_summary WHERE name = '{}' lists its versions.", n.name)),
+                Some(format!(
+                    "SELECT version, id FROM corgipile.model_summary WHERE name = {}{owner} lists its versions.",
+                    quote_literal(&n.name)
+                )),
             );
         }
     }
@@ -70,6 +82,20 @@ fn corgipile_deploy(model_name: &str, model_id: default!(Option<i64>, "NULL")) -
     resolve_name(model_name)
 }
 
+/// The name `text` stands for, once the caller may manage it (`what`: "deploy", "drop"), with
+/// the name's deploy lock held: it waits for deploys and drops of the same name in other
+/// sessions, then checks again what they may have changed (the name gone, a grant revoked).
+/// Only a role allowed to manage the name ever takes its lock.
+fn checked_name(text: &str, what: &str) -> grants::ModelName {
+    resolve_name(text); // raises if the caller may not use a model of this name
+    let n = grants::model_name(text);
+    grants::check_manage_name(&n, text, what);
+    wait_for(Purpose::Deploy, &n.owner, &n.name);
+    resolve_name(text);
+    grants::check_manage_name(&n, text, what);
+    n
+}
+
 /// Deletes models (and their epochs) as the catalog's owner: `filter` is a WHERE clause over
 /// `args`; the caller's right to drop them was checked before. Returns how many.
 fn delete_models(filter: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> i64 {
@@ -84,11 +110,16 @@ fn delete_models(filter: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> i64 {
 
 /// Deletes one model (and its epochs); returns 1. It must be the caller's, or the caller must
 /// hold "manage" on it or its name (or manage every role's models); a model the caller cannot
-/// see does not exist for it.
+/// see does not exist for it. NULL in, NULL out (the function is STRICT).
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_drop_model(model_id: i64) -> i64 {
     check_writable(c"corgipile_drop_model()");
     grants::check_manage_id(model_id, "drop");
+    // A version of a name waits for deploys and drops of that name, as they wait for it.
+    if let Some((owner, Some(name))) = grants::model_owner(model_id) {
+        wait_for(Purpose::Deploy, &owner, &name);
+        grants::check_manage_id(model_id, "drop");
+    }
     let dropped = delete_models("id OPERATOR(pg_catalog.=) $1", &[model_id.into()]);
     if dropped == 0 {
         no_such_model(model_id);
@@ -97,16 +128,14 @@ fn corgipile_drop_model(model_id: i64) -> i64 {
 }
 
 /// Deletes every version of a model name (the caller's own, or `owner.name` with "manage" on
-/// it); returns how many. (An integer is a model id, as in prediction.)
+/// it); returns how many. (An integer is a model id, as in prediction.) NULL in, NULL out.
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_drop_model")]
 fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
     if let ModelRef::Id(id) = ModelRef::from_text(model_name) {
         return corgipile_drop_model(id);
     }
     check_writable(c"corgipile_drop_model()");
-    resolve_name(model_name); // raises if the caller may not use a model of this name
-    let n = grants::model_name(model_name);
-    grants::check_manage_name(&n, model_name, "drop");
+    let n = checked_name(model_name, "drop");
     delete_models(
         "name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
         &[n.name.as_str().into(), n.owner.as_str().into()],

@@ -472,3 +472,333 @@ def test_a_manager_sees_the_grants_it_made(dsn, world):
             bob.execute("SELECT corgipile_revoke('gr_alice.churn', 'gr_eve', 'use')")
     finally:
         as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")
+
+
+# --- Revoking: what a revoked role keeps (nothing), and the grants it made (RESTRICT / CASCADE).
+
+def grants_of(admin, owner="gr_alice"):
+    """Every grant on owner's models, as the superuser sees them: (grantee, privilege, target,
+    granted_by)."""
+    return set(admin.execute("""SELECT grantee::text, privilege, coalesce(model_name, model_id::text), granted_by::text
+                                FROM corgipile.model_grants WHERE owner = %s""", (owner,)).fetchall())
+
+
+def cleanup_grants(dsn):
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DELETE FROM corgipile.model_grants WHERE owner = 'gr_alice'")
+
+
+def test_a_revoked_manager_keeps_nothing(dsn, world):
+    """bob managed churn and granted it on; once his manage is revoked (with the grants he made),
+    he sees and uses nothing of alice's: not the versions he saw, not those trained later."""
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    try:
+        with session(dsn, "gr_bob") as bob:
+            assert visible_ids(bob) == {world["v1"], world["v2"]}
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage', cascade => true)")
+        with session(dsn, "gr_alice") as alice:
+            v3 = train(alice, "churn")
+        try:
+            for role in ("gr_bob", "gr_eve"):
+                with session(dsn, role) as c:
+                    assert_cannot_reach(c, world)
+                    assert v3 not in visible_ids(c)
+                    assert scalar(c, "SELECT count(*) FROM corgipile.models WHERE id = %s", (v3,)) == 0
+                    assert scalar(c, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (v3,)) == 0
+        finally:
+            as_alice(dsn, "SELECT corgipile_drop_model(%s::bigint)", (v3,))
+    finally:
+        cleanup_grants(dsn)
+
+
+def test_visibility_comes_from_privileges_held_not_grants_made(dsn, world):
+    """carol managed churn through gr_app and granted it to eve; taken out of gr_app (a plain
+    REVOKE of the membership, which corgipile does not see), her grant to eve stays, and she
+    can still see that grant row, but it gives her nothing: she no longer sees, predicts,
+    evaluates, deploys or sees the deployed flag."""
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_app', 'manage')")
+    try:
+        with session(dsn, "gr_carol") as carol:
+            carol.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            assert visible_ids(carol) == {world["v1"], world["v2"]}
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("REVOKE gr_app FROM gr_carol")
+        try:
+            with session(dsn, "gr_carol") as carol:
+                # The grant she made is still listed for her ...
+                assert scalar(carol, "SELECT count(*) FROM corgipile.model_grants WHERE granted_by = 'gr_carol'") == 1
+                # ... and reaches nothing of alice's.
+                assert visible_ids(carol) == set()
+                assert scalar(carol, "SELECT count(*) FROM corgipile.models") == 0
+                assert scalar(carol, "SELECT count(*) FROM corgipile.epochs") == 0
+                with pytest.raises(E.UndefinedObject):
+                    predict(carol, world["v1"])
+                with pytest.raises(E.UndefinedObject):
+                    predict(carol, "gr_alice.churn")
+                with pytest.raises(E.UndefinedObject):
+                    carol.execute("SELECT corgipile_evaluate(%s::bigint, 'public.pts')", (world["v2"],))
+                with pytest.raises(E.UndefinedObject):
+                    carol.execute("SELECT corgipile_deploy('gr_alice.churn')")
+            with session(dsn, "gr_eve") as eve:
+                assert visible_ids(eve) == {world["v1"], world["v2"]}
+        finally:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute("GRANT gr_app TO gr_carol")
+    finally:
+        cleanup_grants(dsn)
+
+
+def test_revoke_refuses_while_grants_depend_on_it(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    try:
+        with session(dsn, "gr_bob") as bob:
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            before = grants_of(admin)
+        for stmt in ("SELECT corgipile_revoke('churn', 'gr_bob', 'manage')",
+                     "SELECT corgipile_revoke('churn', 'gr_bob', 'manage', false)",
+                     "SELECT corgipile_revoke('churn', 'gr_bob', 'manage', cascade => false)"):
+            with session(dsn, "gr_alice") as alice:
+                with pytest.raises(E.DependentPrivilegeDescriptorsStillExist) as err:
+                    alice.execute(stmt)
+            diag = err.value.diag
+            assert diag.message_primary == "dependent privileges exist"
+            assert diag.message_detail == "Granted through the \"manage\" being revoked: gr_bob granted use on 'churn' to gr_eve."
+            assert diag.message_hint == "Revoke them too with corgipile_revoke('churn', 'gr_bob', 'manage', cascade => true)."
+        # Another manager is told how many grants depend, not who made them to whom.
+        as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_dave', 'manage')")
+        with session(dsn, "gr_dave") as dave:
+            with pytest.raises(E.DependentPrivilegeDescriptorsStillExist) as err:
+                dave.execute("SELECT corgipile_revoke('gr_alice.churn', 'gr_bob', 'manage')")
+            assert err.value.diag.message_detail == "1 grant made through the \"manage\" being revoked."
+            assert err.value.diag.message_hint == \
+                "Revoke them too with corgipile_revoke('gr_alice.churn', 'gr_bob', 'manage', cascade => true)."
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_dave', 'manage')")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == before  # nothing changed
+        with session(dsn, "gr_bob") as bob:
+            assert scalar(bob, "SELECT corgipile_deploy('gr_alice.churn')") == world["v2"]
+        with session(dsn, "gr_eve") as eve:
+            assert visible_ids(eve) == {world["v1"], world["v2"]}
+        # Revoking a "use" never has dependents.
+        as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_carol', 'use')")
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_carol', 'use')")
+    finally:
+        cleanup_grants(dsn)
+
+
+def test_revoke_cascade_is_recursive(dsn, world):
+    """alice → carol (manage) → eve (manage) → gr_app (manage, which carol is a member of: a
+    cycle back to her) and eve → bob (use on v1); dave's grant comes from alice's manage. Revoking
+    carol's manage: while the cycle alone keeps carol and eve "holding" manage, it supports
+    nothing, so RESTRICT refuses, and CASCADE takes carol's and eve's grants, and only those."""
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_carol', 'manage')")
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_dave', 'manage')")
+    try:
+        with session(dsn, "gr_carol") as carol:
+            carol.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'manage')")
+        with session(dsn, "gr_eve") as eve:
+            eve.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_app', 'manage')")
+            eve.execute("SELECT corgipile_grant(%s::bigint, 'gr_bob', 'use')", (world["v1"],))
+        with session(dsn, "gr_dave") as dave:
+            dave.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_app', 'use')")
+        with pytest.raises(E.DependentPrivilegeDescriptorsStillExist) as err:
+            as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_carol', 'manage')")
+        detail = err.value.diag.message_detail
+        for made in ("gr_carol granted manage on 'churn' to gr_eve", "gr_eve granted manage on 'churn' to gr_app",
+                     f"gr_eve granted use on model {world['v1']} to gr_bob"):
+            assert made in detail
+        with session(dsn, "gr_alice") as alice:
+            notices = []
+            alice.add_notice_handler(lambda d: notices.append(d.message_primary))
+            alice.execute("SELECT corgipile_revoke('churn', 'gr_carol', 'manage', cascade => true)")
+            assert "revoked 3 dependent grants too" in notices, notices
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == {("gr_dave", "manage", "churn", "gr_alice"),
+                                        ("gr_app", "use", "churn", "gr_dave")}
+        for role in ("gr_bob", "gr_eve"):
+            with session(dsn, role) as c:
+                assert_cannot_reach(c, world)
+        with session(dsn, "gr_carol") as carol:  # uses churn through gr_app (dave's grant), manages nothing
+            assert visible_ids(carol) == {world["v1"], world["v2"]}
+            with pytest.raises(E.InsufficientPrivilege):
+                carol.execute("SELECT corgipile_deploy('gr_alice.churn')")
+    finally:
+        cleanup_grants(dsn)
+
+
+def test_manage_held_another_way_keeps_the_grants_made(dsn, world):
+    # carol holds manage directly and through gr_app: losing the direct grant keeps hers.
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_carol', 'manage')")
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_app', 'manage')")
+    # bob holds manage on the name and on the id v1, and granted v1 by id to eve.
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    as_alice(dsn, "SELECT corgipile_grant(%s::bigint, 'gr_bob', 'manage')", (world["v1"],))
+    try:
+        with session(dsn, "gr_carol") as carol:
+            carol.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+        with session(dsn, "gr_bob") as bob:
+            bob.execute("SELECT corgipile_grant(%s::bigint, 'gr_eve', 'manage')", (world["v1"],))
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_carol', 'manage')")
+        # The name grant covers the id: no dependents on the id grant either.
+        as_alice(dsn, "SELECT corgipile_revoke(%s::bigint, 'gr_bob', 'manage')", (world["v1"],))
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == {("gr_app", "manage", "churn", "gr_alice"),
+                                        ("gr_bob", "manage", "churn", "gr_alice"),
+                                        ("gr_eve", "use", "churn", "gr_carol"),
+                                        ("gr_eve", "manage", str(world["v1"]), "gr_bob")}
+        # Now bob's name grant is all that supports his grant on v1: RESTRICT refuses ...
+        with pytest.raises(E.DependentPrivilegeDescriptorsStillExist) as err:
+            as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")
+        assert f"gr_bob granted manage on model {world['v1']} to gr_eve" in err.value.diag.message_detail
+        # ... PUBLIC manage would keep it (every role holds it) ...
+        as_alice(dsn, "SELECT corgipile_grant('churn', 'public', 'manage')")
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")
+        # ... and revoking PUBLIC's, by id overload, with cascade, takes bob's (he holds nothing else).
+        with session(dsn, "gr_alice") as alice:
+            alice.execute("SELECT corgipile_revoke('churn', 'PUBLIC', 'manage', cascade => true)")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == {("gr_app", "manage", "churn", "gr_alice"),
+                                        ("gr_eve", "use", "churn", "gr_carol")}
+        # The owner never loses the right to grant; nor does a superuser.
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_dave', 'use')")
+        as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_app', 'manage', cascade => true)")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == {("gr_dave", "use", "churn", "postgres")}
+    finally:
+        cleanup_grants(dsn)
+
+
+def test_revoke_by_id_with_cascade(dsn, world):
+    as_alice(dsn, "SELECT corgipile_grant(%s::bigint, 'gr_bob', 'manage')", (world["v2"],))
+    try:
+        with session(dsn, "gr_bob") as bob:
+            bob.execute("SELECT corgipile_grant(%s::bigint, 'gr_eve', 'use')", (world["v2"],))
+        with pytest.raises(E.DependentPrivilegeDescriptorsStillExist) as err:
+            as_alice(dsn, "SELECT corgipile_revoke(%s::bigint, 'gr_bob', 'manage')", (world["v2"],))
+        assert f"corgipile_revoke({world['v2']}, 'gr_bob', 'manage', cascade => true)" in err.value.diag.message_hint
+        as_alice(dsn, "SELECT corgipile_revoke(%s::bigint, 'gr_bob', 'manage', cascade => true)", (world["v2"],))
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == set()
+        with session(dsn, "gr_eve") as eve:
+            assert visible_ids(eve) == set()
+    finally:
+        cleanup_grants(dsn)
+
+
+# --- Bad input to the management functions: a clean ERROR, never an internal one.
+
+@pytest.mark.parametrize("stmt", [
+    "SELECT corgipile_deploy(NULL, 1)",
+    "SELECT corgipile_deploy(NULL)",
+    "SELECT corgipile_grant(NULL::text, 'gr_bob', 'use')",
+    "SELECT corgipile_grant(NULL::bigint, 'gr_bob', 'use')",
+    "SELECT corgipile_grant('churn', NULL, 'use')",
+    "SELECT corgipile_grant('churn', 'gr_bob', NULL)",
+    "SELECT corgipile_revoke(NULL::text, 'gr_bob', 'use')",
+    "SELECT corgipile_revoke(NULL::bigint, 'gr_bob', 'use')",
+    "SELECT corgipile_revoke('churn', NULL, 'use')",
+    "SELECT corgipile_revoke('churn', 'gr_bob', NULL)",
+    "SELECT corgipile_revoke('churn', 'gr_bob', 'use', NULL)",
+])
+def test_null_arguments_are_a_clean_error(dsn, world, stmt):
+    with session(dsn, "gr_alice") as alice:
+        with pytest.raises(E.NullValueNotAllowed) as err:
+            alice.execute(stmt)
+    assert "must not be NULL" in err.value.diag.message_primary
+    assert err.value.diag.message_hint.startswith("Call it as corgipile_")
+
+
+def test_null_model_to_drop_is_null(dsn, world):
+    """corgipile_drop_model is STRICT: NULL in, NULL out, nothing dropped."""
+    with session(dsn, "gr_alice") as alice:
+        assert scalar(alice, "SELECT corgipile_drop_model(NULL::bigint)") is None
+        assert scalar(alice, "SELECT corgipile_drop_model(NULL::text)") is None
+        assert visible_ids(alice) >= set(world.values())
+
+
+@pytest.mark.parametrize("name", ["o'brien", "o'brien'); DROP TABLE pts; --", "back\\slash'"])
+def test_deploy_hint_quotes_the_name(dsn, world, name):
+    with session(dsn, "gr_alice") as alice:
+        own = train(alice, name)
+        try:
+            with pytest.raises(E.InvalidParameterValue) as err:
+                alice.execute("SELECT corgipile_deploy(%s, %s)", (name, world["v1"]))
+            hint = err.value.diag.message_hint
+            literal = "'" + name.replace("'", "''").replace("\\", "\\\\") + "'"
+            if "\\" in name:
+                literal = "E" + literal
+            assert hint == f"SELECT version, id FROM corgipile.model_summary WHERE name = {literal} lists its versions."
+            # The hint's query runs as written and finds the name's versions.
+            query = hint.removesuffix(" lists its versions.")
+            assert alice.execute(query).fetchall() == [(1, own)]
+        finally:
+            alice.execute("SELECT corgipile_drop_model(%s::bigint)", (own,))
+
+
+def in_thread(c, stmt, params=None):
+    """Runs stmt on connection c in a thread; returns (thread, outcome dict)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            c.execute(stmt, params)
+            outcome["ok"] = True
+        except psycopg.Error as e:
+            outcome["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def test_grants_and_revokes_on_one_owners_models_are_serialised(dsn, world):
+    """A revoke never misses a grant made at the same time through the manage it revokes."""
+    import time
+
+    as_alice(dsn, "SELECT corgipile_grant('churn', 'gr_bob', 'manage')")
+    try:
+        # bob's grant first (uncommitted): alice's revoke waits for it, then sees it.
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            bob.execute("BEGIN")
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            t, outcome = in_thread(alice, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage')")
+            time.sleep(0.5)
+            assert t.is_alive(), "the revoke did not wait for the grant in progress"
+            bob.execute("COMMIT")
+            t.join(30)
+            assert isinstance(outcome.get("error"), E.DependentPrivilegeDescriptorsStillExist), outcome
+        # Only grants on one name (and its versions) wait for each other: bob's open transaction
+        # on churn does not hold up alice's grants on her other models.
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            other = train(alice, "other")
+            bob.execute("BEGIN")
+            bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
+            try:
+                alice.execute("SET lock_timeout = '2s'")
+                for model in (other, world["unnamed"]):
+                    alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_carol', 'use')", (model,))
+                    alice.execute("SELECT corgipile_revoke(%s::bigint, 'gr_carol', 'use')", (model,))
+                with pytest.raises(E.LockNotAvailable):
+                    alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_carol', 'use')", (world["v1"],))
+            finally:
+                bob.execute("ROLLBACK")
+                alice.execute("SELECT corgipile_drop_model('other')")
+        # alice's revoke first (uncommitted): bob's grant waits, then finds no manage left.
+        with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
+            alice.execute("BEGIN")
+            alice.execute("SELECT corgipile_revoke('churn', 'gr_bob', 'manage', cascade => true)")
+            t, outcome = in_thread(bob, "SELECT corgipile_grant('gr_alice.churn', 'gr_carol', 'use')")
+            time.sleep(0.5)
+            assert t.is_alive(), "the grant did not wait for the revoke in progress"
+            alice.execute("COMMIT")
+            t.join(30)
+            assert isinstance(outcome.get("error"), E.UndefinedObject), outcome
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            assert grants_of(admin) == set()
+    finally:
+        cleanup_grants(dsn)

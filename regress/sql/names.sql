@@ -23,3 +23,10 @@ SELECT corgipile_deploy('errors_a', 999999);
 -- Nothing changed: errors_a still deploys its only version.
 SELECT corgipile_deploy('errors_a') = :a_id AS unchanged;
 SELECT * FROM corgipile_explain('clustered', 'svm', '{}', false, 'html');
+-- NULL arguments: a clear ERROR (22004), never an internal one or a silent no-op.
+SELECT corgipile_deploy(NULL, :id);
+\echo :LAST_ERROR_SQLSTATE
+SELECT corgipile_grant('errors_a', NULL, 'use');
+\echo :LAST_ERROR_SQLSTATE
+SELECT corgipile_revoke('errors_a', 'public', 'use', NULL);
+\echo :LAST_ERROR_SQLSTATE
