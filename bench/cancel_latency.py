@@ -25,6 +25,8 @@ import threading
 import time
 
 import psycopg
+
+import provenance
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -320,6 +322,7 @@ def main():
         pg_version = killer.execute("SHOW server_version").fetchone()[0]
         ext_version = killer.execute("SELECT extversion FROM pg_extension WHERE extname = 'corgipile'").fetchone()[0]
         library = installed_library(killer)
+        origin = provenance.line(killer, "bench-cancel")
 
         session = Session()
         warnings = []
@@ -355,6 +358,8 @@ def main():
     elapsed = time.perf_counter() - started
     today = datetime.date.today().isoformat()
     lines = [
+        origin,
+        "",
         f"Cancel latency of a running `corgipile_train` ({today}, commit `{head}` at the start of the run, "
         f"corgipile {ext_version}, library `{library[0]}` installed {library[1]}, {machine()}, "
         f"PostgreSQL {pg_version}, database `{DBNAME}`).",

@@ -12,6 +12,8 @@ import re
 import statistics
 
 import psycopg
+
+import provenance
 from psycopg.types.json import Jsonb
 
 from epoch_times import make_table
@@ -113,8 +115,7 @@ def main():
     ]
     text = "\n".join(out) + "\n"
     print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
+    provenance.write(args.out, text, "bench-parallel")
 
 
 if __name__ == "__main__":

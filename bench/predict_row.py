@@ -24,6 +24,8 @@ import statistics
 import time
 
 import psycopg
+
+import provenance
 from psycopg import sql
 
 from cancel_latency import git_head, installed_library, machine
@@ -109,8 +111,7 @@ def main():
                          f"{med[k] / med['floor']:.2f} |")
         text = "\n".join(lines) + "\n"
         print(text)
-        with open(args.out, "w") as f:
-            f.write(text)
+        provenance.write(args.out, text, "bench-predict", DBNAME)
         with open(args.out + ".json", "w") as f:
             json.dump({"rows": args.rows, "times": times}, f, indent=1)
 

@@ -15,6 +15,8 @@ import statistics
 import subprocess
 
 import psycopg
+
+import provenance
 from psycopg.types.json import Jsonb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,8 +136,7 @@ def main():
                        f"{100 * (a - one_acc):+.2f} | {b} |")
     text = "\n".join(out) + "\n"
     print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
+    provenance.write(args.out, text, "bench-shards", DB)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import statistics
 import time
 
 import psycopg
+
+import provenance
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -330,8 +332,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
+    provenance.write(args.out, text, "bench-shuffle", DBNAME)
 
 
 if __name__ == "__main__":

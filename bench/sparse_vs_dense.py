@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 import psycopg
+
+import provenance
 import scipy
 import scipy.sparse as sp
 import sklearn
@@ -237,8 +239,7 @@ def main():
               f"{len(LOSSES) * len(GUARD_DATA) * len(MODES)} cases)."]
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
+    provenance.write(args.out, text, "bench-sparse")
     return 1 if failed else 0
 
 

@@ -6,8 +6,8 @@ ordinary role then asks corgipile for absurd sizes: feature dimensions up to 2^3
 indices up to 2147483647, softmax models of up to 70,000 classes, batches of a million, buffers
 of a terabyte or 2^31 tuples, blocks of 2^31 pages, prediction vectors of up to 10^7 elements.
 Any clean ERROR is acceptable; an internal error (SQLSTATE XX000), a lost connection or a server
-restart is not. A restart is detected by an idle sentinel connection, pg_postmaster_start_time()
-and the server log (and, for the shard-request fuzzer, the checkpointer's pid).
+restart is not. A restart is detected by an idle sentinel connection, pg_postmaster_start_time(),
+the checkpointer's pid and the server log.
 
 test_shard_round_requests_never_crash calls corgipile_shard_round (EXECUTE is granted to PUBLIC)
 directly with hostile requests: fixed cases (10^7 class values, a 2^62-feature model, 10^11
@@ -178,7 +178,9 @@ def cluster():
 
 
 class Watchdog:
-    """Detects a server restart: an idle sentinel connection, the postmaster's start time, the log."""
+    """Detects a server restart: an idle sentinel connection, the postmaster's start time, the
+    checkpointer's pid (on PostgreSQL 15 pg_postmaster_start_time() does not change at a crash
+    restart; the checkpointer, restarted with every other process, does), the log."""
 
     def __init__(self, cluster):
         self.cluster = cluster
@@ -190,6 +192,11 @@ class Watchdog:
     def connect(self):
         self.sentinel = self.cluster.connect()
         self.start_time = self.sentinel.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+        self.checkpointer = self._checkpointer(self.sentinel)
+
+    @staticmethod
+    def _checkpointer(c):
+        return c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'").fetchone()[0]
 
     def check(self):
         """None if the server is as it was; else a description of what happened."""
@@ -201,8 +208,11 @@ class Watchdog:
         try:
             with self.cluster.connect() as c:
                 now = c.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+                checkpointer = self._checkpointer(c)
             if now != self.start_time:
                 problems.append(f"pg_postmaster_start_time changed: {self.start_time} -> {now}")
+            if checkpointer != self.checkpointer:
+                problems.append(f"checkpointer pid changed: {self.checkpointer} -> {checkpointer}")
         except psycopg.Error as e:
             problems.append(f"cannot connect: {e!r}")
         crash_lines = [line for line in self.cluster.new_log_lines() if CRASH_RE.search(line)]
@@ -764,30 +774,6 @@ ODD_NUMBERS = [-1, 0, 1, 2**31 - 1, 2**31, 2**32, 2**53, 2**62, 2**63 - 1, 2**63
                10**11, 10**30, -2**63, 1e308, -1e308, 1.5, 1e-320]
 
 
-class CheckpointerWatchdog(Watchdog):
-    """Watchdog plus the checkpointer's pid: on PostgreSQL 15 pg_postmaster_start_time() does not
-    change at a crash restart, the checkpointer (restarted with every other process) does."""
-
-    def connect(self):
-        super().connect()
-        self.checkpointer = self._checkpointer(self.sentinel)
-
-    @staticmethod
-    def _checkpointer(c):
-        return c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'").fetchone()[0]
-
-    def check(self):
-        problems = [p for p in [super().check()] if p]
-        try:
-            with self.cluster.connect() as c:
-                now = self._checkpointer(c)
-            if now != self.checkpointer:
-                problems.append(f"checkpointer pid changed: {self.checkpointer} -> {now}")
-        except psycopg.Error as e:
-            problems.append(f"cannot connect: {e!r}")
-        return "; ".join(problems) or None
-
-
 def json_array(n, item="0"):
     """The text of a JSON array of n copies of `item` (built as text: n may be 5e7)."""
     return "[]" if n <= 0 else "[" + (item + ",") * (n - 1) + item + "]"
@@ -1017,7 +1003,7 @@ def test_shard_round_requests_never_crash(cluster):
     crash lines) or a call running past the statement timeout is not."""
     rng = random.Random(SHARD_ROUND_SEED)
     fuzz = ShardRoundFuzz(cluster, rng)
-    watchdog = CheckpointerWatchdog(cluster)
+    watchdog = Watchdog(cluster)
     conn = fz_connect(cluster)
     internal, restarts, lost, slow, slowest = [], [], [], [], []
     by_state = {}
