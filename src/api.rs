@@ -545,9 +545,10 @@ fn corgipile_shard_round(
         None => 1,
     };
     if let Err(why) = request.check(outputs) {
+        // Well-formed JSON, but not what a coordinator sends: a protocol violation.
         raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("invalid corgipile shard request: {why}"),
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            format!("corgipile shard round: {why}"),
             hint(),
         );
     }

@@ -156,7 +156,7 @@ impl RoundRequest {
                 || !all_finite(&m.weights)
                 || !all_finite(&m.bias)
             {
-                return Err("a model to evaluate whose weights do not match its shape".into());
+                return Err("a model to evaluate of another shape than it says".into());
             }
             if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
                 return Err("a preprocessing whose columns do not tile its features".into());
