@@ -115,8 +115,8 @@ def train_counting_workers(c, rel, model, params):
     training's parallel workers (leader_pid = c's backend); returns (model id, number of distinct
     parallel workers seen, the number that could start when it began). A worker lives from the
     team's launch to the end of the training, so a poll every few ms sees every one of them."""
+    could = min(params.get("workers", 0), free_parallel_workers(c))  # c's own max_parallel_workers
     with psycopg.connect(c.info.dsn, autocommit=True) as observer:
-        could = min(params.get("workers", 0), free_parallel_workers(observer))
         pid = c.info.backend_pid
         t, result = start_training(c, rel, model, params)
         seen = set()
@@ -139,15 +139,18 @@ def compare_accuracy(c, rel, model, params, workers=(1, 2, 4), eval_rel=None, fl
     and, with the same seed, gives the single-process model, so the comparison would be vacuous."""
     eval_rel = eval_rel or rel
     n = scalar(c, f"SELECT count(*) FROM {rel}")
-    acc = {}
+    acc, ran_by = {}, {}
     for w in (0, *workers):
         m, ran, could = train_counting_workers(c, rel, model, {**params, "workers": w})
         assert ran == could, (f"{model} on {rel} with \"workers\": {w}: {ran} parallel workers ran, "
                               f"{could} could start")
-        assert w == 0 or ran >= 1, f"{model} on {rel}: no parallel worker free for \"workers\": {w}"
+        assert w == 0 or ran >= 1, (f"{model} on {rel}: no parallel worker free for \"workers\": {w}, "
+                                    "the comparison with one process would be vacuous")
         assert scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == n, (rel, w)
         acc[w] = evaluate(c, m, eval_rel)["accuracy"]
-    msg = f"{model} on {rel}: accuracy per workers " + ", ".join(f"{w}: {a:.4f}" for w, a in acc.items())
+        ran_by[w] = ran
+    msg = (f"{model} on {rel}: accuracy per workers " + ", ".join(f"{w}: {a:.4f}" for w, a in acc.items())
+           + " (parallel workers seen running: " + ", ".join(f"{w}: {r}" for w, r in ran_by.items()) + ")")
     print("\n" + msg)
     assert acc[0] > floor, msg
     for w in workers:
