@@ -193,7 +193,9 @@ def main():
     (out / "models.csv").write_text(models)
     (out / "epochs.csv").write_text(epochs)
     with open(out / "predictions.json", "w") as f:
-        f.write("[\n" + ",\n".join(json.dumps(p, sort_keys=True) for p in predictions) + "\n]\n")
+        # Only the calls that returned a value (the others are the documented 42809 of a function
+        # that does not apply to the model's kind, e.g. predict_proba of an svm).
+        f.write("[\n" + ",\n".join(json.dumps(p, sort_keys=True) for p in ok) + "\n]\n")
     (out / "meta.json").write_text(json.dumps({
         "version": args.version, "commit": args.commit, "server": server,
         "models": ids, "names": names,

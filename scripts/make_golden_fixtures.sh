@@ -17,7 +17,9 @@
 #
 # Environment: GOLDEN_ROOT (default /work) where the worktrees go, GOLDEN_PG15 (default
 # /usr/lib/postgresql/15) the install copied, GOLDEN_PORT (default 28791) the throw-away cluster's
-# port, GOLDEN_TARGET (default /work/wt-old-target) the cargo target dir shared by these builds.
+# port, GOLDEN_TARGET (default /work/wt-old-target) where each version gets its own cargo target dir
+# (<version>/; a shared one is wrong: cargo would take another checkout's corgipile-ml, whose
+# path and version are the same, as up to date).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +32,6 @@ declare -A COMMITS=(
 ROOT="${GOLDEN_ROOT:-/work}"
 PG15="${GOLDEN_PG15:-/usr/lib/postgresql/15}"
 PORT="${GOLDEN_PORT:-28791}"
-export CARGO_TARGET_DIR="${GOLDEN_TARGET:-$ROOT/wt-old-target}"
 export PATH="$HOME/.cargo/bin:$PATH"
 
 if [ "$VERSION" = current ]; then
@@ -45,6 +46,7 @@ else
     [ "$(git -C "$SRC" rev-parse HEAD)" = "$(git -C "$REPO" rev-parse "$COMMIT")" ] || { echo "$SRC is not at $COMMIT" >&2; exit 1; }
     FEATURES=()
 fi
+export CARGO_TARGET_DIR="${GOLDEN_TARGET:-$ROOT/wt-old-target}/$VERSION"
 built="$(sed -nE 's/^version = "(.*)"/\1/p' "$SRC/Cargo.toml" | head -1)"
 [ "$built" = "$VERSION" ] || { echo "$SRC/Cargo.toml says version $built, not $VERSION" >&2; exit 1; }
 

@@ -124,7 +124,7 @@ def test_pg_cancel_backend_stops_expensive_training(tables, dsn, case, double_bu
         assert t.is_alive(), f"training should still be running: {result}"
 
     latency, phase = cancel_training(tables, dsn, table, model, params, after_a_while)
-    print(f"\ncancel latency {case} double_buffer={double_buffer}: {latency:.2f} s  (cancelled during {phase})")
+    print(f"\ncancel latency {case} double_buffer={double_buffer}: {latency:.3f} s  (cancelled during {phase})")
 
 
 @pytest.mark.parametrize("double_buffer", [True, False])
@@ -144,7 +144,7 @@ def test_statement_timeout_stops_softmax60k(tables, dsn, double_buffer):
                 observer.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 t.join(timeout=30)
         elapsed = result["ended"] - result["started"]
-        print(f"\nstatement_timeout latency softmax60k double_buffer={double_buffer}: {elapsed - 1.0:.2f} s "
+        print(f"\nstatement_timeout latency softmax60k double_buffer={double_buffer}: {elapsed - 1.0:.3f} s "
               f"(error {elapsed:.2f} s after the statement started)")
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert elapsed - 1.0 < LATENCY_LIMIT, f"statement_timeout of 1 s took {elapsed:.2f} s to stop the training"
