@@ -180,10 +180,12 @@ regress:
 	fi
 
 # pytest exits 5 when it collects nothing; that is only accepted while tests/
-# has no test files at all.
+# has no test files at all. CORGIPILE_REQUIRE_INPUTS=1: an input a test needs (a dataset in
+# ../shared/datasets or CORGIPILE_DATASETS, postgres_fdw, file_fdw) that is missing fails the
+# test, naming it, instead of skipping it (tests/conftest.py, missing_input).
 pytest:
 	@test -x $(VENV)/bin/pytest || { echo "pytest: $(VENV) missing; run make setup-python" >&2; exit 1; }
-	@rc=0; $(PG_ENV) $(VENV)/bin/pytest -q tests/ || rc=$$?; \
+	@rc=0; $(PG_ENV) CORGIPILE_REQUIRE_INPUTS=1 $(VENV)/bin/pytest -q -rs tests/ || rc=$$?; \
 	if [ $$rc -eq 5 ] && ! ls tests/test_*.py tests/*_test.py >/dev/null 2>&1; then \
 		echo "pytest: no Python tests in tests/ yet"; rc=0; \
 	fi; \

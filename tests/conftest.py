@@ -10,6 +10,35 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DATASETS = pathlib.Path(os.environ.get("CORGIPILE_DATASETS", REPO.parent / "shared" / "datasets"))
 DBNAME = os.environ.get("CORGIPILE_TEST_DB", "corgipile_pytest")
+# `make pytest` (and so `make test`) sets CORGIPILE_REQUIRE_INPUTS=1: an input a test needs (a
+# dataset, a contrib extension) that is missing is then a failure naming it, never a skip that
+# would let CI pass without the check. A developer running a file by hand may still skip.
+REQUIRE_INPUTS = os.environ.get("CORGIPILE_REQUIRE_INPUTS", "") not in ("", "0")
+
+
+def missing_input(what):
+    """A test cannot run because `what` (an input outside the repository) is absent: fails under
+    CORGIPILE_REQUIRE_INPUTS=1 (make test), skips otherwise."""
+    if REQUIRE_INPUTS:
+        pytest.fail(f"required input missing: {what} (CORGIPILE_REQUIRE_INPUTS=1, as make test sets)",
+                    pytrace=False)
+    pytest.skip(f"{what} (set CORGIPILE_REQUIRE_INPUTS=1 to make this a failure)")
+
+
+def dataset(*names):
+    """Paths of files in DATASETS; a missing one is missing_input (a failure under make test)."""
+    paths = [DATASETS / n for n in names]
+    absent = [str(p) for p in paths if not p.exists()]
+    if absent:
+        missing_input("dataset file(s) not found: " + ", ".join(absent)
+                      + " (CORGIPILE_DATASETS or ../shared/datasets)")
+    return paths if len(paths) > 1 else paths[0]
+
+
+def require_extension(conn, name):
+    """The contrib extension `name` is installable on the server under test, else missing_input."""
+    if not conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = %s", (name,)).fetchone()[0]:
+        missing_input(f"{name} is not available in this server's installation")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Cancel and statement_timeout stop a training within about a second, leave no model row,
+"""Cancel and statement_timeout stop a training within a second (README, Security and limits), leave no model row,
 and leave the session usable."""
 
 import threading
@@ -46,7 +46,9 @@ def test_pg_cancel_backend_stops_training(big, dsn, double_buffer):
         assert t.is_alive(), "training should still be running"
         latency = cancel_and_join(killer, t, result, pid, timeout=10)
         assert isinstance(result.get("error"), psycopg.errors.QueryCanceled)
-        assert latency < 1.5
+        # From pg_cancel_backend to the ERROR at the client (conftest.cancel_and_join).
+        print(f"\ncancel latency logistic double_buffer={double_buffer}: {latency:.3f} s")
+        assert latency < 1.0, f"cancel took {latency:.3f} s"
         assert scalar(killer, "SELECT count(*) FROM corgipile.models") == models_before
         # The session goes on working, and can train again.
         assert scalar(victim, "SELECT 1") == 1
@@ -60,7 +62,8 @@ def test_statement_timeout_stops_training(big, conn):
         conn.execute("SELECT corgipile_train('cancel_me', 'svm', '{\"epochs\": 1000000, \"verbose\": false}')")
     elapsed = time.monotonic() - started
     conn.execute("RESET statement_timeout")
-    assert elapsed < 1.5 + 1.0
+    print(f"\nstatement_timeout latency svm: {elapsed - 1.5:.3f} s")
+    assert elapsed - 1.5 < 1.0, f"the ERROR came {elapsed - 1.5:.3f} s after the statement_timeout"
     assert scalar(conn, "SELECT count(*) FROM corgipile.models") == before
     model_id = scalar(conn, "SELECT corgipile_train('cancel_me', 'svm', '{\"epochs\": 1, \"verbose\": false}')")
     assert model_id is not None

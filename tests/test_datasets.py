@@ -8,7 +8,7 @@ import sys
 import psycopg
 import pytest
 
-from conftest import DATASETS, REPO, scalar
+from conftest import REPO, dataset, scalar
 
 A9A_FEATURES = 123
 
@@ -23,9 +23,7 @@ def load(dbname, path, table, n_features):
 
 @pytest.fixture(scope="module")
 def a9a(dsn):
-    train, test = DATASETS / "a9a.train.bz2", DATASETS / "a9a.test.bz2"
-    if not train.exists():
-        pytest.skip(f"{train} not found")
+    train, test = dataset("a9a.train.bz2", "a9a.test.bz2")
     dbname = dsn.split("=")[1]
     load(dbname, train, "a9a_train", A9A_FEATURES)
     load(dbname, test, "a9a_test", A9A_FEATURES)

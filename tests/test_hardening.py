@@ -122,7 +122,7 @@ def env(dsn):
     with connect(dsn) as admin:
         admin.execute("DELETE FROM corgipile.models WHERE trained_by IN (%s, %s)", ROLES)
         for t in ("hard_small", "hard_other", "hard_par_t", "hard_big", "hard_nan", "hard_div",
-                  "hard_sparse_huge", "hard_wide", "hard_sm_classes", "hard_sm_70k"):
+                  "hard_sparse_huge", "hard_wide", "hard_sm_classes", "hard_sm_70k", "hard_nf_bad"):
             admin.execute(f"DROP TABLE IF EXISTS {t}")
         for r in ROLES:
             drop_role(admin, r)
@@ -702,16 +702,55 @@ def assert_model_memory_error(e):
     assert "corgipile.max_model_memory" in (e.diag.message_primary or ""), describe(e)
 
 
+@pytest.fixture(scope="module")
+def unsorted_sparse(env):
+    """hard_nf_bad: 20,000 sparse rows whose indices are all out of order, so decoding any row is
+    a data ERROR (22023 naming its ctid). Autovacuum is off for it: nothing but the tests reads
+    its blocks, so its read counters move only when a training reads it."""
+    with connect(env) as admin:
+        admin.execute("""CREATE TABLE hard_nf_bad WITH (autovacuum_enabled = false) AS
+                         SELECT i AS id, (i % 2) AS label, ARRAY[3, 1]::int4[] AS idx,
+                                ARRAY[(i % 2) + 0.5, 1.0]::float8[] AS val
+                         FROM generate_series(1, 20000) i""")
+        admin.execute(f"GRANT SELECT ON hard_nf_bad TO {ALICE}")
+    return env
+
+
+def blocks_and_tuples_read(c, table):
+    """What has been read of `table` so far, as the cumulative statistics count it: heap blocks
+    read or found in shared buffers, and tuples returned by sequential scans. Pending counts of
+    this session are flushed first (pg_stat_force_next_flush: they are written when the session
+    goes idle, before the statement's result reaches us), and the snapshot cleared."""
+    c.execute("SELECT pg_stat_force_next_flush()")
+    c.execute("SELECT pg_stat_clear_snapshot()")
+    return c.execute("""SELECT coalesce(io.heap_blks_read, 0) + coalesce(io.heap_blks_hit, 0), t.seq_tup_read
+                        FROM pg_statio_all_tables io JOIN pg_stat_all_tables t USING (relid)
+                        WHERE relid = %s::regclass""", (table,)).fetchone()
+
+
 @pytest.mark.parametrize("role", ["superuser", ALICE])
-def test_huge_sparse_n_features_refused_before_reading(big, admin, role):
+def test_huge_sparse_n_features_refused_before_reading(unsorted_sparse, admin, role):
+    """README: an explicit n_features over corgipile.max_model_memory is an ERROR before the table
+    is read. Proven by what was read: every row of hard_nf_bad is a data error once decoded, so a
+    54000 instead shows no row was decoded, and the table's block and tuple counters do not move
+    (while a training that does read it moves them: the check is not vacuous)."""
+    sparse = {"indices": "idx", "values": "val"}
     before = model_count(admin)
-    with connect(big, None if role == "superuser" else role) as c:
-        c.execute("SET statement_timeout = '5s'")
-        e, elapsed = timed(train_error, c, "hard_big", "svm",
-                           {"epochs": BIG_EPOCHS, "seed": 1, "features": {"indices": "idx", "values": "val"},
-                            "n_features": 2147483647})
+    with connect(unsorted_sparse, None if role == "superuser" else role) as c:
+        c.execute("SET statement_timeout = '30s'")
+        # Control: with a dimension that fits, the training reads the table and its first
+        # decoded row stops it; the counters move.
+        read0 = blocks_and_tuples_read(c, "hard_nf_bad")
+        e = train_error(c, "hard_nf_bad", "svm", {"epochs": 1, "seed": 1, "features": sparse, "n_features": 8})
+        assert isinstance(e, psycopg.DataError) and "ctid" in describe(e), describe(e)
+        read1 = blocks_and_tuples_read(c, "hard_nf_bad")
+        assert read1[0] > read0[0], f"a training that read hard_nf_bad did not move its counters: {read0} -> {read1}"
+        # Over the limit: 54000, and nothing read.
+        e = train_error(c, "hard_nf_bad", "svm", {"epochs": 1, "seed": 1, "features": sparse,
+                                                  "n_features": 2147483647})
+        read2 = blocks_and_tuples_read(c, "hard_nf_bad")
     assert_model_memory_error(e)
-    assert elapsed < 1.0, f"refused after {elapsed:.2f} s"
+    assert read2 == read1, f"hard_nf_bad was read before the 54000: (blocks, seq tuples) {read1} -> {read2}"
     assert model_count(admin) == before
 
 

@@ -13,8 +13,7 @@ from psycopg.types.json import Jsonb
 
 from conftest import cancel_and_join, scalar, stop_if_running, wait_active
 
-LATENCY_LIMIT = 1.0
-SLACK = 0.5  # a noisy shared 2-core machine
+LATENCY_LIMIT = 1.0  # README: "within a second, whatever one row costs"; from pg_cancel_backend to the ERROR
 RUNNING_FOR = 2.0  # seconds the training runs before it is cancelled
 
 RANDOM18 = ", ".join(["random()"] * 18)
@@ -108,7 +107,7 @@ def cancel_training(tables, dsn, table, model, params, cancel_when):
         finally:
             stop_if_running(killer, t, pid)
         assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert latency < LATENCY_LIMIT + SLACK, f"{table}: cancel took {latency:.2f} s ({phase})"
+        assert latency < LATENCY_LIMIT, f"{table}: cancel took {latency:.2f} s ({phase})"
         check_after(victim, killer, pid, models_before)
         return latency, phase
 
@@ -125,7 +124,7 @@ def test_pg_cancel_backend_stops_expensive_training(tables, dsn, case, double_bu
         assert t.is_alive(), f"training should still be running: {result}"
 
     latency, phase = cancel_training(tables, dsn, table, model, params, after_a_while)
-    print(f"\ncancel latency {case} double_buffer={double_buffer}: {latency:.2f} s  (cancelled during {phase})")
+    print(f"\ncancel latency {case} double_buffer={double_buffer}: {latency:.3f} s  (cancelled during {phase})")
 
 
 @pytest.mark.parametrize("double_buffer", [True, False])
@@ -145,10 +144,10 @@ def test_statement_timeout_stops_softmax60k(tables, dsn, double_buffer):
                 observer.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 t.join(timeout=30)
         elapsed = result["ended"] - result["started"]
-        print(f"\nstatement_timeout latency softmax60k double_buffer={double_buffer}: {elapsed - 1.0:.2f} s "
+        print(f"\nstatement_timeout latency softmax60k double_buffer={double_buffer}: {elapsed - 1.0:.3f} s "
               f"(error {elapsed:.2f} s after the statement started)")
         assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert elapsed < 2.0, f"statement_timeout of 1 s took {elapsed:.2f} s to stop the training"
+        assert elapsed - 1.0 < LATENCY_LIMIT, f"statement_timeout of 1 s took {elapsed:.2f} s to stop the training"
         victim.execute("RESET statement_timeout")
         check_after(victim, observer, pid, models_before)
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import DATASETS, REPO, scalar
+from conftest import REPO, dataset, scalar
 
 
 def load_libsvm(dbname, path, table, sparse=False, n_features=None):
@@ -61,9 +61,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,train_file,test_file,n_features,sparse", CASES)
 def test_clustered_datasets_match_sklearn(dsn, conn, name, train_file, test_file, n_features, sparse):
-    train_path, test_path = DATASETS / train_file, DATASETS / test_file
-    if not train_path.exists():
-        pytest.skip(f"{train_path} not found")
+    train_path, test_path = dataset(train_file, test_file)
     db = dsn.split("=")[1]
     load_libsvm(db, train_path, f"tm_{name}_file", sparse, n_features)
     load_libsvm(db, test_path, f"tm_{name}_test", sparse, n_features)
@@ -83,9 +81,7 @@ def test_clustered_datasets_match_sklearn(dsn, conn, name, train_file, test_file
 
 
 def test_w8a_sparse_skewed(dsn, conn):
-    path = DATASETS / "w8a.bz2"
-    if not path.exists():
-        pytest.skip(f"{path} not found")
+    path = dataset("w8a.bz2")
     from sklearn.linear_model import LogisticRegression
     from sklearn.svm import LinearSVC
 

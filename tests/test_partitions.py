@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import scalar
+from conftest import require_extension, scalar
 
 QUIET = {"verbose": False}
 
@@ -493,8 +493,7 @@ def test_no_select_on_the_parent_is_insufficient_privilege(dsn, rls, call):
 
 @pytest.fixture
 def fdw(conn):
-    if not scalar(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'"):
-        pytest.skip("postgres_fdw is not available in this server's installation")
+    require_extension(conn, "postgres_fdw")
     conn.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw")
     conn.execute("DROP SERVER IF EXISTS cpp_nowhere CASCADE")
     # Never connected to: the error is raised before anything is read.

@@ -54,7 +54,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import DBNAME, REPO, scalar
+from conftest import DBNAME, REPO, require_extension, scalar
 from reliability_helpers import wait_ready
 
 PGPORT = int(os.environ.get("PGPORT", "5432"))
@@ -173,8 +173,7 @@ def shard_server(dsn):
     (password ' '), shsec_trail (password 'trail '), shsec_trusted, shsec_mallory; databases with
     corgipile; a passfile (owned by postgres, 0600) holding the superuser's password."""
     with psycopg.connect(dsn, autocommit=True) as c:
-        if not scalar(c, "SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'"):
-            pytest.skip("postgres_fdw is not available in this server's installation")
+        require_extension(c, "postgres_fdw")
     cluster("destroy")  # a fresh cluster even after an interrupted run
     try:
         cluster("start")

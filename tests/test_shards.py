@@ -41,7 +41,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import DATASETS, DBNAME, REPO, cancel_and_join, scalar, start_training, stop_if_running, wait_active
+from conftest import (DBNAME, REPO, cancel_and_join, dataset, require_extension, scalar, start_training,
+                      stop_if_running, wait_active)
 
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.01  # 1 accuracy point
@@ -116,8 +117,7 @@ def shards(dsn):
     """Two shard servers, foreign servers sht_s1 / sht_s2 on the coordinator (and the broken ones
     of the failure tests), user mappings for the current user as postgres."""
     with psycopg.connect(dsn, autocommit=True) as c:
-        if not scalar(c, "SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'"):
-            pytest.skip("postgres_fdw is not available in this server's installation")
+        require_extension(c, "postgres_fdw")
         had_fdw = bool(scalar(c, "SELECT count(*) FROM pg_extension WHERE extname = 'postgres_fdw'"))
     try:
         for port in SHARD_PORTS:
@@ -517,9 +517,7 @@ A9A_FEATURES = 123
 
 @pytest.fixture(scope="module")
 def a9a(dsn, shards):
-    train_file, test_file = DATASETS / "a9a.train.bz2", DATASETS / "a9a.test.bz2"
-    if not train_file.exists() or not test_file.exists():
-        pytest.skip(f"{train_file} not found")
+    train_file, test_file = dataset("a9a.train.bz2", "a9a.test.bz2")
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("DROP TABLE IF EXISTS sh_a9a_train, sh_a9a_test")
     for path, table in ((train_file, "sh_a9a_train"), (test_file, "sh_a9a_test")):

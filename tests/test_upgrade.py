@@ -1,11 +1,21 @@
-"""ALTER EXTENSION corgipile UPDATE from the previous release (0.1.0, whose install script is
-frozen in sql/released/): old models keep predicting, and the upgraded database has exactly the
-objects of a fresh install of the current version."""
+"""ALTER EXTENSION corgipile UPDATE from the previous releases (whose install scripts are frozen
+in sql/released/): old models keep predicting, and the upgraded database has exactly the objects
+of a fresh install of the current version.
+
+Models written by the released versions themselves (tests/fixtures/golden/<version>/, made by
+scripts/make_golden_fixtures.sh with each release's own library; see the README there) are loaded
+into a database created at that version and must predict exactly what that version predicted,
+before and after the update."""
+
+import csv
+import io
+import json
+import struct
 
 import psycopg
 import pytest
 
-from conftest import scalar
+from conftest import REPO, scalar
 
 OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
 CURRENT = "0.4.0"
@@ -165,3 +175,111 @@ def test_update_from_0_3_0_matches_a_fresh_install(databases):
         installed = schema_description(fresh)
     for part in installed:
         assert upgraded[part] == installed[part], part
+
+
+# ----------------------------------------------------------------------------------------------
+# Golden fixtures: models written by each released version's own library.
+
+GOLDEN = REPO / "tests" / "fixtures" / "golden"
+GOLDEN_VERSIONS = sorted((d.name for d in GOLDEN.iterdir() if (d / "meta.json").exists()),
+                         key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def copy_in(conn, table, path):
+    """COPY a fixture CSV (with a header naming its columns) into `table`."""
+    text = path.read_text()
+    cols = ", ".join(next(csv.reader(io.StringIO(text))))
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY {table} ({cols}) FROM STDIN WITH (FORMAT csv, HEADER true)") as cp:
+            cp.write(text)
+
+
+def same_bits(a, b):
+    """Bit for bit: floats by their IEEE 754 bytes (so 0.0 and -0.0 differ), lists element-wise."""
+    if isinstance(a, float) and isinstance(b, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+# The documented changes of what an old model predicts (README, Upgrades): since 0.2.0 the class
+# of a boolean label is shown as the label column shows it, `false`/`true`; 0.1.0 returned
+# `0`/`1`, and its models, predicted by a later library, return `false`/`true` too.
+BOOLEAN_CLASS_TEXT = {"0": "false", "1": "true"}
+
+
+def expected_now(version, entry, label_type):
+    if (version == "0.1.0" and entry["function"] == "corgipile_predict_class"
+            and label_type[entry["id"]] == "boolean"):
+        return BOOLEAN_CLASS_TEXT[entry["value"]]
+    return entry["value"]
+
+
+def golden_mismatches(conn, version, entries):
+    """Every golden prediction recomputed by the library installed now; the ones that differ from
+    what the version that trained the model returned (or its documented change, expected_now)."""
+    label_type = dict(conn.execute("SELECT id, label_mapping->>'label_type' FROM corgipile.models").fetchall())
+    bad = []
+    for e in entries:
+        by_id = e["by"] == "id"
+        ref, cast = (e["id"], "%s::bigint") if by_id else (e["model"], "%s::text")
+        fn = e["function"]
+        if "indices" in e:
+            sql, args = f"SELECT {fn}({cast}, %s::int4[], %s::float8[])", (ref, e["indices"], e["values"])
+        elif "features" in e:
+            sql, args = f"SELECT {fn}({cast}, %s::float8[])", (ref, e["features"])
+        else:
+            sql, args = f"SELECT {fn}({cast}, g) FROM g WHERE id = %s", (ref, e["row"])
+        try:
+            got = conn.execute(sql, args).fetchone()[0]
+        except psycopg.Error as err:
+            got = f"ERROR {err.sqlstate}: {err.diag.message_primary}"
+        if not same_bits(got, expected_now(version, e, label_type)):
+            bad.append((e["model"], e["by"], fn, e.get("features") or e.get("indices") or e.get("row"),
+                        e["value"], got))
+    return bad
+
+
+@pytest.mark.parametrize("version", GOLDEN_VERSIONS)
+def test_golden_models_of_each_version_predict_identically(version):
+    """The models a released version trained (its own catalog rows, loaded into a database created
+    at that version) predict bit for bit what that version predicted: with the current library
+    before ALTER EXTENSION corgipile UPDATE (README, Upgrades: until then existing models keep
+    predicting) and after it; by id, and by name (a pinned version stays the one a name
+    resolves to). Bit for bit, not within a tolerance: the stored weights are the same numbers and
+    a prediction is computed from them in the same order, so any difference is a change in the
+    arithmetic of prediction, which must not pass unnoticed. The current version's own fixture
+    (made by this build) catches a future change of the same kind."""
+    fixture = GOLDEN / version
+    meta = json.loads((fixture / "meta.json").read_text())
+    entries = [e for e in json.loads((fixture / "predictions.json").read_text()) if "value" in e]
+    assert meta["version"] == version
+    # Every model of the fixture is checked by id, and every name by name.
+    assert {e["id"] for e in entries if e["by"] == "id"} == set(meta["models"].values())
+    assert {e["model"] for e in entries if e["by"] == "name"} == set(meta["names"])
+    db = "corgipile_golden_" + version.replace(".", "_")
+    recreate(db)
+    try:
+        with psycopg.connect(dbname=db, autocommit=True) as c:
+            c.execute(f"CREATE EXTENSION corgipile VERSION '{version}'")
+            c.execute((fixture / "tables.sql").read_text())
+            copy_in(c, "corgipile.models", fixture / "models.csv")
+            copy_in(c, "corgipile.epochs", fixture / "epochs.csv")
+            c.execute("SELECT setval(pg_get_serial_sequence('corgipile.models', 'id'), max(id)) FROM corgipile.models")
+            assert scalar(c, "SELECT count(*) FROM corgipile.models") == len(meta["models"])
+            if version != CURRENT:
+                bad = golden_mismatches(c, version, entries)
+                assert not bad, f"{version} models before the update, {len(bad)} of {len(entries)} differ: {bad[:5]}"
+                c.execute("ALTER EXTENSION corgipile UPDATE")
+            assert scalar(c, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == CURRENT
+            bad = golden_mismatches(c, version, entries)
+            assert not bad, f"{version} models after the update, {len(bad)} of {len(entries)} differ: {bad[:5]}"
+    finally:
+        drop(db)
+
+
+def test_golden_fixtures_cover_every_version():
+    """A fixture for every released version (sql/released/) and the current one."""
+    released = sorted(p.name[len("corgipile--"):-len(".sql")] for p in (REPO / "sql" / "released").glob("corgipile--*.sql"))
+    assert set(GOLDEN_VERSIONS) == {*released, CURRENT}, (GOLDEN_VERSIONS, released)
