@@ -242,6 +242,9 @@ impl SgdNode {
             }
             _ => None,
         };
+        // Epoch 1's clock starts here: its first buffer (read now, to learn the rows' width) is
+        // part of its time, as every later epoch's first buffer is part of that epoch's.
+        let first_started = Instant::now();
         let first = shuffle.next_buffer(None);
         let width = first.as_ref().map(|first| match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
@@ -301,7 +304,11 @@ impl SgdNode {
         let mut rescanned = false;
 
         for epoch in 1..=params.epochs {
-            let epoch_started = Instant::now();
+            let epoch_started = if epoch == 1 {
+                first_started
+            } else {
+                Instant::now()
+            };
             progress::epoch_started(epoch);
             if epoch > 1 && !rescanned {
                 pg_sys::ExecReScan(self.child);
