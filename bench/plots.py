@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"no_shuffle": "tab:red", "block_only": "tab:orange", "corgipile": "tab:green",
+COLORS = {"no_shuffle": "tab:red", "no_shuffle_single": "salmon", "block_only": "tab:orange", "corgipile": "tab:green",
           "corgipile_single": "tab:olive", "corgipile_buf2": "tab:cyan", "sliding_window": "tab:purple",
           "mrs": "tab:brown", "shuffle_once": "tab:blue", "shuffle_once_pile": "tab:pink", "sklearn": "tab:gray"}
 
@@ -24,7 +24,10 @@ def accuracy_vs_time(results, path):
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
     for ax, (d, model) in zip(axes.flat, panels):
         for name, r in _ok(d["models"][model]["runs"]).items():
-            t, xs, ys = r["offset"], [r["offset"]], [None]
+            # End to end: the copy or export, then the statement's time outside its epochs
+            # (statistics pass, planning, storing), then the epochs.
+            t = r["offset"] + r.get("overhead", 0.0)
+            xs, ys = [t], [None]
             for s, a in zip(r["epoch_seconds"], r["val_acc"]):
                 t += s
                 xs.append(t)
@@ -106,14 +109,14 @@ def sensitivity_plot(results, path):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for label, r in runs:
         if label.startswith("buffer"):
-            t, xs = 0.0, []
+            t, xs = r.get("overhead", 0.0), []
             for s in r["epoch_seconds"]:
                 t += s
                 xs.append(t)
             a1.plot(xs, r["val_acc"], marker="o", ms=3, label=label)
     so = d["models"][d["sensitivity"]["model"]]["runs"].get("shuffle_once")
     if so and "skipped" not in so:
-        t, xs = so["offset"], []
+        t, xs = so["offset"] + so.get("overhead", 0.0), []
         for s in so["epoch_seconds"]:
             t += s
             xs.append(t)
