@@ -20,13 +20,13 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import threading
 import time
 
 import psycopg
 
 import provenance
+from provenance import git_head, machine  # also imported from here by other scripts
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -268,17 +268,6 @@ def describe_states(states):
     return text
 
 
-def machine():
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or str(os.cpu_count())
-    return f"{nproc} CPUs ({model})"
-
-
 def installed_library(conn):
     """(path, modification time) of the corgipile shared library the server loads."""
     libdir = conn.execute("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'").fetchone()[0]
@@ -288,11 +277,6 @@ def installed_library(conn):
         return path, mtime.strftime("%Y-%m-%d %H:%M:%S UTC")
     except OSError:
         return path, "(not readable from this client)"
-
-
-def git_head():
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
 
 
 def main():

@@ -255,6 +255,23 @@ def limit_problem(e):
     return None
 
 
+def after_case(cluster, watchdog, conn, label, restarts):
+    """After one fuzz case: record a restart (and recover from it), and return a usable session
+    (a new one if the case broke it; the same one, checked, otherwise)."""
+    problem = watchdog.check()
+    if problem:
+        restarts.append(f"{label}: {problem}")
+        watchdog.recover()
+    if problem or conn.broken or conn.closed:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+        return fz_connect(cluster)
+    assert conn.execute("SELECT 1").fetchone()[0] == 1, f"{label}: session unusable"
+    return conn
+
+
 # ---------------------------------------------------------------------------------------------
 # Data (owned by the ordinary role, in its schema)
 # ---------------------------------------------------------------------------------------------
@@ -532,18 +549,7 @@ def test_server_never_restarts(cluster):
                         bad_limits.append(f"{label}: {problem}: {state} {error_text(e)[:300]}")
             elapsed = time.monotonic() - t0
             slowest.append((elapsed, case, desc["op"]))
-            problem = watchdog.check()
-            if problem:
-                restarts.append(f"{label}: {problem}")
-                watchdog.recover()
-            if problem or conn.broken or conn.closed:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
-                conn = fz_connect(cluster)
-            else:
-                assert conn.execute("SELECT 1").fetchone()[0] == 1, f"{label}: session unusable"
+            conn = after_case(cluster, watchdog, conn, label, restarts)
     finally:
         conn.close()
         watchdog.close()
@@ -1043,18 +1049,7 @@ def test_shard_round_requests_never_crash(cluster):
             slowest.append((elapsed, case, desc["kind"], len(request)))
             if elapsed > SHARD_ROUND_LIMIT:
                 slow.append(f"{label}: {elapsed:.1f} s")
-            problem = watchdog.check()
-            if problem:
-                restarts.append(f"{label}: {problem}")
-                watchdog.recover()
-            if problem or conn.broken or conn.closed:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
-                conn = fz_connect(cluster)
-            else:
-                assert conn.execute("SELECT 1").fetchone()[0] == 1, f"{label}: session unusable"
+            conn = after_case(cluster, watchdog, conn, label, restarts)
     finally:
         conn.close()
         watchdog.close()

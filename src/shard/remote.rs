@@ -115,35 +115,37 @@ fn short_text(bytes: &[u8]) -> String {
     text
 }
 
+/// The DefElems of an options list (a foreign server's or a user mapping's).
+///
+/// # Safety
+/// `list` is NULL or a valid List of DefElem pointers that outlives the iterator.
+unsafe fn def_elems(list: *mut pg_sys::List) -> impl Iterator<Item = *mut pg_sys::DefElem> {
+    let n = if list.is_null() { 0 } else { (*list).length };
+    // SAFETY: i < length; the elements of an options list are DefElem pointers.
+    (0..n).map(move |i| unsafe {
+        (*(*list).elements.add(i as usize))
+            .ptr_value
+            .cast::<pg_sys::DefElem>()
+    })
+}
+
 /// `(name, value)` pairs of a DefElem list of string options, values exactly as given (a
 /// password of blanks stays blanks: libpq sends it).
 unsafe fn options(list: *mut pg_sys::List) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    if list.is_null() {
-        return out;
-    }
-    for i in 0..(*list).length {
-        let def = (*(*list).elements.add(i as usize))
-            .ptr_value
-            .cast::<pg_sys::DefElem>();
-        let name = c_text((*def).defname);
-        let value = CStr::from_ptr(pg_sys::defGetString(def))
-            .to_string_lossy()
-            .into_owned();
-        out.push((name, value));
-    }
-    out
+    def_elems(list)
+        .map(|def| {
+            let name = c_text((*def).defname);
+            let value = CStr::from_ptr(pg_sys::defGetString(def))
+                .to_string_lossy()
+                .into_owned();
+            (name, value)
+        })
+        .collect()
 }
 
 /// postgres_fdw's `password_required` of a user mapping (only a superuser can set it false).
 unsafe fn password_required(list: *mut pg_sys::List) -> bool {
-    if list.is_null() {
-        return true;
-    }
-    for i in 0..(*list).length {
-        let def = (*(*list).elements.add(i as usize))
-            .ptr_value
-            .cast::<pg_sys::DefElem>();
+    for def in def_elems(list) {
         if CStr::from_ptr((*def).defname).to_bytes() == b"password_required" {
             // SAFETY: defGetBoolean raises a proper ERROR for a value that is not a boolean.
             return pg_sys::defGetBoolean(def);
