@@ -10,7 +10,10 @@
 //! scales (`normalize`), the two label values of a binary model (so every shard maps labels
 //! alike), the class weights and the dense width every shard must have.
 
+pub mod leaves;
 pub mod remote;
+
+pub use leaves::{describe, sharded_leaves, Leaf};
 
 use crate::error::{notice, raise};
 use crate::exec::sgd::{EvaluateRequest, Phase, RoundReply, RoundRequest, TrainExtras};
@@ -23,101 +26,8 @@ use corgipile_ml::trainer::EpochStats;
 use corgipile_ml::wire::{self, WireError};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use remote::Remote;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::time::Instant;
-
-/// One leaf of the sharded table.
-pub enum Leaf {
-    Local(pg_sys::Oid),
-    /// A foreign table: its server and the remote table's qualified name.
-    Remote {
-        server: pg_sys::Oid,
-        table: String,
-    },
-}
-
-/// The leaves of `relid` if it is a partitioned table with at least one postgres_fdw foreign
-/// partition (None otherwise: the table is read locally).
-///
-/// # Safety
-/// Backend thread, inside a transaction.
-pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
-    if pg_sys::get_rel_relkind(relid) as u8 != pg_sys::RELKIND_PARTITIONED_TABLE {
-        return None;
-    }
-    let tree = crate::exec::block_shuffle::all_inheritors(
-        relid,
-        pg_sys::AccessShareLock as pg_sys::LOCKMODE,
-    );
-    let mut leaves = Vec::new();
-    let mut any_foreign = false;
-    for oid in tree {
-        match pg_sys::get_rel_relkind(oid) as u8 {
-            pg_sys::RELKIND_FOREIGN_TABLE => {
-                any_foreign = true;
-                let ft = pg_sys::GetForeignTable(oid);
-                let server = (*ft).serverid;
-                let fdw = pg_sys::GetForeignDataWrapper((*pg_sys::GetForeignServer(server)).fdwid);
-                let fdw_name = CStr::from_ptr((*fdw).fdwname)
-                    .to_string_lossy()
-                    .into_owned();
-                if fdw_name != "postgres_fdw" {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                        format!(
-                            "cannot train on partition {}: its foreign data wrapper is {fdw_name}",
-                            crate::input::relation_name(oid)
-                        ),
-                        Some("Shards must be postgres_fdw foreign tables on servers with corgipile installed.".into()),
-                    );
-                }
-                let mut schema =
-                    CStr::from_ptr(pg_sys::get_namespace_name(pg_sys::get_rel_namespace(oid)))
-                        .to_string_lossy()
-                        .into_owned();
-                let mut table = CStr::from_ptr(pg_sys::get_rel_name(oid))
-                    .to_string_lossy()
-                    .into_owned();
-                let list = (*ft).options;
-                if !list.is_null() {
-                    for j in 0..(*list).length {
-                        let def = (*(*list).elements.add(j as usize))
-                            .ptr_value
-                            .cast::<pg_sys::DefElem>();
-                        let key = CStr::from_ptr((*def).defname)
-                            .to_string_lossy()
-                            .into_owned();
-                        let value = CStr::from_ptr(pg_sys::defGetString(def))
-                            .to_string_lossy()
-                            .into_owned();
-                        match key.as_str() {
-                            "schema_name" => schema = value,
-                            "table_name" => table = value,
-                            _ => {}
-                        }
-                    }
-                }
-                leaves.push(Leaf::Remote {
-                    server,
-                    table: format!("{}.{}", quote(&schema), quote(&table)),
-                });
-            }
-            pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => leaves.push(Leaf::Local(oid)),
-            _ => {} // partitioned tables in between
-        }
-    }
-    any_foreign.then_some(leaves)
-}
-
-fn quote(ident: &str) -> String {
-    let c = CString::new(ident).expect("identifier without NUL");
-    // SAFETY: quote_identifier returns its argument or a palloc'd copy.
-    unsafe {
-        CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr()))
-            .to_string_lossy()
-            .into_owned()
-    }
-}
 
 /// What a sharded training does not do yet: an ERROR before any work.
 pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
@@ -152,24 +62,6 @@ pub struct ShardSummary {
 pub struct ShardLine {
     pub tuples_last_epoch: u64,
     pub seconds: f64,
-}
-
-/// What EXPLAIN (without ANALYZE) shows of each shard: its server (or local partition) and
-/// table, without connecting.
-///
-/// # Safety
-/// Backend thread, inside a transaction.
-pub unsafe fn describe(leaves: &[Leaf]) -> Vec<String> {
-    leaves
-        .iter()
-        .map(|leaf| match leaf {
-            Leaf::Local(oid) => format!("local partition {}", crate::input::relation_name(*oid)),
-            Leaf::Remote { server, table } => {
-                let name = CStr::from_ptr((*pg_sys::GetForeignServer(*server)).servername);
-                format!("server {} table {table}", name.to_string_lossy())
-            }
-        })
-        .collect()
 }
 
 enum Place {
