@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Model fingerprints: the final loss (to the last digit), an md5 of the weights, the evaluation
 report and a trace, over a fixed matrix of trainings (every strategy and buffer mode, every
-model kind, normalize, l1/l2, class weights, mini-batches, sparse, validation, tolerance, a9a).
+model kind, normalize, l1/l2, class weights, mini-batches, sparse, validation, tolerance, a9a, a
+column list with one-hot, hashed and imputed columns, parallel workers, a sharded table).
 For showing that a change that must not change behaviour changes no model:
 
     PGHOST=... PGPORT=... PGUSER=... scripts/model_fingerprints.py before.json   # old build
@@ -15,6 +16,66 @@ from psycopg.types.json import Jsonb
 DB = "corgipile_fingerprint"
 REPO = str(pathlib.Path(__file__).resolve().parent.parent)
 DATASETS = pathlib.Path(os.environ.get("CORGIPILE_DATASETS", pathlib.Path(REPO).parent / "shared" / "datasets"))
+SHARD_DB = DB + "_shard"
+
+
+def parallel_and_sharded(c):
+    """Parallel trainings are not bit-identical run to run (the exchanges interleave
+    differently): for them only what is deterministic is kept (rows per epoch, classes, the
+    statistics pass's standardizer) plus the accuracy rounded to 2 digits. Sharded trainings
+    (two postgres_fdw shards on this same server, in another database, and a local partition)
+    are deterministic: all of it."""
+    out = {}
+    for p in [{"label": "flag"}, {"label": "flag", "double_buffer": False},
+              {"label": "flag", "normalize": True, "average": True},
+              {"label": "y", "normalize": True}]:
+        model = "linear" if p["label"] == "y" else "logistic"
+        params = {"epochs": 3, "seed": 7, "verbose": False, "workers": 1, **p}
+        mid = c.execute("SELECT corgipile_train('det', %s, %s)", (model, Jsonb(params))).fetchone()[0]
+        row = c.execute("""SELECT md5(concat_ws('|', label_mapping::text, standardizer::text, n_features, n_outputs, rows_trained,
+                                 (SELECT string_agg(tuples::text, ',' ORDER BY epoch) FROM corgipile.epochs e WHERE e.model_id = m.id)))
+                           FROM corgipile.models m WHERE id = %s""", (mid,)).fetchone()[0]
+        ev = c.execute("SELECT corgipile_evaluate(%s, 'det'::regclass)", (mid,)).fetchone()[0]
+        metric = ev.get("accuracy", ev.get("r2"))
+        out[f"workers det {model} {json.dumps(p, sort_keys=True)}"] = [row, round(metric, 2)]
+    with psycopg.connect(dbname="postgres", autocommit=True) as a:
+        if not a.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SHARD_DB,)).fetchone():
+            a.execute(f"CREATE DATABASE {SHARD_DB}")
+    det = """SELECT i AS id, ARRAY[sin(i), cos(i * 0.7), (i % 13) / 13.0, ((i * 7919) % 1000) / 1000.0]::float8[] AS features,
+                    ((i % 3) = 1) AS flag, sin(i) * 3 + cos(i * 0.7) AS y FROM generate_series(1, 30000) i"""
+    with psycopg.connect(dbname=SHARD_DB, autocommit=True) as s:
+        s.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
+        s.execute("ALTER EXTENSION corgipile UPDATE")
+        for name, lo, hi in [("det_p1", 1, 12000), ("det_p2", 12001, 20000)]:
+            if not s.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0]:
+                s.execute(f"CREATE TABLE {name} AS SELECT * FROM ({det}) d WHERE id BETWEEN {lo} AND {hi} ORDER BY flag, id")
+    c.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw")
+    if not c.execute("SELECT to_regclass('det_sharded')").fetchone()[0]:
+        host, port = os.environ.get("PGHOST", "/tmp"), os.environ.get("PGPORT", "5432")
+        for srv in ["fp_s1", "fp_s2"]:
+            c.execute(f"CREATE SERVER {srv} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{host}', port '{port}', dbname '{SHARD_DB}')")
+            c.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {srv} OPTIONS (user 'postgres')")
+        c.execute("CREATE TABLE det_sharded (id int, features float8[], flag boolean, y float8) PARTITION BY RANGE (id)")
+        c.execute("CREATE FOREIGN TABLE det_sh1 PARTITION OF det_sharded FOR VALUES FROM (1) TO (12001) SERVER fp_s1 OPTIONS (table_name 'det_p1')")
+        c.execute("CREATE FOREIGN TABLE det_sh2 PARTITION OF det_sharded FOR VALUES FROM (12001) TO (20001) SERVER fp_s2 OPTIONS (table_name 'det_p2')")
+        c.execute("CREATE TABLE det_sh3 PARTITION OF det_sharded FOR VALUES FROM (20001) TO (30001)")
+        c.execute(f"INSERT INTO det_sh3 SELECT * FROM ({det}) d WHERE id > 20000 ORDER BY flag, id")
+    for model, p in [("svm", {"label": "flag"}), ("logistic", {"label": "flag", "normalize": True, "sync": 4}),
+                     ("logistic", {"label": "flag", "average": True, "class_weight": "balanced"}),
+                     ("linear", {"label": "y", "normalize": True})]:
+        params = {"epochs": 3, "seed": 7, "verbose": False, **p}
+        mid = c.execute("SELECT corgipile_train('det_sharded', %s, %s)", (model, Jsonb(params))).fetchone()[0]
+        row = c.execute("""SELECT md5(concat_ws('|', weights::text, bias::text, label_mapping::text, standardizer::text, metrics->>'loss',
+                                 rows_trained, rows_skipped,
+                                 (SELECT string_agg(concat_ws(':', epoch, loss, accuracy, r2, tuples), ',' ORDER BY epoch)
+                                    FROM corgipile.epochs e WHERE e.model_id = m.id)))
+                           FROM corgipile.models m WHERE id = %s""", (mid,)).fetchone()[0]
+        ev = c.execute("SELECT corgipile_evaluate(%s, 'det_sharded'::regclass)", (mid,)).fetchone()[0]
+        ev.pop("model_id", None)
+        out[f"sharded {model} {json.dumps(p, sort_keys=True)}"] = [row, json.dumps(ev, sort_keys=True)]
+    return out
+
+
 with psycopg.connect(dbname="postgres", autocommit=True) as a:
     if not a.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB,)).fetchone():
         a.execute(f"CREATE DATABASE {DB}")
@@ -48,16 +109,35 @@ with psycopg.connect(dbname=DB, autocommit=True) as c:
         ("a9a_clustered", "svm", {}),
         ("a9a_clustered", "logistic", {"normalize": True}),
     ]
+    # A column list: numbers with NULLs, a text column one-hot and one hashed, a boolean.
+    if not c.execute("SELECT to_regclass('tab')").fetchone()[0]:
+        c.execute("""CREATE TABLE tab AS SELECT i AS id, CASE WHEN i % 17 = 0 THEN NULL ELSE (i % 101) * 3.5 END AS amount,
+            'p' || (i % 5) AS plan, CASE WHEN i % 11 = 0 THEN NULL ELSE 's' || (i % 23) END AS state, (i % 7 = 0) AS promo,
+            ((i % 5) + (i % 101) / 50.0 > 3) AS churned
+            FROM generate_series(1, 20000) i ORDER BY churned, i""")
+    tab_features = ["amount", "plan", "state", "promo"]
+    cases += [
+        ("tab", "logistic", {"label": "churned", "features": tab_features}),
+        ("tab", "svm", {"label": "churned", "features": tab_features,
+                        "preprocess": {"state": {"encode": "hash", "buckets": 16}, "amount": {"impute": "zero"}}}),
+        ("tab", "softmax", {"label": "plan", "features": ["amount", "state", "promo"], "batch_size": 8}),
+        ("tab", "linear", {"label": "amount", "features": ["plan", "state", "promo"], "double_buffer": False}),
+    ]
     out = {}
     for table, model, p in cases:
         params = {"epochs": 5, "seed": 7, "verbose": False, **p}
         mid = c.execute("SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb(params))).fetchone()[0]
-        loss, md5 = c.execute("SELECT (metrics->>'loss'), md5(weights::text || bias::text) FROM corgipile.models WHERE id = %s", (mid,)).fetchone()
+        loss, md5 = c.execute("""SELECT (metrics->>'loss'), md5(concat_ws('|', weights::text, bias::text, label_mapping::text,
+                                        standardizer::text, preprocessing::text, n_features, n_outputs, rows_trained, rows_skipped,
+                                        (SELECT string_agg(concat_ws(':', epoch, loss, accuracy, r2, tuples, learning_rate), ',' ORDER BY epoch)
+                                           FROM corgipile.epochs e WHERE e.model_id = m.id)))
+                                 FROM corgipile.models m WHERE id = %s""", (mid,)).fetchone()
         ev = c.execute("SELECT corgipile_evaluate(%s, %s::regclass)", (mid, table)).fetchone()[0]
         ev.pop("model_id", None)
         key = f"{table} {model} {json.dumps(p, sort_keys=True)}"
         out[key] = [loss, md5, json.dumps(ev, sort_keys=True)]
         print(key, loss, md5)
+    out.update(parallel_and_sharded(c))
     trace = c.execute("SELECT md5(string_agg(position || ':' || label || ':' || first_feature, ',' ORDER BY position)) FROM corgipile_trace('det', '{\"seed\": 3, \"label\": \"cls\"}')").fetchone()[0]
     out["trace"] = trace
     json.dump(out, open(sys.argv[1], "w"), indent=1, sort_keys=True)
