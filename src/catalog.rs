@@ -8,8 +8,9 @@
 use crate::classes::ClassValue;
 use crate::error::raise;
 use crate::pipeline::{EpochRecord, TrainOutcome};
-use corgipile_ml::model::{LinearModel, ModelKind, Row};
+use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::row::Row;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 use serde_json::json;

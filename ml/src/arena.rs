@@ -5,7 +5,8 @@
 //! No per-tuple allocation, good locality for the SGD inner loop, and `clear()`
 //! keeps the allocations so the buffer is reused across fills.
 
-use crate::model::Row;
+use crate::prefetch::{prefetch, prefetch_address, prefetch_bytes, prefetch_range, HINT_L1};
+use crate::row::Row;
 use crate::shuffle::TupleShuffler;
 
 /// Largest number of features (and so largest 0-based index + 1) accepted.
@@ -71,62 +72,6 @@ impl Clone for TupleArena {
             scaled_rows: self.scaled_rows,
         }
     }
-}
-
-/// Prefetch every cache line of `data` (lines are 64 bytes on the CPUs we run on).
-#[inline]
-fn prefetch_range<T>(data: &[T]) {
-    let start = data.as_ptr() as usize;
-    let end = start + std::mem::size_of_val(data);
-    let mut line = start & !63;
-    while line < end {
-        prefetch_address::<{ HINT_L1 }>(line);
-        line += 64;
-    }
-}
-
-/// Prefetch the cache line holding `x` into every cache level.
-#[inline]
-pub(crate) fn prefetch<T>(x: &T) {
-    prefetch_address::<{ HINT_L1 }>(x as *const T as usize);
-}
-
-/// Prefetch the cache line holding `x` into L2 (not L1). For the weights of a sparse row in
-/// a large model: ~3% faster per step than into L1 (A/B, 12 runs each), likely because L1
-/// fill buffers, which all these misses compete for, are freed sooner.
-#[inline]
-pub(crate) fn prefetch_l2<T>(x: &T) {
-    prefetch_address::<{ HINT_L2 }>(x as *const T as usize);
-}
-
-/// Prefetch the first `len` bytes (at most four cache lines) at `address` into every cache
-/// level: for rows a caller is about to read out of order.
-#[inline]
-pub fn prefetch_bytes(address: *const u8, len: usize) {
-    for offset in (0..len.min(256)).step_by(64) {
-        prefetch_address::<{ HINT_L1 }>(address as usize + offset);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-const HINT_L1: i32 = std::arch::x86_64::_MM_HINT_T0;
-#[cfg(target_arch = "x86_64")]
-const HINT_L2: i32 = std::arch::x86_64::_MM_HINT_T1;
-#[cfg(not(target_arch = "x86_64"))]
-const HINT_L1: i32 = 0;
-#[cfg(not(target_arch = "x86_64"))]
-const HINT_L2: i32 = 0;
-
-#[inline]
-fn prefetch_address<const HINT: i32>(address: usize) {
-    // SAFETY: a prefetch is only a hint: it never faults or changes memory, whatever the
-    // address, and SSE (which provides it) is part of the x86_64 baseline.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<HINT>(address as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = address;
 }
 
 impl TupleArena {
@@ -443,7 +388,7 @@ impl TupleArena {
     }
 
     /// Sparse: multiplies every stored value by its feature's `scale` (a feature beyond it
-    /// keeps its value), exactly as a non-centering [`Standardizer`](crate::stats::Standardizer)
+    /// keeps its value), exactly as a non-centering [`Standardizer`](crate::standardize::Standardizer)
     /// does, and counts the rows as scaled: [`Trainer`] then trains on them as they are,
     /// skipping its standardizer. On a model of millions of features the scales are as much a
     /// cache miss per non-zero as the weights, which bound the SGD thread: this moves the
@@ -464,7 +409,7 @@ impl TupleArena {
                 }
             }
             if let Some(&s) = scale.get(self.indices[k] as usize) {
-                self.values[k] = crate::stats::scale_value(self.values[k], s);
+                self.values[k] = crate::standardize::scale_value(self.values[k], s);
             }
         }
         self.scaled_rows = self.labels.len();

@@ -25,10 +25,14 @@ pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod params;
+pub mod prefetch;
 pub mod preprocess;
+pub mod row;
 pub mod scoring;
 pub mod shuffle;
+pub mod standardize;
 pub mod stats;
+pub mod streams;
 pub mod trainer;
 pub mod wire;
 
@@ -37,14 +41,16 @@ pub use metrics::{
     BinaryMetrics, BinaryReport, ClassReport, MulticlassMetrics, MulticlassReport,
     RegressionMetrics, RegressionReport, Welford,
 };
-pub use model::{dot, LinearModel, ModelKind, Row};
+pub use model::{LinearModel, ModelKind};
 pub use params::{
     BlockSize, BufferSize, ClassWeight, Features, ParamError, ScheduleKind, ShuffleMode,
     TrainParams, Validation,
 };
+pub use row::{dot, Row};
 pub use scoring::{BinaryLabels, Evaluation, ValidationScore, ValidationStats};
 pub use shuffle::{block_order, split_blocks, TupleShuffler};
-pub use stats::{balanced_class_weights, FeatureStats, Standardizer};
+pub use standardize::Standardizer;
+pub use stats::{balanced_class_weights, FeatureStats};
 pub use trainer::{
     EpochStats, InterruptCheck, LrSchedule, TrainConfig, TrainError, Trainer, MAX_CLASSES,
 };

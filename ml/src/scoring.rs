@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::metrics::{BinaryMetrics, BinaryPart, MulticlassMetrics, RegressionMetrics, AUC_BINS};
-use crate::model::{argmax, sigmoid, sign, softmax_loss, LinearModel, ModelKind, Row};
+use crate::model::{argmax, sigmoid, sign, softmax_loss, LinearModel, ModelKind};
+use crate::row::Row;
 
 /// How binary labels reach scoring: as class indices (text labels: 0 = negative,
 /// 1 = positive, anything else unknown) or as the two raw values.

@@ -4,7 +4,8 @@
 mod common;
 
 use corgipile_ml::arena::TupleArena;
-use corgipile_ml::model::{LinearModel, ModelKind, Row};
+use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::row::Row;
 use corgipile_ml::stats::{balanced_class_weights, FeatureStats};
 use corgipile_ml::trainer::{EpochStats, LrSchedule, TrainConfig, TrainError, Trainer};
 use corgipile_ml::TupleShuffler;

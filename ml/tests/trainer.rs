@@ -146,7 +146,7 @@ fn batch_size_one_follows_the_update_formula_exactly() {
             let (mut w, mut b) = (vec![0.0f64; d], 0.0f64);
             let (mut loss, mut correct) = (0.0, 0u64);
             for (y, x) in &data {
-                let z = corgipile_ml::model::dot(&w, x) + b;
+                let z = corgipile_ml::row::dot(&w, x) + b;
                 loss += kind.loss(z, *y);
                 if (if z >= 0.0 { 1.0 } else { -1.0 }) == *y {
                     correct += 1;
@@ -201,7 +201,7 @@ fn mini_batch_follows_the_averaged_update_formula() {
         let mut sg = vec![0.0; d];
         let mut sb = 0.0;
         for (y, x) in chunk {
-            let g = kind.dloss_dz(corgipile_ml::model::dot(&w, x) + b, *y);
+            let g = kind.dloss_dz(corgipile_ml::row::dot(&w, x) + b, *y);
             for j in 0..d {
                 sg[j] += g * x[j];
             }

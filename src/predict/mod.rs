@@ -9,7 +9,8 @@ use crate::decode::{
 };
 use crate::error::raise;
 use corgipile_ml::arena::validate_sparse;
-use corgipile_ml::model::{ModelKind, Row};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::row::Row;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;

@@ -9,8 +9,8 @@ use crate::decode::{
     LabelKind, RecordArg,
 };
 use crate::error::raise;
-use corgipile_ml::model::Row;
 use corgipile_ml::preprocess::{EncodedRow, NullAction, Preprocessor, Source};
+use corgipile_ml::row::Row;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::ffi::CStr;

@@ -1,6 +1,7 @@
 //! Unit tests of the losses, the dot products and the model outputs.
 
 use super::*;
+use crate::row::{dot, sparse_axpy, sparse_dot};
 
 const KINDS: [ModelKind; 3] = [ModelKind::Svm, ModelKind::Logistic, ModelKind::Linear];
 

@@ -1,5 +1,6 @@
 use super::*;
-use crate::model::{LinearModel, ModelKind, Row};
+use crate::model::{LinearModel, ModelKind};
+use crate::row::Row;
 
 fn plan(name: &str, source: Source, options: Option<ColumnOptions>) -> ColumnPlan {
     ColumnPlan::resolve(name, source, options.as_ref(), true).unwrap()

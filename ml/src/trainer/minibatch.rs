@@ -4,7 +4,7 @@
 
 use super::regularization::clip;
 use super::Trainer;
-use crate::model::Row;
+use crate::row::Row;
 
 /// The partial mini-batch. Empty vectors when batch_size is 1 (only mini-batches need
 /// the accumulators).

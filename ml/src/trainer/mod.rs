@@ -37,9 +37,11 @@ pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSE
 pub use epoch::EpochStats;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
 
-use crate::arena::{prefetch_l2, TupleArena};
+use crate::arena::TupleArena;
 use crate::limits::try_filled;
-use crate::model::{argmax, sign, softmax_loss, sparse_dot, LinearModel, ModelKind, Row};
+use crate::model::{argmax, sign, softmax_loss, LinearModel, ModelKind};
+use crate::prefetch::prefetch_l2;
+use crate::row::{sparse_dot, Row};
 use crate::stats::Standardizer;
 use epoch::EpochSums;
 use labels::Labels;
@@ -385,7 +387,7 @@ impl Trainer {
             0.0
         };
         let w = &self.model.weights;
-        let mut loss = mean_loss + 0.5 * self.config.l2 * crate::model::dot(w, w);
+        let mut loss = mean_loss + 0.5 * self.config.l2 * crate::row::dot(w, w);
         if self.config.l1 != 0.0 {
             loss += self.config.l1 * w.iter().map(|v| v.abs()).sum::<f64>();
         }

@@ -4,7 +4,7 @@
 
 use super::regularization::{clip, MIN_SCALE};
 use super::Trainer;
-use crate::model::{sparse_axpy, Row};
+use crate::row::{sparse_axpy, Row};
 
 impl Trainer {
     /// Plain SGD update with the output gradients `gz`.

@@ -7,7 +7,7 @@ use crate::error::raise;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
-use corgipile_ml::model::Row;
+use corgipile_ml::row::Row;
 use pgrx::PgSqlErrorCode;
 
 /// Every row of a relation, and the class of each class index its labels got.

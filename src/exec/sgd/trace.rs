@@ -3,7 +3,7 @@
 use super::{SgdNode, SgdTask};
 use crate::error::raise;
 use crate::pipeline::Mode;
-use corgipile_ml::model::Row;
+use corgipile_ml::row::Row;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 
 /// The (label, first feature) of every tuple, in visiting order.

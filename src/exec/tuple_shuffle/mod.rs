@@ -17,7 +17,8 @@ use crate::pipeline::{FeatureLayout, Share};
 use crate::pipeline::{Holdout, Mode, PreprocessSpec};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::ShuffleMode;
-use corgipile_ml::shuffle::{Reservoir, SlidingWindow, TupleShuffler};
+use corgipile_ml::shuffle::TupleShuffler;
+use corgipile_ml::streams::{Reservoir, SlidingWindow};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use rows::{decode_features, tid_fraction};
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""No import circles: fails if the source files of a crate refer to each other in a circle.
+
+A file's module path comes from its place in the tree (src/exec/sgd/train.rs is
+crate::exec::sgd::train, a mod.rs is its folder). Every `crate::a::b::...` path a file names
+(in `use` or inline) is an edge to the deepest file that exists on that path. A child that
+names its own ancestors (`super::`, or `crate::` paths into a parent folder's mod.rs) is not
+counted: a folder's mod.rs declares its children and holds what they share. Test files
+(`tests.rs`, `*/tests/*`) are left out. Run by `make lint`; prints each circle found.
+
+    scripts/check_imports.py [crate root dir ...]   (default: src ml/src)"""
+import pathlib
+import re
+import sys
+
+PATH = re.compile(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)")
+USE_GROUP = re.compile(r"\buse\s+crate::\{([^;]*)\};", re.S)
+
+
+def module_of(root, f):
+    parts = list(f.relative_to(root).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib"):
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//")[0] for line in text.splitlines())
+
+
+def graph(root):
+    files = {module_of(root, f): f for f in root.rglob("*.rs")
+             if f.name != "tests.rs" and "tests" not in f.relative_to(root).parts[:-1]}
+    edges = {m: set() for m in files}
+    for m, f in files.items():
+        text = strip_comments(f.read_text())
+        paths = [p.split("::") for p in PATH.findall(text)]
+        for group in USE_GROUP.findall(text):  # use crate::{a::X, b::{Y, Z}}
+            paths += [[head] for head in re.findall(r"(?:^|[{,])\s*([a-z_][a-z0-9_]*)::", group)]
+        for p in paths:
+            target = None
+            for n in range(len(p), 0, -1):
+                if tuple(p[:n]) in files:
+                    target = tuple(p[:n])
+                    break
+            if target is None or target == m or target == m[:len(target)]:
+                continue  # unknown, itself, or one of its ancestors
+            edges[m].add(target)
+    return edges
+
+
+def circles(edges):
+    """Strongly connected components with more than one file (Tarjan)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    roots = [pathlib.Path(r) for r in (sys.argv[1:] or ["src", "ml/src"])]
+    failed = False
+    for root in roots:
+        edges = graph(root)
+        for comp in circles(edges):
+            failed = True
+            names = ["::".join(m) or "lib" for m in comp]
+            print(f"{root}: import circle: {', '.join(names)}")
+            for m in comp:
+                inside = sorted("::".join(t) for t in edges[m] if t in comp)
+                print(f"    {'::'.join(m) or 'lib'} -> {', '.join(inside)}")
+    if failed:
+        sys.exit(1)
+    print(f"check_imports: no import circle in {', '.join(map(str, roots))}")
+
+
+if __name__ == "__main__":
+    main()
