@@ -128,7 +128,7 @@ unsafe fn prepare(
     };
     if let Some(n) = params.n_features {
         // Before reading a row: the model this asks for must fit (softmax has at least 2 classes).
-        let min_outputs = if kind == ModelKind::Softmax { 2 } else { 1 };
+        let min_outputs = kind.min_outputs() as u64;
         crate::guc::check_model_size(n as u64, min_outputs, model_limit, "the n_features param");
     }
     let predicate = match (&params.validation, mode) {
@@ -456,11 +456,7 @@ unsafe fn evaluate_shard_here(
         )
     };
     // A model of another kind or shape than it says would score out of bounds.
-    let outputs = if kind == ModelKind::Softmax {
-        classes.len()
-    } else {
-        1
-    };
+    let outputs = kind.outputs_for(classes.len());
     if model.kind != kind
         || model.n_outputs != outputs
         || model.n_features.checked_mul(outputs) != Some(model.weights.len())

@@ -369,10 +369,7 @@ impl StoredModel {
     }
     /// The class index a prediction stands for (binary: 0 = negative, 1 = positive).
     pub fn class_index(&self, row: Row) -> usize {
-        match self.model.kind {
-            ModelKind::Softmax => self.model.predict(row) as usize,
-            _ => (self.model.decision(row) >= 0.0) as usize,
-        }
+        self.model.class_index(row)
     }
 }
 

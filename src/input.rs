@@ -6,7 +6,7 @@
 use crate::decode::LabelKind;
 use crate::error::raise;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
-use corgipile_ml::model::ModelKind;
+use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source};
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
@@ -351,8 +351,8 @@ pub unsafe fn resolve(
 ) -> Input {
     let label_type = column_type(relid, relname, label, "label");
     let label_is_bool = label_type == pg_sys::BOOLOID;
-    let (label_expr, coding) = match model {
-        ModelKind::Linear => {
+    let (label_expr, coding) = match model.labels() {
+        Labels::Number => {
             if !is_number(label_type) {
                 type_error(
                     relname,
@@ -367,7 +367,7 @@ pub unsafe fn resolve(
                 LabelCoding::Value(label_kind(label_type)),
             )
         }
-        ModelKind::Softmax | ModelKind::Svm | ModelKind::Logistic => {
+        Labels::TwoClasses | Labels::Classes => {
             if is_text(label_type) {
                 (
                     format!("{}::pg_catalog.text", quote_ident(label)),
@@ -375,7 +375,7 @@ pub unsafe fn resolve(
                 )
             } else if is_number(label_type) || label_is_bool {
                 let kind = label_kind(label_type);
-                let coding = if model == ModelKind::Softmax {
+                let coding = if model.has_class_outputs() {
                     LabelCoding::ClassOfValue(kind)
                 } else {
                     LabelCoding::Value(kind)

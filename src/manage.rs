@@ -9,7 +9,7 @@ use crate::error::{quote_literal, raise, required};
 use crate::grants;
 use crate::locks::{wait_for, Purpose};
 use crate::predict::{load_model_ref, ModelRef};
-use corgipile_ml::model::ModelKind;
+use corgipile_ml::model::Labels;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -158,12 +158,12 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
         stored.model.n_features,
         stored.model.n_outputs,
     );
-    let classes: Vec<Option<String>> = match kind {
-        ModelKind::Linear => vec![None],
-        ModelKind::Softmax => (0..stored.classes.len())
+    let classes: Vec<Option<String>> = match kind.labels() {
+        Labels::Number => vec![None],
+        Labels::Classes => (0..stored.classes.len())
             .map(|k| Some(stored.class_text(k)))
             .collect(),
-        _ => vec![(stored.classes.len() == 2).then(|| stored.class_text(1))],
+        Labels::TwoClasses => vec![(stored.classes.len() == 2).then(|| stored.class_text(1))],
     };
     // Rows are made one at a time as the executor asks for them: a model of millions of
     // weights is never materialized as millions of Rust strings at once.

@@ -102,8 +102,11 @@ pub fn check_distributed(
             Some(hint.into()),
         )
     };
-    if kind == ModelKind::Softmax {
-        unsupported("softmax (the classes would be numbered differently)");
+    if kind.has_class_outputs() {
+        unsupported(&format!(
+            "{} (the classes would be numbered differently)",
+            kind.name()
+        ));
     }
     if label.uses_classes() {
         unsupported("a text label (the classes would be numbered differently)");

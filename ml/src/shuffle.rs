@@ -164,6 +164,63 @@ impl TupleShuffler {
     }
 }
 
+/// The random draws of a two-pass pile shuffle (Rao's algorithm; `corgipile_shuffle`): pass 1
+/// sends every row to a uniformly random pile, pass 2 shuffles each pile (Fisher–Yates) and
+/// appends it to the output. The result is a uniform permutation: choosing a pile is sorting
+/// on the first digits of a uniform key, shuffling a pile is sorting on the rest. A pile too
+/// big for memory is split again into sub-piles by the same rule (`subpiles`), which keeps the
+/// permutation uniform (the pile sizes are independent of the order within them).
+pub struct PileShuffler {
+    seed: u64,
+    rng: ChaCha8Rng,
+}
+
+impl PileShuffler {
+    /// Stream 0 draws the piles of pass 1.
+    pub fn new(seed: u64) -> Self {
+        PileShuffler {
+            seed,
+            rng: epoch_rng(seed, 0),
+        }
+    }
+
+    /// The pile (in `0..piles`) of the next row of pass 1.
+    #[inline]
+    pub fn pile(&mut self, piles: usize) -> usize {
+        bounded(&mut self.rng, piles.max(1) as u64) as usize
+    }
+
+    /// A shuffler for the sub-piles of pile `path` (its own stream, so the draws of one pile do
+    /// not depend on how many rows another had).
+    pub fn subpiles(&self, path: u64) -> PileShuffler {
+        PileShuffler {
+            seed: self.seed,
+            rng: epoch_rng(self.seed ^ 0x9e37_79b9_7f4a_7c15, path),
+        }
+    }
+
+    /// Fisher–Yates of pile `pile`'s rows in memory (pass 2), from the pile's own stream.
+    pub fn shuffle_pile<T>(&self, pile: u64, rows: &mut [T]) {
+        let mut rng = epoch_rng(self.seed, pile.wrapping_add(1));
+        shuffle_in_place(&mut rng, rows);
+    }
+}
+
+/// The size a pile aims at: small enough that pass 2's reads of its rows in random order hit
+/// the CPU caches (a pile of hundreds of MB costs a cache and a TLB miss per row: measured
+/// 1.5 s of 6 s on a 925 MB table), large enough that pass 1's appends to the open piles stay
+/// few and sequential.
+pub const CACHE_PILE_BYTES: u64 = 4 << 20;
+
+/// How many piles pass 1 writes: enough that the expected pile is about CACHE_PILE_BYTES and,
+/// with headroom of a few standard deviations, fits `memory` bytes; at least 1, at most
+/// `max_piles`.
+pub fn pile_count(data_bytes: u64, memory: u64, max_piles: usize) -> usize {
+    // At most half of the memory for the expected pile: piles vary in size (and rows in width).
+    let per_pile = (memory / 2).clamp(1, CACHE_PILE_BYTES);
+    (data_bytes.div_ceil(per_pile) as usize).clamp(1, max_piles.max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,61 +361,4 @@ mod tests {
             assert_eq!(bounded(&mut rng, 1), 0);
         }
     }
-}
-
-/// The random draws of a two-pass pile shuffle (Rao's algorithm; `corgipile_shuffle`): pass 1
-/// sends every row to a uniformly random pile, pass 2 shuffles each pile (Fisher–Yates) and
-/// appends it to the output. The result is a uniform permutation: choosing a pile is sorting
-/// on the first digits of a uniform key, shuffling a pile is sorting on the rest. A pile too
-/// big for memory is split again into sub-piles by the same rule (`subpiles`), which keeps the
-/// permutation uniform (the pile sizes are independent of the order within them).
-pub struct PileShuffler {
-    seed: u64,
-    rng: ChaCha8Rng,
-}
-
-impl PileShuffler {
-    /// Stream 0 draws the piles of pass 1.
-    pub fn new(seed: u64) -> Self {
-        PileShuffler {
-            seed,
-            rng: epoch_rng(seed, 0),
-        }
-    }
-
-    /// The pile (in `0..piles`) of the next row of pass 1.
-    #[inline]
-    pub fn pile(&mut self, piles: usize) -> usize {
-        bounded(&mut self.rng, piles.max(1) as u64) as usize
-    }
-
-    /// A shuffler for the sub-piles of pile `path` (its own stream, so the draws of one pile do
-    /// not depend on how many rows another had).
-    pub fn subpiles(&self, path: u64) -> PileShuffler {
-        PileShuffler {
-            seed: self.seed,
-            rng: epoch_rng(self.seed ^ 0x9e37_79b9_7f4a_7c15, path),
-        }
-    }
-
-    /// Fisher–Yates of pile `pile`'s rows in memory (pass 2), from the pile's own stream.
-    pub fn shuffle_pile<T>(&self, pile: u64, rows: &mut [T]) {
-        let mut rng = epoch_rng(self.seed, pile.wrapping_add(1));
-        shuffle_in_place(&mut rng, rows);
-    }
-}
-
-/// The size a pile aims at: small enough that pass 2's reads of its rows in random order hit
-/// the CPU caches (a pile of hundreds of MB costs a cache and a TLB miss per row: measured
-/// 1.5 s of 6 s on a 925 MB table), large enough that pass 1's appends to the open piles stay
-/// few and sequential.
-pub const CACHE_PILE_BYTES: u64 = 4 << 20;
-
-/// How many piles pass 1 writes: enough that the expected pile is about CACHE_PILE_BYTES and,
-/// with headroom of a few standard deviations, fits `memory` bytes; at least 1, at most
-/// `max_piles`.
-pub fn pile_count(data_bytes: u64, memory: u64, max_piles: usize) -> usize {
-    // At most half of the memory for the expected pile: piles vary in size (and rows in width).
-    let per_pile = (memory / 2).clamp(1, CACHE_PILE_BYTES);
-    (data_bytes.div_ceil(per_pile) as usize).clamp(1, max_piles.max(1))
 }

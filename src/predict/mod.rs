@@ -9,7 +9,7 @@ use crate::decode::{
 };
 use crate::error::raise;
 use corgipile_ml::arena::validate_sparse;
-use corgipile_ml::model::ModelKind;
+
 use corgipile_ml::row::Row;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
@@ -135,7 +135,7 @@ fn not_for(model: &StoredModel, what: &str, hint: &str) -> ! {
 
 /// Predicted label (classifiers, in the table's label values) or value (linear).
 fn predict_number(model: &StoredModel, x: Row) -> f64 {
-    if model.kind() == ModelKind::Linear {
+    if !model.kind().is_classifier() {
         return model.model.decision(x);
     }
     match &model.classes[model.class_index(x)] {
@@ -149,7 +149,7 @@ fn predict_number(model: &StoredModel, x: Row) -> f64 {
 }
 
 fn predict_class(model: &StoredModel, x: Row) -> String {
-    if model.kind() == ModelKind::Linear {
+    if !model.kind().is_classifier() {
         not_for(
             model,
             "it predicts numbers, not classes",
@@ -168,7 +168,7 @@ fn predict_proba(model: &StoredModel, x: Row) -> Vec<f64> {
 }
 
 fn decision_function(model: &StoredModel, x: Row) -> f64 {
-    if model.kind() == ModelKind::Softmax {
+    if !model.kind().has_decision_value() {
         not_for(
             model,
             "it has one score per class",

@@ -538,7 +538,7 @@ pub unsafe fn train(
             epoch,
             loss: loss / n,
             accuracy: kind.is_classifier().then_some(acc / n),
-            r2: (kind == ModelKind::Linear).then_some(r2 / n),
+            r2: (!kind.is_classifier()).then_some(r2 / n),
             tuples,
             learning_rate: lr_schedule.learning_rate(params.learning_rate, epoch),
         };

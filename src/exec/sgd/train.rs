@@ -11,7 +11,7 @@ use crate::error::{notice, raise};
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::pipeline::{EpochRecord, FeatureLayout, Mode, TrainOutcome, ValidationStats};
 use crate::progress;
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::{Labels, LinearModel, ModelKind};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
@@ -380,7 +380,7 @@ impl SgdNode {
             rows_trained = rows;
             if epoch == 1 {
                 rows_skipped = skipped;
-                let classes_seen = if self.config.model == ModelKind::Softmax {
+                let classes_seen = if self.config.model.has_class_outputs() {
                     shuffle.classes.len()
                 } else {
                     labels_seen
@@ -495,10 +495,10 @@ impl SgdNode {
         n_outputs: usize,
     ) -> Vec<ClassValue> {
         let dictionary = &self.shuffle().classes.classes;
-        match self.config.model {
-            ModelKind::Linear => Vec::new(),
-            ModelKind::Softmax => dictionary.iter().take(n_outputs).cloned().collect(),
-            ModelKind::Svm | ModelKind::Logistic => {
+        match self.config.model.labels() {
+            Labels::Number => Vec::new(),
+            Labels::Classes => dictionary.iter().take(n_outputs).cloned().collect(),
+            Labels::TwoClasses => {
                 let (neg, pos) = label_map.expect("two labels were checked after epoch 1");
                 if self.config.label.uses_classes() {
                     vec![
@@ -683,24 +683,13 @@ struct EpochEnd {
 /// The per-epoch NOTICE.
 /// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
 fn progress_header(model: ModelKind, validation: bool) -> String {
-    let metric = if model == ModelKind::Linear {
-        "r2"
-    } else {
-        "accuracy"
-    };
+    let metric = model.metric_name();
     let mut line = format!("corgipile {:>9} {:>12} {:>9}", "epoch", "loss", metric);
     if validation {
         line.push_str(&format!(
             " {:>12} {:>9}",
             "valid loss",
-            format!(
-                "valid {}",
-                if model == ModelKind::Linear {
-                    "r2"
-                } else {
-                    "acc"
-                }
-            )
+            format!("valid {}", if model.is_classifier() { "acc" } else { "r2" })
         ));
     }
     line.push_str(&format!(" {:>10} {:>9} {:>9}", "tuples", "lr", "seconds"));

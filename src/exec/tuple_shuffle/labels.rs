@@ -7,7 +7,7 @@ use crate::classes::UNKNOWN_CLASS;
 use crate::decode::{format_tid, LabelKind};
 use crate::error::raise;
 use crate::pipeline::{FeatureLayout, LabelCoding, Mode};
-use corgipile_ml::model::ModelKind;
+
 use corgipile_ml::trainer::MAX_CLASSES;
 use pgrx::{pg_sys, FromDatum, PgSqlErrorCode};
 
@@ -81,7 +81,7 @@ impl TupleShuffle {
             );
         }
         // Softmax has one output per class: check each new class before the trainer grows.
-        if self.config.model == ModelKind::Softmax
+        if self.config.model.has_class_outputs()
             && class as usize >= self.checked_classes
             && self.config.mode == Mode::Train
         {
