@@ -1,5 +1,6 @@
 //! One place to raise ERRORs with an SQLSTATE and an optional hint.
 
+use corgipile_ml::trainer::TrainError;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
@@ -53,4 +54,39 @@ pub fn quote_literal(text: &str) -> String {
     }
     out.push('\'');
     out
+}
+
+/// Raise the ERROR for a training failure; `label` renders a trainer label (a value or a
+/// class index) as the table shows it; `normalized`: the features were standardized.
+pub fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalized: bool) -> ! {
+    match e {
+        TrainError::TooManyLabels { values } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "the label column has more than two distinct values (saw {}, {} and {})",
+                label(values[0]), label(values[1]), label(values[2])
+            ),
+            Some("svm and logistic are binary classifiers: the label must have exactly two distinct values (softmax handles more).".into()),
+        ),
+        TrainError::InvalidLabel { value, .. } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!("invalid label {}", label(value)),
+            Some(e.hint().into()),
+        ),
+        TrainError::Diverged { epoch } => raise(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("training diverged in epoch {epoch}: the loss or the weights became NaN or infinite"),
+            Some(if normalized {
+                "Use a smaller learning_rate (the features are already normalized), or a larger l2.".into()
+            } else {
+                "Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()
+            }),
+        ),
+        TrainError::OutOfMemory { bytes } => raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!("out of memory: the model could not grow by {bytes} bytes"),
+            Some("Train a smaller model (fewer features or classes). The server could not allocate it although corgipile.max_model_memory allowed it: that setting may be too high for this server's memory.".into()),
+        ),
+        TrainError::Interrupted => raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "corgipile training was stopped", None),
+    }
 }

@@ -7,7 +7,7 @@ use crate::decode::LabelKind;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
-use corgipile_ml::trainer::EpochStats;
+
 use pgrx::{pg_sys, PgSqlErrorCode};
 use serde::{Deserialize, Serialize};
 use std::ffi::{CStr, CString};
@@ -221,13 +221,7 @@ impl LabelCoding {
 /// Per-epoch metrics on the held-out validation rows.
 pub use corgipile_ml::scoring::ValidationStats;
 
-pub struct EpochRecord {
-    pub stats: EpochStats,
-    /// The training pass (reading, shuffling, SGD), without validation.
-    pub seconds: f64,
-    pub validation: Option<ValidationStats>,
-    pub validation_seconds: f64,
-}
+pub use corgipile_ml::trainer::EpochRecord;
 
 /// What a finished training produced; the caller stores it in the catalog.
 pub struct TrainOutcome {

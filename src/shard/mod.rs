@@ -15,14 +15,17 @@ pub mod remote;
 
 pub use leaves::{describe, sharded_leaves, Leaf};
 
+use crate::error::raise_train_error;
 use crate::error::{notice, raise};
 use crate::exec::sgd::{EvaluateRequest, Phase, RoundReply, RoundRequest, TrainExtras};
-use crate::pipeline::{EpochRecord, FeatureLayout, PipelineConfig, TrainOutcome};
+use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::progress;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
-use corgipile_ml::trainer::EpochStats;
+use corgipile_ml::trainer::{
+    shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord, EpochTotals,
+};
 use corgipile_ml::wire::{self, WireError};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use remote::Remote;
@@ -452,23 +455,22 @@ pub unsafe fn train(
 
     // Rounds.
     let outputs = 1usize;
-    let rounds = params.sync_rounds(n_features * outputs + outputs);
-    let mut weights = vec![0.0; n_features * outputs];
-    let mut bias = vec![0.0; outputs];
+    let n_weights = n_features * outputs;
+    let rounds = params.sync_rounds(n_weights + outputs);
     let average_from = params
         .average
         .then_some(if params.epochs >= 2 { 2 } else { 1 });
-    let (mut avg_w, mut avg_b, mut avg_n) = (vec![0.0; weights.len()], vec![0.0; outputs], 0u64);
-    let mut epochs: Vec<EpochRecord> = Vec::new();
+    let mut model_rounds = DeltaRounds::new(n_weights + outputs, average_from);
+    let mut epoch_loop = EpochLoop::new(params.epochs, params.tolerance);
     let mut rows_trained = 0;
     request.phase = Phase::Train;
     request.n_features = n_features;
     request.extras = extras;
     let lr_schedule = train_config.schedule;
-    for epoch in 1..=params.epochs {
+    for epoch in epoch_loop.epochs() {
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
-        let (mut tuples, mut loss, mut acc, mut r2, mut rows) = (0u64, 0.0, 0.0, 0.0, 0u64);
+        let mut totals = EpochTotals::default();
         bytes = 0;
         for shard in shards.iter_mut() {
             shard.tuples = 0;
@@ -477,12 +479,13 @@ pub unsafe fn train(
             request.epoch = epoch;
             request.round = r;
             request.rounds = rounds;
-            request.weights = weights.clone();
-            request.bias = bias.clone();
+            let (weights, bias) = model_rounds.params().split_at(n_weights);
+            request.weights = weights.to_vec();
+            request.bias = bias.to_vec();
             let at = RoundProgress {
                 label: format!("round {}/{rounds}", r + 1),
                 fraction: r as f64 / rounds as f64,
-                tuples,
+                tuples: totals.tuples,
             };
             let replies = round(
                 &mut shards,
@@ -493,89 +496,55 @@ pub unsafe fn train(
                 &mut bytes,
                 &at,
             );
-            // Every shard's steps count once: the round's model is the one it started from plus
-            // each shard's change (as sequential SGD over the shards' tuples would move it, to
-            // first order). Averaging the models weighted by tuples would count a big shard
-            // twice (its change already grows with its tuples): with one class per shard and
-            // shards of 90% and 10% of the rows, that gave a majority-class model.
-            let start: Vec<f64> = weights.iter().chain(&bias).copied().collect();
-            for reply in replies.iter().filter(|r| r.tuples > 0) {
-                let model = reply.weights.iter().chain(&reply.bias);
-                for ((v, x), s0) in weights
-                    .iter_mut()
-                    .chain(bias.iter_mut())
-                    .zip(model)
-                    .zip(&start)
-                {
-                    *v += x - s0;
-                }
-            }
-            if !weights.iter().chain(&bias).all(|v| v.is_finite()) {
-                raise(
-                    PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-                    format!("training diverged in epoch {epoch}: the weights became NaN or infinite"),
-                    Some("Use a smaller learning_rate, or \"normalize\": true to scale the features.".into()),
-                );
-            }
-            if average_from.is_some_and(|from| epoch >= from) {
-                avg_w.iter_mut().zip(&weights).for_each(|(s, w)| *s += w);
-                avg_b.iter_mut().zip(&bias).for_each(|(s, b)| *s += b);
-                avg_n += 1;
+            let changed = replies.iter().filter(|r| r.tuples > 0);
+            if let Err(e) =
+                model_rounds.combine(epoch, changed.map(|r| r.weights.iter().chain(&r.bias)))
+            {
+                raise_train_error(e, &|v| v.to_string(), params.normalize);
             }
             for (reply, shard) in replies.iter().zip(shards.iter_mut()) {
-                tuples = tuples.saturating_add(reply.tuples);
-                rows = rows.saturating_add(reply.rows);
                 shard.tuples = shard.tuples.saturating_add(reply.tuples);
-                let t = reply.tuples as f64;
-                loss += reply.loss * t;
-                acc += reply.accuracy.unwrap_or(0.0) * t;
-                r2 += reply.r2.unwrap_or(0.0) * t;
+                totals.add(&EpochPart {
+                    tuples: reply.tuples,
+                    rows: reply.rows,
+                    rows_skipped: 0,
+                    loss: reply.loss,
+                    accuracy: reply.accuracy.unwrap_or(0.0),
+                    r2: reply.r2.unwrap_or(0.0),
+                });
             }
         }
-        rows_trained = rows;
-        let n = tuples.max(1) as f64;
-        let stats = EpochStats {
-            epoch,
-            loss: loss / n,
-            accuracy: kind.is_classifier().then_some(acc / n),
-            r2: (!kind.is_classifier()).then_some(r2 / n),
-            tuples,
-            learning_rate: lr_schedule.learning_rate(params.learning_rate, epoch),
+        rows_trained = totals.rows;
+        let classifier = kind.is_classifier();
+        let learning_rate = lr_schedule.learning_rate(params.learning_rate, epoch);
+        let record = EpochRecord {
+            stats: totals.stats(epoch, classifier, !classifier, learning_rate),
+            seconds: epoch_started.elapsed().as_secs_f64(),
+            validation: None,
+            validation_seconds: 0.0,
         };
-        let seconds = epoch_started.elapsed().as_secs_f64();
-        progress::epoch_finished(stats.loss);
+        progress::epoch_finished(record.stats.loss);
         if params.verbose {
             let per_shard: Vec<String> = shards
                 .iter()
                 .map(|s| format!("{} {}", s.name, s.tuples))
                 .collect();
-            notice(format!(
-                "corgipile epoch {epoch}/{}: loss {:.6}{}, {tuples} tuples ({}), {rounds} round(s), {seconds:.3} s, {bytes} bytes to and from shard servers",
+            notice(shard_line(
                 params.epochs,
-                stats.loss,
-                stats.accuracy.or(stats.r2).map_or(String::new(), |m| format!(", metric {m:.4}")),
-                per_shard.join(", ")
+                &record,
+                &per_shard,
+                rounds,
+                bytes,
             ));
         }
-        let converged = params.tolerance > 0.0
-            && epochs
-                .last()
-                .is_some_and(|prev| (prev.stats.loss - stats.loss).abs() < params.tolerance);
-        epochs.push(EpochRecord {
-            stats,
-            seconds,
-            validation: None,
-            validation_seconds: 0.0,
-        });
-        if converged {
+        if epoch_loop.record(record) {
             break;
         }
     }
     progress::finish();
-    if avg_n > 0 {
-        weights = avg_w.iter().map(|s| s / avg_n as f64).collect();
-        bias = avg_b.iter().map(|s| s / avg_n as f64).collect();
-    }
+    let epochs = epoch_loop.into_history();
+    let mut weights = model_rounds.finish();
+    let bias = weights.split_off(n_weights);
     let mut model = LinearModel {
         kind,
         n_features,

@@ -22,6 +22,7 @@
 //! scaled weights); `growth` growing features and classes.
 
 mod average;
+mod combine;
 mod config;
 mod epoch;
 mod exchange;
@@ -29,13 +30,16 @@ mod growth;
 mod labels;
 mod minibatch;
 mod regularization;
+mod run;
 #[cfg(test)]
 mod tests;
 mod update;
 
+pub use combine::{DeltaRounds, EpochPart, EpochTotals};
 pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSES};
 pub use epoch::EpochStats;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
+pub use run::{converged, shard_line, table_header, table_line, EpochLoop, EpochRecord};
 
 use crate::arena::TupleArena;
 use crate::limits::try_filled;

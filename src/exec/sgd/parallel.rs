@@ -20,7 +20,7 @@ use crate::error::raise;
 use crate::pipeline::{PipelineConfig, PreprocessSpec, Share};
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::stats::Standardizer;
-use corgipile_ml::trainer::{EpochStats, Gate, SharedModel, TrainConfig};
+use corgipile_ml::trainer::{EpochPart, EpochStats, EpochTotals, Gate, SharedModel, TrainConfig};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
 use serde::{Deserialize, Serialize};
 use std::ffi::{CStr, CString};
@@ -418,18 +418,17 @@ impl Team {
 /// The whole epoch's statistics from every process's: tuples add up; loss, accuracy and R² are
 /// means weighted by tuples.
 fn combine(mine: &EpochStats, reports: &[EpochReport]) -> TeamEpoch {
-    let tuples: u64 = reports.iter().map(|r| r.tuples).sum();
-    let weighted = |f: fn(&EpochReport) -> f64| -> f64 {
-        if tuples == 0 {
-            return 0.0;
-        }
-        reports
-            .iter()
-            .filter(|r| r.tuples > 0)
-            .map(|r| f(r) * r.tuples as f64)
-            .sum::<f64>()
-            / tuples as f64
-    };
+    let mut totals = EpochTotals::default();
+    for r in reports {
+        totals.add(&EpochPart {
+            tuples: r.tuples,
+            rows: r.rows,
+            rows_skipped: r.rows_skipped,
+            loss: r.loss,
+            accuracy: r.accuracy,
+            r2: r.r2,
+        });
+    }
     let mut seen: Vec<f64> = reports
         .iter()
         .flat_map(|r| r.seen[..r.n_seen as usize].iter().copied())
@@ -437,16 +436,14 @@ fn combine(mine: &EpochStats, reports: &[EpochReport]) -> TeamEpoch {
     seen.sort_by(f64::total_cmp);
     seen.dedup();
     TeamEpoch {
-        stats: EpochStats {
-            epoch: mine.epoch,
-            loss: weighted(|r| r.loss),
-            accuracy: mine.accuracy.map(|_| weighted(|r| r.accuracy)),
-            r2: mine.r2.map(|_| weighted(|r| r.r2)),
-            tuples,
-            learning_rate: mine.learning_rate,
-        },
-        rows: reports.iter().map(|r| r.rows).sum(),
-        rows_skipped: reports.iter().map(|r| r.rows_skipped).sum(),
+        stats: totals.stats(
+            mine.epoch,
+            mine.accuracy.is_some(),
+            mine.r2.is_some(),
+            mine.learning_rate,
+        ),
+        rows: totals.rows,
+        rows_skipped: totals.rows_skipped,
         labels_seen: seen.len(),
     }
 }

@@ -6,10 +6,10 @@
 
 use super::parallel::TrainExtras;
 use super::train::gather_statistics;
-use super::worker::raise_train_error;
 use super::{SgdNode, SgdTask};
 use crate::classes::ClassValue;
 use crate::error::raise;
+use crate::error::raise_train_error;
 use crate::pipeline::{FeatureLayout, Mode, Share};
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::preprocess::Preprocessor;

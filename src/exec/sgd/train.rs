@@ -4,17 +4,20 @@
 
 use super::collect::CollectedRows;
 use super::parallel::{Team, TrainExtras, TrainShare};
-use super::worker::{raise_reply, raise_train_error, Job, Reply, StatsWorker, Worker};
+use super::worker::{raise_reply, Job, Reply, StatsWorker, Worker};
 use super::{SgdNode, SgdTask};
 use crate::classes::ClassValue;
+use crate::error::raise_train_error;
 use crate::error::{notice, raise};
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
-use crate::pipeline::{EpochRecord, FeatureLayout, Mode, TrainOutcome, ValidationStats};
+use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
 use crate::progress;
-use corgipile_ml::model::{Labels, LinearModel, ModelKind};
+use corgipile_ml::model::{Labels, LinearModel};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
-use corgipile_ml::trainer::{EpochStats, TrainConfig, TrainError, Trainer};
+use corgipile_ml::trainer::{
+    table_header, table_line, EpochLoop, EpochRecord, EpochStats, TrainConfig, TrainError, Trainer,
+};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -289,7 +292,7 @@ impl SgdNode {
             check_for_interrupts!();
             false
         })));
-        let mut epochs: Vec<EpochRecord> = Vec::new();
+        let mut epoch_loop = EpochLoop::new(params.epochs, params.tolerance);
         let mut rows_skipped = 0;
         let mut rows_trained = 0;
         let mut first = first;
@@ -303,7 +306,7 @@ impl SgdNode {
         // The scan of the epoch to come has begun (its first buffer filled during the last one).
         let mut rescanned = false;
 
-        for epoch in 1..=params.epochs {
+        for epoch in epoch_loop.epochs() {
             let epoch_started = if epoch == 1 {
                 first_started
             } else {
@@ -411,34 +414,26 @@ impl SgdNode {
                 self.validate(&m, shuffle, validation_rows.as_ref())
             });
             let validation_seconds = validation_started.elapsed().as_secs_f64();
-            if self.verbose {
-                if epoch == 1 {
-                    notice(progress_header(self.config.model, validation.is_some()));
-                }
-                notice(progress_line(
-                    epoch,
-                    params.epochs,
-                    &stats,
-                    validation.as_ref(),
-                    seconds,
-                ));
-            }
-            let converged = params.tolerance > 0.0
-                && epochs.last().is_some_and(|prev: &EpochRecord| {
-                    (prev.stats.loss - stats.loss).abs() < params.tolerance
-                });
             self.epochs_run = epoch;
             self.last_stats = Some(stats.clone());
-            epochs.push(EpochRecord {
+            let record = EpochRecord {
                 stats,
                 seconds,
                 validation,
                 validation_seconds,
-            });
-            if converged {
+            };
+            if self.verbose {
+                if epoch == 1 {
+                    let metric = self.config.model.metric_name();
+                    notice(table_header(metric, record.validation.is_some()));
+                }
+                notice(table_line(params.epochs, &record));
+            }
+            if epoch_loop.record(record) {
                 break;
             }
         }
+        let epochs = epoch_loop.into_history();
         progress::finish();
         let mut trainer = match worker.take() {
             Some(w) => w.finish(),
@@ -678,48 +673,4 @@ struct EpochEnd {
     next_first: Option<Option<ShuffledBuffer>>,
     /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
     rows_of_epoch: Option<(u64, u64)>,
-}
-
-/// The per-epoch NOTICE.
-/// The per-epoch NOTICEs form a table: a header before epoch 1, then one row per epoch.
-fn progress_header(model: ModelKind, validation: bool) -> String {
-    let metric = model.metric_name();
-    let mut line = format!("corgipile {:>9} {:>12} {:>9}", "epoch", "loss", metric);
-    if validation {
-        line.push_str(&format!(
-            " {:>12} {:>9}",
-            "valid loss",
-            format!("valid {}", if model.is_classifier() { "acc" } else { "r2" })
-        ));
-    }
-    line.push_str(&format!(" {:>10} {:>9} {:>9}", "tuples", "lr", "seconds"));
-    line
-}
-
-fn progress_line(
-    epoch: u32,
-    epochs: u32,
-    stats: &EpochStats,
-    validation: Option<&ValidationStats>,
-    seconds: f64,
-) -> String {
-    let metric = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
-    let mut line = format!(
-        "corgipile {:>9} {:>12.6} {:>9}",
-        format!("{epoch}/{epochs}"),
-        stats.loss,
-        metric(stats.accuracy.or(stats.r2))
-    );
-    if let Some(v) = validation {
-        line.push_str(&format!(
-            " {:>12.6} {:>9}",
-            v.loss,
-            metric(v.accuracy.or(v.r2))
-        ));
-    }
-    line.push_str(&format!(
-        " {:>10} {:>9.2e} {:>9.3}",
-        stats.tuples, stats.learning_rate, seconds
-    ));
-    line
 }
