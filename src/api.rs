@@ -3,22 +3,22 @@
 use crate::catalog::{
     check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
 };
-use crate::classes::ClassValue;
-use crate::decode::{ParamsArg, RelationArg};
-use crate::driver::{self, Pipeline};
-use crate::error::raise;
 use crate::exec::explain;
 use crate::exec::sgd::{
     binary_labels, Collect, CollectedRows, Evaluate, EvaluateRequest, EvaluateShard, Learn, Phase,
     RoundReply, RoundRequest, SgdTask, ShardRound, Trace, Train,
 };
-use crate::guc::{max_buffer_bytes, max_model_bytes};
-use crate::input::{
-    self, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
-};
+use crate::pg::error::raise;
+use crate::pg::guc::{max_buffer_bytes, max_model_bytes};
+use crate::pipeline::classes::ClassValue;
+use crate::pipeline::decode::{ParamsArg, RelationArg};
+use crate::pipeline::plan::plan_pipeline;
+use crate::pipeline::run::{self, Pipeline};
 use crate::pipeline::{Distributed, Holdout, Mode, PipelineConfig};
-use crate::plan::plan_pipeline;
 use crate::predict::{load_model_ref, ModelRef};
+use crate::request::query::{
+    self as query, check_relation, qualified_name, relation_name, FeatureColumns, Input, Tabular,
+};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
@@ -38,7 +38,7 @@ struct Prepared {
 impl Prepared {
     /// Plans and runs the pipeline with `task`; its output.
     unsafe fn run<T: SgdTask>(&self, task: T) -> T::Output {
-        driver::run(self.relid, &self.input.sql, &self.config, task)
+        run::run(self.relid, &self.input.sql, &self.config, task)
     }
 }
 
@@ -123,19 +123,24 @@ unsafe fn prepare(
     }
     // Every process of a parallel training holds its own model: they share the setting.
     let model_limit = match mode {
-        Mode::Train => crate::guc::model_bytes_for(params.workers),
+        Mode::Train => crate::pg::guc::model_bytes_for(params.workers),
         _ => max_model_bytes(),
     };
     if let Some(n) = params.n_features {
         // Before reading a row: the model this asks for must fit (softmax has at least 2 classes).
         let min_outputs = kind.min_outputs() as u64;
-        crate::guc::check_model_size(n as u64, min_outputs, model_limit, "the n_features param");
+        crate::pg::guc::check_model_size(
+            n as u64,
+            min_outputs,
+            model_limit,
+            "the n_features param",
+        );
     }
     let predicate = match (&params.validation, mode) {
         (Some(Validation::Predicate(p)), Mode::Train) => Some(p.as_str()),
         _ => None,
     };
-    let input = input::resolve(
+    let input = query::resolve(
         relid,
         &relname,
         kind,
@@ -211,7 +216,10 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
     // What would fail at the end fails now, before any work.
     check_writable(c"corgipile_train()");
     // A version of another owner's name needs "manage" on it: checked before any work.
-    let target_name = params.name.as_deref().map(crate::grants::training_name);
+    let target_name = params
+        .name
+        .as_deref()
+        .map(crate::catalog::grants::training_name);
     if let Some(name) = &target_name {
         lock_model_name(name);
     }
@@ -511,7 +519,7 @@ fn corgipile_shard_round(
         Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
     };
     let request: RoundRequest =
-        wire::parse_bounded(request.as_bytes(), crate::guc::max_wire_bytes()).unwrap_or_else(|e| match e {
+        wire::parse_bounded(request.as_bytes(), crate::pg::guc::max_wire_bytes()).unwrap_or_else(|e| match e {
             wire::WireError::TooLarge { .. } => raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),
@@ -552,7 +560,7 @@ fn corgipile_shard_round(
         Some(e) => e.model.n_features,
         None => request.n_features,
     };
-    crate::guc::check_model_size(
+    crate::pg::guc::check_model_size(
         n_features as u64,
         outputs as u64,
         max_model_bytes(),

@@ -9,31 +9,23 @@ use pgrx::prelude::*;
 
 mod api;
 mod catalog;
-mod classes;
-mod compat;
-mod decode;
-mod driver;
-mod error;
 mod exec;
-mod grants;
-mod guc;
-mod input;
-mod locks;
-mod manage;
-mod pile_shuffle;
+mod parallel;
+mod pg;
 mod pipeline;
-mod plan;
 mod predict;
-mod progress;
+mod request;
 mod shard;
+mod shuffle_table;
+mod sql;
 
 pgrx::pg_module_magic!();
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    guc::register();
+    pg::guc::register();
     exec::register_methods();
-    plan::install_hook();
+    pipeline::plan::install_hook();
 }
 
 extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);

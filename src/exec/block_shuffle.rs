@@ -11,8 +11,8 @@
 use super::explain;
 use super::node::{state_of, Node};
 use super::page_reader::{self, Attr};
+use crate::pg::progress;
 use crate::pipeline::{PipelineConfig, Share};
-use crate::progress;
 use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
@@ -38,7 +38,7 @@ struct Leaf {
     /// The page reader's read-ahead: this epoch's page ranges of this leaf, in reading order,
     /// and the stream that reads them ahead (started at the leaf's first block of the epoch).
     ranges: Vec<(u32, u32)>,
-    stream: crate::compat::PageStream,
+    stream: crate::pg::compat::PageStream,
     stream_started: bool,
 }
 
@@ -340,7 +340,7 @@ unsafe fn open_leaves(
     if let Some(leaf) = only_leaf {
         oids.retain(|&oid| u32::from(oid) == leaf);
         if oids.is_empty() {
-            crate::error::raise(
+            crate::pg::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
                 format!("relation with OID {leaf} is no longer a partition of {relname}"),
                 None,
@@ -369,12 +369,12 @@ unsafe fn open_leaves(
             (*(*leaf_rel).rd_rel).relam,
         );
         if let Some(why) = unreadable(kind, am) {
-            let leaf_name = crate::input::qualified_name(oid);
+            let leaf_name = crate::request::query::qualified_name(oid);
             if opened {
                 pg_sys::table_close(leaf_rel, pg_sys::NoLock as pg_sys::LOCKMODE);
             }
             close_leaves(&mut leaves);
-            crate::error::raise(
+            crate::pg::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 if opened {
                     format!("cannot read {relname}: its partition or child table {leaf_name} {why}")
@@ -404,7 +404,7 @@ unsafe fn open_leaves(
             attrs: Vec::new(),
             slow_tuple: pg_sys::HeapTupleData::default(),
             ranges: Vec::new(),
-            stream: crate::compat::PageStream::new(),
+            stream: crate::pg::compat::PageStream::new(),
             stream_started: false,
         });
     }
@@ -474,7 +474,7 @@ unsafe fn begin(
     (*node).ss.ps.scanopsfixed = true;
     (*node).ss.ps.scanopsset = true;
     let plan = (*node).ss.ps.plan.cast::<pg_sys::CustomScan>();
-    crate::compat::assign_scan_projection(&mut (*node).ss, (*plan).scan.scanrelid);
+    crate::pg::compat::assign_scan_projection(&mut (*node).ss, (*plan).scan.scanrelid);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
     let plain = plain_columns(plan, (*node).ss.ps.qual);
     let (mut n_pages, mut toast) = (0u64, 0u64);
@@ -695,8 +695,8 @@ pub unsafe fn fetch_columns(
             // SAFETY: the page is within the relation as it was when the executor started,
             // and the relation cannot shrink while we hold our lock (truncation needs an
             // AccessExclusiveLock); the scan is in page mode (checked in next_block's caller).
-            cursor.ntuples = crate::compat::read_heap_page(scan, cursor.page, &mut leaf.stream);
-            crate::compat::count_tuples_returned(leaf.rel, cursor.ntuples);
+            cursor.ntuples = crate::pg::compat::read_heap_page(scan, cursor.page, &mut leaf.stream);
+            crate::pg::compat::count_tuples_returned(leaf.rel, cursor.ntuples);
             cursor.page += 1;
             cursor.tuple = 0;
             continue;
@@ -713,7 +713,7 @@ pub unsafe fn fetch_columns(
         }
         leaf.stream.range_started();
         if (*scan).rs_flags & pg_sys::ScanOptions::SO_ALLOW_PAGEMODE == 0 {
-            crate::error::raise(
+            crate::pg::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
                 "corgipile: the scan is not in page mode (not an MVCC snapshot)",
                 Some("This is a bug; please report it.".into()),

@@ -6,7 +6,7 @@
 //! `leak_and_drop_on_delete` in the executor's query memory context, so it is dropped (and any
 //! worker thread joined) when the executor ends normally *or* when an ERROR aborts the query.
 
-use crate::error::raise;
+use crate::pg::error::raise;
 use crate::pipeline::PipelineConfig;
 use pgrx::{pg_guard, pg_sys, PgMemoryContexts, PgSqlErrorCode};
 use std::ffi::CStr;

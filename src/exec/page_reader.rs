@@ -28,7 +28,7 @@ pub struct Attr {
 /// # Safety
 /// `desc` is a valid tuple descriptor with at least `natts` attributes.
 pub unsafe fn attrs(desc: pg_sys::TupleDesc, natts: usize) -> Vec<Attr> {
-    crate::compat::tuple_desc_attrs(desc)[..natts]
+    crate::pg::compat::tuple_desc_attrs(desc)[..natts]
         .iter()
         .map(|a| Attr {
             len: a.attlen,

@@ -4,11 +4,11 @@
 
 use super::{cached_call, ModelArg};
 use crate::catalog::StoredModel;
-use crate::decode::{
+use crate::pg::error::raise;
+use crate::pipeline::decode::{
     array_len, float_array_into, is_plain_4b, numeric_to_f64, with_text_bytes, ArrayProblem,
     LabelKind, RecordArg,
 };
-use crate::error::raise;
 use corgipile_ml::preprocess::{EncodedRow, NullAction, Preprocessor, Source};
 use corgipile_ml::row::Row;
 use pgrx::prelude::*;
@@ -103,7 +103,7 @@ unsafe fn layout_for(
     if (*cached).tdrefcount >= 0 {
         pg_sys::DecrTupleDescRefCount(cached);
     }
-    let attrs = crate::compat::tuple_desc_attrs(desc);
+    let attrs = crate::pg::compat::tuple_desc_attrs(desc);
     let natts = attrs.len();
     let mut columns = Vec::with_capacity(p.columns.len());
     for c in &p.columns {

@@ -1,7 +1,7 @@
 //! The leaves of a sharded table: which partitions are postgres_fdw foreign tables (on which
 //! server, which remote table) and which are local, and how EXPLAIN names them.
 
-use crate::error::raise;
+use crate::pg::error::raise;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
@@ -45,7 +45,7 @@ pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
                         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                         format!(
                             "cannot train on partition {}: its foreign data wrapper is {fdw_name}",
-                            crate::input::relation_name(oid)
+                            crate::request::query::relation_name(oid)
                         ),
                         Some("Shards must be postgres_fdw foreign tables on servers with corgipile installed.".into()),
                     );
@@ -107,7 +107,10 @@ pub unsafe fn describe(leaves: &[Leaf]) -> Vec<String> {
     leaves
         .iter()
         .map(|leaf| match leaf {
-            Leaf::Local(oid) => format!("local partition {}", crate::input::relation_name(*oid)),
+            Leaf::Local(oid) => format!(
+                "local partition {}",
+                crate::request::query::relation_name(*oid)
+            ),
             Leaf::Remote { server, table } => {
                 let name = CStr::from_ptr((*pg_sys::GetForeignServer(*server)).servername);
                 format!("server {} table {table}", name.to_string_lossy())

@@ -15,11 +15,11 @@ pub mod remote;
 
 pub use leaves::{describe, sharded_leaves, Leaf};
 
-use crate::error::raise_train_error;
-use crate::error::{notice, raise};
 use crate::exec::sgd::{EvaluateRequest, Phase, RoundReply, RoundRequest, TrainExtras};
+use crate::pg::error::raise_train_error;
+use crate::pg::error::{notice, raise};
+use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
-use crate::progress;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
@@ -137,7 +137,7 @@ unsafe fn round(
     // A reply is parsed within four times corgipile.max_model_memory (it carries at most one model's
     // worth of numbers) and checked against the request before it is used: it may come from
     // code the shard's role wrote.
-    let limit = crate::guc::max_wire_bytes();
+    let limit = crate::pg::guc::max_wire_bytes();
     for (i, shard) in shards.iter_mut().enumerate() {
         if let Place::Local(oid) = shard.place {
             let started = Instant::now();
@@ -210,7 +210,10 @@ unsafe fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
     for leaf in leaves {
         let (name, place) = match leaf {
             Leaf::Local(oid) => (
-                format!("local partition {}", crate::input::relation_name(oid)),
+                format!(
+                    "local partition {}",
+                    crate::request::query::relation_name(oid)
+                ),
                 Place::Local(oid),
             ),
             Leaf::Remote { server, table } => {
@@ -415,10 +418,10 @@ pub unsafe fn train(
         _ => width.map_or(stats.n_features(), |w| w.0),
     };
     // The shards said how wide the rows are: the model must fit before it is allocated.
-    crate::guc::check_model_size(
+    crate::pg::guc::check_model_size(
         n_features as u64,
         1,
-        crate::guc::max_model_bytes(),
+        crate::pg::guc::max_model_bytes(),
         "the rows of the shards",
     );
     let mut extras = TrainExtras::default();
@@ -558,8 +561,8 @@ pub unsafe fn train(
     }
     let classes = match request.extras.label_values {
         Some((neg, pos)) => vec![
-            crate::classes::ClassValue::Number(neg),
-            crate::classes::ClassValue::Number(pos),
+            crate::pipeline::classes::ClassValue::Number(neg),
+            crate::pipeline::classes::ClassValue::Number(pos),
         ],
         None => Vec::new(),
     };

@@ -3,7 +3,7 @@
 //! queries sent asynchronously so that the backend keeps answering cancel while shards work, and
 //! a guard that cancels the remote query and closes the connection on every exit path.
 
-use crate::error::raise;
+use crate::pg::error::raise;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 

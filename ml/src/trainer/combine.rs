@@ -166,7 +166,10 @@ mod tests {
         assert_eq!(s.learning_rate, 0.1);
         assert_eq!((t.rows, t.rows_skipped), (403, 3));
         let empty = EpochTotals::default().stats(1, false, true, 0.1);
-        assert_eq!((empty.loss, empty.r2, empty.accuracy), (0.0, Some(0.0), None));
+        assert_eq!(
+            (empty.loss, empty.r2, empty.accuracy),
+            (0.0, Some(0.0), None)
+        );
     }
 
     #[test]

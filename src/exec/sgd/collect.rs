@@ -2,9 +2,9 @@
 //! training with the same block scan and decoding).
 
 use super::{SgdNode, SgdTask};
-use crate::classes::ClassValue;
-use crate::error::raise;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
+use crate::pg::error::raise;
+use crate::pipeline::classes::ClassValue;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;

@@ -3,8 +3,8 @@
 
 use super::{SgdNode, SgdTask};
 use crate::catalog::StoredModel;
-use crate::classes::ClassValue;
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::classes::ClassValue;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
 use corgipile_ml::model::LinearModel;

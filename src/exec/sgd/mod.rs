@@ -7,16 +7,15 @@
 mod collect;
 mod evaluate;
 mod learn;
-mod parallel;
 mod shard_round;
 mod trace;
 mod train;
 mod worker;
 
+pub use crate::parallel::TrainExtras;
 pub use collect::{Collect, CollectedRows};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard};
 pub use learn::Learn;
-pub use parallel::TrainExtras;
 pub use shard_round::{EvaluateRequest, Phase, RoundReply, RoundRequest, ShardRound};
 pub use trace::Trace;
 pub use train::Train;
@@ -24,15 +23,15 @@ pub use train::Train;
 use super::explain;
 use super::node::{init_child, state_of, Node};
 use super::tuple_shuffle::TupleShuffle;
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pg::progress;
 use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
-use crate::progress;
 use corgipile_ml::params::ScheduleKind;
 use corgipile_ml::trainer::EpochStats;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
 /// What the SGD node does in one run of the executor: its input is the task value, its output
-/// comes back from `run` (see `crate::driver`).
+/// comes back from `run` (see `crate::pipeline::run`).
 pub trait SgdTask: 'static {
     type Output: 'static;
     /// The mode the plan must have been built for (TupleShuffle reads it too).

@@ -4,12 +4,12 @@
 //! the coordinator's model on every row and returns mergeable counts. Rows never leave the
 //! shard; nothing is stored here.
 
-use super::parallel::TrainExtras;
 use super::train::gather_statistics;
 use super::{SgdNode, SgdTask};
-use crate::classes::ClassValue;
-use crate::error::raise;
-use crate::error::raise_train_error;
+use crate::parallel::TrainExtras;
+use crate::pg::error::raise;
+use crate::pg::error::raise_train_error;
+use crate::pipeline::classes::ClassValue;
 use crate::pipeline::{FeatureLayout, Mode, Share};
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::preprocess::Preprocessor;

@@ -1,7 +1,7 @@
 //! Trace mode (corgipile_trace): the order in which SGD would see the rows in epoch 1.
 
 use super::{SgdNode, SgdTask};
-use crate::error::raise;
+use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::row::Row;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};

@@ -3,15 +3,15 @@
 //! statistics pass before them; per-epoch validation and progress.
 
 use super::collect::CollectedRows;
-use super::parallel::{Team, TrainExtras, TrainShare};
 use super::worker::{raise_reply, Job, Reply, StatsWorker, Worker};
 use super::{SgdNode, SgdTask};
-use crate::classes::ClassValue;
-use crate::error::raise_train_error;
-use crate::error::{notice, raise};
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
+use crate::parallel::{Team, TrainExtras, TrainShare};
+use crate::pg::error::raise_train_error;
+use crate::pg::error::{notice, raise};
+use crate::pg::progress;
+use crate::pipeline::classes::ClassValue;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
-use crate::progress;
 use corgipile_ml::model::{Labels, LinearModel};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
@@ -54,7 +54,7 @@ pub enum Role {
 
 impl SgdNode {
     /// A parallel worker's training (its share of the leader's).
-    pub(super) unsafe fn train_in_team(&mut self, share: TrainShare) {
+    pub(crate) unsafe fn train_in_team(&mut self, share: TrainShare) {
         self.train(None, Role::Member(share));
     }
 }
@@ -219,7 +219,7 @@ impl SgdNode {
         let mut team = match (lead, member) {
             (Some((relid, sql)), _) if params.workers > 0 => {
                 self.workers_planned = params.workers;
-                let team = if crate::input::is_temporary(relid) {
+                let team = if crate::request::query::is_temporary(relid) {
                     // Parallel workers cannot read this session's temporary tables.
                     None
                 } else {

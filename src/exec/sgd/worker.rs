@@ -3,8 +3,8 @@
 //! data — never PostgreSQL. The backend checks for interrupts while it waits, and the `Worker`
 //! guard stops and joins the thread on every exit path, ERROR included.
 
-use crate::error::{raise, raise_train_error};
 use crate::exec::tuple_shuffle::ShuffledBuffer;
+use crate::pg::error::{raise, raise_train_error};
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{EpochStats, TrainError, Trainer};

@@ -3,9 +3,9 @@
 //! classes, a binary classifier's third class, and corgipile.max_model_memory.
 
 use super::TupleShuffle;
-use crate::classes::UNKNOWN_CLASS;
-use crate::decode::{format_tid, LabelKind};
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::classes::UNKNOWN_CLASS;
+use crate::pipeline::decode::{format_tid, LabelKind};
 use crate::pipeline::{FeatureLayout, LabelCoding, Mode};
 
 use corgipile_ml::trainer::MAX_CLASSES;
@@ -118,7 +118,7 @@ impl TupleShuffle {
                 format_tid(tid)
             ),
         };
-        crate::guc::check_model_size(
+        crate::pg::guc::check_model_size(
             features as u64,
             classes as u64,
             self.config.max_model_bytes,

@@ -9,9 +9,9 @@ mod labels;
 mod rows;
 mod sizing;
 
-use crate::classes::ClassDictionary;
-use crate::decode::LabelKind;
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::classes::ClassDictionary;
+use crate::pipeline::decode::LabelKind;
 use crate::pipeline::PipelineConfig;
 use crate::pipeline::{FeatureLayout, Share};
 use crate::pipeline::{Holdout, Mode, PreprocessSpec};
@@ -696,7 +696,7 @@ unsafe fn number_kinds(child: *mut pg_sys::PlanState) -> Vec<LabelKind> {
     if desc.is_null() {
         return Vec::new();
     }
-    crate::compat::tuple_desc_attrs(desc)
+    crate::pg::compat::tuple_desc_attrs(desc)
         .iter()
         .map(|a| LabelKind::from_type(pg_sys::getBaseType(a.atttypid)).unwrap_or(LabelKind::Float8))
         .collect()

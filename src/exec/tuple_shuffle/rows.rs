@@ -1,8 +1,10 @@
 //! Decoding one row's label and features (datums of the training query) into a tuple arena,
 //! and the ERRORs for bad rows, which name the row's ctid.
 
-use crate::decode::{format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice};
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::decode::{
+    format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice,
+};
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::{SparsePushError, TupleArena};
 use pgrx::{pg_sys, PgSqlErrorCode};

@@ -2,8 +2,8 @@
 //! it (fallibly), and what EXPLAIN says of the planned buffer memory.
 
 use super::TupleShuffle;
-use crate::decode::{with_float_array, with_int4_array};
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::decode::{with_float_array, with_int4_array};
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};

@@ -3,8 +3,10 @@
 //! sparse rows by it. Backend thread only (datums are read in place).
 
 use super::TupleShuffle;
-use crate::decode::{float_array_into, format_tid, with_float_array, with_text_bytes, LabelKind};
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::decode::{
+    float_array_into, format_tid, with_float_array, with_text_bytes, LabelKind,
+};
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::limits::model_memory_bytes;
@@ -216,7 +218,7 @@ impl TupleShuffle {
             .finish(max_categories)
             .unwrap_or_else(|_| raise_out_of_memory());
         // The kept categories' names and lookup entries count against the model's memory too.
-        crate::guc::check_model_size(
+        crate::pg::guc::check_model_size(
             p.n_features as u64,
             classes.max(1) as u64,
             self.config.max_model_bytes.saturating_sub(p.category_bytes()),

@@ -9,7 +9,7 @@
 //! the catalog's owner). Another owner's name is written `owner.name`.
 
 use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, select_one};
-use crate::error::{raise, required};
+use crate::pg::error::{raise, required};
 use crate::predict::ModelRef;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -273,7 +273,7 @@ fn purge_dropped_grantees(owner: &str) {
 /// REVOKE on one object wait for each other). The caller's right is checked before the lock
 /// (only a role that may grant on the target ever waits for it, or holds it) and again after.
 fn locked_grant_target(model: ModelRef, what: &str) -> Target {
-    use crate::locks::{wait_for, Purpose};
+    use crate::catalog::locks::{wait_for, Purpose};
     let target = grant_target(model, what);
     match (&target.scope, target.id) {
         (Some(name), _) => wait_for(Purpose::Grants, &target.owner, name),
@@ -448,7 +448,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
                 )
             };
             let model_arg = match (&target.name, target.id) {
-                (Some(name), _) => crate::error::quote_literal(&if own {
+                (Some(name), _) => crate::pg::error::quote_literal(&if own {
                     name.clone()
                 } else {
                     format!("{}.{name}", quote_owner(&target.owner))
@@ -462,7 +462,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
                 detail,
                 format!(
                     "Revoke them too with corgipile_revoke({model_arg}, {}, 'manage', cascade => true).",
-                    crate::error::quote_literal(role)
+                    crate::pg::error::quote_literal(role)
                 ),
             );
         }

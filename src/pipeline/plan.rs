@@ -7,10 +7,10 @@
 //! on the finished plan (scanrelid = 0, so they read their child's output through
 //! `custom_scan_tlist`).
 
-use crate::error::raise;
 use crate::exec::block_shuffle::BlockShuffle;
 use crate::exec::methods;
 use crate::exec::node::{is_node, Node};
+use crate::pg::error::raise;
 use crate::pipeline::PipelineConfig;
 use pgrx::{pg_guard, pg_sys, PgSqlErrorCode};
 use std::cell::RefCell;
@@ -80,7 +80,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
     (*path).path.rows = (*rel).rows;
     (*path).path.startup_cost = 0.0;
     (*path).path.total_cost = (*rel).pages as f64 + (*rel).tuples * 0.01;
-    (*path).flags = crate::compat::CUSTOMPATH_PROJECTS;
+    (*path).flags = crate::pg::compat::CUSTOMPATH_PROJECTS;
     (*path).custom_private = config.to_list();
     (*path).methods = path_methods();
     // Only our path: the training scan must be the BlockShuffle, never a seq/index/parallel scan.
@@ -151,7 +151,7 @@ pub unsafe fn plan_pipeline(
         );
     }
     let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
-    let queries = crate::compat::analyze_and_rewrite(raw, sql.as_ptr());
+    let queries = crate::pg::compat::analyze_and_rewrite(raw, sql.as_ptr());
     assert!((*queries).length == 1);
     let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
 

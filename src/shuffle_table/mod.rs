@@ -12,10 +12,10 @@
 
 use crate::api::random_seed;
 use crate::catalog::check_writable;
-use crate::decode::ParamsArg;
-use crate::error::raise;
-use crate::guc::max_buffer_bytes;
-use crate::input::{qualified_name, quote_ident, relation_name};
+use crate::pg::error::raise;
+use crate::pg::guc::max_buffer_bytes;
+use crate::pipeline::decode::ParamsArg;
+use crate::request::query::{qualified_name, quote_ident, relation_name};
 use corgipile_ml::limits::pretty_bytes;
 use corgipile_ml::params::parse_bytes;
 use corgipile_ml::prefetch::prefetch_bytes;
@@ -125,7 +125,7 @@ fn parse_params(json: &serde_json::Value) -> ShuffleParams {
 /// in a uniformly random order; returns the number of rows.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_shuffle(
-    source: crate::decode::RelationArg,
+    source: crate::pipeline::decode::RelationArg,
     target: &str,
     params: default!(ParamsArg, "'{}'"),
 ) -> i64 {
@@ -223,7 +223,7 @@ unsafe fn check_source(relid: pg_sys::Oid, relname: &str) {
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                     format!(
                         "cannot shuffle {relname}: its partition {} is a foreign table",
-                        crate::input::relation_name(leaf)
+                        crate::request::query::relation_name(leaf)
                     ),
                     Some("corgipile_shuffle copies the rows of local tables only.".into()),
                 );
@@ -240,7 +240,7 @@ unsafe fn range_var(name: &str) -> *mut pg_sys::RangeVar {
         )
     });
     // Parses a possibly schema-qualified, possibly quoted name, as regclass input does.
-    pg_sys::makeRangeVarFromNameList(crate::compat::qualified_name_list(c.as_ptr()))
+    pg_sys::makeRangeVarFromNameList(crate::pg::compat::qualified_name_list(c.as_ptr()))
 }
 
 /// The target as quoted SQL; an existing relation of that name is an ERROR.
@@ -640,7 +640,7 @@ unsafe fn split_into_piles(
     );
     let raw = pg_sys::pg_parse_query(sql.as_ptr());
     let query =
-        crate::compat::analyze_and_rewrite((*(*raw).elements).ptr_value.cast(), sql.as_ptr());
+        crate::pg::compat::analyze_and_rewrite((*(*raw).elements).ptr_value.cast(), sql.as_ptr());
     // No parallel plan: rows must arrive in one reproducible order.
     let stmt = pg_sys::pg_plan_query(
         (*(*query).elements).ptr_value.cast(),
@@ -659,7 +659,7 @@ unsafe fn split_into_piles(
         0,
     );
     pg_sys::ExecutorStart(qd, 0);
-    crate::compat::executor_run_all(qd);
+    crate::pg::compat::executor_run_all(qd);
     pg_sys::ExecutorFinish(qd);
     pg_sys::ExecutorEnd(qd);
     pg_sys::FreeQueryDesc(qd);

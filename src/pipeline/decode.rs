@@ -257,7 +257,7 @@ impl pgrx::FromDatum for ParamsArg {
         // huge params document is an ERROR rather than an allocation that aborts the server.
         let len = text.to_bytes().len();
         if len > MAX_PARAMS_TEXT {
-            crate::error::raise(
+            crate::pg::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("params are {len} bytes of JSON; corgipile reads at most {MAX_PARAMS_TEXT}"),
                 Some("Params hold settings, not data: list fewer columns, or give the training a table.".into()),
@@ -265,7 +265,7 @@ impl pgrx::FromDatum for ParamsArg {
         }
         match serde_json::from_str(&text.to_string_lossy()) {
             Ok(value) => Some(ParamsArg(value)),
-            Err(e) => crate::error::raise(
+            Err(e) => crate::pg::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("params could not be read: {e}"),
                 Some("Numbers in params must fit in double precision.".into()),
@@ -384,7 +384,7 @@ impl pgrx::FromDatum for RelationArg {
         pg_sys::LockRelationOid(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         if pg_sys::get_rel_name(oid).is_null() {
             pg_sys::UnlockRelationOid(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            crate::error::raise(
+            crate::pg::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
                 format!("relation with OID {} does not exist", u32::from(oid)),
                 Some("Name the relation, as in 'my_table' or 'my_schema.my_table'.".into()),

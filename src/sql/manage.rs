@@ -4,10 +4,10 @@
 //! versions 1, 2, ...; another role's is "owner.churn" (src/grants.rs). The deployed version of
 //! a name is the one pinned by corgipile_deploy, else the newest.
 
+use crate::catalog::grants;
+use crate::catalog::locks::{wait_for, Purpose};
 use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_name, select_one};
-use crate::error::{quote_literal, raise, required};
-use crate::grants;
-use crate::locks::{wait_for, Purpose};
+use crate::pg::error::{quote_literal, raise, required};
 use crate::predict::{load_model_ref, ModelRef};
 use corgipile_ml::model::Labels;
 use pgrx::prelude::*;

@@ -1,11 +1,11 @@
 //! Running a pipeline plan: ExecutorStart, the SGD node's task inside ExecutorRun, and
 //! ExecutorEnd. (Building the plan is `plan`'s; the nodes are `exec`'s.)
 
-use crate::error::raise;
 use crate::exec::node::state_of;
 use crate::exec::sgd::{SgdNode, SgdTask};
+use crate::pg::error::raise;
+use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::PipelineConfig;
-use crate::plan::plan_pipeline;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::cell::RefCell;
 use std::ffi::CStr;
@@ -52,7 +52,7 @@ impl Pipeline {
 
     /// Runs the plan: the SGD node does its whole task on its first call.
     pub unsafe fn run(&self) {
-        crate::compat::executor_run_all(self.query_desc);
+        crate::pg::compat::executor_run_all(self.query_desc);
         pg_sys::ExecutorFinish(self.query_desc);
     }
 

@@ -3,8 +3,8 @@
 //! (attnum, then quoted): a name is never spliced into SQL as text. Casts name their pg_catalog
 //! types, so objects on the caller's search_path cannot change what the query does.
 
-use crate::decode::LabelKind;
-use crate::error::raise;
+use crate::pg::error::raise;
+use crate::pipeline::decode::LabelKind;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source};
@@ -249,7 +249,7 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
     });
     // A syntax error raises here, with its position in "SELECT <predicate>".
     let statements = PgList::<pg_sys::RawStmt>::from_pg(naming_the_predicate(|| {
-        crate::compat::raw_parse(sql.as_ptr())
+        crate::pg::compat::raw_parse(sql.as_ptr())
     }));
     fn not_one() -> ! {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it must be one expression, without clauses such as FROM, ORDER BY or LIMIT and without a \";\"")
@@ -512,7 +512,7 @@ unsafe fn every_column(
     let desc = (*rel).rd_att;
     let mut names = Vec::new();
     for i in 0..(*desc).natts as usize {
-        let att = &crate::compat::tuple_desc_attrs(desc)[i];
+        let att = &crate::pg::compat::tuple_desc_attrs(desc)[i];
         if att.attisdropped {
             continue;
         }
@@ -616,7 +616,7 @@ unsafe fn tabular_columns(
                 );
             }
             // Numbers and hash buckets are features whatever the data: checked before a row is read.
-            crate::guc::check_model_size(
+            crate::pg::guc::check_model_size(
                 ColumnPlan::fixed_width(&plans) as u64,
                 1,
                 max_model_bytes,

@@ -79,13 +79,13 @@ pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, sourc
                 format!("corgipile.max_model_memory ({})", pretty_pair(bytes, limit).1)
             };
             let bytes = pretty_pair(bytes, limit).0;
-            crate::error::raise(
+            crate::pg::error::raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("a model of {shape} ({source}) needs {bytes} of memory to train, more than {what}"),
                 Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, fewer \"workers\", or ask a superuser to raise corgipile.max_model_memory.".into()),
             )
         }
-        Err(ModelSizeError::Weights { weights }) => crate::error::raise(
+        Err(ModelSizeError::Weights { weights }) => crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             format!("a model of {shape} ({source}) has {weights} weights; corgipile can store at most {MAX_STORED_WEIGHTS} (whatever corgipile.max_model_memory allows)"),
             Some("A float8[] in corgipile.models holds at most 1 GB. Use fewer features or fewer classes.".into()),

@@ -5,8 +5,11 @@
 //! `SELECT corgipile_predict(id, f) FROM big_table` reads the catalog once, while a later
 //! statement never sees a model that has since been deleted.
 
-use crate::classes::ClassValue;
-use crate::error::raise;
+pub mod grants;
+pub mod locks;
+
+use crate::pg::error::raise;
+use crate::pipeline::classes::ClassValue;
 use crate::pipeline::{EpochRecord, TrainOutcome};
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::preprocess::Preprocessor;
@@ -29,7 +32,7 @@ pub struct ModelSource<'a> {
     pub params: serde_json::Value,
     /// The name param: the model becomes the next version of this name (of its owner, who
     /// owns the new model too).
-    pub name: Option<&'a crate::grants::ModelName>,
+    pub name: Option<&'a crate::catalog::grants::ModelName>,
 }
 
 /// The role that called us (models belong to it): its OID and name.
@@ -125,10 +128,10 @@ pub fn check_writable(what: &std::ffi::CStr) {
 /// Takes, for the rest of the transaction, the lock that serializes trainings of one model
 /// name (of its owner); another session holding it is an ERROR now rather than a wait (or a
 /// clash) after the training. The lock lives in a lock space no SQL command reaches, keyed by
-/// the owner and a 47-bit hash of the name (`crate::locks`), so no role can take it to block
+/// the owner and a 47-bit hash of the name (`crate::catalog::locks`), so no role can take it to block
 /// another, and two different names do not realistically share it.
-pub fn lock_model_name(name: &crate::grants::ModelName) {
-    crate::locks::lock_training(&name.owner, &name.name);
+pub fn lock_model_name(name: &crate::catalog::grants::ModelName) {
+    crate::catalog::locks::lock_training(&name.owner, &name.name);
 }
 
 /// Insert the model and its epochs; returns the new model id. Runs in the caller's transaction,
@@ -139,7 +142,7 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
         Some(n) => {
             // Checked before training too; a "manage" revoked meanwhile must not still count.
             if !n.is_own() {
-                crate::grants::check_manage_name(
+                crate::catalog::grants::check_manage_name(
                     n,
                     &format!("{}.{}", n.owner, n.name),
                     "train a new version of",
@@ -297,8 +300,8 @@ pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
 /// that granted the caller a privilege on that name): the pinned version if one is pinned
 /// (corgipile_deploy), else the newest. A name the caller may not use does not exist for it.
 pub fn resolve_name(text: &str) -> i64 {
-    let n = crate::grants::model_name(text);
-    let found = if crate::grants::may_use_name(&n) {
+    let n = crate::catalog::grants::model_name(text);
+    let found = if crate::catalog::grants::may_use_name(&n) {
         select_one::<i64>(
             "SELECT id FROM corgipile.models
              WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
@@ -385,7 +388,7 @@ fn current_stamp() -> CacheStamp {
     // every regular backend.
     unsafe {
         CacheStamp {
-            lxid: crate::compat::local_xid(),
+            lxid: crate::pg::compat::local_xid(),
             statement_start: pg_sys::GetCurrentStatementStartTimestamp(),
             command_id: pg_sys::GetCurrentCommandId(false),
         }

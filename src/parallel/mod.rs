@@ -15,8 +15,8 @@
 //! The backend thread of each process is the only one to touch `Control`; SGD threads touch the
 //! model only, through the trainer's exchange, behind `MODEL_GATE`.
 
-use super::SgdNode;
-use crate::error::raise;
+use crate::exec::sgd::{SgdNode, SgdTask};
+use crate::pg::error::raise;
 use crate::pipeline::{PipelineConfig, PreprocessSpec, Share};
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::stats::Standardizer;
@@ -483,7 +483,7 @@ pub unsafe extern "C-unwind" fn corgipile_parallel_main(
     team.wait_until(|| (*control).processes.load(Ordering::Acquire) != 0);
     team.share.processes = (*control).processes.load(Ordering::Acquire);
     let sql = CString::new(plan.sql).expect("the query has no NUL");
-    crate::driver::run(
+    crate::pipeline::run::run(
         pg_sys::Oid::from(plan.relid),
         &sql,
         &plan.config,
@@ -502,7 +502,7 @@ pub struct TrainShare {
     pub block_epoch: u32,
 }
 
-impl super::SgdTask for TrainShare {
+impl SgdTask for TrainShare {
     type Output = ();
     const MODE: crate::pipeline::Mode = crate::pipeline::Mode::Train;
 

@@ -2,8 +2,13 @@
 //! mode, the holdout, how rows are decoded, what a training produces. They import none of
 //! `plan`, `exec` or `catalog`, so those can all depend on this module and not on each other.
 
-use crate::classes::ClassValue;
-use crate::decode::LabelKind;
+pub mod classes;
+pub mod decode;
+pub mod plan;
+pub mod run;
+
+use crate::pipeline::classes::ClassValue;
+use crate::pipeline::decode::LabelKind;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
@@ -96,7 +101,7 @@ pub fn check_distributed(
                 "Train on each shard's table on its own server, or copy the rows to one server.",
             ),
         };
-        crate::error::raise(
+        crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             message,
             Some(hint.into()),
@@ -120,7 +125,7 @@ pub fn check_distributed(
         FeatureLayout::Tabular if how == Distributed::Shards => {
             unsupported("a list of feature columns (one array column or a sparse pair only)")
         }
-        FeatureLayout::Sparse { n_features: None, .. } => crate::error::raise(
+        FeatureLayout::Sparse { n_features: None, .. } => crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             match how {
                 Distributed::Workers => "\"workers\" with sparse features needs \"n_features\"",
@@ -176,7 +181,7 @@ impl PipelineConfig {
             !list.is_null() && (*list).length >= 1,
             "corgipile node lost its config"
         );
-        let json = CStr::from_ptr(crate::compat::string_node_chars(
+        let json = CStr::from_ptr(crate::pg::compat::string_node_chars(
             (*(*list).elements).ptr_value,
         ))
         .to_str()

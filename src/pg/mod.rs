@@ -1,0 +1,7 @@
+//! PostgreSQL glue: what every layer uses to talk to the server — ERRORs and NOTICEs, the
+//! differences between majors, the settings, the progress line.
+
+pub mod compat;
+pub mod error;
+pub mod guc;
+pub mod progress;
