@@ -7,7 +7,6 @@
 
 use pgrx::prelude::*;
 
-mod api;
 mod catalog;
 mod exec;
 mod parallel;

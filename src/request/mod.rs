@@ -1,4 +1,207 @@
 //! Request preparation: from a SQL call's relation, model kind and params to a checked
-//! pipeline config and the one query that reads the rows.
+//! pipeline config and the one query that reads the rows (`query`).
 
 pub mod query;
+use crate::exec::sgd::SgdTask;
+use crate::pg::error::raise;
+use crate::pg::guc::{max_buffer_bytes, max_model_bytes};
+use crate::pipeline::classes::ClassValue;
+use crate::pipeline::decode::ParamsArg;
+use crate::pipeline::run::{self};
+use crate::pipeline::{Distributed, Holdout, Mode, PipelineConfig};
+use crate::request::query::{check_relation, relation_name, FeatureColumns, Input, Tabular};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
+use corgipile_ml::preprocess::Preprocessor;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+/// A checked request: the config every node gets and the query BlockShuffle runs.
+pub(crate) struct Prepared {
+    pub(crate) relid: pg_sys::Oid,
+    pub(crate) config: PipelineConfig,
+    pub(crate) input: Input,
+}
+
+impl Prepared {
+    /// Plans and runs the pipeline with `task`; its output.
+    pub(crate) unsafe fn run<T: SgdTask>(&self, task: T) -> T::Output {
+        run::run(self.relid, &self.input.sql, &self.config, task)
+    }
+}
+
+pub(crate) fn parse_model(model: &str) -> ModelKind {
+    ModelKind::parse(model).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown model \"{model}\""),
+            Some(format!(
+                "Valid models are: {}.",
+                ModelKind::all_names().join(", ")
+            )),
+        )
+    })
+}
+
+pub(crate) fn parse_params(params: &ParamsArg) -> TrainParams {
+    let mut params = TrainParams::from_json(&params.0).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            e.message,
+            e.hint,
+        )
+    });
+    if params.seed.is_none() {
+        params.seed = Some(random_seed());
+    }
+    params
+}
+
+pub(crate) fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
+    match spec {
+        FeatureSpec::Column(c) => FeatureColumns::Array(c.clone()),
+        FeatureSpec::Columns(cs) => FeatureColumns::Columns(cs.clone()),
+        FeatureSpec::All => FeatureColumns::All {
+            exclude: Vec::new(),
+        },
+        FeatureSpec::Sparse { indices, values } => FeatureColumns::Sparse {
+            indices: indices.clone(),
+            values: values.clone(),
+        },
+    }
+}
+
+/// Resolve a relation for `mode` and build the pipeline config.
+pub(crate) unsafe fn prepare(
+    relid: pg_sys::Oid,
+    kind: ModelKind,
+    params: TrainParams,
+    mode: Mode,
+    known_classes: Vec<ClassValue>,
+    stored_preprocess: Option<&Preprocessor>,
+) -> Prepared {
+    let relname = relation_name(relid);
+    check_relation(relid, &relname, params.only);
+    let mut features = feature_columns(&params.features);
+    if let FeatureColumns::All { exclude } = &mut features {
+        exclude.clone_from(&params.exclude);
+    } else if !params.exclude.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"exclude\" applies to \"features\": \"*\" only",
+            Some(
+                "List the feature columns you want, or use \"features\": \"*\" with \"exclude\"."
+                    .into(),
+            ),
+        );
+    }
+    if !params.features.is_tabular() && !params.preprocess.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"preprocess\" applies to a list of feature columns (or \"*\")",
+            Some("An array column or a sparse pair is read as it is; name its columns in \"features\" to preprocess them one by one.".into()),
+        );
+    }
+    if params.n_features.is_some() && !matches!(features, FeatureColumns::Sparse { .. }) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "\"n_features\" applies to sparse features only",
+            Some("Dense features take their dimension from the data.".into()),
+        );
+    }
+    // Every process of a parallel training holds its own model: they share the setting.
+    let model_limit = match mode {
+        Mode::Train => crate::pg::guc::model_bytes_for(params.workers),
+        _ => max_model_bytes(),
+    };
+    if let Some(n) = params.n_features {
+        // Before reading a row: the model this asks for must fit (softmax has at least 2 classes).
+        let min_outputs = kind.min_outputs() as u64;
+        crate::pg::guc::check_model_size(
+            n as u64,
+            min_outputs,
+            model_limit,
+            "the n_features param",
+        );
+    }
+    let predicate = match (&params.validation, mode) {
+        (Some(Validation::Predicate(p)), Mode::Train) => Some(p.as_str()),
+        _ => None,
+    };
+    let input = query::resolve(
+        relid,
+        &relname,
+        kind,
+        &features,
+        &params.label,
+        params.index_base as i64,
+        params.n_features,
+        predicate,
+        match stored_preprocess {
+            Some(p) => Tabular::Stored(p),
+            None => Tabular::Train {
+                options: &params.preprocess,
+                normalize: params.normalize,
+                max_categories: params.max_categories,
+                max_model_bytes: model_limit,
+            },
+        },
+        params.only,
+    );
+    if params.workers > 0 && mode == Mode::Train {
+        crate::pipeline::check_distributed(
+            Distributed::Workers,
+            kind,
+            input.label,
+            input.layout,
+            &params,
+        );
+    }
+    let holdout = match (&params.validation, input.validation_column, mode) {
+        (_, Some(c), Mode::Train) => Holdout::Column(c),
+        (Some(Validation::Fraction(f)), _, Mode::Train) => Holdout::Fraction(*f),
+        _ => Holdout::None,
+    };
+    Prepared {
+        relid,
+        config: PipelineConfig {
+            mode,
+            model: kind,
+            layout: input.layout,
+            label: input.label,
+            holdout,
+            known_classes,
+            params,
+            max_buffer_bytes: max_buffer_bytes(),
+            max_model_bytes: model_limit,
+            leaf: None,
+            relation: relname,
+            preprocess: input.preprocess.clone(),
+        },
+        input,
+    }
+}
+
+/// A seed for a call that gave none (it is stored or reported, so the run can be repeated).
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    // Stored as a JSON integer that also fits a bigint.
+    h.finish() & (i64::MAX as u64)
+}
+
+pub(crate) fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}

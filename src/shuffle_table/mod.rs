@@ -10,12 +10,12 @@
 //! bulk insert path, as CREATE TABLE AS does. A pile larger than the memory bound is split
 //! again into sub-piles, never loaded whole.
 
-use crate::api::random_seed;
 use crate::catalog::check_writable;
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
 use crate::pipeline::decode::ParamsArg;
 use crate::request::query::{qualified_name, quote_ident, relation_name};
+use crate::request::random_seed;
 use corgipile_ml::limits::pretty_bytes;
 use corgipile_ml::params::parse_bytes;
 use corgipile_ml::prefetch::prefetch_bytes;

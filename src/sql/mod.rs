@@ -1,4 +1,7 @@
-//! The SQL functions users call (training, evaluation, EXPLAIN, trace, model management);
-//! prediction is `crate::predict`, the table shuffle `crate::shuffle_table`.
+//! The SQL functions users call: training (with EXPLAIN and trace), evaluation, model
+//! management. Prediction is `crate::predict`, the table shuffle `crate::shuffle_table`, a shard
+//! server's round `crate::shard::serve`.
 
+pub mod evaluate;
 pub mod manage;
+pub mod train;

@@ -16,7 +16,7 @@ pub use crate::parallel::TrainExtras;
 pub use collect::{Collect, CollectedRows};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard};
 pub use learn::Learn;
-pub use shard_round::{EvaluateRequest, Phase, RoundReply, RoundRequest, ShardRound};
+pub use shard_round::ShardRound;
 pub use trace::Trace;
 pub use train::Train;
 

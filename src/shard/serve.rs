@@ -1,0 +1,169 @@
+//! The shard server's side: `corgipile_shard_round`, called by a coordinator through the user
+//! mapping's connection, runs one round on a table of this server.
+
+use crate::catalog::check_schema_version;
+use crate::exec::sgd::{EvaluateShard, ShardRound};
+use crate::pg::error::raise;
+use crate::pg::guc::max_model_bytes;
+use crate::pipeline::decode::{ParamsArg, RelationArg};
+use crate::pipeline::Mode;
+use crate::request::{parse_model, parse_params, prepare};
+use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::TrainParams;
+use corgipile_ml::wire;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+/// Runs a shard's round on a table of this server: `relid` itself (a shard server's table), or
+/// with `leaf`, that local partition of the sharded table `relid`, read as a SELECT on `relid`
+/// reads it.
+pub(super) unsafe fn shard_round_here(
+    relid: pg_sys::Oid,
+    leaf: Option<pg_sys::Oid>,
+    kind: ModelKind,
+    params: &TrainParams,
+    request: &RoundRequest,
+) -> RoundReply {
+    let mut params = params.clone();
+    params.verbose = false;
+    params.workers = 0;
+    if request.phase == Phase::Evaluate {
+        return evaluate_shard_here(relid, leaf, kind, params, request);
+    }
+    let mut prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
+    prepared.config.leaf = leaf.map(u32::from);
+    crate::shard::check_supported(kind, &prepared.config);
+    prepared.run(ShardRound {
+        request: request.clone(),
+    })
+}
+
+/// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
+/// `relid`, or its partition `leaf`, as `shard_round_here`).
+pub(super) unsafe fn evaluate_shard_here(
+    relid: pg_sys::Oid,
+    leaf: Option<pg_sys::Oid>,
+    kind: ModelKind,
+    params: TrainParams,
+    request: &RoundRequest,
+) -> RoundReply {
+    let Some(EvaluateRequest {
+        model,
+        classes,
+        preprocessing,
+    }) = &request.evaluate
+    else {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: an evaluation without a model",
+            None,
+        )
+    };
+    // A model of another kind or shape than it says would score out of bounds.
+    let outputs = kind.outputs_for(classes.len());
+    if model.kind != kind
+        || model.n_outputs != outputs
+        || model.n_features.checked_mul(outputs) != Some(model.weights.len())
+        || model.bias.len() != outputs
+        || preprocessing
+            .as_ref()
+            .is_some_and(|p| p.n_features != model.n_features)
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: the coordinator's model has another shape",
+            None,
+        );
+    }
+    let mut prepared = prepare(
+        relid,
+        kind,
+        params,
+        Mode::Evaluate,
+        classes.clone(),
+        preprocessing.as_ref(),
+    );
+    prepared.config.leaf = leaf.map(u32::from);
+    let (part, rows_skipped) = prepared.run(EvaluateShard {
+        model: model.clone(),
+        classes: classes.clone(),
+    });
+    RoundReply {
+        rows: part.rows_scored(),
+        rows_skipped,
+        evaluation: Some(part),
+        ..RoundReply::default()
+    }
+}
+
+/// A shard server's part of a training over a sharded table: called by the coordinator
+/// through the user mapping's connection. Returns the round's result as JSON; stores nothing.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_shard_round(
+    relation: RelationArg,
+    model: &str,
+    params: ParamsArg,
+    request: &str,
+) -> String {
+    let kind = parse_model(model);
+    let params = parse_params(&params);
+    check_schema_version();
+    // Whoever may call this function may have written the request: its size is bounded before
+    // it is parsed (four times corgipile.max_model_memory: it carries one model), its
+    // shapes and values are checked before anything is allocated from them.
+    let hint = || {
+        Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
+    };
+    let request: RoundRequest =
+        wire::parse_bounded(request.as_bytes(), crate::pg::guc::max_wire_bytes()).unwrap_or_else(|e| match e {
+            wire::WireError::TooLarge { .. } => raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),
+                Some("A coordinator's request carries one model: raise corgipile.max_model_memory on this server if the model is really that large.".into()),
+            ),
+            wire::WireError::Invalid(why) => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid corgipile shard request: {why}"),
+                hint(),
+            ),
+        });
+    let version = env!("CARGO_PKG_VERSION");
+    if request.version != version {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "the coordinator runs corgipile {}, this shard {version}",
+                request.version
+            ),
+            Some("Install the same corgipile version on every server.".into()),
+        );
+    }
+    // Sharded trainings are binary or regression models (one output); an evaluation's model
+    // says its own outputs.
+    let outputs = match &request.evaluate {
+        Some(e) => e.model.n_outputs.max(1),
+        None => 1,
+    };
+    if let Err(why) = request.check(outputs) {
+        // Well-formed JSON, but not what a coordinator sends: a protocol violation.
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            format!("corgipile shard round: {why}"),
+            hint(),
+        );
+    }
+    let n_features = match &request.evaluate {
+        Some(e) => e.model.n_features,
+        None => request.n_features,
+    };
+    crate::pg::guc::check_model_size(
+        n_features as u64,
+        outputs as u64,
+        max_model_bytes(),
+        "the coordinator's request",
+    );
+    // SAFETY: as corgipile_train.
+    let reply = unsafe { shard_round_here(relation.oid(), None, kind, &params, &request) };
+    serde_json::to_string(&reply).expect("reply serializes")
+}

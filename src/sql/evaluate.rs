@@ -1,0 +1,101 @@
+//! corgipile_evaluate: a stored model scored on a relation.
+
+use crate::exec::sgd::Evaluate;
+use crate::pg::error::raise;
+use crate::pipeline::decode::{ParamsArg, RelationArg};
+use crate::pipeline::Mode;
+use crate::predict::{load_model_ref, ModelRef};
+use crate::request::{json_type, parse_params, prepare};
+use crate::shard::evaluate_sharded;
+use pgrx::prelude::*;
+use pgrx::{JsonB, PgSqlErrorCode};
+
+/// Scores a stored model on a relation (read with the same block scan as training). Returns
+/// accuracy, precision, recall, F1, ROC AUC and log loss for classifiers (per class and macro
+/// for softmax), MSE, RMSE, MAE and R² for linear regression, and the rows scored and skipped.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_evaluate(
+    model_id: i64,
+    relation: RelationArg,
+    params: default!(ParamsArg, "'{}'"),
+) -> JsonB {
+    evaluate(ModelRef::Id(model_id), relation, params)
+}
+
+/// corgipile_evaluate of the deployed version of a model name.
+#[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
+fn corgipile_evaluate_by_name(
+    model_name: &str,
+    relation: RelationArg,
+    params: default!(ParamsArg, "'{}'"),
+) -> JsonB {
+    evaluate(ModelRef::from_text(model_name), relation, params)
+}
+
+fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
+    let stored = load_model_ref(key);
+    let mut overrides = match &params.0 {
+        serde_json::Value::Object(map) => map.clone(),
+        other => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("params must be a JSON object, got {}", json_type(other)),
+            None,
+        ),
+    };
+    for key in overrides.keys() {
+        if !["features", "label", "buffer_size", "block_size", "only"].contains(&key.as_str()) {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("unknown parameter \"{key}\" for corgipile_evaluate"),
+                Some("valid parameters are: features, label, buffer_size, block_size, only (features and label default to the model's)".into()),
+            );
+        }
+    }
+    if stored.preprocessing.is_some()
+        && overrides
+            .get("features")
+            .is_some_and(|f| *f != stored.features)
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "model {} reads its feature columns by name: \"features\" cannot be changed",
+                stored.id
+            ),
+            Some(format!(
+                "The relation must have the model's columns: {}.",
+                stored.features
+            )),
+        );
+    }
+    overrides
+        .entry("features")
+        .or_insert_with(|| stored.features.clone());
+    overrides
+        .entry("label")
+        .or_insert_with(|| serde_json::Value::String(stored.label_column.clone()));
+    overrides.insert("index_base".into(), serde_json::json!(stored.index_base));
+    overrides.insert("shuffle".into(), serde_json::json!("no_shuffle"));
+    overrides.insert("double_buffer".into(), serde_json::json!(false));
+    overrides.insert("verbose".into(), serde_json::json!(false));
+    overrides.insert("seed".into(), serde_json::json!(0));
+    let params = parse_params(&ParamsArg(serde_json::Value::Object(overrides)));
+    // SAFETY: as in corgipile_train.
+    let report = unsafe {
+        let prepared = prepare(
+            relation.oid(),
+            stored.kind(),
+            params,
+            Mode::Evaluate,
+            stored.classes.clone(),
+            stored.preprocessing.as_ref(),
+        );
+        match crate::shard::sharded_leaves(prepared.relid) {
+            Some(leaves) => evaluate_sharded(&prepared, leaves, &stored),
+            None => prepared.run(Evaluate {
+                model: stored.clone(),
+            }),
+        }
+    };
+    JsonB(report)
+}

@@ -1,0 +1,269 @@
+//! corgipile_train, and what shows a training without storing it: corgipile_explain and
+//! corgipile_trace.
+
+use crate::catalog::{
+    check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
+};
+use crate::exec::explain;
+use crate::exec::sgd::{Collect, CollectedRows, Learn, Trace, Train};
+use crate::pg::error::raise;
+use crate::pipeline::decode::{ParamsArg, RelationArg};
+use crate::pipeline::plan::plan_pipeline;
+use crate::pipeline::run::Pipeline;
+use crate::pipeline::Mode;
+use crate::request::query::qualified_name;
+use crate::request::{parse_model, parse_params, prepare};
+use crate::shard::{explain_sharded, train_sharded};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
+use corgipile_ml::preprocess::Preprocessor;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+use std::ffi::CStr;
+
+/// Trains a model on `relation` and stores it in corgipile.models; returns the model id.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+    let kind = parse_model(model);
+    let params = parse_params(&params);
+    check_schema_version();
+    // What would fail at the end fails now, before any work.
+    check_writable(c"corgipile_train()");
+    // A version of another owner's name needs "manage" on it: checked before any work.
+    let target_name = params
+        .name
+        .as_deref()
+        .map(crate::catalog::grants::training_name);
+    if let Some(name) = &target_name {
+        lock_model_name(name);
+    }
+    // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
+    unsafe {
+        // A list of columns with a validation relation: the preprocessing is learned first
+        // (its own statistics pass), so that the validation rows are encoded with it.
+        let learned = match (&params.validation, params.features.is_tabular()) {
+            (Some(Validation::Relation(_)), true) => {
+                let mut p = params.clone();
+                p.validation = None;
+                Some(prepare(relation.oid(), kind, p, Mode::Train, Vec::new(), None).run(Learn))
+            }
+            _ => None,
+        };
+        let validation_rows = match &params.validation {
+            Some(Validation::Relation(name)) => {
+                Some(collect_relation(name, kind, &params, learned.as_ref()))
+            }
+            _ => None,
+        };
+        // Class indices of the validation rows and of the training rows must agree.
+        let known_classes = validation_rows
+            .as_ref()
+            .map(|v| v.classes.clone())
+            .unwrap_or_default();
+        let prepared = prepare(
+            relation.oid(),
+            kind,
+            params,
+            Mode::Train,
+            known_classes,
+            learned.as_ref(),
+        );
+        let outcome = match crate::shard::sharded_leaves(prepared.relid) {
+            Some(leaves) => train_sharded(&prepared, leaves).0,
+            None => prepared.run(Train {
+                validation_rows,
+                relid: prepared.relid,
+                sql: prepared.input.sql.clone(),
+            }),
+        };
+        let params = &prepared.config.params;
+        store_model(
+            &ModelSource {
+                model: kind,
+                relation: &qualified_name(prepared.relid),
+                label_column: &params.label,
+                // A column list is stored as the columns read ("*" expanded).
+                features: if prepared.config.preprocess.is_some() {
+                    serde_json::json!(prepared.input.columns)
+                } else {
+                    params.to_json()["features"].clone()
+                },
+                label_type: if prepared.input.label_is_bool {
+                    "boolean"
+                } else if prepared.config.label.uses_classes()
+                    && matches!(
+                        prepared.config.label,
+                        crate::pipeline::LabelCoding::ClassOfText
+                    )
+                {
+                    "text"
+                } else {
+                    "numeric"
+                },
+                params: params.to_json(),
+                name: target_name.as_ref(),
+            },
+            &outcome,
+        )
+    }
+}
+
+/// Reads a validation relation (same columns as the training relation) into memory.
+unsafe fn collect_relation(
+    name: &str,
+    kind: ModelKind,
+    params: &TrainParams,
+    preprocessing: Option<&Preprocessor>,
+) -> CollectedRows {
+    let relid = Spi::get_one_with_args::<pg_sys::Oid>(
+        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
+        &[name.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("validation relation \"{name}\" does not exist"),
+            None,
+        )
+    });
+    let mut p = params.clone();
+    p.validation = None;
+    if let Some(prep) = preprocessing {
+        // The training's columns ("*" resolved on the training table), by name.
+        p.features = FeatureSpec::Columns(prep.column_names().map(str::to_owned).collect());
+        p.exclude.clear();
+    }
+    p.shuffle = corgipile_ml::params::ShuffleMode::NoShuffle;
+    p.double_buffer = false;
+    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), preprocessing);
+    prepared.run(Collect).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("validation relation \"{name}\" has no usable rows"),
+            None,
+        )
+    })
+}
+
+/// The order in which SGD would see the rows of `relation` in epoch 1 under `params` (the
+/// shuffle strategy, block and buffer sizes, seed): position, label and first feature of each
+/// visited row. For studying strategies (the paper's Figures 3 and 4); trains nothing.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_trace(
+    relation: RelationArg,
+    params: default!(ParamsArg, "'{}'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(position, i64),
+        name!(label, f64),
+        name!(first_feature, f64),
+    ),
+> {
+    let mut params = parse_params(&params);
+    params.double_buffer = false;
+    params.verbose = false;
+    // SAFETY: as in corgipile_train.
+    let visited = unsafe {
+        let prepared = prepare(
+            relation.oid(),
+            ModelKind::Linear,
+            params,
+            Mode::Trace,
+            Vec::new(),
+            None,
+        );
+        prepared.run(Trace)
+    };
+    TableIterator::new(
+        visited
+            .into_iter()
+            .enumerate()
+            .map(|(i, (label, first))| (i as i64 + 1, label, first)),
+    )
+}
+
+/// The EXPLAIN of the training plan; with `analyze`, after running the training (the model is
+/// not stored). `format` is text (one row per line), json, yaml or xml (one row).
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_explain(
+    relation: RelationArg,
+    model: &str,
+    params: default!(ParamsArg, "'{}'"),
+    analyze: default!(bool, false),
+    format: default!(&str, "'text'"),
+) -> SetOfIterator<'static, String> {
+    let kind = parse_model(model);
+    let explain_format = match format.to_ascii_lowercase().as_str() {
+        "text" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT,
+        "json" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_JSON,
+        "yaml" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_YAML,
+        "xml" => pg_sys::ExplainFormat::EXPLAIN_FORMAT_XML,
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown EXPLAIN format \"{format}\""),
+            Some("Valid formats are text, json, yaml and xml.".into()),
+        ),
+    };
+    let mut params = parse_params(&params);
+    // EXPLAIN ANALYZE trains without the per-epoch NOTICEs.
+    params.verbose = false;
+    // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
+    let text = unsafe {
+        let prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new(), None);
+        if let Some(leaves) = crate::shard::sharded_leaves(prepared.relid) {
+            let text = explain_sharded(&prepared, leaves, analyze, explain_format);
+            let rows = match explain_format {
+                pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT => {
+                    text.lines().map(str::to_owned).collect()
+                }
+                _ => vec![text],
+            };
+            return SetOfIterator::new(rows);
+        }
+        let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
+        let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
+        let started = std::time::Instant::now();
+        if analyze {
+            pipeline.sgd_node().verbose = false;
+            pipeline.run_task(Train {
+                validation_rows: None,
+                relid: prepared.relid,
+                sql: prepared.input.sql.clone(),
+            });
+        }
+        let es = pg_sys::NewExplainState();
+        (*es).analyze = analyze;
+        (*es).costs = true;
+        (*es).buffers = analyze;
+        (*es).timing = analyze;
+        (*es).format = explain_format;
+        // The same groups as ExplainOnePlan, so JSON/YAML/XML are well formed.
+        pg_sys::ExplainBeginOutput(es);
+        pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+        pg_sys::ExplainPrintPlan(es, pipeline.query_desc);
+        if analyze {
+            explain::float(
+                es,
+                "Training Time",
+                Some("ms"),
+                started.elapsed().as_secs_f64() * 1000.0,
+                3,
+            );
+        }
+        pg_sys::ExplainCloseGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+        pg_sys::ExplainEndOutput(es);
+        let text = CStr::from_ptr((*(*es).str_).data)
+            .to_string_lossy()
+            .into_owned();
+        pipeline.finish();
+        text
+    };
+    let rows = match explain_format {
+        pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT => text.lines().map(str::to_owned).collect(),
+        _ => vec![text],
+    };
+    SetOfIterator::new(rows)
+}
