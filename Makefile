@@ -101,11 +101,13 @@ unit:
 # Formatting and lints, as CI checks them: rustfmt; clippy on both crates, built for each tested
 # major (the code differs between majors only in src/compat.rs); pyflakes on the Python (unused
 # imports and names, f-strings without fields); every results file the README quotes names this
-# version and the command that made it (scripts/check_bench_sources.py).
+# version and the command that made it (scripts/check_bench_sources.py); no import circle between
+# source files (scripts/check_imports.py).
 lint: setup setup-python
 	cargo fmt --all --check
 	$(VENV)/bin/python -m pyflakes tests bench scripts
 	$(VENV)/bin/python scripts/check_bench_sources.py
+	$(VENV)/bin/python scripts/check_imports.py
 	cargo clippy -p corgipile-ml --all-targets --release -- -D warnings
 	for v in $(TESTED_MAJORS); do \
 		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \

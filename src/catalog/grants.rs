@@ -8,12 +8,13 @@
 //! use visible to it; `manage` is checked here, as the caller, before anything is written (as
 //! the catalog's owner). Another owner's name is written `owner.name`.
 
-use crate::catalog::{as_catalog_owner, caller, caller_manages_all, check_writable, select_one};
+use crate::catalog::ModelRef;
+use crate::catalog::{
+    as_catalog_owner, caller, caller_manages_all, check_writable, role_oid, select_one,
+};
 use crate::pg::error::{raise, required};
-use crate::predict::ModelRef;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
-use std::ffi::CString;
 
 /// A model name with its owner.
 pub struct ModelName {
@@ -48,15 +49,6 @@ fn split_owner(text: &str) -> Option<(String, &str)> {
             None => return rest.strip_prefix('.').map(|name| (owner, name)),
         }
     }
-}
-
-/// The OID of the role `name`, or None if there is no such role.
-pub fn role_oid(name: &str) -> Option<pg_sys::Oid> {
-    let name = CString::new(name).ok()?;
-    // SAFETY: a syscache lookup on the backend thread inside a transaction; missing_ok = true
-    // returns InvalidOid instead of raising.
-    let oid = unsafe { pg_sys::get_role_oid(name.as_ptr(), true) };
-    (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
 /// How `text` names a model: the caller's own name `text`, unless the caller has no model of

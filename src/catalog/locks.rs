@@ -75,7 +75,7 @@ fn locktag(purpose: Purpose, owner: pg_sys::Oid, name: &str) -> pg_sys::LOCKTAG 
 
 fn owner_oid(owner: &str) -> pg_sys::Oid {
     // A dropped owner's models still have a name; InvalidOid keys them all together.
-    crate::catalog::grants::role_oid(owner).unwrap_or(pg_sys::InvalidOid)
+    crate::catalog::role_oid(owner).unwrap_or(pg_sys::InvalidOid)
 }
 
 /// Takes the lock for the rest of the (sub)transaction; with `wait` false, returns false at

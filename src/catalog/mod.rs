@@ -19,6 +19,7 @@ use pgrx::{JsonB, PgSqlErrorCode};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::rc::Rc;
 
 /// What identifies a training apart from its outcome.
@@ -577,5 +578,41 @@ fn read_model(model_id: i64) -> StoredModel {
         features,
         index_base,
         boolean_label,
+    }
+}
+
+/// The OID of the role `name`, or None if there is no such role.
+pub fn role_oid(name: &str) -> Option<pg_sys::Oid> {
+    let name = CString::new(name).ok()?;
+    // SAFETY: a syscache lookup on the backend thread inside a transaction; missing_ok = true
+    // returns InvalidOid instead of raising.
+    let oid = unsafe { pg_sys::get_role_oid(name.as_ptr(), true) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// How a SQL call names its model: by id, or by name (the name's deployed version).
+#[derive(Clone, Copy)]
+pub enum ModelRef<'a> {
+    Id(i64),
+    Name(&'a str),
+}
+
+impl<'a> ModelRef<'a> {
+    /// The text argument of a by-name overload. Names are never integers (the name param
+    /// refuses them), so an integer here is a model id: `corgipile_predict('7', f)`, or an id
+    /// from psql's :'var', means model 7, as it did before names existed.
+    pub fn from_text(text: &'a str) -> Self {
+        match text.trim().parse::<i64>() {
+            Ok(id) => ModelRef::Id(id),
+            Err(_) => ModelRef::Name(text),
+        }
+    }
+}
+
+/// The model a reference stands for now (row-level security applies).
+pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
+    match key {
+        ModelRef::Id(id) => load_model(id),
+        ModelRef::Name(name) => load_model(resolve_name(name)),
     }
 }

@@ -12,21 +12,21 @@ use super::explain;
 use super::node::{state_of, Node};
 use super::page_reader::{self, Attr};
 use crate::pg::progress;
-use crate::pipeline::{PipelineConfig, Share};
+use crate::pipeline::{BlockShare, PipelineConfig};
 use corgipile_ml::params::{resolve_block_pages, BufferSize};
 use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
 /// One table whose pages are read: the scanned relation itself, or a leaf of its partition or
 /// inheritance tree.
-struct Leaf {
+struct TableScan {
     rel: pg_sys::Relation,
     /// Opened (so closed) by us; the scanned relation itself belongs to the executor.
     opened: bool,
     scan: pg_sys::TableScanDesc,
     /// The leaf's own slot (of its table's slot type), filled by the heap scan.
     slot: *mut pg_sys::TupleTableSlot,
-    /// Leaf columns → the parent's, when they differ (column order, dropped columns).
+    /// TableScan columns → the parent's, when they differ (column order, dropped columns).
     map: *mut pg_sys::TupleConversionMap,
     /// The page reader's view of this leaf: its attribute numbers of the plain columns, and
     /// the storage of its attributes up to the largest of them.
@@ -65,7 +65,7 @@ struct Block {
 
 pub struct BlockShuffle {
     config: PipelineConfig,
-    leaves: Vec<Leaf>,
+    leaves: Vec<TableScan>,
     /// Rows are converted into the node's own scan slot (more than one leaf, or a leaf that is
     /// not the scanned relation); otherwise the leaf's slot is the scan slot.
     converts: bool,
@@ -77,7 +77,7 @@ pub struct BlockShuffle {
     block_pages: u32,
     blocks: Vec<Block>,
     /// This process's part of every epoch's blocks (parallel training).
-    share: Share,
+    share: BlockShare,
     order: Vec<usize>,
     next_block: usize,
     in_block: bool,
@@ -110,7 +110,7 @@ impl BlockShuffle {
     /// Reads only `share` of every epoch's blocks from now on, starting over with the block
     /// order of `epoch` (the leader's current one: every process must draw the same orders).
     /// Called before the epoch's first row.
-    pub fn set_share(&mut self, share: Share, epoch: u32) {
+    pub fn set_share(&mut self, share: BlockShare, epoch: u32) {
         self.share = share;
         self.epoch = epoch;
         self.draw_order();
@@ -131,7 +131,7 @@ impl BlockShuffle {
         self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
         if self.share.processes > 1 {
             // Every process draws the same order and keeps its positions of it.
-            let Share { rank, processes } = self.share;
+            let BlockShare { rank, processes } = self.share;
             let mut position = 0u32;
             self.order.retain(|_| {
                 let mine = position % processes == rank;
@@ -230,7 +230,7 @@ impl BlockShuffle {
 
 /// The shuffle buffer's size in table pages, estimated before any tuple is decoded (the auto
 /// block size makes a buffer hold many blocks).
-unsafe fn buffer_pages(config: &PipelineConfig, leaves: &[Leaf], n_pages: u64) -> u64 {
+unsafe fn buffer_pages(config: &PipelineConfig, leaves: &[TableScan], n_pages: u64) -> u64 {
     let n_buffers = if config.params.double_buffer { 2 } else { 1 };
     let limit = config.max_buffer_bytes / n_buffers / pg_sys::BLCKSZ as u64;
     let pages = match config.params.buffer_size {
@@ -328,7 +328,7 @@ unsafe fn open_leaves(
     include_children: bool,
     only_leaf: Option<u32>,
     relname: &str,
-) -> Vec<Leaf> {
+) -> Vec<TableScan> {
     // SAFETY: rel is the executor's open scan relation; rd_id/rd_rel are valid while it is open.
     let relid = (*rel).rd_id;
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
@@ -394,7 +394,7 @@ unsafe fn open_leaves(
             }
             continue;
         }
-        leaves.push(Leaf {
+        leaves.push(TableScan {
             rel: leaf_rel,
             opened,
             scan: std::ptr::null_mut(),
@@ -413,7 +413,7 @@ unsafe fn open_leaves(
 
 /// Ends the leaves' scans and closes the tables we opened (locks stay to the end of the
 /// transaction, as for any table a query read).
-unsafe fn close_leaves(leaves: &mut Vec<Leaf>) {
+unsafe fn close_leaves(leaves: &mut Vec<TableScan>) {
     for mut leaf in leaves.drain(..) {
         // SAFETY: each scan was begun by us and each opened table opened by us, exactly once;
         // the stream ends before its relation closes.
@@ -532,7 +532,7 @@ unsafe fn begin(
         toast_pages: toast,
         block_pages,
         blocks,
-        share: Share::ALL,
+        share: BlockShare::ALL,
         order: Vec::new(),
         next_block: 0,
         in_block: false,
@@ -739,7 +739,7 @@ pub unsafe fn fetch_columns(
 /// a column added later may have a stored default), deformed by PostgreSQL through the leaf's
 /// slot, which pins the page for as long as it holds the tuple.
 unsafe fn deform_slowly(
-    leaf: &mut Leaf,
+    leaf: &mut TableScan,
     tup: *mut pg_sys::HeapTupleHeaderData,
     len: usize,
     tid: pg_sys::ItemPointerData,
@@ -768,7 +768,7 @@ unsafe fn deform_slowly(
 /// leaf slot's buffer page, which stays pinned until the leaf slot is next filled: the same
 /// lifetime a row of the scan slot has without conversion.
 unsafe fn to_parent_columns(
-    leaf: &Leaf,
+    leaf: &TableScan,
     parent: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
     // SAFETY: both slots are valid; a null map means the leaf's descriptor matches the parent's

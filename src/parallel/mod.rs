@@ -2,7 +2,7 @@
 //! `ParallelContext` whose workers call `corgipile_parallel_main` (exported by this library),
 //! each a full backend with the leader's snapshot, user and settings. Every worker plans and
 //! runs the same three-node pipeline as the leader over its share of every epoch's blocks (see
-//! `Share`), with its own buffers (the buffer memory is split between the processes) and its
+//! `BlockShare`), with its own buffers (the buffer memory is split between the processes) and its
 //! own SGD; the processes' trainers exchange with one model in shared memory (see
 //! `corgipile_ml::trainer::SharedModel`) every few thousand tuples and at every epoch's end, and
 //! meet at the end of every epoch (`Team::end_epoch`), where each learns the whole epoch's
@@ -15,15 +15,15 @@
 //! The backend thread of each process is the only one to touch `Control`; SGD threads touch the
 //! model only, through the trainer's exchange, behind `MODEL_GATE`.
 
-use crate::exec::sgd::{SgdNode, SgdTask};
+mod worker;
+
 use crate::pg::error::raise;
-use crate::pipeline::{PipelineConfig, PreprocessSpec, Share};
+use crate::pipeline::{BlockShare, LearnedStatistics, PipelineConfig, PreprocessSpec};
 use corgipile_ml::preprocess::Preprocessor;
-use corgipile_ml::stats::Standardizer;
-use corgipile_ml::trainer::{EpochPart, EpochStats, EpochTotals, Gate, SharedModel, TrainConfig};
+use corgipile_ml::trainer::{EpochPart, EpochStats, EpochTotals, Gate, SharedModel};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
 use serde::{Deserialize, Serialize};
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The toc key of `Control`.
@@ -43,38 +43,13 @@ const MODEL_NO_ROWS: u32 = 2;
 /// be inside an exchange.
 static MODEL_GATE: Gate = Gate::new();
 
-/// The data-dependent parts of the trainer's configuration, learned by the leader's statistics
-/// pass and given to every worker.
-#[derive(Clone, Default, Serialize, Deserialize)]
-pub struct TrainExtras {
-    pub standardizer: Option<Standardizer>,
-    pub class_weights: Option<Vec<f64>>,
-    pub label_values: Option<(f64, f64)>,
-}
-
-impl TrainExtras {
-    pub fn of(config: &TrainConfig) -> TrainExtras {
-        TrainExtras {
-            standardizer: config.standardizer.clone(),
-            class_weights: config.class_weights.clone(),
-            label_values: config.label_values,
-        }
-    }
-
-    pub fn apply(self, config: &mut TrainConfig) {
-        config.standardizer = self.standardizer;
-        config.class_weights = self.class_weights;
-        config.label_values = self.label_values;
-    }
-}
-
 /// What a worker needs to build and run its own pipeline (JSON after `Control`).
 #[derive(Serialize, Deserialize)]
 struct WorkerPlan {
     relid: u32,
     sql: String,
     config: PipelineConfig,
-    extras: TrainExtras,
+    extras: LearnedStatistics,
     /// The epoch number of the leader's block order at the first training epoch (a statistics
     /// pass counts as one).
     block_epoch: u32,
@@ -128,7 +103,7 @@ pub struct TeamEpoch {
 /// One process's membership in a parallel training.
 pub struct Team {
     control: *mut Control,
-    pub share: Share,
+    pub share: BlockShare,
     /// Leader only: the parallel context (null in a worker).
     pcxt: *mut pg_sys::ParallelContext,
     model: *mut pg_sys::dsm_segment,
@@ -151,7 +126,7 @@ impl Team {
         relid: pg_sys::Oid,
         sql: &CStr,
         config: &PipelineConfig,
-        extras: TrainExtras,
+        extras: LearnedStatistics,
         preprocessor: Option<Preprocessor>,
         block_epoch: u32,
         workers: u32,
@@ -205,7 +180,7 @@ impl Team {
         (*control).processes.store(processes, Ordering::Release);
         Some(Team {
             control,
-            share: Share { rank: 0, processes },
+            share: BlockShare { rank: 0, processes },
             pcxt,
             model: std::ptr::null_mut(),
         })
@@ -454,59 +429,11 @@ unsafe extern "C-unwind" fn close_model_gate(_seg: *mut pg_sys::dsm_segment, _ar
     MODEL_GATE.close();
 }
 
-/// The parallel worker's entry point (named in `Team::launch`): plans and runs this worker's
-/// share of the training. ParallelWorkerMain has restored the leader's transaction, snapshot,
-/// user and settings.
-///
-/// # Safety
-/// Called by PostgreSQL's ParallelWorkerMain with the context's segment and table of contents.
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn corgipile_parallel_main(
-    _seg: *mut pg_sys::dsm_segment,
-    toc: *mut pg_sys::shm_toc,
-) {
-    let control = pg_sys::shm_toc_lookup(toc, KEY_CONTROL, false).cast::<Control>();
-    let plan_at = control.cast::<u8>().add(std::mem::size_of::<Control>());
-    let plan_bytes = std::slice::from_raw_parts(plan_at, (*control).plan_len as usize);
-    let plan: WorkerPlan = serde_json::from_slice(plan_bytes).expect("worker plan round-trips");
-    let mut team = Team {
-        control,
-        share: Share {
-            rank: pg_sys::ParallelWorkerNumber as u32 + 1,
-            processes: 0,
-        },
-        pcxt: std::ptr::null_mut(),
-        model: std::ptr::null_mut(),
-    };
-    // The leader counts the workers that started before any of them may read.
-    team.wait_until(|| (*control).processes.load(Ordering::Acquire) != 0);
-    team.share.processes = (*control).processes.load(Ordering::Acquire);
-    let sql = CString::new(plan.sql).expect("the query has no NUL");
-    crate::pipeline::run::run(
-        pg_sys::Oid::from(plan.relid),
-        &sql,
-        &plan.config,
-        TrainShare {
-            team,
-            extras: plan.extras,
-            block_epoch: plan.block_epoch,
-        },
-    );
-}
-
-/// A worker's task: train its share with the team.
-pub struct TrainShare {
+/// A parallel worker's part in a training: its team, what the leader's statistics pass
+/// learned, and the epoch whose block order it starts from. As an SGD task (see `worker`), it
+/// trains its share of the blocks with the team.
+pub struct Member {
     pub team: Team,
-    pub extras: TrainExtras,
+    pub extras: LearnedStatistics,
     pub block_epoch: u32,
-}
-
-impl SgdTask for TrainShare {
-    type Output = ();
-    const MODE: crate::pipeline::Mode = crate::pipeline::Mode::Train;
-
-    unsafe fn run(self, node: &mut SgdNode) {
-        node.train_in_team(self);
-    }
 }

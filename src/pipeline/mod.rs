@@ -1,5 +1,5 @@
 //! The types every part of a pipeline shares — the config each node carries in its plan, the
-//! mode, the holdout, how rows are decoded, what a training produces. They import none of
+//! mode, the validation split, how rows are decoded, what a training produces. They import none of
 //! `plan`, `exec` or `catalog`, so those can all depend on this module and not on each other.
 
 pub mod classes;
@@ -12,6 +12,8 @@ use crate::pipeline::decode::LabelKind;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
+use corgipile_ml::standardize::Standardizer;
+use corgipile_ml::trainer::TrainConfig;
 
 use pgrx::{pg_sys, PgSqlErrorCode};
 use serde::{Deserialize, Serialize};
@@ -27,7 +29,7 @@ pub struct PipelineConfig {
     pub params: TrainParams,
     pub layout: FeatureLayout,
     pub label: LabelCoding,
-    pub holdout: Holdout,
+    pub validation_split: ValidationSplit,
     /// Classes known before the scan (evaluation of a stored classifier).
     pub known_classes: Vec<ClassValue>,
     pub max_buffer_bytes: u64,
@@ -59,13 +61,13 @@ pub enum PreprocessSpec {
 /// One process's part of a parallel training: of every epoch's block order, the blocks at
 /// positions `rank`, `rank + processes`, … (rank 0 is the leader).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Share {
+pub struct BlockShare {
     pub rank: u32,
     pub processes: u32,
 }
 
-impl Share {
-    pub const ALL: Share = Share {
+impl BlockShare {
+    pub const ALL: BlockShare = BlockShare {
         rank: 0,
         processes: 1,
     };
@@ -151,7 +153,7 @@ pub enum Mode {
 
 /// Which rows are held out of training for per-epoch validation.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Holdout {
+pub enum ValidationSplit {
     None,
     /// A boolean query column (a validation predicate).
     Column(usize),
@@ -243,4 +245,30 @@ pub struct TrainOutcome {
     pub seconds: f64,
     /// The statistics pass before the epochs, if there was one.
     pub statistics_seconds: Option<f64>,
+}
+
+/// The data-dependent parts of the trainer's configuration, learned by a statistics pass (the
+/// leader's, or the coordinator's from every shard's) and given to every parallel worker or
+/// shard, so that they all train alike.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct LearnedStatistics {
+    pub standardizer: Option<Standardizer>,
+    pub class_weights: Option<Vec<f64>>,
+    pub label_values: Option<(f64, f64)>,
+}
+
+impl LearnedStatistics {
+    pub fn of(config: &TrainConfig) -> LearnedStatistics {
+        LearnedStatistics {
+            standardizer: config.standardizer.clone(),
+            class_weights: config.class_weights.clone(),
+            label_values: config.label_values,
+        }
+    }
+
+    pub fn apply(self, config: &mut TrainConfig) {
+        config.standardizer = self.standardizer;
+        config.class_weights = self.class_weights;
+        config.label_values = self.label_values;
+    }
 }

@@ -1,7 +1,7 @@
 //! Prediction: every function takes a model (its id, or its name for the deployed version) and
 //! a dense float8[] or a sparse (int4[] indices, float8[] values) pair in the model's index base.
 
-use crate::catalog::{load_model, resolve_name, StoredModel};
+use crate::catalog::{load_model, load_model_ref, ModelRef, StoredModel};
 use crate::pg::error::raise;
 use crate::pipeline::classes::ClassValue;
 use crate::pipeline::decode::{
@@ -178,25 +178,6 @@ fn decision_function(model: &StoredModel, x: Row) -> f64 {
     model.model.decision(x)
 }
 
-/// How a SQL call names its model: by id, or by name (the name's deployed version).
-#[derive(Clone, Copy)]
-pub enum ModelRef<'a> {
-    Id(i64),
-    Name(&'a str),
-}
-
-impl<'a> ModelRef<'a> {
-    /// The text argument of a by-name overload. Names are never integers (the name param
-    /// refuses them), so an integer here is a model id: `corgipile_predict('7', f)`, or an id
-    /// from psql's :'var', means model 7, as it did before names existed.
-    pub fn from_text(text: &'a str) -> Self {
-        match text.trim().parse::<i64>() {
-            Ok(id) => ModelRef::Id(id),
-            Err(_) => ModelRef::Name(text),
-        }
-    }
-}
-
 /// The model argument of a prediction call as given: an id, or the bytes of a text argument
 /// (compared as bytes with the cached one, so a cached call neither validates nor parses it).
 #[derive(Clone, Copy)]
@@ -227,14 +208,6 @@ impl From<ModelArg<'_>> for OwnedModelArg {
             ModelArg::Id(id) => OwnedModelArg::Id(id),
             ModelArg::Text(bytes) => OwnedModelArg::Text(bytes.to_vec()),
         }
-    }
-}
-
-/// The model a reference stands for now (row-level security applies).
-pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
-    match key {
-        ModelRef::Id(id) => load_model(id),
-        ModelRef::Name(name) => load_model(resolve_name(name)),
     }
 }
 

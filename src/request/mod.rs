@@ -8,7 +8,7 @@ use crate::pg::guc::{max_buffer_bytes, max_model_bytes};
 use crate::pipeline::classes::ClassValue;
 use crate::pipeline::decode::ParamsArg;
 use crate::pipeline::run::{self};
-use crate::pipeline::{Distributed, Holdout, Mode, PipelineConfig};
+use crate::pipeline::{Distributed, Mode, PipelineConfig, ValidationSplit};
 use crate::request::query::{check_relation, relation_name, FeatureColumns, Input, Tabular};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
@@ -157,10 +157,10 @@ pub(crate) unsafe fn prepare(
             &params,
         );
     }
-    let holdout = match (&params.validation, input.validation_column, mode) {
-        (_, Some(c), Mode::Train) => Holdout::Column(c),
-        (Some(Validation::Fraction(f)), _, Mode::Train) => Holdout::Fraction(*f),
-        _ => Holdout::None,
+    let validation_split = match (&params.validation, input.validation_column, mode) {
+        (_, Some(c), Mode::Train) => ValidationSplit::Column(c),
+        (Some(Validation::Fraction(f)), _, Mode::Train) => ValidationSplit::Fraction(*f),
+        _ => ValidationSplit::None,
     };
     Prepared {
         relid,
@@ -169,7 +169,7 @@ pub(crate) unsafe fn prepare(
             model: kind,
             layout: input.layout,
             label: input.label,
-            holdout,
+            validation_split,
             known_classes,
             params,
             max_buffer_bytes: max_buffer_bytes(),

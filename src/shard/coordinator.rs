@@ -3,7 +3,7 @@
 
 use super::leaves::Leaf;
 use super::remote::Remote;
-use crate::exec::sgd::TrainExtras;
+use crate::exec::sgd::LearnedStatistics;
 use crate::pg::error::{notice, raise, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
@@ -273,7 +273,7 @@ pub unsafe fn evaluate(
         n_features: model.model.n_features,
         weights: Vec::new(),
         bias: Vec::new(),
-        extras: TrainExtras::default(),
+        extras: LearnedStatistics::default(),
         evaluate: Some(model),
     };
     let at = RoundProgress {
@@ -338,7 +338,7 @@ pub unsafe fn train(
         n_features: 0,
         weights: Vec::new(),
         bias: Vec::new(),
-        extras: TrainExtras::default(),
+        extras: LearnedStatistics::default(),
         evaluate: None,
     };
     let mut bytes = 0u64;
@@ -401,7 +401,7 @@ pub unsafe fn train(
         crate::pg::guc::max_model_bytes(),
         "the rows of the shards",
     );
-    let mut extras = TrainExtras::default();
+    let mut extras = LearnedStatistics::default();
     let mut train_config = params.train_config(kind);
     if params.normalize {
         extras.standardizer = Some(match config.layout {

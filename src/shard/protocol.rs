@@ -2,8 +2,8 @@
 //! round of training, or an evaluation) and the shard's reply, as JSON, and the checks each side
 //! makes of what it receives.
 
-use crate::parallel::TrainExtras;
 use crate::pipeline::classes::ClassValue;
+use crate::pipeline::LearnedStatistics;
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::EvaluationPart;
@@ -46,7 +46,7 @@ pub struct RoundRequest {
     pub n_features: usize,
     pub weights: Vec<f64>,
     pub bias: Vec<f64>,
-    pub extras: TrainExtras,
+    pub extras: LearnedStatistics,
     /// Evaluate: the model to score.
     #[serde(default)]
     pub evaluate: Option<EvaluateRequest>,
@@ -77,7 +77,7 @@ fn all_finite(values: &[f64]) -> bool {
     values.iter().all(|v| v.is_finite())
 }
 
-impl TrainExtras {
+impl LearnedStatistics {
     /// Why these (from a coordinator) cannot be trained with for `n_features` features.
     fn check(&self, n_features: usize) -> Result<(), String> {
         if let Some(s) = &self.standardizer {

@@ -1,10 +1,10 @@
 //! corgipile_evaluate: a stored model scored on a relation.
 
+use crate::catalog::{load_model_ref, ModelRef};
 use crate::exec::sgd::Evaluate;
 use crate::pg::error::raise;
 use crate::pipeline::decode::{ParamsArg, RelationArg};
 use crate::pipeline::Mode;
-use crate::predict::{load_model_ref, ModelRef};
 use crate::request::{json_type, parse_params, prepare};
 use crate::shard::evaluate_sharded;
 use pgrx::prelude::*;

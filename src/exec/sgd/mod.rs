@@ -12,7 +12,7 @@ mod trace;
 mod train;
 mod worker;
 
-pub use crate::parallel::TrainExtras;
+pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard};
 pub use learn::Learn;

@@ -7,7 +7,7 @@
 use super::train::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
-use crate::pipeline::{FeatureLayout, Mode, Share};
+use crate::pipeline::{BlockShare, FeatureLayout, Mode};
 use crate::shard::protocol::{Phase, RoundReply, RoundRequest};
 use corgipile_ml::trainer::Trainer;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
@@ -63,7 +63,7 @@ impl SgdNode {
         request.extras.clone().apply(&mut config);
         let shuffle = self.shuffle();
         shuffle.set_round(
-            Share {
+            BlockShare {
                 rank: request.round,
                 processes: request.rounds.max(1),
             },

@@ -6,11 +6,12 @@ use super::collect::CollectedRows;
 use super::worker::{raise_reply, Job, Reply, StatsWorker, Worker};
 use super::{SgdNode, SgdTask};
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
-use crate::parallel::{Team, TrainExtras, TrainShare};
+use crate::parallel::{Member, Team};
 use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
 use crate::pg::progress;
 use crate::pipeline::classes::ClassValue;
+use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
 use corgipile_ml::model::{Labels, LinearModel};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
@@ -49,12 +50,12 @@ pub enum Role {
     /// The backend: alone, or leading the parallel workers it starts (`"workers"`).
     Lead { relid: pg_sys::Oid, sql: CString },
     /// A parallel worker.
-    Member(TrainShare),
+    Member(Member),
 }
 
 impl SgdNode {
     /// A parallel worker's training (its share of the leader's).
-    pub(crate) unsafe fn train_in_team(&mut self, share: TrainShare) {
+    pub(crate) unsafe fn train_in_team(&mut self, share: Member) {
         self.train(None, Role::Member(share));
     }
 }
@@ -227,7 +228,7 @@ impl SgdNode {
                         relid,
                         &sql,
                         &self.config,
-                        TrainExtras::of(&train_config),
+                        LearnedStatistics::of(&train_config),
                         shuffle.preprocessor().cloned(),
                         shuffle.block_epoch(),
                         params.workers,

@@ -13,8 +13,8 @@ use crate::pg::error::raise;
 use crate::pipeline::classes::ClassDictionary;
 use crate::pipeline::decode::LabelKind;
 use crate::pipeline::PipelineConfig;
-use crate::pipeline::{FeatureLayout, Share};
-use crate::pipeline::{Holdout, Mode, PreprocessSpec};
+use crate::pipeline::{BlockShare, FeatureLayout};
+use crate::pipeline::{Mode, PreprocessSpec, ValidationSplit};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::TupleShuffler;
@@ -40,7 +40,7 @@ pub struct TupleShuffle {
     block: *mut BlockShuffle,
     /// This process's part of the blocks (parallel training); its rank also seeds the tuple
     /// shuffle, so that processes do not shuffle their buffers alike.
-    share: Share,
+    share: BlockShare,
     /// How many `plain_columns` the child has, when rows are read from it by its page reader
     /// (not under EXPLAIN ANALYZE, whose per-node counts need ExecProcNode).
     direct: Option<usize>,
@@ -133,7 +133,7 @@ impl TupleShuffle {
     /// numbered from `block_epoch` on (see `BlockShuffle::set_share`), into buffers of its part
     /// of the memory (the buffer size and limit are split between the processes). Called
     /// before the epoch's first row.
-    pub unsafe fn set_share(&mut self, share: Share, block_epoch: u32) {
+    pub unsafe fn set_share(&mut self, share: BlockShare, block_epoch: u32) {
         self.share = share;
         (*self.block).set_share(share, block_epoch);
         self.epoch = block_epoch;
@@ -146,7 +146,7 @@ impl TupleShuffle {
 
     /// A shard's round (see `crate::shard`): this call reads `share` of the blocks of epoch
     /// `block_epoch`, into buffers of the whole buffer memory.
-    pub unsafe fn set_round(&mut self, share: Share, block_epoch: u32) {
+    pub unsafe fn set_round(&mut self, share: BlockShare, block_epoch: u32) {
         (*self.block).set_share(share, block_epoch);
         self.epoch = block_epoch;
         self.shuffler = TupleShuffler::new(self.tuple_seed() ^ u64::from(share.rank), self.epoch);
@@ -348,7 +348,7 @@ impl TupleShuffle {
         if self.exhausted {
             return Pulled::Done;
         }
-        // The query's columns (label, features..., holdout) in order.
+        // The query's columns (label, features..., validation column) in order.
         let (values, nulls) = if let Some(n) = self.direct {
             let (direct_values, direct_nulls) = (&mut self.direct_values, &mut self.direct_nulls);
             // SAFETY: child is our initialized BlockShuffle node, whose output is exactly
@@ -380,16 +380,16 @@ impl TupleShuffle {
         };
         // SAFETY: the child is our BlockShuffle node (see begin).
         let tid = &(*self.block).last_tid;
-        let target = match self.config.holdout {
-            Holdout::None => Target::Train,
-            Holdout::Column(c) => {
+        let target = match self.config.validation_split {
+            ValidationSplit::None => Target::Train,
+            ValidationSplit::Column(c) => {
                 if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 {
                     Target::Validation
                 } else {
                     Target::Train
                 }
             }
-            Holdout::Fraction(f) => {
+            ValidationSplit::Fraction(f) => {
                 if tid_fraction(tid, (*self.block).row_table()) < f {
                     Target::Validation
                 } else {
@@ -572,7 +572,7 @@ unsafe fn begin(
         config,
         child,
         block,
-        share: Share::ALL,
+        share: BlockShare::ALL,
         direct,
         direct_values: vec![pg_sys::Datum::from(0usize); direct.unwrap_or(0)],
         direct_nulls: vec![false; direct.unwrap_or(0)],
