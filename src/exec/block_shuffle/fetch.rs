@@ -1,0 +1,252 @@
+//! Reading rows: the next heap tuple of the current block (`fetch`, through the leaf's heap
+//! scan), or the page reader's next row's plain columns (`fetch_columns`), converted to the
+//! parent's columns.
+
+use crate::exec::node::state_of;
+use crate::exec::page_reader;
+use pgrx::{check_for_interrupts, pg_guard, pg_sys};
+
+use super::*;
+
+/// The attribute numbers behind `plan`'s output when every output column is a plain column
+/// of the scanned table and there is no qual (no WHERE, no row-level security filter).
+pub(super) unsafe fn plain_columns(
+    plan: *mut pg_sys::CustomScan,
+    qual: *mut pg_sys::ExprState,
+) -> Option<Vec<usize>> {
+    if !qual.is_null() {
+        return None;
+    }
+    // SAFETY: a finished plan: targetlist is a List of TargetEntry nodes.
+    let tlist = (*plan).scan.plan.targetlist;
+    if tlist.is_null() {
+        return None;
+    }
+    let mut columns = Vec::new();
+    for i in 0..(*tlist).length as usize {
+        let entry = (*(*tlist).elements.add(i))
+            .ptr_value
+            .cast::<pg_sys::TargetEntry>();
+        let expr = (*entry).expr;
+        if (*entry).resjunk || expr.is_null() || (*expr).type_ != pg_sys::NodeTag::T_Var {
+            return None;
+        }
+        let var = expr.cast::<pg_sys::Var>();
+        if (*var).varno as u32 != (*plan).scan.scanrelid
+            || (*var).varlevelsup != 0
+            || (*var).varattno <= 0
+        {
+            return None;
+        }
+        columns.push((*var).varattno as usize);
+    }
+    Some(columns)
+}
+
+/// ExecScan access method: the next heap tuple of the current block, moving to the next block
+/// of this epoch's order when one is exhausted.
+#[pg_guard]
+pub(super) unsafe extern "C-unwind" fn next_tuple(
+    ss: *mut pg_sys::ScanState,
+) -> *mut pg_sys::TupleTableSlot {
+    fetch(ss)
+}
+
+/// The next heap tuple in the scan slot, or null at the end of the epoch. Also called
+/// directly by TupleShuffle when the output is `plain_columns`.
+///
+/// # Safety
+/// `ss` is an initialized BlockShuffle node; on the backend thread.
+pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    let node = ss.cast::<pg_sys::CustomScanState>();
+    let state = state_of::<BlockShuffle>(node);
+    loop {
+        if !state.in_block {
+            let Some(block) = state.next_block((*(*ss).ps.state).es_snapshot) else {
+                return std::ptr::null_mut();
+            };
+            let scan = state.leaves[block.leaf as usize].scan;
+            // SAFETY: rescan resets the scan (and its limits) before new limits are set, as
+            // heap_setscanlimits requires a scan that has not started.
+            pg_sys::heap_rescan(scan, std::ptr::null_mut(), false, false, false, false);
+            pg_sys::heap_setscanlimits(scan, block.start, block.len);
+        }
+        let leaf = &state.leaves[state.current_leaf];
+        // SAFETY: the leaf's slot was created with its table's slot ops (see begin).
+        if pg_sys::heap_getnextslot(
+            leaf.scan,
+            pg_sys::ScanDirection::ForwardScanDirection,
+            leaf.slot,
+        ) {
+            state.last_tid = (*leaf.slot).tts_tid;
+            state.tuples_this_epoch += 1;
+            if !state.converts {
+                return leaf.slot;
+            }
+            return to_parent_columns(leaf, (*ss).ss_ScanTupleSlot);
+        }
+        state.in_block = false;
+    }
+}
+
+/// The page reader: the next row's `plain_columns` into `values`/`nulls` (in their order);
+/// false at the end of the epoch. The same rows in the same order as `fetch`; values of
+/// by-reference types point into the row's page, pinned until the next call.
+///
+/// # Safety
+/// `ss` is an initialized BlockShuffle node whose `plain_columns` is set, with as many entries
+/// in `values` and `nulls`; on the backend thread.
+pub unsafe fn fetch_columns(
+    ss: *mut pg_sys::ScanState,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+) -> bool {
+    let node = ss.cast::<pg_sys::CustomScanState>();
+    let state = state_of::<BlockShuffle>(node);
+    loop {
+        let cursor = &mut state.cursor;
+        if cursor.tuple < cursor.ntuples {
+            let leaf = &mut state.leaves[state.current_leaf];
+            let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+            // SAFETY: read_heap_page listed the page's visible tuples and holds its pin (see
+            // the module comment of page_reader); offsets come from that list.
+            let offset = (*scan).rs_vistuples[cursor.tuple];
+            cursor.tuple += 1;
+            let page = pg_sys::BufferGetPage((*scan).rs_cbuf);
+            let item = (*page.cast::<pg_sys::PageHeaderData>())
+                .pd_linp
+                .as_ptr()
+                .add(offset as usize - 1);
+            let tup = page
+                .cast::<u8>()
+                .add((*item).lp_off() as usize)
+                .cast::<pg_sys::HeapTupleHeaderData>();
+            let len = (*item).lp_len() as usize;
+            let block = (*scan).rs_cblock;
+            state.last_tid = pg_sys::ItemPointerData {
+                ip_blkid: pg_sys::BlockIdData {
+                    bi_hi: (block >> 16) as u16,
+                    bi_lo: (block & 0xffff) as u16,
+                },
+                ip_posid: offset,
+            };
+            state.tuples_this_epoch += 1;
+            let n = leaf.attrs.len();
+            if page_reader::deform(
+                tup,
+                len,
+                &leaf.attrs,
+                &mut cursor.values[..n],
+                &mut cursor.nulls[..n],
+            ) {
+                for (k, &attno) in leaf.columns.iter().enumerate() {
+                    values[k] = cursor.values[attno - 1];
+                    nulls[k] = cursor.nulls[attno - 1];
+                }
+            } else {
+                deform_slowly(leaf, tup, len, state.last_tid, values, nulls);
+            }
+            return true;
+        }
+        if state.in_block && cursor.page < cursor.end {
+            // As heapam checks per page (a block of many empty or dead pages, or slow I/O).
+            check_for_interrupts!();
+            let leaf = &mut state.leaves[state.current_leaf];
+            let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+            // SAFETY: the page is within the relation as it was when the executor started,
+            // and the relation cannot shrink while we hold our lock (truncation needs an
+            // AccessExclusiveLock); the scan is in page mode (checked in next_block's caller).
+            cursor.ntuples = crate::pg::compat::read_heap_page(scan, cursor.page, &mut leaf.stream);
+            crate::pg::compat::count_tuples_returned(leaf.rel, cursor.ntuples);
+            cursor.page += 1;
+            cursor.tuple = 0;
+            continue;
+        }
+        let Some(block) = state.next_block((*(*ss).ps.state).es_snapshot) else {
+            return false;
+        };
+        let leaf = &mut state.leaves[block.leaf as usize];
+        let scan = leaf.scan;
+        if !leaf.stream_started {
+            leaf.stream
+                .start(scan.cast(), std::mem::take(&mut leaf.ranges));
+            leaf.stream_started = true;
+        }
+        leaf.stream.range_started();
+        if (*scan).rs_flags & pg_sys::ScanOptions::SO_ALLOW_PAGEMODE == 0 {
+            crate::pg::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile: the scan is not in page mode (not an MVCC snapshot)",
+                Some("This is a bug; please report it.".into()),
+            );
+        }
+        let deform_to = state
+            .leaves
+            .iter()
+            .map(|l| l.attrs.len())
+            .max()
+            .unwrap_or(0);
+        let cursor = &mut state.cursor;
+        cursor.values.resize(deform_to, pg_sys::Datum::from(0usize));
+        cursor.nulls.resize(deform_to, true);
+        cursor.page = block.start;
+        cursor.end = block.start + block.len;
+        cursor.tuple = 0;
+        cursor.ntuples = 0;
+    }
+}
+
+/// A tuple the page reader does not deform itself (fewer attributes than the columns read:
+/// a column added later may have a stored default), deformed by PostgreSQL through the leaf's
+/// slot, which pins the page for as long as it holds the tuple.
+pub(super) unsafe fn deform_slowly(
+    leaf: &mut TableScan,
+    tup: *mut pg_sys::HeapTupleHeaderData,
+    len: usize,
+    tid: pg_sys::ItemPointerData,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+) {
+    let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+    leaf.slow_tuple = pg_sys::HeapTupleData {
+        t_len: len as u32,
+        t_self: tid,
+        t_tableOid: (*leaf.rel).rd_id,
+        t_data: tup,
+    };
+    // SAFETY: the slot has the leaf's buffer heap tuple ops; slow_tuple outlives its use by
+    // the slot (it is replaced only when the slot is next filled); the buffer is pinned.
+    pg_sys::ExecStoreBufferHeapTuple(&mut leaf.slow_tuple, leaf.slot, (*scan).rs_cbuf);
+    let deform_to = leaf.columns.iter().copied().max().unwrap_or(0);
+    pg_sys::slot_getsomeattrs_int(leaf.slot, deform_to as i32);
+    for (k, &attno) in leaf.columns.iter().enumerate() {
+        values[k] = *(*leaf.slot).tts_values.add(attno - 1);
+        nulls[k] = *(*leaf.slot).tts_isnull.add(attno - 1);
+    }
+}
+
+/// A leaf's row as a row of the parent (the virtual scan slot). The values point into the
+/// leaf slot's buffer page, which stays pinned until the leaf slot is next filled: the same
+/// lifetime a row of the scan slot has without conversion.
+pub(super) unsafe fn to_parent_columns(
+    leaf: &TableScan,
+    parent: *mut pg_sys::TupleTableSlot,
+) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: both slots are valid; a null map means the leaf's descriptor matches the parent's
+    // attribute for attribute (convert_tuples_by_name), so natts and types agree.
+    let row = if !leaf.map.is_null() {
+        pg_sys::execute_attr_map_slot((*leaf.map).attrMap, leaf.slot, parent)
+    } else {
+        pg_sys::ExecClearTuple(parent);
+        let natts = (*(*parent).tts_tupleDescriptor).natts as usize;
+        pg_sys::slot_getallattrs(leaf.slot);
+        std::ptr::copy_nonoverlapping((*leaf.slot).tts_values, (*parent).tts_values, natts);
+        std::ptr::copy_nonoverlapping((*leaf.slot).tts_isnull, (*parent).tts_isnull, natts);
+        pg_sys::ExecStoreVirtualTuple(parent)
+    };
+    // Quals (row-level security, a validation predicate) may read tableoid and ctid, which a
+    // virtual slot keeps in these fields (other system columns are an ERROR from the executor).
+    (*row).tts_tableOid = (*leaf.slot).tts_tableOid;
+    (*row).tts_tid = (*leaf.slot).tts_tid;
+    row
+}
