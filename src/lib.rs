@@ -8,6 +8,7 @@
 use pgrx::prelude::*;
 
 mod catalog;
+mod decode;
 mod exec;
 mod parallel;
 mod pg;

@@ -8,8 +8,8 @@
 pub mod grants;
 pub mod locks;
 
+use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
-use crate::pipeline::classes::ClassValue;
 use crate::pipeline::{EpochRecord, TrainOutcome};
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::preprocess::Preprocessor;

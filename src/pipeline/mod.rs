@@ -2,13 +2,11 @@
 //! mode, the validation split, how rows are decoded, what a training produces. They import none of
 //! `plan`, `exec` or `catalog`, so those can all depend on this module and not on each other.
 
-pub mod classes;
-pub mod decode;
 pub mod plan;
 pub mod run;
 
-use crate::pipeline::classes::ClassValue;
-use crate::pipeline::decode::LabelKind;
+use crate::decode::classes::ClassValue;
+use crate::decode::datum::LabelKind;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};

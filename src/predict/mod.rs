@@ -2,12 +2,12 @@
 //! a dense float8[] or a sparse (int4[] indices, float8[] values) pair in the model's index base.
 
 use crate::catalog::{load_model, load_model_ref, ModelRef, StoredModel};
-use crate::pg::error::raise;
-use crate::pipeline::classes::ClassValue;
-use crate::pipeline::decode::{
-    with_float_array, with_int4_array, with_text_bytes, ArrayProblem, Float8ArrayArg, FloatSlice,
-    Int4ArrayArg, TextArg,
+use crate::decode::classes::ClassValue;
+use crate::decode::datum::{
+    with_float_array, with_int4_array, with_text_bytes, ArrayProblem, FloatSlice,
 };
+use crate::pg::error::raise;
+use crate::request::args::{Float8ArrayArg, Int4ArrayArg, TextArg};
 use corgipile_ml::arena::validate_sparse;
 
 use corgipile_ml::row::Row;
@@ -16,7 +16,7 @@ use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;
 
 mod row;
-use crate::pipeline::decode::RecordArg;
+use crate::request::args::RecordArg;
 use row::with_row;
 
 /// A sparse feature vector from SQL, checked against the model and rebased to 0.

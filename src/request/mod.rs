@@ -1,14 +1,15 @@
 //! Request preparation: from a SQL call's relation, model kind and params to a checked
 //! pipeline config and the one query that reads the rows (`query`).
 
+pub mod args;
 pub mod query;
+use crate::decode::classes::ClassValue;
 use crate::exec::sgd::SgdTask;
 use crate::pg::error::raise;
 use crate::pg::guc::{max_buffer_bytes, max_model_bytes};
-use crate::pipeline::classes::ClassValue;
-use crate::pipeline::decode::ParamsArg;
 use crate::pipeline::run::{self};
 use crate::pipeline::{Distributed, Mode, PipelineConfig, ValidationSplit};
+use crate::request::args::ParamsArg;
 use crate::request::query::{check_relation, relation_name, FeatureColumns, Input, Tabular};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};

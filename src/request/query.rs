@@ -3,8 +3,8 @@
 //! (attnum, then quoted): a name is never spliced into SQL as text. Casts name their pg_catalog
 //! types, so objects on the caller's search_path cannot change what the query does.
 
+use crate::decode::datum::LabelKind;
 use crate::pg::error::raise;
-use crate::pipeline::decode::LabelKind;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source};

@@ -538,8 +538,8 @@ pub unsafe fn train(
     }
     let classes = match request.extras.label_values {
         Some((neg, pos)) => vec![
-            crate::pipeline::classes::ClassValue::Number(neg),
-            crate::pipeline::classes::ClassValue::Number(pos),
+            crate::decode::classes::ClassValue::Number(neg),
+            crate::decode::classes::ClassValue::Number(pos),
         ],
         None => Vec::new(),
     };

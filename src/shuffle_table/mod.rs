@@ -13,7 +13,7 @@
 use crate::catalog::check_writable;
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
-use crate::pipeline::decode::ParamsArg;
+use crate::request::args::ParamsArg;
 use crate::request::query::{qualified_name, quote_ident, relation_name};
 use crate::request::random_seed;
 use corgipile_ml::limits::pretty_bytes;
@@ -130,7 +130,7 @@ fn parse_params(json: &serde_json::Value) -> ShuffleParams {
 /// in a uniformly random order; returns the number of rows.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_shuffle(
-    source: crate::pipeline::decode::RelationArg,
+    source: crate::request::args::RelationArg,
     target: &str,
     params: default!(ParamsArg, "'{}'"),
 ) -> i64 {

@@ -3,8 +3,8 @@
 use crate::catalog::{load_model_ref, ModelRef};
 use crate::exec::sgd::Evaluate;
 use crate::pg::error::raise;
-use crate::pipeline::decode::{ParamsArg, RelationArg};
 use crate::pipeline::Mode;
+use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{json_type, parse_params, prepare};
 use crate::shard::evaluate_sharded;
 use pgrx::prelude::*;

@@ -7,10 +7,10 @@ use crate::catalog::{
 use crate::exec::explain;
 use crate::exec::sgd::{Collect, CollectedRows, Learn, Trace, Train};
 use crate::pg::error::raise;
-use crate::pipeline::decode::{ParamsArg, RelationArg};
 use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::run::Pipeline;
 use crate::pipeline::Mode;
+use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::query::qualified_name;
 use crate::request::{parse_model, parse_params, prepare};
 use crate::shard::{explain_sharded, train_sharded};

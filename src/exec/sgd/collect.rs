@@ -2,9 +2,9 @@
 //! training with the same block scan and decoding).
 
 use super::{SgdNode, SgdTask};
+use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::raise;
-use crate::pipeline::classes::ClassValue;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;
@@ -66,7 +66,7 @@ impl SgdNode {
         });
         all.map(|rows| CollectedRows {
             rows,
-            classes: shuffle.classes.classes.clone(),
+            classes: shuffle.rows().classes().classes.clone(),
         })
     }
 }

@@ -3,8 +3,8 @@
 
 use super::{SgdNode, SgdTask};
 use crate::catalog::StoredModel;
+use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
-use crate::pipeline::classes::ClassValue;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
 use corgipile_ml::model::LinearModel;
@@ -104,6 +104,6 @@ impl SgdNode {
                 evaluation.push(model, b.arena.row(i), b.arena.label(i));
             }
         });
-        shuffle.rows_skipped_this_epoch
+        shuffle.counts().rows_skipped
     }
 }

@@ -22,11 +22,12 @@ impl SgdTask for Learn {
             rows += b.arena.len() as u64;
         });
         if rows == 0 {
-            node.no_rows(shuffle.rows_skipped_this_epoch)
+            node.no_rows(shuffle.counts().rows_skipped)
         }
-        let classes = shuffle.classes.len();
-        shuffle.finish_statistics(classes, true);
+        let classes = shuffle.rows().classes().len();
+        shuffle.rows_mut().finish_statistics(classes, true);
         shuffle
+            .rows()
             .preprocessor()
             .cloned()
             .expect("the statistics pass fixed the preprocessing")

@@ -103,7 +103,7 @@ impl SgdNode {
     /// Renders a trainer label as the table shows it (class indices → class values).
     fn label_text(&self) -> impl Fn(f64) -> String + '_ {
         // SAFETY: the child state outlives this borrow (both live until the query ends).
-        let classes = unsafe { &self.shuffle().classes };
+        let classes = unsafe { self.shuffle().rows().classes() };
         let uses_classes = self.config.label.uses_classes();
         move |v: f64| {
             if uses_classes && v >= 0.0 && (v as usize) < classes.len() {
@@ -219,7 +219,7 @@ impl Node for SgdNode {
             if let Some(t) = state.statistics_seconds {
                 explain::float(es, "Statistics Pass", Some("ms"), t * 1000.0, 3);
             }
-            if let Some(prep) = state.shuffle().preprocessor() {
+            if let Some(prep) = state.shuffle().rows().preprocessor() {
                 explain::int(es, "Encoded Features", prep.n_features as i64);
             }
             if state.workers_planned > 0 {

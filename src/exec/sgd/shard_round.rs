@@ -48,7 +48,7 @@ impl SgdNode {
         });
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),
-            rows_skipped: shuffle.rows_skipped_this_epoch,
+            rows_skipped: shuffle.counts().rows_skipped,
             stats,
             width,
             ..RoundReply::default()
@@ -122,8 +122,8 @@ impl SgdNode {
             );
         }
         RoundReply {
-            rows: shuffle.rows_this_epoch,
-            rows_skipped: shuffle.rows_skipped_this_epoch,
+            rows: shuffle.counts().rows,
+            rows_skipped: shuffle.counts().rows_skipped,
             weights: model.weights.clone(),
             bias: model.bias.clone(),
             tuples: stats.tuples,

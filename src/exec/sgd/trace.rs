@@ -23,16 +23,18 @@ impl SgdNode {
     /// see them in epoch 1.
     unsafe fn trace(&mut self) -> Vec<(f64, f64)> {
         let shuffle = self.shuffle();
-        if shuffle.is_learning() {
+        if shuffle.rows().is_learning() {
             // A column list: as a training does, learn the preprocessing in a statistics pass
             // first (until then its rows are not encoded), then trace the pass after it.
             let mut rows = 0usize;
             shuffle.for_each_buffer(|b| rows += b.arena.len());
             if rows == 0 {
-                self.no_rows(shuffle.rows_skipped_this_epoch)
+                self.no_rows(shuffle.counts().rows_skipped)
             }
-            let classes = shuffle.classes.len();
-            shuffle.finish_statistics(classes, self.config.params.fit_intercept);
+            let classes = shuffle.rows().classes().len();
+            shuffle
+                .rows_mut()
+                .finish_statistics(classes, self.config.params.fit_intercept);
             pg_sys::ExecReScan(self.child);
         }
         let mut visited = Vec::new();

@@ -5,12 +5,12 @@
 use super::collect::CollectedRows;
 use super::worker::{raise_reply, Job, Reply, StatsWorker, Worker};
 use super::{SgdNode, SgdTask};
+use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::parallel::{Member, Team};
 use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
 use crate::pg::progress;
-use crate::pipeline::classes::ClassValue;
 use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
 use corgipile_ml::model::{Labels, LinearModel};
@@ -103,11 +103,15 @@ impl SgdNode {
         let classifier = self.config.model.is_classifier();
         let stats = gather_statistics(shuffle, classifier, params.double_buffer, |_| {});
         let Some(stats) = stats else {
-            self.no_rows(shuffle.rows_skipped_this_epoch)
+            self.no_rows(shuffle.counts().rows_skipped)
         };
-        if shuffle.is_learning() {
-            let classes = shuffle.classes.len();
-            config.standardizer = Some(shuffle.finish_statistics(classes, params.fit_intercept));
+        if shuffle.rows().is_learning() {
+            let classes = shuffle.rows().classes().len();
+            config.standardizer = Some(
+                shuffle
+                    .rows_mut()
+                    .finish_statistics(classes, params.fit_intercept),
+            );
         } else if params.normalize {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
             // Sparse rows are scaled by max |value|, never centered (zeros stay zeros); dense
@@ -197,7 +201,7 @@ impl SgdNode {
         let tabular = self.config.layout == FeatureLayout::Tabular;
         // A column list learns its preprocessing in the statistics pass, unless it was
         // learned before (see `Learn`).
-        let learning = self.shuffle().is_learning();
+        let learning = self.shuffle().rows().is_learning();
         let mut statistics_seconds = None;
         if let Some(share) = &member {
             // The leader's statistics pass learned these for the whole table.
@@ -211,7 +215,7 @@ impl SgdNode {
         }
         let shuffle = self.shuffle();
         if tabular && !learning && member.is_none() {
-            train_config.standardizer = shuffle.scaling(params.fit_intercept);
+            train_config.standardizer = shuffle.rows().scaling(params.fit_intercept);
         }
         let scaling = train_config.standardizer.as_ref();
         if let Some(s) = scaling.filter(|s| !s.center && !s.is_identity()) {
@@ -229,7 +233,7 @@ impl SgdNode {
                         &sql,
                         &self.config,
                         LearnedStatistics::of(&train_config),
-                        shuffle.preprocessor().cloned(),
+                        shuffle.rows().preprocessor().cloned(),
                         shuffle.block_epoch(),
                         params.workers,
                     )
@@ -253,12 +257,12 @@ impl SgdNode {
         let width = first.as_ref().map(|first| match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
             FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
-            FeatureLayout::Tabular => shuffle.preprocessor().map_or(0, |p| p.n_features),
+            FeatureLayout::Tabular => shuffle.rows().preprocessor().map_or(0, |p| p.n_features),
         });
         let n_features = match &team {
             None => match width {
                 Some(w) => w,
-                None => self.no_rows(shuffle.rows_skipped_this_epoch),
+                None => self.no_rows(shuffle.counts().rows_skipped),
             },
             Some(t) => match t.agree_on_width(width) {
                 Some(w) => {
@@ -276,7 +280,7 @@ impl SgdNode {
                     }
                     w
                 }
-                None if t.is_leader() => self.no_rows(shuffle.rows_skipped_this_epoch),
+                None if t.is_leader() => self.no_rows(shuffle.counts().rows_skipped),
                 None => return None,
             },
         };
@@ -364,8 +368,8 @@ impl SgdNode {
                     let whole = t.end_epoch(
                         epoch,
                         &stats,
-                        shuffle.rows_this_epoch,
-                        shuffle.rows_skipped_this_epoch,
+                        shuffle.counts().rows,
+                        shuffle.counts().rows_skipped,
                         &labels_seen,
                     );
                     (
@@ -377,7 +381,7 @@ impl SgdNode {
                 }
                 None => {
                     let (rows, skipped) = rows_of_epoch
-                        .unwrap_or((shuffle.rows_this_epoch, shuffle.rows_skipped_this_epoch));
+                        .unwrap_or((shuffle.counts().rows, shuffle.counts().rows_skipped));
                     (stats, rows, skipped, labels_seen.len())
                 }
             };
@@ -385,7 +389,7 @@ impl SgdNode {
             if epoch == 1 {
                 rows_skipped = skipped;
                 let classes_seen = if self.config.model.has_class_outputs() {
-                    shuffle.classes.len()
+                    shuffle.rows().classes().len()
                 } else {
                     labels_seen
                 };
@@ -467,7 +471,7 @@ impl SgdNode {
         // Stored for dense arrays only: a column list's scaling is part of its preprocessing,
         // and a sparse model's (one scale per feature, maybe millions) is folded in and would
         // only bloat the catalog row.
-        let preprocessing = shuffle.preprocessor().cloned();
+        let preprocessing = shuffle.rows().preprocessor().cloned();
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
         Some(TrainOutcome {
             model,
@@ -490,7 +494,7 @@ impl SgdNode {
         label_map: Option<(f64, f64)>,
         n_outputs: usize,
     ) -> Vec<ClassValue> {
-        let dictionary = &self.shuffle().classes.classes;
+        let dictionary = &self.shuffle().rows().classes().classes;
         match self.config.model.labels() {
             Labels::Number => Vec::new(),
             Labels::Classes => dictionary.iter().take(n_outputs).cloned().collect(),
@@ -515,7 +519,7 @@ impl SgdNode {
         shuffle: &TupleShuffle,
         validation_rows: Option<&CollectedRows>,
     ) -> ValidationStats {
-        let arena = match (validation_rows, &shuffle.validation) {
+        let arena = match (validation_rows, &shuffle.rows().validation()) {
             (Some(v), _) => &v.rows.arena,
             (None, Some(a)) => a,
             (None, None) => {
@@ -587,7 +591,7 @@ impl SgdNode {
             while spares.is_empty() && end.is_none() {
                 end = self.take_reply(worker, spares);
             }
-            rows_of_epoch = Some((shuffle.rows_this_epoch, shuffle.rows_skipped_this_epoch));
+            rows_of_epoch = Some((shuffle.counts().rows, shuffle.counts().rows_skipped));
             pg_sys::ExecReScan(self.child);
             next_first = Some(shuffle.next_buffer(spares.pop()));
         }

@@ -5,25 +5,19 @@
 use super::block_shuffle::{self, BlockShuffle};
 use super::explain;
 use super::node::{init_child, state_of, Node};
-mod labels;
-mod rows;
 mod sizing;
 
+use crate::decode::datum::LabelKind;
+use crate::decode::{RowDecoder, Skip, Target};
 use crate::pg::error::raise;
-use crate::pipeline::classes::ClassDictionary;
-use crate::pipeline::decode::LabelKind;
 use crate::pipeline::PipelineConfig;
 use crate::pipeline::{BlockShare, FeatureLayout};
-use crate::pipeline::{Mode, PreprocessSpec, ValidationSplit};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::TupleShuffler;
 use corgipile_ml::streams::{Reservoir, SlidingWindow};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
-use rows::{decode_features, tid_fraction};
-
-mod tabular;
-use sizing::{buffer_size_text, empty_arena, planned_buffer_bytes};
+use sizing::{buffer_size_text, planned_buffer_bytes};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
 pub struct ShuffledBuffer {
@@ -32,7 +26,8 @@ pub struct ShuffledBuffer {
 }
 
 pub struct TupleShuffle {
-    config: PipelineConfig,
+    /// The rows' decoder; it holds the pipeline's config.
+    rows: RowDecoder,
     /// Our own PlanState, for EXPLAIN ANALYZE instrumentation of whole-buffer pulls.
     node: *mut pg_sys::PlanState,
     child: *mut pg_sys::PlanState,
@@ -50,13 +45,6 @@ pub struct TupleShuffle {
     epoch: u32,
     shuffler: TupleShuffler,
     exhausted: bool,
-    /// Dense: the feature dimension, fixed by the first row. Sparse: unused.
-    n_features: Option<usize>,
-    /// Training: the model shape (features, classes) already checked against
-    /// corgipile.max_model_memory; a row that needs more is checked before the trainer or the
-    /// statistics pass allocate. (Other modes score or collect rows: no model grows.)
-    checked_features: usize,
-    checked_classes: usize,
     /// Tuples per buffer, and the estimated bytes per tuple they were sized with; known once
     /// the first row shows how big a tuple is.
     capacity: usize,
@@ -64,38 +52,28 @@ pub struct TupleShuffle {
     /// Cancel is answered every ~1 MB of decoded rows (every 4096 small ones).
     rows_between_interrupt_checks: u64,
     until_interrupt_check: u64,
-    /// Label values → class indices (softmax, text labels); pre-filled for evaluation.
-    pub classes: ClassDictionary,
-    /// Held-out validation rows, collected during the first pass over the table.
-    pub validation: Option<TupleArena>,
     /// Sparse features' scales, applied to each filled training buffer (see
     /// `scale_sparse_rows`).
     sparse_scale: Option<Vec<f64>>,
-    first_pass_done: bool,
     /// sliding_window / mrs: the window or reservoir of this epoch, and a one-row staging arena.
     stream: Option<Stream>,
     staging: Option<TupleArena>,
-    // Counters for the SGD node and EXPLAIN ANALYZE.
-    pub rows_skipped_this_epoch: u64,
+    // Counters for the SGD node (see `counts`) and EXPLAIN ANALYZE.
+    rows_skipped_this_epoch: u64,
     /// Distinct training rows read this epoch (mrs hands SGD more tuples than that).
-    pub rows_this_epoch: u64,
-    pub buffers_filled: u64,
-    pub tuples_read: u64,
+    rows_this_epoch: u64,
+    buffers_filled: u64,
+    tuples_read: u64,
     table_bytes: u64,
-    /// Column lists: the preprocessing (being learned, then ready), and reusable row scratch.
-    pub encoder: Option<tabular::Encoder>,
-    /// How each of the query's columns holds a number (column lists read boolean, integer and
-    /// float columns as stored; numeric is cast to float8 in the query).
-    number_kinds: Vec<LabelKind>,
-    encoded: corgipile_ml::preprocess::EncodedRow,
-    array_scratch: Vec<f64>,
 }
 
-/// Where a decoded row goes.
-#[derive(Clone, Copy)]
-enum Target {
-    Train,
-    Validation,
+/// What the epoch's pass has read so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EpochCounts {
+    /// Distinct training rows read (mrs hands SGD more tuples than that).
+    pub rows: u64,
+    /// Rows skipped (a NULL label or features).
+    pub rows_skipped: u64,
 }
 
 /// What pulling one row from the child gave.
@@ -121,8 +99,29 @@ enum Stream {
 }
 
 impl TupleShuffle {
+    pub fn config(&self) -> &PipelineConfig {
+        self.rows.config()
+    }
+
+    /// The rows' decoder: the classes seen, the held-out rows, the preprocessing.
+    pub fn rows(&self) -> &RowDecoder {
+        &self.rows
+    }
+
+    pub fn rows_mut(&mut self) -> &mut RowDecoder {
+        &mut self.rows
+    }
+
+    /// The rows read and skipped in this epoch's pass so far.
+    pub fn counts(&self) -> EpochCounts {
+        EpochCounts {
+            rows: self.rows_this_epoch,
+            rows_skipped: self.rows_skipped_this_epoch,
+        }
+    }
+
     pub fn n_buffers(&self) -> u64 {
-        if self.config.params.double_buffer {
+        if self.rows.config().params.double_buffer {
             2
         } else {
             1
@@ -159,7 +158,7 @@ impl TupleShuffle {
     }
 
     fn tuple_seed(&self) -> u64 {
-        self.config.seed() ^ (u64::from(self.share.rank)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        self.rows.config().seed() ^ (u64::from(self.share.rank)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 
     /// Fill the next buffer of this epoch (reusing `recycled`'s memory), ordered by the
@@ -179,7 +178,7 @@ impl TupleShuffle {
             self.begin_scatter(&mut b.arena, &mut b.order);
             b
         });
-        let buffer = match self.config.params.shuffle {
+        let buffer = match self.rows.config().params.shuffle {
             ShuffleMode::SlidingWindow | ShuffleMode::Mrs => self.fill_streamed(buffer),
             _ => self.fill_blocked(buffer),
         };
@@ -196,7 +195,7 @@ impl TupleShuffle {
             b.arena.scale_values(scale);
         }
         if !scattered {
-            if self.config.params.shuffle.shuffles_tuples() {
+            if self.rows.config().params.shuffle.shuffles_tuples() {
                 self.shuffler.permutation(b.arena.len(), &mut b.order);
             } else {
                 b.order.clear();
@@ -209,7 +208,7 @@ impl TupleShuffle {
     /// in a uniformly random order with accesses local to one bucket at a time (see
     /// `TupleArena::begin_scatter`); other buffers get a permutation of the whole buffer.
     fn begin_scatter(&mut self, arena: &mut TupleArena, storage: &mut Vec<u32>) {
-        if self.config.params.shuffle.shuffles_tuples() {
+        if self.rows.config().params.shuffle.shuffles_tuples() {
             arena.begin_scatter(self.capacity, &mut self.shuffler, storage);
         }
     }
@@ -241,8 +240,7 @@ impl TupleShuffle {
         {
             if *pass_next && !reservoir.is_empty() {
                 *pass_next = false;
-                let out =
-                    out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let out = out.get_or_insert_with(|| self.rows.empty_arena());
                 reservoir.pass(out);
                 return Some(ShuffledBuffer {
                     arena: std::mem::replace(out, TupleArena::new(0, 0)),
@@ -260,22 +258,21 @@ impl TupleShuffle {
             let mut staging = self.staging.take();
             let pulled = self.pull_row(&mut staging);
             if let (Pulled::Row, Some(staging)) = (&pulled, staging.as_mut()) {
-                let out =
-                    out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let out = out.get_or_insert_with(|| self.rows.empty_arena());
                 let capacity = self.capacity;
-                let (seed, epoch) = (self.config.seed(), self.epoch);
-                let stream = self
-                    .stream
-                    .get_or_insert_with(|| match self.config.params.shuffle {
-                        ShuffleMode::SlidingWindow => {
-                            Stream::Window(SlidingWindow::new(capacity, seed, epoch))
-                        }
-                        _ => Stream::Reservoir {
-                            reservoir: Reservoir::new(capacity, seed, epoch),
-                            pass_next: false,
-                            final_pass: false,
-                        },
-                    });
+                let (seed, epoch) = (self.rows.config().seed(), self.epoch);
+                let stream =
+                    self.stream
+                        .get_or_insert_with(|| match self.rows.config().params.shuffle {
+                            ShuffleMode::SlidingWindow => {
+                                Stream::Window(SlidingWindow::new(capacity, seed, epoch))
+                            }
+                            _ => Stream::Reservoir {
+                                reservoir: Reservoir::new(capacity, seed, epoch),
+                                pass_next: false,
+                                final_pass: false,
+                            },
+                        });
                 match stream {
                     Stream::Window(w) => w.push(staging.label(0), staging.row(0), out),
                     Stream::Reservoir { reservoir, .. } => {
@@ -287,8 +284,7 @@ impl TupleShuffle {
             self.staging = staging;
             if matches!(pulled, Pulled::Done) {
                 // End of the scan: empty the window / one last pass over the reservoir.
-                let out =
-                    out.get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
+                let out = out.get_or_insert_with(|| self.rows.empty_arena());
                 match &mut self.stream {
                     Some(Stream::Window(w)) => w.drain(out),
                     Some(Stream::Reservoir {
@@ -319,10 +315,10 @@ impl TupleShuffle {
     /// cannot be allocated.
     pub fn scale_sparse_rows(&mut self, scale: &[f64]) {
         let streamed = matches!(
-            self.config.params.shuffle,
+            self.rows.config().params.shuffle,
             ShuffleMode::SlidingWindow | ShuffleMode::Mrs
         );
-        if !matches!(self.config.layout, FeatureLayout::Sparse { .. }) || streamed {
+        if !matches!(self.rows.config().layout, FeatureLayout::Sparse { .. }) || streamed {
             return;
         }
         let mut copy = Vec::new();
@@ -380,114 +376,42 @@ impl TupleShuffle {
         };
         // SAFETY: the child is our BlockShuffle node (see begin).
         let tid = &(*self.block).last_tid;
-        let target = match self.config.validation_split {
-            ValidationSplit::None => Target::Train,
-            ValidationSplit::Column(c) => {
-                if !*nulls.add(c) && (*values.add(c)).value() & 0xff != 0 {
-                    Target::Validation
-                } else {
-                    Target::Train
-                }
+        let (target, label) = match self
+            .rows
+            .target(values, nulls, tid, (*self.block).row_table())
+        {
+            Ok(t) => t,
+            Err(Skip::Counted) => {
+                self.rows_skipped_this_epoch += 1;
+                return Pulled::Skipped;
             }
-            ValidationSplit::Fraction(f) => {
-                if tid_fraction(tid, (*self.block).row_table()) < f {
-                    Target::Validation
-                } else {
-                    Target::Train
-                }
-            }
+            Err(Skip::Uncounted) => return Pulled::Skipped,
         };
-        if matches!(target, Target::Validation) && self.first_pass_done {
-            return Pulled::Skipped; // collected during the first pass already
-        }
-        if matches!(target, Target::Validation) && self.is_learning() {
-            return Pulled::Skipped; // encoded once the statistics pass has learned how
-        }
-        let feature_nulls = match self.config.layout {
-            FeatureLayout::Dense { .. } => *nulls.add(1),
-            FeatureLayout::Sparse { .. } => *nulls.add(1) || *nulls.add(2),
-            FeatureLayout::Tabular => {
-                !*nulls.add(0) && matches!(self.tabular_nulls(nulls, tid), tabular::Nulls::Skip)
+        if target == Target::Train && arena.is_none() {
+            let mut a = self.new_arena_like(values, nulls);
+            if self.config().layout != FeatureLayout::Tabular {
+                self.begin_scatter(&mut a, &mut Vec::new());
             }
+            *arena = Some(a);
+        }
+        let train_arena = match target {
+            Target::Train => arena.as_mut(),
+            Target::Validation => None,
         };
-        if *nulls.add(0) || feature_nulls {
+        if !self
+            .rows
+            .decode(target, label, train_arena, values, nulls, tid)
+        {
             self.rows_skipped_this_epoch += 1;
             return Pulled::Skipped;
         }
-        let label = self.decode_label(*values.add(0), tid);
-        let pushed = match target {
-            Target::Train if self.config.layout == FeatureLayout::Tabular => {
-                let mut a = match arena.take() {
-                    Some(a) => a,
-                    None => self.new_arena_like(values, nulls),
-                };
-                self.decode_tabular(&mut a, label, values, nulls, tid);
-                *arena = Some(a);
-                true
-            }
-            Target::Validation if self.config.layout == FeatureLayout::Tabular => {
-                let mut v = self
-                    .validation
-                    .take()
-                    .unwrap_or_else(|| TupleArena::new_sparse(0, 0));
-                self.decode_tabular(&mut v, label, values, nulls, tid);
-                self.validation = Some(v);
-                self.check_validation_memory();
-                true
-            }
-            Target::Train => {
-                if arena.is_none() {
-                    let mut a = self.new_arena_like(values, nulls);
-                    self.begin_scatter(&mut a, &mut Vec::new());
-                    *arena = Some(a);
-                }
-                let a = arena.as_mut().expect("created above");
-                decode_features(
-                    &self.config.layout,
-                    &mut self.n_features,
-                    a,
-                    label,
-                    values,
-                    tid,
-                )
-            }
-            Target::Validation => {
-                let v = self
-                    .validation
-                    .get_or_insert_with(|| empty_arena(&self.config.layout, self.n_features));
-                let pushed = decode_features(
-                    &self.config.layout,
-                    &mut self.n_features,
-                    v,
-                    label,
-                    values,
-                    tid,
-                );
-                self.check_validation_memory();
-                pushed
-            }
-        };
-        if !pushed {
-            self.rows_skipped_this_epoch += 1;
-            return Pulled::Skipped;
-        }
-        let dimension = match (self.config.layout, target) {
-            (FeatureLayout::Dense { .. }, _) => self.n_features.unwrap_or(0),
-            // Checked when the statistics pass fixes the preprocessing.
-            (FeatureLayout::Tabular, _) => 0,
-            (FeatureLayout::Sparse { .. }, Target::Train) => {
-                arena.as_ref().map_or(0, |a| a.n_features())
-            }
-            (FeatureLayout::Sparse { .. }, Target::Validation) => {
-                self.validation.as_ref().map_or(0, |a| a.n_features())
-            }
-        };
-        if dimension > self.checked_features && self.config.mode == Mode::Train {
-            self.check_model_size(dimension, self.checked_classes, tid);
-            self.checked_features = dimension;
-        }
-        if matches!(target, Target::Validation) {
+        if target == Target::Validation {
             return Pulled::Validation;
+        }
+        if let FeatureLayout::Sparse { .. } = self.config().layout {
+            // The arena grows with the largest index: the model must fit it.
+            let dimension = arena.as_ref().map_or(0, |a| a.n_features());
+            self.rows.check_dimension(dimension, tid);
         }
         self.tuples_read += 1;
         self.rows_this_epoch += 1;
@@ -499,21 +423,9 @@ impl TupleShuffle {
         Pulled::Row
     }
 
-    /// Held-out rows stay in memory for the whole training: same bound as the buffers.
-    fn check_validation_memory(&self) {
-        let used = self.validation.as_ref().map_or(0, |v| v.bytes_used());
-        if used as u64 > self.config.max_buffer_bytes {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!("the validation rows of {} do not fit in corgipile.max_buffer_memory", self.config.relation),
-                Some("Hold out a smaller fraction, or evaluate afterwards with corgipile_evaluate().".into()),
-            );
-        }
-    }
-
     fn end_of_scan(&mut self) -> Pulled {
         self.exhausted = true;
-        self.first_pass_done = true;
+        self.rows.end_of_pass();
         Pulled::Done
     }
 }
@@ -525,19 +437,6 @@ unsafe fn begin(
     eflags: i32,
     config: PipelineConfig,
 ) -> TupleShuffle {
-    // An n_features param sizes the model from the start (checked up front, see api.rs).
-    let declared_features = match (config.layout, &config.preprocess) {
-        (
-            FeatureLayout::Sparse {
-                n_features: Some(n),
-                ..
-            },
-            _,
-        ) => n as usize,
-        // A preprocessing learned before (checked against the limit when it was learned).
-        (FeatureLayout::Tabular, Some(PreprocessSpec::Fixed(p))) => p.n_features,
-        _ => 0,
-    };
     let child = init_child(node, estate, eflags);
     // SAFETY: our plan always has the BlockShuffle node as this node's child.
     let block: *mut BlockShuffle = state_of::<BlockShuffle>(child.cast());
@@ -547,29 +446,13 @@ unsafe fn begin(
         .as_ref()
         .map(|c| c.len())
         .filter(|_| (*child).instrument.is_null());
-    let classes = if config.mode == Mode::Evaluate {
-        ClassDictionary::frozen(&config.known_classes)
-    } else {
-        ClassDictionary::with_classes(&config.known_classes)
-    };
-    let encoder = config
-        .preprocess
-        .as_ref()
-        .map(|spec| tabular::Encoder::new(spec, config.max_buffer_bytes, config.max_model_bytes));
     TupleShuffle {
-        encoder,
-        number_kinds: number_kinds(child),
-        encoded: tabular::new_row(),
-        array_scratch: Vec::new(),
         node: node.cast(),
-        classes,
-        validation: None,
         sparse_scale: None,
-        first_pass_done: false,
         stream: None,
         staging: None,
         shuffler: TupleShuffler::new(config.seed(), 1),
-        config,
+        rows: RowDecoder::new(config, number_kinds(child)),
         child,
         block,
         share: BlockShare::ALL,
@@ -578,9 +461,6 @@ unsafe fn begin(
         direct_nulls: vec![false; direct.unwrap_or(0)],
         epoch: 1,
         exhausted: false,
-        n_features: None,
-        checked_features: declared_features,
-        checked_classes: 1,
         capacity: 0,
         tuple_bytes: 0,
         rows_between_interrupt_checks: 4096,
@@ -632,7 +512,7 @@ impl Node for TupleShuffle {
 
     unsafe fn explain(&self, es: *mut pg_sys::ExplainState) {
         let state = self;
-        let params = &state.config.params;
+        let params = &state.rows.config().params;
         let strategy = match params.shuffle {
             ShuffleMode::Corgipile => "corgipile (shuffle each buffer)",
             ShuffleMode::BlockOnly => "block_only (no tuple shuffle)",

@@ -3,7 +3,6 @@
 
 use super::TupleShuffle;
 use crate::pg::error::raise;
-use crate::pipeline::decode::{with_float_array, with_int4_array};
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
@@ -17,30 +16,17 @@ impl TupleShuffle {
         values: *mut pg_sys::Datum,
         nulls: *mut bool,
     ) -> TupleArena {
-        let bytes_per_tuple = match self.config.layout {
-            FeatureLayout::Dense { .. } => {
-                let n = with_float_array(*values.add(1), |f| f.len()).unwrap_or(0);
-                TupleArena::bytes_per_tuple(self.n_features.unwrap_or(n))
-            }
-            FeatureLayout::Sparse { .. } => {
-                let nnz = with_int4_array(*values.add(1), |i| i.len()).unwrap_or(0);
-                TupleArena::bytes_per_sparse_tuple(nnz.max(1))
-            }
-            FeatureLayout::Tabular => {
-                let encoder = self.encoder.as_ref().expect("a column list has an encoder");
-                TupleArena::bytes_per_sparse_tuple(encoder.estimated_nnz(values, nulls))
-            }
-        };
+        let bytes_per_tuple = self.rows.bytes_per_tuple(values, nulls);
         // resolve_buffer_tuples works in dense-equivalent features: (n + 1) * 8 bytes per tuple.
         let equivalent_features = bytes_per_tuple.div_ceil(8).saturating_sub(1).max(1);
-        let params = &self.config.params;
+        let params = &self.rows.config().params;
         let tuples = match resolve_buffer_tuples(
             params.buffer_size,
             params.buffer_size_explicit,
             equivalent_features,
             self.table_bytes,
             self.n_buffers(),
-            self.config.max_buffer_bytes,
+            self.rows.config().max_buffer_bytes,
         ) {
             Ok(t) => t,
             Err(e) => raise(
@@ -58,14 +44,14 @@ impl TupleShuffle {
             .until_interrupt_check
             .min(self.rows_between_interrupt_checks);
         // Streaming strategies keep their rows in the window/reservoir instead.
-        let reserve = if self.config.params.shuffle.shuffles_blocks()
-            || self.config.params.shuffle == ShuffleMode::NoShuffle
+        let reserve = if self.rows.config().params.shuffle.shuffles_blocks()
+            || self.rows.config().params.shuffle == ShuffleMode::NoShuffle
         {
             self.capacity
         } else {
             1
         };
-        let arena = match self.config.layout {
+        let arena = match self.rows.config().layout {
             FeatureLayout::Dense { .. } => {
                 let n = bytes_per_tuple / 8 - 1;
                 TupleArena::try_new(n, reserve)
@@ -85,13 +71,6 @@ impl TupleShuffle {
     }
 }
 
-pub(super) fn empty_arena(layout: &FeatureLayout, n_features: Option<usize>) -> TupleArena {
-    match layout {
-        FeatureLayout::Dense { .. } => TupleArena::new(n_features.unwrap_or(0), 0),
-        FeatureLayout::Sparse { .. } | FeatureLayout::Tabular => TupleArena::new_sparse(0, 0),
-    }
-}
-
 /// One buffer's memory as planned (before any row is decoded): the default is clamped to
 /// corgipile.max_buffer_memory; a size in tuples is known only once a row's width is.
 pub(super) fn planned_buffer_bytes(state: &TupleShuffle, params: &TrainParams) -> Option<f64> {
@@ -100,7 +79,7 @@ pub(super) fn planned_buffer_bytes(state: &TupleShuffle, params: &TrainParams) -
         BufferSize::Bytes(b) => b as f64,
         BufferSize::Tuples(_) => return None,
     };
-    let limit = (state.config.max_buffer_bytes / state.n_buffers()) as f64;
+    let limit = (state.rows.config().max_buffer_bytes / state.n_buffers()) as f64;
     Some(if params.buffer_size_explicit {
         bytes
     } else {

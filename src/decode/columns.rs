@@ -2,16 +2,16 @@
 //! reads them) go to the statistics pass while the preprocessing is learned, then are encoded into
 //! sparse rows by it. Backend thread only (datums are read in place).
 
-use super::TupleShuffle;
-use crate::pg::error::raise;
-use crate::pipeline::decode::{
+use super::RowDecoder;
+use crate::decode::datum::{
     float_array_into, format_tid, with_float_array, with_text_bytes, LabelKind,
 };
+use crate::pg::error::raise;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::limits::model_memory_bytes;
 use corgipile_ml::preprocess::{
-    ColumnPlan, EncodedRow, NullAction, PreprocessError, Preprocessor, Source, StatsBuilder,
+    ColumnPlan, NullAction, PreprocessError, Preprocessor, Source, StatsBuilder,
 };
 use corgipile_ml::stats::Standardizer;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -81,9 +81,9 @@ pub enum Nulls {
     Skip,
 }
 
-impl TupleShuffle {
+impl RowDecoder {
     /// The NULL policy on a row's columns: keep it (NULLs imputed), skip it, or an ERROR.
-    pub(super) unsafe fn tabular_nulls(
+    pub(super) unsafe fn column_nulls(
         &self,
         nulls: *mut bool,
         tid: &pg_sys::ItemPointerData,
@@ -109,7 +109,7 @@ impl TupleShuffle {
 
     /// Learn from or encode one kept training row into `arena` (learning: the label only, so
     /// that the statistics pass still counts classes).
-    pub(super) unsafe fn decode_tabular(
+    pub(super) unsafe fn decode_columns(
         &mut self,
         arena: &mut TupleArena,
         label: f64,
@@ -229,29 +229,6 @@ impl TupleShuffle {
         self.first_pass_done = false;
         self.scaling(center).expect("ready")
     }
-
-    /// The scaling the trainer applies for a ready preprocessing (`center`: false without an
-    /// intercept, which centering would bring back).
-    pub fn scaling(&self, center: bool) -> Option<Standardizer> {
-        let mut standardizer = self.preprocessor()?.standardizer();
-        if !center {
-            standardizer.mean.iter_mut().for_each(|m| *m = 0.0);
-            standardizer.center = false;
-        }
-        Some(standardizer)
-    }
-
-    /// The preprocessing, once learned (or given).
-    pub fn preprocessor(&self) -> Option<&Preprocessor> {
-        match &self.encoder {
-            Some(Encoder::Ready(p)) => Some(p),
-            _ => None,
-        }
-    }
-
-    pub fn is_learning(&self) -> bool {
-        matches!(self.encoder, Some(Encoder::Learning(_)))
-    }
 }
 
 fn column_name(encoder: &Encoder, i: usize) -> String {
@@ -294,9 +271,4 @@ fn raise_out_of_memory() -> ! {
         "out of memory for the categories of the feature columns",
         Some("Use a smaller \"max_categories\", hash the columns of many distinct values (\"encode\": \"hash\"), or ask a superuser to lower corgipile.max_buffer_memory / corgipile.max_model_memory to what the server has.".into()),
     )
-}
-
-/// An empty encoded row, for `TupleShuffle`'s reusable scratch.
-pub fn new_row() -> EncodedRow {
-    EncodedRow::default()
 }

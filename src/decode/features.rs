@@ -1,10 +1,10 @@
 //! Decoding one row's label and features (datums of the training query) into a tuple arena,
 //! and the ERRORs for bad rows, which name the row's ctid.
 
-use crate::pg::error::raise;
-use crate::pipeline::decode::{
+use crate::decode::datum::{
     format_tid, with_float_array, with_int4_array, ArrayProblem, FloatSlice,
 };
+use crate::pg::error::raise;
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::{SparsePushError, TupleArena};
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -148,21 +148,4 @@ unsafe fn raise_sparse_problem_text(tid: &pg_sys::ItemPointerData, problem: Stri
         format!("row at ctid {}: {}", format_tid(tid), problem),
         Some("Sparse rows need equally long index and value arrays, indices strictly increasing and within range (see the index_base and n_features params).".into()),
     )
-}
-
-/// A fixed pseudo-random number in [0, 1) per tuple id: which rows a validation fraction holds
-/// out is deterministic (same rows in every epoch and every run).
-pub fn tid_fraction(tid: &pg_sys::ItemPointerData, table: Option<pg_sys::Oid>) -> f64 {
-    let block = (tid.ip_blkid.bi_hi as u64) << 16 | tid.ip_blkid.bi_lo as u64;
-    // A row of a partition or child table: the same ctid exists in every leaf, so the leaf is
-    // part of the key (a plain table's split is as before).
-    let salt = table.map_or(0, |t| {
-        (t.to_u32() as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
-    });
-    let mut x = (block << 16 | tid.ip_posid as u64) ^ salt;
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    (x >> 11) as f64 / (1u64 << 53) as f64
 }

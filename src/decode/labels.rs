@@ -2,11 +2,11 @@
 //! dictionary), and the checks a new class or a wider row triggers: at most MAX_CLASSES
 //! classes, a binary classifier's third class, and corgipile.max_model_memory.
 
-use super::TupleShuffle;
+use super::RowDecoder;
+use crate::decode::classes::UNKNOWN_CLASS;
+use crate::decode::datum::{format_tid, LabelKind};
 use crate::pg::error::raise;
-use crate::pipeline::classes::UNKNOWN_CLASS;
-use crate::pipeline::decode::{format_tid, LabelKind};
-use crate::pipeline::{FeatureLayout, LabelCoding, Mode};
+use crate::pipeline::{LabelCoding, Mode};
 
 use corgipile_ml::trainer::MAX_CLASSES;
 use pgrx::{pg_sys, FromDatum, PgSqlErrorCode};
@@ -14,7 +14,7 @@ use pgrx::{pg_sys, FromDatum, PgSqlErrorCode};
 /// 2^53: every integer up to it is exactly one float8.
 const EXACT_LABEL_LIMIT: f64 = 9_007_199_254_740_992.0;
 
-impl TupleShuffle {
+impl RowDecoder {
     /// The f64 the trainer sees for this label datum (a value or a class index).
     pub(super) unsafe fn decode_label(
         &mut self,
@@ -90,39 +90,5 @@ impl TupleShuffle {
             self.checked_classes = classes;
         }
         class as f64
-    }
-
-    /// Raise unless a model of `features` × `classes` fits corgipile.max_model_memory.
-    pub(super) fn check_model_size(
-        &self,
-        features: usize,
-        classes: usize,
-        tid: &pg_sys::ItemPointerData,
-    ) {
-        let source = match self.config.layout {
-            _ if classes > self.checked_classes => format!(
-                "the classes of the label column, up to the row at ctid {}",
-                format_tid(tid)
-            ),
-            FeatureLayout::Sparse {
-                n_features: Some(_),
-                ..
-            } => "the n_features param".to_string(),
-            FeatureLayout::Sparse { .. } => format!(
-                "the largest feature index, in the row at ctid {}",
-                format_tid(tid)
-            ),
-            FeatureLayout::Tabular => "the encoded feature columns".to_string(),
-            FeatureLayout::Dense { .. } => format!(
-                "the length of the features, in the row at ctid {}",
-                format_tid(tid)
-            ),
-        };
-        crate::pg::guc::check_model_size(
-            features as u64,
-            classes as u64,
-            self.config.max_model_bytes,
-            &source,
-        );
     }
 }
