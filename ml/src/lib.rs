@@ -21,6 +21,7 @@
 //! - [`wire`]: JSON from other processes and servers, parsed within a memory bound.
 
 pub mod arena;
+pub mod hash;
 pub mod limits;
 pub mod metrics;
 pub mod model;

@@ -15,12 +15,13 @@
 //! which is what makes centering them on a sparse row exact.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::hash::{fnv1a, fold_mul_fold, FxHasher};
 use crate::stats::Standardizer;
 
 /// What a column holds, as the SQL side reads it.
@@ -312,33 +313,6 @@ impl std::fmt::Display for PreprocessError {
 /// predicting: a multiply-rotate hash (as rustc's FxHash) costs a fraction of SipHash, and
 /// flooding is no concern for a map built from the training table by its owner.
 pub type CategoryMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<FxHasher>>;
-
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(K);
-        }
-    }
-    fn finish(&self) -> u64 {
-        // The multiply carries differences only upwards; hashbrown takes its bucket from the
-        // low bits. Fold the high half down (as a 64-bit finalizer does), or keys differing
-        // only in their high bytes (zero-padded codes) share buckets.
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h
-    }
-}
 
 /// Bytes a distinct category costs besides its text, measured: in the statistics pass's map
 /// (boxed key, count, control byte, growth slack), then as a kept category (its name, its
@@ -1000,15 +974,7 @@ impl Preprocessor {
 /// The bucket of a hashed category: FNV-1a over the bytes, finished with a 64-bit mix so the
 /// low bits are well spread. Stored models depend on it: never change it.
 pub fn bucket(value: &[u8], buckets: u32) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in value {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    (h % buckets as u64) as usize
+    (fold_mul_fold(fnv1a(value.iter().copied())) % buckets as u64) as usize
 }
 
 #[cfg(test)]
