@@ -25,6 +25,8 @@ pub mod hash;
 pub mod limits;
 pub mod metrics;
 pub mod model;
+pub mod moments;
+mod nonfinite;
 pub mod params;
 pub mod prefetch;
 pub mod preprocess;
@@ -40,9 +42,10 @@ pub mod wire;
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};
 pub use metrics::{
     BinaryMetrics, BinaryReport, ClassReport, MulticlassMetrics, MulticlassReport,
-    RegressionMetrics, RegressionReport, Welford,
+    RegressionMetrics, RegressionReport,
 };
 pub use model::{LinearModel, ModelKind};
+pub use moments::Welford;
 pub use params::{
     BlockSize, BufferSize, ClassWeight, Features, ParamError, ScheduleKind, ShuffleMode,
     TrainParams, Validation,

@@ -6,40 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Serde for the sums a shard sends: serde_json writes a non-finite f64 (an overflowed sum) as
-/// null, which it cannot read back as f64; these are written as the strings "inf", "-inf" and
-/// "NaN" instead, so that a merged report says what one server's would.
-mod nonfinite {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Number(f64),
-        Text(String),
-    }
-
-    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        match *v {
-            v if v.is_finite() => s.serialize_f64(v),
-            v if v.is_nan() => s.serialize_str("NaN"),
-            v if v > 0.0 => s.serialize_str("inf"),
-            _ => s.serialize_str("-inf"),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        match Repr::deserialize(d)? {
-            Repr::Number(v) => Ok(v),
-            Repr::Text(t) => match t.as_str() {
-                "inf" => Ok(f64::INFINITY),
-                "-inf" => Ok(f64::NEG_INFINITY),
-                "NaN" => Ok(f64::NAN),
-                _ => Err(serde::de::Error::custom(format!("not a number: {t}"))),
-            },
-        }
-    }
-}
+use crate::moments::Welford;
 
 /// Probabilities are clipped to [EPS, 1 - EPS] for log loss, as scikit-learn
 /// did (its historical default eps), so one confident mistake costs ~34.5, not ∞.
@@ -165,7 +132,7 @@ pub struct BinaryPart {
     fp: u64,
     tn: u64,
     fn_: u64,
-    #[serde(with = "nonfinite")]
+    #[serde(with = "crate::nonfinite")]
     log_loss_sum: f64,
     all_have_prob: bool,
     bins: Vec<(u32, u64, u64)>,
@@ -374,7 +341,7 @@ pub struct MulticlassMetrics {
     predicted: Vec<u64>,
     actual: Vec<u64>,
     n: u64,
-    #[serde(with = "nonfinite")]
+    #[serde(with = "crate::nonfinite")]
     log_loss_sum: f64,
     all_have_prob: bool,
 }
@@ -505,58 +472,6 @@ pub struct RegressionReport {
     pub n: u64,
 }
 
-/// Welford's streaming mean and M2 (sum of squared deviations from the mean) of a series:
-/// M2 of the actual values is the SST of R². One implementation for the trainer's per-epoch
-/// R² and [`RegressionMetrics`], so both compute it with the same arithmetic.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Welford {
-    n: u64,
-    #[serde(with = "nonfinite")]
-    mean: f64,
-    #[serde(with = "nonfinite")]
-    m2: f64,
-}
-
-impl Welford {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    #[inline]
-    pub fn push(&mut self, x: f64) {
-        self.n += 1;
-        let delta = x - self.mean;
-        self.mean += delta / self.n as f64;
-        self.m2 += delta * (x - self.mean);
-    }
-
-    /// Adds another series' values (Chan's pairwise merge).
-    pub fn merge(&mut self, other: &Welford) {
-        crate::stats::merge_moments(
-            &mut self.n,
-            &mut self.mean,
-            &mut self.m2,
-            other.n,
-            other.mean,
-            other.m2,
-        );
-    }
-
-    /// Values pushed.
-    pub fn n(&self) -> u64 {
-        self.n
-    }
-
-    pub fn mean(&self) -> f64 {
-        self.mean
-    }
-
-    /// Σ (x - mean)².
-    pub fn m2(&self) -> f64 {
-        self.m2
-    }
-}
-
 /// 1 - SSE/SST; if SST == 0 (constant actual values): 1 for a perfect fit (SSE == 0), else 0,
 /// like scikit-learn.
 #[inline]
@@ -573,9 +488,9 @@ pub fn r2_score(sse: f64, sst: f64) -> f64 {
 /// Serializes as the part a shard sends.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RegressionMetrics {
-    #[serde(with = "nonfinite")]
+    #[serde(with = "crate::nonfinite")]
     sse: f64,
-    #[serde(with = "nonfinite")]
+    #[serde(with = "crate::nonfinite")]
     sae: f64,
     /// Count, mean and M2 of the actual values (SST = M2).
     actual: Welford,
@@ -1302,72 +1217,6 @@ pub(crate) mod tests {
         let mut merged = parts[0].clone();
         merged.merge(&no_prob);
         assert_eq!(merged.finish().log_loss, None);
-    }
-
-    #[test]
-    fn welford_merge_equals_pushing_all() {
-        let mut rng = Rand::new(60);
-        // Large offset, small spread: a naive sum-of-squares merge would lose it.
-        let values: Vec<f64> = (0..2_001).map(|_| 1e6 + 3.0 * rng.normal()).collect();
-        let mut whole = Welford::new();
-        for &v in &values {
-            whole.push(v);
-        }
-        assert!(near(whole.m2() / 2_001.0, 9.0, 0.1));
-        let of = |vs: &[f64]| {
-            let mut w = Welford::new();
-            for &v in vs {
-                w.push(v);
-            }
-            w
-        };
-        for cuts in [
-            [0, 0],
-            [0, 2_001],
-            [1, 2],
-            [700, 700],
-            [13, 1_500],
-            [2_000, 2_001],
-        ] {
-            let parts = [
-                of(&values[..cuts[0]]),
-                of(&values[cuts[0]..cuts[1]]),
-                of(&values[cuts[1]..]),
-            ];
-            for order in [[0, 1, 2], [2, 0, 1]] {
-                let mut merged = Welford::new();
-                for &i in &order {
-                    let json = serde_json::to_string(&parts[i]).unwrap();
-                    merged.merge(&serde_json::from_str(&json).unwrap());
-                }
-                assert_eq!(merged.n(), 2_001);
-                assert!(near(merged.mean(), whole.mean(), 1e-14), "{cuts:?}");
-                assert!(
-                    near(merged.m2(), whole.m2(), 1e-9),
-                    "{cuts:?}: {} vs {}",
-                    merged.m2(),
-                    whole.m2()
-                );
-            }
-        }
-        // With an empty one, both directions.
-        let mut a = whole;
-        a.merge(&Welford::new());
-        assert_eq!(a, whole);
-        let mut b = Welford::new();
-        b.merge(&whole);
-        assert_eq!(b.n(), whole.n());
-        assert!(near(b.mean(), whole.mean(), 1e-15));
-        assert_eq!(b.m2(), whole.m2());
-        let mut e = Welford::new();
-        e.merge(&Welford::new());
-        assert_eq!(e, Welford::new());
-        // Two single values: mean and M2 by hand.
-        let (mut x, mut y) = (Welford::new(), Welford::new());
-        x.push(1.0);
-        y.push(4.0);
-        x.merge(&y);
-        assert_eq!((x.n(), x.mean(), x.m2()), (2, 2.5, 4.5));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::hash::{fnv1a, fold_mul_fold, FxHasher};
+use crate::moments::Welford;
 use crate::stats::Standardizer;
 
 /// What a column holds, as the SQL side reads it.
@@ -319,34 +320,10 @@ pub type CategoryMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<FxHasher>>;
 /// lookup entry, its JSON). Counted against the memory settings.
 pub const CATEGORY_OVERHEAD: usize = 200;
 
-#[derive(Clone, Debug, Default)]
-struct Moments {
-    n: u64,
-    mean: f64,
-    m2: f64,
-}
-
-impl Moments {
-    fn push(&mut self, x: f64) {
-        self.n += 1;
-        let delta = x - self.mean;
-        self.mean += delta / self.n as f64;
-        self.m2 += delta * (x - self.mean);
-    }
-    /// (mean, population standard deviation), (0, 0) when empty.
-    fn mean_std(&self) -> (f64, f64) {
-        if self.n == 0 {
-            (0.0, 0.0)
-        } else {
-            (self.mean, (self.m2 / self.n as f64).max(0.0).sqrt())
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 enum ColumnStats {
-    Number(Moments),
-    Array(Option<Vec<Moments>>),
+    Number(Welford),
+    Array(Option<Vec<Welford>>),
     Categories(CategoryMap<u64>, u64),
     Hashed,
 }
@@ -380,7 +357,7 @@ impl StatsBuilder {
         let columns = plans
             .iter()
             .map(|p| match (p.source, p.encode) {
-                (Source::Number, _) => ColumnStats::Number(Moments::default()),
+                (Source::Number, _) => ColumnStats::Number(Welford::default()),
                 (Source::NumberArray, _) => ColumnStats::Array(None),
                 (Source::Text, Encode::OneHot) => {
                     ColumnStats::Categories(CategoryMap::default(), 0)
@@ -453,7 +430,7 @@ impl StatsBuilder {
             }
             let mut m = Vec::new();
             m.try_reserve_exact(values.len()).map_err(|_| too_wide)?;
-            m.resize(values.len(), Moments::default());
+            m.resize(values.len(), Welford::default());
             *moments = Some(m);
             self.width = width;
         }
@@ -523,7 +500,7 @@ impl StatsBuilder {
                 }
                 ColumnStats::Array(m) => {
                     let m = m.unwrap_or_default();
-                    let (mean, std): (Vec<f64>, Vec<f64>) = m.iter().map(Moments::mean_std).unzip();
+                    let (mean, std): (Vec<f64>, Vec<f64>) = m.iter().map(Welford::mean_std).unzip();
                     Encoding::Array {
                         fill: if plan.impute == Impute::Zero {
                             vec![0.0; mean.len()]

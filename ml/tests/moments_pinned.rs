@@ -95,7 +95,9 @@ fn feature_statistics_are_pinned() {
     // Sparse: implicit zeros.
     let sparse: Vec<(Vec<u32>, Vec<f64>, f64)> = (0..2_000)
         .map(|_| {
-            let idx: Vec<u32> = (0..40u32).filter(|_| rng.next_u64() % 7 == 0).collect();
+            let idx: Vec<u32> = (0..40u32)
+                .filter(|_| rng.next_u64().is_multiple_of(7))
+                .collect();
             let val = idx.iter().map(|_| rng.value()).collect();
             (idx, val, rng.value())
         })
