@@ -7,9 +7,11 @@
 //! Modules:
 //! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
 //!   validation of the user's sparse rows.
+//! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
 //! - [`limits`]: model memory accounting and fallible allocation.
-//! - [`metrics`]: streaming binary, multiclass and regression metrics (and [`Welford`]).
+//! - [`metrics`]: streaming binary, multiclass and regression metrics.
 //! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
+//! - [`moments`]: [`Welford`], the one running mean/variance (and Chan's merge).
 //! - [`params`]: the training parameters (one table declares them all), their JSON form,
 //!   and buffer/block sizing.
 //! - [`preprocess`]: table columns (numbers, text, arrays) → features: the statistics
