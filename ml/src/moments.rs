@@ -5,7 +5,7 @@
 //! computed exactly these operations, in this order, before they shared it (the tests prove
 //! it bit for bit). Models depend on every bit: never reorder an operation.
 //!
-//! A leaf: imports nothing from the crate but the serde helper [`crate::nonfinite`].
+//! A leaf: imports nothing from the crate but the serde helper `crate::nonfinite`.
 
 use serde::{Deserialize, Serialize};
 

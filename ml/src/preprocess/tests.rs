@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::{json, Value};
 use crate::model::{LinearModel, ModelKind};
 use crate::row::Row;
 
