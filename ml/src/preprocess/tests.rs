@@ -1,7 +1,7 @@
 use super::*;
-use serde_json::{json, Value};
 use crate::model::{LinearModel, ModelKind};
 use crate::row::Row;
+use serde_json::{json, Value};
 
 fn plan(name: &str, source: Source, options: Option<ColumnOptions>) -> ColumnPlan {
     ColumnPlan::resolve(name, source, options.as_ref(), true).unwrap()
