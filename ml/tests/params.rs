@@ -554,3 +554,19 @@ fn model_names() {
     // 200 characters, multi-byte, is fine.
     assert!(TrainParams::from_json(&json!({ "name": "é".repeat(200) })).is_ok());
 }
+
+#[test]
+fn param_error_displays_its_message_only() {
+    let e = ParamError {
+        message: "\"epochs\" must be at least 1, got 0".into(),
+        hint: Some("a hint is not part of the message".into()),
+    };
+    assert_eq!(e.to_string(), "\"epochs\" must be at least 1, got 0");
+    assert_eq!(format!("{e:>60}"), "\"epochs\" must be at least 1, got 0");
+    let e = ParamError {
+        message: String::new(),
+        hint: None,
+    };
+    assert_eq!(e.to_string(), "");
+    let _: &dyn std::error::Error = &e;
+}

@@ -35,57 +35,31 @@ pub use options::{
 pub use statistics::StatsBuilder;
 
 /// Why a row or the statistics cannot be used.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PreprocessError {
     /// The category dictionaries outgrew their memory bound.
-    TooManyCategories {
-        column: String,
-        distinct: usize,
-    },
+    #[error(
+        "the categories of column \"{column}\" ({distinct} distinct values so far) do not fit in corgipile.max_buffer_memory"
+    )]
+    TooManyCategories { column: String, distinct: usize },
+    #[error(
+        "column \"{column}\" has {got} elements, expected {expected} (the length of the first row read)"
+    )]
     ArrayLength {
         column: String,
         got: usize,
         expected: usize,
     },
-    NotFinite {
-        column: String,
-    },
+    #[error("column \"{column}\" is NaN or Infinity")]
+    NotFinite { column: String },
     /// An array column longer than a model may be wide.
-    TooWide {
-        column: String,
-        elements: usize,
-    },
+    #[error(
+        "column \"{column}\" has {elements} elements, more features than corgipile.max_model_memory allows a model"
+    )]
+    TooWide { column: String, elements: usize },
     /// Memory for the statistics or the category lookup could not be allocated.
+    #[error("out of memory for the statistics of the feature columns")]
     OutOfMemory,
-}
-
-impl std::fmt::Display for PreprocessError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PreprocessError::TooManyCategories { column, distinct } => write!(
-                f,
-                "the categories of column \"{column}\" ({distinct} distinct values so far) do not fit in corgipile.max_buffer_memory"
-            ),
-            PreprocessError::ArrayLength {
-                column,
-                got,
-                expected,
-            } => write!(
-                f,
-                "column \"{column}\" has {got} elements, expected {expected} (the length of the first row read)"
-            ),
-            PreprocessError::NotFinite { column } => {
-                write!(f, "column \"{column}\" is NaN or Infinity")
-            }
-            PreprocessError::OutOfMemory => {
-                write!(f, "out of memory for the statistics of the feature columns")
-            }
-            PreprocessError::TooWide { column, elements } => write!(
-                f,
-                "column \"{column}\" has {elements} elements, more features than corgipile.max_model_memory allows a model"
-            ),
-        }
-    }
 }
 
 fn not_finite(plan: &ColumnPlan) -> PreprocessError {
