@@ -500,17 +500,24 @@ impl TupleArena {
 
 /// Why a sparse row is invalid. Positions are 0-based positions in the
 /// indices array; indices are shown as the user wrote them (in their base).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SparseError {
     /// indices and values arrays differ in length.
+    #[error("sparse row has {indices} indices but {values} values")]
     LengthMismatch { indices: usize, values: usize },
     /// An index below the index base (negative, or 0 with base 1).
+    #[error("sparse index {index} at position {} is below the index base {base}", .position + 1)]
     BelowBase {
         position: usize,
         index: i64,
         base: i64,
     },
     /// An index at or beyond n_features (or [`MAX_FEATURES`]).
+    #[error(
+        "sparse index {index} at position {} is out of range: the largest valid index is {} ({n_features} features, index base {base})",
+        .position + 1,
+        *.n_features as i64 - 1 + .base
+    )]
     OutOfRange {
         position: usize,
         index: i64,
@@ -518,58 +525,19 @@ pub enum SparseError {
         n_features: usize,
     },
     /// An index smaller than the one before it.
+    #[error(
+        "sparse indices must be in increasing order: {index} at position {} follows {previous}",
+        .position + 1
+    )]
     Unsorted {
         position: usize,
         index: i64,
         previous: i64,
     },
     /// The same index twice in a row.
+    #[error("sparse index {index} appears twice (positions {position} and {})", .position + 1)]
     Duplicate { position: usize, index: i64 },
 }
-
-impl std::fmt::Display for SparseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            SparseError::LengthMismatch { indices, values } => write!(
-                f,
-                "sparse row has {indices} indices but {values} values"
-            ),
-            SparseError::BelowBase { position, index, base } => write!(
-                f,
-                "sparse index {index} at position {} is below the index base {base}",
-                position + 1
-            ),
-            SparseError::OutOfRange {
-                position,
-                index,
-                base,
-                n_features,
-            } => write!(
-                f,
-                "sparse index {index} at position {} is out of range: the largest valid index is {} ({n_features} features, index base {base})",
-                position + 1,
-                n_features as i64 - 1 + base
-            ),
-            SparseError::Unsorted {
-                position,
-                index,
-                previous,
-            } => write!(
-                f,
-                "sparse indices must be in increasing order: {index} at position {} follows {previous}",
-                position + 1
-            ),
-            SparseError::Duplicate { position, index } => write!(
-                f,
-                "sparse index {index} appears twice (positions {} and {})",
-                position,
-                position + 1
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SparseError {}
 
 /// Why [`TupleArena::try_push_sparse`] refused a row.
 #[derive(Clone, Debug, PartialEq, Eq)]

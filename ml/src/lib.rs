@@ -7,9 +7,11 @@
 //! Modules:
 //! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
 //!   validation of the user's sparse rows.
+//! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
 //! - [`limits`]: model memory accounting and fallible allocation.
-//! - [`metrics`]: streaming binary, multiclass and regression metrics (and [`Welford`]).
+//! - [`metrics`]: streaming binary, multiclass and regression metrics.
 //! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
+//! - [`moments`]: [`Welford`], the one running mean/variance (and Chan's merge).
 //! - [`params`]: the training parameters (one table declares them all), their JSON form,
 //!   and buffer/block sizing.
 //! - [`preprocess`]: table columns (numbers, text, arrays) → features: the statistics
@@ -21,9 +23,12 @@
 //! - [`wire`]: JSON from other processes and servers, parsed within a memory bound.
 
 pub mod arena;
+pub mod hash;
 pub mod limits;
 pub mod metrics;
 pub mod model;
+pub mod moments;
+mod nonfinite;
 pub mod params;
 pub mod prefetch;
 pub mod preprocess;
@@ -39,9 +44,10 @@ pub mod wire;
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};
 pub use metrics::{
     BinaryMetrics, BinaryReport, ClassReport, MulticlassMetrics, MulticlassReport,
-    RegressionMetrics, RegressionReport, Welford,
+    RegressionMetrics, RegressionReport,
 };
 pub use model::{LinearModel, ModelKind};
+pub use moments::Welford;
 pub use params::{
     BlockSize, BufferSize, ClassWeight, Features, ParamError, ScheduleKind, ShuffleMode,
     TrainParams, Validation,

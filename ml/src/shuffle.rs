@@ -8,6 +8,8 @@
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
+use crate::hash::GOLDEN_GAMMA;
+
 /// Split `n_pages` pages into consecutive blocks of `block_pages` pages (the
 /// last may be shorter). Returns `(start_page, n_pages)` pairs.
 pub fn split_blocks(n_pages: u32, block_pages: u32) -> Vec<(u32, u32)> {
@@ -195,7 +197,7 @@ impl PileShuffler {
     pub fn subpiles(&self, path: u64) -> PileShuffler {
         PileShuffler {
             seed: self.seed,
-            rng: epoch_rng(self.seed ^ 0x9e37_79b9_7f4a_7c15, path),
+            rng: epoch_rng(self.seed ^ GOLDEN_GAMMA, path),
         }
     }
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::arena::TupleArena;
+use crate::moments::Welford;
 use crate::row::Row;
 pub use crate::standardize::Standardizer;
 
@@ -19,9 +20,8 @@ pub struct FeatureStats {
     rows: u64,
     /// Per feature (index = feature).
     features: Vec<Moments>,
-    label_n: u64,
-    label_mean: f64,
-    label_m2: f64,
+    /// Count, mean and M2 of the labels.
+    label: Welford,
     /// Label value (as bits, -0.0 folded into 0.0) → count; None when not tracked.
     classes: Option<HashMap<u64, u64>>,
 }
@@ -33,12 +33,14 @@ pub struct FeatureStats {
 #[repr(C, align(32))]
 struct Moments {
     /// Values visited, their Welford mean and sum of squared deviations.
-    seen: u64,
-    mean: f64,
-    m2: f64,
+    welford: Welford,
     /// The largest |value| (for scaling sparse data).
     max_abs: f64,
 }
+
+// Still one 32-byte cache-line-aligned slot with the count, mean and M2 in a Welford.
+const _: () =
+    assert!(std::mem::size_of::<Moments>() == 32 && std::mem::align_of::<Moments>() == 32);
 
 /// How FeatureStats travels between servers (a shard's statistics, as JSON): one array per
 /// statistic, as before the per-feature layout.
@@ -59,13 +61,13 @@ impl From<FeatureStats> for StatsWire {
     fn from(s: FeatureStats) -> StatsWire {
         StatsWire {
             rows: s.rows,
-            seen: s.features.iter().map(|f| f.seen).collect(),
-            mean: s.features.iter().map(|f| f.mean).collect(),
-            m2: s.features.iter().map(|f| f.m2).collect(),
+            seen: s.features.iter().map(|f| f.welford.n()).collect(),
+            mean: s.features.iter().map(|f| f.welford.mean()).collect(),
+            m2: s.features.iter().map(|f| f.welford.m2()).collect(),
             max_abs: s.features.iter().map(|f| f.max_abs).collect(),
-            label_n: s.label_n,
-            label_mean: s.label_mean,
-            label_m2: s.label_m2,
+            label_n: s.label.n(),
+            label_mean: s.label.mean(),
+            label_m2: s.label.m2(),
             classes: s.classes,
         }
     }
@@ -86,49 +88,17 @@ impl TryFrom<StatsWire> for FeatureStats {
         }
         let features = (0..d)
             .map(|j| Moments {
-                seen: w.seen[j],
-                mean: w.mean[j],
-                m2: w.m2[j],
+                welford: Welford::from_parts(w.seen[j], w.mean[j], w.m2[j]),
                 max_abs: w.max_abs[j],
             })
             .collect();
         Ok(FeatureStats {
             rows: w.rows,
             features,
-            label_n: w.label_n,
-            label_mean: w.label_mean,
-            label_m2: w.label_m2,
+            label: Welford::from_parts(w.label_n, w.label_mean, w.label_m2),
             classes: w.classes,
         })
     }
-}
-
-#[inline]
-fn welford(n: u64, mean: &mut f64, m2: &mut f64, x: f64) {
-    let delta = x - *mean;
-    *mean += delta / n as f64;
-    *m2 += delta * (x - *mean);
-}
-
-/// Merges the moments of a group of `nb` values into those of `na` values.
-pub(crate) fn merge_moments(
-    na: &mut u64,
-    mean_a: &mut f64,
-    m2_a: &mut f64,
-    nb: u64,
-    mean_b: f64,
-    m2_b: f64,
-) {
-    if nb == 0 {
-        return;
-    }
-    // Saturating: counts from another server are not trusted to stay small.
-    let n = na.saturating_add(nb);
-    let delta = mean_b - *mean_a;
-    let (af, bf, nf) = (*na as f64, nb as f64, n as f64);
-    *mean_a += delta * bf / nf;
-    *m2_a += m2_b + delta * delta * af * bf / nf;
-    *na = n;
 }
 
 /// How many rows ahead `push_arena` prefetches a sparse row's statistics.
@@ -141,9 +111,8 @@ const PREFETCH_STATS_MIN: usize = 1 << 15;
 impl Moments {
     #[inline]
     fn push(&mut self, v: f64) {
-        self.seen += 1;
         self.max_abs = self.max_abs.max(v.abs());
-        welford(self.seen, &mut self.mean, &mut self.m2, v);
+        self.welford.push(v);
     }
 }
 
@@ -176,13 +145,7 @@ impl FeatureStats {
                 }
             }
         }
-        self.label_n += 1;
-        welford(
-            self.label_n,
-            &mut self.label_mean,
-            &mut self.label_m2,
-            label,
-        );
+        self.label.push(label);
         if let Some(c) = &mut self.classes {
             let key = if label == 0.0 { 0.0f64 } else { label };
             *c.entry(key.to_bits()).or_insert(0) += 1;
@@ -225,18 +188,11 @@ impl FeatureStats {
                 .resize(other.features.len(), Moments::default());
         }
         for (a, b) in self.features.iter_mut().zip(&other.features) {
-            merge_moments(&mut a.seen, &mut a.mean, &mut a.m2, b.seen, b.mean, b.m2);
+            a.welford.merge(&b.welford);
             a.max_abs = a.max_abs.max(b.max_abs);
         }
         self.rows = self.rows.saturating_add(other.rows);
-        merge_moments(
-            &mut self.label_n,
-            &mut self.label_mean,
-            &mut self.label_m2,
-            other.label_n,
-            other.label_mean,
-            other.label_m2,
-        );
+        self.label.merge(&other.label);
         if let (Some(mine), Some(theirs)) = (&mut self.classes, &other.classes) {
             for (k, c) in theirs {
                 let count = mine.entry(*k).or_insert(0);
@@ -249,16 +205,18 @@ impl FeatureStats {
     /// finite, a negative squared deviation, more values of a feature or classes than rows.
     pub fn check(&self) -> Result<(), String> {
         for (j, m) in self.features.iter().enumerate() {
-            if !(m.mean.is_finite() && m.m2.is_finite() && m.max_abs.is_finite())
-                || m.m2 < 0.0
+            let w = &m.welford;
+            if !(w.mean().is_finite() && w.m2().is_finite() && m.max_abs.is_finite())
+                || w.m2() < 0.0
                 || m.max_abs < 0.0
-                || m.seen > self.rows
+                || w.n() > self.rows
             {
                 return Err(format!("impossible statistics of feature {j}"));
             }
         }
-        if !(self.label_mean.is_finite() && self.label_m2.is_finite() && self.label_m2 >= 0.0)
-            || self.label_n > self.rows
+        let label = &self.label;
+        if !(label.mean().is_finite() && label.m2().is_finite() && label.m2() >= 0.0)
+            || label.n() > self.rows
         {
             return Err("impossible label statistics".into());
         }
@@ -282,15 +240,10 @@ impl FeatureStats {
     /// Feature j's (mean, population variance) over all rows, implicit zeros included.
     pub fn feature(&self, j: usize) -> (f64, f64) {
         let n = self.rows;
-        let Some(&Moments {
-            seen: a,
-            mean: mean_a,
-            m2: m2_a,
-            ..
-        }) = self.features.get(j)
-        else {
+        let Some(Moments { welford, .. }) = self.features.get(j) else {
             return (0.0, 0.0);
         };
+        let (a, mean_a, m2_a) = (welford.n(), welford.mean(), welford.m2());
         if n == 0 || a == 0 {
             return (0.0, 0.0);
         }
@@ -312,10 +265,10 @@ impl FeatureStats {
 
     /// Label (mean, population variance); (0, 0) if no rows.
     pub fn label_mean_variance(&self) -> (f64, f64) {
-        if self.label_n == 0 {
+        if self.label.n() == 0 {
             return (0.0, 0.0);
         }
-        (self.label_mean, self.label_m2 / self.label_n as f64)
+        (self.label.mean(), self.label.m2() / self.label.n() as f64)
     }
 
     /// Distinct label values and their counts, ascending by value; empty

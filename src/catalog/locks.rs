@@ -15,6 +15,7 @@
 //! unlikely, can only delay that owner's own work, never let another role block it.
 
 use crate::pg::error::raise;
+use corgipile_ml::hash;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -49,13 +50,8 @@ impl Purpose {
 /// spaces. Written out (not std's Hasher, whose output may change between Rust releases):
 /// every backend must compute the same key, whatever build of the library it loaded.
 fn name_hash(purpose: Purpose, name: &str) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in [purpose.marker(), 0xff].into_iter().chain(name.bytes()) {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    let h = hash::fnv1a([purpose.marker(), 0xff].into_iter().chain(name.bytes()));
+    hash::splitmix64_mix(h)
 }
 
 fn locktag(purpose: Purpose, owner: pg_sys::Oid, name: &str) -> pg_sys::LOCKTAG {

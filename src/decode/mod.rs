@@ -362,10 +362,6 @@ pub fn tid_fraction(tid: &pg_sys::ItemPointerData, table: Option<pg_sys::Oid>) -
     let salt = table.map_or(0, |t| {
         (t.to_u32() as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
     });
-    let mut x = (block << 16 | tid.ip_posid as u64) ^ salt;
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
+    let x = corgipile_ml::hash::splitmix64((block << 16 | tid.ip_posid as u64) ^ salt);
     (x >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -42,19 +42,13 @@ use values::{
     wrong_type,
 };
 
-#[derive(Clone, Debug, PartialEq)]
+/// Why a param is refused: the message (the ERROR's text) and a hint (its HINT).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{message}")]
 pub struct ParamError {
     pub message: String,
     pub hint: Option<String>,
 }
-
-impl std::fmt::Display for ParamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ParamError {}
 
 const MAX_EPOCHS: u64 = 1_000_000;
 const MAX_BATCH: u64 = 1_000_000;

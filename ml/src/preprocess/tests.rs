@@ -1,6 +1,7 @@
 use super::*;
 use crate::model::{LinearModel, ModelKind};
 use crate::row::Row;
+use serde_json::{json, Value};
 
 fn plan(name: &str, source: Source, options: Option<ColumnOptions>) -> ColumnPlan {
     ColumnPlan::resolve(name, source, options.as_ref(), true).unwrap()
@@ -255,4 +256,46 @@ fn damaged_hash_or_array_columns_are_refused() {
     bad = p.to_json();
     bad["columns"][3]["fill"] = json!([1.0]);
     assert!(Preprocessor::from_json(&bad).is_none());
+}
+
+#[test]
+fn error_messages_are_pinned() {
+    // Users read these in ERRORs: byte for byte what they were.
+    let cases = [
+        (
+            PreprocessError::TooManyCategories {
+                column: "city".into(),
+                distinct: 12345,
+            },
+            "the categories of column \"city\" (12345 distinct values so far) do not fit in corgipile.max_buffer_memory",
+        ),
+        (
+            PreprocessError::ArrayLength {
+                column: "xy".into(),
+                got: 3,
+                expected: 2,
+            },
+            "column \"xy\" has 3 elements, expected 2 (the length of the first row read)",
+        ),
+        (
+            PreprocessError::NotFinite {
+                column: "income".into(),
+            },
+            "column \"income\" is NaN or Infinity",
+        ),
+        (
+            PreprocessError::TooWide {
+                column: "v".into(),
+                elements: 9,
+            },
+            "column \"v\" has 9 elements, more features than corgipile.max_model_memory allows a model",
+        ),
+        (
+            PreprocessError::OutOfMemory,
+            "out of memory for the statistics of the feature columns",
+        ),
+    ];
+    for (e, text) in cases {
+        assert_eq!(e.to_string(), text);
+    }
 }

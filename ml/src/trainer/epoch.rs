@@ -1,7 +1,8 @@
 //! Per-epoch statistics: the sums gathered while training ([`EpochSums`]) and what
 //! `finish_epoch` reports ([`EpochStats`]).
 
-use crate::metrics::{r2_score, Welford};
+use crate::metrics::r2_score;
+use crate::moments::Welford;
 
 /// Statistics of one epoch, measured on each tuple with the model from before
 /// that tuple's update (progressive validation).

@@ -1,0 +1,385 @@
+//! The preprocessing of a model ([`Preprocessor`], stored with it as JSON): encodes a row's
+//! columns into sorted `(index, value)` features, gives the standardizer and feature names;
+//! [`bucket`], the hash of a hashed category.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::hash::{fnv1a, fold_mul_fold};
+use crate::stats::Standardizer;
+
+use super::options::null_action;
+use super::{CategoryMap, Impute, NullAction, PreprocessError, Source, CATEGORY_OVERHEAD};
+
+/// How one column becomes features.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "encode", rename_all = "snake_case")]
+pub enum Encoding {
+    /// One feature; `fill` replaces NULL; `mean`/`std` are the training statistics.
+    Number { fill: f64, mean: f64, std: f64 },
+    /// One feature per element.
+    Array {
+        fill: Vec<f64>,
+        mean: Vec<f64>,
+        std: Vec<f64>,
+    },
+    /// One feature per kept category, then "(other)" if categories were pooled, then "(null)"
+    /// if NULL is a category.
+    OneHot {
+        categories: Vec<String>,
+        other: bool,
+        null: bool,
+    },
+    /// One feature per bucket; NULL sets none.
+    Hash { buckets: u32 },
+}
+
+impl Encoding {
+    pub(super) fn width(&self) -> usize {
+        match self {
+            Encoding::Number { .. } => 1,
+            Encoding::Array { mean, .. } => mean.len(),
+            Encoding::OneHot {
+                categories,
+                other,
+                null,
+            } => categories.len() + *other as usize + *null as usize,
+            Encoding::Hash { buckets } => *buckets as usize,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EncodedColumn {
+    pub name: String,
+    pub source: Source,
+    /// Index of the column's first feature.
+    pub offset: usize,
+    pub impute: Impute,
+    /// Standardized while training (numbers only).
+    pub scaled: bool,
+    #[serde(flatten)]
+    pub encoding: Encoding,
+}
+
+/// The preprocessing of a model: stored with it, applied to every row it trains on, is
+/// evaluated on, or predicts.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Preprocessor {
+    pub columns: Vec<EncodedColumn>,
+    pub n_features: usize,
+    /// Rows the statistics were computed from.
+    pub rows: u64,
+    /// Category → feature index, per column (one-hot columns only); built on first use.
+    #[serde(skip)]
+    lookup: OnceLock<Vec<CategoryMap<usize>>>,
+}
+
+/// A copy without the category lookup (rebuilt, fallibly, by [`Preprocessor::prepare`]): a
+/// model of many categories would otherwise copy large maps with an allocation that cannot fail.
+impl Clone for Preprocessor {
+    fn clone(&self) -> Self {
+        Preprocessor {
+            columns: self.columns.clone(),
+            n_features: self.n_features,
+            rows: self.rows,
+            lookup: OnceLock::new(),
+        }
+    }
+}
+
+impl PartialEq for Preprocessor {
+    fn eq(&self, other: &Self) -> bool {
+        self.columns == other.columns && self.n_features == other.n_features
+    }
+}
+
+/// A row's features, sorted by index (reused between rows).
+#[derive(Clone, Debug, Default)]
+pub struct EncodedRow {
+    pub indices: Vec<u32>,
+    pub values: Vec<f64>,
+}
+
+impl EncodedRow {
+    pub fn clear(&mut self) {
+        self.indices.clear();
+        self.values.clear();
+    }
+    #[inline]
+    fn push(&mut self, index: usize, value: f64) {
+        self.indices.push(index as u32);
+        self.values.push(value);
+    }
+}
+
+impl Preprocessor {
+    pub(super) fn new(columns: Vec<EncodedColumn>, rows: u64) -> Preprocessor {
+        let n_features = columns.last().map_or(0, |c| c.offset + c.encoding.width());
+        Preprocessor {
+            columns,
+            n_features,
+            rows,
+            lookup: OnceLock::new(),
+        }
+    }
+
+    /// Reads a stored preprocessing; None if it is not one.
+    pub fn from_json(v: &Value) -> Option<Preprocessor> {
+        let p: Preprocessor = serde_json::from_value(v.clone()).ok()?;
+        p.is_sound().then_some(p)
+    }
+
+    /// Whether offsets and widths tile [0, n_features) and every column's arrays agree: a
+    /// preprocessing read from the catalog or from another server is checked, not trusted
+    /// (an encoder would otherwise write features beyond the model).
+    pub fn is_sound(&self) -> bool {
+        let mut at = 0usize;
+        for c in &self.columns {
+            let sound = match &c.encoding {
+                Encoding::Hash { buckets } => *buckets >= 1,
+                Encoding::Array { fill, mean, std } => {
+                    fill.len() == mean.len() && std.len() == mean.len()
+                }
+                _ => true,
+            };
+            if !sound || c.offset != at {
+                return false;
+            }
+            match at.checked_add(c.encoding.width()) {
+                Some(next) => at = next,
+                None => return false,
+            }
+        }
+        at == self.n_features
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("preprocessing serializes")
+    }
+
+    /// Builds the category lookup, fallibly (a model of many categories needs a lot of it):
+    /// call before encoding rows. Encoding without it builds it infallibly.
+    pub fn prepare(&self) -> Result<(), PreprocessError> {
+        if self.lookup.get().is_some() {
+            return Ok(());
+        }
+        let mut maps = Vec::new();
+        maps.try_reserve_exact(self.columns.len())
+            .map_err(|_| PreprocessError::OutOfMemory)?;
+        for c in &self.columns {
+            let mut map = CategoryMap::default();
+            if let Encoding::OneHot { categories, .. } = &c.encoding {
+                map.try_reserve(categories.len())
+                    .map_err(|_| PreprocessError::OutOfMemory)?;
+                map.extend(
+                    categories
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| (k.as_bytes().into(), c.offset + i)),
+                );
+            }
+            maps.push(map);
+        }
+        let _ = self.lookup.set(maps);
+        Ok(())
+    }
+
+    fn lookup(&self) -> &[CategoryMap<usize>] {
+        if self.lookup.get().is_none() {
+            let _ = self.prepare();
+        }
+        self.lookup.get().map_or(&[], |v| v.as_slice())
+    }
+
+    pub fn null_action(&self, col: usize) -> NullAction {
+        null_action(self.columns[col].impute)
+    }
+
+    /// A numeric column's value (None = NULL, imputed).
+    #[inline]
+    pub fn number(
+        &self,
+        col: usize,
+        value: Option<f64>,
+        out: &mut EncodedRow,
+    ) -> Result<(), PreprocessError> {
+        let c = &self.columns[col];
+        let Encoding::Number { fill, .. } = c.encoding else {
+            unreachable!("column {col} is numeric")
+        };
+        let v = value.unwrap_or(fill);
+        if !v.is_finite() {
+            return Err(PreprocessError::NotFinite {
+                column: c.name.clone(),
+            });
+        }
+        out.push(c.offset, v);
+        Ok(())
+    }
+
+    /// Whether an array of `len` elements fits column `col` (checked before conversion).
+    pub fn check_array(&self, col: usize, len: usize) -> Result<(), PreprocessError> {
+        let expected = self.array_len(col);
+        if len == expected {
+            Ok(())
+        } else {
+            Err(PreprocessError::ArrayLength {
+                column: self.columns[col].name.clone(),
+                got: len,
+                expected,
+            })
+        }
+    }
+
+    pub fn array(
+        &self,
+        col: usize,
+        value: Option<&[f64]>,
+        out: &mut EncodedRow,
+    ) -> Result<(), PreprocessError> {
+        let c = &self.columns[col];
+        let Encoding::Array { fill, .. } = &c.encoding else {
+            unreachable!("column {col} is an array")
+        };
+        let values = value.unwrap_or(fill);
+        if values.len() != fill.len() {
+            return Err(PreprocessError::ArrayLength {
+                column: c.name.clone(),
+                got: values.len(),
+                expected: fill.len(),
+            });
+        }
+        if !values.iter().all(|v| v.is_finite()) {
+            return Err(PreprocessError::NotFinite {
+                column: c.name.clone(),
+            });
+        }
+        for (j, &v) in values.iter().enumerate() {
+            out.push(c.offset + j, v);
+        }
+        Ok(())
+    }
+
+    /// A text column's value (None = NULL): its category's feature, "(other)" for a category
+    /// not kept in training, nothing when there is no such slot.
+    #[inline]
+    pub fn text(&self, col: usize, value: Option<&[u8]>, out: &mut EncodedRow) {
+        let c = &self.columns[col];
+        match &c.encoding {
+            Encoding::OneHot {
+                categories,
+                other,
+                null,
+            } => {
+                let slot = match value {
+                    Some(v) => self.lookup()[col]
+                        .get(v)
+                        .copied()
+                        .or(other.then_some(c.offset + categories.len())),
+                    None => null.then_some(c.offset + categories.len() + *other as usize),
+                };
+                if let Some(j) = slot {
+                    out.push(j, 1.0);
+                }
+            }
+            Encoding::Hash { buckets } => {
+                if let Some(v) = value {
+                    out.push(c.offset + bucket(v, *buckets), 1.0);
+                }
+            }
+            _ => unreachable!("column {col} is text"),
+        }
+    }
+
+    /// The scaling the trainer applies (and folds into the weights at the end): standardized
+    /// numbers centered and scaled; categories and unscaled numbers unchanged.
+    pub fn standardizer(&self) -> Standardizer {
+        let mut mean = vec![0.0; self.n_features];
+        let mut scale = vec![1.0; self.n_features];
+        for c in self.columns.iter().filter(|c| c.scaled) {
+            let mut set = |j: usize, m: f64, s: f64| {
+                mean[j] = m;
+                scale[j] = if s > 0.0 && s.is_finite() {
+                    1.0 / s
+                } else {
+                    1.0
+                };
+            };
+            match &c.encoding {
+                Encoding::Number { mean, std, .. } => set(c.offset, *mean, *std),
+                Encoding::Array { mean, std, .. } => {
+                    for (k, (m, s)) in mean.iter().zip(std).enumerate() {
+                        set(c.offset + k, *m, *s)
+                    }
+                }
+                _ => {}
+            }
+        }
+        Standardizer {
+            mean,
+            scale,
+            center: true,
+        }
+    }
+
+    /// The readable name of feature `j`: `col`, `col[3]` (1-based), `col=value`,
+    /// `col=(other)`, `col=(null)`, `col#17` (a hash bucket).
+    pub fn feature_name(&self, j: usize) -> String {
+        let at = self.columns.partition_point(|c| c.offset <= j);
+        let c = &self.columns[at.saturating_sub(1)];
+        let k = j - c.offset;
+        match &c.encoding {
+            Encoding::Number { .. } => c.name.clone(),
+            Encoding::Array { .. } => format!("{}[{}]", c.name, k + 1),
+            Encoding::OneHot {
+                categories, other, ..
+            } => match categories.get(k) {
+                Some(v) => format!("{}={}", c.name, v),
+                None if *other && k == categories.len() => format!("{}=(other)", c.name),
+                None => format!("{}=(null)", c.name),
+            },
+            Encoding::Hash { .. } => format!("{}#{}", c.name, k),
+        }
+    }
+
+    /// The length an array column's rows must have (0 for other columns).
+    pub fn array_len(&self, col: usize) -> usize {
+        match &self.columns[col].encoding {
+            Encoding::Array { fill, .. } => fill.len(),
+            _ => 0,
+        }
+    }
+
+    /// Every column a number (one feature each, in column order).
+    pub fn is_numbers_only(&self) -> bool {
+        self.columns.iter().all(|c| c.source == Source::Number)
+    }
+
+    /// Bytes the kept categories cost besides the weights (names, lookup entries, JSON).
+    pub fn category_bytes(&self) -> u64 {
+        self.columns
+            .iter()
+            .map(|c| match &c.encoding {
+                Encoding::OneHot { categories, .. } => categories
+                    .iter()
+                    .map(|k| (k.len() + CATEGORY_OVERHEAD) as u64)
+                    .sum(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The columns a row must have, by name.
+    pub fn column_names(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().map(|c| c.name.as_str())
+    }
+}
+
+/// The bucket of a hashed category: FNV-1a over the bytes, finished with a 64-bit mix so the
+/// low bits are well spread. Stored models depend on it: never change it.
+pub fn bucket(value: &[u8], buckets: u32) -> usize {
+    (fold_mul_fold(fnv1a(value.iter().copied())) % buckets as u64) as usize
+}

@@ -1,0 +1,267 @@
+//! What the user asks of each column ([`ColumnOptions`], the `preprocess` param) and the plan
+//! it resolves to before the statistics pass ([`ColumnPlan`]): source, encoding, buckets,
+//! imputation, scaling.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// What a column holds, as the SQL side reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// int2/int4/int8/float4/float8/numeric/boolean, read as float8.
+    Number,
+    /// text, varchar, char, name, enums: categories, read as text.
+    Text,
+    /// A one-dimensional numeric array, one feature per element.
+    NumberArray,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encode {
+    OneHot,
+    Hash,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Impute {
+    /// Numbers: the training mean.
+    Mean,
+    /// Numbers: 0.
+    Zero,
+    /// Text: NULL is a category of its own.
+    Category,
+    /// The row is skipped (and counted), as for a NULL label.
+    Skip,
+    /// The row is an error.
+    Error,
+}
+
+impl Impute {
+    fn name(self) -> &'static str {
+        match self {
+            Impute::Mean => "mean",
+            Impute::Zero => "zero",
+            Impute::Category => "category",
+            Impute::Skip => "skip",
+            Impute::Error => "error",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scale {
+    /// (x - mean) / standard deviation while training; folded into the stored weights.
+    Standard,
+    None,
+}
+
+/// What to do with a row whose column is NULL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NullAction {
+    Encode,
+    Skip,
+    Error,
+}
+
+/// Default bucket count of a hashed column.
+pub const DEFAULT_BUCKETS: u32 = 1024;
+/// Most buckets one hashed column may have.
+pub const MAX_BUCKETS: u32 = 1 << 24;
+
+/// One column's options as the user wrote them in the `preprocess` param; absent = default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColumnOptions {
+    pub encode: Option<Encode>,
+    pub buckets: Option<u32>,
+    pub impute: Option<Impute>,
+    pub scale: Option<Scale>,
+}
+
+impl ColumnOptions {
+    /// Reads one column's options; the error text names the problem (the caller names the
+    /// parameter and column).
+    pub fn from_json(v: &Value) -> Result<ColumnOptions, String> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| format!("expected an object, got {v}"))?;
+        let mut o = ColumnOptions::default();
+        for (key, value) in obj {
+            let text = || {
+                value
+                    .as_str()
+                    .ok_or_else(|| format!("\"{key}\" must be a string, got {value}"))
+            };
+            match key.as_str() {
+                "encode" => {
+                    o.encode = Some(match text()? {
+                        "one_hot" => Encode::OneHot,
+                        "hash" => Encode::Hash,
+                        s => return Err(format!("unknown encode \"{s}\" (one_hot or hash)")),
+                    })
+                }
+                "impute" => {
+                    o.impute = Some(match text()? {
+                        "mean" => Impute::Mean,
+                        "zero" => Impute::Zero,
+                        "category" => Impute::Category,
+                        "skip" => Impute::Skip,
+                        "error" => Impute::Error,
+                        s => {
+                            return Err(format!(
+                                "unknown impute \"{s}\" (mean, zero, category, skip or error)"
+                            ))
+                        }
+                    })
+                }
+                "scale" => {
+                    o.scale = Some(match text()? {
+                        "standard" => Scale::Standard,
+                        "none" => Scale::None,
+                        s => return Err(format!("unknown scale \"{s}\" (standard or none)")),
+                    })
+                }
+                "buckets" => {
+                    let n = value
+                        .as_u64()
+                        .filter(|n| (1..=MAX_BUCKETS as u64).contains(n))
+                        .ok_or_else(|| {
+                            format!("\"buckets\" must be an integer from 1 to {MAX_BUCKETS}, got {value}")
+                        })?;
+                    o.buckets = Some(n as u32);
+                }
+                k => {
+                    return Err(format!(
+                        "unknown option \"{k}\" (encode, buckets, impute, scale)"
+                    ))
+                }
+            }
+        }
+        if o.buckets.is_some() && o.encode != Some(Encode::Hash) {
+            return Err("\"buckets\" needs \"encode\": \"hash\"".into());
+        }
+        Ok(o)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        if let Some(e) = self.encode {
+            m.insert("encode".into(), json!(e));
+        }
+        if let Some(b) = self.buckets {
+            m.insert("buckets".into(), json!(b));
+        }
+        if let Some(i) = self.impute {
+            m.insert("impute".into(), json!(i));
+        }
+        if let Some(s) = self.scale {
+            m.insert("scale".into(), json!(s));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The `preprocess` param: options by column name.
+pub type PreprocessOptions = BTreeMap<String, ColumnOptions>;
+
+/// A column's resolved plan before the statistics pass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColumnPlan {
+    pub name: String,
+    pub source: Source,
+    pub encode: Encode,
+    pub buckets: u32,
+    pub impute: Impute,
+    pub scale: Scale,
+}
+
+impl ColumnPlan {
+    /// Resolves the user's options for a column of `source` type. `normalize` is the default
+    /// scaling of numbers. The error names the problem (the caller adds the column).
+    pub fn resolve(
+        name: &str,
+        source: Source,
+        options: Option<&ColumnOptions>,
+        normalize: bool,
+    ) -> Result<ColumnPlan, String> {
+        let o = options.cloned().unwrap_or_default();
+        let numeric = source != Source::Text;
+        if numeric && o.encode.is_some() {
+            return Err("\"encode\" applies to text columns; this column is numeric".into());
+        }
+        if !numeric && o.scale.is_some() {
+            return Err("\"scale\" applies to numeric columns; this column is text".into());
+        }
+        let impute = o.impute.unwrap_or(if numeric {
+            Impute::Mean
+        } else {
+            Impute::Category
+        });
+        match (numeric, impute) {
+            (true, Impute::Category) => {
+                return Err("\"impute\": \"category\" applies to text columns; numbers take mean, zero, skip or error".into())
+            }
+            (false, Impute::Mean | Impute::Zero) => {
+                return Err(format!("\"impute\": \"{}\" applies to numeric columns; text takes category, skip or error", impute.name()))
+            }
+            _ => {}
+        }
+        Ok(ColumnPlan {
+            name: name.to_owned(),
+            source,
+            encode: o.encode.unwrap_or(Encode::OneHot),
+            buckets: o.buckets.unwrap_or(DEFAULT_BUCKETS),
+            impute,
+            scale: o.scale.unwrap_or(if normalize {
+                Scale::Standard
+            } else {
+                Scale::None
+            }),
+        })
+    }
+
+    pub fn null_action(&self) -> NullAction {
+        null_action(self.impute)
+    }
+}
+
+pub(super) fn null_action(impute: Impute) -> NullAction {
+    match impute {
+        Impute::Skip => NullAction::Skip,
+        Impute::Error => NullAction::Error,
+        _ => NullAction::Encode,
+    }
+}
+
+/// (source, encode, buckets) of each column, for [`fixed_width`].
+fn plans_width(plans: &[ColumnPlan]) -> Vec<(Source, Encode, u32)> {
+    plans
+        .iter()
+        .map(|p| (p.source, p.encode, p.buckets))
+        .collect()
+}
+
+/// The features a list of columns has whatever the data: one per number column, the buckets
+/// of each hashed column (checked against the model limit before any row is read).
+pub fn fixed_width(columns: &[(Source, Encode, u32)]) -> usize {
+    columns
+        .iter()
+        .map(|&(source, encode, buckets)| match (source, encode) {
+            (Source::Number, _) => 1,
+            (Source::Text, Encode::Hash) => buckets as usize,
+            _ => 0,
+        })
+        .sum()
+}
+
+impl ColumnPlan {
+    /// The features the plans have whatever the data (see [`fixed_width`]).
+    pub fn fixed_width(plans: &[ColumnPlan]) -> usize {
+        fixed_width(&plans_width(plans))
+    }
+}

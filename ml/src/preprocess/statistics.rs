@@ -1,0 +1,239 @@
+//! The statistics pass ([`StatsBuilder`]): every kept training row once; learns the means and
+//! standard deviations of numbers and array elements, array lengths and category counts, in
+//! memory bounded by the dictionary limit; gives the [`Preprocessor`].
+
+use crate::moments::Welford;
+
+use super::{
+    not_finite, CategoryMap, ColumnPlan, Encode, EncodedColumn, Encoding, Impute, PreprocessError,
+    Preprocessor, Scale, Source, CATEGORY_OVERHEAD,
+};
+
+#[derive(Clone, Debug)]
+enum ColumnStats {
+    Number(Welford),
+    Array(Option<Vec<Welford>>),
+    Categories(CategoryMap<u64>, u64),
+    Hashed,
+}
+
+/// The statistics pass: feed every training row's columns (after the NULL policy decided the
+/// row is kept), then [`StatsBuilder::finish`].
+#[derive(Clone, Debug)]
+pub struct StatsBuilder {
+    plans: Vec<ColumnPlan>,
+    columns: Vec<ColumnStats>,
+    rows: u64,
+    dictionary_bytes: usize,
+    max_dictionary_bytes: usize,
+    /// Most features the model may have: numbers, hash buckets and array elements together
+    /// are checked against it before an array's per-element statistics are allocated.
+    max_features: usize,
+    /// Features known so far: one per number, the buckets of hashed columns, the elements of
+    /// the arrays seen.
+    width: usize,
+}
+
+impl StatsBuilder {
+    /// `max_dictionary_bytes` bounds the category dictionaries; `max_features` the model's
+    /// width (see [`StatsBuilder::fixed_width`]).
+    pub fn new(
+        plans: Vec<ColumnPlan>,
+        max_dictionary_bytes: usize,
+        max_features: usize,
+    ) -> StatsBuilder {
+        let width = ColumnPlan::fixed_width(&plans);
+        let columns = plans
+            .iter()
+            .map(|p| match (p.source, p.encode) {
+                (Source::Number, _) => ColumnStats::Number(Welford::default()),
+                (Source::NumberArray, _) => ColumnStats::Array(None),
+                (Source::Text, Encode::OneHot) => {
+                    ColumnStats::Categories(CategoryMap::default(), 0)
+                }
+                (Source::Text, Encode::Hash) => ColumnStats::Hashed,
+            })
+            .collect();
+        StatsBuilder {
+            plans,
+            columns,
+            rows: 0,
+            dictionary_bytes: 0,
+            max_dictionary_bytes,
+            max_features,
+            width,
+        }
+    }
+
+    pub fn plans(&self) -> &[ColumnPlan] {
+        &self.plans
+    }
+
+    /// Counts a row; call once per kept row, before its columns.
+    pub fn begin_row(&mut self) {
+        self.rows += 1;
+    }
+
+    pub fn number(&mut self, col: usize, value: Option<f64>) -> Result<(), PreprocessError> {
+        if let (ColumnStats::Number(m), Some(v)) = (&mut self.columns[col], value) {
+            if !v.is_finite() {
+                return Err(not_finite(&self.plans[col]));
+            }
+            m.push(v);
+        }
+        Ok(())
+    }
+
+    /// Whether an array of `len` elements may be fed to column `col` (its length so far, and
+    /// the model's width): checked before the caller converts the elements.
+    pub fn check_array(&self, col: usize, len: usize) -> Result<(), PreprocessError> {
+        let column = || self.plans[col].name.clone();
+        match &self.columns[col] {
+            ColumnStats::Array(Some(m)) if m.len() != len => Err(PreprocessError::ArrayLength {
+                column: column(),
+                got: len,
+                expected: m.len(),
+            }),
+            ColumnStats::Array(None) if self.width.saturating_add(len) > self.max_features => {
+                Err(PreprocessError::TooWide {
+                    column: column(),
+                    elements: len,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub fn array(&mut self, col: usize, value: Option<&[f64]>) -> Result<(), PreprocessError> {
+        let (ColumnStats::Array(moments), Some(values)) = (&mut self.columns[col], value) else {
+            return Ok(());
+        };
+        if moments.is_none() {
+            let width = self.width.saturating_add(values.len());
+            let too_wide = PreprocessError::TooWide {
+                column: self.plans[col].name.clone(),
+                elements: values.len(),
+            };
+            if width > self.max_features {
+                return Err(too_wide);
+            }
+            let mut m = Vec::new();
+            m.try_reserve_exact(values.len()).map_err(|_| too_wide)?;
+            m.resize(values.len(), Welford::default());
+            *moments = Some(m);
+            self.width = width;
+        }
+        let m = moments.as_mut().expect("set above");
+        if m.len() != values.len() {
+            return Err(PreprocessError::ArrayLength {
+                column: self.plans[col].name.clone(),
+                got: values.len(),
+                expected: m.len(),
+            });
+        }
+        if !values.iter().all(|v| v.is_finite()) {
+            return Err(not_finite(&self.plans[col]));
+        }
+        for (m, &v) in m.iter_mut().zip(values) {
+            m.push(v);
+        }
+        Ok(())
+    }
+
+    pub fn text(&mut self, col: usize, value: Option<&[u8]>) -> Result<(), PreprocessError> {
+        let ColumnStats::Categories(counts, nulls) = &mut self.columns[col] else {
+            return Ok(());
+        };
+        let Some(v) = value else {
+            *nulls += 1;
+            return Ok(());
+        };
+        if let Some(c) = counts.get_mut(v) {
+            *c += 1;
+            return Ok(());
+        }
+        self.dictionary_bytes += v.len() + CATEGORY_OVERHEAD;
+        if self.dictionary_bytes > self.max_dictionary_bytes {
+            return Err(PreprocessError::TooManyCategories {
+                column: self.plans[col].name.clone(),
+                distinct: counts.len(),
+            });
+        }
+        // Growth is fallible: the dictionary's bound is a setting, the server's memory may be
+        // less (an allocation failure in Rust would abort the backend).
+        if counts.try_reserve(1).is_err() {
+            return Err(PreprocessError::OutOfMemory);
+        }
+        counts.insert(v.into(), 1);
+        Ok(())
+    }
+
+    /// The preprocessing the statistics give: the most frequent `max_categories` categories
+    /// of each one-hot column (ties by value), the rest pooled into "(other)".
+    pub fn finish(self, max_categories: usize) -> Result<Preprocessor, PreprocessError> {
+        let mut offset = 0usize;
+        let mut columns = Vec::with_capacity(self.plans.len());
+        for (plan, stats) in self.plans.into_iter().zip(self.columns) {
+            let encoding = match stats {
+                ColumnStats::Number(m) => {
+                    let (mean, std) = m.mean_std();
+                    Encoding::Number {
+                        fill: if plan.impute == Impute::Zero {
+                            0.0
+                        } else {
+                            mean
+                        },
+                        mean,
+                        std,
+                    }
+                }
+                ColumnStats::Array(m) => {
+                    let m = m.unwrap_or_default();
+                    let (mean, std): (Vec<f64>, Vec<f64>) = m.iter().map(Welford::mean_std).unzip();
+                    Encoding::Array {
+                        fill: if plan.impute == Impute::Zero {
+                            vec![0.0; mean.len()]
+                        } else {
+                            mean.clone()
+                        },
+                        mean,
+                        std,
+                    }
+                }
+                ColumnStats::Categories(counts, nulls) => {
+                    let distinct = counts.len();
+                    let mut all: Vec<(Box<[u8]>, u64)> = Vec::new();
+                    all.try_reserve_exact(counts.len())
+                        .map_err(|_| PreprocessError::OutOfMemory)?;
+                    all.extend(counts);
+                    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                    all.truncate(max_categories);
+                    Encoding::OneHot {
+                        categories: all
+                            .into_iter()
+                            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
+                            .collect(),
+                        other: distinct > max_categories,
+                        null: nulls > 0 && plan.impute == Impute::Category,
+                    }
+                }
+                ColumnStats::Hashed => Encoding::Hash {
+                    buckets: plan.buckets,
+                },
+            };
+            let width = encoding.width();
+            columns.push(EncodedColumn {
+                name: plan.name,
+                source: plan.source,
+                offset,
+                impute: plan.impute,
+                scaled: plan.scale == Scale::Standard && plan.source != Source::Text,
+                encoding,
+            });
+            offset += width;
+        }
+        let p = Preprocessor::new(columns, self.rows);
+        p.prepare()?;
+        Ok(p)
+    }
+}
