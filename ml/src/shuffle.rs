@@ -10,6 +10,24 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::hash::GOLDEN_GAMMA;
 
+/// A seed for a run that was given none, from the operating system's random source (so that
+/// two sessions starting in the same nanosecond still differ); the time if that source fails.
+/// At most i64::MAX: it is stored and reported as a bigint-sized JSON integer, so the run can
+/// be repeated.
+pub fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    let seed = match rand_core::OsRng.try_fill_bytes(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            crate::hash::splitmix64(nanos as u64 ^ (nanos >> 64) as u64)
+        }
+    };
+    seed & (i64::MAX as u64)
+}
+
 /// Split `n_pages` pages into consecutive blocks of `block_pages` pages (the
 /// last may be shorter). Returns `(start_page, n_pages)` pairs.
 pub fn split_blocks(n_pages: u32, block_pages: u32) -> Vec<(u32, u32)> {
@@ -362,5 +380,15 @@ mod tests {
             assert!(bounded(&mut rng, (1u64 << 40) + 3) < (1u64 << 40) + 3);
             assert_eq!(bounded(&mut rng, 1), 0);
         }
+    }
+
+    #[test]
+    fn random_seeds_differ_and_fit_a_bigint() {
+        let seeds: Vec<u64> = (0..64).map(|_| random_seed()).collect();
+        assert!(seeds.iter().all(|&s| s <= i64::MAX as u64));
+        let mut distinct = seeds.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), seeds.len());
     }
 }

@@ -440,7 +440,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
                 )
             };
             let model_arg = match (&target.name, target.id) {
-                (Some(name), _) => crate::pg::error::quote_literal(&if own {
+                (Some(name), _) => pgrx::spi::quote_literal(&if own {
                     name.clone()
                 } else {
                     format!("{}.{name}", quote_owner(&target.owner))
@@ -454,7 +454,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
                 detail,
                 format!(
                     "Revoke them too with corgipile_revoke({model_arg}, {}, 'manage', cascade => true).",
-                    crate::pg::error::quote_literal(role)
+                    pgrx::spi::quote_literal(role)
                 ),
             );
         }

@@ -37,25 +37,6 @@ pub fn required<T>(value: Option<T>, argument: &str, usage: &str) -> T {
     })
 }
 
-/// `text` as an SQL string literal, as PostgreSQL's quote_literal writes it: quotes doubled,
-/// and E'...' with backslashes doubled when there is a backslash (so the literal means the same
-/// whatever standard_conforming_strings is). For hints and messages that show SQL to run.
-pub fn quote_literal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 3);
-    if text.contains('\\') {
-        out.push('E');
-    }
-    out.push('\'');
-    for c in text.chars() {
-        if c == '\'' || c == '\\' {
-            out.push(c);
-        }
-        out.push(c);
-    }
-    out.push('\'');
-    out
-}
-
 /// Raise the ERROR for a training failure; `label` renders a trainer label (a value or a
 /// class index) as the table shows it; `normalized`: the features were standardized.
 pub fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalized: bool) -> ! {

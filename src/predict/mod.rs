@@ -378,280 +378,92 @@ fn by_name<R>(model_name: TextArg, f: impl FnOnce(ModelArg) -> R) -> R {
     unsafe { with_text_bytes(model_name.0, |bytes| f(ModelArg::Text(bytes))) }
 }
 
-// One Rust function per SQL overload (pgrx's way): model by id or by name, dense or sparse.
+/// Every SQL overload of one prediction function, one Rust function each (pgrx's way; the Rust
+/// names are the C symbols the install and upgrade scripts name, so they never change): the
+/// model by id or by name, its features dense, sparse (indices, values) or a whole row of a
+/// table with the model's columns (NULL when the row has a NULL in a column the model skips
+/// rows for, `"impute": "skip"`).
+macro_rules! prediction_overloads {
+    ($sql:tt, $predict:ident -> $out:ty,
+     $dense:ident, $sparse:ident, $dense_by_name:ident, $sparse_by_name:ident,
+     $row:ident, $row_by_name:ident) => {
+        #[pg_extern(stable, parallel_safe, name = $sql)]
+        fn $dense(
+            model_id: i64,
+            features: Float8ArrayArg,
+            fcinfo: pg_sys::FunctionCallInfo,
+        ) -> $out {
+            dense(fcinfo, ModelArg::Id(model_id), features, $predict)
+        }
 
-/// The predicted label for one feature vector, in the label values of the training table
-/// (0/1 for a boolean label); for linear regression the predicted value.
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict(
-    model_id: i64,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    dense(fcinfo, ModelArg::Id(model_id), features, predict_number)
+        #[pg_extern(stable, parallel_safe, name = $sql)]
+        fn $sparse(
+            model_id: i64,
+            indices: Int4ArrayArg,
+            values: Float8ArrayArg,
+            fcinfo: pg_sys::FunctionCallInfo,
+        ) -> $out {
+            sparse(fcinfo, ModelArg::Id(model_id), indices, values, $predict)
+        }
+
+        #[pg_extern(stable, parallel_safe, name = $sql)]
+        fn $dense_by_name(
+            model_name: TextArg,
+            features: Float8ArrayArg,
+            fcinfo: pg_sys::FunctionCallInfo,
+        ) -> $out {
+            by_name(model_name, |arg| dense(fcinfo, arg, features, $predict))
+        }
+
+        #[pg_extern(stable, parallel_safe, name = $sql)]
+        fn $sparse_by_name(
+            model_name: TextArg,
+            indices: Int4ArrayArg,
+            values: Float8ArrayArg,
+            fcinfo: pg_sys::FunctionCallInfo,
+        ) -> $out {
+            by_name(model_name, |arg| {
+                sparse(fcinfo, arg, indices, values, $predict)
+            })
+        }
+
+        #[pg_extern(stable, parallel_safe, name = $sql)]
+        fn $row(model_id: i64, row: RecordArg, fcinfo: pg_sys::FunctionCallInfo) -> Option<$out> {
+            with_row(fcinfo, ModelArg::Id(model_id), row, $predict)
+        }
+
+        #[pg_extern(stable, parallel_safe, name = $sql)]
+        fn $row_by_name(
+            model_name: TextArg,
+            row: RecordArg,
+            fcinfo: pg_sys::FunctionCallInfo,
+        ) -> Option<$out> {
+            by_name(model_name, |arg| with_row(fcinfo, arg, row, $predict))
+        }
+    };
 }
 
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse(
-    model_id: i64,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    sparse(
-        fcinfo,
-        ModelArg::Id(model_id),
-        indices,
-        values,
-        predict_number,
-    )
-}
+// The predicted label, in the label values of the training table (0/1 for a boolean label);
+// for linear regression the predicted value.
+prediction_overloads!("corgipile_predict", predict_number -> f64,
+    corgipile_predict, corgipile_predict_sparse, corgipile_predict_by_name,
+    corgipile_predict_sparse_by_name, corgipile_predict_row, corgipile_predict_row_by_name);
 
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_by_name(
-    model_name: TextArg,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    by_name(model_name, |arg| {
-        dense(fcinfo, arg, features, predict_number)
-    })
-}
+// The predicted class as text (numeric and text labels).
+prediction_overloads!("corgipile_predict_class", predict_class -> String,
+    corgipile_predict_class, corgipile_predict_class_sparse, corgipile_predict_class_by_name,
+    corgipile_predict_class_sparse_by_name, corgipile_predict_class_row,
+    corgipile_predict_class_row_by_name);
 
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_sparse_by_name(
-    model_name: TextArg,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    by_name(model_name, |arg| {
-        sparse(fcinfo, arg, indices, values, predict_number)
-    })
-}
+// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
+// P(positive)]; softmax: one per class).
+prediction_overloads!("corgipile_predict_proba", predict_proba -> Vec<f64>,
+    corgipile_predict_proba, corgipile_predict_proba_sparse, corgipile_predict_proba_by_name,
+    corgipile_predict_proba_sparse_by_name, corgipile_predict_proba_row,
+    corgipile_predict_proba_row_by_name);
 
-/// The predicted class as text (works for numeric and text labels).
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_class(
-    model_id: i64,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> String {
-    dense(fcinfo, ModelArg::Id(model_id), features, predict_class)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse(
-    model_id: i64,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> String {
-    sparse(
-        fcinfo,
-        ModelArg::Id(model_id),
-        indices,
-        values,
-        predict_class,
-    )
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_by_name(
-    model_name: TextArg,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> String {
-    by_name(model_name, |arg| {
-        dense(fcinfo, arg, features, predict_class)
-    })
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_sparse_by_name(
-    model_name: TextArg,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> String {
-    by_name(model_name, |arg| {
-        sparse(fcinfo, arg, indices, values, predict_class)
-    })
-}
-
-/// Class probabilities in the order of label_mapping->'classes' (logistic: [P(negative),
-/// P(positive)]; softmax: one per class).
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_predict_proba(
-    model_id: i64,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Vec<f64> {
-    dense(fcinfo, ModelArg::Id(model_id), features, predict_proba)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse(
-    model_id: i64,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Vec<f64> {
-    sparse(
-        fcinfo,
-        ModelArg::Id(model_id),
-        indices,
-        values,
-        predict_proba,
-    )
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_by_name(
-    model_name: TextArg,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Vec<f64> {
-    by_name(model_name, |arg| {
-        dense(fcinfo, arg, features, predict_proba)
-    })
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_sparse_by_name(
-    model_name: TextArg,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Vec<f64> {
-    by_name(model_name, |arg| {
-        sparse(fcinfo, arg, indices, values, predict_proba)
-    })
-}
-
-/// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_decision_function(
-    model_id: i64,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    dense(fcinfo, ModelArg::Id(model_id), features, decision_function)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse(
-    model_id: i64,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    sparse(
-        fcinfo,
-        ModelArg::Id(model_id),
-        indices,
-        values,
-        decision_function,
-    )
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_by_name(
-    model_name: TextArg,
-    features: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    by_name(model_name, |arg| {
-        dense(fcinfo, arg, features, decision_function)
-    })
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_sparse_by_name(
-    model_name: TextArg,
-    indices: Int4ArrayArg,
-    values: Float8ArrayArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> f64 {
-    by_name(model_name, |arg| {
-        sparse(fcinfo, arg, indices, values, decision_function)
-    })
-}
-
-// Whole rows: the model's columns by name, encoded by its stored preprocessing. NULL when
-// the row has a NULL in a column the model skips rows for ("impute": "skip").
-
-/// The predicted label (or value) for a whole row of a table with the model's columns.
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_row(
-    model_id: i64,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<f64> {
-    with_row(fcinfo, ModelArg::Id(model_id), row, predict_number)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict")]
-fn corgipile_predict_row_by_name(
-    model_name: TextArg,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<f64> {
-    by_name(model_name, |arg| with_row(fcinfo, arg, row, predict_number))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_row(
-    model_id: i64,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<String> {
-    with_row(fcinfo, ModelArg::Id(model_id), row, predict_class)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_class")]
-fn corgipile_predict_class_row_by_name(
-    model_name: TextArg,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<String> {
-    by_name(model_name, |arg| with_row(fcinfo, arg, row, predict_class))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_row(
-    model_id: i64,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<Vec<f64>> {
-    with_row(fcinfo, ModelArg::Id(model_id), row, predict_proba)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_predict_proba")]
-fn corgipile_predict_proba_row_by_name(
-    model_name: TextArg,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<Vec<f64>> {
-    by_name(model_name, |arg| with_row(fcinfo, arg, row, predict_proba))
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_row(
-    model_id: i64,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<f64> {
-    with_row(fcinfo, ModelArg::Id(model_id), row, decision_function)
-}
-
-#[pg_extern(stable, parallel_safe, name = "corgipile_decision_function")]
-fn corgipile_decision_function_row_by_name(
-    model_name: TextArg,
-    row: RecordArg,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<f64> {
-    by_name(model_name, |arg| {
-        with_row(fcinfo, arg, row, decision_function)
-    })
-}
+// The raw score w·x + b of an svm, logistic or linear model (positive = the positive class).
+prediction_overloads!("corgipile_decision_function", decision_function -> f64,
+    corgipile_decision_function, corgipile_decision_function_sparse,
+    corgipile_decision_function_by_name, corgipile_decision_function_sparse_by_name,
+    corgipile_decision_function_row, corgipile_decision_function_row_by_name);

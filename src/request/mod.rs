@@ -14,6 +14,7 @@ use crate::request::query::{check_relation, relation_name, FeatureColumns, Input
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
+pub use corgipile_ml::shuffle::random_seed;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -181,19 +182,6 @@ pub(crate) unsafe fn prepare(
         },
         input,
     }
-}
-
-/// A seed for a call that gave none (it is stored or reported, so the run can be repeated).
-pub fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    // Stored as a JSON integer that also fits a bigint.
-    h.finish() & (i64::MAX as u64)
 }
 
 pub(crate) fn json_type(v: &serde_json::Value) -> &'static str {

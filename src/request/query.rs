@@ -8,6 +8,7 @@ use crate::pg::error::raise;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source};
+use pgrx::spi::{quote_identifier, quote_qualified_identifier};
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
@@ -65,22 +66,10 @@ pub unsafe fn relation_name(relid: pg_sys::Oid) -> String {
 pub unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
     let nsp = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relid));
     let rel = pg_sys::get_rel_name(relid);
-    format!(
-        "{}.{}",
-        quote_ident(&CStr::from_ptr(nsp).to_string_lossy()),
-        quote_ident(&CStr::from_ptr(rel).to_string_lossy())
+    quote_qualified_identifier(
+        CStr::from_ptr(nsp).to_string_lossy(),
+        CStr::from_ptr(rel).to_string_lossy(),
     )
-}
-
-/// PostgreSQL's own identifier quoting (quotes only when needed, doubles embedded quotes).
-pub fn quote_ident(name: &str) -> String {
-    let c = CString::new(name).expect("identifiers were checked for NUL bytes");
-    // SAFETY: quote_identifier returns its input or a palloc'd quoted copy, both valid C strings.
-    unsafe {
-        CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr()))
-            .to_string_lossy()
-            .into_owned()
-    }
 }
 
 unsafe fn type_name(oid: pg_sys::Oid) -> String {
@@ -200,9 +189,9 @@ unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> S
     let t = column_type(relid, relname, column, "features");
     let elem = element_type(t);
     if t == pg_sys::FLOAT8ARRAYOID || t == pg_sys::FLOAT4ARRAYOID {
-        quote_ident(column)
+        quote_identifier(column)
     } else if is_number(elem) {
-        format!("{}::pg_catalog.float8[]", quote_ident(column))
+        format!("{}::pg_catalog.float8[]", quote_identifier(column))
     } else {
         type_error(relname, "features", column, type_name(t),
             "The features column must be an array of numbers (float8[], float4[], integer[], numeric[]), a list of numeric columns, or {\"indices\": ..., \"values\": ...}.")
@@ -370,7 +359,7 @@ pub unsafe fn resolve(
         Labels::TwoClasses | Labels::Classes => {
             if is_text(label_type) {
                 (
-                    format!("{}::pg_catalog.text", quote_ident(label)),
+                    format!("{}::pg_catalog.text", quote_identifier(label)),
                     LabelCoding::ClassOfText,
                 )
             } else if is_number(label_type) || label_is_bool {
@@ -425,9 +414,9 @@ pub unsafe fn resolve(
                 );
             }
             let index_expr = if ti == pg_sys::INT4ARRAYOID {
-                quote_ident(indices)
+                quote_identifier(indices)
             } else {
-                format!("{}::pg_catalog.int4[]", quote_ident(indices))
+                format!("{}::pg_catalog.int4[]", quote_identifier(indices))
             };
             (
                 vec![index_expr, dense_array_expr(relid, relname, values)],
@@ -473,7 +462,7 @@ pub unsafe fn resolve(
 /// None for a type we cannot encode.
 unsafe fn column_source(column: &str, t: pg_sys::Oid) -> Option<(Source, String)> {
     let base = pg_sys::getBaseType(t);
-    let col = quote_ident(column);
+    let col = quote_identifier(column);
     if LabelKind::from_type(base).is_some() && base != pg_sys::NUMERICOID {
         // Read as stored (boolean, integers, floats: converted to f64 as the casts would),
         // so the query stays plain columns and can take the page reader.
@@ -634,9 +623,9 @@ unsafe fn tabular_columns(
 
 fn numeric_label_expr(label: &str, t: pg_sys::Oid) -> String {
     if t == pg_sys::NUMERICOID {
-        format!("{}::pg_catalog.float8", quote_ident(label))
+        format!("{}::pg_catalog.float8", quote_identifier(label))
     } else {
-        quote_ident(label)
+        quote_identifier(label)
     }
 }
 

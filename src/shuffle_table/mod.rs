@@ -14,12 +14,13 @@ use crate::catalog::check_writable;
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
 use crate::request::args::ParamsArg;
-use crate::request::query::{qualified_name, quote_ident, relation_name};
+use crate::request::query::{qualified_name, relation_name};
 use crate::request::random_seed;
 use corgipile_ml::limits::pretty_bytes;
 use corgipile_ml::params::parse_bytes;
 use corgipile_ml::shuffle::{pile_count, PileShuffler};
 use pgrx::prelude::*;
+use pgrx::spi::quote_identifier;
 use pgrx::PgSqlErrorCode;
 use std::ffi::{CStr, CString};
 
@@ -267,11 +268,11 @@ unsafe fn target_name(name: &str) -> String {
     }
     let rel = CStr::from_ptr((*rv).relname).to_string_lossy().into_owned();
     match (*rv).schemaname.is_null() {
-        true => quote_ident(&rel),
+        true => quote_identifier(&rel),
         false => format!(
             "{}.{}",
-            quote_ident(&CStr::from_ptr((*rv).schemaname).to_string_lossy()),
-            quote_ident(&rel)
+            quote_identifier(CStr::from_ptr((*rv).schemaname).to_string_lossy()),
+            quote_identifier(&rel)
         ),
     }
 }
@@ -290,7 +291,7 @@ unsafe fn checked_column(relid: pg_sys::Oid, relname: &str, column: &str) -> Str
             Some("\"columns\" names columns of the source table.".into()),
         );
     }
-    quote_ident(column)
+    quote_identifier(column)
 }
 
 /// The source's size with TOAST (all partitions of a partitioned table), for the pile count.

@@ -8,9 +8,10 @@ use crate::catalog::grants;
 use crate::catalog::locks::{wait_for, Purpose};
 use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_name, select_one};
 use crate::catalog::{load_model_ref, ModelRef};
-use crate::pg::error::{quote_literal, raise, required};
+use crate::pg::error::{raise, required};
 use corgipile_ml::model::Labels;
 use pgrx::prelude::*;
+use pgrx::spi::quote_literal;
 use pgrx::PgSqlErrorCode;
 
 fn spi_failed(what: &str, e: pgrx::spi::Error) -> ! {
