@@ -24,26 +24,18 @@ pub const BYTES_PER_STRING: u64 = 160;
 pub const BYTES_PER_MEMBER: u64 = 80;
 
 /// Why a JSON text was refused.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WireError {
     /// Parsing it could take more than `limit` bytes (at least `bytes`; the count stops there).
+    #[error(
+        "it would need more than {} of memory to read (at least {}), over the limit",
+        crate::limits::pretty_bytes(*.limit),
+        crate::limits::pretty_bytes(*.bytes)
+    )]
     TooLarge { bytes: u64, limit: u64 },
     /// Not JSON, or not the expected shape.
+    #[error("{0}")]
     Invalid(String),
-}
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WireError::TooLarge { bytes, limit } => write!(
-                f,
-                "it would need more than {} of memory to read (at least {}), over the limit",
-                crate::limits::pretty_bytes(*limit),
-                crate::limits::pretty_bytes(*bytes)
-            ),
-            WireError::Invalid(why) => f.write_str(why),
-        }
-    }
 }
 
 /// Parses `text` as a `T` unless materialising it could take more than `limit` bytes (text
@@ -295,5 +287,25 @@ mod seq_tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("more than 3 elements"), "{err}");
+    }
+
+    #[test]
+    fn error_texts_are_pinned() {
+        assert_eq!(
+            WireError::TooLarge {
+                bytes: 3 << 20,
+                limit: 1 << 20
+            }
+            .to_string(),
+            format!(
+                "it would need more than {} of memory to read (at least {}), over the limit",
+                crate::limits::pretty_bytes(1 << 20),
+                crate::limits::pretty_bytes(3 << 20)
+            )
+        );
+        assert_eq!(
+            WireError::Invalid("expected `,`".into()).to_string(),
+            "expected `,`"
+        );
     }
 }

@@ -16,6 +16,7 @@ use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::row::Row;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -164,10 +165,12 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
             None,
         )
     };
-    let label_mapping = if source.model.is_classifier() {
-        json!({ "classes": outcome.classes, "label_type": source.label_type })
-    } else {
-        json!({ "label_type": source.label_type })
+    let label_mapping = LabelMapping {
+        classes: source
+            .model
+            .is_classifier()
+            .then(|| outcome.classes.clone()),
+        label_type: source.label_type.to_owned(),
     };
     let mut metrics = json!({
         "loss": last.stats.loss,
@@ -207,7 +210,7 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
             JsonB(source.features.clone()).into(),
             (model.n_features as i32).into(),
             (model.n_outputs as i32).into(),
-            JsonB(label_mapping).into(),
+            JsonB(serde_json::to_value(&label_mapping).expect("a label mapping serializes")).into(),
             model.weights.clone().into(),
             model.bias.clone().into(),
             outcome.standardizer.clone().map(JsonB).into(),
@@ -476,6 +479,15 @@ fn preprocessing_column() -> &'static str {
     }
 }
 
+/// corgipile.models.label_mapping: a classifier's label values by class index (binary:
+/// [negative, positive]) and the label column's type, as `{"classes": [...], "label_type": ...}`.
+#[derive(Serialize, Deserialize)]
+struct LabelMapping {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    classes: Option<Vec<ClassValue>>,
+    label_type: String,
+}
+
 fn read_model(model_id: i64) -> StoredModel {
     let row = Spi::connect(|client| {
         let table = client.select(
@@ -531,11 +543,15 @@ fn read_model(model_id: i64) -> StoredModel {
             None,
         )
     });
-    let classes: Vec<ClassValue> = mapping
-        .get("classes")
-        .and_then(|c| serde_json::from_value(c.clone()).ok())
-        .unwrap_or_default();
-    let boolean_label = mapping.get("label_type").and_then(|t| t.as_str()) == Some("boolean");
+    let mapping: LabelMapping = serde_json::from_value(mapping).unwrap_or_else(|_| {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("model {model_id} has an unreadable label mapping"),
+            None,
+        )
+    });
+    let classes = mapping.classes.unwrap_or_default();
+    let boolean_label = mapping.label_type == "boolean";
     let (n_features, n_outputs) = (n_features.max(0) as usize, n_outputs.max(1) as usize);
     if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
         raise(

@@ -66,25 +66,16 @@ impl FloatSlice<'_> {
 }
 
 /// Why an array could not be used as a feature vector.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, thiserror::Error)]
 pub enum ArrayProblem {
+    #[error("the features array is empty")]
     Empty,
+    #[error("the features array has {0} dimensions, expected 1")]
     MultiDimensional(i32),
+    #[error("the features array contains NULL elements")]
     HasNulls,
+    #[error("the array has an unexpected element type")]
     WrongElementType,
-}
-
-impl std::fmt::Display for ArrayProblem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ArrayProblem::Empty => write!(f, "the features array is empty"),
-            ArrayProblem::MultiDimensional(n) => {
-                write!(f, "the features array has {n} dimensions, expected 1")
-            }
-            ArrayProblem::HasNulls => write!(f, "the features array contains NULL elements"),
-            ArrayProblem::WrongElementType => write!(f, "the array has an unexpected element type"),
-        }
-    }
 }
 
 /// Detoast a one-dimensional, NULL-free array datum, hand it to `f`, and free any detoasted copy.

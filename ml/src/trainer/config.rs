@@ -88,19 +88,24 @@ impl TrainConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum TrainError {
     /// A third distinct raw label value was seen: the two known ones, then the
     /// new one. A NaN label is reported this way too (with NaN as the new value).
+    #[error("{}", too_many_labels(values))]
     TooManyLabels { values: [f64; 3] },
     /// Softmax: a label that is not a class index in 0..MAX_CLASSES;
     /// linear: a label that is not finite.
+    #[error("{}", invalid_label(*value, *kind))]
     InvalidLabel { value: f64, kind: ModelKind },
     /// Loss or weights became NaN or infinite.
+    #[error("training diverged in epoch {epoch}: loss or weights became NaN or infinite")]
     Diverged { epoch: u32 },
     /// Growing the model needed `bytes` more than the process could allocate.
+    #[error("out of memory growing the model by {bytes} bytes")]
     OutOfMemory { bytes: u64 },
     /// The interrupt check (see [`Trainer::set_interrupt`](super::Trainer::set_interrupt)) asked to stop.
+    #[error("training interrupted")]
     Interrupted,
 }
 
@@ -127,43 +132,26 @@ impl TrainError {
     }
 }
 
-impl std::fmt::Display for TrainError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TrainError::TooManyLabels { values: [a, b, c] } => {
-                if c.is_nan() {
-                    write!(f, "label value NaN is not a valid class label")
-                } else {
-                    write!(
-                        f,
-                        "label column has more than two distinct values (found {a}, {b} and {c})"
-                    )
-                }
-            }
-            TrainError::InvalidLabel {
-                value,
-                kind: ModelKind::Linear,
-            } => write!(f, "label value {value} is not a finite number"),
-            TrainError::InvalidLabel { value, .. } => write!(
-                f,
-                "label value {value} is not a class index from 0 to {}",
-                MAX_CLASSES - 1
-            ),
-            TrainError::Diverged { epoch } => {
-                write!(
-                    f,
-                    "training diverged in epoch {epoch}: loss or weights became NaN or infinite"
-                )
-            }
-            TrainError::OutOfMemory { bytes } => {
-                write!(f, "out of memory growing the model by {bytes} bytes")
-            }
-            TrainError::Interrupted => write!(f, "training interrupted"),
-        }
+/// TooManyLabels's text: a NaN label is reported as a third value.
+fn too_many_labels([a, b, c]: &[f64; 3]) -> String {
+    if c.is_nan() {
+        "label value NaN is not a valid class label".to_string()
+    } else {
+        format!("label column has more than two distinct values (found {a}, {b} and {c})")
     }
 }
 
-impl std::error::Error for TrainError {}
+/// InvalidLabel's text: regression needs a finite number, classes a class index.
+fn invalid_label(value: f64, kind: ModelKind) -> String {
+    if kind.is_classifier() {
+        format!(
+            "label value {value} is not a class index from 0 to {}",
+            MAX_CLASSES - 1
+        )
+    } else {
+        format!("label value {value} is not a finite number")
+    }
+}
 
 /// See [`Trainer::set_interrupt`](super::Trainer::set_interrupt).
 pub type InterruptCheck = Box<dyn FnMut() -> bool + Send>;

@@ -361,3 +361,48 @@ fn an_arena_of_scaled_and_unscaled_rows_is_not_trained_on() {
     t.start_epoch(1);
     let _ = t.train_buffer(&arena, None);
 }
+
+#[test]
+fn train_error_texts_are_pinned() {
+    use crate::model::ModelKind;
+    let texts = [
+        (
+            TrainError::TooManyLabels {
+                values: [0.0, 1.0, 2.0],
+            },
+            "label column has more than two distinct values (found 0, 1 and 2)",
+        ),
+        (
+            TrainError::TooManyLabels {
+                values: [0.0, 1.0, f64::NAN],
+            },
+            "label value NaN is not a valid class label",
+        ),
+        (
+            TrainError::InvalidLabel {
+                value: f64::INFINITY,
+                kind: ModelKind::Linear,
+            },
+            "label value inf is not a finite number",
+        ),
+        (
+            TrainError::InvalidLabel {
+                value: -1.0,
+                kind: ModelKind::Softmax,
+            },
+            "label value -1 is not a class index from 0 to 65535",
+        ),
+        (
+            TrainError::Diverged { epoch: 3 },
+            "training diverged in epoch 3: loss or weights became NaN or infinite",
+        ),
+        (
+            TrainError::OutOfMemory { bytes: 80 },
+            "out of memory growing the model by 80 bytes",
+        ),
+        (TrainError::Interrupted, "training interrupted"),
+    ];
+    for (e, text) in texts {
+        assert_eq!(e.to_string(), text);
+    }
+}
