@@ -12,7 +12,8 @@ use corgipile_ml::model::LinearModel;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
-    shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord, EpochTotals,
+    normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord,
+    EpochTotals, LabelsError,
 };
 use corgipile_ml::wire::{self, WireError};
 
@@ -404,32 +405,30 @@ pub unsafe fn train(
     let mut extras = LearnedStatistics::default();
     let mut train_config = params.train_config(kind);
     if params.normalize {
-        extras.standardizer = Some(match config.layout {
-            FeatureLayout::Sparse { .. } => stats.max_abs_scaler(),
-            _ => stats.standardizer(params.fit_intercept),
-        });
+        let sparse = matches!(config.layout, FeatureLayout::Sparse { .. });
+        extras.standardizer = Some(normalizing_scaler(&stats, sparse, params.fit_intercept));
     }
-    let counts = stats.class_counts();
     if kind.is_binary() {
-        if counts.len() != 2 {
-            raise(
+        let settled = settle_labels(
+            kind,
+            &stats.class_counts(),
+            params.class_weight.as_ref(),
+            &|v| v.to_string(),
+        )
+        .unwrap_or_else(|e| match e {
+            LabelsError::NotTwoClasses { found } => raise(
                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!("the label column of {} has {} distinct values on its shards; binary classifiers need exactly two", config.relation, counts.len()),
+                format!("the label column of {} has {found} distinct values on its shards; binary classifiers need exactly two", config.relation),
                 None,
-            );
-        }
-        extras.label_values = Some((counts[0].0, counts[1].0));
-        if let Some(cw) = &params.class_weight {
-            let labels: Vec<String> = counts.iter().map(|c| c.0.to_string()).collect();
-            let n: Vec<u64> = counts.iter().map(|c| c.1).collect();
-            extras.class_weights = Some(cw.resolve(&labels, &n).unwrap_or_else(|e| {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    e.message,
-                    e.hint,
-                )
-            }));
-        }
+            ),
+            LabelsError::ClassWeight(e) => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                e.message,
+                e.hint,
+            ),
+        });
+        extras.label_values = settled.label_values;
+        extras.class_weights = settled.class_weights;
     }
     extras.clone().apply(&mut train_config);
 

@@ -29,6 +29,7 @@ mod exchange;
 mod growth;
 mod labels;
 mod minibatch;
+mod prepass;
 mod regularization;
 mod run;
 #[cfg(test)]
@@ -39,6 +40,7 @@ pub use combine::{DeltaRounds, EpochPart, EpochTotals};
 pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSES};
 pub use epoch::EpochStats;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
+pub use prepass::{normalizing_scaler, settle_labels, LabelsError, SettledLabels};
 pub use run::{converged, shard_line, table_header, table_line, EpochLoop, EpochRecord};
 
 use crate::arena::TupleArena;

@@ -17,7 +17,8 @@ use corgipile_ml::model::{Labels, LinearModel};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
-    table_header, table_line, EpochLoop, EpochRecord, EpochStats, TrainConfig, TrainError, Trainer,
+    normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
+    EpochStats, LabelsError, TrainConfig, TrainError, Trainer,
 };
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
@@ -114,64 +115,31 @@ impl SgdNode {
             );
         } else if params.normalize {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
-            // Sparse rows are scaled by max |value|, never centered (zeros stay zeros); dense
-            // rows standardized (centering would give a model without an intercept one in the
-            // table's units).
-            config.standardizer = Some(if sparse {
-                stats.max_abs_scaler()
-            } else {
-                stats.standardizer(params.fit_intercept)
-            });
+            config.standardizer = Some(normalizing_scaler(&stats, sparse, params.fit_intercept));
         }
         if let (Some(class_weight), true) =
             (&params.class_weight, self.config.model.is_classifier())
         {
-            // counts: (trainer label, rows), ascending: values, or class indices.
-            let counts = stats.class_counts();
-            let label_text = self.label_text();
-            if self.config.model.is_binary() && counts.len() != 2 {
-                raise(
+            let settled = settle_labels(
+                self.config.model,
+                &stats.class_counts(),
+                Some(class_weight),
+                &self.label_text(),
+            )
+            .unwrap_or_else(|e| match e {
+                LabelsError::NotTwoClasses { found } => raise(
                     PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("the label column of {} has {} distinct values; binary classifiers need exactly two", self.config.relation, counts.len()),
+                    format!("the label column of {} has {found} distinct values; binary classifiers need exactly two", self.config.relation),
                     None,
-                );
-            }
-            let k = if self.config.model.is_binary() {
-                2
-            } else {
-                counts.iter().map(|c| c.0 as usize + 1).max().unwrap_or(0)
-            };
-            // Weights by class position: binary [negative, positive]; softmax by class index.
-            let mut labels = Vec::with_capacity(k);
-            let mut n = vec![0u64; k];
-            for (position, (label, count)) in counts.iter().enumerate() {
-                let at = if self.config.model.is_binary() {
-                    position
-                } else {
-                    *label as usize
-                };
-                n[at] = *count;
-            }
-            #[allow(clippy::needless_range_loop)] // binary indexes counts, softmax does not
-            for position in 0..k {
-                let trainer_label = if self.config.model.is_binary() {
-                    counts[position].0
-                } else {
-                    position as f64
-                };
-                labels.push(label_text(trainer_label));
-            } // (binary: k == counts.len() == 2)
-            let weights = class_weight.resolve(&labels, &n).unwrap_or_else(|e| {
-                raise(
+                ),
+                LabelsError::ClassWeight(e) => raise(
                     PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                     e.message,
                     e.hint,
-                )
+                ),
             });
-            if self.config.model.is_binary() {
-                config.label_values = Some((counts[0].0, counts[1].0));
-            }
-            config.class_weights = Some(weights);
+            config.label_values = settled.label_values;
+            config.class_weights = settled.class_weights;
         }
         pg_sys::ExecReScan(self.child);
     }
