@@ -102,12 +102,14 @@ unit:
 # major (the code differs between majors only in src/compat.rs); pyflakes on the Python (unused
 # imports and names, f-strings without fields); every results file the README quotes names this
 # version and the command that made it (scripts/check_bench_sources.py); no import circle between
-# source files (scripts/check_imports.py).
+# source files (scripts/check_imports.py); README's Development map names every source file
+# (scripts/check_source_map.py).
 lint: setup setup-python
 	cargo fmt --all --check
 	$(VENV)/bin/python -m pyflakes tests bench scripts
 	$(VENV)/bin/python scripts/check_bench_sources.py
 	$(VENV)/bin/python scripts/check_imports.py
+	$(VENV)/bin/python scripts/check_source_map.py
 	cargo clippy -p corgipile-ml --all-targets --release -- -D warnings
 	for v in $(TESTED_MAJORS); do \
 		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \

@@ -1,9 +1,19 @@
 //! corgipile: SGD training inside PostgreSQL without a full data shuffle (CorgiPile, SIGMOD 2022).
 //!
-//! Layout: `api` holds the training/evaluation SQL functions, `predict` the prediction ones,
-//! `manage` model names, deployment and export, `progress` what pg_stat_activity shows; `plan` builds the BlockShuffle → TupleShuffle → SGD
-//! executor tree through the planner, `exec` holds the three CustomScan nodes, `catalog` the
-//! model tables, `shard` training over tables sharded across servers. The pure ML (models, SGD, shuffling, params) is the `corgipile_ml` crate.
+//! Layers, from the SQL surface down (each imports only from layers below it, and no two
+//! source files import each other in a circle: `scripts/check_imports.py`):
+//! - `sql`, `predict`, `shuffle_table`: the SQL functions users call;
+//! - `request`: a call's relation, model kind and params → a checked pipeline config and query;
+//! - `shard`, `parallel`: trainings spread over shard servers, or over parallel workers;
+//! - `pipeline`: the config every node shares, the plan (planner hook) and running it;
+//! - `exec`: the three CustomScan nodes, BlockShuffle → TupleShuffle → SGD;
+//! - `decode`: rows → labels, features and encoded column lists (training and prediction);
+//! - `catalog`: the model tables, names, grants and locks;
+//! - `pg`: ERRORs, the differences between majors, settings, the progress line.
+//!
+//! The ML itself (model kinds, SGD and the epoch loop, shuffles, statistics, params, metrics)
+//! is the `corgipile_ml` crate, which has no PostgreSQL in it. README.md's Development section
+//! maps every file.
 
 use pgrx::prelude::*;
 

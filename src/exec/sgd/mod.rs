@@ -5,12 +5,12 @@
 //! can read another's result.
 
 mod collect;
+mod double_buffer;
 mod evaluate;
 mod learn;
 mod shard_round;
 mod trace;
 mod train;
-mod worker;
 
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows};

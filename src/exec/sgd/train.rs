@@ -3,7 +3,7 @@
 //! statistics pass before them; per-epoch validation and progress.
 
 use super::collect::CollectedRows;
-use super::worker::{raise_reply, Job, Reply, StatsWorker, Worker};
+use super::double_buffer::{raise_reply, Job, Reply, StatsWorker, Worker};
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
