@@ -122,7 +122,7 @@ mod tests {
             }
         }
 
-        // src/locks.rs (the purpose's marker byte given directly)
+        // src/catalog/locks.rs (the purpose's marker byte given directly)
         pub fn name_hash(marker: u8, name: &str) -> u64 {
             let mut h = 0xcbf2_9ce4_8422_2325u64;
             for b in [marker, 0xff].into_iter().chain(name.bytes()) {
@@ -133,7 +133,7 @@ mod tests {
             h ^ (h >> 31)
         }
 
-        // src/exec/tuple_shuffle/rows.rs (the ctid's fields and the table oid given directly)
+        // src/decode/mod.rs, tid_fraction (the ctid's fields and the table oid given directly)
         pub fn tid_fraction(bi_hi: u16, bi_lo: u16, posid: u16, table: Option<u32>) -> f64 {
             let block = (bi_hi as u64) << 16 | bi_lo as u64;
             let salt = table.map_or(0, |t| (t as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));

@@ -1,7 +1,7 @@
 //! Living with models: deploy a version of a name, drop models, export coefficients.
 //!
 //! Names are per owner, like the models themselves: each role's "churn" is its own, with
-//! versions 1, 2, ...; another role's is "owner.churn" (src/grants.rs). The deployed version of
+//! versions 1, 2, ...; another role's is "owner.churn" (src/catalog/grants.rs). The deployed version of
 //! a name is the one pinned by corgipile_deploy, else the newest.
 
 use crate::catalog::grants;
