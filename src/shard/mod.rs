@@ -1,9 +1,9 @@
 //! Training over a sharded table: a partitioned table whose partitions are postgres_fdw foreign
 //! tables on other servers (and maybe local tables). Rows never cross the network: every shard
-//! runs corgipile's own pipeline over its local table (`corgipile_shard_round`, see
-//! `serve`, which runs the `exec::sgd::shard_round` task) and returns a model; the coordinator adds every shard's change to
-//! the model the round started from, once per round, and sends the sum back for the next
-//! round. A round is one epoch of every shard, or with `"sync": K` a K-th of it (blocks
+//! runs corgipile's own pipeline over its local table (`corgipile_shard_round` in `serve`,
+//! which runs the `exec::sgd::shard_round` task) and returns a model; the coordinator adds
+//! every shard's change to the model the round started from, once per round, and sends the sum
+//! back for the next round. A round is one epoch of every shard, or with `"sync": K` a K-th of it (blocks
 //! `r`, `r + K`, … of the epoch's order), for shards that hold different label mixes.
 //!
 //! Round 0 is a statistics pass on every shard: the merged statistics give the features'

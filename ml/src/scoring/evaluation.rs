@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::metrics::{BinaryMetrics, BinaryPart, MulticlassMetrics, RegressionMetrics, AUC_BINS};
+use crate::model::Labels;
 use crate::model::{sigmoid, LinearModel, ModelKind};
 use crate::row::Row;
 
@@ -33,10 +34,10 @@ impl EvaluationPart {
     /// Why this part (from another server) cannot be merged into an evaluation of a `kind`
     /// model of `n_classes` classes: the metrics of another kind, or of another shape.
     pub fn check(&self, kind: ModelKind, n_classes: usize) -> Result<(), String> {
-        let binary = matches!(kind, ModelKind::Svm | ModelKind::Logistic);
+        let binary = kind.is_binary();
         if self.binary.is_some() != binary
-            || self.multiclass.is_some() != (kind == ModelKind::Softmax)
-            || self.regression.is_some() != (kind == ModelKind::Linear)
+            || self.multiclass.is_some() != kind.has_class_outputs()
+            || self.regression.is_some() == kind.is_classifier()
         {
             return Err(format!(
                 "metrics of another kind of model than {}",
@@ -128,10 +129,12 @@ impl Evaluation {
     /// This part's metrics, to merge into another [`Evaluation::mergeable`].
     pub fn part(&self) -> EvaluationPart {
         EvaluationPart {
-            binary: matches!(self.kind, ModelKind::Svm | ModelKind::Logistic)
-                .then(|| self.binary_metrics.part()),
-            multiclass: (self.kind == ModelKind::Softmax).then(|| self.multiclass.clone()),
-            regression: (self.kind == ModelKind::Linear).then(|| self.regression.clone()),
+            binary: self.kind.is_binary().then(|| self.binary_metrics.part()),
+            multiclass: self
+                .kind
+                .has_class_outputs()
+                .then(|| self.multiclass.clone()),
+            regression: (!self.kind.is_classifier()).then(|| self.regression.clone()),
             scored: self.scored,
             unknown: self.unknown,
         }
@@ -155,9 +158,9 @@ impl Evaluation {
     /// Scores one row; a classifier's row whose label is not one of the model's classes is
     /// counted as unknown instead.
     pub fn push(&mut self, model: &LinearModel, row: Row, label: f64) {
-        match self.kind {
-            ModelKind::Linear => self.regression.push(model.decision(row), label),
-            ModelKind::Softmax => {
+        match self.kind.labels() {
+            Labels::Number => self.regression.push(model.decision(row), label),
+            Labels::Classes => {
                 let actual = label as usize;
                 if actual >= self.n_classes {
                     self.unknown += 1;
@@ -168,13 +171,13 @@ impl Evaluation {
                     .then(|| self.probs[actual]);
                 self.multiclass.push(model.predict(row) as usize, actual, p);
             }
-            ModelKind::Svm | ModelKind::Logistic => {
+            Labels::TwoClasses => {
                 let Some(positive) = self.binary.positive(label) else {
                     self.unknown += 1;
                     return;
                 };
                 let z = model.decision(row);
-                let p = (self.kind == ModelKind::Logistic).then(|| sigmoid(z));
+                let p = self.kind.has_proba().then(|| sigmoid(z));
                 self.binary_metrics.push(z, p, positive);
             }
         }
@@ -186,9 +189,9 @@ impl Evaluation {
     /// plus rows of unknown labels), "rows_with_unknown_label" when there were any, and
     /// "roc_auc_note" when ROC AUC was not computed for lack of memory.
     pub fn finish(self, rows_skipped_by_reader: u64) -> Value {
-        let mut report = match self.kind {
-            ModelKind::Linear => serde_json::to_value(self.regression.finish()),
-            ModelKind::Softmax => serde_json::to_value(self.multiclass.finish()),
+        let mut report = match self.kind.labels() {
+            Labels::Number => serde_json::to_value(self.regression.finish()),
+            Labels::Classes => serde_json::to_value(self.multiclass.finish()),
             _ => serde_json::to_value(self.binary_metrics.finish()),
         }
         .expect("metrics serialize");

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::metrics::RegressionMetrics;
+use crate::model::Labels;
 use crate::model::{argmax, sign, softmax_loss, LinearModel, ModelKind};
 use crate::row::Row;
 
@@ -52,13 +53,13 @@ impl ValidationScore {
 
     /// Scores one row. Softmax: a class index the model has no output for is skipped.
     pub fn push(&mut self, model: &LinearModel, row: Row, label: f64) {
-        match self.kind {
-            ModelKind::Linear => {
+        match self.kind.labels() {
+            Labels::Number => {
                 let z = model.decision(row);
                 self.regression.push(z, label);
                 self.loss += model.kind.loss(z, label);
             }
-            ModelKind::Softmax => {
+            Labels::Classes => {
                 let y = label as usize;
                 model.scores(row, &mut self.scores);
                 if y >= self.scores.len() {
@@ -67,7 +68,7 @@ impl ValidationScore {
                 self.correct += (argmax(&self.scores) == Some(y)) as u64;
                 self.loss += softmax_loss(&mut self.scores, y);
             }
-            ModelKind::Svm | ModelKind::Logistic => {
+            Labels::TwoClasses => {
                 let Some(y) = self.binary.and_then(|b| b.sign(label)) else {
                     return;
                 };
@@ -86,8 +87,8 @@ impl ValidationScore {
         } else {
             f64::NAN
         };
-        match self.kind {
-            ModelKind::Linear => ValidationStats {
+        match self.kind.labels() {
+            Labels::Number => ValidationStats {
                 loss: mean_loss,
                 accuracy: None,
                 r2: Some(self.regression.finish().r2),

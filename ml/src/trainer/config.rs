@@ -116,10 +116,9 @@ impl TrainError {
             TrainError::TooManyLabels { .. } => {
                 "svm and logistic are binary classifiers: the label column must hold exactly two distinct values (use softmax for more classes)"
             }
-            TrainError::InvalidLabel {
-                kind: ModelKind::Linear,
-                ..
-            } => "remove rows whose label is NaN or infinite",
+            TrainError::InvalidLabel { kind, .. } if !kind.is_classifier() => {
+                "remove rows whose label is NaN or infinite"
+            }
             TrainError::InvalidLabel { .. } => "softmax supports at most 65536 classes",
             TrainError::Diverged { .. } => {
                 "lower learning_rate, raise l2, or set normalize to true to scale the features"

@@ -10,9 +10,8 @@
 //! and the binary label pair, then the weights and the biases. It is touched only through
 //! atomics and raw reads/writes under the lock, so any thread of any process may exchange.
 
-use super::labels::Labels;
+use super::labels::LabelsSeen;
 use super::{TrainError, Trainer};
-use crate::model::ModelKind;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Tuples between two exchanges, at least (a big model exchanges less often: an exchange
@@ -213,7 +212,7 @@ impl Trainer {
     }
 
     fn exchange_with(&mut self, x: &mut Exchange) -> Result<(), TrainError> {
-        let binary = matches!(self.config.kind, ModelKind::Svm | ModelKind::Logistic);
+        let binary = self.config.kind.is_binary();
         self.sync();
         let shared = x.shared.shallow();
         shared.locked(|| self.exchange_locked(x, binary))
@@ -271,15 +270,15 @@ impl Trainer {
         let [a, b] = header.seen;
         let (neg, pos) = if a < b { (a, b) } else { (b, a) };
         match self.labels {
-            Labels::Two { .. } => {} // its values are the shared two (added above)
-            Labels::One { value, y } => {
+            LabelsSeen::Two { .. } => {} // its values are the shared two (added above)
+            LabelsSeen::One { value, y } => {
                 let y_final = if value == neg { -1.0 } else { 1.0 };
                 if y_final != y {
                     self.flip(y);
                 }
-                self.labels = Labels::Two { neg, pos };
+                self.labels = LabelsSeen::Two { neg, pos };
             }
-            Labels::None => self.labels = Labels::Two { neg, pos },
+            LabelsSeen::None => self.labels = LabelsSeen::Two { neg, pos },
         }
         Ok(true)
     }

@@ -7,7 +7,7 @@ use crate::scoring::BinaryLabels;
 
 /// What is known about the raw label values (binary kinds).
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Labels {
+pub(super) enum LabelsSeen {
     None,
     /// One value seen, mapped provisionally to `y` (≤ 0 → -1, else +1).
     One {
@@ -35,7 +35,7 @@ impl Trainer {
     /// and +1. None unless two distinct values have been seen (or given).
     pub fn label_map(&self) -> Option<(f64, f64)> {
         match self.labels {
-            Labels::Two { neg, pos } => Some((neg, pos)),
+            LabelsSeen::Two { neg, pos } => Some((neg, pos)),
             _ => None,
         }
     }
@@ -44,10 +44,10 @@ impl Trainer {
     /// 2 of them; given `label_values` count as seen). Empty for other kinds.
     pub fn labels_seen(&self) -> Vec<f64> {
         match self.labels {
-            Labels::None => Vec::new(),
-            Labels::One { value, .. } => vec![value],
-            Labels::Two { neg, pos } if neg < pos => vec![neg, pos],
-            Labels::Two { neg, pos } => vec![pos, neg],
+            LabelsSeen::None => Vec::new(),
+            LabelsSeen::One { value, .. } => vec![value],
+            LabelsSeen::Two { neg, pos } if neg < pos => vec![neg, pos],
+            LabelsSeen::Two { neg, pos } => vec![pos, neg],
         }
     }
 
@@ -55,7 +55,7 @@ impl Trainer {
     #[inline]
     pub(super) fn map_label(&mut self, raw: f64) -> Result<f64, TrainError> {
         match self.labels {
-            Labels::Two { neg, pos } => match final_mapping(neg, pos).sign(raw) {
+            LabelsSeen::Two { neg, pos } => match final_mapping(neg, pos).sign(raw) {
                 Some(y) => Ok(y),
                 None => {
                     let (a, b) = if neg < pos { (neg, pos) } else { (pos, neg) };
@@ -64,7 +64,7 @@ impl Trainer {
                     })
                 }
             },
-            Labels::One { value, y } => {
+            LabelsSeen::One { value, y } => {
                 if raw == value {
                     return Ok(y);
                 }
@@ -82,11 +82,11 @@ impl Trainer {
                 if y_value != y {
                     self.flip(y);
                 }
-                self.labels = Labels::Two { neg, pos };
+                self.labels = LabelsSeen::Two { neg, pos };
                 // `raw` is one of the two values, so the mapping knows it.
                 Ok(final_mapping(neg, pos).sign(raw).unwrap_or(1.0))
             }
-            Labels::None => {
+            LabelsSeen::None => {
                 if raw.is_nan() {
                     return Err(TrainError::TooManyLabels {
                         values: [f64::NAN; 3],
@@ -94,7 +94,7 @@ impl Trainer {
                 }
                 // Guess: labels like -1/0/false are usually the negative class.
                 let y = if raw <= 0.0 { -1.0 } else { 1.0 };
-                self.labels = Labels::One { value: raw, y };
+                self.labels = LabelsSeen::One { value: raw, y };
                 Ok(y)
             }
         }

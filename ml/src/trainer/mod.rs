@@ -45,12 +45,13 @@ pub use run::{converged, shard_line, table_header, table_line, EpochLoop, EpochR
 
 use crate::arena::TupleArena;
 use crate::limits::try_filled;
-use crate::model::{argmax, sign, softmax_loss, LinearModel, ModelKind};
+use crate::model::Labels;
+use crate::model::{argmax, sign, softmax_loss, LinearModel};
 use crate::prefetch::prefetch_l2;
 use crate::row::{sparse_dot, Row};
 use crate::stats::Standardizer;
 use epoch::EpochSums;
-use labels::Labels;
+use labels::LabelsSeen;
 use minibatch::MiniBatch;
 use regularization::pending_reg;
 
@@ -58,7 +59,7 @@ pub struct Trainer {
     config: TrainConfig,
     model: LinearModel,
     /// Binary kinds: what is known about the raw label values (see `labels`).
-    labels: Labels,
+    labels: LabelsSeen,
 
     epoch: u32,
     lr: f64,
@@ -141,7 +142,7 @@ impl Trainer {
         }
         let kind = config.kind;
         let average_from = config.average_from_epoch;
-        let outputs = usize::from(kind != ModelKind::Softmax);
+        let outputs = usize::from(!kind.has_class_outputs());
         let mini = config.batch_size > 1;
         let lazy = config.l2 != 0.0 || config.l1 != 0.0;
         let identity_standardizer = config
@@ -152,16 +153,16 @@ impl Trainer {
         let scaled_weights = config.l1 == 0.0
             && config.learning_rate * config.l2 < 1.0
             && config.batch_size == 1
-            && kind != ModelKind::Softmax;
+            && !kind.has_class_outputs();
         let labels = match config.label_values {
             Some((neg, pos)) => {
                 assert!(
                     neg != pos && !neg.is_nan() && !pos.is_nan(),
                     "bad label_values"
                 );
-                Labels::Two { neg, pos }
+                LabelsSeen::Two { neg, pos }
             }
-            None => Labels::None,
+            None => LabelsSeen::None,
         };
         let oom = |_| TrainError::OutOfMemory {
             bytes: (n_features as u64).saturating_mul(8 * outputs as u64),
@@ -405,7 +406,7 @@ impl Trainer {
         }
         let kind = self.config.kind;
         let accuracy = kind.is_classifier().then(|| self.sums.accuracy());
-        let r2 = (kind == ModelKind::Linear && n > 0).then(|| self.sums.r2());
+        let r2 = (!kind.is_classifier() && n > 0).then(|| self.sums.r2());
         Ok(EpochStats {
             epoch: self.epoch,
             loss,
@@ -456,12 +457,12 @@ impl Trainer {
     #[inline(always)]
     fn step(&mut self, row: Row, raw_label: f64) -> Result<(), TrainError> {
         let kind = self.config.kind;
-        let (y, class) = match kind {
-            ModelKind::Svm | ModelKind::Logistic => {
+        let (y, class) = match kind.labels() {
+            Labels::TwoClasses => {
                 let y = self.map_label(raw_label)?;
                 (y, usize::from(y > 0.0))
             }
-            ModelKind::Linear => {
+            Labels::Number => {
                 if !raw_label.is_finite() {
                     return Err(TrainError::InvalidLabel {
                         value: raw_label,
@@ -470,7 +471,7 @@ impl Trainer {
                 }
                 (raw_label, 0)
             }
-            ModelKind::Softmax => {
+            Labels::Classes => {
                 let ok =
                     raw_label >= 0.0 && raw_label < MAX_CLASSES as f64 && raw_label.fract() == 0.0;
                 if !ok {
@@ -531,20 +532,20 @@ impl Trainer {
             .as_ref()
             .filter(|_| kind.is_classifier())
             .map(|w| w.get(class).copied().unwrap_or(1.0));
-        let loss = match kind {
-            ModelKind::Svm | ModelKind::Logistic => {
+        let loss = match kind.labels() {
+            Labels::TwoClasses => {
                 let z = gz[0];
                 if sign(z) == y {
                     self.sums.correct += 1;
                 }
-                if z == 0.0 && matches!(self.labels, Labels::One { .. }) {
+                if z == 0.0 && matches!(self.labels, LabelsSeen::One { .. }) {
                     self.sums.provisional_ties += 1;
                 }
                 let (loss, dloss) = kind.loss_and_dloss_dz(z, y);
                 gz[0] = dloss;
                 loss
             }
-            ModelKind::Linear => {
+            Labels::Number => {
                 let z = gz[0];
                 let r = z - y;
                 self.sums.sse += r * r;
@@ -552,7 +553,7 @@ impl Trainer {
                 gz[0] = kind.dloss_dz(z, y);
                 kind.loss(z, y)
             }
-            ModelKind::Softmax => {
+            Labels::Classes => {
                 if argmax(&gz) == Some(class) {
                     self.sums.correct += 1;
                 }

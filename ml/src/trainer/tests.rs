@@ -2,6 +2,7 @@
 
 use super::regularization::{clip, pending_reg, MIN_SCALE};
 use super::*;
+use crate::model::ModelKind;
 
 #[test]
 fn pending_reg_matches_repeated_steps() {
