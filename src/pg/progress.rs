@@ -10,6 +10,7 @@
 //! thread only; the state is a thread-local that the SGD node's `Tracker` clears when the query
 //! ends or fails.
 
+use corgipile_ml::trainer::{remaining_seconds, ProgressLine};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -194,47 +195,29 @@ fn set_activity(text: &str) {
 }
 
 impl Progress {
-    /// Seconds left, from the mean time per epoch so far (an upper bound with early stopping).
-    fn remaining(&self) -> Option<f64> {
-        let in_epoch = if self.epochs_done < self.epoch {
-            self.epoch_fraction
-        } else {
-            0.0
-        };
-        let done = self.epochs_done as f64 + in_epoch;
-        if done < 0.02 {
-            return None;
-        }
-        let spent = self.epoch_seconds
-            + if in_epoch > 0.0 {
-                self.epoch_started.elapsed().as_secs_f64()
-            } else {
-                0.0
-            };
-        Some(spent / done * (self.epochs as f64 - done).max(0.0))
-    }
-
     fn line(&self) -> String {
-        let loss = self.last_loss.map_or("-".to_owned(), |l| format!("{l:.6}"));
-        let remaining = self
-            .remaining()
-            .map_or("-".to_owned(), |r| format!("{r:.1}"));
-        format!(
-            "corgipile: relation {} model {} | {} | epoch {}/{} | {:.1}% | tuples {} | loss {} | elapsed {:.1} s | remaining {} s{} | query: {}",
-            self.relation,
-            self.model,
-            self.phase,
-            self.epoch,
-            self.epochs,
-            100.0 * self.epoch_fraction,
-            self.tuples,
-            loss,
-            self.started.elapsed().as_secs_f64(),
-            remaining,
-            self.shards
-                .as_ref()
-                .map_or(String::new(), |s| format!(" | shards {s}")),
-            self.query
-        )
+        let in_epoch_seconds = self.epoch_started.elapsed().as_secs_f64();
+        ProgressLine {
+            relation: &self.relation,
+            model: self.model,
+            phase: self.phase,
+            epoch: self.epoch,
+            epochs: self.epochs,
+            epoch_fraction: self.epoch_fraction,
+            tuples: self.tuples,
+            last_loss: self.last_loss,
+            elapsed_seconds: self.started.elapsed().as_secs_f64(),
+            remaining_seconds: remaining_seconds(
+                self.epochs,
+                self.epochs_done,
+                self.epoch,
+                self.epoch_fraction,
+                self.epoch_seconds,
+                in_epoch_seconds,
+            ),
+            shards: self.shards.as_deref(),
+            query: &self.query,
+        }
+        .render()
     }
 }

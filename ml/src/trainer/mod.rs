@@ -31,6 +31,7 @@ mod labels;
 mod minibatch;
 mod prepass;
 mod regularization;
+mod report;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -41,7 +42,8 @@ pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSE
 pub use epoch::EpochStats;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
 pub use prepass::{normalizing_scaler, settle_labels, LabelsError, SettledLabels};
-pub use run::{converged, shard_line, table_header, table_line, EpochLoop, EpochRecord};
+pub use report::{remaining_seconds, shard_line, table_header, table_line, ProgressLine};
+pub use run::{converged, EpochLoop, EpochRecord};
 
 use crate::arena::TupleArena;
 use crate::limits::try_filled;
