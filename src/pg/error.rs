@@ -1,6 +1,6 @@
 //! One place to raise ERRORs with an SQLSTATE and an optional hint.
 
-use corgipile_ml::trainer::TrainError;
+use corgipile_ml::trainer::{LabelsError, TrainError};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
@@ -69,5 +69,20 @@ pub fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalize
             Some("Train a smaller model (fewer features or classes). The server could not allocate it although corgipile.max_model_memory allowed it: that setting may be too high for this server's memory.".into()),
         ),
         TrainError::Interrupted => raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "corgipile training was stopped", None),
+    }
+}
+
+/// Raise the ERROR for labels a statistics pass could not settle, of `relation`'s rows
+/// `counted` (e.g. "" or " on its shards").
+pub fn raise_labels_error(e: LabelsError, relation: &str, counted: &str) -> ! {
+    match e {
+        LabelsError::NotTwoClasses { found } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!("the label column of {relation} has {found} distinct values{counted}; binary classifiers need exactly two"),
+            None,
+        ),
+        LabelsError::ClassWeight(e) => {
+            raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint)
+        }
     }
 }

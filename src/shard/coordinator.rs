@@ -4,7 +4,7 @@
 use super::leaves::Leaf;
 use super::remote::Remote;
 use crate::exec::sgd::LearnedStatistics;
-use crate::pg::error::{notice, raise, raise_train_error};
+use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
@@ -13,7 +13,7 @@ use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord,
-    EpochTotals, LabelsError,
+    EpochTotals,
 };
 use corgipile_ml::wire::{self, WireError};
 
@@ -415,18 +415,7 @@ pub unsafe fn train(
             params.class_weight.as_ref(),
             &|v| v.to_string(),
         )
-        .unwrap_or_else(|e| match e {
-            LabelsError::NotTwoClasses { found } => raise(
-                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!("the label column of {} has {found} distinct values on its shards; binary classifiers need exactly two", config.relation),
-                None,
-            ),
-            LabelsError::ClassWeight(e) => raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                e.message,
-                e.hint,
-            ),
-        });
+        .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
         extras.label_values = settled.label_values;
         extras.class_weights = settled.class_weights;
     }

@@ -143,23 +143,7 @@ pub fn remaining_seconds(
 mod tests {
     use super::*;
     use crate::scoring::ValidationStats;
-    use crate::trainer::EpochStats;
-
-    fn record(epoch: u32, loss: f64) -> EpochRecord {
-        EpochRecord {
-            stats: EpochStats {
-                epoch,
-                loss,
-                accuracy: Some(0.75),
-                r2: None,
-                tuples: 1000,
-                learning_rate: 0.01,
-            },
-            seconds: 1.5,
-            validation: None,
-            validation_seconds: 0.0,
-        }
-    }
+    use crate::trainer::run::tests::record;
 
     #[test]
     fn report_lines_keep_their_columns() {

@@ -65,10 +65,11 @@ pub fn converged(previous_loss: Option<f64>, loss: f64, tolerance: f64) -> bool 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn record(epoch: u32, loss: f64) -> EpochRecord {
+    /// An epoch of 1,000 tuples, accuracy 0.75, 1.5 s.
+    pub(in crate::trainer) fn record(epoch: u32, loss: f64) -> EpochRecord {
         EpochRecord {
             stats: EpochStats {
                 epoch,

@@ -8,8 +8,8 @@ use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::parallel::{Member, Team};
-use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
+use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
@@ -18,7 +18,7 @@ use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
-    EpochStats, LabelsError, TrainConfig, TrainError, Trainer,
+    EpochStats, TrainConfig, TrainError, Trainer,
 };
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
@@ -126,18 +126,7 @@ impl SgdNode {
                 Some(class_weight),
                 &self.label_text(),
             )
-            .unwrap_or_else(|e| match e {
-                LabelsError::NotTwoClasses { found } => raise(
-                    PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                    format!("the label column of {} has {found} distinct values; binary classifiers need exactly two", self.config.relation),
-                    None,
-                ),
-                LabelsError::ClassWeight(e) => raise(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    e.message,
-                    e.hint,
-                ),
-            });
+            .unwrap_or_else(|e| raise_labels_error(e, &self.config.relation, ""));
             config.label_values = settled.label_values;
             config.class_weights = settled.class_weights;
         }
