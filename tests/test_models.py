@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import REPO, dataset, scalar
+from helpers import REPO, dataset, scalar, train
 
 
 def load_libsvm(dbname, path, table, sparse=False, n_features=None):
@@ -19,10 +19,6 @@ def load_libsvm(dbname, path, table, sparse=False, n_features=None):
     if n_features:
         args += ["--n-features", str(n_features)]
     subprocess.run(args, check=True, capture_output=True)
-
-
-def train(conn, table, model, params):
-    return scalar(conn, "SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb({"verbose": False, **params})))
 
 
 def evaluate(conn, model_id, table, params=None):

@@ -18,7 +18,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import cancel_and_join, scalar
+from helpers import cancel_and_join, scalar
 
 N_UNIF = 20_000
 ALPHA = 1e-7  # the uniformity tests reject a correct shuffle once in ten million runs

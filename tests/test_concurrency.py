@@ -10,9 +10,8 @@ import psycopg
 import psycopg.errors as E
 import pytest
 
-from reliability_helpers import connect, database_fixture, scalar, train
+from helpers import connect, scalar, train
 
-db = database_fixture("concurrency")
 
 
 @pytest.fixture(scope="module")
