@@ -194,6 +194,7 @@ def cancel_training(expensive_tables, dsn, table, model, params, cancel_when):
 
 @pytest.mark.parametrize("double_buffer", [True, False])
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_pg_cancel_backend_stops_expensive_training(expensive_tables, dsn, case, double_buffer):
     table, model, extra = CASES[case]
     params = {"verbose": False, "seed": 7, "double_buffer": double_buffer, **extra}
@@ -208,6 +209,7 @@ def test_pg_cancel_backend_stops_expensive_training(expensive_tables, dsn, case,
 
 
 @pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.slow
 def test_statement_timeout_stops_softmax60k(expensive_tables, dsn, double_buffer):
     table, model, extra = CASES["softmax60k"]
     params = {"verbose": False, "seed": 7, "double_buffer": double_buffer, **extra}
@@ -234,6 +236,7 @@ def test_statement_timeout_stops_softmax60k(expensive_tables, dsn, double_buffer
 
 @pytest.mark.parametrize("double_buffer", [True, False])
 @pytest.mark.parametrize("case", ["dense1m", "sparse1m"])
+@pytest.mark.slow
 def test_cancel_during_the_statistics_pass(expensive_tables, dsn, case, double_buffer):
     """Cancelled while the statistics pass (for `normalize`) runs — double-buffered, a thread
     counts one buffer while the backend fills the next: the training stops at once, stores
@@ -348,6 +351,7 @@ def test_report_cancel_latency():
     assert worst < 1.0
 
 
+@pytest.mark.slow
 def test_fifty_cancels_do_not_leak(interrupt_db):
     with connect(interrupt_db) as conn:
         pid = scalar(conn, "SELECT pg_backend_pid()")
@@ -408,6 +412,7 @@ def test_pg_terminate_backend_mid_training(interrupt_db):
         assert scalar(observer, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (model_id,)) == 2
 
 
+@pytest.mark.restarts_server
 def test_kill_9_mid_training_recovers(interrupt_db):
     """LAST test of this file: SIGKILL of a training backend makes the postmaster restart every
     session; the cluster must come back, with a consistent catalog, and train again."""

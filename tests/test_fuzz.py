@@ -198,6 +198,7 @@ def check_model(conn, model_id, params, rows):
     return n_features
 
 
+@pytest.mark.slow
 def test_fuzz_train_and_predict(db):
     rng = random.Random(PROPERTY_SEED)
     crashes = server_crashes()

@@ -56,6 +56,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,train_file,test_file,n_features,sparse", CASES)
+@pytest.mark.slow
 def test_clustered_datasets_match_sklearn(dsn, conn, name, train_file, test_file, n_features, sparse):
     train_path, test_path = dataset(train_file, test_file)
     db = dsn.split("=")[1]

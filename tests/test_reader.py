@@ -560,6 +560,7 @@ def test_wide_null_free_rows_with_float4_features(dsn, admin):
 
 
 @pytest.mark.parametrize("kind", ["narrow", "toasted"])
+@pytest.mark.slow
 def test_concurrent_delete_update_and_vacuum(dsn, admin, kind):
     """Two trainings of the same table, one per path, run while another connection deletes half
     of the rows, updates a quarter (new versions on new pages) and vacuums the table: both
@@ -592,6 +593,7 @@ def test_concurrent_delete_update_and_vacuum(dsn, admin, kind):
     both_paths(dsn, t, "logistic", {"epochs": 2}, n // 2)
 
 
+@pytest.mark.slow
 def test_no_page_read_past_a_truncation(dsn, admin):
     """The pages read (and, from PostgreSQL 17, read ahead by the read stream) are those the
     table had when the training began, and none of them can disappear while it runs.

@@ -809,6 +809,7 @@ def huge(dsn):
         c.execute("DROP TABLE IF EXISTS huge, dst_huge")
 
 
+@pytest.mark.slow
 def test_cancel_while_piles_are_split(dsn, huge):
     """Cancel as soon as the backend has two temporary files or more: with piles that fit
     "memory" that is pass 1 (answered every ~1 MB); a pile bigger than "memory" being split

@@ -163,6 +163,7 @@ def test_double_buffering_across_epoch_boundaries(conn):
 
 @pytest.mark.parametrize("shuffle", ["no_shuffle", "corgipile"])
 @pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.slow
 def test_sparse_normalize_is_training_on_max_abs_scaled_values(conn, shuffle, double_buffer):
     """`normalize` on sparse rows divides each feature by its largest |value| (scaled in the
     buffer before SGD gets it, since 0.4.0). Every feature's largest |value| is a power of two
