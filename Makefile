@@ -46,10 +46,10 @@ SUDO        = $(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo yes),,
 PG_ENV    = PATH="$(PG_BIN):$$PATH" CORGIPILE_PG_BIN=$(PG_BIN) CORGIPILE_CLUSTER_DIR=$(CLUSTER_DIR) \
             CORGIPILE_PORT=$(PORT) $(HARDENING_PORTS) PGHOST=$(CLUSTER_DIR) PGPORT=$(PORT) PGUSER=postgres
 CLUSTER   = $(PG_ENV) scripts/cluster.sh
-REGRESS_DIR ?= regress
+REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -63,8 +63,9 @@ help:
 	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts"
 	@echo "  check-majors   type-check the extension for the untested majors 13, 14, 16, 17 (pgrx's bundled bindings)"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
-	@echo "  regress        pg_regress suite regress/schedule against the running test cluster"
-	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster"
+	@echo "  regress        pg_regress suite pg_test/schedule against the running test cluster"
+	@echo "  pytest         .venv/bin/pytest -q tests/ against the running test cluster (every suite; what test runs)"
+	@echo "  pytest-quick   the quick subset: pytest -m 'not slow and not own_cluster' (no slow test, no extra server; a minute or two)"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-parallel epoch time and accuracy with 0, 1, 2 parallel workers (4.5M x 18 table; a few minutes)"
 	@echo "  bench-shards   a table sharded over two local servers vs one server: epoch time, accuracy, bytes"
@@ -163,8 +164,8 @@ test-major: install
 	$(MAKE) regress
 	$(MAKE) pytest
 
-# The pg_regress suite: regress/sql/*.sql, expected output in regress/expected/, run in the
-# order of regress/schedule. With --use-existing pg_regress does not create the database, so
+# The pg_regress suite: pg_test/sql/*.sql, expected output in pg_test/expected/, run in the
+# order of pg_test/schedule. With --use-existing pg_regress does not create the database, so
 # we (re)create it.
 regress:
 	@test -f $(REGRESS_DIR)/schedule || { echo "regress: $(REGRESS_DIR)/schedule is missing" >&2; exit 1; }
@@ -194,6 +195,12 @@ pytest:
 		echo "pytest: no Python tests in tests/ yet"; rc=0; \
 	fi; \
 	exit $$rc
+
+# The quick subset while developing: every suite but the tests marked slow (many seconds each)
+# and those that start server clusters of their own (own_cluster); markers: tests/conftest.py.
+pytest-quick:
+	@test -x $(VENV)/bin/pytest || { echo "pytest-quick: $(VENV) missing; run make setup-python" >&2; exit 1; }
+	$(PG_ENV) CORGIPILE_REQUIRE_INPUTS=1 $(VENV)/bin/pytest -q -rs -m "not slow and not own_cluster" tests/
 
 bench-epochs: setup-python install
 	$(CLUSTER) start

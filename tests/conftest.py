@@ -1,44 +1,35 @@
-"""Fixtures for the integration tests: a fresh database on the running test cluster
-(scripts/cluster.sh; PGHOST/PGPORT/PGUSER come from `make pytest`)."""
+"""Every shared pytest fixture of the integration tests, and the markers (pytest.ini registers
+them). Plain helper functions are in tests/helpers.py.
 
-import os
-import pathlib
+The tests run against the running test cluster (scripts/cluster.sh; PGHOST/PGPORT/PGUSER come
+from `make pytest`). Fixtures:
+
+- dsn (session): the database CORGIPILE_TEST_DB (default corgipile_pytest), created afresh with
+  the extension; most suites work in it, with tables named after the suite.
+- conn: an autocommit connection to it.
+- db (module): a database of the suite's own, <CORGIPILE_TEST_DB>_<suite> (test_cancel.py:
+  corgipile_pytest_cancel), created with the extension before the suite's first test that asks
+  for it and dropped after its last; it waits for the server first (a suite may crash-restart it).
+- roles_env (module): in the dsn database, the ordinary roles helpers.ROLES_ENV_ALICE and
+  ROLES_ENV_BOB (hard_alice, hard_bob) with CREATE on schema public, the 3000-row table
+  hard_small (features, label, idx/val sparse pairs) and hard_other they may read; dropped, with
+  their models and the hard_* tables of the suites that use it, after the module.
+- roles_admin: a superuser connection to roles_env's database.
+
+Markers (`pytest -m`; `make pytest-quick` runs -m "not slow and not own_cluster"):
+
+- slow: a test (or a whole suite's module, via pytestmark) that takes many seconds.
+- own_cluster: a test that starts PostgreSQL servers of its own besides the test cluster (shard
+  servers, a cluster under `ulimit -v`), on ports derived from PGPORT or the
+  CORGIPILE_HARDENING_*_PORT variables.
+- restarts_server: a test that crash-restarts the test cluster (every session of it is lost).
+"""
 
 import psycopg
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-DATASETS = pathlib.Path(os.environ.get("CORGIPILE_DATASETS", REPO.parent / "shared" / "datasets"))
-DBNAME = os.environ.get("CORGIPILE_TEST_DB", "corgipile_pytest")
-# `make pytest` (and so `make test`) sets CORGIPILE_REQUIRE_INPUTS=1: an input a test needs (a
-# dataset, a contrib extension) that is missing is then a failure naming it, never a skip that
-# would let CI pass without the check. A developer running a file by hand may still skip.
-REQUIRE_INPUTS = os.environ.get("CORGIPILE_REQUIRE_INPUTS", "") not in ("", "0")
-
-
-def missing_input(what):
-    """A test cannot run because `what` (an input outside the repository) is absent: fails under
-    CORGIPILE_REQUIRE_INPUTS=1 (make test), skips otherwise."""
-    if REQUIRE_INPUTS:
-        pytest.fail(f"required input missing: {what} (CORGIPILE_REQUIRE_INPUTS=1, as make test sets)",
-                    pytrace=False)
-    pytest.skip(f"{what} (set CORGIPILE_REQUIRE_INPUTS=1 to make this a failure)")
-
-
-def dataset(*names):
-    """Paths of files in DATASETS; a missing one is missing_input (a failure under make test)."""
-    paths = [DATASETS / n for n in names]
-    absent = [str(p) for p in paths if not p.exists()]
-    if absent:
-        missing_input("dataset file(s) not found: " + ", ".join(absent)
-                      + " (CORGIPILE_DATASETS or ../shared/datasets)")
-    return paths if len(paths) > 1 else paths[0]
-
-
-def require_extension(conn, name):
-    """The contrib extension `name` is installable on the server under test, else missing_input."""
-    if not conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = %s", (name,)).fetchone()[0]:
-        missing_input(f"{name} is not available in this server's installation")
+from helpers import (DBNAME, ROLES_ENV_ALICE, ROLES_ENV_BOB, ROLES_ENV_SMALL_ROWS, connect, drop_role,
+                     wait_ready)
 
 
 @pytest.fixture(scope="session")
@@ -57,62 +48,74 @@ def conn(dsn):
         yield c
 
 
-def scalar(conn, sql, params=None):
-    return conn.execute(sql, params).fetchone()[0]
+def suite_dbname(module):
+    """The `db` fixture's database for a test module: test_cancel -> <DBNAME>_cancel."""
+    return f"{DBNAME}_{module.__name__.rsplit('.', 1)[-1].removeprefix('test_')}"
 
 
-def start_training(conn, rel, model, params):
-    """Runs corgipile_train (without NOTICEs) in a thread; returns (thread, result dict with
-    "started", "ended" and "value" or "error")."""
-    import threading
-    import time
-
-    from psycopg.types.json import Jsonb
-
-    result = {}
-
-    def run():
-        result["started"] = time.monotonic()
-        try:
-            result["value"] = conn.execute("SELECT corgipile_train(%s::regclass, %s, %s)",
-                                           (rel, model, Jsonb({"verbose": False, **params}))).fetchone()[0]
-        except BaseException as e:  # noqa: BLE001 - reported to the test
-            result["error"] = e
-        result["ended"] = time.monotonic()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, result
+@pytest.fixture(scope="module")
+def db(request):
+    """A database of the suite's own with the extension; yields its dsn."""
+    dbname = suite_dbname(request.module)
+    wait_ready(60)
+    with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {dbname}")
+    with psycopg.connect(dbname=dbname, autocommit=True) as c:
+        c.execute("CREATE EXTENSION corgipile")
+    yield f"dbname={dbname}"
+    try:
+        wait_ready(60)
+        with psycopg.connect(dbname="postgres", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+    except Exception:  # never fail a test because of cleanup
+        pass
 
 
-def stop_if_running(killer, t, pid):
-    """Never leave a training running on the shared cluster."""
-    if t.is_alive():
-        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        t.join(timeout=30)
+ROLES_ENV_ROLES = (ROLES_ENV_ALICE, ROLES_ENV_BOB)
+# Tables the suites using roles_env create in its database (dropped with it).
+ROLES_ENV_TABLES = ("hard_small", "hard_other", "hard_par_t", "hard_big", "hard_nan", "hard_div",
+                    "hard_sparse_huge", "hard_wide", "hard_sm_classes", "hard_sm_70k", "hard_nf_bad")
 
 
-def cancel_and_join(killer, t, result, pid, timeout=60):
-    """Cancels the training running in thread `t` (from start_training) on backend `pid` and
-    waits for it to stop; returns the seconds from the cancel to the end of its statement."""
-    import time
+@pytest.fixture(scope="module")
+def roles_env(dsn):
+    """Roles hard_alice and hard_bob, and small tables they may read."""
+    with connect(dsn) as admin:
+        for r in ROLES_ENV_ROLES:
+            drop_role(admin, r)
+            admin.execute(f"CREATE ROLE {r} LOGIN")
+            admin.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {r}")
+        admin.execute(f"""CREATE TABLE hard_small AS SELECT i AS id,
+                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0,
+                      ((i * 71) % 100) / 100.0, (i % 7) / 7.0]::float8[] AS features,
+                (i % 2) AS label, ARRAY[1, 3]::int4[] AS idx,
+                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0]::float8[] AS val
+            FROM generate_series(1, {ROLES_ENV_SMALL_ROWS}) i""")
+        admin.execute("CREATE TABLE hard_other AS SELECT 1 AS x")
+        admin.execute(f"GRANT SELECT ON hard_small, hard_other TO {ROLES_ENV_ALICE}, {ROLES_ENV_BOB}")
+    yield dsn
+    with connect(dsn) as admin:
+        admin.execute("DELETE FROM corgipile.models WHERE trained_by IN (%s, %s)", ROLES_ENV_ROLES)
+        for t in ROLES_ENV_TABLES:
+            admin.execute(f"DROP TABLE IF EXISTS {t}")
+        for r in ROLES_ENV_ROLES:
+            drop_role(admin, r)
 
-    cancelled_at = time.monotonic()
-    assert scalar(killer, "SELECT pg_cancel_backend(%s)", (pid,))
-    t.join(timeout=timeout)
-    assert not t.is_alive(), f"training not stopped {timeout} s after pg_cancel_backend"
-    return result["ended"] - cancelled_at
+
+@pytest.fixture
+def roles_admin(roles_env):
+    with connect(roles_env) as c:
+        yield c
 
 
-def wait_active(observer, pid, timeout=10.0, function="corgipile_train"):
-    """Until backend `pid` runs a query calling `function` (a cancel sent while idle would be
-    ignored)."""
-    import time
+MARKERS = {
+    "slow": "takes many seconds (make pytest-quick leaves it out)",
+    "own_cluster": "starts PostgreSQL servers of its own besides the test cluster (make pytest-quick leaves it out)",
+    "restarts_server": "crash-restarts the test cluster: every session of it is lost",
+}
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if scalar(observer, "SELECT state = 'active' AND strpos(query, %s) > 0 FROM pg_stat_activity "
-                            "WHERE pid = %s", (function, pid)):
-            return
-        time.sleep(0.01)
-    raise AssertionError("training did not start")
+
+def pytest_configure(config):
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")

@@ -8,7 +8,7 @@ import sys
 import psycopg
 import pytest
 
-from conftest import REPO, dataset, scalar
+from helpers import REPO, dataset, scalar
 
 A9A_FEATURES = 123
 

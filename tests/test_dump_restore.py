@@ -5,7 +5,7 @@ import subprocess
 
 import psycopg
 
-from conftest import scalar
+from helpers import scalar
 
 SOURCE, TARGET = "corgipile_dump_src", "corgipile_dump_dst"
 

@@ -11,9 +11,10 @@ import psycopg.errors as E
 import pytest
 from psycopg import sql
 
-from conftest import scalar
+from helpers import scalar, train
 
 ROLES = ("gr_alice", "gr_bob", "gr_carol", "gr_dave", "gr_eve", "gr_app")
+PTS = "public.pts"  # every model of this suite is trained on it with TRAIN
 TRAIN = {"features": "features", "label": "label", "epochs": 1, "seed": 1, "verbose": False}
 X = "ARRAY[0.5, -1.0]::float8[]"
 
@@ -23,14 +24,6 @@ def drop_roles(admin, roles):
         if scalar(admin, "SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
             admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
-def train(c, name=None, **extra):
-    params = dict(TRAIN, **extra)
-    if name:
-        params["name"] = name
-    return scalar(c, "SELECT corgipile_train('public.pts', 'logistic', %s::jsonb)",
-                  (psycopg.types.json.Jsonb(params),))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +41,9 @@ def world(dsn):
                          (i % 2) AS label FROM generate_series(1, 2000) i""")
         admin.execute("GRANT SELECT ON public.pts TO PUBLIC")
     with psycopg.connect(dsn, user="gr_alice", autocommit=True) as alice:
-        ids = {"v1": train(alice, "churn"), "v2": train(alice, "churn"), "unnamed": train(alice)}
+        ids = {"v1": train(alice, PTS, "logistic", defaults=TRAIN, name="churn"),
+               "v2": train(alice, PTS, "logistic", defaults=TRAIN, name="churn"),
+               "unnamed": train(alice, PTS, "logistic", defaults=TRAIN)}
     yield ids
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("DELETE FROM corgipile.models WHERE trained_by::text LIKE 'gr\\_%'")
@@ -105,7 +100,7 @@ def assert_cannot_reach(c, world, name="gr_alice.churn"):
     messages = []
     for model in (name, "gr_alice.no_such_name"):
         with pytest.raises(E.InsufficientPrivilege) as err:
-            train(c, model)
+            train(c, PTS, "logistic", defaults=TRAIN, name=model)
         messages.append(str(err.value).replace(model, "NAME"))
     assert messages[0] == messages[1]
 
@@ -146,11 +141,11 @@ def test_use_on_a_name_covers_every_version_present_and_future(dsn, world):
             with pytest.raises(E.InsufficientPrivilege):
                 bob.execute("SELECT corgipile_drop_model('gr_alice.churn')")
             with pytest.raises(E.InsufficientPrivilege):
-                train(bob, "gr_alice.churn")
+                train(bob, PTS, "logistic", defaults=TRAIN, name="gr_alice.churn")
             with pytest.raises(E.InsufficientPrivilege):
                 bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
             # A version trained later is covered too, and becomes the deployed one.
-            v3 = train(alice, "churn")
+            v3 = train(alice, PTS, "logistic", defaults=TRAIN, name="churn")
             try:
                 assert v3 in visible_ids(bob)
                 assert predict(bob, "gr_alice.churn") == predict(alice, v3)
@@ -191,7 +186,7 @@ def test_manage_deploys_retrains_grants_and_drops(dsn, world):
             assert predict(alice, "churn") == predict(alice, world["v1"])
             assert scalar(bob, "SELECT corgipile_deploy('gr_alice.churn')") == world["v2"]
             # A new version of alice's name, owned by alice.
-            v3 = train(bob, "gr_alice.churn")
+            v3 = train(bob, PTS, "logistic", defaults=TRAIN, name="gr_alice.churn")
             assert alice.execute("SELECT version, trained_by FROM corgipile.models WHERE id = %s", (v3,)).fetchone() == (3, "gr_alice")
             # bob has no "churn" of his own.
             assert scalar(bob, "SELECT count(*) FROM corgipile.models WHERE trained_by = 'gr_bob'") == 0
@@ -213,7 +208,7 @@ def test_manage_deploys_retrains_grants_and_drops(dsn, world):
 
 def test_manage_on_an_id(dsn, world):
     with session(dsn, "gr_alice") as alice:
-        victim = train(alice, "churn")
+        victim = train(alice, PTS, "logistic", defaults=TRAIN, name="churn")
         alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_bob', 'manage')", (victim,))
     with session(dsn, "gr_bob") as bob:
         assert visible_ids(bob) == {victim}
@@ -316,8 +311,8 @@ def test_grants_survive_dump_and_restore(dsn, world, tmp_path):
                      (i % 2) AS label FROM generate_series(1, 500) i""")
         c.execute("GRANT SELECT ON public.pts TO PUBLIC")
     with psycopg.connect(dbname=source, user="gr_alice", autocommit=True) as alice:
-        v1 = train(alice, "churn")
-        other = train(alice)
+        v1 = train(alice, PTS, "logistic", defaults=TRAIN, name="churn")
+        other = train(alice, PTS, "logistic", defaults=TRAIN)
         alice.execute("SELECT corgipile_grant('churn', 'gr_bob', 'use')")
         alice.execute("SELECT corgipile_grant(%s::bigint, 'gr_app', 'manage')", (other,))
         alice.execute("SELECT corgipile_grant('churn', 'gr_gone', 'use')")
@@ -351,10 +346,10 @@ def test_owner_names_with_dots_and_quotes(dsn, world):
         admin.execute('CREATE ROLE "gr.dotted" LOGIN')
     try:
         with session(dsn, "gr.dotted") as dotted:
-            train(dotted, "m")
+            train(dotted, PTS, "logistic", defaults=TRAIN, name="m")
             dotted.execute("SELECT corgipile_grant('m', 'gr_bob', 'use')")
             # A name of one's own may contain a dot where the part before it is no role.
-            own = train(dotted, "v1.2")
+            own = train(dotted, PTS, "logistic", defaults=TRAIN, name="v1.2")
             assert scalar(dotted, f"SELECT corgipile_predict_proba('v1.2', {X})") == predict(dotted, own)
         with session(dsn, "gr_bob") as bob:
             assert predict(bob, '"gr.dotted".m') is not None
@@ -391,7 +386,7 @@ def test_a_call_site_never_serves_one_roles_model_to_another(dsn, world):
                 eve.execute("SELECT gr_s.report(), gr_s.score(ARRAY[0.5, -1.0]::float8[])")
             eve.execute("ROLLBACK")
             # Eve's own churn, trained on flipped labels, never reaches alice's function either.
-            own = train(eve, "churn")
+            own = train(eve, PTS, "logistic", defaults=TRAIN, name="churn")
             try:
                 eve.execute("BEGIN")
                 mine, report = eve.execute("SELECT gr_s.score(ARRAY[0.5, -1.0]::float8[]), gr_s.report()").fetchone()
@@ -426,7 +421,7 @@ def test_no_role_can_block_another_roles_grants(dsn, world):
         drop_roles(admin, ["gr_temp2"])
         admin.execute("CREATE ROLE gr_temp2")
     with session(dsn, "gr_bob") as bob:
-        own = train(bob)
+        own = train(bob, PTS, "logistic", defaults=TRAIN)
         bob.execute("SELECT corgipile_grant(%s::bigint, 'gr_temp2', 'use')", (own,))
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("DROP ROLE gr_temp2")  # a dead grant of bob's waits to be purged
@@ -454,7 +449,7 @@ def test_deployed_is_unknown_to_a_grantee_of_one_id(dsn, world):
 def test_owner_may_qualify_her_own_names(dsn, world):
     with session(dsn, "gr_alice") as alice:
         assert predict(alice, "gr_alice.churn") == predict(alice, "churn")
-        v3 = train(alice, "gr_alice.churn")
+        v3 = train(alice, PTS, "logistic", defaults=TRAIN, name="gr_alice.churn")
         try:
             assert alice.execute("SELECT name, version FROM corgipile.models WHERE id = %s", (v3,)).fetchone() == ("churn", 3)
         finally:
@@ -498,7 +493,7 @@ def test_a_revoked_manager_keeps_nothing(dsn, world):
             bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
         as_alice(dsn, "SELECT corgipile_revoke('churn', 'gr_bob', 'manage', cascade => true)")
         with session(dsn, "gr_alice") as alice:
-            v3 = train(alice, "churn")
+            v3 = train(alice, PTS, "logistic", defaults=TRAIN, name="churn")
         try:
             for role in ("gr_bob", "gr_eve"):
                 with session(dsn, role) as c:
@@ -722,7 +717,7 @@ def test_null_model_to_drop_is_null(dsn, world):
 @pytest.mark.parametrize("name", ["o'brien", "o'brien'); DROP TABLE pts; --", "back\\slash'"])
 def test_deploy_hint_quotes_the_name(dsn, world, name):
     with session(dsn, "gr_alice") as alice:
-        own = train(alice, name)
+        own = train(alice, PTS, "logistic", defaults=TRAIN, name=name)
         try:
             with pytest.raises(E.InvalidParameterValue) as err:
                 alice.execute("SELECT corgipile_deploy(%s, %s)", (name, world["v1"]))
@@ -775,7 +770,7 @@ def test_grants_and_revokes_on_one_owners_models_are_serialised(dsn, world):
         # Only grants on one name (and its versions) wait for each other: bob's open transaction
         # on churn does not hold up alice's grants on her other models.
         with session(dsn, "gr_bob") as bob, session(dsn, "gr_alice") as alice:
-            other = train(alice, "other")
+            other = train(alice, PTS, "logistic", defaults=TRAIN, name="other")
             bob.execute("BEGIN")
             bob.execute("SELECT corgipile_grant('gr_alice.churn', 'gr_eve', 'use')")
             try:

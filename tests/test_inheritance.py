@@ -9,17 +9,13 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import scalar
+from helpers import scalar, train
 
 TRAIN = {"features": "f", "label": "y", "verbose": False, "epochs": 1, "seed": 1}
 
 
 def params(**extra):
     return Jsonb({**TRAIN, **extra})
-
-
-def train(c, rel, model="svm", **extra):
-    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, params(**extra)))
 
 
 def rows_trained(c, model_id):
@@ -62,27 +58,27 @@ def family(dsn):
 
 
 def test_parent_reads_its_children_too(conn, family):
-    assert rows_trained(conn, train(conn, "inh_parent")) == 1000
+    assert rows_trained(conn, train(conn, "inh_parent", defaults=TRAIN)) == 1000
     assert traced_ids(conn, "inh_parent") == list(range(1, 1001))
     assert explain_field(conn, "inh_parent", "Tables") == ["2"]
     assert explain_field(conn, "inh_parent", "Table Pages") == [str(pages(conn, "inh_parent", "inh_child"))]
 
 
 def test_only_reads_the_parents_own_rows(conn, family):
-    assert rows_trained(conn, train(conn, "inh_parent", only=True)) == 300
+    assert rows_trained(conn, train(conn, "inh_parent", only=True, defaults=TRAIN)) == 300
     assert traced_ids(conn, "inh_parent", only=True) == list(range(1, 301))
     assert explain_field(conn, "inh_parent", "Tables", only=True) == []
     assert explain_field(conn, "inh_parent", "Table Pages", only=True) == [str(pages(conn, "inh_parent"))]
 
 
 def test_a_child_alone_is_read_as_usual(conn, family):
-    assert rows_trained(conn, train(conn, "inh_child")) == 700
+    assert rows_trained(conn, train(conn, "inh_child", defaults=TRAIN)) == 700
     assert traced_ids(conn, "inh_child") == list(range(301, 1001))
     assert explain_field(conn, "inh_child", "Tables") == []
 
 
 def test_evaluate_with_and_without_only(conn, family):
-    model = train(conn, "inh_parent", "logistic", epochs=3)
+    model = train(conn, "inh_parent", "logistic", epochs=3, defaults=TRAIN)
     everything, own = evaluate(conn, model, "inh_parent"), evaluate(conn, model, "inh_parent", {"only": True})
     assert everything["rows_scored"] == 1000 and own["rows_scored"] == 300
     # The same rows as SELECT ... FROM inh_parent and FROM ONLY inh_parent, scored row by row.
@@ -100,9 +96,9 @@ def test_select_on_the_parent_reads_the_children(dsn, conn, family):
         conn.execute(f"CREATE ROLE {role} LOGIN")
         conn.execute(f"GRANT SELECT ON inh_parent TO {role}")
         with psycopg.connect(dsn, user=role, autocommit=True) as r:
-            assert rows_trained(r, train(r, "inh_parent")) == 1000
+            assert rows_trained(r, train(r, "inh_parent", defaults=TRAIN)) == 1000
             with pytest.raises(E.InsufficientPrivilege):
-                train(r, "inh_child")
+                train(r, "inh_child", defaults=TRAIN)
     finally:
         conn.execute("DELETE FROM corgipile.models WHERE trained_by = %s", (role,))
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
@@ -178,17 +174,17 @@ def three_generations(conn):
 
 
 def test_grandchildren(conn, three_generations):
-    assert rows_trained(conn, train(conn, "inh_gp")) == 1000
+    assert rows_trained(conn, train(conn, "inh_gp", defaults=TRAIN)) == 1000
     assert traced_ids(conn, "inh_gp") == list(range(1, 1001))
     assert explain_field(conn, "inh_gp", "Tables") == ["3"]
     assert explain_field(conn, "inh_gp", "Table Pages") == [str(pages(conn, "inh_gp", "inh_p", "inh_c"))]
     # The middle generation: its rows and its child's; "only" its own.
-    assert rows_trained(conn, train(conn, "inh_p")) == 900
+    assert rows_trained(conn, train(conn, "inh_p", defaults=TRAIN)) == 900
     assert traced_ids(conn, "inh_p") == list(range(101, 1001))
     assert explain_field(conn, "inh_p", "Tables") == ["2"]
-    assert rows_trained(conn, train(conn, "inh_p", only=True)) == 300
-    assert rows_trained(conn, train(conn, "inh_gp", only=True)) == 100
-    model = train(conn, "inh_gp", "logistic")
+    assert rows_trained(conn, train(conn, "inh_p", only=True, defaults=TRAIN)) == 300
+    assert rows_trained(conn, train(conn, "inh_gp", only=True, defaults=TRAIN)) == 100
+    model = train(conn, "inh_gp", "logistic", defaults=TRAIN)
     assert evaluate(conn, model, "inh_gp")["rows_scored"] == 1000
     assert evaluate(conn, model, "inh_p", {"only": True})["rows_scored"] == 300
 
@@ -199,4 +195,4 @@ def test_another_sessions_temporary_child_is_skipped_as_select_skips_it(dsn, con
         other.execute("INSERT INTO inh_temp_child SELECT i, ARRAY[i, 0, 0]::float8[], i % 2 FROM generate_series(2001, 2100) i")
         assert scalar(other, "SELECT count(*) FROM inh_parent") == 1100  # its own session reads it
         assert scalar(conn, "SELECT count(*) FROM inh_parent") == 1000  # another session does not
-        assert rows_trained(conn, train(conn, "inh_parent")) == 1000
+        assert rows_trained(conn, train(conn, "inh_parent", defaults=TRAIN)) == 1000

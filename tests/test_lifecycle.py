@@ -7,14 +7,9 @@ import time
 import numpy as np
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 from sklearn.linear_model import LinearRegression
 
-from conftest import scalar
-
-
-def train(conn, table, model, params):
-    return scalar(conn, "SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb({"verbose": False, **params})))
+from helpers import scalar, train
 
 
 @pytest.fixture(scope="module")

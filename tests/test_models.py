@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import REPO, dataset, scalar
+from helpers import REPO, dataset, scalar, train
 
 
 def load_libsvm(dbname, path, table, sparse=False, n_features=None):
@@ -19,10 +19,6 @@ def load_libsvm(dbname, path, table, sparse=False, n_features=None):
     if n_features:
         args += ["--n-features", str(n_features)]
     subprocess.run(args, check=True, capture_output=True)
-
-
-def train(conn, table, model, params):
-    return scalar(conn, "SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb({"verbose": False, **params})))
 
 
 def evaluate(conn, model_id, table, params=None):
@@ -60,6 +56,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,train_file,test_file,n_features,sparse", CASES)
+@pytest.mark.slow
 def test_clustered_datasets_match_sklearn(dsn, conn, name, train_file, test_file, n_features, sparse):
     train_path, test_path = dataset(train_file, test_file)
     db = dsn.split("=")[1]

@@ -13,16 +13,21 @@ reaches the caller, stores nothing and leaves no parallel worker behind; cancel,
 and the termination of one parallel worker stop the whole training (and the server stays up);
 corgipile.progress shows one row per parallel training."""
 
+import re
 import time
 
 import psycopg
 import psycopg.errors as E
 import pytest
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import REPO, cancel_and_join, dataset, scalar, start_training, stop_if_running, wait_active
+from helpers import (REPO, ROLES_ENV_ALICE, cancel_and_join, connect, dataset, models_count, parallel_guc,
+                     scalar, start_training, stop_if_running, train, wait_active)
 
 QUIET = {"verbose": False}
+ALICE = ROLES_ENV_ALICE
+PAR_ROWS = 300_000  # hard_par_t, the prediction-by-name table
 ACCURACY_TOLERANCE = 0.005  # 0.5 accuracy points
 R2_TOLERANCE = 0.01
 CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend to the ERROR at the client (README: "a fraction of a second")
@@ -31,10 +36,6 @@ BLOB_ROWS = 200_000
 
 # ----------------------------------------------------------------------------------------------
 # helpers
-
-
-def train(c, rel, model, params):
-    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, Jsonb({**QUIET, **params})))
 
 
 def evaluate(c, model_id, rel):
@@ -59,10 +60,6 @@ def rows_per_process(lines):
     for i, p in enumerate(parts[1:], start=1):
         assert p.startswith(f"worker {i} "), text
     return [int(p.rsplit(" ", 1)[1]) for p in parts]
-
-
-def models_count(c):
-    return scalar(c, "SELECT count(*) FROM corgipile.models")
 
 
 def parallel_workers(c, leader_pid=None):
@@ -683,3 +680,79 @@ def test_max_model_memory_bounds_all_processes_together(dsn, tables):
         c.execute("DELETE FROM corgipile.models WHERE trained_by = 'par_mem_user'")
         c.execute("REVOKE ALL ON par_sparse FROM par_mem_user")
         c.execute("DROP ROLE par_mem_user")
+
+
+# =============================================================================================
+# Prediction by name and by id in a parallel plan (roles_env: as the superuser and hard_alice)
+
+@pytest.fixture(scope="module")
+def par_table(roles_env):
+    with connect(roles_env) as roles_admin:
+        roles_admin.execute(f"""CREATE TABLE hard_par_t AS SELECT i AS id,
+                ARRAY[(i % 2) * 2 - 1 + random() * 1.5, random(), random() - 0.5, random()] AS features,
+                (i % 2) AS label
+            FROM generate_series(1, {PAR_ROWS}) i""")
+        roles_admin.execute(f"GRANT SELECT ON hard_par_t TO {ALICE}")
+        roles_admin.execute("VACUUM ANALYZE hard_par_t")
+    return roles_env
+
+
+def prediction_counts_query(model):
+    """Every prediction function, dense and sparse, counted in one scan (parallel: in the workers)."""
+    m = model
+    return sql.SQL("""SELECT
+        count(*) FILTER (WHERE corgipile_predict({m}, features) > 0),
+        count(*) FILTER (WHERE corgipile_predict_class({m}, features) = '1'),
+        count(*) FILTER (WHERE (corgipile_predict_proba({m}, features))[1] > 0.5),
+        count(*) FILTER (WHERE corgipile_decision_function({m}, features) > 0),
+        count(*) FILTER (WHERE corgipile_predict({m}, ARRAY[1, 2, 3, 4], features) > 0),
+        count(*) FILTER (WHERE corgipile_predict_class({m}, ARRAY[1, 2, 3, 4], features) = '1'),
+        count(*) FILTER (WHERE (corgipile_predict_proba({m}, ARRAY[1, 2, 3, 4], features))[1] > 0.5),
+        count(*) FILTER (WHERE corgipile_decision_function({m}, ARRAY[1, 2, 3, 4], features) > 0),
+        sum(corgipile_decision_function({m}, features))
+        FROM hard_par_t""").format(m=m)
+
+
+def same_results(got, expected):
+    """Counts equal; float sums equal up to the summation order."""
+    *gc, gs = got
+    *ec, es = expected
+    return gc == ec and abs(gs - es) <= 1e-9 * max(1.0, abs(es))
+
+
+def spec_query(model):
+    return sql.SQL("SELECT count(*) FROM hard_par_t WHERE corgipile_predict({m}, features) > 0").format(m=model)
+
+
+@pytest.mark.parametrize("role", ["superuser", ALICE])
+def test_prediction_by_name_and_id_in_parallel_plan(par_table, role):
+    user = None if role == "superuser" else role
+    with connect(par_table, user) as serial, connect(par_table, user) as par:
+        model_id = train(serial, "hard_par_t", "logistic", {"epochs": 2, "seed": 11, "name": "hard_par"})
+        models = {"name": sql.SQL("{}::text").format(sql.Literal("hard_par")),
+                  "id": sql.SQL("{}::bigint").format(sql.Literal(model_id))}
+        serial.execute("SET max_parallel_workers_per_gather = 0")
+        guc = parallel_guc(par)
+        for s in (f"SET {guc} = on", "SET parallel_setup_cost = 0", "SET parallel_tuple_cost = 0",
+                  "SET min_parallel_table_scan_size = 0", "SET max_parallel_workers_per_gather = 2",
+                  "SET parallel_leader_participation = off"):
+            par.execute(s)
+        for how, m in models.items():
+            for q in (spec_query(m), prediction_counts_query(m)):
+                plan = "\n".join(r[0] for r in par.execute(sql.SQL("EXPLAIN (COSTS OFF) ") + q))
+                assert "Gather" in plan, f"{how}: no parallel plan:\n{plan}"
+                expected = serial.execute(q).fetchone()
+                got = par.execute(q).fetchone()
+                if len(expected) == 1:
+                    assert got == expected, f"{how}: parallel {got} != serial {expected}"
+                else:
+                    assert same_results(got, expected), f"{how}: parallel {got} != serial {expected}"
+            # Not every row on one side: the counts say something.
+            n = serial.execute(spec_query(m)).fetchone()[0]
+            assert 0 < n < PAR_ROWS
+        # The workers really ran (unless the cluster has no parallel workers at all).
+        if int(scalar(par, "SHOW max_parallel_workers")) > 0 and int(scalar(par, "SHOW max_worker_processes")) > 1:
+            plan = "\n".join(r[0] for r in par.execute(
+                sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ") + spec_query(models["name"])))
+            launched = [int(x) for x in re.findall(r"Workers Launched: (\d+)", plan)]
+            assert launched and max(launched) >= 1, plan

@@ -21,17 +21,13 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import require_extension, scalar
+from helpers import require_extension, scalar, train
 
 QUIET = {"verbose": False}
 
 
 # ----------------------------------------------------------------------------------------------
 # helpers
-
-
-def train(c, rel, model, params):
-    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, Jsonb({**QUIET, **params})))
 
 
 def model(c, model_id):

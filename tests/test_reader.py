@@ -53,7 +53,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import scalar
+from helpers import scalar, train
 
 ROLE = "rd_reader"
 # True of every row, and not constant-folded away (see the module docstring).
@@ -105,10 +105,6 @@ def fresh(admin, table, ddl):
     admin.execute(ddl)
 
 
-def train(c, table, model, params):
-    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (table, model, Jsonb(params)))
-
-
 def filters(c, table, model, params):
     """The Filter lines of the training's plan (EXPLAIN without running it)."""
     lines = [r[0] for r in c.execute("SELECT * FROM corgipile_explain(%s::regclass, %s, %s)",
@@ -127,8 +123,8 @@ def both_paths(dsn, table, model, extra, trained, skipped=0):
         role_filters = filters(role, table, model, params)
         assert len(role_filters) == 1 and "ctid" in role_filters[0], (
             f"rd_reader's scan should have the policy as its qual, got {role_filters}")
-        a = train(owner, table, model, params)
-        b = train(role, table, model, params)
+        a = train(owner, table, model, params, defaults={})
+        b = train(role, table, model, params, defaults={})
         same, rows_a, rows_b, skip_a, skip_b, nonzero, w_a, w_b, b_a, b_b = owner.execute(
             """SELECT a.weights = b.weights AND a.bias = b.bias,
                       a.rows_trained, b.rows_trained, a.rows_skipped, b.rows_skipped,
@@ -153,7 +149,7 @@ def both_paths_validation(dsn, t, visible):
     with psycopg.connect(dsn, autocommit=True) as owner:
         # The rows held out are those whose ctid hashes below the fraction: train once to
         # learn how many there are, then compare both paths with that count.
-        probe = train(owner, t, "logistic", dict(BASE, **params))
+        probe = train(owner, t, "logistic", dict(BASE, **params), defaults={})
         trained = scalar(owner, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (probe,))
     both_paths(dsn, t, "logistic", params, trained)
     return visible - trained
@@ -182,7 +178,7 @@ class TrainingPair:
             try:
                 with psycopg.connect(dsn, user=user, autocommit=True) as c:
                     pids[who] = scalar(c, "SELECT pg_backend_pid()")
-                    self.results[who] = train(c, table, "logistic", params)
+                    self.results[who] = train(c, table, "logistic", params, defaults={})
             except Exception as e:  # reported by the main thread
                 self.errors[who] = e
 
@@ -564,6 +560,7 @@ def test_wide_null_free_rows_with_float4_features(dsn, admin):
 
 
 @pytest.mark.parametrize("kind", ["narrow", "toasted"])
+@pytest.mark.slow
 def test_concurrent_delete_update_and_vacuum(dsn, admin, kind):
     """Two trainings of the same table, one per path, run while another connection deletes half
     of the rows, updates a quarter (new versions on new pages) and vacuums the table: both
@@ -596,6 +593,7 @@ def test_concurrent_delete_update_and_vacuum(dsn, admin, kind):
     both_paths(dsn, t, "logistic", {"epochs": 2}, n // 2)
 
 
+@pytest.mark.slow
 def test_no_page_read_past_a_truncation(dsn, admin):
     """The pages read (and, from PostgreSQL 17, read ahead by the read stream) are those the
     table had when the training began, and none of them can disappear while it runs.

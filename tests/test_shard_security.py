@@ -35,30 +35,32 @@ Checked here:
    restarts (an idle sentinel connection, the checkpointer's pid, the server log). Forged
    evaluation replies too (metrics arrays one longer, no metrics, 2^64-1 rows scored, not JSON,
    300 MB) for corgipile_evaluate over the sharded table.
-4. (tests/test_hardening_fuzz.py, test_shard_round_requests_never_crash: the request fuzzer.)
+4. (tests/test_fuzz.py, test_shard_round_requests_never_crash: the request fuzzer.)
 5. A shard's DBA revokes EXECUTE on corgipile_shard_round from PUBLIC: training through a mapping
    whose remote role lacks it is 42501 relayed with the server's name; after GRANT it trains.
 6. Local partitions of a sharded table are read with the parent's privileges and RLS semantics,
    as SELECT through the parent is: a role with SELECT on the parent but not on the local
    partition trains, and a policy on the local partition itself does not filter the training
-   (rows trained = what SELECT count(*) through the parent sees)."""
+   (rows trained = what SELECT count(*) through the parent sees).
+
+Why apart from test_security.py: everything here needs a shard server of this suite's own
+(own_cluster) with password authentication, statement logging and three databases, set up once
+per module by the shard_server / coordinator fixtures; its subject is what crosses the wire
+between a coordinator and a shard. test_security.py checks one server's privileges, RLS and
+catalog on the test cluster alone, and runs in `make pytest-quick`."""
 
 import os
 import re
-import subprocess
 import time
 
 import psycopg
 import psycopg.errors as E
 import pytest
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from conftest import DBNAME, REPO, require_extension, scalar
-from reliability_helpers import wait_ready
+from helpers import (CRASH_RE, DBNAME, PGHOST, PGPORT, PG_BIN, as_pg, cluster_sh, models_count,
+                     require_extension, scalar, train, wait_ready)
 
-PGPORT = int(os.environ.get("PGPORT", "5432"))
-PGHOST = os.environ.get("PGHOST", "/tmp/corgipile-cluster")
 COORDINATOR_LOG = os.environ.get("CORGIPILE_CLUSTER_DIR", "/tmp/corgipile-cluster") + "/log"
 SHARD_PORT = PGPORT + 130
 SHARD_DIR = f"/tmp/corgipile-shsec-{SHARD_PORT}"
@@ -80,34 +82,12 @@ SMALL_MODEL_MEMORY = "64MB"
 STATS_ENTRIES = 10_000_000  # 80 MB per statistics array once parsed: beyond 64MB
 HUGE_REPLY_BYTES = 300_000_000
 
-CRASH_RE = re.compile(
-    r"terminated by signal|server process .* was terminated|server process .* exited with exit code"
-    r"|terminating any other active server processes|all server processes terminated; reinitializing"
-    r"|PANIC:"
-)
+pytestmark = pytest.mark.own_cluster  # a shard server of its own (see above)
 QUIET = {"verbose": False}
 
 
 # ----------------------------------------------------------------------------------------------
 # the shard server
-
-
-def as_pg(args, **kw):
-    """Runs a command as the postgres OS user (the servers run as it)."""
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    kw.setdefault("cwd", "/")
-    if os.geteuid() == 0:
-        args = ["runuser", "-u", "postgres", "--"] + list(args)
-    elif os.environ.get("USER", "") != "postgres":
-        args = ["sudo", "-u", "postgres", "--"] + list(args)
-    return subprocess.run(args, **kw)
-
-
-def cluster(action):
-    env = {**os.environ, "CORGIPILE_CLUSTER_DIR": SHARD_DIR, "CORGIPILE_PORT": str(SHARD_PORT)}
-    subprocess.run([str(REPO / "scripts" / "cluster.sh"), action], env=env, check=True,
-                   capture_output=True, text=True, timeout=300)
 
 
 def shard(dbname=SHARD_DB, user="postgres", password=PG_PASSWORD):
@@ -174,9 +154,9 @@ def shard_server(dsn):
     corgipile; a passfile (owned by postgres, 0600) holding the superuser's password."""
     with psycopg.connect(dsn, autocommit=True) as c:
         require_extension(c, "postgres_fdw")
-    cluster("destroy")  # a fresh cluster even after an interrupted run
+    cluster_sh("destroy", SHARD_DIR, SHARD_PORT)  # a fresh cluster even after an interrupted run
     try:
-        cluster("start")
+        cluster_sh("start", SHARD_DIR, SHARD_PORT)
         as_pg(["tee", "-a", f"{SHARD_DIR}/data/postgresql.conf"], check=True, input="""
 # ---- tests/test_shard_security.py ----
 password_encryption = 'scram-sha-256'
@@ -203,7 +183,7 @@ log_line_prefix = '%m [%p] app=%a user=%u db=%d '
             "local all all scram-sha-256\n"))
         as_pg(["tee", PASSFILE], check=True, input=f"*:*:*:postgres:{PG_PASSWORD}\n")
         as_pg(["chmod", "600", PASSFILE], check=True)
-        as_pg([f"{os.environ.get('CORGIPILE_PG_BIN', '/usr/lib/postgresql/15/bin')}/pg_ctl", "reload",
+        as_pg([f"{PG_BIN}/pg_ctl", "reload",
                "-D", f"{SHARD_DIR}/data"], check=True)
         time.sleep(0.5)
         with pytest.raises(psycopg.OperationalError):  # SCRAM is in force
@@ -214,7 +194,7 @@ log_line_prefix = '%m [%p] app=%a user=%u db=%d '
                  f"CREATE TABLE mix_part AS {rows_sql(1500, start=5001)}", grant_all)
         yield
     finally:
-        cluster("destroy")
+        cluster_sh("destroy", SHARD_DIR, SHARD_PORT)
 
 
 @pytest.fixture(scope="module")
@@ -283,14 +263,6 @@ def sharded_table(c, name, partitions, cols="id int, label int, features float8[
         else:
             c.execute(f"CREATE FOREIGN TABLE {name}_{suffix} PARTITION OF {name} {bounds} "
                       f"SERVER {server} OPTIONS (schema_name 'public', table_name '{remote}')")
-
-
-def train(c, rel, model="svm", params=None):
-    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, Jsonb({**QUIET, **(params or {})})))
-
-
-def models_count(c):
-    return scalar(c, "SELECT count(*) FROM corgipile.models")
 
 
 def rows_trained(c, model_id):

@@ -41,16 +41,16 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import (DBNAME, REPO, cancel_and_join, dataset, require_extension, scalar, start_training,
-                      stop_if_running, wait_active)
+from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, models_count,
+                     require_extension, scalar, start_training, stop_if_running, train, wait_active)
 
+pytestmark = pytest.mark.own_cluster  # two shard servers of its own (see above)
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.01  # 1 accuracy point
 R2_TOLERANCE = 0.01
 CANCEL_LIMIT = 3.0  # seconds from pg_cancel_backend to the ERROR at the client
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
-PGPORT = int(os.environ.get("PGPORT", "5432"))
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
 DEAD_PORT = PGPORT + 102  # nothing listens there
 SHARD_DB = f"{DBNAME}_shard"  # corgipile installed, current version (both shard servers)
@@ -68,12 +68,6 @@ GAUSS = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"
 
 def cluster_dir(port):
     return f"/tmp/corgipile-shardtest-{port}"
-
-
-def cluster(port, action):
-    env = {**os.environ, "CORGIPILE_CLUSTER_DIR": cluster_dir(port), "CORGIPILE_PORT": str(port)}
-    subprocess.run([str(REPO / "scripts" / "cluster.sh"), action], env=env, check=True,
-                   capture_output=True, text=True, timeout=300)
 
 
 def shard_dsn(i, dbname=SHARD_DB):
@@ -121,8 +115,8 @@ def shards(dsn):
         had_fdw = bool(scalar(c, "SELECT count(*) FROM pg_extension WHERE extname = 'postgres_fdw'"))
     try:
         for port in SHARD_PORTS:
-            cluster(port, "destroy")  # a fresh cluster even after an interrupted run
-            cluster(port, "start")
+            cluster_sh("destroy", cluster_dir(port), port)  # a fresh cluster even after an interrupted run
+            cluster_sh("start", cluster_dir(port), port)
         for i in (0, 1):
             with psycopg.connect(shard_dsn(i, "postgres"), autocommit=True) as c:
                 c.execute(f"DROP DATABASE IF EXISTS {SHARD_DB} WITH (FORCE)")
@@ -153,15 +147,11 @@ def shards(dsn):
                     c.execute("DROP EXTENSION IF EXISTS postgres_fdw CASCADE")
         finally:
             for port in SHARD_PORTS:
-                cluster(port, "destroy")
+                cluster_sh("destroy", cluster_dir(port), port)
 
 
 # ----------------------------------------------------------------------------------------------
 # helpers
-
-
-def train(c, rel, model, params):
-    return scalar(c, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, Jsonb({**QUIET, **params})))
 
 
 def evaluate(c, model_id, rel):
@@ -172,10 +162,6 @@ def stored(c, model_id):
     row = c.execute("SELECT rows_trained, rows_skipped, weights, bias, params, relation FROM corgipile.models WHERE id = %s",
                     (model_id,)).fetchone()
     return dict(zip(("rows_trained", "rows_skipped", "weights", "bias", "params", "relation"), row))
-
-
-def models_count(c):
-    return scalar(c, "SELECT count(*) FROM corgipile.models")
 
 
 def version(c):

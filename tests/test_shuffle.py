@@ -18,7 +18,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import cancel_and_join, scalar
+from helpers import cancel_and_join, scalar
 
 N_UNIF = 20_000
 ALPHA = 1e-7  # the uniformity tests reject a correct shuffle once in ten million runs
@@ -809,6 +809,7 @@ def huge(dsn):
         c.execute("DROP TABLE IF EXISTS huge, dst_huge")
 
 
+@pytest.mark.slow
 def test_cancel_while_piles_are_split(dsn, huge):
     """Cancel as soon as the backend has two temporary files or more: with piles that fit
     "memory" that is pass 1 (answered every ~1 MB); a pile bigger than "memory" being split

@@ -16,8 +16,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import scalar
+from helpers import scalar, train
 
+TRAIN_DEFAULTS = {"verbose": False, "seed": 1}  # train()'s params unless a test overrides them
 CURRENT = "0.4.0"
 STATES = ["CA", "NY", "TX", "FL", "WA", "IL", "OH", "GA", "NC", "MI"]
 CHURN_FEATURES = ["state", "intl", "plan", "autopay", "income", "age", "minutes", "calls", "score", "usage"]
@@ -61,11 +62,6 @@ def make_churn(conn, table, n=4000):
            + 2 * (usage[1] - 0.5)
            + ((hashint4(i * 41 + 17) & 1023) / 1023.0 - 0.5)) > 0 AS churned
         FROM base""")
-
-
-def train(conn, table, model, params):
-    return scalar(conn, "SELECT corgipile_train(%s, %s, %s)",
-                  (table, model, Jsonb({"verbose": False, "seed": 1, **params})))
 
 
 def evaluate(conn, model_id, table, params=None):
@@ -144,7 +140,7 @@ def test_mixed_columns_learn_and_row_predictions_agree_with_evaluate(conn):
     make_churn(conn, "tt_mixed")
     base = scalar(conn, "SELECT avg(churned::int)::float8 FROM tt_mixed")
     assert 0.4 < base < 0.6
-    mid = train(conn, "tt_mixed", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 5})
+    mid = train(conn, "tt_mixed", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 5}, defaults=TRAIN_DEFAULTS)
     report = evaluate(conn, mid, "tt_mixed")
     print(f"mixed logistic: {report}")
     # Measured 0.95 / 0.99; the numeric and boolean columns alone give 0.82 / 0.90.
@@ -187,9 +183,9 @@ def test_mixed_columns_learn_and_row_predictions_agree_with_evaluate(conn):
 def test_hash_encoding_learns_like_one_hot(conn):
     make_churn(conn, "tt_hash")
     common = {"label": "churned", "features": ["state", "intl", "plan", "income", "minutes", "usage", "autopay"], "epochs": 5}
-    one_hot = train(conn, "tt_hash", "logistic", common)
+    one_hot = train(conn, "tt_hash", "logistic", common, defaults=TRAIN_DEFAULTS)
     hashed = train(conn, "tt_hash", "logistic", {**common, "preprocess": {
-        "state": {"encode": "hash", "buckets": 64}, "plan": {"encode": "hash"}}})
+        "state": {"encode": "hash", "buckets": 64}, "plan": {"encode": "hash"}}}, defaults=TRAIN_DEFAULTS)
     r1, r2 = evaluate(conn, one_hot, "tt_hash"), evaluate(conn, hashed, "tt_hash")
     print(f"one-hot {r1['accuracy']:.4f}/{r1['roc_auc']:.4f}  hash {r2['accuracy']:.4f}/{r2['roc_auc']:.4f}")
     # Measured 0.95 / 0.99 one-hot, 0.92 / 0.975 hashed (64 buckets for 10 states collide); the
@@ -211,7 +207,7 @@ def test_decision_function_is_the_published_coefficients_in_table_units(conn):
     """Every encoding path by hand from corgipile_model_coefficients: numbers (imputed with the
     stored fill), array elements, one-hot categories, (null) -- weights folded to table units."""
     make_churn(conn, "tt_coef", n=1500)
-    mid = train(conn, "tt_coef", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3})
+    mid = train(conn, "tt_coef", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     coef, names = coefficients(conn, mid)
     coef = {f: c for (_, f), c in coef.items()}
     assert names[-1] == "(intercept)"
@@ -239,7 +235,7 @@ def test_softmax_on_a_column_list(conn):
     conn.execute("""ALTER TABLE tt_soft ADD COLUMN region text""")
     conn.execute("""UPDATE tt_soft SET region = CASE WHEN state IN ('CA', 'WA') THEN 'west'
                     WHEN state IN ('NY', 'FL', 'GA', 'NC') THEN 'east' ELSE 'central' END""")
-    mid = train(conn, "tt_soft", "softmax", {"label": "region", "features": ["state", "age", "plan", "usage"], "epochs": 3})
+    mid = train(conn, "tt_soft", "softmax", {"label": "region", "features": ["state", "age", "plan", "usage"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
     report = evaluate(conn, mid, "tt_soft")
     assert report["accuracy"] > 0.95
     classes = scalar(conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (mid,))
@@ -261,7 +257,7 @@ def test_linear_on_a_column_list_recovers_table_unit_weights(conn):
                       + CASE state WHEN 'CA' THEN 20 WHEN 'NY' THEN -10 ELSE 0 END
                       + 10 * usage[1] + ((hashint4(id * 3) & 1023) / 1023.0 - 0.5))::float8 AS spend
                     FROM tt_lin WHERE income IS NOT NULL AND state IS NOT NULL""")
-    mid = train(conn, "tt_lin_y", "linear", {"label": "spend", "features": ["state", "age", "income", "usage"], "epochs": 10})
+    mid = train(conn, "tt_lin_y", "linear", {"label": "spend", "features": ["state", "age", "income", "usage"], "epochs": 10}, defaults=TRAIN_DEFAULTS)
     report = evaluate(conn, mid, "tt_lin_y")
     assert report["r2"] > 0.999
     coef, _ = coefficients(conn, mid)
@@ -285,7 +281,7 @@ def test_linear_on_a_column_list_recovers_table_unit_weights(conn):
 def test_without_intercept_nothing_is_centered(conn):
     make_churn(conn, "tt_noint", n=2000)
     mid = train(conn, "tt_noint", "logistic", {"label": "churned", "features": ["income", "age", "minutes", "state"],
-                                               "fit_intercept": False, "epochs": 3})
+                                               "fit_intercept": False, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "bias")[0] == [0.0]
     coef, _ = coefficients(conn, mid)
     assert coef[("true", "(intercept)")] == 0
@@ -298,10 +294,10 @@ def test_normalize_false_and_scale_none(conn):
     make_churn(conn, "tt_norm", n=2000)
     feats = ["state", "income", "minutes", "usage"]
     plain = train(conn, "tt_norm", "logistic", {"label": "churned", "features": feats, "normalize": False,
-                                                "learning_rate": 1e-9, "epochs": 1})
+                                                "learning_rate": 1e-9, "epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert not any(c["scaled"] for c in preprocessing(conn, plain)["columns"])
     mixed = train(conn, "tt_norm", "logistic", {"label": "churned", "features": feats,
-                                                "preprocess": {"income": {"scale": "none"}}, "epochs": 2})
+                                                "preprocess": {"income": {"scale": "none"}}, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     scaled = {c["name"]: c["scaled"] for c in preprocessing(conn, mixed)["columns"]}
     assert scaled == {"state": False, "income": False, "minutes": True, "usage": True}
 
@@ -309,7 +305,7 @@ def test_normalize_false_and_scale_none(conn):
 def test_training_is_repeatable_with_a_seed(conn):
     make_churn(conn, "tt_seed", n=1500)
     params = {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 2, "seed": 11}
-    a, b = train(conn, "tt_seed", "svm", params), train(conn, "tt_seed", "svm", params)
+    a, b = train(conn, "tt_seed", "svm", params, defaults=TRAIN_DEFAULTS), train(conn, "tt_seed", "svm", params, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, a, "weights, bias, preprocessing") == model_row(conn, b, "weights, bias, preprocessing")
 
 
@@ -319,7 +315,7 @@ def test_training_is_repeatable_with_a_seed(conn):
 
 def test_mean_imputation_uses_the_training_mean(conn):
     make_churn(conn, "tt_mean", n=2000)
-    mid = train(conn, "tt_mean", "logistic", {"label": "churned", "features": ["income", "age", "usage"], "epochs": 2})
+    mid = train(conn, "tt_mean", "logistic", {"label": "churned", "features": ["income", "age", "usage"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     income = column_spec(conn, mid, "income")
     assert income["impute"] == "mean"
     avg, std = conn.execute("SELECT avg(income)::float8, stddev_pop(income)::float8 FROM tt_mean").fetchone()
@@ -341,7 +337,7 @@ def test_mean_imputation_uses_the_training_mean(conn):
 def test_zero_imputation(conn):
     make_churn(conn, "tt_zero", n=1500)
     mid = train(conn, "tt_zero", "logistic", {"label": "churned", "features": ["income", "age"],
-                                              "preprocess": {"income": {"impute": "zero"}}, "epochs": 2})
+                                              "preprocess": {"income": {"impute": "zero"}}, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     income = column_spec(conn, mid, "income")
     assert income["impute"] == "zero" and income["fill"] == 0
     assert row_decision(conn, mid, "NULL::int AS income, 30 AS age") == row_decision(conn, mid, "0 AS income, 30 AS age")
@@ -353,7 +349,7 @@ def test_skip_imputation_counts_rows(conn):
     nulls = scalar(conn, "SELECT count(*) FROM tt_skip WHERE income IS NULL")
     assert nulls == 200
     mid = train(conn, "tt_skip", "logistic", {"label": "churned", "features": ["income", "age", "state"],
-                                              "preprocess": {"income": {"impute": "skip"}}, "epochs": 2})
+                                              "preprocess": {"income": {"impute": "skip"}}, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "rows_trained, rows_skipped") == (2000, 200)
     # The statistics come from the rows trained on only.
     age = column_spec(conn, mid, "age")
@@ -372,7 +368,7 @@ def test_skip_imputation_counts_rows(conn):
     assert acc == pytest.approx(report["accuracy"], abs=1e-12)
     # Text columns skip too.
     tid = train(conn, "tt_skip", "logistic", {"label": "churned", "features": ["state", "age"],
-                                              "preprocess": {"state": {"impute": "skip"}}, "epochs": 1})
+                                              "preprocess": {"state": {"impute": "skip"}}, "epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, tid, "rows_skipped")[0] == scalar(conn, "SELECT count(*) FROM tt_skip WHERE state IS NULL")
     assert "state=(null)" not in coefficients(conn, tid)[1]
 
@@ -388,7 +384,7 @@ def test_error_imputation(conn):
     assert scalar(conn, "SELECT income IS NULL FROM tt_err WHERE ctid = %s::tid", (tid,)) is True
     conn.execute("CREATE TABLE tt_err_clean AS SELECT * FROM tt_err WHERE income IS NOT NULL AND state IS NOT NULL")
     mid = train(conn, "tt_err_clean", "logistic", {"label": "churned", "features": ["income", "age", "state"], "epochs": 1,
-                                                   "preprocess": {"income": {"impute": "error"}, "state": {"impute": "error"}}})
+                                                   "preprocess": {"income": {"impute": "error"}, "state": {"impute": "error"}}}, defaults=TRAIN_DEFAULTS)
     assert column_spec(conn, mid, "income")["impute"] == "error"
     e = raises(conn, "SELECT corgipile_predict(%s, c) FROM tt_err c WHERE income IS NULL", (mid,))
     assert e.sqlstate == "22004" and '"income"' in e.diag.message_primary
@@ -409,7 +405,7 @@ def test_max_categories_pools_the_rest_into_other(conn):
                            WHEN i % 20 < 19 THEN 'd' ELSE 'e' END AS cat,
                       (i % 20 < 6) AS y FROM generate_series(1, 2000) i""")
     # Counts: a 600, b 600 (a tie, broken by value), c 400, d 300, e 100.
-    mid = train(conn, "tt_pool", "logistic", {"label": "y", "features": ["cat"], "max_categories": 3, "epochs": 3})
+    mid = train(conn, "tt_pool", "logistic", {"label": "y", "features": ["cat"], "max_categories": 3, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     cat = column_spec(conn, mid, "cat")
     assert cat["categories"] == ["a", "b", "c"]
     assert cat["other"] is True and cat["null"] is False
@@ -421,7 +417,7 @@ def test_max_categories_pools_the_rest_into_other(conn):
     assert z["b"] == pytest.approx(coef[("true", "cat=b")] + coef[("true", "(intercept)")], rel=1e-12)
     assert z["b"] > 0 > z["a"]  # b is the positive class
     # A tie at the cut: the smaller value is kept.
-    one = train(conn, "tt_pool", "logistic", {"label": "y", "features": ["cat"], "max_categories": 1, "epochs": 1})
+    one = train(conn, "tt_pool", "logistic", {"label": "y", "features": ["cat"], "max_categories": 1, "epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert column_spec(conn, one, "cat")["categories"] == ["a"]
     assert evaluate(conn, mid, "tt_pool")["accuracy"] == 1.0
 
@@ -429,7 +425,7 @@ def test_max_categories_pools_the_rest_into_other(conn):
 def test_unseen_category_without_other_slot_maps_to_nothing(conn):
     conn.execute("""CREATE TABLE tt_unseen AS SELECT i, (ARRAY['red', 'green', 'blue'])[1 + i % 3] AS color,
                       (i % 7)::float8 AS x, (i % 3 = 0) AS y FROM generate_series(1, 1500) i""")
-    mid = train(conn, "tt_unseen", "logistic", {"label": "y", "features": ["color", "x"], "epochs": 3})
+    mid = train(conn, "tt_unseen", "logistic", {"label": "y", "features": ["color", "x"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
     color = column_spec(conn, mid, "color")
     assert sorted(color["categories"]) == ["blue", "green", "red"]
     assert color["other"] is False and color["null"] is False
@@ -444,7 +440,7 @@ def test_unseen_category_without_other_slot_maps_to_nothing(conn):
 
 def test_null_is_its_own_text_category(conn):
     make_churn(conn, "tt_nullcat", n=1500)
-    mid = train(conn, "tt_nullcat", "logistic", {"label": "churned", "features": ["state", "intl"], "epochs": 2})
+    mid = train(conn, "tt_nullcat", "logistic", {"label": "churned", "features": ["state", "intl"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     state = column_spec(conn, mid, "state")
     assert state["impute"] == "category" and state["null"] is True and state["other"] is False
     assert sorted(state["categories"]) == sorted(STATES)
@@ -470,7 +466,7 @@ def test_too_many_categories_is_an_error_that_suggests_hashing(conn):
         assert '"h"' in e.diag.message_primary and "corgipile.max_buffer_memory" in e.diag.message_primary
         assert '"encode": "hash"' in e.diag.message_hint
         mid = train(conn, "tt_many", "svm", {"label": "y", "features": ["h"], "epochs": 1,
-                                             "preprocess": {"h": {"encode": "hash", "buckets": 256}}})
+                                             "preprocess": {"h": {"encode": "hash", "buckets": 256}}}, defaults=TRAIN_DEFAULTS)
         assert model_row(conn, mid, "n_features")[0] == 256
     finally:
         conn.execute("RESET corgipile.max_buffer_memory")
@@ -483,7 +479,7 @@ def test_char_n_enum_and_name_columns(conn):
                       (ARRAY['sad', 'ok', 'happy'])[1 + i % 3]::tt_mood AS mood,
                       ('n' || (i % 2))::name AS nm,
                       (i % 3 = 0) AS y FROM generate_series(1, 900) i""")
-    mid = train(conn, "tt_kinds", "logistic", {"label": "y", "features": ["code", "mood", "nm"], "epochs": 3})
+    mid = train(conn, "tt_kinds", "logistic", {"label": "y", "features": ["code", "mood", "nm"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
     # char(n) categories carry no padding; enums are their labels (ties by value, not enum order).
     assert column_spec(conn, mid, "code")["categories"] == ["ab", "cd", "e"]
     assert column_spec(conn, mid, "mood")["categories"] == ["happy", "ok", "sad"]
@@ -500,7 +496,7 @@ def test_char_n_enum_and_name_columns(conn):
     assert row_decision(conn, mid, "'ab  '::text AS code, 'sad' AS mood, 'n1' AS nm") != pytest.approx(table_z)
     # A text-trained model reads char(n) rows without their padding.
     conn.execute("CREATE TABLE tt_kinds_text AS SELECT i, rtrim(code::text) AS code, y FROM tt_kinds")
-    tid = train(conn, "tt_kinds_text", "logistic", {"label": "y", "features": ["code"], "epochs": 3})
+    tid = train(conn, "tt_kinds_text", "logistic", {"label": "y", "features": ["code"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
     assert row_decision(conn, tid, "'ab'::char(6) AS code") == row_decision(conn, tid, "'ab'::text AS code")
     conn.execute("CREATE TABLE tt_kinds_char AS SELECT i, code::char(6) AS code, y FROM tt_kinds_text")
     assert evaluate(conn, tid, "tt_kinds_char") == evaluate(conn, tid, "tt_kinds_text")
@@ -512,11 +508,11 @@ def test_char_n_enum_and_name_columns(conn):
 
 def test_star_with_exclude(conn):
     make_churn(conn, "tt_star", n=1500)
-    mid = train(conn, "tt_star", "logistic", {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 3})
+    mid = train(conn, "tt_star", "logistic", {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "features")[0] == CHURN_FEATURES  # table order, label left out
-    explicit = train(conn, "tt_star", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3})
+    explicit = train(conn, "tt_star", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "weights, bias, preprocessing") == model_row(conn, explicit, "weights, bias, preprocessing")
-    everything = train(conn, "tt_star", "logistic", {"label": "churned", "features": "*", "epochs": 1})
+    everything = train(conn, "tt_star", "logistic", {"label": "churned", "features": "*", "epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, everything, "features")[0] == ["id"] + CHURN_FEATURES
     e = raises(conn, "SELECT corgipile_train('tt_star', 'logistic', %s)",
                (Jsonb({"label": "churned", "features": ["age"], "exclude": ["id"]}),))
@@ -541,7 +537,7 @@ def test_unsupported_types_are_named(conn, column, type_sql, type_name):
         assert f'"{column}"' in e.diag.message_primary and type_name in e.diag.message_primary
         assert "exclude" in e.diag.message_hint
     # Left out with "*" and "exclude", the table trains.
-    mid = train(conn, table, "svm", {"label": "y", "features": "*", "exclude": [column], "epochs": 1})
+    mid = train(conn, table, "svm", {"label": "y", "features": "*", "exclude": [column], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "features")[0] == ["x"]
 
 
@@ -588,8 +584,8 @@ def test_validation_relation_fraction_and_predicate_work(conn):
         params = {"label": "churned", "features": features, "epochs": 3, "seed": 4}
         if features == "*":
             params["exclude"] = [c for c in CHURN_FEATURES + ["id"] if c not in ("state", "income", "minutes")]
-        vid = train(conn, "tt_valid", "logistic", {**params, "validation": {"relation": "tt_valid_other"}})
-        plain = train(conn, "tt_valid", "logistic", params)
+        vid = train(conn, "tt_valid", "logistic", {**params, "validation": {"relation": "tt_valid_other"}}, defaults=TRAIN_DEFAULTS)
+        plain = train(conn, "tt_valid", "logistic", params, defaults=TRAIN_DEFAULTS)
         # The same preprocessing as without the validation relation (learned from the training
         # table only; its own pass, so sums may differ in the last bits), a model as good, and
         # every epoch validated on the relation's 1000 rows.
@@ -612,12 +608,12 @@ def test_validation_relation_fraction_and_predicate_work(conn):
         "label": "churned", "features": ["state", "minutes"], "validation": {"relation": "tt_valid_missing"}}),))
     assert e.sqlstate == "42703" and "state" in str(e)
     mid = train(conn, "tt_valid", "logistic", {"label": "churned", "features": ["state", "income", "minutes"],
-                                               "validation": {"fraction": 0.25}, "epochs": 2})
+                                               "validation": {"fraction": 0.25}, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     rows_trained, metrics = model_row(conn, mid, "rows_trained, metrics")
     assert rows_trained + metrics["validation"]["rows"] == 2000
     assert preprocessing(conn, mid)["rows"] == rows_trained
     pid = train(conn, "tt_valid", "logistic", {"label": "churned", "features": ["state", "income", "minutes"],
-                                               "validation": {"predicate": "id % 4 = 0"}, "epochs": 2})
+                                               "validation": {"predicate": "id % 4 = 0"}, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, pid, "rows_trained")[0] == 1500
     # The statistics are learned from the training rows only.
     assert column_spec(conn, pid, "income")["fill"] == pytest.approx(
@@ -631,7 +627,7 @@ def test_validation_relation_fraction_and_predicate_work(conn):
 
 def test_evaluate_matches_columns_by_name(conn):
     make_churn(conn, "tt_eval", n=2000)
-    mid = train(conn, "tt_eval", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3})
+    mid = train(conn, "tt_eval", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     # Other column order, extra columns, other text-like and number types of the same kinds.
     conn.execute("""CREATE TABLE tt_eval_other AS SELECT churned, usage::float8[] AS usage, score::float8 AS score,
                       calls::int4 AS calls, 'junk'::text AS extra, minutes::float8 AS minutes, age::int8 AS age,
@@ -657,7 +653,7 @@ def test_evaluate_matches_columns_by_name(conn):
 
 def test_evaluate_missing_column_hint_does_not_suggest_the_features_param(conn):
     conn.execute("CREATE TABLE tt_hint AS SELECT i AS a, i % 5 AS b, (i % 2 = 0) AS y FROM generate_series(1, 100) i")
-    mid = train(conn, "tt_hint", "svm", {"label": "y", "features": ["a", "b"], "epochs": 1})
+    mid = train(conn, "tt_hint", "svm", {"label": "y", "features": ["a", "b"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     conn.execute("CREATE TABLE tt_hint_missing AS SELECT a, y FROM tt_hint")
     e = raises(conn, "SELECT corgipile_evaluate(%s, 'tt_hint_missing')", (mid,))
     assert e.sqlstate == "42703"
@@ -666,7 +662,7 @@ def test_evaluate_missing_column_hint_does_not_suggest_the_features_param(conn):
 
 def test_row_predictions_ignore_order_and_extra_columns(conn):
     make_churn(conn, "tt_roworder", n=1000)
-    mid = train(conn, "tt_roworder", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 2})
+    mid = train(conn, "tt_roworder", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     shuffled = "c.usage, c.score, 42 AS extra, c.calls, c.minutes, c.age, c.income, 'x' AS note, c.autopay, c.plan, c.intl, c.state"
     rows = conn.execute(f"""SELECT corgipile_decision_function(%s, c),
                                    corgipile_decision_function(%s, (SELECT r FROM (SELECT {shuffled}) r)),
@@ -676,7 +672,7 @@ def test_row_predictions_ignore_order_and_extra_columns(conn):
     assert all(a == b and p == q for a, b, p, q in rows)
     # A view's rows, and two models in one statement (each call site matches its own model).
     conn.execute("CREATE VIEW tt_roworder_v AS SELECT id, state, intl, plan, autopay, income, age, minutes, calls, score, usage FROM tt_roworder")
-    other = train(conn, "tt_roworder", "logistic", {"label": "churned", "features": ["state", "age"], "epochs": 1})
+    other = train(conn, "tt_roworder", "logistic", {"label": "churned", "features": ["state", "age"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     both = conn.execute("""SELECT m, corgipile_decision_function(m, v) FROM tt_roworder_v v, unnest(%s::bigint[]) m
                            ORDER BY m, id""", ([mid, other],)).fetchall()
     alone = conn.execute("""SELECT m, corgipile_decision_function(m, c) FROM unnest(%s::bigint[]) m, tt_roworder c
@@ -687,7 +683,7 @@ def test_row_predictions_ignore_order_and_extra_columns(conn):
 
 def test_row_prediction_errors(conn):
     make_churn(conn, "tt_rowerr", n=500)
-    mid = train(conn, "tt_rowerr", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1})
+    mid = train(conn, "tt_rowerr", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     e = raises(conn, "SELECT corgipile_predict(%s, r) FROM (SELECT state, usage FROM tt_rowerr) r", (mid,))
     assert e.sqlstate == "42703" and '"income"' in e.diag.message_primary
     e = raises(conn, "SELECT corgipile_predict(%s, ROW(1, 2))", (mid,))
@@ -711,22 +707,22 @@ def test_row_prediction_errors(conn):
     assert e.sqlstate.startswith("22")
     # An array model refuses rows.
     conn.execute("CREATE TABLE tt_rowerr_arr AS SELECT usage::float8[] AS features, churned AS label FROM tt_rowerr")
-    aid = train(conn, "tt_rowerr_arr", "svm", {"epochs": 1})
+    aid = train(conn, "tt_rowerr_arr", "svm", {"epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, aid, "preprocessing")[0] is None
     e = raises(conn, "SELECT corgipile_predict(%s, t) FROM tt_rowerr_arr t", (aid,))
     assert e.sqlstate == "42809"
     conn.execute("""CREATE TABLE tt_rowerr_sparse AS SELECT ARRAY[1 + id % 3]::int[] AS idx, ARRAY[1.0]::float8[] AS val,
                     churned AS label FROM tt_rowerr""")
-    sid = train(conn, "tt_rowerr_sparse", "svm", {"features": {"indices": "idx", "values": "val"}, "epochs": 1})
+    sid = train(conn, "tt_rowerr_sparse", "svm", {"features": {"indices": "idx", "values": "val"}, "epochs": 1}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, sid, "preprocessing")[0] is None
 
 
 def test_models_by_name_predict_from_rows(conn):
     make_churn(conn, "tt_named", n=1500)
     v1 = train(conn, "tt_named", "logistic", {"label": "churned", "features": ["state", "income"], "epochs": 1,
-                                              "name": "tt_churn"})
+                                              "name": "tt_churn"}, defaults=TRAIN_DEFAULTS)
     v2 = train(conn, "tt_named", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3,
-                                              "name": "tt_churn"})
+                                              "name": "tt_churn"}, defaults=TRAIN_DEFAULTS)
     q = """SELECT corgipile_predict({m}, c), corgipile_predict_class({m}, c), corgipile_predict_proba({m}, c),
                   corgipile_decision_function({m}, c) FROM tt_named c ORDER BY id"""
     assert conn.execute(q.format(m="'tt_churn'")).fetchall() == conn.execute(q.format(m=v2)).fetchall()
@@ -740,7 +736,7 @@ def test_models_by_name_predict_from_rows(conn):
 def test_integer_array_columns_predict_from_rows(conn):
     conn.execute("""CREATE TABLE tt_intarr AS SELECT i, ARRAY[i % 5, (i * 7) % 3]::int4[] AS v,
                       ARRAY[i % 5, 1]::numeric[] AS w, ((i % 5) > 2) AS y FROM generate_series(1, 1000) i""")
-    mid = train(conn, "tt_intarr", "logistic", {"label": "y", "features": ["v", "w"], "epochs": 2})
+    mid = train(conn, "tt_intarr", "logistic", {"label": "y", "features": ["v", "w"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     report = evaluate(conn, mid, "tt_intarr")
     acc = scalar(conn, "SELECT avg((corgipile_predict(%s, t) = y::int)::int)::float8 FROM tt_intarr t", (mid,))
     assert acc == pytest.approx(report["accuracy"], abs=1e-12)
@@ -748,7 +744,7 @@ def test_integer_array_columns_predict_from_rows(conn):
 
 def test_numeric_columns_predict_as_their_float8_value(conn):
     make_churn(conn, "tt_numeric", n=1000)
-    mid = train(conn, "tt_numeric", "logistic", {"label": "churned", "features": ["minutes", "age"], "epochs": 2})
+    mid = train(conn, "tt_numeric", "logistic", {"label": "churned", "features": ["minutes", "age"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     differ = scalar(conn, """SELECT count(*) FROM tt_numeric c
                              WHERE corgipile_decision_function(%s, c) IS DISTINCT FROM
                                    corgipile_decision_function(%s, (SELECT r FROM (SELECT c.minutes::float8 AS minutes, c.age) r))""",
@@ -768,7 +764,7 @@ def test_numeric_values_of_every_scale_read_as_float8(conn):
                                           ELSE (random() * 1e-25)::numeric END)::numeric AS x,
                            (i % 2 = 0) AS y
                     FROM generate_series(1, 3000) i""")
-    mid = train(conn, "tt_numscale", "logistic", {"label": "y", "features": ["x"], "epochs": 1})
+    mid = train(conn, "tt_numscale", "logistic", {"label": "y", "features": ["x"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     # With one feature, decision = w * x + b: equal decisions <=> equal x (w is not 0).
     assert scalar(conn, "SELECT weights[1] <> 0 FROM corgipile.models WHERE id = %s", (mid,))
     differ = scalar(conn, """SELECT count(*) FROM tt_numscale c
@@ -780,14 +776,14 @@ def test_numeric_values_of_every_scale_read_as_float8(conn):
 
 def test_long_numeric_values_predict(conn):
     conn.execute("CREATE TABLE tt_longnum AS SELECT i, (i / 7.0)::numeric AS x, (i % 2 = 0) AS y FROM generate_series(1, 300) i")
-    mid = train(conn, "tt_longnum", "logistic", {"label": "y", "features": ["x"], "epochs": 1})
+    mid = train(conn, "tt_longnum", "logistic", {"label": "y", "features": ["x"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     long = "('0.' || repeat('3', 400))::numeric"
     assert row_decision(conn, mid, f"{long} AS x") == pytest.approx(row_decision(conn, mid, f"{long}::float8 AS x"))
 
 
 def test_subquery_row_predictions_in_a_parallel_plan(dsn, conn):
     make_churn(conn, "tt_par", n=2000)
-    mid = train(conn, "tt_par", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1})
+    mid = train(conn, "tt_par", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     q = "SELECT sum(corgipile_decision_function(%s, r)) FROM (SELECT state, income, usage FROM tt_par) r"
     serial = scalar(conn, q, (mid,))
     # Rows evaluated by parallel workers (the leader only gathers).
@@ -803,7 +799,7 @@ def test_subquery_row_predictions_in_a_parallel_plan(dsn, conn):
 def test_table_row_predictions_in_a_parallel_plan(conn):
     make_churn(conn, "tt_par2", n=2000)
     mid = train(conn, "tt_par2", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1,
-                                              "name": "tt_par2"})
+                                              "name": "tt_par2"}, defaults=TRAIN_DEFAULTS)
     q = "SELECT sum(corgipile_decision_function({m}, c)) FROM tt_par2 c"
     serial = scalar(conn, q.format(m=mid))
     with conn.transaction():
@@ -829,12 +825,12 @@ def test_column_list_models_survive_dump_and_restore(tmp_path):
             c.execute("CREATE EXTENSION corgipile")
             make_churn(c, "churn", n=1500)
             ids = [
-                train(c, "churn", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 2, "name": "churn"}),
+                train(c, "churn", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 2, "name": "churn"}, defaults=TRAIN_DEFAULTS),
                 train(c, "churn", "svm", {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 2,
                                           "preprocess": {"state": {"encode": "hash", "buckets": 32},
-                                                         "income": {"impute": "skip"}}}),
+                                                         "income": {"impute": "skip"}}}, defaults=TRAIN_DEFAULTS),
                 train(c, "churn", "linear", {"label": "age", "features": ["state", "plan", "minutes", "usage"],
-                                             "max_categories": 4, "epochs": 2}),
+                                             "max_categories": 4, "epochs": 2}, defaults=TRAIN_DEFAULTS),
             ]
             q = """SELECT m, id, corgipile_decision_function(m, c) FROM churn c, unnest(%s::bigint[]) m ORDER BY m, id"""
             before = c.execute(q, (ids,)).fetchall()
@@ -866,8 +862,8 @@ def array_models_as_0_3_0_wrote_them(conn, db):
     column. Returns the new ids and the predictions they must give."""
     conn.execute("DROP TABLE IF EXISTS pts")
     conn.execute(POINTS)
-    ids = [train(conn, "pts", "svm", {"label": "flag", "epochs": 2}),
-           train(conn, "pts", "softmax", {"epochs": 2})]
+    ids = [train(conn, "pts", "svm", {"label": "flag", "epochs": 2}, defaults=TRAIN_DEFAULTS),
+           train(conn, "pts", "softmax", {"epochs": 2}, defaults=TRAIN_DEFAULTS)]
     expected = conn.execute("""SELECT corgipile_decision_function(%s, features), corgipile_predict_class(%s, features),
                                       corgipile_predict_proba(%s, features)
                                FROM pts ORDER BY id""", (ids[0], ids[1], ids[1])).fetchall()
@@ -907,7 +903,7 @@ def test_update_from_0_3_0_keeps_array_models(conn):
             assert old.execute(OLD_PRED, (old_ids[0], old_ids[1], old_ids[1])).fetchall() == expected
             # Column-list training, its catalog column and evaluation work on the updated database.
             old.execute("CREATE TABLE tab AS SELECT i, 'c' || (i % 4) AS cat, (i % 4 = 1) AS y FROM generate_series(1, 800) i")
-            new_id = train(old, "tab", "logistic", {"label": "y", "features": ["cat"], "epochs": 3})
+            new_id = train(old, "tab", "logistic", {"label": "y", "features": ["cat"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
             assert new_id > max(old_ids)
             assert scalar(old, "SELECT preprocessing->'n_features' FROM corgipile.models WHERE id = %s", (new_id,)) == 4
             assert evaluate(old, new_id, "tab")["accuracy"] == 1.0
@@ -924,7 +920,7 @@ def test_update_from_0_3_0_adds_row_prediction(conn):
             old.execute("CREATE EXTENSION corgipile VERSION '0.3.0'")
             old.execute("ALTER EXTENSION corgipile UPDATE")
             old.execute("CREATE TABLE tab AS SELECT i, 'c' || (i % 4) AS cat, (i % 4 = 1) AS y FROM generate_series(1, 800) i")
-            mid = train(old, "tab", "logistic", {"label": "y", "features": ["cat"], "epochs": 3})
+            mid = train(old, "tab", "logistic", {"label": "y", "features": ["cat"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
             acc = scalar(old, "SELECT avg((corgipile_predict(%s, t) = y::int)::int)::float8 FROM tab t", (mid,))
             assert acc == evaluate(old, mid, "tab")["accuracy"]
             fns = """SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid)

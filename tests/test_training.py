@@ -4,7 +4,7 @@ storage-order SGD is clearly worse, while CorgiPile matches training on a fully 
 import psycopg
 import pytest
 
-from conftest import scalar
+from helpers import scalar, train
 
 DIMS = 10
 ROWS = 200_000
@@ -35,18 +35,14 @@ def accuracy(conn, model_id, table="g_test"):
     return float(scalar(conn, f"SELECT avg((corgipile_predict(%s, features) = label)::int) FROM {table}", (model_id,)))
 
 
-def train(conn, table, model, params):
-    return scalar(conn, "SELECT corgipile_train(%s, %s, %s)", (table, model, psycopg.types.json.Jsonb(params)))
-
-
 @pytest.mark.parametrize("model", ["svm", "logistic"])
 def test_corgipile_beats_no_shuffle_and_matches_full_shuffle(gaussians, conn, model):
     # The last iterate shows what the order does to SGD: averaged over epochs 2 and 3, even
     # no_shuffle gets close on these easy clusters (tests/test_datasets.py: not on a9a).
     params = {"epochs": 3, "seed": 11, "verbose": False, "average": False}
-    no_shuffle = accuracy(conn, train(conn, "g_clustered", model, {**params, "shuffle": "no_shuffle"}))
-    corgipile = accuracy(conn, train(conn, "g_clustered", model, {**params, "shuffle": "corgipile"}))
-    shuffled_once = accuracy(conn, train(conn, "g_shuffled", model, {**params, "shuffle": "no_shuffle"}))
+    no_shuffle = accuracy(conn, train(conn, "g_clustered", model, {**params, "shuffle": "no_shuffle"}, defaults={}))
+    corgipile = accuracy(conn, train(conn, "g_clustered", model, {**params, "shuffle": "corgipile"}, defaults={}))
+    shuffled_once = accuracy(conn, train(conn, "g_shuffled", model, {**params, "shuffle": "no_shuffle"}, defaults={}))
     print(f"{model}: no_shuffle {no_shuffle:.4f}  corgipile {corgipile:.4f}  shuffled copy {shuffled_once:.4f}")
     assert corgipile > no_shuffle + 0.05
     assert abs(corgipile - shuffled_once) <= 0.01
@@ -54,7 +50,7 @@ def test_corgipile_beats_no_shuffle_and_matches_full_shuffle(gaussians, conn, mo
 
 
 def test_every_epoch_sees_every_row_once(gaussians, conn):
-    model_id = train(conn, "g_clustered", "svm", {"epochs": 3, "seed": 3, "verbose": False, "buffer_size": "2%"})
+    model_id = train(conn, "g_clustered", "svm", {"epochs": 3, "seed": 3, "verbose": False, "buffer_size": "2%"}, defaults={})
     tuples = [r[0] for r in conn.execute("SELECT tuples FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (model_id,))]
     assert tuples == [ROWS] * 3
 
@@ -72,7 +68,7 @@ def test_direct_column_read_trains_like_the_executor_path(gaussians, conn):
     conn.execute("ALTER TABLE g_columns DROP COLUMN junk")
     params = {"epochs": 2, "seed": 5, "verbose": False, "buffer_size": "3%"}
     for table in ("g_clustered", "g_columns"):
-        model_id = train(conn, table, "logistic", params)
+        model_id = train(conn, table, "logistic", params, defaults={})
         loss, acc = conn.execute("SELECT loss, accuracy FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch DESC LIMIT 1",
                                  (model_id,)).fetchone()
         plan = json.loads("".join(r[0] for r in conn.execute(
@@ -88,13 +84,13 @@ def test_one_notice_per_epoch_unless_quiet(gaussians, dsn):
     notices = []
     with psycopg.connect(dsn, autocommit=True) as c:
         c.add_notice_handler(lambda d: notices.append(d.message_primary))
-        train(c, "g_test", "svm", {"epochs": 4, "seed": 1})
+        train(c, "g_test", "svm", {"epochs": 4, "seed": 1}, defaults={})
         assert notices[0].split() == ["corgipile", "epoch", "loss", "accuracy", "tuples", "lr", "seconds"]
         rows = [n.split() for n in notices[1:]]
         assert [r[1] for r in rows] == ["1/4", "2/4", "3/4", "4/4"]
         assert all(r[0] == "corgipile" and 0 <= float(r[3]) <= 1 for r in rows)
         notices.clear()
-        train(c, "g_test", "svm", {"epochs": 4, "seed": 1, "verbose": False})
+        train(c, "g_test", "svm", {"epochs": 4, "seed": 1, "verbose": False}, defaults={})
         assert notices == []
 
 
@@ -109,10 +105,10 @@ def test_where_clause_of_row_level_security_is_honoured(gaussians, conn):
     conn.execute("CREATE TABLE g_no_access AS SELECT * FROM g_test LIMIT 10")
     conn.execute("SET ROLE cp_half")
     try:
-        model_id = train(conn, "g_rls", "svm", {"epochs": 1, "seed": 1, "verbose": False})
+        model_id = train(conn, "g_rls", "svm", {"epochs": 1, "seed": 1, "verbose": False}, defaults={})
         assert scalar(conn, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model_id,)) == 10_000
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            train(conn, "g_no_access", "svm", {"epochs": 1})
+            train(conn, "g_no_access", "svm", {"epochs": 1}, defaults={})
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT * FROM corgipile_explain('g_no_access', 'svm')")
     finally:
@@ -149,7 +145,7 @@ def test_double_buffering_across_epoch_boundaries(conn):
                            CASE WHEN i % 97 = 0 THEN NULL ELSE (i % 2) END AS label
                     FROM generate_series(1, 20011) i ORDER BY i % 2, i""")
     base = {"epochs": 4, "seed": 5, "buffer_size": 1500, "validation": {"fraction": 0.1}}
-    models = {db: train(conn, "epochs_edge", "logistic", {**base, "double_buffer": db}) for db in (True, False)}
+    models = {db: train(conn, "epochs_edge", "logistic", {**base, "double_buffer": db}, defaults={}) for db in (True, False)}
     rows = {db: conn.execute("SELECT rows_trained, rows_skipped, weights FROM corgipile.models WHERE id = %s",
                              (m,)).fetchone() for db, m in models.items()}
     assert rows[True] == rows[False]
@@ -160,13 +156,14 @@ def test_double_buffering_across_epoch_boundaries(conn):
     assert 0.8 * nulls < rows[True][1] <= nulls, rows[True][1]
     assert per_epoch[0] + nulls < 20_011 and per_epoch[0] == rows[True][0], (per_epoch, rows[True])
     # A loose tolerance stops after epoch 2, with the third epoch's scan already begun.
-    m = train(conn, "epochs_edge", "logistic", {**base, "epochs": 10, "tolerance": 10.0})
+    m = train(conn, "epochs_edge", "logistic", {**base, "epochs": 10, "tolerance": 10.0}, defaults={})
     assert scalar(conn, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (m,)) == 2
     conn.execute("DROP TABLE epochs_edge")
 
 
 @pytest.mark.parametrize("shuffle", ["no_shuffle", "corgipile"])
 @pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.slow
 def test_sparse_normalize_is_training_on_max_abs_scaled_values(conn, shuffle, double_buffer):
     """`normalize` on sparse rows divides each feature by its largest |value| (scaled in the
     buffer before SGD gets it, since 0.4.0). Every feature's largest |value| is a power of two
@@ -188,10 +185,10 @@ def test_sparse_normalize_is_training_on_max_abs_scaled_values(conn, shuffle, do
     params = {"epochs": 3, "seed": 5, "verbose": False, "shuffle": shuffle, "double_buffer": double_buffer,
               "features": {"indices": "idx", "values": "val"}, "n_features": 300, "index_base": 0,
               "buffer_size": "10%"}
-    raw = train(conn, "sp_norm_raw", "logistic", {**params, "normalize": True})
+    raw = train(conn, "sp_norm_raw", "logistic", {**params, "normalize": True}, defaults={})
     # class_weight "balanced" (1.0 for both classes: they are even) gives this training a
     # statistics pass too, so that the random orders after it are the same.
-    scaled = train(conn, "sp_norm_scaled", "logistic", {**params, "normalize": False, "class_weight": "balanced"})
+    scaled = train(conn, "sp_norm_scaled", "logistic", {**params, "normalize": False, "class_weight": "balanced"}, defaults={})
     same, nonzero = conn.execute(
         """SELECT a.weights = ARRAY(SELECT w * power(2, -((k - 1) %% 5)) FROM unnest(b.weights) WITH ORDINALITY u(w, k) ORDER BY k)
                   AND a.bias = b.bias,
@@ -217,9 +214,9 @@ def test_sparse_normalize_of_binary_features_keeps_the_model(conn, double_buffer
     params = {"epochs": 2, "seed": 9, "verbose": False, "shuffle": "corgipile", "double_buffer": double_buffer,
               "features": {"indices": "idx", "values": "val"}, "n_features": 200, "index_base": 0,
               "buffer_size": "10%"}
-    normalized = train(conn, "sp_binary", "logistic", {**params, "normalize": True})
+    normalized = train(conn, "sp_binary", "logistic", {**params, "normalize": True}, defaults={})
     # class_weight "balanced" (1.0 for both classes) gives a statistics pass too: same orders.
-    plain = train(conn, "sp_binary", "logistic", {**params, "normalize": False, "class_weight": "balanced"})
+    plain = train(conn, "sp_binary", "logistic", {**params, "normalize": False, "class_weight": "balanced"}, defaults={})
     same, nonzero = conn.execute(
         """SELECT a.weights = b.weights AND a.bias = b.bias, (SELECT bool_or(w <> 0) FROM unnest(b.weights) w)
            FROM corgipile.models a, corgipile.models b WHERE a.id = %s AND b.id = %s""",

@@ -15,7 +15,7 @@ import struct
 import psycopg
 import pytest
 
-from conftest import REPO, scalar
+from helpers import REPO, scalar
 
 OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
 CURRENT = "0.4.0"

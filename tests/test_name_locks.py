@@ -12,9 +12,8 @@ import psycopg
 import psycopg.errors as E
 import pytest
 
-from reliability_helpers import connect, database_fixture, scalar, train
+from helpers import connect, scalar, suite_db, train
 
-db = database_fixture("name_locks")
 ROLES = ["nl_alice", "nl_bob", "nl_eve"]
 MASK = (1 << 64) - 1
 
@@ -30,7 +29,7 @@ def env(db):
         c.execute("GRANT SELECT ON pts TO PUBLIC")
     yield db
     with connect("dbname=postgres") as admin:
-        admin.execute("DROP DATABASE IF EXISTS rel_name_locks WITH (FORCE)")
+        admin.execute(f"DROP DATABASE IF EXISTS {suite_db(db)} WITH (FORCE)")
         for r in ROLES:
             admin.execute(f"DROP ROLE IF EXISTS {r}")
 

@@ -10,9 +10,8 @@ import psycopg
 import psycopg.errors as E
 import pytest
 
-from reliability_helpers import connect, database_fixture, scalar, train
+from helpers import connect, scalar, train
 
-db = database_fixture("concurrency")
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +120,7 @@ def test_four_concurrent_trainings_same_seed_identical(tables):
 VECTORS = [[random.Random(i).uniform(-2, 2) for _ in range(4)] for i in range(32)]
 
 
+@pytest.mark.slow
 def test_predict_from_eight_threads_during_training(tables):
     with connect(tables) as c:
         model_id = train(c, "static", "svm", {"epochs": 2, "seed": 5})

@@ -1,5 +1,6 @@
-"""Hardening of 0.4.0's column lists: training on mixed-type columns (preprocessing learned in a
-statistics pass) and predicting from a whole row, attacked by an ordinary role.
+"""Column lists (0.4.0) attacked by an ordinary role: training on mixed-type columns
+(preprocessing learned in a statistics pass) and predicting from a whole row. The features
+themselves, as a user sees them, are tested in test_tabular.py.
 
 Two parts:
 
@@ -11,12 +12,12 @@ Two parts:
   the server is still up: an idle sentinel connection (a crash restart kills it; note that
   pg_postmaster_start_time() does NOT change on a crash restart), a new connection, and
   pg_postmaster_start_time() unchanged.
-- On a throw-away cluster of its own (tests/test_hardening_fuzz.py's Cluster, started under
-  `ulimit -v`), the cases whose failure is an unbounded or unaccounted allocation: each runs in
+- On a throw-away cluster of its own (tests/helpers.py's Cluster, started under `ulimit -v`,
+  as test_fuzz.py's), the cases whose failure is an unbounded or unaccounted allocation: each runs in
   a backend whose address space is capped with prlimit(1) at its current size plus a budget, so
   running out of memory is immediate and deterministic and never touches the machine (no swap).
-  A crash is detected by the server log and a sentinel connection.
-
+  A crash is detected by the server log and a sentinel connection. These tests are marked
+  own_cluster.
 """
 
 import os
@@ -28,9 +29,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from reliability_helpers import parallel_guc
-from test_hardening_fuzz import CRASH_RE, Cluster, as_pg
+from helpers import (CRASH_RE, Cluster, as_pg, connect, describe, drop_role, error_of, parallel_guc, scalar,
+                     train)
 
+TRAIN_DEFAULTS = {"verbose": False, "seed": 1, "epochs": 2}  # train()'s params unless a test overrides them
 ALICE, BOB = "ht_tab_alice", "ht_tab_bob"
 OWN_PORT = int(os.environ.get("CORGIPILE_HARDENING_TABULAR_PORT", "28933"))
 OWN_DB = "hardtab"
@@ -42,48 +44,11 @@ ADVISORY_KEY = 7_261_002_417  # the concurrent ALTER TYPE test's lock (unlikely 
 # helpers
 
 
-def connect(dsn, user=None, **kw):
-    kw.setdefault("autocommit", True)
-    if user is not None:
-        kw["user"] = user
-    return psycopg.connect(dsn, **kw)
-
-
-def scalar(conn, query, params=None):
-    return conn.execute(query, params).fetchone()[0]
-
-
-def train(conn, table, model, params):
-    p = {"verbose": False, "seed": 1, "epochs": 2}
-    p.update(params)
-    return scalar(conn, "SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb(p)))
-
-
-def error_of(conn, query, params=None):
-    try:
-        conn.execute(query, params)
-    except psycopg.Error as e:
-        return e
-    return None
-
-
-def describe(e):
-    if e is None:
-        return "no error"
-    return f"{e.sqlstate} {type(e).__name__}: {e.diag.message_primary!r} (hint {e.diag.message_hint!r})"
-
-
 def expect_error(conn, query, params, sqlstate):
     e = error_of(conn, query, params)
     assert e is not None and e.sqlstate == sqlstate, f"expected {sqlstate}, got {describe(e)}"
     assert e.sqlstate != "XX000"
     return e
-
-
-def drop_role(admin, role):
-    if scalar(admin, "SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)):
-        admin.execute(f"DROP OWNED BY {role}")
-        admin.execute(f"DROP ROLE {role}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +125,7 @@ def alive(env):
 @pytest.fixture(scope="module")
 def mixed_model(env):
     with connect(env) as c:
-        return train(c, "ht_mixed", "logistic", {"features": "*", "exclude": ["id"]})
+        return train(c, "ht_mixed", "logistic", {"features": "*", "exclude": ["id"]}, defaults=TRAIN_DEFAULTS)
 
 
 MIXED_COLUMNS = "small, amount, code, fee, colour, padded, nm, pair, f4, maybe, flag"
@@ -271,7 +236,7 @@ def test_toasted_text_and_arrays_in_rows(env, alive):
                         (i % 2 = 0) AS label
                      FROM generate_series(1, 60) i""")
         assert scalar(c, "SELECT bool_and(pg_column_size(big) < octet_length(big)) FROM ht_toast")
-        m = train(c, "ht_toast", "logistic", {"features": ["big", "vec"]})
+        m = train(c, "ht_toast", "logistic", {"features": ["big", "vec"]}, defaults=TRAIN_DEFAULTS)
         toasted = c.execute(f"SELECT id, corgipile_decision_function({m}, t) FROM ht_toast t ORDER BY id").fetchall()
         inline = c.execute(f"""SELECT i, corgipile_decision_function({m}, r) FROM generate_series(1, 60) i,
                 LATERAL (SELECT repeat(CASE WHEN i % 2 = 0 THEN 'ab' ELSE 'cd' END, 100000 + i % 3) AS big,
@@ -287,7 +252,7 @@ def test_numeric_columns_read_exactly_as_float8(env, alive):
     with connect(env) as c:
         c.execute("DROP TABLE IF EXISTS ht_num")
         c.execute("CREATE TABLE ht_num AS SELECT (i % 17)::numeric / 3 AS x, (i % 17) * 2.5 AS label FROM generate_series(1, 400) i")
-        m = train(c, "ht_num", "linear", {"features": ["x"]})
+        m = train(c, "ht_num", "linear", {"features": ["x"]}, defaults=TRAIN_DEFAULTS)
         c.execute("SELECT setseed(0.25)")
         mismatches = c.execute(f"""
             WITH v AS (
@@ -313,7 +278,7 @@ def test_wide_rows_of_1600_columns(env, alive):
         c.execute(f"CREATE TABLE ht_wide ({cols}, label boolean)")
         vals = ", ".join(f"((i * {j + 1}) % 5)::int2" for j in range(1599))
         c.execute(f"INSERT INTO ht_wide SELECT {vals}, i % 2 = 0 FROM generate_series(1, 40) i")
-        m = train(c, "ht_wide", "logistic", {"features": "*", "epochs": 1})
+        m = train(c, "ht_wide", "logistic", {"features": "*", "epochs": 1}, defaults=TRAIN_DEFAULTS)
         assert scalar(c, "SELECT n_features FROM corgipile.models WHERE id = %s", (m,)) == 1599
         preds = c.execute(f"SELECT corgipile_predict({m}, t) FROM ht_wide t").fetchall()
         assert len(preds) == 40 and all(p[0] in (0.0, 1.0) for p in preds)
@@ -351,12 +316,12 @@ def test_training_input_errors(env, alive):
         bad({"features": ["t", "x"], "preprocess": {"t": {"encode": "hash", "buckets": 1 << 24}}}, "54000")
         # A column whose arrays are all NULL is a column of no features; a row that has one is
         # an error, not an out-of-bounds read.
-        m = train(c, "ht_bad", "logistic", {"features": ["empty_arr", "x"], "epochs": 1})
+        m = train(c, "ht_bad", "logistic", {"features": ["empty_arr", "x"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
         assert scalar(c, f"SELECT corgipile_predict({m}, r) FROM (SELECT NULL::float8[] AS empty_arr, 1.0 AS x) r") is not None
         expect_error(c, f"SELECT corgipile_predict({m}, r) FROM (SELECT ARRAY[1.0]::float8[] AS empty_arr, 1.0 AS x) r",
                      None, "22000")
         # impute error / skip in rows
-        m2 = train(c, "ht_bad", "logistic", {"features": ["t", "x"], "preprocess": {"t": {"impute": "error"}, "x": {"impute": "skip"}}})
+        m2 = train(c, "ht_bad", "logistic", {"features": ["t", "x"], "preprocess": {"t": {"impute": "error"}, "x": {"impute": "skip"}}}, defaults=TRAIN_DEFAULTS)
         expect_error(c, f"SELECT corgipile_predict({m2}, r) FROM (SELECT NULL::text AS t, 1.0 AS x) r", None, "22004")
         assert scalar(c, f"SELECT corgipile_predict({m2}, r) FROM (SELECT 't1'::text AS t, NULL::float8 AS x) r") is None
         c.execute("DROP TABLE ht_bad")
@@ -366,7 +331,7 @@ def test_training_input_errors(env, alive):
 
 def test_other_roles_models_are_invisible_to_rows_evaluate_and_names(env, alive):
     with connect(env, user=ALICE) as a, connect(env, user=BOB) as b:
-        am = train(a, "ht_mixed", "logistic", {"features": ["code", "small"], "name": "ht_tab_churn"})
+        am = train(a, "ht_mixed", "logistic", {"features": ["code", "small"], "name": "ht_tab_churn"}, defaults=TRAIN_DEFAULTS)
         assert scalar(a, "SELECT corgipile_predict('ht_tab_churn', t) FROM ht_mixed t LIMIT 1") is not None
         for q in (f"SELECT corgipile_predict({am}, t) FROM ht_mixed t LIMIT 1",
                   f"SELECT corgipile_predict_proba({am}::bigint, t) FROM ht_mixed t LIMIT 1",
@@ -377,7 +342,7 @@ def test_other_roles_models_are_invisible_to_rows_evaluate_and_names(env, alive)
             assert e.diag.message_primary.replace(str(am), "N") == e2.diag.message_primary.replace("987654321", "N")
         e = error_of(b, "SELECT corgipile_predict('ht_tab_churn', t) FROM ht_mixed t LIMIT 1")
         assert e is not None and e.sqlstate != "XX000", describe(e)
-        bm = train(b, "ht_mixed", "logistic", {"features": ["code"], "name": "ht_tab_churn"})
+        bm = train(b, "ht_mixed", "logistic", {"features": ["code"], "name": "ht_tab_churn"}, defaults=TRAIN_DEFAULTS)
         assert bm != am
         assert scalar(b, "SELECT corgipile_decision_function('ht_tab_churn', t) FROM ht_mixed t LIMIT 1") == \
             scalar(b, f"SELECT corgipile_decision_function({bm}, t) FROM ht_mixed t LIMIT 1")
@@ -393,7 +358,7 @@ def test_row_type_altered_by_another_session_mid_statement(env, alive):
         c.execute("DROP TYPE IF EXISTS ht_shape CASCADE")
         c.execute("DROP TABLE IF EXISTS ht_shape_src")
         c.execute("CREATE TABLE ht_shape_src AS SELECT (i % 5) AS x, (ARRAY['a','b','c'])[1 + i % 3] AS y, (i % 2 = 0) AS label FROM generate_series(1, 300) i")
-        m = train(c, "ht_shape_src", "logistic", {"features": ["x", "y"]})
+        m = train(c, "ht_shape_src", "logistic", {"features": ["x", "y"]}, defaults=TRAIN_DEFAULTS)
         c.execute("CREATE TYPE ht_shape AS (x int4, y text)")
         for i in (1, 2, 3):
             c.execute(f"DROP TABLE IF EXISTS ht_lock{i}")
@@ -448,7 +413,7 @@ def test_zero_padded_category_codes_train_as_fast_as_random_ones(env, alive):
             c.execute("DROP TABLE IF EXISTS ht_codes")
             c.execute(f"CREATE TABLE ht_codes AS SELECT ({expr})::text AS code, (i % 2) AS label FROM generate_series(1, {n}) i")
             started = time.monotonic()
-            train(c, "ht_codes", "logistic", {"features": ["code"], "max_categories": 65536, "epochs": 1})
+            train(c, "ht_codes", "logistic", {"features": ["code"], "max_categories": 65536, "epochs": 1}, defaults=TRAIN_DEFAULTS)
             times[kind] = time.monotonic() - started
         c.execute("DROP TABLE ht_codes")
     alive.check()
@@ -566,9 +531,10 @@ def compression(own):
 
 def own_train(own, table, model, params):
     with own.connect() as c:
-        return train(c, table, model, params)
+        return train(c, table, model, params, defaults=TRAIN_DEFAULTS)
 
 
+@pytest.mark.own_cluster
 def test_row_array_length_is_checked_before_it_is_converted(own):
     own.reset()
     own_exec(own, "DROP TABLE IF EXISTS arr2",
@@ -582,6 +548,7 @@ def test_row_array_length_is_checked_before_it_is_converted(own):
     assert e is not None and e.sqlstate == "22000", describe(e)
 
 
+@pytest.mark.own_cluster
 def test_array_columns_are_bounded_together(own):
     own.reset()
     cols = [f"a{k}" for k in range(12)]
@@ -596,6 +563,7 @@ def test_array_columns_are_bounded_together(own):
     assert e is not None and e.sqlstate == "54000", describe(e)
 
 
+@pytest.mark.own_cluster
 def test_toasted_text_columns_do_not_accumulate_across_rows_and_epochs(own):
     own.reset()
     own_exec(own, "DROP TABLE IF EXISTS toasted_text",
@@ -608,6 +576,7 @@ def test_toasted_text_columns_do_not_accumulate_across_rows_and_epochs(own):
     assert e is None, describe(e)
 
 
+@pytest.mark.own_cluster
 def test_alternating_row_types_do_not_leak(own):
     own.reset()
     own_exec(own, "DROP TABLE IF EXISTS alt_src",
@@ -623,6 +592,7 @@ def test_alternating_row_types_do_not_leak(own):
     assert e is None, describe(e)
 
 
+@pytest.mark.own_cluster
 def test_many_kept_categories_fail_cleanly_if_at_all(own):
     own.reset()
     cols = ", ".join(f"left(md5('{j}_' || i), 10) AS t{j}" for j in range(24))

@@ -1,26 +1,33 @@
-"""Hardening: the server never restarts, whatever sizes a role asks for.
+"""Fuzzing: whatever a role throws at corgipile, the server never restarts and every failure is a
+clean ERROR.
 
-A throw-away PostgreSQL 15 cluster of its own, started under `ulimit -v` (about 4 GB of address
-space per process), so that an unbounded allocation fails instead of waking the OOM killer. An
-ordinary role then asks corgipile for absurd sizes: feature dimensions up to 2^31-1, sparse
-indices up to 2147483647, softmax models of up to 70,000 classes, batches of a million, buffers
-of a terabyte or 2^31 tuples, blocks of 2^31 pages, prediction vectors of up to 10^7 elements.
-Any clean ERROR is acceptable; an internal error (SQLSTATE XX000), a lost connection or a server
-restart is not. A restart is detected by an idle sentinel connection, pg_postmaster_start_time(),
-the checkpointer's pid and the server log.
+1. Property test, on the shared test cluster (a database of the suite's own, the db fixture):
+   random params and random malformed tables thrown at corgipile_train and corgipile_predict.
+   Every call returns a model id or raises a clean psycopg.Error (never a dropped connection), the
+   server stays up, and every model produced is well-shaped.
 
-test_shard_round_requests_never_crash calls corgipile_shard_round (EXECUTE is granted to PUBLIC)
-directly with hostile requests: fixed cases (10^7 class values, a 2^62-feature model, 10^11
-features with 5e7 weights, 2e7 class weights, 10^6-deep nesting) then seeded random ones (huge
-arrays in weights, extras and evaluate models, odd counts, deep nesting, hostile params, random
-mutations of valid Statistics / Train / Evaluate requests), each within the statement timeout."""
+2. Absurd sizes, on a throw-away PostgreSQL cluster of its own (helpers.Cluster; marked
+   own_cluster), started under `ulimit -v` (about 4 GB of address space per process), so that an
+   unbounded allocation fails instead of waking the OOM killer. An ordinary role then asks
+   corgipile for absurd sizes: feature dimensions up to 2^31-1, sparse indices up to 2147483647,
+   softmax models of up to 70,000 classes, batches of a million, buffers of a terabyte or 2^31
+   tuples, blocks of 2^31 pages, prediction vectors of up to 10^7 elements. Any clean ERROR is
+   acceptable; an internal error (SQLSTATE XX000), a lost connection or a server restart is not.
+   A restart is detected by an idle sentinel connection, pg_postmaster_start_time(), the
+   checkpointer's pid and the server log.
+
+   test_shard_round_requests_never_crash calls corgipile_shard_round (EXECUTE is granted to PUBLIC)
+   directly with hostile requests: fixed cases (10^7 class values, a 2^62-feature model, 10^11
+   features with 5e7 weights, 2e7 class weights, 10^6-deep nesting) then seeded random ones (huge
+   arrays in weights, extras and evaluate models, odd counts, deep nesting, hostile params, random
+   mutations of valid Statistics / Train / Evaluate requests), each within the statement timeout.
+"""
 
 import json
 import math
 import os
 import random
 import re
-import subprocess
 import time
 
 import psycopg
@@ -28,11 +35,258 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-PG_BIN = os.environ.get("CORGIPILE_PG_BIN", "/usr/lib/postgresql/15/bin")  # the major under test (make sets it)
-PG_OS_USER = "postgres"
+from helpers import CRASH_RE, VMEM_KB, Cluster, connect, scalar, server_crashes
+
+# =============================================================================================
+# 1. Property test on the shared cluster
+# =============================================================================================
+
+PROPERTY_SEED = 20240505
+PROPERTY_CASES = 500
+PROPERTY_TIME_BUDGET = 50.0  # seconds; the loop stops early (and says so) rather than overrun
+
+VALID_KEYS = ["features", "label", "epochs", "learning_rate", "decay", "l2", "batch_size", "tolerance",
+              "seed", "shuffle", "block_size", "buffer_size", "double_buffer", "verbose"]
+
+
+def random_json(rng, depth=0):
+    kind = rng.choice(["int", "float", "str", "bool", "null", "list", "dict", "big", "neg", "numstr"])
+    if kind == "int":
+        return rng.choice([0, 1, 2, 3, 7, 64, 1000, 2**31, 2**63 - 1, 2**63, 2**64, 10**30])
+    if kind == "float":
+        return rng.choice([0.0, 0.5, 1e-300, 5e-324, 1.0, 1.5, 0.999999, 1e6, 1e300, 1.7976931348623157e308])
+    if kind == "str":
+        return rng.choice(["", "auto", "corgipile", "no_shuffle", "block_only", "10%", "100%", "0.5%", "1MB",
+                           "512kB", "1TB", "8B", "NaN", "Infinity", "-1", "features", "label", "x",
+                           "é\u2603", "a" * 300, "10 MB", "10mb", " 10MB", "1e3"])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "big":
+        return rng.choice([10**9, 10**18, 10**100, 1e308])
+    if kind == "neg":
+        return rng.choice([-1, -0.0, -1e-9, -(2**63), -1e308])
+    if kind == "numstr":
+        return rng.choice(["1", "0", "3.5", "-2", "1e9"])
+    if depth > 1:
+        return None
+    if kind == "list":
+        return [random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice(["a", "epochs", ""]): random_json(rng, depth + 1) for _ in range(rng.randint(0, 2))}
+
+
+def plausible(rng, key):
+    """A mostly-valid value for `key` (so that many cases get past validation and train)."""
+    return {
+        "features": lambda: rng.choice(["features", "features", "x", "label", "nope"]),
+        "label": lambda: rng.choice(["label", "label", "x", "features", "nope"]),
+        "epochs": lambda: rng.choice([1, 2, 3, 5]),
+        "learning_rate": lambda: rng.choice([1e-4, 0.01, 0.5, 10.0, 1e6]),
+        "decay": lambda: rng.choice([0.5, 0.95, 1]),
+        "l2": lambda: rng.choice([0, 1e-4, 1.0, 1e6]),
+        "batch_size": lambda: rng.choice([1, 2, 7, 1000, 1_000_000]),
+        "tolerance": lambda: rng.choice([0, 1e-9, 1.0, 1e300]),
+        "seed": lambda: rng.choice([None, 0, 1, 2**63 - 1]),
+        "shuffle": lambda: rng.choice(["corgipile", "block_only", "no_shuffle"]),
+        "block_size": lambda: rng.choice(["auto", 1, 3, "8kB", "1MB", "1TB"]),
+        "buffer_size": lambda: rng.choice(["10%", "100%", "0.001%", 1, 2, 17, "1B", "64kB", "1MB"]),
+        "double_buffer": lambda: rng.random() < 0.5,
+        "verbose": lambda: False,
+    }[key]()
+
+
+def random_params(rng):
+    """(params, odd): odd when a random (mostly invalid) value or key was used."""
+    params, odd = {}, False
+    for key in rng.sample(VALID_KEYS, rng.randint(0, 6)):
+        if rng.random() < 0.85:
+            params[key] = plausible(rng, key)
+        else:
+            params[key], odd = random_json(rng), True
+    if rng.random() < 0.05:
+        params[rng.choice(["epoch", "lr", "Seed", "unknown", "", "features "])] = random_json(rng)
+        odd = True
+    if rng.random() < 0.03:
+        return rng.choice([[], "x", 1, None, [params]]), True  # not an object
+    # Keep valid trainings short: epochs within the accepted range but large would run for long.
+    if isinstance(params.get("epochs"), int) and not isinstance(params.get("epochs"), bool) \
+            and 5 < params["epochs"] <= 1_000_000:
+        params["epochs"] = 5
+    params.setdefault("verbose", False)
+    return params, odd
+
+
+def random_table(rng):
+    """(ftype, ltype, dims, rows, defective): rows (features, label) from a small pool of shapes."""
+    ftype = rng.choice(["float8[]", "float4[]"])
+    ltype = rng.choice(["int", "smallint", "bigint", "float8", "real", "numeric", "boolean"])
+    dims = rng.choice([1, 2, 3, 5, 50])
+    n = rng.choice([0, 1, 2, 3, 5, 10, 40, 200, 2000])
+    defect_rate = rng.choice([0.0, 0.0, 0.0, 0.0, 0.02, 0.2, 0.6, 1.0])
+    huge = 3e38 if ftype == "float4[]" else 1e308
+    classes = rng.choice([[0, 1], [0, 1], [0, 1], [-1, 1], [3, 7], [1], [0, 1, 2]])
+    if ltype == "boolean":
+        classes = [c % 2 == 1 for c in classes][:2]
+    rows = []
+    for _ in range(n):
+        feats = [rng.uniform(-3, 3) for _ in range(dims)]
+        label = rng.choice(classes)
+        if rng.random() < defect_rate:
+            d = rng.choice(["null_features", "empty", "short", "long", "null_elem", "nan", "inf", "huge",
+                            "null_label", "tiny"])
+            if d == "null_features":
+                feats = None
+            elif d == "empty":
+                feats = []
+            elif d == "short":
+                feats = feats[:-1]
+            elif d == "long":
+                feats = feats + [1.0]
+            elif d == "null_elem":
+                feats[rng.randrange(dims)] = None
+            elif d == "nan":
+                feats[rng.randrange(dims)] = float("nan")
+            elif d == "inf":
+                feats[rng.randrange(dims)] = rng.choice([float("inf"), float("-inf")])
+            elif d == "huge":
+                feats = [rng.choice([huge, -huge]) for _ in range(dims)]
+            elif d == "null_label":
+                label = None
+            elif d == "tiny":
+                feats = [5e-324 for _ in range(dims)] if ftype == "float8[]" else [1e-45] * dims
+        rows.append((feats, label))
+    defective = n == 0 or defect_rate > 0 or len(set(classes)) != 2
+    return ftype, ltype, dims, rows, defective
+
+
+def literal(feats, ftype):
+    if feats is None:
+        return None
+    items = []
+    for v in feats:
+        if v is None:
+            items.append("NULL")
+        elif math.isnan(v):
+            items.append("NaN")
+        elif math.isinf(v):
+            items.append("Infinity" if v > 0 else "-Infinity")
+        else:
+            items.append(repr(v))
+    return "{" + ",".join(items) + "}"
+
+
+def check_model(conn, model_id, params, rows):
+    m = conn.execute("""SELECT n_features, cardinality(weights), rows_trained, rows_skipped,
+                               (SELECT bool_and(w = w AND w NOT IN ('Infinity', '-Infinity')) FROM unnest(weights) w)
+                        FROM corgipile.models WHERE id = %s""", (model_id,)).fetchone()
+    assert m is not None, f"model {model_id} returned but not stored"
+    n_features, cardinality, trained, skipped, finite = m
+    assert n_features == cardinality
+    assert finite, "non-finite weights stored"
+    assert trained + skipped == len(rows)
+    epochs = [r[0] for r in conn.execute("SELECT epoch FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch",
+                                         (model_id,))]
+    asked = params.get("epochs", 20)
+    assert 1 <= len(epochs) <= asked and epochs == list(range(1, len(epochs) + 1)), (epochs, asked)
+    tuples = {r[0] for r in conn.execute("SELECT tuples FROM corgipile.epochs WHERE model_id = %s", (model_id,))}
+    assert tuples == {trained}
+    if params.get("features", "features") == "features" and params.get("label", "label") == "label":
+        used = [f for f, l in rows if l is not None and f]
+        assert trained == len(used)
+        assert {len(f) for f in used} == {n_features}
+    return n_features
+
+
+@pytest.mark.slow
+def test_fuzz_train_and_predict(db):
+    rng = random.Random(PROPERTY_SEED)
+    crashes = server_crashes()
+    stats = {"cases": 0, "models": 0, "errors": 0, "bad_inputs": 0, "predicts": 0, "timeouts": 0}
+    error_classes = {}
+    internal = []  # (case, message, params) of XX000 internal errors
+    started = time.monotonic()
+    with connect(db) as conn:
+        conn.execute("SET statement_timeout = '3s'")
+        for case in range(PROPERTY_CASES):
+            if time.monotonic() - started > PROPERTY_TIME_BUDGET:
+                print(f"fuzz: time budget reached after {case} cases")
+                break
+            ftype, ltype, dims, rows, defective = random_table(rng)
+            params, odd_params = random_params(rng)
+            model = rng.choice(["svm", "logistic", "svm", "logistic", "linear_svm"])
+            conn.execute("DROP TABLE IF EXISTS fz")
+            conn.execute(f"CREATE TABLE fz (id serial, features {ftype}, label {ltype}, x int DEFAULT 1)")
+            if rows:
+                with conn.cursor() as cur:
+                    cur.executemany(f"INSERT INTO fz (features, label) VALUES (%s::{ftype}, %s::{ltype})",
+                                    [(literal(f, ftype), l) for f, l in rows])
+            stats["cases"] += 1
+            if defective or odd_params or model not in ("svm", "logistic"):
+                stats["bad_inputs"] += 1
+            model_id = None
+            try:
+                model_id = scalar(conn, "SELECT corgipile_train('fz', %s, %s)", (model, Jsonb(params)))
+            except psycopg.Error as e:
+                assert not conn.closed and not conn.broken, f"case {case}: connection lost: {e!r}"
+                stats["errors"] += 1
+                if isinstance(e, E.QueryCanceled):
+                    stats["timeouts"] += 1
+                    print(f"fuzz: case {case} hit the 3 s statement_timeout: {len(rows)} rows x {dims} "
+                          f"({ftype}), params {json.dumps(params)}")
+                error_classes[type(e).__name__] = error_classes.get(type(e).__name__, 0) + 1
+                if (e.sqlstate or "XX").startswith("XX"):
+                    internal.append((case, str(e).splitlines()[0], json.dumps(params)))
+            assert scalar(conn, "SELECT 1") == 1, f"case {case}: session unusable"
+            if model_id is not None:
+                if not isinstance(params, dict):
+                    pytest.fail(f"case {case}: non-object params {params!r} accepted")
+                stats["models"] += 1
+                n_features = check_model(conn, model_id, params, rows)
+                # Predict: right shape works and returns one of the two classes; wrong shapes error cleanly.
+                for arr in ([0.5] * n_features, [0.5] * (n_features + 1), [], [1e308] * n_features,
+                            [float("nan")] * n_features, None):
+                    stats["predicts"] += 1
+                    try:
+                        p = scalar(conn, "SELECT corgipile_predict(%s, %s::float8[])",
+                                   (model_id, literal(arr, "float8[]")))
+                        if arr is None:
+                            assert p is None
+                        else:
+                            assert len(arr) == n_features and all(math.isfinite(v) for v in arr)
+                            labels = conn.execute("SELECT label_mapping FROM corgipile.models WHERE id = %s",
+                                                  (model_id,)).fetchone()[0]
+                            assert p is not None and math.isfinite(p), (p, labels)
+                    except psycopg.Error as e:
+                        assert not conn.broken, f"case {case}: predict dropped the connection: {e!r}"
+                        assert arr is not None and (len(arr) != n_features or not all(map(math.isfinite, arr))), \
+                            f"case {case}: predict failed on a valid vector: {e!r}"
+                if rng.random() < 0.3:
+                    conn.execute("DELETE FROM corgipile.models WHERE id = %s", (model_id,))
+            if rng.random() < 0.1:
+                stats["predicts"] += 1
+                with pytest.raises(psycopg.Error):
+                    conn.execute("SELECT corgipile_predict(%s, ARRAY[1]::float8[])", (rng.choice([-5, 0, 10**15]),))
+                assert scalar(conn, "SELECT 1") == 1
+    elapsed = time.monotonic() - started
+    print(f"fuzz: {stats['cases']} cases in {elapsed:.1f} s: {stats['bad_inputs']} with bad input, "
+          f"{stats['models']} models trained, {stats['errors']} clean errors ({stats['timeouts']} timeouts), "
+          f"{stats['predicts']} predict calls; error classes {error_classes}")
+    assert server_crashes() == crashes, "a backend crashed during the fuzz run (see the server log)"
+    # Every error must be a clean one: an internal error (SQLSTATE XX000) is a bug.
+    for case, message, params in internal:
+        print(f"fuzz: internal error in case {case}: {message}  params={params}")
+    assert not internal, f"internal errors (SQLSTATE XX000) instead of clean errors: {internal}"
+    assert stats["cases"] >= 100, "too few cases ran within the time budget"
+    assert stats["models"] >= 50 and stats["errors"] >= 50, "fuzz distribution degenerate"
+
+
+# =============================================================================================
+# 2. Absurd sizes on a cluster of its own (ulimit -v)
+# =============================================================================================
+
 PORT = int(os.environ.get("CORGIPILE_HARDENING_PORT", "28917"))
-VMEM_KB = 4_000_000  # ulimit -v of the server: about 4 GB of address space per process
-DBNAME = "hardening"
+OWN_DB = "hardening"  # the database on the cluster of its own
 ROLE = "fz"
 
 SEED = int(os.environ.get("CORGIPILE_HARDENING_SEED", "20250611"))
@@ -41,12 +295,6 @@ TIME_BUDGET = 200.0  # seconds for the fuzz loop; it stops early (and says so) r
 STATEMENT_TIMEOUT = "20s"
 HUGE_COEFFICIENT_CALLS = 2  # coefficients of models above 2^24 weights: each may take the whole timeout
 
-# Lines of the server log that mean a backend died and the postmaster restarted (or will).
-CRASH_RE = re.compile(
-    r"terminated by signal|server process .* was terminated|server process .* exited with exit code"
-    r"|terminating any other active server processes|all server processes terminated; reinitializing"
-    r"|PANIC:"
-)
 MEMORY_SETTINGS = ("corgipile.max_model_memory", "corgipile.max_buffer_memory")
 
 
@@ -54,105 +302,9 @@ MEMORY_SETTINGS = ("corgipile.max_model_memory", "corgipile.max_buffer_memory")
 # The throw-away cluster (started as scripts/cluster.sh does, plus ulimit -v)
 # ---------------------------------------------------------------------------------------------
 
-def as_pg(args, **kw):
-    """Run a command as the postgres OS user, from a directory it can read."""
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    kw.setdefault("cwd", "/")
-    if os.geteuid() == 0:
-        args = ["runuser", "-u", PG_OS_USER, "--"] + list(args)
-    elif os.environ.get("USER", "") != PG_OS_USER:
-        args = ["sudo", "-u", PG_OS_USER, "--"] + list(args)
-    return subprocess.run(args, **kw)
-
-
-class Cluster:
-    def __init__(self, port):
-        r = as_pg(["mktemp", "-d", "/tmp/corgipile-hardening-XXXXXX"], check=True)
-        self.dir = r.stdout.strip()
-        assert self.dir.startswith("/tmp/corgipile-hardening-"), self.dir
-        as_pg(["chmod", "755", self.dir], check=True)
-        self.data = f"{self.dir}/data"
-        self.log = f"{self.dir}/log"
-        self.port = port
-        self.log_offset = 0
-
-    def init(self):
-        r = as_pg([f"{PG_BIN}/initdb", "-D", self.data, "--auth=trust", "-U", "postgres", "-E", "UTF8",
-                   "--locale=C.UTF-8"])
-        assert r.returncode == 0, f"initdb failed: {r.stdout}\n{r.stderr}"
-        conf = f"""
-# ---- corgipile hardening fuzz cluster (tests/test_hardening_fuzz.py) ----
-listen_addresses = ''
-unix_socket_directories = '{self.dir}'
-port = {self.port}
-shared_buffers = 128MB
-max_wal_size = 2GB
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-huge_pages = off
-"""
-        r = as_pg(["tee", "-a", f"{self.data}/postgresql.conf"], input=conf)
-        assert r.returncode == 0, r.stderr
-
-    def start(self):
-        # The limit is set in the shell that execs pg_ctl: the postmaster and every backend inherit it.
-        cmd = (f"ulimit -v {VMEM_KB} && exec env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "
-               f"{PG_BIN}/pg_ctl start -D {self.data} -l {self.log} -w -t 120 -o '-p {self.port} -k {self.dir}'")
-        r = as_pg(["bash", "-c", cmd])
-        assert r.returncode == 0, f"server failed to start: {r.stdout}\n{r.stderr}\n{self.tail()}"
-
-    def stop(self):
-        as_pg([f"{PG_BIN}/pg_ctl", "stop", "-D", self.data, "-m", "fast", "-w"])
-
-    def destroy(self):
-        if self.dir.startswith("/tmp/corgipile-hardening-"):
-            as_pg(["rm", "-rf", "--", self.dir])
-
-    def read_log(self):
-        try:
-            with open(self.log, errors="replace") as f:
-                return f.read()
-        except PermissionError:
-            return as_pg(["cat", self.log]).stdout
-        except OSError:
-            return ""
-
-    def tail(self, n=40):
-        return "\n".join(self.read_log().splitlines()[-n:])
-
-    def new_log_lines(self):
-        text = self.read_log()
-        new, self.log_offset = text[self.log_offset:], len(text)
-        return new.splitlines()
-
-    def postmaster_pid(self):
-        r = as_pg(["head", "-n", "1", f"{self.data}/postmaster.pid"])
-        return int(r.stdout.strip())
-
-    def connect(self, user="postgres", dbname=DBNAME, **kw):
-        kw.setdefault("autocommit", True)
-        kw.setdefault("connect_timeout", 10)
-        return psycopg.connect(host=self.dir, port=self.port, user=user, dbname=dbname, **kw)
-
-    def wait_ready(self, timeout=90.0):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                with self.connect(dbname="postgres") as c:
-                    if c.execute("SELECT 1").fetchone()[0] == 1:
-                        return
-            except psycopg.Error as e:  # still restarting / in recovery
-                last = e
-            time.sleep(0.25)
-        raise AssertionError(f"fuzz cluster not ready after {timeout} s: {last}\n{self.tail()}")
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(PORT)
+    c = Cluster(PORT, OWN_DB)
     try:
         c.init()
         c.start()
@@ -162,7 +314,7 @@ def cluster():
         m = re.search(r"Max address space\s+(\d+)", limits)
         assert m and int(m.group(1)) == VMEM_KB * 1024, f"ulimit -v not applied to the server:\n{limits}"
         with c.connect(dbname="postgres") as admin:
-            admin.execute(f"CREATE DATABASE {DBNAME}")
+            admin.execute(f"CREATE DATABASE {OWN_DB}")
         with c.connect() as admin:
             admin.execute("CREATE EXTENSION corgipile")
             admin.execute(f"CREATE ROLE {ROLE} LOGIN")
@@ -504,6 +656,7 @@ class Fuzz:
                 f"SELECT {call}", (m["id"], indices, values), None)
 
 
+@pytest.mark.own_cluster
 def test_server_never_restarts(cluster):
     rng = random.Random(SEED)
     tables = Tables(cluster)
@@ -597,6 +750,7 @@ def expect_memory_limit(conn, sql, args, setting=None):
     return e
 
 
+@pytest.mark.own_cluster
 def test_oversized_models_and_buffers_are_refused(cluster):
     tables = Tables(cluster)
     watchdog = Watchdog(cluster)
@@ -642,6 +796,7 @@ def test_oversized_models_and_buffers_are_refused(cluster):
         watchdog.close()
 
 
+@pytest.mark.own_cluster
 def test_softmax_classes_times_n_features_checked_before_allocation(cluster):
     """Sparse softmax with an n_features param: the model is n_features x K, K known only from the
     label column. It must be refused (54000) once K x n_features is too big, before it is
@@ -724,6 +879,7 @@ def catalog_sized(cluster, table_sql, model, params, predict_calls):
         watchdog.close()
 
 
+@pytest.mark.own_cluster
 def test_catalog_sized_sparse_model_survives_reset(cluster):
     """A sparse svm of 20,000,000 features (160 MB of weights), trained under a raised limit."""
     n = 20_000_000
@@ -746,6 +902,7 @@ def test_catalog_sized_sparse_model_survives_reset(cluster):
     )
 
 
+@pytest.mark.own_cluster
 def test_catalog_sized_softmax_survives_reset(cluster):
     """A softmax of 4,000 classes x 4,000 features (128 MB of weights; one non-zero per row keeps it quick)."""
     k = 4000
@@ -1000,6 +1157,7 @@ class ShardRoundFuzz:
         return f"{action} {'/'.join(map(str, path))}"
 
 
+@pytest.mark.own_cluster
 def test_shard_round_requests_never_crash(cluster):
     """corgipile_shard_round called directly by an ordinary role with hostile requests (sizes of
     tens to a hundred MB: big weights arrays, n_features of 10^11 and 2^62, negative numbers, huge
