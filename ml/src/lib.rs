@@ -28,6 +28,7 @@ pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod moments;
+pub mod network;
 mod nonfinite;
 pub mod params;
 pub mod prefetch;

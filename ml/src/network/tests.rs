@@ -1,0 +1,192 @@
+//! Unit tests of the network: gradients against finite differences (dense and sparse rows,
+//! both activations, both heads), determinism, and learning what no linear model can (XOR).
+
+use super::*;
+
+fn rows_of(x: &[Vec<f64>]) -> Vec<Row<'_>> {
+    x.iter().map(|r| Row::Dense(r)).collect()
+}
+
+/// Central differences of the batch's mean loss, against the analytic gradient.
+fn check_gradient(net: &mut Network, rows: &[Row], labels: &[f64]) {
+    let mut ws = Workspace::new(net, rows.len()).unwrap();
+    net.loss_and_gradient(rows, labels, &mut ws);
+    let analytic = ws.gradient.clone();
+    let h = 1e-6;
+    #[allow(clippy::needless_range_loop)] // each step perturbs params[i] and reads analytic[i]
+    for i in 0..net.params.len() {
+        let p = net.params[i];
+        net.params[i] = p + h;
+        let up = net.loss_and_gradient(rows, labels, &mut ws);
+        net.params[i] = p - h;
+        let down = net.loss_and_gradient(rows, labels, &mut ws);
+        net.params[i] = p;
+        let numeric = (up - down) / (2.0 * h);
+        let scale = numeric.abs().max(analytic[i].abs()).max(1e-3);
+        assert!(
+            (numeric - analytic[i]).abs() / scale < 1e-5,
+            "param {i}: numeric {numeric} analytic {}",
+            analytic[i]
+        );
+    }
+}
+
+fn batch() -> (Vec<Vec<f64>>, Vec<f64>) {
+    let x = vec![
+        vec![0.5, -1.2, 0.3],
+        vec![-0.7, 0.4, 1.1],
+        vec![1.5, 0.2, -0.4],
+        vec![0.1, -0.3, 0.8],
+        vec![-1.1, 0.9, -0.2],
+    ];
+    (x, vec![0.0, 2.0, 1.0, 2.0, 0.0])
+}
+
+#[test]
+fn softmax_gradients_match_finite_differences() {
+    let (x, y) = batch();
+    for activation in [Activation::Relu, Activation::Tanh] {
+        let mut net = Network::new(&[3, 4, 5, 3], activation, Head::Softmax, 11).unwrap();
+        // Non-zero biases, so that every parameter's gradient is exercised.
+        for (i, p) in net.params.iter_mut().enumerate() {
+            *p += 0.01 * (i % 7) as f64;
+        }
+        check_gradient(&mut net, &rows_of(&x), &y);
+    }
+}
+
+#[test]
+fn regression_gradients_match_finite_differences() {
+    let (x, _) = batch();
+    let y = [0.3, -1.0, 2.5, 0.0, 1.2];
+    let mut net = Network::new(&[3, 6, 1], Activation::Tanh, Head::Linear, 5).unwrap();
+    check_gradient(&mut net, &rows_of(&x), &y);
+}
+
+#[test]
+fn sparse_rows_give_the_dense_rows_outputs_and_gradients() {
+    let (x, y) = batch();
+    let net = Network::new(&[3, 4, 3], Activation::Relu, Head::Softmax, 3).unwrap();
+    let indices: Vec<Vec<u32>> = x
+        .iter()
+        .map(|r| (0..3u32).filter(|&j| r[j as usize] != 0.0).collect())
+        .collect();
+    let values: Vec<Vec<f64>> = x.clone();
+    let sparse: Vec<Row> = indices
+        .iter()
+        .zip(&values)
+        .map(|(i, v)| Row::Sparse {
+            indices: i,
+            values: v,
+        })
+        .collect();
+    let mut dense_ws = Workspace::new(&net, 5).unwrap();
+    let mut sparse_ws = Workspace::new(&net, 5).unwrap();
+    let dense_loss = net.loss_and_gradient(&rows_of(&x), &y, &mut dense_ws);
+    let sparse_loss = net.loss_and_gradient(&sparse, &y, &mut sparse_ws);
+    assert!((dense_loss - sparse_loss).abs() < 1e-12);
+    for i in 0..5 {
+        for (a, b) in net
+            .outputs(&dense_ws, i)
+            .iter()
+            .zip(net.outputs(&sparse_ws, i))
+        {
+            assert!((a - b).abs() < 1e-12);
+        }
+    }
+    for (a, b) in dense_ws.gradient.iter().zip(&sparse_ws.gradient) {
+        assert!((a - b).abs() < 1e-12);
+    }
+    let mut sparse_net = net.clone();
+    check_gradient(&mut sparse_net, &sparse, &y);
+}
+
+#[test]
+fn same_seed_same_network_bit_for_bit() {
+    let a = Network::new(&[10, 64, 2], Activation::Relu, Head::Softmax, 42).unwrap();
+    let b = Network::new(&[10, 64, 2], Activation::Relu, Head::Softmax, 42).unwrap();
+    let c = Network::new(&[10, 64, 2], Activation::Relu, Head::Softmax, 43).unwrap();
+    assert!(a
+        .params
+        .iter()
+        .zip(&b.params)
+        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    assert_ne!(a.params, c.params);
+    // He-uniform for the ReLU layer: every weight within sqrt(6 / fan_in).
+    let limit = (6.0f64 / 10.0).sqrt();
+    assert!(a.params[..640].iter().all(|w| w.abs() <= limit));
+    assert!(a.params[640..704].iter().all(|&b| b == 0.0));
+    assert_eq!(Network::n_params(&[10, 64, 2]), 10 * 64 + 64 + 64 * 2 + 2);
+}
+
+#[test]
+fn bad_shapes_and_huge_networks_are_errors_not_aborts() {
+    assert_eq!(
+        Network::new(&[3], Activation::Relu, Head::Linear, 1),
+        Err(NetworkError::BadShape)
+    );
+    assert_eq!(
+        Network::new(&[3, 0, 1], Activation::Relu, Head::Linear, 1),
+        Err(NetworkError::BadShape)
+    );
+    assert!(matches!(
+        Network::new(&[1 << 40, 1 << 20, 2], Activation::Relu, Head::Softmax, 1),
+        Err(NetworkError::OutOfMemory { .. })
+    ));
+}
+
+/// XOR of two inputs, which no linear model separates (a linear one stays at 50%).
+fn learn_xor(kind: OptimizerKind, learning_rate: f64) -> f64 {
+    let x: Vec<Vec<f64>> = (0..4)
+        .map(|i| vec![(i & 1) as f64, ((i >> 1) & 1) as f64])
+        .collect();
+    let y: Vec<f64> = (0..4).map(|i| ((i & 1) ^ ((i >> 1) & 1)) as f64).collect();
+    let mut net = Network::new(&[2, 8, 2], Activation::Tanh, Head::Softmax, 7).unwrap();
+    let mut ws = Workspace::new(&net, 4).unwrap();
+    let mut opt = Optimizer::new(kind, learning_rate, 0.0, net.params.len()).unwrap();
+    let is_weight = net.is_weight();
+    let rows = rows_of(&x);
+    for _ in 0..2000 {
+        net.loss_and_gradient(&rows, &y, &mut ws);
+        opt.step(&mut net.params, &ws.gradient, &is_weight);
+    }
+    net.forward(&rows, &mut ws);
+    let correct = (0..4)
+        .filter(|&i| {
+            let p = net.outputs(&ws, i);
+            (p[1] > p[0]) == (y[i] == 1.0)
+        })
+        .count();
+    correct as f64 / 4.0
+}
+
+#[test]
+fn adam_and_momentum_learn_xor() {
+    assert_eq!(learn_xor(OptimizerKind::Adam, 0.01), 1.0);
+    assert_eq!(learn_xor(OptimizerKind::Sgd { momentum: 0.9 }, 0.1), 1.0);
+}
+
+#[test]
+fn l2_shrinks_weights_not_biases() {
+    let mut opt = Optimizer::new(OptimizerKind::Sgd { momentum: 0.0 }, 0.1, 0.5, 2).unwrap();
+    let mut params = [2.0, 2.0];
+    opt.step(&mut params, &[0.0, 0.0], &[true, false]);
+    assert_eq!(params, [2.0 - 0.1 * 0.5 * 2.0, 2.0]);
+}
+
+#[test]
+fn workspace_bytes_cover_what_it_allocates() {
+    let sizes = [18, 64, 2];
+    let net = Network::new(&sizes, Activation::Relu, Head::Softmax, 1).unwrap();
+    let ws = Workspace::new(&net, 32).unwrap();
+    let held: usize = ws
+        .activations
+        .iter()
+        .chain(&ws.pre)
+        .map(Vec::len)
+        .sum::<usize>()
+        + ws.delta.len()
+        + ws.delta_prev.len()
+        + ws.gradient.len();
+    assert!(held as u64 * 8 <= Workspace::bytes(&sizes, 32));
+}
