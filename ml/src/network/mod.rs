@@ -15,8 +15,10 @@
 mod optimizer;
 #[cfg(test)]
 mod tests;
+mod train;
 
 pub use optimizer::{Optimizer, OptimizerKind};
+pub use train::{NetworkTrainer, Target};
 
 use crate::row::Row;
 use ndarray::linalg::general_mat_mul;

@@ -1,0 +1,383 @@
+//! Training a [`Network`] on CorgiPile's shuffled buffers: each buffer's rows, in the order
+//! the tuple shuffle gave, in mini-batches; per-epoch statistics as the linear trainer reports
+//! them (loss and accuracy or R² of each batch measured before its update), so the epoch loop
+//! treats both alike. A batch does not span two buffers: a buffer's last rows form a smaller
+//! batch.
+//!
+//! Regression learns a standardized target (`Target`), as scikit-learn's users are told to do:
+//! a raw target of large scale would need a learning rate per table. Losses and predictions are
+//! reported in the label's units.
+
+use super::{Head, Network, NetworkError, Optimizer, OptimizerKind, Workspace};
+use crate::arena::TupleArena;
+use crate::metrics::r2_score;
+use crate::moments::Welford;
+use crate::row::Row;
+use crate::trainer::{EpochStats, InterruptCheck, TrainError};
+
+/// A regression target's standardization `y' = (y - mean) / scale`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Target {
+    pub mean: f64,
+    pub scale: f64,
+}
+
+impl Target {
+    /// From the label's mean and standard deviation (a constant label keeps scale 1).
+    pub fn new(mean: f64, std: f64) -> Target {
+        Target {
+            mean,
+            scale: if std > 0.0 && std.is_finite() {
+                std
+            } else {
+                1.0
+            },
+        }
+    }
+
+    pub fn standardize(&self, y: f64) -> f64 {
+        (y - self.mean) / self.scale
+    }
+
+    pub fn unstandardize(&self, z: f64) -> f64 {
+        z * self.scale + self.mean
+    }
+}
+
+pub struct NetworkTrainer {
+    net: Network,
+    workspace: Workspace,
+    optimizer: Optimizer,
+    is_weight: Vec<bool>,
+    batch: usize,
+    learning_rate: f64,
+    target: Target,
+    labels: Vec<f64>,
+    epoch: u32,
+    // This epoch's sums, each batch measured before its update.
+    loss_sum: f64,
+    correct: u64,
+    tuples: u64,
+    sse: f64,
+    y: Welford,
+    interrupt: Option<InterruptCheck>,
+}
+
+impl NetworkTrainer {
+    /// A trainer of `net` with `batch` rows per step; `target` standardizes a regression
+    /// label (ignored for classes). Every buffer it needs is allocated here, fallibly.
+    pub fn try_new(
+        net: Network,
+        optimizer: OptimizerKind,
+        learning_rate: f64,
+        l2: f64,
+        batch: usize,
+        target: Target,
+    ) -> Result<NetworkTrainer, NetworkError> {
+        let batch = batch.max(1);
+        let workspace = Workspace::new(&net, batch)?;
+        let optimizer = Optimizer::new(optimizer, learning_rate, l2, net.params.len())?;
+        let mut labels = Vec::new();
+        labels
+            .try_reserve_exact(batch)
+            .map_err(|_| NetworkError::OutOfMemory {
+                bytes: batch as u64 * 8,
+            })?;
+        Ok(NetworkTrainer {
+            is_weight: net.is_weight(),
+            net,
+            workspace,
+            optimizer,
+            batch,
+            learning_rate,
+            target,
+            labels,
+            epoch: 0,
+            loss_sum: 0.0,
+            correct: 0,
+            tuples: 0,
+            sse: 0.0,
+            y: Welford::default(),
+            interrupt: None,
+        })
+    }
+
+    /// Called between batches: true stops the training with [`TrainError::Interrupted`].
+    pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {
+        self.interrupt = check;
+    }
+
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    pub fn into_network(self) -> Network {
+        self.net
+    }
+
+    pub fn start_epoch(&mut self, epoch: u32) {
+        self.epoch = epoch;
+        self.loss_sum = 0.0;
+        self.correct = 0;
+        self.tuples = 0;
+        self.sse = 0.0;
+        self.y = Welford::default();
+    }
+
+    /// One buffer's rows in `order` (all of them in storage order without one), in batches.
+    pub fn train_buffer(
+        &mut self,
+        arena: &TupleArena,
+        order: Option<&[u32]>,
+    ) -> Result<(), TrainError> {
+        let n = order.map_or(arena.len(), <[u32]>::len);
+        let at = |k: usize| order.map_or(k, |o| o[k] as usize);
+        let mut rows: Vec<Row> = Vec::new();
+        rows.try_reserve_exact(self.batch.min(n))
+            .map_err(|_| TrainError::OutOfMemory {
+                bytes: self.batch as u64 * 32,
+            })?;
+        let mut start = 0;
+        while start < n {
+            if self.interrupt.as_mut().is_some_and(|check| check()) {
+                return Err(TrainError::Interrupted);
+            }
+            let end = (start + self.batch).min(n);
+            rows.clear();
+            self.labels.clear();
+            for k in start..end {
+                let i = at(k);
+                rows.push(arena.row(i));
+                let y = arena.label(i);
+                self.labels.push(match self.net.head {
+                    Head::Softmax => y,
+                    Head::Linear => self.target.standardize(y),
+                });
+            }
+            self.step(&rows)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// One batch: its loss and correct predictions (before the update), then the update.
+    fn step(&mut self, rows: &[Row]) -> Result<(), TrainError> {
+        let b = rows.len();
+        let loss = self
+            .net
+            .loss_and_gradient(rows, &self.labels, &mut self.workspace);
+        if !loss.is_finite() {
+            return Err(TrainError::Diverged { epoch: self.epoch });
+        }
+        for (i, &y) in self.labels.iter().enumerate() {
+            let out = self.net.outputs(&self.workspace, i);
+            match self.net.head {
+                Head::Softmax => {
+                    let predicted = crate::model::argmax(out).unwrap_or(0);
+                    self.correct += u64::from(predicted as f64 == y);
+                }
+                Head::Linear => {
+                    let (z, y) = (
+                        self.target.unstandardize(out[0]),
+                        self.target.unstandardize(y),
+                    );
+                    self.sse += (z - y) * (z - y);
+                    self.y.push(y);
+                }
+            }
+        }
+        let units = match self.net.head {
+            Head::Softmax => 1.0,
+            Head::Linear => self.target.scale * self.target.scale,
+        };
+        self.loss_sum += loss * units * b as f64;
+        self.tuples += b as u64;
+        self.optimizer.step(
+            &mut self.net.params,
+            &self.workspace.gradient,
+            &self.is_weight,
+        );
+        if !self.net.params.iter().all(|p| p.is_finite()) {
+            return Err(TrainError::Diverged { epoch: self.epoch });
+        }
+        Ok(())
+    }
+
+    /// The epoch's statistics: mean loss (in the label's units), accuracy or R².
+    pub fn finish_epoch(&mut self) -> EpochStats {
+        let n = self.tuples.max(1) as f64;
+        let classes = self.net.head == Head::Softmax;
+        EpochStats {
+            epoch: self.epoch,
+            loss: self.loss_sum / n,
+            accuracy: classes.then(|| self.correct as f64 / n),
+            r2: (!classes && self.tuples > 0).then(|| r2_score(self.sse, self.y.m2())),
+            tuples: self.tuples,
+            learning_rate: self.learning_rate,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::Activation;
+
+    /// Two interleaved rings (label = which ring): no line separates them.
+    fn rings(n: usize) -> TupleArena {
+        let mut arena = TupleArena::new(2, n);
+        for i in 0..n {
+            let angle = i as f64 * 0.7;
+            let r = if i % 2 == 0 { 1.0 } else { 2.0 };
+            arena.push((i % 2) as f64, &[r * angle.cos(), r * angle.sin()]);
+        }
+        arena
+    }
+
+    fn train(epochs: u32, seed: u64) -> (NetworkTrainer, EpochStats) {
+        let arena = rings(400);
+        let net = Network::new(&[2, 16, 2], Activation::Relu, Head::Softmax, seed).unwrap();
+        let mut t = NetworkTrainer::try_new(
+            net,
+            OptimizerKind::Adam,
+            0.01,
+            0.0,
+            16,
+            Target::new(0.0, 1.0),
+        )
+        .unwrap();
+        let mut last = None;
+        for epoch in 1..=epochs {
+            t.start_epoch(epoch);
+            t.train_buffer(&arena, None).unwrap();
+            last = Some(t.finish_epoch());
+        }
+        (t, last.unwrap())
+    }
+
+    #[test]
+    fn learns_two_rings_that_no_line_separates() {
+        let (_, stats) = train(60, 1);
+        assert_eq!(stats.tuples, 400);
+        assert!(stats.accuracy.unwrap() > 0.97, "{stats:?}");
+        assert_eq!(stats.r2, None);
+    }
+
+    #[test]
+    fn same_seed_same_data_same_network_bit_for_bit() {
+        let (a, sa) = train(3, 9);
+        let (b, sb) = train(3, 9);
+        assert_eq!(sa.loss.to_bits(), sb.loss.to_bits());
+        assert!(a
+            .network()
+            .params
+            .iter()
+            .zip(&b.network().params)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+
+    #[test]
+    fn regression_reports_in_the_label_s_units() {
+        // y = 1000 + 50·x₀² - 30·x₁: a non-linear target of large scale.
+        let mut arena = TupleArena::new(2, 500);
+        let mut w = Welford::default();
+        for i in 0..500 {
+            let (x0, x1) = (
+                ((i * 37) % 100) as f64 / 50.0 - 1.0,
+                ((i * 53) % 100) as f64 / 50.0 - 1.0,
+            );
+            let y = 1000.0 + 50.0 * x0 * x0 - 30.0 * x1;
+            w.push(y);
+            arena.push(y, &[x0, x1]);
+        }
+        let (mean, std) = w.mean_std();
+        let net = Network::new(&[2, 32, 1], Activation::Tanh, Head::Linear, 4).unwrap();
+        let mut t = NetworkTrainer::try_new(
+            net,
+            OptimizerKind::Adam,
+            0.01,
+            0.0,
+            16,
+            Target::new(mean, std),
+        )
+        .unwrap();
+        let mut stats = None;
+        for epoch in 1..=150 {
+            t.start_epoch(epoch);
+            t.train_buffer(&arena, None).unwrap();
+            stats = Some(t.finish_epoch());
+        }
+        let stats = stats.unwrap();
+        assert!(stats.r2.unwrap() > 0.98, "{stats:?}");
+        assert_eq!(stats.accuracy, None);
+        // Half the mean squared error in the label's units: small next to its variance.
+        assert!(stats.loss < 0.02 * std * std, "{stats:?}");
+    }
+
+    #[test]
+    fn a_huge_learning_rate_diverges_into_an_error() {
+        let arena = rings(64);
+        let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 2).unwrap();
+        let mut t = NetworkTrainer::try_new(
+            net,
+            OptimizerKind::Sgd { momentum: 0.9 },
+            1e300,
+            0.0,
+            8,
+            Target::new(0.0, 1.0),
+        )
+        .unwrap();
+        t.start_epoch(1);
+        assert_eq!(
+            t.train_buffer(&arena, None),
+            Err(TrainError::Diverged { epoch: 1 })
+        );
+    }
+
+    #[test]
+    fn an_interrupt_stops_between_batches() {
+        let arena = rings(64);
+        let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 2).unwrap();
+        let mut t = NetworkTrainer::try_new(
+            net,
+            OptimizerKind::Adam,
+            0.01,
+            0.0,
+            8,
+            Target::new(0.0, 1.0),
+        )
+        .unwrap();
+        t.set_interrupt(Some(Box::new(|| true)));
+        t.start_epoch(1);
+        assert_eq!(t.train_buffer(&arena, None), Err(TrainError::Interrupted));
+    }
+
+    #[test]
+    fn the_buffer_order_is_followed() {
+        // Training on a permutation equals training on the arena stored in that order.
+        let arena = rings(50);
+        let order: Vec<u32> = (0..50u32).rev().collect();
+        let mut reordered = TupleArena::new(2, 50);
+        for &i in &order {
+            if let Row::Dense(x) = arena.row(i as usize) {
+                reordered.push(arena.label(i as usize), x);
+            }
+        }
+        let run = |a: &TupleArena, o: Option<&[u32]>| {
+            let net = Network::new(&[2, 8, 2], Activation::Tanh, Head::Softmax, 5).unwrap();
+            let mut t = NetworkTrainer::try_new(
+                net,
+                OptimizerKind::Adam,
+                0.01,
+                0.0,
+                7,
+                Target::new(0.0, 1.0),
+            )
+            .unwrap();
+            t.start_epoch(1);
+            t.train_buffer(a, o).unwrap();
+            t.into_network().params
+        };
+        assert_eq!(run(&arena, Some(&order)), run(&reordered, None));
+    }
+}
