@@ -534,7 +534,7 @@ fn read_model(model_id: i64) -> StoredModel {
     else {
         no_such_model(model_id)
     };
-    let kind = ModelKind::parse(&kind).unwrap_or_else(|| {
+    let kind: ModelKind = kind.parse().unwrap_or_else(|_| {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!(

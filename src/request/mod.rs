@@ -11,7 +11,7 @@ use crate::pipeline::run::{self};
 use crate::pipeline::{Distributed, Mode, PipelineConfig, ValidationSplit};
 use crate::request::args::ParamsArg;
 use crate::request::query::{check_relation, relation_name, FeatureColumns, Input, Tabular};
-use corgipile_ml::model::ModelKind;
+use corgipile_ml::model::{ModelKind, UnknownKind};
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
 pub use corgipile_ml::shuffle::random_seed;
@@ -33,14 +33,11 @@ impl Prepared {
 }
 
 pub(crate) fn parse_model(model: &str) -> ModelKind {
-    ModelKind::parse(model).unwrap_or_else(|| {
+    model.parse().unwrap_or_else(|e: UnknownKind| {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("unknown model \"{model}\""),
-            Some(format!(
-                "Valid models are: {}.",
-                ModelKind::all_names().join(", ")
-            )),
+            e.to_string(),
+            Some(e.hint()),
         )
     })
 }

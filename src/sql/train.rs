@@ -169,7 +169,7 @@ fn corgipile_trace(
     let visited = unsafe {
         let prepared = prepare(
             relation.oid(),
-            ModelKind::Linear,
+            corgipile_ml::model::reading_kind(),
             params,
             Mode::Trace,
             Vec::new(),

@@ -139,6 +139,35 @@ register_kinds! {
     Softmax => softmax::Softmax,
 }
 
+/// The kind a pipeline that trains nothing (corgipile_trace) reads its rows as: the label read
+/// as a number, whatever it holds.
+pub fn reading_kind() -> ModelKind {
+    ModelKind::ALL
+        .into_iter()
+        .find(|k| k.labels() == Labels::Number)
+        .expect("a kind learns a number")
+}
+
+/// A kind name that names no registered kind.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("unknown model \"{0}\"")]
+pub struct UnknownKind(pub String);
+
+impl UnknownKind {
+    /// The hint that lists the valid names.
+    pub fn hint(&self) -> String {
+        format!("Valid models are: {}.", ModelKind::all_names().join(", "))
+    }
+}
+
+impl std::str::FromStr for ModelKind {
+    type Err = UnknownKind;
+
+    fn from_str(name: &str) -> Result<ModelKind, UnknownKind> {
+        ModelKind::parse(name).ok_or_else(|| UnknownKind(name.to_owned()))
+    }
+}
+
 impl ModelKind {
     /// Parses a kind name exactly as returned by [`name`](Self::name).
     pub fn parse(name: &str) -> Option<ModelKind> {
