@@ -38,8 +38,10 @@ pub mod scoring;
 pub mod shuffle;
 pub mod standardize;
 pub mod stats;
+pub mod trained;
 pub mod streams;
 pub mod trainer;
+pub mod learner;
 pub mod wire;
 
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};

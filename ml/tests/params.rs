@@ -242,7 +242,7 @@ fn unknown_key_suggests_the_closest() {
         "{hint}"
     );
     assert!(
-        hint.ends_with("double_buffer, workers, sync, verbose, name"),
+        hint.ends_with("workers, sync, verbose, hidden, activation, optimizer, momentum, patience, name"),
         "{hint}"
     );
 
@@ -255,8 +255,8 @@ fn unknown_key_suggests_the_closest() {
         .unwrap()
         .starts_with("did you mean \"batch_size\"?"));
 
-    let e = err(json!({"momentum": 0.9}));
-    assert_eq!(e.message, "unknown parameter \"momentum\"");
+    let e = err(json!({"dropout": 0.9}));
+    assert_eq!(e.message, "unknown parameter \"dropout\"");
     assert_eq!(
         e.hint.unwrap(),
         format!("valid parameters are: {}", TrainParams::KEYS.join(", "))
@@ -293,12 +293,12 @@ fn to_json_round_trips() {
             "learning_rate_schedule": "exponential", "decay": 0.95, "l2": 0.0, "l1": 0.0,
             "batch_size": 1, "fit_intercept": true, "normalize": true, "exclude": [], "preprocess": {},
             "max_categories": 100, "only": false, "average": true, "class_weight": null,
-            "n_features": null, "index_base": 1, "validation": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
+            "n_features": null, "index_base": 1, "validation": null, "patience": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
             "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "workers": 0, "sync": "auto", "verbose": true,
             "name": null
         })
     );
-    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len());
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 4);
     assert_eq!(TrainParams::from_json(&j).unwrap(), d);
 
     let inputs = [
@@ -501,7 +501,8 @@ fn new_keys_round_trip() {
     for input in inputs {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len());
+        // A linear model's params list every key but the network's four.
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 4);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }
@@ -569,4 +570,49 @@ fn param_error_displays_its_message_only() {
     };
     assert_eq!(e.to_string(), "");
     let _: &dyn std::error::Error = &e;
+}
+
+#[test]
+fn network_kinds_get_their_own_defaults_and_keys() {
+    use corgipile_ml::model::ModelKind;
+    use corgipile_ml::params::OptimizerName;
+    let p = TrainParams::for_kind(&json!({}), ModelKind::Mlp).unwrap();
+    assert_eq!(p.hidden, Some(vec![64]));
+    assert_eq!(p.optimizer, Some(OptimizerName::Adam));
+    assert_eq!(p.momentum, None);
+    assert_eq!((p.learning_rate, p.batch_size, p.average), (0.001, 32, false));
+    assert_eq!(p.learning_rate_schedule.name(), "constant");
+    // Stored params list the network's keys, and read back the same.
+    let out = p.to_json();
+    assert_eq!(out["hidden"], json!([64]));
+    assert_eq!(out["activation"], json!("relu"));
+    assert_eq!(TrainParams::for_kind(&out, ModelKind::Mlp).unwrap(), p);
+
+    let p = TrainParams::for_kind(
+        &json!({"optimizer": "sgd", "hidden": [8, 4], "batch_size": 5, "learning_rate": 0.2}),
+        ModelKind::MlpRegression,
+    )
+    .unwrap();
+    assert_eq!((p.momentum, p.learning_rate, p.batch_size), (Some(0.9), 0.2, 5));
+    assert_eq!(p.hidden, Some(vec![8, 4]));
+
+    // Linear kinds: unchanged defaults, and the network's keys refused.
+    let p = TrainParams::for_kind(&json!({}), ModelKind::Svm).unwrap();
+    assert_eq!(p, TrainParams::defaults());
+    let e = TrainParams::for_kind(&json!({"hidden": [3]}), ModelKind::Logistic).unwrap_err();
+    assert_eq!(e.message, "\"hidden\" applies to mlp and mlp_regression only");
+    for (bad, message) in [
+        (json!({"momentum": 0.5}), "\"momentum\" applies to \"optimizer\": \"sgd\" only"),
+        (json!({"average": true}), "\"average\" cannot be used with mlp and mlp_regression"),
+        (json!({"l1": 0.1}), "\"l1\" cannot be used with mlp and mlp_regression"),
+        (json!({"patience": 3}), "\"patience\" needs \"validation\""),
+    ] {
+        assert_eq!(TrainParams::for_kind(&bad, ModelKind::Mlp).unwrap_err().message, message, "{bad}");
+    }
+    for bad in [json!({"hidden": []}), json!({"hidden": [0]}), json!({"hidden": [65537]}),
+                json!({"hidden": "64"}), json!({"activation": "sigmoid"}), json!({"optimizer": "lbfgs"}),
+                json!({"momentum": 1.0})] {
+        let e = TrainParams::for_kind(&bad, ModelKind::Mlp).unwrap_err();
+        assert!(e.message.starts_with("invalid value for parameter") || e.message.contains("must be"), "{bad}: {}", e.message);
+    }
 }

@@ -12,6 +12,7 @@ use crate::standardize::Standardizer;
 
 mod linear;
 mod logistic;
+mod mlp;
 mod softmax;
 mod svm;
 
@@ -34,6 +35,9 @@ pub trait KindRules {
     const LABELS: Labels;
     /// Whether [`LinearModel::predict_proba`] gives probabilities.
     const PROBABILITIES: bool;
+    /// Hidden layers before the output: a [`Network`](crate::network::Network) is trained
+    /// and predicts for the kind (see `mlp.rs`), not a [`LinearModel`].
+    const NETWORK: bool = false;
 
     /// Loss for decision value `z` and label `y` (±1 for two classes, the raw value for a
     /// number). Kinds with one output per class have a vector loss: see [`softmax_loss`].
@@ -61,7 +65,7 @@ macro_rules! register_kinds {
     ($($variant:ident => $rules:path),+ $(,)?) => {
         /// A model kind; every per-kind rule is its [`KindRules`].
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-        #[serde(rename_all = "lowercase")]
+        #[serde(rename_all = "snake_case")]
         pub enum ModelKind {
             $($variant),+
         }
@@ -86,6 +90,13 @@ macro_rules! register_kinds {
             pub fn has_proba(self) -> bool {
                 match self {
                     $(ModelKind::$variant => <$rules as KindRules>::PROBABILITIES),+
+                }
+            }
+
+            /// Whether the kind is a network with hidden layers (see [`KindRules::NETWORK`]).
+            pub fn is_network(self) -> bool {
+                match self {
+                    $(ModelKind::$variant => <$rules as KindRules>::NETWORK),+
                 }
             }
 
@@ -137,6 +148,8 @@ register_kinds! {
     Logistic => logistic::Logistic,
     Linear => linear::Linear,
     Softmax => softmax::Softmax,
+    Mlp => mlp::Mlp,
+    MlpRegression => mlp::MlpRegression,
 }
 
 /// The kind a pipeline that trains nothing (corgipile_trace) reads its rows as: the label read
@@ -399,6 +412,57 @@ impl LinearModel {
             m.bias[k] -= shift;
         }
         m
+    }
+}
+
+/// What every trained model answers for a row, whatever its kind: what prediction and
+/// evaluation use (implemented by [`LinearModel`],
+/// [`NetworkModel`](crate::network::NetworkModel) and [`Model`](crate::trained::Model)).
+pub trait Predictor {
+    fn kind(&self) -> ModelKind;
+    fn n_features(&self) -> usize;
+    fn n_outputs(&self) -> usize;
+    /// Output 0: the decision value of a two-class model, the prediction of a regression.
+    fn decision(&self, row: Row) -> f64;
+    /// Every output (raw scores) into `out`.
+    fn scores(&self, row: Row, out: &mut Vec<f64>);
+    /// ±1 for two classes, the value for a number, the class index for classes.
+    fn predict(&self, row: Row) -> f64;
+    /// Class probabilities into `out`, or false (and `out` empty) for kinds without them.
+    fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool;
+
+    /// The index of the class a row is predicted to be (two classes: 0 = negative, 1 =
+    /// positive). For classifiers only.
+    fn class_index(&self, row: Row) -> usize {
+        if self.kind().has_class_outputs() {
+            self.predict(row) as usize
+        } else {
+            (self.decision(row) >= 0.0) as usize
+        }
+    }
+}
+
+impl Predictor for LinearModel {
+    fn kind(&self) -> ModelKind {
+        self.kind
+    }
+    fn n_features(&self) -> usize {
+        self.n_features
+    }
+    fn n_outputs(&self) -> usize {
+        self.n_outputs
+    }
+    fn decision(&self, row: Row) -> f64 {
+        LinearModel::decision(self, row)
+    }
+    fn scores(&self, row: Row, out: &mut Vec<f64>) {
+        LinearModel::scores(self, row, out)
+    }
+    fn predict(&self, row: Row) -> f64 {
+        LinearModel::predict(self, row)
+    }
+    fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool {
+        LinearModel::predict_proba(self, row, out)
     }
 }
 

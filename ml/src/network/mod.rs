@@ -3,8 +3,7 @@
 //! up front, fallibly), a first layer that reads sparse rows as a gather-and-add over their
 //! non-zeros, and a softmax (classes) or linear (regression) output.
 //!
-//! The building block of the `mlp` and `mlp_regression` kinds (issue #32); not yet a registered
-//! model kind: the SQL surface, catalog storage and the epoch loop's use of it come with them.
+//! What the `mlp` and `mlp_regression` kinds train (`train`) and predict with (`model`).
 //!
 //! Layout: layer `l` maps `sizes[l]` inputs to `sizes[l + 1]` outputs as `Z = A·W + b`, with
 //! `W` stored input-major (`sizes[l]` rows of `sizes[l + 1]`), so that a sparse row's non-zero
@@ -12,11 +11,13 @@
 //! vector (every layer's W, then its b), so averaging and combining copies (parallel workers,
 //! shards) work on it as on a linear model's weights.
 
+mod model;
 mod optimizer;
 #[cfg(test)]
 mod tests;
 mod train;
 
+pub use model::NetworkModel;
 pub use optimizer::{Optimizer, OptimizerKind};
 pub use train::{NetworkTrainer, Target};
 
@@ -27,7 +28,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 /// The hidden layers' non-linearity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Activation {
     Relu,
     Tanh,
@@ -282,8 +284,15 @@ impl Network {
     }
 
     /// The mean loss of the batch and its gradient into `ws.gradient` (overwritten): a forward
-    /// pass, then back-propagation. `labels`: class indices (softmax) or values (linear).
-    pub fn loss_and_gradient(&self, rows: &[Row], labels: &[f64], ws: &mut Workspace) -> f64 {
+    /// pass, then back-propagation. `labels`: class indices (softmax) or values (linear);
+    /// `weights`: each row's weight on the loss, or empty for 1.
+    pub fn loss_and_gradient(
+        &self,
+        rows: &[Row],
+        labels: &[f64],
+        weights: &[f64],
+        ws: &mut Workspace,
+    ) -> f64 {
         let b = rows.len();
         assert_eq!(b, labels.len());
         self.forward(rows, ws);
@@ -295,23 +304,25 @@ impl Network {
         {
             let out = &ws.activations[last][..b * n_out];
             let delta = &mut ws.delta[..b * n_out];
-            for ((d, o), &y) in delta
+            for (i, ((d, o), &y)) in delta
                 .chunks_exact_mut(n_out)
                 .zip(out.chunks_exact(n_out))
                 .zip(labels)
+                .enumerate()
             {
+                let w = weights.get(i).copied().unwrap_or(1.0);
                 match self.head {
                     Head::Softmax => {
                         let k = y as usize;
-                        loss -= o[k].max(f64::MIN_POSITIVE).ln();
+                        loss -= w * o[k].max(f64::MIN_POSITIVE).ln();
                         for (j, (dj, &oj)) in d.iter_mut().zip(o).enumerate() {
-                            *dj = (oj - f64::from(u8::from(j == k))) * inv_b;
+                            *dj = w * (oj - f64::from(u8::from(j == k))) * inv_b;
                         }
                     }
                     Head::Linear => {
                         let r = o[0] - y;
-                        loss += 0.5 * r * r;
-                        d[0] = r * inv_b;
+                        loss += w * 0.5 * r * r;
+                        d[0] = w * r * inv_b;
                     }
                 }
             }

@@ -48,6 +48,11 @@ impl Optimizer {
         })
     }
 
+    /// The step size from the next step on (the epoch's, by the learning-rate schedule).
+    pub fn set_learning_rate(&mut self, learning_rate: f64) {
+        self.learning_rate = learning_rate;
+    }
+
     /// Bytes of state per parameter (for the memory check).
     pub fn bytes_per_param(kind: OptimizerKind) -> u64 {
         match kind {

@@ -10,16 +10,16 @@ fn rows_of(x: &[Vec<f64>]) -> Vec<Row<'_>> {
 /// Central differences of the batch's mean loss, against the analytic gradient.
 fn check_gradient(net: &mut Network, rows: &[Row], labels: &[f64]) {
     let mut ws = Workspace::new(net, rows.len()).unwrap();
-    net.loss_and_gradient(rows, labels, &mut ws);
+    net.loss_and_gradient(rows, labels, &[], &mut ws);
     let analytic = ws.gradient.clone();
     let h = 1e-6;
     #[allow(clippy::needless_range_loop)] // each step perturbs params[i] and reads analytic[i]
     for i in 0..net.params.len() {
         let p = net.params[i];
         net.params[i] = p + h;
-        let up = net.loss_and_gradient(rows, labels, &mut ws);
+        let up = net.loss_and_gradient(rows, labels, &[], &mut ws);
         net.params[i] = p - h;
-        let down = net.loss_and_gradient(rows, labels, &mut ws);
+        let down = net.loss_and_gradient(rows, labels, &[], &mut ws);
         net.params[i] = p;
         let numeric = (up - down) / (2.0 * h);
         let scale = numeric.abs().max(analytic[i].abs()).max(1e-3);
@@ -82,8 +82,8 @@ fn sparse_rows_give_the_dense_rows_outputs_and_gradients() {
         .collect();
     let mut dense_ws = Workspace::new(&net, 5).unwrap();
     let mut sparse_ws = Workspace::new(&net, 5).unwrap();
-    let dense_loss = net.loss_and_gradient(&rows_of(&x), &y, &mut dense_ws);
-    let sparse_loss = net.loss_and_gradient(&sparse, &y, &mut sparse_ws);
+    let dense_loss = net.loss_and_gradient(&rows_of(&x), &y, &[], &mut dense_ws);
+    let sparse_loss = net.loss_and_gradient(&sparse, &y, &[], &mut sparse_ws);
     assert!((dense_loss - sparse_loss).abs() < 1e-12);
     for i in 0..5 {
         for (a, b) in net
@@ -147,7 +147,7 @@ fn learn_xor(kind: OptimizerKind, learning_rate: f64) -> f64 {
     let is_weight = net.is_weight();
     let rows = rows_of(&x);
     for _ in 0..2000 {
-        net.loss_and_gradient(&rows, &y, &mut ws);
+        net.loss_and_gradient(&rows, &y, &[], &mut ws);
         opt.step(&mut net.params, &ws.gradient, &is_weight);
     }
     net.forward(&rows, &mut ws);

@@ -13,6 +13,7 @@ use crate::arena::TupleArena;
 use crate::metrics::r2_score;
 use crate::moments::Welford;
 use crate::row::Row;
+use crate::standardize::Standardizer;
 use crate::trainer::{EpochStats, InterruptCheck, TrainError};
 
 /// A regression target's standardization `y' = (y - mean) / scale`.
@@ -53,6 +54,15 @@ pub struct NetworkTrainer {
     learning_rate: f64,
     target: Target,
     labels: Vec<f64>,
+    /// Each batch row's weight on the loss (its class's weight), when classes are weighted.
+    row_weights: Vec<f64>,
+    class_weights: Option<Vec<f64>>,
+    /// Rows are standardized on the way in (unless their buffer scaled them already).
+    standardizer: Option<Standardizer>,
+    /// The batch's standardized values: dense rows one after another, or each sparse row's
+    /// values (`spans` says where each row's are).
+    scaled: Vec<f64>,
+    spans: Vec<(usize, usize)>,
     epoch: u32,
     // This epoch's sums, each batch measured before its update.
     loss_sum: f64,
@@ -92,6 +102,11 @@ impl NetworkTrainer {
             learning_rate,
             target,
             labels,
+            row_weights: Vec::new(),
+            class_weights: None,
+            standardizer: None,
+            scaled: Vec::new(),
+            spans: Vec::new(),
             epoch: 0,
             loss_sum: 0.0,
             correct: 0,
@@ -102,9 +117,31 @@ impl NetworkTrainer {
         })
     }
 
+    /// Rows are standardized by `s` before they reach the network (as the linear trainer
+    /// does; an identity standardizer is skipped).
+    pub fn set_standardizer(&mut self, s: Option<Standardizer>) {
+        self.standardizer = s.filter(|s| !s.is_identity());
+    }
+
+    /// Each row's loss and gradient weighted by its class's weight (missing classes: 1).
+    pub fn set_class_weights(&mut self, weights: Option<Vec<f64>>) {
+        self.class_weights = weights;
+    }
+
+    /// The regression target's standardization (see [`Target`]).
+    pub fn target(&self) -> Target {
+        self.target
+    }
+
     /// Called between batches: true stops the training with [`TrainError::Interrupted`].
     pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {
         self.interrupt = check;
+    }
+
+    /// The step size from the next batch on.
+    pub fn set_learning_rate(&mut self, learning_rate: f64) {
+        self.learning_rate = learning_rate;
+        self.optimizer.set_learning_rate(learning_rate);
     }
 
     pub fn network(&self) -> &Network {
@@ -132,40 +169,86 @@ impl NetworkTrainer {
     ) -> Result<(), TrainError> {
         let n = order.map_or(arena.len(), <[u32]>::len);
         let at = |k: usize| order.map_or(k, |o| o[k] as usize);
-        let mut rows: Vec<Row> = Vec::new();
-        rows.try_reserve_exact(self.batch.min(n))
-            .map_err(|_| TrainError::OutOfMemory {
-                bytes: self.batch as u64 * 32,
-            })?;
-        let mut start = 0;
-        while start < n {
-            if self.interrupt.as_mut().is_some_and(|check| check()) {
-                return Err(TrainError::Interrupted);
+        // Rows scaled in their buffer (TupleArena::scale_values) are used as they are.
+        let standardizer = self.standardizer.take().filter(|_| arena.scaled_rows() == 0);
+        let result = (|| {
+            let mut start = 0;
+            while start < n {
+                if self.interrupt.as_mut().is_some_and(|check| check()) {
+                    return Err(TrainError::Interrupted);
+                }
+                let end = (start + self.batch).min(n);
+                self.labels.clear();
+                self.row_weights.clear();
+                for k in start..end {
+                    let y = arena.label(at(k));
+                    self.labels.push(match self.net.head {
+                        Head::Softmax => y,
+                        Head::Linear => self.target.standardize(y),
+                    });
+                    if let Some(w) = &self.class_weights {
+                        self.row_weights.push(w.get(y as usize).copied().unwrap_or(1.0));
+                    }
+                }
+                let mut scaled = std::mem::take(&mut self.scaled);
+                let mut rows: Vec<Row> = Vec::new();
+                rows.try_reserve_exact(end - start)
+                    .map_err(|_| TrainError::OutOfMemory {
+                        bytes: (end - start) as u64 * 32,
+                    })?;
+                if let Some(s) = &standardizer {
+                    scaled.clear();
+                    self.spans.clear();
+                    for k in start..end {
+                        let from = scaled.len();
+                        let mut values = Vec::new();
+                        match arena.row(at(k)) {
+                            Row::Dense(x) => s.apply_dense(x, &mut values),
+                            Row::Sparse { indices, values: v } => {
+                                s.apply_sparse(indices, v, &mut values)
+                            }
+                        }
+                        scaled.try_reserve(values.len()).map_err(|_| {
+                            TrainError::OutOfMemory {
+                                bytes: values.len() as u64 * 8,
+                            }
+                        })?;
+                        scaled.extend_from_slice(&values);
+                        self.spans.push((from, scaled.len()));
+                    }
+                    for (k, &(from, to)) in (start..end).zip(&self.spans) {
+                        rows.push(match arena.row(at(k)) {
+                            Row::Dense(_) => Row::Dense(&scaled[from..to]),
+                            Row::Sparse { indices, .. } => Row::Sparse {
+                                indices,
+                                values: &scaled[from..to],
+                            },
+                        });
+                    }
+                } else {
+                    rows.extend((start..end).map(|k| arena.row(at(k))));
+                }
+                let stepped = self.step(&rows);
+                drop(rows);
+                self.scaled = scaled;
+                stepped?;
+                start = end;
             }
-            let end = (start + self.batch).min(n);
-            rows.clear();
-            self.labels.clear();
-            for k in start..end {
-                let i = at(k);
-                rows.push(arena.row(i));
-                let y = arena.label(i);
-                self.labels.push(match self.net.head {
-                    Head::Softmax => y,
-                    Head::Linear => self.target.standardize(y),
-                });
-            }
-            self.step(&rows)?;
-            start = end;
-        }
-        Ok(())
+            Ok(())
+        })();
+        self.standardizer = standardizer.or(self.standardizer.take());
+        result
     }
 
     /// One batch: its loss and correct predictions (before the update), then the update.
     fn step(&mut self, rows: &[Row]) -> Result<(), TrainError> {
         let b = rows.len();
-        let loss = self
-            .net
-            .loss_and_gradient(rows, &self.labels, &mut self.workspace);
+        let loss = self.net.loss_and_gradient(
+            rows,
+            &self.labels,
+            &self.row_weights,
+            &mut self.workspace,
+        );
         if !loss.is_finite() {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }

@@ -20,7 +20,7 @@ mod sizing;
 mod units;
 mod values;
 
-pub use options::{ClassWeight, Features, ScheduleKind, ShuffleMode, Validation};
+pub use options::{ClassWeight, Features, OptimizerName, ScheduleKind, ShuffleMode, Validation};
 pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
     AUTO_BLOCKS_PER_BUFFER,
@@ -32,12 +32,14 @@ use serde_json::{json, Map, Value};
 
 use crate::arena::MAX_FEATURES;
 use crate::model::ModelKind;
+use crate::network::Activation;
 use crate::preprocess::PreprocessOptions;
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
 use values::{
-    bad_value, get_bool, get_class_weight, get_features, get_float, get_int, get_model_name,
+    bad_value, get_bool, get_class_weight, get_features, get_float, get_hidden, get_int,
+    get_model_name,
     get_name, get_name_list, get_preprocess, get_shuffle, get_validation, json_type, unknown_key,
     wrong_type,
 };
@@ -54,6 +56,9 @@ const MAX_EPOCHS: u64 = 1_000_000;
 const MAX_BATCH: u64 = 1_000_000;
 const MAX_RATE: f64 = 1e6;
 const MAX_SEED: u64 = i64::MAX as u64; // fits a PostgreSQL bigint
+
+/// Keys only mlp kinds take; absent from a linear model's stored params.
+const NETWORK_KEYS: [&str; 4] = ["hidden", "activation", "optimizer", "momentum"];
 
 /// One training parameter, as declared in the `train_params!` table.
 #[derive(Clone, Copy)]
@@ -418,6 +423,63 @@ train_params! {
         parse: get_bool,
         json: |x| json!(x),
     },
+    /// mlp kinds: the hidden layers' widths (None for linear kinds).
+    hidden: Option<Vec<u32>> = None => {
+        shown: "`[64]` (mlp kinds)",
+        accepts: "array of 1–16 integers 1 … 65,536",
+        meaning: "`mlp`, `mlp_regression`: the width of each hidden layer, first to last",
+        rule: "an array of 1 to 16 integers from 1 to 65536, the widths of the hidden layers (default [64]); mlp and mlp_regression only",
+        parse: get_hidden,
+        json: |x| json!(x),
+    },
+    /// mlp kinds: the hidden layers' non-linearity.
+    activation: Option<Activation> = None => {
+        shown: r#"`"relu"` (mlp kinds)"#,
+        accepts: r#"`"relu"`, `"tanh"`"#,
+        meaning: "`mlp`, `mlp_regression`: the hidden layers' activation (weights drawn He-uniform for relu, Glorot-uniform for tanh)",
+        rule: "\"relu\" or \"tanh\" (default \"relu\"); mlp and mlp_regression only",
+        parse: |k, v| {
+            let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
+            Activation::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown activation"))
+        },
+        json: |x| json!(x.map(Activation::name)),
+    },
+    /// mlp kinds: how the parameters move along the gradient.
+    optimizer: Option<OptimizerName> = None => {
+        shown: r#"`"adam"` (mlp kinds)"#,
+        accepts: r#"`"adam"`, `"sgd"`"#,
+        meaning: "`mlp`, `mlp_regression`: Adam (β₁ 0.9, β₂ 0.999) or SGD with `momentum`",
+        rule: "\"adam\" or \"sgd\" (default \"adam\"); mlp and mlp_regression only",
+        parse: |k, v| {
+            let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
+            OptimizerName::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown optimizer"))
+        },
+        json: |x| json!(x.map(OptimizerName::name)),
+    },
+    /// mlp kinds with `"optimizer": "sgd"`: the momentum.
+    momentum: Option<f64> = None => {
+        shown: "`0.9` (mlp kinds)",
+        accepts: "number in [0, 1)",
+        meaning: r#"`mlp`, `mlp_regression` with `"optimizer": "sgd"`: heavy-ball momentum"#,
+        rule: "a number >= 0 and < 1 (default 0.9); mlp and mlp_regression with \"optimizer\": \"sgd\" only",
+        parse: |k, v| get_float(k, v, |x| (0.0..1.0).contains(&x)).map(Some),
+        json: |x| json!(x),
+    },
+    /// Early stopping on the validation loss.
+    patience: Option<u32> = None => {
+        shown: "`null`",
+        accepts: "integer 1 … 1,000,000, or `null`",
+        meaning: "with `validation`: stop when the validation loss has not improved for this many epochs, and keep the best epoch's model; `null` = train every epoch",
+        rule: "null or an integer from 1 to 1000000; needs \"validation\" (default null)",
+        parse: |k, v| {
+            Ok(if v.is_null() {
+                None
+            } else {
+                Some(get_int(k, v, 1, MAX_EPOCHS)? as u32)
+            })
+        },
+        json: |x| json!(x),
+    },
     /// The model's name: each training of a name stores a new version of it.
     name: Option<String> = None => {
         shown: "`null`",
@@ -462,11 +524,80 @@ impl TrainParams {
         Ok(p)
     }
 
+    /// [`from_json`](Self::from_json) for a model of `kind`: the keys that only networks take
+    /// are refused for the other kinds, and the keys a network's defaults differ for (its
+    /// hidden layers, Adam's learning rate 0.001 and constant schedule, batches of 32, the
+    /// last iterate rather than an average) are filled in when absent.
+    pub fn for_kind(value: &Value, kind: ModelKind) -> Result<TrainParams, ParamError> {
+        let mut p = Self::from_json(value)?;
+        let given = |key: &str| value.get(key).is_some();
+        if !kind.is_network() {
+            if let Some(key) = NETWORK_KEYS.iter().find(|k| given(k)) {
+                return Err(ParamError {
+                    message: format!("\"{key}\" applies to mlp and mlp_regression only"),
+                    hint: Some(format!("{} is a linear model: it has no hidden layers.", kind.name())),
+                });
+            }
+        } else {
+            p.hidden.get_or_insert_with(|| vec![64]);
+            p.activation.get_or_insert(Activation::Relu);
+            let optimizer = *p.optimizer.get_or_insert(OptimizerName::Adam);
+            match (optimizer, p.momentum) {
+                (OptimizerName::Adam, Some(_)) => {
+                    return Err(ParamError {
+                        message: "\"momentum\" applies to \"optimizer\": \"sgd\" only".into(),
+                        hint: Some("Adam keeps its own moving averages; set \"optimizer\": \"sgd\" to use momentum.".into()),
+                    })
+                }
+                (OptimizerName::Sgd, None) => p.momentum = Some(0.9),
+                _ => {}
+            }
+            if !given("learning_rate") {
+                p.learning_rate = match optimizer {
+                    OptimizerName::Adam => 0.001,
+                    OptimizerName::Sgd => 0.01,
+                };
+            }
+            if !given("learning_rate_schedule") {
+                p.learning_rate_schedule = ScheduleKind::Constant;
+            }
+            if !given("batch_size") {
+                p.batch_size = 32;
+            }
+            if !given("average") {
+                p.average = false;
+            } else if p.average {
+                return Err(ParamError {
+                    message: "\"average\" cannot be used with mlp and mlp_regression".into(),
+                    hint: Some("An average of a network's weights along training is not a trained network: leave \"average\" out.".into()),
+                });
+            }
+            if p.l1 != 0.0 {
+                return Err(ParamError {
+                    message: "\"l1\" cannot be used with mlp and mlp_regression".into(),
+                    hint: Some("Use \"l2\" to regularize a network's weights.".into()),
+                });
+            }
+        }
+        if p.patience.is_some() && p.validation.is_none() {
+            return Err(ParamError {
+                message: "\"patience\" needs \"validation\"".into(),
+                hint: Some("Early stopping watches the loss on held-out rows: add e.g. \"validation\": {\"fraction\": 0.1}.".into()),
+            });
+        }
+        Ok(p)
+    }
+
     /// The effective parameters as a JSON object with every key.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         for spec in PARAMS {
-            m.insert(spec.name.into(), (spec.to_json)(self));
+            let value = (spec.to_json)(self);
+            // A linear model's params do not list the network's.
+            if value.is_null() && NETWORK_KEYS.contains(&spec.name) {
+                continue;
+            }
+            m.insert(spec.name.into(), value);
         }
         Value::Object(m)
     }

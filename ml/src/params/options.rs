@@ -95,6 +95,29 @@ impl Features {
     }
 }
 
+/// A network's optimizer by name (`"momentum"` is its own param).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerName {
+    Adam,
+    Sgd,
+}
+
+impl OptimizerName {
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerName::Adam => "adam",
+            OptimizerName::Sgd => "sgd",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<OptimizerName> {
+        [OptimizerName::Adam, OptimizerName::Sgd]
+            .into_iter()
+            .find(|o| o.name() == name)
+    }
+}
+
 /// Learning-rate schedule by name; `decay` parameterizes the exponential one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

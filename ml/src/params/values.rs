@@ -311,3 +311,18 @@ pub(super) fn get_preprocess(key: &str, v: &Value) -> Result<PreprocessOptions, 
     }
     Ok(out)
 }
+
+/// The hidden layers' widths: 1 to 16 integers from 1 to 65536.
+pub(super) fn get_hidden(key: &str, v: &Value) -> Result<Option<Vec<u32>>, ParamError> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| wrong_type(key, v, "an array of integers"))?;
+    if items.is_empty() || items.len() > 16 {
+        return Err(bad_value(key, v, "a network has 1 to 16 hidden layers"));
+    }
+    items
+        .iter()
+        .map(|w| get_int(key, w, 1, 1 << 16).map(|w| w as u32))
+        .collect::<Result<Vec<u32>, ParamError>>()
+        .map(Some)
+}

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::metrics::{BinaryMetrics, BinaryPart, MulticlassMetrics, RegressionMetrics, AUC_BINS};
 use crate::model::Labels;
-use crate::model::{sigmoid, LinearModel, ModelKind};
+use crate::model::{sigmoid, ModelKind, Predictor};
 use crate::row::Row;
 
 use super::BinaryLabels;
@@ -157,7 +157,7 @@ impl Evaluation {
 
     /// Scores one row; a classifier's row whose label is not one of the model's classes is
     /// counted as unknown instead.
-    pub fn push(&mut self, model: &LinearModel, row: Row, label: f64) {
+    pub fn push(&mut self, model: &impl Predictor, row: Row, label: f64) {
         match self.kind.labels() {
             Labels::Number => self.regression.push(model.decision(row), label),
             Labels::Classes => {

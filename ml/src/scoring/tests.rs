@@ -127,8 +127,8 @@ fn sharded(
                 .collect();
             let want = match model.kind {
                 ModelKind::Svm | ModelKind::Logistic => "binary",
-                ModelKind::Softmax => "multiclass",
-                ModelKind::Linear => "regression",
+                ModelKind::Softmax | ModelKind::Mlp => "multiclass",
+                ModelKind::Linear | ModelKind::MlpRegression => "regression",
             };
             assert_eq!(sent, [want]);
             over_the_wire(&part)

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::metrics::RegressionMetrics;
 use crate::model::Labels;
-use crate::model::{argmax, sign, softmax_loss, LinearModel, ModelKind};
+use crate::model::{argmax, sign, softmax_loss, ModelKind, Predictor};
 use crate::row::Row;
 
 use super::BinaryLabels;
@@ -52,12 +52,12 @@ impl ValidationScore {
     }
 
     /// Scores one row. Softmax: a class index the model has no output for is skipped.
-    pub fn push(&mut self, model: &LinearModel, row: Row, label: f64) {
+    pub fn push(&mut self, model: &impl Predictor, row: Row, label: f64) {
         match self.kind.labels() {
             Labels::Number => {
                 let z = model.decision(row);
                 self.regression.push(z, label);
-                self.loss += model.kind.loss(z, label);
+                self.loss += model.kind().loss(z, label);
             }
             Labels::Classes => {
                 let y = label as usize;
@@ -74,7 +74,7 @@ impl ValidationScore {
                 };
                 let z = model.decision(row);
                 self.correct += (sign(z) == y) as u64;
-                self.loss += model.kind.loss(z, y);
+                self.loss += model.kind().loss(z, y);
             }
         }
         self.rows += 1;

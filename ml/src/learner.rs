@@ -1,0 +1,204 @@
+//! What the SGD node trains, whatever the kind: a linear [`Trainer`] or a [`NetworkTrainer`],
+//! behind one set of calls (epochs of shuffled buffers in, statistics and a [`Model`] out).
+
+use crate::arena::TupleArena;
+use crate::model::ModelKind;
+use crate::network::{
+    Activation, Head, Network, NetworkError, NetworkModel, NetworkTrainer, Optimizer,
+    OptimizerKind, Target, Workspace,
+};
+use crate::trainer::{EpochStats, InterruptCheck, TrainConfig, TrainError, Trainer};
+use crate::trained::Model;
+
+/// The shape of a network to train, beyond the [`TrainConfig`] every kind has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkSpec {
+    pub hidden: Vec<usize>,
+    pub activation: Activation,
+    pub optimizer: OptimizerKind,
+    /// Draws the initial weights.
+    pub seed: u64,
+    /// Classes (mlp) or 1 (mlp_regression).
+    pub outputs: usize,
+    /// The regression target's standardization (ignored for classes).
+    pub target: Target,
+}
+
+impl NetworkSpec {
+    /// Layer widths over `n_features` inputs.
+    pub fn sizes(&self, n_features: usize) -> Vec<usize> {
+        let mut sizes = Vec::with_capacity(self.hidden.len() + 2);
+        sizes.push(n_features);
+        sizes.extend_from_slice(&self.hidden);
+        sizes.push(self.outputs);
+        sizes
+    }
+
+    /// Bytes training holds over `n_features` inputs with batches of `batch` rows: the
+    /// parameters, the optimizer's state and the batch's buffers (activations, deltas,
+    /// gradient). What `corgipile.max_model_memory` is checked against before reading.
+    pub fn training_bytes(&self, n_features: usize, batch: usize) -> u64 {
+        let sizes = self.sizes(n_features);
+        let params = Network::n_params(&sizes) as u64;
+        params
+            .saturating_mul(8 + Optimizer::bytes_per_param(self.optimizer))
+            .saturating_add(Workspace::bytes(&sizes, batch))
+    }
+}
+
+pub enum Learner {
+    Linear(Trainer),
+    Network {
+        kind: ModelKind,
+        trainer: NetworkTrainer,
+        config: TrainConfig,
+    },
+}
+
+fn out_of_memory(e: NetworkError) -> TrainError {
+    match e {
+        NetworkError::OutOfMemory { bytes } => TrainError::OutOfMemory { bytes },
+        NetworkError::BadShape => unreachable!("a network's widths are checked before training"),
+    }
+}
+
+impl Learner {
+    /// A linear model's trainer (see [`Trainer::try_new`]).
+    pub fn linear(config: TrainConfig, n_features: usize) -> Result<Learner, TrainError> {
+        Trainer::try_new(config, n_features).map(Learner::Linear)
+    }
+
+    /// A network's trainer over `n_features` inputs: weights drawn from the spec's seed, rows
+    /// standardized and classes weighted as `config` says.
+    pub fn network(
+        config: TrainConfig,
+        spec: &NetworkSpec,
+        n_features: usize,
+    ) -> Result<Learner, TrainError> {
+        let head = if config.kind.is_classifier() {
+            Head::Softmax
+        } else {
+            Head::Linear
+        };
+        let net = Network::new(&spec.sizes(n_features), spec.activation, head, spec.seed)
+            .map_err(out_of_memory)?;
+        let mut trainer = NetworkTrainer::try_new(
+            net,
+            spec.optimizer,
+            config.learning_rate,
+            config.l2,
+            config.batch_size,
+            spec.target,
+        )
+        .map_err(out_of_memory)?;
+        trainer.set_standardizer(config.standardizer.clone());
+        trainer.set_class_weights(config.class_weights.clone());
+        Ok(Learner::Network {
+            kind: config.kind,
+            trainer,
+            config,
+        })
+    }
+
+    pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {
+        match self {
+            Learner::Linear(t) => t.set_interrupt(check),
+            Learner::Network { trainer, .. } => trainer.set_interrupt(check),
+        }
+    }
+
+    pub fn start_epoch(&mut self, epoch: u32) {
+        match self {
+            Learner::Linear(t) => t.start_epoch(epoch),
+            Learner::Network {
+                trainer, config, ..
+            } => {
+                trainer.set_learning_rate(config.schedule.learning_rate(config.learning_rate, epoch));
+                trainer.start_epoch(epoch);
+            }
+        }
+    }
+
+    pub fn train_buffer(
+        &mut self,
+        arena: &TupleArena,
+        order: Option<&[u32]>,
+    ) -> Result<(), TrainError> {
+        match self {
+            Learner::Linear(t) => t.train_buffer(arena, order),
+            Learner::Network { trainer, .. } => trainer.train_buffer(arena, order),
+        }
+    }
+
+    pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
+        match self {
+            Learner::Linear(t) => t.finish_epoch(),
+            Learner::Network { trainer, .. } => Ok(trainer.finish_epoch()),
+        }
+    }
+
+    /// Two-class kinds: the distinct raw label values seen (see [`Trainer::labels_seen`]).
+    pub fn labels_seen(&self) -> Vec<f64> {
+        match self {
+            Learner::Linear(t) => t.labels_seen(),
+            Learner::Network { .. } => Vec::new(),
+        }
+    }
+
+    /// Two-class kinds: the (negative, positive) raw label values.
+    pub fn label_map(&self) -> Option<(f64, f64)> {
+        match self {
+            Learner::Linear(t) => t.label_map(),
+            Learner::Network { .. } => None,
+        }
+    }
+
+    /// The model training would return now (for validation), or None without memory for it.
+    pub fn result_model(&mut self) -> Option<Model> {
+        match self {
+            Learner::Linear(t) => t.result_model().map(Model::Linear),
+            Learner::Network { kind, trainer, .. } => {
+                let net = trainer.network();
+                let mut params = Vec::new();
+                params.try_reserve_exact(net.params.len()).ok()?;
+                params.extend_from_slice(&net.params);
+                let copy = Network {
+                    sizes: net.sizes.clone(),
+                    activation: net.activation,
+                    head: net.head,
+                    params,
+                };
+                Some(Model::Network(network_model(*kind, copy, trainer.target())))
+            }
+        }
+    }
+
+    /// The trained model (on the rows' units as trained: fold the standardizer after).
+    pub fn into_model(self) -> Model {
+        match self {
+            Learner::Linear(t) => Model::Linear(t.into_model()),
+            Learner::Network { kind, trainer, .. } => {
+                let target = trainer.target();
+                Model::Network(network_model(kind, trainer.into_network(), target))
+            }
+        }
+    }
+
+    /// The linear trainer, for what only linear models do (parallel workers' exchanges).
+    pub fn as_linear(&mut self) -> Option<&mut Trainer> {
+        match self {
+            Learner::Linear(t) => Some(t),
+            Learner::Network { .. } => None,
+        }
+    }
+}
+
+/// A trained network as a model: a regression's outputs back in the label's units.
+fn network_model(kind: ModelKind, net: Network, target: Target) -> NetworkModel {
+    let regression = net.head == Head::Linear;
+    let mut model = NetworkModel { kind, net };
+    if regression {
+        model.fold_target(target.mean, target.scale);
+    }
+    model
+}
