@@ -184,6 +184,14 @@ impl Learner {
         }
     }
 
+    /// Weights and biases of the model being trained.
+    pub fn n_params(&mut self) -> usize {
+        match self {
+            Learner::Linear(t) => t.model().weights.len() + t.model().bias.len(),
+            Learner::Network { trainer, .. } => trainer.network().params.len(),
+        }
+    }
+
     /// The linear trainer, for what only linear models do (parallel workers' exchanges).
     pub fn as_linear(&mut self) -> Option<&mut Trainer> {
         match self {

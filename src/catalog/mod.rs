@@ -11,7 +11,9 @@ pub mod locks;
 use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 use crate::pipeline::{EpochRecord, TrainOutcome};
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
+use corgipile_ml::network::{Activation, NetworkError, NetworkModel};
+use corgipile_ml::trained::Model;
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::row::Row;
 use pgrx::prelude::*;
@@ -20,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::rc::Rc;
 
 /// What identifies a training apart from its outcome.
@@ -186,33 +188,45 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
     if let Some(v) = &last.validation {
         metrics["validation"] = json!(v);
     }
+    if let Some(e) = outcome.best_epoch {
+        metrics["best_epoch"] = json!(e);
+    }
     if let Some(t) = outcome.statistics_seconds {
         metrics["statistics_seconds"] = json!(t);
     }
     let model = &outcome.model;
+    // A network's weights and biases are every layer's, one after the other (see `layers`).
+    let (weights, bias, layers) = match model {
+        Model::Linear(m) => (m.weights.clone(), m.bias.clone(), None),
+        Model::Network(m) => {
+            let (weights, biases) = m.weights_and_biases();
+            let layers: Vec<i32> = m.net.sizes.iter().map(|&n| n as i32).collect();
+            (weights, biases, Some(layers))
+        }
+    };
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO corgipile.models
             (model_type, relation, label_column, features, n_features, n_outputs, label_mapping,
              weights, bias, standardizer, params, metrics, rows_trained, rows_skipped, training_seconds,
-             name, version, trained_by, preprocessing)
+             name, version, trained_by, preprocessing, layers)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                  CASE WHEN $16 IS NOT NULL THEN
                      (SELECT COALESCE(pg_catalog.max(version), 0) OPERATOR(pg_catalog.+) 1
                       FROM corgipile.models
                       WHERE name OPERATOR(pg_catalog.=) $16 AND trained_by OPERATOR(pg_catalog.=) $17::pg_catalog.name)
                  END,
-                 $17::pg_catalog.name, $18)
+                 $17::pg_catalog.name, $18, $19)
          RETURNING id",
         &[
             source.model.name().into(),
             source.relation.into(),
             source.label_column.into(),
             JsonB(source.features.clone()).into(),
-            (model.n_features as i32).into(),
-            (model.n_outputs as i32).into(),
+            (model.n_features() as i32).into(),
+            (model.n_outputs() as i32).into(),
             JsonB(serde_json::to_value(&label_mapping).expect("a label mapping serializes")).into(),
-            model.weights.clone().into(),
-            model.bias.clone().into(),
+            weights.into(),
+            bias.into(),
             outcome.standardizer.clone().map(JsonB).into(),
             JsonB(source.params.clone()).into(),
             JsonB(metrics).into(),
@@ -226,6 +240,7 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
                 .as_ref()
                 .map(|p| JsonB(p.to_json()))
                 .into(),
+            layers.into(),
         ],
     )
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not store the model: {e}"), None))
@@ -345,7 +360,7 @@ pub fn check_schema_version() {
 /// A model as prediction and evaluation need it.
 pub struct StoredModel {
     pub id: i64,
-    pub model: LinearModel,
+    pub model: Model,
     /// Classifiers: the label values by class index (binary: [negative, positive]).
     pub classes: Vec<ClassValue>,
     pub label_column: String,
@@ -369,10 +384,10 @@ impl StoredModel {
     }
 
     pub fn kind(&self) -> ModelKind {
-        self.model.kind
+        self.model.kind()
     }
     pub fn n_features(&self) -> usize {
-        self.model.n_features
+        self.model.n_features()
     }
     /// The class index a prediction stands for (binary: 0 = negative, 1 = positive).
     pub fn class_index(&self, row: Row) -> usize {
@@ -465,17 +480,18 @@ fn fallible_copy(array: Option<pgrx::Array<f64>>, model_id: i64) -> Vec<f64> {
     out
 }
 
-/// The preprocessing column as the model query reads it: `NULL` in a database still at 0.3.0
-/// (the library is updated before ALTER EXTENSION UPDATE adds the column), so its models keep
-/// predicting until the update.
-fn preprocessing_column() -> &'static str {
+/// A column of corgipile.models as the model query reads it: `NULL` of its type in a database
+/// that does not have it yet (preprocessing before 0.4.0, layers before 0.5.0: the library is
+/// updated before ALTER EXTENSION UPDATE adds the column), so its models keep predicting until
+/// the update.
+fn catalog_column(name: &'static CStr, null: &'static str) -> &'static str {
     let (relid, _) = catalog_table();
     // SAFETY: a syscache lookup on the backend thread inside a transaction.
-    let attnum = unsafe { pg_sys::get_attnum(relid, c"preprocessing".as_ptr()) };
+    let attnum = unsafe { pg_sys::get_attnum(relid, name.as_ptr()) };
     if attnum > 0 {
-        "preprocessing"
+        name.to_str().expect("an ASCII column name")
     } else {
-        "NULL::pg_catalog.jsonb"
+        null
     }
 }
 
@@ -494,9 +510,11 @@ fn read_model(model_id: i64) -> StoredModel {
             &format!(
             "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
                     coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1),
-                    {preprocessing}
+                    {preprocessing}, {layers},
+                    params OPERATOR(pg_catalog.->>) 'activation'
              FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
-            preprocessing = preprocessing_column()
+            preprocessing = catalog_column(c"preprocessing", "NULL::pg_catalog.jsonb"),
+            layers = catalog_column(c"layers", "NULL::pg_catalog.int4[]"),
         ),
             Some(1),
             &[model_id.into()],
@@ -516,6 +534,8 @@ fn read_model(model_id: i64) -> StoredModel {
             row.get::<JsonB>(8)?.map(|j| j.0).unwrap_or_default(),
             row.get::<i64>(9)?.unwrap_or(1),
             row.get::<JsonB>(10)?.map(|j| j.0).filter(|j| !j.is_null()),
+            row.get::<Vec<Option<i32>>>(11)?,
+            row.get::<String>(12)?,
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
@@ -530,6 +550,8 @@ fn read_model(model_id: i64) -> StoredModel {
         features,
         index_base,
         preprocessing,
+        layers,
+        activation,
     )) = row
     else {
         no_such_model(model_id)
@@ -553,13 +575,50 @@ fn read_model(model_id: i64) -> StoredModel {
     let classes = mapping.classes.unwrap_or_default();
     let boolean_label = mapping.label_type == "boolean";
     let (n_features, n_outputs) = (n_features.max(0) as usize, n_outputs.max(1) as usize);
-    if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
+    let inconsistent = || -> ! {
         raise(
             PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
             format!("model {model_id} has inconsistent weights"),
             None,
-        );
-    }
+        )
+    };
+    let model = match (kind.is_network(), layers) {
+        (false, None) => {
+            if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
+                inconsistent();
+            }
+            Model::Linear(LinearModel {
+                kind,
+                n_features,
+                n_outputs,
+                weights,
+                bias,
+            })
+        }
+        (true, Some(layers)) => {
+            let sizes: Vec<usize> = layers
+                .into_iter()
+                .map(|n| n.filter(|&n| n > 0).map_or(0, |n| n as usize))
+                .collect();
+            let activation = activation
+                .as_deref()
+                .and_then(Activation::parse)
+                .unwrap_or_else(|| inconsistent());
+            if sizes.first() != Some(&n_features) || sizes.last() != Some(&n_outputs) {
+                inconsistent();
+            }
+            match NetworkModel::from_parts(kind, sizes, activation, &weights, &bias) {
+                Ok(m) => Model::Network(m),
+                Err(NetworkError::OutOfMemory { bytes }) => raise(
+                    PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                    format!("out of memory loading model {model_id} ({bytes} bytes)"),
+                    None,
+                ),
+                Err(NetworkError::BadShape) => inconsistent(),
+            }
+        }
+        _ => inconsistent(),
+    };
     let preprocessing = preprocessing.map(|json| {
         let p = Preprocessor::from_json(&json)
             .filter(|p| p.n_features == n_features)
@@ -582,13 +641,7 @@ fn read_model(model_id: i64) -> StoredModel {
     StoredModel {
         id: model_id,
         preprocessing,
-        model: LinearModel {
-            kind,
-            n_features,
-            n_outputs,
-            weights,
-            bias,
-        },
+        model,
         classes,
         label_column,
         features,

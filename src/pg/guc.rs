@@ -58,6 +58,33 @@ pub fn model_bytes_for(workers: u32) -> u64 {
 /// Raise unless a model of `n_features` × `n_outputs` fits `limit_bytes` (corgipile.max_model_memory,
 /// or a parallel training's share of it: `model_bytes_for`) and the catalog. `source` says
 /// where the size comes from (a param, a row of the table).
+/// Before a network is built: what training it holds (`bytes`: parameters, optimizer state,
+/// the batch's buffers) must fit `limit_bytes`, and its `params` a catalog row.
+pub fn check_network_size(sizes: &[usize], params: u64, bytes: u64, limit_bytes: u64) {
+    use corgipile_ml::limits::{pretty_pair, MAX_STORED_WEIGHTS};
+    use pgrx::PgSqlErrorCode;
+    let shape = sizes
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(" x ");
+    if bytes > limit_bytes {
+        let (needed, limit) = pretty_pair(bytes, limit_bytes);
+        crate::pg::error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("a network of layers {shape} needs {needed} of memory to train (parameters, optimizer state and a batch's activations), more than corgipile.max_model_memory ({limit})"),
+            Some("Use narrower or fewer \"hidden\" layers, a smaller \"batch_size\", fewer features, or ask a superuser to raise corgipile.max_model_memory.".into()),
+        );
+    }
+    if params > MAX_STORED_WEIGHTS {
+        crate::pg::error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("a network of layers {shape} has {params} weights; corgipile can store at most {MAX_STORED_WEIGHTS}"),
+            Some("A float8[] in corgipile.models holds at most 1 GB. Use narrower or fewer \"hidden\" layers.".into()),
+        );
+    }
+}
+
 pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, source: &str) {
     use corgipile_ml::limits::{check_model_size, pretty_pair, ModelSizeError, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;

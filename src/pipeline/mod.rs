@@ -7,7 +7,8 @@ pub mod run;
 
 use crate::decode::classes::ClassValue;
 use crate::decode::datum::LabelKind;
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::trained::Model;
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
 use corgipile_ml::standardize::Standardizer;
@@ -107,6 +108,9 @@ pub fn check_distributed(
             Some(hint.into()),
         )
     };
+    if kind.is_network() {
+        unsupported(&format!("{} (a network's parameters are not combined yet)", kind.name()));
+    }
     if kind.has_class_outputs() {
         unsupported(&format!(
             "{} (the classes would be numbered differently)",
@@ -231,7 +235,7 @@ pub use corgipile_ml::trainer::EpochRecord;
 /// What a finished training produced; the caller stores it in the catalog.
 pub struct TrainOutcome {
     /// In original feature units (a standardizer, if any, is folded in).
-    pub model: LinearModel,
+    pub model: Model,
     /// Classifiers: label values by class index (binary: [negative, positive]).
     pub classes: Vec<ClassValue>,
     pub standardizer: Option<serde_json::Value>,
@@ -243,6 +247,8 @@ pub struct TrainOutcome {
     pub seconds: f64,
     /// The statistics pass before the epochs, if there was one.
     pub statistics_seconds: Option<f64>,
+    /// With "patience": the epoch whose model this is (the lowest validation loss).
+    pub best_epoch: Option<u32>,
 }
 
 /// The data-dependent parts of the trainer's configuration, learned by a statistics pass (the

@@ -10,6 +10,7 @@ use crate::pg::error::raise;
 use crate::request::args::{Float8ArrayArg, Int4ArrayArg, TextArg};
 use corgipile_ml::arena::validate_sparse;
 
+use corgipile_ml::model::Predictor as _;
 use corgipile_ml::row::Row;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};

@@ -42,8 +42,9 @@ pub(crate) fn parse_model(model: &str) -> ModelKind {
     })
 }
 
-pub(crate) fn parse_params(params: &ParamsArg) -> TrainParams {
-    let mut params = TrainParams::from_json(&params.0).unwrap_or_else(|e| {
+/// The params of a model of `kind`, checked, with the kind's defaults filled in.
+pub(crate) fn parse_params(params: &ParamsArg, kind: ModelKind) -> TrainParams {
+    let mut params = TrainParams::for_kind(&params.0, kind).unwrap_or_else(|e| {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             e.message,

@@ -9,6 +9,7 @@ use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use corgipile_ml::model::LinearModel;
+use corgipile_ml::trained::Model;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
@@ -544,7 +545,8 @@ pub unsafe fn train(
         bytes_per_epoch: bytes,
     };
     let outcome = TrainOutcome {
-        model,
+        best_epoch: None,
+        model: Model::Linear(model),
         classes,
         standardizer: standardizer
             .filter(|_| dense)

@@ -107,7 +107,7 @@ fn corgipile_shard_round(
     request: &str,
 ) -> String {
     let kind = parse_model(model);
-    let params = parse_params(&params);
+    let params = parse_params(&params, kind);
     check_schema_version();
     // Whoever may call this function may have written the request: its size is bounded before
     // it is parsed (four times corgipile.max_model_memory: it carries one model), its

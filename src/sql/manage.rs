@@ -154,11 +154,15 @@ type CoefficientRow = (Option<String>, String, Option<i64>, f64);
 /// for an array column; the index (in the model's index base) for sparse.
 fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let stored = load_model_ref(key);
-    let (kind, n_features, n_outputs) = (
-        stored.kind(),
-        stored.model.n_features,
-        stored.model.n_outputs,
-    );
+    let Some(linear) = stored.model.as_linear().cloned() else {
+        raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!("model {} is a {}: a network has no coefficient per feature", stored.id, stored.kind().name()),
+            Some("SELECT * FROM corgipile_model_layers(model) lists a network's layers, their shapes and weights.".into()),
+        )
+    };
+    let linear = std::rc::Rc::new(linear);
+    let (kind, n_features, n_outputs) = (stored.kind(), linear.n_features, linear.n_outputs);
     let classes: Vec<Option<String>> = match kind.labels() {
         Labels::Number => vec![None],
         Labels::Classes => (0..stored.classes.len())
@@ -174,13 +178,14 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
         .take(n_outputs)
         .flat_map(move |(k, class)| {
             let stored = stored.clone();
+            let linear = linear.clone();
             (0..=n_features).map(move |j| {
                 if j == n_features {
                     return (
                         class.clone(),
                         "(intercept)".to_owned(),
                         None,
-                        stored.model.bias[k],
+                        linear.bias[k],
                     );
                 }
                 let (name, index) = match (&stored.preprocessing, &stored.features) {
@@ -204,7 +209,7 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
                     class.clone(),
                     name,
                     Some(index),
-                    stored.model.weights[k * n_features + j],
+                    linear.weights[k * n_features + j],
                 )
             })
         })

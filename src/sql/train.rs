@@ -25,7 +25,7 @@ use std::ffi::CStr;
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
     let kind = parse_model(model);
-    let params = parse_params(&params);
+    let params = parse_params(&params, kind);
     check_schema_version();
     // What would fail at the end fails now, before any work.
     check_writable(c"corgipile_train()");
@@ -162,7 +162,7 @@ fn corgipile_trace(
         name!(first_feature, f64),
     ),
 > {
-    let mut params = parse_params(&params);
+    let mut params = parse_params(&params, corgipile_ml::model::reading_kind());
     params.double_buffer = false;
     params.verbose = false;
     // SAFETY: as in corgipile_train.
@@ -207,7 +207,7 @@ fn corgipile_explain(
             Some("Valid formats are text, json, yaml and xml.".into()),
         ),
     };
-    let mut params = parse_params(&params);
+    let mut params = parse_params(&params, kind);
     // EXPLAIN ANALYZE trains without the per-epoch NOTICEs.
     params.verbose = false;
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.

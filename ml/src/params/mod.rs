@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 
 use crate::arena::MAX_FEATURES;
 use crate::model::ModelKind;
-use crate::network::Activation;
+use crate::network::{Activation, OptimizerKind};
 use crate::preprocess::PreprocessOptions;
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
@@ -608,6 +608,23 @@ impl TrainParams {
     pub fn sync_rounds(&self, weights: usize) -> u32 {
         self.sync
             .unwrap_or_else(|| (((1usize << 20) / weights.max(1)).clamp(1, 64)) as u32)
+    }
+
+    /// A network's hidden widths (`[64]` unless given).
+    pub fn network_hidden(&self) -> Vec<usize> {
+        self.hidden
+            .as_ref()
+            .map_or(vec![64], |h| h.iter().map(|&w| w as usize).collect())
+    }
+
+    /// A network's optimizer (Adam unless given).
+    pub fn network_optimizer(&self) -> OptimizerKind {
+        match self.optimizer {
+            Some(OptimizerName::Sgd) => OptimizerKind::Sgd {
+                momentum: self.momentum.unwrap_or(0.9),
+            },
+            _ => OptimizerKind::Adam,
+        }
     }
 
     /// The trainer configuration these parameters describe. Data-dependent

@@ -5,9 +5,10 @@
 
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::{raise, raise_train_error};
-use corgipile_ml::model::LinearModel;
+use corgipile_ml::learner::Learner;
 use corgipile_ml::stats::FeatureStats;
-use corgipile_ml::trainer::{EpochStats, TrainError, Trainer};
+use corgipile_ml::trained::Model;
+use corgipile_ml::trainer::{EpochStats, TrainError};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -33,7 +34,7 @@ pub enum Reply {
         labels_seen: Vec<f64>,
         label_map: Option<(f64, f64)>,
         busy_seconds: f64,
-        model: Option<LinearModel>,
+        model: Option<Model>,
     },
     Failed(TrainError),
     Panicked(String),
@@ -45,12 +46,12 @@ pub enum Reply {
 pub struct Worker {
     jobs: Option<Sender<Job>>,
     replies: Receiver<Reply>,
-    handle: Option<JoinHandle<Trainer>>,
+    handle: Option<JoinHandle<Learner>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Worker {
-    pub fn spawn(mut trainer: Trainer) -> Worker {
+    pub fn spawn(mut trainer: Learner) -> Worker {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_seen = stop.clone();
         trainer.set_interrupt(Some(Box::new(move || stop_seen.load(Ordering::Relaxed))));
@@ -88,7 +89,7 @@ impl Worker {
                             // What would be stored now (the average, when averaging).
                             let model = match snapshot.then(|| trainer.result_model()) {
                                 Some(None) => {
-                                    let bytes = trainer.model().weights.len() as u64 * 8;
+                                    let bytes = trainer.n_params() as u64 * 8;
                                     let _ = replies_tx
                                         .send(Reply::Failed(TrainError::OutOfMemory { bytes }));
                                     return;
@@ -162,7 +163,7 @@ impl Worker {
         reply
     }
 
-    pub fn finish(mut self) -> Trainer {
+    pub fn finish(mut self) -> Learner {
         self.jobs = None;
         let handle = self.handle.take().expect("worker running");
         match handle.join() {

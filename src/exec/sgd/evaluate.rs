@@ -7,7 +7,7 @@ use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
-use corgipile_ml::model::LinearModel;
+use corgipile_ml::model::{LinearModel, Predictor};
 use corgipile_ml::scoring::{BinaryLabels, Evaluation, EvaluationPart};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use serde_json::json;
@@ -86,16 +86,16 @@ impl SgdNode {
     /// the model in errors.
     unsafe fn score_rows(
         &mut self,
-        model: &LinearModel,
+        model: &impl Predictor,
         what: &str,
         evaluation: &mut Evaluation,
     ) -> u64 {
         let shuffle = self.shuffle();
         shuffle.for_each_buffer(|b| {
-            if !b.arena.is_sparse() && b.arena.n_features() != model.n_features {
+            if !b.arena.is_sparse() && b.arena.n_features() != model.n_features() {
                 raise(
                     PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                    format!("the rows of {} have {} features, {what} expects {}", self.config.relation, b.arena.n_features(), model.n_features),
+                    format!("the rows of {} have {} features, {what} expects {}", self.config.relation, b.arena.n_features(), model.n_features()),
                     Some("Evaluate on rows with the features the model was trained on (see the features param).".into()),
                 );
             }

@@ -61,6 +61,9 @@ pub struct SgdNode {
     epoch_seconds: Vec<f64>,
     /// The statistics pass before the epochs, if any (EXPLAIN ANALYZE).
     statistics_seconds: Option<f64>,
+    /// The label's mean and variance from the statistics pass (a regression network's target
+    /// is standardized by them).
+    label_moments: Option<(f64, f64)>,
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
@@ -138,6 +141,7 @@ impl Node for SgdNode {
             binary_labels: None,
             epoch_seconds: Vec::new(),
             statistics_seconds: None,
+            label_moments: None,
             backend_wait_seconds: 0.0,
             worker_busy_seconds: 0.0,
             last_stats: None,

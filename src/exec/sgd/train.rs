@@ -13,12 +13,15 @@ use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
-use corgipile_ml::model::{Labels, LinearModel};
+use corgipile_ml::learner::{Learner, NetworkSpec};
+use corgipile_ml::model::{Labels, Predictor};
+use corgipile_ml::network::{Activation, Network, Target};
+use corgipile_ml::trained::Model;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
-    EpochStats, TrainConfig, TrainError, Trainer,
+    EpochStats, TrainConfig, TrainError,
 };
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
@@ -106,6 +109,7 @@ impl SgdNode {
         let Some(stats) = stats else {
             self.no_rows(shuffle.counts().rows_skipped)
         };
+        self.label_moments = Some(stats.label_mean_variance());
         if shuffle.rows().is_learning() {
             let classes = shuffle.rows().classes().len();
             config.standardizer = Some(
@@ -155,6 +159,9 @@ impl SgdNode {
             ));
         }
         let mut train_config = params.train_config(self.config.model);
+        // A network needs its classes (its output layer's width) and a regression's target
+        // statistics before it is built: always a statistics pass.
+        let network = self.config.model.is_network();
         let tabular = self.config.layout == FeatureLayout::Tabular;
         // A column list learns its preprocessing in the statistics pass, unless it was
         // learned before (see `Learn`).
@@ -163,7 +170,11 @@ impl SgdNode {
         if let Some(share) = &member {
             // The leader's statistics pass learned these for the whole table.
             share.extras.clone().apply(&mut train_config);
-        } else if (params.normalize && !tabular) || params.class_weight.is_some() || learning {
+        } else if (params.normalize && !tabular)
+            || params.class_weight.is_some()
+            || learning
+            || network
+        {
             progress::phase("statistics pass");
             let pass_started = Instant::now();
             self.statistics_pass(&mut train_config);
@@ -242,10 +253,17 @@ impl SgdNode {
             },
         };
         let standardizer = train_config.standardizer.clone();
-        let mut trainer = Trainer::try_new(train_config, n_features)
-            .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+        let learner = match self.network_spec(n_features) {
+            Some(spec) => Learner::network(train_config, &spec, n_features),
+            None => Learner::linear(train_config, n_features),
+        };
+        let mut trainer =
+            learner.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
         if let Some(t) = team.as_mut() {
-            let n_values = trainer.model().weights.len() + trainer.model().bias.len();
+            let n_values = trainer.n_params();
+            let trainer = trainer
+                .as_linear()
+                .expect("parallel workers train linear models only (checked before)");
             // An exchange reads and writes every weight: a big model exchanges less often.
             trainer.set_exchange(t.shared_model(n_features, n_values), n_values as u64 / 4);
         }
@@ -267,6 +285,8 @@ impl SgdNode {
         let validate = params.validation.is_some();
         // The scan of the epoch to come has begun (its first buffer filled during the last one).
         let mut rescanned = false;
+        // With "patience": the lowest validation loss, its epoch and that epoch's model.
+        let mut best: Option<(f64, u32, Model)> = None;
 
         for epoch in epoch_loop.epochs() {
             let epoch_started = if epoch == 1 {
@@ -306,7 +326,7 @@ impl SgdNode {
                         t.result_model().unwrap_or_else(|| {
                             raise_train_error(
                                 TrainError::OutOfMemory {
-                                    bytes: t.model().weights.len() as u64 * 8,
+                                    bytes: t.n_params() as u64 * 8,
                                 },
                                 &|v| v.to_string(),
                                 false,
@@ -351,14 +371,7 @@ impl SgdNode {
                     labels_seen
                 };
                 if self.config.model.is_classifier() && classes_seen < 2 {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                        format!(
-                            "the label column of {} has only one distinct value",
-                            self.config.relation
-                        ),
-                        Some("Classifiers need rows of at least two classes.".into()),
-                    );
+                    self.one_class();
                 }
             }
             let seconds = epoch_started.elapsed().as_secs_f64();
@@ -368,13 +381,25 @@ impl SgdNode {
                 progress::phase("validation");
             }
             let validation_started = Instant::now();
-            let validation = snapshot.map(|m| {
-                let m = match &standardizer {
-                    Some(s) => m.fold_standardizer(s),
-                    None => m,
-                };
-                self.validate(&m, shuffle, validation_rows.as_ref())
+            let snapshot = snapshot.map(|m| match &standardizer {
+                Some(s) => m.fold_standardizer(s),
+                None => m,
             });
+            let validation = snapshot
+                .as_ref()
+                .map(|m| self.validate(m, shuffle, validation_rows.as_ref()));
+            // Early stopping: the best epoch's model so far, and whether patience ran out.
+            let mut patience_ran_out = false;
+            if let (Some(patience), Some(v), Some(m)) = (params.patience, &validation, snapshot) {
+                match &best {
+                    Some((loss, _, _)) if !(v.loss < *loss) => {
+                        let since = epoch - best.as_ref().map_or(epoch, |b| b.1);
+                        patience_ran_out = since >= patience;
+                    }
+                    _ if v.loss.is_finite() => best = Some((v.loss, epoch, m)),
+                    _ => {}
+                }
+            }
             let validation_seconds = validation_started.elapsed().as_secs_f64();
             self.epochs_run = epoch;
             self.last_stats = Some(stats.clone());
@@ -391,7 +416,7 @@ impl SgdNode {
                 }
                 notice(table_line(params.epochs, &record));
             }
-            if epoch_loop.record(record) {
+            if epoch_loop.record(record) || patience_ran_out {
                 break;
             }
         }
@@ -402,6 +427,9 @@ impl SgdNode {
             None => local.take().expect("local trainer"),
         };
         if let Some(t) = team.take() {
+            let trainer = trainer
+                .as_linear()
+                .expect("parallel workers train linear models only");
             // Every process's last steps are in the shared model now: continue from it, and
             // pool the iterate averages.
             if let Err(e) = trainer
@@ -424,7 +452,12 @@ impl SgdNode {
         if let Some(s) = &standardizer {
             model = model.fold_standardizer(s);
         }
-        let classes = self.classes_of(label_map, model.n_outputs);
+        // Early stopping keeps the best epoch's model (already in the table's units).
+        let best_epoch = best.map(|(_, epoch, best_model)| {
+            model = best_model;
+            epoch
+        });
+        let classes = self.classes_of(label_map, model.n_outputs());
         // Stored for dense arrays only: a column list's scaling is part of its preprocessing,
         // and a sparse model's (one scale per feature, maybe millions) is folded in and would
         // only bloat the catalog row.
@@ -441,8 +474,57 @@ impl SgdNode {
             rows_trained,
             rows_skipped,
             epochs,
+            best_epoch,
             seconds: started.elapsed().as_secs_f64(),
         })
+    }
+
+    /// A network kind's shape over `n_features` inputs (None for linear kinds), checked against
+    /// `corgipile.max_model_memory` before anything of it is allocated.
+    unsafe fn network_spec(&self, n_features: usize) -> Option<NetworkSpec> {
+        let kind = self.config.model;
+        if !kind.is_network() {
+            return None;
+        }
+        let params = &self.config.params;
+        let outputs = if kind.is_classifier() {
+            let classes = self.shuffle().rows().classes().len();
+            if classes < 2 {
+                self.one_class();
+            }
+            classes
+        } else {
+            1
+        };
+        let (mean, variance) = self.label_moments.unwrap_or((0.0, 1.0));
+        let spec = NetworkSpec {
+            hidden: params.network_hidden(),
+            activation: params.activation.unwrap_or(Activation::Relu),
+            optimizer: params.network_optimizer(),
+            seed: params.seed.unwrap_or(0),
+            outputs,
+            target: Target::new(mean, variance.sqrt()),
+        };
+        let sizes = spec.sizes(n_features);
+        crate::pg::guc::check_network_size(
+            &sizes,
+            Network::n_params(&sizes) as u64,
+            spec.training_bytes(n_features, params.batch_size as usize),
+            self.config.max_model_bytes,
+        );
+        Some(spec)
+    }
+
+    /// A classifier's rows hold one class only.
+    fn one_class(&self) -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "the label column of {} has only one distinct value",
+                self.config.relation
+            ),
+            Some("Classifiers need rows of at least two classes.".into()),
+        );
     }
 
     /// The label values of the model's classes.
@@ -472,7 +554,7 @@ impl SgdNode {
     /// Loss and accuracy (or R²) of `model` on the validation rows.
     unsafe fn validate(
         &self,
-        model: &LinearModel,
+        model: &Model,
         shuffle: &TupleShuffle,
         validation_rows: Option<&CollectedRows>,
     ) -> ValidationStats {
@@ -595,7 +677,7 @@ impl SgdNode {
     /// One epoch, single-buffered: fill, then train, on the backend thread.
     unsafe fn epoch_on_backend(
         &mut self,
-        trainer: &mut Trainer,
+        trainer: &mut Learner,
         shuffle: &mut TupleShuffle,
         spares: &mut Vec<ShuffledBuffer>,
         mut first: Option<ShuffledBuffer>,
@@ -623,14 +705,14 @@ impl SgdNode {
 type EpochResult = (
     Result<EpochStats, TrainError>,
     Vec<f64>,
-    Option<LinearModel>,
+    Option<Model>,
 );
 
 /// How a double-buffered epoch ended.
 struct EpochEnd {
     result: Result<EpochStats, TrainError>,
     labels_seen: Vec<f64>,
-    model: Option<LinearModel>,
+    model: Option<Model>,
     /// Some when the next epoch's scan has begun: its first buffer (None if it has no rows).
     next_first: Option<Option<ShuffledBuffer>>,
     /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
