@@ -6,12 +6,13 @@
 #
 # Usage: scripts/make_golden_fixtures.sh <version> [<commit>]
 #
-#   0.1.0 / 0.2.0 / 0.3.0   the released versions, at the commits listed below (the code of each
+#   0.1.0 ... 0.4.0         the released versions, at the commits listed below (the code of each
 #                           release: the parent of the commit that froze its install script in
 #                           sql/released/); built in a git worktree /work/wt-old-<version> with their
 #                           own Cargo.lock (pgrx 0.18.0, this toolchain), into a relocated copy of
-#                           Debian's PostgreSQL 15 (/opt/corgipile-pg15/old-<version>: those releases
-#                           build for PostgreSQL 15 only; the system install is never written)
+#                           Debian's PostgreSQL 15 (/opt/corgipile-pg15/old-<version>: 0.1.0 to 0.3.0
+#                           build for PostgreSQL 15 only, and every fixture is made on 15; the system
+#                           install is never written)
 #   current                 this checkout as it is (for the unreleased version in Cargo.toml), built
 #                           the same way into its own PostgreSQL 15 copy
 #
@@ -28,6 +29,7 @@ declare -A COMMITS=(
     [0.1.0]=97db5b8c3bdf16051ad9fd6c3f31bbff19781e06  # parent of b7a5885 (0.1.0 install script frozen)
     [0.2.0]=601fbb90e9f7c042339bf960c9459715a28af81e  # parent of da3d319 (0.2.0 install script frozen)
     [0.3.0]=b8eda8224cd0e8b8ea655541f8715b31a79621b4  # parent of 5c6dba3 (0.3.0 install script frozen)
+    [0.4.0]=356b9ee0f95d47e3badfaf46269e0690a76b80eb  # parent of 8325b60 (0.4.0 install script frozen)
 )
 ROOT="${GOLDEN_ROOT:-/work}"
 PG15="${GOLDEN_PG15:-/usr/lib/postgresql/15}"

@@ -5,15 +5,15 @@ CREATE SCHEMA corgipile;
 
 CREATE TABLE corgipile.models (
     id               bigserial   PRIMARY KEY,
-    model_type       text        NOT NULL,            -- svm, logistic, linear, softmax
+    model_type       text        NOT NULL,            -- svm, logistic, linear, softmax, mlp, mlp_regression
     relation         text        NOT NULL,            -- schema-qualified name at training time
     label_column     text        NOT NULL,
     features         jsonb       NOT NULL,            -- the features param: "col", ["a","b"] or {"indices": .., "values": ..}
     n_features       integer     NOT NULL CHECK (n_features > 0),
-    n_outputs        integer     NOT NULL DEFAULT 1 CHECK (n_outputs > 0),   -- classes for softmax, else 1
+    n_outputs        integer     NOT NULL DEFAULT 1 CHECK (n_outputs > 0),   -- classes for softmax and mlp, else 1
     label_mapping    jsonb       NOT NULL,            -- {"classes": [...], "label_type": ...}; classifiers only
-    weights          float8[]    NOT NULL CHECK (cardinality(weights) = n_features::bigint * n_outputs),
-    bias             float8[]    NOT NULL CHECK (cardinality(bias) = n_outputs),
+    weights          float8[]    NOT NULL,            -- linear: n_outputs x n_features, row-major; networks: every layer's matrix in order (layer l input-major: layers[l] x layers[l+1])
+    bias             float8[]    NOT NULL,            -- linear: n_outputs; networks: every layer's biases in order
     standardizer     jsonb,                           -- per-feature mean/scale of a dense array trained with normalize (already folded into weights)
     params           jsonb       NOT NULL,            -- every param, defaults filled in
     metrics          jsonb       NOT NULL,            -- final epoch's metrics
@@ -26,6 +26,13 @@ CREATE TABLE corgipile.models (
     version          integer,                         -- 1, 2, ... per (trained_by, name)
     pinned           boolean     NOT NULL DEFAULT false,   -- set by corgipile_deploy
     preprocessing    jsonb,                           -- column lists: per-column encoding and its statistics (0.4.0)
+    layers           integer[],                       -- networks (mlp, mlp_regression): every layer's width, input first (= n_features), output last (= n_outputs); NULL for linear models (0.5.0)
+    -- The sizes of weights and bias: checked here for linear models; a network's follow from layers.
+    -- (The names are those PostgreSQL gave these checks when they were column constraints, before 0.5.0.)
+    CONSTRAINT models_check CHECK (layers IS NOT NULL OR cardinality(weights) = n_features::bigint * n_outputs),
+    CONSTRAINT models_check1 CHECK (layers IS NOT NULL OR cardinality(bias) = n_outputs),
+    CONSTRAINT models_layers_check CHECK (layers IS NULL OR (cardinality(layers) >= 3 AND layers[1] = n_features
+                                          AND layers[cardinality(layers)] = n_outputs AND 0 < ALL (layers))),
     CONSTRAINT models_name_check CHECK (name <> ''),
     CONSTRAINT models_version_check CHECK ((name IS NULL) = (version IS NULL) AND version > 0),
     CONSTRAINT models_name_version_key UNIQUE (trained_by, name, version)

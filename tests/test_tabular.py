@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from helpers import scalar, train
 
 TRAIN_DEFAULTS = {"verbose": False, "seed": 1}  # train()'s params unless a test overrides them
-CURRENT = "0.4.0"
+CURRENT = "0.5.0"
 STATES = ["CA", "NY", "TX", "FL", "WA", "IL", "OH", "GA", "NC", "MI"]
 CHURN_FEATURES = ["state", "intl", "plan", "autopay", "income", "age", "minutes", "calls", "score", "usage"]
 

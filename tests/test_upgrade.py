@@ -18,7 +18,7 @@ import pytest
 from helpers import REPO, scalar
 
 OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
-CURRENT = "0.4.0"
+CURRENT = "0.5.0"
 
 # Columns corgipile.models had in 0.1.0: what a 0.1.0 training wrote.
 COLUMNS_0_1_0 = ["model_type", "relation", "label_column", "features", "n_features", "n_outputs", "label_mapping",
@@ -168,6 +168,66 @@ def test_update_from_0_3_0_matches_a_fresh_install(databases):
                                                   "seed": 1, "verbose": False}),))
         assert scalar(old, "SELECT count(corgipile_predict(%s, p)) FROM pts p", (named,)) == 3000
         assert scalar(old, "SELECT preprocessing IS NOT NULL FROM corgipile.models WHERE id = %s", (named,))
+        upgraded = schema_description(old)
+    recreate(FRESH)
+    with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:
+        fresh.execute("CREATE EXTENSION corgipile")
+        installed = schema_description(fresh)
+    for part in installed:
+        assert upgraded[part] == installed[part], part
+
+
+def test_update_from_0_4_0_keeps_models_and_matches_a_fresh_install(databases, conn):
+    """0.4.0 -> current: models get a layers column (networks; NULL for linear models) and the size
+    checks of weights and bias apply to linear models only. Models as 0.4.0 wrote them (an array
+    svm and softmax, a column-list logistic) predict alike before and after the update, and their
+    layers is NULL."""
+    conn.execute("DROP TABLE IF EXISTS pts")
+    conn.execute(POINTS)
+    ids = [scalar(conn, "SELECT corgipile_train('pts', %s, %s)", (m, psycopg.types.json.Jsonb(p)))
+           for m, p in [("svm", {"label": "flag", "epochs": 2, "seed": 1, "verbose": False}),
+                        ("softmax", {"epochs": 2, "seed": 1, "verbose": False}),
+                        ("logistic", {"label": "flag", "features": ["id", "label"], "epochs": 2, "seed": 1,
+                                      "verbose": False})]]
+    pred = """SELECT corgipile_decision_function(%s, features), corgipile_predict_class(%s, features),
+                     corgipile_predict_proba(%s, features), corgipile_predict(%s, p), corgipile_predict_proba(%s, p)
+              FROM pts p ORDER BY id"""
+    expected = conn.execute(pred, (ids[0], ids[1], ids[1], ids[2], ids[2])).fetchall()
+    types = dict(conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                              "WHERE attrelid = 'corgipile.models'::regclass AND attnum > 0").fetchall())
+    recreate(OLD)
+    with psycopg.connect(dbname=OLD, autocommit=True) as old:
+        old.execute("CREATE EXTENSION corgipile VERSION '0.4.0'")
+        old.execute(POINTS)
+        # The columns of 0.4.0's catalog, copied as text and cast back to each column's type.
+        cols = [r[0] for r in old.execute(
+            """SELECT attname FROM pg_attribute WHERE attrelid = 'corgipile.models'::regclass AND attnum > 0
+               AND NOT attisdropped AND attname <> 'id' ORDER BY attnum""").fetchall()]
+        assert "preprocessing" in cols and "layers" not in cols
+        rows = conn.execute(f"SELECT {', '.join(c + '::text' for c in cols)} FROM corgipile.models "
+                            "WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+        placeholders = ", ".join(f"%s::{types[c]}" for c in cols)
+        with old.cursor() as cur:
+            cur.executemany(f"INSERT INTO corgipile.models ({', '.join(cols)}) VALUES ({placeholders})", rows)
+        old_ids = [r[0] for r in old.execute("SELECT id FROM corgipile.models ORDER BY id").fetchall()]
+        old_args = (old_ids[0], old_ids[1], old_ids[1], old_ids[2], old_ids[2])
+        # The 0.4.0 SQL functions run on the new library and predict alike before the update.
+        assert old.execute(pred, old_args).fetchall() == expected
+
+        old.execute("ALTER EXTENSION corgipile UPDATE")
+        assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == CURRENT
+        assert scalar(old, """SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+                              WHERE attrelid = 'corgipile.models'::regclass AND attname = 'layers'""") == "integer[]"
+        assert old.execute("SELECT id, layers FROM corgipile.models ORDER BY id").fetchall() == [(i, None) for i in old_ids]
+        assert old.execute(pred, old_args).fetchall() == expected
+        # The size checks still hold a linear model (layers NULL) to n_features x n_outputs.
+        with pytest.raises(psycopg.errors.CheckViolation) as e:
+            old.execute("UPDATE corgipile.models SET weights = weights || 0.0::float8 WHERE id = %s", (old_ids[0],))
+        assert e.value.diag.constraint_name == "models_check"
+        # Training works on the updated database; a linear model's layers is NULL.
+        new_id = scalar(old, "SELECT corgipile_train('pts', 'svm', '{\"label\": \"flag\", \"epochs\": 1, \"verbose\": false}')")
+        assert new_id > max(old_ids)
+        assert scalar(old, "SELECT layers IS NULL FROM corgipile.models WHERE id = %s", (new_id,))
         upgraded = schema_description(old)
     recreate(FRESH)
     with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:

@@ -1,0 +1,19 @@
+-- corgipile 0.4.0 -> 0.5.0: the catalog can store multilayer perceptrons (model kinds mlp and
+-- mlp_regression): models gets a layers column (every layer's width, input first, output last;
+-- NULL for linear models), and the size checks of weights and bias apply to linear models only
+-- (a network stores every layer's matrix and biases, in order). Existing models are untouched:
+-- their layers is NULL and the checks they passed still apply to them. The result must equal a
+-- fresh 0.5.0 install: tests/test_upgrade.py compares them.
+\echo Use "ALTER EXTENSION corgipile UPDATE TO '0.5.0'" to load this file. \quit
+
+ALTER TABLE corgipile.models ADD COLUMN layers integer[];
+
+-- The checks keep the names PostgreSQL gave them as column constraints (models_check on
+-- weights, models_check1 on bias).
+ALTER TABLE corgipile.models
+    DROP CONSTRAINT models_check,
+    DROP CONSTRAINT models_check1,
+    ADD CONSTRAINT models_check CHECK (layers IS NOT NULL OR cardinality(weights) = n_features::bigint * n_outputs),
+    ADD CONSTRAINT models_check1 CHECK (layers IS NOT NULL OR cardinality(bias) = n_outputs),
+    ADD CONSTRAINT models_layers_check CHECK (layers IS NULL OR (cardinality(layers) >= 3 AND layers[1] = n_features
+                                              AND layers[cardinality(layers)] = n_outputs AND 0 < ALL (layers)));
