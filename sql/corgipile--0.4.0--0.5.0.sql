@@ -17,3 +17,32 @@ ALTER TABLE corgipile.models
     ADD CONSTRAINT models_check1 CHECK (layers IS NOT NULL OR cardinality(bias) = n_outputs),
     ADD CONSTRAINT models_layers_check CHECK (layers IS NULL OR (cardinality(layers) >= 3 AND layers[1] = n_features
                                               AND layers[cardinality(layers)] = n_outputs AND 0 < ALL (layers)));
+
+-- A model's layers: a network's hidden and output layers, a linear model's one layer.
+CREATE FUNCTION "corgipile_model_layers"(
+	"model_id" bigint /* i64 */
+) RETURNS TABLE (
+	"layer" INT,  /* i32 */
+	"inputs" INT,  /* i32 */
+	"outputs" INT,  /* i32 */
+	"activation" TEXT,  /* alloc::string::String */
+	"weights" double precision[],  /* alloc::vec::Vec<f64> */
+	"biases" double precision[]  /* alloc::vec::Vec<f64> */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_model_layers_wrapper';
+
+CREATE FUNCTION "corgipile_model_layers"(
+	"model_name" TEXT /* &str */
+) RETURNS TABLE (
+	"layer" INT,  /* i32 */
+	"inputs" INT,  /* i32 */
+	"outputs" INT,  /* i32 */
+	"activation" TEXT,  /* alloc::string::String */
+	"weights" double precision[],  /* alloc::vec::Vec<f64> */
+	"biases" double precision[]  /* alloc::vec::Vec<f64> */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_model_layers_by_name_wrapper';

@@ -26,10 +26,24 @@ fn param_table_lists_every_key_once() {
     let names: Vec<&str> = PARAMS.iter().map(|p| p.name).collect();
     assert_eq!(names, TrainParams::KEYS);
     let defaults = TrainParams::defaults().to_json();
+    let network_defaults =
+        TrainParams::for_kind(&serde_json::json!({}), corgipile_ml::model::ModelKind::Mlp)
+            .unwrap()
+            .to_json();
+    let sgd_defaults = TrainParams::for_kind(
+        &serde_json::json!({"optimizer": "sgd"}),
+        corgipile_ml::model::ModelKind::Mlp,
+    )
+    .unwrap()
+    .to_json();
     for p in PARAMS {
-        // The rule's "(default ...)" and the README's default agree with defaults().
-        let shown = p.shown_default.trim_matches('`');
-        let value = &defaults[p.name];
+        // The rule's "(default ...)" and the README's default agree with defaults() (a
+        // network's own keys, shown "`x` (mlp kinds)", with an mlp's defaults).
+        let (shown, value) = match p.shown_default.strip_suffix(" (mlp kinds)") {
+            Some(shown) if p.name == "momentum" => (shown.trim_matches('`'), &sgd_defaults[p.name]),
+            Some(shown) => (shown.trim_matches('`'), &network_defaults[p.name]),
+            None => (p.shown_default.trim_matches('`'), &defaults[p.name]),
+        };
         if p.name == "seed" {
             assert_eq!((shown, value), ("random", &serde_json::Value::Null));
             assert!(p.rule.ends_with("(default null)"));

@@ -10,6 +10,7 @@ use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_na
 use crate::catalog::{load_model_ref, ModelRef};
 use crate::pg::error::{raise, required};
 use corgipile_ml::model::Labels;
+use corgipile_ml::trained::Model;
 use pgrx::prelude::*;
 use pgrx::spi::quote_literal;
 use pgrx::PgSqlErrorCode;
@@ -243,4 +244,99 @@ fn corgipile_model_coefficients_by_name(
     ),
 > {
     TableIterator::new(coefficients(ModelRef::from_text(model_name)))
+}
+
+type LayerRow = (i32, i32, i32, String, Vec<f64>, Vec<f64>);
+
+/// A model's layers, first to last, in the units of the training table: for each, its number
+/// (1 = the layer the features enter), its inputs and outputs, the function applied to its
+/// outputs, its weights (inputs × outputs, input-major: the weights from input 1 first) and its
+/// biases. A network has its hidden layers and an output layer; a linear model is one layer.
+fn layers(key: ModelRef) -> Vec<LayerRow> {
+    let stored = load_model_ref(key);
+    let kind = stored.kind();
+    let head = match kind.labels() {
+        Labels::Classes => "softmax",
+        Labels::TwoClasses if kind.has_proba() => "sigmoid",
+        Labels::TwoClasses => "sign",
+        Labels::Number => "identity",
+    };
+    match &stored.model {
+        Model::Linear(m) => {
+            let (d, k) = (m.n_features, m.n_outputs);
+            // Stored output-major; shown input-major like a network's layers.
+            let mut weights = Vec::new();
+            if weights.try_reserve_exact(d * k).is_err() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                    format!("out of memory listing the weights of model {}", stored.id),
+                    None,
+                );
+            }
+            weights.extend((0..d).flat_map(|j| (0..k).map(move |o| (j, o))).map(|(j, o)| m.weights[o * d + j]));
+            vec![(1, d as i32, k as i32, head.to_owned(), weights, m.bias.clone())]
+        }
+        Model::Network(m) => {
+            let (weights, biases) = m.weights_and_biases();
+            let sizes = &m.net.sizes;
+            let (mut w_at, mut b_at) = (0, 0);
+            sizes
+                .windows(2)
+                .enumerate()
+                .map(|(l, w)| {
+                    let activation = if l + 2 == sizes.len() {
+                        head
+                    } else {
+                        m.net.activation.name()
+                    };
+                    let row = (
+                        l as i32 + 1,
+                        w[0] as i32,
+                        w[1] as i32,
+                        activation.to_owned(),
+                        weights[w_at..w_at + w[0] * w[1]].to_vec(),
+                        biases[b_at..b_at + w[1]].to_vec(),
+                    );
+                    w_at += w[0] * w[1];
+                    b_at += w[1];
+                    row
+                })
+                .collect()
+        }
+    }
+}
+
+/// A network's layers (a linear model's one layer): see `layers`.
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_model_layers(
+    model_id: i64,
+) -> TableIterator<
+    'static,
+    (
+        name!(layer, i32),
+        name!(inputs, i32),
+        name!(outputs, i32),
+        name!(activation, String),
+        name!(weights, Vec<f64>),
+        name!(biases, Vec<f64>),
+    ),
+> {
+    TableIterator::new(layers(ModelRef::Id(model_id)))
+}
+
+#[pg_extern(stable, parallel_safe, name = "corgipile_model_layers")]
+fn corgipile_model_layers_by_name(
+    model_name: &str,
+) -> TableIterator<
+    'static,
+    (
+        name!(layer, i32),
+        name!(inputs, i32),
+        name!(outputs, i32),
+        name!(activation, String),
+        name!(weights, Vec<f64>),
+        name!(biases, Vec<f64>),
+    ),
+> {
+    TableIterator::new(layers(ModelRef::from_text(model_name)))
 }

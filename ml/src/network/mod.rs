@@ -293,12 +293,27 @@ impl Network {
         weights: &[f64],
         ws: &mut Workspace,
     ) -> f64 {
+        self.add_loss_and_gradient(rows, labels, weights, rows.len(), true, ws)
+    }
+
+    /// Part of a batch of `of_rows` rows: adds its share of the batch's mean loss gradient to
+    /// `ws.gradient` (zeroed first when `first`) and returns its share of the mean loss. The
+    /// parts of a batch add up to [`loss_and_gradient`](Self::loss_and_gradient) of all of it.
+    pub fn add_loss_and_gradient(
+        &self,
+        rows: &[Row],
+        labels: &[f64],
+        weights: &[f64],
+        of_rows: usize,
+        first: bool,
+        ws: &mut Workspace,
+    ) -> f64 {
         let b = rows.len();
         assert_eq!(b, labels.len());
         self.forward(rows, ws);
         let last = self.n_layers();
         let n_out = self.sizes[last];
-        let inv_b = 1.0 / b.max(1) as f64;
+        let inv_b = 1.0 / of_rows.max(1) as f64;
         // Output delta: d mean-loss / d Z_last.
         let mut loss = 0.0;
         {
@@ -327,7 +342,9 @@ impl Network {
                 }
             }
         }
-        ws.gradient.iter_mut().for_each(|g| *g = 0.0);
+        if first {
+            ws.gradient.iter_mut().for_each(|g| *g = 0.0);
+        }
         for l in (0..last).rev() {
             let (n_in, n_out) = (self.sizes[l], self.sizes[l + 1]);
             let (w_at, b_at) = self.offsets(l);
@@ -351,7 +368,7 @@ impl Network {
                 let a = ArrayView2::from_shape((b, n_in), &ws.activations[l][..b * n_in])
                     .expect("batch shape");
                 let mut gw = ArrayViewMut2::from_shape((n_in, n_out), gw).expect("layer shape");
-                general_mat_mul(1.0, &a.t(), &d, 0.0, &mut gw);
+                general_mat_mul(1.0, &a.t(), &d, 1.0, &mut gw);
             }
             if l == 0 {
                 break;

@@ -190,3 +190,32 @@ fn workspace_bytes_cover_what_it_allocates() {
         + ws.gradient.len();
     assert!(held as u64 * 8 <= Workspace::bytes(&sizes, 32));
 }
+
+#[test]
+fn a_batch_in_parts_adds_up_to_the_whole_batch() {
+    // What a wide network's trainer does to look at the stop flag inside a batch; row weights
+    // (class weights) included.
+    let (x, _) = batch();
+    let y = vec![0.0, 1.0, 1.0, 0.0, 1.0];
+    let w = vec![1.0, 2.0, 0.5, 1.0, 3.0];
+    let net = Network::new(&[3, 4, 2], Activation::Relu, Head::Softmax, 9).unwrap();
+    let rows = rows_of(&x);
+    let mut whole = Workspace::new(&net, 5).unwrap();
+    let loss = net.loss_and_gradient(&rows, &y, &w, &mut whole);
+    let mut parts = Workspace::new(&net, 5).unwrap();
+    let mut parts_loss = 0.0;
+    for (start, end) in [(0, 2), (2, 3), (3, 5)] {
+        parts_loss += net.add_loss_and_gradient(
+            &rows[start..end],
+            &y[start..end],
+            &w[start..end],
+            5,
+            start == 0,
+            &mut parts,
+        );
+    }
+    assert!((loss - parts_loss).abs() < 1e-12);
+    for (a, b) in whole.gradient.iter().zip(&parts.gradient) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+}

@@ -45,6 +45,9 @@ impl Target {
     }
 }
 
+/// Floating-point operations between two looks at the stop flag: about 10 ms of arithmetic.
+const FLOPS_BETWEEN_CHECKS: usize = 1 << 24;
+
 pub struct NetworkTrainer {
     net: Network,
     workspace: Workspace,
@@ -243,31 +246,30 @@ impl NetworkTrainer {
     /// One batch: its loss and correct predictions (before the update), then the update.
     fn step(&mut self, rows: &[Row]) -> Result<(), TrainError> {
         let b = rows.len();
-        let loss = self.net.loss_and_gradient(
-            rows,
-            &self.labels,
-            &self.row_weights,
-            &mut self.workspace,
-        );
+        // A wide network's batch is taken in chunks of rows whose gradients add up, so that
+        // the stop flag is looked at every few milliseconds of arithmetic, however wide the
+        // layers (cancel must not wait for a batch of seconds).
+        let flops_per_row = 6 * self.net.params.len().max(1);
+        let chunk = (FLOPS_BETWEEN_CHECKS / flops_per_row).clamp(1, b.max(1));
+        let mut loss = 0.0;
+        for start in (0..b).step_by(chunk) {
+            if start > 0 && self.interrupt.as_mut().is_some_and(|check| check()) {
+                return Err(TrainError::Interrupted);
+            }
+            let end = (start + chunk).min(b);
+            let weights = self.row_weights.get(start..end).unwrap_or(&[]);
+            loss += self.net.add_loss_and_gradient(
+                &rows[start..end],
+                &self.labels[start..end],
+                weights,
+                b,
+                start == 0,
+                &mut self.workspace,
+            );
+            self.count(start, end);
+        }
         if !loss.is_finite() {
             return Err(TrainError::Diverged { epoch: self.epoch });
-        }
-        for (i, &y) in self.labels.iter().enumerate() {
-            let out = self.net.outputs(&self.workspace, i);
-            match self.net.head {
-                Head::Softmax => {
-                    let predicted = crate::model::argmax(out).unwrap_or(0);
-                    self.correct += u64::from(predicted as f64 == y);
-                }
-                Head::Linear => {
-                    let (z, y) = (
-                        self.target.unstandardize(out[0]),
-                        self.target.unstandardize(y),
-                    );
-                    self.sse += (z - y) * (z - y);
-                    self.y.push(y);
-                }
-            }
         }
         let units = match self.net.head {
             Head::Softmax => 1.0,
@@ -284,6 +286,28 @@ impl NetworkTrainer {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
         Ok(())
+    }
+
+    /// Counts the batch's rows `start..end` (the last chunk forwarded) as predicted before the
+    /// update: correct classes, or squared errors in the label's units.
+    fn count(&mut self, start: usize, end: usize) {
+        for (i, &y) in self.labels[start..end].iter().enumerate() {
+            let out = self.net.outputs(&self.workspace, i);
+            match self.net.head {
+                Head::Softmax => {
+                    let predicted = crate::model::argmax(out).unwrap_or(0);
+                    self.correct += u64::from(predicted as f64 == y);
+                }
+                Head::Linear => {
+                    let (z, y) = (
+                        self.target.unstandardize(out[0]),
+                        self.target.unstandardize(y),
+                    );
+                    self.sse += (z - y) * (z - y);
+                    self.y.push(y);
+                }
+            }
+        }
     }
 
     /// The epoch's statistics: mean loss (in the label's units), accuracy or R².

@@ -26,6 +26,7 @@ use super::tuple_shuffle::TupleShuffle;
 use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
+use corgipile_ml::network::{Network, OptimizerKind};
 use corgipile_ml::params::ScheduleKind;
 use corgipile_ml::trainer::EpochStats;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -64,6 +65,8 @@ pub struct SgdNode {
     /// The label's mean and variance from the statistics pass (a regression network's target
     /// is standardized by them).
     label_moments: Option<(f64, f64)>,
+    /// A network's layer widths, input first (EXPLAIN ANALYZE).
+    network_sizes: Option<Vec<usize>>,
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
@@ -142,6 +145,7 @@ impl Node for SgdNode {
             epoch_seconds: Vec::new(),
             statistics_seconds: None,
             label_moments: None,
+            network_sizes: None,
             backend_wait_seconds: 0.0,
             worker_busy_seconds: 0.0,
             last_stats: None,
@@ -184,6 +188,23 @@ impl Node for SgdNode {
             "Learning Rate",
             &format!("{} ({schedule})", p.learning_rate),
         );
+        if state.config.model.is_network() {
+            let hidden: Vec<String> = p.network_hidden().iter().map(|w| w.to_string()).collect();
+            let activation = p.activation.map_or("relu", |a| a.name());
+            explain::text(
+                es,
+                "Hidden Layers",
+                &format!("{} ({activation})", hidden.join(", ")),
+            );
+            let optimizer = match p.network_optimizer() {
+                OptimizerKind::Adam => "adam".to_string(),
+                OptimizerKind::Sgd { momentum } => format!("sgd (momentum {momentum})"),
+            };
+            explain::text(es, "Optimizer", &optimizer);
+        }
+        if let Some(patience) = p.patience {
+            explain::int(es, "Patience", patience as i64);
+        }
         if p.l1 > 0.0 {
             explain::float(es, "L1", None, p.l1, 6);
         }
@@ -219,6 +240,11 @@ impl Node for SgdNode {
                     explain::float(es, "Final Training R2", None, r2, 4);
                 }
                 explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
+            }
+            if let Some(sizes) = &state.network_sizes {
+                let layers: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
+                explain::text(es, "Layers", &layers.join(" x "));
+                explain::int(es, "Parameters", Network::n_params(sizes) as i64);
             }
             if let Some(t) = state.statistics_seconds {
                 explain::float(es, "Statistics Pass", Some("ms"), t * 1000.0, 3);

@@ -254,7 +254,10 @@ impl SgdNode {
         };
         let standardizer = train_config.standardizer.clone();
         let learner = match self.network_spec(n_features) {
-            Some(spec) => Learner::network(train_config, &spec, n_features),
+            Some(spec) => {
+                self.network_sizes = Some(spec.sizes(n_features));
+                Learner::network(train_config, &spec, n_features)
+            }
             None => Learner::linear(train_config, n_features),
         };
         let mut trainer =
