@@ -307,6 +307,7 @@ fn layers(key: ModelRef) -> Vec<LayerRow> {
 }
 
 /// A network's layers (a linear model's one layer): see `layers`.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_model_layers(
     model_id: i64,
@@ -324,6 +325,7 @@ fn corgipile_model_layers(
     TableIterator::new(layers(ModelRef::Id(model_id)))
 }
 
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(stable, parallel_safe, name = "corgipile_model_layers")]
 fn corgipile_model_layers_by_name(
     model_name: &str,

@@ -394,13 +394,11 @@ impl SgdNode {
             // Early stopping: the best epoch's model so far, and whether patience ran out.
             let mut patience_ran_out = false;
             if let (Some(patience), Some(v), Some(m)) = (params.patience, &validation, snapshot) {
-                match &best {
-                    Some((loss, _, _)) if !(v.loss < *loss) => {
-                        let since = epoch - best.as_ref().map_or(epoch, |b| b.1);
-                        patience_ran_out = since >= patience;
-                    }
-                    _ if v.loss.is_finite() => best = Some((v.loss, epoch, m)),
-                    _ => {}
+                let improved = v.loss.is_finite() && best.as_ref().is_none_or(|b| v.loss < b.0);
+                if improved {
+                    best = Some((v.loss, epoch, m));
+                } else if let Some((_, best_epoch, _)) = &best {
+                    patience_ran_out = epoch - best_epoch >= patience;
                 }
             }
             let validation_seconds = validation_started.elapsed().as_secs_f64();
