@@ -177,7 +177,7 @@ pub(crate) unsafe fn evaluate_sharded(
         crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!(
-                "cannot evaluate a {} on a sharded table yet",
+                "cannot evaluate a network ({}) on a sharded table yet",
                 stored.kind().name()
             ),
             Some("Evaluate it on each shard's table, or on a local copy of the rows.".into()),

@@ -158,7 +158,7 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let Some(linear) = stored.model.as_linear().cloned() else {
         raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-            format!("model {} is a {}: a network has no coefficient per feature", stored.id, stored.kind().name()),
+            format!("model {} is a network ({}): it has no coefficient per feature", stored.id, stored.kind().name()),
             Some("SELECT * FROM corgipile_model_layers(model) lists a network's layers, their shapes and weights.".into()),
         )
     };
