@@ -160,7 +160,11 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
 }
 
 fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64 {
-    let Some(last) = outcome.epochs.last() else {
+    // The stored model's epoch: the best one when early stopping kept it, else the last.
+    let stored_epoch = outcome
+        .best_epoch
+        .and_then(|best| outcome.epochs.iter().find(|e| e.stats.epoch == best));
+    let Some(last) = stored_epoch.or(outcome.epochs.last()) else {
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
             "the training ran no epoch",
@@ -177,7 +181,11 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
     let mut metrics = json!({
         "loss": last.stats.loss,
         "epochs_run": outcome.epochs.len(),
-        "metric_note": "training loss and accuracy/R2 are measured during the last epoch, on each tuple before its update",
+        "metric_note": if outcome.best_epoch.is_some() {
+            "the best epoch's (patience): training loss and accuracy/R2 are measured during that epoch, on each tuple before its update"
+        } else {
+            "training loss and accuracy/R2 are measured during the last epoch, on each tuple before its update"
+        },
     });
     if let Some(a) = last.stats.accuracy {
         metrics["accuracy"] = json!(a);

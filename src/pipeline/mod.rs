@@ -109,7 +109,10 @@ pub fn check_distributed(
         )
     };
     if kind.is_network() {
-        unsupported(&format!("{} (a network's parameters are not combined yet)", kind.name()));
+        unsupported(&format!(
+            "{} (a network's parameters are not combined across processes)",
+            kind.name()
+        ));
     }
     if kind.has_class_outputs() {
         unsupported(&format!(
