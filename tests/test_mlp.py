@@ -296,25 +296,16 @@ def test_sparse_pairs_with_n_features(tconn):
     assert model_row(tconn, reg, "layers")[0] == [3, 16, 1]
 
 
-@pytest.mark.xfail(strict=True, reason="sparse features without n_features: a network is sized over 0 inputs "
-                   "(src/exec/sgd/train.rs, width of FeatureLayout::Sparse { n_features: None } is 0) and "
-                   "Learner::network panics: XX000 'entered unreachable code: a network's widths are checked "
-                   "before training' (ml/src/learner.rs, out_of_memory)")
 @pytest.mark.parametrize("model", ["mlp", "mlp_regression"])
 def test_sparse_pairs_without_n_features(tconn, model):
-    # Either the width comes from the rows (the largest index: 3), as for the linear kinds, or
-    # a clear error asks for n_features; never an internal error.
+    # A network's first layer must be sized before it is built: a clear error asks for
+    # n_features (never an internal error), before any row is read.
     params = {"features": {"indices": "idx", "values": "val"}, "epochs": 10, "hidden": [16]}
     lin = fit(tconn, "mlp_sparse", "softmax", features=params["features"], epochs=1)
     assert model_row(tconn, lin, "n_features")[0] == 3
     e = train_error(tconn, "mlp_sparse", model, {**DEFAULTS, **params})
-    if e is None:
-        m = scalar(tconn, "SELECT max(id) FROM corgipile.models")
-        assert model_row(tconn, m, "n_features, layers") == (3, [3, 16, 2 if model == "mlp" else 1])
-        if model == "mlp":
-            assert evaluate(tconn, m, "mlp_sparse")["accuracy"] > 0.93
-    else:
-        assert e.sqlstate == "22023" and "n_features" in (e.diag.message_primary or ""), describe(e)
+    assert e is not None and e.sqlstate == "22023", describe(e)
+    assert e.diag.message_primary == f'{model} with sparse features needs "n_features"', describe(e)
 
 
 def test_class_weight_balanced_raises_minority_recall(tconn):
