@@ -7,8 +7,8 @@ use crate::network::{
     Activation, Head, Network, NetworkError, NetworkModel, NetworkTrainer, Optimizer,
     OptimizerKind, Target, Workspace,
 };
-use crate::trainer::{EpochStats, InterruptCheck, TrainConfig, TrainError, Trainer};
 use crate::trained::Model;
+use crate::trainer::{EpochStats, InterruptCheck, TrainConfig, TrainError, Trainer};
 
 /// The shape of a network to train, beyond the [`TrainConfig`] every kind has.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,7 +113,8 @@ impl Learner {
             Learner::Network {
                 trainer, config, ..
             } => {
-                trainer.set_learning_rate(config.schedule.learning_rate(config.learning_rate, epoch));
+                trainer
+                    .set_learning_rate(config.schedule.learning_rate(config.learning_rate, epoch));
                 trainer.start_epoch(epoch);
             }
         }

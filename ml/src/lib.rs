@@ -24,6 +24,7 @@
 
 pub mod arena;
 pub mod hash;
+pub mod learner;
 pub mod limits;
 pub mod metrics;
 pub mod model;
@@ -38,10 +39,9 @@ pub mod scoring;
 pub mod shuffle;
 pub mod standardize;
 pub mod stats;
-pub mod trained;
 pub mod streams;
+pub mod trained;
 pub mod trainer;
-pub mod learner;
 pub mod wire;
 
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};

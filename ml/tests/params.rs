@@ -242,7 +242,9 @@ fn unknown_key_suggests_the_closest() {
         "{hint}"
     );
     assert!(
-        hint.ends_with("workers, sync, verbose, hidden, activation, optimizer, momentum, patience, name"),
+        hint.ends_with(
+            "workers, sync, verbose, hidden, activation, optimizer, momentum, patience, name"
+        ),
         "{hint}"
     );
 
@@ -580,7 +582,10 @@ fn network_kinds_get_their_own_defaults_and_keys() {
     assert_eq!(p.hidden, Some(vec![64]));
     assert_eq!(p.optimizer, Some(OptimizerName::Adam));
     assert_eq!(p.momentum, None);
-    assert_eq!((p.learning_rate, p.batch_size, p.average), (0.001, 32, false));
+    assert_eq!(
+        (p.learning_rate, p.batch_size, p.average),
+        (0.001, 32, false)
+    );
     assert_eq!(p.learning_rate_schedule.name(), "constant");
     // Stored params list the network's keys, and read back the same.
     let out = p.to_json();
@@ -593,26 +598,57 @@ fn network_kinds_get_their_own_defaults_and_keys() {
         ModelKind::MlpRegression,
     )
     .unwrap();
-    assert_eq!((p.momentum, p.learning_rate, p.batch_size), (Some(0.9), 0.2, 5));
+    assert_eq!(
+        (p.momentum, p.learning_rate, p.batch_size),
+        (Some(0.9), 0.2, 5)
+    );
     assert_eq!(p.hidden, Some(vec![8, 4]));
 
     // Linear kinds: unchanged defaults, and the network's keys refused.
     let p = TrainParams::for_kind(&json!({}), ModelKind::Svm).unwrap();
     assert_eq!(p, TrainParams::defaults());
     let e = TrainParams::for_kind(&json!({"hidden": [3]}), ModelKind::Logistic).unwrap_err();
-    assert_eq!(e.message, "\"hidden\" applies to mlp and mlp_regression only");
+    assert_eq!(
+        e.message,
+        "\"hidden\" applies to mlp and mlp_regression only"
+    );
     for (bad, message) in [
-        (json!({"momentum": 0.5}), "\"momentum\" applies to \"optimizer\": \"sgd\" only"),
-        (json!({"average": true}), "\"average\" cannot be used with mlp and mlp_regression"),
-        (json!({"l1": 0.1}), "\"l1\" cannot be used with mlp and mlp_regression"),
+        (
+            json!({"momentum": 0.5}),
+            "\"momentum\" applies to \"optimizer\": \"sgd\" only",
+        ),
+        (
+            json!({"average": true}),
+            "\"average\" cannot be used with mlp and mlp_regression",
+        ),
+        (
+            json!({"l1": 0.1}),
+            "\"l1\" cannot be used with mlp and mlp_regression",
+        ),
         (json!({"patience": 3}), "\"patience\" needs \"validation\""),
     ] {
-        assert_eq!(TrainParams::for_kind(&bad, ModelKind::Mlp).unwrap_err().message, message, "{bad}");
+        assert_eq!(
+            TrainParams::for_kind(&bad, ModelKind::Mlp)
+                .unwrap_err()
+                .message,
+            message,
+            "{bad}"
+        );
     }
-    for bad in [json!({"hidden": []}), json!({"hidden": [0]}), json!({"hidden": [65537]}),
-                json!({"hidden": "64"}), json!({"activation": "sigmoid"}), json!({"optimizer": "lbfgs"}),
-                json!({"momentum": 1.0})] {
+    for bad in [
+        json!({"hidden": []}),
+        json!({"hidden": [0]}),
+        json!({"hidden": [65537]}),
+        json!({"hidden": "64"}),
+        json!({"activation": "sigmoid"}),
+        json!({"optimizer": "lbfgs"}),
+        json!({"momentum": 1.0}),
+    ] {
         let e = TrainParams::for_kind(&bad, ModelKind::Mlp).unwrap_err();
-        assert!(e.message.starts_with("invalid value for parameter") || e.message.contains("must be"), "{bad}: {}", e.message);
+        assert!(
+            e.message.starts_with("invalid value for parameter") || e.message.contains("must be"),
+            "{bad}: {}",
+            e.message
+        );
     }
 }

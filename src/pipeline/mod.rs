@@ -8,10 +8,10 @@ pub mod run;
 use crate::decode::classes::ClassValue;
 use crate::decode::datum::LabelKind;
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::trained::Model;
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
 use corgipile_ml::standardize::Standardizer;
+use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::TrainConfig;
 
 use pgrx::{pg_sys, PgSqlErrorCode};

@@ -150,7 +150,13 @@ pub(crate) unsafe fn prepare(
     );
     if kind.is_network()
         && mode == Mode::Train
-        && matches!(input.layout, FeatureLayout::Sparse { n_features: None, .. })
+        && matches!(
+            input.layout,
+            FeatureLayout::Sparse {
+                n_features: None,
+                ..
+            }
+        )
     {
         // A network's first layer is as wide as the rows: known before it is built.
         raise(

@@ -9,9 +9,9 @@ use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use corgipile_ml::model::LinearModel;
-use corgipile_ml::trained::Model;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
+use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord,
     EpochTotals,

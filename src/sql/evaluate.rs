@@ -79,7 +79,10 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
     overrides.insert("double_buffer".into(), serde_json::json!(false));
     overrides.insert("verbose".into(), serde_json::json!(false));
     overrides.insert("seed".into(), serde_json::json!(0));
-    let params = parse_params(&ParamsArg(serde_json::Value::Object(overrides)), stored.kind());
+    let params = parse_params(
+        &ParamsArg(serde_json::Value::Object(overrides)),
+        stored.kind(),
+    );
     // SAFETY: as in corgipile_train.
     let report = unsafe {
         let prepared = prepare(

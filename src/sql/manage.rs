@@ -273,8 +273,19 @@ fn layers(key: ModelRef) -> Vec<LayerRow> {
                     None,
                 );
             }
-            weights.extend((0..d).flat_map(|j| (0..k).map(move |o| (j, o))).map(|(j, o)| m.weights[o * d + j]));
-            vec![(1, d as i32, k as i32, head.to_owned(), weights, m.bias.clone())]
+            weights.extend(
+                (0..d)
+                    .flat_map(|j| (0..k).map(move |o| (j, o)))
+                    .map(|(j, o)| m.weights[o * d + j]),
+            );
+            vec![(
+                1,
+                d as i32,
+                k as i32,
+                head.to_owned(),
+                weights,
+                m.bias.clone(),
+            )]
         }
         Model::Network(m) => {
             let (weights, biases) = m.weights_and_biases();

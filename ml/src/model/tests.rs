@@ -12,7 +12,14 @@ fn names_round_trip() {
     }
     assert_eq!(
         ModelKind::all_names(),
-        &["svm", "logistic", "linear", "softmax", "mlp", "mlp_regression"]
+        &[
+            "svm",
+            "logistic",
+            "linear",
+            "softmax",
+            "mlp",
+            "mlp_regression"
+        ]
     );
     assert_eq!(
         serde_json::to_string(&ModelKind::MlpRegression).unwrap(),

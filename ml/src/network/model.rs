@@ -21,7 +21,11 @@ impl NetworkModel {
     }
 
     pub fn n_outputs(&self) -> usize {
-        *self.net.sizes.last().expect("a network has an output layer")
+        *self
+            .net
+            .sizes
+            .last()
+            .expect("a network has an output layer")
     }
 
     /// The last layer's raw outputs for one row into `out`: class scores (before softmax) or
@@ -35,12 +39,16 @@ impl NetworkModel {
             let mut next = net.bias(l).to_vec();
             if l == 0 {
                 super::for_each_value(&row, n_in, |j, v| {
-                    next.iter_mut().zip(w.row(j)).for_each(|(z, wk)| *z += v * wk);
+                    next.iter_mut()
+                        .zip(w.row(j))
+                        .for_each(|(z, wk)| *z += v * wk);
                 });
             } else {
                 for (j, &a) in current.iter().enumerate() {
                     if a != 0.0 {
-                        next.iter_mut().zip(w.row(j)).for_each(|(z, wk)| *z += a * wk);
+                        next.iter_mut()
+                            .zip(w.row(j))
+                            .for_each(|(z, wk)| *z += a * wk);
                     }
                 }
             }

@@ -173,7 +173,10 @@ impl NetworkTrainer {
         let n = order.map_or(arena.len(), <[u32]>::len);
         let at = |k: usize| order.map_or(k, |o| o[k] as usize);
         // Rows scaled in their buffer (TupleArena::scale_values) are used as they are.
-        let standardizer = self.standardizer.take().filter(|_| arena.scaled_rows() == 0);
+        let standardizer = self
+            .standardizer
+            .take()
+            .filter(|_| arena.scaled_rows() == 0);
         let result = (|| {
             let mut start = 0;
             while start < n {
@@ -190,7 +193,8 @@ impl NetworkTrainer {
                         Head::Linear => self.target.standardize(y),
                     });
                     if let Some(w) = &self.class_weights {
-                        self.row_weights.push(w.get(y as usize).copied().unwrap_or(1.0));
+                        self.row_weights
+                            .push(w.get(y as usize).copied().unwrap_or(1.0));
                     }
                 }
                 let mut scaled = std::mem::take(&mut self.scaled);
@@ -211,11 +215,11 @@ impl NetworkTrainer {
                                 s.apply_sparse(indices, v, &mut values)
                             }
                         }
-                        scaled.try_reserve(values.len()).map_err(|_| {
-                            TrainError::OutOfMemory {
+                        scaled
+                            .try_reserve(values.len())
+                            .map_err(|_| TrainError::OutOfMemory {
                                 bytes: values.len() as u64 * 8,
-                            }
-                        })?;
+                            })?;
                         scaled.extend_from_slice(&values);
                         self.spans.push((from, scaled.len()));
                     }

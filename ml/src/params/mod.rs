@@ -39,9 +39,8 @@ use options::{class_weight_json, validation_json};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_float, get_hidden, get_int,
-    get_model_name,
-    get_name, get_name_list, get_preprocess, get_shuffle, get_validation, json_type, unknown_key,
-    wrong_type,
+    get_model_name, get_name, get_name_list, get_preprocess, get_shuffle, get_validation,
+    json_type, unknown_key, wrong_type,
 };
 
 /// Why a param is refused: the message (the ERROR's text) and a hint (its HINT).
@@ -535,7 +534,10 @@ impl TrainParams {
             if let Some(key) = NETWORK_KEYS.iter().find(|k| given(k)) {
                 return Err(ParamError {
                     message: format!("\"{key}\" applies to mlp and mlp_regression only"),
-                    hint: Some(format!("{} is a linear model: it has no hidden layers.", kind.name())),
+                    hint: Some(format!(
+                        "{} is a linear model: it has no hidden layers.",
+                        kind.name()
+                    )),
                 });
             }
         } else {

@@ -59,7 +59,9 @@ fn dataset(kind: ModelKind, n: usize, d: usize, density: f64, seed: u64) -> Data
                         y
                     }
                 }
-                ModelKind::Linear | ModelKind::MlpRegression => z(0) + 0.5 + (uniform(&mut rng) - 0.5) * 0.1,
+                ModelKind::Linear | ModelKind::MlpRegression => {
+                    z(0) + 0.5 + (uniform(&mut rng) - 0.5) * 0.1
+                }
                 ModelKind::Softmax | ModelKind::Mlp => {
                     let s = [z(0), z(1), z(2)];
                     let best = (0..3).max_by(|&a, &b| s[a].total_cmp(&s[b])).unwrap();

@@ -16,9 +16,9 @@ use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
 use corgipile_ml::learner::{Learner, NetworkSpec};
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::network::{Activation, Network, Target};
-use corgipile_ml::trained::Model;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
+use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
     EpochStats, TrainConfig, TrainError,
@@ -703,11 +703,7 @@ impl SgdNode {
 
 /// What the worker reports at the end of an epoch: the epoch's stats, the distinct label values
 /// seen, and the model snapshot when one was asked for.
-type EpochResult = (
-    Result<EpochStats, TrainError>,
-    Vec<f64>,
-    Option<Model>,
-);
+type EpochResult = (Result<EpochStats, TrainError>, Vec<f64>, Option<Model>);
 
 /// How a double-buffered epoch ended.
 struct EpochEnd {
