@@ -49,7 +49,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -73,6 +73,7 @@ help:
 	@echo "  bench-cold     epochs read from storage (server restarted, OS cache dropped) vs warm, per block size (bench/results/cold_epochs.md; run as root)"
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
+	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
 	@echo "  bench-sparse   sparse 1M-dim vs dense per-row training time, and the guard vs scikit-learn partial_fit (bench/results/sparse_vs_dense.md; ~5 min)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
@@ -235,6 +236,13 @@ bench-shuffle: setup-python install
 bench-defaults: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/defaults_vs_sklearn.py
+
+# Networks (mlp, mlp_regression) against scikit-learn's MLPClassifier / MLPRegressor: accuracy on
+# tables clustered by label (the bench-defaults tables and two generated non-linear ones), clustered
+# vs shuffled vs no_shuffle, epoch time and GFLOP/s on the 4.5M x 18 table, prediction, memory.
+bench-mlp: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/mlp_vs_sklearn.py
 
 # Predicting from a whole row against a plain scan of the same 20 columns.
 bench-predict: setup-python install
