@@ -8,6 +8,7 @@ mod collect;
 mod double_buffer;
 mod evaluate;
 mod learn;
+mod network;
 mod shard_round;
 mod trace;
 mod train;

@@ -13,9 +13,8 @@ use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
-use corgipile_ml::learner::{Learner, NetworkSpec};
+use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
-use corgipile_ml::network::{Activation, Network, Target};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
@@ -480,44 +479,8 @@ impl SgdNode {
         })
     }
 
-    /// A network kind's shape over `n_features` inputs (None for linear kinds), checked against
-    /// `corgipile.max_model_memory` before anything of it is allocated.
-    unsafe fn network_spec(&self, n_features: usize) -> Option<NetworkSpec> {
-        let kind = self.config.model;
-        if !kind.is_network() {
-            return None;
-        }
-        let params = &self.config.params;
-        let outputs = if kind.is_classifier() {
-            let classes = self.shuffle().rows().classes().len();
-            if classes < 2 {
-                self.one_class();
-            }
-            classes
-        } else {
-            1
-        };
-        let (mean, variance) = self.label_moments.unwrap_or((0.0, 1.0));
-        let spec = NetworkSpec {
-            hidden: params.network_hidden(),
-            activation: params.activation.unwrap_or(Activation::Relu),
-            optimizer: params.network_optimizer(),
-            seed: params.seed.unwrap_or(0),
-            outputs,
-            target: Target::new(mean, variance.sqrt()),
-        };
-        let sizes = spec.sizes(n_features);
-        crate::pg::guc::check_network_size(
-            &sizes,
-            Network::n_params(&sizes) as u64,
-            spec.training_bytes(n_features, params.batch_size as usize),
-            self.config.max_model_bytes,
-        );
-        Some(spec)
-    }
-
     /// A classifier's rows hold one class only.
-    fn one_class(&self) -> ! {
+    pub(super) fn one_class(&self) -> ! {
         raise(
             PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
             format!(

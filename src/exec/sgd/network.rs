@@ -1,0 +1,44 @@
+//! A network kind's shape, from the params and what the statistics pass learned (classes, the
+//! label's moments), checked against `corgipile.max_model_memory` before it is built.
+
+use super::SgdNode;
+use corgipile_ml::learner::NetworkSpec;
+use corgipile_ml::network::{Activation, Network, Target};
+
+impl SgdNode {
+    /// A network kind's shape over `n_features` inputs (None for linear kinds), checked against
+    /// `corgipile.max_model_memory` before anything of it is allocated.
+    pub(super) unsafe fn network_spec(&self, n_features: usize) -> Option<NetworkSpec> {
+        let kind = self.config.model;
+        if !kind.is_network() {
+            return None;
+        }
+        let params = &self.config.params;
+        let outputs = if kind.is_classifier() {
+            let classes = self.shuffle().rows().classes().len();
+            if classes < 2 {
+                self.one_class();
+            }
+            classes
+        } else {
+            1
+        };
+        let (mean, variance) = self.label_moments.unwrap_or((0.0, 1.0));
+        let spec = NetworkSpec {
+            hidden: params.network_hidden(),
+            activation: params.activation.unwrap_or(Activation::Relu),
+            optimizer: params.network_optimizer(),
+            seed: params.seed.unwrap_or(0),
+            outputs,
+            target: Target::new(mean, variance.sqrt()),
+        };
+        let sizes = spec.sizes(n_features);
+        crate::pg::guc::check_network_size(
+            &sizes,
+            Network::n_params(&sizes) as u64,
+            spec.training_bytes(n_features, params.batch_size as usize),
+            self.config.max_model_bytes,
+        );
+        Some(spec)
+    }
+}
