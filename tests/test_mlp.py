@@ -15,7 +15,7 @@ Checked as a user sees them:
 4. The catalog (layers, sizes, params with the network's defaults; linear models unchanged),
    names, versions, deploy and drop; pg_dump / pg_restore.
 5. Errors, as an ordinary role (roles_env's hard_alice): every refused param combination, a
-   network beyond corgipile.max_model_memory, workers, coefficients, non-finite labels,
+   network beyond corgipile.max_model_memory, coefficients, non-finite labels,
    divergence; nothing is written to the catalog.
 6. Cancel of a long training; corgipile_explain.
 
@@ -648,8 +648,11 @@ def test_network_beyond_max_model_memory(alice, tables):
 
 
 @pytest.mark.parametrize("model", ["mlp", "mlp_regression"])
-def test_workers_refused(alice, model):
-    expect_train_error(alice, "hard_small", model, {"workers": 1}, "0A000", '"workers"', model)
+def test_workers_train_a_network_as_an_ordinary_role(alice, model):
+    # Accuracy with workers against one process: tests/test_parallel.py.
+    m = train(alice, "hard_small", model, {"epochs": 1, "hidden": [4], "workers": 1})
+    assert m is not None
+    assert scalar(alice, "SELECT params->>'workers' FROM corgipile.models WHERE id = %s", (m,)) == "1"
 
 
 def test_coefficients_refused_with_a_hint(alice):

@@ -5,7 +5,9 @@ exchange with one shared model; epoch statistics are combined.
 Checked here: validation of "workers" and of what it cannot be used with (0A000 / 22023); a model
 trained with 1, 2 or 4 workers is as accurate (within 0.5 accuracy points, R2 within 0.01) as the
 single-process model with the same seed, on label-clustered tables (Gaussian blobs, a9a, a
-partitioned table, a column list, sparse features) and for a linear regression; fewer workers
+partitioned table, a column list, sparse features) and for a linear regression; networks (mlp on
+two rings clustered by label, mlp_regression; classes numbered as by one process, text labels
+and three classes); fewer workers
 than asked (max_parallel_workers) and TEMP tables train with those that started or the leader
 alone; EXPLAIN shows Workers Planned / Launched and Rows Per Process adding up to the tuples of an
 epoch; the stored params keep "workers"; an ERROR raised by whichever process reads a bad row
@@ -280,6 +282,7 @@ def test_workers_bounds_are_accepted(conn, tables, workers):
 
 UNSUPPORTED = {
     "softmax": ("softmax", {"label": "klabel"}),
+    "mlp validation": ("mlp", {"validation": {"fraction": 0.2}}),
     "text label": ("logistic", {"label": "tlabel"}),
     "validation fraction": ("svm", {"validation": {"fraction": 0.2}}),
     "validation predicate": ("logistic", {"validation": {"predicate": "id % 5 = 0"}}),
@@ -375,6 +378,65 @@ def test_sparse_features_with_n_features_and_workers(conn, tables):
     compare_accuracy(conn, "par_sparse", "svm", params, workers=(2, 4), floor=0.93)
     m = train(conn, "par_sparse", "logistic", {**params, "workers": 2})
     assert scalar(conn, "SELECT n_features FROM corgipile.models WHERE id = %s", (m,)) == 50
+
+
+# ----------------------------------------------------------------------------------------------
+# networks: every process trains its own copy and exchanges its parameters; the classes are
+# numbered as the leader's statistics pass met them
+
+
+@pytest.fixture(scope="module")
+def rings(dsn):
+    """par_rings: two noisy rings around the origin (radius 1 and 2, label = which ring: no line
+    separates them), 100,000 rows stored clustered by label."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS par_rings")
+        c.execute("SELECT setseed(0.41)")
+        c.execute(f"""CREATE TABLE par_rings AS
+            SELECT id, y AS label, ARRAY[r * cos(a), r * sin(a)]::float8[] AS features
+            FROM (SELECT i AS id, y, a, 1 + y + 0.15 * {GAUSS} AS r
+                  FROM (SELECT i, (random() < 0.5)::int AS y, 2 * pi() * random() AS a
+                        FROM generate_series(1, 100000) i) s0) s
+            ORDER BY y, id""")
+        c.execute("VACUUM ANALYZE par_rings")
+    yield dsn
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS par_rings")
+
+
+def test_mlp_with_workers_matches_one_process_on_clustered_rings(conn, rings):
+    params = {"epochs": 3, "seed": 5, "hidden": [16]}
+    compare_accuracy(conn, "par_rings", "mlp", params, workers=(1, 2), floor=0.97)
+    # What the network is for: a linear model cannot separate the rings.
+    linear = train(conn, "par_rings", "logistic", {"epochs": 3, "seed": 5, "workers": 2})
+    assert evaluate(conn, linear, "par_rings")["accuracy"] < 0.7
+
+
+def test_mlp_regression_r2_with_workers_matches_one_process(conn, tables):
+    r2 = {}
+    for w in (0, 2):
+        m, ran, could = train_counting_workers(conn, "par_reg", "mlp_regression",
+                                               {"epochs": 3, "seed": 3, "hidden": [8], "workers": w})
+        assert ran == could and (w == 0 or ran >= 1), f"\"workers\": {w}: {ran} ran, {could} could start"
+        r2[w] = evaluate(conn, m, "par_reg")["r2"]
+    msg = "mlp_regression on par_reg: R2 per workers " + ", ".join(f"{w}: {v:.4f}" for w, v in r2.items())
+    print("\n" + msg)
+    assert r2[0] > 0.9, msg
+    assert abs(r2[2] - r2[0]) <= R2_TOLERANCE, msg
+
+
+@pytest.mark.parametrize("label", ["tlabel", "klabel"])
+def test_mlp_with_workers_numbers_classes_as_one_process(conn, tables, label):
+    # A text label and three classes: refused for the linear kinds with workers (above).
+    params = {"epochs": 3, "seed": 2, "hidden": [8], "label": label}
+    models = {w: train(conn, "par_small", "mlp", {**params, "workers": w}) for w in (0, 2)}
+    mapping = {w: scalar(conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (m,))
+               for w, m in models.items()}
+    assert mapping[2] == mapping[0] and len(mapping[0]) == (2 if label == "tlabel" else 3), mapping
+    acc = {w: evaluate(conn, m, "par_small")["accuracy"] for w, m in models.items()}
+    assert abs(acc[2] - acc[0]) <= 0.02, acc
+    if label == "tlabel":  # the second feature tells the label
+        assert acc[0] > 0.95, acc
 
 
 # ----------------------------------------------------------------------------------------------

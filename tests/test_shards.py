@@ -936,6 +936,8 @@ def odd_tables(conn, shards):
 
 @pytest.mark.parametrize("rel, model, params, what", [
     ("sh_hash", "softmax", {}, "softmax"),
+    ("sh_hash", "mlp", {}, "mlp"),
+    ("sh_hash", "mlp_regression", {}, "mlp_regression"),
     ("sh_text", "svm", {}, "a text label"),
     ("sh_hash", "svm", {"validation": {"fraction": 0.2}}, '"validation"'),
     ("sh_hash", "svm", {"validation": {"predicate": "id % 5 = 0"}}, '"validation"'),

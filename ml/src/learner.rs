@@ -8,7 +8,7 @@ use crate::network::{
     OptimizerKind, Target, Workspace,
 };
 use crate::trained::Model;
-use crate::trainer::{EpochStats, InterruptCheck, TrainConfig, TrainError, Trainer};
+use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, TrainError, Trainer};
 
 /// The shape of a network to train, beyond the [`TrainConfig`] every kind has.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,6 +116,8 @@ impl Learner {
                 trainer
                     .set_learning_rate(config.schedule.learning_rate(config.learning_rate, epoch));
                 trainer.start_epoch(epoch);
+                // Several processes: continue from the shared parameters.
+                trainer.exchange_at_next_batch();
             }
         }
     }
@@ -134,7 +136,10 @@ impl Learner {
     pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
         match self {
             Learner::Linear(t) => t.finish_epoch(),
-            Learner::Network { trainer, .. } => Ok(trainer.finish_epoch()),
+            Learner::Network { trainer, .. } => {
+                trainer.exchange()?;
+                Ok(trainer.finish_epoch())
+            }
         }
     }
 
@@ -193,11 +198,38 @@ impl Learner {
         }
     }
 
-    /// The linear trainer, for what only linear models do (parallel workers' exchanges).
-    pub fn as_linear(&mut self) -> Option<&mut Trainer> {
+    /// Makes the trainer exchange with `shared` (parallel workers, see `SharedModel`) every
+    /// `period` tuples. The values every process starts from: zeros for a linear model, the
+    /// seeded initial weights for a network ([`Learner::start_values`]).
+    pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
         match self {
-            Learner::Linear(t) => Some(t),
-            Learner::Network { .. } => None,
+            Learner::Linear(t) => t.set_exchange(shared, period),
+            Learner::Network { trainer, .. } => trainer.set_exchange(shared, period),
+        }
+    }
+
+    /// The values the shared model starts from: every process's initial parameters.
+    pub fn start_values(&mut self) -> Vec<f64> {
+        match self {
+            Learner::Linear(_) => vec![0.0; self.n_params()],
+            Learner::Network { trainer, .. } => trainer.network().params.clone(),
+        }
+    }
+
+    /// Exchanges now (if exchanging), then adds the iterate averages (linear) to the shared
+    /// ones: a process's last act in a parallel training.
+    pub fn exchange_last(&mut self) -> Result<(), TrainError> {
+        match self {
+            Learner::Linear(t) => t.exchange().and_then(|()| t.contribute_average()),
+            Learner::Network { trainer, .. } => trainer.exchange(),
+        }
+    }
+
+    /// The leader, after every process's last exchange: takes the pooled iterate averages
+    /// (linear models with `average`).
+    pub fn adopt_shared_average(&mut self) {
+        if let Learner::Linear(t) = self {
+            t.adopt_shared_average();
         }
     }
 }

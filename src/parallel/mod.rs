@@ -133,6 +133,11 @@ impl Team {
     ) -> Option<Team> {
         let mut worker_config = config.clone();
         worker_config.params.verbose = false;
+        // A network's output layer has one unit per class of the leader's statistics pass:
+        // every process numbers the classes as the leader does.
+        if let Some(classes) = &extras.classes {
+            worker_config.known_classes = classes.clone();
+        }
         // A column list's preprocessing, learned by the leader's statistics pass.
         if let Some(p) = preprocessor {
             worker_config.preprocess = Some(PreprocessSpec::Fixed(p));
@@ -270,10 +275,12 @@ impl Team {
         found
     }
 
-    /// The shared model of `n_values` weights and biases for `n_features` features: the leader
-    /// creates it (after `agree_on_width`), a worker attaches the leader's.
-    pub unsafe fn shared_model(&mut self, n_features: usize, n_values: usize) -> SharedModel {
+    /// The shared model of `start.len()` weights and biases for `n_features` features, holding
+    /// `start` (every process's initial values): the leader creates it (after
+    /// `agree_on_width`), a worker attaches the leader's.
+    pub unsafe fn shared_model(&mut self, n_features: usize, start: &[f64]) -> SharedModel {
         let control = &*self.control;
+        let n_values = start.len();
         let bytes = SharedModel::bytes(n_values);
         if self.is_leader() {
             self.model = pg_sys::dsm_create(bytes, 0);
@@ -285,11 +292,13 @@ impl Team {
             MODEL_GATE.open();
             // SAFETY: a fresh segment of `bytes`, page-aligned, mapped until detached (which
             // closes the gate first).
-            let shared = SharedModel::create(
+            let mut shared = SharedModel::create(
                 pg_sys::dsm_segment_address(self.model).cast(),
                 n_values,
                 &MODEL_GATE,
             );
+            // Every process starts from these values (no worker has attached yet).
+            shared.set_values(start);
             control
                 .model_handle
                 .store(pg_sys::dsm_segment_handle(self.model), Ordering::Relaxed);

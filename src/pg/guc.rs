@@ -69,11 +69,12 @@ pub fn check_network_size(sizes: &[usize], params: u64, bytes: u64, limit_bytes:
         .collect::<Vec<_>>()
         .join(" x ");
     if bytes > limit_bytes {
-        let (needed, limit) = pretty_pair(bytes, limit_bytes);
+        let needed = pretty_pair(bytes, limit_bytes).0;
+        let what = limit_text(bytes, limit_bytes);
         crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("a network of layers {shape} needs {needed} of memory to train (parameters, optimizer state and a batch's activations), more than corgipile.max_model_memory ({limit})"),
-            Some("Use narrower or fewer \"hidden\" layers, a smaller \"batch_size\", fewer features, or ask a superuser to raise corgipile.max_model_memory.".into()),
+            format!("a network of layers {shape} needs {needed} of memory to train (parameters, optimizer state and a batch's activations), more than {what}"),
+            Some("Use narrower or fewer \"hidden\" layers, a smaller \"batch_size\", fewer features, fewer \"workers\", or ask a superuser to raise corgipile.max_model_memory.".into()),
         );
     }
     if params > MAX_STORED_WEIGHTS {
@@ -82,6 +83,23 @@ pub fn check_network_size(sizes: &[usize], params: u64, bytes: u64, limit_bytes:
             format!("a network of layers {shape} has {params} weights; corgipile can store at most {MAX_STORED_WEIGHTS}"),
             Some("A float8[] in corgipile.models holds at most 1 GB. Use narrower or fewer \"hidden\" layers.".into()),
         );
+    }
+}
+
+/// What a training of `bytes` exceeds: corgipile.max_model_memory, or (`limit` below it) a
+/// parallel training's share of it, total / (workers + 1) rounded down.
+fn limit_text(bytes: u64, limit: u64) -> String {
+    use corgipile_ml::limits::pretty_pair;
+    let total = max_model_bytes();
+    let processes = total / limit.max(1);
+    if processes >= 2 {
+        let (share, total) = pretty_pair(limit, total);
+        format!("its share of corgipile.max_model_memory ({share} of {total}: each of the training's {processes} processes holds its own copy)")
+    } else {
+        format!(
+            "corgipile.max_model_memory ({})",
+            pretty_pair(bytes, limit).1
+        )
     }
 }
 
@@ -96,15 +114,7 @@ pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, sourc
     match check_model_size(n_features, n_outputs, limit_bytes) {
         Ok(()) => {}
         Err(ModelSizeError::Memory { bytes, limit }) => {
-            let total = max_model_bytes();
-            // A parallel training's share is total / (workers + 1), rounded down.
-            let processes = total / limit.max(1);
-            let what = if processes >= 2 {
-                let (share, total) = pretty_pair(limit, total);
-                format!("its share of corgipile.max_model_memory ({share} of {total}: each of the training's {processes} processes holds its own copy)")
-            } else {
-                format!("corgipile.max_model_memory ({})", pretty_pair(bytes, limit).1)
-            };
+            let what = limit_text(bytes, limit);
             let bytes = pretty_pair(bytes, limit).0;
             crate::pg::error::raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,

@@ -108,19 +108,22 @@ pub fn check_distributed(
             Some(hint.into()),
         )
     };
-    if kind.is_network() {
+    // Parallel workers of a network number the classes as the leader's statistics pass did
+    // (`LearnedStatistics::classes`); a linear softmax grows its classes as it meets them.
+    let leader_numbers_classes = how == Distributed::Workers && kind.is_network();
+    if kind.is_network() && how == Distributed::Shards {
         unsupported(&format!(
-            "{} (a network's parameters are not combined across processes)",
+            "{} (a network's parameters are not combined across servers)",
             kind.name()
         ));
     }
-    if kind.has_class_outputs() {
+    if kind.has_class_outputs() && !leader_numbers_classes {
         unsupported(&format!(
             "{} (the classes would be numbered differently)",
             kind.name()
         ));
     }
-    if label.uses_classes() {
+    if label.uses_classes() && !leader_numbers_classes {
         unsupported("a text label (the classes would be numbered differently)");
     }
     if params.validation.is_some() {
@@ -262,6 +265,12 @@ pub struct LearnedStatistics {
     pub standardizer: Option<Standardizer>,
     pub class_weights: Option<Vec<f64>>,
     pub label_values: Option<(f64, f64)>,
+    /// Networks: the label's mean and variance (a regression's target standardization) and
+    /// the classes in the leader's numbering (the output layer's units).
+    #[serde(default)]
+    pub label_moments: Option<(f64, f64)>,
+    #[serde(default)]
+    pub classes: Option<Vec<ClassValue>>,
 }
 
 impl LearnedStatistics {
@@ -270,6 +279,8 @@ impl LearnedStatistics {
             standardizer: config.standardizer.clone(),
             class_weights: config.class_weights.clone(),
             label_values: config.label_values,
+            label_moments: None,
+            classes: None,
         }
     }
 

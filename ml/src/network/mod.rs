@@ -11,6 +11,8 @@
 //! vector (every layer's W, then its b), so averaging and combining copies (parallel workers,
 //! shards) work on it as on a linear model's weights.
 
+#[cfg(test)]
+mod exchange_tests;
 mod model;
 mod optimizer;
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::metrics::r2_score;
 use crate::moments::Welford;
 use crate::row::Row;
 use crate::standardize::Standardizer;
-use crate::trainer::{EpochStats, InterruptCheck, TrainError};
+use crate::trainer::{EpochStats, Exchange, InterruptCheck, SharedModel, TrainError};
 
 /// A regression target's standardization `y' = (y - mean) / scale`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,6 +74,8 @@ pub struct NetworkTrainer {
     sse: f64,
     y: Welford,
     interrupt: Option<InterruptCheck>,
+    /// Training in several processes: the shared parameters this one exchanges with.
+    exchange: Option<Exchange>,
 }
 
 impl NetworkTrainer {
@@ -117,6 +119,7 @@ impl NetworkTrainer {
             sse: 0.0,
             y: Welford::default(),
             interrupt: None,
+            exchange: None,
         })
     }
 
@@ -250,6 +253,9 @@ impl NetworkTrainer {
     /// One batch: its loss and correct predictions (before the update), then the update.
     fn step(&mut self, rows: &[Row]) -> Result<(), TrainError> {
         let b = rows.len();
+        if self.exchange.as_mut().is_some_and(|x| x.due(b as u64)) {
+            self.exchange()?;
+        }
         // A wide network's batch is taken in chunks of rows whose gradients add up, so that
         // the stop flag is looked at every few milliseconds of arithmetic, however wide the
         // layers (cancel must not wait for a batch of seconds).
@@ -315,6 +321,31 @@ impl NetworkTrainer {
     }
 
     /// The epoch's statistics: mean loss (in the label's units), accuracy or R².
+    /// Makes this trainer exchange its parameters with `shared` every `period` tuples (see
+    /// `trainer::SharedModel`), and before the first batch of every epoch. `shared` holds the
+    /// parameters every process starts from: this trainer's initial ones (the same seed
+    /// draws the same weights in every process).
+    pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
+        self.exchange = Some(Exchange::new(shared, period, &self.net.params));
+    }
+
+    /// Exchanges now (if exchanging): adds this trainer's steps since its last exchange to the
+    /// shared parameters and continues from the sum. The optimizer's state (Adam's moments)
+    /// stays each process's own.
+    pub fn exchange(&mut self) -> Result<(), TrainError> {
+        match self.exchange.as_mut() {
+            Some(x) => x.merge(self.net.params.iter_mut()),
+            None => Ok(()),
+        }
+    }
+
+    /// At an epoch's start: exchange before its first batch.
+    pub fn exchange_at_next_batch(&mut self) {
+        if let Some(x) = self.exchange.as_mut() {
+            x.at_next_tuple();
+        }
+    }
+
     pub fn finish_epoch(&mut self) -> EpochStats {
         let n = self.tuples.max(1) as f64;
         let classes = self.net.head == Head::Softmax;

@@ -128,6 +128,15 @@ impl SharedModel {
         }
     }
 
+    /// Sets the shared values (the model every process starts from) before any process
+    /// exchanges: by the process that created the model, before the others attach.
+    pub fn set_values(&mut self, start: &[f64]) {
+        assert_eq!(start.len(), self.n_values, "shared model shape");
+        // SAFETY: `values` holds n_values f64s (see `create`); no other process has attached
+        // yet (the caller's contract), so nothing else reads or writes them.
+        unsafe { std::ptr::copy_nonoverlapping(start.as_ptr(), self.values, self.n_values) };
+    }
+
     /// The model another process laid out at `at`; None if it holds another number of values.
     ///
     /// # Safety
@@ -173,14 +182,77 @@ impl SharedModel {
     }
 }
 
-/// A trainer's side of the exchange.
-pub(super) struct Exchange {
+/// A trainer's side of the exchange (a linear [`Trainer`]'s or a network's).
+pub(crate) struct Exchange {
     shared: SharedModel,
     /// The shared values this trainer continued from at its last exchange.
     base: Vec<f64>,
     period: u64,
     /// Tuples trained since the last exchange.
     since: u64,
+}
+
+impl Exchange {
+    /// Exchanges with `shared` every `period` tuples (at least [`MIN_EXCHANGE_PERIOD`]), from
+    /// `start`: the values every process starts from, which the shared model holds already
+    /// (see [`SharedModel::set_values`]).
+    pub(crate) fn new(shared: SharedModel, period: u64, start: &[f64]) -> Exchange {
+        assert_eq!(start.len(), shared.n_values, "shared model shape");
+        Exchange {
+            shared,
+            base: start.to_vec(),
+            period: period.max(MIN_EXCHANGE_PERIOD),
+            since: 0,
+        }
+    }
+
+    /// Before `tuples` more tuples: true when the period is over (the caller exchanges).
+    #[inline(always)]
+    pub(crate) fn due(&mut self, tuples: u64) -> bool {
+        if self.since >= self.period {
+            return true;
+        }
+        self.since += tuples;
+        false
+    }
+
+    /// Exchange before the next tuple (the start of an epoch).
+    pub(crate) fn at_next_tuple(&mut self) {
+        self.since = self.period;
+    }
+
+    /// Adds `local`'s steps since the last exchange to the shared values and continues from
+    /// the sum. `local` yields the values in the shared model's order.
+    pub(crate) fn merge<'a>(
+        &mut self,
+        local: impl Iterator<Item = &'a mut f64>,
+    ) -> Result<(), TrainError> {
+        self.since = 0;
+        let shared = self.shared.shallow();
+        let base = &mut self.base;
+        shared.locked(|| {
+            // SAFETY: the lock is held; `values` holds n_values f64s (see `create`).
+            let values = unsafe { std::slice::from_raw_parts_mut(shared.values, shared.n_values) };
+            merge_locked(values, base, local);
+            // SAFETY: lock held.
+            unsafe { (*shared.header).exchanges += 1 };
+            Ok(())
+        })
+    }
+}
+
+/// Under the shared lock: `shared += local - base`, then `local = base = shared`.
+fn merge_locked<'a>(
+    shared: &mut [f64],
+    base: &mut [f64],
+    local: impl Iterator<Item = &'a mut f64>,
+) {
+    for ((l, s), b) in local.zip(shared.iter_mut()).zip(base.iter_mut()) {
+        let sum = *s + (*l - *b);
+        *s = sum;
+        *l = sum;
+        *b = sum;
+    }
 }
 
 impl Trainer {
@@ -190,13 +262,7 @@ impl Trainer {
     /// averaging: see `contribute_average`.
     pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
         let n_values = self.model.weights.len() + self.model.bias.len();
-        assert_eq!(n_values, shared.n_values, "shared model shape");
-        self.exchange = Some(Exchange {
-            shared,
-            base: vec![0.0; n_values],
-            period: period.max(MIN_EXCHANGE_PERIOD),
-            since: 0,
-        });
+        self.exchange = Some(Exchange::new(shared, period, &vec![0.0; n_values]));
     }
 
     /// Exchanges now (if exchanging): adds this trainer's steps since its last exchange to the
@@ -229,19 +295,13 @@ impl Trainer {
         }
         // SAFETY: `values` holds n_values f64s (see `create`), and the lock is held.
         let shared = unsafe { std::slice::from_raw_parts_mut(x.shared.values, x.shared.n_values) };
-        let d = self.model.weights.len();
         let local = self
             .model
             .weights
             .iter_mut()
             .chain(self.model.bias.iter_mut());
-        for ((l, s), b) in local.zip(shared.iter_mut()).zip(x.base.iter_mut()) {
-            let sum = *s + (*l - *b);
-            *s = sum;
-            *l = sum;
-            *b = sum;
-        }
-        self.work += (d + self.model.bias.len()) as u64;
+        merge_locked(shared, &mut x.base, local);
+        self.work += shared.len() as u64;
         header.exchanges += 1;
         Ok(())
     }
@@ -286,11 +346,8 @@ impl Trainer {
     /// Before a tuple: exchange if the period is over.
     #[inline(always)]
     pub(super) fn exchange_due(&mut self) -> Result<(), TrainError> {
-        if let Some(x) = self.exchange.as_mut() {
-            if x.since >= x.period {
-                return self.exchange();
-            }
-            x.since += 1;
+        if self.exchange.as_mut().is_some_and(|x| x.due(1)) {
+            return self.exchange();
         }
         Ok(())
     }
@@ -341,7 +398,7 @@ impl Trainer {
     /// At the start of an epoch: exchange before its first tuple.
     pub(super) fn exchange_at_next_tuple(&mut self) {
         if let Some(x) = self.exchange.as_mut() {
-            x.since = x.period;
+            x.at_next_tuple();
         }
     }
 }

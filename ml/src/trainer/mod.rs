@@ -40,6 +40,7 @@ mod update;
 pub use combine::{DeltaRounds, EpochPart, EpochTotals};
 pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSES};
 pub use epoch::EpochStats;
+pub(crate) use exchange::Exchange;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
 pub use prepass::{normalizing_scaler, settle_labels, LabelsError, SettledLabels};
 pub use report::{remaining_seconds, shard_line, table_header, table_line, ProgressLine};

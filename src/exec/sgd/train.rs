@@ -136,6 +136,16 @@ impl SgdNode {
         pg_sys::ExecReScan(self.child);
     }
 
+    /// What the leader's statistics pass learned, for its parallel workers.
+    unsafe fn learned_statistics(&self, config: &TrainConfig) -> LearnedStatistics {
+        let mut learned = LearnedStatistics::of(config);
+        if self.config.model.is_network() {
+            learned.label_moments = self.label_moments;
+            learned.classes = Some(self.shuffle().rows().classes().classes.clone());
+        }
+        learned
+    }
+
     /// Every epoch; the model and its history. None only in a parallel worker that had
     /// nothing to train (no process had a row: the leader raises the ERROR).
     unsafe fn train(
@@ -169,6 +179,7 @@ impl SgdNode {
         if let Some(share) = &member {
             // The leader's statistics pass learned these for the whole table.
             share.extras.clone().apply(&mut train_config);
+            self.label_moments = share.extras.label_moments;
         } else if (params.normalize && !tabular)
             || params.class_weight.is_some()
             || learning
@@ -199,7 +210,7 @@ impl SgdNode {
                         relid,
                         &sql,
                         &self.config,
-                        LearnedStatistics::of(&train_config),
+                        self.learned_statistics(&train_config),
                         shuffle.rows().preprocessor().cloned(),
                         shuffle.block_epoch(),
                         params.workers,
@@ -263,11 +274,9 @@ impl SgdNode {
             learner.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
         if let Some(t) = team.as_mut() {
             let n_values = trainer.n_params();
-            let trainer = trainer
-                .as_linear()
-                .expect("parallel workers train linear models only (checked before)");
+            let shared = t.shared_model(n_features, &trainer.start_values());
             // An exchange reads and writes every weight: a big model exchanges less often.
-            trainer.set_exchange(t.shared_model(n_features, n_values), n_values as u64 / 4);
+            trainer.set_exchange(shared, n_values as u64 / 4);
         }
         // Single-buffered, the backend trains: it must still answer cancel between rows.
         trainer.set_interrupt(Some(Box::new(|| {
@@ -427,15 +436,9 @@ impl SgdNode {
             None => local.take().expect("local trainer"),
         };
         if let Some(t) = team.take() {
-            let trainer = trainer
-                .as_linear()
-                .expect("parallel workers train linear models only");
             // Every process's last steps are in the shared model now: continue from it, and
             // pool the iterate averages.
-            if let Err(e) = trainer
-                .exchange()
-                .and_then(|()| trainer.contribute_average())
-            {
+            if let Err(e) = trainer.exchange_last() {
                 raise_train_error(e, &self.label_text(), params.normalize);
             }
             if !t.is_leader() {
