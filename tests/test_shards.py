@@ -341,6 +341,60 @@ def test_linear_regression_sharded(conn, shards):
 
 
 # ----------------------------------------------------------------------------------------------
+# networks: the coordinator numbers the classes (the shards' label values, ascending) and
+# combines the parameters; every round starts a fresh optimizer state on each shard
+
+
+@pytest.mark.parametrize("table", ["sh_hash", "sh_range"])
+def test_mlp_sharded_trains_like_one_server(conn, blobs, table):
+    # sh_range: one class per shard, the hardest split.
+    params = {"epochs": 3, "seed": 7, "hidden": [16]}
+    got, ref, m = compare(conn, table, f"{table}_copy", "mlp", params)
+    assert ref > 0.95, ref
+    assert stored(conn, m)["rows_trained"] == 200_000
+    layers, classes = conn.execute("SELECT layers, label_mapping->'classes' FROM corgipile.models WHERE id = %s",
+                                   (m,)).fetchone()
+    assert layers == [10, 16, 2] and classes == [0, 1]
+    # The sharded network scored on the sharded table (each shard scores its rows) and on the
+    # copy: the same rows, the same metrics.
+    on_shards = evaluate(conn, m, table)
+    on_copy = evaluate(conn, m, f"{table}_copy")
+    assert on_shards["rows_scored"] == on_copy["rows_scored"] == 200_000
+    assert abs(on_shards["accuracy"] - on_copy["accuracy"]) < 1e-12
+    assert abs(on_shards["log_loss"] - on_copy["log_loss"]) < 1e-9
+
+
+def test_mlp_regression_sharded(conn, shards):
+    """A non-linear target (y = x1 * x2 + noise) split over two shards, each stored ordered by y."""
+    for i in (0, 1):
+        on_shard(i, "DROP TABLE IF EXISTS nreg_part", f"SELECT setseed({0.6 + 0.1 * i})",
+                 f"""CREATE TABLE nreg_part AS
+                     SELECT id, 2 * x1 * x2 + 0.1 * g AS label, ARRAY[x1, x2]::float8[] AS features
+                     FROM (SELECT i AS id, {GAUSS} AS x1, {GAUSS} AS x2, {GAUSS} AS g
+                           FROM generate_series({1 + 50_000 * i}, {50_000 * (i + 1)}) i) s
+                     ORDER BY label""", "VACUUM ANALYZE nreg_part")
+    sharded_table(conn, "sh_nreg", [("FOR VALUES FROM (1) TO (50001)", S1, "nreg_part"),
+                                    ("FOR VALUES FROM (50001) TO (100001)", S2, "nreg_part")],
+                  cols="id int, label float8, features float8[]")
+    copy = local_copy(conn, "sh_nreg")
+    try:
+        params = {"epochs": 5, "seed": 3, "hidden": [16]}
+        got, ref, m = compare(conn, "sh_nreg", copy, "mlp_regression", params, metric="r2", tol=0.02)
+        assert ref > 0.9, ref
+        # Momentum and one round per epoch: the shards' changes are averaged, not added (added,
+        # momentum diverged and one round lost 1.0 of R²).
+        for extra in ({"optimizer": "sgd"}, {"sync": 1}):
+            compare(conn, "sh_nreg", copy, "mlp_regression", {**params, **extra}, metric="r2", tol=0.02)
+        on_shards = evaluate(conn, m, "sh_nreg")
+        assert abs(on_shards["r2"] - got) < 1e-9
+        # What the network is for: a linear model explains nothing of x1 * x2.
+        linear = train(conn, "sh_nreg", "linear", {"epochs": 3, "seed": 3})
+        assert evaluate(conn, linear, copy)["r2"] < 0.1
+    finally:
+        conn.execute("DROP TABLE IF EXISTS sh_nreg, sh_nreg_copy CASCADE")
+
+
+# ----------------------------------------------------------------------------------------------
 # 2: one class per shard
 
 
@@ -936,8 +990,8 @@ def odd_tables(conn, shards):
 
 @pytest.mark.parametrize("rel, model, params, what", [
     ("sh_hash", "softmax", {}, "softmax"),
-    ("sh_hash", "mlp", {}, "mlp"),
-    ("sh_hash", "mlp_regression", {}, "mlp_regression"),
+    ("sh_text", "mlp", {}, "a text label"),
+    ("sh_hash", "mlp", {"validation": {"fraction": 0.2}}, '"validation"'),
     ("sh_text", "svm", {}, "a text label"),
     ("sh_hash", "svm", {"validation": {"fraction": 0.2}}, '"validation"'),
     ("sh_hash", "svm", {"validation": {"predicate": "id % 5 = 0"}}, '"validation"'),
@@ -1103,19 +1157,54 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     does not match what it says is refused before any row is scored."""
     on_shard(0, "DROP TABLE IF EXISTS forge_part",
              "CREATE TABLE forge_part AS SELECT 1 AS label, ARRAY[1.0, 2.0]::float8[] AS features")
+    import json
+    base = {"phase": "Evaluate", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+            "weights": [], "bias": [], "extras": {}}
+    forged = {
+        "svm": {"Linear": {"kind": "svm", "n_features": 1000, "n_outputs": 1, "weights": [0.5], "bias": [0.0]}},
+        # A network whose layers say 2 x 3 x 2 (6 + 6 weights) with one weight; one whose widths
+        # multiply beyond any memory (refused, never allocated).
+        "mlp": {"Network": {"kind": "mlp", "layers": [2, 3, 2], "activation": "relu",
+                            "weights": [0.5], "biases": [0.0, 0.0, 0.0, 0.0, 0.0]}},
+        "mlp_regression": {"Network": {"kind": "mlp_regression", "layers": [2, 2**62, 2**62, 1],
+                                       "activation": "tanh", "weights": [], "biases": []}},
+    }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        v = version(c)
-        request = {"version": v, "phase": "Evaluate", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
-                   "weights": [], "bias": [], "extras": {},
-                   "evaluate": {"model": {"kind": "svm", "n_features": 1000, "n_outputs": 1,
-                                          "weights": [0.5], "bias": [0.0]},
-                                "classes": [], "preprocessing": None}}
-        import json
-        with pytest.raises(psycopg.Error) as err:
-            c.execute("SELECT corgipile_shard_round('forge_part', 'svm', %s, %s)",
-                      (Jsonb({"features": "features", "label": "label"}), json.dumps(request)))
-        assert err.value.sqlstate == "08P01", (err.value.sqlstate, err.value.diag.message_primary)
-        assert "another shape" in err.value.diag.message_primary
+        for kind, model in forged.items():
+            request = {**base, "version": version(c),
+                       "evaluate": {"model": model, "classes": [], "preprocessing": None}}
+            with pytest.raises(psycopg.Error) as err:
+                c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
+                          (kind, Jsonb({"features": "features", "label": "label"}), json.dumps(request)))
+            assert err.value.sqlstate == "08P01", (kind, err.value.sqlstate, err.value.diag.message_primary)
+            assert "another shape" in err.value.diag.message_primary, kind
+
+
+def test_a_forged_network_round_is_refused_by_the_shard(shards):
+    """A training round of a network whose parameters do not fit the shard's params (hidden
+    [4] over 2 features and 2 classes: 22 parameters), or of a network for a linear kind."""
+    on_shard(0, "DROP TABLE IF EXISTS forge_part",
+             "CREATE TABLE forge_part AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features "
+             "FROM generate_series(1, 100) i")
+    import json
+    network = {"training": 1, "classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
+    params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+                "bias": [], "extras": {}}
+        ok = {**base, "weights": [0.1] * 22, "network": network}
+        reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
+                                  (params, json.dumps(ok))))
+        assert reply["tuples"] == 100 and len(reply["weights"]) == 22 and reply["bias"] == []
+        for model, request in (("mlp", {**base, "weights": [0.1] * 21, "network": network}),
+                               ("mlp", {**base, "weights": [0.1] * 22}),
+                               ("svm", {**base, "weights": [0.1] * 22, "network": network}),
+                               ("mlp", {**base, "weights": [0.1] * 22, "network": {**network, "classes": [0]}})):
+            linear = Jsonb({"features": "features", "label": "label"})
+            with pytest.raises(psycopg.Error) as err:
+                c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
+                          (model, params if model == "mlp" else linear, json.dumps(request)))
+            assert err.value.sqlstate == "08P01", (model, err.value.sqlstate, err.value.diag.message_primary)
 
 
 # ----------------------------------------------------------------------------------------------

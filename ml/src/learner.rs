@@ -208,6 +208,51 @@ impl Learner {
         }
     }
 
+    /// Every parameter, flat: a linear model's weights then biases, a network's layers in
+    /// order (what a shard returns to the coordinator).
+    pub fn parameters(&mut self) -> Vec<f64> {
+        match self {
+            Learner::Linear(t) => {
+                let m = t.model();
+                m.weights.iter().chain(&m.bias).copied().collect()
+            }
+            Learner::Network { trainer, .. } => trainer.network().params.clone(),
+        }
+    }
+
+    /// Continues from `values` (as [`Learner::parameters`] gives them: a shard's round starts
+    /// from the coordinator's model). False if they do not fit the model's shape.
+    pub fn set_parameters(&mut self, values: &[f64]) -> bool {
+        if values.len() != self.n_params() {
+            return false;
+        }
+        match self {
+            Learner::Linear(t) => {
+                let (weights, bias) = values.split_at(t.model().weights.len());
+                t.set_model(weights, bias);
+            }
+            Learner::Network { trainer, .. } => trainer.set_parameters(values),
+        }
+        true
+    }
+
+    /// A network continues with an optimizer state kept from an earlier round (a shard's
+    /// rounds of one training); false if it does not fit, or for a linear model.
+    pub fn resume_optimizer(&mut self, optimizer: Optimizer) -> bool {
+        match self {
+            Learner::Network { trainer, .. } => trainer.resume_optimizer(optimizer),
+            Learner::Linear(_) => false,
+        }
+    }
+
+    /// A network's optimizer state, to resume in the next round.
+    pub fn into_optimizer(self) -> Option<Optimizer> {
+        match self {
+            Learner::Network { trainer, .. } => Some(trainer.into_optimizer()),
+            Learner::Linear(_) => None,
+        }
+    }
+
     /// The values the shared model starts from: every process's initial parameters.
     pub fn start_values(&mut self) -> Vec<f64> {
         match self {
@@ -235,7 +280,7 @@ impl Learner {
 }
 
 /// A trained network as a model: a regression's outputs back in the label's units.
-fn network_model(kind: ModelKind, net: Network, target: Target) -> NetworkModel {
+pub fn network_model(kind: ModelKind, net: Network, target: Target) -> NetworkModel {
     let regression = net.head == Head::Linear;
     let mut model = NetworkModel { kind, net };
     if regression {

@@ -284,6 +284,24 @@ impl FeatureStats {
         v
     }
 
+    /// Rows counted by class index (a class-output kind's labels) counted by the label values
+    /// `values[index]` instead, so that another server's counts of the same values merge
+    /// with these. A class index without a value is dropped (it cannot occur: `values` is the
+    /// dictionary that numbered them).
+    pub fn relabel_classes(&mut self, values: &[f64]) {
+        if let Some(classes) = &mut self.classes {
+            *classes = classes
+                .drain()
+                .filter_map(|(index, count)| {
+                    let v = values.get(f64::from_bits(index) as usize)?;
+                    // -0.0 and 0.0 are one class (as ClassDictionary has them).
+                    let v = if *v == 0.0 { 0.0f64 } else { *v };
+                    Some((v.to_bits(), count))
+                })
+                .collect();
+        }
+    }
+
     /// Scaling of sparse data: each feature divided by its largest |value| (scikit-learn's
     /// MaxAbsScaler), so zeros stay zeros and rare features are not inflated (dividing a
     /// feature present in 0.1% of the rows by its standard deviation multiplies it by ~30,
@@ -476,6 +494,10 @@ mod tests {
         }
         assert_eq!(dense.class_counts(), vec![(0.0, 3), (1.0, 2)]);
         assert_eq!(dense.rows(), 5);
+        // Class indices 0 and 1 of a dictionary that met 7 then -2: counted by value.
+        let mut relabeled = dense.clone();
+        relabeled.relabel_classes(&[7.0, -2.0]);
+        assert_eq!(relabeled.class_counts(), vec![(-2.0, 2), (7.0, 3)]);
         let (lm, lv) = dense.label_mean_variance();
         assert!((lm - 0.4).abs() < 1e-15 && (lv - 0.24).abs() < 1e-15);
 

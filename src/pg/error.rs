@@ -69,6 +69,11 @@ pub fn raise_train_error(e: TrainError, label: &dyn Fn(f64) -> String, normalize
             Some("Train a smaller model (fewer features or classes). The server could not allocate it although corgipile.max_model_memory allowed it: that setting may be too high for this server's memory.".into()),
         ),
         TrainError::Interrupted => raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "corgipile training was stopped", None),
+        TrainError::UnknownClass { class, classes } => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!("a row's label {} is not one of the {classes} classes the statistics pass counted", label(class)),
+            Some("The table changed while it was trained (a sharded training reads it anew every round): train again.".into()),
+        ),
     }
 }
 

@@ -108,22 +108,18 @@ pub fn check_distributed(
             Some(hint.into()),
         )
     };
-    // Parallel workers of a network number the classes as the leader's statistics pass did
-    // (`LearnedStatistics::classes`); a linear softmax grows its classes as it meets them.
-    let leader_numbers_classes = how == Distributed::Workers && kind.is_network();
-    if kind.is_network() && how == Distributed::Shards {
-        unsupported(&format!(
-            "{} (a network's parameters are not combined across servers)",
-            kind.name()
-        ));
-    }
-    if kind.has_class_outputs() && !leader_numbers_classes {
+    // A network's classes are numbered once for every process or shard: by the leader's
+    // statistics pass (`LearnedStatistics::classes`), or by the coordinator from the shards'
+    // label values (numbers only: the shards' statistics count text labels by their own
+    // numbering). A linear softmax grows its classes as it meets them.
+    if kind.has_class_outputs() && !kind.is_network() {
         unsupported(&format!(
             "{} (the classes would be numbered differently)",
             kind.name()
         ));
     }
-    if label.uses_classes() && !leader_numbers_classes {
+    let text_numbered = kind.is_network() && how == Distributed::Workers;
+    if label == LabelCoding::ClassOfText && !text_numbered {
         unsupported("a text label (the classes would be numbered differently)");
     }
     if params.validation.is_some() {

@@ -3,18 +3,22 @@
 
 use super::leaves::Leaf;
 use super::remote::Remote;
+use crate::decode::classes::ClassValue;
+use crate::exec::sgd::checked_network_spec;
 use crate::exec::sgd::LearnedStatistics;
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
-use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
+use crate::shard::protocol::{EvaluateRequest, NetworkRound, Phase, RoundReply, RoundRequest};
+use corgipile_ml::learner::network_model;
 use corgipile_ml::model::LinearModel;
+use corgipile_ml::network::{Head, Network, Target};
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord,
-    EpochTotals,
+    EpochTotals, TrainError,
 };
 use corgipile_ml::wire::{self, WireError};
 
@@ -272,11 +276,12 @@ pub unsafe fn evaluate(
         epoch: 1,
         round: 0,
         rounds: 1,
-        n_features: model.model.n_features,
+        n_features: model.model.n_features(),
         weights: Vec::new(),
         bias: Vec::new(),
         extras: LearnedStatistics::default(),
         evaluate: Some(model),
+        network: None,
     };
     let at = RoundProgress {
         label: "evaluation".into(),
@@ -342,6 +347,7 @@ pub unsafe fn train(
         bias: Vec::new(),
         extras: LearnedStatistics::default(),
         evaluate: None,
+        network: None,
     };
     let mut bytes = 0u64;
     let at = RoundProgress {
@@ -409,6 +415,10 @@ pub unsafe fn train(
         let sparse = matches!(config.layout, FeatureLayout::Sparse { .. });
         extras.standardizer = Some(normalizing_scaler(&stats, sparse, params.fit_intercept));
     }
+    // A network: its classes (the shards' label values, ascending) and its initial weights.
+    let network = kind
+        .is_network()
+        .then(|| network_plan(config, &stats, n_features, &mut extras));
     if kind.is_binary() {
         let settled = settle_labels(
             kind,
@@ -422,14 +432,30 @@ pub unsafe fn train(
     }
     extras.clone().apply(&mut train_config);
 
-    // Rounds.
+    // Rounds. A network's parameters travel in `weights` (see `RoundRequest::network`).
     let outputs = 1usize;
-    let n_weights = n_features * outputs;
-    let rounds = params.sync_rounds(n_weights + outputs);
-    let average_from = params
-        .average
-        .then_some(if params.epochs >= 2 { 2 } else { 1 });
-    let mut model_rounds = DeltaRounds::new(n_weights + outputs, average_from);
+    let (n_weights, mut model_rounds) = match &network {
+        Some(plan) => (
+            plan.initial.len(),
+            // A network moves by the mean of the shards' changes (federated averaging): each
+            // shard's optimizer carries its own momentum between rounds, and their sum
+            // overshoots (measured: SGD with momentum diverged, one round per epoch lost
+            // 1.0 of R²); the mean is stable whatever the optimizer and "sync".
+            DeltaRounds::starting_from(plan.initial.clone(), true),
+        ),
+        None => {
+            let average_from = params
+                .average
+                .then_some(if params.epochs >= 2 { 2 } else { 1 });
+            let n_weights = n_features * outputs;
+            (
+                n_weights,
+                DeltaRounds::new(n_weights + outputs, average_from),
+            )
+        }
+    };
+    let rounds = params.sync_rounds(model_rounds.params().len());
+    request.network = network.as_ref().map(|plan| plan.round.clone());
     let mut epoch_loop = EpochLoop::new(params.epochs, params.tolerance);
     let mut rows_trained = 0;
     request.phase = Phase::Train;
@@ -511,26 +537,37 @@ pub unsafe fn train(
         }
     }
     progress::finish();
+    // The local partitions' optimizer states (the remote shards' go with their connections).
+    crate::exec::sgd::forget_kept_optimizers();
     let epochs = epoch_loop.into_history();
     let mut weights = model_rounds.finish();
-    let bias = weights.split_off(n_weights);
-    let mut model = LinearModel {
-        kind,
-        n_features,
-        n_outputs: outputs,
-        weights,
-        bias,
+    let mut model = match network {
+        Some(plan) => {
+            let net = Network {
+                params: weights,
+                ..plan.shape
+            };
+            Model::Network(network_model(kind, net, plan.target))
+        }
+        None => {
+            let bias = weights.split_off(n_weights);
+            Model::Linear(LinearModel {
+                kind,
+                n_features,
+                n_outputs: outputs,
+                weights,
+                bias,
+            })
+        }
     };
     let standardizer = request.extras.standardizer.clone();
     if let Some(s) = &standardizer {
         model = model.fold_standardizer(s);
     }
-    let classes = match request.extras.label_values {
-        Some((neg, pos)) => vec![
-            crate::decode::classes::ClassValue::Number(neg),
-            crate::decode::classes::ClassValue::Number(pos),
-        ],
-        None => Vec::new(),
+    let classes = match (request.extras.label_values, &request.network) {
+        (Some((neg, pos)), _) => vec![ClassValue::Number(neg), ClassValue::Number(pos)],
+        (None, Some(n)) => n.classes.clone(),
+        (None, None) => Vec::new(),
     };
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
     let summary = ShardSummary {
@@ -546,7 +583,7 @@ pub unsafe fn train(
     };
     let outcome = TrainOutcome {
         best_epoch: None,
-        model: Model::Linear(model),
+        model,
         classes,
         standardizer: standardizer
             .filter(|_| dense)
@@ -559,4 +596,115 @@ pub unsafe fn train(
         statistics_seconds: Some(statistics_seconds),
     };
     (outcome, summary)
+}
+
+/// What the coordinator decides of a network before the first round.
+struct NetworkPlan {
+    /// Sizes, activation and head (its `params` empty: see `initial`).
+    shape: Network,
+    /// The seeded initial parameters every shard's first round starts from.
+    initial: Vec<f64>,
+    target: Target,
+    round: NetworkRound,
+}
+
+/// A network over the shards: its classes are the label values the shards counted, ascending
+/// (every shard numbers them so: `NetworkRound::classes`), class weights by that numbering, a
+/// regression's target standardized by the label's moments over all shards; its size checked
+/// against corgipile.max_model_memory before it is built.
+fn network_plan(
+    config: &PipelineConfig,
+    stats: &FeatureStats,
+    n_features: usize,
+    extras: &mut LearnedStatistics,
+) -> NetworkPlan {
+    let kind = config.model;
+    let params = &config.params;
+    let counts = stats.class_counts();
+    let classes: Vec<ClassValue> = if kind.is_classifier() {
+        counts.iter().map(|&(v, _)| ClassValue::Number(v)).collect()
+    } else {
+        Vec::new()
+    };
+    if kind.is_classifier() && classes.len() < 2 {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "the label column of {} has {} distinct values on its shards",
+                config.relation,
+                classes.len()
+            ),
+            Some("Classifiers need rows of at least two classes.".into()),
+        );
+    }
+    if let (Some(class_weight), true) = (&params.class_weight, kind.is_classifier()) {
+        // By class index, as the shards' trainers see the labels.
+        let by_index: Vec<(f64, u64)> = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, n))| (i as f64, n))
+            .collect();
+        let text = |i: f64| {
+            classes
+                .get(i as usize)
+                .map_or(i.to_string(), |c| c.to_text())
+        };
+        let settled = settle_labels(kind, &by_index, Some(class_weight), &text)
+            .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
+        extras.class_weights = settled.class_weights;
+    }
+    let (mean, variance) = stats.label_mean_variance();
+    let target = Target::new(mean, variance.sqrt());
+    let outputs = if kind.is_classifier() {
+        classes.len()
+    } else {
+        1
+    };
+    let spec = checked_network_spec(
+        params,
+        outputs,
+        target,
+        n_features,
+        crate::pg::guc::max_model_bytes(),
+    );
+    let head = if kind.is_classifier() {
+        Head::Softmax
+    } else {
+        Head::Linear
+    };
+    let shape = Network::new(&spec.sizes(n_features), spec.activation, head, spec.seed)
+        .unwrap_or_else(|_| {
+            raise_train_error(
+                TrainError::OutOfMemory {
+                    bytes: spec.training_bytes(n_features, params.batch_size as usize),
+                },
+                &|v| v.to_string(),
+                false,
+            )
+        });
+    let initial = shape.params.clone();
+    NetworkPlan {
+        shape: Network {
+            params: Vec::new(),
+            ..shape
+        },
+        initial,
+        target,
+        round: NetworkRound {
+            training: training_number(),
+            classes,
+            target_mean: target.mean,
+            target_scale: target.scale,
+        },
+    }
+}
+
+/// A number no other sharded training of this backend had: the shards (and this backend, for
+/// local partitions) keep a network's optimizer state between rounds under it.
+fn training_number() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TRAININGS: AtomicU64 = AtomicU64::new(0);
+    // SAFETY: GetCurrentTimestamp only reads the clock (backend thread).
+    let now = unsafe { pg_sys::GetCurrentTimestamp() } as u64;
+    (now << 16) ^ TRAININGS.fetch_add(1, Ordering::Relaxed)
 }

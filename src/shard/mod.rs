@@ -173,18 +173,8 @@ pub(crate) unsafe fn evaluate_sharded(
 ) -> serde_json::Value {
     let config = &prepared.config;
     check_sharded_access(prepared.relid, &config.relation, "evaluate on");
-    let Some(linear) = stored.model.as_linear() else {
-        crate::pg::error::raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "cannot evaluate a network ({}) on a sharded table yet",
-                stored.kind().name()
-            ),
-            Some("Evaluate it on each shard's table, or on a local copy of the rows.".into()),
-        )
-    };
     let request = EvaluateRequest {
-        model: linear.clone(),
+        model: stored.model.to_parts(),
         classes: stored.classes.clone(),
         preprocessing: stored.preprocessing.clone(),
     };

@@ -4,10 +4,10 @@
 
 use crate::decode::classes::ClassValue;
 use crate::pipeline::LearnedStatistics;
-use corgipile_ml::model::LinearModel;
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::EvaluationPart;
 use corgipile_ml::stats::FeatureStats;
+use corgipile_ml::trained::ModelParts;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,7 +24,8 @@ fn class_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ClassValue>,
 /// The stored model an evaluation scores (`Phase::Evaluate`).
 #[derive(Clone, Serialize, Deserialize)]
 pub struct EvaluateRequest {
-    pub model: LinearModel,
+    /// Shapes checked when it is built (`ModelParts::into_model`).
+    pub model: ModelParts,
     /// The label values by class index, as stored with the model (at most MAX_CLASSES: a
     /// class value takes far more memory than its text, so the list is bounded as it is read).
     #[serde(deserialize_with = "class_list")]
@@ -50,6 +51,25 @@ pub struct RoundRequest {
     /// Evaluate: the model to score.
     #[serde(default)]
     pub evaluate: Option<EvaluateRequest>,
+    /// Train a network: `weights` holds all its parameters (layer by layer, each layer's
+    /// weights then biases) and `bias` nothing.
+    #[serde(default)]
+    pub network: Option<NetworkRound>,
+}
+
+/// What a shard needs to train a network beyond its params (which give the hidden layers,
+/// activation and optimizer): which training it is, the output layer's classes in the
+/// coordinator's numbering (empty for `mlp_regression`) and the regression target's
+/// standardization.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct NetworkRound {
+    /// This training, among the coordinator backend's: a shard resumes the optimizer state
+    /// of its last round of the same training (see `exec::sgd::shard_round`).
+    pub training: u64,
+    #[serde(deserialize_with = "class_list")]
+    pub classes: Vec<ClassValue>,
+    pub target_mean: f64,
+    pub target_scale: f64,
 }
 
 /// What a shard answers.
@@ -78,8 +98,9 @@ fn all_finite(values: &[f64]) -> bool {
 }
 
 impl LearnedStatistics {
-    /// Why these (from a coordinator) cannot be trained with for `n_features` features.
-    fn check(&self, n_features: usize) -> Result<(), String> {
+    /// Why these (from a coordinator) cannot be trained with for `n_features` features and
+    /// `classes` weighted classes (2 for the binary kinds).
+    fn check(&self, n_features: usize, classes: usize) -> Result<(), String> {
         if let Some(s) = &self.standardizer {
             if s.mean.len() != n_features || s.scale.len() != n_features {
                 return Err(format!(
@@ -93,8 +114,10 @@ impl LearnedStatistics {
             }
         }
         if let Some(w) = &self.class_weights {
-            if w.len() != 2 || !w.iter().all(|v| v.is_finite() && *v > 0.0) {
-                return Err("class weights other than two positive numbers".into());
+            if w.len() != classes || !w.iter().all(|v| v.is_finite() && *v > 0.0) {
+                return Err(format!(
+                    "class weights other than {classes} positive numbers"
+                ));
             }
         }
         if let Some((neg, pos)) = self.label_values {
@@ -118,6 +141,22 @@ impl RoundRequest {
                 self.round, self.rounds, self.epoch
             ));
         }
+        if let Some(n) = &self.network {
+            // The network's shape follows from the shard's params: checked there.
+            if self.phase != Phase::Train
+                || self.evaluate.is_some()
+                || self.n_features == 0
+                || !self.bias.is_empty()
+                || !n.target_mean.is_finite()
+                || !(n.target_scale.is_finite() && n.target_scale > 0.0)
+            {
+                return Err("a network round of another shape than a coordinator sends".into());
+            }
+            if !all_finite(&self.weights) {
+                return Err("weights that are not finite".into());
+            }
+            return self.extras.check(self.n_features, n.classes.len());
+        }
         if self.phase == Phase::Train {
             let weights = self.n_features.checked_mul(outputs);
             if self.n_features == 0
@@ -134,21 +173,12 @@ impl RoundRequest {
             if !all_finite(&self.weights) || !all_finite(&self.bias) {
                 return Err("weights that are not finite".into());
             }
-            self.extras.check(self.n_features)?;
+            self.extras.check(self.n_features, 2)?;
         }
         if (self.phase == Phase::Evaluate) != self.evaluate.is_some() {
             return Err("a model to evaluate in another phase, or none to evaluate".into());
         }
         if let Some(e) = &self.evaluate {
-            let m = &e.model;
-            if m.n_outputs == 0
-                || m.n_features.checked_mul(m.n_outputs) != Some(m.weights.len())
-                || m.bias.len() != m.n_outputs
-                || !all_finite(&m.weights)
-                || !all_finite(&m.bias)
-            {
-                return Err("a model to evaluate of another shape than it says".into());
-            }
             if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
                 return Err("a preprocessing whose columns do not tile its features".into());
             }
@@ -222,7 +252,7 @@ impl RoundReply {
                     return Err("no evaluation".into());
                 };
                 if let Some(model) = &request.evaluate {
-                    part.check(model.model.kind, model.classes.len())?;
+                    part.check(model.model.kind(), model.classes.len())?;
                 }
             }
         }

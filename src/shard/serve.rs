@@ -9,7 +9,7 @@ use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_model, parse_params, prepare};
 use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
-use corgipile_ml::model::ModelKind;
+use corgipile_ml::model::{ModelKind, Predictor};
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::wire;
 use pgrx::prelude::*;
@@ -31,7 +31,13 @@ pub(super) unsafe fn shard_round_here(
     if request.phase == Phase::Evaluate {
         return evaluate_shard_here(relid, leaf, kind, params, request);
     }
-    let mut prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
+    // A network's classes in the coordinator's numbering (see `NetworkRound`).
+    let classes = request
+        .network
+        .as_ref()
+        .map(|n| n.classes.clone())
+        .unwrap_or_default();
+    let mut prepared = prepare(relid, kind, params, Mode::Train, classes, None);
     prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
     prepared.run(ShardRound {
@@ -62,13 +68,18 @@ pub(super) unsafe fn evaluate_shard_here(
     };
     // A model of another kind or shape than it says would score out of bounds.
     let outputs = kind.outputs_for(classes.len());
-    if model.kind != kind
-        || model.n_outputs != outputs
-        || model.n_features.checked_mul(outputs) != Some(model.weights.len())
-        || model.bias.len() != outputs
+    let model = model.clone().into_model().unwrap_or_else(|why| {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            format!("corgipile shard round: {why}"),
+            None,
+        )
+    });
+    if model.kind() != kind
+        || model.n_outputs() != outputs
         || preprocessing
             .as_ref()
-            .is_some_and(|p| p.n_features != model.n_features)
+            .is_some_and(|p| p.n_features != model.n_features())
     {
         raise(
             PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
@@ -86,7 +97,7 @@ pub(super) unsafe fn evaluate_shard_here(
     );
     prepared.config.leaf = leaf.map(u32::from);
     let (part, rows_skipped) = prepared.run(EvaluateShard {
-        model: model.clone(),
+        model,
         classes: classes.clone(),
     });
     RoundReply {
@@ -139,11 +150,12 @@ fn corgipile_shard_round(
             Some("Install the same corgipile version on every server.".into()),
         );
     }
-    // Sharded trainings are binary or regression models (one output); an evaluation's model
-    // says its own outputs.
-    let outputs = match &request.evaluate {
-        Some(e) => e.model.n_outputs.max(1),
-        None => 1,
+    // Linear sharded trainings are binary or regression models (one output); a network's
+    // round and an evaluation's model say their own outputs.
+    let outputs = match (&request.evaluate, &request.network) {
+        (Some(e), _) => e.model.n_outputs().max(1),
+        (None, Some(n)) => n.classes.len().max(1),
+        (None, None) => 1,
     };
     if let Err(why) = request.check(outputs) {
         // Well-formed JSON, but not what a coordinator sends: a protocol violation.
@@ -154,7 +166,7 @@ fn corgipile_shard_round(
         );
     }
     let n_features = match &request.evaluate {
-        Some(e) => e.model.n_features,
+        Some(e) => e.model.n_features(),
         None => request.n_features,
     };
     crate::pg::guc::check_model_size(

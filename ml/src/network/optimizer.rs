@@ -90,3 +90,22 @@ impl Optimizer {
         }
     }
 }
+
+impl Optimizer {
+    pub fn kind(&self) -> OptimizerKind {
+        self.kind
+    }
+
+    /// Whether this state fits `n_params` parameters trained by `kind` (a state kept from an
+    /// earlier round of the same training).
+    pub fn fits(&self, kind: OptimizerKind, n_params: usize) -> bool {
+        self.kind == kind
+            && self.first.len() == n_params
+            && self.second.len()
+                == if kind == OptimizerKind::Adam {
+                    n_params
+                } else {
+                    0
+                }
+    }
+}

@@ -219,3 +219,31 @@ fn a_batch_in_parts_adds_up_to_the_whole_batch() {
         assert!((a - b).abs() < 1e-12, "{a} vs {b}");
     }
 }
+
+#[test]
+fn a_class_beyond_the_output_layer_is_an_error_not_a_panic() {
+    // A sharded training reads the table anew every round: a class may appear after the
+    // statistics pass sized the output layer.
+    let mut arena = crate::arena::TupleArena::new(2, 3);
+    for (y, x) in [(0.0, [0.0, 1.0]), (1.0, [1.0, 0.0]), (2.0, [1.0, 1.0])] {
+        arena.push(y, &x);
+    }
+    let net = Network::new(&[2, 4, 2], Activation::Relu, Head::Softmax, 1).unwrap();
+    let mut t = NetworkTrainer::try_new(
+        net,
+        OptimizerKind::Adam,
+        0.01,
+        0.0,
+        8,
+        Target::new(0.0, 1.0),
+    )
+    .unwrap();
+    t.start_epoch(1);
+    assert_eq!(
+        t.train_buffer(&arena, None),
+        Err(crate::trainer::TrainError::UnknownClass {
+            class: 2.0,
+            classes: 2
+        })
+    );
+}

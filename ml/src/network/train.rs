@@ -150,6 +150,28 @@ impl NetworkTrainer {
         self.optimizer.set_learning_rate(learning_rate);
     }
 
+    /// Continues with `optimizer`'s state (kept from an earlier round of the same training,
+    /// e.g. a shard's); false, and nothing changed, if it does not fit this network. The
+    /// learning rate stays this trainer's.
+    pub fn resume_optimizer(&mut self, mut optimizer: Optimizer) -> bool {
+        if !optimizer.fits(self.optimizer.kind(), self.net.params.len()) {
+            return false;
+        }
+        optimizer.set_learning_rate(self.learning_rate);
+        self.optimizer = optimizer;
+        true
+    }
+
+    /// The optimizer's state, to resume in a later round (see `resume_optimizer`).
+    pub fn into_optimizer(self) -> Optimizer {
+        self.optimizer
+    }
+
+    /// Continues from these parameters (as many as the network has).
+    pub fn set_parameters(&mut self, values: &[f64]) {
+        self.net.params.copy_from_slice(values);
+    }
+
     pub fn network(&self) -> &Network {
         &self.net
     }
@@ -189,8 +211,17 @@ impl NetworkTrainer {
                 let end = (start + self.batch).min(n);
                 self.labels.clear();
                 self.row_weights.clear();
+                let classes = *self
+                    .net
+                    .sizes
+                    .last()
+                    .expect("a network has an output layer");
                 for k in start..end {
                     let y = arena.label(at(k));
+                    if self.net.head == Head::Softmax && y as usize >= classes {
+                        // The output layer has no unit for it (see TrainError::UnknownClass).
+                        return Err(TrainError::UnknownClass { class: y, classes });
+                    }
                     self.labels.push(match self.net.head {
                         Head::Softmax => y,
                         Head::Linear => self.target.standardize(y),

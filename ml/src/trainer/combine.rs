@@ -79,6 +79,9 @@ pub struct DeltaRounds {
     average_from: Option<u32>,
     sums: Vec<f64>,
     samples: u64,
+    /// The round's result is the start plus the mean of the parts' changes (see
+    /// `starting_from`), not their sum.
+    mean_of_parts: bool,
 }
 
 impl DeltaRounds {
@@ -89,6 +92,19 @@ impl DeltaRounds {
             average_from,
             sums: vec![0.0; if average_from.is_some() { n_params } else { 0 }],
             samples: 0,
+            mean_of_parts: false,
+        }
+    }
+
+    /// Starts from `params` (a network's seeded initial weights), without averaging;
+    /// `mean_of_parts`: each round moves by the mean of the parts' changes.
+    pub fn starting_from(params: Vec<f64>, mean_of_parts: bool) -> DeltaRounds {
+        DeltaRounds {
+            params,
+            average_from: None,
+            sums: Vec::new(),
+            samples: 0,
+            mean_of_parts,
         }
     }
 
@@ -106,9 +122,17 @@ impl DeltaRounds {
         parts: impl IntoIterator<Item = impl Iterator<Item = &'a f64>>,
     ) -> Result<(), TrainError> {
         let start = self.params.clone();
+        let mut n = 0usize;
         for part in parts {
+            n += 1;
             for ((v, x), s0) in self.params.iter_mut().zip(part).zip(&start) {
                 *v += x - s0;
+            }
+        }
+        if self.mean_of_parts && n > 1 {
+            let n = n as f64;
+            for (v, s0) in self.params.iter_mut().zip(&start) {
+                *v = s0 + (*v - s0) / n;
             }
         }
         if !self.params.iter().all(|v| v.is_finite()) {
@@ -184,6 +208,18 @@ mod tests {
         m.combine(1, [c.iter()]).unwrap();
         assert_eq!(m.params(), &[2.0, -1.0, 3.0]);
         assert_eq!(m.finish(), vec![2.0, -1.0, 3.0]);
+    }
+
+    #[test]
+    fn a_network_moves_by_the_mean_of_the_parts_changes() {
+        let mut m = DeltaRounds::starting_from(vec![1.0, -1.0], true);
+        // Changes (+2, 0) and (0, +4): the mean (+1, +2).
+        m.combine(1, [[3.0, -1.0].iter(), [1.0, 3.0].iter()])
+            .unwrap();
+        assert_eq!(m.params(), &[2.0, 1.0]);
+        // One part: its change whole.
+        m.combine(1, [[4.0, 1.0].iter()]).unwrap();
+        assert_eq!(m.finish(), vec![4.0, 1.0]);
     }
 
     #[test]

@@ -107,6 +107,10 @@ pub enum TrainError {
     /// The interrupt check (see [`Trainer::set_interrupt`](super::Trainer::set_interrupt)) asked to stop.
     #[error("training interrupted")]
     Interrupted,
+    /// A network: a row of a class beyond the output layer's `classes` (those the statistics
+    /// pass counted; a sharded training reads the table anew every round).
+    #[error("label class {class} is not one of the network's {classes} classes")]
+    UnknownClass { class: f64, classes: usize },
 }
 
 impl TrainError {
@@ -127,6 +131,9 @@ impl TrainError {
                 "the server could not allocate the model: train a smaller one (fewer features or classes)"
             }
             TrainError::Interrupted => "the training was stopped",
+            TrainError::UnknownClass { .. } => {
+                "the label column gained a class after the statistics pass: train again"
+            }
         }
     }
 }

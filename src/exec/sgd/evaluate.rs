@@ -7,8 +7,9 @@ use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
-use corgipile_ml::model::{LinearModel, Predictor};
+use corgipile_ml::model::Predictor;
 use corgipile_ml::scoring::{BinaryLabels, Evaluation, EvaluationPart};
+use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use serde_json::json;
 use std::rc::Rc;
@@ -29,7 +30,7 @@ impl SgdTask for Evaluate {
 
 /// A shard's evaluation: the output is its mergeable metrics and the rows the reader skipped.
 pub struct EvaluateShard {
-    pub model: LinearModel,
+    pub model: Model,
     pub classes: Vec<ClassValue>,
 }
 
@@ -39,7 +40,7 @@ impl SgdTask for EvaluateShard {
 
     unsafe fn run(self, node: &mut SgdNode) -> (EvaluationPart, u64) {
         let mut evaluation = Evaluation::mergeable(
-            self.model.kind,
+            self.model.kind(),
             self.classes.len(),
             binary_labels(node.config.label.uses_classes(), &self.classes),
         );

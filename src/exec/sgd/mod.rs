@@ -17,7 +17,8 @@ pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard};
 pub use learn::Learn;
-pub use shard_round::ShardRound;
+pub use network::checked_network_spec;
+pub use shard_round::{forget_kept_optimizers, ShardRound};
 pub use trace::Trace;
 pub use train::Train;
 

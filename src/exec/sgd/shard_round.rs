@@ -4,13 +4,44 @@
 //! the coordinator's model on every row and returns mergeable counts. Rows never leave the
 //! shard; nothing is stored here.
 
+use super::checked_network_spec;
 use super::train::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::{BlockShare, FeatureLayout, Mode};
 use crate::shard::protocol::{Phase, RoundReply, RoundRequest};
-use corgipile_ml::trainer::Trainer;
+use corgipile_ml::learner::Learner;
+use corgipile_ml::network::{Optimizer, Target};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
+use std::cell::RefCell;
+
+/// A network's optimizer state after this backend's last round of a sharded training on one
+/// table (a remote shard's backend serves one coordinator connection; a coordinator runs its
+/// local partitions itself): the next round of the same training on the same table resumes
+/// it, as one process's optimizer continues from batch to batch. Backend thread only.
+struct KeptOptimizer {
+    training: u64,
+    relation: String,
+    optimizer: Optimizer,
+}
+
+thread_local! {
+    static KEPT: RefCell<Vec<KeptOptimizer>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The kept state of `training` on `relation`, if any; drops those of other trainings.
+fn take_kept(training: u64, relation: &str) -> Option<Optimizer> {
+    KEPT.with_borrow_mut(|kept| {
+        kept.retain(|k| k.training == training);
+        let at = kept.iter().position(|k| k.relation == relation)?;
+        Some(kept.swap_remove(at).optimizer)
+    })
+}
+
+/// Forgets every kept optimizer state (a coordinator, at the end of a sharded training).
+pub fn forget_kept_optimizers() {
+    KEPT.with_borrow_mut(Vec::clear);
+}
 
 /// One shard call.
 pub struct ShardRound {
@@ -41,11 +72,25 @@ impl SgdNode {
         let double_buffer = self.config.params.double_buffer;
         let shuffle = self.shuffle();
         let mut width = None;
-        let stats = gather_statistics(shuffle, classifier, double_buffer, |b| {
+        let mut stats = gather_statistics(shuffle, classifier, double_buffer, |b| {
             if dense {
                 width.get_or_insert(b.arena.n_features());
             }
         });
+        // A network's labels are class indices in this shard's numbering: counted by value, so
+        // that the coordinator numbers the classes of every shard alike.
+        if self.config.model.has_class_outputs() {
+            let values: Vec<f64> = shuffle
+                .rows()
+                .classes()
+                .classes
+                .iter()
+                .map(|c| c.as_f64().unwrap_or(f64::NAN))
+                .collect();
+            if let Some(s) = stats.as_mut() {
+                s.relabel_classes(&values);
+            }
+        }
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),
             rows_skipped: shuffle.counts().rows_skipped,
@@ -55,9 +100,13 @@ impl SgdNode {
         }
     }
 
+    /// One round: the coordinator's model trained on this round's blocks. A network resumes
+    /// the optimizer state (Adam's moments, momentum) of its last round on this table (see
+    /// `KeptOptimizer`): the coordinator sends parameters only.
     unsafe fn shard_train(&mut self, request: RoundRequest) -> RoundReply {
         let params = self.config.params.clone();
-        let mut config = params.train_config(self.config.model);
+        let kind = self.config.model;
+        let mut config = params.train_config(kind);
         // The coordinator averages the rounds' models; a shard returns its last iterate.
         config.average_from_epoch = None;
         request.extras.clone().apply(&mut config);
@@ -69,23 +118,61 @@ impl SgdNode {
             },
             request.epoch,
         );
-        let mut trainer = Trainer::try_new(config, request.n_features)
-            .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
-        if request.weights.len() != trainer.model().weights.len()
-            || request.bias.len() != trainer.model().bias.len()
-        {
+        let other_shape = || -> ! {
             raise(
                 PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
                 "corgipile shard round: the coordinator's model has another shape",
                 None,
-            );
+            )
+        };
+        let learner = match (&request.network, kind.is_network()) {
+            (Some(n), true) => {
+                let outputs = if kind.is_classifier() {
+                    n.classes.len()
+                } else {
+                    1
+                };
+                if kind.is_classifier() != (outputs >= 2) {
+                    other_shape();
+                }
+                let target = Target {
+                    mean: n.target_mean,
+                    scale: n.target_scale,
+                };
+                let spec = checked_network_spec(
+                    &params,
+                    outputs,
+                    target,
+                    request.n_features,
+                    self.config.max_model_bytes,
+                );
+                Learner::network(config, &spec, request.n_features)
+            }
+            (None, false) => Learner::linear(config, request.n_features),
+            _ => other_shape(),
+        };
+        let mut learner =
+            learner.unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
+        let start: Vec<f64> = request
+            .weights
+            .iter()
+            .chain(&request.bias)
+            .copied()
+            .collect();
+        if !learner.set_parameters(&start) {
+            other_shape();
         }
-        trainer.set_model(&request.weights, &request.bias);
-        trainer.set_interrupt(Some(Box::new(|| {
+        // A network continues with the optimizer state of this table's last round, if any.
+        let relation = format!("{} {:?}", self.config.relation, self.config.leaf);
+        let training = request.network.as_ref().map(|n| n.training);
+        if let Some(kept) = training.and_then(|t| take_kept(t, &relation)) {
+            learner.resume_optimizer(kept);
+        }
+        learner.set_interrupt(Some(Box::new(|| {
             check_for_interrupts!();
             false
         })));
-        trainer.start_epoch(request.epoch);
+        learner.start_epoch(request.epoch);
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
         let mut spare = None;
         while let Some(buffer) = shuffle.next_buffer(spare.take()) {
@@ -102,16 +189,26 @@ impl SgdNode {
                 );
             }
             let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
-            if let Err(e) = trainer.train_buffer(&buffer.arena, order) {
-                raise_train_error(e, &|v| v.to_string(), params.normalize);
+            if let Err(e) = learner.train_buffer(&buffer.arena, order) {
+                let label = self.label_text();
+                raise_train_error(e, &label, params.normalize);
             }
             spare = Some(buffer);
         }
-        let stats = trainer
+        let stats = learner
             .finish_epoch()
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
-        let model = trainer.model();
-        if model.weights.len() != request.weights.len() {
+        let mut weights = learner.parameters();
+        if let (Some(training), Some(optimizer)) = (training, learner.into_optimizer()) {
+            KEPT.with_borrow_mut(|kept| {
+                kept.push(KeptOptimizer {
+                    training,
+                    relation,
+                    optimizer,
+                })
+            });
+        }
+        if weights.len() != start.len() {
             raise(
                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                 format!(
@@ -121,11 +218,12 @@ impl SgdNode {
                 None,
             );
         }
+        let bias = weights.split_off(request.weights.len());
         RoundReply {
             rows: shuffle.counts().rows,
             rows_skipped: shuffle.counts().rows_skipped,
-            weights: model.weights.clone(),
-            bias: model.bias.clone(),
+            weights,
+            bias,
             tuples: stats.tuples,
             loss: stats.loss,
             accuracy: stats.accuracy,
