@@ -8,7 +8,7 @@ use crate::exec::sgd::SgdTask;
 use crate::pg::error::raise;
 use crate::pg::guc::{max_buffer_bytes, max_model_bytes};
 use crate::pipeline::run::{self};
-use crate::pipeline::{Distributed, FeatureLayout, Mode, PipelineConfig, ValidationSplit};
+use crate::pipeline::{Distributed, Mode, PipelineConfig, ValidationSplit};
 use crate::request::args::ParamsArg;
 use crate::request::query::{check_relation, relation_name, FeatureColumns, Input, Tabular};
 use corgipile_ml::model::{ModelKind, UnknownKind};
@@ -148,23 +148,6 @@ pub(crate) unsafe fn prepare(
         },
         params.only,
     );
-    if kind.is_network()
-        && mode == Mode::Train
-        && matches!(
-            input.layout,
-            FeatureLayout::Sparse {
-                n_features: None,
-                ..
-            }
-        )
-    {
-        // A network's first layer is as wide as the rows: known before it is built.
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{} with sparse features needs \"n_features\"", kind.name()),
-            Some("Give \"n_features\": the largest index, plus one if index_base is 0.".into()),
-        );
-    }
     if params.workers > 0 && mode == Mode::Train {
         crate::pipeline::check_distributed(
             Distributed::Workers,

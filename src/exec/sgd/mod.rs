@@ -67,6 +67,9 @@ pub struct SgdNode {
     /// The label's mean and variance from the statistics pass (a regression network's target
     /// is standardized by them).
     label_moments: Option<(f64, f64)>,
+    /// The widest row the statistics pass met (a sparse network's input width without
+    /// "n_features").
+    stats_width: Option<usize>,
     /// A network's layer widths, input first (EXPLAIN ANALYZE).
     network_sizes: Option<Vec<usize>>,
     backend_wait_seconds: f64,
@@ -147,6 +150,7 @@ impl Node for SgdNode {
             epoch_seconds: Vec::new(),
             statistics_seconds: None,
             label_moments: None,
+            stats_width: None,
             network_sizes: None,
             backend_wait_seconds: 0.0,
             worker_busy_seconds: 0.0,

@@ -109,6 +109,7 @@ impl SgdNode {
             self.no_rows(shuffle.counts().rows_skipped)
         };
         self.label_moments = Some(stats.label_mean_variance());
+        self.stats_width = Some(stats.n_features());
         if shuffle.rows().is_learning() {
             let classes = shuffle.rows().classes().len();
             config.standardizer = Some(
@@ -232,9 +233,14 @@ impl SgdNode {
         // part of its time, as every later epoch's first buffer is part of that epoch's.
         let first_started = Instant::now();
         let first = shuffle.next_buffer(None);
+        // A linear model over sparse rows grows with their indices; a network's first layer is
+        // as wide as the statistics pass found the rows (without "n_features").
+        let grown_width = if network { self.stats_width } else { None };
         let width = first.as_ref().map(|first| match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
-            FeatureLayout::Sparse { n_features, .. } => n_features.map_or(0, |n| n as usize),
+            FeatureLayout::Sparse { n_features, .. } => {
+                n_features.map(|n| n as usize).or(grown_width).unwrap_or(0)
+            }
             FeatureLayout::Tabular => shuffle.rows().preprocessor().map_or(0, |p| p.n_features),
         });
         let n_features = match &team {
