@@ -1055,6 +1055,11 @@ def test_explain_shows_the_shards_and_with_analyze_their_tuples(conn, blobs):
                        (Jsonb({"epochs": 1, "seed": 1, "sync": 1}),)).fetchone()[0]
     import json
     assert json.loads(doc)[0]["Tuples Per Epoch"] == 200_000
+    # A network's layers, optimizer and how the shards' changes are combined.
+    net = [r[0] for r in conn.execute(
+        "SELECT * FROM corgipile_explain('sh_hash', 'mlp', %s)", (Jsonb({"hidden": [8, 4]}),))]
+    assert "Hidden Layers: 8, 4 (relu)" in net and "Optimizer: adam" in net, net
+    assert "Combine: mean of the shards' changes" in net, net
     assert models_count(conn) == before
 
 

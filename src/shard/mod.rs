@@ -117,6 +117,10 @@ pub(crate) unsafe fn explain_sharded(
             }
         },
     );
+    if prepared.config.model.is_network() {
+        crate::exec::sgd::explain_network(es, params);
+        explain::text(es, "Combine", "mean of the shards' changes");
+    }
     explain::int(es, "Shards", described.len() as i64);
     match &trained {
         None => {

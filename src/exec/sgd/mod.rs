@@ -29,7 +29,7 @@ use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
 use corgipile_ml::network::{Network, OptimizerKind};
-use corgipile_ml::params::ScheduleKind;
+use corgipile_ml::params::{ScheduleKind, TrainParams};
 use corgipile_ml::trainer::EpochStats;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
@@ -195,18 +195,7 @@ impl Node for SgdNode {
             &format!("{} ({schedule})", p.learning_rate),
         );
         if state.config.model.is_network() {
-            let hidden: Vec<String> = p.network_hidden().iter().map(|w| w.to_string()).collect();
-            let activation = p.activation.map_or("relu", |a| a.name());
-            explain::text(
-                es,
-                "Hidden Layers",
-                &format!("{} ({activation})", hidden.join(", ")),
-            );
-            let optimizer = match p.network_optimizer() {
-                OptimizerKind::Adam => "adam".to_string(),
-                OptimizerKind::Sgd { momentum } => format!("sgd (momentum {momentum})"),
-            };
-            explain::text(es, "Optimizer", &optimizer);
+            explain_network(es, p);
         }
         if let Some(patience) = p.patience {
             explain::int(es, "Patience", patience as i64);
@@ -291,4 +280,23 @@ impl Node for SgdNode {
             }
         }
     }
+}
+
+/// A network's EXPLAIN lines: its hidden layers and optimizer.
+///
+/// # Safety
+/// `es` is a live ExplainState (backend thread).
+pub(crate) unsafe fn explain_network(es: *mut pg_sys::ExplainState, p: &TrainParams) {
+    let hidden: Vec<String> = p.network_hidden().iter().map(|w| w.to_string()).collect();
+    let activation = p.activation.map_or("relu", |a| a.name());
+    explain::text(
+        es,
+        "Hidden Layers",
+        &format!("{} ({activation})", hidden.join(", ")),
+    );
+    let optimizer = match p.network_optimizer() {
+        OptimizerKind::Adam => "adam".to_string(),
+        OptimizerKind::Sgd { momentum } => format!("sgd (momentum {momentum})"),
+    };
+    explain::text(es, "Optimizer", &optimizer);
 }
