@@ -20,7 +20,9 @@ clean ERROR.
    directly with hostile requests: fixed cases (10^7 class values, a 2^62-feature model, 10^11
    features with 5e7 weights, 2e7 class weights, 10^6-deep nesting) then seeded random ones (huge
    arrays in weights, extras and evaluate models, odd counts, deep nesting, hostile params, random
-   mutations of valid Statistics / Train / Evaluate requests), each within the statement timeout.
+   mutations of valid Statistics / Train / network Train / Evaluate requests), each within the
+   statement timeout. The random trainings of (1) and (2) include networks (mlp,
+   mlp_regression: up to 16 hidden layers, widths up to 65,536, adam or sgd).
 """
 
 import json
@@ -536,6 +538,16 @@ def random_training(rng, tables, for_op):
         if sparse:
             params["features"] = {"indices": "idx", "values": "val"}
             params["index_base"] = rng.choice([0, 1])
+    if rng.random() < 0.25:
+        # A network over the same shapes: widths from 1 to the largest allowed, up to 16 layers.
+        model = "mlp_regression" if model == "linear" else "mlp"
+        # (16 layers stay narrow: 16 of 1,024 fit the default limit and would train for the
+        # whole statement timeout; two of 65,536 are refused at once.)
+        layers = rng.choice([1, 1, 2, 3, 16])
+        widths = [1, 8, 64] if layers == 16 else [1, 8, 64, 1024, 65536]
+        params["hidden"] = [rng.choice(widths) for _ in range(layers)]
+        params["activation"] = rng.choice(["relu", "tanh"])
+        params["optimizer"] = rng.choice(["adam", "sgd"])
     if label != "label":
         params["label"] = label
     if rng.random() < 0.5:
@@ -778,6 +790,18 @@ def test_oversized_models_and_buffers_are_refused(cluster):
             expect_memory_limit(c, train, (tables.softmax(70000), "softmax",
                                            Jsonb({"features": sparse, "n_features": 2**20, "verbose": False,
                                                   "epochs": 1})))
+            # Networks, as the same ordinary role: 16 layers of 65,536 (2^36 weights), two of them
+            # with batches of a million rows (activations beyond any memory), a sparse first
+            # layer 2^31 wide inferred from the data: refused before anything of them exists.
+            for table, model, params in (
+                    (tables.dense(), "mlp", {"hidden": [65536] * 16}),
+                    (tables.dense(), "mlp_regression", {"label": "y", "hidden": [65536, 65536],
+                                                         "batch_size": 1_000_000}),
+                    (sp, "mlp", {"features": sparse, "index_base": 0, "hidden": [64]}),
+                    (tables.sparse(100_000_000), "mlp", {"features": sparse, "hidden": [64]})):
+                e = expect_memory_limit(c, train, (table, model, Jsonb({**params, "verbose": False,
+                                                                         "epochs": 1})))
+                assert e.sqlstate == "54000", f"{model} {params}: {e.sqlstate} {error_text(e)}"
             # A terabyte of buffer.
             expect_memory_limit(c, train, (tables.dense(), "svm",
                                            Jsonb({"buffer_size": "1TB", "verbose": False, "epochs": 1})),
@@ -979,10 +1003,17 @@ class ShardRoundFuzz:
                       {**base, "phase": "Train", "n_features": 4, "weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05],
                        "extras": {"standardizer": {"mean": [0.5] * 4, "scale": [2.0] * 4, "center": True},
                                   "class_weights": [1.0, 1.5], "label_values": [0.0, 1.0]}}),
+            # A network round: hidden [4] over 4 features and 2 classes, 30 parameters.
+            "TrainNetwork": (self.dense_table, "mlp",
+                             {"features": "features", "label": "label", "only": True, "hidden": [4]},
+                             {**base, "phase": "Train", "n_features": 4, "weights": [0.1] * 30, "bias": [],
+                              "network": {"training": 7, "classes": [0, 1], "target_mean": 0.0,
+                                          "target_scale": 1.0}}),
             "Evaluate": ("sr_tab", kind, {"features": ["x1", "x2", "color"], "label": "label", "only": True},
                          {**base, "phase": "Evaluate", "n_features": n_features, "weights": [], "bias": [],
-                          "evaluate": {"model": {"kind": kind, "n_features": n_features, "n_outputs": 1,
-                                                 "weights": list(weights), "bias": list(bias)},
+                          "evaluate": {"model": {"Linear": {"kind": kind, "n_features": n_features,
+                                                            "n_outputs": 1, "weights": list(weights),
+                                                            "bias": list(bias)}},
                                        "classes": mapping.get("classes", []), "preprocessing": prep}}),
         }
 
@@ -1003,7 +1034,7 @@ class ShardRoundFuzz:
         out.append(({"kind": "fixed", "what": "evaluate with 10^7 classes"}, table, model, json.dumps(params),
                     with_raw(req, [json_array(10**7, '"c"')])))
         table, model, params, req = self.template("Evaluate")
-        req["evaluate"]["model"].update(n_features=2**62, weights=[])
+        req["evaluate"]["model"]["Linear"].update(n_features=2**62, weights=[])
         out.append(({"kind": "fixed", "what": "evaluate model of 2^62 features"}, table, model, json.dumps(params),
                     json.dumps(req)))
         table, model, params, req = self.template("Train")
@@ -1038,9 +1069,9 @@ class ShardRoundFuzz:
         elif kind == "n_features":
             req["n_features"] = rng.choice(ODD_NUMBERS)
             if req["evaluate"] and rng.random() < 0.7:
-                req["evaluate"]["model"]["n_features"] = rng.choice(ODD_NUMBERS)
+                req["evaluate"]["model"]["Linear"]["n_features"] = rng.choice(ODD_NUMBERS)
                 if rng.random() < 0.5:
-                    req["evaluate"]["model"]["weights"] = []
+                    req["evaluate"]["model"]["Linear"]["weights"] = []
             desc["n_features"] = req["n_features"]
         elif kind == "extras":
             table, model, params, req = self.template("Train")
@@ -1064,10 +1095,10 @@ class ShardRoundFuzz:
             what = rng.choice(["weights", "n_outputs", "classes", "categories", "prep_n_features", "prep_rows"])
             if what == "weights":
                 raw.append(json_array(n, "0.25"))
-                ev["model"]["weights"] = "@@0@@"
-                ev["model"]["n_features"] = rng.choice([n, ev["model"]["n_features"], 2**62])
+                ev["model"]["Linear"]["weights"] = "@@0@@"
+                ev["model"]["Linear"]["n_features"] = rng.choice([n, ev["model"]["Linear"]["n_features"], 2**62])
             elif what == "n_outputs":
-                ev["model"]["n_outputs"] = rng.choice(ODD_NUMBERS)
+                ev["model"]["Linear"]["n_outputs"] = rng.choice(ODD_NUMBERS)
             elif what == "classes":
                 raw.append(json_array(n, '"c"'))
                 ev["classes"] = "@@0@@"
@@ -1116,7 +1147,7 @@ class ShardRoundFuzz:
             for _ in range(rng.randint(1, 4)):
                 desc["mutations"].append(self.mutate(req))
             if rng.random() < 0.2:
-                model = rng.choice(["svm", "logistic", "linear", "softmax", "bogus"])
+                model = rng.choice(["svm", "logistic", "linear", "softmax", "mlp", "mlp_regression", "bogus"])
                 desc["model"] = model
         return desc, table, model, json.dumps(params), with_raw(req, raw)
 

@@ -174,6 +174,11 @@ impl RoundRequest {
                 return Err("weights that are not finite".into());
             }
             self.extras.check(self.n_features, 2)?;
+            // A linear sharded training is binary or a regression: class weights weigh the
+            // binary label values, which must come with them.
+            if self.extras.class_weights.is_some() && self.extras.label_values.is_none() {
+                return Err("class weights without the label values they weigh".into());
+            }
         }
         if (self.phase == Phase::Evaluate) != self.evaluate.is_some() {
             return Err("a model to evaluate in another phase, or none to evaluate".into());
