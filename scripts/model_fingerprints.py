@@ -2,15 +2,19 @@
 """Model fingerprints: the final loss (to the last digit), an md5 of the weights, the evaluation
 report and a trace, over a fixed matrix of trainings (every strategy and buffer mode, every
 model kind, normalize, l1/l2, class weights, mini-batches, sparse, validation, tolerance, a9a, a
-column list with one-hot, hashed and imputed columns, parallel workers, a sharded table).
-For showing that a change that must not change behaviour changes no model:
+column list with one-hot, hashed and imputed columns, parallel workers, a sharded table; and
+networks, mlp and mlp_regression, in one process: dense, a column list, sparse pairs, relu and
+tanh, Adam and SGD, validation with patience). For showing that a change that must not change
+behaviour changes no model:
 
     PGHOST=... PGPORT=... PGUSER=... scripts/model_fingerprints.py before.json   # old build
     PGHOST=... PGPORT=... PGUSER=... scripts/model_fingerprints.py after.json    # new build
     cmp before.json after.json
 
 Uses its own database corgipile_fingerprint; a9a comes from $CORGIPILE_DATASETS or
-../shared/datasets."""
+../shared/datasets. A build without networks (before 0.5.0: no corgipile.models.layers) trains
+the linear cases only; a linear model's fingerprint is computed as before networks were added
+(it does not read layers), so linear fingerprints compare across versions and with older files."""
 import json, os, pathlib, subprocess, sys, psycopg
 from psycopg.types.json import Jsonb
 DB = "corgipile_fingerprint"
@@ -123,14 +127,36 @@ with psycopg.connect(dbname=DB, autocommit=True) as c:
         ("tab", "softmax", {"label": "plan", "features": ["amount", "state", "promo"], "batch_size": 8}),
         ("tab", "linear", {"label": "amount", "features": ["plan", "state", "promo"], "double_buffer": False}),
     ]
+    # Networks (0.5.0), one process: deterministic by seed. Their md5 also reads the layer widths
+    # and the epochs' validation metrics (patience keeps the best epoch's model).
+    networks = c.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = 'corgipile' "
+                         "AND table_name = 'models' AND column_name = 'layers'").fetchone() is not None
+    network_cases = [
+        ("det", "mlp", {"label": "cls", "hidden": [8], "batch_size": 16}),
+        ("det", "mlp", {"label": "tlabel", "hidden": [8, 4], "activation": "tanh", "optimizer": "sgd", "l2": 0.001}),
+        ("det", "mlp", {"label": "flag", "features": {"indices": "idx", "values": "val"}, "n_features": 64, "hidden": [6]}),
+        ("det", "mlp", {"label": "cls", "hidden": [8], "normalize": True, "validation": {"fraction": 0.2}, "patience": 2,
+                        "epochs": 12}),
+        ("det", "mlp_regression", {"label": "y", "hidden": [8], "normalize": True}),
+        ("det", "mlp_regression", {"label": "y", "features": {"indices": "idx", "values": "val"}, "n_features": 64,
+                                   "hidden": [6], "activation": "tanh", "optimizer": "sgd", "momentum": 0.5}),
+        ("tab", "mlp", {"label": "plan", "features": ["amount", "state", "promo"], "hidden": [8], "batch_size": 8}),
+        ("tab", "mlp_regression", {"label": "amount", "features": ["plan", "state", "promo"], "hidden": [4],
+                                   "activation": "tanh", "optimizer": "sgd",
+                                   "preprocess": {"state": {"encode": "hash", "buckets": 16}}}),
+    ]
+    network_md5 = """, layers::text,
+                                        (SELECT string_agg(concat_ws(':', epoch, validation_loss, validation_accuracy, validation_r2), ',' ORDER BY epoch)
+                                           FROM corgipile.epochs e WHERE e.model_id = m.id)"""
     out = {}
-    for table, model, p in cases:
+    for table, model, p in cases + (network_cases if networks else []):
         params = {"epochs": 5, "seed": 7, "verbose": False, **p}
         mid = c.execute("SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb(params))).fetchone()[0]
-        loss, md5 = c.execute("""SELECT (metrics->>'loss'), md5(concat_ws('|', weights::text, bias::text, label_mapping::text,
+        extra = network_md5 if model.startswith("mlp") else ""
+        loss, md5 = c.execute(f"""SELECT (metrics->>'loss'), md5(concat_ws('|', weights::text, bias::text, label_mapping::text,
                                         standardizer::text, preprocessing::text, n_features, n_outputs, rows_trained, rows_skipped,
                                         (SELECT string_agg(concat_ws(':', epoch, loss, accuracy, r2, tuples, learning_rate), ',' ORDER BY epoch)
-                                           FROM corgipile.epochs e WHERE e.model_id = m.id)))
+                                           FROM corgipile.epochs e WHERE e.model_id = m.id){extra}))
                                  FROM corgipile.models m WHERE id = %s""", (mid,)).fetchone()
         ev = c.execute("SELECT corgipile_evaluate(%s, %s::regclass)", (mid, table)).fetchone()[0]
         ev.pop("model_id", None)
