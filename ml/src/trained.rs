@@ -36,7 +36,7 @@ impl Model {
     pub fn n_params(&self) -> usize {
         match self {
             Model::Linear(m) => m.weights.len() + m.bias.len(),
-            Model::Network(m) => m.net.params.len(),
+            Model::Network(m) => m.net().params.len(),
         }
     }
 }
