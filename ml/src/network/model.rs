@@ -121,9 +121,9 @@ impl NetworkModel {
     }
 
     /// Every layer's outputs into the scratch, one after another; the last layer's returned.
-    /// Each output adds its inputs' terms in input order, as the old axpy per input did,
-    /// skipping a hidden layer's zeros; a narrow layer's dot product adds them in lanes
-    /// ([`dot`]), within rounding of that order.
+    /// Each output is its bias plus its inputs' terms added in input order (an axpy per
+    /// input, a hidden layer's zeros skipped); a narrow layer's dot product adds them in lanes
+    /// ([`dot`]) instead, which differs from that order by rounding only.
     fn forward_row<'s>(&self, row: Row, scratch: &'s mut Scratch) -> &'s [f64] {
         let net = &self.net;
         let total: usize = net.sizes[1..].iter().sum();
