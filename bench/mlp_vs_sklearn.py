@@ -21,15 +21,22 @@
 3. Speed, on bench/epoch_times.py's label-clustered dense table (--rows x 18 float8[]): an mlp
    epoch (corgipile.epochs.seconds: reading included) vs MLPClassifier.partial_fit over the same rows
    already in memory (standardized), interleaved rounds; the dense layers' GFLOP/s (2(d·h + h·k)
-   flops forward and twice that backward per row); corgipile_predict of the mlp vs of a logistic
-   model over every row (SELECT sum(corgipile_predict(id, features)) FROM t) and a plain scan.
-4. Memory: VmHWM (peak resident set) of a backend that trained an mlp vs one that only scanned
+   flops forward and twice that backward per row).
+4. Prediction, the mlp vs a logistic model trained on the same table, each against the scan both
+   pay (the issue's target: a network's prediction within 2x the linear model's): from a float8[]
+   over the speed table (SELECT sum(corgipile_predict(id, features)) FROM t vs SELECT
+   sum(features[1])), and from a whole row over mixed_nl's training rows repeated --predict-copies
+   times (SELECT sum(corgipile_predict(id, t)) FROM t vs SELECT sum(num_nonnulls(t.*))), both
+   models trained on mixed_nl's training table. Reported: µs per row, mlp / logistic, and the same
+   ratio net of the scan.
+5. Memory: VmHWM (peak resident set) of a backend that trained an mlp vs one that only scanned
    the table and one that trained a logistic model, beside the model's size.
 
 Usage: bench/mlp_vs_sklearn.py [--epochs 20] [--seeds 1-3] [--rows 4500000] [--rounds 3]
                                [--only ijcnn1,a9a,...] [--skip-speed] [--no-perf]
+                               [--predict-copies 20] [--predict-only --out FILE]
 Needs PGHOST/PGPORT/PGUSER (make bench-mlp sets them). Uses the database corgipile_defaults (the
-tables of bench-defaults are reused) and creates the speed table there. Writes
+tables of bench-defaults are reused) and creates the speed and whole-row prediction tables there. Writes
 bench/results/mlp_vs_sklearn.md and .json."""
 
 import argparse
@@ -352,24 +359,7 @@ def speed_and_memory(rows, rounds, epochs, do_perf):
     out["corgipile_gflops"] = flops_row * rows / cm / 1e9
     out["sklearn_gflops"] = sk_flops_row * rows / sm / 1e9
 
-    # Prediction from a whole row: mlp vs logistic vs a plain scan, interleaved.
-    with dvs.connect() as c:
-        c.execute("SET max_parallel_workers_per_gather = 0")
-        log_id = c.execute("SELECT corgipile_train(%s, 'logistic', %s)",
-                           (table, Jsonb({"label": "label", "features": "features", "epochs": 1, "seed": 1,
-                                          "verbose": False}))).fetchone()[0]
-        pred = {"mlp": [], "logistic": [], "scan": []}
-        stmts = {"mlp": f"SELECT sum(corgipile_predict({mlp_id}, features)) FROM {table}",
-                 "logistic": f"SELECT sum(corgipile_predict({log_id}, features)) FROM {table}",
-                 "scan": f"SELECT sum(features[1]) FROM {table}"}
-        for _ in range(rounds):
-            for name, q in stmts.items():
-                t0 = time.perf_counter()
-                c.execute(q)
-                pred[name].append(time.perf_counter() - t0)
-        log("predict: " + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in pred.items()))
-        out["predict_seconds"] = pred
-        out["predict_statements"] = stmts
+    log_id = array_predict(out, table, mlp_id, rounds)
 
     # Memory: each in a fresh backend, VmHWM read after the statement.
     mem = {}
@@ -413,6 +403,69 @@ def speed_and_memory(rows, rounds, epochs, do_perf):
         for m in (mlp_id, log_id):
             c.execute("SELECT corgipile_drop_model(%s)", (m,))
     return out
+
+
+def timed_interleaved(stmts, rounds):
+    """Every statement once per round, in a rotated order, no parallel workers: seconds per statement."""
+    times = {k: [] for k in stmts}
+    names = list(stmts)
+    with dvs.connect() as c:
+        c.execute("SET max_parallel_workers_per_gather = 0")
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                t0 = time.perf_counter()
+                c.execute(stmts[name])
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def array_predict(out, table, mlp_id, rounds):
+    """Prediction from a float8[]: the mlp vs a logistic model of the same table vs a plain scan."""
+    with dvs.connect() as c:
+        log_id = c.execute("SELECT corgipile_train(%s, 'logistic', %s)",
+                           (table, Jsonb({"label": "label", "features": "features", "epochs": 1, "seed": 1,
+                                          "verbose": False}))).fetchone()[0]
+    stmts = {"mlp": f"SELECT sum(corgipile_predict({mlp_id}, features)) FROM {table}",
+             "logistic": f"SELECT sum(corgipile_predict({log_id}, features)) FROM {table}",
+             "scan": f"SELECT sum(features[1]) FROM {table}"}
+    pred = timed_interleaved(stmts, rounds)
+    log("predict (array): " + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in pred.items()))
+    out["predict_seconds"] = pred
+    out["predict_statements"] = stmts
+    return log_id
+
+
+def mixed_predict(rounds, epochs, copies):
+    """Prediction from a whole row of the mixed-type table (mixed_nl; its training rows repeated
+    `copies` times, so a statement runs long enough to time): mlp vs logistic, both trained on
+    mixed_nl's training table, vs a scan that builds the same row value."""
+    train = dvs.retrying(dvs.load_mixed_tables, "mixed_nl")[0]
+    table = f"mlp_predict_mixed_x{copies}"
+    with dvs.connect() as c:
+        n_train = c.execute(f"SELECT count(*) FROM {train}").fetchone()[0]
+        exists = c.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
+        if not (exists and c.execute(f"SELECT count(*) = %s FROM {table}", (n_train * copies,)).fetchone()[0]):
+            c.execute(f"DROP TABLE IF EXISTS {table}")
+            c.execute(f"CREATE TABLE {table} AS SELECT t.* FROM generate_series(1, {copies}) g, {train} t")
+            c.execute(f"VACUUM ANALYZE {table}")
+        rows = c.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        ids, layers = {}, {}
+        for kind in ("mlp", "logistic"):
+            ids[kind] = c.execute("SELECT corgipile_train(%s, %s, %s)",
+                                  (train, kind, Jsonb(corgipile_params("mixed_nl", 1, epochs)))).fetchone()[0]
+            layers[kind], n_features = c.execute("SELECT layers, n_features FROM corgipile.models WHERE id = %s",
+                                                 (ids[kind],)).fetchone()
+    stmts = {"mlp": f"SELECT sum(corgipile_predict({ids['mlp']}, t)) FROM {table} t",
+             "logistic": f"SELECT sum(corgipile_predict({ids['logistic']}, t)) FROM {table} t",
+             "scan": f"SELECT sum(num_nonnulls(t.*)) FROM {table} t"}
+    pred = timed_interleaved(stmts, rounds)
+    log("predict (row): " + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in pred.items()))
+    with dvs.connect() as c:
+        for m in ids.values():
+            c.execute("SELECT corgipile_drop_model(%s)", (m,))
+    return {"table": table, "rows": rows, "copies": copies, "train": train, "epochs": epochs,
+            "layers": layers["mlp"], "n_features": n_features, "predict_seconds": pred,
+            "predict_statements": stmts}
 
 
 # ---------------------------------------------------------------- report
@@ -461,11 +514,9 @@ def report(res):
         L.append(f"| {d['dataset']} | {fr(s['corgipile mlp']['score'])} | {fr(s['corgipile mlp, shuffled copy']['score'])} | "
                  f"{fr(s['corgipile mlp, no_shuffle']['score'])} |")
     sp = res.get("speed")
-    if sp:
+    if sp and "corgipile_epoch_seconds" in sp:
         mem = sp["memory"]
         cm, sm = statistics.median(sp["corgipile_epoch_seconds"]), statistics.median(sp["sklearn_epoch_seconds"])
-        pm = {k: statistics.median(v) for k, v in sp["predict_seconds"].items()}
-        rng = {k: f"{min(v):.2f}–{max(v):.2f}" for k, v in sp["predict_seconds"].items()}
         L += ["", f"## 3. Speed: one mlp epoch on `{sp['table']}` ({sp['rows']:,} rows x 18 float8[], {sp['table_size']}, "
                   "clustered by label; bench/epoch_times.py's table)", "",
               (f"{sp['rows']:,} rows, as bench-epochs" if sp["rows"] == 4_500_000 else
@@ -483,14 +534,12 @@ def report(res):
               f"{1e6 * statistics.median(sp['scan_seconds']) / sp['rows']:.2f} | |", "",
               f"corgipile / sklearn epoch time: **{cm / sm:.2f}x**. FLOPs per row: corgipile {sp['flops_per_row']:,} "
               f"(3 x 2(d·h + h·k), k = {sp['layers'][-1]} softmax outputs), sklearn {sp['sklearn_flops_per_row']:,} "
-              "(one logistic output for two classes).", "",
-              "Prediction over every row (no parallel workers), interleaved:", "",
-              "| statement | median s (range) | µs / row |", "|---|---|---|"]
-        for k in ("mlp", "logistic", "scan"):
-            L.append(f"| `{sp['predict_statements'][k]}` ({k}) | {pm[k]:.2f} ({rng[k]}) | {1e6 * pm[k] / sp['rows']:.2f} |")
-        L += ["", f"mlp / logistic prediction: **{pm['mlp'] / pm['logistic']:.2f}x**; "
-                  f"(mlp − scan) / (logistic − scan): {(pm['mlp'] - pm['scan']) / max(pm['logistic'] - pm['scan'], 1e-9):.2f}x.", "",
-              "## 4. Memory", "",
+              "(one logistic output for two classes)."]
+    if sp:
+        L += [""] + predict_report(sp, res.get("mixed_predict"))
+    if sp and "memory" in sp:
+        mem = sp["memory"]
+        L += ["", "## 5. Memory", "",
               "Each statement in a fresh backend; /proc/<pg_backend_pid()>/status read after it (kB → MiB). VmHWM is "
               "the peak resident set, which includes the shared buffers the backend touched (RssShmem).", "",
               "| backend | VmHWM MiB | VmRSS MiB | RssAnon MiB | RssShmem MiB | VmHWM − scan-only's |", "|---|---|---|---|---|---|"]
@@ -504,11 +553,97 @@ def report(res):
                   f"moments (x 8 bytes x 3); batch activations and their gradients ≈ {sp['activation_bytes'] / 1024:.1f} KiB. "
                   f"The training's shuffle buffer (buffer_size {bp.get('buffer_size')!r}, block_size "
                   f"{bp.get('block_size')!r}) holds decoded rows and dominates any difference."]
-        if sp.get("perf_top"):
-            L += ["", "## perf profile of the backend during an mlp training (8 s, `perf report --no-children --sort dso,symbol`)",
-                  "", "```"] + sp["perf_top"] + ["```"]
+    if sp and sp.get("perf_top"):
+        L += ["", "## perf profile of the backend during an mlp training (8 s, `perf report --no-children --sort dso,symbol`)",
+              "", "```"] + sp["perf_top"] + ["```"]
     L += ["", "Raw numbers: bench/results/mlp_vs_sklearn.json."]
     return "\n".join(L) + "\n"
+
+
+def predict_only(rows, rounds, epochs):
+    """Section 4's array case alone: the speed table, an mlp of `epochs` epochs, the predictions."""
+    table = f"bench_clustered_{rows}x18"
+    with dvs.connect() as c:
+        make_table(c, table, rows, 18)
+        mlp_id = c.execute("SELECT corgipile_train(%s, 'mlp', %s)",
+                           (table, Jsonb({"label": "label", "features": "features", "epochs": epochs, "seed": 1,
+                                          "verbose": False}))).fetchone()[0]
+        layers = c.execute("SELECT layers FROM corgipile.models WHERE id = %s", (mlp_id,)).fetchone()[0]
+    out = {"table": table, "rows": rows, "layers": layers}
+    log_id = array_predict(out, table, mlp_id, rounds)
+    with dvs.connect() as c:
+        for m in (mlp_id, log_id):
+            c.execute("SELECT corgipile_drop_model(%s)", (m,))
+    return out
+
+
+def predict_only_report(res):
+    return "\n".join([f"Section 4 of bench/mlp_vs_sklearn.py alone (--predict-only) on commit {res['git_head']} "
+                      f"(corgipile {res['extversion']}), {res['rounds']} rounds.", ""]
+                     + predict_report(res["speed"], res.get("mixed_predict"))) + "\n"
+
+def mul_adds(layers):
+    return sum(layers[i] * layers[i + 1] for i in range(len(layers) - 1))
+
+
+def predict_rows(case, rows, with_range=True):
+    """Table rows of one prediction case: statement, median s (range), µs/row."""
+    out = []
+    for k in ("mlp", "logistic", "scan"):
+        v = case["predict_seconds"][k]
+        m = statistics.median(v)
+        out.append(f"| `{case['predict_statements'][k]}` ({k}) | {m:.2f} ({min(v):.2f}–{max(v):.2f}) | "
+                   f"{1e6 * m / rows:.3f} |")
+    return out
+
+
+def ratios(case):
+    pm = {k: statistics.median(v) for k, v in case["predict_seconds"].items()}
+    return pm["mlp"] / pm["logistic"], (pm["mlp"] - pm["scan"]) / max(pm["logistic"] - pm["scan"], 1e-9), pm
+
+
+def predict_report(sp, mixed):
+    """Section 4: mlp vs logistic prediction per row, from an array and from a whole row."""
+    rows = sp["rows"]
+    total, net, pm = ratios(sp)
+    d, layers = sp["layers"][0], sp["layers"]
+    work = mul_adds(layers) / d  # a logistic model's decision: d multiply-adds
+    us = {k: 1e6 * v / rows for k, v in pm.items()}
+    L = ["## 4. Prediction: mlp vs logistic, per row", "",
+         "The target: a network's prediction within 2x the linear model's. Every statement over every row, no "
+         "parallel workers, interleaved in a rotated order; the scan is the floor both predictions pay.", "",
+         f"### From a float8[] (`{sp['table']}`, {rows:,} rows x {d}; mlp layers {layers}, logistic on the same table)", "",
+         "| statement | median s (range) | µs / row |", "|---|---|---|"] + predict_rows(sp, rows) + [
+         "", f"mlp / logistic: **{total:.2f}x** ({'within' if total <= 2 else 'not within'} 2x); net of the scan "
+             f"(mlp − scan) / (logistic − scan): **{net:.2f}x**.", "",
+         f"The arithmetic: the logistic model's decision is {d} multiply-adds per row; the network's is "
+         f"{' + '.join(f'{layers[i]}·{layers[i + 1]}' for i in range(len(layers) - 1))} = {mul_adds(layers):,} "
+         f"multiply-adds plus {sum(layers[1:-1])} activations, {work:.0f}x the logistic model's. Net of the scan the "
+         f"network costs {us['mlp'] - us['scan']:.3f} µs per row against the logistic model's "
+         f"{us['logistic'] - us['scan']:.3f} µs: {net:.1f}x the time for {work:.0f}x the arithmetic"
+         + (". Within 2x of the whole statement only because reading the row is most of the logistic model's time."
+            if total <= 2 else
+            f". 2x of the whole statement leaves the network {max(2 * us['logistic'] - us['scan'], 0):.3f} µs per "
+            f"row beyond the scan, {mul_adds(layers) / max(2 * us['logistic'] - us['scan'], 1e-9) / 1e3:.1f} "
+            "multiply-adds per ns on one core.")]
+    if mixed:
+        mt, mn, mpm = ratios(mixed)
+        mrows = mixed["rows"]
+        mus = {k: 1e6 * v / mrows for k, v in mpm.items()}
+        ml = mixed["layers"]
+        L += ["", f"### From a whole row (`{mixed['table']}`: mixed_nl's training table `{mixed['train']}` x "
+                  f"{mixed['copies']}, {mrows:,} rows; text, boolean and numeric columns with NULLs)", "",
+              f"Both models trained on `{mixed['train']}` ({mixed['epochs']} epochs, params as in section 1; "
+              f"{mixed['n_features']} encoded features, mlp layers {ml}). The scan builds the same row value the "
+              "row form receives (`num_nonnulls(t.*)` deforms every column); the predictions also look up the "
+              "model's columns and encode the row (categories, imputation) before the arithmetic.", "",
+              "| statement | median s (range) | µs / row |", "|---|---|---|"] + predict_rows(mixed, mrows) + [
+              "", f"mlp / logistic: **{mt:.2f}x** ({'within' if mt <= 2 else 'not within'} 2x); net of the scan: "
+                  f"**{mn:.2f}x** ({mus['mlp'] - mus['scan']:.3f} vs {mus['logistic'] - mus['scan']:.3f} µs per row; "
+                  f"the encoded row is sparse (one-hot categories), so the network's first layer reads only its "
+                  f"non-zeros: at most {mul_adds(ml):,} multiply-adds against the logistic model's at most "
+                  f"{mixed['n_features']}; encoding the row is the same for both)."]
+    return L
 
 
 def main():
@@ -521,6 +656,10 @@ def main():
     ap.add_argument("--speed-epochs", type=int, default=2)
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--no-perf", action="store_true")
+    ap.add_argument("--predict-copies", type=int, default=20,
+                    help="copies of mixed_nl's training rows in the table of the whole-row prediction (default 20)")
+    ap.add_argument("--predict-only", action="store_true",
+                    help="only section 4 (prediction): no accuracy, epoch speed or memory; write with --out elsewhere")
     ap.add_argument("--out", default=OUT, help="results path without extension")
     args = ap.parse_args()
     import sklearn
@@ -534,17 +673,22 @@ def main():
            "sklearn_version": sklearn.__version__, "numpy_version": np.__version__, "epochs": args.epochs,
            "seeds": dvs.parse_seeds(args.seeds), "rounds": args.rounds, "speed_epochs": args.speed_epochs,
            "datasets": []}
-    for key in (args.only.split(",") if args.only else DATASETS):
-        res["datasets"].append(run_dataset(key, res["seeds"], args.epochs))
-    if not args.skip_speed:
-        res["speed"] = speed_and_memory(args.rows, args.rounds, args.speed_epochs, not args.no_perf)
+    if args.predict_only:
+        res["speed"] = predict_only(args.rows, args.rounds, args.speed_epochs)
+    else:
+        for key in (args.only.split(",") if args.only else DATASETS):
+            res["datasets"].append(run_dataset(key, res["seeds"], args.epochs))
+        if not args.skip_speed:
+            res["speed"] = speed_and_memory(args.rows, args.rounds, args.speed_epochs, not args.no_perf)
+    if args.predict_only or not args.skip_speed:
+        res["mixed_predict"] = mixed_predict(args.rounds, args.epochs, args.predict_copies)
     with dvs.connect() as c:
         res["library_at_end"] = installed_library(c)
     res["total_seconds"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(res, f, indent=1, default=str)
-    text = origin + "\n\n" + report(res)
+    text = origin + "\n\n" + (predict_only_report(res) if args.predict_only else report(res))
     if res["library_at_end"] != lib:
         text += "\n**The library was reinstalled during the run.**\n"
     with open(args.out + ".md", "w") as f:

@@ -282,7 +282,7 @@ impl Learner {
 /// A trained network as a model: a regression's outputs back in the label's units.
 pub fn network_model(kind: ModelKind, net: Network, target: Target) -> NetworkModel {
     let regression = net.head == Head::Linear;
-    let mut model = NetworkModel { kind, net };
+    let mut model = NetworkModel::new(kind, net);
     if regression {
         model.fold_target(target.mean, target.scale);
     }

@@ -17,7 +17,31 @@ impl Standardizer {
     /// Standardized copy of a dense row into `out` (reused; no allocation once warm).
     pub fn apply_dense(&self, x: &[f64], out: &mut Vec<f64>) {
         out.clear();
-        out.extend(x.iter().enumerate().map(|(j, &v)| self.one(j, v)));
+        self.extend_dense(x, out);
+    }
+
+    /// Standardized copy of a dense row appended to `out`: the values [`apply_dense`] gives,
+    /// bit for bit, in one pass over the standardizer's features and the rest copied.
+    ///
+    /// [`apply_dense`]: Self::apply_dense
+    pub fn extend_dense(&self, x: &[f64], out: &mut Vec<f64>) {
+        let n = x.len().min(self.scale.len());
+        let (head, tail) = x.split_at(n);
+        if self.center {
+            out.extend(
+                head.iter()
+                    .zip(&self.mean[..n])
+                    .zip(&self.scale[..n])
+                    .map(|((&v, &m), &s)| (v - m) * s),
+            );
+        } else {
+            out.extend(
+                head.iter()
+                    .zip(&self.scale[..n])
+                    .map(|(&v, &s)| scale_value(v, s)),
+            );
+        }
+        out.extend_from_slice(tail);
     }
 
     /// Standardized values of a sparse row into `out`; the indices are unchanged. Only the
@@ -25,6 +49,13 @@ impl Standardizer {
     /// row (a preprocessor's numeric columns); plain sparse data is scaled, never centered.
     pub fn apply_sparse(&self, indices: &[u32], values: &[f64], out: &mut Vec<f64>) {
         out.clear();
+        self.extend_sparse(indices, values, out);
+    }
+
+    /// Standardized values of a sparse row appended to `out` (see [`apply_sparse`]).
+    ///
+    /// [`apply_sparse`]: Self::apply_sparse
+    pub fn extend_sparse(&self, indices: &[u32], values: &[f64], out: &mut Vec<f64>) {
         out.extend(
             indices
                 .iter()

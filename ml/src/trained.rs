@@ -36,7 +36,7 @@ impl Model {
     pub fn n_params(&self) -> usize {
         match self {
             Model::Linear(m) => m.weights.len() + m.bias.len(),
-            Model::Network(m) => m.net.params.len(),
+            Model::Network(m) => m.net().params.len(),
         }
     }
 }
@@ -110,8 +110,8 @@ impl Model {
                 let (weights, biases) = m.weights_and_biases();
                 ModelParts::Network {
                     kind: m.kind,
-                    layers: m.net.sizes.clone(),
-                    activation: m.net.activation,
+                    layers: m.net().sizes.clone(),
+                    activation: m.net().activation,
                     weights,
                     biases,
                 }
@@ -200,10 +200,7 @@ mod tests {
 
     fn network() -> Model {
         let net = Network::new(&[3, 4, 2], Activation::Tanh, Head::Softmax, 1).unwrap();
-        Model::Network(NetworkModel {
-            kind: ModelKind::Mlp,
-            net,
-        })
+        Model::Network(NetworkModel::new(ModelKind::Mlp, net))
     }
 
     #[test]

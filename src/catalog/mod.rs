@@ -208,7 +208,7 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
         Model::Linear(m) => (m.weights.clone(), m.bias.clone(), None),
         Model::Network(m) => {
             let (weights, biases) = m.weights_and_biases();
-            let layers: Vec<i32> = m.net.sizes.iter().map(|&n| n as i32).collect();
+            let layers: Vec<i32> = m.net().sizes.iter().map(|&n| n as i32).collect();
             (weights, biases, Some(layers))
         }
     };

@@ -289,7 +289,7 @@ fn layers(key: ModelRef) -> Vec<LayerRow> {
         }
         Model::Network(m) => {
             let (weights, biases) = m.weights_and_biases();
-            let sizes = &m.net.sizes;
+            let sizes = &m.net().sizes;
             let (mut w_at, mut b_at) = (0, 0);
             sizes
                 .windows(2)
@@ -298,7 +298,7 @@ fn layers(key: ModelRef) -> Vec<LayerRow> {
                     let activation = if l + 2 == sizes.len() {
                         head
                     } else {
-                        m.net.activation.name()
+                        m.net().activation.name()
                     };
                     let row = (
                         l as i32 + 1,

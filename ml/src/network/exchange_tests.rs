@@ -40,10 +40,7 @@ fn trainer() -> NetworkTrainer {
 }
 
 fn accuracy(net: Network, arena: &TupleArena) -> f64 {
-    let model = NetworkModel {
-        kind: ModelKind::Mlp,
-        net,
-    };
+    let model = NetworkModel::new(ModelKind::Mlp, net);
     let correct = (0..arena.len())
         .filter(|&i| model.predict(arena.row(i)) == arena.label(i))
         .count();

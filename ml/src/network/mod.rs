@@ -143,6 +143,12 @@ impl Network {
             .expect("a layer's weights fill its shape")
     }
 
+    /// Layer `l`'s weights, input-major (`sizes[l]` rows of `sizes[l + 1]`).
+    fn weights_slice(&self, l: usize) -> &[f64] {
+        let (w, b) = self.offsets(l);
+        &self.params[w..b]
+    }
+
     fn bias(&self, l: usize) -> &[f64] {
         let (_, b) = self.offsets(l);
         &self.params[b..b + self.sizes[l + 1]]

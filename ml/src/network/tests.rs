@@ -2,6 +2,7 @@
 //! both activations, both heads), determinism, and learning what no linear model can (XOR).
 
 use super::*;
+use crate::model::ModelKind;
 
 fn rows_of(x: &[Vec<f64>]) -> Vec<Row<'_>> {
     x.iter().map(|r| Row::Dense(r)).collect()
@@ -246,4 +247,185 @@ fn a_class_beyond_the_output_layer_is_an_error_not_a_panic() {
             classes: 2
         })
     );
+}
+
+/// A deterministic pseudo-random stream in [-1, 1) for the prediction tests.
+fn stream(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed;
+    move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+/// A network of these widths with random weights and biases.
+fn random_net(sizes: &[usize], activation: Activation, head: Head, seed: u64) -> Network {
+    let mut net = Network::new(sizes, activation, head, seed).unwrap();
+    let mut r = stream(seed);
+    net.params.iter_mut().for_each(|p| *p = r());
+    net
+}
+
+/// The row prediction as it was before the kernels: bias, then an axpy per input in input
+/// order (a hidden layer's zeros skipped), each layer into a new vector.
+fn reference_scores(net: &Network, x: &[f64]) -> Vec<f64> {
+    let mut current = x.to_vec();
+    for l in 0..net.n_layers() {
+        let (n_in, n_out) = (net.sizes[l], net.sizes[l + 1]);
+        let w = net.weights_slice(l);
+        let mut next = net.bias(l).to_vec();
+        for (j, &a) in current.iter().enumerate().take(n_in) {
+            if l == 0 || a != 0.0 {
+                next.iter_mut()
+                    .zip(&w[j * n_out..(j + 1) * n_out])
+                    .for_each(|(z, w)| *z += a * w);
+            }
+        }
+        if l + 1 < net.n_layers() {
+            net.activation.apply_for_tests(&mut next);
+        }
+        current = next;
+    }
+    current
+}
+
+/// Σ |terms| of each output of the last layer: the scale a reordered sum's rounding is
+/// measured against.
+fn last_layer_scale(net: &Network, x: &[f64]) -> Vec<f64> {
+    let mut hidden = x.to_vec();
+    let last = net.n_layers() - 1;
+    if last > 0 {
+        let mut trimmed = net.clone();
+        trimmed.sizes.truncate(last + 1);
+        trimmed.head = Head::Linear;
+        hidden = reference_scores(&trimmed, x);
+        trimmed.activation.apply_for_tests(&mut hidden);
+    }
+    let n_out = net.sizes[last + 1];
+    let w = net.weights_slice(last);
+    (0..n_out)
+        .map(|k| {
+            net.bias(last)[k].abs()
+                + hidden
+                    .iter()
+                    .enumerate()
+                    .map(|(j, a)| (a * w[j * n_out + k]).abs())
+                    .sum::<f64>()
+        })
+        .collect()
+}
+
+const SHAPES: [&[usize]; 7] = [
+    &[3, 4, 3],
+    &[18, 64, 2],
+    &[5, 17, 1],
+    &[7, 9, 13, 2],
+    &[11, 33, 65, 8],
+    &[2, 70, 40, 5],
+    &[20, 8, 7, 9, 3],
+];
+
+#[test]
+fn row_predictions_match_the_reference_and_every_vector_width_gives_the_same_bits() {
+    for (s, sizes) in SHAPES.iter().enumerate() {
+        for activation in [Activation::Relu, Activation::Tanh] {
+            for head in [Head::Softmax, Head::Linear] {
+                let sizes = if head == Head::Linear {
+                    let mut v = sizes.to_vec();
+                    *v.last_mut().unwrap() = 1;
+                    v
+                } else {
+                    sizes.to_vec()
+                };
+                let kind = if head == Head::Softmax {
+                    ModelKind::Mlp
+                } else {
+                    ModelKind::MlpRegression
+                };
+                let net = random_net(&sizes, activation, head, 100 + s as u64);
+                let model = NetworkModel::new(kind, net.clone());
+                let narrow = (1..net.n_layers()).any(|l| sizes[l + 1] < 8);
+                let mut r = stream(7 + s as u64);
+                for _ in 0..20 {
+                    let x: Vec<f64> = (0..sizes[0])
+                        .map(|j| if j % 3 == 1 { 0.0 } else { 3.0 * r() })
+                        .collect();
+                    let want = reference_scores(&net, &x);
+                    let scale = last_layer_scale(&net, &x);
+                    let mut got = Vec::new();
+                    model.scores(Row::Dense(&x), &mut got);
+                    for ((g, w), sc) in got.iter().zip(&want).zip(&scale) {
+                        if narrow {
+                            // A narrow last layer's dot product adds in lanes: rounding only.
+                            assert!((g - w).abs() <= 1e-12 * sc, "{sizes:?}: {g} vs {w}");
+                        } else {
+                            assert_eq!(g.to_bits(), w.to_bits(), "{sizes:?}: {g} vs {w}");
+                        }
+                    }
+                    // The same row as sparse non-zeros: the same bits.
+                    let idx: Vec<u32> = (0..x.len() as u32)
+                        .filter(|&j| x[j as usize] != 0.0)
+                        .collect();
+                    let val: Vec<f64> = idx.iter().map(|&j| x[j as usize]).collect();
+                    let mut sparse = Vec::new();
+                    model.scores(
+                        Row::Sparse {
+                            indices: &idx,
+                            values: &val,
+                        },
+                        &mut sparse,
+                    );
+                    // Every kernel variant this CPU runs: the same bits.
+                    for isa in model::Isa::available() {
+                        let mut other = Vec::new();
+                        model.with_isa(isa).scores(Row::Dense(&x), &mut other);
+                        assert_eq!(other, got, "{isa:?}");
+                    }
+                    assert_eq!(sparse, got);
+                    assert_eq!(model.decision(Row::Dense(&x)).to_bits(), got[0].to_bits());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn row_predictions_match_the_batch_forward_pass() {
+    for (s, sizes) in SHAPES.iter().enumerate() {
+        let net = random_net(sizes, Activation::Relu, Head::Softmax, 200 + s as u64);
+        let model = NetworkModel::new(ModelKind::Mlp, net.clone());
+        let mut r = stream(s as u64);
+        let x: Vec<Vec<f64>> = (0..9)
+            .map(|_| (0..sizes[0]).map(|_| 2.0 * r()).collect())
+            .collect();
+        let mut ws = Workspace::new(&net, x.len()).unwrap();
+        net.forward(&rows_of(&x), &mut ws);
+        for (i, row) in x.iter().enumerate() {
+            let mut proba = Vec::new();
+            assert!(model.predict_proba(Row::Dense(row), &mut proba));
+            for (p, q) in proba.iter().zip(net.outputs(&ws, i)) {
+                assert!((p - q).abs() <= 1e-12 * q.abs().max(1e-3), "{p} vs {q}");
+            }
+            let best = crate::model::argmax(net.outputs(&ws, i)).unwrap();
+            assert_eq!(model.predict(Row::Dense(row)), best as f64);
+        }
+    }
+}
+
+#[test]
+fn folding_a_target_keeps_the_output_major_copy_in_step() {
+    let net = random_net(&[4, 10, 1], Activation::Tanh, Head::Linear, 3);
+    let mut model = NetworkModel::new(ModelKind::MlpRegression, net.clone());
+    let x = [0.5, -1.0, 2.0, 0.25];
+    let before = model.decision(Row::Dense(&x));
+    model.fold_target(100.0, 20.0);
+    let after = model.decision(Row::Dense(&x));
+    assert!(
+        (after - (before * 20.0 + 100.0)).abs() < 1e-9,
+        "{after} vs {before}"
+    );
+    let rebuilt = NetworkModel::new(ModelKind::MlpRegression, model.net().clone());
+    assert_eq!(rebuilt.decision(Row::Dense(&x)).to_bits(), after.to_bits());
 }
