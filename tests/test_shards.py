@@ -394,6 +394,35 @@ def test_mlp_regression_sharded(conn, shards):
         conn.execute("DROP TABLE IF EXISTS sh_nreg, sh_nreg_copy CASCADE")
 
 
+def test_a_sum_of_converged_rounds_that_diverges_is_an_error(conn, shards):
+    """An exactly linear target on two shards and a local partition: every part fits it within
+    its round, and adding three such changes overshoots threefold; the loss grows round after
+    round while staying finite (it reached 3.5e38 in 3 epochs, and that model was stored). Now
+    an ERROR (22003) names the epoch, and nothing is stored; a smaller step trains it."""
+    det = """SELECT i AS id, sin(i) * 3 + cos(i * 0.7) AS label,
+                    ARRAY[sin(i), cos(i * 0.7), (i % 13) / 13.0, ((i * 7919) % 1000) / 1000.0]::float8[] AS features
+             FROM generate_series({lo}, {hi}) i"""
+    for i, (lo, hi) in enumerate(((1, 12000), (12001, 20000))):
+        on_shard(i, "DROP TABLE IF EXISTS exact_part", f"CREATE TABLE exact_part AS {det.format(lo=lo, hi=hi)}")
+    sharded_table(conn, "sh_exact", [("FOR VALUES FROM (1) TO (12001)", S1, "exact_part"),
+                                     ("FOR VALUES FROM (12001) TO (20001)", S2, "exact_part"),
+                                     ("FOR VALUES FROM (20001) TO (30001)", None, None)],
+                  cols="id int, label float8, features float8[]")
+    conn.execute(f"INSERT INTO sh_exact_2 {det.format(lo=20001, hi=30000)}")
+    try:
+        before = models_count(conn)
+        with pytest.raises(E.NumericValueOutOfRange) as err:
+            train(conn, "sh_exact", "linear", {"epochs": 3, "seed": 7})
+        assert err.value.diag.message_primary.startswith("training diverged in epoch "), \
+            err.value.diag.message_primary
+        assert "learning_rate" in err.value.diag.message_hint
+        assert_nothing_stored(conn, before)
+        m = train(conn, "sh_exact", "linear", {"epochs": 3, "seed": 7, "learning_rate": 0.001})
+        assert evaluate(conn, m, "sh_exact")["r2"] > 0.99
+    finally:
+        conn.execute("DROP TABLE IF EXISTS sh_exact CASCADE")
+
+
 # ----------------------------------------------------------------------------------------------
 # 2: one class per shard
 

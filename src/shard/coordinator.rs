@@ -432,6 +432,12 @@ pub unsafe fn train(
     }
     extras.clone().apply(&mut train_config);
 
+    // Adding the shards' changes is right while each round moves the model a little; when
+    // every shard converges within its round (an exactly linear target, three parts), the
+    // sum overshoots and grows without bound while staying finite (measured: loss 3.5e38
+    // after 3 epochs). An epoch whose training loss is a thousand times a zero model's is
+    // that: an ERROR, never a stored model.
+    let diverged_above = 1000.0 * zero_model_loss(kind, &stats);
     // Rounds. A network's parameters travel in `weights` (see `RoundRequest::network`).
     let outputs = 1usize;
     let (n_weights, mut model_rounds) = match &network {
@@ -518,6 +524,14 @@ pub unsafe fn train(
             validation: None,
             validation_seconds: 0.0,
         };
+        // (A NaN loss is caught too.)
+        if !(record.stats.loss <= diverged_above) {
+            raise_train_error(
+                TrainError::Diverged { epoch },
+                &|v| v.to_string(),
+                params.normalize,
+            );
+        }
         progress::epoch_finished(record.stats.loss);
         if params.verbose {
             let per_shard: Vec<String> = shards
@@ -707,4 +721,16 @@ fn training_number() -> u64 {
     // SAFETY: GetCurrentTimestamp only reads the clock (backend thread).
     let now = unsafe { pg_sys::GetCurrentTimestamp() } as u64;
     (now << 16) ^ TRAININGS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The mean training loss of a model that predicts zero (every weight and bias 0): half the
+/// label's mean square for a regression, at most ln(classes) (and at least 1) for a classifier
+/// (hinge 1, logistic ln 2, softmax ln K).
+fn zero_model_loss(kind: corgipile_ml::model::ModelKind, stats: &FeatureStats) -> f64 {
+    if kind.is_classifier() {
+        (stats.class_counts().len().max(2) as f64).ln().max(1.0)
+    } else {
+        let (mean, variance) = stats.label_mean_variance();
+        (0.5 * (variance + mean * mean)).max(1e-12)
+    }
 }
