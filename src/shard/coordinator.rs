@@ -525,7 +525,7 @@ pub unsafe fn train(
             validation_seconds: 0.0,
         };
         // (A NaN loss is caught too.)
-        if !(record.stats.loss <= diverged_above) {
+        if record.stats.loss.is_nan() || record.stats.loss > diverged_above {
             raise_train_error(
                 TrainError::Diverged { epoch },
                 &|v| v.to_string(),
