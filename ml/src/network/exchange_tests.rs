@@ -1,7 +1,7 @@
 //! Networks trained by several processes at once: each trainer adds its steps to one set of
 //! shared parameters (`trainer::SharedModel`), as parallel workers do.
 
-use super::{Activation, Head, Network, NetworkModel, NetworkTrainer, OptimizerKind, Target};
+use super::{Activation, Head, Network, NetworkModel, NetworkTrainer};
 use crate::arena::TupleArena;
 use crate::model::ModelKind;
 use crate::row::Row;
@@ -28,15 +28,7 @@ fn rings(n: usize, mostly: Option<usize>) -> TupleArena {
 
 fn trainer() -> NetworkTrainer {
     let net = Network::new(&[2, 16, 2], Activation::Relu, Head::Softmax, 4).unwrap();
-    NetworkTrainer::try_new(
-        net,
-        OptimizerKind::Adam,
-        0.01,
-        0.0,
-        16,
-        Target::new(0.0, 1.0),
-    )
-    .unwrap()
+    NetworkTrainer::adam_for_tests(net, 16)
 }
 
 fn accuracy(net: Network, arena: &TupleArena) -> f64 {

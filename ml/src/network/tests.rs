@@ -230,15 +230,7 @@ fn a_class_beyond_the_output_layer_is_an_error_not_a_panic() {
         arena.push(y, &x);
     }
     let net = Network::new(&[2, 4, 2], Activation::Relu, Head::Softmax, 1).unwrap();
-    let mut t = NetworkTrainer::try_new(
-        net,
-        OptimizerKind::Adam,
-        0.01,
-        0.0,
-        8,
-        Target::new(0.0, 1.0),
-    )
-    .unwrap();
+    let mut t = NetworkTrainer::adam_for_tests(net, 8);
     t.start_epoch(1);
     assert_eq!(
         t.train_buffer(&arena, None),

@@ -150,6 +150,20 @@ impl NetworkTrainer {
         self.optimizer.set_learning_rate(learning_rate);
     }
 
+    /// Adam at learning rate 0.01, no L2, classes (the unit tests' trainer).
+    #[cfg(test)]
+    pub(crate) fn adam_for_tests(net: Network, batch: usize) -> NetworkTrainer {
+        NetworkTrainer::try_new(
+            net,
+            OptimizerKind::Adam,
+            0.01,
+            0.0,
+            batch,
+            Target::new(0.0, 1.0),
+        )
+        .unwrap()
+    }
+
     /// Continues with `optimizer`'s state (kept from an earlier round of the same training,
     /// e.g. a shard's); false, and nothing changed, if it does not fit this network. The
     /// learning rate stays this trainer's.
@@ -411,15 +425,7 @@ mod tests {
     fn train(epochs: u32, seed: u64) -> (NetworkTrainer, EpochStats) {
         let arena = rings(400);
         let net = Network::new(&[2, 16, 2], Activation::Relu, Head::Softmax, seed).unwrap();
-        let mut t = NetworkTrainer::try_new(
-            net,
-            OptimizerKind::Adam,
-            0.01,
-            0.0,
-            16,
-            Target::new(0.0, 1.0),
-        )
-        .unwrap();
+        let mut t = NetworkTrainer::adam_for_tests(net, 16);
         let mut last = None;
         for epoch in 1..=epochs {
             t.start_epoch(epoch);
@@ -512,15 +518,7 @@ mod tests {
     fn an_interrupt_stops_between_batches() {
         let arena = rings(64);
         let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 2).unwrap();
-        let mut t = NetworkTrainer::try_new(
-            net,
-            OptimizerKind::Adam,
-            0.01,
-            0.0,
-            8,
-            Target::new(0.0, 1.0),
-        )
-        .unwrap();
+        let mut t = NetworkTrainer::adam_for_tests(net, 8);
         t.set_interrupt(Some(Box::new(|| true)));
         t.start_epoch(1);
         assert_eq!(t.train_buffer(&arena, None), Err(TrainError::Interrupted));
@@ -553,15 +551,7 @@ mod tests {
             let order: Vec<u32> = (0..120u32).map(|i| (i * 37) % 120).collect();
             let run = |a: &TupleArena, s: Option<Standardizer>| {
                 let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 6).unwrap();
-                let mut t = NetworkTrainer::try_new(
-                    net,
-                    OptimizerKind::Adam,
-                    0.01,
-                    0.0,
-                    16,
-                    Target::new(0.0, 1.0),
-                )
-                .unwrap();
+                let mut t = NetworkTrainer::adam_for_tests(net, 16);
                 t.set_standardizer(s);
                 for epoch in 1..=2 {
                     t.start_epoch(epoch);
@@ -587,15 +577,7 @@ mod tests {
         }
         let run = |a: &TupleArena, o: Option<&[u32]>| {
             let net = Network::new(&[2, 8, 2], Activation::Tanh, Head::Softmax, 5).unwrap();
-            let mut t = NetworkTrainer::try_new(
-                net,
-                OptimizerKind::Adam,
-                0.01,
-                0.0,
-                7,
-                Target::new(0.0, 1.0),
-            )
-            .unwrap();
+            let mut t = NetworkTrainer::adam_for_tests(net, 7);
             t.start_epoch(1);
             t.train_buffer(a, o).unwrap();
             t.into_network().params
