@@ -4,15 +4,15 @@
 use super::leaves::Leaf;
 use super::remote::Remote;
 use crate::decode::classes::ClassValue;
-use crate::exec::sgd::checked_network_spec;
 use crate::exec::sgd::LearnedStatistics;
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
-use crate::shard::protocol::{EvaluateRequest, NetworkRound, Phase, RoundReply, RoundRequest};
+use crate::shard::network::network_plan;
+use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use corgipile_ml::learner::network_model;
 use corgipile_ml::model::LinearModel;
-use corgipile_ml::network::{Head, Network, Target};
+use corgipile_ml::network::Network;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
@@ -610,117 +610,6 @@ pub unsafe fn train(
         statistics_seconds: Some(statistics_seconds),
     };
     (outcome, summary)
-}
-
-/// What the coordinator decides of a network before the first round.
-struct NetworkPlan {
-    /// Sizes, activation and head (its `params` empty: see `initial`).
-    shape: Network,
-    /// The seeded initial parameters every shard's first round starts from.
-    initial: Vec<f64>,
-    target: Target,
-    round: NetworkRound,
-}
-
-/// A network over the shards: its classes are the label values the shards counted, ascending
-/// (every shard numbers them so: `NetworkRound::classes`), class weights by that numbering, a
-/// regression's target standardized by the label's moments over all shards; its size checked
-/// against corgipile.max_model_memory before it is built.
-fn network_plan(
-    config: &PipelineConfig,
-    stats: &FeatureStats,
-    n_features: usize,
-    extras: &mut LearnedStatistics,
-) -> NetworkPlan {
-    let kind = config.model;
-    let params = &config.params;
-    let counts = stats.class_counts();
-    let classes: Vec<ClassValue> = if kind.is_classifier() {
-        counts.iter().map(|&(v, _)| ClassValue::Number(v)).collect()
-    } else {
-        Vec::new()
-    };
-    if kind.is_classifier() && classes.len() < 2 {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-            format!(
-                "the label column of {} has {} distinct values on its shards",
-                config.relation,
-                classes.len()
-            ),
-            Some("Classifiers need rows of at least two classes.".into()),
-        );
-    }
-    if let (Some(class_weight), true) = (&params.class_weight, kind.is_classifier()) {
-        // By class index, as the shards' trainers see the labels.
-        let by_index: Vec<(f64, u64)> = counts
-            .iter()
-            .enumerate()
-            .map(|(i, &(_, n))| (i as f64, n))
-            .collect();
-        let text = |i: f64| {
-            classes
-                .get(i as usize)
-                .map_or(i.to_string(), |c| c.to_text())
-        };
-        let settled = settle_labels(kind, &by_index, Some(class_weight), &text)
-            .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
-        extras.class_weights = settled.class_weights;
-    }
-    let (mean, variance) = stats.label_mean_variance();
-    let target = Target::new(mean, variance.sqrt());
-    let outputs = if kind.is_classifier() {
-        classes.len()
-    } else {
-        1
-    };
-    let spec = checked_network_spec(
-        params,
-        outputs,
-        target,
-        n_features,
-        crate::pg::guc::max_model_bytes(),
-    );
-    let head = if kind.is_classifier() {
-        Head::Softmax
-    } else {
-        Head::Linear
-    };
-    let shape = Network::new(&spec.sizes(n_features), spec.activation, head, spec.seed)
-        .unwrap_or_else(|_| {
-            raise_train_error(
-                TrainError::OutOfMemory {
-                    bytes: spec.training_bytes(n_features, params.batch_size as usize),
-                },
-                &|v| v.to_string(),
-                false,
-            )
-        });
-    let initial = shape.params.clone();
-    NetworkPlan {
-        shape: Network {
-            params: Vec::new(),
-            ..shape
-        },
-        initial,
-        target,
-        round: NetworkRound {
-            training: training_number(),
-            classes,
-            target_mean: target.mean,
-            target_scale: target.scale,
-        },
-    }
-}
-
-/// A number no other sharded training of this backend had: the shards (and this backend, for
-/// local partitions) keep a network's optimizer state between rounds under it.
-fn training_number() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static TRAININGS: AtomicU64 = AtomicU64::new(0);
-    // SAFETY: GetCurrentTimestamp only reads the clock (backend thread).
-    let now = unsafe { pg_sys::GetCurrentTimestamp() } as u64;
-    (now << 16) ^ TRAININGS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The mean training loss of a model that predicts zero (every weight and bias 0): half the

@@ -11,6 +11,7 @@
 //! alike), the class weights and the dense width every shard must have.
 
 pub mod coordinator;
+mod network;
 pub mod protocol;
 pub mod remote;
 pub mod serve;
