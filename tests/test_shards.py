@@ -1233,11 +1233,13 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
         for model, request in (("mlp", {**base, "weights": [0.1] * 21, "network": network}),
                                ("mlp", {**base, "weights": [0.1] * 22}),
                                ("svm", {**base, "weights": [0.1] * 22, "network": network}),
-                               ("mlp", {**base, "weights": [0.1] * 22, "network": {**network, "classes": [0]}})):
+                               ("mlp", {**base, "weights": [0.1] * 22, "network": {**network, "classes": [0]}}),
+                               # A regression network has no classes (hidden [4]: 17 parameters).
+                               ("mlp_regression", {**base, "weights": [0.1] * 17, "network": network})):
             linear = Jsonb({"features": "features", "label": "label"})
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
-                          (model, params if model == "mlp" else linear, json.dumps(request)))
+                          (model, params if model.startswith("mlp") else linear, json.dumps(request)))
             assert err.value.sqlstate == "08P01", (model, err.value.sqlstate, err.value.diag.message_primary)
 
 

@@ -96,6 +96,11 @@ impl Optimizer {
         self.kind
     }
 
+    /// Bytes of state this optimizer holds.
+    pub fn bytes(&self) -> u64 {
+        ((self.first.len() + self.second.len()) * std::mem::size_of::<f64>()) as u64
+    }
+
     /// Whether this state fits `n_params` parameters trained by `kind` (a state kept from an
     /// earlier round of the same training).
     pub fn fits(&self, kind: OptimizerKind, n_params: usize) -> bool {

@@ -132,7 +132,13 @@ impl SgdNode {
                 } else {
                     1
                 };
-                if kind.is_classifier() != (outputs >= 2) {
+                // Classes for mlp (two at least), none for mlp_regression.
+                let fits = if kind.is_classifier() {
+                    outputs >= 2
+                } else {
+                    n.classes.is_empty()
+                };
+                if !fits {
                     other_shape();
                 }
                 let target = Target {
@@ -200,12 +206,19 @@ impl SgdNode {
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
         let mut weights = learner.parameters();
         if let (Some(training), Some(optimizer)) = (training, learner.into_optimizer()) {
+            // What this backend keeps between rounds (one state per local partition on a
+            // coordinator) stays within corgipile.max_model_memory; beyond it a partition's
+            // next round starts a fresh state.
+            let limit = self.config.max_model_bytes;
             KEPT.with_borrow_mut(|kept| {
-                kept.push(KeptOptimizer {
-                    training,
-                    relation,
-                    optimizer,
-                })
+                let held: u64 = kept.iter().map(|k| k.optimizer.bytes()).sum();
+                if held.saturating_add(optimizer.bytes()) <= limit {
+                    kept.push(KeptOptimizer {
+                        training,
+                        relation,
+                        optimizer,
+                    })
+                }
             });
         }
         if weights.len() != start.len() {
