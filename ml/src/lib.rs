@@ -36,11 +36,13 @@ pub mod prefetch;
 pub mod preprocess;
 pub mod row;
 pub mod scoring;
+pub mod search;
 pub mod shuffle;
 pub mod standardize;
 pub mod stats;
 pub mod streams;
 pub mod trained;
+pub mod trials;
 pub mod trainer;
 pub mod wire;
 

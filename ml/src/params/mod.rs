@@ -34,6 +34,7 @@ use crate::arena::MAX_FEATURES;
 use crate::model::ModelKind;
 use crate::network::{Activation, OptimizerKind};
 use crate::preprocess::PreprocessOptions;
+use crate::search::{Search, SelectBy, MAX_TRIALS, SEARCH_KEYS};
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
@@ -479,6 +480,42 @@ train_params! {
         },
         json: |x| json!(x),
     },
+    /// Hyperparameter search: configurations trained side by side in one pass.
+    search: Option<Search> = None => {
+        shown: "`null`",
+        accepts: r#"`{"learning_rate": [0.001, 0.01], "l2": [0, 0.0001], ...}`"#,
+        meaning: "train every combination of these values side by side on the same shuffled buffers, each scored on the same validation rows (default `{\"fraction\": 0.2}`), every one stored as a version of `name`, the best (`select_by`) last; see [Search](#search-many-configurations-in-one-pass)",
+        rule: "null or an object mapping learning_rate, learning_rate_schedule, decay, l2, l1, batch_size, average, hidden, activation, optimizer or momentum to a non-empty array of values, at most 256 combinations (default null)",
+        parse: |k, v| Search::parse(k, v).map(Some),
+        json: |x| x.as_ref().map_or(Value::Null, Search::to_json),
+    },
+    /// With `search`: train a seeded random sample of this many configurations of the grid.
+    search_trials: Option<u32> = None => {
+        shown: "`null`",
+        accepts: "integer 1 … 256, or `null`",
+        meaning: "with `search`: a random sample of this many configurations of the grid (drawn from `seed`); `null` = every configuration",
+        rule: "null or an integer from 1 to 256; needs \"search\" (default null)",
+        parse: |k, v| {
+            Ok(if v.is_null() {
+                None
+            } else {
+                Some(get_int(k, v, 1, MAX_TRIALS as u64)? as u32)
+            })
+        },
+        json: |x| json!(x),
+    },
+    /// With `search`: what ranks the configurations.
+    select_by: Option<SelectBy> = None => {
+        shown: r#"`"accuracy"` / `"r2"`"#,
+        accepts: r#"`"accuracy"` (classifiers), `"r2"` (regression), `"loss"`"#,
+        meaning: "with `search`: the validation score that picks the best configuration (`loss`: the lowest validation loss)",
+        rule: "\"accuracy\" (classifiers), \"r2\" (regression) or \"loss\"; needs \"search\" (default \"accuracy\" for classifiers, \"r2\" for regression)",
+        parse: |k, v| {
+            let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
+            SelectBy::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown score"))
+        },
+        json: |x| json!(x.map(SelectBy::name)),
+    },
     /// The model's name: each training of a name stores a new version of it.
     name: Option<String> = None => {
         shown: "`null`",
@@ -581,6 +618,7 @@ impl TrainParams {
                 });
             }
         }
+        p.check_search(value, kind)?;
         if p.patience.is_some() && p.validation.is_none() {
             return Err(ParamError {
                 message: "\"patience\" needs \"validation\"".into(),
@@ -590,13 +628,124 @@ impl TrainParams {
         Ok(p)
     }
 
+    /// A search's own checks (see [`Search`]): the configurations share the training's other
+    /// params (validation defaults to a 20% hash split), each value of the grid is checked as
+    /// its param on them, and what a search cannot do is refused before any work.
+    fn check_search(&mut self, value: &Value, kind: ModelKind) -> Result<(), ParamError> {
+        let refuse = |message: &str, hint: &str| {
+            Err(ParamError {
+                message: message.into(),
+                hint: Some(hint.into()),
+            })
+        };
+        let Some(search) = &mut self.search else {
+            if self.search_trials.is_some() || self.select_by.is_some() {
+                return refuse(
+                    "\"search_trials\" and \"select_by\" need \"search\"",
+                    "Add e.g. \"search\": {\"learning_rate\": [0.001, 0.01, 0.1]}.",
+                );
+            }
+            return Ok(());
+        };
+        if self.name.is_none() {
+            return refuse(
+                "\"search\" needs \"name\"",
+                "Every configuration is stored as a version of the name, the best one last: add e.g. \"name\": \"my_model\".",
+            );
+        }
+        if self.workers > 0 {
+            return refuse(
+                "\"search\" cannot be used with \"workers\" yet",
+                "Leave \"workers\" out: the configurations train side by side in one backend.",
+            );
+        }
+        if self.tolerance > 0.0 {
+            return refuse(
+                "\"search\" cannot be used with \"tolerance\"",
+                "Every configuration trains every epoch; to stop on the validation loss, use \"patience\".",
+            );
+        }
+        let mut base: Map<String, Value> = value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !SEARCH_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if self.validation.is_none() {
+            base.insert("validation".into(), json!({"fraction": 0.2}));
+            self.validation = Some(Validation::Fraction(0.2));
+        }
+        // Each value alone on the shared params: its errors name the value.
+        for (key, values) in &search.grid {
+            for v in values {
+                let mut one = base.clone();
+                one.insert(key.clone(), v.clone());
+                TrainParams::for_kind(&Value::Object(one), kind).map_err(|e| ParamError {
+                    message: format!("in \"search\": {}", e.message),
+                    hint: e.hint,
+                })?;
+            }
+        }
+        search.base = base;
+        match (self.select_by, kind.is_classifier()) {
+            (Some(SelectBy::Accuracy), false) => refuse(
+                "\"select_by\": \"accuracy\" is for classifiers",
+                "A regression's configurations are ranked by \"r2\" or \"loss\".",
+            ),
+            (Some(SelectBy::R2), true) => refuse(
+                "\"select_by\": \"r2\" is for regression",
+                "A classifier's configurations are ranked by \"accuracy\" or \"loss\".",
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// With `search`: what ranks the configurations (accuracy for classifiers, R² for
+    /// regression, unless `select_by` says otherwise).
+    pub fn selection(&self, kind: ModelKind) -> SelectBy {
+        self.select_by.unwrap_or(if kind.is_classifier() {
+            SelectBy::Accuracy
+        } else {
+            SelectBy::R2
+        })
+    }
+
+    /// What trains side by side: without `search`, these params alone; with it, every
+    /// configuration (its searched values and its params, the seed included).
+    pub fn configurations(
+        &self,
+        kind: ModelKind,
+    ) -> Result<Vec<(Map<String, Value>, TrainParams)>, ParamError> {
+        let Some(search) = &self.search else {
+            return Ok(vec![(Map::new(), self.clone())]);
+        };
+        let seed = self.seed.unwrap_or(0);
+        search
+            .configurations(self.search_trials, seed)
+            .into_iter()
+            .map(|c| {
+                let mut params = search.params_of(&c);
+                params["seed"] = json!(seed);
+                let p = TrainParams::for_kind(&params, kind).map_err(|e| ParamError {
+                    message: format!("in the search configuration {}: {}", Value::Object(c.clone()), e.message),
+                    hint: e.hint,
+                })?;
+                Ok((c, p))
+            })
+            .collect()
+    }
+
     /// The effective parameters as a JSON object with every key.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         for spec in PARAMS {
             let value = (spec.to_json)(self);
             // A linear model's params do not list the network's.
-            if value.is_null() && NETWORK_KEYS.contains(&spec.name) {
+            // Nor do the params of a training that searched nothing list the search's.
+            if value.is_null()
+                && (NETWORK_KEYS.contains(&spec.name) || SEARCH_KEYS.contains(&spec.name))
+            {
                 continue;
             }
             m.insert(spec.name.into(), value);
