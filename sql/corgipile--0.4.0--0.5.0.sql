@@ -46,3 +46,27 @@ CREATE FUNCTION "corgipile_model_layers"(
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_model_layers_by_name_wrapper';
+
+-- One row per configuration of a search (corgipile_train with "search", 0.5.0): each is a model,
+-- a version of the search's name; search_id is the search's first model. score is the
+-- validation score select_by ranks by; selected marks the best, stored last (so the name's
+-- newest version). Per-epoch validation metrics: corgipile.epochs of model_id.
+CREATE VIEW corgipile.search_trials WITH (security_invoker = true) AS
+SELECT (s OPERATOR(pg_catalog.->>) 'search_id')::bigint AS search_id, m.name, m.version,
+       m.id AS model_id, m.model_type AS model,
+       (s OPERATOR(pg_catalog.->>) 'trial')::integer AS trial,
+       (s OPERATOR(pg_catalog.->>) 'of')::integer AS trials,
+       s OPERATOR(pg_catalog.->) 'params' AS params,
+       s OPERATOR(pg_catalog.->>) 'select_by' AS select_by,
+       (s OPERATOR(pg_catalog.->>) 'score')::float8 AS score,
+       (s OPERATOR(pg_catalog.->>) 'selected')::boolean AS selected,
+       (m.metrics OPERATOR(pg_catalog.#>>) '{validation,loss}')::float8 AS validation_loss,
+       (m.metrics OPERATOR(pg_catalog.#>>) '{validation,accuracy}')::float8 AS validation_accuracy,
+       (m.metrics OPERATOR(pg_catalog.#>>) '{validation,r2}')::float8 AS validation_r2,
+       (m.metrics OPERATOR(pg_catalog.->>) 'epochs_run')::integer AS epochs,
+       (s OPERATOR(pg_catalog.->>) 'train_seconds')::float8 AS train_seconds,
+       m.created_at, m.trained_by
+FROM corgipile.models m,
+     LATERAL (SELECT m.metrics OPERATOR(pg_catalog.->) 'search') AS t(s)
+WHERE s IS NOT NULL;
+GRANT SELECT ON corgipile.search_trials TO PUBLIC;

@@ -42,8 +42,8 @@ pub mod standardize;
 pub mod stats;
 pub mod streams;
 pub mod trained;
-pub mod trials;
 pub mod trainer;
+pub mod trials;
 pub mod wire;
 
 pub use arena::{validate_sparse, SparseError, TupleArena, MAX_FEATURES};

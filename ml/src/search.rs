@@ -246,12 +246,24 @@ mod tests {
         let c = s.configurations(None, 7);
         let pairs: Vec<(f64, f64)> = c
             .iter()
-            .map(|m| (m["l2"].as_f64().unwrap(), m["learning_rate"].as_f64().unwrap()))
+            .map(|m| {
+                (
+                    m["l2"].as_f64().unwrap(),
+                    m["learning_rate"].as_f64().unwrap(),
+                )
+            })
             .collect();
         // serde_json's map is ordered by key: "l2" is the first key, so it changes slowest.
         assert_eq!(
             pairs,
-            vec![(0., 0.1), (0., 0.01), (1., 0.1), (1., 0.01), (2., 0.1), (2., 0.01)]
+            vec![
+                (0., 0.1),
+                (0., 0.01),
+                (1., 0.1),
+                (1., 0.01),
+                (2., 0.1),
+                (2., 0.01)
+            ]
         );
     }
 
@@ -264,8 +276,13 @@ mod tests {
         seen.dedup();
         assert_eq!(seen.len(), 6, "no configuration twice: {a:?}");
         assert_eq!(a, s.configurations(Some(6), 1), "same seed, same sample");
-        let others: Vec<_> = (2..20).map(|seed| s.configurations(Some(6), seed)).collect();
-        assert!(others.iter().any(|o| o != &a), "other seeds draw other samples");
+        let others: Vec<_> = (2..20)
+            .map(|seed| s.configurations(Some(6), seed))
+            .collect();
+        assert!(
+            others.iter().any(|o| o != &a),
+            "other seeds draw other samples"
+        );
         // Asking for as many or more than the grid has: the whole grid.
         assert_eq!(s.configurations(Some(20), 1), s.configurations(None, 1));
         assert_eq!(s.configurations(Some(99), 1).len(), 20);
@@ -281,7 +298,10 @@ mod tests {
             }
         }
         // 600 expected each; 5 standard deviations is about ±100.
-        assert!(counts.iter().all(|&n| (500..700).contains(&n)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&n| (500..700).contains(&n)),
+            "{counts:?}"
+        );
     }
 
     #[test]
@@ -307,7 +327,14 @@ mod tests {
 
     #[test]
     fn the_best_score_by_each_rule() {
-        let scores = [Some(0.5), None, Some(f64::NAN), Some(0.9), Some(0.9), Some(0.1)];
+        let scores = [
+            Some(0.5),
+            None,
+            Some(f64::NAN),
+            Some(0.9),
+            Some(0.9),
+            Some(0.1),
+        ];
         assert_eq!(best_of(SelectBy::Accuracy, &scores), Some(3));
         assert_eq!(best_of(SelectBy::Loss, &scores), Some(5));
         assert_eq!(best_of(SelectBy::R2, &[None, Some(f64::NAN)]), None);

@@ -13,12 +13,24 @@ use crate::learner::Learner;
 use crate::trained::Model;
 use crate::trainer::{EpochStats, InterruptCheck, TrainError};
 
+/// Where a learner is: training, done early (see [`Trials::stop`]), or set aside.
+enum State {
+    Going,
+    Stopped,
+    Failed(TrainError),
+}
+
 struct Trial {
     learner: Learner,
-    /// Why it was set aside (it diverged), if it was.
-    failed: Option<TrainError>,
+    state: State,
     /// Seconds spent training it (its share of the arithmetic; the scan is shared).
     seconds: f64,
+}
+
+impl Trial {
+    fn is_going(&self) -> bool {
+        matches!(self.state, State::Going)
+    }
 }
 
 pub struct Trials {
@@ -33,7 +45,7 @@ impl Trials {
                 .into_iter()
                 .map(|learner| Trial {
                     learner,
-                    failed: None,
+                    state: State::Going,
                     seconds: 0.0,
                 })
                 .collect(),
@@ -61,8 +73,15 @@ impl Trials {
         }
     }
 
+    /// Learner `i` trains no more (early stopping): it keeps its model as it is now.
+    pub fn stop(&mut self, i: usize) {
+        if matches!(self.trials[i].state, State::Going) {
+            self.trials[i].state = State::Stopped;
+        }
+    }
+
     pub fn start_epoch(&mut self, epoch: u32) {
-        for t in self.trials.iter_mut().filter(|t| t.failed.is_none()) {
+        for t in self.trials.iter_mut().filter(|t| t.is_going()) {
             t.learner.start_epoch(epoch);
         }
     }
@@ -73,7 +92,7 @@ impl Trials {
         match result {
             Ok(()) => Ok(()),
             Err(e @ TrainError::Diverged { .. }) if self.going() > 1 => {
-                self.trials[i].failed = Some(e);
+                self.trials[i].state = State::Failed(e);
                 Ok(())
             }
             Err(e) => Err(e),
@@ -82,7 +101,7 @@ impl Trials {
 
     /// How many learners are still training.
     fn going(&self) -> usize {
-        self.trials.iter().filter(|t| t.failed.is_none()).count()
+        self.trials.iter().filter(|t| t.is_going()).count()
     }
 
     /// Trains every learner still going on the buffer, in the same order.
@@ -93,7 +112,7 @@ impl Trials {
     ) -> Result<(), TrainError> {
         for i in 0..self.trials.len() {
             let t = &mut self.trials[i];
-            if t.failed.is_some() {
+            if !t.is_going() {
                 continue;
             }
             let started = Instant::now();
@@ -104,11 +123,11 @@ impl Trials {
         Ok(())
     }
 
-    /// Ends the epoch of every learner: its statistics, None for one set aside.
+    /// Ends the epoch of every learner: its statistics, None for one not going.
     pub fn finish_epoch(&mut self) -> Result<Vec<Option<EpochStats>>, TrainError> {
         let mut stats = Vec::with_capacity(self.trials.len());
         for i in 0..self.trials.len() {
-            if self.trials[i].failed.is_some() {
+            if !self.trials[i].is_going() {
                 stats.push(None);
                 continue;
             }
@@ -125,7 +144,10 @@ impl Trials {
 
     /// The first learner still going (they all saw the same labels).
     fn first_going(&self) -> &Learner {
-        let t = self.trials.iter().find(|t| t.failed.is_none());
+        let t = self
+            .trials
+            .iter()
+            .find(|t| !matches!(t.state, State::Failed(_)));
         &t.unwrap_or(&self.trials[0]).learner
     }
 
@@ -139,12 +161,12 @@ impl Trials {
         self.first_going().label_map()
     }
 
-    /// The model each learner would return now (None for one set aside), or Err with the
+    /// The model each learner going would return now (None for the others), or Err with the
     /// bytes of the one that could not be copied.
     pub fn result_models(&mut self) -> Result<Vec<Option<Model>>, u64> {
         let mut models = Vec::with_capacity(self.trials.len());
         for t in &mut self.trials {
-            if t.failed.is_some() {
+            if !t.is_going() {
                 models.push(None);
                 continue;
             }
@@ -161,9 +183,9 @@ impl Trials {
         self.trials
             .into_iter()
             .map(|t| {
-                let result = match t.failed {
-                    Some(e) => Err(e),
-                    None => Ok(t.learner),
+                let result = match t.state {
+                    State::Failed(e) => Err(e),
+                    State::Going | State::Stopped => Ok(t.learner),
                 };
                 (result, t.seconds)
             })
@@ -185,10 +207,19 @@ mod tests {
         for _ in 0..400 {
             let mut x = [0.0; 3];
             for v in &mut x {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 *v = (s >> 33) as f64 / 2f64.powi(31) * 20.0 - 10.0;
             }
-            arena.push(if x[0] - 2.0 * x[1] + 0.5 > 0.0 { 1.0 } else { 0.0 }, &x);
+            arena.push(
+                if x[0] - 2.0 * x[1] + 0.5 > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                },
+                &x,
+            );
         }
         arena
     }
@@ -200,7 +231,12 @@ mod tests {
 
     fn weights(model: &Model) -> Vec<u64> {
         match model {
-            Model::Linear(m) => m.weights.iter().chain(&m.bias).map(|w| w.to_bits()).collect(),
+            Model::Linear(m) => m
+                .weights
+                .iter()
+                .chain(&m.bias)
+                .map(|w| w.to_bits())
+                .collect(),
             Model::Network(_) => unreachable!(),
         }
     }
@@ -217,9 +253,15 @@ mod tests {
     #[test]
     fn side_by_side_each_learner_is_what_it_would_be_alone() {
         let arena = rows();
-        let configs = [json!({"learning_rate": 0.1}), json!({"learning_rate": 0.01, "l2": 0.001})];
+        let configs = [
+            json!({"learning_rate": 0.1}),
+            json!({"learning_rate": 0.01, "l2": 0.001}),
+        ];
         let mut together = Trials::new(
-            configs.iter().map(|c| learner(ModelKind::Logistic, c.clone())).collect(),
+            configs
+                .iter()
+                .map(|c| learner(ModelKind::Logistic, c.clone()))
+                .collect(),
         );
         train(&mut together, &arena, 3).unwrap();
         let models = together.result_models().unwrap();
@@ -227,9 +269,16 @@ mod tests {
             let mut alone = Trials::new(vec![learner(ModelKind::Logistic, config.clone())]);
             train(&mut alone, &arena, 3).unwrap();
             let alone = alone.result_models().unwrap().remove(0).unwrap();
-            assert_eq!(weights(model.as_ref().unwrap()), weights(&alone), "{config}");
+            assert_eq!(
+                weights(model.as_ref().unwrap()),
+                weights(&alone),
+                "{config}"
+            );
         }
-        assert_ne!(weights(models[0].as_ref().unwrap()), weights(models[1].as_ref().unwrap()));
+        assert_ne!(
+            weights(models[0].as_ref().unwrap()),
+            weights(models[1].as_ref().unwrap())
+        );
     }
 
     #[test]
@@ -247,6 +296,9 @@ mod tests {
         assert!(results[1].0.is_ok());
 
         let mut alone = Trials::new(vec![learner(ModelKind::Linear, wild)]);
-        assert!(matches!(train(&mut alone, &arena, 3), Err(TrainError::Diverged { .. })));
+        assert!(matches!(
+            train(&mut alone, &arena, 3),
+            Err(TrainError::Diverged { .. })
+        ));
     }
 }

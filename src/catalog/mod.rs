@@ -7,6 +7,7 @@
 
 pub mod grants;
 pub mod locks;
+pub mod search;
 
 use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
@@ -142,6 +143,15 @@ pub fn lock_model_name(name: &crate::catalog::grants::ModelName) {
 /// so an ERROR anywhere leaves no row behind. The caller holds the name's lock
 /// (`lock_model_name`) since before training.
 pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
+    store_model_of_search(source, outcome, None)
+}
+
+/// [`store_model`] for one configuration of a search: `search` goes into its metrics.
+pub fn store_model_of_search(
+    source: &ModelSource,
+    outcome: &TrainOutcome,
+    search: Option<serde_json::Value>,
+) -> i64 {
     let role = match source.name {
         Some(n) => {
             // Checked before training too; a "manage" revoked meanwhile must not still count.
@@ -156,10 +166,15 @@ pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
         }
         None => caller().1,
     };
-    as_catalog_owner(|| insert_model(source, outcome, &role))
+    as_catalog_owner(|| insert_model(source, outcome, &role, search))
 }
 
-fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64 {
+fn insert_model(
+    source: &ModelSource,
+    outcome: &TrainOutcome,
+    role: &str,
+    search: Option<serde_json::Value>,
+) -> i64 {
     // The stored model's epoch: the best one when early stopping kept it, else the last.
     let stored_epoch = outcome
         .best_epoch
@@ -201,6 +216,9 @@ fn insert_model(source: &ModelSource, outcome: &TrainOutcome, role: &str) -> i64
     }
     if let Some(t) = outcome.statistics_seconds {
         metrics["statistics_seconds"] = json!(t);
+    }
+    if let Some(search) = search {
+        metrics["search"] = search;
     }
     let model = &outcome.model;
     // A network's weights and biases are every layer's, one after the other (see `layers`).

@@ -48,11 +48,11 @@ pub fn max_wire_bytes() -> u64 {
     max_model_bytes().saturating_mul(4)
 }
 
-/// The share of corgipile.max_model_memory of each process of a training with `workers`
-/// parallel workers: every process (the leader and each worker) holds its own copy of the
-/// model, and the setting bounds the training, whatever its processes.
-pub fn model_bytes_for(workers: u32) -> u64 {
-    max_model_bytes() / (u64::from(workers) + 1)
+/// The share of corgipile.max_model_memory of each model a training holds: every process (the
+/// leader and each of its `workers`) holds its own copy, and a search one model per
+/// configuration (`models`); the setting bounds the training, whatever its processes.
+pub fn model_bytes_for(workers: u32, models: usize) -> u64 {
+    max_model_bytes() / (u64::from(workers) + 1) / (models.max(1) as u64)
 }
 
 /// Raise unless a model of `n_features` × `n_outputs` fits `limit_bytes` (corgipile.max_model_memory,
@@ -86,15 +86,25 @@ pub fn check_network_size(sizes: &[usize], params: u64, bytes: u64, limit_bytes:
     }
 }
 
+/// How many models of `bytes` the whole setting (`total`) holds.
+fn total_fit(bytes: u64, total: u64) -> String {
+    match total / bytes.max(1) {
+        0 => "not even one such model fits".to_string(),
+        1 => "one such model fits".to_string(),
+        n => format!("{n} such models fit"),
+    }
+}
+
 /// What a training of `bytes` exceeds: corgipile.max_model_memory, or (`limit` below it) a
 /// parallel training's share of it, total / (workers + 1) rounded down.
 fn limit_text(bytes: u64, limit: u64) -> String {
     use corgipile_ml::limits::pretty_pair;
     let total = max_model_bytes();
-    let processes = total / limit.max(1);
-    if processes >= 2 {
+    let copies = total / limit.max(1);
+    if copies >= 2 {
+        let fit = total_fit(bytes, total);
         let (share, total) = pretty_pair(limit, total);
-        format!("its share of corgipile.max_model_memory ({share} of {total}: each of the training's {processes} processes holds its own copy)")
+        format!("its share of corgipile.max_model_memory ({share} of {total}: the training holds {copies} models, one per process and search configuration; {fit})")
     } else {
         format!(
             "corgipile.max_model_memory ({})",

@@ -234,6 +234,31 @@ pub use corgipile_ml::scoring::ValidationStats;
 
 pub use corgipile_ml::trainer::EpochRecord;
 
+/// One configuration of a training (the only one, unless it searched): its searched values,
+/// its params, its seconds of arithmetic (the scan is shared) and what it produced, or why it
+/// was set aside (it diverged while others went on).
+pub struct Trial {
+    pub configuration: serde_json::Map<String, serde_json::Value>,
+    pub params: TrainParams,
+    pub seconds: f64,
+    pub outcome: Result<TrainOutcome, corgipile_ml::trainer::TrainError>,
+    /// The epochs it trained, when it was set aside (an outcome holds its own).
+    pub epochs_before_failing: Vec<EpochRecord>,
+}
+
+impl Trial {
+    /// The one configuration of a training that does not search.
+    pub fn only(params: &TrainParams, outcome: TrainOutcome) -> Trial {
+        Trial {
+            configuration: serde_json::Map::new(),
+            params: params.clone(),
+            seconds: outcome.seconds,
+            outcome: Ok(outcome),
+            epochs_before_failing: Vec::new(),
+        }
+    }
+}
+
 /// What a finished training produced; the caller stores it in the catalog.
 pub struct TrainOutcome {
     /// In original feature units (a standardizer, if any, is folded in).

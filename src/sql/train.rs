@@ -1,6 +1,7 @@
 //! corgipile_train, and what shows a training without storing it: corgipile_explain and
 //! corgipile_trace.
 
+use crate::catalog::search::store_search;
 use crate::catalog::{
     check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
 };
@@ -9,7 +10,7 @@ use crate::exec::sgd::{Collect, CollectedRows, Learn, Trace, Train};
 use crate::pg::error::raise;
 use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::run::Pipeline;
-use crate::pipeline::Mode;
+use crate::pipeline::{Mode, Trial};
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::query::qualified_name;
 use crate::request::{parse_model, parse_params, prepare};
@@ -68,8 +69,19 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             known_classes,
             learned.as_ref(),
         );
-        let outcome = match crate::shard::sharded_leaves(prepared.relid) {
-            Some(leaves) => train_sharded(&prepared, leaves).0,
+        let sharded = crate::shard::sharded_leaves(prepared.relid);
+        if sharded.is_some() && prepared.config.params.search.is_some() {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "\"search\" cannot train on a sharded table yet",
+                Some("Search on one shard's table, or train each configuration with its own corgipile_train.".into()),
+            );
+        }
+        let trials = match sharded {
+            Some(leaves) => vec![Trial::only(
+                &prepared.config.params,
+                train_sharded(&prepared, leaves).0,
+            )],
             None => prepared.run(Train {
                 validation_rows,
                 relid: prepared.relid,
@@ -77,34 +89,40 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             }),
         };
         let params = &prepared.config.params;
-        store_model(
-            &ModelSource {
-                model: kind,
-                relation: &qualified_name(prepared.relid),
-                label_column: &params.label,
-                // A column list is stored as the columns read ("*" expanded).
-                features: if prepared.config.preprocess.is_some() {
-                    serde_json::json!(prepared.input.columns)
-                } else {
-                    params.to_json()["features"].clone()
-                },
-                label_type: if prepared.input.label_is_bool {
-                    "boolean"
-                } else if prepared.config.label.uses_classes()
-                    && matches!(
-                        prepared.config.label,
-                        crate::pipeline::LabelCoding::ClassOfText
-                    )
-                {
-                    "text"
-                } else {
-                    "numeric"
-                },
-                params: params.to_json(),
-                name: target_name.as_ref(),
+        let source = ModelSource {
+            model: kind,
+            relation: &qualified_name(prepared.relid),
+            label_column: &params.label,
+            // A column list is stored as the columns read ("*" expanded).
+            features: if prepared.config.preprocess.is_some() {
+                serde_json::json!(prepared.input.columns)
+            } else {
+                params.to_json()["features"].clone()
             },
-            &outcome,
-        )
+            label_type: if prepared.input.label_is_bool {
+                "boolean"
+            } else if prepared.config.label.uses_classes()
+                && matches!(
+                    prepared.config.label,
+                    crate::pipeline::LabelCoding::ClassOfText
+                )
+            {
+                "text"
+            } else {
+                "numeric"
+            },
+            params: params.to_json(),
+            name: target_name.as_ref(),
+        };
+        if params.search.is_some() {
+            return store_search(&source, trials, params.selection(kind));
+        }
+        let outcome = trials
+            .into_iter()
+            .next()
+            .and_then(|t| t.outcome.ok())
+            .expect("a training that does not search has one configuration, trained");
+        store_model(&source, &outcome)
     }
 }
 

@@ -506,10 +506,10 @@ train_params! {
     },
     /// With `search`: what ranks the configurations.
     select_by: Option<SelectBy> = None => {
-        shown: r#"`"accuracy"` / `"r2"`"#,
+        shown: "`null`",
         accepts: r#"`"accuracy"` (classifiers), `"r2"` (regression), `"loss"`"#,
-        meaning: "with `search`: the validation score that picks the best configuration (`loss`: the lowest validation loss)",
-        rule: "\"accuracy\" (classifiers), \"r2\" (regression) or \"loss\"; needs \"search\" (default \"accuracy\" for classifiers, \"r2\" for regression)",
+        meaning: "with `search`: the validation score that picks the best configuration (`loss`: the lowest validation loss); `null` = accuracy for classifiers, R² for regression",
+        rule: "\"accuracy\" (classifiers), \"r2\" (regression) or \"loss\"; needs \"search\"; null ranks classifiers by accuracy and regression by r2 (default null)",
         parse: |k, v| {
             let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
             SelectBy::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown score"))
@@ -711,6 +711,17 @@ impl TrainParams {
         })
     }
 
+    /// How many models train side by side: a search's configurations, else one.
+    pub fn n_configurations(&self) -> usize {
+        match &self.search {
+            None => 1,
+            Some(s) => {
+                let grid = s.grid_size() as usize; // at most MAX_TRIALS
+                self.search_trials.map_or(grid, |k| grid.min(k as usize))
+            }
+        }
+    }
+
     /// What trains side by side: without `search`, these params alone; with it, every
     /// configuration (its searched values and its params, the seed included).
     pub fn configurations(
@@ -728,7 +739,11 @@ impl TrainParams {
                 let mut params = search.params_of(&c);
                 params["seed"] = json!(seed);
                 let p = TrainParams::for_kind(&params, kind).map_err(|e| ParamError {
-                    message: format!("in the search configuration {}: {}", Value::Object(c.clone()), e.message),
+                    message: format!(
+                        "in the search configuration {}: {}",
+                        Value::Object(c.clone()),
+                        e.message
+                    ),
                     hint: e.hint,
                 })?;
                 Ok((c, p))

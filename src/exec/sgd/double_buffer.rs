@@ -5,10 +5,10 @@
 
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::{raise, raise_train_error};
-use corgipile_ml::learner::Learner;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{EpochStats, TrainError};
+use corgipile_ml::trials::Trials;
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 pub enum Job {
     StartEpoch(u32),
     Train(ShuffledBuffer),
+    /// Learner `i` of a search trains no more (early stopping).
+    Stop(usize),
     /// End the epoch; `snapshot` = also send a copy of the model (for validation).
     EndEpoch {
         snapshot: bool,
@@ -29,12 +31,14 @@ pub enum Job {
 pub enum Reply {
     Consumed(ShuffledBuffer),
     EpochDone {
-        result: Result<EpochStats, TrainError>,
+        /// Each learner's (None: set aside, see `Trials`).
+        result: Result<Vec<Option<EpochStats>>, TrainError>,
         /// Binary kinds: the distinct label values seen so far.
         labels_seen: Vec<f64>,
         label_map: Option<(f64, f64)>,
         busy_seconds: f64,
-        model: Option<Model>,
+        /// Each learner's model, when a snapshot was asked for.
+        model: Option<Vec<Option<Model>>>,
     },
     Failed(TrainError),
     Panicked(String),
@@ -46,15 +50,17 @@ pub enum Reply {
 pub struct Worker {
     jobs: Option<Sender<Job>>,
     replies: Receiver<Reply>,
-    handle: Option<JoinHandle<Learner>>,
+    handle: Option<JoinHandle<Trials>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Worker {
-    pub fn spawn(mut trainer: Learner) -> Worker {
+    pub fn spawn(mut trainer: Trials) -> Worker {
         let stop = Arc::new(AtomicBool::new(false));
-        let stop_seen = stop.clone();
-        trainer.set_interrupt(Some(Box::new(move || stop_seen.load(Ordering::Relaxed))));
+        trainer.set_interrupt(|| {
+            let stop_seen = stop.clone();
+            Box::new(move || stop_seen.load(Ordering::Relaxed))
+        });
         // Two buffers at most exist, so a small bound never blocks the backend for long.
         let (jobs_tx, jobs_rx) = bounded::<Job>(4);
         let (replies_tx, replies_rx) = unbounded::<Reply>();
@@ -63,6 +69,7 @@ impl Worker {
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 for job in jobs_rx.iter() {
                     match job {
+                        Job::Stop(i) => trainer.stop(i),
                         Job::StartEpoch(epoch) => {
                             trainer.start_epoch(epoch);
                             busy = 0.0;
@@ -87,14 +94,13 @@ impl Worker {
                             let result = trainer.finish_epoch();
                             let labels_seen = trainer.labels_seen();
                             // What would be stored now (the average, when averaging).
-                            let model = match snapshot.then(|| trainer.result_model()) {
-                                Some(None) => {
-                                    let bytes = trainer.n_params() as u64 * 8;
+                            let model = match snapshot.then(|| trainer.result_models()) {
+                                Some(Err(bytes)) => {
                                     let _ = replies_tx
                                         .send(Reply::Failed(TrainError::OutOfMemory { bytes }));
                                     return;
                                 }
-                                copy => copy.flatten(),
+                                copy => copy.map(|c| c.expect("Err returned above")),
                             };
                             let label_map = trainer.label_map();
                             let _ = replies_tx.send(Reply::EpochDone {
@@ -163,7 +169,7 @@ impl Worker {
         reply
     }
 
-    pub fn finish(mut self) -> Learner {
+    pub fn finish(mut self) -> Trials {
         self.jobs = None;
         let handle = self.handle.take().expect("worker running");
         match handle.join() {

@@ -197,6 +197,23 @@ impl Node for SgdNode {
         if state.config.model.is_network() {
             explain_network(es, p);
         }
+        if let Some(search) = &p.search {
+            let searched: Vec<String> = search
+                .grid
+                .iter()
+                .map(|(key, values)| format!("{key} {}", serde_json::Value::Array(values.clone())))
+                .collect();
+            explain::text(
+                es,
+                "Search",
+                &format!(
+                    "{} configurations side by side ({}), best by validation {}",
+                    p.n_configurations(),
+                    searched.join(", "),
+                    p.selection(state.config.model).name()
+                ),
+            );
+        }
         if let Some(patience) = p.patience {
             explain::int(es, "Patience", patience as i64);
         }

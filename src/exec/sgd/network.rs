@@ -35,9 +35,14 @@ pub fn checked_network_spec(
 }
 
 impl SgdNode {
-    /// A network kind's shape over `n_features` inputs (None for linear kinds), checked against
+    /// A network kind's shape over `n_features` inputs as `params` ask (the training's, or one
+    /// configuration's of a search), None for linear kinds, checked against
     /// `corgipile.max_model_memory` before anything of it is allocated.
-    pub(super) unsafe fn network_spec(&self, n_features: usize) -> Option<NetworkSpec> {
+    pub(super) unsafe fn network_spec(
+        &self,
+        n_features: usize,
+        params: &TrainParams,
+    ) -> Option<NetworkSpec> {
         let kind = self.config.model;
         if !kind.is_network() {
             return None;
@@ -53,7 +58,7 @@ impl SgdNode {
         };
         let (mean, variance) = self.label_moments.unwrap_or((0.0, 1.0));
         Some(checked_network_spec(
-            &self.config.params,
+            params,
             outputs,
             Target::new(mean, variance.sqrt()),
             n_features,

@@ -12,16 +12,19 @@ use crate::pg::error::{notice, raise};
 use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
-use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, ValidationStats};
+use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationStats};
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
+use corgipile_ml::params::TrainParams;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
+use corgipile_ml::search::{best_of, SelectBy};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
     EpochStats, TrainConfig, TrainError,
 };
+use corgipile_ml::trials::Trials;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -35,10 +38,11 @@ pub struct Train {
 }
 
 impl SgdTask for Train {
-    type Output = TrainOutcome;
+    /// Every configuration's (one, unless the params search).
+    type Output = Vec<Trial>;
     const MODE: Mode = Mode::Train;
 
-    unsafe fn run(self, node: &mut SgdNode) -> TrainOutcome {
+    unsafe fn run(self, node: &mut SgdNode) -> Vec<Trial> {
         let role = Role::Lead {
             relid: self.relid,
             sql: self.sql,
@@ -147,15 +151,27 @@ impl SgdNode {
         learned
     }
 
-    /// Every epoch; the model and its history. None only in a parallel worker that had
-    /// nothing to train (no process had a row: the leader raises the ERROR).
+    /// Every epoch; each configuration's model and history (one, unless the params search).
+    /// None only in a parallel worker that had nothing to train (no process had a row: the
+    /// leader raises the ERROR).
     unsafe fn train(
         &mut self,
         validation_rows: Option<CollectedRows>,
         role: Role,
-    ) -> Option<TrainOutcome> {
+    ) -> Option<Vec<Trial>> {
         let started = Instant::now();
         let params = self.config.params.clone();
+        // A search's configurations (each checked as a param) before any work.
+        let configurations = params
+            .configurations(self.config.model)
+            .unwrap_or_else(|e| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    e.message,
+                    e.hint,
+                )
+            });
+        let searching = params.search.is_some();
         let (lead, member) = match role {
             Role::Lead { relid, sql } => (Some((relid, sql)), None),
             Role::Member(share) => (None, Some(share)),
@@ -269,27 +285,53 @@ impl SgdNode {
             },
         };
         let standardizer = train_config.standardizer.clone();
-        let learner = match self.network_spec(n_features) {
-            Some(spec) => {
-                self.network_sizes = Some(spec.sizes(n_features));
-                Learner::network(train_config, &spec, n_features)
-            }
-            None => Learner::linear(train_config, n_features),
-        };
-        let mut trainer =
-            learner.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
+        let mut learners = Vec::with_capacity(configurations.len());
+        for (_, trial_params) in &configurations {
+            // A configuration learns as its params say, from what the statistics pass learned.
+            let config = if searching {
+                let mut c = trial_params.train_config(self.config.model);
+                c.standardizer = train_config.standardizer.clone();
+                c.class_weights = train_config.class_weights.clone();
+                c.label_values = train_config.label_values;
+                c
+            } else {
+                train_config.clone()
+            };
+            let learner = match self.network_spec(n_features, trial_params) {
+                Some(spec) => {
+                    self.network_sizes
+                        .get_or_insert_with(|| spec.sizes(n_features));
+                    Learner::network(config, &spec, n_features)
+                }
+                None => Learner::linear(config, n_features),
+            };
+            learners
+                .push(learner.unwrap_or_else(|e| {
+                    raise_train_error(e, &self.label_text(), params.normalize)
+                }));
+        }
+        drop(train_config);
+        let mut trainer = Trials::new(learners);
         if let Some(t) = team.as_mut() {
-            let n_values = trainer.n_params();
-            let shared = t.shared_model(n_features, &trainer.start_values());
+            let learner = trainer.only();
+            let n_values = learner.n_params();
+            let shared = t.shared_model(n_features, &learner.start_values());
             // An exchange reads and writes every weight: a big model exchanges less often.
-            trainer.set_exchange(shared, n_values as u64 / 4);
+            learner.set_exchange(shared, n_values as u64 / 4);
         }
         // Single-buffered, the backend trains: it must still answer cancel between rows.
-        trainer.set_interrupt(Some(Box::new(|| {
-            check_for_interrupts!();
-            false
-        })));
-        let mut epoch_loop = EpochLoop::new(params.epochs, params.tolerance);
+        trainer.set_interrupt(|| {
+            Box::new(|| {
+                check_for_interrupts!();
+                false
+            })
+        });
+        let n_trials = configurations.len();
+        let mut epoch_loops: Vec<EpochLoop> = (0..n_trials)
+            .map(|_| EpochLoop::new(params.epochs, params.tolerance))
+            .collect();
+        // Whether each configuration has stopped (early stopping) or was set aside.
+        let mut done = vec![false; n_trials];
         let mut rows_skipped = 0;
         let mut rows_trained = 0;
         let mut first = first;
@@ -302,10 +344,11 @@ impl SgdNode {
         let validate = params.validation.is_some();
         // The scan of the epoch to come has begun (its first buffer filled during the last one).
         let mut rescanned = false;
-        // With "patience": the lowest validation loss, its epoch and that epoch's model.
-        let mut best: Option<(f64, u32, Model)> = None;
+        // With "patience", per configuration: the lowest validation loss, its epoch and that
+        // epoch's model.
+        let mut best: Vec<Option<(f64, u32, Model)>> = (0..n_trials).map(|_| None).collect();
 
-        for epoch in epoch_loop.epochs() {
+        for epoch in 1..=params.epochs {
             let epoch_started = if epoch == 1 {
                 first_started
             } else {
@@ -340,11 +383,9 @@ impl SgdNode {
                         self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
                     self.binary_labels = t.label_map();
                     let snapshot = validate.then(|| {
-                        t.result_model().unwrap_or_else(|| {
+                        t.result_models().unwrap_or_else(|bytes| {
                             raise_train_error(
-                                TrainError::OutOfMemory {
-                                    bytes: t.n_params() as u64 * 8,
-                                },
+                                TrainError::OutOfMemory { bytes },
                                 &|v| v.to_string(),
                                 false,
                             )
@@ -354,29 +395,26 @@ impl SgdNode {
                 }
                 _ => unreachable!(),
             };
-            let stats = result
+            let mut stats = result
                 .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
             // With workers: the whole epoch's (every process waits here for the others).
-            let (stats, rows, skipped, labels_seen) = match &team {
+            let (rows, skipped, labels_seen) = match &team {
                 Some(t) => {
+                    let mine = stats[0].as_ref().expect("one learner, going");
                     let whole = t.end_epoch(
                         epoch,
-                        &stats,
+                        mine,
                         shuffle.counts().rows,
                         shuffle.counts().rows_skipped,
                         &labels_seen,
                     );
-                    (
-                        whole.stats,
-                        whole.rows,
-                        whole.rows_skipped,
-                        whole.labels_seen,
-                    )
+                    stats[0] = Some(whole.stats);
+                    (whole.rows, whole.rows_skipped, whole.labels_seen)
                 }
                 None => {
                     let (rows, skipped) = rows_of_epoch
                         .unwrap_or((shuffle.counts().rows, shuffle.counts().rows_skipped));
-                    (stats, rows, skipped, labels_seen.len())
+                    (rows, skipped, labels_seen.len())
                 }
             };
             rows_trained = rows;
@@ -392,50 +430,85 @@ impl SgdNode {
                 }
             }
             let seconds = epoch_started.elapsed().as_secs_f64();
-            progress::epoch_finished(stats.loss);
+            if let Some(s) = stats.iter().flatten().next() {
+                progress::epoch_finished(s.loss);
+                self.last_stats = Some(s.clone());
+            }
             self.epoch_seconds.push(seconds);
             if snapshot.is_some() {
                 progress::phase("validation");
             }
-            let validation_started = Instant::now();
-            let snapshot = snapshot.map(|m| match &standardizer {
-                Some(s) => m.fold_standardizer(s),
-                None => m,
-            });
-            let validation = snapshot
-                .as_ref()
-                .map(|m| self.validate(m, shuffle, validation_rows.as_ref()));
-            // Early stopping: the best epoch's model so far, and whether patience ran out.
-            let mut patience_ran_out = false;
-            if let (Some(patience), Some(v), Some(m)) = (params.patience, &validation, snapshot) {
-                let improved = v.loss.is_finite() && best.as_ref().is_none_or(|b| v.loss < b.0);
-                if improved {
-                    best = Some((v.loss, epoch, m));
-                } else if let Some((_, best_epoch, _)) = &best {
-                    patience_ran_out = epoch - best_epoch >= patience;
+            let mut snapshots = snapshot.unwrap_or_default();
+            snapshots.resize_with(n_trials, || None);
+            let mut lines = Vec::new();
+            for (i, (stats, snapshot)) in stats.into_iter().zip(snapshots).enumerate() {
+                // Stopped early or set aside (diverged): nothing more to record.
+                let Some(stats) = stats else {
+                    done[i] = true;
+                    continue;
+                };
+                let validation_started = Instant::now();
+                let snapshot = snapshot.map(|m| match &standardizer {
+                    Some(s) => m.fold_standardizer(s),
+                    None => m,
+                });
+                let validation = snapshot
+                    .as_ref()
+                    .map(|m| self.validate(m, shuffle, validation_rows.as_ref()));
+                // Early stopping: the best epoch's model so far, and whether patience ran out.
+                let mut patience_ran_out = false;
+                if let (Some(patience), Some(v), Some(m)) =
+                    (configurations[i].1.patience, &validation, snapshot)
+                {
+                    let improved =
+                        v.loss.is_finite() && best[i].as_ref().is_none_or(|b| v.loss < b.0);
+                    if improved {
+                        best[i] = Some((v.loss, epoch, m));
+                    } else if let Some((_, best_epoch, _)) = &best[i] {
+                        patience_ran_out = epoch - best_epoch >= patience;
+                    }
+                }
+                let validation_seconds = validation_started.elapsed().as_secs_f64();
+                let record = EpochRecord {
+                    stats,
+                    seconds,
+                    validation,
+                    validation_seconds,
+                };
+                if self.verbose && !searching {
+                    if epoch == 1 {
+                        let metric = self.config.model.metric_name();
+                        notice(table_header(metric, record.validation.is_some()));
+                    }
+                    notice(table_line(params.epochs, &record));
+                }
+                lines.push((i, record.validation.clone()));
+                if epoch_loops[i].record(record) || patience_ran_out {
+                    done[i] = true;
+                    if let Some(t) = local.as_mut() {
+                        t.stop(i);
+                    }
+                    if let Some(w) = worker.as_mut() {
+                        w.send(Job::Stop(i)).unwrap_or_else(|r| {
+                            raise_reply(r, &self.label_text(), params.normalize)
+                        });
+                    }
                 }
             }
-            let validation_seconds = validation_started.elapsed().as_secs_f64();
             self.epochs_run = epoch;
-            self.last_stats = Some(stats.clone());
-            let record = EpochRecord {
-                stats,
-                seconds,
-                validation,
-                validation_seconds,
-            };
-            if self.verbose {
-                if epoch == 1 {
-                    let metric = self.config.model.metric_name();
-                    notice(table_header(metric, record.validation.is_some()));
-                }
-                notice(table_line(params.epochs, &record));
+            if self.verbose && searching {
+                notice(search_line(
+                    epoch,
+                    params.epochs,
+                    &lines,
+                    &configurations,
+                    params.selection(self.config.model),
+                ));
             }
-            if epoch_loop.record(record) || patience_ran_out {
+            if done.iter().all(|&d| d) {
                 break;
             }
         }
-        let epochs = epoch_loop.into_history();
         progress::finish();
         let mut trainer = match worker.take() {
             Some(w) => w.finish(),
@@ -444,7 +517,7 @@ impl SgdNode {
         if let Some(t) = team.take() {
             // Every process's last steps are in the shared model now: continue from it, and
             // pool the iterate averages.
-            if let Err(e) = trainer.exchange_last() {
+            if let Err(e) = trainer.only().exchange_last() {
                 raise_train_error(e, &self.label_text(), params.normalize);
             }
             if !t.is_leader() {
@@ -453,39 +526,72 @@ impl SgdNode {
             }
             self.rows_per_process = t.rows_per_process(self.epochs_run);
             t.wait_for_workers();
-            trainer.adopt_shared_average();
+            trainer.only().adopt_shared_average();
             t.finish();
         }
         let label_map = trainer.label_map();
-        let mut model = trainer.into_model();
-        if let Some(s) = &standardizer {
-            model = model.fold_standardizer(s);
-        }
-        // Early stopping keeps the best epoch's model (already in the table's units).
-        let best_epoch = best.map(|(_, epoch, best_model)| {
-            model = best_model;
-            epoch
-        });
-        let classes = self.classes_of(label_map, model.n_outputs());
         // Stored for dense arrays only: a column list's scaling is part of its preprocessing,
         // and a sparse model's (one scale per feature, maybe millions) is folded in and would
         // only bloat the catalog row.
         let preprocessing = shuffle.rows().preprocessor().cloned();
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
-        Some(TrainOutcome {
-            model,
-            classes,
-            standardizer: standardizer
-                .filter(|_| dense)
-                .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
-            preprocessing,
-            statistics_seconds,
-            rows_trained,
-            rows_skipped,
-            epochs,
-            best_epoch,
-            seconds: started.elapsed().as_secs_f64(),
-        })
+        let stored_standardizer = standardizer
+            .as_ref()
+            .filter(|_| dense)
+            .map(|s| serde_json::to_value(s).expect("standardizer serializes"));
+        let mut trials = Vec::with_capacity(n_trials);
+        let results = trainer.into_results();
+        for ((((configuration, trial_params), (result, trial_seconds)), epoch_loop), best) in
+            configurations
+                .into_iter()
+                .zip(results)
+                .zip(epoch_loops)
+                .zip(best)
+        {
+            let epochs = epoch_loop.into_history();
+            let learner = match result {
+                Ok(l) => l,
+                Err(e) => {
+                    trials.push(Trial {
+                        configuration,
+                        params: trial_params,
+                        seconds: trial_seconds,
+                        outcome: Err(e),
+                        epochs_before_failing: epochs,
+                    });
+                    continue;
+                }
+            };
+            let mut model = learner.into_model();
+            if let Some(s) = &standardizer {
+                model = model.fold_standardizer(s);
+            }
+            // Early stopping keeps the best epoch's model (already in the table's units).
+            let best_epoch = best.map(|(_, epoch, best_model)| {
+                model = best_model;
+                epoch
+            });
+            let classes = self.classes_of(label_map, model.n_outputs());
+            trials.push(Trial {
+                configuration,
+                params: trial_params,
+                seconds: trial_seconds,
+                outcome: Ok(TrainOutcome {
+                    model,
+                    classes,
+                    standardizer: stored_standardizer.clone(),
+                    preprocessing: preprocessing.clone(),
+                    statistics_seconds,
+                    rows_trained,
+                    rows_skipped,
+                    epochs,
+                    best_epoch,
+                    seconds: started.elapsed().as_secs_f64(),
+                }),
+                epochs_before_failing: Vec::new(),
+            });
+        }
+        Some(trials)
     }
 
     /// A classifier's rows hold one class only.
@@ -650,12 +756,12 @@ impl SgdNode {
     /// One epoch, single-buffered: fill, then train, on the backend thread.
     unsafe fn epoch_on_backend(
         &mut self,
-        trainer: &mut Learner,
+        trainer: &mut Trials,
         shuffle: &mut TupleShuffle,
         spares: &mut Vec<ShuffledBuffer>,
         mut first: Option<ShuffledBuffer>,
         epoch: u32,
-    ) -> (Result<EpochStats, TrainError>, Vec<f64>) {
+    ) -> (Result<Vec<Option<EpochStats>>, TrainError>, Vec<f64>) {
         trainer.start_epoch(epoch);
         loop {
             let next = match first.take() {
@@ -675,15 +781,54 @@ impl SgdNode {
 
 /// What the worker reports at the end of an epoch: the epoch's stats, the distinct label values
 /// seen, and the model snapshot when one was asked for.
-type EpochResult = (Result<EpochStats, TrainError>, Vec<f64>, Option<Model>);
+type EpochResult = (
+    Result<Vec<Option<EpochStats>>, TrainError>,
+    Vec<f64>,
+    Option<Vec<Option<Model>>>,
+);
 
 /// How a double-buffered epoch ended.
 struct EpochEnd {
-    result: Result<EpochStats, TrainError>,
+    result: Result<Vec<Option<EpochStats>>, TrainError>,
     labels_seen: Vec<f64>,
-    model: Option<Model>,
+    model: Option<Vec<Option<Model>>>,
     /// Some when the next epoch's scan has begun: its first buffer (None if it has no rows).
     next_first: Option<Option<ShuffledBuffer>>,
     /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
     rows_of_epoch: Option<(u64, u64)>,
+}
+
+/// A search's NOTICE for one epoch: how many configurations train, and the best validation
+/// score so far with its configuration.
+fn search_line(
+    epoch: u32,
+    epochs: u32,
+    scored: &[(usize, Option<ValidationStats>)],
+    configurations: &[(serde_json::Map<String, serde_json::Value>, TrainParams)],
+    select_by: SelectBy,
+) -> String {
+    let score = |v: &ValidationStats| match select_by {
+        SelectBy::Accuracy => v.accuracy,
+        SelectBy::R2 => v.r2,
+        SelectBy::Loss => Some(v.loss),
+    };
+    let scores: Vec<Option<f64>> = scored
+        .iter()
+        .map(|(_, v)| v.as_ref().and_then(score))
+        .collect();
+    let best = best_of(select_by, &scores).map(|b| {
+        let (i, _) = scored[b];
+        format!(
+            "; best validation {} {:.4}: {}",
+            select_by.name(),
+            scores[b].unwrap_or(f64::NAN),
+            serde_json::Value::Object(configurations[i].0.clone())
+        )
+    });
+    format!(
+        "epoch {epoch}/{epochs}: {} of {} configurations trained{}",
+        scored.len(),
+        configurations.len(),
+        best.unwrap_or_default()
+    )
 }
