@@ -74,7 +74,7 @@ pub fn check_network_size(sizes: &[usize], params: u64, bytes: u64, limit_bytes:
         crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             format!("a network of layers {shape} needs {needed} of memory to train (parameters, optimizer state and a batch's activations), more than {what}"),
-            Some("Use narrower or fewer \"hidden\" layers, a smaller \"batch_size\", fewer features, fewer \"workers\", or ask a superuser to raise corgipile.max_model_memory.".into()),
+            Some("Use narrower or fewer \"hidden\" layers, a smaller \"batch_size\", fewer features, fewer \"workers\" or \"search\" configurations, or ask a superuser to raise corgipile.max_model_memory.".into()),
         );
     }
     if params > MAX_STORED_WEIGHTS {
@@ -129,7 +129,7 @@ pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, sourc
             crate::pg::error::raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("a model of {shape} ({source}) needs {bytes} of memory to train, more than {what}"),
-                Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, fewer \"workers\", or ask a superuser to raise corgipile.max_model_memory.".into()),
+                Some("Use fewer features (a smaller n_features, smaller sparse indices) or fewer classes, fewer \"workers\" or \"search\" configurations, or ask a superuser to raise corgipile.max_model_memory.".into()),
             )
         }
         Err(ModelSizeError::Weights { weights }) => crate::pg::error::raise(

@@ -60,6 +60,10 @@ const MAX_SEED: u64 = i64::MAX as u64; // fits a PostgreSQL bigint
 /// Keys only mlp kinds take; absent from a linear model's stored params.
 const NETWORK_KEYS: [&str; 4] = ["hidden", "activation", "optimizer", "momentum"];
 
+/// One configuration of a training: the values a search chose (none without a search) and the
+/// params it trains with.
+pub type Configuration = (Map<String, Value>, TrainParams);
+
 /// One training parameter, as declared in the `train_params!` table.
 #[derive(Clone, Copy)]
 pub struct ParamSpec {
@@ -727,7 +731,7 @@ impl TrainParams {
     pub fn configurations(
         &self,
         kind: ModelKind,
-    ) -> Result<Vec<(Map<String, Value>, TrainParams)>, ParamError> {
+    ) -> Result<Vec<Configuration>, ParamError> {
         let Some(search) = &self.search else {
             return Ok(vec![(Map::new(), self.clone())]);
         };

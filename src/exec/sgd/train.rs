@@ -15,7 +15,7 @@ use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationStats};
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
-use corgipile_ml::params::TrainParams;
+use corgipile_ml::params::Configuration;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::search::{best_of, SelectBy};
 use corgipile_ml::stats::FeatureStats;
@@ -804,7 +804,7 @@ fn search_line(
     epoch: u32,
     epochs: u32,
     scored: &[(usize, Option<ValidationStats>)],
-    configurations: &[(serde_json::Map<String, serde_json::Value>, TrainParams)],
+    configurations: &[Configuration],
     select_by: SelectBy,
 ) -> String {
     let score = |v: &ValidationStats| match select_by {
