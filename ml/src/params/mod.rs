@@ -728,10 +728,7 @@ impl TrainParams {
 
     /// What trains side by side: without `search`, these params alone; with it, every
     /// configuration (its searched values and its params, the seed included).
-    pub fn configurations(
-        &self,
-        kind: ModelKind,
-    ) -> Result<Vec<Configuration>, ParamError> {
+    pub fn configurations(&self, kind: ModelKind) -> Result<Vec<Configuration>, ParamError> {
         let Some(search) = &self.search else {
             return Ok(vec![(Map::new(), self.clone())]);
         };
