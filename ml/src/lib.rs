@@ -36,7 +36,6 @@ pub mod prefetch;
 pub mod preprocess;
 pub mod row;
 pub mod scoring;
-pub mod search;
 pub mod shuffle;
 pub mod standardize;
 pub mod stats;

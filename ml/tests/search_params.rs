@@ -2,8 +2,8 @@
 //! the configurations they describe, each parsed as its own training's params.
 
 use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::search::SelectBy;
 use corgipile_ml::params::{ParamError, TrainParams, Validation};
-use corgipile_ml::search::SelectBy;
 use serde_json::{json, Value};
 
 fn for_kind(v: Value, kind: ModelKind) -> Result<TrainParams, ParamError> {

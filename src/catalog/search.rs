@@ -7,8 +7,8 @@
 use super::{as_catalog_owner, store_model_of_search, ModelSource};
 use crate::pg::error::{notice, raise};
 use crate::pipeline::{EpochRecord, TrainOutcome, Trial};
+use corgipile_ml::params::search::{best_of, SelectBy};
 use corgipile_ml::scoring::ValidationStats;
-use corgipile_ml::search::{best_of, SelectBy};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use serde_json::{json, Value};

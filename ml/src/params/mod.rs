@@ -16,6 +16,7 @@
 //! percentages), `values` (JSON value readers and error messages).
 
 mod options;
+pub mod search;
 mod sizing;
 mod units;
 mod values;
@@ -34,9 +35,9 @@ use crate::arena::MAX_FEATURES;
 use crate::model::ModelKind;
 use crate::network::{Activation, OptimizerKind};
 use crate::preprocess::PreprocessOptions;
-use crate::search::{Search, SelectBy, MAX_TRIALS, SEARCH_KEYS};
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
+use search::{Search, SelectBy, MAX_TRIALS, SEARCH_KEYS};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_float, get_hidden, get_int,

@@ -15,9 +15,9 @@ use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationStats};
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
+use corgipile_ml::params::search::{best_of, SelectBy};
 use corgipile_ml::params::Configuration;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
-use corgipile_ml::search::{best_of, SelectBy};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{

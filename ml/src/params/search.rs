@@ -8,7 +8,7 @@ use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::params::ParamError;
+use super::ParamError;
 use crate::shuffle::bounded;
 
 /// The params a search may vary: those that change how a model learns, not what it reads
