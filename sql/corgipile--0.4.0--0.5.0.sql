@@ -70,3 +70,12 @@ FROM corgipile.models m,
      LATERAL (SELECT m.metrics OPERATOR(pg_catalog.->) 'search') AS t(s)
 WHERE s IS NOT NULL;
 GRANT SELECT ON corgipile.search_trials TO PUBLIC;
+
+-- Deploy a version of a name by a strategy: 'best' (the best validation score), 'latest', an id.
+CREATE FUNCTION "corgipile_deploy"(
+	"model_name" TEXT, /* core::option::Option<&str> */
+	"strategy" TEXT /* core::option::Option<&str> */
+) RETURNS bigint /* i64 */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_deploy_by_wrapper';

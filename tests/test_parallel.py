@@ -731,7 +731,7 @@ def test_max_model_memory_bounds_all_processes_together(dsn, tables):
             train(c, "par_sparse", "svm", {**params, "workers": 2})
         message = err.value.diag.message_primary
         assert "its share of corgipile.max_model_memory" in message, message
-        assert "3 processes" in message, message
+        assert "holds 3 models, one per process" in message, message
         assert "workers" in err.value.diag.message_hint
         with pytest.raises(E.ProgramLimitExceeded):
             train(c, "par_sparse", "svm", {**params, "n_features": 300_000})

@@ -21,7 +21,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe,
+from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe, error_of,
                      models_count, scalar, start_training, stop_if_running, train, train_error, wait_active)
 
 TABLES = ("search_ring", "search_reg", "search_raw")
@@ -301,3 +301,46 @@ def test_explain_names_the_search(tconn):
         (Jsonb({"name": "s_explain", "search": {"learning_rate": [0.01, 0.1], "l2": [0, 1]}}),)).fetchall())
     assert "Search: 4 configurations side by side" in lines and "best by validation accuracy" in lines, lines
     assert scalar(tconn, "SELECT count(*) FROM corgipile.models WHERE name = 's_explain'") == 0
+
+
+# =============================================================================================
+# 5. Deploying by score
+
+
+def test_deploy_best_pins_the_version_with_the_best_validation_score(tconn):
+    name = "s_deploy"
+    best = search(tconn, "search_reg", "linear", name, {"learning_rate": [0.0001, 0.01]}, epochs=2)
+    # A later version, trained without validation, is the newest (and deployed) but has no score.
+    later = train(tconn, "search_reg", "linear", {"name": name, "epochs": 1})
+    assert scalar(tconn, "SELECT corgipile_deploy(%s)", (name,)) == later
+    assert scalar(tconn, "SELECT corgipile_deploy(%s, 'best')", (name,)) == best
+    assert scalar(tconn, "SELECT pinned FROM corgipile.models WHERE id = %s", (best,))
+    # A version with a worse validation R² trained later does not displace it.
+    worse = train(tconn, "search_reg", "linear", {"name": name, "epochs": 1, "learning_rate": 1e-7,
+                                                  "normalize": False, "validation": {"fraction": 0.2}})
+    r2 = {m: scalar(tconn, "SELECT (metrics->'validation'->>'r2')::float8 FROM corgipile.models WHERE id = %s", (m,))
+          for m in (best, worse)}
+    assert r2[worse] < r2[best], r2
+    assert scalar(tconn, "SELECT corgipile_deploy(%s, 'best')", (name,)) == best
+    # 'latest' and NULL unpin; a number is a model id, as before, given as a number or as text.
+    assert scalar(tconn, "SELECT corgipile_deploy(%s, 'latest')", (name,)) == worse
+    assert scalar(tconn, "SELECT corgipile_deploy(%s, NULL)", (name,)) == worse
+    assert scalar(tconn, "SELECT corgipile_deploy(%s, %s::bigint)", (name, later)) == later
+    assert scalar(tconn, "SELECT corgipile_deploy(%s, %s)", (name, str(best))) == best
+
+
+def test_deploy_best_refuses_without_scores_and_unknown_strategies(tconn):
+    train(tconn, "search_ring", "logistic", {"name": "s_deploy_none", "epochs": 1})
+    e = error_of(tconn, "SELECT corgipile_deploy('s_deploy_none', 'best')")
+    assert e is not None and e.sqlstate == "P0002" and "validation score" in e.diag.message_primary, describe(e)
+    e = error_of(tconn, "SELECT corgipile_deploy('s_deploy_none', 'fastest')")
+    assert e is not None and e.sqlstate == "22023" and "strategy" in e.diag.message_primary, describe(e)
+    e = error_of(tconn, "SELECT corgipile_deploy('no_such_name_at_all', 'best')")
+    assert e is not None and e.sqlstate == "42704", describe(e)
+
+
+def test_another_role_cannot_deploy_by_score(roles_env, alice):
+    search(alice, "search_ring", "logistic", "s_alice_deploy", LR, epochs=1)
+    with connect(roles_env, ROLES_ENV_BOB) as bob:
+        e = error_of(bob, f"SELECT corgipile_deploy('{ROLES_ENV_ALICE}.s_alice_deploy', 'best')")
+        assert e is not None and e.sqlstate in ("42704", "42501"), describe(e)

@@ -14,6 +14,22 @@ pub struct Standardizer {
 }
 
 impl Standardizer {
+    /// A copy, or None when its memory cannot be allocated (its size follows the table's
+    /// features: a failed allocation must be an error, not an abort).
+    pub fn try_clone(&self) -> Option<Standardizer> {
+        let copy = |v: &[f64]| {
+            let mut c = Vec::new();
+            c.try_reserve_exact(v.len()).ok()?;
+            c.extend_from_slice(v);
+            Some(c)
+        };
+        Some(Standardizer {
+            mean: copy(&self.mean)?,
+            scale: copy(&self.scale)?,
+            center: self.center,
+        })
+    }
+
     /// Standardized copy of a dense row into `out` (reused; no allocation once warm).
     pub fn apply_dense(&self, x: &[f64], out: &mut Vec<f64>) {
         out.clear();

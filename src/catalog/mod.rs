@@ -253,7 +253,7 @@ fn insert_model(
             JsonB(serde_json::to_value(&label_mapping).expect("a label mapping serializes")).into(),
             weights.into(),
             bias.into(),
-            outcome.standardizer.clone().map(JsonB).into(),
+            outcome.standardizer.as_deref().cloned().map(JsonB).into(),
             JsonB(source.params.clone()).into(),
             JsonB(metrics).into(),
             (outcome.rows_trained as i64).into(),

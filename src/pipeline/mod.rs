@@ -265,9 +265,11 @@ pub struct TrainOutcome {
     pub model: Model,
     /// Classifiers: label values by class index (binary: [negative, positive]).
     pub classes: Vec<ClassValue>,
-    pub standardizer: Option<serde_json::Value>,
+    /// Shared by the configurations of a search, as the preprocessing (their size follows the
+    /// table's features: one copy, never one per configuration).
+    pub standardizer: Option<std::rc::Rc<serde_json::Value>>,
     /// Column lists: the preprocessing (statistics, categories) predictions apply.
-    pub preprocessing: Option<Preprocessor>,
+    pub preprocessing: Option<std::rc::Rc<Preprocessor>>,
     pub epochs: Vec<EpochRecord>,
     pub rows_trained: u64,
     pub rows_skipped: u64,

@@ -601,7 +601,7 @@ pub unsafe fn train(
         classes,
         standardizer: standardizer
             .filter(|_| dense)
-            .map(|s| serde_json::to_value(s).expect("standardizer serializes")),
+            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
         preprocessing: None,
         epochs,
         rows_trained,

@@ -64,6 +64,13 @@ fn corgipile_deploy(model_name: Option<&str>, model_id: default!(Option<i64>, "N
             );
         }
     }
+    pin(&n, model_id);
+    resolve_name(model_name)
+}
+
+/// Pins `model_id` as the deployed version of the name `n` (the caller may manage it and holds
+/// its deploy lock), or with None unpins.
+fn pin(n: &grants::ModelName, model_id: Option<i64>) {
     as_catalog_owner(|| {
         // Unpin first, then pin: one UPDATE doing both could trip the one-pinned-per-name index.
         Spi::run_with_args(
@@ -81,7 +88,59 @@ fn corgipile_deploy(model_name: Option<&str>, model_id: default!(Option<i64>, "N
             .unwrap_or_else(|e| spi_failed("pin the version", e));
         }
     });
-    resolve_name(model_name)
+}
+
+const DEPLOY_STRATEGY_USAGE: &str =
+    "corgipile_deploy(model_name text, strategy text): strategy 'best', 'latest' or a model id";
+
+/// Deploys a version of `model_name` chosen by `strategy`: `'best'` pins the version with the
+/// best validation score stored with it (accuracy for classifiers, R² for regression; of the
+/// versions of the newest version's kind of label; ties: the newest), as after a search;
+/// `'latest'` (or NULL) unpins, so the newest version is deployed; a number is a model id, as
+/// in corgipile_deploy(name, id). Returns the id of the deployed version.
+#[pg_extern(volatile, parallel_unsafe, name = "corgipile_deploy")]
+fn corgipile_deploy_by(model_name: Option<&str>, strategy: Option<&str>) -> i64 {
+    let name = required(model_name, "model_name", DEPLOY_STRATEGY_USAGE);
+    match strategy.map(str::trim) {
+        None | Some("latest") => corgipile_deploy(Some(name), None),
+        Some("best") => {
+            check_writable(c"corgipile_deploy()");
+            let n = checked_name(name, "deploy");
+            let best = select_one::<i64>(
+                "WITH v AS (
+                    SELECT id, version,
+                           COALESCE(metrics OPERATOR(pg_catalog.#>>) '{validation,accuracy}',
+                                               metrics OPERATOR(pg_catalog.#>>) '{validation,r2}')::pg_catalog.float8 AS score,
+                           (metrics OPERATOR(pg_catalog.#>) '{validation,accuracy}') IS NOT NULL AS classifier
+                    FROM corgipile.models
+                    WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
+                      AND (metrics OPERATOR(pg_catalog.#>>) '{validation,rows}')::pg_catalog.int8 OPERATOR(pg_catalog.>) 0)
+                 SELECT id FROM v
+                 WHERE classifier OPERATOR(pg_catalog.=) (SELECT classifier FROM v ORDER BY version DESC LIMIT 1)
+                   AND score OPERATOR(pg_catalog.=) score
+                 ORDER BY score DESC, version DESC LIMIT 1",
+                &[n.name.as_str().into(), n.owner.as_str().into()],
+            )
+            .unwrap_or_else(|e| spi_failed("read the versions", e))
+            .unwrap_or_else(|| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+                    format!("no version of \"{name}\" has a validation score"),
+                    Some("'best' compares the validation accuracy (or R²) stored with each version: train with \"validation\" or \"search\".".into()),
+                )
+            });
+            pin(&n, Some(best));
+            resolve_name(name)
+        }
+        Some(other) => match other.parse::<i64>() {
+            Ok(id) => corgipile_deploy(Some(name), Some(id)),
+            Err(_) => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("unknown deploy strategy \"{other}\""),
+                Some(format!("Use {DEPLOY_STRATEGY_USAGE}.")),
+            ),
+        },
+    }
 }
 
 /// The name `text` stands for, once the caller may manage it (`what`: "deploy", "drop"), with

@@ -286,16 +286,30 @@ impl SgdNode {
         };
         let standardizer = train_config.standardizer.clone();
         let mut learners = Vec::with_capacity(configurations.len());
+        let mut train_config = Some(train_config);
         for (_, trial_params) in &configurations {
-            // A configuration learns as its params say, from what the statistics pass learned.
             let config = if searching {
+                // A configuration learns as its params say, from what the statistics pass
+                // learned (its own copy of the scaling: as many features as the table has).
+                let learned = train_config.as_ref().expect("kept while searching");
                 let mut c = trial_params.train_config(self.config.model);
-                c.standardizer = train_config.standardizer.clone();
-                c.class_weights = train_config.class_weights.clone();
-                c.label_values = train_config.label_values;
+                c.standardizer = learned.standardizer.as_ref().map(|s| {
+                    s.try_clone().unwrap_or_else(|| {
+                        let bytes = 16 * s.mean.len() as u64;
+                        raise_train_error(
+                            TrainError::OutOfMemory { bytes },
+                            &|v| v.to_string(),
+                            false,
+                        )
+                    })
+                });
+                c.class_weights = learned.class_weights.clone();
+                c.label_values = learned.label_values;
                 c
             } else {
-                train_config.clone()
+                train_config
+                    .take()
+                    .expect("one configuration without a search")
             };
             let learner = match self.network_spec(n_features, trial_params) {
                 Some(spec) => {
@@ -310,7 +324,6 @@ impl SgdNode {
                     raise_train_error(e, &self.label_text(), params.normalize)
                 }));
         }
-        drop(train_config);
         let mut trainer = Trials::new(learners);
         if let Some(t) = team.as_mut() {
             let learner = trainer.only();
@@ -533,12 +546,12 @@ impl SgdNode {
         // Stored for dense arrays only: a column list's scaling is part of its preprocessing,
         // and a sparse model's (one scale per feature, maybe millions) is folded in and would
         // only bloat the catalog row.
-        let preprocessing = shuffle.rows().preprocessor().cloned();
+        let preprocessing = shuffle.rows().preprocessor().cloned().map(std::rc::Rc::new);
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
         let stored_standardizer = standardizer
             .as_ref()
             .filter(|_| dense)
-            .map(|s| serde_json::to_value(s).expect("standardizer serializes"));
+            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes")));
         let mut trials = Vec::with_capacity(n_trials);
         let results = trainer.into_results();
         for ((((configuration, trial_params), (result, trial_seconds)), epoch_loop), best) in
