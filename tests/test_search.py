@@ -344,3 +344,71 @@ def test_another_role_cannot_deploy_by_score(roles_env, alice):
     with connect(roles_env, ROLES_ENV_BOB) as bob:
         e = error_of(bob, f"SELECT corgipile_deploy('{ROLES_ENV_ALICE}.s_alice_deploy', 'best')")
         assert e is not None and e.sqlstate in ("42704", "42501"), describe(e)
+
+
+# =============================================================================================
+# 6. k-fold cross-validation in the same pass
+
+
+def test_folds_store_the_model_of_every_row_with_its_cross_validation(tconn):
+    m = train(tconn, "search_ring", "logistic", {"epochs": 3, "folds": 5}, defaults=QUIET)
+    cv = scalar(tconn, "SELECT metrics->'cv' FROM corgipile.models WHERE id = %s", (m,))
+    assert cv["folds"] == 5 and len(cv["per_fold"]) == 5
+    rows = [f["rows"] for f in cv["per_fold"]]
+    # Every row is scored once, by the fold model that never trained on it.
+    assert sum(rows) == 6000 and min(rows) > 900, rows
+    accuracies = [f["accuracy"] for f in cv["per_fold"]]
+    assert abs(cv["accuracy"] - sum(accuracies) / 5) < 1e-12 and cv["accuracy_std"] >= 0
+    assert 0.5 < cv["accuracy"] < 1
+    # The stored model is the one training alone on every row gives, bit for bit.
+    params = scalar(tconn, "SELECT params FROM corgipile.models WHERE id = %s", (m,))
+    assert params["folds"] == 5
+    twin = train(tconn, "search_ring", "logistic", {**params, "folds": None}, defaults={})
+    assert weights(tconn, twin) == weights(tconn, m)
+
+
+def test_folds_rank_a_search_by_the_mean_of_its_folds(tconn):
+    best = search(tconn, "search_reg", "linear", "s_cv", {"learning_rate": [0.00001, 0.01]}, epochs=2, folds=3)
+    rows = trials(tconn, "s_cv")
+    assert len(rows) == 2 and rows[-1][0] == best and rows[-1][7]
+    for r in rows:
+        cv = scalar(tconn, "SELECT metrics->'cv' FROM corgipile.models WHERE id = %s", (r[0],))
+        assert r[6] == cv["r2"], (r, cv)
+        assert r[9] is None and r[10] is None, "no validation split with folds"
+    assert rows[-1][6] == max(r[6] for r in rows)
+    assert rows[-1][4] == {"learning_rate": 0.01}
+
+
+def test_folds_of_networks_and_of_a_column_list(tconn):
+    m = train(tconn, "search_ring", "mlp", {"epochs": 2, "folds": 3, "hidden": [8]}, defaults=QUIET)
+    cv = scalar(tconn, "SELECT metrics->'cv' FROM corgipile.models WHERE id = %s", (m,))
+    assert sum(f["rows"] for f in cv["per_fold"]) == 6000 and cv["accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"folds": 1}, "folds"),
+    ({"folds": 21}, "folds"),
+    ({"folds": 3, "validation": {"fraction": 0.1}}, '"folds" cannot be used with "validation"'),
+    ({"folds": 3, "workers": 1}, '"folds" cannot be used with "workers"'),
+    ({"folds": 3, "tolerance": 0.1}, '"folds" cannot be used with "tolerance"'),
+])
+def test_refused_folds(alice, params, message):
+    before = models_count(alice)
+    e = train_error(alice, "search_ring", "svm", {"epochs": 1, **params})
+    assert e is not None and e.sqlstate == "22023", describe(e)
+    assert message in (e.diag.message_primary or "") + " " + (e.diag.message_hint or ""), describe(e)
+    assert models_count(alice) == before
+
+
+def test_folds_share_max_model_memory(tables):
+    with connect(tables) as su:
+        su.execute("SET corgipile.max_model_memory = '1MB'")
+        e = train_error(su, "search_ring", "mlp", {"hidden": [128, 128], "epochs": 1, "folds": 5})
+        assert e is not None and e.sqlstate == "54000", describe(e)
+        assert "6 models" in e.diag.message_primary, describe(e)
+
+
+def test_explain_names_the_folds(tconn):
+    lines = "\n".join(r[0] for r in tconn.execute(
+        "SELECT * FROM corgipile_explain('search_ring', 'logistic', %s)", (Jsonb({"folds": 4}),)).fetchall())
+    assert "Folds: 4" in lines, lines

@@ -5,13 +5,42 @@
 //! With several learners, one that diverges is set aside (its error kept, for the report) and
 //! the others go on; with one, or when the last one diverges, the error is the training's, as
 //! for a learner alone. Any other error (an interrupt, memory) stops them all.
+//!
+//! k-fold cross-validation: every row belongs to one of k folds ([`fold_of`], a fixed hash of
+//! the row); a learner that holds out fold j trains on the other rows only, and while
+//! [`Trials::score_holdouts`] is on (the last epoch), scores each buffer's rows of fold j with
+//! its model as it stands once it has trained on that buffer: rows it never trains on.
 
 use std::time::Instant;
 
 use crate::arena::TupleArena;
+use crate::hash::splitmix64;
 use crate::learner::Learner;
+use crate::model::{Labels, ModelKind};
+use crate::row::Row;
+use crate::scoring::{BinaryLabels, ValidationScore, ValidationStats};
+use crate::standardize::Standardizer;
 use crate::trained::Model;
 use crate::trainer::{EpochStats, InterruptCheck, TrainError};
+
+/// The fold (0 … folds-1) of a row: a hash of its label and features, so the same row falls in
+/// the same fold in every epoch and every run (and a duplicated row never straddles two folds).
+pub fn fold_of(row: Row<'_>, label: f64, folds: usize) -> usize {
+    let mut h = splitmix64(label.to_bits() ^ 0xF01D_5EED);
+    match row {
+        Row::Dense(values) => {
+            for v in values {
+                h = splitmix64(h ^ v.to_bits());
+            }
+        }
+        Row::Sparse { indices, values } => {
+            for (i, v) in indices.iter().zip(values) {
+                h = splitmix64(h ^ (u64::from(*i) << 32) ^ v.to_bits().rotate_left(17));
+            }
+        }
+    }
+    (h % folds.max(1) as u64) as usize
+}
 
 /// Where a learner is: training, done early (see [`Trials::stop`]), or set aside.
 enum State {
@@ -20,11 +49,47 @@ enum State {
     Failed(TrainError),
 }
 
+/// A cross-validation's report: each fold's score on its held-out rows, and the mean and
+/// (population) standard deviation of the loss and of the accuracy or R² over the folds that
+/// scored rows.
+pub fn cross_validation(per_fold: &[Option<ValidationStats>]) -> serde_json::Value {
+    let scored: Vec<&ValidationStats> = per_fold.iter().flatten().filter(|v| v.rows > 0).collect();
+    let spread = |values: Vec<f64>| {
+        if values.is_empty() {
+            return (serde_json::Value::Null, serde_json::Value::Null);
+        }
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        (serde_json::json!(mean), serde_json::json!(var.sqrt()))
+    };
+    let (loss, loss_std) = spread(scored.iter().map(|v| v.loss).collect());
+    let (accuracy, accuracy_std) = spread(scored.iter().filter_map(|v| v.accuracy).collect());
+    let (r2, r2_std) = spread(scored.iter().filter_map(|v| v.r2).collect());
+    serde_json::json!({
+        "folds": per_fold.len(),
+        "per_fold": per_fold,
+        "loss": loss, "loss_std": loss_std,
+        "accuracy": accuracy, "accuracy_std": accuracy_std,
+        "r2": r2, "r2_std": r2_std,
+    })
+}
+
 struct Trial {
     learner: Learner,
     state: State,
     /// Seconds spent training it (its share of the arithmetic; the scan is shared).
     seconds: f64,
+    /// Cross-validation: the fold it never trains on, and its score on that fold's rows.
+    holdout: Option<usize>,
+    score: Option<ValidationScore>,
+}
+
+/// What scoring the held-out folds needs: the models' kind and the scaling to fold into a
+/// model before it scores rows as they are in the buffer.
+struct Scoring {
+    kind: ModelKind,
+    standardizer: Option<Standardizer>,
 }
 
 impl Trial {
@@ -35,20 +100,149 @@ impl Trial {
 
 pub struct Trials {
     trials: Vec<Trial>,
+    /// Cross-validation: how many folds (0: none).
+    folds: usize,
+    scoring: Option<Scoring>,
+    /// Per buffer: each row's fold, and each fold's rows (in the buffer's order).
+    row_folds: Vec<usize>,
+    fold_rows: Vec<Vec<u32>>,
+    /// Threads that train a buffer's learners (see [`Trials::set_threads`]).
+    threads: usize,
+}
+
+/// What every learner reads of one buffer.
+struct BufferWork<'a> {
+    arena: &'a TupleArena,
+    order: Option<&'a [u32]>,
+    row_folds: &'a [usize],
+    fold_rows: &'a [Vec<u32>],
+    scoring: Option<&'a Scoring>,
+}
+
+impl BufferWork<'_> {
+    /// Trains `t` on the buffer (without the rows of the fold it holds out; `kept`: scratch),
+    /// then, while scoring, scores that fold's rows.
+    fn train(&self, t: &mut Trial, kept: &mut Vec<u32>) -> Result<(), TrainError> {
+        let started = Instant::now();
+        let result = match t.holdout {
+            None => t.learner.train_buffer(self.arena, self.order),
+            Some(fold) => {
+                kept.clear();
+                let folds = self.row_folds;
+                match self.order {
+                    Some(order) => {
+                        kept.extend(order.iter().filter(|&&r| folds[r as usize] != fold))
+                    }
+                    None => kept.extend(
+                        (0..self.arena.len() as u32).filter(|&r| folds[r as usize] != fold),
+                    ),
+                }
+                t.learner.train_buffer(self.arena, Some(kept))
+            }
+        };
+        let result = result.and_then(|()| self.score_fold(t));
+        t.seconds += started.elapsed().as_secs_f64();
+        result
+    }
+
+    /// While scoring: `t` scores the buffer's rows of the fold it holds out.
+    fn score_fold(&self, t: &mut Trial) -> Result<(), TrainError> {
+        let (Some(scoring), Some(fold)) = (self.scoring, t.holdout) else {
+            return Ok(());
+        };
+        let Some(model) = t.learner.result_model() else {
+            return Err(TrainError::OutOfMemory {
+                bytes: t.learner.n_params() as u64 * 8,
+            });
+        };
+        // Rows scaled in their buffer are in the learner's units; the others in the table's.
+        let arena = self.arena;
+        let scaled = !arena.is_empty() && arena.scaled_rows() == arena.len();
+        let model = match (&scoring.standardizer, scaled) {
+            (Some(s), false) => model.fold_standardizer(s),
+            _ => model,
+        };
+        if t.score.is_none() {
+            // A two-class kind scores by the labels its learner mapped (once it has met both).
+            let binary = match (scoring.kind.labels(), t.learner.label_map()) {
+                (Labels::TwoClasses, None) => return Ok(()),
+                (_, map) => {
+                    map.map(|(negative, positive)| BinaryLabels::Values { negative, positive })
+                }
+            };
+            t.score = Some(ValidationScore::new(scoring.kind, binary));
+        }
+        let score = t.score.as_mut().expect("made above");
+        for &r in &self.fold_rows[fold] {
+            score.push(&model, arena.row(r as usize), arena.label(r as usize));
+        }
+        Ok(())
+    }
 }
 
 impl Trials {
     pub fn new(learners: Vec<Learner>) -> Trials {
+        Trials::with_folds(learners.into_iter().map(|l| (l, None)).collect(), 0)
+    }
+
+    /// Learners for cross-validation over `folds` folds: each with the fold it holds out, or
+    /// None to train on every row.
+    pub fn with_folds(learners: Vec<(Learner, Option<usize>)>, folds: usize) -> Trials {
         assert!(!learners.is_empty(), "at least one learner trains");
         Trials {
             trials: learners
                 .into_iter()
-                .map(|learner| Trial {
+                .map(|(learner, holdout)| Trial {
                     learner,
                     state: State::Going,
                     seconds: 0.0,
+                    holdout: holdout.filter(|_| folds > 0),
+                    score: None,
                 })
                 .collect(),
+            folds,
+            scoring: None,
+            row_folds: Vec::new(),
+            fold_rows: Vec::new(),
+            threads: 1,
+        }
+    }
+
+    /// From now on (the last epoch), every learner that holds out a fold scores that fold's
+    /// rows of each buffer it trains on. `standardizer`: the scaling the learners apply
+    /// themselves (folded into their models to score rows as they are in a buffer).
+    pub fn score_holdouts(&mut self, kind: ModelKind, standardizer: Option<Standardizer>) {
+        self.scoring = Some(Scoring { kind, standardizer });
+    }
+
+    /// Each learner's score on the fold it holds out (None: it holds out none, or it was set
+    /// aside).
+    pub fn take_holdout_scores(&mut self) -> Vec<Option<ValidationStats>> {
+        self.scoring = None;
+        self.trials
+            .iter_mut()
+            .map(|t| match t.state {
+                State::Failed(_) => None,
+                _ => t.score.take().map(ValidationScore::finish),
+            })
+            .collect()
+    }
+
+    /// The rows of each fold in this buffer, in the order given (all rows in storage order
+    /// without one).
+    fn split_folds(&mut self, arena: &TupleArena, order: Option<&[u32]>) {
+        let n = arena.len();
+        self.row_folds.clear();
+        self.row_folds
+            .extend((0..n).map(|i| fold_of(arena.row(i), arena.label(i), self.folds)));
+        self.fold_rows.resize_with(self.folds, Vec::new);
+        for rows in &mut self.fold_rows {
+            rows.clear();
+        }
+        let mut push = |i: u32| self.fold_rows[self.row_folds[i as usize]].push(i);
+        match order {
+            Some(order) => order.iter().copied().for_each(&mut push),
+            None => (0..n as u32).for_each(&mut push),
         }
     }
 
@@ -104,21 +298,78 @@ impl Trials {
         self.trials.iter().filter(|t| t.is_going()).count()
     }
 
-    /// Trains every learner still going on the buffer, in the same order.
+    /// Up to `threads` threads train the learners of a buffer, each learner on one of them
+    /// (1, the default: this thread alone). Only where every learner's interrupt check is
+    /// plain Rust (the SGD worker's stop flag), never where it calls PostgreSQL.
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    /// Trains every learner still going on the buffer, in the same order (a learner that
+    /// holds out a fold: on the other rows, in the same order); with several threads, each
+    /// learner on one of them (the same arithmetic, so the same model, as on one).
     pub fn train_buffer(
         &mut self,
         arena: &TupleArena,
         order: Option<&[u32]>,
     ) -> Result<(), TrainError> {
-        for i in 0..self.trials.len() {
-            let t = &mut self.trials[i];
-            if !t.is_going() {
-                continue;
+        if self.folds > 0 {
+            self.split_folds(arena, order);
+        }
+        let threads = self.threads.min(self.going()).max(1);
+        let work = BufferWork {
+            arena,
+            order,
+            row_folds: &self.row_folds,
+            fold_rows: &self.fold_rows,
+            scoring: self.scoring.as_ref(),
+        };
+        let mut results: Vec<Option<Result<(), TrainError>>> = Vec::new();
+        if threads == 1 {
+            let mut kept = Vec::new();
+            for t in &mut self.trials {
+                results.push(t.is_going().then(|| work.train(t, &mut kept)));
             }
-            let started = Instant::now();
-            let result = t.learner.train_buffer(arena, order);
-            t.seconds += started.elapsed().as_secs_f64();
-            self.settle(i, result)?;
+        } else {
+            results.resize_with(self.trials.len(), || None);
+            // Learners dealt round-robin to the threads; each thread its own scratch.
+            let mut shares: Vec<Vec<(usize, &mut Trial)>> =
+                (0..threads).map(|_| Vec::new()).collect();
+            let going = self
+                .trials
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, t)| t.is_going());
+            for (n, (i, t)) in going.enumerate() {
+                shares[n % threads].push((i, t));
+            }
+            let done: Vec<Vec<(usize, Result<(), TrainError>)>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = shares
+                    .into_iter()
+                    .map(|share| {
+                        let work = &work;
+                        scope.spawn(move || {
+                            let mut kept = Vec::new();
+                            share
+                                .into_iter()
+                                .map(|(i, t)| (i, work.train(t, &mut kept)))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+            for (i, r) in done.into_iter().flatten() {
+                results[i] = Some(r);
+            }
+        }
+        for (i, result) in results.into_iter().enumerate() {
+            if let Some(result) = result {
+                self.settle(i, result)?;
+            }
         }
         Ok(())
     }
@@ -279,6 +530,140 @@ mod tests {
             weights(models[0].as_ref().unwrap()),
             weights(models[1].as_ref().unwrap())
         );
+    }
+
+    fn models(trials: &mut Trials) -> Vec<Vec<u64>> {
+        trials
+            .result_models()
+            .unwrap()
+            .iter()
+            .map(|m| weights(m.as_ref().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_rows_fold_is_fixed_and_the_folds_about_equal() {
+        let arena = rows();
+        let folds: Vec<usize> = (0..arena.len())
+            .map(|i| fold_of(arena.row(i), arena.label(i), 5))
+            .collect();
+        let again: Vec<usize> = (0..arena.len())
+            .map(|i| fold_of(arena.row(i), arena.label(i), 5))
+            .collect();
+        assert_eq!(folds, again);
+        for f in 0..5 {
+            let n = folds.iter().filter(|&&x| x == f).count();
+            assert!((50..110).contains(&n), "fold {f}: {n} of 400 rows");
+        }
+        let sparse = Row::Sparse {
+            indices: &[1, 4],
+            values: &[0.5, -2.0],
+        };
+        assert_eq!(fold_of(sparse, 1.0, 3), fold_of(sparse, 1.0, 3));
+    }
+
+    #[test]
+    fn a_fold_learner_is_the_learner_of_the_other_rows_alone() {
+        let arena = rows();
+        let config = json!({"learning_rate": 0.05});
+        let mut cv = Trials::with_folds(
+            (0..3)
+                .map(|f| (learner(ModelKind::Logistic, config.clone()), Some(f)))
+                .chain([(learner(ModelKind::Logistic, config.clone()), None)])
+                .collect(),
+            3,
+        );
+        train(&mut cv, &arena, 2).unwrap();
+        let together = models(&mut cv);
+        for (fold, model) in together.iter().enumerate().take(3) {
+            let mut others = TupleArena::new(3, 400);
+            for i in 0..arena.len() {
+                if fold_of(arena.row(i), arena.label(i), 3) != fold {
+                    let Row::Dense(x) = arena.row(i) else {
+                        unreachable!()
+                    };
+                    others.push(arena.label(i), x);
+                }
+            }
+            let mut alone = Trials::new(vec![learner(ModelKind::Logistic, config.clone())]);
+            train(&mut alone, &others, 2).unwrap();
+            assert_eq!(model, &models(&mut alone)[0], "fold {fold}");
+        }
+        let mut all = Trials::new(vec![learner(ModelKind::Logistic, config)]);
+        train(&mut all, &arena, 2).unwrap();
+        assert_eq!(together[3], models(&mut all)[0], "the model of every row");
+    }
+
+    #[test]
+    fn holdout_scores_are_the_fold_models_on_their_rows() {
+        let arena = rows();
+        let config = json!({"learning_rate": 0.0005});
+        let mut cv = Trials::with_folds(
+            (0..4)
+                .map(|f| (learner(ModelKind::Linear, config.clone()), Some(f)))
+                .collect(),
+            4,
+        );
+        train(&mut cv, &arena, 1).unwrap();
+        cv.score_holdouts(ModelKind::Linear, None);
+        cv.start_epoch(2);
+        cv.train_buffer(&arena, None).unwrap();
+        let fold_models = cv.result_models().unwrap();
+        let scores = cv.take_holdout_scores();
+        for fold in 0..4 {
+            // One buffer: scored by the model as it is after that buffer, the last one.
+            let mut expected = ValidationScore::new(ModelKind::Linear, None);
+            for i in 0..arena.len() {
+                if fold_of(arena.row(i), arena.label(i), 4) == fold {
+                    expected.push(
+                        fold_models[fold].as_ref().unwrap(),
+                        arena.row(i),
+                        arena.label(i),
+                    );
+                }
+            }
+            let (got, want) = (scores[fold].as_ref().unwrap(), expected.finish());
+            assert_eq!(
+                (got.rows, got.loss.to_bits()),
+                (want.rows, want.loss.to_bits()),
+                "fold {fold}"
+            );
+            assert!(got.rows > 50);
+        }
+        let report = cross_validation(&scores);
+        assert_eq!(report["folds"], 4);
+        let r2: Vec<f64> = scores
+            .iter()
+            .map(|v| v.as_ref().unwrap().r2.unwrap())
+            .collect();
+        let mean = r2.iter().sum::<f64>() / 4.0;
+        assert!(
+            (report["r2"].as_f64().unwrap() - mean).abs() < 1e-12,
+            "{report}"
+        );
+        assert!(report["r2_std"].as_f64().unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn several_threads_train_the_same_models() {
+        let arena = rows();
+        let configs: Vec<_> = [0.2, 0.1, 0.05, 0.01, 0.001]
+            .iter()
+            .map(|lr| json!({"learning_rate": lr, "batch_size": 4}))
+            .collect();
+        let make = || {
+            Trials::new(
+                configs
+                    .iter()
+                    .map(|c| learner(ModelKind::Svm, c.clone()))
+                    .collect(),
+            )
+        };
+        let (mut one, mut three) = (make(), make());
+        three.set_threads(3);
+        train(&mut one, &arena, 3).unwrap();
+        train(&mut three, &arena, 3).unwrap();
+        assert_eq!(models(&mut one), models(&mut three));
     }
 
     #[test]

@@ -142,15 +142,11 @@ pub fn lock_model_name(name: &crate::catalog::grants::ModelName) {
 /// Insert the model and its epochs; returns the new model id. Runs in the caller's transaction,
 /// so an ERROR anywhere leaves no row behind. The caller holds the name's lock
 /// (`lock_model_name`) since before training.
-pub fn store_model(source: &ModelSource, outcome: &TrainOutcome) -> i64 {
-    store_model_of_search(source, outcome, None)
-}
-
-/// [`store_model`] for one configuration of a search: `search` goes into its metrics.
-pub fn store_model_of_search(
+/// `extra`: more metrics, e.g. a search's configuration ("search"), a cross-validation ("cv").
+pub fn store_model_with(
     source: &ModelSource,
     outcome: &TrainOutcome,
-    search: Option<serde_json::Value>,
+    extra: serde_json::Map<String, serde_json::Value>,
 ) -> i64 {
     let role = match source.name {
         Some(n) => {
@@ -166,14 +162,14 @@ pub fn store_model_of_search(
         }
         None => caller().1,
     };
-    as_catalog_owner(|| insert_model(source, outcome, &role, search))
+    as_catalog_owner(|| insert_model(source, outcome, &role, extra))
 }
 
 fn insert_model(
     source: &ModelSource,
     outcome: &TrainOutcome,
     role: &str,
-    search: Option<serde_json::Value>,
+    extra: serde_json::Map<String, serde_json::Value>,
 ) -> i64 {
     // The stored model's epoch: the best one when early stopping kept it, else the last.
     let stored_epoch = outcome
@@ -217,8 +213,8 @@ fn insert_model(
     if let Some(t) = outcome.statistics_seconds {
         metrics["statistics_seconds"] = json!(t);
     }
-    if let Some(search) = search {
-        metrics["search"] = search;
+    for (key, value) in extra {
+        metrics[key] = value;
     }
     let model = &outcome.model;
     // A network's weights and biases are every layer's, one after the other (see `layers`).

@@ -4,11 +4,12 @@
 //! metrics say which configuration it is (`metrics->'search'`); corgipile.search_trials lists
 //! them, one row per configuration.
 
-use super::{as_catalog_owner, store_model_of_search, ModelSource};
+use super::{as_catalog_owner, store_model_with, ModelSource};
 use crate::pg::error::{notice, raise};
 use crate::pipeline::{EpochRecord, TrainOutcome, Trial};
 use corgipile_ml::params::search::{best_of, SelectBy};
 use corgipile_ml::scoring::ValidationStats;
+use corgipile_ml::trials::cross_validation;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use serde_json::{json, Value};
@@ -36,10 +37,19 @@ fn stored_epoch(outcome: &TrainOutcome) -> Option<&EpochRecord> {
 /// Stores every configuration that trained (the best last) and returns the best one's id.
 pub fn store_search(source: &ModelSource, trials: Vec<Trial>, select_by: SelectBy) -> i64 {
     let of = trials.len();
+    // With folds, a configuration's score is its folds' mean; else its validation score.
+    let cv: Vec<Option<Value>> = trials
+        .iter()
+        .map(|t| (!t.cv.is_empty()).then(|| cross_validation(&t.cv)))
+        .collect();
     let scores: Vec<Option<f64>> = trials
         .iter()
-        .map(|t| {
+        .zip(&cv)
+        .map(|(t, cv)| {
             let outcome = t.outcome.as_ref().ok()?;
+            if let Some(cv) = cv {
+                return cv[select_by.name()].as_f64();
+            }
             let validation = stored_epoch(outcome)?.validation.as_ref()?;
             score(validation, select_by)
         })
@@ -51,7 +61,7 @@ pub fn store_search(source: &ModelSource, trials: Vec<Trial>, select_by: SelectB
                 "no configuration of the search has a validation {}",
                 select_by.name()
             ),
-            Some("The validation rows may be empty: give \"validation\" a larger fraction, a predicate or a relation that holds rows.".into()),
+            Some("The validation rows (or every fold) may be empty: give \"validation\" a larger fraction, a predicate or a relation that holds rows, or use fewer \"folds\".".into()),
         )
     };
     // Configurations set aside (they diverged): reported, not stored.
@@ -100,7 +110,12 @@ pub fn store_search(source: &ModelSource, trials: Vec<Trial>, select_by: SelectB
             features: source.features.clone(),
             ..*source
         };
-        ids.push(store_model_of_search(&trial_source, outcome, Some(search)));
+        let mut extra = serde_json::Map::new();
+        extra.insert("search".into(), search);
+        if let Some(cv) = &cv[i] {
+            extra.insert("cv".into(), cv.clone());
+        }
+        ids.push(store_model_with(&trial_source, outcome, extra));
     }
     // The search's id is its first model's: corgipile.search_trials groups by it.
     as_catalog_owner(|| {

@@ -244,6 +244,8 @@ pub struct Trial {
     pub outcome: Result<TrainOutcome, corgipile_ml::trainer::TrainError>,
     /// The epochs it trained, when it was set aside (an outcome holds its own).
     pub epochs_before_failing: Vec<EpochRecord>,
+    /// With "folds": each fold's model's score on the rows it held out (None: set aside).
+    pub cv: Vec<Option<corgipile_ml::scoring::ValidationStats>>,
 }
 
 impl Trial {
@@ -255,6 +257,7 @@ impl Trial {
             seconds: outcome.seconds,
             outcome: Ok(outcome),
             epochs_before_failing: Vec::new(),
+            cv: Vec::new(),
         }
     }
 }

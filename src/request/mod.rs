@@ -111,7 +111,7 @@ pub(crate) unsafe fn prepare(
     }
     // Every process of a parallel training holds its own model: they share the setting.
     let model_limit = match mode {
-        Mode::Train => crate::pg::guc::model_bytes_for(params.workers, params.n_configurations()),
+        Mode::Train => crate::pg::guc::model_bytes_for(params.workers, params.n_models()),
         _ => max_model_bytes(),
     };
     if let Some(n) = params.n_features {

@@ -3,11 +3,11 @@
 
 use crate::catalog::search::store_search;
 use crate::catalog::{
-    check_schema_version, check_writable, lock_model_name, store_model, ModelSource,
+    check_schema_version, check_writable, lock_model_name, store_model_with, ModelSource,
 };
 use crate::exec::explain;
 use crate::exec::sgd::{Collect, CollectedRows, Learn, Trace, Train};
-use crate::pg::error::raise;
+use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::run::Pipeline;
 use crate::pipeline::{Mode, Trial};
@@ -18,6 +18,7 @@ use crate::shard::{explain_sharded, train_sharded};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::trials::cross_validation;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use std::ffi::CStr;
@@ -117,12 +118,19 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
         if params.search.is_some() {
             return store_search(&source, trials, params.selection(kind));
         }
-        let outcome = trials
+        let trial = trials
             .into_iter()
             .next()
-            .and_then(|t| t.outcome.ok())
-            .expect("a training that does not search has one configuration, trained");
-        store_model(&source, &outcome)
+            .expect("a training that does not search has one configuration");
+        // With folds, the model of every row can diverge while its folds' models go on.
+        let outcome = trial
+            .outcome
+            .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
+        let mut extra = serde_json::Map::new();
+        if !trial.cv.is_empty() {
+            extra.insert("cv".into(), cross_validation(&trial.cv));
+        }
+        store_model_with(&source, &outcome, extra)
     }
 }
 

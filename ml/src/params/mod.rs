@@ -521,6 +521,21 @@ train_params! {
         },
         json: |x| json!(x.map(SelectBy::name)),
     },
+    /// k-fold cross-validation in the same pass.
+    folds: Option<u32> = None => {
+        shown: "`null`",
+        accepts: "integer 2 … 20, or `null`",
+        meaning: "k-fold cross-validation in the same pass: each row's fold is a fixed hash of the row; k models train beside the stored one (all rows), each on the other folds, scored on its own fold during the last epoch (per fold, mean and spread in `metrics->'cv'`; with `search`, configurations ranked by the mean); not with `validation`",
+        rule: "null or an integer from 2 to 20; not with \"validation\" (default null)",
+        parse: |k, v| {
+            Ok(if v.is_null() {
+                None
+            } else {
+                Some(get_int(k, v, 2, 20)? as u32)
+            })
+        },
+        json: |x| json!(x),
+    },
     /// The model's name: each training of a name stores a new version of it.
     name: Option<String> = None => {
         shown: "`null`",
@@ -623,6 +638,7 @@ impl TrainParams {
                 });
             }
         }
+        p.check_folds()?;
         p.check_search(value, kind)?;
         if p.patience.is_some() && p.validation.is_none() {
             return Err(ParamError {
@@ -631,6 +647,38 @@ impl TrainParams {
             });
         }
         Ok(p)
+    }
+
+    /// What cross-validation cannot be combined with, refused before any work.
+    fn check_folds(&self) -> Result<(), ParamError> {
+        if self.folds.is_none() {
+            return Ok(());
+        }
+        let refuse = |message: &str, hint: &str| {
+            Err(ParamError {
+                message: message.into(),
+                hint: Some(hint.into()),
+            })
+        };
+        if self.validation.is_some() {
+            return refuse(
+                "\"folds\" cannot be used with \"validation\"",
+                "Cross-validation holds out every row once, fold by fold: leave \"validation\" out.",
+            );
+        }
+        if self.workers > 0 {
+            return refuse(
+                "\"folds\" cannot be used with \"workers\" yet",
+                "Leave \"workers\" out: the folds' models train side by side in one backend.",
+            );
+        }
+        if self.tolerance > 0.0 {
+            return refuse(
+                "\"folds\" cannot be used with \"tolerance\"",
+                "Every fold's model trains every epoch: leave \"tolerance\" out.",
+            );
+        }
+        Ok(())
     }
 
     /// A search's own checks (see [`Search`]): the configurations share the training's other
@@ -677,7 +725,7 @@ impl TrainParams {
             .filter(|(k, _)| !SEARCH_KEYS.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        if self.validation.is_none() {
+        if self.validation.is_none() && self.folds.is_none() {
             base.insert("validation".into(), json!({"fraction": 0.2}));
             self.validation = Some(Validation::Fraction(0.2));
         }
@@ -716,7 +764,13 @@ impl TrainParams {
         })
     }
 
-    /// How many models train side by side: a search's configurations, else one.
+    /// How many models train side by side: per configuration, one on all rows and, with
+    /// `folds`, one per fold.
+    pub fn n_models(&self) -> usize {
+        self.n_configurations() * (1 + self.folds.unwrap_or(0) as usize)
+    }
+
+    /// How many configurations train side by side: a search's, else one.
     pub fn n_configurations(&self) -> usize {
         match &self.search {
             None => 1,
@@ -761,7 +815,9 @@ impl TrainParams {
             // A linear model's params do not list the network's.
             // Nor do the params of a training that searched nothing list the search's.
             if value.is_null()
-                && (NETWORK_KEYS.contains(&spec.name) || SEARCH_KEYS.contains(&spec.name))
+                && (NETWORK_KEYS.contains(&spec.name)
+                    || SEARCH_KEYS.contains(&spec.name)
+                    || spec.name == "folds")
             {
                 continue;
             }

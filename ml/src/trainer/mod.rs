@@ -268,10 +268,11 @@ impl Trainer {
             self.sync();
         }
         if let Some(order) = order {
-            assert_eq!(
-                order.len(),
-                arena.len(),
-                "order must be a permutation of the arena"
+            // A permutation of the arena, or of some of its rows (a fold's learner skips the
+            // rows it holds out).
+            assert!(
+                order.len() <= arena.len(),
+                "order must list rows of the arena"
             );
         }
         // Taken out so rows may borrow them while `step` borrows self.
@@ -305,11 +306,11 @@ impl Trainer {
         standardizer: Option<&Standardizer>,
         scaled: &mut Vec<f64>,
     ) -> Result<(), TrainError> {
-        let n = arena.len();
+        let n = order.map_or(arena.len(), <[u32]>::len);
         // An interrupt check every WORK_BETWEEN_CHECKS multiply-adds (softmax grows its
         // outputs as classes appear, so the cost of a row is read per row).
         let row_cost = 1 + if arena.is_sparse() {
-            arena.nnz() / n.max(1)
+            arena.nnz() / arena.len().max(1)
         } else {
             arena.n_features()
         };

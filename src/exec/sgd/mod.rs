@@ -214,6 +214,13 @@ impl Node for SgdNode {
                 ),
             );
         }
+        if let Some(folds) = p.folds {
+            explain::text(
+                es,
+                "Folds",
+                &format!("{folds} (a model per fold beside the model of every row)"),
+            );
+        }
         if let Some(patience) = p.patience {
             explain::int(es, "Patience", patience as i64);
         }

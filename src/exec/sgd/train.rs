@@ -285,46 +285,69 @@ impl SgdNode {
             },
         };
         let standardizer = train_config.standardizer.clone();
-        let mut learners = Vec::with_capacity(configurations.len());
+        // Per configuration: with "folds", one learner per fold (holding it out), then the
+        // one of every row (the model stored); without, that one alone.
+        let folds = params.folds.unwrap_or(0) as usize;
+        let copies = searching || folds > 0;
+        let mut learners = Vec::with_capacity(configurations.len() * (folds + 1));
+        // Each learner's configuration, and the fold it holds out.
+        let mut learner_config = Vec::with_capacity(learners.capacity());
+        let mut learner_fold = Vec::with_capacity(learners.capacity());
         let mut train_config = Some(train_config);
-        for (_, trial_params) in &configurations {
-            let config = if searching {
-                // A configuration learns as its params say, from what the statistics pass
-                // learned (its own copy of the scaling: as many features as the table has).
-                let learned = train_config.as_ref().expect("kept while searching");
-                let mut c = trial_params.train_config(self.config.model);
-                c.standardizer = learned.standardizer.as_ref().map(|s| {
-                    s.try_clone().unwrap_or_else(|| {
-                        let bytes = 16 * s.mean.len() as u64;
-                        raise_train_error(
-                            TrainError::OutOfMemory { bytes },
-                            &|v| v.to_string(),
-                            false,
-                        )
-                    })
-                });
-                c.class_weights = learned.class_weights.clone();
-                c.label_values = learned.label_values;
-                c
-            } else {
-                train_config
-                    .take()
-                    .expect("one configuration without a search")
-            };
-            let learner = match self.network_spec(n_features, trial_params) {
-                Some(spec) => {
-                    self.network_sizes
-                        .get_or_insert_with(|| spec.sizes(n_features));
-                    Learner::network(config, &spec, n_features)
-                }
-                None => Learner::linear(config, n_features),
-            };
-            learners
-                .push(learner.unwrap_or_else(|e| {
-                    raise_train_error(e, &self.label_text(), params.normalize)
-                }));
+        for (c, (_, trial_params)) in configurations.iter().enumerate() {
+            for fold in (0..folds).map(Some).chain([None]) {
+                let config = if copies {
+                    // A learner learns as its params say, from what the statistics pass
+                    // learned (its own copy of the scaling: as many features as the table has).
+                    let learned = train_config.as_ref().expect("kept while copying");
+                    let mut config = trial_params.train_config(self.config.model);
+                    config.standardizer = learned.standardizer.as_ref().map(|s| {
+                        s.try_clone().unwrap_or_else(|| {
+                            let bytes = 16 * s.mean.len() as u64;
+                            raise_train_error(
+                                TrainError::OutOfMemory { bytes },
+                                &|v| v.to_string(),
+                                false,
+                            )
+                        })
+                    });
+                    config.class_weights = learned.class_weights.clone();
+                    config.label_values = learned.label_values;
+                    config
+                } else {
+                    train_config
+                        .take()
+                        .expect("one learner without a search or folds")
+                };
+                let learner = match self.network_spec(n_features, trial_params) {
+                    Some(spec) => {
+                        self.network_sizes
+                            .get_or_insert_with(|| spec.sizes(n_features));
+                        Learner::network(config, &spec, n_features)
+                    }
+                    None => Learner::linear(config, n_features),
+                };
+                learners.push((
+                    learner.unwrap_or_else(|e| {
+                        raise_train_error(e, &self.label_text(), params.normalize)
+                    }),
+                    fold,
+                ));
+                learner_config.push(c);
+                learner_fold.push(fold);
+            }
         }
-        let mut trainer = Trials::new(learners);
+        drop(train_config);
+        let mut trainer = Trials::with_folds(learners, folds);
+        if params.double_buffer && trainer.len() > 1 {
+            // Several models (a search, folds): the SGD thread trains them on up to
+            // 1 + max_parallel_workers_per_gather threads, at most one per core. Not
+            // single-buffered, where the learners' interrupt checks call PostgreSQL.
+            // SAFETY: a plain read of a GUC variable, on the backend thread.
+            let helpers = unsafe { pg_sys::max_parallel_workers_per_gather }.max(0) as usize;
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            trainer.set_threads(cores.min(1 + helpers));
+        }
         if let Some(t) = team.as_mut() {
             let learner = trainer.only();
             let n_values = learner.n_params();
@@ -339,7 +362,7 @@ impl SgdNode {
                 false
             })
         });
-        let n_trials = configurations.len();
+        let n_trials = learner_config.len();
         let mut epoch_loops: Vec<EpochLoop> = (0..n_trials)
             .map(|_| EpochLoop::new(params.epochs, params.tolerance))
             .collect();
@@ -374,6 +397,26 @@ impl SgdNode {
             // Double-buffered, one process: the first buffer of the next epoch is filled while
             // the worker trains this epoch's last one (with workers, epochs end together).
             let fill_next = team.is_none() && epoch < params.epochs;
+            if folds > 0 && epoch == params.epochs {
+                // The last epoch: each fold's learner scores the rows it holds out.
+                let scaling = standardizer.as_ref().map(|s| {
+                    s.try_clone().unwrap_or_else(|| {
+                        let bytes = 16 * s.mean.len() as u64;
+                        raise_train_error(
+                            TrainError::OutOfMemory { bytes },
+                            &|v| v.to_string(),
+                            false,
+                        )
+                    })
+                });
+                match (&mut worker, &mut local) {
+                    (Some(w), _) => w
+                        .send(Job::ScoreHoldouts(self.config.model, scaling))
+                        .unwrap_or_else(|r| raise_reply(r, &self.label_text(), params.normalize)),
+                    (None, Some(t)) => t.score_holdouts(self.config.model, scaling),
+                    _ => unreachable!(),
+                }
+            }
             let mut rows_of_epoch = None;
             let (result, labels_seen, snapshot) = match (&mut worker, &mut local) {
                 (Some(w), _) => {
@@ -470,9 +513,11 @@ impl SgdNode {
                     .map(|m| self.validate(m, shuffle, validation_rows.as_ref()));
                 // Early stopping: the best epoch's model so far, and whether patience ran out.
                 let mut patience_ran_out = false;
-                if let (Some(patience), Some(v), Some(m)) =
-                    (configurations[i].1.patience, &validation, snapshot)
-                {
+                if let (Some(patience), Some(v), Some(m)) = (
+                    configurations[learner_config[i]].1.patience,
+                    &validation,
+                    snapshot,
+                ) {
                     let improved =
                         v.loss.is_finite() && best[i].as_ref().is_none_or(|b| v.loss < b.0);
                     if improved {
@@ -488,14 +533,18 @@ impl SgdNode {
                     validation,
                     validation_seconds,
                 };
-                if self.verbose && !searching {
+                // The NOTICE table follows the model of every row (the one stored).
+                let stored = learner_fold[i].is_none();
+                if self.verbose && !searching && stored {
                     if epoch == 1 {
                         let metric = self.config.model.metric_name();
                         notice(table_header(metric, record.validation.is_some()));
                     }
                     notice(table_line(params.epochs, &record));
                 }
-                lines.push((i, record.validation.clone()));
+                if stored {
+                    lines.push((learner_config[i], record.validation.clone()));
+                }
                 if epoch_loops[i].record(record) || patience_ran_out {
                     done[i] = true;
                     if let Some(t) = local.as_mut() {
@@ -552,16 +601,30 @@ impl SgdNode {
             .as_ref()
             .filter(|_| dense)
             .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes")));
-        let mut trials = Vec::with_capacity(n_trials);
+        let mut trials = Vec::with_capacity(configurations.len());
+        let holdouts = trainer.take_holdout_scores();
         let results = trainer.into_results();
-        for ((((configuration, trial_params), (result, trial_seconds)), epoch_loop), best) in
-            configurations
-                .into_iter()
-                .zip(results)
-                .zip(epoch_loops)
-                .zip(best)
+        let mut configurations = configurations.into_iter();
+        // A configuration's fold scores and seconds, gathered from its fold learners.
+        let mut cv = Vec::with_capacity(folds);
+        let mut fold_seconds = 0.0;
+        for ((((i, (result, trial_seconds)), epoch_loop), best), holdout) in (0..n_trials)
+            .zip(results)
+            .zip(epoch_loops)
+            .zip(best)
+            .zip(holdouts)
         {
+            if learner_fold[i].is_some() {
+                cv.push(holdout);
+                fold_seconds += trial_seconds;
+                continue;
+            }
+            let (configuration, trial_params) = configurations
+                .next()
+                .expect("a configuration per model of every row");
             let epochs = epoch_loop.into_history();
+            let cv = std::mem::take(&mut cv);
+            let trial_seconds = trial_seconds + std::mem::take(&mut fold_seconds);
             let learner = match result {
                 Ok(l) => l,
                 Err(e) => {
@@ -571,6 +634,7 @@ impl SgdNode {
                         seconds: trial_seconds,
                         outcome: Err(e),
                         epochs_before_failing: epochs,
+                        cv,
                     });
                     continue;
                 }
@@ -602,6 +666,7 @@ impl SgdNode {
                     seconds: started.elapsed().as_secs_f64(),
                 }),
                 epochs_before_failing: Vec::new(),
+                cv,
             });
         }
         Some(trials)
