@@ -7,6 +7,7 @@ timed once, in full, since they are the slow arm):
   - one logistic training (default params, validation 20%, as a search scores on);
   - a search of 12 logistic configurations (learning_rate x 4, l2 x 3) in one pass;
   - the same 12 configurations trained one after another (12 corgipile_train calls);
+  - 5-fold cross-validation of the one logistic configuration ("folds": 5, no validation);
   - one mlp training (hidden [64]) and a search of 4 mlp configurations (hidden [32], [64] x
     learning_rate 0.001, 0.01), fewer epochs (a network's epoch costs more).
 Then the best configuration of each search trained alone with its stored params: the same
@@ -71,7 +72,7 @@ def main():
     conn.execute("DELETE FROM corgipile.models WHERE name LIKE 'bench_search%'")
     base = {"epochs": args.epochs, "seed": 11, "validation": {"fraction": 0.2}}
     mlp_base = {"epochs": args.mlp_epochs, "seed": 11, "validation": {"fraction": 0.2}}
-    times = {"one": [], "search12": [], "mlp_one": [], "mlp_search4": []}
+    times = {"one": [], "search12": [], "cv5": [], "mlp_one": [], "mlp_search4": []}
     floor = []
     for r in range(args.rounds):
         log(f"round {r + 1}/{args.rounds}")
@@ -81,10 +82,13 @@ def main():
         times["one"].append(train(conn, table, "logistic", base)[1])
         times["search12"].append(train(conn, table, "logistic",
                                        {**base, "name": f"bench_search_lin{r}", "search": LINEAR_GRID})[1])
+        cv_params = {k: v for k, v in base.items() if k != "validation"}
+        times["cv5"].append(train(conn, table, "logistic", {**cv_params, "folds": 5})[1])
         times["mlp_one"].append(train(conn, table, "mlp", mlp_base)[1])
         times["mlp_search4"].append(train(conn, table, "mlp",
                                           {**mlp_base, "name": f"bench_search_mlp{r}", "search": MLP_GRID})[1])
         log(f"  one {times['one'][-1]:.2f} s, search of 12 {times['search12'][-1]:.2f} s, "
+            f"5-fold cv {times['cv5'][-1]:.2f} s, "
             f"mlp {times['mlp_one'][-1]:.2f} s, mlp search of 4 {times['mlp_search4'][-1]:.2f} s")
     log("the 12 configurations one after another")
     separate = 0.0
@@ -118,7 +122,9 @@ def main():
         f"stored clustered by label), one backend, double-buffered (the SGD thread trains while the backend reads). "
         f"Every training: seed 11, validation 20% (the search's default), default params otherwise (logistic: "
         f"normalize, so a statistics pass, then {args.epochs} epochs; mlp: {args.mlp_epochs} epochs). "
-        f"Medians (min–max) over {args.rounds} interleaved rounds; the 12 separate trainings once.",
+        f"Medians (min–max) over {args.rounds} interleaved rounds; the 12 separate trainings once. "
+        f"Several models (a search, folds) train on up to 1 + max_parallel_workers_per_gather threads "
+        f"(2 here: {os.cpu_count()} cores, and the backend reads meanwhile).",
         "",
         "| what | seconds | × one training |",
         "|---|---|---|",
@@ -128,6 +134,8 @@ def main():
         f"{m['search12'] / m['one']:.2f} |",
         f"| the same 12 configurations, 12 trainings one after another | {separate:.2f} | "
         f"{separate / m['one']:.2f} |",
+        f"| 5-fold cross-validation of one logistic configuration (`\"folds\": 5`: 6 models) | "
+        f"{med(times['cv5'])} | {m['cv5'] / m['one']:.2f} |",
         f"| one mlp training (hidden [64]) | {med(times['mlp_one'])} | 1.00 |",
         f"| search: 4 mlp configurations in one pass | {med(times['mlp_search4'])} | "
         f"{m['mlp_search4'] / m['mlp_one']:.2f} |",
