@@ -18,6 +18,7 @@ use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::{best_of, SelectBy};
 use corgipile_ml::params::Configuration;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
+use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
@@ -301,16 +302,7 @@ impl SgdNode {
                     // learned (its own copy of the scaling: as many features as the table has).
                     let learned = train_config.as_ref().expect("kept while copying");
                     let mut config = trial_params.train_config(self.config.model);
-                    config.standardizer = learned.standardizer.as_ref().map(|s| {
-                        s.try_clone().unwrap_or_else(|| {
-                            let bytes = 16 * s.mean.len() as u64;
-                            raise_train_error(
-                                TrainError::OutOfMemory { bytes },
-                                &|v| v.to_string(),
-                                false,
-                            )
-                        })
-                    });
+                    config.standardizer = learned.standardizer.as_ref().map(copy_scaling);
                     config.class_weights = learned.class_weights.clone();
                     config.label_values = learned.label_values;
                     config
@@ -399,16 +391,7 @@ impl SgdNode {
             let fill_next = team.is_none() && epoch < params.epochs;
             if folds > 0 && epoch == params.epochs {
                 // The last epoch: each fold's learner scores the rows it holds out.
-                let scaling = standardizer.as_ref().map(|s| {
-                    s.try_clone().unwrap_or_else(|| {
-                        let bytes = 16 * s.mean.len() as u64;
-                        raise_train_error(
-                            TrainError::OutOfMemory { bytes },
-                            &|v| v.to_string(),
-                            false,
-                        )
-                    })
-                });
+                let scaling = standardizer.as_ref().map(copy_scaling);
                 match (&mut worker, &mut local) {
                     (Some(w), _) => w
                         .send(Job::ScoreHoldouts(self.config.model, scaling))
@@ -874,6 +857,15 @@ struct EpochEnd {
     next_first: Option<Option<ShuffledBuffer>>,
     /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
     rows_of_epoch: Option<(u64, u64)>,
+}
+
+/// A copy of the scaling for another model (its size follows the table's features: an ERROR,
+/// never an abort, when it cannot be allocated).
+fn copy_scaling(s: &Standardizer) -> Standardizer {
+    s.try_clone().unwrap_or_else(|| {
+        let bytes = 16 * s.mean.len() as u64;
+        raise_train_error(TrainError::OutOfMemory { bytes }, &|v| v.to_string(), false)
+    })
 }
 
 /// A search's NOTICE for one epoch: how many configurations train, and the best validation
