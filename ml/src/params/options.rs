@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::ParamError;
+use crate::network::OptimizerKind;
 use crate::stats::balanced_class_weights;
 use crate::trainer::LrSchedule;
 
@@ -218,5 +219,25 @@ pub(super) fn validation_json(validation: &Option<Validation>) -> Value {
         Some(Validation::Fraction(f)) => json!({ "fraction": f }),
         Some(Validation::Relation(r)) => json!({ "relation": r }),
         Some(Validation::Predicate(p)) => json!({ "predicate": p }),
+    }
+}
+
+/// A network's shape and optimizer, as the params give them.
+impl super::TrainParams {
+    /// A network's hidden widths (`[64]` unless given).
+    pub fn network_hidden(&self) -> Vec<usize> {
+        self.hidden
+            .as_ref()
+            .map_or(vec![64], |h| h.iter().map(|&w| w as usize).collect())
+    }
+
+    /// A network's optimizer (Adam unless given).
+    pub fn network_optimizer(&self) -> OptimizerKind {
+        match self.optimizer {
+            Some(OptimizerName::Sgd) => OptimizerKind::Sgd {
+                momentum: self.momentum.unwrap_or(0.9),
+            },
+            _ => OptimizerKind::Adam,
+        }
     }
 }

@@ -8,8 +8,10 @@ use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::ParamError;
+use super::{ParamError, TrainParams, Validation};
+use crate::model::ModelKind;
 use crate::shuffle::bounded;
+use serde_json::json;
 
 /// The params a search may vary: those that change how a model learns, not what it reads
 /// (features, label, validation) nor how the table is read (shuffle, sizes), which every
@@ -227,6 +229,176 @@ impl Search {
                 .map(|(k, v)| (k.clone(), Value::Array(v.clone())))
                 .collect(),
         )
+    }
+}
+
+/// One configuration of a training: the values a search chose (none without a search) and the
+/// params it trains with.
+pub type Configuration = (Map<String, Value>, TrainParams);
+
+/// The search and cross-validation params of a training: their checks, and what trains side by
+/// side.
+impl TrainParams {
+    /// What cross-validation cannot be combined with, refused before any work.
+    pub(super) fn check_folds(&self) -> Result<(), ParamError> {
+        if self.folds.is_none() {
+            return Ok(());
+        }
+        let refuse = |message: &str, hint: &str| {
+            Err(ParamError {
+                message: message.into(),
+                hint: Some(hint.into()),
+            })
+        };
+        if self.validation.is_some() {
+            return refuse(
+                "\"folds\" cannot be used with \"validation\"",
+                "Cross-validation holds out every row once, fold by fold: leave \"validation\" out.",
+            );
+        }
+        if self.workers > 0 {
+            return refuse(
+                "\"folds\" cannot be used with \"workers\" yet",
+                "Leave \"workers\" out: the folds' models train side by side in one backend.",
+            );
+        }
+        if self.tolerance > 0.0 {
+            return refuse(
+                "\"folds\" cannot be used with \"tolerance\"",
+                "Every fold's model trains every epoch: leave \"tolerance\" out.",
+            );
+        }
+        Ok(())
+    }
+
+    /// A search's own checks (see [`Search`]): the configurations share the training's other
+    /// params (validation defaults to a 20% hash split), each value of the grid is checked as
+    /// its param on them, and what a search cannot do is refused before any work.
+    pub(super) fn check_search(
+        &mut self,
+        value: &Value,
+        kind: ModelKind,
+    ) -> Result<(), ParamError> {
+        let refuse = |message: &str, hint: &str| {
+            Err(ParamError {
+                message: message.into(),
+                hint: Some(hint.into()),
+            })
+        };
+        let Some(search) = &mut self.search else {
+            if self.search_trials.is_some() || self.select_by.is_some() {
+                return refuse(
+                    "\"search_trials\" and \"select_by\" need \"search\"",
+                    "Add e.g. \"search\": {\"learning_rate\": [0.001, 0.01, 0.1]}.",
+                );
+            }
+            return Ok(());
+        };
+        if self.name.is_none() {
+            return refuse(
+                "\"search\" needs \"name\"",
+                "Every configuration is stored as a version of the name, the best one last: add e.g. \"name\": \"my_model\".",
+            );
+        }
+        if self.workers > 0 {
+            return refuse(
+                "\"search\" cannot be used with \"workers\" yet",
+                "Leave \"workers\" out: the configurations train side by side in one backend.",
+            );
+        }
+        if self.tolerance > 0.0 {
+            return refuse(
+                "\"search\" cannot be used with \"tolerance\"",
+                "Every configuration trains every epoch; to stop on the validation loss, use \"patience\".",
+            );
+        }
+        let mut base: Map<String, Value> = value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !SEARCH_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if self.validation.is_none() && self.folds.is_none() {
+            base.insert("validation".into(), json!({"fraction": 0.2}));
+            self.validation = Some(Validation::Fraction(0.2));
+        }
+        // Each value alone on the shared params: its errors name the value.
+        for (key, values) in &search.grid {
+            for v in values {
+                let mut one = base.clone();
+                one.insert(key.clone(), v.clone());
+                TrainParams::for_kind(&Value::Object(one), kind).map_err(|e| ParamError {
+                    message: format!("in \"search\": {}", e.message),
+                    hint: e.hint,
+                })?;
+            }
+        }
+        search.base = base;
+        match (self.select_by, kind.is_classifier()) {
+            (Some(SelectBy::Accuracy), false) => refuse(
+                "\"select_by\": \"accuracy\" is for classifiers",
+                "A regression's configurations are ranked by \"r2\" or \"loss\".",
+            ),
+            (Some(SelectBy::R2), true) => refuse(
+                "\"select_by\": \"r2\" is for regression",
+                "A classifier's configurations are ranked by \"accuracy\" or \"loss\".",
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// With `search`: what ranks the configurations (accuracy for classifiers, R² for
+    /// regression, unless `select_by` says otherwise).
+    pub fn selection(&self, kind: ModelKind) -> SelectBy {
+        self.select_by.unwrap_or(if kind.is_classifier() {
+            SelectBy::Accuracy
+        } else {
+            SelectBy::R2
+        })
+    }
+
+    /// How many models train side by side: per configuration, one on all rows and, with
+    /// `folds`, one per fold.
+    pub fn n_models(&self) -> usize {
+        self.n_configurations() * (1 + self.folds.unwrap_or(0) as usize)
+    }
+
+    /// How many configurations train side by side: a search's, else one.
+    pub fn n_configurations(&self) -> usize {
+        match &self.search {
+            None => 1,
+            Some(s) => {
+                let grid = s.grid_size() as usize; // at most MAX_TRIALS
+                self.search_trials.map_or(grid, |k| grid.min(k as usize))
+            }
+        }
+    }
+
+    /// What trains side by side: without `search`, these params alone; with it, every
+    /// configuration (its searched values and its params, the seed included).
+    pub fn configurations(&self, kind: ModelKind) -> Result<Vec<Configuration>, ParamError> {
+        let Some(search) = &self.search else {
+            return Ok(vec![(Map::new(), self.clone())]);
+        };
+        let seed = self.seed.unwrap_or(0);
+        search
+            .configurations(self.search_trials, seed)
+            .into_iter()
+            .map(|c| {
+                let mut params = search.params_of(&c);
+                params["seed"] = json!(seed);
+                let p = TrainParams::for_kind(&params, kind).map_err(|e| ParamError {
+                    message: format!(
+                        "in the search configuration {}: {}",
+                        Value::Object(c.clone()),
+                        e.message
+                    ),
+                    hint: e.hint,
+                })?;
+                Ok((c, p))
+            })
+            .collect()
     }
 }
 

@@ -326,3 +326,17 @@ pub(super) fn get_hidden(key: &str, v: &Value) -> Result<Option<Vec<u32>>, Param
         .collect::<Result<Vec<u32>, ParamError>>()
         .map(Some)
 }
+
+/// The README's param table (header, separator and one row per param, each line ending
+/// in a newline), generated from [`PARAMS`](super::PARAMS); a test checks README.md holds exactly this.
+pub fn param_table_markdown() -> String {
+    let mut s =
+        String::from("| param | default | accepted values | meaning |\n|---|---|---|---|\n");
+    for p in PARAMS {
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            p.name, p.shown_default, p.accepts, p.meaning
+        ));
+    }
+    s
+}

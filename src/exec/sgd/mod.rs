@@ -6,10 +6,12 @@
 
 mod collect;
 mod double_buffer;
+mod epochs;
 mod evaluate;
 mod learn;
 mod network;
 mod shard_round;
+mod side_by_side;
 mod trace;
 mod train;
 

@@ -3,7 +3,8 @@
 //! statistics pass before them; per-epoch validation and progress.
 
 use super::collect::CollectedRows;
-use super::double_buffer::{raise_reply, Job, Reply, StatsWorker, Worker};
+use super::double_buffer::{raise_reply, Job, StatsWorker, Worker};
+use super::side_by_side::{copy_scaling, search_line};
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
@@ -13,19 +14,14 @@ use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationStats};
-use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
-use corgipile_ml::params::search::{best_of, SelectBy};
-use corgipile_ml::params::Configuration;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
-use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
-    EpochStats, TrainConfig, TrainError,
+    TrainConfig, TrainError,
 };
-use corgipile_ml::trials::Trials;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -286,60 +282,9 @@ impl SgdNode {
             },
         };
         let standardizer = train_config.standardizer.clone();
-        // Per configuration: with "folds", one learner per fold (holding it out), then the
-        // one of every row (the model stored); without, that one alone.
+        let (mut trainer, learner_config, learner_fold) =
+            self.side_by_side(&configurations, train_config, n_features, searching);
         let folds = params.folds.unwrap_or(0) as usize;
-        let copies = searching || folds > 0;
-        let mut learners = Vec::with_capacity(configurations.len() * (folds + 1));
-        // Each learner's configuration, and the fold it holds out.
-        let mut learner_config = Vec::with_capacity(learners.capacity());
-        let mut learner_fold = Vec::with_capacity(learners.capacity());
-        let mut train_config = Some(train_config);
-        for (c, (_, trial_params)) in configurations.iter().enumerate() {
-            for fold in (0..folds).map(Some).chain([None]) {
-                let config = if copies {
-                    // A learner learns as its params say, from what the statistics pass
-                    // learned (its own copy of the scaling: as many features as the table has).
-                    let learned = train_config.as_ref().expect("kept while copying");
-                    let mut config = trial_params.train_config(self.config.model);
-                    config.standardizer = learned.standardizer.as_ref().map(copy_scaling);
-                    config.class_weights = learned.class_weights.clone();
-                    config.label_values = learned.label_values;
-                    config
-                } else {
-                    train_config
-                        .take()
-                        .expect("one learner without a search or folds")
-                };
-                let learner = match self.network_spec(n_features, trial_params) {
-                    Some(spec) => {
-                        self.network_sizes
-                            .get_or_insert_with(|| spec.sizes(n_features));
-                        Learner::network(config, &spec, n_features)
-                    }
-                    None => Learner::linear(config, n_features),
-                };
-                learners.push((
-                    learner.unwrap_or_else(|e| {
-                        raise_train_error(e, &self.label_text(), params.normalize)
-                    }),
-                    fold,
-                ));
-                learner_config.push(c);
-                learner_fold.push(fold);
-            }
-        }
-        drop(train_config);
-        let mut trainer = Trials::with_folds(learners, folds);
-        if params.double_buffer && trainer.len() > 1 {
-            // Several models (a search, folds): the SGD thread trains them on up to
-            // 1 + max_parallel_workers_per_gather threads, at most one per core. Not
-            // single-buffered, where the learners' interrupt checks call PostgreSQL.
-            // SAFETY: a plain read of a GUC variable, on the backend thread.
-            let helpers = unsafe { pg_sys::max_parallel_workers_per_gather }.max(0) as usize;
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            trainer.set_threads(cores.min(1 + helpers));
-        }
         if let Some(t) = team.as_mut() {
             let learner = trainer.only();
             let n_values = learner.n_params();
@@ -720,185 +665,4 @@ impl SgdNode {
         }
         score.finish()
     }
-
-    /// One epoch, double-buffered: the worker trains one buffer while we fill the next. With
-    /// `fill_next`, once this epoch's last buffer is handed over, the next epoch's scan begins
-    /// and its first buffer is filled while the worker finishes (otherwise both sides would
-    /// wait on each other at every epoch boundary: about one buffer's fill and one's training).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn epoch_with_worker(
-        &mut self,
-        worker: &mut Worker,
-        shuffle: &mut TupleShuffle,
-        spares: &mut Vec<ShuffledBuffer>,
-        mut first: Option<ShuffledBuffer>,
-        epoch: u32,
-        snapshot: bool,
-        fill_next: bool,
-    ) -> EpochEnd {
-        worker
-            .send(Job::StartEpoch(epoch))
-            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
-        let mut in_flight = 0;
-        loop {
-            while in_flight >= 2 {
-                match worker.wait(&mut self.backend_wait_seconds) {
-                    Reply::Consumed(b) => {
-                        spares.push(b);
-                        in_flight -= 1;
-                    }
-                    other => raise_reply(other, &self.label_text(), self.config.params.normalize),
-                }
-            }
-            let next = match first.take() {
-                Some(b) => Some(b),
-                None => shuffle.next_buffer(spares.pop()),
-            };
-            let Some(buffer) = next else { break };
-            worker.send(Job::Train(buffer)).unwrap_or_else(|r| {
-                raise_reply(r, &self.label_text(), self.config.params.normalize)
-            });
-            in_flight += 1;
-        }
-        worker
-            .send(Job::EndEpoch { snapshot })
-            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
-        let mut end = None;
-        let (mut next_first, mut rows_of_epoch) = (None, None);
-        if fill_next {
-            // A buffer to fill: a spare, or the next one the worker is done with.
-            while spares.is_empty() && end.is_none() {
-                end = self.take_reply(worker, spares);
-            }
-            rows_of_epoch = Some((shuffle.counts().rows, shuffle.counts().rows_skipped));
-            pg_sys::ExecReScan(self.child);
-            next_first = Some(shuffle.next_buffer(spares.pop()));
-        }
-        while end.is_none() {
-            end = self.take_reply(worker, spares);
-        }
-        let (result, labels_seen, model) = end.expect("the epoch ended");
-        EpochEnd {
-            result,
-            labels_seen,
-            model,
-            next_first,
-            rows_of_epoch,
-        }
-    }
-
-    /// Waits for the worker's next reply: a consumed buffer goes to `spares`; the end of the
-    /// epoch is returned; anything else is raised.
-    unsafe fn take_reply(
-        &mut self,
-        worker: &mut Worker,
-        spares: &mut Vec<ShuffledBuffer>,
-    ) -> Option<EpochResult> {
-        match worker.wait(&mut self.backend_wait_seconds) {
-            Reply::Consumed(b) => {
-                spares.push(b);
-                None
-            }
-            Reply::EpochDone {
-                result,
-                labels_seen,
-                busy_seconds,
-                model,
-                label_map,
-            } => {
-                self.worker_busy_seconds += busy_seconds;
-                self.binary_labels = label_map;
-                Some((result, labels_seen, model))
-            }
-            other => raise_reply(other, &self.label_text(), self.config.params.normalize),
-        }
-    }
-
-    /// One epoch, single-buffered: fill, then train, on the backend thread.
-    unsafe fn epoch_on_backend(
-        &mut self,
-        trainer: &mut Trials,
-        shuffle: &mut TupleShuffle,
-        spares: &mut Vec<ShuffledBuffer>,
-        mut first: Option<ShuffledBuffer>,
-        epoch: u32,
-    ) -> (Result<Vec<Option<EpochStats>>, TrainError>, Vec<f64>) {
-        trainer.start_epoch(epoch);
-        loop {
-            let next = match first.take() {
-                Some(b) => Some(b),
-                None => shuffle.next_buffer(spares.pop()),
-            };
-            let Some(buffer) = next else { break };
-            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
-            if let Err(e) = trainer.train_buffer(&buffer.arena, order) {
-                return (Err(e), trainer.labels_seen());
-            }
-            spares.push(buffer);
-        }
-        (trainer.finish_epoch(), trainer.labels_seen())
-    }
-}
-
-/// What the worker reports at the end of an epoch: the epoch's stats, the distinct label values
-/// seen, and the model snapshot when one was asked for.
-type EpochResult = (
-    Result<Vec<Option<EpochStats>>, TrainError>,
-    Vec<f64>,
-    Option<Vec<Option<Model>>>,
-);
-
-/// How a double-buffered epoch ended.
-struct EpochEnd {
-    result: Result<Vec<Option<EpochStats>>, TrainError>,
-    labels_seen: Vec<f64>,
-    model: Option<Vec<Option<Model>>>,
-    /// Some when the next epoch's scan has begun: its first buffer (None if it has no rows).
-    next_first: Option<Option<ShuffledBuffer>>,
-    /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
-    rows_of_epoch: Option<(u64, u64)>,
-}
-
-/// A copy of the scaling for another model (its size follows the table's features: an ERROR,
-/// never an abort, when it cannot be allocated).
-fn copy_scaling(s: &Standardizer) -> Standardizer {
-    s.try_clone().unwrap_or_else(|| {
-        let bytes = 16 * s.mean.len() as u64;
-        raise_train_error(TrainError::OutOfMemory { bytes }, &|v| v.to_string(), false)
-    })
-}
-
-/// A search's NOTICE for one epoch: how many configurations train, and the best validation
-/// score so far with its configuration.
-fn search_line(
-    epoch: u32,
-    epochs: u32,
-    scored: &[(usize, Option<ValidationStats>)],
-    configurations: &[Configuration],
-    select_by: SelectBy,
-) -> String {
-    let score = |v: &ValidationStats| match select_by {
-        SelectBy::Accuracy => v.accuracy,
-        SelectBy::R2 => v.r2,
-        SelectBy::Loss => Some(v.loss),
-    };
-    let scores: Vec<Option<f64>> = scored
-        .iter()
-        .map(|(_, v)| v.as_ref().and_then(score))
-        .collect();
-    let best = best_of(select_by, &scores).map(|b| {
-        let (i, _) = scored[b];
-        format!(
-            "; best validation {} {:.4}: {}",
-            select_by.name(),
-            scores[b].unwrap_or(f64::NAN),
-            serde_json::Value::Object(configurations[i].0.clone())
-        )
-    });
-    format!(
-        "epoch {epoch}/{epochs}: {} of {} configurations trained{}",
-        scored.len(),
-        configurations.len(),
-        best.unwrap_or_default()
-    )
 }

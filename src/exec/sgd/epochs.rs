@@ -1,0 +1,149 @@
+//! One epoch of a training: double-buffered (the SGD thread trains one buffer while the
+//! backend fills the next) or on the backend alone.
+
+use super::double_buffer::{raise_reply, Job, Reply, Worker};
+use super::SgdNode;
+use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
+use corgipile_ml::trained::Model;
+use corgipile_ml::trainer::{EpochStats, TrainError};
+use corgipile_ml::trials::Trials;
+use pgrx::pg_sys;
+
+impl SgdNode {
+    /// One epoch, double-buffered: the worker trains one buffer while we fill the next. With
+    /// `fill_next`, once this epoch's last buffer is handed over, the next epoch's scan begins
+    /// and its first buffer is filled while the worker finishes (otherwise both sides would
+    /// wait on each other at every epoch boundary: about one buffer's fill and one's training).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn epoch_with_worker(
+        &mut self,
+        worker: &mut Worker,
+        shuffle: &mut TupleShuffle,
+        spares: &mut Vec<ShuffledBuffer>,
+        mut first: Option<ShuffledBuffer>,
+        epoch: u32,
+        snapshot: bool,
+        fill_next: bool,
+    ) -> EpochEnd {
+        worker
+            .send(Job::StartEpoch(epoch))
+            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+        let mut in_flight = 0;
+        loop {
+            while in_flight >= 2 {
+                match worker.wait(&mut self.backend_wait_seconds) {
+                    Reply::Consumed(b) => {
+                        spares.push(b);
+                        in_flight -= 1;
+                    }
+                    other => raise_reply(other, &self.label_text(), self.config.params.normalize),
+                }
+            }
+            let next = match first.take() {
+                Some(b) => Some(b),
+                None => shuffle.next_buffer(spares.pop()),
+            };
+            let Some(buffer) = next else { break };
+            worker.send(Job::Train(buffer)).unwrap_or_else(|r| {
+                raise_reply(r, &self.label_text(), self.config.params.normalize)
+            });
+            in_flight += 1;
+        }
+        worker
+            .send(Job::EndEpoch { snapshot })
+            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), self.config.params.normalize));
+        let mut end = None;
+        let (mut next_first, mut rows_of_epoch) = (None, None);
+        if fill_next {
+            // A buffer to fill: a spare, or the next one the worker is done with.
+            while spares.is_empty() && end.is_none() {
+                end = self.take_reply(worker, spares);
+            }
+            rows_of_epoch = Some((shuffle.counts().rows, shuffle.counts().rows_skipped));
+            pg_sys::ExecReScan(self.child);
+            next_first = Some(shuffle.next_buffer(spares.pop()));
+        }
+        while end.is_none() {
+            end = self.take_reply(worker, spares);
+        }
+        let (result, labels_seen, model) = end.expect("the epoch ended");
+        EpochEnd {
+            result,
+            labels_seen,
+            model,
+            next_first,
+            rows_of_epoch,
+        }
+    }
+
+    /// Waits for the worker's next reply: a consumed buffer goes to `spares`; the end of the
+    /// epoch is returned; anything else is raised.
+    unsafe fn take_reply(
+        &mut self,
+        worker: &mut Worker,
+        spares: &mut Vec<ShuffledBuffer>,
+    ) -> Option<EpochResult> {
+        match worker.wait(&mut self.backend_wait_seconds) {
+            Reply::Consumed(b) => {
+                spares.push(b);
+                None
+            }
+            Reply::EpochDone {
+                result,
+                labels_seen,
+                busy_seconds,
+                model,
+                label_map,
+            } => {
+                self.worker_busy_seconds += busy_seconds;
+                self.binary_labels = label_map;
+                Some((result, labels_seen, model))
+            }
+            other => raise_reply(other, &self.label_text(), self.config.params.normalize),
+        }
+    }
+
+    /// One epoch, single-buffered: fill, then train, on the backend thread.
+    pub(super) unsafe fn epoch_on_backend(
+        &mut self,
+        trainer: &mut Trials,
+        shuffle: &mut TupleShuffle,
+        spares: &mut Vec<ShuffledBuffer>,
+        mut first: Option<ShuffledBuffer>,
+        epoch: u32,
+    ) -> (Result<Vec<Option<EpochStats>>, TrainError>, Vec<f64>) {
+        trainer.start_epoch(epoch);
+        loop {
+            let next = match first.take() {
+                Some(b) => Some(b),
+                None => shuffle.next_buffer(spares.pop()),
+            };
+            let Some(buffer) = next else { break };
+            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
+            if let Err(e) = trainer.train_buffer(&buffer.arena, order) {
+                return (Err(e), trainer.labels_seen());
+            }
+            spares.push(buffer);
+        }
+        (trainer.finish_epoch(), trainer.labels_seen())
+    }
+}
+
+/// What the worker reports at the end of an epoch: the epoch's stats, the distinct label values
+/// seen, and the model snapshot when one was asked for.
+pub(super) type EpochResult = (
+    Result<Vec<Option<EpochStats>>, TrainError>,
+    Vec<f64>,
+    Option<Vec<Option<Model>>>,
+);
+
+/// How a double-buffered epoch ended.
+pub(super) struct EpochEnd {
+    pub(super) result: Result<Vec<Option<EpochStats>>, TrainError>,
+    pub(super) labels_seen: Vec<f64>,
+    pub(super) model: Option<Vec<Option<Model>>>,
+    /// Some when the next epoch's scan has begun: its first buffer (None if it has no rows).
+    pub(super) next_first: Option<Option<ShuffledBuffer>>,
+    /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
+    pub(super) rows_of_epoch: Option<(u64, u64)>,
+}
