@@ -30,7 +30,15 @@ pub struct TupleArena {
     scatter: Option<Box<Scatter>>,
     /// Sparse: how many rows (the first ones) were scaled (see [`TupleArena::scale_values`]).
     scaled_rows: usize,
+    /// Per-group models (see [`TupleArena::set_grouped`]): each row's group, parallel to
+    /// `labels`, and the group of the next row pushed.
+    grouped: bool,
+    groups: Vec<u32>,
+    next_group: u32,
 }
+
+/// The group of a row that belongs to no group with a model of its own.
+pub const NO_GROUP: u32 = u32::MAX;
 
 /// A dense arena being filled in shuffled order (see [`TupleArena::begin_scatter`]). The rows
 /// live in the spare capacity of `values` and `labels` (whose lengths stay 0) until
@@ -70,6 +78,9 @@ impl Clone for TupleArena {
             labels: self.labels.clone(),
             scatter: None,
             scaled_rows: self.scaled_rows,
+            grouped: self.grouped,
+            groups: self.groups.clone(),
+            next_group: self.next_group,
         }
     }
 }
@@ -87,6 +98,9 @@ impl TupleArena {
             labels: Vec::with_capacity(capacity_tuples),
             scatter: None,
             scaled_rows: 0,
+            grouped: false,
+            groups: Vec::new(),
+            next_group: NO_GROUP,
         }
     }
 
@@ -131,7 +145,35 @@ impl TupleArena {
             labels: Vec::with_capacity(capacity_tuples),
             scatter: None,
             scaled_rows: 0,
+            grouped: false,
+            groups: Vec::new(),
+            next_group: NO_GROUP,
         }
+    }
+
+    /// From now on every row pushed carries a group (the one last given to
+    /// [`set_next_group`](Self::set_next_group)), read back by [`group`](Self::group). Reserves
+    /// a group per row of the arena's room; fails (and changes nothing) when it cannot.
+    pub fn set_grouped(&mut self) -> Result<(), std::collections::TryReserveError> {
+        if !self.grouped {
+            let room = self.labels.capacity().max(self.labels.len());
+            self.groups.try_reserve_exact(room)?;
+            self.groups.resize(self.labels.len(), NO_GROUP);
+            self.grouped = true;
+        }
+        Ok(())
+    }
+
+    /// The group of the rows pushed next (see [`set_grouped`](Self::set_grouped)).
+    #[inline]
+    pub fn set_next_group(&mut self, group: u32) {
+        self.next_group = group;
+    }
+
+    /// The group of tuple `i` ([`NO_GROUP`] in an arena without groups).
+    #[inline]
+    pub fn group(&self, i: usize) -> u32 {
+        self.groups.get(i).copied().unwrap_or(NO_GROUP)
     }
 
     pub fn is_sparse(&self) -> bool {
@@ -179,6 +221,7 @@ impl TupleArena {
         self.values.clear();
         self.indices.clear();
         self.labels.clear();
+        self.groups.clear();
         if self.sparse {
             self.offsets.clear();
             self.offsets.push(0);
@@ -194,6 +237,14 @@ impl TupleArena {
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
         self.values.extend_from_slice(features);
         self.labels.push(label);
+        self.push_group();
+    }
+
+    #[inline]
+    fn push_group(&mut self) {
+        if self.grouped {
+            self.groups.push(self.next_group);
+        }
     }
 
     /// Like [`push`](Self::push) for `real[]` columns: widens to f64.
@@ -205,6 +256,7 @@ impl TupleArena {
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
         self.values.extend(features.iter().map(|&v| f64::from(v)));
         self.labels.push(label);
+        self.push_group();
     }
 
     /// Dense: fill the arena scattered, for a shuffle with local memory accesses. The next
@@ -229,7 +281,8 @@ impl TupleArena {
             .n_features
             .checked_mul(rows)
             .is_some_and(|v| v <= self.values.capacity())
-            && rows <= self.labels.capacity();
+            && rows <= self.labels.capacity()
+            && (!self.grouped || rows <= self.groups.capacity());
         if self.sparse || !self.is_empty() || self.scatter.is_some() || !room || rows == 0 {
             return false;
         }
@@ -270,6 +323,10 @@ impl TupleArena {
             dst.write(widen(x));
         }
         self.labels.spare_capacity_mut()[slot].write(label);
+        if self.grouped {
+            // slot < rows <= the groups' capacity (begin_scatter).
+            self.groups.spare_capacity_mut()[slot].write(self.next_group);
+        }
         s.pushed += 1; // only now is the row written in full
     }
 
@@ -295,11 +352,15 @@ impl TupleArena {
             written.sort_unstable();
             let values = self.values.spare_capacity_mut();
             let labels = self.labels.spare_capacity_mut();
+            let groups = self.groups.spare_capacity_mut();
             for (t, &slot) in written.iter().enumerate() {
                 let slot = slot as usize;
                 if slot != t {
                     values.copy_within(slot * n..(slot + 1) * n, t * n);
                     labels[t] = labels[slot];
+                    if self.grouped {
+                        groups[t] = groups[slot];
+                    }
                 }
             }
         }
@@ -307,10 +368,15 @@ impl TupleArena {
         // came (pushed == slots.len()), `slots` is a permutation of 0..pushed and push_scattered
         // wrote all n values and the label of each slot; otherwise the loop above copied a
         // written row onto each of 0..pushed. Both lengths are within the capacity
-        // (begin_scatter checked rows · n and rows against it).
+        // (begin_scatter checked rows · n and rows against it). Grouped, push_scattered wrote
+        // each written slot's group too, and the loop above moved it with its row; the groups'
+        // capacity was checked against rows as well.
         unsafe {
             self.values.set_len(pushed * n);
             self.labels.set_len(pushed);
+            if self.grouped {
+                self.groups.set_len(pushed);
+            }
         }
         // The plan is spent: its allocation holds the visiting order.
         if pushed == slots.len() {
@@ -427,6 +493,7 @@ impl TupleArena {
         }
         self.offsets.push(self.values.len());
         self.labels.push(label);
+        self.push_group();
     }
 
     /// Features of dense tuple `i`. Panics if `i >= len()` or the arena is sparse.

@@ -10,10 +10,14 @@
 //! the row); a learner that holds out fold j trains on the other rows only, and while
 //! [`Trials::score_holdouts`] is on (the last epoch), scores each buffer's rows of fold j with
 //! its model as it stands once it has trained on that buffer: rows it never trains on.
+//!
+//! Per-group models: every row of a buffer carries a group (`TupleArena::group`, 0 … groups-1,
+//! or `NO_GROUP`); a learner of group g trains on that group's rows only, in the buffer's
+//! order, beside the learners of every row.
 
 use std::time::Instant;
 
-use crate::arena::TupleArena;
+use crate::arena::{TupleArena, NO_GROUP};
 use crate::hash::splitmix64;
 use crate::learner::Learner;
 use crate::model::{Labels, ModelKind};
@@ -83,6 +87,8 @@ struct Trial {
     /// Cross-validation: the fold it never trains on, and its score on that fold's rows.
     holdout: Option<usize>,
     score: Option<ValidationScore>,
+    /// Per-group models: the group whose rows alone it trains on.
+    group: Option<u32>,
 }
 
 /// What scoring the held-out folds needs: the models' kind and the scaling to fold into a
@@ -106,6 +112,10 @@ pub struct Trials {
     /// Per buffer: each row's fold, and each fold's rows (in the buffer's order).
     row_folds: Vec<usize>,
     fold_rows: Vec<Vec<u32>>,
+    /// Per-group models: how many groups, and per buffer each group's rows (in the buffer's
+    /// order).
+    groups: usize,
+    group_rows: Vec<Vec<u32>>,
     /// Threads that train a buffer's learners (see [`Trials::set_threads`]).
     threads: usize,
 }
@@ -116,6 +126,7 @@ struct BufferWork<'a> {
     order: Option<&'a [u32]>,
     row_folds: &'a [usize],
     fold_rows: &'a [Vec<u32>],
+    group_rows: &'a [Vec<u32>],
     scoring: Option<&'a Scoring>,
 }
 
@@ -125,6 +136,13 @@ impl BufferWork<'_> {
     fn train(&self, t: &mut Trial, kept: &mut Vec<u32>) -> Result<(), TrainError> {
         let started = Instant::now();
         let result = match t.holdout {
+            // Its group's rows (none in this buffer: still called, so a sparse model grows
+            // with the buffer's width as every other model does).
+            None if t.group.is_some() => {
+                let rows = t.group.and_then(|g| self.group_rows.get(g as usize));
+                t.learner
+                    .train_buffer(self.arena, Some(rows.map_or(&[][..], |r| &r[..])))
+            }
             None => t.learner.train_buffer(self.arena, self.order),
             Some(fold) => {
                 kept.clear();
@@ -198,13 +216,49 @@ impl Trials {
                     seconds: 0.0,
                     holdout: holdout.filter(|_| folds > 0),
                     score: None,
+                    group: None,
                 })
                 .collect(),
             folds,
             scoring: None,
             row_folds: Vec::new(),
             fold_rows: Vec::new(),
+            groups: 0,
+            group_rows: Vec::new(),
             threads: 1,
+        }
+    }
+
+    /// Per-group models over `groups` groups: each learner with the group whose rows alone it
+    /// trains on, or None to train on every row.
+    pub fn with_groups(learners: Vec<(Learner, Option<u32>)>, groups: usize) -> Trials {
+        let (learners, of): (Vec<Learner>, Vec<Option<u32>>) = learners.into_iter().unzip();
+        let mut trials = Trials::new(learners);
+        for (t, group) in trials.trials.iter_mut().zip(of) {
+            t.group = group.filter(|&g| (g as usize) < groups);
+        }
+        trials.groups = groups;
+        trials
+    }
+
+    /// The rows of each group in this buffer, in the order given (all rows in storage order
+    /// without one); rows of no group are in none.
+    fn split_groups(&mut self, arena: &TupleArena, order: Option<&[u32]>) {
+        self.group_rows.resize_with(self.groups, Vec::new);
+        for rows in &mut self.group_rows {
+            rows.clear();
+        }
+        let mut push = |i: u32| {
+            let g = arena.group(i as usize);
+            if g != NO_GROUP {
+                if let Some(rows) = self.group_rows.get_mut(g as usize) {
+                    rows.push(i);
+                }
+            }
+        };
+        match order {
+            Some(order) => order.iter().copied().for_each(&mut push),
+            None => (0..arena.len() as u32).for_each(&mut push),
         }
     }
 
@@ -316,12 +370,16 @@ impl Trials {
         if self.folds > 0 {
             self.split_folds(arena, order);
         }
+        if self.groups > 0 {
+            self.split_groups(arena, order);
+        }
         let threads = self.threads.min(self.going()).max(1);
         let work = BufferWork {
             arena,
             order,
             row_folds: &self.row_folds,
             fold_rows: &self.fold_rows,
+            group_rows: &self.group_rows,
             scoring: self.scoring.as_ref(),
         };
         let mut results: Vec<Option<Result<(), TrainError>>> = Vec::new();
@@ -592,6 +650,50 @@ mod tests {
         let mut all = Trials::new(vec![learner(ModelKind::Logistic, config)]);
         train(&mut all, &arena, 2).unwrap();
         assert_eq!(together[3], models(&mut all)[0], "the model of every row");
+    }
+
+    #[test]
+    fn a_group_learner_is_the_learner_of_its_groups_rows_alone() {
+        let source = rows();
+        let group_of = |i: usize| match i % 5 {
+            0 | 1 => 0,
+            2 => 1,
+            3 => 2, // no learner of its own: trains only the model of every row
+            _ => NO_GROUP,
+        };
+        let mut arena = TupleArena::new(3, 400);
+        arena.set_grouped().unwrap();
+        for i in 0..source.len() {
+            let Row::Dense(x) = source.row(i) else {
+                unreachable!()
+            };
+            arena.set_next_group(group_of(i));
+            arena.push(source.label(i), x);
+        }
+        let config = json!({"learning_rate": 0.05, "batch_size": 3});
+        let make = || learner(ModelKind::Logistic, config.clone());
+        let mut grouped = Trials::with_groups(
+            vec![(make(), None), (make(), Some(0)), (make(), Some(1))],
+            2,
+        );
+        grouped.set_threads(2);
+        train(&mut grouped, &arena, 3).unwrap();
+        let together = models(&mut grouped);
+        for (g, model) in [(0, &together[1]), (1, &together[2])] {
+            let mut own = TupleArena::new(3, 400);
+            for i in (0..source.len()).filter(|&i| group_of(i) == g) {
+                let Row::Dense(x) = source.row(i) else {
+                    unreachable!()
+                };
+                own.push(source.label(i), x);
+            }
+            let mut alone = Trials::new(vec![make()]);
+            train(&mut alone, &own, 3).unwrap();
+            assert_eq!(model, &models(&mut alone)[0], "group {g}");
+        }
+        let mut all = Trials::new(vec![make()]);
+        train(&mut all, &source, 3).unwrap();
+        assert_eq!(together[0], models(&mut all)[0], "the model of every row");
     }
 
     #[test]

@@ -488,3 +488,40 @@ fn scatter_plan_reuses_the_visiting_order_allocation() {
     assert!(a.finish_scatter(&mut shuffler, &mut order));
     assert_eq!((order.len(), order.as_ptr()), (100, ptr));
 }
+
+#[test]
+fn a_grouped_arena_keeps_each_rows_group_with_it_scattered_or_not() {
+    for (capacity, pushed) in [(200_000, 200_000), (200_000, 99_999), (10, 10), (10, 4)] {
+        let mut shuffler = TupleShuffler::new(3, 1);
+        let mut a = TupleArena::new(3, capacity);
+        a.set_grouped().unwrap();
+        assert!(a.begin_scatter(capacity, &mut shuffler, &mut Vec::new()));
+        for k in 0..pushed {
+            let (label, x) = test_row(k, 3);
+            a.set_next_group((k % 7) as u32);
+            a.push(label, &x);
+        }
+        let mut order = Vec::new();
+        assert!(a.finish_scatter(&mut shuffler, &mut order));
+        assert_rows_kept(&a, &order, pushed);
+        for i in 0..a.len() {
+            assert_eq!(a.group(i), (a.label(i) as usize % 7) as u32, "row {i}");
+        }
+        // Cleared and refilled in order, sparse rows too: the groups follow.
+        a.clear();
+        a.set_next_group(5);
+        a.push(1.0, &[1.0, 2.0, 3.0]);
+        assert_eq!((a.len(), a.group(0)), (1, 5));
+    }
+    let mut sparse = TupleArena::new_sparse(4, 8);
+    sparse.set_grouped().unwrap();
+    for g in [2, NO_GROUP, 9] {
+        sparse.set_next_group(g);
+        sparse.push_sparse(0.0, &[1], &[1.0]);
+    }
+    assert_eq!(
+        (0..3).map(|i| sparse.group(i)).collect::<Vec<_>>(),
+        [2, NO_GROUP, 9]
+    );
+    assert_eq!(TupleArena::new(2, 2).group(0), NO_GROUP, "no groups: none");
+}

@@ -39,7 +39,7 @@ use crate::preprocess::PreprocessOptions;
 use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
 pub use search::Configuration;
-use search::{Search, SelectBy, MAX_TRIALS, SEARCH_KEYS};
+use search::{Search, SelectBy, GROUP_KEYS, MAX_TRIALS, SEARCH_KEYS};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_float, get_hidden, get_int,
@@ -56,6 +56,10 @@ pub struct ParamError {
 }
 
 const MAX_EPOCHS: u64 = 1_000_000;
+/// At most this many `group_by` columns.
+const MAX_GROUP_COLUMNS: usize = 8;
+/// With `group_by`: the default fewest rows of a group with a model of its own.
+pub const DEFAULT_MIN_GROUP_ROWS: u64 = 100;
 const MAX_BATCH: u64 = 1_000_000;
 const MAX_RATE: f64 = 1e6;
 const MAX_SEED: u64 = i64::MAX as u64; // fits a PostgreSQL bigint
@@ -534,6 +538,34 @@ train_params! {
         },
         json: |x| json!(x),
     },
+    /// Per-group models: one model per distinct value of these columns, from one scan.
+    group_by: Option<Vec<String>> = None => {
+        shown: "`null`",
+        accepts: r#"column name, or array of 1 … 8 column names"#,
+        meaning: "one model per distinct value (combination) of these columns, all trained side by side in one pass beside a model of every row; a group with fewer than `min_group_rows` rows gets no model of its own, and its rows are predicted by the model of every row; see [Per-group models](#per-group-models-one-scan-one-model-per-group)",
+        rule: "null, a column name or an array of 1 to 8 distinct column names; needs \"name\" (default null)",
+        parse: |k, v| {
+            let names = match v {
+                Value::Null => return Ok(None),
+                Value::String(_) => vec![get_name(k, v)?],
+                _ => get_name_list(k, v)?,
+            };
+            if names.is_empty() || names.len() > MAX_GROUP_COLUMNS {
+                return Err(bad_value(k, v, "give 1 to 8 columns"));
+            }
+            Ok(Some(names))
+        },
+        json: |x| json!(x),
+    },
+    /// With `group_by`: the fewest rows a group needs for a model of its own.
+    min_group_rows: Option<u64> = None => {
+        shown: "`100` (with `group_by`)",
+        accepts: "integer 1 … 1,000,000,000",
+        meaning: "with `group_by`: a group with fewer rows (counted by the statistics pass) gets no model of its own; the model of every row predicts its rows",
+        rule: "an integer from 1 to 1000000000; needs \"group_by\" (default 100)",
+        parse: |k, v| Ok(Some(get_int(k, v, 1, 1_000_000_000)?)),
+        json: |x| json!(x),
+    },
     /// The model's name: each training of a name stores a new version of it.
     name: Option<String> = None => {
         shown: "`null`",
@@ -637,6 +669,7 @@ impl TrainParams {
             }
         }
         p.check_folds()?;
+        p.check_groups()?;
         p.check_search(value, kind)?;
         if p.patience.is_some() && p.validation.is_none() {
             return Err(ParamError {
@@ -657,6 +690,7 @@ impl TrainParams {
             if value.is_null()
                 && (NETWORK_KEYS.contains(&spec.name)
                     || SEARCH_KEYS.contains(&spec.name)
+                    || GROUP_KEYS.contains(&spec.name)
                     || spec.name == "folds")
             {
                 continue;

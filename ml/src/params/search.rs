@@ -35,6 +35,8 @@ pub const MAX_TRIALS: usize = 256;
 
 /// The keys of the search itself, left out of every configuration's params.
 pub const SEARCH_KEYS: [&str; 3] = ["search", "search_trials", "select_by"];
+/// The keys of per-group models (not listed in the params of a training without groups).
+pub const GROUP_KEYS: [&str; 2] = ["group_by", "min_group_rows"];
 
 /// A `search` param: for each searched key, the values to try (in the order given).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -266,6 +268,48 @@ impl TrainParams {
             return refuse(
                 "\"folds\" cannot be used with \"tolerance\"",
                 "Every fold's model trains every epoch: leave \"tolerance\" out.",
+            );
+        }
+        Ok(())
+    }
+
+    /// What per-group models need and cannot be combined with yet, refused before any work;
+    /// fills in `min_group_rows`.
+    pub(super) fn check_groups(&mut self) -> Result<(), ParamError> {
+        let refuse = |message: &str, hint: &str| {
+            Err(ParamError {
+                message: message.into(),
+                hint: Some(hint.into()),
+            })
+        };
+        if self.group_by.is_none() {
+            if self.min_group_rows.is_some() {
+                return refuse(
+                    "\"min_group_rows\" needs \"group_by\"",
+                    "Add e.g. \"group_by\": \"store_id\".",
+                );
+            }
+            return Ok(());
+        }
+        self.min_group_rows
+            .get_or_insert(super::DEFAULT_MIN_GROUP_ROWS);
+        if self.name.is_none() {
+            return refuse(
+                "\"group_by\" needs \"name\"",
+                "Every group's model is stored as a version of the name, the model of every row last: add e.g. \"name\": \"my_model\".",
+            );
+        }
+        let not_yet = [
+            ("search", self.search.is_some()),
+            ("folds", self.folds.is_some()),
+            ("workers", self.workers > 0),
+            ("validation", self.validation.is_some()),
+            ("tolerance", self.tolerance > 0.0),
+        ];
+        if let Some((key, _)) = not_yet.iter().find(|(_, given)| *given) {
+            return refuse(
+                &format!("\"group_by\" cannot be used with \"{key}\" yet"),
+                &format!("Leave \"{key}\" out: every group's model trains every epoch, side by side in one backend."),
             );
         }
         Ok(())
