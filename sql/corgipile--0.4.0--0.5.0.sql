@@ -79,3 +79,35 @@ CREATE FUNCTION "corgipile_deploy"(
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_deploy_by_wrapper';
+
+-- One row per group of a training with "group_by" (0.5.0): each group's model is a version of
+-- the name, and family_id is the model of every row (stored last, so the name's newest
+-- version), which predicts the rows of groups without a model of their own.
+CREATE VIEW corgipile.group_models WITH (security_invoker = true) AS
+SELECT (g OPERATOR(pg_catalog.->>) 'family')::bigint AS family_id, m.name, m.version,
+       m.id AS model_id, m.model_type AS model,
+       g OPERATOR(pg_catalog.->) 'columns' AS group_columns,
+       g OPERATOR(pg_catalog.->>) 'key' AS group_key,
+       (g OPERATOR(pg_catalog.->>) 'rows')::bigint AS group_rows,
+       (m.metrics OPERATOR(pg_catalog.->>) 'loss')::float8 AS loss,
+       (m.metrics OPERATOR(pg_catalog.->>) 'accuracy')::float8 AS accuracy,
+       (m.metrics OPERATOR(pg_catalog.->>) 'r2')::float8 AS r2,
+       m.created_at, m.trained_by
+FROM corgipile.models m,
+     LATERAL (SELECT m.metrics OPERATOR(pg_catalog.->) 'group') AS t(g)
+WHERE g IS NOT NULL;
+GRANT SELECT ON corgipile.group_models TO PUBLIC;
+
+-- Which model predicts a row of a model trained with "group_by", and its prediction.
+CREATE FUNCTION "corgipile_predict_group"(
+	"model_name" TEXT, /* pgrx::TextArg */
+	"row" record /* pgrx::RecordArg */
+) RETURNS TABLE (
+	"prediction" TEXT,  /* core::option::Option<alloc::string::String> */
+	"model_id" bigint,  /* i64 */
+	"group_key" TEXT,  /* core::option::Option<alloc::string::String> */
+	"own_model" bool  /* bool */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_predict_group_wrapper';

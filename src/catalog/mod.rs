@@ -6,6 +6,7 @@
 //! statement never sees a model that has since been deleted.
 
 pub mod grants;
+pub mod groups;
 pub mod locks;
 pub mod search;
 mod store;
@@ -209,6 +210,16 @@ pub struct StoredModel {
     pub boolean_label: bool,
     /// A column list's preprocessing: predictions take rows, by column name.
     pub preprocessing: Option<Preprocessor>,
+    /// The model of every row of a training with `"group_by"`: its groups' models.
+    pub groups: Option<Rc<GroupFamily>>,
+}
+
+/// The models of a training's groups (see `catalog::groups`).
+pub struct GroupFamily {
+    /// The group columns.
+    pub columns: Vec<String>,
+    /// Each group's key and its model's id.
+    pub models: std::collections::HashMap<String, i64>,
 }
 
 impl StoredModel {
@@ -350,7 +361,8 @@ fn read_model(model_id: i64) -> StoredModel {
             "SELECT model_type, n_features, n_outputs, weights, bias, label_mapping, label_column, features,
                     coalesce((params OPERATOR(pg_catalog.->>) 'index_base')::pg_catalog.int8, 1),
                     {preprocessing}, {layers},
-                    params OPERATOR(pg_catalog.->>) 'activation'
+                    params OPERATOR(pg_catalog.->>) 'activation',
+                    metrics OPERATOR(pg_catalog.->) 'groups'
              FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
             preprocessing = catalog_column(c"preprocessing", "NULL::pg_catalog.jsonb"),
             layers = catalog_column(c"layers", "NULL::pg_catalog.int4[]"),
@@ -375,6 +387,7 @@ fn read_model(model_id: i64) -> StoredModel {
             row.get::<JsonB>(10)?.map(|j| j.0).filter(|j| !j.is_null()),
             row.get::<Vec<Option<i32>>>(11)?,
             row.get::<String>(12)?,
+            row.get::<JsonB>(13)?.map(|j| j.0),
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
@@ -391,6 +404,7 @@ fn read_model(model_id: i64) -> StoredModel {
         preprocessing,
         layers,
         activation,
+        groups,
     )) = row
     else {
         no_such_model(model_id)
@@ -477,8 +491,23 @@ fn read_model(model_id: i64) -> StoredModel {
         }
         p
     });
+    // Per-group models: each group's key and model id.
+    let groups = groups.map(|g| {
+        let columns: Option<Vec<String>> = serde_json::from_value(g["columns"].clone()).ok();
+        let models: Option<std::collections::HashMap<String, i64>> =
+            serde_json::from_value(g["models"].clone()).ok();
+        match (columns, models) {
+            (Some(columns), Some(models)) => Rc::new(GroupFamily { columns, models }),
+            _ => raise(
+                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                format!("model {model_id} has unreadable group models"),
+                None,
+            ),
+        }
+    });
     StoredModel {
         id: model_id,
+        groups,
         preprocessing,
         model,
         classes,

@@ -13,6 +13,7 @@ pub mod classes;
 pub mod columns;
 pub mod datum;
 mod features;
+pub mod groups;
 mod labels;
 pub mod record;
 
@@ -66,6 +67,8 @@ pub struct RowDecoder {
     number_kinds: Vec<LabelKind>,
     encoded: EncodedRow,
     array_scratch: Vec<f64>,
+    /// `"group_by"`: the rows' groups.
+    groups: Option<groups::Groups>,
 }
 
 impl RowDecoder {
@@ -95,7 +98,13 @@ impl RowDecoder {
             .preprocess
             .as_ref()
             .map(|spec| Encoder::new(spec, config.max_buffer_bytes, config.max_model_bytes));
+        // SAFETY: decoders are made on the backend thread, inside the training's transaction.
+        let groups = config
+            .groups
+            .as_ref()
+            .map(|g| unsafe { groups::Groups::new(g.first, &g.types) });
         RowDecoder {
+            groups,
             encoder,
             number_kinds,
             encoded: EncodedRow::default(),
@@ -193,6 +202,17 @@ impl RowDecoder {
         tid: &pg_sys::ItemPointerData,
     ) -> bool {
         let tabular = self.config.layout == FeatureLayout::Tabular;
+        let mut arena = arena;
+        if let (Some(groups), Some(a), Target::Train) = (&mut self.groups, &mut arena, target) {
+            if a.set_grouped().is_err() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                    "out of memory for the rows' groups of a buffer",
+                    None,
+                );
+            }
+            a.set_next_group(groups.of_row(values, nulls));
+        }
         let pushed = match (target, arena) {
             (Target::Train, Some(a)) if tabular => {
                 self.decode_columns(a, label, values, nulls, tid);
@@ -326,6 +346,11 @@ impl RowDecoder {
             self.config.max_model_bytes,
             &source,
         );
+    }
+
+    /// `"group_by"`: ends the statistics pass's count of the groups (see `Groups::number`).
+    pub fn number_groups(&mut self, min_rows: u64) -> Option<(Vec<(String, u64)>, u64, u64)> {
+        self.groups.as_mut().map(|g| g.number(min_rows))
     }
 
     /// The preprocessing, once learned (or given).

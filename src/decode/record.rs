@@ -82,17 +82,12 @@ impl RecordColumns {
         }
     }
 
-    /// The row encoded by `p` (its columns read with `desc`, the row type's descriptor);
-    /// None when a NULL makes the model skip such rows.
+    /// Reads every attribute of a row (`header`, of the type `desc` describes), to be encoded
+    /// by [`encode_deformed`](Self::encode_deformed) and read by [`value`](Self::value).
     ///
     /// # Safety
     /// `header` is a row of the type `desc` describes, valid for this call; backend thread.
-    pub unsafe fn encode(
-        &mut self,
-        header: pg_sys::HeapTupleHeader,
-        desc: pg_sys::TupleDesc,
-        p: &Preprocessor,
-    ) -> Option<Row<'_>> {
+    pub unsafe fn deform(&mut self, header: pg_sys::HeapTupleHeader, desc: pg_sys::TupleDesc) {
         let mut tuple = pg_sys::HeapTupleData {
             // The 4-byte varlena header of a (detoasted) composite datum holds its length.
             t_len: (*header).t_choice.t_datum.datum_len_ as u32 >> 2,
@@ -106,6 +101,19 @@ impl RecordColumns {
             self.values.as_mut_ptr(),
             self.nulls.as_mut_ptr(),
         );
+    }
+
+    /// Attribute `at` of the row read last (None: NULL).
+    pub fn value(&self, at: usize) -> Option<pg_sys::Datum> {
+        (!self.nulls[at]).then(|| self.values[at])
+    }
+
+    /// The row read last ([`deform`](Self::deform)) encoded by the model's preprocessing `p`;
+    /// None when a NULL makes the model skip such rows.
+    ///
+    /// # Safety
+    /// The row [`deform`](Self::deform) read is still valid; backend thread.
+    pub unsafe fn encode_deformed(&mut self, p: &Preprocessor) -> Option<Row<'_>> {
         let row = &mut self.encoded;
         row.clear();
         for (i, &(at, read)) in self.columns.iter().enumerate() {

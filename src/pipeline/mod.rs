@@ -43,6 +43,17 @@ pub struct PipelineConfig {
     /// SELECT on the parent reads its partitions), never the partition's own.
     #[serde(default)]
     pub leaf: Option<u32>,
+    /// `"group_by"` (a training): where the group columns are in the query.
+    #[serde(default)]
+    pub groups: Option<GroupColumns>,
+}
+
+/// The group columns of a training's query: its last columns, from `first` on, with their
+/// types (oids).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupColumns {
+    pub first: usize,
+    pub types: Vec<u32>,
 }
 
 /// The preprocessing of a column list.
@@ -246,6 +257,12 @@ pub struct Trial {
     pub epochs_before_failing: Vec<EpochRecord>,
     /// With "folds": each fold's model's score on the rows it held out (None: set aside).
     pub cv: Vec<Option<corgipile_ml::scoring::ValidationStats>>,
+    /// Per-group models: the group's key and its rows counted by the statistics pass (None:
+    /// the model of every row).
+    pub group: Option<(String, u64)>,
+    /// Per-group models, on the model of every row: the groups too small for a model of their
+    /// own, and their rows.
+    pub small_groups: Option<(u64, u64)>,
 }
 
 impl Trial {
@@ -258,6 +275,8 @@ impl Trial {
             outcome: Ok(outcome),
             epochs_before_failing: Vec::new(),
             cv: Vec::new(),
+            group: None,
+            small_groups: None,
         }
     }
 }

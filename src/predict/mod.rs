@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 mod row;
 use crate::request::args::RecordArg;
-use row::with_row;
+use row::{with_row, with_row_in};
 
 /// A sparse feature vector from SQL, checked against the model and rebased to 0.
 struct SparseFeatures(Vec<u32>, Vec<f64>);
@@ -468,3 +468,46 @@ prediction_overloads!("corgipile_decision_function", decision_function -> f64,
     corgipile_decision_function, corgipile_decision_function_sparse,
     corgipile_decision_function_by_name, corgipile_decision_function_sparse_by_name,
     corgipile_decision_function_row, corgipile_decision_function_row_by_name);
+
+/// Which model predicts a row of a model trained with `"group_by"`, and its prediction: the
+/// row's group's key, the id of the model used (the group's, or the model of every row for a
+/// group without one), whether it is the group's own, and the prediction (a class or a value,
+/// as text). For any other model: its id, no group.
+#[pg_extern(stable, parallel_safe)]
+fn corgipile_predict_group(
+    model_name: TextArg,
+    row: RecordArg,
+) -> TableIterator<
+    'static,
+    (
+        name!(prediction, Option<String>),
+        name!(model_id, i64),
+        name!(group_key, Option<String>),
+        name!(own_model, bool),
+    ),
+> {
+    // A set-returning function: fn_extra holds the set's state, not a cached model; the model
+    // (cached per transaction by id) and the row's layout are looked up each call.
+    let (head, routed) = by_name(model_name, |arg| {
+        let model = load_model_arg(arg);
+        let head = model.id;
+        let mut layout = row::RowCache::new();
+        // SAFETY: the current memory context lives at least as long as this call.
+        let mcxt = unsafe { pg_sys::CurrentMemoryContext };
+        let routed = with_row_in(model, &mut layout, mcxt, row, |model, x, key| {
+            let prediction = if model.kind().is_classifier() {
+                model.class_text(model.class_index(x))
+            } else {
+                model.model.decision(x).to_string()
+            };
+            (prediction, model.id, key.map(str::to_owned))
+        });
+        (head, routed)
+    });
+    let row = match routed {
+        Some((prediction, id, key)) => (Some(prediction), id, key, id != head),
+        // A NULL the model skips rows for: no prediction; the group is not read either.
+        None => (None, head, None, false),
+    };
+    TableIterator::once(row)
+}

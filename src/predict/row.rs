@@ -3,8 +3,10 @@
 //! place, and encoded by the model's stored preprocessing, as in training.
 
 use super::{cached_call, ModelArg};
+use crate::catalog::load_model;
 use crate::catalog::StoredModel;
 use crate::decode::datum::is_plain_4b;
+use crate::decode::groups::{write_key, KeyRead};
 use crate::decode::record::{read_for, RecordColumns};
 use crate::pg::error::raise;
 use crate::request::args::RecordArg;
@@ -25,6 +27,10 @@ struct RowLayout {
     desc: pg_sys::TupleDesc,
     /// Per model column, its attribute and how to read it; and the row's scratch.
     record: RecordColumns,
+    /// Per-group models: each group column's attribute and how it is read, and the key's
+    /// scratch.
+    group_columns: Vec<(usize, KeyRead)>,
+    key: String,
 }
 
 fn not_for_rows(model: &StoredModel) -> ! {
@@ -124,7 +130,37 @@ unsafe fn layout_for(
         };
         columns.push((at, read));
     }
+    let mut group_columns = Vec::new();
+    for name in model.groups.iter().flat_map(|g| &g.columns) {
+        let found = attrs.iter().position(|a| {
+            !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == name.as_bytes()
+        });
+        let Some(at) = found else {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+                format!(
+                    "the row has no column \"{name}\", which model {} picks a group's model by",
+                    model.id
+                ),
+                Some(format!(
+                    "Model {} has a model per group of {}.",
+                    model.id,
+                    model
+                        .groups
+                        .as_ref()
+                        .map(|g| g.columns.join(", "))
+                        .unwrap_or_default()
+                )),
+            );
+        };
+        group_columns.push((
+            at,
+            KeyRead::for_type(pg_sys::getBaseType(attrs[at].atttypid)),
+        ));
+    }
     RowLayout {
+        group_columns,
+        key: String::new(),
         model_id: model.id,
         type_id,
         typmod,
@@ -157,15 +193,40 @@ pub fn with_row<R>(
     record: RecordArg,
     f: fn(&StoredModel, Row) -> R,
 ) -> Option<R> {
+    with_row_of_group(fcinfo, arg, record, |model, row, _| f(model, row))
+}
+
+/// [`with_row`], `f` also told the row's group (its key, None for a row of no group) when the
+/// model has per-group models: `f` then gets the group's model, or the model of every row for
+/// a group without one of its own.
+pub fn with_row_of_group<R>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    arg: ModelArg,
+    record: RecordArg,
+    f: impl FnOnce(&StoredModel, Row, Option<&str>) -> R,
+) -> Option<R> {
     let call = cached_call(fcinfo, arg);
-    let model = call.model.clone();
-    let cache = &mut call.rows;
+    // SAFETY: the call site's memory context, which outlives the call.
+    let mcxt = unsafe { (*(*fcinfo).flinfo).fn_mcxt };
+    with_row_in(call.model.clone(), &mut call.rows, mcxt, record, f)
+}
+
+/// [`with_row_of_group`] with `model`, its row layout cached in `cache` (whose descriptor copy
+/// lives in `mcxt`).
+pub fn with_row_in<R>(
+    model: std::rc::Rc<StoredModel>,
+    cache: &mut RowCache,
+    mcxt: pg_sys::MemoryContext,
+    record: RecordArg,
+    f: impl FnOnce(&StoredModel, Row, Option<&str>) -> R,
+) -> Option<R> {
     let Some(p) = &model.preprocessing else {
         not_for_rows(&model)
     };
     // SAFETY: a non-NULL composite argument of this call (the functions are strict);
     // pg_detoast_datum returns the header in place or a palloc'd copy, valid for the call.
-    // `cache` lives in fn_extra (fn_mcxt), which outlives the call. The type cache entry
+    // `cache` and `mcxt` outlive the call (fn_extra and fn_mcxt, or the caller's for one
+    // call). The type cache entry
     // tupdesc_identifier reads is read at once, before anything can invalidate it.
     unsafe {
         let raw = record.0.cast_mut_ptr::<pg_sys::varlena>();
@@ -186,16 +247,23 @@ pub fn with_row<R>(
             if let Some(old) = cache.0.take() {
                 pg_sys::FreeTupleDesc(old.desc);
             }
-            cache.0 = Some(layout_for(
-                &model,
-                p,
-                type_id,
-                typmod,
-                (*(*fcinfo).flinfo).fn_mcxt,
-            ));
+            cache.0 = Some(layout_for(&model, p, type_id, typmod, mcxt));
         }
         let layout = cache.0.as_mut().expect("set above");
-        let row = layout.record.encode(header, layout.desc, p)?;
-        Some(f(&model, row))
+        layout.record.deform(header, layout.desc);
+        let (mut used, mut key) = (model.clone(), None);
+        if let Some(groups) = &model.groups {
+            let record = &layout.record;
+            let columns = &layout.group_columns;
+            let reads: Vec<KeyRead> = columns.iter().map(|&(_, r)| r).collect();
+            if write_key(&reads, |i| record.value(columns[i].0), &mut layout.key) {
+                key = Some(layout.key.as_str());
+                if let Some(&id) = groups.models.get(layout.key.as_str()) {
+                    used = load_model(id);
+                }
+            }
+        }
+        let row = layout.record.encode_deformed(p)?;
+        Some(f(&used, row, key))
     }
 }

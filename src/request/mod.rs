@@ -83,8 +83,22 @@ pub(crate) unsafe fn prepare(
     let relname = relation_name(relid);
     check_relation(relid, &relname, params.only);
     let mut features = feature_columns(&params.features);
+    let group_by = params.group_by.as_deref().filter(|_| mode == Mode::Train);
+    if group_by.is_some() && !params.features.is_tabular() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "\"group_by\" needs feature columns (\"features\": [column, ...] or \"*\")",
+            Some("A row's group is read from its columns when it is predicted: name the feature columns, or use \"*\".".into()),
+        );
+    }
     if let FeatureColumns::All { exclude } = &mut features {
         exclude.clone_from(&params.exclude);
+        // Within one group a group column is one value: not a feature.
+        for g in group_by.into_iter().flatten() {
+            if !exclude.contains(g) {
+                exclude.push(g.clone());
+            }
+        }
     } else if !params.exclude.is_empty() {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -147,6 +161,7 @@ pub(crate) unsafe fn prepare(
             },
         },
         params.only,
+        group_by,
     );
     if params.workers > 0 && mode == Mode::Train {
         crate::pipeline::check_distributed(
@@ -175,6 +190,7 @@ pub(crate) unsafe fn prepare(
             max_buffer_bytes: max_buffer_bytes(),
             max_model_bytes: model_limit,
             leaf: None,
+            groups: input.groups.clone(),
             relation: relname,
             preprocess: input.preprocess.clone(),
         },

@@ -37,6 +37,8 @@ pub struct Input {
     pub preprocess: Option<PreprocessSpec>,
     /// Column lists: the columns read, in order (stored as the model's `features`).
     pub columns: Vec<String>,
+    /// `"group_by"`: the group columns, the query's last ones.
+    pub groups: Option<crate::pipeline::GroupColumns>,
 }
 
 /// How a column list is preprocessed: by params, for a training, or as a stored model says.
@@ -337,6 +339,7 @@ pub unsafe fn resolve(
     validation_predicate: Option<&str>,
     tabular: Tabular,
     only: bool,
+    group_by: Option<&[String]>,
 ) -> Input {
     let label_type = column_type(relid, relname, label, "label");
     let label_is_bool = label_type == pg_sys::BOOLOID;
@@ -434,6 +437,23 @@ pub unsafe fn resolve(
         columns.push(format!("COALESCE(({checked}), false)"));
         columns.len() - 1
     });
+    // Read as stored (plain columns keep the page reader); their text is the group's key.
+    let groups = group_by.map(|names| {
+        let first = columns.len();
+        let mut types = Vec::with_capacity(names.len());
+        for name in names {
+            if name == label {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!("column \"{name}\" is both the label and a \"group_by\" column"),
+                    None,
+                );
+            }
+            types.push(column_type(relid, relname, name, "group_by").to_u32());
+            columns.push(quote_identifier(name));
+        }
+        crate::pipeline::GroupColumns { first, types }
+    });
     // As SELECT reads it: with its partitions or inheritance children, unless "only" is set.
     let sql = format!(
         "SELECT {} FROM {}{}",
@@ -455,6 +475,7 @@ pub unsafe fn resolve(
         label_is_bool,
         preprocess,
         columns: tabular_names,
+        groups,
     }
 }
 

@@ -1,6 +1,7 @@
 //! corgipile_train, and what shows a training without storing it: corgipile_explain and
 //! corgipile_trace.
 
+use crate::catalog::groups::{store_groups, SmallGroups};
 use crate::catalog::search::store_search;
 use crate::catalog::{
     check_schema_version, check_writable, lock_model_name, store_model_with, ModelSource,
@@ -71,6 +72,16 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             learned.as_ref(),
         );
         let sharded = crate::shard::sharded_leaves(prepared.relid);
+        if sharded.is_some() && prepared.config.params.group_by.is_some() {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "\"group_by\" cannot train on a sharded table yet",
+                Some(
+                    "Train the groups of each shard's table there, or train without \"group_by\"."
+                        .into(),
+                ),
+            );
+        }
         if sharded.is_some() && prepared.config.params.search.is_some() {
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -117,6 +128,16 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
         };
         if params.search.is_some() {
             return store_search(&source, trials, params.selection(kind));
+        }
+        if let Some(columns) = &params.group_by {
+            let (groups, rows) = trials[0].small_groups.unwrap_or_default();
+            return store_groups(
+                &source,
+                trials,
+                columns,
+                params.min_group_rows.unwrap_or(1),
+                SmallGroups { groups, rows },
+            );
         }
         let trial = trials
             .into_iter()

@@ -223,6 +223,17 @@ impl Node for SgdNode {
                 &format!("{folds} (a model per fold beside the model of every row)"),
             );
         }
+        if let Some(columns) = &p.group_by {
+            explain::text(
+                es,
+                "Groups",
+                &format!(
+                    "a model per group of {} with at least {} rows, beside the model of every row",
+                    columns.join(", "),
+                    p.min_group_rows.unwrap_or(1)
+                ),
+            );
+        }
         if let Some(patience) = p.patience {
             explain::int(es, "Patience", patience as i64);
         }

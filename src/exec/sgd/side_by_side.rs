@@ -1,16 +1,20 @@
 //! The models a training trains side by side on the same buffers: one per configuration of a
-//! search and, with "folds", one per fold beside each (see corgipile_ml::trials).
+//! search and, with "folds", one per fold beside each; with "group_by", one per group beside
+//! the model of every row (see corgipile_ml::trials).
 
 use super::SgdNode;
 use crate::pg::error::raise_train_error;
+use crate::pg::error::{notice, raise};
 use crate::pipeline::ValidationStats;
 use corgipile_ml::learner::Learner;
+use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};
 use corgipile_ml::params::search::{best_of, SelectBy};
 use corgipile_ml::params::Configuration;
+use corgipile_ml::params::TrainParams;
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trainer::{TrainConfig, TrainError};
 use corgipile_ml::trials::Trials;
-use pgrx::pg_sys;
+use pgrx::{pg_sys, PgSqlErrorCode};
 
 impl SgdNode {
     /// The learners of a training over `n_features` inputs: per configuration, with "folds",
@@ -77,6 +81,88 @@ impl SgdNode {
             trainer.set_threads(cores.min(1 + helpers));
         }
         (trainer, learner_config, learner_fold)
+    }
+}
+
+impl SgdNode {
+    /// Per-group models: the model of every row (first: the labels it saw speak for the
+    /// training), then one per group of `groups` (the keys and rows of the groups that get a
+    /// model, then how many groups and rows are too small), all with `params`. Their memory,
+    /// all together, is checked against corgipile.max_model_memory before any is built.
+    #[allow(clippy::type_complexity)]
+    pub(super) unsafe fn per_group(
+        &mut self,
+        params: &TrainParams,
+        learned: TrainConfig,
+        n_features: usize,
+        groups: &(Vec<(String, u64)>, u64, u64),
+    ) -> (Trials, Vec<usize>, Vec<Option<usize>>, Vec<Option<u32>>) {
+        let (kept, small, small_rows) = groups;
+        let min_rows = params.min_group_rows.unwrap_or(1);
+        if self.verbose {
+            notice(format!(
+                "group_by: {} groups; {} with at least {min_rows} rows get a model of their own, {small} smaller ones ({small_rows} rows) are predicted by the model of every row",
+                kept.len() as u64 + small,
+                kept.len()
+            ));
+        }
+        let models = kept.len() as u64 + 1;
+        let spec = self.network_spec(n_features, params);
+        let each = match &spec {
+            Some(spec) => spec.training_bytes(n_features, params.batch_size as usize),
+            None => {
+                let outputs = if self.config.model.has_class_outputs() {
+                    self.shuffle().rows().classes().len().max(2) as u64
+                } else {
+                    1
+                };
+                model_memory_bytes(n_features as u64, outputs)
+            }
+        };
+        let total = crate::pg::guc::max_model_bytes();
+        if each.saturating_mul(models) > total {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "the training holds {models} models (one per group of at least {min_rows} rows, and the model of every row) of {} each, more than corgipile.max_model_memory ({}): {} such models fit",
+                    pretty_bytes(each),
+                    pretty_bytes(total),
+                    total / each.max(1)
+                ),
+                Some("Raise \"min_group_rows\", group by fewer or coarser columns, use fewer features, or ask a superuser to raise corgipile.max_model_memory.".into()),
+            );
+        }
+        let normalize = params.normalize;
+        let mut learners = Vec::with_capacity(models as usize);
+        for group in std::iter::once(None).chain((0..kept.len() as u32).map(Some)) {
+            let mut config = params.train_config(self.config.model);
+            config.standardizer = learned.standardizer.as_ref().map(copy_scaling);
+            config.class_weights = learned.class_weights.clone();
+            config.label_values = learned.label_values;
+            let learner = match &spec {
+                Some(spec) => {
+                    self.network_sizes
+                        .get_or_insert_with(|| spec.sizes(n_features));
+                    Learner::network(config, spec, n_features)
+                }
+                None => Learner::linear(config, n_features),
+            };
+            learners.push((
+                learner.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), normalize)),
+                group,
+            ));
+        }
+        let learner_group: Vec<Option<u32>> = learners.iter().map(|(_, g)| *g).collect();
+        let n = learners.len();
+        let mut trainer = Trials::with_groups(learners, kept.len());
+        if self.config.params.double_buffer {
+            // As for a search: up to 1 + max_parallel_workers_per_gather threads.
+            // SAFETY: a plain read of a GUC variable, on the backend thread.
+            let helpers = unsafe { pg_sys::max_parallel_workers_per_gather }.max(0) as usize;
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            trainer.set_threads(cores.min(1 + helpers));
+        }
+        (trainer, vec![0; n], vec![None; n], learner_group)
     }
 }
 

@@ -122,13 +122,14 @@ impl SgdNode {
             let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
             config.standardizer = Some(normalizing_scaler(&stats, sparse, params.fit_intercept));
         }
-        if let (Some(class_weight), true) =
-            (&params.class_weight, self.config.model.is_classifier())
-        {
+        // Per-group models: every model maps the two labels alike, whichever a group's rows
+        // hold.
+        let grouping = params.group_by.is_some();
+        if (params.class_weight.is_some() || grouping) && self.config.model.is_classifier() {
             let settled = settle_labels(
                 self.config.model,
                 &stats.class_counts(),
-                Some(class_weight),
+                params.class_weight.as_ref(),
                 &self.label_text(),
             )
             .unwrap_or_else(|e| raise_labels_error(e, &self.config.relation, ""));
@@ -198,6 +199,7 @@ impl SgdNode {
             || params.class_weight.is_some()
             || learning
             || network
+            || params.group_by.is_some()
         {
             progress::phase("statistics pass");
             let pass_started = Instant::now();
@@ -282,8 +284,21 @@ impl SgdNode {
             },
         };
         let standardizer = train_config.standardizer.clone();
-        let (mut trainer, learner_config, learner_fold) =
-            self.side_by_side(&configurations, train_config, n_features, searching);
+        // Per-group models: the groups the statistics pass found big enough.
+        let groups = params.group_by.as_ref().and_then(|_| {
+            shuffle
+                .rows_mut()
+                .number_groups(params.min_group_rows.unwrap_or(1))
+        });
+        let (mut trainer, learner_config, learner_fold, learner_group) = match &groups {
+            Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
+            None => {
+                let (t, c, f) =
+                    self.side_by_side(&configurations, train_config, n_features, searching);
+                let n = c.len();
+                (t, c, f, vec![None; n])
+            }
+        };
         let folds = params.folds.unwrap_or(0) as usize;
         if let Some(t) = team.as_mut() {
             let learner = trainer.only();
@@ -462,7 +477,7 @@ impl SgdNode {
                     validation_seconds,
                 };
                 // The NOTICE table follows the model of every row (the one stored).
-                let stored = learner_fold[i].is_none();
+                let stored = learner_fold[i].is_none() && learner_group[i].is_none();
                 if self.verbose && !searching && stored {
                     if epoch == 1 {
                         let metric = self.config.model.metric_name();
@@ -486,6 +501,14 @@ impl SgdNode {
                 }
             }
             self.epochs_run = epoch;
+            if let (true, Some((kept, _, _))) = (self.verbose, &groups) {
+                let going = done.iter().skip(1).filter(|d| !**d).count();
+                notice(format!(
+                    "epoch {epoch}/{}: the model of every row and {going} of {} group models trained",
+                    params.epochs,
+                    kept.len()
+                ));
+            }
             if self.verbose && searching {
                 notice(search_line(
                     epoch,
@@ -532,7 +555,6 @@ impl SgdNode {
         let mut trials = Vec::with_capacity(configurations.len());
         let holdouts = trainer.take_holdout_scores();
         let results = trainer.into_results();
-        let mut configurations = configurations.into_iter();
         // A configuration's fold scores and seconds, gathered from its fold learners.
         let mut cv = Vec::with_capacity(folds);
         let mut fold_seconds = 0.0;
@@ -547,10 +569,17 @@ impl SgdNode {
                 fold_seconds += trial_seconds;
                 continue;
             }
-            let (configuration, trial_params) = configurations
-                .next()
-                .expect("a configuration per model of every row");
+            let (configuration, trial_params) = configurations[learner_config[i]].clone();
             let epochs = epoch_loop.into_history();
+            // A group's model: its key, and its rows (the last epoch's).
+            let group = learner_group[i].map(|g| {
+                let (kept, _, _) = groups.as_ref().expect("grouped");
+                kept[g as usize].clone()
+            });
+            let small_groups = match (&groups, learner_group[i]) {
+                (Some((_, small, rows)), None) => Some((*small, *rows)),
+                _ => None,
+            };
             let cv = std::mem::take(&mut cv);
             let trial_seconds = trial_seconds + std::mem::take(&mut fold_seconds);
             let learner = match result {
@@ -563,6 +592,8 @@ impl SgdNode {
                         outcome: Err(e),
                         epochs_before_failing: epochs,
                         cv,
+                        group,
+                        small_groups,
                     });
                     continue;
                 }
@@ -577,6 +608,10 @@ impl SgdNode {
                 epoch
             });
             let classes = self.classes_of(label_map, model.n_outputs());
+            let rows_trained = match (&group, epochs.last()) {
+                (Some(_), Some(last)) => last.stats.tuples,
+                _ => rows_trained,
+            };
             trials.push(Trial {
                 configuration,
                 params: trial_params,
@@ -595,6 +630,8 @@ impl SgdNode {
                 }),
                 epochs_before_failing: Vec::new(),
                 cv,
+                group,
+                small_groups,
             });
         }
         Some(trials)

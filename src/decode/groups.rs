@@ -1,0 +1,191 @@
+//! Per-group models (`"group_by"`): the group of a row is the text of its group columns' values
+//! (one column: the value as PostgreSQL prints it; several: a JSON array of those texts). The
+//! statistics pass finds the groups and counts their rows; the groups with enough rows then get
+//! a model, numbered 0 … k-1, and every later row carries its group's number (or `NO_GROUP`:
+//! a small group, one seen only after the statistics pass, or a NULL in a group column).
+//! Predictions from a row compute the same key (`crate::predict::row`).
+
+use crate::pg::error::raise;
+use corgipile_ml::arena::NO_GROUP;
+use pgrx::{pg_sys, PgSqlErrorCode};
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::fmt::Write;
+
+use super::datum::{with_text_bytes, LabelKind};
+
+/// At most this many distinct groups: the statistics pass keeps every group's key.
+pub const MAX_GROUPS: usize = 100_000;
+/// At most this many bytes in a group's key.
+pub const MAX_KEY_BYTES: usize = 1000;
+
+/// How a group column's datum becomes text.
+#[derive(Clone, Copy)]
+pub enum KeyRead {
+    /// Integers and boolean: printed as their output functions print them.
+    Number(LabelKind),
+    /// text, varchar: the bytes.
+    Text,
+    /// Any other type: its output function.
+    Output(pg_sys::Oid),
+}
+
+impl KeyRead {
+    /// How a column of type `t` is read.
+    ///
+    /// # Safety
+    /// Backend thread, inside a transaction (catalog lookups).
+    pub unsafe fn for_type(t: pg_sys::Oid) -> KeyRead {
+        match t {
+            pg_sys::TEXTOID | pg_sys::VARCHAROID => KeyRead::Text,
+            pg_sys::BOOLOID | pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => {
+                KeyRead::Number(LabelKind::from_type(t).expect("a number type"))
+            }
+            _ => {
+                let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
+                pg_sys::getTypeOutputInfo(t, &mut output, &mut varlena);
+                KeyRead::Output(output)
+            }
+        }
+    }
+
+    /// Appends the datum's text to `out`.
+    unsafe fn write(self, datum: pg_sys::Datum, out: &mut String) {
+        match self {
+            KeyRead::Number(LabelKind::Bool) => {
+                out.push(if datum.value() & 0xff != 0 { 't' } else { 'f' })
+            }
+            KeyRead::Number(kind) => {
+                let _ = write!(out, "{}", kind.to_f64(datum) as i64);
+            }
+            KeyRead::Text => with_text_bytes(datum, |b| out.push_str(&String::from_utf8_lossy(b))),
+            KeyRead::Output(f) => {
+                let text = pg_sys::OidOutputFunctionCall(f, datum);
+                out.push_str(&CStr::from_ptr(text).to_string_lossy());
+                pg_sys::pfree(text.cast());
+            }
+        }
+    }
+}
+
+/// The key of a row's group columns (`datum(i)`: the i-th group column's value, None for NULL)
+/// into `out`; false when one is NULL (the row is in no group).
+///
+/// # Safety
+/// The datums are valid values of the types the reads were made for; backend thread.
+pub unsafe fn write_key(
+    reads: &[KeyRead],
+    datum: impl Fn(usize) -> Option<pg_sys::Datum>,
+    out: &mut String,
+) -> bool {
+    out.clear();
+    if let [read] = reads {
+        let Some(d) = datum(0) else { return false };
+        read.write(d, out);
+        return true;
+    }
+    let mut parts = Vec::with_capacity(reads.len());
+    let mut part = String::new();
+    for (i, read) in reads.iter().enumerate() {
+        let Some(d) = datum(i) else { return false };
+        part.clear();
+        read.write(d, &mut part);
+        parts.push(serde_json::Value::String(part.clone()));
+    }
+    out.push_str(&serde_json::Value::Array(parts).to_string());
+    true
+}
+
+/// The groups of a training's rows: found and counted by the statistics pass, then numbered.
+pub struct Groups {
+    /// The group columns' positions in the query's output, and how each is read.
+    first: usize,
+    reads: Vec<KeyRead>,
+    /// Every group seen by the statistics pass: its number there, and its key and rows.
+    index: HashMap<String, u32>,
+    seen: Vec<(String, u64)>,
+    /// Once numbered: per group seen, its model's number or NO_GROUP.
+    numbers: Option<Vec<u32>>,
+    key: String,
+}
+
+impl Groups {
+    /// The group columns are the query's columns from `first` on, of types `types`.
+    ///
+    /// # Safety
+    /// Backend thread, inside a transaction.
+    pub unsafe fn new(first: usize, types: &[u32]) -> Groups {
+        Groups {
+            first,
+            reads: types
+                .iter()
+                .map(|&t| KeyRead::for_type(pg_sys::Oid::from(t)))
+                .collect(),
+            index: HashMap::new(),
+            seen: Vec::new(),
+            numbers: None,
+            key: String::new(),
+        }
+    }
+
+    /// The row's group: while the statistics pass runs, counted (its number there is not a
+    /// model's: NO_GROUP); afterwards its model's number, or NO_GROUP.
+    ///
+    /// # Safety
+    /// `values`/`nulls` hold the query's columns.
+    pub unsafe fn of_row(&mut self, values: *mut pg_sys::Datum, nulls: *mut bool) -> u32 {
+        let first = self.first;
+        let datum = |i: usize| (!*nulls.add(first + i)).then(|| *values.add(first + i));
+        if !write_key(&self.reads, datum, &mut self.key) {
+            return NO_GROUP;
+        }
+        if let Some(numbers) = &self.numbers {
+            return self
+                .index
+                .get(self.key.as_str())
+                .map_or(NO_GROUP, |&i| numbers[i as usize]);
+        }
+        if let Some(&i) = self.index.get(self.key.as_str()) {
+            self.seen[i as usize].1 += 1;
+            return NO_GROUP;
+        }
+        if self.key.len() > MAX_KEY_BYTES {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("a group of \"group_by\" has a key of {} bytes; corgipile allows at most {MAX_KEY_BYTES}", self.key.len()),
+                Some("Group by shorter values (e.g. an id instead of a description).".into()),
+            );
+        }
+        if self.seen.len() >= MAX_GROUPS {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("\"group_by\" finds more than {MAX_GROUPS} groups"),
+                Some("Group by fewer or coarser columns: every group is a model.".into()),
+            );
+        }
+        self.index.insert(self.key.clone(), self.seen.len() as u32);
+        self.seen.push((self.key.clone(), 1));
+        NO_GROUP
+    }
+
+    /// Ends the statistics pass: the groups of at least `min_rows` rows get models, numbered in
+    /// the order they were first seen. Returns their keys and rows, and how many groups and
+    /// rows are left to the model of every row.
+    pub fn number(&mut self, min_rows: u64) -> (Vec<(String, u64)>, u64, u64) {
+        let mut numbers = Vec::with_capacity(self.seen.len());
+        let mut kept = Vec::new();
+        let (mut small, mut small_rows) = (0, 0);
+        for (key, rows) in &self.seen {
+            if *rows >= min_rows {
+                numbers.push(kept.len() as u32);
+                kept.push((key.clone(), *rows));
+            } else {
+                numbers.push(NO_GROUP);
+                small += 1;
+                small_rows += rows;
+            }
+        }
+        self.numbers = Some(numbers);
+        (kept, small, small_rows)
+    }
+}
