@@ -208,6 +208,13 @@ impl SgdNode {
             self.statistics_seconds = statistics_seconds;
         }
         let shuffle = self.shuffle();
+        // Per-group models: the groups the statistics pass found big enough (numbered before
+        // the first row of epoch 1 is read).
+        let groups = params.group_by.as_ref().and_then(|_| {
+            shuffle
+                .rows_mut()
+                .number_groups(params.min_group_rows.unwrap_or(1))
+        });
         if tabular && !learning && member.is_none() {
             train_config.standardizer = shuffle.rows().scaling(params.fit_intercept);
         }
@@ -284,12 +291,6 @@ impl SgdNode {
             },
         };
         let standardizer = train_config.standardizer.clone();
-        // Per-group models: the groups the statistics pass found big enough.
-        let groups = params.group_by.as_ref().and_then(|_| {
-            shuffle
-                .rows_mut()
-                .number_groups(params.min_group_rows.unwrap_or(1))
-        });
         let (mut trainer, learner_config, learner_fold, learner_group) = match &groups {
             Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
             None => {
