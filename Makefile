@@ -49,7 +49,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -74,6 +74,7 @@ help:
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
+	@echo "  bench-groups   1,000 per-group logistic models in one pass vs one training, 10M rows (bench/results/groups_one_pass.md; ~15 min)"
 	@echo "  bench-search   a search of 12 logistic / 4 mlp configurations in one pass vs one training vs 12 trainings (bench/results/search_one_pass.md; ~5 min)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
 	@echo "  bench-sparse   sparse 1M-dim vs dense per-row training time, and the guard vs scikit-learn partial_fit (bench/results/sparse_vs_dense.md; ~5 min)"
@@ -250,6 +251,12 @@ bench-mlp: setup-python install
 bench-search: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/search_one_pass.py
+
+# 1,000 per-group logistic models in one pass against one training (10M-row table), and a sample
+# of groups against models of their rows alone.
+bench-groups: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/groups_one_pass.py
 
 # Predicting from a whole row against a plain scan of the same 20 columns.
 bench-predict: setup-python install

@@ -243,7 +243,7 @@ fn unknown_key_suggests_the_closest() {
     );
     assert!(
         hint.ends_with(
-            "optimizer, momentum, patience, search, search_trials, select_by, folds, name"
+            "optimizer, momentum, patience, search, search_trials, select_by, folds, group_by, min_group_rows, name"
         ),
         "{hint}"
     );
@@ -300,8 +300,8 @@ fn to_json_round_trips() {
             "name": null
         })
     );
-    // Every key but the network's four, the search's three and folds (not searching).
-    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 8);
+    // Every key but the network's four, the search's three, folds and the groups' two.
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 10);
     assert_eq!(TrainParams::from_json(&j).unwrap(), d);
 
     let inputs = [
@@ -504,8 +504,9 @@ fn new_keys_round_trip() {
     for input in inputs {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
-        // A linear model's params list every key but the network's four, the search's three and folds.
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 8);
+        // A linear model's params list every key but the network's four, the search's three,
+        // folds and the groups' two.
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 10);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }

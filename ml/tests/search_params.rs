@@ -150,3 +150,65 @@ fn a_given_validation_is_kept() {
         assert_eq!(c.validation, p.validation);
     }
 }
+
+#[test]
+fn group_params_what_they_accept_and_refuse() {
+    let p = for_kind(
+        json!({"name": "m", "group_by": "store"}),
+        ModelKind::Logistic,
+    )
+    .unwrap();
+    assert_eq!(p.group_by, Some(vec!["store".to_string()]));
+    assert_eq!(p.min_group_rows, Some(100), "filled in");
+    let stored = p.to_json();
+    assert_eq!(stored["group_by"], json!(["store"]));
+    assert_eq!(stored["min_group_rows"], 100);
+    assert_eq!(TrainParams::from_json(&stored).unwrap(), p);
+    let two = for_kind(
+        json!({"name": "m", "group_by": ["a", "b"], "min_group_rows": 5}),
+        ModelKind::Mlp,
+    )
+    .unwrap();
+    assert_eq!(two.group_by.as_ref().map(Vec::len), Some(2));
+    assert_eq!(two.min_group_rows, Some(5));
+    // Not listed by a training without groups.
+    let plain = for_kind(json!({}), ModelKind::Logistic).unwrap().to_json();
+    assert!(plain.get("group_by").is_none() && plain.get("min_group_rows").is_none());
+
+    let g = |extra: Value| {
+        let mut v = json!({"name": "m", "group_by": "store"});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    assert!(refused(json!({"group_by": "s"}), ModelKind::Svm).contains("needs \"name\""));
+    assert!(refused(json!({"min_group_rows": 3}), ModelKind::Svm).contains("needs \"group_by\""));
+    for key in ["search", "folds", "workers", "validation", "tolerance"] {
+        let value = match key {
+            "search" => json!({"l2": [0, 1]}),
+            "folds" => json!(3),
+            "workers" => json!(1),
+            "validation" => json!({"fraction": 0.1}),
+            _ => json!(0.01),
+        };
+        let e = refused(g(json!({ key: value })), ModelKind::Svm);
+        assert!(
+            e.contains(&format!("\"{key}\"")) && e.contains("yet"),
+            "{key}: {e}"
+        );
+    }
+    for bad in [
+        json!([]),
+        json!(["a", "a"]),
+        json!(""),
+        json!(7),
+        json!(["a"; 9]),
+    ] {
+        assert!(
+            refused(g(json!({ "group_by": bad })), ModelKind::Svm).contains("group_by"),
+            "{bad}"
+        );
+    }
+    assert!(refused(g(json!({"min_group_rows": 0})), ModelKind::Svm).contains("min_group_rows"));
+}
