@@ -1,7 +1,8 @@
 """Per-group models in one pass: 1,000 logistic models (`"group_by"`) against one logistic training
 over the same table, and each group's model against a model trained on that group's rows alone.
 
-The table: --rows rows (default 10M) of four float8 features and an int group column `grp`
+The table: --rows rows (default 10M) of four float8 features (float8, not numeric: a numeric
+column is converted in the query, off the page reader) and an int group column `grp`
 (1,000 groups, drawn by a hash of the row: each group's rows are spread over the whole table);
 the label is a linear rule whose weights depend on the group (so one model of every row cannot
 fit them all). Stored clustered by label.
@@ -46,8 +47,9 @@ def make_table(conn, table, rows, groups):
                (1 + grp % 7) * x1 - (grp % 5 - 2) * x2 + (grp % 3 - 1) * x3 + 0.5 * x4 - (grp % 11) / 10.0
                  + (hashint4(i * 13) % 1000) / 2000.0 > 0 AS y
         FROM (SELECT i, abs(hashint4(i * 7 + 1)) % {groups} AS grp,
-                     (hashint4(i) % 1000) / 500.0 AS x1, (hashint4(i * 3 + 1) % 1000) / 500.0 AS x2,
-                     (hashint4(i * 5 + 2) % 1000) / 500.0 AS x3, (hashint4(i * 11 + 3) % 1000) / 500.0 AS x4
+                     (hashint4(i) % 1000) / 500.0::float8 AS x1, (hashint4(i * 3 + 1) % 1000) / 500.0::float8 AS x2,
+                     (hashint4(i * 5 + 2) % 1000) / 500.0::float8 AS x3,
+                     (hashint4(i * 11 + 3) % 1000) / 500.0::float8 AS x4
               FROM generate_series(1, {rows}) i) s
         ORDER BY y, id""")
     conn.execute(f"VACUUM ANALYZE {table}")

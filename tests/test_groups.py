@@ -139,6 +139,28 @@ def test_min_group_rows_decides_which_groups_get_a_model(tconn):
     assert family > 0
 
 
+def test_evaluate_scores_each_row_with_its_groups_model(tconn):
+    family = grouped(tconn, "g_eval")
+    report = scalar(tconn, "SELECT corgipile_evaluate('g_eval', 'groups_sales')")
+    assert report["model_id"] == family and report["rows_scored"] == 30035
+    # The whole report is the rows' predictions by name: each row by its group's model.
+    by_name = scalar(tconn, "SELECT avg((corgipile_predict('g_eval', s) = y::int)::int)::float8 FROM groups_sales s")
+    assert abs(report["accuracy"] - by_name) < 1e-12, (report["accuracy"], by_name)
+    groups = report["groups"]
+    models = {r[3]: r[0] for r in group_models(tconn, "g_eval")}
+    assert set(groups) == set(models)
+    for key, part in groups.items():
+        assert part["model_id"] == models[key] and part["rows_scored"] == 1500
+        expected = scalar(tconn, "SELECT avg((corgipile_predict(%s, s) = y::int)::int)::float8 "
+                                 "FROM groups_sales s WHERE store = %s", (models[key], int(key)))
+        assert abs(part["accuracy"] - expected) < 1e-12, key
+    # Store 99 (too small) and the rows without a store: the model of every row.
+    assert report["other_rows"]["rows_scored"] == 35 and report["other_rows"]["model_id"] == family
+    # One group's model evaluates as any model.
+    one = scalar(tconn, "SELECT corgipile_evaluate(%s, 'groups_store3')", (models["3"],))
+    assert "groups" not in one and abs(one["accuracy"] - groups["3"]["accuracy"]) < 1e-12
+
+
 # =============================================================================================
 # 2. As good as training a group alone
 

@@ -390,16 +390,34 @@ impl Trials {
             }
         } else {
             results.resize_with(self.trials.len(), || None);
-            // Learners dealt round-robin to the threads; each thread its own scratch.
-            let mut shares: Vec<Vec<(usize, &mut Trial)>> =
-                (0..threads).map(|_| Vec::new()).collect();
-            let going = self
+            // Learners dealt to the threads by the rows each trains on in this buffer, the
+            // biggest first, each to the thread with the fewest rows so far (the model of
+            // every row alone on one thread, its groups' models on the others); each thread its
+            // own scratch. Which thread trains a learner does not change its model.
+            let rows = arena.len();
+            let group_rows = &self.group_rows;
+            let mut going: Vec<(usize, usize, &mut Trial)> = self
                 .trials
                 .iter_mut()
                 .enumerate()
-                .filter(|(_, t)| t.is_going());
-            for (n, (i, t)) in going.enumerate() {
-                shares[n % threads].push((i, t));
+                .filter(|(_, t)| t.is_going())
+                .map(|(i, t)| {
+                    let work = match (t.group, t.holdout) {
+                        (Some(g), _) => group_rows.get(g as usize).map_or(0, Vec::len),
+                        (None, Some(_)) => rows - rows / self.folds.max(1),
+                        (None, None) => rows,
+                    };
+                    (work, i, t)
+                })
+                .collect();
+            going.sort_by_key(|&(work, i, _)| (std::cmp::Reverse(work), i));
+            let mut shares: Vec<Vec<(usize, &mut Trial)>> =
+                (0..threads).map(|_| Vec::new()).collect();
+            let mut load = vec![0usize; threads];
+            for (work, i, t) in going {
+                let least = (0..threads).min_by_key(|&k| (load[k], k)).unwrap_or(0);
+                load[least] += work.max(1);
+                shares[least].push((i, t));
             }
             let done: Vec<Vec<(usize, Result<(), TrainError>)>> = std::thread::scope(|scope| {
                 let handles: Vec<_> = shares

@@ -36,9 +36,23 @@ fn param_table_lists_every_key_once() {
     )
     .unwrap()
     .to_json();
+    let group_defaults = TrainParams::for_kind(
+        &serde_json::json!({"group_by": "g", "name": "n"}),
+        corgipile_ml::model::ModelKind::Logistic,
+    )
+    .unwrap()
+    .to_json();
     for p in PARAMS {
         // The rule's "(default ...)" and the README's default agree with defaults() (a
-        // network's own keys, shown "`x` (mlp kinds)", with an mlp's defaults).
+        // network's own keys, shown "`x` (mlp kinds)", with an mlp's defaults; the groups',
+        // "`x` (with `group_by`)", with group_by's).
+        if let Some(shown) = p.shown_default.strip_suffix(" (with `group_by`)") {
+            let shown = shown.trim_matches('`');
+            let parsed: serde_json::Value = serde_json::from_str(shown).unwrap();
+            assert_eq!(&parsed, &group_defaults[p.name], "{}", p.name);
+            assert!(p.rule.contains(&format!("(default {shown})")), "{}", p.name);
+            continue;
+        }
         let (shown, value) = match p.shown_default.strip_suffix(" (mlp kinds)") {
             Some(shown) if p.name == "momentum" => (shown.trim_matches('`'), &sgd_defaults[p.name]),
             Some(shown) => (shown.trim_matches('`'), &network_defaults[p.name]),

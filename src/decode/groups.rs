@@ -7,10 +7,12 @@
 
 use crate::pg::error::raise;
 use corgipile_ml::arena::NO_GROUP;
+use corgipile_ml::hash::FxHasher;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fmt::Write;
+use std::hash::BuildHasherDefault;
 
 use super::datum::{with_text_bytes, LabelKind};
 
@@ -47,6 +49,11 @@ impl KeyRead {
                 KeyRead::Output(output)
             }
         }
+    }
+
+    /// An integer or boolean column's value as a number (bool: 0 or 1).
+    unsafe fn number(kind: LabelKind, datum: pg_sys::Datum) -> i64 {
+        kind.to_f64(datum) as i64
     }
 
     /// Appends the datum's text to `out`.
@@ -96,13 +103,23 @@ pub unsafe fn write_key(
     true
 }
 
+/// What the statistics pass found: the groups that get a model (key and rows, in the order of
+/// their numbers), and how many groups and rows are left to the model of every row.
+pub struct GroupsFound {
+    pub kept: Vec<(String, u64)>,
+    pub small: u64,
+    pub small_rows: u64,
+}
+
 /// The groups of a training's rows: found and counted by the statistics pass, then numbered.
 pub struct Groups {
     /// The group columns' positions in the query's output, and how each is read.
     first: usize,
     reads: Vec<KeyRead>,
-    /// Every group seen by the statistics pass: its number there, and its key and rows.
-    index: HashMap<String, u32>,
+    /// Every group seen by the statistics pass: its number there, and its key and rows (the
+    /// keys of one integer or boolean column also by value: no text per row).
+    index: HashMap<String, u32, BuildHasherDefault<FxHasher>>,
+    by_number: HashMap<i64, u32, BuildHasherDefault<FxHasher>>,
     seen: Vec<(String, u64)>,
     /// Once numbered: per group seen, its model's number or NO_GROUP.
     numbers: Option<Vec<u32>>,
@@ -110,22 +127,32 @@ pub struct Groups {
 }
 
 impl Groups {
-    /// The group columns are the query's columns from `first` on, of types `types`.
+    /// The group columns are the query's columns from `first` on, of types `types`. `known`:
+    /// the groups are these keys, numbered in order (evaluating a stored family), rather than
+    /// found by a statistics pass.
     ///
     /// # Safety
     /// Backend thread, inside a transaction.
-    pub unsafe fn new(first: usize, types: &[u32]) -> Groups {
-        Groups {
+    pub unsafe fn new(first: usize, types: &[u32], known: Option<&[String]>) -> Groups {
+        let mut groups = Groups {
             first,
             reads: types
                 .iter()
                 .map(|&t| KeyRead::for_type(pg_sys::Oid::from(t)))
                 .collect(),
-            index: HashMap::new(),
+            index: HashMap::default(),
+            by_number: HashMap::default(),
             seen: Vec::new(),
             numbers: None,
             key: String::new(),
+        };
+        if let Some(keys) = known {
+            for key in keys {
+                groups.remember(key.clone());
+            }
+            groups.numbers = Some((0..keys.len() as u32).collect());
         }
+        groups
     }
 
     /// The row's group: while the statistics pass runs, counted (its number there is not a
@@ -135,19 +162,25 @@ impl Groups {
     /// `values`/`nulls` hold the query's columns.
     pub unsafe fn of_row(&mut self, values: *mut pg_sys::Datum, nulls: *mut bool) -> u32 {
         let first = self.first;
+        if let [KeyRead::Number(kind)] = self.reads[..] {
+            // One integer or boolean column: looked up by value.
+            if *nulls.add(first) {
+                return NO_GROUP;
+            }
+            let v = KeyRead::number(kind, *values.add(first));
+            if let Some(&i) = self.by_number.get(&v) {
+                return self.seen_again(i);
+            }
+        }
         let datum = |i: usize| (!*nulls.add(first + i)).then(|| *values.add(first + i));
         if !write_key(&self.reads, datum, &mut self.key) {
             return NO_GROUP;
         }
-        if let Some(numbers) = &self.numbers {
-            return self
-                .index
-                .get(self.key.as_str())
-                .map_or(NO_GROUP, |&i| numbers[i as usize]);
-        }
         if let Some(&i) = self.index.get(self.key.as_str()) {
-            self.seen[i as usize].1 += 1;
-            return NO_GROUP;
+            return self.seen_again(i);
+        }
+        if self.numbers.is_some() {
+            return NO_GROUP; // a group the statistics pass did not see
         }
         if self.key.len() > MAX_KEY_BYTES {
             raise(
@@ -163,15 +196,42 @@ impl Groups {
                 Some("Group by fewer or coarser columns: every group is a model.".into()),
             );
         }
-        self.index.insert(self.key.clone(), self.seen.len() as u32);
-        self.seen.push((self.key.clone(), 1));
-        NO_GROUP
+        let i = self.remember(self.key.clone());
+        self.seen_again(i)
+    }
+
+    /// A group seen again: counted while the statistics pass runs (NO_GROUP), afterwards its
+    /// model's number.
+    fn seen_again(&mut self, i: u32) -> u32 {
+        match &self.numbers {
+            Some(numbers) => numbers[i as usize],
+            None => {
+                self.seen[i as usize].1 += 1;
+                NO_GROUP
+            }
+        }
+    }
+
+    /// A new group, with no rows yet; its number in `seen`.
+    fn remember(&mut self, key: String) -> u32 {
+        let i = self.seen.len() as u32;
+        if let [KeyRead::Number(kind)] = self.reads[..] {
+            let value = match kind {
+                LabelKind::Bool => Some(i64::from(key == "t")),
+                _ => key.parse().ok(),
+            };
+            if let Some(v) = value {
+                self.by_number.insert(v, i);
+            }
+        }
+        self.index.insert(key.clone(), i);
+        self.seen.push((key, 0));
+        i
     }
 
     /// Ends the statistics pass: the groups of at least `min_rows` rows get models, numbered in
-    /// the order they were first seen. Returns their keys and rows, and how many groups and
-    /// rows are left to the model of every row.
-    pub fn number(&mut self, min_rows: u64) -> (Vec<(String, u64)>, u64, u64) {
+    /// the order they were first seen.
+    pub fn number(&mut self, min_rows: u64) -> GroupsFound {
         let mut numbers = Vec::with_capacity(self.seen.len());
         let mut kept = Vec::new();
         let (mut small, mut small_rows) = (0, 0);
@@ -186,6 +246,10 @@ impl Groups {
             }
         }
         self.numbers = Some(numbers);
-        (kept, small, small_rows)
+        GroupsFound {
+            kept,
+            small,
+            small_rows,
+        }
     }
 }

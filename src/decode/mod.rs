@@ -102,7 +102,7 @@ impl RowDecoder {
         let groups = config
             .groups
             .as_ref()
-            .map(|g| unsafe { groups::Groups::new(g.first, &g.types) });
+            .map(|g| unsafe { groups::Groups::new(g.first, &g.types, g.known.as_deref()) });
         RowDecoder {
             groups,
             encoder,
@@ -349,7 +349,7 @@ impl RowDecoder {
     }
 
     /// `"group_by"`: ends the statistics pass's count of the groups (see `Groups::number`).
-    pub fn number_groups(&mut self, min_rows: u64) -> Option<(Vec<(String, u64)>, u64, u64)> {
+    pub fn number_groups(&mut self, min_rows: u64) -> Option<groups::GroupsFound> {
         self.groups.as_mut().map(|g| g.number(min_rows))
     }
 

@@ -54,6 +54,10 @@ pub struct PipelineConfig {
 pub struct GroupColumns {
     pub first: usize,
     pub types: Vec<u32>,
+    /// Evaluation of a stored family: the keys of its groups' models, in the order of their
+    /// numbers (a training finds its groups instead).
+    #[serde(default)]
+    pub known: Option<Vec<String>>,
 }
 
 /// The preprocessing of a column list.

@@ -83,7 +83,10 @@ pub(crate) unsafe fn prepare(
     let relname = relation_name(relid);
     check_relation(relid, &relname, params.only);
     let mut features = feature_columns(&params.features);
-    let group_by = params.group_by.as_deref().filter(|_| mode == Mode::Train);
+    let group_by = params
+        .group_by
+        .as_deref()
+        .filter(|_| matches!(mode, Mode::Train | Mode::Evaluate));
     if group_by.is_some() && !params.features.is_tabular() {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,

@@ -452,7 +452,11 @@ pub unsafe fn resolve(
             types.push(column_type(relid, relname, name, "group_by").to_u32());
             columns.push(quote_identifier(name));
         }
-        crate::pipeline::GroupColumns { first, types }
+        crate::pipeline::GroupColumns {
+            first,
+            types,
+            known: None,
+        }
     });
     // As SELECT reads it: with its partitions or inheritance children, unless "only" is set.
     let sql = format!(

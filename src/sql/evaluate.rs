@@ -79,13 +79,25 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
     overrides.insert("double_buffer".into(), serde_json::json!(false));
     overrides.insert("verbose".into(), serde_json::json!(false));
     overrides.insert("seed".into(), serde_json::json!(0));
-    let params = parse_params(
+    let mut params = parse_params(
         &ParamsArg(serde_json::Value::Object(overrides)),
         stored.kind(),
     );
+    // A family of per-group models: every row is scored by its group's model (the model of
+    // every row for the others); the report has each group's part too.
+    let mut members: Vec<(String, i64)> = Vec::new();
+    if let Some(groups) = &stored.groups {
+        params.group_by = Some(groups.columns.clone());
+        members = groups
+            .models
+            .iter()
+            .map(|(k, &id)| (k.clone(), id))
+            .collect();
+        members.sort_by_key(|&(_, id)| id);
+    }
     // SAFETY: as in corgipile_train.
     let report = unsafe {
-        let prepared = prepare(
+        let mut prepared = prepare(
             relation.oid(),
             stored.kind(),
             params,
@@ -93,10 +105,22 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
             stored.classes.clone(),
             stored.preprocessing.as_ref(),
         );
+        if let Some(g) = prepared.config.groups.as_mut() {
+            g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
+        }
         match crate::shard::sharded_leaves(prepared.relid) {
+            Some(_) if stored.groups.is_some() => raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("model {} has a model per group: it cannot evaluate a sharded table yet", stored.id),
+                Some("Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id.".into()),
+            ),
             Some(leaves) => evaluate_sharded(&prepared, leaves, &stored),
             None => prepared.run(Evaluate {
                 model: stored.clone(),
+                members: members
+                    .into_iter()
+                    .map(|(key, id)| (key, crate::catalog::load_model(id)))
+                    .collect(),
             }),
         }
     };

@@ -17,6 +17,9 @@ use std::rc::Rc;
 /// Score `model`; the output is corgipile_evaluate's JSON report.
 pub struct Evaluate {
     pub model: Rc<StoredModel>,
+    /// A family of per-group models: each group's key and model, in the order of their
+    /// numbers (empty for any other model).
+    pub members: Vec<(String, Rc<StoredModel>)>,
 }
 
 impl SgdTask for Evaluate {
@@ -24,6 +27,9 @@ impl SgdTask for Evaluate {
     const MODE: Mode = Mode::Evaluate;
 
     unsafe fn run(self, node: &mut SgdNode) -> serde_json::Value {
+        if self.model.groups.is_some() {
+            return node.evaluate_groups(&self.model, &self.members);
+        }
         node.evaluate(&self.model)
     }
 }
@@ -80,6 +86,62 @@ impl SgdNode {
         );
         let mut report = evaluation.finish(skipped);
         report["model_id"] = json!(model.id);
+        report
+    }
+
+    /// corgipile_evaluate of a family of per-group models: every row scored by its group's
+    /// model, or by the model of every row (`model`) for a group without one; the whole
+    /// report, and each group's (`"groups"`, by key) and the other rows' (`"other_rows"`).
+    unsafe fn evaluate_groups(
+        &mut self,
+        model: &StoredModel,
+        members: &[(String, Rc<StoredModel>)],
+    ) -> serde_json::Value {
+        let auc_rows = self.config.max_buffer_bytes as usize / BinaryMetrics::AUC_BYTES_PER_ROW;
+        let binary = || binary_labels(self.config.label.uses_classes(), &model.classes);
+        let n_classes = model.classes.len();
+        let mut whole = Evaluation::new(model.kind(), n_classes, binary(), auc_rows);
+        // Per group: mergeable metrics (ROC AUC from a histogram: bounded memory per group).
+        let part = || Evaluation::mergeable(model.kind(), n_classes, binary());
+        let mut per_group: Vec<Evaluation> = members.iter().map(|_| part()).collect();
+        let mut others = part();
+        let shuffle = self.shuffle();
+        shuffle.for_each_buffer(|b| {
+            for i in 0..b.arena.len() {
+                check_for_interrupts!();
+                let (row, label) = (b.arena.row(i), b.arena.label(i));
+                let g = b.arena.group(i) as usize;
+                match (members.get(g), per_group.get_mut(g)) {
+                    (Some((_, m)), Some(e)) => {
+                        whole.push(&m.model, row, label);
+                        e.push(&m.model, row, label);
+                    }
+                    _ => {
+                        whole.push(&model.model, row, label);
+                        others.push(&model.model, row, label);
+                    }
+                }
+            }
+        });
+        let skipped = shuffle.counts().rows_skipped;
+        let mut report = whole.finish(skipped);
+        report["model_id"] = json!(model.id);
+        let part_report = |e: Evaluation, id: i64| {
+            let mut r = e.finish(0);
+            r["model_id"] = json!(id);
+            if let Some(note) = r.as_object_mut().and_then(|o| o.get_mut("roc_auc_note")) {
+                *note = json!(
+                    "from a histogram of the scores (65536 bins): exact up to ties within a bin"
+                );
+            }
+            r
+        };
+        let mut groups = serde_json::Map::new();
+        for ((key, m), e) in members.iter().zip(per_group) {
+            groups.insert(key.clone(), part_report(e, m.id));
+        }
+        report["groups"] = serde_json::Value::Object(groups);
+        report["other_rows"] = part_report(others, model.id);
         report
     }
 

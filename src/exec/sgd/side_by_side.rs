@@ -3,6 +3,7 @@
 //! the model of every row (see corgipile_ml::trials).
 
 use super::SgdNode;
+use crate::decode::groups::GroupsFound;
 use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
 use crate::pipeline::ValidationStats;
@@ -95,9 +96,13 @@ impl SgdNode {
         params: &TrainParams,
         learned: TrainConfig,
         n_features: usize,
-        groups: &(Vec<(String, u64)>, u64, u64),
+        groups: &GroupsFound,
     ) -> (Trials, Vec<usize>, Vec<Option<usize>>, Vec<Option<u32>>) {
-        let (kept, small, small_rows) = groups;
+        let GroupsFound {
+            kept,
+            small,
+            small_rows,
+        } = groups;
         let min_rows = params.min_group_rows.unwrap_or(1);
         if self.verbose {
             notice(format!(

@@ -502,12 +502,12 @@ impl SgdNode {
                 }
             }
             self.epochs_run = epoch;
-            if let (true, Some((kept, _, _))) = (self.verbose, &groups) {
+            if let (true, Some(found)) = (self.verbose, &groups) {
                 let going = done.iter().skip(1).filter(|d| !**d).count();
                 notice(format!(
                     "epoch {epoch}/{}: the model of every row and {going} of {} group models trained",
                     params.epochs,
-                    kept.len()
+                    found.kept.len()
                 ));
             }
             if self.verbose && searching {
@@ -573,12 +573,10 @@ impl SgdNode {
             let (configuration, trial_params) = configurations[learner_config[i]].clone();
             let epochs = epoch_loop.into_history();
             // A group's model: its key, and its rows (the last epoch's).
-            let group = learner_group[i].map(|g| {
-                let (kept, _, _) = groups.as_ref().expect("grouped");
-                kept[g as usize].clone()
-            });
+            let group = learner_group[i]
+                .map(|g| groups.as_ref().expect("grouped").kept[g as usize].clone());
             let small_groups = match (&groups, learner_group[i]) {
-                (Some((_, small, rows)), None) => Some((*small, *rows)),
+                (Some(found), None) => Some((found.small, found.small_rows)),
                 _ => None,
             };
             let cv = std::mem::take(&mut cv);
