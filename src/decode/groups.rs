@@ -20,6 +20,9 @@ use super::datum::{with_text_bytes, LabelKind};
 pub const MAX_GROUPS: usize = 100_000;
 /// At most this many bytes in a group's key.
 pub const MAX_KEY_BYTES: usize = 1000;
+/// At most this many bytes in all the keys together (each is kept twice: in the list of
+/// groups and in the map from key to group).
+pub const MAX_KEYS_BYTES: usize = 16 << 20;
 
 /// How a group column's datum becomes text.
 #[derive(Clone, Copy)]
@@ -124,6 +127,8 @@ pub struct Groups {
     /// Once numbered: per group seen, its model's number or NO_GROUP.
     numbers: Option<Vec<u32>>,
     key: String,
+    /// The bytes of every key seen.
+    key_bytes: usize,
 }
 
 impl Groups {
@@ -145,6 +150,7 @@ impl Groups {
             seen: Vec::new(),
             numbers: None,
             key: String::new(),
+            key_bytes: 0,
         };
         if let Some(keys) = known {
             for key in keys {
@@ -189,6 +195,13 @@ impl Groups {
                 Some("Group by shorter values (e.g. an id instead of a description).".into()),
             );
         }
+        if self.key_bytes + self.key.len() > MAX_KEYS_BYTES {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("the keys of the groups of \"group_by\" take more than {} MB", MAX_KEYS_BYTES >> 20),
+                Some("Group by shorter values (e.g. an id instead of a description), or by fewer columns.".into()),
+            );
+        }
         if self.seen.len() >= MAX_GROUPS {
             raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -224,6 +237,7 @@ impl Groups {
                 self.by_number.insert(v, i);
             }
         }
+        self.key_bytes += key.len();
         self.index.insert(key.clone(), i);
         self.seen.push((key, 0));
         i

@@ -101,8 +101,24 @@ impl SgdNode {
         let binary = || binary_labels(self.config.label.uses_classes(), &model.classes);
         let n_classes = model.classes.len();
         let mut whole = Evaluation::new(model.kind(), n_classes, binary(), auc_rows);
-        // Per group: mergeable metrics (ROC AUC from a histogram: bounded memory per group).
-        let part = || Evaluation::mergeable(model.kind(), n_classes, binary());
+        // Per group: a share of the scores kept for ROC AUC (a group with more rows has none,
+        // and a note saying so), and a classifier's per-class counts (3 numbers a class),
+        // bounded by corgipile.max_model_memory.
+        let share = auc_rows / (members.len() + 1);
+        let counts = (members.len() as u64 + 1).saturating_mul(24 * n_classes.max(1) as u64);
+        if counts > crate::pg::guc::max_model_bytes() {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "the per-group report of model {} needs {} for its {} groups' class counts, more than corgipile.max_model_memory",
+                    model.id,
+                    corgipile_ml::limits::pretty_bytes(counts),
+                    members.len()
+                ),
+                Some("Evaluate one group's model by its id (corgipile.group_models), or ask a superuser to raise corgipile.max_model_memory.".into()),
+            );
+        }
+        let part = || Evaluation::new(model.kind(), n_classes, binary(), share);
         let mut per_group: Vec<Evaluation> = members.iter().map(|_| part()).collect();
         let mut others = part();
         let shuffle = self.shuffle();
@@ -129,11 +145,6 @@ impl SgdNode {
         let part_report = |e: Evaluation, id: i64| {
             let mut r = e.finish(0);
             r["model_id"] = json!(id);
-            if let Some(note) = r.as_object_mut().and_then(|o| o.get_mut("roc_auc_note")) {
-                *note = json!(
-                    "from a histogram of the scores (65536 bins): exact up to ties within a bin"
-                );
-            }
             r
         };
         let mut groups = serde_json::Map::new();

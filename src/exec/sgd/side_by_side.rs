@@ -113,17 +113,20 @@ impl SgdNode {
         }
         let models = kept.len() as u64 + 1;
         let spec = self.network_spec(n_features, params);
-        let each = match &spec {
-            Some(spec) => spec.training_bytes(n_features, params.batch_size as usize),
-            None => {
-                let outputs = if self.config.model.has_class_outputs() {
-                    self.shuffle().rows().classes().len().max(2) as u64
-                } else {
-                    1
-                };
-                model_memory_bytes(n_features as u64, outputs)
-            }
-        };
+        // Beyond its weights, each model's trainer holds its own state and scratch.
+        const PER_MODEL_BYTES: u64 = 16 << 10;
+        let each = PER_MODEL_BYTES
+            + match &spec {
+                Some(spec) => spec.training_bytes(n_features, params.batch_size as usize),
+                None => {
+                    let outputs = if self.config.model.has_class_outputs() {
+                        self.shuffle().rows().classes().len().max(2) as u64
+                    } else {
+                        1
+                    };
+                    model_memory_bytes(n_features as u64, outputs)
+                }
+            };
         let total = crate::pg::guc::max_model_bytes();
         if each.saturating_mul(models) > total {
             raise(
