@@ -131,6 +131,29 @@ def test_regression_ranks_by_r2_or_by_loss(tconn):
     assert rows[-1][7] and rows[-1][6] == min(r[6] for r in rows)
 
 
+@pytest.mark.parametrize("select_by,model,best", [("roc_auc", "logistic", max), ("f1", "svm", max),
+                                                 ("log_loss", "logistic", min), ("log_loss", "mlp", min)])
+def test_ranked_by_roc_auc_f1_or_log_loss(tconn, select_by, model, best):
+    name = f"s_by_{select_by}_{model}"
+    grid = {"learning_rate": [0.0001, 0.01, 0.1]} if model != "mlp" else {"learning_rate": [0.0001, 0.01]}
+    search(tconn, "search_ring", model, name, grid, epochs=2, select_by=select_by,
+           **({"hidden": [8]} if model == "mlp" else {}))
+    rows = trials(tconn, name)
+    stored = [scalar(tconn, "SELECT (metrics->'validation'->>%s)::float8 FROM corgipile.models WHERE id = %s",
+                     (select_by, r[0])) for r in rows]
+    assert all(r[5] == select_by for r in rows)
+    assert [r[6] for r in rows] == stored and all(s is not None for s in stored), (rows, stored)
+    assert rows[-1][7] and rows[-1][6] == best(stored)
+    if select_by == "roc_auc":
+        assert all(0.5 <= s <= 1 for s in stored)
+    # Cross-validated: ranked by the folds' mean.
+    if model == "logistic" and select_by == "roc_auc":
+        search(tconn, "search_ring", model, name + "_cv", grid, epochs=2, select_by=select_by, folds=3)
+        cv = [scalar(tconn, "SELECT metrics->'cv' FROM corgipile.models WHERE id = %s", (r[0],))
+              for r in trials(tconn, name + "_cv")]
+        assert all(abs(c["roc_auc"] - sum(f["roc_auc"] for f in c["per_fold"]) / 3) < 1e-12 for c in cv)
+
+
 # =============================================================================================
 # 2. Side by side = alone
 
@@ -229,7 +252,9 @@ REFUSED = [
     ("svm", {"name": "x", "select_by": "loss"}, 'need "search"'),
     ("svm", {"name": "x", "search": LR, "select_by": "r2"}, "for regression"),
     ("linear", {"name": "x", "search": LR, "select_by": "accuracy"}, "for classifiers"),
-    ("svm", {"name": "x", "search": LR, "select_by": "f1"}, "select_by"),
+    ("svm", {"name": "x", "search": LR, "select_by": "log_loss"}, "with probabilities"),
+    ("linear", {"name": "x", "search": LR, "select_by": "roc_auc"}, "two-class kinds"),
+    ("svm", {"name": "x", "search": LR, "select_by": "auc"}, "select_by"),
     ("svm", {"name": "x", "search": {"epochs": [1, 2]}}, '"epochs" cannot be searched'),
     ("svm", {"name": "x", "search": {"learning_rate": []}}, "non-empty array"),
     ("svm", {"name": "x", "search": {"learning_rate": [0.1, -1]}}, 'in "search"'),

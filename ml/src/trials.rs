@@ -70,13 +70,28 @@ pub fn cross_validation(per_fold: &[Option<ValidationStats>]) -> serde_json::Val
     let (loss, loss_std) = spread(scored.iter().map(|v| v.loss).collect());
     let (accuracy, accuracy_std) = spread(scored.iter().filter_map(|v| v.accuracy).collect());
     let (r2, r2_std) = spread(scored.iter().filter_map(|v| v.r2).collect());
-    serde_json::json!({
+    let mut report = serde_json::json!({
         "folds": per_fold.len(),
         "per_fold": per_fold,
         "loss": loss, "loss_std": loss_std,
         "accuracy": accuracy, "accuracy_std": accuracy_std,
         "r2": r2, "r2_std": r2_std,
-    })
+    });
+    // Over the folds that have them (two classes: F1, ROC AUC; probabilities: log loss).
+    let extra: [(&str, fn(&ValidationStats) -> Option<f64>); 3] = [
+        ("f1", |v| v.f1),
+        ("roc_auc", |v| v.roc_auc),
+        ("log_loss", |v| v.log_loss),
+    ];
+    for (name, get) in extra {
+        let values: Vec<f64> = scored.iter().filter_map(|v| get(v)).collect();
+        if !values.is_empty() {
+            let (mean, std) = spread(values);
+            report[name] = mean;
+            report[format!("{name}_std")] = std;
+        }
+    }
+    report
 }
 
 struct Trial {

@@ -201,8 +201,8 @@ fn validation_stats_serialize() {
     let s = ValidationStats {
         loss: 0.5,
         accuracy: Some(1.0),
-        r2: None,
         rows: 2,
+        ..ValidationStats::empty()
     };
     assert_eq!(
         serde_json::to_value(&s).unwrap(),

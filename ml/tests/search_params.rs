@@ -107,6 +107,24 @@ fn refused_searches() {
         refused(m(json!({"select_by": "accuracy"})), ModelKind::Linear).contains("classifiers")
     );
     assert!(refused(m(json!({"select_by": "auc"})), ModelKind::Svm).contains("unknown score"));
+    assert!(refused(m(json!({"select_by": "f1"})), ModelKind::Softmax).contains("two-class"));
+    assert!(refused(m(json!({"select_by": "roc_auc"})), ModelKind::Linear).contains("two-class"));
+    assert!(refused(m(json!({"select_by": "log_loss"})), ModelKind::Svm).contains("probabilities"));
+    assert!(refused(
+        m(json!({"select_by": "log_loss"})),
+        ModelKind::MlpRegression
+    )
+    .contains("probabilities"));
+    for (score, kind) in [
+        ("f1", ModelKind::Svm),
+        ("roc_auc", ModelKind::Logistic),
+        ("log_loss", ModelKind::Logistic),
+        ("log_loss", ModelKind::Softmax),
+        ("log_loss", ModelKind::Mlp),
+    ] {
+        let p = for_kind(m(json!({ "select_by": score })), kind).unwrap();
+        assert_eq!(p.selection(kind).name(), score);
+    }
     assert!(refused(m(json!({"search_trials": 0})), ModelKind::Svm).contains("search_trials"));
     // Each value is checked as its param, and the error names the search.
     let bad = refused(

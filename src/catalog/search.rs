@@ -14,18 +14,6 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use serde_json::{json, Value};
 
-/// The validation score `select_by` ranks by, None without validation rows.
-fn score(v: &ValidationStats, select_by: SelectBy) -> Option<f64> {
-    if v.rows == 0 {
-        return None;
-    }
-    match select_by {
-        SelectBy::Accuracy => v.accuracy,
-        SelectBy::R2 => v.r2,
-        SelectBy::Loss => Some(v.loss),
-    }
-}
-
 /// The epoch whose model is stored: the best one with patience, else the last.
 fn stored_epoch(outcome: &TrainOutcome) -> Option<&EpochRecord> {
     outcome
@@ -51,7 +39,7 @@ pub fn store_search(source: &ModelSource, trials: Vec<Trial>, select_by: SelectB
                 return cv[select_by.name()].as_f64();
             }
             let validation = stored_epoch(outcome)?.validation.as_ref()?;
-            score(validation, select_by)
+            select_by.score(validation)
         })
         .collect();
     let Some(best) = best_of(select_by, &scores) else {

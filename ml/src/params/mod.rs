@@ -514,9 +514,9 @@ train_params! {
     /// With `search`: what ranks the configurations.
     select_by: Option<SelectBy> = None => {
         shown: "`null`",
-        accepts: r#"`"accuracy"` (classifiers), `"r2"` (regression), `"loss"`"#,
-        meaning: "with `search`: the validation score that picks the best configuration (`loss`: the lowest validation loss); `null` = accuracy for classifiers, R² for regression",
-        rule: "\"accuracy\" (classifiers), \"r2\" (regression) or \"loss\"; needs \"search\"; null ranks classifiers by accuracy and regression by r2 (default null)",
+        accepts: r#"`"accuracy"` (classifiers), `"r2"` (regression), `"loss"`, `"f1"`, `"roc_auc"` (svm, logistic), `"log_loss"` (logistic, softmax, mlp)"#,
+        meaning: "with `search`: the validation score that picks the best configuration (`loss`, `log_loss`: the lowest); `null` = accuracy for classifiers, R² for regression",
+        rule: "\"accuracy\" (classifiers), \"r2\" (regression), \"loss\", \"f1\" or \"roc_auc\" (svm, logistic), \"log_loss\" (logistic, softmax, mlp); needs \"search\"; null ranks classifiers by accuracy and regression by r2 (default null)",
         parse: |k, v| {
             let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
             SelectBy::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown score"))

@@ -57,6 +57,11 @@ pub enum SelectBy {
     Accuracy,
     R2,
     Loss,
+    /// Two-class kinds (svm, logistic).
+    F1,
+    RocAuc,
+    /// Kinds with probabilities (logistic, softmax, mlp).
+    LogLoss,
 }
 
 impl SelectBy {
@@ -65,6 +70,9 @@ impl SelectBy {
             "accuracy" => Some(SelectBy::Accuracy),
             "r2" => Some(SelectBy::R2),
             "loss" => Some(SelectBy::Loss),
+            "f1" => Some(SelectBy::F1),
+            "roc_auc" => Some(SelectBy::RocAuc),
+            "log_loss" => Some(SelectBy::LogLoss),
             _ => None,
         }
     }
@@ -74,6 +82,48 @@ impl SelectBy {
             SelectBy::Accuracy => "accuracy",
             SelectBy::R2 => "r2",
             SelectBy::Loss => "loss",
+            SelectBy::F1 => "f1",
+            SelectBy::RocAuc => "roc_auc",
+            SelectBy::LogLoss => "log_loss",
+        }
+    }
+
+    /// The score of a model's validation statistics this ranks by (None: the rows gave none,
+    /// e.g. ROC AUC without both classes, or no validation row).
+    pub fn score(self, v: &crate::scoring::ValidationStats) -> Option<f64> {
+        if v.rows == 0 {
+            return None;
+        }
+        match self {
+            SelectBy::Accuracy => v.accuracy,
+            SelectBy::R2 => v.r2,
+            SelectBy::Loss => Some(v.loss),
+            SelectBy::F1 => v.f1,
+            SelectBy::RocAuc => v.roc_auc,
+            SelectBy::LogLoss => v.log_loss,
+        }
+    }
+
+    /// Why this score cannot rank models of `kind`, if it cannot.
+    fn refused_for(self, kind: ModelKind) -> Option<(&'static str, &'static str)> {
+        let classifier = "A classifier's configurations are ranked by \"accuracy\" or \"loss\" (two classes: also \"f1\", \"roc_auc\"; with probabilities: \"log_loss\").";
+        let regression = "A regression's configurations are ranked by \"r2\" or \"loss\".";
+        match self {
+            SelectBy::Accuracy if !kind.is_classifier() => {
+                Some(("\"select_by\": \"accuracy\" is for classifiers", regression))
+            }
+            SelectBy::R2 if kind.is_classifier() => {
+                Some(("\"select_by\": \"r2\" is for regression", classifier))
+            }
+            SelectBy::F1 | SelectBy::RocAuc if !kind.is_binary() => Some((
+                "\"select_by\": \"f1\" and \"roc_auc\" are for two-class kinds (svm, logistic)",
+                if kind.is_classifier() { classifier } else { regression },
+            )),
+            SelectBy::LogLoss if !(kind.is_classifier() && kind.has_proba()) => Some((
+                "\"select_by\": \"log_loss\" is for classifiers with probabilities (logistic, softmax, mlp)",
+                if kind.is_classifier() { classifier } else { regression },
+            )),
+            _ => None,
         }
     }
 
@@ -81,7 +131,7 @@ impl SelectBy {
     /// is never better.
     pub fn better(self, a: f64, b: f64) -> bool {
         match self {
-            SelectBy::Loss => a < b,
+            SelectBy::Loss | SelectBy::LogLoss => a < b,
             _ => a > b,
         }
     }
@@ -379,16 +429,9 @@ impl TrainParams {
             }
         }
         search.base = base;
-        match (self.select_by, kind.is_classifier()) {
-            (Some(SelectBy::Accuracy), false) => refuse(
-                "\"select_by\": \"accuracy\" is for classifiers",
-                "A regression's configurations are ranked by \"r2\" or \"loss\".",
-            ),
-            (Some(SelectBy::R2), true) => refuse(
-                "\"select_by\": \"r2\" is for regression",
-                "A classifier's configurations are ranked by \"accuracy\" or \"loss\".",
-            ),
-            _ => Ok(()),
+        match self.select_by.and_then(|s| s.refused_for(kind)) {
+            Some((message, hint)) => refuse(message, hint),
+            None => Ok(()),
         }
     }
 

@@ -1,9 +1,10 @@
 //! The per-epoch validation statistics: [`ValidationScore`] scores a model on the held-out
-//! rows one at a time and gives [`ValidationStats`] (loss, accuracy or R²).
+//! rows one at a time and gives [`ValidationStats`] (loss, accuracy or R²; F1 and ROC AUC for
+//! two classes; log loss with probabilities).
 
 use serde::Serialize;
 
-use crate::metrics::RegressionMetrics;
+use crate::metrics::{BinaryMetrics, RegressionMetrics};
 use crate::model::Labels;
 use crate::model::{argmax, sign, softmax_loss, ModelKind, Predictor};
 use crate::row::Row;
@@ -21,6 +22,30 @@ pub struct ValidationStats {
     pub r2: Option<f64>,
     /// Rows scored (rows of unknown classes are not counted).
     pub rows: u64,
+    /// Two-class kinds: F1 of the positive class, and ROC AUC (None unless both classes
+    /// occur).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub f1: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<f64>,
+    /// Classifiers with probabilities: the mean log loss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_loss: Option<f64>,
+}
+
+impl ValidationStats {
+    /// No rows scored.
+    pub fn empty() -> ValidationStats {
+        ValidationStats {
+            loss: f64::NAN,
+            accuracy: None,
+            r2: None,
+            rows: 0,
+            f1: None,
+            roc_auc: None,
+            log_loss: None,
+        }
+    }
 }
 
 /// Loss and accuracy (or R²) of a model on validation rows, one row at a time.
@@ -33,6 +58,9 @@ pub struct ValidationScore {
     rows: u64,
     regression: RegressionMetrics,
     scores: Vec<f64>,
+    /// Two-class kinds: F1, ROC AUC (from a histogram of the scores: bounded memory, exact up
+    /// to ties within a bin) and log loss.
+    binary_metrics: Option<Box<BinaryMetrics>>,
 }
 
 impl ValidationScore {
@@ -48,6 +76,9 @@ impl ValidationScore {
             rows: 0,
             regression: RegressionMetrics::new(),
             scores: Vec::new(),
+            binary_metrics: kind
+                .is_binary()
+                .then(|| Box::new(BinaryMetrics::with_histogram())),
         }
     }
 
@@ -75,6 +106,10 @@ impl ValidationScore {
                 let z = model.decision(row);
                 self.correct += (sign(z) == y) as u64;
                 self.loss += model.kind().loss(z, y);
+                if let Some(m) = &mut self.binary_metrics {
+                    let p = self.kind.has_proba().then(|| 1.0 / (1.0 + (-z).exp()));
+                    m.push(z, p, y > 0.0);
+                }
             }
         }
         self.rows += 1;
@@ -90,20 +125,30 @@ impl ValidationScore {
         match self.kind.labels() {
             Labels::Number => ValidationStats {
                 loss: mean_loss,
-                accuracy: None,
                 r2: Some(self.regression.finish().r2),
                 rows: n,
+                ..ValidationStats::empty()
             },
-            _ => ValidationStats {
-                loss: mean_loss,
-                accuracy: Some(if n > 0 {
-                    self.correct as f64 / n as f64
-                } else {
-                    0.0
-                }),
-                r2: None,
-                rows: n,
-            },
+            labels => {
+                let binary = self.binary_metrics.map(|m| m.finish()).filter(|_| n > 0);
+                ValidationStats {
+                    loss: mean_loss,
+                    accuracy: Some(if n > 0 {
+                        self.correct as f64 / n as f64
+                    } else {
+                        0.0
+                    }),
+                    rows: n,
+                    f1: binary.as_ref().map(|b| b.f1),
+                    roc_auc: binary.as_ref().and_then(|b| b.roc_auc),
+                    // Softmax and mlp: the loss is the cross-entropy of the true class.
+                    log_loss: match labels {
+                        Labels::Classes if n > 0 && self.kind.has_proba() => Some(mean_loss),
+                        _ => binary.as_ref().and_then(|b| b.log_loss),
+                    },
+                    ..ValidationStats::empty()
+                }
+            }
         }
     }
 }

@@ -166,9 +166,8 @@ mod tests {
         );
         r.validation = Some(ValidationStats {
             loss: 0.5,
-            accuracy: None,
-            r2: None,
             rows: 10,
+            ..ValidationStats::empty()
         });
         assert_eq!(
             table_line(5, &r),

@@ -192,11 +192,7 @@ pub(super) fn search_line(
     configurations: &[Configuration],
     select_by: SelectBy,
 ) -> String {
-    let score = |v: &ValidationStats| match select_by {
-        SelectBy::Accuracy => v.accuracy,
-        SelectBy::R2 => v.r2,
-        SelectBy::Loss => Some(v.loss),
-    };
+    let score = |v: &ValidationStats| select_by.score(v);
     let scores: Vec<Option<f64>> = scored
         .iter()
         .map(|(_, v)| v.as_ref().and_then(score))

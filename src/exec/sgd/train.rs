@@ -682,14 +682,7 @@ impl SgdNode {
         let arena = match (validation_rows, &shuffle.rows().validation()) {
             (Some(v), _) => &v.rows.arena,
             (None, Some(a)) => a,
-            (None, None) => {
-                return ValidationStats {
-                    loss: f64::NAN,
-                    accuracy: None,
-                    r2: None,
-                    rows: 0,
-                }
-            }
+            (None, None) => return ValidationStats::empty(),
         };
         let binary = self
             .binary_labels
