@@ -78,7 +78,8 @@ pub fn cross_validation(per_fold: &[Option<ValidationStats>]) -> serde_json::Val
         "r2": r2, "r2_std": r2_std,
     });
     // Over the folds that have them (two classes: F1, ROC AUC; probabilities: log loss).
-    let extra: [(&str, fn(&ValidationStats) -> Option<f64>); 3] = [
+    type Score = fn(&ValidationStats) -> Option<f64>;
+    let extra: [(&str, Score); 3] = [
         ("f1", |v| v.f1),
         ("roc_auc", |v| v.roc_auc),
         ("log_loss", |v| v.log_loss),

@@ -628,45 +628,7 @@ impl TrainParams {
                 });
             }
         } else {
-            p.hidden.get_or_insert_with(|| vec![64]);
-            p.activation.get_or_insert(Activation::Relu);
-            let optimizer = *p.optimizer.get_or_insert(OptimizerName::Adam);
-            match (optimizer, p.momentum) {
-                (OptimizerName::Adam, Some(_)) => {
-                    return Err(ParamError {
-                        message: "\"momentum\" applies to \"optimizer\": \"sgd\" only".into(),
-                        hint: Some("Adam keeps its own moving averages; set \"optimizer\": \"sgd\" to use momentum.".into()),
-                    })
-                }
-                (OptimizerName::Sgd, None) => p.momentum = Some(0.9),
-                _ => {}
-            }
-            if !given("learning_rate") {
-                p.learning_rate = match optimizer {
-                    OptimizerName::Adam => 0.001,
-                    OptimizerName::Sgd => 0.01,
-                };
-            }
-            if !given("learning_rate_schedule") {
-                p.learning_rate_schedule = ScheduleKind::Constant;
-            }
-            if !given("batch_size") {
-                p.batch_size = 32;
-            }
-            if !given("average") {
-                p.average = false;
-            } else if p.average {
-                return Err(ParamError {
-                    message: "\"average\" cannot be used with mlp and mlp_regression".into(),
-                    hint: Some("An average of a network's weights along training is not a trained network: leave \"average\" out.".into()),
-                });
-            }
-            if p.l1 != 0.0 {
-                return Err(ParamError {
-                    message: "\"l1\" cannot be used with mlp and mlp_regression".into(),
-                    hint: Some("Use \"l2\" to regularize a network's weights.".into()),
-                });
-            }
+            p.network_defaults(&given)?;
         }
         p.check_folds()?;
         p.check_groups()?;

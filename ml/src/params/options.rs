@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::ParamError;
-use crate::network::OptimizerKind;
+use crate::network::{Activation, OptimizerKind};
 use crate::stats::balanced_class_weights;
 use crate::trainer::LrSchedule;
 
@@ -224,6 +224,55 @@ pub(super) fn validation_json(validation: &Option<Validation>) -> Value {
 
 /// A network's shape and optimizer, as the params give them.
 impl super::TrainParams {
+    /// A network's defaults where they differ from a linear model's (its hidden layers, Adam
+    /// at 0.001 or SGD with momentum 0.9 at 0.01, a constant schedule, batches of 32, the last
+    /// iterate), filled in for the keys not `given`; and what a network cannot take.
+    pub(super) fn network_defaults(
+        &mut self,
+        given: &dyn Fn(&str) -> bool,
+    ) -> Result<(), ParamError> {
+        self.hidden.get_or_insert_with(|| vec![64]);
+        self.activation.get_or_insert(Activation::Relu);
+        let optimizer = *self.optimizer.get_or_insert(OptimizerName::Adam);
+        match (optimizer, self.momentum) {
+            (OptimizerName::Adam, Some(_)) => {
+                return Err(ParamError {
+                    message: "\"momentum\" applies to \"optimizer\": \"sgd\" only".into(),
+                    hint: Some("Adam keeps its own moving averages; set \"optimizer\": \"sgd\" to use momentum.".into()),
+                })
+            }
+            (OptimizerName::Sgd, None) => self.momentum = Some(0.9),
+            _ => {}
+        }
+        if !given("learning_rate") {
+            self.learning_rate = match optimizer {
+                OptimizerName::Adam => 0.001,
+                OptimizerName::Sgd => 0.01,
+            };
+        }
+        if !given("learning_rate_schedule") {
+            self.learning_rate_schedule = ScheduleKind::Constant;
+        }
+        if !given("batch_size") {
+            self.batch_size = 32;
+        }
+        if !given("average") {
+            self.average = false;
+        } else if self.average {
+            return Err(ParamError {
+                message: "\"average\" cannot be used with mlp and mlp_regression".into(),
+                hint: Some("An average of a network's weights along training is not a trained network: leave \"average\" out.".into()),
+            });
+        }
+        if self.l1 != 0.0 {
+            return Err(ParamError {
+                message: "\"l1\" cannot be used with mlp and mlp_regression".into(),
+                hint: Some("Use \"l2\" to regularize a network's weights.".into()),
+            });
+        }
+        Ok(())
+    }
+
     /// A network's hidden widths (`[64]` unless given).
     pub fn network_hidden(&self) -> Vec<usize> {
         self.hidden
