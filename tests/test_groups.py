@@ -173,6 +173,16 @@ def test_a_groups_model_is_as_good_as_one_trained_on_its_rows_alone(tconn):
     assert abs(a - b) <= 0.01 and a > 0.95, (a, b)
 
 
+def test_single_buffered_trains_the_same_group_models(tconn):
+    double = grouped(tconn, "g_double")
+    single = grouped(tconn, "g_single", double_buffer=False)
+    weights = "SELECT group_key, weights, bias FROM corgipile.group_models g JOIN corgipile.models m " \
+              "ON m.id = g.model_id WHERE g.name = %s ORDER BY group_key"
+    assert tconn.execute(weights, ("g_double",)).fetchall() == tconn.execute(weights, ("g_single",)).fetchall()
+    assert scalar(tconn, "SELECT weights FROM corgipile.models WHERE id = %s", (double,)) == \
+        scalar(tconn, "SELECT weights FROM corgipile.models WHERE id = %s", (single,))
+
+
 # =============================================================================================
 # 3. Keys of several columns, text and date columns, networks
 
@@ -301,6 +311,19 @@ def test_another_role_sees_no_group_model_until_granted(roles_env, alice):
         except Exception as ex:  # noqa: BLE001 - the error is checked below
             e = ex
         assert e is not None, "bob predicted with alice's model"
+        # A grant on the family's id covers that model only: a row of a group with a model of
+        # its own is an ERROR that says so, not a prediction by another model.
+        alice.execute("SELECT corgipile_grant(%s, %s, 'use')", (family, ROLES_ENV_BOB))
+        try:
+            bob.execute("SELECT corgipile_predict(%s, s) FROM groups_sales s WHERE id = 3", (family,))
+            e = None
+        except E.InsufficientPrivilege as ex:
+            e = ex
+        assert e is not None and "which you may not use" in e.diag.message_primary, describe(e)
+        assert "grant on the model's name" in e.diag.message_hint
+        small = bob.execute("SELECT corgipile_predict(%s, s) FROM groups_sales s WHERE id = 100001",
+                            (family,)).fetchone()[0]
+        assert small is not None, "a row of a small group is the family's own"
         alice.execute("SELECT corgipile_grant('g_alice', %s, 'use')", (ROLES_ENV_BOB,))
         assert bob.execute("SELECT count(*) FROM corgipile.group_models WHERE trained_by = %s",
                            (ROLES_ENV_ALICE,)).fetchone()[0] == 20

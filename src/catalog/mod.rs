@@ -277,6 +277,11 @@ thread_local! {
 /// The model with this id, from the per-statement cache or the catalog. Row-level security on
 /// the catalog applies: a model the current role may not see does not exist for it.
 pub fn load_model(model_id: i64) -> Rc<StoredModel> {
+    load_visible_model(model_id).unwrap_or_else(|| no_such_model(model_id))
+}
+
+/// [`load_model`], None when the caller may not see the model (or it does not exist).
+pub fn load_visible_model(model_id: i64) -> Option<Rc<StoredModel>> {
     let stamp = current_stamp();
     // SAFETY: plain read of the current role on the backend thread.
     let key = (model_id, unsafe { pg_sys::GetUserId() });
@@ -289,11 +294,24 @@ pub fn load_model(model_id: i64) -> Rc<StoredModel> {
         c.1.get(&key).cloned()
     });
     if let Some(model) = cached {
-        return model;
+        return Some(model);
     }
-    let model = Rc::new(read_model(model_id));
+    let model = Rc::new(read_model(model_id)?);
     CACHE.with(|c| c.borrow_mut().1.insert(key, model.clone()));
-    model
+    Some(model)
+}
+
+/// A group's model of the family `family` (see `catalog::groups`): an ERROR that says why when
+/// the caller may see the family but not the group's model (a grant on one model id covers
+/// that model only).
+pub fn load_group_model(family: &StoredModel, key: &str, model_id: i64) -> Rc<StoredModel> {
+    load_visible_model(model_id).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("model {} predicts the rows of group {key} with model {model_id}, which you may not use", family.id),
+            Some("A grant on the model's name covers every group's model: corgipile_grant('name', role, 'use'). A grant on one model id covers that model only.".into()),
+        )
+    })
 }
 
 /// A catalog array as a Vec; running out of memory is an ERROR, not an abort of the server.
@@ -354,7 +372,7 @@ struct LabelMapping {
     label_type: String,
 }
 
-fn read_model(model_id: i64) -> StoredModel {
+fn read_model(model_id: i64) -> Option<StoredModel> {
     let row = Spi::connect(|client| {
         let table = client.select(
             &format!(
@@ -407,7 +425,7 @@ fn read_model(model_id: i64) -> StoredModel {
         groups,
     )) = row
     else {
-        no_such_model(model_id)
+        return None;
     };
     let kind: ModelKind = kind.parse().unwrap_or_else(|_| {
         raise(
@@ -505,7 +523,7 @@ fn read_model(model_id: i64) -> StoredModel {
             ),
         }
     });
-    StoredModel {
+    Some(StoredModel {
         id: model_id,
         groups,
         preprocessing,
@@ -515,7 +533,7 @@ fn read_model(model_id: i64) -> StoredModel {
         features,
         index_base,
         boolean_label,
-    }
+    })
 }
 
 /// The OID of the role `name`, or None if there is no such role.

@@ -8,7 +8,6 @@ use super::{as_catalog_owner, store_model_with, ModelSource};
 use crate::pg::error::{notice, raise};
 use crate::pipeline::{EpochRecord, TrainOutcome, Trial};
 use corgipile_ml::params::search::{best_of, SelectBy};
-use corgipile_ml::scoring::ValidationStats;
 use corgipile_ml::trials::cross_validation;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;

@@ -3,7 +3,7 @@
 //! place, and encoded by the model's stored preprocessing, as in training.
 
 use super::{cached_call, ModelArg};
-use crate::catalog::load_model;
+use crate::catalog::load_group_model;
 use crate::catalog::StoredModel;
 use crate::decode::datum::is_plain_4b;
 use crate::decode::groups::{write_key, KeyRead};
@@ -259,7 +259,7 @@ pub fn with_row_in<R>(
             if write_key(&reads, |i| record.value(columns[i].0), &mut layout.key) {
                 key = Some(layout.key.as_str());
                 if let Some(&id) = groups.models.get(layout.key.as_str()) {
-                    used = load_model(id);
+                    used = load_group_model(&model, &layout.key, id);
                 }
             }
         }

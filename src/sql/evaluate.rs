@@ -119,7 +119,10 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
                 model: stored.clone(),
                 members: members
                     .into_iter()
-                    .map(|(key, id)| (key, crate::catalog::load_model(id)))
+                    .map(|(key, id)| {
+                        let m = crate::catalog::load_group_model(&stored, &key, id);
+                        (key, m)
+                    })
                     .collect(),
             }),
         }
