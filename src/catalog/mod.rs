@@ -409,7 +409,7 @@ fn read_model(model_id: i64) -> Option<StoredModel> {
         )))
     })
     .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not read model {model_id}: {e}"), None));
-    let Some((
+    let (
         kind,
         n_features,
         n_outputs,
@@ -423,10 +423,7 @@ fn read_model(model_id: i64) -> Option<StoredModel> {
         layers,
         activation,
         groups,
-    )) = row
-    else {
-        return None;
-    };
+    ) = row?;
     let kind: ModelKind = kind.parse().unwrap_or_else(|_| {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
