@@ -5,7 +5,8 @@ row. Checked as a user sees it:
 1. What is stored: each group's model a version of the name, the model of every row last (the
    version the name stands for), corgipile.group_models; predictions from a row pick the row's
    group's model; corgipile_predict_group says which model predicted.
-2. A group's model is as good as a model trained on that group's rows alone (within 1 point).
+2. A group's model is as good as a model trained on that group's rows alone (within 1 point);
+   with parallel workers, every process trains every group's model on its share.
 3. Small groups, NULL groups and groups never seen in training are predicted by the model of
    every row; keys of several columns, text and date columns; networks.
 4. Refused params, nothing stored; memory (every model counted, ERROR saying how many fit); too
@@ -24,7 +25,7 @@ from psycopg.types.json import Jsonb
 from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe, scalar,
                      start_training, stop_if_running, train, train_error, wait_active)
 
-TABLES = ("groups_sales", "groups_store3", "groups_many", "groups_mixed")
+TABLES = ("groups_sales", "groups_store3", "groups_many", "groups_mixed", "groups_rls")
 QUIET = {"verbose": False, "seed": 7}
 SALES = {"features": ["x1", "x2"], "label": "y", "epochs": 4}
 
@@ -183,6 +184,37 @@ def test_single_buffered_trains_the_same_group_models(tconn):
         scalar(tconn, "SELECT weights FROM corgipile.models WHERE id = %s", (single,))
 
 
+def test_parallel_workers_train_every_group_model_on_their_share(tconn):
+    """With "workers", every process trains every group's model on its share of each epoch's
+    blocks, exchanging with that model's copy in shared memory: the same groups (numbered by the
+    leader's statistics pass), every row trained once per epoch, and each group's model as good
+    as one process's. Where no parallel worker can start, the backend trains alone."""
+    one = grouped(tconn, "g_one_process")
+    team = grouped(tconn, "g_workers", workers=2)
+    rows_one, rows_team = group_models(tconn, "g_one_process"), group_models(tconn, "g_workers")
+    assert [(r[3], r[4]) for r in rows_team] == [(r[3], r[4]) for r in rows_one]
+    trained = "SELECT rows_trained FROM corgipile.models WHERE id = %s"
+    assert scalar(tconn, trained, (team,)) == scalar(tconn, trained, (one,)) == 30035
+    assert scalar(tconn, trained, (rows_team[0][0],)) == 1500
+    for store in (0, 3, 12, 19):
+        models = [scalar(tconn, "SELECT model_id FROM corgipile.group_models WHERE name = %s AND group_key = %s",
+                         (name, str(store))) for name in ("g_one_process", "g_workers")]
+        a, b = (accuracy(tconn, m, f"store = {store}") for m in models)
+        assert b > 0.95 and abs(a - b) <= 0.02, (store, a, b)
+    lines = [r[0] for r in tconn.execute(
+        "SELECT * FROM corgipile_explain('groups_sales', 'logistic', %s, true)",
+        (Jsonb({**SALES, "name": "g_explain_workers", "group_by": "store", "workers": 2}),)).fetchall()]
+    launched = [line for line in lines if "Workers Launched" in line]
+    assert launched and "Groups: " in "\n".join(lines), lines
+    tconn.execute("SET max_parallel_workers = 0")
+    try:
+        alone = grouped(tconn, "g_no_worker_free", workers=2)
+    finally:
+        tconn.execute("RESET max_parallel_workers")
+    assert [(r[3], r[4]) for r in group_models(tconn, "g_no_worker_free")] == [(r[3], r[4]) for r in rows_one]
+    assert scalar(tconn, trained, (alone,)) == 30035
+
+
 # =============================================================================================
 # 3. Keys of several columns, text and date columns, networks
 
@@ -223,7 +255,6 @@ REFUSED = [
     ({"group_by": "store"}, '"group_by" needs "name"'),
     ({"group_by": "store", "name": "x", "search": {"l2": [0, 1]}}, '"search"'),
     ({"group_by": "store", "name": "x", "folds": 3}, '"folds"'),
-    ({"group_by": "store", "name": "x", "workers": 1}, '"workers"'),
     ({"group_by": "store", "name": "x", "validation": {"fraction": 0.1}}, '"validation"'),
     ({"min_group_rows": 5}, '"min_group_rows" needs "group_by"'),
     ({"group_by": [], "name": "x"}, "group_by"),
@@ -332,6 +363,29 @@ def test_another_role_sees_no_group_model_until_granted(roles_env, alice):
         theirs = bob.execute("SELECT p.model_id, p.own_model FROM groups_sales s, "
                              "corgipile_predict_group(%s, s) p WHERE s.id = 3", (f"{ROLES_ENV_ALICE}.g_alice",)).fetchone()
         assert theirs == (mine[0], True)
+
+
+def test_row_level_security_decides_which_groups_a_role_finds(roles_env, alice):
+    """A role trains on the rows its policies show it: the groups it finds, their rows and every
+    key stored are of those rows only (the statistics pass and the epochs read through the same
+    scan), so no key of a hidden row reaches the catalog."""
+    with connect(roles_env) as admin:
+        admin.execute("DROP TABLE IF EXISTS groups_rls")
+        admin.execute("CREATE TABLE groups_rls AS SELECT * FROM groups_sales ORDER BY y, id")
+        admin.execute("ALTER TABLE groups_rls ENABLE ROW LEVEL SECURITY")
+        admin.execute(f"CREATE POLICY first_stores ON groups_rls FOR SELECT TO {ROLES_ENV_ALICE} USING (store < 5)")
+        admin.execute(f"GRANT SELECT ON groups_rls TO {ROLES_ENV_ALICE}")
+    family = grouped(alice, "g_rls", rel="groups_rls", epochs=1, min_group_rows=10)
+    stored = group_models(alice, "g_rls")
+    assert sorted(r[3] for r in stored) == ["0", "1", "2", "3", "4"]
+    assert all(r[4] == 1500 for r in stored), stored
+    visible = alice.execute("SELECT count(*) FROM groups_rls").fetchone()[0]
+    assert visible == 7500
+    metrics = alice.execute("SELECT rows_trained, metrics->'groups' FROM corgipile.models WHERE id = %s",
+                            (family,)).fetchone()
+    assert metrics[0] == visible
+    assert metrics[1]["groups"] == 5 and metrics[1]["small_groups"] == 0, metrics[1]
+    assert set(metrics[1]["models"]) == {"0", "1", "2", "3", "4"}
 
 
 def test_explain_names_the_groups(tconn):

@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe, error_of,
                      models_count, scalar, start_training, stop_if_running, train, train_error, wait_active)
 
-TABLES = ("search_ring", "search_reg", "search_raw")
+TABLES = ("search_ring", "search_reg", "search_raw", "search_rls")
 QUIET = {"verbose": False, "seed": 5}
 
 
@@ -50,7 +50,7 @@ def tables(roles_env):
         c.execute("""CREATE TABLE search_raw AS
             SELECT i AS id, ARRAY[i % 1000, (i * 7) % 1000]::float8[] AS features, (i % 1000) * 3.0 AS label
             FROM generate_series(1, 3000) i""")
-        c.execute(f"GRANT SELECT ON {', '.join(TABLES)} TO {ROLES_ENV_ALICE}, {ROLES_ENV_BOB}")
+        c.execute(f"GRANT SELECT ON {', '.join(TABLES[:3])} TO {ROLES_ENV_ALICE}, {ROLES_ENV_BOB}")
     yield dsn
     with connect(dsn) as c:
         for t in TABLES:
@@ -328,6 +328,23 @@ def test_another_role_sees_no_trial_it_was_not_granted(roles_env, alice):
         alice.execute("SELECT corgipile_grant('s_alice', %s, 'use')", (ROLES_ENV_BOB,))
         assert bob.execute("SELECT count(*) FROM corgipile.search_trials WHERE trained_by = %s",
                            (ROLES_ENV_ALICE,)).fetchone()[0] == 2
+
+
+def test_row_level_security_decides_the_rows_of_every_trial_and_fold(roles_env, alice):
+    """Every configuration and every fold trains and scores on the rows the role's policies show it."""
+    with connect(roles_env) as admin:
+        admin.execute("DROP TABLE IF EXISTS search_rls")
+        admin.execute("CREATE TABLE search_rls AS SELECT * FROM search_ring ORDER BY label, id")
+        admin.execute("ALTER TABLE search_rls ENABLE ROW LEVEL SECURITY")
+        admin.execute(f"CREATE POLICY even_ids ON search_rls FOR SELECT TO {ROLES_ENV_ALICE} USING (id % 2 = 0)")
+        admin.execute(f"GRANT SELECT ON search_rls TO {ROLES_ENV_ALICE}")
+    search(alice, "search_rls", "logistic", "s_rls", LR, epochs=2, folds=3)
+    stored = alice.execute("""SELECT rows_trained, metrics->'cv' FROM corgipile.models
+                              WHERE name = 's_rls' ORDER BY version""").fetchall()
+    assert len(stored) == 2
+    for rows_trained, cv in stored:
+        assert rows_trained == 3000
+        assert sum(f["rows"] for f in cv["per_fold"]) == 3000, cv
 
 
 def test_explain_names_the_search(tconn):

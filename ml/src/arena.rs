@@ -8,6 +8,7 @@
 use crate::prefetch::{prefetch, prefetch_address, prefetch_bytes, prefetch_range, HINT_L1};
 use crate::row::Row;
 use crate::shuffle::TupleShuffler;
+use crate::standardize::Standardizer;
 
 /// Largest number of features (and so largest 0-based index + 1) accepted.
 pub const MAX_FEATURES: usize = i32::MAX as usize;
@@ -481,7 +482,30 @@ impl TupleArena {
         self.scaled_rows = self.labels.len();
     }
 
-    /// How many rows [`scale_values`](Self::scale_values) scaled.
+    /// Dense: appends a row standardized by `s` (bit for bit the values a [`Trainer`] with
+    /// `s` computes per row) and counts it as scaled, so a [`Trainer`] trains on it as it is:
+    /// rows standardized once for many learners of that same standardizer.
+    ///
+    /// [`Trainer`]: crate::trainer::Trainer
+    pub fn push_standardized(&mut self, label: f64, features: &[f64], s: &Standardizer) {
+        assert!(
+            !self.sparse && self.scatter.is_none(),
+            "push_standardized on a dense arena"
+        );
+        assert_eq!(
+            self.scaled_rows,
+            self.labels.len(),
+            "an arena of scaled and unscaled rows"
+        );
+        debug_assert_eq!(features.len(), self.n_features, "feature vector length");
+        s.extend_dense(features, &mut self.values);
+        self.labels.push(label);
+        self.push_group();
+        self.scaled_rows += 1;
+    }
+
+    /// How many rows [`scale_values`](Self::scale_values) or
+    /// [`push_standardized`](Self::push_standardized) scaled.
     pub fn scaled_rows(&self) -> usize {
         self.scaled_rows
     }

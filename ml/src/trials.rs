@@ -46,6 +46,9 @@ pub fn fold_of(row: Row<'_>, label: f64, folds: usize) -> usize {
     (h % folds.max(1) as u64) as usize
 }
 
+/// Bytes of rows a chunk of `BufferWork::train_many` holds: well inside a core's L2 cache.
+const CHUNK_BYTES: usize = 32 << 10;
+
 /// Where a learner is: training, done early (see [`Trials::stop`]), or set aside.
 enum State {
     Going,
@@ -148,10 +151,113 @@ struct BufferWork<'a> {
 
 impl BufferWork<'_> {
     /// Trains `t` on the buffer (without the rows of the fold it holds out; `kept`: scratch),
-    /// then, while scoring, scores that fold's rows.
+    /// then, while scoring, scores that fold's rows. With `chunk`, see [`BufferWork::train_many`].
     fn train(&self, t: &mut Trial, kept: &mut Vec<u32>) -> Result<(), TrainError> {
         let started = Instant::now();
-        let result = match t.holdout {
+        let result = self
+            .train_rows(t, self.order, kept)
+            .and_then(|()| self.score_fold(t));
+        t.seconds += started.elapsed().as_secs_f64();
+        result
+    }
+
+    /// Trains linear learners that read every row (or every row but a fold's) chunk by chunk
+    /// of the buffer's order, every learner on a chunk before the next: a chunk is read from
+    /// memory once and stays in cache for all of them (each learner on its own reads the whole
+    /// buffer in shuffled order, a cache miss a row). With `scaling` (every learner's own
+    /// standardizer, the same for all), a chunk's rows are standardized once, into a small
+    /// arena in training order, rather than by every learner. A linear learner's steps do not
+    /// depend on where its buffer is cut (a mini-batch spans calls), nor on who standardized
+    /// its rows, so its model is bit for bit the one `train` gives. Returns each learner's
+    /// result, as `train` would.
+    fn train_many(
+        &self,
+        share: &mut [(usize, &mut Trial)],
+        chunk: usize,
+        scaling: Option<&Standardizer>,
+    ) -> Vec<(usize, Result<(), TrainError>)> {
+        let arena = self.arena;
+        let n = self.order.map_or(arena.len(), <[u32]>::len);
+        let mut results: Vec<Result<(), TrainError>> = share.iter().map(|_| Ok(())).collect();
+        let (mut kept, mut identity) = (Vec::new(), Vec::new());
+        let mut scaled = match scaling.map(|_| TupleArena::try_new(arena.n_features(), chunk)) {
+            Some(Err(_)) => {
+                let bytes = (chunk * (arena.n_features() + 1) * 8) as u64;
+                return share
+                    .iter()
+                    .map(|(i, _)| (*i, Err(TrainError::OutOfMemory { bytes })))
+                    .collect();
+            }
+            Some(Ok(a)) => Some(a),
+            None => None,
+        };
+        let mut chunk_folds = Vec::new();
+        for start in (0..n).step_by(chunk.max(1)) {
+            let end = (start + chunk).min(n);
+            let rows = match self.order {
+                Some(order) => &order[start..end],
+                None => {
+                    identity.clear();
+                    identity.extend(start as u32..end as u32);
+                    &identity[..]
+                }
+            };
+            if let (Some(s), Some(a)) = (scaling, scaled.as_mut()) {
+                a.clear();
+                chunk_folds.clear();
+                for (k, &r) in rows.iter().enumerate() {
+                    // Shuffled order: start loading a row a few ahead (see TupleArena::prefetch).
+                    if let Some(&ahead) = rows.get(k + 8) {
+                        arena.prefetch(ahead as usize);
+                    }
+                    a.push_standardized(arena.label(r as usize), arena.features(r as usize), s);
+                    if let Some(&f) = self.row_folds.get(r as usize) {
+                        chunk_folds.push(f);
+                    }
+                }
+            }
+            for ((_, t), result) in share.iter_mut().zip(&mut results) {
+                if result.is_err() {
+                    continue;
+                }
+                let started = Instant::now();
+                *result = match &scaled {
+                    Some(a) => match t.holdout {
+                        Some(fold) => {
+                            kept.clear();
+                            kept.extend(
+                                (0..a.len() as u32).filter(|&k| chunk_folds[k as usize] != fold),
+                            );
+                            t.learner.train_buffer(a, Some(&kept))
+                        }
+                        None => t.learner.train_buffer(a, None),
+                    },
+                    None => self.train_rows(t, Some(rows), &mut kept),
+                };
+                t.seconds += started.elapsed().as_secs_f64();
+            }
+        }
+        share
+            .iter_mut()
+            .zip(results)
+            .map(|((i, t), result)| {
+                let started = Instant::now();
+                let result = result.and_then(|()| self.score_fold(t));
+                t.seconds += started.elapsed().as_secs_f64();
+                (*i, result)
+            })
+            .collect()
+    }
+
+    /// Trains `t` on `order` (the buffer's rows, or some of them, in training order): its
+    /// group's rows of the buffer, or `order` without the rows of the fold it holds out.
+    fn train_rows(
+        &self,
+        t: &mut Trial,
+        order: Option<&[u32]>,
+        kept: &mut Vec<u32>,
+    ) -> Result<(), TrainError> {
+        match t.holdout {
             // Its group's rows (none in this buffer: still called, so a sparse model grows
             // with the buffer's width as every other model does).
             None if t.group.is_some() => {
@@ -159,11 +265,11 @@ impl BufferWork<'_> {
                 t.learner
                     .train_buffer(self.arena, Some(rows.map_or(&[][..], |r| &r[..])))
             }
-            None => t.learner.train_buffer(self.arena, self.order),
+            None => t.learner.train_buffer(self.arena, order),
             Some(fold) => {
                 kept.clear();
                 let folds = self.row_folds;
-                match self.order {
+                match order {
                     Some(order) => {
                         kept.extend(order.iter().filter(|&&r| folds[r as usize] != fold))
                     }
@@ -173,10 +279,7 @@ impl BufferWork<'_> {
                 }
                 t.learner.train_buffer(self.arena, Some(kept))
             }
-        };
-        let result = result.and_then(|()| self.score_fold(t));
-        t.seconds += started.elapsed().as_secs_f64();
-        result
+        }
     }
 
     /// While scoring: `t` scores the buffer's rows of the fold it holds out.
@@ -316,6 +419,25 @@ impl Trials {
         }
     }
 
+    /// Dense rows: the standardizer every linear learner going applies to them, when it is
+    /// the same for all (a search's and folds' learners share what the statistics pass
+    /// learned) and changes something.
+    fn shared_scaling(&self, arena: &TupleArena) -> Option<Standardizer> {
+        if arena.is_sparse() || arena.scaled_rows() > 0 {
+            return None;
+        }
+        let mut going = self.trials.iter().filter(|t| t.is_going());
+        fn own(t: &Trial) -> Option<&Standardizer> {
+            match &t.learner {
+                Learner::Linear(trainer) => trainer.config().standardizer.as_ref(),
+                Learner::Network { .. } => None,
+            }
+        }
+        let first = own(going.next()?)?;
+        let all_same = going.all(|t| own(t) == Some(first));
+        (all_same && !first.is_identity()).then(|| first.clone())
+    }
+
     pub fn len(&self) -> usize {
         self.trials.len()
     }
@@ -324,10 +446,9 @@ impl Trials {
         self.trials.is_empty()
     }
 
-    /// The one learner of a training that is not a search (parallel workers, shards).
-    pub fn only(&mut self) -> &mut Learner {
-        assert_eq!(self.trials.len(), 1, "a search trains in one process");
-        &mut self.trials[0].learner
+    /// Every learner, in order (parallel workers: each exchanges with its own shared model).
+    pub fn learners_mut(&mut self) -> impl Iterator<Item = &mut Learner> {
+        self.trials.iter_mut().map(|t| &mut t.learner)
     }
 
     /// Each learner gets its own check, made by `make`.
@@ -390,6 +511,19 @@ impl Trials {
             self.split_groups(arena, order);
         }
         let threads = self.threads.min(self.going()).max(1);
+        // Linear learners of every row (or every row but a fold's) train chunk by chunk when
+        // there are several of them (see `BufferWork::train_many`).
+        let chunk = (self.groups == 0
+            && self.going() > threads
+            && self
+                .trials
+                .iter()
+                .all(|t| !t.is_going() || matches!(t.learner, Learner::Linear(_))))
+        .then(|| {
+            let row_bytes = arena.bytes_used() / arena.len().max(1);
+            (CHUNK_BYTES / row_bytes.max(1)).clamp(16, 4096)
+        });
+        let scaling = chunk.and_then(|_| self.shared_scaling(arena));
         let work = BufferWork {
             arena,
             order,
@@ -398,65 +532,64 @@ impl Trials {
             group_rows: &self.group_rows,
             scoring: self.scoring.as_ref(),
         };
-        let mut results: Vec<Option<Result<(), TrainError>>> = Vec::new();
-        if threads == 1 {
-            let mut kept = Vec::new();
-            for t in &mut self.trials {
-                results.push(t.is_going().then(|| work.train(t, &mut kept)));
-            }
-        } else {
-            results.resize_with(self.trials.len(), || None);
-            // Learners dealt to the threads by the rows each trains on in this buffer, the
-            // biggest first, each to the thread with the fewest rows so far (the model of
-            // every row alone on one thread, its groups' models on the others); each thread its
-            // own scratch. Which thread trains a learner does not change its model.
-            let rows = arena.len();
-            let group_rows = &self.group_rows;
-            let mut going: Vec<(usize, usize, &mut Trial)> = self
-                .trials
-                .iter_mut()
-                .enumerate()
-                .filter(|(_, t)| t.is_going())
-                .map(|(i, t)| {
-                    let work = match (t.group, t.holdout) {
-                        (Some(g), _) => group_rows.get(g as usize).map_or(0, Vec::len),
-                        (None, Some(_)) => rows - rows / self.folds.max(1),
-                        (None, None) => rows,
-                    };
-                    (work, i, t)
-                })
-                .collect();
+        // Learners dealt to the threads by the rows each trains on in this buffer, the
+        // biggest first, each to the thread with the fewest rows so far (the model of every
+        // row alone on one thread, its groups' models on the others); each thread its own
+        // scratch. Which thread trains a learner does not change its model.
+        let rows = arena.len();
+        let group_rows = &self.group_rows;
+        let mut going: Vec<(usize, usize, &mut Trial)> = self
+            .trials
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, t)| t.is_going())
+            .map(|(i, t)| {
+                let work = match (t.group, t.holdout) {
+                    (Some(g), _) => group_rows.get(g as usize).map_or(0, Vec::len),
+                    (None, Some(_)) => rows - rows / self.folds.max(1),
+                    (None, None) => rows,
+                };
+                (work, i, t)
+            })
+            .collect();
+        if threads > 1 {
             going.sort_by_key(|&(work, i, _)| (std::cmp::Reverse(work), i));
-            let mut shares: Vec<Vec<(usize, &mut Trial)>> =
-                (0..threads).map(|_| Vec::new()).collect();
-            let mut load = vec![0usize; threads];
-            for (work, i, t) in going {
-                let least = (0..threads).min_by_key(|&k| (load[k], k)).unwrap_or(0);
-                load[least] += work.max(1);
-                shares[least].push((i, t));
+        }
+        let mut shares: Vec<Vec<(usize, &mut Trial)>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut load = vec![0usize; threads];
+        for (work, i, t) in going {
+            let least = (0..threads).min_by_key(|&k| (load[k], k)).unwrap_or(0);
+            load[least] += work.max(1);
+            shares[least].push((i, t));
+        }
+        let train_share = |mut share: Vec<(usize, &mut Trial)>| match chunk {
+            Some(chunk) => work.train_many(&mut share, chunk, scaling.as_ref()),
+            None => {
+                let mut kept = Vec::new();
+                share
+                    .into_iter()
+                    .map(|(i, t)| (i, work.train(t, &mut kept)))
+                    .collect::<Vec<_>>()
             }
-            let done: Vec<Vec<(usize, Result<(), TrainError>)>> = std::thread::scope(|scope| {
+        };
+        let done: Vec<Vec<(usize, Result<(), TrainError>)>> = if threads == 1 {
+            shares.into_iter().map(train_share).collect()
+        } else {
+            std::thread::scope(|scope| {
                 let handles: Vec<_> = shares
                     .into_iter()
-                    .map(|share| {
-                        let work = &work;
-                        scope.spawn(move || {
-                            let mut kept = Vec::new();
-                            share
-                                .into_iter()
-                                .map(|(i, t)| (i, work.train(t, &mut kept)))
-                                .collect::<Vec<_>>()
-                        })
-                    })
+                    .map(|share| scope.spawn(|| train_share(share)))
                     .collect();
                 handles
                     .into_iter()
                     .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                     .collect()
-            });
-            for (i, r) in done.into_iter().flatten() {
-                results[i] = Some(r);
-            }
+            })
+        };
+        let mut results: Vec<Option<Result<(), TrainError>>> = Vec::new();
+        results.resize_with(self.trials.len(), || None);
+        for (i, r) in done.into_iter().flatten() {
+            results[i] = Some(r);
         }
         for (i, result) in results.into_iter().enumerate() {
             if let Some(result) = result {

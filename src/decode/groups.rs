@@ -107,7 +107,9 @@ pub unsafe fn write_key(
 }
 
 /// What the statistics pass found: the groups that get a model (key and rows, in the order of
-/// their numbers), and how many groups and rows are left to the model of every row.
+/// their numbers), and how many groups and rows are left to the model of every row. Sent to
+/// parallel workers, whose decoders number the same keys alike.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct GroupsFound {
     pub kept: Vec<(String, u64)>,
     pub small: u64,

@@ -55,19 +55,28 @@ struct WorkerPlan {
     block_epoch: u32,
 }
 
-/// One process's statistics of one epoch.
+/// One process's rows of one epoch.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct EpochReport {
-    tuples: u64,
     rows: u64,
     rows_skipped: u64,
-    loss: f64,
-    accuracy: f64,
-    r2: f64,
     /// Binary kinds: the distinct label values this process has seen (0, 1 or 2).
     n_seen: u64,
     seen: [f64; 2],
+}
+
+/// One process's statistics of one epoch of one learner (a search's configuration, a fold's or
+/// a group's model): in the model segment, after `Team::shared_models`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct LearnerReport {
+    /// 0: the learner stopped or was set aside in this process.
+    going: u64,
+    tuples: u64,
+    loss: f64,
+    accuracy: f64,
+    r2: f64,
 }
 
 #[repr(C)]
@@ -87,13 +96,16 @@ struct Control {
     model_state: AtomicU32,
     model_handle: AtomicU32,
     n_features: AtomicU64,
+    /// How many learners (models) every process trains, each with its shared model.
+    learners: AtomicU64,
     plan_len: u64,
     slots: [Slot; MAX_PROCESSES],
 }
 
 /// The whole epoch, as every process of the team sees it after `end_epoch`.
 pub struct TeamEpoch {
-    pub stats: EpochStats,
+    /// Per learner: None if it stopped or was set aside in any process.
+    pub stats: Vec<Option<EpochStats>>,
     pub rows: u64,
     pub rows_skipped: u64,
     /// Binary kinds: the distinct label values all processes have seen.
@@ -107,12 +119,22 @@ pub struct Team {
     /// Leader only: the parallel context (null in a worker).
     pcxt: *mut pg_sys::ParallelContext,
     model: *mut pg_sys::dsm_segment,
+    /// The learners' reports in the model segment (null before `shared_models`), and how many
+    /// learners.
+    learner_reports: *mut LearnerReport,
+    learners: usize,
 }
 
 /// PostgreSQL's BUFFERALIGN (shm_toc chunks are aligned so).
 fn buffer_align(bytes: usize) -> usize {
     const ALIGNOF_BUFFER: usize = 32;
     bytes.div_ceil(ALIGNOF_BUFFER) * ALIGNOF_BUFFER
+}
+
+/// A cache line: the shared models are laid out a line apart, so that two processes
+/// exchanging with two learners' models do not write the same line.
+fn line_align(bytes: usize) -> usize {
+    bytes.div_ceil(64) * 64
 }
 
 impl Team {
@@ -137,6 +159,11 @@ impl Team {
         // every process numbers the classes as the leader does.
         if let Some(classes) = &extras.classes {
             worker_config.known_classes = classes.clone();
+        }
+        // Per-group models: every process numbers the leader's groups alike (a group the
+        // leader's statistics pass left small is no group's in any process).
+        if let (Some(found), Some(columns)) = (&extras.groups, worker_config.groups.as_mut()) {
+            columns.known = Some(found.kept.iter().map(|(key, _)| key.clone()).collect());
         }
         // A column list's preprocessing, learned by the leader's statistics pass.
         if let Some(p) = preprocessor {
@@ -188,6 +215,8 @@ impl Team {
             share: BlockShare { rank: 0, processes },
             pcxt,
             model: std::ptr::null_mut(),
+            learner_reports: std::ptr::null_mut(),
+            learners: 0,
         })
     }
 
@@ -275,13 +304,27 @@ impl Team {
         found
     }
 
-    /// The shared model of `start.len()` weights and biases for `n_features` features, holding
-    /// `start` (every process's initial values): the leader creates it (after
-    /// `agree_on_width`), a worker attaches the leader's.
-    pub unsafe fn shared_model(&mut self, n_features: usize, start: &[f64]) -> SharedModel {
+    /// One shared model per learner, learner k's of `starts[k].len()` weights and biases,
+    /// holding `starts[k]` (every process's initial values), for `n_features` features; and,
+    /// before them, every process's per-learner reports of the last two epochs. The leader
+    /// creates the segment (after `agree_on_width`), a worker attaches the leader's: both lay
+    /// it out from the same learners.
+    pub unsafe fn shared_models(
+        &mut self,
+        n_features: usize,
+        starts: &[Vec<f64>],
+    ) -> Vec<SharedModel> {
         let control = &*self.control;
-        let n_values = start.len();
-        let bytes = SharedModel::bytes(n_values);
+        let learners = starts.len();
+        let processes = self.share.processes as usize;
+        let reports_bytes =
+            line_align(processes * 2 * learners * std::mem::size_of::<LearnerReport>());
+        let mut offsets = Vec::with_capacity(learners);
+        let mut bytes = reports_bytes;
+        for start in starts {
+            offsets.push(bytes);
+            bytes += line_align(SharedModel::bytes(start.len()));
+        }
         if self.is_leader() {
             self.model = pg_sys::dsm_create(bytes, 0);
             pg_sys::on_dsm_detach(
@@ -290,15 +333,23 @@ impl Team {
                 pg_sys::Datum::from(0usize),
             );
             MODEL_GATE.open();
-            // SAFETY: a fresh segment of `bytes`, page-aligned, mapped until detached (which
-            // closes the gate first).
-            let mut shared = SharedModel::create(
-                pg_sys::dsm_segment_address(self.model).cast(),
-                n_values,
-                &MODEL_GATE,
-            );
-            // Every process starts from these values (no worker has attached yet).
-            shared.set_values(start);
+            let base = pg_sys::dsm_segment_address(self.model).cast::<u8>();
+            std::ptr::write_bytes(base, 0, reports_bytes);
+            let models = starts
+                .iter()
+                .zip(&offsets)
+                .map(|(start, &at)| {
+                    // SAFETY: a fresh segment of `bytes`, page-aligned, mapped until detached
+                    // (which closes the gate first); each model at its own cache line.
+                    let mut shared = SharedModel::create(base.add(at), start.len(), &MODEL_GATE);
+                    // Every process starts from these values (no worker has attached yet).
+                    shared.set_values(start);
+                    shared
+                })
+                .collect();
+            self.learner_reports = base.cast();
+            self.learners = learners;
+            control.learners.store(learners as u64, Ordering::Relaxed);
             control
                 .model_handle
                 .store(pg_sys::dsm_segment_handle(self.model), Ordering::Relaxed);
@@ -306,7 +357,17 @@ impl Team {
                 .n_features
                 .store(n_features as u64, Ordering::Relaxed);
             control.model_state.store(MODEL_READY, Ordering::Release);
-            return shared;
+            return models;
+        }
+        let other_shape = || -> ! {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "corgipile parallel worker found a shared model of another shape",
+                None,
+            )
+        };
+        if control.learners.load(Ordering::Acquire) != learners as u64 {
+            other_shape();
         }
         let handle = control.model_handle.load(Ordering::Acquire);
         self.model = pg_sys::dsm_attach(handle);
@@ -323,55 +384,95 @@ impl Team {
             pg_sys::Datum::from(0usize),
         );
         MODEL_GATE.open();
-        // SAFETY: the leader laid it out (MODEL_READY was published after `create`).
-        SharedModel::attach(
-            pg_sys::dsm_segment_address(self.model).cast(),
-            n_values,
-            &MODEL_GATE,
-        )
-        .unwrap_or_else(|| {
-            raise(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                "corgipile parallel worker found a shared model of another shape",
-                None,
-            )
-        })
+        let base = pg_sys::dsm_segment_address(self.model).cast::<u8>();
+        self.learner_reports = base.cast();
+        self.learners = learners;
+        starts
+            .iter()
+            .zip(&offsets)
+            .map(|(start, &at)| {
+                // SAFETY: the leader laid them out (MODEL_READY was published after `create`),
+                // at the offsets this process computed from the same learners.
+                SharedModel::attach(base.add(at), start.len(), &MODEL_GATE)
+                    .unwrap_or_else(|| other_shape())
+            })
+            .collect()
     }
 
-    /// The end of `epoch` in this process: publishes its statistics, waits for every process
-    /// to finish the epoch, and returns the whole epoch's.
+    /// Learner `k`'s report of process `rank` for epochs of `parity`.
+    fn learner_report(&self, rank: u32, parity: u32, k: usize) -> *mut LearnerReport {
+        debug_assert!(k < self.learners && !self.learner_reports.is_null());
+        let at = (rank as usize * 2 + parity as usize) * self.learners + k;
+        // SAFETY: the reports area holds processes x 2 x learners reports (`shared_models`).
+        unsafe { self.learner_reports.add(at) }
+    }
+
+    /// The end of `epoch` in this process: publishes its statistics (`stats`: per learner,
+    /// None if it stopped or was set aside here), waits for every process to finish the epoch,
+    /// and returns the whole epoch's.
     pub unsafe fn end_epoch(
         &self,
         epoch: u32,
-        stats: &EpochStats,
+        stats: &[Option<EpochStats>],
         rows: u64,
         rows_skipped: u64,
         labels_seen: &[f64],
     ) -> TeamEpoch {
-        let slot = &mut (*self.control).slots[self.share.rank as usize];
+        let rank = self.share.rank;
+        let parity = epoch % 2;
+        let slot = &mut (*self.control).slots[rank as usize];
         let mut seen = [0.0; 2];
         for (s, v) in seen.iter_mut().zip(labels_seen) {
             *s = *v;
         }
-        slot.reports[(epoch % 2) as usize] = EpochReport {
-            tuples: stats.tuples,
+        slot.reports[parity as usize] = EpochReport {
             rows,
             rows_skipped,
-            loss: stats.loss,
-            accuracy: stats.accuracy.unwrap_or(f64::NAN),
-            r2: stats.r2.unwrap_or(f64::NAN),
             n_seen: labels_seen.len().min(2) as u64,
             seen,
         };
+        for (k, s) in stats.iter().enumerate() {
+            *self.learner_report(rank, parity, k) = match s {
+                Some(s) => LearnerReport {
+                    going: 1,
+                    tuples: s.tuples,
+                    loss: s.loss,
+                    accuracy: s.accuracy.unwrap_or(f64::NAN),
+                    r2: s.r2.unwrap_or(f64::NAN),
+                },
+                None => LearnerReport::default(),
+            };
+        }
         slot.epoch_done.store(epoch, Ordering::Release);
         let processes = self.share.processes;
         self.wait_until(|| {
             (0..processes).all(|r| self.slot(r).epoch_done.load(Ordering::Acquire) >= epoch)
         });
         let reports: Vec<EpochReport> = (0..processes)
-            .map(|r| self.slot(r).reports[(epoch % 2) as usize])
+            .map(|r| self.slot(r).reports[parity as usize])
             .collect();
-        combine(stats, &reports)
+        let whole = stats
+            .iter()
+            .enumerate()
+            .map(|(k, mine)| {
+                let parts: Vec<LearnerReport> = (0..processes)
+                    .map(|r| *self.learner_report(r, parity, k))
+                    .collect();
+                combine(mine.as_ref()?, &parts)
+            })
+            .collect();
+        let mut seen: Vec<f64> = reports
+            .iter()
+            .flat_map(|r| r.seen[..r.n_seen as usize].iter().copied())
+            .collect();
+        seen.sort_by(f64::total_cmp);
+        seen.dedup();
+        TeamEpoch {
+            stats: whole,
+            rows: reports.iter().map(|r| r.rows).sum(),
+            rows_skipped: reports.iter().map(|r| r.rows_skipped).sum(),
+            labels_seen: seen.len(),
+        }
     }
 
     /// Per-worker rows of the last finished epoch (EXPLAIN ANALYZE), the leader's first.
@@ -399,37 +500,29 @@ impl Team {
     }
 }
 
-/// The whole epoch's statistics from every process's: tuples add up; loss, accuracy and R² are
-/// means weighted by tuples.
-fn combine(mine: &EpochStats, reports: &[EpochReport]) -> TeamEpoch {
+/// One learner's whole epoch from every process's: tuples add up; loss, accuracy and R² are
+/// means weighted by tuples. None if it stopped or was set aside in any process.
+fn combine(mine: &EpochStats, parts: &[LearnerReport]) -> Option<EpochStats> {
     let mut totals = EpochTotals::default();
-    for r in reports {
+    for p in parts {
+        if p.going == 0 {
+            return None;
+        }
         totals.add(&EpochPart {
-            tuples: r.tuples,
-            rows: r.rows,
-            rows_skipped: r.rows_skipped,
-            loss: r.loss,
-            accuracy: r.accuracy,
-            r2: r.r2,
+            tuples: p.tuples,
+            rows: 0,
+            rows_skipped: 0,
+            loss: p.loss,
+            accuracy: p.accuracy,
+            r2: p.r2,
         });
     }
-    let mut seen: Vec<f64> = reports
-        .iter()
-        .flat_map(|r| r.seen[..r.n_seen as usize].iter().copied())
-        .collect();
-    seen.sort_by(f64::total_cmp);
-    seen.dedup();
-    TeamEpoch {
-        stats: totals.stats(
-            mine.epoch,
-            mine.accuracy.is_some(),
-            mine.r2.is_some(),
-            mine.learning_rate,
-        ),
-        rows: totals.rows,
-        rows_skipped: totals.rows_skipped,
-        labels_seen: seen.len(),
-    }
+    Some(totals.stats(
+        mine.epoch,
+        mine.accuracy.is_some(),
+        mine.r2.is_some(),
+        mine.learning_rate,
+    ))
 }
 
 /// on_dsm_detach callback of the model segment: no exchange may touch it from now on.

@@ -33,6 +33,8 @@ pub unsafe extern "C-unwind" fn corgipile_parallel_main(
         },
         pcxt: std::ptr::null_mut(),
         model: std::ptr::null_mut(),
+        learner_reports: std::ptr::null_mut(),
+        learners: 0,
     };
     // The leader counts the workers that started before any of them may read.
     team.wait_until(|| (*control).processes.load(Ordering::Acquire) != 0);

@@ -320,6 +320,10 @@ pub struct LearnedStatistics {
     pub label_moments: Option<(f64, f64)>,
     #[serde(default)]
     pub classes: Option<Vec<ClassValue>>,
+    /// Per-group models: the groups the leader's statistics pass found (every process trains
+    /// a model for each, numbered alike).
+    #[serde(default)]
+    pub groups: Option<crate::decode::groups::GroupsFound>,
 }
 
 impl LearnedStatistics {
@@ -330,6 +334,7 @@ impl LearnedStatistics {
             label_values: config.label_values,
             label_moments: None,
             classes: None,
+            groups: None,
         }
     }
 

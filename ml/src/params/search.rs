@@ -352,14 +352,13 @@ impl TrainParams {
         let not_yet = [
             ("search", self.search.is_some()),
             ("folds", self.folds.is_some()),
-            ("workers", self.workers > 0),
             ("validation", self.validation.is_some()),
             ("tolerance", self.tolerance > 0.0),
         ];
         if let Some((key, _)) = not_yet.iter().find(|(_, given)| *given) {
             return refuse(
                 &format!("\"group_by\" cannot be used with \"{key}\" yet"),
-                &format!("Leave \"{key}\" out: every group's model trains every epoch, side by side in one backend."),
+                &format!("Leave \"{key}\" out: every group's model trains every epoch, side by side on the same buffers."),
             );
         }
         Ok(())

@@ -7,9 +7,14 @@ use serde_json::json;
 
 /// 400 rows of 3 features, labelled by a hyperplane.
 fn rows() -> TupleArena {
-    let mut arena = TupleArena::new(3, 400);
+    many_rows(400)
+}
+
+/// `n` rows of 3 features, labelled by a hyperplane.
+fn many_rows(n: usize) -> TupleArena {
+    let mut arena = TupleArena::new(3, n);
     let mut s = 7u64;
-    for _ in 0..400 {
+    for _ in 0..n {
         let mut x = [0.0; 3];
         for v in &mut x {
             s = s
@@ -283,4 +288,83 @@ fn a_diverging_learner_is_set_aside_unless_it_is_the_last() {
         train(&mut alone, &arena, 3),
         Err(TrainError::Diverged { .. })
     ));
+}
+
+/// A permutation of 0 … n-1 drawn from `seed`.
+fn shuffled(n: usize, seed: u64) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut s = seed;
+    for i in (1..n).rev() {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (s >> 33) as usize % (i + 1));
+    }
+    order
+}
+
+#[test]
+fn linear_learners_trained_chunk_by_chunk_are_what_they_would_be_alone() {
+    // 30,000 rows: a buffer cut into several chunks (see CHUNK_BYTES), mini-batches of 7 that
+    // span chunks, folds, averaging, l1, two threads; rows as they are, and standardized once
+    // per chunk for all the learners (they share one standardizer) rather than by each.
+    let arena = many_rows(30_000);
+    assert!(arena.len() > 2 * CHUNK_BYTES / (arena.bytes_used() / arena.len()));
+    let order = shuffled(arena.len(), 5);
+    let mut stats = crate::stats::FeatureStats::new(3, true);
+    stats.push_arena(&arena, || true);
+    let scaler = crate::trainer::normalizing_scaler(&stats, false, true);
+    assert!(!scaler.is_identity());
+    let configs = [
+        json!({"learning_rate": 0.1}),
+        json!({"learning_rate": 0.01, "batch_size": 7}),
+        json!({"learning_rate": 0.03, "l1": 0.001, "average": false}),
+    ];
+    for scaling in [None, Some(&scaler)] {
+        let learner = |config: &serde_json::Value| {
+            let p = TrainParams::for_kind(config, ModelKind::Logistic).unwrap();
+            let mut c = p.train_config(ModelKind::Logistic);
+            c.standardizer = scaling.cloned();
+            Learner::linear(c, 3).unwrap()
+        };
+        let make = |threads: usize| {
+            let mut trials = Trials::with_folds(
+                configs
+                    .iter()
+                    .flat_map(|c| [Some(0), Some(1), None].map(|fold| (learner(c), fold)))
+                    .collect(),
+                2,
+            );
+            trials.set_threads(threads);
+            trials
+        };
+        let run = |trials: &mut Trials, order: &[u32]| {
+            for epoch in 1..=2 {
+                trials.start_epoch(epoch);
+                trials.train_buffer(&arena, Some(order)).unwrap();
+                trials.finish_epoch().unwrap();
+            }
+            models(trials)
+        };
+        let one_thread = run(&mut make(1), &order);
+        assert_eq!(run(&mut make(2), &order), one_thread);
+        // A fold's learner alone: the buffer's order without the fold's rows.
+        let kept: Vec<u32> = order
+            .iter()
+            .copied()
+            .filter(|&r| fold_of(arena.row(r as usize), arena.label(r as usize), 2) != 1)
+            .collect();
+        for (c, config) in configs.iter().enumerate() {
+            // One learner trains on the whole buffer at once.
+            let alone = run(&mut Trials::new(vec![learner(config)]), &order);
+            assert_eq!(
+                alone[0],
+                one_thread[3 * c + 2],
+                "{config}, scaled {}",
+                scaling.is_some()
+            );
+            let fold = run(&mut Trials::new(vec![learner(config)]), &kept);
+            assert_eq!(fold[0], one_thread[3 * c + 1], "{config}, fold 1");
+        }
+    }
 }

@@ -13,9 +13,8 @@ use crate::pg::error::{notice, raise};
 use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
-use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationStats};
+use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial};
 use corgipile_ml::model::{Labels, Predictor};
-use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
@@ -54,13 +53,13 @@ pub enum Role {
     /// The backend: alone, or leading the parallel workers it starts (`"workers"`).
     Lead { relid: pg_sys::Oid, sql: CString },
     /// A parallel worker.
-    Member(Member),
+    Member(Box<Member>),
 }
 
 impl SgdNode {
     /// A parallel worker's training (its share of the leader's).
     pub(crate) unsafe fn train_in_team(&mut self, share: Member) {
-        self.train(None, Role::Member(share));
+        self.train(None, Role::Member(Box::new(share)));
     }
 }
 
@@ -172,7 +171,7 @@ impl SgdNode {
         let searching = params.search.is_some();
         let (lead, member) = match role {
             Role::Lead { relid, sql } => (Some((relid, sql)), None),
-            Role::Member(share) => (None, Some(share)),
+            Role::Member(share) => (None, Some(*share)),
         };
         // The leader reports the whole training; workers report nothing.
         if member.is_none() {
@@ -210,11 +209,15 @@ impl SgdNode {
         let shuffle = self.shuffle();
         // Per-group models: the groups the statistics pass found big enough (numbered before
         // the first row of epoch 1 is read).
-        let groups = params.group_by.as_ref().and_then(|_| {
-            shuffle
-                .rows_mut()
-                .number_groups(params.min_group_rows.unwrap_or(1))
-        });
+        // A parallel worker's are the leader's (its decoder numbers their keys alike).
+        let groups = match &member {
+            Some(share) => share.extras.groups.clone(),
+            None => params.group_by.as_ref().and_then(|_| {
+                shuffle
+                    .rows_mut()
+                    .number_groups(params.min_group_rows.unwrap_or(1))
+            }),
+        };
         if tabular && !learning && member.is_none() {
             train_config.standardizer = shuffle.rows().scaling(params.fit_intercept);
         }
@@ -229,11 +232,13 @@ impl SgdNode {
                     // Parallel workers cannot read this session's temporary tables.
                     None
                 } else {
+                    let mut learned = self.learned_statistics(&train_config);
+                    learned.groups = groups.clone();
                     Team::launch(
                         relid,
                         &sql,
                         &self.config,
-                        self.learned_statistics(&train_config),
+                        learned,
                         shuffle.rows().preprocessor().cloned(),
                         shuffle.block_epoch(),
                         params.workers,
@@ -302,11 +307,14 @@ impl SgdNode {
         };
         let folds = params.folds.unwrap_or(0) as usize;
         if let Some(t) = team.as_mut() {
-            let learner = trainer.only();
-            let n_values = learner.n_params();
-            let shared = t.shared_model(n_features, &learner.start_values());
-            // An exchange reads and writes every weight: a big model exchanges less often.
-            learner.set_exchange(shared, n_values as u64 / 4);
+            // Every learner exchanges with its own shared model; an exchange reads and writes
+            // every weight: a big model exchanges less often.
+            let starts: Vec<Vec<f64>> = trainer.learners_mut().map(|l| l.start_values()).collect();
+            let shared = t.shared_models(n_features, &starts);
+            for (learner, shared) in trainer.learners_mut().zip(shared) {
+                let n_values = learner.n_params();
+                learner.set_exchange(shared, n_values as u64 / 4);
+            }
         }
         // Single-buffered, the backend trains: it must still answer cancel between rows.
         trainer.set_interrupt(|| {
@@ -321,6 +329,8 @@ impl SgdNode {
             .collect();
         // Whether each configuration has stopped (early stopping) or was set aside.
         let mut done = vec![false; n_trials];
+        // With workers: the epoch a configuration was set aside in another process.
+        let mut set_aside_elsewhere: Vec<Option<u32>> = vec![None; n_trials];
         let mut rows_skipped = 0;
         let mut rows_trained = 0;
         let mut first = first;
@@ -400,15 +410,21 @@ impl SgdNode {
             // With workers: the whole epoch's (every process waits here for the others).
             let (rows, skipped, labels_seen) = match &team {
                 Some(t) => {
-                    let mine = stats[0].as_ref().expect("one learner, going");
                     let whole = t.end_epoch(
                         epoch,
-                        mine,
+                        &stats,
                         shuffle.counts().rows,
                         shuffle.counts().rows_skipped,
                         &labels_seen,
                     );
-                    stats[0] = Some(whole.stats);
+                    // A model set aside in another process (it diverged there) is set aside
+                    // here too: every process keeps the same models.
+                    for (i, (mine, all)) in stats.iter().zip(&whole.stats).enumerate() {
+                        if mine.is_some() && all.is_none() {
+                            set_aside_elsewhere[i] = Some(epoch);
+                        }
+                    }
+                    stats = whole.stats;
                     (whole.rows, whole.rows_skipped, whole.labels_seen)
                 }
                 None => {
@@ -440,21 +456,34 @@ impl SgdNode {
             }
             let mut snapshots = snapshot.unwrap_or_default();
             snapshots.resize_with(n_trials, || None);
+            // The models of the configurations still going, in the table's units, all scored
+            // on the validation rows together (each its share of the time).
+            let validation_started = Instant::now();
+            let snapshots: Vec<Option<Model>> = snapshots
+                .into_iter()
+                .zip(&stats)
+                .map(|(m, stats)| {
+                    let m = m.filter(|_| stats.is_some())?;
+                    Some(match &standardizer {
+                        Some(s) => m.fold_standardizer(s),
+                        None => m,
+                    })
+                })
+                .collect();
+            let mut validations = self.validate_many(&snapshots, shuffle, validation_rows.as_ref());
+            let scored = snapshots.iter().flatten().count().max(1);
+            let validation_seconds = validation_started.elapsed().as_secs_f64() / scored as f64;
             let mut lines = Vec::new();
             for (i, (stats, snapshot)) in stats.into_iter().zip(snapshots).enumerate() {
                 // Stopped early or set aside (diverged): nothing more to record.
                 let Some(stats) = stats else {
+                    if !done[i] && set_aside_elsewhere[i].is_some() {
+                        self.stop_learner(&mut local, &mut worker, i);
+                    }
                     done[i] = true;
                     continue;
                 };
-                let validation_started = Instant::now();
-                let snapshot = snapshot.map(|m| match &standardizer {
-                    Some(s) => m.fold_standardizer(s),
-                    None => m,
-                });
-                let validation = snapshot
-                    .as_ref()
-                    .map(|m| self.validate(m, shuffle, validation_rows.as_ref()));
+                let validation = validations[i].take();
                 // Early stopping: the best epoch's model so far, and whether patience ran out.
                 let mut patience_ran_out = false;
                 if let (Some(patience), Some(v), Some(m)) = (
@@ -470,7 +499,6 @@ impl SgdNode {
                         patience_ran_out = epoch - best_epoch >= patience;
                     }
                 }
-                let validation_seconds = validation_started.elapsed().as_secs_f64();
                 let record = EpochRecord {
                     stats,
                     seconds,
@@ -491,14 +519,7 @@ impl SgdNode {
                 }
                 if epoch_loops[i].record(record) || patience_ran_out {
                     done[i] = true;
-                    if let Some(t) = local.as_mut() {
-                        t.stop(i);
-                    }
-                    if let Some(w) = worker.as_mut() {
-                        w.send(Job::Stop(i)).unwrap_or_else(|r| {
-                            raise_reply(r, &self.label_text(), params.normalize)
-                        });
-                    }
+                    self.stop_learner(&mut local, &mut worker, i);
                 }
             }
             self.epochs_run = epoch;
@@ -529,10 +550,12 @@ impl SgdNode {
             None => local.take().expect("local trainer"),
         };
         if let Some(t) = team.take() {
-            // Every process's last steps are in the shared model now: continue from it, and
-            // pool the iterate averages.
-            if let Err(e) = trainer.only().exchange_last() {
-                raise_train_error(e, &self.label_text(), params.normalize);
+            // Every process's last steps are in the shared models now: continue from them,
+            // and pool the iterate averages.
+            for learner in trainer.learners_mut() {
+                if let Err(e) = learner.exchange_last() {
+                    raise_train_error(e, &self.label_text(), params.normalize);
+                }
             }
             if !t.is_leader() {
                 t.finish();
@@ -540,7 +563,9 @@ impl SgdNode {
             }
             self.rows_per_process = t.rows_per_process(self.epochs_run);
             t.wait_for_workers();
-            trainer.only().adopt_shared_average();
+            trainer
+                .learners_mut()
+                .for_each(|l| l.adopt_shared_average());
             t.finish();
         }
         let label_map = trainer.label_map();
@@ -560,7 +585,15 @@ impl SgdNode {
         let mut cv = Vec::with_capacity(folds);
         let mut fold_seconds = 0.0;
         for ((((i, (result, trial_seconds)), epoch_loop), best), holdout) in (0..n_trials)
-            .zip(results)
+            .zip(
+                results
+                    .into_iter()
+                    .zip(&set_aside_elsewhere)
+                    .map(|((r, s), elsewhere)| match elsewhere {
+                        Some(epoch) => (Err(TrainError::Diverged { epoch: *epoch }), s),
+                        None => (r, s),
+                    }),
+            )
             .zip(epoch_loops)
             .zip(best)
             .zip(holdouts)
@@ -670,28 +703,5 @@ impl SgdNode {
                 }
             }
         }
-    }
-
-    /// Loss and accuracy (or R²) of `model` on the validation rows.
-    unsafe fn validate(
-        &self,
-        model: &Model,
-        shuffle: &TupleShuffle,
-        validation_rows: Option<&CollectedRows>,
-    ) -> ValidationStats {
-        let arena = match (validation_rows, &shuffle.rows().validation()) {
-            (Some(v), _) => &v.rows.arena,
-            (None, Some(a)) => a,
-            (None, None) => return ValidationStats::empty(),
-        };
-        let binary = self
-            .binary_labels
-            .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
-        let mut score = ValidationScore::new(self.config.model, binary);
-        for i in 0..arena.len() {
-            check_for_interrupts!();
-            score.push(model, arena.row(i), arena.label(i));
-        }
-        score.finish()
     }
 }
