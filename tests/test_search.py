@@ -187,6 +187,29 @@ def test_network_configurations_are_what_training_them_alone_gives(tconn):
     assert max(r[6] for r in rows) > 0.8
 
 
+def test_the_model_kind_is_searched_among_kinds_that_read_the_label_alike(tconn):
+    # Two-class kinds: svm and logistic, side by side; each stored as its own kind, each what
+    # training that kind alone gives.
+    search(tconn, "search_ring", "logistic", "s_kinds", {"model": ["svm", "logistic"], "learning_rate": [0.01, 0.1]},
+           epochs=2)
+    rows = trials(tconn, "s_kinds")
+    kinds = [scalar(tconn, "SELECT model_type FROM corgipile.models WHERE id = %s", (r[0],)) for r in rows]
+    assert sorted(kinds) == ["logistic", "logistic", "svm", "svm"], kinds
+    for r, kind in zip(rows, kinds):
+        assert r[4]["model"] == kind
+        assert weights(tconn, alone(tconn, "search_ring", kind, r[0])) == weights(tconn, r[0]), r[4]
+    # Regression: a linear model beside a network.
+    search(tconn, "search_reg", "linear", "s_kinds_reg", {"model": ["linear", "mlp_regression"]}, epochs=2)
+    rows = trials(tconn, "s_kinds_reg")
+    kinds = {r[4]["model"]: scalar(tconn, "SELECT model_type FROM corgipile.models WHERE id = %s", (r[0],))
+             for r in rows}
+    assert kinds == {"linear": "linear", "mlp_regression": "mlp_regression"}
+    for r in rows:
+        kind = r[4]["model"]
+        assert weights(tconn, alone(tconn, "search_reg", kind, r[0])) == weights(tconn, r[0]), r[4]
+        assert r[10] is not None and r[10] > 0.5, r  # validation R2
+
+
 def test_patience_stops_each_configuration_on_its_own(tconn):
     grid = {"learning_rate": [0.5, 0.0001]}
     search(tconn, "search_ring", "logistic", "s_pat", grid, epochs=12, patience=1, average=False)
@@ -268,6 +291,11 @@ REFUSED = [
     ("svm", {"name": "x", "search": {"l2": list(range(20)), "l1": list(range(20))}}, "400 configurations"),
     ("svm", {"name": "x", "search": [1, 2]}, "expected an object"),
     ("svm", {"name": "x", "search": LR, "search_trials": 0}, "search_trials"),
+    ("logistic", {"name": "x", "search": {"model": ["svm", "linear"]}}, '"model" cannot be "linear"'),
+    ("logistic", {"name": "x", "search": {"model": ["mlp"]}}, "can search the kinds svm, logistic"),
+    ("svm", {"name": "x", "search": {"model": ["nope"]}}, '"model" cannot be "nope"'),
+    ("logistic", {"name": "x", "search": {"model": ["svm", "logistic"]}, "select_by": "log_loss"},
+     "with probabilities"),
     ("svm", {"folds": 1}, "folds"),
     ("svm", {"folds": 21}, "folds"),
     ("svm", {"folds": 3, "validation": {"fraction": 0.1}}, '"folds" cannot be used with "validation"'),

@@ -122,6 +122,14 @@ impl Learner {
         }
     }
 
+    /// The kind of model it trains.
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            Learner::Linear(t) => t.config().kind,
+            Learner::Network { kind, .. } => *kind,
+        }
+    }
+
     pub fn train_buffer(
         &mut self,
         arena: &TupleArena,

@@ -20,7 +20,7 @@ use std::time::Instant;
 use crate::arena::{TupleArena, NO_GROUP};
 use crate::hash::splitmix64;
 use crate::learner::Learner;
-use crate::model::{Labels, ModelKind};
+use crate::model::Labels;
 use crate::row::Row;
 use crate::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use crate::standardize::Standardizer;
@@ -110,10 +110,9 @@ struct Trial {
     group: Option<u32>,
 }
 
-/// What scoring the held-out folds needs: the models' kind and the scaling to fold into a
-/// model before it scores rows as they are in the buffer.
+/// What scoring the held-out folds needs: the scaling to fold into a model before it scores
+/// rows as they are in the buffer.
 struct Scoring {
-    kind: ModelKind,
     standardizer: Option<Standardizer>,
 }
 
@@ -301,13 +300,14 @@ impl BufferWork<'_> {
         };
         if t.score.is_none() {
             // A two-class kind scores by the labels its learner mapped (once it has met both).
-            let binary = match (scoring.kind.labels(), t.learner.label_map()) {
+            let kind = t.learner.kind();
+            let binary = match (kind.labels(), t.learner.label_map()) {
                 (Labels::TwoClasses, None) => return Ok(()),
                 (_, map) => {
                     map.map(|(negative, positive)| BinaryLabels::Values { negative, positive })
                 }
             };
-            t.score = Some(ValidationScore::new(scoring.kind, binary));
+            t.score = Some(ValidationScore::new(kind, binary));
         }
         let score = t.score.as_mut().expect("made above");
         for &r in &self.fold_rows[fold] {
@@ -384,8 +384,8 @@ impl Trials {
     /// From now on (the last epoch), every learner that holds out a fold scores that fold's
     /// rows of each buffer it trains on. `standardizer`: the scaling the learners apply
     /// themselves (folded into their models to score rows as they are in a buffer).
-    pub fn score_holdouts(&mut self, kind: ModelKind, standardizer: Option<Standardizer>) {
-        self.scoring = Some(Scoring { kind, standardizer });
+    pub fn score_holdouts(&mut self, standardizer: Option<Standardizer>) {
+        self.scoring = Some(Scoring { standardizer });
     }
 
     /// Each learner's score on the fold it holds out (None: it holds out none, or it was set

@@ -124,7 +124,8 @@ fn insert_model(
                  $17::pg_catalog.name, $18, $19)
          RETURNING id",
         &[
-            source.model.name().into(),
+            // A search's configuration may be of another kind than the training's.
+            outcome.model.kind().name().into(),
             source.relation.into(),
             source.label_column.into(),
             JsonB(source.features.clone()).into(),

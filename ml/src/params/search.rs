@@ -17,6 +17,7 @@ use serde_json::json;
 /// (features, label, validation) nor how the table is read (shuffle, sizes), which every
 /// configuration shares because they share the scan.
 pub const SEARCHABLE: &[&str] = &[
+    "model",
     "learning_rate",
     "learning_rate_schedule",
     "decay",
@@ -29,6 +30,25 @@ pub const SEARCHABLE: &[&str] = &[
     "optimizer",
     "momentum",
 ];
+
+/// A configuration's model kind: its `"model"` value, or the training's `kind`.
+pub fn configuration_kind(configuration: &Map<String, Value>, kind: ModelKind) -> ModelKind {
+    configuration
+        .get("model")
+        .and_then(Value::as_str)
+        .and_then(ModelKind::parse)
+        .unwrap_or(kind)
+}
+
+/// The kinds a search may put beside `kind`: those that read the label as it does (two classes,
+/// classes or a number), so that every configuration trains on the same rows and labels.
+fn same_labels_kinds(kind: ModelKind) -> Vec<&'static str> {
+    ModelKind::ALL
+        .into_iter()
+        .filter(|k| k.labels() == kind.labels())
+        .map(|k| k.name())
+        .collect()
+}
 
 /// Configurations of one search at most: each is a model in memory and a catalog row.
 pub const MAX_TRIALS: usize = 256;
@@ -416,9 +436,25 @@ impl TrainParams {
             base.insert("validation".into(), json!({"fraction": 0.2}));
             self.validation = Some(Validation::Fraction(0.2));
         }
-        // Each value alone on the shared params: its errors name the value.
+        // Each value alone on the shared params: its errors name the value. A model kind must
+        // read the label as the training's kind does.
+        let mut kinds = vec![kind];
         for (key, values) in &search.grid {
             for v in values {
+                if key == "model" {
+                    let allowed = same_labels_kinds(kind);
+                    let named = v.as_str().and_then(ModelKind::parse);
+                    match named.filter(|k| allowed.contains(&k.name())) {
+                        Some(k) => kinds.push(k),
+                        None => {
+                            return refuse(
+                                &format!("in \"search\": \"model\" cannot be {v} in a training of {}", kind.name()),
+                                &format!("The configurations share the rows and their labels: a {} training can search the kinds {}.", kind.name(), allowed.join(", ")),
+                            )
+                        }
+                    }
+                    continue;
+                }
                 let mut one = base.clone();
                 one.insert(key.clone(), v.clone());
                 TrainParams::for_kind(&Value::Object(one), kind).map_err(|e| ParamError {
@@ -428,7 +464,10 @@ impl TrainParams {
             }
         }
         search.base = base;
-        match self.select_by.and_then(|s| s.refused_for(kind)) {
+        let refused = kinds
+            .into_iter()
+            .find_map(|k| self.select_by.and_then(|s| s.refused_for(k)));
+        match refused {
             Some((message, hint)) => refuse(message, hint),
             None => Ok(()),
         }
@@ -474,7 +513,12 @@ impl TrainParams {
             .map(|c| {
                 let mut params = search.params_of(&c);
                 params["seed"] = json!(seed);
-                let p = TrainParams::for_kind(&params, kind).map_err(|e| ParamError {
+                // A searched kind is the configuration's kind, not one of its params.
+                let own_kind = configuration_kind(&c, kind);
+                if let Some(p) = params.as_object_mut() {
+                    p.remove("model");
+                }
+                let p = TrainParams::for_kind(&params, own_kind).map_err(|e| ParamError {
                     message: format!(
                         "in the search configuration {}: {}",
                         Value::Object(c.clone()),

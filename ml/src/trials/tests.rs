@@ -208,7 +208,7 @@ fn holdout_scores_are_the_fold_models_on_their_rows() {
         4,
     );
     train(&mut cv, &arena, 1).unwrap();
-    cv.score_holdouts(ModelKind::Linear, None);
+    cv.score_holdouts(None);
     cv.start_epoch(2);
     cv.train_buffer(&arena, None).unwrap();
     let fold_models = cv.result_models().unwrap();

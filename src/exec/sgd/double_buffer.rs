@@ -5,7 +5,6 @@
 
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::{raise, raise_train_error};
-use corgipile_ml::model::ModelKind;
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
@@ -25,7 +24,7 @@ pub enum Job {
     /// Learner `i` of a search trains no more (early stopping).
     Stop(usize),
     /// From now on, the learners that hold out a fold score it (see `Trials::score_holdouts`).
-    ScoreHoldouts(ModelKind, Option<Standardizer>),
+    ScoreHoldouts(Option<Standardizer>),
     /// End the epoch; `snapshot` = also send a copy of the model (for validation).
     EndEpoch {
         snapshot: bool,
@@ -74,7 +73,7 @@ impl Worker {
                 for job in jobs_rx.iter() {
                     match job {
                         Job::Stop(i) => trainer.stop(i),
-                        Job::ScoreHoldouts(kind, scaling) => trainer.score_holdouts(kind, scaling),
+                        Job::ScoreHoldouts(scaling) => trainer.score_holdouts(scaling),
                         Job::StartEpoch(epoch) => {
                             trainer.start_epoch(epoch);
                             busy = 0.0;

@@ -3,6 +3,7 @@
 
 use super::SgdNode;
 use corgipile_ml::learner::NetworkSpec;
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::network::{Activation, Network, Target};
 use corgipile_ml::params::TrainParams;
 
@@ -36,14 +37,14 @@ pub fn checked_network_spec(
 
 impl SgdNode {
     /// A network kind's shape over `n_features` inputs as `params` ask (the training's, or one
-    /// configuration's of a search), None for linear kinds, checked against
+    /// configuration's of a search, of its `kind`), None for linear kinds, checked against
     /// `corgipile.max_model_memory` before anything of it is allocated.
     pub(super) unsafe fn network_spec(
         &self,
         n_features: usize,
         params: &TrainParams,
+        kind: ModelKind,
     ) -> Option<NetworkSpec> {
-        let kind = self.config.model;
         if !kind.is_network() {
             return None;
         }

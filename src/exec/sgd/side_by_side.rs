@@ -12,7 +12,8 @@ use crate::pg::error::{notice, raise};
 use crate::pipeline::ValidationStats;
 use corgipile_ml::learner::Learner;
 use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};
-use corgipile_ml::params::search::{best_of, SelectBy};
+use corgipile_ml::model::Predictor;
+use corgipile_ml::params::search::{best_of, configuration_kind, SelectBy};
 use corgipile_ml::params::Configuration;
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
@@ -44,13 +45,14 @@ impl SgdNode {
         let mut learner_config = Vec::with_capacity(learners.capacity());
         let mut learner_fold = Vec::with_capacity(learners.capacity());
         let mut train_config = Some(learned);
-        for (c, (_, trial_params)) in configurations.iter().enumerate() {
+        for (c, (configuration, trial_params)) in configurations.iter().enumerate() {
+            let kind = configuration_kind(configuration, self.config.model);
             for fold in (0..folds).map(Some).chain([None]) {
                 let config = if copies {
                     // A learner learns as its params say, from what the statistics pass
                     // learned (its own copy of the scaling: as many features as the table has).
                     let learned = train_config.as_ref().expect("kept while copying");
-                    let mut config = trial_params.train_config(self.config.model);
+                    let mut config = trial_params.train_config(kind);
                     config.standardizer = learned.standardizer.as_ref().map(copy_scaling);
                     config.class_weights = learned.class_weights.clone();
                     config.label_values = learned.label_values;
@@ -60,7 +62,7 @@ impl SgdNode {
                         .take()
                         .expect("one learner without a search or folds")
                 };
-                let learner = match self.network_spec(n_features, trial_params) {
+                let learner = match self.network_spec(n_features, trial_params, kind) {
                     Some(spec) => {
                         self.network_sizes
                             .get_or_insert_with(|| spec.sizes(n_features));
@@ -113,7 +115,7 @@ impl SgdNode {
             ));
         }
         let models = kept.len() as u64 + 1;
-        let spec = self.network_spec(n_features, params);
+        let spec = self.network_spec(n_features, params, self.config.model);
         // Beyond its weights, each model's trainer holds its own state and scratch.
         const PER_MODEL_BYTES: u64 = 16 << 10;
         let each = PER_MODEL_BYTES
@@ -242,10 +244,7 @@ impl SgdNode {
             .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
         let mut scores: Vec<Option<ValidationScore>> = models
             .iter()
-            .map(|m| {
-                m.as_ref()
-                    .map(|_| ValidationScore::new(self.config.model, binary))
-            })
+            .map(|m| m.as_ref().map(|m| ValidationScore::new(m.kind(), binary)))
             .collect();
         let several = models.iter().flatten().count() > 1;
         let threads = if several && self.config.params.double_buffer {

@@ -15,6 +15,7 @@ use crate::pg::progress;
 use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial};
 use corgipile_ml::model::{Labels, Predictor};
+use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
@@ -184,7 +185,9 @@ impl SgdNode {
         let mut train_config = params.train_config(self.config.model);
         // A network needs its classes (its output layer's width) and a regression's target
         // statistics before it is built: always a statistics pass.
-        let network = self.config.model.is_network();
+        let network = configurations
+            .iter()
+            .any(|(c, _)| configuration_kind(c, self.config.model).is_network());
         let tabular = self.config.layout == FeatureLayout::Tabular;
         // A column list learns its preprocessing in the statistics pass, unless it was
         // learned before (see `Learn`).
@@ -365,9 +368,9 @@ impl SgdNode {
                 let scaling = standardizer.as_ref().map(copy_scaling);
                 match (&mut worker, &mut local) {
                     (Some(w), _) => w
-                        .send(Job::ScoreHoldouts(self.config.model, scaling))
+                        .send(Job::ScoreHoldouts(scaling))
                         .unwrap_or_else(|r| raise_reply(r, &self.label_text(), params.normalize)),
-                    (None, Some(t)) => t.score_holdouts(self.config.model, scaling),
+                    (None, Some(t)) => t.score_holdouts(scaling),
                     _ => unreachable!(),
                 }
             }
