@@ -210,6 +210,25 @@ def test_the_model_kind_is_searched_among_kinds_that_read_the_label_alike(tconn)
         assert r[10] is not None and r[10] > 0.5, r  # validation R2
 
 
+def test_class_weight_is_searched_each_configuration_as_alone(tconn):
+    # The ring holds about a quarter of positive rows: "balanced" weighs them up.
+    search(tconn, "search_ring", "logistic", "s_cw", {"class_weight": [None, "balanced"], "learning_rate": [0.05]},
+           epochs=2)
+    rows = trials(tconn, "s_cw")
+    assert len(rows) == 2
+    stored = {json_key(r[4]["class_weight"]): r for r in rows}
+    assert set(stored) == {"null", "balanced"}
+    assert scalar(tconn, "SELECT params->'class_weight' FROM corgipile.models WHERE id = %s",
+                  (stored["balanced"][0],)) == "balanced"
+    for r in rows:
+        assert weights(tconn, alone(tconn, "search_ring", "logistic", r[0])) == weights(tconn, r[0]), r[4]
+    assert weights(tconn, stored["null"][0]) != weights(tconn, stored["balanced"][0])
+
+
+def json_key(v):
+    return "null" if v is None else str(v)
+
+
 def test_patience_stops_each_configuration_on_its_own(tconn):
     grid = {"learning_rate": [0.5, 0.0001]}
     search(tconn, "search_ring", "logistic", "s_pat", grid, epochs=12, patience=1, average=False)

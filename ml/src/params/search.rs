@@ -25,6 +25,7 @@ pub const SEARCHABLE: &[&str] = &[
     "l1",
     "batch_size",
     "average",
+    "class_weight",
     "hidden",
     "activation",
     "optimizer",

@@ -69,6 +69,9 @@ pub struct SgdNode {
     /// The label's mean and variance from the statistics pass (a regression network's target
     /// is standardized by them).
     label_moments: Option<(f64, f64)>,
+    /// Classifiers: each label value's rows from the statistics pass (a search of
+    /// `class_weight` weighs each configuration's classes from them).
+    class_counts: Option<Vec<(f64, u64)>>,
     /// The widest row the statistics pass met (a sparse network's input width without
     /// "n_features").
     stats_width: Option<usize>,
@@ -152,6 +155,7 @@ impl Node for SgdNode {
             epoch_seconds: Vec::new(),
             statistics_seconds: None,
             label_moments: None,
+            class_counts: None,
             stats_width: None,
             network_sizes: None,
             backend_wait_seconds: 0.0,

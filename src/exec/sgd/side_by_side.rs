@@ -7,7 +7,7 @@ use super::double_buffer::{raise_reply, Job, Worker};
 use super::SgdNode;
 use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::TupleShuffle;
-use crate::pg::error::raise_train_error;
+use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::error::{notice, raise};
 use crate::pipeline::ValidationStats;
 use corgipile_ml::learner::Learner;
@@ -19,7 +19,7 @@ use corgipile_ml::params::TrainParams;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{TrainConfig, TrainError};
+use corgipile_ml::trainer::{settle_labels, TrainConfig, TrainError};
 use corgipile_ml::trials::Trials;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 
@@ -56,6 +56,13 @@ impl SgdNode {
                     config.standardizer = learned.standardizer.as_ref().map(copy_scaling);
                     config.class_weights = learned.class_weights.clone();
                     config.label_values = learned.label_values;
+                    if trial_params.class_weight != params.class_weight {
+                        // A searched class_weight: this configuration's own weights, and the
+                        // labels settled as training it alone settles them.
+                        let (values, weights) = self.class_weights_of(trial_params);
+                        config.label_values = values;
+                        config.class_weights = weights;
+                    }
                     config
                 } else {
                     train_config
@@ -186,6 +193,20 @@ impl SgdNode {
 }
 
 impl SgdNode {
+    /// What `params.class_weight` makes of the classes the statistics pass counted: the two
+    /// label values (two-class kinds) and the class weights; (None, None) without a weight,
+    /// as a training without one has.
+    #[allow(clippy::type_complexity)]
+    fn class_weights_of(&self, params: &TrainParams) -> (Option<(f64, f64)>, Option<Vec<f64>>) {
+        let (Some(counts), Some(weight)) = (self.class_counts.as_deref(), &params.class_weight)
+        else {
+            return (None, None);
+        };
+        let settled = settle_labels(self.config.model, counts, Some(weight), &self.label_text())
+            .unwrap_or_else(|e| raise_labels_error(e, &self.config.relation, ""));
+        (settled.label_values, settled.class_weights)
+    }
+
     /// Learner `i` trains no more (early stopping, or set aside in another process): it keeps
     /// its model as it is now.
     pub(super) fn stop_learner(

@@ -110,6 +110,9 @@ impl SgdNode {
             self.no_rows(shuffle.counts().rows_skipped)
         };
         self.label_moments = Some(stats.label_mean_variance());
+        if classifier {
+            self.class_counts = Some(stats.class_counts());
+        }
         self.stats_width = Some(stats.n_features());
         if shuffle.rows().is_learning() {
             let classes = shuffle.rows().classes().len();
@@ -198,7 +201,7 @@ impl SgdNode {
             share.extras.clone().apply(&mut train_config);
             self.label_moments = share.extras.label_moments;
         } else if (params.normalize && !tabular)
-            || params.class_weight.is_some()
+            || configurations.iter().any(|(_, p)| p.class_weight.is_some())
             || learning
             || network
             || params.group_by.is_some()
