@@ -229,6 +229,28 @@ def json_key(v):
     return "null" if v is None else str(v)
 
 
+def test_a_search_and_folds_with_parallel_workers(tconn):
+    """With "workers", every process trains every configuration (and fold) on its share of the
+    blocks; validation and fold scores are pooled over the processes, so they count the same
+    rows as one process's."""
+    grid = {"learning_rate": [0.01, 0.1], "l2": [0, 0.001]}
+    search(tconn, "search_ring", "logistic", "s_one", grid, epochs=2)
+    search(tconn, "search_ring", "logistic", "s_team", grid, epochs=2, workers=2)
+    one, team = trials(tconn, "s_one"), trials(tconn, "s_team")
+    assert [r[4] for r in team] == [r[4] for r in one] and len(team) == 4
+    for a, b in zip(one, team):
+        rows = [scalar(tconn, "SELECT (metrics->'validation'->>'rows')::int FROM corgipile.models WHERE id = %s",
+                       (r[0],)) for r in (a, b)]
+        assert rows[0] == rows[1] > 1000, rows
+        assert abs(a[9] - b[9]) <= 0.05, (a, b)
+    assert team[-1][7], "the best is stored last"
+    search(tconn, "search_ring", "logistic", "s_team_cv", LR, epochs=2, folds=3, workers=2)
+    for model_id, cv in tconn.execute("""SELECT id, metrics->'cv' FROM corgipile.models WHERE name = 's_team_cv'
+                                         ORDER BY version""").fetchall():
+        assert sum(f["rows"] for f in cv["per_fold"]) == 6000, cv
+        assert cv["accuracy"] > 0.5
+
+
 def test_patience_stops_each_configuration_on_its_own(tconn):
     grid = {"learning_rate": [0.5, 0.0001]}
     search(tconn, "search_ring", "logistic", "s_pat", grid, epochs=12, patience=1, average=False)
@@ -293,7 +315,6 @@ def alice(roles_env, tables):
 LR = {"learning_rate": [0.01, 0.1]}
 REFUSED = [
     ("svm", {"search": LR}, '"search" needs "name"'),
-    ("svm", {"name": "x", "search": LR, "workers": 1}, '"workers"'),
     ("svm", {"name": "x", "search": LR, "tolerance": 0.001}, '"tolerance"'),
     ("svm", {"name": "x", "search_trials": 2}, 'need "search"'),
     ("svm", {"name": "x", "select_by": "loss"}, 'need "search"'),
@@ -318,7 +339,6 @@ REFUSED = [
     ("svm", {"folds": 1}, "folds"),
     ("svm", {"folds": 21}, "folds"),
     ("svm", {"folds": 3, "validation": {"fraction": 0.1}}, '"folds" cannot be used with "validation"'),
-    ("svm", {"folds": 3, "workers": 1}, '"folds" cannot be used with "workers"'),
     ("svm", {"folds": 3, "tolerance": 0.1}, '"folds" cannot be used with "tolerance"'),
 ]
 

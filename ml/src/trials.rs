@@ -390,13 +390,13 @@ impl Trials {
 
     /// Each learner's score on the fold it holds out (None: it holds out none, or it was set
     /// aside).
-    pub fn take_holdout_scores(&mut self) -> Vec<Option<ValidationStats>> {
+    pub fn take_holdout_scores(&mut self) -> Vec<Option<ValidationScore>> {
         self.scoring = None;
         self.trials
             .iter_mut()
             .map(|t| match t.state {
                 State::Failed(_) => None,
-                _ => t.score.take().map(ValidationScore::finish),
+                _ => t.score.take(),
             })
             .collect()
     }

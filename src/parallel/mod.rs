@@ -87,6 +87,12 @@ struct Slot {
     /// After the first buffer: 1 = no rows in this process's share, w + 2 = rows w features wide.
     first_width: AtomicU64,
     reports: [EpochReport; 2],
+    /// `Team::gather`: the round this process published its bytes for (their segment and
+    /// length), and the last round it has read every process's.
+    gather_round: AtomicU32,
+    gather_handle: AtomicU32,
+    gather_len: AtomicU64,
+    gather_read: AtomicU32,
 }
 
 #[repr(C)]
@@ -473,6 +479,59 @@ impl Team {
             rows_skipped: reports.iter().map(|r| r.rows_skipped).sum(),
             labels_seen: seen.len(),
         }
+    }
+
+    /// Every process's `mine`, in rank order (this process's too): each publishes its bytes in
+    /// a dynamic shared memory segment of its own, reads the others', and keeps its segment
+    /// until every process has read it. `round`: the same increasing number in every process,
+    /// one call per round (validation scores, parts of every epoch and of the folds).
+    pub unsafe fn gather(&self, round: u32, mine: &[u8]) -> Vec<Vec<u8>> {
+        let rank = self.share.rank;
+        let processes = self.share.processes;
+        let own = pg_sys::dsm_create(mine.len().max(1), 0);
+        // SAFETY: a fresh segment of at least mine.len() bytes, mapped until detached below.
+        std::ptr::copy_nonoverlapping(
+            mine.as_ptr(),
+            pg_sys::dsm_segment_address(own).cast::<u8>(),
+            mine.len(),
+        );
+        let slot = self.slot(rank);
+        slot.gather_handle
+            .store(pg_sys::dsm_segment_handle(own), Ordering::Relaxed);
+        slot.gather_len.store(mine.len() as u64, Ordering::Relaxed);
+        slot.gather_round.store(round, Ordering::Release);
+        self.wait_until(|| {
+            (0..processes).all(|r| self.slot(r).gather_round.load(Ordering::Acquire) >= round)
+        });
+        let mut all = Vec::with_capacity(processes as usize);
+        for r in 0..processes {
+            if r == rank {
+                all.push(mine.to_vec());
+                continue;
+            }
+            let other = self.slot(r);
+            let len = other.gather_len.load(Ordering::Relaxed) as usize;
+            let seg = pg_sys::dsm_attach(other.gather_handle.load(Ordering::Relaxed));
+            if seg.is_null() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    "corgipile parallel training could not attach another process's scores",
+                    None,
+                );
+            }
+            // SAFETY: process r wrote `len` bytes there before publishing the round, and keeps
+            // the segment until every process has read it (the second wait below).
+            let bytes =
+                std::slice::from_raw_parts(pg_sys::dsm_segment_address(seg).cast::<u8>(), len);
+            all.push(bytes.to_vec());
+            pg_sys::dsm_detach(seg);
+        }
+        slot.gather_read.store(round, Ordering::Release);
+        self.wait_until(|| {
+            (0..processes).all(|r| self.slot(r).gather_read.load(Ordering::Acquire) >= round)
+        });
+        pg_sys::dsm_detach(own);
+        all
     }
 
     /// Per-worker rows of the last finished epoch (EXPLAIN ANALYZE), the leader's first.

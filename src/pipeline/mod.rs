@@ -137,7 +137,9 @@ pub fn check_distributed(
     if label == LabelCoding::ClassOfText && !text_numbered {
         unsupported("a text label (the classes would be numbered differently)");
     }
-    if params.validation.is_some() {
+    // Parallel workers pool their validation scores (every process scores the held-out rows
+    // it read); shards do not yet.
+    if params.validation.is_some() && how == Distributed::Shards {
         unsupported("\"validation\"");
     }
     match layout {
@@ -324,6 +326,10 @@ pub struct LearnedStatistics {
     /// a model for each, numbered alike).
     #[serde(default)]
     pub groups: Option<crate::decode::groups::GroupsFound>,
+    /// The leader's statistics pass read every row, so it holds every held-out validation row:
+    /// the workers score none (their shares' would count twice).
+    #[serde(default)]
+    pub leader_holds_validation: bool,
 }
 
 impl LearnedStatistics {
@@ -335,6 +341,7 @@ impl LearnedStatistics {
             label_moments: None,
             classes: None,
             groups: None,
+            leader_holds_validation: false,
         }
     }
 

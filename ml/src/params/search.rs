@@ -329,12 +329,6 @@ impl TrainParams {
                 "Cross-validation holds out every row once, fold by fold: leave \"validation\" out.",
             );
         }
-        if self.workers > 0 {
-            return refuse(
-                "\"folds\" cannot be used with \"workers\" yet",
-                "Leave \"workers\" out: the folds' models train side by side in one backend.",
-            );
-        }
         if self.tolerance > 0.0 {
             return refuse(
                 "\"folds\" cannot be used with \"tolerance\"",
@@ -412,12 +406,6 @@ impl TrainParams {
             return refuse(
                 "\"search\" needs \"name\"",
                 "Every configuration is stored as a version of the name, the best one last: add e.g. \"name\": \"my_model\".",
-            );
-        }
-        if self.workers > 0 {
-            return refuse(
-                "\"search\" cannot be used with \"workers\" yet",
-                "Leave \"workers\" out: the configurations train side by side in one backend.",
             );
         }
         if self.tolerance > 0.0 {

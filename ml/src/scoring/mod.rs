@@ -14,7 +14,7 @@ mod evaluation;
 mod validation;
 
 pub use evaluation::{Evaluation, EvaluationPart};
-pub use validation::{ValidationScore, ValidationStats};
+pub use validation::{ValidationPart, ValidationScore, ValidationStats};
 
 /// How binary labels reach scoring: as class indices (text labels: 0 = negative,
 /// 1 = positive, anything else unknown) or as the two raw values.

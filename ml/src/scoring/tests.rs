@@ -498,3 +498,54 @@ fn part_with_an_overflowed_sum_round_trips() {
     );
     assert_eq!(got, whole);
 }
+
+#[test]
+fn validation_scores_of_parts_merged_are_the_score_of_all_rows() {
+    // Logistic (F1, ROC AUC, log loss from the histogram) and linear (R²): three processes'
+    // parts, merged into an empty score in order, give the one-pass statistics.
+    let (model, rows) = binary_case(ModelKind::Logistic, 3, 3000, (0.0, 1.0, 5.0), 3000);
+    let binary = Some(BinaryLabels::Values {
+        negative: 0.0,
+        positive: 1.0,
+    });
+    let mut whole = ValidationScore::new(ModelKind::Logistic, binary);
+    let mut parts: Vec<ValidationScore> = (0..3)
+        .map(|_| ValidationScore::new(ModelKind::Logistic, binary))
+        .collect();
+    for (i, (x, y)) in rows.iter().enumerate() {
+        whole.push(&model, Row::Dense(x), *y);
+        parts[i % 3].push(&model, Row::Dense(x), *y);
+    }
+    let mut merged = parts[0].empty_like();
+    for p in &parts {
+        let sent: ValidationPart =
+            serde_json::from_slice(&serde_json::to_vec(&p.part()).unwrap()).unwrap();
+        merged.merge(&sent);
+    }
+    let (a, b) = (whole.finish(), merged.finish());
+    assert_eq!(
+        (a.rows, a.accuracy, a.f1, a.roc_auc),
+        (b.rows, b.accuracy, b.f1, b.roc_auc)
+    );
+    assert!(
+        (a.loss - b.loss).abs() < 1e-12
+            && (a.log_loss.unwrap() - b.log_loss.unwrap()).abs() < 1e-12
+    );
+    assert!(a.roc_auc.is_some() && a.f1.is_some());
+
+    let mut rng = Rand::new(9);
+    let linear = LinearModel::single(ModelKind::Linear, features(&mut rng), 0.5);
+    let mut whole = ValidationScore::new(ModelKind::Linear, None);
+    let mut parts = [whole.empty_like(), whole.empty_like()];
+    for i in 0..500 {
+        let x = features(&mut rng);
+        let y = rng.normal() * 3.0;
+        whole.push(&linear, Row::Dense(&x), y);
+        parts[i % 2].push(&linear, Row::Dense(&x), y);
+    }
+    let mut merged = whole.empty_like();
+    parts.iter().for_each(|p| merged.merge(&p.part()));
+    let (a, b) = (whole.finish(), merged.finish());
+    assert_eq!(a.rows, b.rows);
+    assert!((a.r2.unwrap() - b.r2.unwrap()).abs() < 1e-9 && (a.loss - b.loss).abs() < 1e-9);
+}

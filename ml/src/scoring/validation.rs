@@ -2,9 +2,9 @@
 //! rows one at a time and gives [`ValidationStats`] (loss, accuracy or R²; F1 and ROC AUC for
 //! two classes; log loss with probabilities).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::metrics::{BinaryMetrics, RegressionMetrics};
+use crate::metrics::{BinaryMetrics, BinaryPart, RegressionMetrics};
 use crate::model::Labels;
 use crate::model::{argmax, sign, softmax_loss, ModelKind, Predictor};
 use crate::row::Row;
@@ -46,6 +46,18 @@ impl ValidationStats {
             log_loss: None,
         }
     }
+}
+
+/// What a [`ValidationScore`] has summed so far, to be merged into another's (parallel
+/// workers: every process scores its own held-out rows).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ValidationPart {
+    #[serde(with = "crate::nonfinite")]
+    loss: f64,
+    correct: u64,
+    rows: u64,
+    regression: RegressionMetrics,
+    binary: Option<BinaryPart>,
 }
 
 /// Loss and accuracy (or R²) of a model on validation rows, one row at a time.
@@ -113,6 +125,34 @@ impl ValidationScore {
             }
         }
         self.rows += 1;
+    }
+
+    /// A score of the same kind and labels, with nothing summed yet.
+    pub fn empty_like(&self) -> ValidationScore {
+        ValidationScore::new(self.kind, self.binary)
+    }
+
+    /// What it has summed so far (see [`ValidationPart`]).
+    pub fn part(&self) -> ValidationPart {
+        ValidationPart {
+            loss: self.loss,
+            correct: self.correct,
+            rows: self.rows,
+            regression: self.regression.clone(),
+            binary: self.binary_metrics.as_ref().map(|m| m.part()),
+        }
+    }
+
+    /// Adds another score's part (of the same kind): the rows of both, as if this one had
+    /// scored them all (up to the order of the sums).
+    pub fn merge(&mut self, part: &ValidationPart) {
+        self.loss += part.loss;
+        self.correct = self.correct.saturating_add(part.correct);
+        self.rows = self.rows.saturating_add(part.rows);
+        self.regression.merge(&part.regression);
+        if let (Some(m), Some(p)) = (self.binary_metrics.as_mut(), &part.binary) {
+            m.merge(p);
+        }
     }
 
     pub fn finish(self) -> ValidationStats {

@@ -212,7 +212,11 @@ fn holdout_scores_are_the_fold_models_on_their_rows() {
     cv.start_epoch(2);
     cv.train_buffer(&arena, None).unwrap();
     let fold_models = cv.result_models().unwrap();
-    let scores = cv.take_holdout_scores();
+    let scores: Vec<Option<ValidationStats>> = cv
+        .take_holdout_scores()
+        .into_iter()
+        .map(|s| s.map(ValidationScore::finish))
+        .collect();
     for fold in 0..4 {
         // One buffer: scored by the model as it is after that buffer, the last one.
         let mut expected = ValidationScore::new(ModelKind::Linear, None);

@@ -12,6 +12,7 @@ mod learn;
 mod network;
 mod shard_round;
 mod side_by_side;
+mod statistics;
 mod trace;
 mod train;
 
@@ -69,6 +70,8 @@ pub struct SgdNode {
     /// The label's mean and variance from the statistics pass (a regression network's target
     /// is standardized by them).
     label_moments: Option<(f64, f64)>,
+    /// A parallel worker whose leader holds every validation row (see `LearnedStatistics`).
+    validation_elsewhere: bool,
     /// Classifiers: each label value's rows from the statistics pass (a search of
     /// `class_weight` weighs each configuration's classes from them).
     class_counts: Option<Vec<(f64, u64)>>,
@@ -156,6 +159,7 @@ impl Node for SgdNode {
             statistics_seconds: None,
             label_moments: None,
             class_counts: None,
+            validation_elsewhere: false,
             stats_width: None,
             network_sizes: None,
             backend_wait_seconds: 0.0,

@@ -5,7 +5,7 @@
 //! shard; nothing is stored here.
 
 use super::checked_network_spec;
-use super::train::gather_statistics;
+use super::statistics::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::{BlockShare, FeatureLayout, Mode};

@@ -7,8 +7,9 @@ use super::double_buffer::{raise_reply, Job, Worker};
 use super::SgdNode;
 use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::TupleShuffle;
-use crate::pg::error::{raise_labels_error, raise_train_error};
+use crate::parallel::Team;
 use crate::pg::error::{notice, raise};
+use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pipeline::ValidationStats;
 use corgipile_ml::learner::Learner;
 use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};
@@ -16,7 +17,7 @@ use corgipile_ml::model::Predictor;
 use corgipile_ml::params::search::{best_of, configuration_kind, SelectBy};
 use corgipile_ml::params::Configuration;
 use corgipile_ml::params::TrainParams;
-use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
+use corgipile_ml::scoring::{BinaryLabels, ValidationPart, ValidationScore};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{settle_labels, TrainConfig, TrainError};
@@ -244,22 +245,34 @@ impl SgdNode {
     /// that train them, a chunk of rows at a time, the backend answering cancel between chunks
     /// (one after another on the backend, scoring 12 configurations cost a third of their
     /// training). Each model scores the rows in their order, as alone.
+    ///
+    /// With workers (`team`), every process scores the held-out rows it read, and every
+    /// process gets the scores of all of them pooled (`round`: see `Team::gather`).
     pub(super) unsafe fn validate_many(
         &self,
         models: &[Option<Model>],
         shuffle: &TupleShuffle,
         validation_rows: Option<&CollectedRows>,
+        team: Option<(&Team, u32)>,
     ) -> Vec<Option<ValidationStats>> {
-        let arena = match (validation_rows, &shuffle.rows().validation()) {
-            (Some(v), _) => &v.rows.arena,
-            (None, Some(a)) => a,
-            (None, None) => {
-                return models
-                    .iter()
-                    .map(|m| m.as_ref().map(|_| ValidationStats::empty()))
-                    .collect()
-            }
+        let scores = self.score_validation(models, shuffle, validation_rows);
+        let scores = match team {
+            Some((team, round)) => pool_scores(team, round, scores),
+            None => scores,
         };
+        scores
+            .into_iter()
+            .map(|s| s.map(ValidationScore::finish))
+            .collect()
+    }
+
+    /// Each model's score on this process's validation rows (none to score: empty scores).
+    unsafe fn score_validation(
+        &self,
+        models: &[Option<Model>],
+        shuffle: &TupleShuffle,
+        validation_rows: Option<&CollectedRows>,
+    ) -> Vec<Option<ValidationScore>> {
         let binary = self
             .binary_labels
             .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
@@ -267,6 +280,12 @@ impl SgdNode {
             .iter()
             .map(|m| m.as_ref().map(|m| ValidationScore::new(m.kind(), binary)))
             .collect();
+        let arena = match (validation_rows, &shuffle.rows().validation()) {
+            _ if self.validation_elsewhere => return scores,
+            (Some(v), _) => &v.rows.arena,
+            (None, Some(a)) => a,
+            (None, None) => return scores,
+        };
         let several = models.iter().flatten().count() > 1;
         let threads = if several && self.config.params.double_buffer {
             side_by_side_threads()
@@ -301,10 +320,46 @@ impl SgdNode {
             }
         }
         scores
-            .into_iter()
-            .map(|s| s.map(ValidationScore::finish))
-            .collect()
     }
+}
+
+/// With workers: each model's scores of every process merged, in rank order (the same sums,
+/// so the same decisions, in every process). A model this process has no score of (set
+/// aside, or a fold's model that scored no row here) has none.
+pub(super) unsafe fn pool_scores(
+    team: &Team,
+    round: u32,
+    scores: Vec<Option<ValidationScore>>,
+) -> Vec<Option<ValidationScore>> {
+    let parts: Vec<Option<ValidationPart>> = scores
+        .iter()
+        .map(|s| s.as_ref().map(ValidationScore::part))
+        .collect();
+    let mine = serde_json::to_vec(&parts).expect("validation parts serialize");
+    let all: Vec<Vec<Option<ValidationPart>>> = team
+        .gather(round, &mine)
+        .iter()
+        .map(|bytes| {
+            serde_json::from_slice(bytes).unwrap_or_else(|e| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("corgipile parallel training read another process's scores: {e}"),
+                    None,
+                )
+            })
+        })
+        .collect();
+    scores
+        .into_iter()
+        .enumerate()
+        .map(|(i, mine)| {
+            let mut pooled = mine?.empty_like();
+            for part in all.iter().filter_map(|parts| parts.get(i)).flatten() {
+                pooled.merge(part);
+            }
+            Some(pooled)
+        })
+        .collect()
 }
 
 /// A copy of the scaling for another model (its size follows the table's features: an ERROR,

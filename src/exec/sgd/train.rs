@@ -3,25 +3,20 @@
 //! statistics pass before them; per-epoch validation and progress.
 
 use super::collect::CollectedRows;
-use super::double_buffer::{raise_reply, Job, StatsWorker, Worker};
-use super::side_by_side::{copy_scaling, search_line};
+use super::double_buffer::{raise_reply, Job, Worker};
+use super::side_by_side::{copy_scaling, pool_scores, search_line};
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
-use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
+use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::parallel::{Member, Team};
+use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
-use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pg::progress;
-use crate::pipeline::LearnedStatistics;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial};
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
-use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{
-    normalizing_scaler, settle_labels, table_header, table_line, EpochLoop, EpochRecord,
-    TrainConfig, TrainError,
-};
+use corgipile_ml::trainer::{table_header, table_line, EpochLoop, EpochRecord, TrainError};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -64,94 +59,7 @@ impl SgdNode {
     }
 }
 
-/// One pass over the table's rows into statistics; `seen` is shown each buffer first.
-/// Double-buffered, a thread counts one buffer while the backend fills the next.
-pub(super) unsafe fn gather_statistics(
-    shuffle: &mut TupleShuffle,
-    classifier: bool,
-    double_buffer: bool,
-    mut seen: impl FnMut(&ShuffledBuffer),
-) -> Option<FeatureStats> {
-    if double_buffer {
-        let counter = StatsWorker::spawn(classifier);
-        let (mut spare, mut in_flight) = (None, 0);
-        while let Some(b) = shuffle.next_buffer(spare.take()) {
-            seen(&b);
-            counter.push(b);
-            in_flight += 1;
-            if in_flight == 2 {
-                spare = Some(counter.wait_returned());
-                in_flight -= 1;
-            }
-        }
-        return counter.finish();
-    }
-    let mut stats: Option<FeatureStats> = None;
-    shuffle.for_each_buffer(|b| {
-        seen(b);
-        stats
-            .get_or_insert_with(|| FeatureStats::new(b.arena.n_features(), classifier))
-            .push_arena(&b.arena, || {
-                check_for_interrupts!();
-                true
-            });
-    });
-    stats
-}
-
 impl SgdNode {
-    /// One pass of statistics before training, for `normalize` and `class_weight`.
-    unsafe fn statistics_pass(&mut self, config: &mut TrainConfig) {
-        let params = &self.config.params;
-        let shuffle = self.shuffle();
-        let classifier = self.config.model.is_classifier();
-        let stats = gather_statistics(shuffle, classifier, params.double_buffer, |_| {});
-        let Some(stats) = stats else {
-            self.no_rows(shuffle.counts().rows_skipped)
-        };
-        self.label_moments = Some(stats.label_mean_variance());
-        if classifier {
-            self.class_counts = Some(stats.class_counts());
-        }
-        self.stats_width = Some(stats.n_features());
-        if shuffle.rows().is_learning() {
-            let classes = shuffle.rows().classes().len();
-            config.standardizer = Some(
-                shuffle
-                    .rows_mut()
-                    .finish_statistics(classes, params.fit_intercept),
-            );
-        } else if params.normalize {
-            let sparse = matches!(self.config.layout, FeatureLayout::Sparse { .. });
-            config.standardizer = Some(normalizing_scaler(&stats, sparse, params.fit_intercept));
-        }
-        // Per-group models: every model maps the two labels alike, whichever a group's rows
-        // hold.
-        let grouping = params.group_by.is_some();
-        if (params.class_weight.is_some() || grouping) && self.config.model.is_classifier() {
-            let settled = settle_labels(
-                self.config.model,
-                &stats.class_counts(),
-                params.class_weight.as_ref(),
-                &self.label_text(),
-            )
-            .unwrap_or_else(|e| raise_labels_error(e, &self.config.relation, ""));
-            config.label_values = settled.label_values;
-            config.class_weights = settled.class_weights;
-        }
-        pg_sys::ExecReScan(self.child);
-    }
-
-    /// What the leader's statistics pass learned, for its parallel workers.
-    unsafe fn learned_statistics(&self, config: &TrainConfig) -> LearnedStatistics {
-        let mut learned = LearnedStatistics::of(config);
-        if self.config.model.is_network() {
-            learned.label_moments = self.label_moments;
-            learned.classes = Some(self.shuffle().rows().classes().classes.clone());
-        }
-        learned
-    }
-
     /// Every epoch; each configuration's model and history (one, unless the params search).
     /// None only in a parallel worker that had nothing to train (no process had a row: the
     /// leader raises the ERROR).
@@ -199,6 +107,7 @@ impl SgdNode {
         if let Some(share) = &member {
             // The leader's statistics pass learned these for the whole table.
             share.extras.clone().apply(&mut train_config);
+            self.validation_elsewhere = share.extras.leader_holds_validation;
             self.label_moments = share.extras.label_moments;
         } else if (params.normalize && !tabular)
             || configurations.iter().any(|(_, p)| p.class_weight.is_some())
@@ -240,6 +149,7 @@ impl SgdNode {
                 } else {
                     let mut learned = self.learned_statistics(&train_config);
                     learned.groups = groups.clone();
+                    learned.leader_holds_validation = statistics_seconds.is_some();
                     Team::launch(
                         relid,
                         &sql,
@@ -476,7 +386,10 @@ impl SgdNode {
                     })
                 })
                 .collect();
-            let mut validations = self.validate_many(&snapshots, shuffle, validation_rows.as_ref());
+            // With workers, every process's scores pooled (a round of its own per epoch).
+            let pooling = team.as_ref().filter(|_| validate).map(|t| (t, 2 * epoch));
+            let mut validations =
+                self.validate_many(&snapshots, shuffle, validation_rows.as_ref(), pooling);
             let scored = snapshots.iter().flatten().count().max(1);
             let validation_seconds = validation_started.elapsed().as_secs_f64() / scored as f64;
             let mut lines = Vec::new();
@@ -555,6 +468,15 @@ impl SgdNode {
             Some(w) => w.finish(),
             None => local.take().expect("local trainer"),
         };
+        // The folds' scores on their held-out rows (with workers: every process's pooled).
+        let mut holdouts = trainer.take_holdout_scores();
+        if let (Some(t), true) = (&team, folds > 0) {
+            holdouts = pool_scores(t, 2 * params.epochs + 1, holdouts);
+        }
+        let holdouts: Vec<_> = holdouts
+            .into_iter()
+            .map(|s| s.map(|s| s.finish()))
+            .collect();
         if let Some(t) = team.take() {
             // Every process's last steps are in the shared models now: continue from them,
             // and pool the iterate averages.
@@ -585,7 +507,6 @@ impl SgdNode {
             .filter(|_| dense)
             .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes")));
         let mut trials = Vec::with_capacity(configurations.len());
-        let holdouts = trainer.take_holdout_scores();
         let results = trainer.into_results();
         // A configuration's fold scores and seconds, gathered from its fold learners.
         let mut cv = Vec::with_capacity(folds);
