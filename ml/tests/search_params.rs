@@ -98,7 +98,21 @@ fn refused_searches() {
         v
     };
     assert!(refused(json!({"search": lr}), ModelKind::Svm).contains("needs \"name\""));
-    assert!(refused(m(json!({"workers": 1})), ModelKind::Svm).contains("\"workers\""));
+    // Parallel workers train every configuration on their shares.
+    assert!(for_kind(m(json!({"workers": 1})), ModelKind::Svm).is_ok());
+    // The kind is searched among those reading the label alike.
+    let kinds = |k: Value| json!({"name": "m", "search": {"model": k}});
+    assert!(for_kind(kinds(json!(["svm", "logistic"])), ModelKind::Logistic).is_ok());
+    assert!(for_kind(
+        kinds(json!(["linear", "mlp_regression"])),
+        ModelKind::Linear
+    )
+    .is_ok());
+    assert!(
+        refused(kinds(json!(["svm", "linear"])), ModelKind::Svm).contains("cannot be \"linear\"")
+    );
+    assert!(refused(kinds(json!([1])), ModelKind::Svm).contains("cannot be 1"));
+    assert!(for_kind(kinds(json!(["softmax", "mlp"])), ModelKind::Mlp).is_ok());
     assert!(refused(m(json!({"tolerance": 0.01})), ModelKind::Svm).contains("\"tolerance\""));
     assert!(refused(json!({"search_trials": 2}), ModelKind::Svm).contains("need \"search\""));
     assert!(refused(json!({"select_by": "loss"}), ModelKind::Svm).contains("need \"search\""));
@@ -202,11 +216,11 @@ fn group_params_what_they_accept_and_refuse() {
     };
     assert!(refused(json!({"group_by": "s"}), ModelKind::Svm).contains("needs \"name\""));
     assert!(refused(json!({"min_group_rows": 3}), ModelKind::Svm).contains("needs \"group_by\""));
-    for key in ["search", "folds", "workers", "validation", "tolerance"] {
+    assert!(for_kind(g(json!({"workers": 2})), ModelKind::Svm).is_ok());
+    for key in ["search", "folds", "validation", "tolerance"] {
         let value = match key {
             "search" => json!({"l2": [0, 1]}),
             "folds" => json!(3),
-            "workers" => json!(1),
             "validation" => json!({"fraction": 0.1}),
             _ => json!(0.01),
         };
