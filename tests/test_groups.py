@@ -169,9 +169,11 @@ def test_evaluate_scores_each_row_with_its_groups_model(tconn):
 def test_a_groups_model_is_as_good_as_one_trained_on_its_rows_alone(tconn):
     grouped(tconn, "g_alone", epochs=6)
     own = scalar(tconn, "SELECT model_id FROM corgipile.group_models WHERE name = 'g_alone' AND group_key = '3'")
-    alone = train(tconn, "groups_store3", "logistic", {**SALES, "epochs": 6})
+    # The same seed: only the rows' order differs (the group's rows within the whole table's
+    # shuffle against its own table's).
+    alone = train(tconn, "groups_store3", "logistic", {**SALES, "epochs": 6}, defaults=QUIET)
     a, b = accuracy(tconn, own, "store = 3"), accuracy(tconn, alone, "store = 3")
-    assert abs(a - b) <= 0.01 and a > 0.95, (a, b)
+    assert a >= b - 0.01 and a > 0.95, (a, b)
 
 
 def test_single_buffered_trains_the_same_group_models(tconn):
