@@ -52,7 +52,9 @@ pub fn store_model_with(
     let mut memory = PgMemoryContexts::new("corgipile store model");
     // SAFETY: the closure allocates in `memory` and returns a plain i64: nothing allocated there
     // outlives it; the previous context is current again when it returns or unwinds.
-    unsafe { memory.switch_to(|_| as_catalog_owner(|| insert_model(source, outcome, &role, extra))) }
+    unsafe {
+        memory.switch_to(|_| as_catalog_owner(|| insert_model(source, outcome, &role, extra)))
+    }
 }
 
 fn insert_model(
