@@ -228,6 +228,19 @@ def test_update_from_0_4_0_keeps_models_and_matches_a_fresh_install(databases, c
         new_id = scalar(old, "SELECT corgipile_train('pts', 'svm', '{\"label\": \"flag\", \"epochs\": 1, \"verbose\": false}')")
         assert new_id > max(old_ids)
         assert scalar(old, "SELECT layers IS NULL FROM corgipile.models WHERE id = %s", (new_id,))
+        # What 0.5.0 adds works on the updated database, beside the 0.4.0 models: a search
+        # (corgipile.search_trials, deployed by its best score) and per-group models.
+        Jsonb = psycopg.types.json.Jsonb
+        best = scalar(old, "SELECT corgipile_train('pts', 'logistic', %s)",
+                      (Jsonb({"label": "flag", "epochs": 1, "seed": 1, "verbose": False, "name": "upg_search",
+                              "search": {"learning_rate": [0.01, 0.1]}}),))
+        assert scalar(old, "SELECT count(*) FROM corgipile.search_trials WHERE name = 'upg_search'") == 2
+        assert scalar(old, "SELECT corgipile_deploy('upg_search', 'best')") == best
+        family = scalar(old, "SELECT corgipile_train('pts', 'logistic', %s)",
+                        (Jsonb({"label": "flag", "features": ["id"], "epochs": 1, "seed": 1, "verbose": False,
+                                "name": "upg_groups", "group_by": "label"}),))
+        assert scalar(old, "SELECT count(*) FROM corgipile.group_models WHERE family_id = %s", (family,)) == 3
+        assert old.execute(pred, old_args).fetchall() == expected
         upgraded = schema_description(old)
     recreate(FRESH)
     with psycopg.connect(dbname=FRESH, autocommit=True) as fresh:
