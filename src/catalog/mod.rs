@@ -270,14 +270,49 @@ fn current_stamp() -> CacheStamp {
     }
 }
 
-/// Models loaded in the current statement, by (model id, role).
-type ModelCache = (
-    Option<CacheStamp>,
-    HashMap<(i64, pg_sys::Oid), Rc<StoredModel>>,
-);
+/// Values kept for the current statement only (see `CacheStamp`): emptied when another begins.
+struct StatementCache<K, V> {
+    stamp: Option<CacheStamp>,
+    values: HashMap<K, V>,
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> StatementCache<K, V> {
+    fn new() -> Self {
+        StatementCache {
+            stamp: None,
+            values: HashMap::new(),
+        }
+    }
+
+    /// The value of `key` cached in this statement.
+    fn get(&mut self, key: &K) -> Option<V> {
+        let stamp = current_stamp();
+        if self.stamp != Some(stamp) {
+            self.stamp = Some(stamp);
+            self.values.clear();
+        }
+        self.values.get(key).cloned()
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        self.values.insert(key, value);
+    }
+}
+
+/// The current role (the caches are per role: row-level security decides what it sees).
+fn current_role() -> pg_sys::Oid {
+    // SAFETY: plain read of the current role on the backend thread.
+    unsafe { pg_sys::GetUserId() }
+}
 
 thread_local! {
-    static CACHE: RefCell<ModelCache> = RefCell::new((None, HashMap::new()));
+    /// Models loaded in the current statement, by (model id, role).
+    static CACHE: RefCell<StatementCache<(i64, pg_sys::Oid), Rc<StoredModel>>> =
+        RefCell::new(StatementCache::new());
+    /// Names resolved in the current statement, by (name, role): a set-returning prediction
+    /// has no call-site cache, and would resolve its name for every row otherwise.
+    static NAMES: RefCell<StatementCache<(String, pg_sys::Oid), i64>> =
+        RefCell::new(StatementCache::new());
 }
 
 /// The model with this id, from the per-statement cache or the catalog. Row-level security on
@@ -288,22 +323,12 @@ pub fn load_model(model_id: i64) -> Rc<StoredModel> {
 
 /// [`load_model`], None when the caller may not see the model (or it does not exist).
 pub fn load_visible_model(model_id: i64) -> Option<Rc<StoredModel>> {
-    let stamp = current_stamp();
-    // SAFETY: plain read of the current role on the backend thread.
-    let key = (model_id, unsafe { pg_sys::GetUserId() });
-    let cached = CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.0 != Some(stamp) {
-            c.0 = Some(stamp);
-            c.1.clear();
-        }
-        c.1.get(&key).cloned()
-    });
-    if let Some(model) = cached {
+    let key = (model_id, current_role());
+    if let Some(model) = CACHE.with(|c| c.borrow_mut().get(&key)) {
         return Some(model);
     }
     let model = Rc::new(read_model(model_id)?);
-    CACHE.with(|c| c.borrow_mut().1.insert(key, model.clone()));
+    CACHE.with(|c| c.borrow_mut().insert(key, model.clone()));
     Some(model)
 }
 
@@ -575,32 +600,14 @@ pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
     }
 }
 
-/// Names resolved in the current statement, by (name, role): a set-returning prediction has no
-/// call-site cache, and resolves its name for every row otherwise.
-type NameCache = (Option<CacheStamp>, HashMap<(String, pg_sys::Oid), i64>);
-
-thread_local! {
-    static NAMES: RefCell<NameCache> = RefCell::new((None, HashMap::new()));
-}
-
 /// [`resolve_name`], once per statement and role (what a name stands for cannot change
 /// within one: the functions that read it are stable).
 fn resolve_name_in_statement(name: &str) -> i64 {
-    let stamp = current_stamp();
-    // SAFETY: plain read of the current role on the backend thread.
-    let key = (name.to_owned(), unsafe { pg_sys::GetUserId() });
-    let cached = NAMES.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.0 != Some(stamp) {
-            c.0 = Some(stamp);
-            c.1.clear();
-        }
-        c.1.get(&key).copied()
-    });
-    if let Some(id) = cached {
+    let key = (name.to_owned(), current_role());
+    if let Some(id) = NAMES.with(|c| c.borrow_mut().get(&key)) {
         return id;
     }
     let id = resolve_name(name);
-    NAMES.with(|c| c.borrow_mut().1.insert(key, id));
+    NAMES.with(|c| c.borrow_mut().insert(key, id));
     id
 }
