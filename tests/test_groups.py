@@ -296,6 +296,17 @@ def test_every_model_counts_against_max_model_memory(tables):
         assert "21 models" in e.diag.message_primary and "such models fit" in e.diag.message_primary, describe(e)
         assert "min_group_rows" in e.diag.message_hint, describe(e)
         assert catalog_counts(su) == before
+        # With workers every process holds every model, and shared memory one more copy: the 21
+        # models that fit alone do not, 4 times over.
+        su.execute("SET corgipile.max_model_memory = '512kB'")
+        assert grouped(su, "g_mem_alone", epochs=1) is not None
+        before = catalog_counts(su)
+        e = train_error(su, "groups_sales", "logistic", {**SALES, "group_by": "store", "name": "g_mem_workers",
+                                                        "epochs": 1, "workers": 2})
+        assert e is not None and e.sqlstate == "54000", describe(e)
+        assert "84 models" in e.diag.message_primary, describe(e)
+        assert "one copy in each of 3 processes and one in shared memory" in e.diag.message_primary, describe(e)
+        assert catalog_counts(su) == before
 
 
 def test_too_many_groups_is_an_error(tconn):
