@@ -49,7 +49,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-predict \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -76,6 +76,7 @@ help:
 	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
 	@echo "  bench-groups   1,000 per-group logistic models in one pass vs one training, 10M rows (bench/results/groups_one_pass.md; ~15 min)"
 	@echo "  bench-search   a search of 12 logistic / 4 mlp configurations in one pass vs one training vs 12 trainings (bench/results/search_one_pass.md; ~5 min)"
+	@echo "  bench-where    an epoch with a \"where\" filter (10%, 90% of rows) vs SELECT sum(...) WHERE the same (bench/results/where_epochs.md; a few minutes)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
 	@echo "  bench-sparse   sparse 1M-dim vs dense per-row training time, and the guard vs scikit-learn partial_fit (bench/results/sparse_vs_dense.md; ~5 min)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
@@ -204,6 +205,11 @@ pytest:
 pytest-quick:
 	@test -x $(VENV)/bin/pytest || { echo "pytest-quick: $(VENV) missing; run make setup-python" >&2; exit 1; }
 	$(PG_ENV) CORGIPILE_REQUIRE_INPUTS=1 $(VENV)/bin/pytest -q -rs -m "not slow and not own_cluster" tests/
+
+# An epoch with a "where" filter vs a scan with the same WHERE, at 10% and 90% selectivity.
+bench-where: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/where_epochs.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/where_epochs_pg$(PG_MAJOR).md)
 
 bench-epochs: setup-python install
 	$(CLUSTER) start

@@ -3,7 +3,8 @@
 BlockShuffle reads a table in one of two ways (commit dafaaba, src/exec/block_shuffle.rs):
 
 * the page reader (`fetch_columns`): when `plain_columns` finds that the training query's
-  target list is plain columns of the table and the scan has no qual, each page is read in
+  target list is plain columns of the table and any qual reads only user columns (the page
+  reader then evaluates it: `PageFilter`, src/exec/block_shuffle/filter.rs), each page is read in
   heapam page mode and the columns are deformed from the page by our own deformer
   (src/exec/page_reader.rs); a tuple with fewer attributes than needed (a column added later)
   goes to PostgreSQL's deforming through a slot (`deform_slowly`);
@@ -18,8 +19,8 @@ models exactly in SQL (`a.weights = b.weights AND a.bias = b.bias`, rows_trained
 * as the role rd_reader, which has SELECT on the table and is subject to row-level security
   with one policy that lets it see every row.
 
-Why the role's training goes through the executor path: `plain_columns(plan, qual)` returns
-None as soon as the BlockShuffle node's qual (the compiled `plan.scan.plan.qual`) is not null,
+Why the role's training goes through the executor path: the page reader takes quals that read
+user columns only; a qual that reads a system column (here `ctid`) leaves `plain_columns` None,
 and TupleShuffle only calls `fetch_columns` when `plain_columns` is Some (`direct` in
 src/exec/tuple_shuffle/mod.rs); otherwise it pulls rows with ExecProcNode, i.e. ExecScan over
 `fetch`. The policy's USING expression becomes that qual. NOT `USING (true)`, though: the

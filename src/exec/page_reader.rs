@@ -1,9 +1,11 @@
 //! The fast path's page reader: a block is read a page at a time, in heapam's page mode (one
 //! pin and one visibility pass per page, listing the tuples visible to the query's snapshot),
 //! and the columns a training reads are deformed straight from the page, with no PostgreSQL
-//! call (and no pgrx guard) per tuple. Used when BlockShuffle's output is plain table columns
-//! and nothing filters rows; quals, row-level security and EXPLAIN ANALYZE take the executor
-//! path, which gives the same rows in the same order.
+//! call (and no pgrx guard) per tuple. Used when BlockShuffle's output is plain table columns;
+//! quals (a `"where"` filter, row-level security) are evaluated on the deformed columns (see
+//! block_shuffle's `PageFilter`: one guarded call per row then). Quals with a subquery or a
+//! system column, and EXPLAIN ANALYZE, take the executor path, which gives the same rows in the
+//! same order.
 //!
 //! Why reading a visible tuple without a lock is sound: as in heapam's page mode, the scan
 //! holds a pin on the page, and tuples are moved or removed only under a cleanup lock, which

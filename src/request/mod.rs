@@ -154,6 +154,7 @@ pub(crate) unsafe fn prepare(
         params.index_base as i64,
         params.n_features,
         predicate,
+        params.filter.as_deref(),
         match stored_preprocess {
             Some(p) => Tabular::Stored(p),
             None => Tabular::Train {

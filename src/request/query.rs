@@ -200,34 +200,65 @@ unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> S
     }
 }
 
-fn bad_predicate(code: PgSqlErrorCode, message: &str) -> ! {
-    raise(
-        code,
-        format!("invalid validation predicate: {message}"),
-        Some("The predicate is one boolean expression over the table's columns, such as \"id % 5 = 0\" or \"NOT in_training\": no subqueries, aggregates, window or set-returning functions, and no volatile functions such as random() (the held-out rows must be the same in every epoch).".into()),
-    )
+/// Which SQL expression of the params is being checked: each is named in its errors.
+#[derive(Clone, Copy)]
+pub enum Predicate {
+    /// `"validation": {"predicate": ...}`: the held-out rows.
+    Validation,
+    /// `"where"`: the rows read at all.
+    Where,
 }
 
-/// Runs the parser on the predicate; its ERROR (syntax, aggregate in WHERE, unknown column...)
-/// is re-raised at once, with its SQLSTATE, saying that it is about the validation predicate.
-fn naming_the_predicate<R>(f: impl FnOnce() -> R) -> R {
-    use pgrx::pg_sys::panic::CaughtError;
-    pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(f))
-        .catch_others(|e| match e {
-            CaughtError::PostgresError(report) => raise(
-                report.sql_error_code(),
-                format!("invalid validation predicate: {}", report.message()),
-                report.hint().map(str::to_owned),
-            ),
-            other => other.rethrow(),
-        })
-        .execute()
+impl Predicate {
+    fn name(self) -> &'static str {
+        match self {
+            Predicate::Validation => "validation predicate",
+            Predicate::Where => "\"where\" filter",
+        }
+    }
+
+    fn hint(self) -> &'static str {
+        match self {
+            Predicate::Validation => "The predicate is one boolean expression over the table's columns, such as \"id % 5 = 0\" or \"NOT in_training\": no subqueries, aggregates, window or set-returning functions, and no volatile functions such as random() (the held-out rows must be the same in every epoch).",
+            Predicate::Where => "The filter is one boolean expression over the table's columns, such as \"region = 'EU' AND amount > 0\": no subqueries, aggregates, window or set-returning functions, and no volatile functions such as random() (every epoch must read the same rows).",
+        }
+    }
+
+    fn refuse(self, code: PgSqlErrorCode, message: &str) -> ! {
+        raise(
+            code,
+            format!("invalid {}: {message}", self.name()),
+            Some(self.hint().into()),
+        )
+    }
+
+    /// Runs the parser on the expression; its ERROR (syntax, aggregate in WHERE, unknown
+    /// column...) is re-raised at once, with its SQLSTATE, saying which expression it is about.
+    fn naming_it<R>(self, f: impl FnOnce() -> R) -> R {
+        use pgrx::pg_sys::panic::CaughtError;
+        pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(f))
+            .catch_others(|e| match e {
+                CaughtError::PostgresError(report) => raise(
+                    report.sql_error_code(),
+                    format!("invalid {}: {}", self.name(), report.message()),
+                    report.hint().map(str::to_owned),
+                ),
+                other => other.rethrow(),
+            })
+            .execute()
+    }
 }
 
-/// The validation predicate as the parser sees it: exactly one boolean expression over the
-/// relation's columns (parsed and analysed like a WHERE clause on the relation alone, never
-/// pasted into SQL as written), deparsed back into SQL text by PostgreSQL itself.
-unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) -> String {
+/// A predicate as the parser sees it: exactly one boolean expression over the relation's
+/// columns (parsed and analysed like a WHERE clause on the relation alone, never pasted into
+/// SQL as written), deparsed back into SQL text by PostgreSQL itself.
+pub unsafe fn checked_predicate(
+    relid: pg_sys::Oid,
+    relname: &str,
+    predicate: &str,
+    what: Predicate,
+) -> String {
+    let bad_predicate = |code, message: &str| -> ! { what.refuse(code, message) };
     use pgrx::{is_a, PgList};
     if predicate.trim().is_empty() {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it is empty");
@@ -239,12 +270,12 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
         )
     });
     // A syntax error raises here, with its position in "SELECT <predicate>".
-    let statements = PgList::<pg_sys::RawStmt>::from_pg(naming_the_predicate(|| {
-        crate::pg::compat::raw_parse(sql.as_ptr())
-    }));
-    fn not_one() -> ! {
+    let statements = PgList::<pg_sys::RawStmt>::from_pg(
+        what.naming_it(|| crate::pg::compat::raw_parse(sql.as_ptr())),
+    );
+    let not_one = || -> ! {
         bad_predicate(PgSqlErrorCode::ERRCODE_SYNTAX_ERROR, "it must be one expression, without clauses such as FROM, ORDER BY or LIMIT and without a \";\"")
-    }
+    };
     if statements.len() != 1 {
         not_one();
     }
@@ -294,10 +325,11 @@ unsafe fn checked_predicate(relid: pg_sys::Oid, relname: &str, predicate: &str) 
         true,
     );
     pg_sys::addNSItemToQuery(pstate, item, true, true, true);
-    let expr = naming_the_predicate(|| {
+    let expr = what.naming_it(|| {
         let expr =
             pg_sys::transformExpr(pstate, target.val, pg_sys::ParseExprKind::EXPR_KIND_WHERE);
-        let expr = pg_sys::coerce_to_boolean(pstate, expr, c"validation predicate".as_ptr());
+        let construct = CString::new(what.name()).unwrap_or_default();
+        let expr = pg_sys::coerce_to_boolean(pstate, expr, construct.as_ptr());
         pg_sys::assign_expr_collations(pstate, expr);
         expr
     });
@@ -337,6 +369,7 @@ pub unsafe fn resolve(
     index_base: i64,
     n_features: Option<u32>,
     validation_predicate: Option<&str>,
+    filter: Option<&str>,
     tabular: Tabular,
     only: bool,
     group_by: Option<&[String]>,
@@ -433,7 +466,7 @@ pub unsafe fn resolve(
     let mut columns = vec![label_expr];
     columns.extend(feature_exprs);
     let validation_column = validation_predicate.map(|p| {
-        let checked = checked_predicate(relid, relname, p);
+        let checked = checked_predicate(relid, relname, p, Predicate::Validation);
         columns.push(format!("COALESCE(({checked}), false)"));
         columns.len() - 1
     });
@@ -458,9 +491,18 @@ pub unsafe fn resolve(
             known: None,
         }
     });
+    // "where": a qual of the BlockShuffle scan, beside row-level security's.
+    let filter = filter
+        .map(|f| {
+            format!(
+                " WHERE {}",
+                checked_predicate(relid, relname, f, Predicate::Where)
+            )
+        })
+        .unwrap_or_default();
     // As SELECT reads it: with its partitions or inheritance children, unless "only" is set.
     let sql = format!(
-        "SELECT {} FROM {}{}",
+        "SELECT {} FROM {}{}{filter}",
         columns.join(", "),
         if only { "ONLY " } else { "" },
         qualified_name(relid)
@@ -469,7 +511,7 @@ pub unsafe fn resolve(
         sql: CString::new(sql).unwrap_or_else(|_| {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                "the validation predicate contains a NUL byte",
+                "the validation predicate or the \"where\" filter contains a NUL byte",
                 None,
             )
         }),

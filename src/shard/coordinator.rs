@@ -394,7 +394,7 @@ pub unsafe fn train(
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
             format!("{} has no rows to train on (on any shard)", config.relation),
-            Some("The shards' tables are empty, or their row-level security policies hide every row.".into()),
+            Some("The shards' tables are empty, or their row-level security policies hide every row (or the \"where\" filter selects none).".into()),
         )
     };
     let statistics_seconds = stats_started.elapsed().as_secs_f64();

@@ -42,12 +42,20 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
             None,
         ),
     };
+    const ACCEPTED: [&str; 6] = [
+        "features",
+        "label",
+        "buffer_size",
+        "block_size",
+        "only",
+        "where",
+    ];
     for key in overrides.keys() {
-        if !["features", "label", "buffer_size", "block_size", "only"].contains(&key.as_str()) {
+        if !ACCEPTED.contains(&key.as_str()) {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("unknown parameter \"{key}\" for corgipile_evaluate"),
-                Some("valid parameters are: features, label, buffer_size, block_size, only (features and label default to the model's)".into()),
+                Some("valid parameters are: features, label, buffer_size, block_size, only, where (features and label default to the model's)".into()),
             );
         }
     }

@@ -42,8 +42,8 @@ pub use search::Configuration;
 use search::{Search, SelectBy, GROUP_KEYS, MAX_TRIALS, SEARCH_KEYS};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
 use values::{
-    bad_value, get_bool, get_class_weight, get_features, get_float, get_hidden, get_int,
-    get_model_name, get_name, get_name_list, get_preprocess, get_shuffle, get_validation,
+    bad_value, get_bool, get_class_weight, get_features, get_filter, get_float, get_hidden,
+    get_int, get_model_name, get_name, get_name_list, get_preprocess, get_shuffle, get_validation,
     json_type, unknown_key, wrong_type,
 };
 
@@ -96,12 +96,21 @@ impl std::fmt::Debug for ParamSpec {
     }
 }
 
+/// The first of its arguments: a param's JSON key (`key:`, for a name Rust reserves such as
+/// `where`), else its field's name.
+macro_rules! first_of {
+    ($first:expr $(, $rest:expr)*) => {
+        $first
+    };
+}
+
 /// Declares [`TrainParams`] (one field per param plus the explicit-size flags), its
 /// defaults, [`TrainParams::KEYS`] and [`PARAMS`] from one entry per param:
 ///
 /// ```text
 /// /// field docs
 /// name: Type = default expression => {
+///     key: JSON key when it is not the field's name (optional),
 ///     shown: README default, accepts: README accepted values, meaning: README meaning,
 ///     rule: hint text, parse: fn(&str, &Value) -> Result<Type, ParamError>,
 ///     json: fn(&Type) -> Value,
@@ -111,6 +120,7 @@ macro_rules! train_params {
     ($(
         $(#[doc = $doc:literal])*
         $field:ident: $ty:ty = $default:expr => {
+            $(key: $key:literal,)?
             shown: $shown:literal,
             accepts: $accepts:literal,
             meaning: $meaning:literal,
@@ -135,7 +145,7 @@ macro_rules! train_params {
 
         impl TrainParams {
             /// All valid keys, in documentation order.
-            pub const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+            pub const KEYS: &'static [&'static str] = &[$(first_of!($($key,)? stringify!($field))),*];
 
             pub fn defaults() -> Self {
                 TrainParams {
@@ -149,7 +159,7 @@ macro_rules! train_params {
         /// Every training parameter, in documentation order.
         pub const PARAMS: &[ParamSpec] = &[$(
             ParamSpec {
-                name: stringify!($field),
+                name: first_of!($($key,)? stringify!($field)),
                 shown_default: $shown,
                 accepts: $accepts,
                 meaning: $meaning,
@@ -296,6 +306,16 @@ train_params! {
         meaning: "`false` reads a table as SELECT does: a partitioned table's partitions and a table's inheritance children, all their blocks shuffled as one pool; `true` reads the named table's own rows only (as `FROM ONLY`; an ERROR for a partitioned table, which has none)",
         rule: "true or false (default false)",
         parse: get_bool,
+        json: |x| json!(x),
+    },
+    /// `"where"`: the rows to train on (or evaluate), as one boolean SQL expression.
+    filter: Option<String> = None => {
+        key: "where",
+        shown: "`null`",
+        accepts: r#"a boolean SQL expression over the relation's columns, e.g. `"created_at >= '2026-01-01' AND region = 'EU'"`"#,
+        meaning: "train (or evaluate) on the rows for which it is true, as a WHERE clause: one expression over the relation's columns, without subqueries, aggregates, window, set-returning or volatile functions; applied with row-level security, read by the same block scan; see [Training on a subset](#training-on-a-subset-where)",
+        rule: "null or a non-empty string of at most 10000 characters holding one boolean SQL expression over the relation's columns (default null)",
+        parse: get_filter,
         json: |x| json!(x),
     },
     /// Return the average of the iterates (from epoch 2 on) instead of the last one.
@@ -653,7 +673,8 @@ impl TrainParams {
                 && (NETWORK_KEYS.contains(&spec.name)
                     || SEARCH_KEYS.contains(&spec.name)
                     || GROUP_KEYS.contains(&spec.name)
-                    || spec.name == "folds")
+                    || spec.name == "folds"
+                    || spec.name == "where")
             {
                 continue;
             }

@@ -100,6 +100,23 @@ pub(super) fn get_name(key: &str, v: &Value) -> Result<String, ParamError> {
 }
 
 const MAX_NAME_CHARS: usize = 200;
+/// A `"where"` expression longer than this is refused before it is parsed.
+const MAX_FILTER_CHARS: usize = 10_000;
+
+/// `"where"`: null or SQL text, checked by the extension's parser (here only its size).
+pub(super) fn get_filter(key: &str, v: &Value) -> Result<Option<String>, ParamError> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let text = get_name(key, v)?;
+    if text.trim().is_empty() {
+        return Err(bad_value(key, v, "empty"));
+    }
+    if text.chars().count() > MAX_FILTER_CHARS {
+        return Err(bad_value(key, v, "longer than 10000 characters"));
+    }
+    Ok(Some(text))
+}
 
 pub(super) fn get_model_name(key: &str, v: &Value) -> Result<Option<String>, ParamError> {
     if v.is_null() {

@@ -9,14 +9,8 @@ use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 use super::*;
 
 /// The attribute numbers behind `plan`'s output when every output column is a plain column
-/// of the scanned table and there is no qual (no WHERE, no row-level security filter).
-pub(super) unsafe fn plain_columns(
-    plan: *mut pg_sys::CustomScan,
-    qual: *mut pg_sys::ExprState,
-) -> Option<Vec<usize>> {
-    if !qual.is_null() {
-        return None;
-    }
+/// of the scanned table (quals are the filter's: see `PageFilter`).
+pub(super) unsafe fn plain_columns(plan: *mut pg_sys::CustomScan) -> Option<Vec<usize>> {
     // SAFETY: a finished plan: targetlist is a List of TargetEntry nodes.
     let tlist = (*plan).scan.plan.targetlist;
     if tlist.is_null() {
@@ -132,19 +126,20 @@ pub unsafe fn fetch_columns(
             };
             state.tuples_this_epoch += 1;
             let n = leaf.attrs.len();
-            if page_reader::deform(
-                tup,
-                len,
-                &leaf.attrs,
-                &mut cursor.values[..n],
-                &mut cursor.nulls[..n],
-            ) {
-                for (k, &attno) in leaf.columns.iter().enumerate() {
-                    values[k] = cursor.values[attno - 1];
-                    nulls[k] = cursor.nulls[attno - 1];
+            let (values_n, nulls_n) = (&mut cursor.values[..n], &mut cursor.nulls[..n]);
+            if !page_reader::deform(tup, len, &leaf.attrs, values_n, nulls_n) {
+                deform_slowly(leaf, tup, len, state.last_tid, values_n, nulls_n);
+            }
+            if let Some(filter) = &mut state.filter {
+                let table = (*leaf.rel).rd_id;
+                let (values, nulls) = (&cursor.values[..n], &cursor.nulls[..n]);
+                if !filter.passes(&leaf.filter_columns, values, nulls, state.last_tid, table) {
+                    continue;
                 }
-            } else {
-                deform_slowly(leaf, tup, len, state.last_tid, values, nulls);
+            }
+            for (k, &attno) in leaf.columns.iter().enumerate() {
+                values[k] = cursor.values[attno - 1];
+                nulls[k] = cursor.nulls[attno - 1];
             }
             return true;
         }
@@ -198,7 +193,8 @@ pub unsafe fn fetch_columns(
 
 /// A tuple the page reader does not deform itself (fewer attributes than the columns read:
 /// a column added later may have a stored default), deformed by PostgreSQL through the leaf's
-/// slot, which pins the page for as long as it holds the tuple.
+/// slot, which pins the page for as long as it holds the tuple: its attributes 1..=n into
+/// `values`/`nulls` (n = their length), as the page reader would have.
 pub(super) unsafe fn deform_slowly(
     leaf: &mut TableScan,
     tup: *mut pg_sys::HeapTupleHeaderData,
@@ -217,11 +213,11 @@ pub(super) unsafe fn deform_slowly(
     // SAFETY: the slot has the leaf's buffer heap tuple ops; slow_tuple outlives its use by
     // the slot (it is replaced only when the slot is next filled); the buffer is pinned.
     pg_sys::ExecStoreBufferHeapTuple(&mut leaf.slow_tuple, leaf.slot, (*scan).rs_cbuf);
-    let deform_to = leaf.columns.iter().copied().max().unwrap_or(0);
-    pg_sys::slot_getsomeattrs_int(leaf.slot, deform_to as i32);
-    for (k, &attno) in leaf.columns.iter().enumerate() {
-        values[k] = *(*leaf.slot).tts_values.add(attno - 1);
-        nulls[k] = *(*leaf.slot).tts_isnull.add(attno - 1);
+    let n = values.len();
+    pg_sys::slot_getsomeattrs_int(leaf.slot, n as i32);
+    for i in 0..n {
+        values[i] = *(*leaf.slot).tts_values.add(i);
+        nulls[i] = *(*leaf.slot).tts_isnull.add(i);
     }
 }
 

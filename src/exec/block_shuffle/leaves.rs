@@ -19,6 +19,8 @@ pub(super) struct TableScan {
     /// the storage of its attributes up to the largest of them.
     pub(super) columns: Vec<usize>,
     pub(super) attrs: Vec<Attr>,
+    /// Its attribute numbers of the columns the page reader's filter reads.
+    pub(super) filter_columns: Vec<usize>,
     /// A tuple the page reader hands to PostgreSQL's deforming (see `deform_slowly`); the slot
     /// keeps a pointer to it, so it lives here, at an address that does not move.
     pub(super) slow_tuple: pg_sys::HeapTupleData,
@@ -155,6 +157,7 @@ pub(super) unsafe fn open_leaves(
             map: std::ptr::null_mut(),
             columns: Vec::new(),
             attrs: Vec::new(),
+            filter_columns: Vec::new(),
             slow_tuple: pg_sys::HeapTupleData::default(),
             ranges: Vec::new(),
             stream: crate::pg::compat::PageStream::new(),

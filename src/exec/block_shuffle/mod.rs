@@ -18,8 +18,10 @@ use corgipile_ml::shuffle::{block_order, split_blocks};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
 mod fetch;
+mod filter;
 pub use fetch::fetch_columns;
 use fetch::{next_tuple, plain_columns};
+use filter::PageFilter;
 
 mod leaves;
 pub use leaves::all_inheritors;
@@ -72,9 +74,12 @@ pub struct BlockShuffle {
     /// from the scan, not as a ctid column, keeps column privileges on user columns enough).
     pub last_tid: pg_sys::ItemPointerData,
     /// The table columns (attribute numbers) of this node's output, in order, when the output
-    /// is plain columns and nothing filters rows: TupleShuffle then reads them straight from the
-    /// heap tuple (`fetch`), without ExecScan's projection and two guarded calls per row.
+    /// is plain columns and any quals can be evaluated on the page reader's rows: TupleShuffle
+    /// then reads them straight from the heap tuple (`fetch_columns`), without ExecScan's
+    /// projection and two guarded calls per row.
     pub plain_columns: Option<Vec<usize>>,
+    /// The page reader's quals (a `"where"` filter, row-level security), if any.
+    filter: Option<PageFilter>,
     // What EXPLAIN ANALYZE reports.
     pub blocks_read: u64,
     pub pages_read: u64,
@@ -294,7 +299,14 @@ unsafe fn begin(
     let plan = (*node).ss.ps.plan.cast::<pg_sys::CustomScan>();
     crate::pg::compat::assign_scan_projection(&mut (*node).ss, (*plan).scan.scanrelid);
     (*node).ss.ps.qual = pg_sys::ExecInitQual((*plan).scan.plan.qual, node.cast());
-    let plain = plain_columns(plan, (*node).ss.ps.qual);
+    let mut plain = plain_columns(plan);
+    let filter = match plain {
+        Some(_) => PageFilter::new(node, estate),
+        None => None,
+    };
+    if !(*plan).scan.plan.qual.is_null() && filter.is_none() {
+        plain = None; // quals the page reader cannot evaluate: ExecScan's path
+    }
     let (mut n_pages, mut toast) = (0u64, 0u64);
     let mut leaf_pages = Vec::with_capacity(leaves.len());
     for leaf in &mut leaves {
@@ -313,7 +325,16 @@ unsafe fn begin(
         }
         if let Some(columns) = &plain {
             leaf.columns = leaf_columns(leaf.map, columns);
-            let deform_to = leaf.columns.iter().copied().max().unwrap_or(0);
+            if let Some(f) = &filter {
+                leaf.filter_columns = leaf_columns(leaf.map, &f.columns);
+            }
+            let deform_to = leaf
+                .columns
+                .iter()
+                .chain(&leaf.filter_columns)
+                .copied()
+                .max()
+                .unwrap_or(0);
             leaf.attrs = page_reader::attrs((*leaf.rel).rd_att, deform_to);
         }
         let pages =
@@ -359,6 +380,7 @@ unsafe fn begin(
         tuples_this_epoch: 0,
         last_tid: pg_sys::ItemPointerData::default(),
         plain_columns: plain,
+        filter,
         blocks_read: 0,
         pages_read: 0,
         epochs_started: 0,

@@ -112,6 +112,16 @@ impl SgdNode {
                 Some("Rows need a non-NULL label and non-NULL, non-empty features.".into()),
             );
         }
+        if let Some(filter) = &self.config.params.filter {
+            raise(
+                PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+                format!(
+                    "no row of {} to train on passes the \"where\" filter {filter}",
+                    self.config.relation
+                ),
+                Some("Check the filter with SELECT count(*) ... WHERE <filter>; row-level security policies (or the validation split) may hide the rows it selects.".into()),
+            );
+        }
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
             format!("{} has no rows to train on", self.config.relation),
