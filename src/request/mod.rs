@@ -2,7 +2,9 @@
 //! pipeline config and the one query that reads the rows (`query`).
 
 pub mod args;
+mod predicate;
 pub mod query;
+mod view;
 use crate::decode::classes::ClassValue;
 use crate::exec::sgd::SgdTask;
 use crate::pg::error::raise;
@@ -20,7 +22,10 @@ use pgrx::PgSqlErrorCode;
 
 /// A checked request: the config every node gets and the query BlockShuffle runs.
 pub(crate) struct Prepared {
+    /// The relation named (a table, or a view).
     pub(crate) relid: pg_sys::Oid,
+    /// The table whose pages are read: `relid`, or a simple view's base table.
+    pub(crate) table: pg_sys::Oid,
     pub(crate) config: PipelineConfig,
     pub(crate) input: Input,
 }
@@ -28,7 +33,7 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// Plans and runs the pipeline with `task`; its output.
     pub(crate) unsafe fn run<T: SgdTask>(&self, task: T) -> T::Output {
-        run::run(self.relid, &self.input.sql, &self.config, task)
+        run::run(self.table, &self.input.sql, &self.config, task)
     }
 }
 
@@ -81,7 +86,7 @@ pub(crate) unsafe fn prepare(
     stored_preprocess: Option<&Preprocessor>,
 ) -> Prepared {
     let relname = relation_name(relid);
-    check_relation(relid, &relname, params.only);
+    let table = check_relation(relid, &relname, params.only);
     let mut features = feature_columns(&params.features);
     let group_by = params
         .group_by
@@ -183,6 +188,7 @@ pub(crate) unsafe fn prepare(
     };
     Prepared {
         relid,
+        table,
         config: PipelineConfig {
             mode,
             model: kind,

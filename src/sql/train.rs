@@ -96,7 +96,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             )],
             None => prepared.run(Train {
                 validation_rows,
-                relid: prepared.relid,
+                relid: prepared.table,
                 sql: prepared.input.sql.clone(),
             }),
         };
@@ -270,14 +270,14 @@ fn corgipile_explain(
             };
             return SetOfIterator::new(rows);
         }
-        let stmt = plan_pipeline(prepared.relid, &prepared.input.sql, &prepared.config);
+        let stmt = plan_pipeline(prepared.table, &prepared.input.sql, &prepared.config);
         let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
         let started = std::time::Instant::now();
         if analyze {
             pipeline.sgd_node().verbose = false;
             pipeline.run_task(Train {
                 validation_rows: None,
-                relid: prepared.relid,
+                relid: prepared.table,
                 sql: prepared.input.sql.clone(),
             });
         }

@@ -1,0 +1,59 @@
+//! Training on a view. A view over one table whose body is a projection and a filter (one
+//! PostgreSQL could update automatically) is read through its base table's block scan: the
+//! training query selects from the view, and PostgreSQL's rewriter and planner turn it into a
+//! scan of the base table with the view's qual and column expressions, checking privileges as
+//! the view says (the view owner's rights on the base table, or the caller's with
+//! `security_invoker`), with row-level security and `security_barrier` as for any SELECT.
+
+use crate::pg::error::raise;
+use pgrx::{pg_sys, PgSqlErrorCode};
+use std::ffi::CStr;
+
+/// Views within views: at most this deep (PostgreSQL's rewriter has no limit; a chain this long
+/// is a mistake, or a loop through CREATE OR REPLACE).
+const MAX_DEPTH: usize = 32;
+
+/// The table whose pages a training of view `relid` reads (a heap table, a materialized view,
+/// or a partitioned table), through simple views nested in it; an ERROR for a view that is not
+/// a projection and a filter of one table.
+///
+/// # Safety
+/// Backend thread, in a transaction; `relid` is a view.
+pub unsafe fn base_table(relid: pg_sys::Oid, relname: &str) -> pg_sys::Oid {
+    let mut current = relid;
+    for _ in 0..MAX_DEPTH {
+        // SAFETY: the view is locked as the query that reads it will lock it.
+        let rel = pg_sys::relation_open(current, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let query = pg_sys::get_view_query(rel);
+        let why_not = pg_sys::view_query_is_auto_updatable(query, false);
+        if !why_not.is_null() {
+            let reason = CStr::from_ptr(why_not).to_string_lossy().into_owned();
+            pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("cannot train on view {relname}: it is not a projection and a filter of one table ({reason})"),
+                Some("corgipile reads a view through its base table's pages when PostgreSQL could update the view automatically. For joins, aggregates or unions, CREATE TABLE ... AS SELECT from the view first and train on that table.".into()),
+            );
+        }
+        // SAFETY: an automatically updatable view has exactly one base relation, the first
+        // item of its FROM list (view_query_is_auto_updatable checked that).
+        let from = (*(*query).jointree).fromlist;
+        let item = (*(*from).elements).ptr_value.cast::<pg_sys::RangeTblRef>();
+        let rte = (*(*(*query).rtable)
+            .elements
+            .add((*item).rtindex as usize - 1))
+        .ptr_value
+        .cast::<pg_sys::RangeTblEntry>();
+        let base = (*rte).relid;
+        pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        if pg_sys::get_rel_relkind(base) as u8 != pg_sys::RELKIND_VIEW {
+            return base;
+        }
+        current = base;
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!("cannot train on view {relname}: it is more than {MAX_DEPTH} views deep"),
+        None,
+    )
+}
