@@ -244,6 +244,16 @@ impl Learner {
         true
     }
 
+    /// A linear learner continues from a stored model's `weights` (row-major, one row per
+    /// output) and `bias` (a warm start): softmax grows to the model's classes first. False if
+    /// they do not fit (another width, fewer classes than seen), or for a network.
+    pub fn start_from(&mut self, weights: &[f64], bias: &[f64]) -> Result<bool, TrainError> {
+        match self {
+            Learner::Linear(t) => t.start_from(weights, bias),
+            Learner::Network { .. } => Ok(false),
+        }
+    }
+
     /// A network continues with an optimizer state kept from an earlier round (a shard's
     /// rounds of one training); false if it does not fit, or for a linear model.
     pub fn resume_optimizer(&mut self, optimizer: Optimizer) -> bool {
@@ -261,12 +271,10 @@ impl Learner {
         }
     }
 
-    /// The values the shared model starts from: every process's initial parameters.
+    /// The values the shared model starts from: every process's initial parameters (zeros
+    /// for a linear model, unless a warm start set them).
     pub fn start_values(&mut self) -> Vec<f64> {
-        match self {
-            Learner::Linear(_) => vec![0.0; self.n_params()],
-            Learner::Network { trainer, .. } => trainer.network().params.clone(),
-        }
+        self.parameters()
     }
 
     /// Exchanges now (if exchanging), then adds the iterate averages (linear) to the shared

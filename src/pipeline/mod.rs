@@ -330,6 +330,9 @@ pub struct LearnedStatistics {
     /// the workers score none (their shares' would count twice).
     #[serde(default)]
     pub leader_holds_validation: bool,
+    /// `"warm_start"`: every learner's starting weights and biases, in the training's units.
+    #[serde(default)]
+    pub warm_values: Option<(Vec<f64>, Vec<f64>)>,
 }
 
 impl LearnedStatistics {
@@ -342,6 +345,7 @@ impl LearnedStatistics {
             classes: None,
             groups: None,
             leader_holds_validation: false,
+            warm_values: None,
         }
     }
 

@@ -5,6 +5,7 @@ pub mod args;
 mod predicate;
 pub mod query;
 mod view;
+pub mod warm_start;
 use crate::decode::classes::ClassValue;
 use crate::exec::sgd::SgdTask;
 use crate::pg::error::raise;

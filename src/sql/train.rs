@@ -14,6 +14,7 @@ use crate::pipeline::run::Pipeline;
 use crate::pipeline::{Mode, Trial};
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::query::qualified_name;
+use crate::request::warm_start::WarmStart;
 use crate::request::{parse_model, parse_params, prepare};
 use crate::shard::{explain_sharded, train_sharded};
 use corgipile_ml::model::ModelKind;
@@ -28,7 +29,24 @@ use std::ffi::CStr;
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
     let kind = parse_model(model);
-    let params = parse_params(&params, kind);
+    let given = params;
+    let params = parse_params(&given, kind);
+    // A warm start fills in the model's features, label and name where the params are silent.
+    let (params, warm) = match &params.warm_start {
+        Some(key) => {
+            let mut json = given.0.clone();
+            let warm = WarmStart::load(key, kind, &mut json);
+            (parse_params(&ParamsArg(json), kind), Some(warm))
+        }
+        None => (params, None),
+    };
+    if warm.is_some() && matches!(params.validation, Some(Validation::Relation(_))) {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "\"warm_start\" cannot be combined with a validation relation yet",
+            Some("Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}.".into()),
+        );
+    }
     check_schema_version();
     // What would fail at the end fails now, before any work.
     check_writable(c"corgipile_train()");
@@ -45,6 +63,8 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
         // A list of columns with a validation relation: the preprocessing is learned first
         // (its own statistics pass), so that the validation rows are encoded with it.
         let learned = match (&params.validation, params.features.is_tabular()) {
+            // A column list keeps the preprocessing of the model it continues.
+            _ if warm.is_some() => warm.as_ref().and_then(|w| w.stored.preprocessing.clone()),
             (Some(Validation::Relation(_)), true) => {
                 let mut p = params.clone();
                 p.validation = None;
@@ -58,11 +78,15 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             }
             _ => None,
         };
-        // Class indices of the validation rows and of the training rows must agree.
-        let known_classes = validation_rows
-            .as_ref()
-            .map(|v| v.classes.clone())
-            .unwrap_or_default();
+        // Class indices of the validation rows (or of a warm start's model) and of the
+        // training rows must agree.
+        let known_classes = match &warm {
+            Some(w) => w.classes(),
+            None => validation_rows
+                .as_ref()
+                .map(|v| v.classes.clone())
+                .unwrap_or_default(),
+        };
         let prepared = prepare(
             relation.oid(),
             kind,
@@ -82,6 +106,22 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
                 ),
             );
         }
+        if sharded.is_some() && warm.is_some() {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "\"warm_start\" cannot train on a sharded table yet",
+                Some("Train from zeros, or warm-start on one shard's table.".into()),
+            );
+        }
+        // A column list is stored as the columns read ("*" expanded).
+        let features = if prepared.config.preprocess.is_some() {
+            serde_json::json!(prepared.input.columns)
+        } else {
+            prepared.config.params.to_json()["features"].clone()
+        };
+        if let Some(w) = &warm {
+            w.check_features(&features);
+        }
         if sharded.is_some() && prepared.config.params.search.is_some() {
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -98,6 +138,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
                 validation_rows,
                 relid: prepared.table,
                 sql: prepared.input.sql.clone(),
+                warm_start: warm,
             }),
         };
         let params = &prepared.config.params;
@@ -105,12 +146,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             model: kind,
             relation: &qualified_name(prepared.relid),
             label_column: &params.label,
-            // A column list is stored as the columns read ("*" expanded).
-            features: if prepared.config.preprocess.is_some() {
-                serde_json::json!(prepared.input.columns)
-            } else {
-                params.to_json()["features"].clone()
-            },
+            features,
             label_type: if prepared.input.label_is_bool {
                 "boolean"
             } else if prepared.config.label.uses_classes()
@@ -279,6 +315,7 @@ fn corgipile_explain(
                 validation_rows: None,
                 relid: prepared.table,
                 sql: prepared.input.sql.clone(),
+                warm_start: None,
             });
         }
         let es = pg_sys::NewExplainState();

@@ -415,6 +415,31 @@ impl LinearModel {
     }
 }
 
+impl LinearModel {
+    /// The inverse of [`fold_standardizer`](Self::fold_standardizer): the model on rows
+    /// standardized by `s` that computes what `self` computes on the table's units (a warm
+    /// start continues a stored model under this training's standardization).
+    pub fn unfold_standardizer(&self, s: &Standardizer) -> LinearModel {
+        let mut m = self.clone();
+        let d = self.n_features;
+        for k in 0..self.n_outputs {
+            let row = &mut m.weights[k * d..(k + 1) * d];
+            let mut shift = 0.0;
+            for (j, w) in row.iter_mut().enumerate() {
+                if let Some(&scale) = s.scale.get(j) {
+                    if s.center {
+                        shift += *w * s.mean[j];
+                    }
+                    // scale is 1/std, or 1 for a constant feature: never 0.
+                    *w /= scale;
+                }
+            }
+            m.bias[k] += shift;
+        }
+        m
+    }
+}
+
 /// What every trained model answers for a row, whatever its kind: what prediction and
 /// evaluation use (implemented by [`LinearModel`],
 /// [`NetworkModel`](crate::network::NetworkModel) and [`Model`](crate::trained::Model)).

@@ -287,3 +287,42 @@ fn multi_output_scores_proba_predict() {
     assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
     assert_eq!(argmax(&[]), None);
 }
+
+#[test]
+fn unfolding_a_standardizer_computes_the_same_function_on_standardized_rows() {
+    // A stored (table-unit) softmax model, and a standardizer over 2 of its 3 features.
+    let stored = LinearModel {
+        kind: ModelKind::Softmax,
+        n_features: 3,
+        n_outputs: 2,
+        weights: vec![0.5, -2.0, 3.0, 1.5, 0.25, -1.0],
+        bias: vec![0.1, -0.3],
+    };
+    for center in [true, false] {
+        let s = Standardizer {
+            mean: vec![10.0, -4.0],
+            scale: vec![0.2, 2.0],
+            center,
+        };
+        let internal = stored.unfold_standardizer(&s);
+        let x = [12.0, -3.5, 7.0];
+        let mut standardized = Vec::new();
+        s.apply_dense(&x, &mut standardized);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        stored.scores(Row::Dense(&x), &mut a);
+        internal.scores(Row::Dense(&standardized), &mut b);
+        for (p, q) in a.iter().zip(&b) {
+            assert!((p - q).abs() < 1e-12, "{a:?} vs {b:?}");
+        }
+        // Folding it back gives the stored model.
+        let back = internal.fold_standardizer(&s);
+        for (p, q) in back
+            .weights
+            .iter()
+            .chain(&back.bias)
+            .zip(stored.weights.iter().chain(&stored.bias))
+        {
+            assert!((p - q).abs() < 1e-12);
+        }
+    }
+}

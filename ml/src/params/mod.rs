@@ -21,7 +21,9 @@ mod sizing;
 mod units;
 mod values;
 
-pub use options::{ClassWeight, Features, OptimizerName, ScheduleKind, ShuffleMode, Validation};
+pub use options::{
+    ClassWeight, Features, ModelKey, OptimizerName, ScheduleKind, ShuffleMode, Validation,
+};
 pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
     AUTO_BLOCKS_PER_BUFFER,
@@ -43,8 +45,8 @@ use search::{Search, SelectBy, GROUP_KEYS, MAX_TRIALS, SEARCH_KEYS};
 use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size, DEFAULT_BUFFER};
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_filter, get_float, get_hidden,
-    get_int, get_model_name, get_name, get_name_list, get_preprocess, get_shuffle, get_validation,
-    json_type, unknown_key, wrong_type,
+    get_int, get_model_key, get_model_name, get_name, get_name_list, get_preprocess, get_shuffle,
+    get_validation, json_type, unknown_key, wrong_type,
 };
 
 /// Why a param is refused: the message (the ERROR's text) and a hint (its HINT).
@@ -586,6 +588,15 @@ train_params! {
         parse: |k, v| Ok(Some(get_int(k, v, 1, 1_000_000_000)?)),
         json: |x| json!(x),
     },
+    /// Continue from a stored model's parameters.
+    warm_start: Option<ModelKey> = None => {
+        shown: "`null`",
+        accepts: "a model id, or a model name (its deployed version)",
+        meaning: "start from that model's parameters instead of zeros: same kind and features (a column list keeps its stored preprocessing), on the rows read now; the model stored is the next version of its name (unless `name` says otherwise); see [Warm starts](#warm-starts-continue-from-a-stored-model)",
+        rule: "null, a model id (an integer >= 1) or a model name (default null); not with \"folds\" or \"group_by\"",
+        parse: get_model_key,
+        json: |x| x.as_ref().map_or(Value::Null, ModelKey::to_json),
+    },
     /// The model's name: each training of a name stores a new version of it.
     name: Option<String> = None => {
         shown: "`null`",
@@ -653,6 +664,17 @@ impl TrainParams {
         p.check_folds()?;
         p.check_groups()?;
         p.check_search(value, kind)?;
+        if p.warm_start.is_some() && (p.folds.is_some() || p.group_by.is_some()) {
+            let key = if p.folds.is_some() {
+                "folds"
+            } else {
+                "group_by"
+            };
+            return Err(ParamError {
+                message: format!("\"warm_start\" cannot be combined with \"{key}\" yet"),
+                hint: Some("Warm-start one model at a time; per-group models and cross-validation train from zeros.".into()),
+            });
+        }
         if p.patience.is_some() && p.validation.is_none() {
             return Err(ParamError {
                 message: "\"patience\" needs \"validation\"".into(),
@@ -674,7 +696,8 @@ impl TrainParams {
                     || SEARCH_KEYS.contains(&spec.name)
                     || GROUP_KEYS.contains(&spec.name)
                     || spec.name == "folds"
-                    || spec.name == "where")
+                    || spec.name == "where"
+                    || spec.name == "warm_start")
             {
                 continue;
             }

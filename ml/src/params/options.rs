@@ -203,6 +203,22 @@ pub enum Validation {
     Predicate(String),
 }
 
+/// A stored model named by a param (`warm_start`): its id, or its name (the deployed version).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ModelKey {
+    Id(i64),
+    Name(String),
+}
+
+impl ModelKey {
+    pub fn to_json(&self) -> Value {
+        match self {
+            ModelKey::Id(id) => json!(id),
+            ModelKey::Name(name) => json!(name),
+        }
+    }
+}
+
 /// class_weight as written back by `TrainParams::to_json`.
 pub(super) fn class_weight_json(class_weight: &Option<ClassWeight>) -> Value {
     match class_weight {

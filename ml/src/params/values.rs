@@ -100,6 +100,29 @@ pub(super) fn get_name(key: &str, v: &Value) -> Result<String, ParamError> {
 }
 
 const MAX_NAME_CHARS: usize = 200;
+/// `"warm_start"`: null, a model id (an integer, or a string that is one, as a text argument
+/// naming a model is) or a model name.
+pub(super) fn get_model_key(key: &str, v: &Value) -> Result<Option<super::ModelKey>, ParamError> {
+    use super::ModelKey;
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(_) => Ok(Some(ModelKey::Id(
+            get_int(key, v, 1, i64::MAX as u64)? as i64
+        ))),
+        Value::String(s) => match s.trim().parse::<i64>() {
+            Ok(id) if id >= 1 => Ok(Some(ModelKey::Id(id))),
+            Ok(_) => Err(bad_value(key, v, "model ids start at 1")),
+            Err(_) => {
+                if s.is_empty() || s.chars().count() > MAX_NAME_CHARS {
+                    return Err(bad_value(key, v, "a model name has 1 to 200 characters"));
+                }
+                Ok(Some(ModelKey::Name(s.clone())))
+            }
+        },
+        _ => Err(wrong_type(key, v, "a model id or name")),
+    }
+}
+
 /// A `"where"` expression longer than this is refused before it is parsed.
 const MAX_FILTER_CHARS: usize = 10_000;
 

@@ -258,11 +258,17 @@ fn merge_locked<'a>(
 impl Trainer {
     /// Makes this trainer exchange with `shared` every `period` tuples (at least
     /// [`MIN_EXCHANGE_PERIOD`]), at the start of every later epoch and at the end of every
-    /// epoch. Every process of a training must start from the same (zero) model. Iterate
-    /// averaging: see `contribute_average`.
+    /// epoch. Every process of a training must start from the same model (zeros, or a warm
+    /// start's), the one `shared` holds. Iterate averaging: see `contribute_average`.
     pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
-        let n_values = self.model.weights.len() + self.model.bias.len();
-        self.exchange = Some(Exchange::new(shared, period, &vec![0.0; n_values]));
+        let start: Vec<f64> = self
+            .model
+            .weights
+            .iter()
+            .chain(&self.model.bias)
+            .copied()
+            .collect();
+        self.exchange = Some(Exchange::new(shared, period, &start));
     }
 
     /// Exchanges now (if exchanging): adds this trainer's steps since its last exchange to the

@@ -439,6 +439,24 @@ impl Trainer {
         self.model.bias.copy_from_slice(bias);
     }
 
+    /// Continues from `weights` and `bias` (see `Learner::start_from`): a softmax model grows
+    /// to their outputs first. False if they do not fit the model's shape.
+    pub fn start_from(&mut self, weights: &[f64], bias: &[f64]) -> Result<bool, TrainError> {
+        let outputs = bias.len();
+        let d = self.model.n_features;
+        if self.config.kind == crate::model::ModelKind::Softmax
+            && outputs > self.model.n_outputs
+            && weights.len() == outputs * d
+        {
+            self.grow_classes(outputs)?;
+        }
+        if weights.len() != self.model.weights.len() || outputs != self.model.bias.len() {
+            return Ok(false);
+        }
+        self.set_model(weights, bias);
+        Ok(true)
+    }
+
     /// The trained model, consuming the trainer: the average of the iterates when averaging
     /// (see `average`), else the last iterate.
     pub fn into_model(mut self) -> LinearModel {

@@ -89,6 +89,8 @@ pub struct SgdNode {
     workers_planned: u32,
     workers_launched: u32,
     rows_per_process: Vec<u64>,
+    /// `"warm_start"` (a training): the stored model the learners start from.
+    pub(crate) warm_start: Option<crate::request::warm_start::WarmStart>,
 }
 
 impl SgdNode {
@@ -99,6 +101,26 @@ impl SgdNode {
     /// SAFETY: our plan always has TupleShuffle as this node's only child.
     unsafe fn shuffle<'a>(&self) -> &'a mut TupleShuffle {
         state_of::<TupleShuffle>(self.child.cast())
+    }
+
+    /// A warm start whose model does not fit the rows (another width, or classes it never
+    /// saw).
+    fn warm_start_misfit(&self, n_features: usize) -> ! {
+        let stored = &self.warm_start.as_ref().expect("a warm start").stored;
+        raise(
+            PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+            format!(
+                "\"warm_start\": model {} has {} features and {} outputs; the rows of {} give {} features and the classes {}",
+                stored.id,
+                stored.n_features(),
+                corgipile_ml::model::Predictor::n_outputs(&stored.model),
+                self.config.relation,
+                n_features,
+                // SAFETY: the child state outlives this borrow.
+                unsafe { self.shuffle().rows().classes().classes.len() },
+            ),
+            Some("A warm start continues a model on rows of the same shape: the same feature width and no class the model never saw.".into()),
+        )
     }
 
     fn no_rows(&self, skipped: u64) -> ! {
@@ -179,6 +201,7 @@ impl Node for SgdNode {
             workers_planned: 0,
             workers_launched: 0,
             rows_per_process: Vec::new(),
+            warm_start: None,
         }
     }
 

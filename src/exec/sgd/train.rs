@@ -13,6 +13,7 @@ use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial};
+use crate::request::warm_start::WarmStart;
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::trained::Model;
@@ -27,6 +28,8 @@ pub struct Train {
     pub validation_rows: Option<CollectedRows>,
     pub relid: pg_sys::Oid,
     pub sql: CString,
+    /// `"warm_start"`: the stored model every learner starts from.
+    pub warm_start: Option<WarmStart>,
 }
 
 impl SgdTask for Train {
@@ -35,6 +38,7 @@ impl SgdTask for Train {
     const MODE: Mode = Mode::Train;
 
     unsafe fn run(self, node: &mut SgdNode) -> Vec<Trial> {
+        node.warm_start = self.warm_start;
         let role = Role::Lead {
             relid: self.relid,
             sql: self.sql,
@@ -140,6 +144,17 @@ impl SgdNode {
         if let Some(s) = scaling.filter(|s| !s.center && !s.is_identity()) {
             shuffle.scale_sparse_rows(&s.scale);
         }
+        // A warm start: the stored model's labels and parameters, in this training's units
+        // (a parallel worker gets the leader's).
+        let warm_values = match &member {
+            Some(share) => share.extras.warm_values.clone(),
+            None => self.warm_start.as_ref().map(|w| {
+                if let Some(values) = w.label_values(self.config.label) {
+                    train_config.label_values = Some(values);
+                }
+                w.values(train_config.standardizer.as_ref())
+            }),
+        };
         let mut team = match (lead, member) {
             (Some((relid, sql)), _) if params.workers > 0 => {
                 self.workers_planned = params.workers;
@@ -150,6 +165,7 @@ impl SgdNode {
                     let mut learned = self.learned_statistics(&train_config);
                     learned.groups = groups.clone();
                     learned.leader_holds_validation = statistics_seconds.is_some();
+                    learned.warm_values = warm_values.clone();
                     Team::launch(
                         relid,
                         &sql,
@@ -221,6 +237,15 @@ impl SgdNode {
                 (t, c, f, vec![None; n])
             }
         };
+        if let Some((weights, bias)) = &warm_values {
+            for learner in trainer.learners_mut() {
+                match learner.start_from(weights, bias) {
+                    Ok(true) => {}
+                    Ok(false) => self.warm_start_misfit(n_features),
+                    Err(e) => raise_train_error(e, &self.label_text(), params.normalize),
+                }
+            }
+        }
         let folds = params.folds.unwrap_or(0) as usize;
         if let Some(t) = team.as_mut() {
             // Every learner exchanges with its own shared model; an exchange reads and writes

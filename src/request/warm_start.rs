@@ -1,0 +1,143 @@
+//! `"warm_start"`: a training that continues from a stored model's parameters instead of
+//! zeros. The stored model must be of the same kind and read the same features (a column list
+//! keeps its stored preprocessing: the same encoded features); its classes are the training's
+//! known classes, so class indices and the binary label mapping stay the model's. Its weights
+//! are in the table's units: each training unfolds them into its own standardized units
+//! (`LinearModel::unfold_standardizer`), so the first step starts from the stored function.
+
+use crate::catalog::{load_model_ref, ModelRef, StoredModel};
+use crate::decode::classes::ClassValue;
+use crate::pg::error::raise;
+use crate::pipeline::LabelCoding;
+use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::params::ModelKey;
+use corgipile_ml::standardize::Standardizer;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+use std::rc::Rc;
+
+/// The stored model a training continues from.
+#[derive(Clone)]
+pub struct WarmStart {
+    pub stored: Rc<StoredModel>,
+}
+
+fn refuse(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
+    raise(code, message, Some(hint.into()))
+}
+
+impl WarmStart {
+    /// Loads the model `key` names (one the caller may use) for a training of `kind`, and fills
+    /// in what the training takes from it unless the params say otherwise: its features and
+    /// label columns, a sparse model's dimension, and its name (the result is its next version).
+    pub fn load(key: &ModelKey, kind: ModelKind, params: &mut serde_json::Value) -> WarmStart {
+        let stored = load_model_ref(match key {
+            ModelKey::Id(id) => ModelRef::Id(*id),
+            ModelKey::Name(name) => ModelRef::Name(name),
+        });
+        let id = stored.id;
+        if stored.kind() != kind {
+            refuse(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("\"warm_start\": model {id} is a {} model, not {}", stored.kind().name(), kind.name()),
+                "A warm start continues a model of the same kind: train with its kind, or start from zeros.",
+            );
+        }
+        if kind.is_network() {
+            refuse(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!(
+                    "\"warm_start\" of {} models is not supported yet",
+                    kind.name()
+                ),
+                "Warm starts continue linear models (svm, logistic, linear, softmax).",
+            );
+        }
+        if stored.groups.is_some() {
+            refuse(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("\"warm_start\": model {id} has a model per group"),
+                "Warm-start from one group's model (its id in corgipile.group_models) or from a model without groups.",
+            );
+        }
+        let map = params
+            .as_object_mut()
+            .expect("params were checked to be an object");
+        map.entry("features")
+            .or_insert_with(|| stored.features.clone());
+        map.entry("label")
+            .or_insert_with(|| serde_json::json!(stored.label_column));
+        if stored.features.get("indices").is_some() {
+            map.entry("n_features")
+                .or_insert_with(|| serde_json::json!(stored.n_features()));
+            map.entry("index_base")
+                .or_insert_with(|| serde_json::json!(stored.index_base));
+        }
+        if !map.contains_key("name") {
+            let name = match key {
+                ModelKey::Name(name) => Some(name.clone()),
+                ModelKey::Id(id) => Spi::get_one_with_args::<String>(
+                    "SELECT name FROM corgipile.models WHERE id = $1",
+                    &[(*id).into()],
+                )
+                .ok()
+                .flatten(),
+            };
+            if let Some(name) = name {
+                map.insert("name".into(), serde_json::json!(name));
+            }
+        }
+        // Stored as the id it started from, whatever named it.
+        map.insert("warm_start".into(), serde_json::json!(id));
+        WarmStart { stored }
+    }
+
+    /// The training reads the same features as the stored model (`features`: as the catalog
+    /// stores them), else an ERROR naming both.
+    pub fn check_features(&self, features: &serde_json::Value) {
+        if *features != self.stored.features {
+            refuse(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "\"warm_start\": model {} reads the features {}, this training reads {}",
+                    self.stored.id, self.stored.features, features
+                ),
+                "A warm start continues a model on the same features: leave \"features\" out to read the model's.",
+            );
+        }
+    }
+
+    /// The classes the rows are decoded into: the stored model's.
+    pub fn classes(&self) -> Vec<ClassValue> {
+        self.stored.classes.clone()
+    }
+
+    /// Binary kinds: the trainer labels of the stored model's negative and positive classes
+    /// (fixed before the first row, so that no provisional mapping flips the weights).
+    pub fn label_values(&self, coding: LabelCoding) -> Option<(f64, f64)> {
+        if !self.stored.kind().is_binary() || self.stored.classes.len() != 2 {
+            return None;
+        }
+        match coding {
+            LabelCoding::ClassOfText => Some((0.0, 1.0)),
+            _ => Some((
+                self.stored.classes[0].as_f64()?,
+                self.stored.classes[1].as_f64()?,
+            )),
+        }
+    }
+
+    /// The weights and biases in the units of rows standardized by `standardizer`.
+    pub fn values(&self, standardizer: Option<&Standardizer>) -> (Vec<f64>, Vec<f64>) {
+        let model: &LinearModel = self
+            .stored
+            .model
+            .as_linear()
+            .expect("warm starts are of linear models (checked in load)");
+        let internal = match standardizer {
+            Some(s) => model.unfold_standardizer(s),
+            None => model.clone(),
+        };
+        (internal.weights, internal.bias)
+    }
+}

@@ -1,0 +1,159 @@
+"""Warm starts: `"warm_start": <name or id>` continues a stored model instead of starting from
+zeros.
+
+What a user depends on:
+* the training starts from the stored model's function, exactly: with a vanishing learning
+  rate, the model stored is the one it started from (to 1e-6), whatever the features (an
+  array standardized by a new statistics pass, a column list with its stored preprocessing,
+  sparse pairs), the kind (svm, logistic with text labels, softmax, linear) and with workers;
+* with an ordinary learning rate it goes on learning: its first epoch's loss is near where the
+  stored model ended, far below a training from zeros;
+* the result is the next version of the model's name, and records the id it started from;
+* a model of another kind, other features, a network, a family of group models, rows of
+  another width, or a missing column are ERRORs before any model is stored (a softmax model
+  meeting a new class grows an output for it, from zeros); a table rewritten by VACUUM FULL
+  or emptied behaves as for any training.
+"""
+
+import pytest
+
+from helpers import connect, describe, models_count, scalar, train, train_error
+
+ROWS = 4000
+TINY = 1e-12
+
+
+@pytest.fixture(scope="module")
+def env(db):
+    with connect(db) as admin:
+        admin.execute(f"""CREATE TABLE ws AS SELECT i AS id,
+                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 50.0, ((i * 53) % 100) * 3.0 + 100]::float8[] AS features,
+                (i % 2) AS label, CASE WHEN i % 2 = 1 THEN 'yes' ELSE 'no' END AS answer,
+                i % 3 AS class3, ((i * 37) % 100) / 10.0 AS x, (ARRAY['red', 'green', 'blue'])[1 + i % 3] AS color,
+                (i % 3) * 2.5 + ((i * 53) % 100) / 100.0 AS target,
+                ARRAY[1 + i % 5, 7]::int4[] AS idx, ARRAY[(i % 2) * 2 - 1.0, 0.5]::float8[] AS val
+            FROM generate_series(1, {ROWS}) i""")
+    yield db
+
+
+@pytest.fixture
+def admin(env):
+    with connect(env) as c:
+        yield c
+
+
+def model_values(c, model):
+    return c.execute("SELECT weights, bias FROM corgipile.models WHERE id = %s", (model,)).fetchone()
+
+
+def assert_same_function(c, a, b, rel=1e-6):
+    (wa, ba), (wb, bb) = model_values(c, a), model_values(c, b)
+    assert len(wa) == len(wb) and len(ba) == len(bb)
+    for x, y in zip(wa + ba, wb + bb):
+        assert abs(x - y) <= rel * max(1.0, abs(x)), f"model {b} moved away from model {a}: {wa + ba} vs {wb + bb}"
+
+
+CASES = [
+    ("array, normalized", "logistic", {"features": "features"}),
+    ("array, not normalized", "svm", {"features": "features", "normalize": False}),
+    ("text labels", "logistic", {"features": "features", "label": "answer"}),
+    ("column list", "logistic", {"features": ["x", "color"]}),
+    ("softmax", "softmax", {"features": ["x", "color"], "label": "class3"}),
+    ("linear", "linear", {"features": ["x", "color"], "label": "target"}),
+    ("sparse", "svm", {"features": {"indices": "idx", "values": "val"}}),
+]
+
+
+@pytest.mark.parametrize("kind,params", [(k, p) for _, k, p in CASES], ids=[i for i, _, _ in CASES])
+def test_warm_start_starts_from_the_stored_model(env, admin, kind, params):
+    name = f"ws_{kind}_{abs(hash(str(params))) % 10000}"
+    first = train(admin, "ws", kind, dict(params, epochs=3, seed=1, name=name))
+    # A vanishing step: the model stored is the one it started from.
+    again = train(admin, "ws", kind, {"epochs": 1, "seed": 2, "warm_start": name, "learning_rate": TINY,
+                                      "average": False})
+    assert_same_function(admin, first, again)
+    version, started_from, features = admin.execute(
+        "SELECT version, (params->>'warm_start')::bigint, features FROM corgipile.models WHERE id = %s",
+        (again,)).fetchone()
+    assert (version, started_from) == (2, first)
+    assert features == scalar(admin, "SELECT features FROM corgipile.models WHERE id = %s", (first,))
+
+
+def test_warm_start_with_workers(env, admin):
+    admin.execute("DROP TABLE IF EXISTS ws_big")
+    admin.execute("CREATE TABLE ws_big AS SELECT w.* FROM ws w, generate_series(1, 10) g")
+    first = train(admin, "ws_big", "logistic", {"epochs": 2, "seed": 1, "name": "ws_workers"})
+    again = train(admin, "ws_big", "logistic", {"epochs": 1, "seed": 2, "warm_start": first, "workers": 1,
+                                                "learning_rate": TINY, "average": False})
+    assert_same_function(admin, first, again)
+    assert scalar(admin, "SELECT name FROM corgipile.models WHERE id = %s", (again,)) == "ws_workers"
+
+
+def test_warm_start_goes_on_learning(env, admin):
+    params = {"features": ["x", "color"], "label": "class3", "seed": 5, "learning_rate": 0.002}
+    cold = train(admin, "ws", "softmax", dict(params, epochs=4, name="ws_learning"))
+    warm = train(admin, "ws", "softmax", dict(params, epochs=1, warm_start="ws_learning"))
+    losses = dict(admin.execute("""SELECT model_id, array_agg(loss ORDER BY epoch) FROM corgipile.epochs
+                                   WHERE model_id IN (%s, %s) GROUP BY model_id""", (cold, warm)).fetchall())
+    # Where the stored model ended, not where a training from zeros begins.
+    assert losses[cold][-1] < losses[cold][0], losses
+    assert losses[warm][0] < losses[cold][0], losses
+    assert losses[warm][0] < losses[cold][1], losses
+
+
+def test_refusals_store_nothing(env, admin):
+    base = train(admin, "ws", "logistic", {"features": ["x", "color"], "epochs": 1, "seed": 1, "name": "ws_ref"})
+    admin.execute("DROP TABLE IF EXISTS ws_other")
+    admin.execute("""CREATE TABLE ws_other AS SELECT id, x, label, class3,
+                            ARRAY[1.0, 2.0, 3.0]::float8[] AS features FROM ws""")
+    cases = [
+        ({"warm_start": "ws_ref"}, "svm", "22023"),                                 # another kind
+        ({"warm_start": "ws_ref", "features": ["x"]}, "logistic", "22023"),        # other features
+        ({"warm_start": "ws_ref", "folds": 3}, "logistic", "22023"),
+        ({"warm_start": "ws_ref", "validation": {"relation": "ws"}}, "logistic", "0A000"),
+        ({"warm_start": 2 ** 40}, "logistic", None),                                # no such model
+        ({"warm_start": ""}, "logistic", "22023"),
+        ({"warm_start": [1]}, "logistic", "22023"),
+    ]
+    for params, kind, code in cases:
+        before = models_count(admin)
+        e = train_error(admin, "ws", kind, dict(params, epochs=1))
+        assert e is not None and not e.sqlstate.startswith("XX"), f"{params}: {describe(e)}"
+        if code:
+            assert e.sqlstate == code, f"{params}: {describe(e)}"
+        assert models_count(admin) == before
+    # The relation lacks a column of the model (color): the column is named.
+    e = train_error(admin, "ws_other", "logistic", {"warm_start": base, "epochs": 1})
+    assert e is not None and e.sqlstate == "42703" and "color" in e.diag.message_primary, describe(e)
+    # Rows of another width than the model's.
+    arr = train(admin, "ws", "logistic", {"features": "features", "epochs": 1, "seed": 1})
+    e = train_error(admin, "ws_other", "logistic", {"warm_start": arr, "epochs": 1})
+    assert e is not None and e.sqlstate == "42804" and "features" in e.diag.message_primary, describe(e)
+    # A class the softmax model never saw gets outputs of its own, from zeros.
+    two = train(admin, "ws", "softmax", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1,
+                                          "where": "class3 < 2"})
+    three = train(admin, "ws", "softmax", {"warm_start": two, "epochs": 1})
+    assert scalar(admin, "SELECT n_outputs FROM corgipile.models WHERE id = %s", (three,)) == 3
+    # A network, and a family of group models.
+    mlp = train(admin, "ws", "mlp", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1, "hidden": [4]})
+    e = train_error(admin, "ws", "mlp", {"warm_start": mlp, "epochs": 1})
+    assert e is not None and e.sqlstate == "0A000", describe(e)
+    fam = train(admin, "ws", "logistic", {"features": ["x"], "epochs": 1, "seed": 1, "group_by": "color",
+                                          "name": "ws_family", "min_group_rows": 10})
+    e = train_error(admin, "ws", "logistic", {"warm_start": fam, "epochs": 1})
+    assert e is not None and e.sqlstate == "0A000", describe(e)
+
+
+def test_rewritten_and_emptied_tables(env, admin):
+    admin.execute("DROP TABLE IF EXISTS ws_copy")
+    admin.execute("CREATE TABLE ws_copy AS SELECT * FROM ws")
+    first = train(admin, "ws_copy", "logistic", {"features": ["x", "color"], "epochs": 2, "seed": 1, "name": "ws_copy"})
+    admin.execute("DELETE FROM ws_copy WHERE id % 2 = 0 AND id > 100")
+    admin.execute("VACUUM FULL ws_copy")
+    again = train(admin, "ws_copy", "logistic", {"warm_start": "ws_copy", "epochs": 1, "seed": 1})
+    assert scalar(admin, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (again,)) == \
+        scalar(admin, "SELECT count(*) FROM ws_copy")
+    assert again > first
+    admin.execute("TRUNCATE ws_copy")
+    e = train_error(admin, "ws_copy", "logistic", {"warm_start": "ws_copy", "epochs": 1})
+    assert e is not None and e.sqlstate == "P0002", describe(e)
