@@ -243,7 +243,7 @@ fn unknown_key_suggests_the_closest() {
     );
     assert!(
         hint.ends_with(
-            "optimizer, momentum, patience, search, search_trials, select_by, folds, group_by, min_group_rows, name"
+            "optimizer, momentum, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, name"
         ),
         "{hint}"
     );
@@ -300,8 +300,9 @@ fn to_json_round_trips() {
             "name": null
         })
     );
-    // Every key but the network's four, the search's three, folds and the groups' two.
-    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 10);
+    // Every key but the network's four, the search's three, folds, the groups' two, "where"
+    // and "warm_start".
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 12);
     assert_eq!(TrainParams::from_json(&j).unwrap(), d);
 
     let inputs = [
@@ -501,12 +502,42 @@ fn new_keys_round_trip() {
         json!({"validation": {"relation": "s.t"}}),
         json!({"validation": {"predicate": "id % 5 = 0"}, "learning_rate_schedule": "inverse_sqrt"}),
     ];
+    // "where" and "warm_start" are written back when given (and then listed).
+    for input in [
+        json!({"where": "region = 'EU' AND amount > 0"}),
+        json!({"warm_start": 42}),
+        json!({"warm_start": "churn model"}),
+    ] {
+        let p = parse(input.clone()).unwrap();
+        let out = p.to_json();
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 11);
+        for (k, v) in input.as_object().unwrap() {
+            assert_eq!(&out[k], v, "{k}");
+        }
+        assert_eq!(TrainParams::from_json(&out).unwrap(), p, "{input} → {out}");
+    }
+    assert_eq!(
+        parse(json!({"warm_start": "7"})).unwrap().warm_start,
+        Some(corgipile_ml::params::ModelKey::Id(7))
+    );
+    for bad in [
+        json!({"where": ""}),
+        json!({"where": "  "}),
+        json!({"where": 5}),
+        json!({"warm_start": 0}),
+        json!({"warm_start": ""}),
+        json!({"warm_start": [1]}),
+    ] {
+        assert!(parse(bad.clone()).is_err(), "{bad} was accepted");
+    }
+    let kind = corgipile_ml::model::ModelKind::Logistic;
+    assert!(TrainParams::for_kind(&json!({"warm_start": "m", "folds": 3}), kind).is_err());
     for input in inputs {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
         // A linear model's params list every key but the network's four, the search's three,
-        // folds and the groups' two.
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 10);
+        // folds, the groups' two, and "where" and "warm_start" (null).
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 12);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }
