@@ -243,7 +243,7 @@ fn unknown_key_suggests_the_closest() {
     );
     assert!(
         hint.ends_with(
-            "optimizer, momentum, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, name"
+            "optimizer, momentum, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, since, replay, name"
         ),
         "{hint}"
     );
@@ -300,9 +300,9 @@ fn to_json_round_trips() {
             "name": null
         })
     );
-    // Every key but the network's four, the search's three, folds, the groups' two, "where"
-    // and "warm_start".
-    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 12);
+    // Every key but the network's four, the search's three, folds, the groups' two, "where",
+    // "warm_start", "since" and "replay".
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 14);
     assert_eq!(TrainParams::from_json(&j).unwrap(), d);
 
     let inputs = [
@@ -510,7 +510,7 @@ fn new_keys_round_trip() {
     ] {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 11);
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 13);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }
@@ -532,12 +532,31 @@ fn new_keys_round_trip() {
     }
     let kind = corgipile_ml::model::ModelKind::Logistic;
     assert!(TrainParams::for_kind(&json!({"warm_start": "m", "folds": 3}), kind).is_err());
+    // "since" continues its model, reading a replay sample of 0.1 unless told; "replay" alone
+    // is refused.
+    let p = TrainParams::for_kind(&json!({"since": "nightly"}), kind).unwrap();
+    assert_eq!(
+        p.warm_start,
+        Some(corgipile_ml::params::ModelKey::Name("nightly".into()))
+    );
+    assert_eq!(p.replay, Some(0.1));
+    assert_eq!(
+        TrainParams::for_kind(&json!({"since": "a", "warm_start": 3}), kind)
+            .unwrap()
+            .warm_start,
+        Some(corgipile_ml::params::ModelKey::Id(3))
+    );
+    assert!(TrainParams::for_kind(&json!({"replay": 0.2}), kind).is_err());
+    assert!(TrainParams::for_kind(&json!({"since": "a", "replay": 1.5}), kind).is_err());
+    assert!(
+        TrainParams::for_kind(&json!({"since": "a", "group_by": "g", "name": "n"}), kind).is_err()
+    );
     for input in inputs {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
         // A linear model's params list every key but the network's four, the search's three,
-        // folds, the groups' two, and "where" and "warm_start" (null).
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 12);
+        // folds, the groups' two, and "where", "warm_start", "since" and "replay" (null).
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 14);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }

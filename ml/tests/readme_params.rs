@@ -42,7 +42,20 @@ fn param_table_lists_every_key_once() {
     )
     .unwrap()
     .to_json();
+    let since_defaults = TrainParams::for_kind(
+        &serde_json::json!({"since": "m"}),
+        corgipile_ml::model::ModelKind::Logistic,
+    )
+    .unwrap()
+    .to_json();
     for p in PARAMS {
+        if let Some(shown) = p.shown_default.strip_suffix(" (with `since`)") {
+            let shown = shown.trim_matches('`');
+            let parsed: serde_json::Value = serde_json::from_str(shown).unwrap();
+            assert_eq!(&parsed, &since_defaults[p.name], "{}", p.name);
+            assert!(p.rule.contains(&format!("(default {shown})")), "{}", p.name);
+            continue;
+        }
         // The rule's "(default ...)" and the README's default agree with defaults() (a
         // network's own keys, shown "`x` (mlp kinds)", with an mlp's defaults; the groups',
         // "`x` (with `group_by`)", with group_by's).

@@ -46,6 +46,18 @@ pub struct PipelineConfig {
     /// `"group_by"` (a training): where the group columns are in the query.
     #[serde(default)]
     pub groups: Option<GroupColumns>,
+    /// `"since"`: read the pages from `pages` on, and a `replay` sample of the older blocks.
+    #[serde(default)]
+    pub read_from: Option<ReadFrom>,
+}
+
+/// An incremental training's share of the table (see `request::since`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct ReadFrom {
+    /// The first page added since the model it continues was trained.
+    pub pages: u32,
+    /// The fraction of the older blocks read again, a fresh sample each epoch.
+    pub replay: f64,
 }
 
 /// The group columns of a training's query: its last columns, from `first` on, with their

@@ -4,6 +4,7 @@
 pub mod args;
 mod predicate;
 pub mod query;
+pub mod since;
 mod view;
 pub mod warm_start;
 use crate::decode::classes::ClassValue;
@@ -202,6 +203,7 @@ pub(crate) unsafe fn prepare(
             max_model_bytes: model_limit,
             leaf: None,
             groups: input.groups.clone(),
+            read_from: None,
             relation: relname,
             preprocess: input.preprocess.clone(),
         },

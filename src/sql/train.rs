@@ -14,6 +14,7 @@ use crate::pipeline::run::Pipeline;
 use crate::pipeline::{Mode, Trial};
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::query::qualified_name;
+use crate::request::since::{self, TableRead};
 use crate::request::warm_start::WarmStart;
 use crate::request::{parse_model, parse_params, prepare};
 use crate::shard::{explain_sharded, train_sharded};
@@ -87,7 +88,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
                 .map(|v| v.classes.clone())
                 .unwrap_or_default(),
         };
-        let prepared = prepare(
+        let mut prepared = prepare(
             relation.oid(),
             kind,
             params,
@@ -95,6 +96,10 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             known_classes,
             learned.as_ref(),
         );
+        // What this training reads of its table, recorded for a later "since"; before the
+        // scan begins, so that pages added during it are read again next time, never missed.
+        let read_now = TableRead::now(prepared.table);
+        since::apply(&mut prepared);
         let sharded = crate::shard::sharded_leaves(prepared.relid);
         if sharded.is_some() && prepared.config.params.group_by.is_some() {
             raise(
@@ -104,6 +109,13 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
                     "Train the groups of each shard's table there, or train without \"group_by\"."
                         .into(),
                 ),
+            );
+        }
+        if sharded.is_some() && prepared.config.params.since.is_some() {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "\"since\" cannot train on a sharded table yet",
+                Some("Train without \"since\", or on one shard's table.".into()),
             );
         }
         if sharded.is_some() && warm.is_some() {
@@ -184,6 +196,9 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             .outcome
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
         let mut extra = serde_json::Map::new();
+        if let Some(read) = read_now {
+            extra.insert("read".into(), read.to_json());
+        }
         if !trial.cv.is_empty() {
             extra.insert("cv".into(), cross_validation(&trial.cv));
         }
@@ -295,7 +310,8 @@ fn corgipile_explain(
     params.verbose = false;
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
-        let prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new(), None);
+        let mut prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new(), None);
+        since::apply(&mut prepared);
         if let Some(leaves) = crate::shard::sharded_leaves(prepared.relid) {
             let text = explain_sharded(&prepared, leaves, analyze, explain_format);
             let rows = match explain_format {

@@ -60,6 +60,9 @@ pub struct ParamError {
 const MAX_EPOCHS: u64 = 1_000_000;
 /// At most this many `group_by` columns.
 const MAX_GROUP_COLUMNS: usize = 8;
+/// With `since`: the default share of the older blocks read again each epoch (chosen by
+/// `make bench-incremental`, see bench/results/incremental.md).
+pub const DEFAULT_REPLAY: f64 = 0.1;
 /// With `group_by`: the default fewest rows of a group with a model of its own.
 pub const DEFAULT_MIN_GROUP_ROWS: u64 = 100;
 const MAX_BATCH: u64 = 1_000_000;
@@ -597,6 +600,24 @@ train_params! {
         parse: get_model_key,
         json: |x| x.as_ref().map_or(Value::Null, ModelKey::to_json),
     },
+    /// Incremental training: only the blocks added since that model was trained.
+    since: Option<ModelKey> = None => {
+        shown: "`null`",
+        accepts: "a model id, or a model name (its deployed version)",
+        meaning: "read only the table's pages added since that model was trained (it records the table's size), plus a `replay` sample of the older ones, and continue from that model (`warm_start`); see [Incremental training](#incremental-training-since)",
+        rule: "null, a model id (an integer >= 1) or a model name (default null); not with \"folds\" or \"group_by\"",
+        parse: get_model_key,
+        json: |x| x.as_ref().map_or(Value::Null, ModelKey::to_json),
+    },
+    /// With `since`: the fraction of the older blocks read again each epoch.
+    replay: Option<f64> = None => {
+        shown: "`0.1` (with `since`)",
+        accepts: "number in [0, 1]",
+        meaning: "with `since`: the fraction of the older blocks read again each epoch (a fresh uniform sample per epoch), so the model does not forget them",
+        rule: "a number >= 0 and <= 1; needs \"since\" (default 0.1)",
+        parse: |k, v| get_float(k, v, |x| (0.0..=1.0).contains(&x)).map(Some),
+        json: |x| json!(x),
+    },
     /// The model's name: each training of a name stores a new version of it.
     name: Option<String> = None => {
         shown: "`null`",
@@ -664,6 +685,7 @@ impl TrainParams {
         p.check_folds()?;
         p.check_groups()?;
         p.check_search(value, kind)?;
+        p.check_since()?;
         if p.warm_start.is_some() && (p.folds.is_some() || p.group_by.is_some()) {
             let key = if p.folds.is_some() {
                 "folds"
@@ -684,6 +706,23 @@ impl TrainParams {
         Ok(p)
     }
 
+    /// `since` continues its model (the warm start, unless another is named) and reads a
+    /// `replay` sample of the older blocks (default [`DEFAULT_REPLAY`]).
+    fn check_since(&mut self) -> Result<(), ParamError> {
+        match &self.since {
+            None if self.replay.is_some() => Err(ParamError {
+                message: "\"replay\" needs \"since\"".into(),
+                hint: Some("replay is the share of the older blocks an incremental training reads again: add \"since\": \"<model name>\".".into()),
+            }),
+            None => Ok(()),
+            Some(key) => {
+                self.replay.get_or_insert(DEFAULT_REPLAY);
+                self.warm_start.get_or_insert_with(|| key.clone());
+                Ok(())
+            }
+        }
+    }
+
     /// The effective parameters as a JSON object with every key.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
@@ -697,7 +736,9 @@ impl TrainParams {
                     || GROUP_KEYS.contains(&spec.name)
                     || spec.name == "folds"
                     || spec.name == "where"
-                    || spec.name == "warm_start")
+                    || spec.name == "warm_start"
+                    || spec.name == "since"
+                    || spec.name == "replay")
             {
                 continue;
             }

@@ -40,6 +40,15 @@ struct PageCursor {
     nulls: Vec<bool>,
 }
 
+/// An incremental training's blocks: `blocks[..old_blocks]` end before page `page`, the others
+/// were added since; each epoch reads every new block and a fresh `replay` share of the old.
+#[derive(Clone, Copy)]
+struct Since {
+    page: u32,
+    old_blocks: usize,
+    replay: f64,
+}
+
 /// One block: a range of pages of one leaf.
 #[derive(Clone, Copy)]
 struct Block {
@@ -80,6 +89,8 @@ pub struct BlockShuffle {
     pub plain_columns: Option<Vec<usize>>,
     /// The page reader's quals (a `"where"` filter, row-level security), if any.
     filter: Option<PageFilter>,
+    /// `"since"`: the new blocks every epoch, and a sample of the old ones.
+    since: Option<Since>,
     // What EXPLAIN ANALYZE reports.
     pub blocks_read: u64,
     pub pages_read: u64,
@@ -116,7 +127,23 @@ impl BlockShuffle {
 
     fn draw_order(&mut self) {
         let shuffle = self.config.params.shuffle.shuffles_blocks();
-        self.order = block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle);
+        self.order = match self.since {
+            None => block_order(self.blocks.len(), self.config.seed(), self.epoch, shuffle),
+            Some(since) => {
+                // A uniform sample of the old blocks (its own seeded permutation's first k),
+                // with every new block, in the epoch's order.
+                let old = since.old_blocks;
+                let k = ((since.replay * old as f64).round() as usize).min(old);
+                let salt = self.config.seed() ^ 0x5eed_0f01_db10_c0de;
+                let mut chosen: Vec<usize> = block_order(old, salt, self.epoch, true)[..k].to_vec();
+                chosen.sort_unstable();
+                chosen.extend(old..self.blocks.len());
+                block_order(chosen.len(), self.config.seed(), self.epoch, shuffle)
+                    .into_iter()
+                    .map(|i| chosen[i])
+                    .collect()
+            }
+        };
         if self.share.processes > 1 {
             // Every process draws the same order and keeps its positions of it.
             let BlockShare { rank, processes } = self.share;
@@ -349,19 +376,43 @@ unsafe fn begin(
         pg_sys::BLCKSZ,
         buffer_pages(&config, &leaves, n_pages),
     );
-    let blocks = leaf_pages
-        .iter()
-        .enumerate()
-        .flat_map(|(leaf, &pages)| {
-            split_blocks(pages, block_pages)
-                .into_iter()
-                .map(move |(start, len)| Block {
-                    leaf: leaf as u32,
+    // "since" (one table): the blocks before its first new page, then the new ones.
+    let from = match (config.read_from, leaf_pages.as_slice()) {
+        (Some(r), [pages]) => Some(r.pages.min(*pages)),
+        _ => None,
+    };
+    let blocks: Vec<Block> = match from {
+        Some(from) => {
+            let old = split_blocks(from, block_pages);
+            let new = split_blocks(leaf_pages[0] - from, block_pages);
+            old.into_iter()
+                .chain(new.into_iter().map(|(start, len)| (start + from, len)))
+                .map(|(start, len)| Block {
+                    leaf: 0,
                     start,
                     len,
                 })
-        })
-        .collect();
+                .collect()
+        }
+        None => leaf_pages
+            .iter()
+            .enumerate()
+            .flat_map(|(leaf, &pages)| {
+                split_blocks(pages, block_pages)
+                    .into_iter()
+                    .map(move |(start, len)| Block {
+                        leaf: leaf as u32,
+                        start,
+                        len,
+                    })
+            })
+            .collect(),
+    };
+    let since = from.map(|from| Since {
+        page: from,
+        old_blocks: blocks.iter().take_while(|b| b.start < from).count(),
+        replay: config.read_from.map_or(0.0, |r| r.replay),
+    });
     let mut state = BlockShuffle {
         config,
         leaves,
@@ -381,6 +432,7 @@ unsafe fn begin(
         last_tid: pg_sys::ItemPointerData::default(),
         plain_columns: plain,
         filter,
+        since,
         blocks_read: 0,
         pages_read: 0,
         epochs_started: 0,
@@ -452,6 +504,22 @@ impl Node for BlockShuffle {
             ),
         );
         explain::int(es, "Blocks", state.blocks.len() as i64);
+        if let Some(since) = state.since {
+            let old = since.old_blocks;
+            let replayed = ((since.replay * old as f64).round() as usize).min(old);
+            explain::text(
+                es,
+                "Since",
+                &format!(
+                    "page {}: {} new blocks and {} of {} older ones ({}) per epoch",
+                    since.page,
+                    state.blocks.len() - old,
+                    replayed,
+                    old,
+                    since.replay
+                ),
+            );
+        }
         explain::text(es, "Block Order", order);
         explain::int(es, "Seed", state.config.seed() as i64);
         if explain::analyzing(es) {

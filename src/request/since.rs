@@ -1,0 +1,143 @@
+//! `"since"`: incremental training on an append-mostly table. Every training of a single heap
+//! table records what it read in the model's `metrics->'read'` (the table, its size in pages
+//! before the scan began, its file); a training `since` that model reads only the pages added
+//! after them (from the last page it read, whose free space new rows may have filled), plus a
+//! `replay` sample of the older blocks, and continues from it.
+//!
+//! What this means for rows that change: a row inserted into free space of an old page (after
+//! a DELETE, an UPDATE, a VACUUM) is not read again unless the replay sample holds its block;
+//! an UPDATEd row whose new version lands on a new page is read again; a DELETEd row is no
+//! longer read, but the model it continues has learned from it. A table rewritten since (VACUUM
+//! FULL, CLUSTER, TRUNCATE, ALTER TABLE that rewrites), or that shrank, has no "added pages":
+//! the whole table is read (a NOTICE says so), still starting from the model.
+
+use crate::pg::error::{notice, raise};
+use crate::pipeline::ReadFrom;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+/// What a training read of its table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TableRead {
+    pub relid: u32,
+    pub pages: u32,
+    pub filenode: u32,
+}
+
+impl TableRead {
+    /// `table`'s identity and size now; None unless it is one heap table (or materialized
+    /// view) without inheritance children, whose page numbers say what was added.
+    ///
+    /// # Safety
+    /// Backend thread, in a transaction.
+    pub unsafe fn now(table: pg_sys::Oid) -> Option<TableRead> {
+        let kind = pg_sys::get_rel_relkind(table) as u8;
+        if kind != pg_sys::RELKIND_RELATION && kind != pg_sys::RELKIND_MATVIEW {
+            return None;
+        }
+        // SAFETY: the training reads the table: it takes this lock anyway.
+        let rel = pg_sys::relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let read = (!(*(*rel).rd_rel).relhassubclass).then(|| TableRead {
+            relid: table.to_u32(),
+            pages: pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM),
+            filenode: (*(*rel).rd_rel).relfilenode.to_u32(),
+        });
+        pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        read
+    }
+
+    pub fn to_json(self) -> serde_json::Value {
+        serde_json::json!({"relid": self.relid, "pages": self.pages, "filenode": self.filenode})
+    }
+
+    /// What model `id` (one the caller may see) recorded, if anything.
+    fn of_model(id: i64) -> Option<TableRead> {
+        let json = Spi::get_one_with_args::<pgrx::JsonB>(
+            "SELECT metrics->'read' FROM corgipile.models WHERE id = $1",
+            &[id.into()],
+        )
+        .ok()
+        .flatten()?
+        .0;
+        let field = |k: &str| json.get(k)?.as_u64().and_then(|v| u32::try_from(v).ok());
+        Some(TableRead {
+            relid: field("relid")?,
+            pages: field("pages")?,
+            filenode: field("filenode")?,
+        })
+    }
+}
+
+/// The share of `table` a training since model `since_id` reads.
+///
+/// # Safety
+/// Backend thread, in a transaction.
+pub unsafe fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) -> ReadFrom {
+    let Some(now) = TableRead::now(table) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("\"since\" reads the pages added to one table, and {relname} is partitioned or has inheritance children"),
+            Some("Train each partition with its own model, or train without \"since\" (\"warm_start\" continues a model on every row).".into()),
+        );
+    };
+    let Some(then) = TableRead::of_model(since_id) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("\"since\": model {since_id} does not record the table it read"),
+            Some("Models trained by corgipile 0.5.0 or later on one table record it (metrics->'read'); train once without \"since\" first.".into()),
+        );
+    };
+    if then.relid != now.relid {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("\"since\": model {since_id} was trained on another table than {relname}"),
+            Some("An incremental training reads what was added to the table its model read; use \"warm_start\" to continue a model on another table.".into()),
+        );
+    }
+    let pages = if then.filenode != now.filenode {
+        notice(format!(
+            "corgipile: {relname} was rewritten since model {since_id} was trained (VACUUM FULL, CLUSTER, TRUNCATE or ALTER TABLE): reading all of it"
+        ));
+        0
+    } else if now.pages < then.pages {
+        notice(format!(
+            "corgipile: {relname} has {} pages, fewer than the {} model {since_id} read (VACUUM truncated it): reading all of it",
+            now.pages, then.pages
+        ));
+        0
+    } else {
+        // From the last page it read: rows appended since may have filled its free space.
+        then.pages.saturating_sub(1)
+    };
+    if now.pages == then.pages && then.filenode == now.filenode {
+        notice(format!(
+            "corgipile: no page was added to {relname} since model {since_id} was trained: reading its last page and the replay sample of the older blocks"
+        ));
+    }
+    ReadFrom { pages, replay }
+}
+
+/// With `"since"`: the share of the table `prepared` reads (a training or its EXPLAIN).
+///
+/// # Safety
+/// Backend thread, in a transaction.
+pub(crate) unsafe fn apply(prepared: &mut super::Prepared) {
+    let params = &prepared.config.params;
+    let Some(key) = &params.since else {
+        return;
+    };
+    let since_id = crate::catalog::load_model_ref(match key {
+        corgipile_ml::params::ModelKey::Id(id) => crate::catalog::ModelRef::Id(*id),
+        corgipile_ml::params::ModelKey::Name(name) => crate::catalog::ModelRef::Name(name),
+    })
+    .id;
+    let replay = params
+        .replay
+        .unwrap_or(corgipile_ml::params::DEFAULT_REPLAY);
+    prepared.config.read_from = Some(read_from(
+        since_id,
+        prepared.table,
+        &prepared.config.relation,
+        replay,
+    ));
+}
