@@ -148,6 +148,14 @@ impl RowDecoder {
                         Encoder::Ready(p) => p.number(i, v, &mut row),
                     }
                 }
+                Source::Time(_) => {
+                    // The query reads it as float8 seconds (see query::column_source).
+                    let v = (!null).then(|| f64::from_bits(datum.value() as u64));
+                    match encoder {
+                        Encoder::Learning(s) => s.time(i, v),
+                        Encoder::Ready(p) => p.time(i, v, &mut row),
+                    }
+                }
                 Source::Text => {
                     let mut text = |v: Option<&[u8]>| match encoder {
                         Encoder::Learning(s) => s.text(i, v),

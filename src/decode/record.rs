@@ -28,6 +28,9 @@ pub enum Read {
     FloatArray,
     /// Other numeric arrays (int2/int4/int8/numeric elements), converted element by element.
     NumberArray(pg_sys::Oid),
+    /// date, timestamp, timestamptz, time, interval (the base type): seconds, by the functions
+    /// the training query called (see `time_seconds`).
+    Time(pg_sys::Oid),
 }
 
 /// How a column of `source`'s kind and of type `base` (a base type) is read; None if it cannot
@@ -48,6 +51,16 @@ pub unsafe fn read_for(source: Source, base: pg_sys::Oid) -> Option<Read> {
         }
         (Source::NumberArray, pg_sys::FLOAT8ARRAYOID | pg_sys::FLOAT4ARRAYOID) => {
             Some(Read::FloatArray)
+        }
+        (Source::Time(kind), b) => {
+            use corgipile_ml::preprocess::TimeKind;
+            let fits = match kind {
+                TimeKind::Date => b == pg_sys::DATEOID,
+                TimeKind::Timestamp => b == pg_sys::TIMESTAMPOID || b == pg_sys::TIMESTAMPTZOID,
+                TimeKind::Time => b == pg_sys::TIMEOID,
+                TimeKind::Interval => b == pg_sys::INTERVALOID,
+            };
+            fits.then_some(Read::Time(b))
         }
         (Source::NumberArray, b) => match pg_sys::get_element_type(b) {
             e @ (pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID | pg_sys::NUMERICOID) => {
@@ -152,6 +165,10 @@ impl RecordColumns {
                     }
                     Ok(())
                 }
+                Read::Time(base) => {
+                    let v = (!null).then(|| time_seconds(datum, base, p.zone(i)));
+                    p.time(i, v, row)
+                }
                 Read::FloatArray | Read::NumberArray(_) => {
                     let values = if null {
                         None
@@ -219,6 +236,36 @@ impl RecordColumns {
             indices: &self.encoded.indices,
             values: &self.encoded.values,
         })
+    }
+}
+
+/// A date/time datum of type `base` as the training query read it: `date_part('epoch', ...)`
+/// of the value (a date as a timestamp, a timestamptz on the wall clock of `zone`).
+///
+/// # Safety
+/// Backend thread; `datum` is a non-NULL value of `base`.
+unsafe fn time_seconds(datum: pg_sys::Datum, base: pg_sys::Oid, zone: Option<&str>) -> f64 {
+    let epoch = "epoch".into_datum();
+    let part =
+        |f, value| pgrx::direct_function_call::<f64>(f, &[epoch, Some(value)]).unwrap_or(f64::NAN);
+    let timestamp = |value| {
+        pgrx::direct_function_call::<pg_sys::Datum>(
+            pg_sys::timestamptz_zone,
+            &[zone.unwrap_or("UTC").into_datum(), Some(value)],
+        )
+        .unwrap_or(value)
+    };
+    match base {
+        pg_sys::DATEOID => {
+            let ts =
+                pgrx::direct_function_call::<pg_sys::Datum>(pg_sys::date_timestamp, &[Some(datum)])
+                    .unwrap_or(datum);
+            part(pg_sys::timestamp_part, ts)
+        }
+        pg_sys::TIMESTAMPTZOID => part(pg_sys::timestamp_part, timestamp(datum)),
+        pg_sys::TIMEOID => part(pg_sys::time_part, datum),
+        pg_sys::INTERVALOID => part(pg_sys::interval_part, datum),
+        _ => part(pg_sys::timestamp_part, datum),
     }
 }
 

@@ -116,6 +116,7 @@ unsafe fn layout_for(
                 Source::Number => "a number or boolean",
                 Source::Text => "text (text, varchar, char, name or an enum)",
                 Source::NumberArray => "a numeric array",
+                Source::Time(kind) => kind.name(),
             };
             raise(
                 PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,

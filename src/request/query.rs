@@ -8,7 +8,7 @@ use crate::decode::datum::LabelKind;
 use crate::pg::error::raise;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
-use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source};
+use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source, TimeKind};
 use pgrx::spi::{quote_identifier, quote_qualified_identifier};
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
@@ -376,9 +376,31 @@ pub unsafe fn resolve(
 
 /// How a column of type `t` is read as a feature, and the SQL expression that reads it;
 /// None for a type we cannot encode.
-unsafe fn column_source(column: &str, t: pg_sys::Oid) -> Option<(Source, String)> {
+unsafe fn column_source(column: &str, t: pg_sys::Oid, zone: &str) -> Option<(Source, String)> {
     let base = pg_sys::getBaseType(t);
     let col = quote_identifier(column);
+    // Dates and times as float8 seconds by PostgreSQL's own date_part (prediction from a row
+    // calls the same functions); a timestamptz on the wall clock of `zone`.
+    let epoch = |kind, of: String| {
+        Some((
+            Source::Time(kind),
+            format!("pg_catalog.date_part('epoch', {of})"),
+        ))
+    };
+    match base {
+        pg_sys::DATEOID => return epoch(TimeKind::Date, format!("{col}::pg_catalog.timestamp")),
+        pg_sys::TIMESTAMPOID => return epoch(TimeKind::Timestamp, col),
+        pg_sys::TIMESTAMPTZOID => {
+            let zone = pgrx::spi::quote_literal(zone);
+            return epoch(
+                TimeKind::Timestamp,
+                format!("pg_catalog.timezone({zone}, {col})"),
+            );
+        }
+        pg_sys::TIMEOID => return epoch(TimeKind::Time, col),
+        pg_sys::INTERVALOID => return epoch(TimeKind::Interval, col),
+        _ => {}
+    }
     if LabelKind::from_type(base).is_some() && base != pg_sys::NUMERICOID {
         // Read as stored (boolean, integers, floats: converted to f64 as the casts would),
         // so the query stays plain columns and can take the page reader.
@@ -394,11 +416,20 @@ unsafe fn column_source(column: &str, t: pg_sys::Oid) -> Option<(Source, String)
     }
 }
 
+/// The session's TimeZone setting (what a timestamptz is shown in).
+unsafe fn session_time_zone() -> String {
+    let zone = pg_sys::GetConfigOption(c"TimeZone".as_ptr(), false, false);
+    if zone.is_null() {
+        return "UTC".into();
+    }
+    CStr::from_ptr(zone).to_string_lossy().into_owned()
+}
+
 fn unsupported_type(relname: &str, column: &str, found: String) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
         format!("feature column \"{column}\" of {relname} has type {found}, which corgipile cannot encode"),
-        Some("Feature columns may be numbers, boolean, text-like (text, varchar, char, enums) or numeric arrays; leave this one out (\"exclude\" with \"*\"), or compute a supported column from it.".into()),
+        Some("Feature columns may be numbers, boolean, text-like (text, varchar, char, enums), dates and times (date, timestamp, timestamptz, time, interval) or numeric arrays; leave this one out (\"exclude\" with \"*\"), or compute a supported column from it.".into()),
     )
 }
 
@@ -454,6 +485,7 @@ unsafe fn tabular_columns(
 ) -> (Vec<String>, PreprocessSpec) {
     let mut exprs = Vec::with_capacity(names.len());
     let mut plans = Vec::with_capacity(names.len());
+    let session_zone = session_time_zone();
     for (i, name) in names.iter().enumerate() {
         if name == label {
             raise(
@@ -467,7 +499,12 @@ unsafe fn tabular_columns(
             Tabular::Train { .. } => "features",
         };
         let t = column_type(relid, relname, name, param);
-        let Some((source, expr)) = column_source(name, t) else {
+        // A timestamptz is read in the session's time zone at training, in the model's after.
+        let zone = match &tabular {
+            Tabular::Train { .. } => session_zone.clone(),
+            Tabular::Stored(p) => p.zone(i).unwrap_or("UTC").to_owned(),
+        };
+        let Some((source, expr)) = column_source(name, t, &zone) else {
             unsupported_type(relname, name, type_name(t))
         };
         exprs.push(expr);
@@ -475,7 +512,7 @@ unsafe fn tabular_columns(
             Tabular::Train {
                 options, normalize, ..
             } => {
-                let plan = ColumnPlan::resolve(name, source, options.get(name), *normalize)
+                let mut plan = ColumnPlan::resolve(name, source, options.get(name), *normalize)
                     .unwrap_or_else(|problem| {
                         raise(
                             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -483,6 +520,9 @@ unsafe fn tabular_columns(
                             None,
                         )
                     });
+                if pg_sys::getBaseType(t) == pg_sys::TIMESTAMPTZOID {
+                    plan.zone = Some(zone);
+                }
                 plans.push(plan);
             }
             Tabular::Stored(p) => {
@@ -492,6 +532,7 @@ unsafe fn tabular_columns(
                         Source::Number => "a number or boolean",
                         Source::Text => "text",
                         Source::NumberArray => "a numeric array",
+                        Source::Time(kind) => kind.name(),
                     };
                     raise(
                         PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,

@@ -11,6 +11,7 @@ use crate::hash::{fnv1a, fold_mul_fold};
 use crate::stats::Standardizer;
 
 use super::options::null_action;
+use super::time::{encode_parts, part_feature_name, TimeKind, TimePart};
 use super::{CategoryMap, Impute, NullAction, PreprocessError, Source, CATEGORY_OVERHEAD};
 
 /// How one column becomes features.
@@ -34,6 +35,17 @@ pub enum Encoding {
     },
     /// One feature per bucket; NULL sets none.
     Hash { buckets: u32 },
+    /// A date/time column's parts (see `time`); `fill` replaces a NULL's value part (its
+    /// other parts are left out), `mean`/`std` are the value part's training statistics,
+    /// `zone` the time zone a `timestamptz` is read in.
+    Time {
+        kind: TimeKind,
+        parts: Vec<TimePart>,
+        zone: Option<String>,
+        fill: f64,
+        mean: f64,
+        std: f64,
+    },
 }
 
 impl Encoding {
@@ -47,6 +59,7 @@ impl Encoding {
                 null,
             } => categories.len() + *other as usize + *null as usize,
             Encoding::Hash { buckets } => *buckets as usize,
+            Encoding::Time { parts, .. } => parts.iter().map(|p| p.width()).sum(),
         }
     }
 }
@@ -220,6 +233,31 @@ impl Preprocessor {
         Ok(())
     }
 
+    /// A date/time column's value in seconds (None = NULL: the value part imputed, the other
+    /// parts left out).
+    pub fn time(
+        &self,
+        col: usize,
+        seconds: Option<f64>,
+        out: &mut EncodedRow,
+    ) -> Result<(), PreprocessError> {
+        let c = &self.columns[col];
+        let Encoding::Time {
+            kind, parts, fill, ..
+        } = &c.encoding
+        else {
+            unreachable!("column {col} is a date/time column")
+        };
+        let value = seconds.map_or(*fill, |s| kind.value(s));
+        if !value.is_finite() {
+            return Err(PreprocessError::NotFinite {
+                column: c.name.clone(),
+            });
+        }
+        encode_parts(parts, seconds, value, c.offset, |j, v| out.push(j, v));
+        Ok(())
+    }
+
     /// Whether an array of `len` elements fits column `col` (checked before conversion).
     pub fn check_array(&self, col: usize, len: usize) -> Result<(), PreprocessError> {
         let expected = self.array_len(col);
@@ -315,6 +353,18 @@ impl Preprocessor {
                         set(c.offset + k, *m, *s)
                     }
                 }
+                Encoding::Time {
+                    parts, mean, std, ..
+                } => {
+                    // Only the value part is a number; sin/cos and categories stay as they are.
+                    let mut at = c.offset;
+                    for part in parts {
+                        if *part == TimePart::Value {
+                            set(at, *mean, *std);
+                        }
+                        at += part.width();
+                    }
+                }
                 _ => {}
             }
         }
@@ -326,7 +376,7 @@ impl Preprocessor {
     }
 
     /// The readable name of feature `j`: `col`, `col[3]` (1-based), `col=value`,
-    /// `col=(other)`, `col=(null)`, `col#17` (a hash bucket).
+    /// `col=(other)`, `col=(null)`, `col#17` (a hash bucket), `col.dow=Mon`, `col.hour_sin`.
     pub fn feature_name(&self, j: usize) -> String {
         let at = self.columns.partition_point(|c| c.offset <= j);
         let c = &self.columns[at.saturating_sub(1)];
@@ -342,6 +392,7 @@ impl Preprocessor {
                 None => format!("{}=(null)", c.name),
             },
             Encoding::Hash { .. } => format!("{}#{}", c.name, k),
+            Encoding::Time { parts, .. } => part_feature_name(&c.name, parts, k),
         }
     }
 
@@ -370,6 +421,14 @@ impl Preprocessor {
                 _ => 0,
             })
             .sum()
+    }
+
+    /// The time zone a `timestamptz` column `col` is read in (None for other columns).
+    pub fn zone(&self, col: usize) -> Option<&str> {
+        match &self.columns[col].encoding {
+            Encoding::Time { zone, .. } => zone.as_deref(),
+            _ => None,
+        }
     }
 
     /// The columns a row must have, by name.

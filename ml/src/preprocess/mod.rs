@@ -15,12 +15,14 @@
 //! which is what makes centering them on a sparse row exact.
 //!
 //! Files: `options` (the user's options per column and the plan they resolve to), `statistics`
-//! ([`StatsBuilder`]), `encode` ([`Preprocessor`]: encoding rows, the scaling, feature names).
+//! ([`StatsBuilder`]), `encode` ([`Preprocessor`]: encoding rows, the scaling, feature names),
+//! `time` (a date/time column's parts).
 //! The category buckets hash with [`crate::hash`].
 
 mod encode;
 mod options;
 mod statistics;
+mod time;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -29,10 +31,11 @@ use crate::hash::FxHasher;
 
 pub use encode::{bucket, EncodedColumn, EncodedRow, Encoding, Preprocessor};
 pub use options::{
-    fixed_width, ColumnOptions, ColumnPlan, Encode, Impute, NullAction, PreprocessOptions, Scale,
-    Source, DEFAULT_BUCKETS, MAX_BUCKETS,
+    ColumnOptions, ColumnPlan, Encode, Impute, NullAction, PreprocessOptions, Scale, Source,
+    DEFAULT_BUCKETS, MAX_BUCKETS,
 };
 pub use statistics::StatsBuilder;
+pub use time::{TimeKind, TimePart};
 
 /// Why a row or the statistics cannot be used.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::time::{TimeKind, TimePart};
+
 /// What a column holds, as the SQL side reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -17,6 +19,8 @@ pub enum Source {
     Text,
     /// A one-dimensional numeric array, one feature per element.
     NumberArray,
+    /// A date, timestamp, time or interval, read as seconds (see `time`): its parts.
+    Time(TimeKind),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +85,8 @@ pub struct ColumnOptions {
     pub buckets: Option<u32>,
     pub impute: Option<Impute>,
     pub scale: Option<Scale>,
+    /// Date/time columns: the parts that become features.
+    pub parts: Option<Vec<TimePart>>,
 }
 
 impl ColumnOptions {
@@ -126,6 +132,22 @@ impl ColumnOptions {
                         s => return Err(format!("unknown scale \"{s}\" (standard or none)")),
                     })
                 }
+                "parts" => {
+                    let list = value.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
+                        format!("\"parts\" must be a non-empty array of \"value\", \"hour\", \"dow\", \"month\", got {value}")
+                    })?;
+                    let mut parts = Vec::new();
+                    for item in list {
+                        let part = item.as_str().and_then(TimePart::parse).ok_or_else(|| {
+                            format!("unknown part {item} (value, hour, dow or month)")
+                        })?;
+                        if parts.contains(&part) {
+                            return Err(format!("part \"{}\" is listed twice", part.name()));
+                        }
+                        parts.push(part);
+                    }
+                    o.parts = Some(parts);
+                }
                 "buckets" => {
                     let n = value
                         .as_u64()
@@ -137,7 +159,7 @@ impl ColumnOptions {
                 }
                 k => {
                     return Err(format!(
-                        "unknown option \"{k}\" (encode, buckets, impute, scale)"
+                        "unknown option \"{k}\" (encode, buckets, impute, scale, parts)"
                     ))
                 }
             }
@@ -162,6 +184,9 @@ impl ColumnOptions {
         if let Some(s) = self.scale {
             m.insert("scale".into(), json!(s));
         }
+        if let Some(p) = &self.parts {
+            m.insert("parts".into(), json!(p));
+        }
         Value::Object(m)
     }
 }
@@ -178,6 +203,13 @@ pub struct ColumnPlan {
     pub buckets: u32,
     pub impute: Impute,
     pub scale: Scale,
+    /// Date/time columns: the parts that become features, in order.
+    #[serde(default)]
+    pub parts: Vec<TimePart>,
+    /// `timestamptz` columns: the time zone whose wall clock they are read on (the session's
+    /// at training; stored, so that prediction reads them alike).
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 impl ColumnPlan {
@@ -191,6 +223,25 @@ impl ColumnPlan {
     ) -> Result<ColumnPlan, String> {
         let o = options.cloned().unwrap_or_default();
         let numeric = source != Source::Text;
+        let parts = match (source, &o.parts) {
+            (Source::Time(kind), parts) => {
+                let parts = parts.clone().unwrap_or_else(|| kind.default_parts());
+                if let Some(p) = parts.iter().find(|p| !kind.has(**p)) {
+                    return Err(format!(
+                        "\"parts\": {} has no \"{}\"",
+                        kind.name(),
+                        p.name()
+                    ));
+                }
+                parts
+            }
+            (_, Some(_)) => {
+                return Err(
+                    "\"parts\" applies to date, timestamp, time and interval columns".into(),
+                )
+            }
+            (_, None) => Vec::new(),
+        };
         if numeric && o.encode.is_some() {
             return Err("\"encode\" applies to text columns; this column is numeric".into());
         }
@@ -222,6 +273,8 @@ impl ColumnPlan {
             } else {
                 Scale::None
             }),
+            parts,
+            zone: None,
         })
     }
 
@@ -238,30 +291,19 @@ pub(super) fn null_action(impute: Impute) -> NullAction {
     }
 }
 
-/// (source, encode, buckets) of each column, for [`fixed_width`].
-fn plans_width(plans: &[ColumnPlan]) -> Vec<(Source, Encode, u32)> {
-    plans
-        .iter()
-        .map(|p| (p.source, p.encode, p.buckets))
-        .collect()
-}
-
-/// The features a list of columns has whatever the data: one per number column, the buckets
-/// of each hashed column (checked against the model limit before any row is read).
-pub fn fixed_width(columns: &[(Source, Encode, u32)]) -> usize {
-    columns
-        .iter()
-        .map(|&(source, encode, buckets)| match (source, encode) {
-            (Source::Number, _) => 1,
-            (Source::Text, Encode::Hash) => buckets as usize,
-            _ => 0,
-        })
-        .sum()
-}
-
 impl ColumnPlan {
-    /// The features the plans have whatever the data (see [`fixed_width`]).
+    /// The features the plans have whatever the data: one per number column, the buckets of
+    /// each hashed column, a date/time column's parts (checked against the model limit before
+    /// any row is read).
     pub fn fixed_width(plans: &[ColumnPlan]) -> usize {
-        fixed_width(&plans_width(plans))
+        plans
+            .iter()
+            .map(|p| match (p.source, p.encode) {
+                (Source::Number, _) => 1,
+                (Source::Text, Encode::Hash) => p.buckets as usize,
+                (Source::Time(_), _) => p.parts.iter().map(|t| t.width()).sum(),
+                _ => 0,
+            })
+            .sum()
     }
 }

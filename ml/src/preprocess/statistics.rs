@@ -12,6 +12,8 @@ use super::{
 #[derive(Clone, Debug)]
 enum ColumnStats {
     Number(Welford),
+    /// A date/time column: the moments of its value part.
+    Time(Welford),
     Array(Option<Vec<Welford>>),
     Categories(CategoryMap<u64>, u64),
     Hashed,
@@ -48,6 +50,7 @@ impl StatsBuilder {
             .map(|p| match (p.source, p.encode) {
                 (Source::Number, _) => ColumnStats::Number(Welford::default()),
                 (Source::NumberArray, _) => ColumnStats::Array(None),
+                (Source::Time(_), _) => ColumnStats::Time(Welford::default()),
                 (Source::Text, Encode::OneHot) => {
                     ColumnStats::Categories(CategoryMap::default(), 0)
                 }
@@ -80,6 +83,19 @@ impl StatsBuilder {
                 return Err(not_finite(&self.plans[col]));
             }
             m.push(v);
+        }
+        Ok(())
+    }
+
+    /// A date/time column's value in seconds (see `time`).
+    pub fn time(&mut self, col: usize, seconds: Option<f64>) -> Result<(), PreprocessError> {
+        if let (ColumnStats::Time(m), Some(s), Source::Time(kind)) =
+            (&mut self.columns[col], seconds, self.plans[col].source)
+        {
+            if !s.is_finite() {
+                return Err(not_finite(&self.plans[col]));
+            }
+            m.push(kind.value(s));
         }
         Ok(())
     }
@@ -178,6 +194,24 @@ impl StatsBuilder {
                 ColumnStats::Number(m) => {
                     let (mean, std) = m.mean_std();
                     Encoding::Number {
+                        fill: if plan.impute == Impute::Zero {
+                            0.0
+                        } else {
+                            mean
+                        },
+                        mean,
+                        std,
+                    }
+                }
+                ColumnStats::Time(m) => {
+                    let (mean, std) = m.mean_std();
+                    let Source::Time(kind) = plan.source else {
+                        unreachable!("time statistics belong to a time column")
+                    };
+                    Encoding::Time {
+                        kind,
+                        parts: plan.parts.clone(),
+                        zone: plan.zone.clone(),
                         fill: if plan.impute == Impute::Zero {
                             0.0
                         } else {

@@ -299,3 +299,76 @@ fn error_messages_are_pinned() {
         assert_eq!(e.to_string(), text);
     }
 }
+
+#[test]
+fn a_timestamp_column_becomes_its_parts_with_names_and_the_value_scaled() {
+    let mut plan = plan("at", Source::Time(TimeKind::Timestamp), None);
+    plan.zone = Some("Europe/Paris".into());
+    assert_eq!(ColumnPlan::fixed_width(std::slice::from_ref(&plan)), 22);
+    let mut s = StatsBuilder::new(vec![plan], 1 << 20, 1000);
+    // 2026-11-27 (a Friday) at 00:00 and at 12:00, and a NULL.
+    let friday = 20_784.0 * 86_400.0;
+    for v in [Some(friday), Some(friday + 43_200.0), None] {
+        s.begin_row();
+        s.time(0, v).unwrap();
+    }
+    let p = s.finish(10).unwrap();
+    assert_eq!(p.n_features, 22);
+    assert_eq!(p.zone(0), Some("Europe/Paris"));
+    let names: Vec<String> = (0..22).map(|j| p.feature_name(j)).collect();
+    assert_eq!(
+        &names[..4],
+        ["at", "at.hour_sin", "at.hour_cos", "at.dow=Mon"]
+    );
+    assert_eq!(names[6], "at.dow=Thu");
+    assert_eq!(names[21], "at.month=Dec");
+    let mut row = EncodedRow::default();
+    p.time(0, Some(friday + 43_200.0), &mut row).unwrap();
+    // value (days), sin/cos of noon, Friday, November.
+    assert_eq!(row.indices, vec![0, 1, 2, 7, 20]);
+    assert_eq!(row.values[0], 20_784.5);
+    assert!(row.values[1].abs() < 1e-12 && (row.values[2] + 1.0).abs() < 1e-12);
+    // A NULL: the value part imputed by the mean, no other part.
+    let mut null_row = EncodedRow::default();
+    p.time(0, None, &mut null_row).unwrap();
+    assert_eq!(
+        (null_row.indices.clone(), null_row.values.clone()),
+        (vec![0], vec![20_784.25])
+    );
+    // Only the value part is standardized.
+    let st = p.standardizer();
+    assert_eq!(st.mean[0], 20_784.25);
+    assert!(st.scale[0] > 1.0 && st.mean[1..].iter().all(|&m| m == 0.0));
+    assert!(st.scale[1..].iter().all(|&s| s == 1.0));
+    // Round trip through the stored JSON.
+    let back = Preprocessor::from_json(&p.to_json()).unwrap();
+    assert_eq!(back.feature_name(8), "at.dow=Sat");
+    assert_eq!(back.zone(0), Some("Europe/Paris"));
+}
+
+#[test]
+fn time_parts_options_are_checked() {
+    let parts = |v: Value| ColumnOptions::from_json(&json!({ "parts": v }));
+    assert_eq!(
+        parts(json!(["dow", "value"])).unwrap().parts,
+        Some(vec![TimePart::Dow, TimePart::Value])
+    );
+    for bad in [
+        json!([]),
+        json!(["day"]),
+        json!(["dow", "dow"]),
+        json!("dow"),
+    ] {
+        assert!(parts(bad.clone()).is_err(), "{bad}");
+    }
+    let hour = ColumnOptions::from_json(&json!({"parts": ["hour"]})).unwrap();
+    let resolve = |source| ColumnPlan::resolve("c", source, Some(&hour), true);
+    assert!(resolve(Source::Time(TimeKind::Date)).is_err());
+    assert!(resolve(Source::Number).is_err());
+    assert_eq!(
+        resolve(Source::Time(TimeKind::Time)).unwrap().parts,
+        vec![TimePart::Hour]
+    );
+    let encode = ColumnOptions::from_json(&json!({"encode": "hash"})).unwrap();
+    assert!(ColumnPlan::resolve("c", Source::Time(TimeKind::Date), Some(&encode), true).is_err());
+}
