@@ -111,3 +111,13 @@ CREATE FUNCTION "corgipile_predict_group"(
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_predict_group_wrapper';
+
+-- Training on a query's rows, spilled through the pile shuffle into a temporary table first.
+CREATE FUNCTION "corgipile_train_query"(
+	"query" TEXT, /* & str */
+	"model" TEXT, /* & str */
+	"params" jsonb DEFAULT '{}' /* ParamsArg */
+) RETURNS bigint /* i64 */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_train_query_wrapper';

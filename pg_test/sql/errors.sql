@@ -25,9 +25,6 @@ SELECT corgipile_train('clustered', 'svm', '{"label": "features"}');
 SELECT corgipile_train('clustered', 'svm', '{"features": "label"}');
 SELECT corgipile_train('clustered', 'svm', '{"label": "ctid"}');
 -- Relations that are not plain tables.
--- A view that is not a projection and a filter of one table (simple views train).
-CREATE VIEW clustered_view AS SELECT DISTINCT * FROM clustered;
-SELECT corgipile_train('clustered_view', 'svm');
 CREATE SEQUENCE some_seq;
 SELECT corgipile_train('some_seq', 'svm');
 -- A partitioned table is read through its partitions; with none, it has no rows.

@@ -5,7 +5,7 @@ pub mod args;
 mod predicate;
 pub mod query;
 pub mod since;
-mod view;
+pub mod view;
 pub mod warm_start;
 use crate::decode::classes::ClassValue;
 use crate::exec::sgd::SgdTask;

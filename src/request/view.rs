@@ -13,28 +13,32 @@ use std::ffi::CStr;
 /// is a mistake, or a loop through CREATE OR REPLACE).
 const MAX_DEPTH: usize = 32;
 
-/// The table whose pages a training of view `relid` reads (a heap table, a materialized view,
-/// or a partitioned table), through simple views nested in it; an ERROR for a view that is not
-/// a projection and a filter of one table.
+/// A view that is not a projection and a filter of one table (through simple views): its
+/// qualified name, for a training that spills its rows first; None for anything else.
 ///
 /// # Safety
-/// Backend thread, in a transaction; `relid` is a view.
-pub unsafe fn base_table(relid: pg_sys::Oid, relname: &str) -> pg_sys::Oid {
+/// Backend thread, in a transaction.
+pub unsafe fn must_spill(relid: pg_sys::Oid) -> Option<String> {
     let mut current = relid;
     for _ in 0..MAX_DEPTH {
-        // SAFETY: the view is locked as the query that reads it will lock it.
-        let rel = pg_sys::relation_open(current, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let query = pg_sys::get_view_query(rel);
-        let why_not = pg_sys::view_query_is_auto_updatable(query, false);
-        if !why_not.is_null() {
-            let reason = CStr::from_ptr(why_not).to_string_lossy().into_owned();
-            pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("cannot train on view {relname}: it is not a projection and a filter of one table ({reason})"),
-                Some("corgipile reads a view through its base table's pages when PostgreSQL could update the view automatically. For joins, aggregates or unions, CREATE TABLE ... AS SELECT from the view first and train on that table.".into()),
-            );
+        if pg_sys::get_rel_relkind(current) as u8 != pg_sys::RELKIND_VIEW {
+            return None;
         }
+        match simple_base(current) {
+            Ok(base) => current = base,
+            Err(_) => return Some(crate::request::query::qualified_name(relid)),
+        }
+    }
+    None
+}
+
+/// The base relation of a simple view, or why the view is not one.
+unsafe fn simple_base(view: pg_sys::Oid) -> Result<pg_sys::Oid, String> {
+    // SAFETY: the view is locked as the query that reads it will lock it.
+    let rel = pg_sys::relation_open(view, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let query = pg_sys::get_view_query(rel);
+    let why_not = pg_sys::view_query_is_auto_updatable(query, false);
+    let result = if why_not.is_null() {
         // SAFETY: an automatically updatable view has exactly one base relation, the first
         // item of its FROM list (view_query_is_auto_updatable checked that).
         let from = (*(*query).jointree).fromlist;
@@ -44,8 +48,30 @@ pub unsafe fn base_table(relid: pg_sys::Oid, relname: &str) -> pg_sys::Oid {
             .add((*item).rtindex as usize - 1))
         .ptr_value
         .cast::<pg_sys::RangeTblEntry>();
-        let base = (*rte).relid;
-        pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Ok((*rte).relid)
+    } else {
+        Err(CStr::from_ptr(why_not).to_string_lossy().into_owned())
+    };
+    pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+    result
+}
+
+/// The table whose pages a training of view `relid` reads (a heap table, a materialized view,
+/// or a partitioned table), through simple views nested in it; an ERROR for a view that is not
+/// a projection and a filter of one table.
+///
+/// # Safety
+/// Backend thread, in a transaction; `relid` is a view.
+pub unsafe fn base_table(relid: pg_sys::Oid, relname: &str) -> pg_sys::Oid {
+    let mut current = relid;
+    for _ in 0..MAX_DEPTH {
+        let base = simple_base(current).unwrap_or_else(|reason| {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("cannot read view {relname} with a block scan: it is not a projection and a filter of one table ({reason})"),
+                Some("corgipile_train and corgipile_explain spill such a view's rows first (through the pile shuffle into a temporary table); to evaluate on it, CREATE TABLE ... AS SELECT from the view first.".into()),
+            )
+        });
         if pg_sys::get_rel_relkind(base) as u8 != pg_sys::RELKIND_VIEW {
             return base;
         }

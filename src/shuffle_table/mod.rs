@@ -28,6 +28,7 @@ mod write;
 use write::{receive_slot, receiver_noop, receiver_startup, PileReceiver, Writer};
 
 mod piles;
+pub mod spill;
 use piles::{shuffle_pile, split_into_piles, tuple_body, LoadedPile, Pile};
 
 const KEYS: [&str; 3] = ["seed", "memory", "columns"];

@@ -16,7 +16,7 @@ use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::query::qualified_name;
 use crate::request::since::{self, TableRead};
 use crate::request::warm_start::WarmStart;
-use crate::request::{parse_model, parse_params, prepare};
+use crate::request::{parse_model, parse_params, prepare, random_seed};
 use crate::shard::{explain_sharded, train_sharded};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
@@ -29,6 +29,39 @@ use std::ffi::CStr;
 /// Trains a model on `relation` and stores it in corgipile.models; returns the model id.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+    // SAFETY: a catalog lookup on the backend thread, inside a transaction.
+    let input = match unsafe { crate::request::view::must_spill(relation.oid()) } {
+        Some(view) => Input::Spill {
+            select: format!("SELECT * FROM {view}"),
+            stored_as: view,
+        },
+        None => Input::Relation(relation.oid()),
+    };
+    train(input, model, params)
+}
+
+/// Trains a model on the rows of a query (one read-only SELECT, run as the caller), spilled
+/// through the pile shuffle into a temporary table first; returns the model id.
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_train_query(query: &str, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
+    train(
+        Input::Spill {
+            select: query.to_owned(),
+            stored_as: query.to_owned(),
+        },
+        model,
+        params,
+    )
+}
+
+/// What a training reads: a relation's pages, or the rows of a query spilled into a temporary
+/// table first (stored as `stored_as`: the view's name, or the query).
+enum Input {
+    Relation(pg_sys::Oid),
+    Spill { select: String, stored_as: String },
+}
+
+fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
     let kind = parse_model(model);
     let given = params;
     let params = parse_params(&given, kind);
@@ -61,6 +94,22 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
     }
     // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
     unsafe {
+        let (relid, spilled) = match &input {
+            Input::Relation(relid) => (*relid, None),
+            Input::Spill { select, stored_as } => {
+                if params.since.is_some() {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                        "\"since\" reads what was added to a table; a query or a view of several tables has no pages of its own",
+                        Some("Train the query without \"since\" (\"warm_start\" continues a model), or materialize it into a table you append to.".into()),
+                    );
+                }
+                let seed = params.seed.unwrap_or_else(random_seed);
+                let (temp, _rows) = crate::shuffle_table::spill::spill(select, seed, true);
+                crate::shuffle_table::spill::see_spill();
+                (temp, Some((temp, stored_as.clone())))
+            }
+        };
         // A list of columns with a validation relation: the preprocessing is learned first
         // (its own statistics pass), so that the validation rows are encoded with it.
         let learned = match (&params.validation, params.features.is_tabular()) {
@@ -69,7 +118,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             (Some(Validation::Relation(_)), true) => {
                 let mut p = params.clone();
                 p.validation = None;
-                Some(prepare(relation.oid(), kind, p, Mode::Train, Vec::new(), None).run(Learn))
+                Some(prepare(relid, kind, p, Mode::Train, Vec::new(), None).run(Learn))
             }
             _ => None,
         };
@@ -89,7 +138,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
                 .unwrap_or_default(),
         };
         let mut prepared = prepare(
-            relation.oid(),
+            relid,
             kind,
             params,
             Mode::Train,
@@ -98,7 +147,7 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
         );
         // What this training reads of its table, recorded for a later "since"; before the
         // scan begins, so that pages added during it are read again next time, never missed.
-        let read_now = TableRead::now(prepared.table);
+        let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
         since::apply(&mut prepared);
         let sharded = crate::shard::sharded_leaves(prepared.relid);
         if sharded.is_some() && prepared.config.params.group_by.is_some() {
@@ -156,7 +205,10 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
         let params = &prepared.config.params;
         let source = ModelSource {
             model: kind,
-            relation: &qualified_name(prepared.relid),
+            relation: &match &spilled {
+                Some((_, stored_as)) => stored_as.clone(),
+                None => qualified_name(prepared.relid),
+            },
             label_column: &params.label,
             features,
             label_type: if prepared.input.label_is_bool {
@@ -174,35 +226,40 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
             params: params.to_json(),
             name: target_name.as_ref(),
         };
-        if params.search.is_some() {
-            return store_search(&source, trials, params.selection(kind));
-        }
-        if let Some(columns) = &params.group_by {
+        let stored = if params.search.is_some() {
+            store_search(&source, trials, params.selection(kind))
+        } else if let Some(columns) = &params.group_by {
             let (groups, rows) = trials[0].small_groups.unwrap_or_default();
-            return store_groups(
+            store_groups(
                 &source,
                 trials,
                 columns,
                 params.min_group_rows.unwrap_or(1),
                 SmallGroups { groups, rows },
-            );
+            )
+        } else {
+            let trial = trials
+                .into_iter()
+                .next()
+                .expect("a training that does not search has one configuration");
+            // With folds, the model of every row can diverge while its folds' models go on.
+            let outcome = trial
+                .outcome
+                .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
+            let mut extra = serde_json::Map::new();
+            if let Some(read) = read_now {
+                extra.insert("read".into(), read.to_json());
+            }
+            if !trial.cv.is_empty() {
+                extra.insert("cv".into(), cross_validation(&trial.cv));
+            }
+            store_model_with(&source, &outcome, extra)
+        };
+        if let Some((temp, _)) = spilled {
+            crate::shuffle_table::spill::unsee_spill();
+            crate::shuffle_table::spill::drop_spill(temp);
         }
-        let trial = trials
-            .into_iter()
-            .next()
-            .expect("a training that does not search has one configuration");
-        // With folds, the model of every row can diverge while its folds' models go on.
-        let outcome = trial
-            .outcome
-            .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
-        let mut extra = serde_json::Map::new();
-        if let Some(read) = read_now {
-            extra.insert("read".into(), read.to_json());
-        }
-        if !trial.cv.is_empty() {
-            extra.insert("cv".into(), cross_validation(&trial.cv));
-        }
-        store_model_with(&source, &outcome, extra)
+        stored
     }
 }
 
@@ -310,7 +367,17 @@ fn corgipile_explain(
     params.verbose = false;
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
     let text = unsafe {
-        let mut prepared = prepare(relation.oid(), kind, params, Mode::Train, Vec::new(), None);
+        // A view of several tables: trained from its rows spilled into a temporary table
+        // (filled only for EXPLAIN ANALYZE, which trains).
+        let spilled = crate::request::view::must_spill(relation.oid()).map(|view| {
+            let select = format!("SELECT * FROM {view}");
+            let seed = params.seed.unwrap_or_else(random_seed);
+            let (temp, _) = crate::shuffle_table::spill::spill(&select, seed, analyze);
+            crate::shuffle_table::spill::see_spill();
+            (temp, view)
+        });
+        let relid = spilled.as_ref().map_or(relation.oid(), |(temp, _)| *temp);
+        let mut prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
         since::apply(&mut prepared);
         if let Some(leaves) = crate::shard::sharded_leaves(prepared.relid) {
             let text = explain_sharded(&prepared, leaves, analyze, explain_format);
@@ -343,6 +410,13 @@ fn corgipile_explain(
         // The same groups as ExplainOnePlan, so JSON/YAML/XML are well formed.
         pg_sys::ExplainBeginOutput(es);
         pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+        if let Some((_, view)) = &spilled {
+            explain::text(
+                es,
+                "Input",
+                &format!("{view}, spilled through the pile shuffle into a temporary table (a uniform random order) before the epochs"),
+            );
+        }
         pg_sys::ExplainPrintPlan(es, pipeline.query_desc);
         if analyze {
             explain::float(
@@ -359,6 +433,10 @@ fn corgipile_explain(
             .to_string_lossy()
             .into_owned();
         pipeline.finish();
+        if let Some((temp, _)) = spilled {
+            crate::shuffle_table::spill::unsee_spill();
+            crate::shuffle_table::spill::drop_spill(temp);
+        }
         text
     };
     let rows = match explain_format {

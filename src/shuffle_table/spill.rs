@@ -1,0 +1,159 @@
+//! Training on what has no pages of its own — a query (`corgipile_train_query`) or a view that is
+//! not a projection and a filter of one table (joins, aggregates, unions): its rows are first
+//! spilled through the pile shuffle (pass 1 into PostgreSQL temporary files, so
+//! temp_tablespaces and temp_file_limit apply; pass 2 a pile at a time) into a temporary table
+//! in a uniformly random order, which the training then reads with its block scan like any
+//! table. The query runs as the caller with the statement's snapshot, as a SELECT would; it must
+//! be one read-only SELECT. The temporary table is dropped when the training is stored (an
+//! ERROR or cancel drops it with the transaction).
+
+use super::piles::{shuffle_pile, split_into_piles, LoadedPile};
+use super::write::Writer;
+use crate::pg::error::raise;
+use crate::pg::guc::max_buffer_bytes;
+use corgipile_ml::shuffle::PileShuffler;
+use pgrx::prelude::*;
+use pgrx::{is_a, PgList, PgSqlErrorCode};
+use std::ffi::CString;
+
+/// Piles of pass 1: the query's size is not known before it runs; a pile too big for memory in
+/// pass 2 is split again, so this only sets how many temporary files are open at once.
+const PILES: usize = 64;
+
+fn not_a_select(why: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!("the training query must be one read-only SELECT: {why}"),
+        Some(
+            "For example 'SELECT c.*, o.total FROM customers c JOIN orders o USING (customer_id)'."
+                .into(),
+        ),
+    )
+}
+
+/// `query` is exactly one SELECT without INTO, FOR UPDATE/SHARE or data-modifying WITH
+/// (checked on the parser's tree before anything runs).
+unsafe fn check_select(query: &CString) {
+    let statements =
+        PgList::<pg_sys::RawStmt>::from_pg(crate::pg::compat::raw_parse(query.as_ptr()));
+    if statements.len() != 1 {
+        not_a_select("it must be a single statement");
+    }
+    let raw = (*statements
+        .get_ptr(0)
+        .unwrap_or_else(|| not_a_select("it is empty")))
+    .stmt;
+    if !is_a(raw, pg_sys::NodeTag::T_SelectStmt) {
+        not_a_select("it is not a SELECT");
+    }
+    check_select_stmt(raw.cast());
+}
+
+unsafe fn check_select_stmt(select: *mut pg_sys::SelectStmt) {
+    if select.is_null() {
+        return;
+    }
+    let s = &*select;
+    if !s.intoClause.is_null() {
+        not_a_select("SELECT INTO creates a table");
+    }
+    if !s.lockingClause.is_null() {
+        not_a_select("FOR UPDATE / FOR SHARE locks rows");
+    }
+    if !s.withClause.is_null() {
+        for cte in PgList::<pg_sys::CommonTableExpr>::from_pg((*s.withClause).ctes).iter_ptr() {
+            let q = (*cte).ctequery;
+            if !is_a(q, pg_sys::NodeTag::T_SelectStmt) {
+                not_a_select("a WITH query that modifies data");
+            }
+            check_select_stmt(q.cast());
+        }
+    }
+    check_select_stmt(s.larg);
+    check_select_stmt(s.rarg);
+}
+
+/// A new temporary table holding every row `query` returns, in a uniformly random order drawn
+/// from `seed` (`fill` false: empty, with the query's columns, for an EXPLAIN); its oid and row
+/// count.
+///
+/// # Safety
+/// Backend thread, in a transaction.
+pub unsafe fn spill(query: &str, seed: u64, fill: bool) -> (pg_sys::Oid, u64) {
+    let sql = CString::new(query).unwrap_or_else(|_| not_a_select("it contains a NUL byte"));
+    check_select(&sql);
+    // A name of this backend's own (temporary tables are per session); the new line ends a
+    // trailing comment of the query before our closing parenthesis.
+    static SPILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("corgipile_spill_{}_{n}", std::process::id());
+    Spi::run(&format!(
+        "CREATE TEMPORARY TABLE {name} AS ({query}\n) WITH NO DATA"
+    ))
+    .unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
+            format!("invalid training query: {e}"),
+            None,
+        )
+    });
+    let relid = Spi::get_one::<pg_sys::Oid>(&format!(
+        "SELECT 'pg_temp.{name}'::pg_catalog.regclass::pg_catalog.oid"
+    ))
+    .ok()
+    .flatten()
+    .expect("the temporary table was just created");
+    if !fill {
+        return (relid, 0);
+    }
+    let memory = max_buffer_bytes();
+    let mut shuffler = PileShuffler::new(seed);
+    let pass1 = split_into_piles(query, PILES, &mut shuffler, memory);
+    let mut writer = Writer::open(relid);
+    let mut loaded = LoadedPile::default();
+    for (k, pile) in pass1.into_iter().enumerate() {
+        shuffle_pile(
+            pile,
+            k as u64,
+            &shuffler,
+            memory,
+            PILES,
+            &mut loaded,
+            &mut writer,
+            0,
+        );
+    }
+    let rows = writer.close();
+    // The planner and the buffer size read the table's statistics.
+    Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
+    (relid, rows as u64)
+}
+
+/// Makes the rows `spill` wrote visible to the training that reads them in this statement:
+/// the statement's snapshot (same transactions visible) with the command id after the
+/// inserts. Until [`unsee_spill`]; an ERROR's abort pops it.
+///
+/// # Safety
+/// Backend thread, in a transaction with an active snapshot.
+pub unsafe fn see_spill() {
+    pg_sys::CommandCounterIncrement();
+    pg_sys::PushCopiedSnapshot(pg_sys::GetActiveSnapshot());
+    pg_sys::UpdateActiveSnapshotCommandId();
+}
+
+/// Ends [`see_spill`].
+///
+/// # Safety
+/// Backend thread; after a [`see_spill`] of this call.
+pub unsafe fn unsee_spill() {
+    pg_sys::PopActiveSnapshot();
+}
+
+/// Drops a table `spill` made, once the training is stored.
+///
+/// # Safety
+/// Backend thread, in a transaction.
+pub unsafe fn drop_spill(relid: pg_sys::Oid) {
+    let name = crate::request::query::qualified_name(relid);
+    Spi::run(&format!("DROP TABLE {name}")).ok();
+}
