@@ -96,7 +96,6 @@ def expect_train_error(db_conn, exc, relation, model="svm", params=None):
 RELATIONS = [
     ("does_not_exist", E.UndefinedTable),
     ("public.does_not_exist", E.UndefinedTable),
-    ("v", E.WrongObjectType),
     ("s", E.WrongObjectType),
     ("t_id", E.WrongObjectType),
     ("comp", E.WrongObjectType),  # a composite type has a pg_class row (relkind c)
@@ -107,6 +106,14 @@ RELATIONS = [
 def test_relation_kinds(db_conn, relation, exc):
     expect_train_error(db_conn, exc, relation)
     expect_error(db_conn, exc, "SELECT * FROM corgipile_explain(%s, 'svm')", (relation,))
+
+
+def test_a_view_trains_since_0_5_0(db_conn):
+    # Views were a WrongObjectType before 0.5.0; now read through their table (test_views).
+    model = db_conn.execute("SELECT corgipile_train('v', 'svm', %s)",
+                            (Jsonb({"epochs": 1, "verbose": False}),)).fetchone()[0]
+    assert db_conn.execute("SELECT rows_trained FROM corgipile.models WHERE id = %s", (model,)).fetchone()[0] == \
+        db_conn.execute("SELECT count(*) FROM v").fetchone()[0]
 
 
 def test_foreign_table(db_conn):

@@ -179,24 +179,41 @@ fn corgipile_shuffle(
         let max_piles =
             ((p.memory / 4) / pg_sys::BLCKSZ as u64).clamp(1, MAX_PILES as u64) as usize;
         let piles = pile_count(data_bytes, p.memory, max_piles);
-        let mut shuffler = PileShuffler::new(p.seed);
-        let pass1 = split_into_piles(&select, piles, &mut shuffler, p.memory);
-        let mut writer = Writer::open(target_relid);
-        let mut loaded = LoadedPile::default();
-        for (k, pile) in pass1.into_iter().enumerate() {
-            shuffle_pile(
-                pile,
-                k as u64,
-                &shuffler,
-                p.memory,
-                max_piles,
-                &mut loaded,
-                &mut writer,
-                0,
-            );
-        }
-        writer.close()
+        shuffle_into(&select, target_relid, p.seed, p.memory, piles, max_piles)
     }
+}
+
+/// Both passes: `select`'s rows (run as the caller) through `piles` piles of temporary files
+/// into the table `target` in a uniformly random order drawn from `seed`, each pass-2 pile in
+/// at most `memory` (split again into up to `max_piles` sub-piles if larger); the rows written.
+///
+/// # Safety
+/// Backend thread, in a transaction; `target` is a table with `select`'s columns.
+pub(super) unsafe fn shuffle_into(
+    select: &str,
+    target: pg_sys::Oid,
+    seed: u64,
+    memory: u64,
+    piles: usize,
+    max_piles: usize,
+) -> i64 {
+    let mut shuffler = PileShuffler::new(seed);
+    let pass1 = split_into_piles(select, piles, &mut shuffler, memory);
+    let mut writer = Writer::open(target);
+    let mut loaded = LoadedPile::default();
+    for (k, pile) in pass1.into_iter().enumerate() {
+        shuffle_pile(
+            pile,
+            k as u64,
+            &shuffler,
+            memory,
+            max_piles,
+            &mut loaded,
+            &mut writer,
+            0,
+        );
+    }
+    writer.close()
 }
 
 /// Sources a query can read as a table: plain, partitioned and materialized.

@@ -7,11 +7,8 @@
 //! be one read-only SELECT. The temporary table is dropped when the training is stored (an
 //! ERROR or cancel drops it with the transaction).
 
-use super::piles::{shuffle_pile, split_into_piles, LoadedPile};
-use super::write::Writer;
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
-use corgipile_ml::shuffle::PileShuffler;
 use pgrx::prelude::*;
 use pgrx::{is_a, PgList, PgSqlErrorCode};
 use std::ffi::CString;
@@ -106,24 +103,7 @@ pub unsafe fn spill(query: &str, seed: u64, fill: bool) -> (pg_sys::Oid, u64) {
     if !fill {
         return (relid, 0);
     }
-    let memory = max_buffer_bytes();
-    let mut shuffler = PileShuffler::new(seed);
-    let pass1 = split_into_piles(query, PILES, &mut shuffler, memory);
-    let mut writer = Writer::open(relid);
-    let mut loaded = LoadedPile::default();
-    for (k, pile) in pass1.into_iter().enumerate() {
-        shuffle_pile(
-            pile,
-            k as u64,
-            &shuffler,
-            memory,
-            PILES,
-            &mut loaded,
-            &mut writer,
-            0,
-        );
-    }
-    let rows = writer.close();
+    let rows = super::shuffle_into(query, relid, seed, max_buffer_bytes(), PILES, PILES);
     // The planner and the buffer size read the table's statistics.
     Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
     (relid, rows as u64)
