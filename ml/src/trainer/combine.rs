@@ -96,6 +96,13 @@ impl DeltaRounds {
         }
     }
 
+    /// Each round moves by the mean of the parts' changes instead of their sum (regression:
+    /// see `shard::coordinator`).
+    pub fn with_mean_of_parts(mut self, mean_of_parts: bool) -> DeltaRounds {
+        self.mean_of_parts = mean_of_parts;
+        self
+    }
+
     /// Starts from `params` (a network's seeded initial weights), without averaging;
     /// `mean_of_parts`: each round moves by the mean of the parts' changes.
     pub fn starting_from(params: Vec<f64>, mean_of_parts: bool) -> DeltaRounds {
