@@ -1,0 +1,154 @@
+//! [`TrainParams`] from and to JSON: every key parsed by its entry in the params table, the
+//! checks that span several keys (networks, folds, groups, search, since, patience), and the
+//! trainer configuration the params describe.
+
+use serde_json::{Map, Value};
+
+use super::*;
+
+impl Default for TrainParams {
+    fn default() -> Self {
+        Self::defaults()
+    }
+}
+
+impl TrainParams {
+    /// Parses and validates a JSON object of parameters; absent keys take
+    /// their defaults. A block_size/buffer_size equal to its default counts as
+    /// not explicit (this keeps `from_json(&p.to_json()) == p`).
+    pub fn from_json(value: &Value) -> Result<TrainParams, ParamError> {
+        let obj = value.as_object().ok_or_else(|| ParamError {
+            message: format!("params must be a JSON object, got {}", json_type(value)),
+            hint: Some("pass e.g. '{\"epochs\": 10, \"learning_rate\": 0.05}'::jsonb".to_string()),
+        })?;
+        // Report typos before any value error: they explain the most.
+        if let Some(key) = obj.keys().find(|k| !Self::KEYS.contains(&k.as_str())) {
+            return Err(unknown_key(key));
+        }
+
+        let mut p = Self::defaults();
+        for (key, v) in obj {
+            let spec = PARAMS
+                .iter()
+                .find(|s| s.name == key)
+                .expect("unknown keys were rejected above");
+            (spec.parse)(&mut p, key, v)?;
+        }
+        p.block_size_explicit = p.block_size != BlockSize::Auto;
+        p.buffer_size_explicit = p.buffer_size != DEFAULT_BUFFER;
+        Ok(p)
+    }
+
+    /// [`from_json`](Self::from_json) for a model of `kind`: the keys that only networks take
+    /// are refused for the other kinds, and the keys a network's defaults differ for (its
+    /// hidden layers, Adam's learning rate 0.001 and constant schedule, batches of 32, the
+    /// last iterate rather than an average) are filled in when absent.
+    pub fn for_kind(value: &Value, kind: ModelKind) -> Result<TrainParams, ParamError> {
+        let mut p = Self::from_json(value)?;
+        let given = |key: &str| value.get(key).is_some();
+        if !kind.is_network() {
+            if let Some(key) = NETWORK_KEYS.iter().find(|k| given(k)) {
+                return Err(ParamError {
+                    message: format!("\"{key}\" applies to mlp and mlp_regression only"),
+                    hint: Some(format!(
+                        "{} is a linear model: it has no hidden layers.",
+                        kind.name()
+                    )),
+                });
+            }
+        } else {
+            p.network_defaults(&given)?;
+        }
+        p.check_folds()?;
+        p.check_groups()?;
+        p.check_search(value, kind)?;
+        p.check_since()?;
+        if p.warm_start.is_some() && (p.folds.is_some() || p.group_by.is_some()) {
+            let key = if p.folds.is_some() {
+                "folds"
+            } else {
+                "group_by"
+            };
+            return Err(ParamError {
+                message: format!("\"warm_start\" cannot be combined with \"{key}\" yet"),
+                hint: Some("Warm-start one model at a time; per-group models and cross-validation train from zeros.".into()),
+            });
+        }
+        if p.patience.is_some() && p.validation.is_none() {
+            return Err(ParamError {
+                message: "\"patience\" needs \"validation\"".into(),
+                hint: Some("Early stopping watches the loss on held-out rows: add e.g. \"validation\": {\"fraction\": 0.1}.".into()),
+            });
+        }
+        Ok(p)
+    }
+
+    /// `since` continues its model (the warm start, unless another is named) and reads a
+    /// `replay` sample of the older blocks (default [`DEFAULT_REPLAY`]).
+    fn check_since(&mut self) -> Result<(), ParamError> {
+        match &self.since {
+            None if self.replay.is_some() => Err(ParamError {
+                message: "\"replay\" needs \"since\"".into(),
+                hint: Some("replay is the share of the older blocks an incremental training reads again: add \"since\": \"<model name>\".".into()),
+            }),
+            None => Ok(()),
+            Some(key) => {
+                self.replay.get_or_insert(DEFAULT_REPLAY);
+                self.warm_start.get_or_insert_with(|| key.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// The effective parameters as a JSON object with every key.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        for spec in PARAMS {
+            let value = (spec.to_json)(self);
+            // A linear model's params do not list the network's.
+            // Nor do the params of a training that searched nothing list the search's.
+            if value.is_null()
+                && (NETWORK_KEYS.contains(&spec.name)
+                    || SEARCH_KEYS.contains(&spec.name)
+                    || GROUP_KEYS.contains(&spec.name)
+                    || spec.name == "folds"
+                    || spec.name == "where"
+                    || spec.name == "warm_start"
+                    || spec.name == "since"
+                    || spec.name == "replay")
+            {
+                continue;
+            }
+            m.insert(spec.name.into(), value);
+        }
+        Value::Object(m)
+    }
+
+    /// Sharded tables: rounds per epoch for a model of `weights` weights and biases. Auto: 64
+    /// (enough, in our tests, for shards that each hold one class), but at most 2^20 / weights,
+    /// so that a big model's exchanges stay within ~2^20 values per shard and epoch each way.
+    pub fn sync_rounds(&self, weights: usize) -> u32 {
+        self.sync
+            .unwrap_or_else(|| (((1usize << 20) / weights.max(1)).clamp(1, 64)) as u32)
+    }
+
+    /// The trainer configuration these parameters describe. Data-dependent
+    /// parts are left for the caller: `class_weights` (see
+    /// [`ClassWeight::resolve`]), `label_values` and `standardizer` (see
+    /// [`crate::FeatureStats`]) are None.
+    pub fn train_config(&self, kind: ModelKind) -> TrainConfig {
+        TrainConfig {
+            kind,
+            learning_rate: self.learning_rate,
+            schedule: self.learning_rate_schedule.schedule(self.decay),
+            l2: self.l2,
+            l1: self.l1,
+            batch_size: self.batch_size as usize,
+            fit_intercept: self.fit_intercept,
+            class_weights: None,
+            label_values: None,
+            standardizer: None,
+            average_from_epoch: self.average.then_some(if self.epochs >= 2 { 2 } else { 1 }),
+        }
+    }
+}
