@@ -366,6 +366,15 @@ impl RowDecoder {
         matches!(self.encoder, Some(Encoder::Learning(_)))
     }
 
+    /// Whether the statistics pass learns a column list's category dictionaries (one-hot
+    /// columns: a sample of the rows could miss a category).
+    pub fn learns_categories(&self) -> bool {
+        match &self.encoder {
+            Some(Encoder::Learning(s)) => s.plans().iter().any(|p| p.keeps_categories()),
+            _ => false,
+        }
+    }
+
     /// The scaling the trainer applies for a ready preprocessing (`center`: false without an
     /// intercept, which centering would bring back).
     pub fn scaling(&self, center: bool) -> Option<Standardizer> {

@@ -24,7 +24,8 @@ mod units;
 mod values;
 
 pub use options::{
-    ClassWeight, Features, ModelKey, OptimizerName, ScheduleKind, ShuffleMode, Validation,
+    ClassWeight, Features, ModelKey, OptimizerName, ScheduleKind, ShuffleMode, StatisticsPass,
+    Validation,
 };
 pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
@@ -48,7 +49,7 @@ use sizing::{block_size_json, buffer_size_json, get_block_size, get_buffer_size,
 use values::{
     bad_value, get_bool, get_class_weight, get_features, get_filter, get_float, get_hidden,
     get_int, get_model_key, get_model_name, get_name, get_name_list, get_preprocess, get_shuffle,
-    get_validation, json_type, unknown_key, wrong_type,
+    get_statistics, get_validation, json_type, unknown_key, wrong_type,
 };
 
 /// Why a param is refused: the message (the ERROR's text) and a hint (its HINT).
@@ -278,6 +279,15 @@ train_params! {
         rule: "true or false: standardize the features (default true)",
         parse: get_bool,
         json: |x| json!(x),
+    },
+    /// How the statistics pass reads the table.
+    statistics: StatisticsPass = StatisticsPass::Sample => {
+        shown: "`\"sample\"`",
+        accepts: r#"`"sample"`, `"exact"`"#,
+        meaning: "`\"sample\"`: when the statistics pass learns only means and scales (`normalize` of array features, a column list without one-hot columns), it reads a random twentieth of the table's blocks (at least 10 MB and 50,000 rows; a smaller table whole); `\"exact\"`: every row. One-hot categories, class weights, networks, groups and a validation split always read every row",
+        rule: "\"sample\" or \"exact\" (default \"sample\")",
+        parse: get_statistics,
+        json: |x| json!(x.name()),
     },
     /// With `"features": "*"`: columns left out.
     exclude: Vec<String> = Vec::new() => {

@@ -60,6 +60,41 @@ impl ShuffleMode {
     }
 }
 
+/// How the statistics pass before training reads the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatisticsPass {
+    /// Means and scales from a uniform sample of the table's blocks, where means and scales
+    /// are all the pass learns (see `SAMPLE_FRACTION`); otherwise every row.
+    Sample,
+    /// Every row, always.
+    Exact,
+}
+
+impl StatisticsPass {
+    /// The share of the table's pages a sampled pass reads at least...
+    pub const SAMPLE_FRACTION: f64 = 0.05;
+    /// ... and at least this many pages (8 kB each: 10 MB), so that a small table is read
+    /// whole (its statistics then are exact) ...
+    pub const SAMPLE_MIN_PAGES: u64 = 1280;
+    /// ... and it reads on, block by random block, until it has seen this many training rows
+    /// (a selective `where` may leave few in a tenth of the table).
+    pub const SAMPLE_MIN_ROWS: u64 = 50_000;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StatisticsPass::Sample => "sample",
+            StatisticsPass::Exact => "exact",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<StatisticsPass> {
+        [StatisticsPass::Sample, StatisticsPass::Exact]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
 /// Where the features come from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Features {

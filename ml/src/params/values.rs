@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::options::{ClassWeight, Features, ShuffleMode, Validation};
+use super::options::{ClassWeight, Features, ShuffleMode, StatisticsPass, Validation};
 use super::{ParamError, TrainParams, MAX_RATE, PARAMS};
 use crate::preprocess::{ColumnOptions, PreprocessOptions};
 
@@ -316,6 +316,11 @@ pub(super) fn get_float(key: &str, v: &Value, ok: impl Fn(f64) -> bool) -> Resul
 pub(super) fn get_shuffle(key: &str, v: &Value) -> Result<ShuffleMode, ParamError> {
     let s = v.as_str().ok_or_else(|| wrong_type(key, v, "a string"))?;
     ShuffleMode::parse(s).ok_or_else(|| bad_value(key, v, "unknown shuffle mode"))
+}
+
+pub(super) fn get_statistics(key: &str, v: &Value) -> Result<StatisticsPass, ParamError> {
+    let s = v.as_str().ok_or_else(|| wrong_type(key, v, "a string"))?;
+    StatisticsPass::parse(s).ok_or_else(|| bad_value(key, v, "must be \"sample\" or \"exact\""))
 }
 
 pub(super) fn get_name_list(key: &str, v: &Value) -> Result<Vec<String>, ParamError> {

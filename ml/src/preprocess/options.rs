@@ -278,6 +278,11 @@ impl ColumnPlan {
         })
     }
 
+    /// Whether the column's statistics are a category dictionary (one-hot text).
+    pub fn keeps_categories(&self) -> bool {
+        self.source == Source::Text && self.encode == Encode::OneHot
+    }
+
     pub fn null_action(&self) -> NullAction {
         null_action(self.impute)
     }

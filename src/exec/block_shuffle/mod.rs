@@ -49,6 +49,14 @@ struct Since {
     replay: f64,
 }
 
+/// A pass over a uniform sample of the blocks: at least the first `blocks` of the pass's
+/// order, then on (block by block) until `min_rows` training rows were taken.
+#[derive(Clone, Copy)]
+struct Sample {
+    blocks: usize,
+    min_rows: u64,
+}
+
 /// One block: a range of pages of one leaf.
 #[derive(Clone, Copy)]
 struct Block {
@@ -91,6 +99,12 @@ pub struct BlockShuffle {
     filter: Option<PageFilter>,
     /// `"since"`: the new blocks every epoch, and a sample of the old ones.
     since: Option<Since>,
+    /// A sampled statistics pass (see `sample_this_pass`), until the next rescan.
+    sample: Option<Sample>,
+    /// Training rows TupleShuffle has taken from this pass (a sample reads on until enough).
+    pub rows_taken: u64,
+    /// The blocks a sampled statistics pass read at least (EXPLAIN).
+    sampled_blocks: Option<usize>,
     // What EXPLAIN ANALYZE reports.
     pub blocks_read: u64,
     pub pages_read: u64,
@@ -113,6 +127,30 @@ impl BlockShuffle {
         self.share = share;
         self.epoch = epoch;
         self.draw_order();
+    }
+
+    /// This pass (not begun yet) reads a uniform sample of the blocks: at least `fraction` of
+    /// the pages and `min_pages` of them, the first blocks of a seeded permutation, in ascending
+    /// order (a pass of sums does not care about order, and storage likes it); then more of
+    /// that permutation until TupleShuffle has taken `min_rows` rows. The block shuffle's own
+    /// order is not used: without `shuffle` its first blocks would be the table's first.
+    /// Returns the sample's blocks (before any reading on), for EXPLAIN.
+    pub fn sample_this_pass(&mut self, fraction: f64, min_pages: u64, min_rows: u64) -> usize {
+        let total = self.order.len();
+        let pages = ((fraction * self.n_pages as f64).ceil() as u64).max(min_pages);
+        let blocks = pages.div_ceil(self.block_pages.max(1) as u64) as usize;
+        if blocks >= total {
+            return total;
+        }
+        let salt = self.config.seed() ^ 0x57a7_15e5_5a4b_1e00;
+        let permutation = block_order(total, salt, self.epoch, true);
+        let mut order: Vec<usize> = permutation.iter().map(|&i| self.order[i]).collect();
+        order[..blocks].sort_unstable();
+        self.order = order;
+        self.set_leaf_ranges();
+        self.sample = Some(Sample { blocks, min_rows });
+        self.sampled_blocks = Some(blocks);
+        blocks
     }
 
     /// The epoch whose block order is being read (a statistics pass counts as one).
@@ -155,6 +193,8 @@ impl BlockShuffle {
             });
         }
         self.next_block = 0;
+        self.sample = None;
+        self.rows_taken = 0;
         self.in_block = false;
         self.cursor.page = 0;
         self.cursor.end = 0;
@@ -162,8 +202,15 @@ impl BlockShuffle {
         self.cursor.ntuples = 0;
         self.tuples_this_epoch = 0;
         for leaf in &mut self.leaves {
-            leaf.ranges.clear();
             leaf.stream_started = false;
+        }
+        self.set_leaf_ranges();
+    }
+
+    /// Each leaf's page ranges in this pass's order (what its read-ahead reads).
+    fn set_leaf_ranges(&mut self) {
+        for leaf in &mut self.leaves {
+            leaf.ranges.clear();
         }
         for &b in &self.order {
             let block = self.blocks[b];
@@ -179,6 +226,11 @@ impl BlockShuffle {
     unsafe fn next_block(&mut self, snapshot: pg_sys::Snapshot) -> Option<Block> {
         if self.next_block >= self.order.len() {
             return None;
+        }
+        if let Some(s) = self.sample {
+            if self.next_block >= s.blocks && self.rows_taken >= s.min_rows {
+                return None;
+            }
         }
         if self.next_block == 0 {
             self.epochs_started += 1;
@@ -433,6 +485,9 @@ unsafe fn begin(
         plain_columns: plain,
         filter,
         since,
+        sample: None,
+        rows_taken: 0,
+        sampled_blocks: None,
         blocks_read: 0,
         pages_read: 0,
         epochs_started: 0,
@@ -521,6 +576,13 @@ impl Node for BlockShuffle {
             );
         }
         explain::text(es, "Block Order", order);
+        if let Some(blocks) = state.sampled_blocks {
+            explain::text(
+                es,
+                "Statistics Sample",
+                &format!("{blocks} of {} blocks", state.blocks.len()),
+            );
+        }
         explain::int(es, "Seed", state.config.seed() as i64);
         if explain::analyzing(es) {
             explain::int(es, "Epochs Scanned", state.epochs_started as i64);

@@ -7,6 +7,7 @@ use super::SgdNode;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::pg::error::raise_labels_error;
 use crate::pipeline::{FeatureLayout, LearnedStatistics};
+use corgipile_ml::params::StatisticsPass;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{normalizing_scaler, settle_labels, TrainConfig};
 use pgrx::{check_for_interrupts, pg_sys};
@@ -47,10 +48,18 @@ pub(super) unsafe fn gather_statistics(
 }
 
 impl SgdNode {
-    /// One pass of statistics before training, for `normalize` and `class_weight`.
-    pub(super) unsafe fn statistics_pass(&mut self, config: &mut TrainConfig) {
+    /// One pass of statistics before training, for `normalize` and `class_weight`; over a
+    /// sample of the blocks when `sample` (the caller knows means and scales are all it needs).
+    pub(super) unsafe fn statistics_pass(&mut self, config: &mut TrainConfig, sample: bool) {
         let params = &self.config.params;
         let shuffle = self.shuffle();
+        if sample {
+            shuffle.sample_this_pass(
+                StatisticsPass::SAMPLE_FRACTION,
+                StatisticsPass::SAMPLE_MIN_PAGES,
+                StatisticsPass::SAMPLE_MIN_ROWS,
+            );
+        }
         let classifier = self.config.model.is_classifier();
         let stats = gather_statistics(shuffle, classifier, params.double_buffer, |_| {});
         let Some(stats) = stats else {

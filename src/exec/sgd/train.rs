@@ -12,10 +12,11 @@ use crate::parallel::{Member, Team};
 use crate::pg::error::raise_train_error;
 use crate::pg::error::{notice, raise};
 use crate::pg::progress;
-use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial};
+use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationSplit};
 use crate::request::warm_start::WarmStart;
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
+use corgipile_ml::params::StatisticsPass;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{table_header, table_line, EpochLoop, EpochRecord, TrainError};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
@@ -121,7 +122,15 @@ impl SgdNode {
         {
             progress::phase("statistics pass");
             let pass_started = Instant::now();
-            self.statistics_pass(&mut train_config);
+            // Means and scales are all this pass learns: a sample of the blocks gives them.
+            let sample = params.statistics == StatisticsPass::Sample
+                && !network
+                && params.group_by.is_none()
+                && configurations.iter().all(|(_, p)| p.class_weight.is_none())
+                && self.config.validation_split == ValidationSplit::None
+                && !matches!(self.config.layout, FeatureLayout::Sparse { .. })
+                && !self.shuffle().rows().learns_categories();
+            self.statistics_pass(&mut train_config, sample);
             statistics_seconds = Some(pass_started.elapsed().as_secs_f64());
             self.statistics_seconds = statistics_seconds;
         }

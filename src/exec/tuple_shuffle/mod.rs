@@ -328,6 +328,12 @@ impl TupleShuffle {
         }
     }
 
+    /// This pass (a statistics pass, not begun yet) reads a uniform sample of the blocks (see
+    /// `BlockShuffle::sample_this_pass`).
+    pub unsafe fn sample_this_pass(&mut self, fraction: f64, min_pages: u64, min_rows: u64) {
+        (*self.block).sample_this_pass(fraction, min_pages, min_rows);
+    }
+
     /// Calls `f` on every buffer of this pass (one epoch), recycling each into the next.
     pub unsafe fn for_each_buffer(&mut self, mut f: impl FnMut(&ShuffledBuffer)) {
         let mut spare = None;
@@ -415,6 +421,8 @@ impl TupleShuffle {
         }
         self.tuples_read += 1;
         self.rows_this_epoch += 1;
+        // SAFETY: the child's state lives as long as this node's.
+        (*self.block).rows_taken = self.rows_this_epoch;
         self.until_interrupt_check -= 1;
         if self.until_interrupt_check == 0 {
             self.until_interrupt_check = self.rows_between_interrupt_checks;
