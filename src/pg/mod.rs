@@ -4,4 +4,6 @@
 pub mod compat;
 pub mod error;
 pub mod guc;
+pub mod prefetch;
 pub mod progress;
+pub mod thread;

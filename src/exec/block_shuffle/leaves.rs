@@ -29,6 +29,8 @@ pub(super) struct TableScan {
     pub(super) ranges: Vec<(u32, u32)>,
     pub(super) stream: crate::pg::compat::PageStream,
     pub(super) stream_started: bool,
+    /// Hints each buffer's page ranges to the kernel before they are read (before 17).
+    pub(super) prefetch: crate::pg::prefetch::RangePrefetch,
 }
 
 unsafe extern "C-unwind" {
@@ -162,6 +164,7 @@ pub(super) unsafe fn open_leaves(
             ranges: Vec::new(),
             stream: crate::pg::compat::PageStream::new(),
             stream_started: false,
+            prefetch: crate::pg::prefetch::RangePrefetch::new(leaf_rel),
         });
     }
     leaves

@@ -24,8 +24,10 @@ use fetch::{next_tuple, plain_columns};
 use filter::PageFilter;
 
 mod leaves;
+mod read_ahead;
 pub use leaves::all_inheritors;
 use leaves::{close_leaves, leaf_columns, open_leaves, TableScan};
+use read_ahead::ReadAhead;
 
 /// Where the page reader is: pages `page..end` of the current block are still to be read, and
 /// visible tuples `tuple..ntuples` of the page read last.
@@ -81,6 +83,8 @@ pub struct BlockShuffle {
     /// This process's part of every epoch's blocks (parallel training).
     share: BlockShare,
     order: Vec<usize>,
+    /// Hints of the pages to be read next (see `read_ahead`).
+    read_ahead: ReadAhead,
     next_block: usize,
     in_block: bool,
     cursor: PageCursor,
@@ -147,6 +151,7 @@ impl BlockShuffle {
         let mut order: Vec<usize> = permutation.iter().map(|&i| self.order[i]).collect();
         order[..blocks].sort_unstable();
         self.order = order;
+        self.read_ahead = ReadAhead::new(true);
         self.set_leaf_ranges();
         self.sample = Some(Sample { blocks, min_rows });
         self.sampled_blocks = Some(blocks);
@@ -192,6 +197,7 @@ impl BlockShuffle {
                 mine
             });
         }
+        self.read_ahead = ReadAhead::new(self.config.params.shuffle.shuffles_blocks());
         self.next_block = 0;
         self.sample = None;
         self.rows_taken = 0;
@@ -236,6 +242,8 @@ impl BlockShuffle {
             self.epochs_started += 1;
         }
         check_for_interrupts!();
+        self.read_ahead
+            .advance(self.next_block, &self.order, &self.blocks, &mut self.leaves);
         progress::scanning(self.next_block, self.order.len(), self.tuples_this_epoch);
         let block = self.blocks[self.order[self.next_block]];
         self.next_block += 1;
@@ -476,6 +484,7 @@ unsafe fn begin(
         blocks,
         share: BlockShare::ALL,
         order: Vec::new(),
+        read_ahead: ReadAhead::new(false),
         next_block: 0,
         in_block: false,
         cursor: PageCursor::default(),

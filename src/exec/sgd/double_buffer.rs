@@ -301,30 +301,17 @@ fn raise_stats_thread_failed() -> ! {
     )
 }
 
-/// Spawn a thread that cannot receive any signal: PostgreSQL's signal handlers must run on the
-/// backend thread only. The mask is inherited at creation, so block, spawn, restore.
+/// Spawns the worker thread (see `crate::pg::thread`); an ERROR when it cannot be.
 fn spawn_with_signals_blocked<T: Send + 'static>(
     body: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
-    // SAFETY: plain libc signal-mask calls on this thread with valid, initialized sigsets.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut previous: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
-        let spawned = std::thread::Builder::new()
-            .name("corgipile-sgd".into())
-            .spawn(body);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-        match spawned {
-            Ok(handle) => handle,
-            Err(e) => raise(
-                PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
-                format!("could not start the corgipile SGD worker thread: {e}"),
-                Some("Set \"double_buffer\": false to train without a worker thread.".into()),
-            ),
-        }
-    }
+    crate::pg::thread::spawn_with_signals_blocked("corgipile-sgd", body).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            format!("could not start the corgipile SGD worker thread: {e}"),
+            Some("Set \"double_buffer\": false to train without a worker thread.".into()),
+        )
+    })
 }
 
 /// Raise the ERROR a worker failure stands for.
