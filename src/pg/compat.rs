@@ -237,8 +237,15 @@ impl PageStream {
                 broken: false,
             };
             if self.stream.is_null() {
+                // 18: the stream's reads are batched (io_method worker or io_uring), as 18's own
+                // sequential scans batch theirs; batching mode requires a callback that does
+                // no I/O and takes no lock, and ours only counts page numbers.
+                #[cfg(pg_since = "18")]
+                let flags = pg_sys::READ_STREAM_DEFAULT | pg_sys::READ_STREAM_USE_BATCHING;
+                #[cfg(not(pg_since = "18"))]
+                let flags = pg_sys::READ_STREAM_DEFAULT;
                 self.stream = pg_sys::read_stream_begin_relation(
-                    pg_sys::READ_STREAM_DEFAULT as i32,
+                    flags as i32,
                     (*scan).rs_strategy,
                     (*scan).rs_base.rs_rd,
                     pg_sys::ForkNumber::MAIN_FORKNUM,
