@@ -16,7 +16,9 @@ use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;
 
+mod columns;
 mod row;
+mod simplify;
 use crate::request::args::RecordArg;
 use row::{with_row, with_row_in};
 
@@ -428,12 +430,13 @@ macro_rules! prediction_overloads {
             })
         }
 
-        #[pg_extern(stable, parallel_safe, name = $sql)]
+        // The planner rewrites a call on a table's own row into one on its columns (simplify).
+        #[pg_extern(stable, parallel_safe, name = $sql, support = corgipile_predict_support)]
         fn $row(model_id: i64, row: RecordArg, fcinfo: pg_sys::FunctionCallInfo) -> Option<$out> {
             with_row(fcinfo, ModelArg::Id(model_id), row, $predict)
         }
 
-        #[pg_extern(stable, parallel_safe, name = $sql)]
+        #[pg_extern(stable, parallel_safe, name = $sql, support = corgipile_predict_support)]
         fn $row_by_name(
             model_name: TextArg,
             row: RecordArg,
