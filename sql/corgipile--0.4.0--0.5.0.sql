@@ -136,19 +136,19 @@ AS 'MODULE_PATHNAME', 'corgipile_predict_support_wrapper';
 CREATE FUNCTION "corgipile_predict_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns';
 CREATE FUNCTION "corgipile_predict_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns';
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns_by_name';
 CREATE FUNCTION "corgipile_predict_class_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns';
 CREATE FUNCTION "corgipile_predict_class_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns';
+RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns_by_name';
 CREATE FUNCTION "corgipile_predict_proba_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns';
 CREATE FUNCTION "corgipile_predict_proba_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns';
+RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns_by_name';
 CREATE FUNCTION "corgipile_decision_function_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns';
 CREATE FUNCTION "corgipile_decision_function_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns';
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns_by_name';
 
 ALTER FUNCTION "corgipile_predict"(bigint, record) SUPPORT "corgipile_predict_support";
 ALTER FUNCTION "corgipile_predict"(text, record) SUPPORT "corgipile_predict_support";

@@ -37,13 +37,14 @@ unsafe fn column_names(datum: pg_sys::Datum) -> Vec<String> {
         .collect()
 }
 
-/// One call: argument 0 the model (bigint id or text name), 1 the column names, 2.. the
-/// columns' values.
+/// One call: argument 0 the model (a bigint id, or a text name: `by_name`), 1 the column names,
+/// 2.. the columns' values.
 ///
 /// # Safety
 /// `fcinfo` is a call of one of the functions declared below.
 unsafe fn columns_call<R: IntoDatum>(
     fcinfo: pg_sys::FunctionCallInfo,
+    by_name_arg: bool,
     f: Predictor<R>,
 ) -> pg_sys::Datum {
     let nargs = (*fcinfo).nargs as usize;
@@ -52,19 +53,13 @@ unsafe fn columns_call<R: IntoDatum>(
         None
     } else {
         let names = || column_names(args[1].value);
-        match pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 0) {
-            pg_sys::INT8OID => {
-                let id = i64::from_datum(args[0].value, false).expect("not NULL");
-                with_columns(fcinfo, ModelArg::Id(id), 2, names, f)
-            }
-            pg_sys::TEXTOID => by_name(TextArg(args[0].value), |arg| {
+        if by_name_arg {
+            by_name(TextArg(args[0].value), |arg| {
                 with_columns(fcinfo, arg, 2, names, f)
-            }),
-            _ => raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                "could not determine the type of the model argument",
-                None,
-            ),
+            })
+        } else {
+            let id = i64::from_datum(args[0].value, false).expect("not NULL");
+            with_columns(fcinfo, ModelArg::Id(id), 2, names, f)
         }
     };
     match result.and_then(IntoDatum::into_datum) {
@@ -76,9 +71,10 @@ unsafe fn columns_call<R: IntoDatum>(
     }
 }
 
-/// A V1 function (its `pg_finfo_` record and its body) predicting with `$predict`.
+/// A V1 function (its `pg_finfo_` record and its body) predicting with `$predict`, the model
+/// given by id (`$by_name` false) or by name.
 macro_rules! columns_function {
-    ($finfo:ident, $symbol:ident, $predict:ident) => {
+    ($finfo:ident, $symbol:ident, $by_name:expr, $predict:ident) => {
         #[no_mangle]
         #[doc(hidden)]
         pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
@@ -91,31 +87,23 @@ macro_rules! columns_function {
         #[no_mangle]
         #[pg_guard]
         pub unsafe extern "C-unwind" fn $symbol(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-            columns_call(fcinfo, $predict)
+            columns_call(fcinfo, $by_name, $predict)
         }
     };
 }
 
-columns_function!(
-    pg_finfo_corgipile_predict_columns,
-    corgipile_predict_columns,
-    predict_number
-);
-columns_function!(
-    pg_finfo_corgipile_predict_class_columns,
-    corgipile_predict_class_columns,
-    predict_class
-);
-columns_function!(
-    pg_finfo_corgipile_predict_proba_columns,
-    corgipile_predict_proba_columns,
-    predict_proba
-);
-columns_function!(
-    pg_finfo_corgipile_decision_function_columns,
-    corgipile_decision_function_columns,
-    decision_function
-);
+#[rustfmt::skip]
+mod symbols {
+    use super::*;
+    columns_function!(pg_finfo_corgipile_predict_columns, corgipile_predict_columns, false, predict_number);
+    columns_function!(pg_finfo_corgipile_predict_columns_by_name, corgipile_predict_columns_by_name, true, predict_number);
+    columns_function!(pg_finfo_corgipile_predict_class_columns, corgipile_predict_class_columns, false, predict_class);
+    columns_function!(pg_finfo_corgipile_predict_class_columns_by_name, corgipile_predict_class_columns_by_name, true, predict_class);
+    columns_function!(pg_finfo_corgipile_predict_proba_columns, corgipile_predict_proba_columns, false, predict_proba);
+    columns_function!(pg_finfo_corgipile_predict_proba_columns_by_name, corgipile_predict_proba_columns_by_name, true, predict_proba);
+    columns_function!(pg_finfo_corgipile_decision_function_columns, corgipile_decision_function_columns, false, decision_function);
+    columns_function!(pg_finfo_corgipile_decision_function_columns_by_name, corgipile_decision_function_columns_by_name, true, decision_function);
+}
 
 extension_sql!(
     r#"
@@ -125,19 +113,19 @@ extension_sql!(
 CREATE FUNCTION "corgipile_predict_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns';
 CREATE FUNCTION "corgipile_predict_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns';
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns_by_name';
 CREATE FUNCTION "corgipile_predict_class_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns';
 CREATE FUNCTION "corgipile_predict_class_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns';
+RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns_by_name';
 CREATE FUNCTION "corgipile_predict_proba_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns';
 CREATE FUNCTION "corgipile_predict_proba_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns';
+RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns_by_name';
 CREATE FUNCTION "corgipile_decision_function_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
 RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns';
 CREATE FUNCTION "corgipile_decision_function_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
-RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns';
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns_by_name';
 "#,
     name = "predict_columns",
 );
