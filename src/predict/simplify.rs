@@ -6,7 +6,7 @@
 //!
 //! No rewrite (the row form runs, with today's errors) unless everything fits: a whole-row Var of
 //! a table of this query level, no outer join that could make the row NULL, no GROUP BY of the
-//! row; a model the planning role may use (looked up without raising: nothing about a model it
+//! row, not a RETURNING `old`/`new` row (NULL where there is none); a model the planning role may use (looked up without raising: nothing about a model it
 //! may not use is revealed), trained on named columns, without per-group models, every column
 //! of a usable type in the table.
 //!
@@ -126,7 +126,8 @@ unsafe fn table_row(root: *mut pg_sys::PlannerInfo, row: *mut pg_sys::Node) -> O
         return None;
     }
     let var = row.cast::<pg_sys::Var>();
-    if (*var).varattno != 0 || (*var).varlevelsup != 0 {
+    if (*var).varattno != 0 || (*var).varlevelsup != 0 || !crate::pg::compat::var_reads_the_row(var)
+    {
         return None;
     }
     let parse = (*root).parse;
