@@ -353,6 +353,29 @@ def test_cached_plans_follow_a_deploy_from_another_session(dsn, conn, versions):
         conn.execute("RESET plan_cache_mode")
 
 
+def test_a_deploy_inside_a_transaction_that_already_read_the_table(dsn, conn, versions):
+    """PostgreSQL reads another session's invalidations when a transaction starts or takes a new
+    lock: a READ COMMITTED transaction that already locked the table runs its cached plan once
+    more after another session's deploy. The new version is used if the plan passed its columns;
+    otherwise an ERROR says to run the statement again (never the old model's prediction)."""
+    v1, v2 = versions
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(f"PREPARE pc_swap_q AS {SWAP}")
+    try:
+        with conn.transaction():
+            assert scalar(conn, "EXECUTE pc_swap_q") == expected(conn, v1)
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("SELECT corgipile_deploy('pc_swap', %s)", (v2,))
+            with pytest.raises(E.UndefinedColumn) as err:
+                with conn.transaction():
+                    conn.execute("EXECUTE pc_swap_q")
+            assert "run the statement again" in err.value.diag.message_hint
+        assert scalar(conn, "EXECUTE pc_swap_q") == expected(conn, v2)
+    finally:
+        conn.execute("DEALLOCATE pc_swap_q")
+        conn.execute("RESET plan_cache_mode")
+
+
 # ---------------------------------------------------------------------------------------------
 # Privileges
 
