@@ -334,12 +334,12 @@ pub fn with_row_in<R>(
 /// # Safety
 /// The values `layout.record` holds are valid; backend thread.
 unsafe fn predict_read<R>(
-    model: &std::rc::Rc<StoredModel>,
+    model: &StoredModel,
     p: &Preprocessor,
     layout: &mut RowLayout,
     f: impl FnOnce(&StoredModel, Row, Option<&str>) -> R,
 ) -> Option<R> {
-    let (mut used, mut key) = (model.clone(), None);
+    let (mut group_model, mut key) = (None, None);
     if let Some(groups) = &model.groups {
         let record = &layout.record;
         let columns = &layout.group_columns;
@@ -347,12 +347,12 @@ unsafe fn predict_read<R>(
         if write_key(&reads, |i| record.value(columns[i].0), &mut layout.key) {
             key = Some(layout.key.as_str());
             if let Some(&id) = groups.models.get(layout.key.as_str()) {
-                used = load_group_model(model, &layout.key, id);
+                group_model = Some(load_group_model(model, &layout.key, id));
             }
         }
     }
     let row = layout.record.encode_deformed(p)?;
-    Some(f(&used, row, key))
+    Some(f(group_model.as_deref().unwrap_or(model), row, key))
 }
 
 /// Apply `f` to the columns a rewritten call passes (see `simplify`): argument `first` on are
@@ -370,12 +370,12 @@ pub unsafe fn with_columns<R>(
     f: fn(&StoredModel, Row) -> R,
 ) -> Option<R> {
     let call = cached_call(fcinfo, arg);
-    let model = call.model.clone();
+    let (model, rows) = (&*call.model, &mut call.rows);
     let Some(p) = &model.preprocessing else {
-        not_for_rows(&model)
+        not_for_rows(model)
     };
     let nargs = (*fcinfo).nargs as usize;
-    let fresh = !matches!(&call.rows.0, Some(RowLayout { model_id, shape: Shape::Arguments, .. })
+    let fresh = !matches!(&rows.0, Some(RowLayout { model_id, shape: Shape::Arguments, .. })
         if *model_id == model.id);
     if fresh {
         let names = names();
@@ -406,9 +406,9 @@ pub unsafe fn with_columns<R>(
                 Some((n.as_bytes(), t))
             })
             .collect();
-        let (record, group_columns) = match_columns(&model, p, &attrs, false);
-        call.rows.clear();
-        call.rows.0 = Some(RowLayout {
+        let (record, group_columns) = match_columns(model, p, &attrs, false);
+        rows.clear();
+        rows.0 = Some(RowLayout {
             model_id: model.id,
             shape: Shape::Arguments,
             record,
@@ -416,10 +416,10 @@ pub unsafe fn with_columns<R>(
             key: String::new(),
         });
     }
-    let layout = call.rows.0.as_mut().expect("set above");
+    let layout = rows.0.as_mut().expect("set above");
     let args = std::slice::from_raw_parts((*fcinfo).args.as_ptr(), nargs);
     layout
         .record
         .read_arguments(args[first..].iter().map(|a| (a.value, a.isnull)));
-    predict_read(&model, p, layout, |m, x, _| f(m, x))
+    predict_read(model, p, layout, |m, x, _| f(m, x))
 }
