@@ -121,3 +121,40 @@ CREATE FUNCTION "corgipile_train_query"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_train_query_wrapper';
+
+-- Predicting from a table's own row reads only the model's columns: the planner rewrites
+-- corgipile_predict(model, t) into corgipile_predict_columns(model, '{a,b,...}', t.a, t.b, ...)
+-- (and likewise the class, proba and decision_function row forms), through a support function
+-- of the row forms.
+CREATE FUNCTION "corgipile_predict_support"(
+	"request" internal /* Internal */
+) RETURNS internal /* Internal */
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_predict_support_wrapper';
+
+CREATE FUNCTION "corgipile_predict_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns';
+CREATE FUNCTION "corgipile_predict_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_columns_by_name';
+CREATE FUNCTION "corgipile_predict_class_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns';
+CREATE FUNCTION "corgipile_predict_class_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS text STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_class_columns_by_name';
+CREATE FUNCTION "corgipile_predict_proba_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns';
+CREATE FUNCTION "corgipile_predict_proba_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS double precision[] STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_predict_proba_columns_by_name';
+CREATE FUNCTION "corgipile_decision_function_columns"("model_id" bigint, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns';
+CREATE FUNCTION "corgipile_decision_function_columns"("model_name" text, "column_names" text[], VARIADIC "column_values" "any")
+RETURNS double precision STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_decision_function_columns_by_name';
+
+ALTER FUNCTION "corgipile_predict"(bigint, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_predict"(text, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_predict_class"(bigint, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_predict_class"(text, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_predict_proba"(bigint, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_predict_proba"(text, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_decision_function"(bigint, record) SUPPORT "corgipile_predict_support";
+ALTER FUNCTION "corgipile_decision_function"(text, record) SUPPORT "corgipile_predict_support";

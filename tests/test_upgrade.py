@@ -67,7 +67,7 @@ def schema_description(conn):
                            AND attacl IS NOT NULL ORDER BY 1, 2""",
         "policies": "SELECT tablename, policyname, cmd, qual, with_check FROM pg_policies WHERE schemaname = 'corgipile' ORDER BY 1, 2",
         "functions": """SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), p.prosrc,
-                               p.provolatile, p.proparallel, p.proisstrict
+                               p.provolatile, p.proparallel, p.proisstrict, p.prosupport::text
                         FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
                         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'corgipile' AND d.deptype = 'e'
                         ORDER BY 1, 2""",

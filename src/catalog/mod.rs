@@ -8,6 +8,7 @@
 pub mod grants;
 pub mod groups;
 pub mod locks;
+pub mod plans;
 pub mod search;
 mod store;
 
@@ -159,31 +160,36 @@ pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
 /// that granted the caller a privilege on that name): the pinned version if one is pinned
 /// (corgipile_deploy), else the newest. A name the caller may not use does not exist for it.
 pub fn resolve_name(text: &str) -> i64 {
+    find_name(text).unwrap_or_else(|| no_such_name(text))
+}
+
+fn no_such_name(text: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("no corgipile model named \"{text}\""),
+        Some("SELECT name, version, id, trained_by FROM corgipile.model_summary lists the models you can use (another role's name is written owner.name); train one with corgipile_train(..., '{\"name\": \"...\"}').".into()),
+    )
+}
+
+/// [`resolve_name`], None where it raises that the name does not exist.
+fn find_name(text: &str) -> Option<i64> {
     let n = crate::catalog::grants::model_name(text);
-    let found = if crate::catalog::grants::may_use_name(&n) {
-        // The pinned version, else the newest: two index lookups (ordering every version by
-        // "pinned" read all of a name's versions: 0.4 s a call for a family of 100,000 groups).
-        select_one::<i64>(
-            "SELECT COALESCE(
-                 (SELECT id FROM corgipile.models
-                  WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
-                    AND pinned),
-                 (SELECT id FROM corgipile.models
-                  WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
-                  ORDER BY version DESC LIMIT 1))",
-            &[n.name.as_str().into(), n.owner.as_str().into()],
-        )
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{text}\": {e}"), None))
-    } else {
-        None
-    };
-    found.unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("no corgipile model named \"{text}\""),
-            Some("SELECT name, version, id, trained_by FROM corgipile.model_summary lists the models you can use (another role's name is written owner.name); train one with corgipile_train(..., '{\"name\": \"...\"}').".into()),
-        )
-    })
+    if !crate::catalog::grants::may_use_name(&n) {
+        return None;
+    }
+    // The pinned version, else the newest: two index lookups (ordering every version by
+    // "pinned" read all of a name's versions: 0.4 s a call for a family of 100,000 groups).
+    select_one::<i64>(
+        "SELECT COALESCE(
+             (SELECT id FROM corgipile.models
+              WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
+                AND pinned),
+             (SELECT id FROM corgipile.models
+              WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
+              ORDER BY version DESC LIMIT 1))",
+        &[n.name.as_str().into(), n.owner.as_str().into()],
+    )
+    .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not look up model \"{text}\": {e}"), None))
 }
 
 /// Raise unless the extension's SQL objects in this database are the version of this library
@@ -603,11 +609,17 @@ pub fn load_model_ref(key: ModelRef) -> Rc<StoredModel> {
 /// [`resolve_name`], once per statement and role (what a name stands for cannot change
 /// within one: the functions that read it are stable).
 fn resolve_name_in_statement(name: &str) -> i64 {
+    find_name_in_statement(name).unwrap_or_else(|| no_such_name(name))
+}
+
+/// [`find_name`], once per statement and role (a name found at plan time is the one the
+/// statement's execution uses).
+fn find_name_in_statement(name: &str) -> Option<i64> {
     let key = (name.to_owned(), current_role());
     if let Some(id) = NAMES.with(|c| c.borrow_mut().get(&key)) {
-        return id;
+        return Some(id);
     }
-    let id = resolve_name(name);
+    let id = find_name(name)?;
     NAMES.with(|c| c.borrow_mut().insert(key, id));
-    id
+    Some(id)
 }

@@ -52,9 +52,12 @@ pub fn store_model_with(
     let mut memory = PgMemoryContexts::new("corgipile store model");
     // SAFETY: the closure allocates in `memory` and returns a plain i64: nothing allocated there
     // outlives it; the previous context is current again when it returns or unwinds.
-    unsafe {
+    let id = unsafe {
         memory.switch_to(|_| as_catalog_owner(|| insert_model(source, outcome, &role, extra)))
-    }
+    };
+    // A name now stands for this model: plans that resolved it are planned again.
+    crate::catalog::plans::models_changed();
+    id
 }
 
 fn insert_model(

@@ -116,6 +116,20 @@ impl RecordColumns {
         );
     }
 
+    /// Takes the row's attributes from `values` (datum, is NULL), in attribute order: the
+    /// column arguments of a rewritten prediction call, in place of a row to deform.
+    pub fn read_arguments(&mut self, values: impl Iterator<Item = (pg_sys::Datum, bool)>) {
+        for ((value, null), (v, n)) in self
+            .values
+            .iter_mut()
+            .zip(self.nulls.iter_mut())
+            .zip(values)
+        {
+            *value = v;
+            *null = n;
+        }
+    }
+
     /// Attribute `at` of the row read last (None: NULL).
     pub fn value(&self, at: usize) -> Option<pg_sys::Datum> {
         (!self.nulls[at]).then(|| self.values[at])

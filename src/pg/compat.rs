@@ -80,6 +80,25 @@ pub unsafe fn tuple_desc_attrs<'a>(desc: pg_sys::TupleDesc) -> &'a [pg_sys::Form
     std::slice::from_raw_parts(first, natts)
 }
 
+/// Whether a Var reads its relation's row as it is: not nulled by an outer join (16 and later
+/// mark such Vars) nor a RETURNING `old`/`new` row (18), either of which may be NULL as a
+/// whole.
+///
+/// # Safety
+/// `var` is a valid Var.
+pub unsafe fn var_reads_the_row(var: *const pg_sys::Var) -> bool {
+    let _ = var;
+    #[cfg(pg_since = "16")]
+    if !(*var).varnullingrels.is_null() {
+        return false;
+    }
+    #[cfg(pg_since = "18")]
+    if (*var).varreturningtype != pg_sys::VarReturningType::VAR_RETURNING_DEFAULT {
+        return false;
+    }
+    true
+}
+
 /// The local transaction id of this backend's current transaction.
 ///
 /// # Safety

@@ -16,7 +16,9 @@ use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;
 
+mod columns;
 mod row;
+mod simplify;
 use crate::request::args::RecordArg;
 use row::{with_row, with_row_in};
 
@@ -229,6 +231,8 @@ fn load_model_arg(arg: ModelArg) -> Rc<StoredModel> {
 unsafe extern "C-unwind" {
     #[link_name = "GetCurrentCommandId"]
     fn get_current_command_id_unguarded(used: bool) -> pg_sys::CommandId;
+    #[link_name = "GetUserId"]
+    fn get_user_id_unguarded() -> pg_sys::Oid;
 }
 
 /// The current command id, without pgrx's setjmp guard (a per-row cost in predictions).
@@ -237,6 +241,14 @@ fn current_command_id() -> pg_sys::CommandId {
     // an ERROR (only `used = true` can, in a parallel worker), so no longjmp can cross Rust
     // frames; predictions run on the backend thread.
     unsafe { get_current_command_id_unguarded(false) }
+}
+
+/// The current role, without pgrx's setjmp guard (a per-row cost in predictions).
+fn current_role() -> pg_sys::Oid {
+    // SAFETY: GetUserId only reads a backend-local variable (it asserts that it is set, and
+    // raises nothing), so no longjmp can cross Rust frames; predictions run on the backend
+    // thread.
+    unsafe { get_user_id_unguarded() }
 }
 
 /// A model cached in a call site's `fn_extra`, with the row layout of by-row predictions.
@@ -267,7 +279,7 @@ fn cached_call<'a>(fcinfo: pg_sys::FunctionCallInfo, arg: ModelArg) -> &'a mut C
     // the caller's borrow ends with the call.
     unsafe {
         let command_id = current_command_id();
-        let role = pg_sys::GetUserId();
+        let role = current_role();
         let flinfo = (*fcinfo).flinfo;
         let cached = (*flinfo).fn_extra.cast::<CallCache>();
         if let Some(c) = cached.as_mut() {
@@ -428,12 +440,13 @@ macro_rules! prediction_overloads {
             })
         }
 
-        #[pg_extern(stable, parallel_safe, name = $sql)]
+        // The planner rewrites a call on a table's own row into one on its columns (simplify).
+        #[pg_extern(stable, parallel_safe, name = $sql, support = corgipile_predict_support)]
         fn $row(model_id: i64, row: RecordArg, fcinfo: pg_sys::FunctionCallInfo) -> Option<$out> {
             with_row(fcinfo, ModelArg::Id(model_id), row, $predict)
         }
 
-        #[pg_extern(stable, parallel_safe, name = $sql)]
+        #[pg_extern(stable, parallel_safe, name = $sql, support = corgipile_predict_support)]
         fn $row_by_name(
             model_name: TextArg,
             row: RecordArg,

@@ -88,6 +88,8 @@ fn pin(n: &grants::ModelName, model_id: Option<i64>) {
             .unwrap_or_else(|e| spi_failed("pin the version", e));
         }
     });
+    // The name stands for another version: plans that resolved it are planned again.
+    crate::catalog::plans::models_changed();
 }
 
 const DEPLOY_STRATEGY_USAGE: &str =
@@ -162,11 +164,15 @@ fn checked_name(text: &str, what: &str) -> grants::ModelName {
 fn delete_models(filter: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> i64 {
     let sql =
         format!("WITH d AS (DELETE FROM corgipile.models WHERE {filter} RETURNING 1) SELECT pg_catalog.count(*) FROM d");
-    as_catalog_owner(|| {
+    let dropped = as_catalog_owner(|| {
         Spi::get_one_with_args::<i64>(&sql, args)
             .unwrap_or_else(|e| spi_failed("drop the model", e))
             .unwrap_or(0)
-    })
+    });
+    // A dropped version's name stands for another (or none): plans that resolved it are
+    // planned again.
+    crate::catalog::plans::models_changed();
+    dropped
 }
 
 /// Deletes one model (and its epochs); returns 1. It must be the caller's, or the caller must
