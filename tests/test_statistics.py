@@ -27,14 +27,17 @@ BASE = {"epochs": 2, "seed": 7, "verbose": False}
 def env(db):
     with connect(db) as c:
         # Label-clustered, features on scales 1 ... 10^4 (normalizing matters), ~20 MB.
-        c.execute(f"""CREATE TABLE st AS SELECT i AS id,
+        # No autovacuum: on PostgreSQL 16+ a bulk-extended table ends in empty pages that an
+        # autovacuum may truncate between a test's size query and its training (seen once on
+        # 18: the training read 2,728 pages a pass where pg_relation_size had said 2,752).
+        c.execute(f"""CREATE TABLE st WITH (autovacuum_enabled = off) AS SELECT i AS id,
                 ARRAY[(s + random() - 0.5) * 10000, (s * 0.5 + random()) * 100, random() + s * 0.3,
                       random() * 50, (random() - 0.5) * 2 + s, random(), random() * 1000, s * 0.2 + random()]::float8[] AS features,
                 (s > 0)::int AS label, (s + random() - 0.5) * 10000 AS x1, random() * 50 AS x2,
                 (ARRAY['red', 'green', 'blue'])[1 + i % 3] AS colour
             FROM (SELECT i, CASE WHEN i <= {ROWS} / 2 THEN -1 ELSE 1 END AS s
                   FROM generate_series(1, {ROWS}) i) g ORDER BY i""")
-        c.execute("CREATE TABLE st_small AS SELECT * FROM st WHERE id % 50 = 0")
+        c.execute("CREATE TABLE st_small WITH (autovacuum_enabled = off) AS SELECT * FROM st WHERE id % 50 = 0")
         c.execute("VACUUM ANALYZE st")
         c.execute("VACUUM ANALYZE st_small")
     yield db
@@ -112,18 +115,12 @@ def test_what_needs_every_row_reads_every_row(env, model, params):
             assert len(sample) == 1  # sampled, then read on to the end for want of rows
         else:
             assert sample == []
-        if model == "mlp":
-            # Once in a PostgreSQL 18 run a network's EXPLAIN ANALYZE counted 72 of 8,256 pages
-            # fewer (not reproduced in 6 runs since): for networks the not-sampled decision is
-            # what is asserted; the pages of the svm cases show a full pass.
-            assert read > 2 * n, (params, read, n)
-        else:
-            assert read == 3 * n, (params, read, n)
+        assert read == 3 * n, (params, read, n)
 
 
 def test_sparse_arrays_read_every_row(env):
     with connect(env) as c:
-        c.execute("""CREATE TABLE IF NOT EXISTS st_sparse AS
+        c.execute("""CREATE TABLE IF NOT EXISTS st_sparse WITH (autovacuum_enabled = off) AS
                      SELECT id, ARRAY[1, 2 + id % 7] AS idx, ARRAY[x1, x2] AS val, label FROM st""")
         n = pages(c, "st_sparse")
         assert n > 1280
