@@ -383,6 +383,26 @@ impl SgdNode {
                     (rows, skipped, labels_seen.len())
                 }
             };
+            // Every epoch reads the same rows (one snapshot; only "since" samples the older
+            // blocks afresh): an epoch that read other counts lost rows somewhere, and its model
+            // must not be stored as if it had not.
+            if epoch > 1
+                && self.config.read_from.is_none()
+                && rows + skipped != rows_trained + rows_skipped
+            {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!(
+                        "corgipile: epoch {epoch} of {} read {} rows, epoch 1 read {}",
+                        self.config.relation,
+                        rows + skipped,
+                        rows_trained + rows_skipped
+                    ),
+                    Some(
+                        "Every epoch reads the same rows; this is a bug, please report it.".into(),
+                    ),
+                );
+            }
             rows_trained = rows;
             if epoch == 1 {
                 rows_skipped = skipped;
