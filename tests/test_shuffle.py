@@ -721,7 +721,8 @@ def full_seconds(dsn, params):
 
 def run_cancelled(dsn, delay, params):
     """Starts a shuffle of big in one session, pg_cancel_backend after `delay` s from another.
-    Returns (error, seconds from the cancel to the error, temp files seen while running)."""
+    Returns (seconds from the cancel to the error, temp files seen while running), or None when
+    the shuffle finished before `delay`."""
     with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
         drop(killer, "dst_big")
         pid = scalar(victim, "SELECT pg_backend_pid()")
@@ -741,13 +742,22 @@ def run_cancelled(dsn, delay, params):
             result["ended"] = time.monotonic()
 
         t = threading.Thread(target=run)
+        started = time.monotonic()
         t.start()
         seen = 0
-        deadline = time.monotonic() + delay
+        deadline = started + delay
         while time.monotonic() < deadline:
             seen = max(seen, len(my_tmp_files(killer, pid)))
             time.sleep(0.05)
-        assert t.is_alive(), f"the shuffle of {BIG_ROWS} rows finished in less than {delay:.2f} s"
+        if not t.is_alive():
+            # This run was faster than the one that timed the cancel (a shared, noisy machine):
+            # time the cancels by this run instead, and let the caller try again.
+            t.join()
+            assert "error" not in result, result["error"]
+            _full_seconds[json.dumps(params, sort_keys=True)] = result["ended"] - started
+            print(f"the shuffle finished in {result['ended'] - started:.2f} s, before the cancel")
+            drop(killer, "dst_big")
+            return None
         latency = cancel_and_join(killer, t, result, pid, timeout=30)
         print(f"cancel after {delay:.1f} s ({params}): {type(result.get('error')).__name__} "
               f"{latency * 1000:.0f} ms after pg_cancel_backend; up to {seen} temp files seen while running")
@@ -769,7 +779,12 @@ def run_cancelled(dsn, delay, params):
 def test_cancel(dsn, big, params, fraction):
     """pg_cancel_backend at several points of the shuffle of big, from early in pass 1 to well
     into pass 2 (on this machine ~1 s in all)."""
-    latency, seen = run_cancelled(dsn, fraction * full_seconds(dsn, params), params)
+    for _ in range(3):
+        outcome = run_cancelled(dsn, fraction * full_seconds(dsn, params), params)
+        if outcome is not None:
+            break
+    assert outcome is not None, f"the shuffle of {BIG_ROWS} rows finished before every cancel"
+    latency, seen = outcome
     assert seen > 0, "no temporary files seen while the shuffle ran: the leftover check would be vacuous"
     assert latency < 1.5, f"cancel took {latency:.2f} s"
 
