@@ -158,3 +158,28 @@ ALTER FUNCTION "corgipile_predict_proba"(bigint, record) SUPPORT "corgipile_pred
 ALTER FUNCTION "corgipile_predict_proba"(text, record) SUPPORT "corgipile_predict_support";
 ALTER FUNCTION "corgipile_decision_function"(bigint, record) SUPPORT "corgipile_predict_support";
 ALTER FUNCTION "corgipile_decision_function"(text, record) SUPPORT "corgipile_predict_support";
+
+-- The evaluation tables of a classifier on a relation: confusion matrix, ROC curve (with
+-- precision and recall), calibration bins; each by model id or by model name.
+CREATE FUNCTION "corgipile_confusion_matrix"("model_id" bigint, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("actual" TEXT, "predicted" TEXT, "rows" bigint)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_confusion_matrix_wrapper';
+CREATE FUNCTION "corgipile_confusion_matrix"("model_name" TEXT, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("actual" TEXT, "predicted" TEXT, "rows" bigint)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_confusion_matrix_by_name_wrapper';
+CREATE FUNCTION "corgipile_roc_curve"("model_id" bigint, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("class" TEXT, "threshold" double precision, "tp" bigint, "fp" bigint, "tpr" double precision,
+               "fpr" double precision, "precision" double precision, "recall" double precision, "f1" double precision)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_roc_curve_wrapper';
+CREATE FUNCTION "corgipile_roc_curve"("model_name" TEXT, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("class" TEXT, "threshold" double precision, "tp" bigint, "fp" bigint, "tpr" double precision,
+               "fpr" double precision, "precision" double precision, "recall" double precision, "f1" double precision)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_roc_curve_by_name_wrapper';
+CREATE FUNCTION "corgipile_calibration"("model_id" bigint, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("class" TEXT, "bin" INT, "lower" double precision, "upper" double precision, "rows" bigint,
+               "mean_predicted" double precision, "observed" double precision)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_calibration_wrapper';
+CREATE FUNCTION "corgipile_calibration"("model_name" TEXT, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("class" TEXT, "bin" INT, "lower" double precision, "upper" double precision, "rows" bigint,
+               "mean_predicted" double precision, "observed" double precision)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_calibration_by_name_wrapper';

@@ -1166,6 +1166,50 @@ def test_evaluate_softmax_with_text_labels_and_a_column_list_on_a_sharded_table(
     assert_same_evaluation(sharded, evaluate(conn, m, classes3))
 
 
+def evaluation_tables(conn, model_id, rel):
+    """corgipile_confusion_matrix, corgipile_roc_curve and corgipile_calibration (when the model
+    has probabilities) of a model on a relation."""
+    tables = {}
+    for function in ("corgipile_confusion_matrix", "corgipile_roc_curve", "corgipile_calibration"):
+        if function == "corgipile_calibration" and scalar(
+                conn, "SELECT kind = 'svm' FROM corgipile.models WHERE id = %s", (model_id,)):
+            continue
+        tables[function] = conn.execute(
+            f"SELECT * FROM {function}(%s::bigint, %s::regclass)", (model_id, rel)).fetchall()
+    return tables
+
+
+def assert_same_tables(sharded, single):
+    """Counts equal; sums of probabilities (calibration means) equal up to rounding."""
+    assert sharded.keys() == single.keys()
+    for function, rows in single.items():
+        assert len(sharded[function]) == len(rows), function
+        for got, want in zip(sharded[function], rows):
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                if isinstance(w, float):
+                    assert g == pytest.approx(w, rel=1e-9, abs=1e-12), (function, got, want)
+                else:
+                    assert g == w, (function, got, want)
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_evaluation_tables_of_a_sharded_table_equal_one_server(conn, blobs, model):
+    m = train(conn, "sh_hash_copy", model, {"epochs": 2, "seed": 1})
+    sharded, single = evaluation_tables(conn, m, "sh_hash"), evaluation_tables(conn, m, "sh_hash_copy")
+    assert sum(r[2] for r in single["corgipile_confusion_matrix"]) == 200_000
+    assert_same_tables(sharded, single)
+
+
+def test_evaluation_tables_of_softmax_with_text_labels_on_a_sharded_table(conn, classes3):
+    params = {"epochs": 3, "seed": 1, "label": "label", "features": ["x1", "x2", "color"]}
+    m = train(conn, classes3, "softmax", params)
+    sharded, single = evaluation_tables(conn, m, "sh_cls"), evaluation_tables(conn, m, classes3)
+    assert {r[0] for r in single["corgipile_confusion_matrix"]} == {"a", "b", "c"}
+    assert len(single["corgipile_calibration"]) == 30
+    assert_same_tables(sharded, single)
+
+
 def test_evaluate_failures_on_a_sharded_table(conn, broken):
     m = train(conn, "sh_range_copy", "svm", {"epochs": 1, "seed": 1})
     with pytest.raises(psycopg.OperationalError) as err:

@@ -22,7 +22,7 @@ use crate::pipeline::PipelineConfig;
 use crate::request::Prepared;
 use crate::shard::protocol::{EvaluateRequest, RoundRequest};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::scoring::Evaluation;
+use corgipile_ml::scoring::{Evaluation, TableSpec};
 
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::CStr;
@@ -169,19 +169,22 @@ pub(crate) unsafe fn explain_sharded(
         .into_owned()
 }
 
-/// corgipile_evaluate on a sharded table: every shard scores the model on its rows; the
-/// metrics are merged here.
+/// corgipile_evaluate (and its tables, when `tables` asks for them) on a sharded table: every
+/// shard scores the model on its rows; the metrics are merged here. Returns them and the rows
+/// the shards' readers skipped.
 pub(crate) unsafe fn evaluate_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
     stored: &crate::catalog::StoredModel,
-) -> serde_json::Value {
+    tables: Option<TableSpec>,
+) -> (Evaluation, u64) {
     let config = &prepared.config;
     check_sharded_access(prepared.relid, &config.relation, "evaluate on");
     let request = EvaluateRequest {
         model: stored.model.to_parts(),
         classes: stored.classes.clone(),
         preprocessing: stored.preprocessing.clone(),
+        tables,
     };
     let kind = config.model;
     let parent = prepared.relid;
@@ -190,8 +193,9 @@ pub(crate) unsafe fn evaluate_sharded(
     };
     let binary = binary_labels(config.label.uses_classes(), &stored.classes);
     let mut evaluation = Evaluation::mergeable(kind, stored.classes.len(), binary);
+    if let Some(spec) = tables {
+        evaluation = evaluation.with_tables(spec);
+    }
     let rows_skipped = coordinator::evaluate(leaves, config, request, &run_local, &mut evaluation);
-    let mut report = evaluation.finish(rows_skipped);
-    report["model_id"] = serde_json::json!(stored.id);
-    report
+    (evaluation, rows_skipped)
 }

@@ -5,7 +5,7 @@
 use crate::decode::classes::ClassValue;
 use crate::pipeline::LearnedStatistics;
 use corgipile_ml::preprocess::Preprocessor;
-use corgipile_ml::scoring::EvaluationPart;
+use corgipile_ml::scoring::{EvaluationPart, TableSpec};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::ModelParts;
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,9 @@ pub struct EvaluateRequest {
     pub classes: Vec<ClassValue>,
     /// A column list's preprocessing, as stored with the model.
     pub preprocessing: Option<Preprocessor>,
+    /// The evaluation tables to fill too (corgipile_roc_curve and the like).
+    #[serde(default)]
+    pub tables: Option<TableSpec>,
 }
 
 /// What the coordinator asks of a shard.
@@ -257,7 +260,7 @@ impl RoundReply {
                     return Err("no evaluation".into());
                 };
                 if let Some(model) = &request.evaluate {
-                    part.check(model.model.kind(), model.classes.len())?;
+                    part.check(model.model.kind(), model.classes.len(), model.tables)?;
                 }
             }
         }

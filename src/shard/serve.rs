@@ -58,6 +58,7 @@ pub(super) unsafe fn evaluate_shard_here(
         model,
         classes,
         preprocessing,
+        tables,
     }) = &request.evaluate
     else {
         raise(
@@ -99,6 +100,7 @@ pub(super) unsafe fn evaluate_shard_here(
     let (part, rows_skipped) = prepared.run(EvaluateShard {
         model,
         classes: classes.clone(),
+        tables: *tables,
     });
     RoundReply {
         rows: part.rows_scored(),

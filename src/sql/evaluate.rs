@@ -1,12 +1,13 @@
 //! corgipile_evaluate: a stored model scored on a relation.
 
-use crate::catalog::{load_model_ref, ModelRef};
+use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::exec::sgd::Evaluate;
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{json_type, parse_params, prepare};
 use crate::shard::evaluate_sharded;
+use corgipile_ml::params::TrainParams;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 
@@ -34,12 +35,66 @@ fn corgipile_evaluate_by_name(
 
 fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
     let stored = load_model_ref(key);
-    let mut overrides = match &params.0 {
-        serde_json::Value::Object(map) => map.clone(),
+    let (params, members) = evaluation_params(&stored, params, "corgipile_evaluate", &[]);
+    // SAFETY: as in corgipile_train.
+    let report = unsafe {
+        let mut prepared = prepare(
+            relation.oid(),
+            stored.kind(),
+            params,
+            Mode::Evaluate,
+            stored.classes.clone(),
+            stored.preprocessing.as_ref(),
+        );
+        if let Some(g) = prepared.config.groups.as_mut() {
+            g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
+        }
+        match crate::shard::sharded_leaves(prepared.relid) {
+            Some(_) if stored.groups.is_some() => raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("model {} has a model per group: it cannot evaluate a sharded table yet", stored.id),
+                Some("Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id.".into()),
+            ),
+            Some(leaves) => {
+                let (evaluation, rows_skipped) =
+                    evaluate_sharded(&prepared, leaves, &stored, None);
+                let mut report = evaluation.finish(rows_skipped);
+                report["model_id"] = serde_json::json!(stored.id);
+                report
+            }
+            None => prepared.run(Evaluate {
+                model: stored.clone(),
+                members: members
+                    .into_iter()
+                    .map(|(key, id)| {
+                        let m = crate::catalog::load_group_model(&stored, &key, id);
+                        (key, m)
+                    })
+                    .collect(),
+            }),
+        }
+    };
+    JsonB(report)
+}
+
+/// The params of an evaluation of `stored` (`function`'s `params` argument, which may also
+/// hold the `extra` keys, taken out by the caller before): the model's features and label
+/// unless overridden, read in storage order by one backend. Also a family of per-group
+/// models' members (key, model id), in the order of their numbers (empty for other models).
+pub(crate) fn evaluation_params(
+    stored: &StoredModel,
+    params: ParamsArg,
+    function: &str,
+    extra: &[&str],
+) -> (TrainParams, Vec<(String, i64)>) {
+    let mut overrides = match params.0 {
+        serde_json::Value::Object(map) => map,
         other => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("params must be a JSON object, got {}", json_type(other)),
-            None,
+            format!("params must be a JSON object, got {}", json_type(&other)),
+            Some(format!(
+                "pass e.g. '{{\"where\": \"id % 5 = 0\"}}'::jsonb to {function}"
+            )),
         ),
     };
     const ACCEPTED: [&str; 6] = [
@@ -51,13 +106,20 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
         "where",
     ];
     for key in overrides.keys() {
-        if !ACCEPTED.contains(&key.as_str()) {
+        if !ACCEPTED.contains(&key.as_str()) && !extra.contains(&key.as_str()) {
+            let valid: Vec<&str> = ACCEPTED.iter().chain(extra).copied().collect();
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("unknown parameter \"{key}\" for corgipile_evaluate"),
-                Some("valid parameters are: features, label, buffer_size, block_size, only, where (features and label default to the model's)".into()),
+                format!("unknown parameter \"{key}\" for {function}"),
+                Some(format!(
+                    "valid parameters are: {} (features and label default to the model's)",
+                    valid.join(", ")
+                )),
             );
         }
+    }
+    for key in extra {
+        overrides.remove(*key);
     }
     if stored.preprocessing.is_some()
         && overrides
@@ -103,37 +165,5 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
             .collect();
         members.sort_by_key(|&(_, id)| id);
     }
-    // SAFETY: as in corgipile_train.
-    let report = unsafe {
-        let mut prepared = prepare(
-            relation.oid(),
-            stored.kind(),
-            params,
-            Mode::Evaluate,
-            stored.classes.clone(),
-            stored.preprocessing.as_ref(),
-        );
-        if let Some(g) = prepared.config.groups.as_mut() {
-            g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
-        }
-        match crate::shard::sharded_leaves(prepared.relid) {
-            Some(_) if stored.groups.is_some() => raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("model {} has a model per group: it cannot evaluate a sharded table yet", stored.id),
-                Some("Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id.".into()),
-            ),
-            Some(leaves) => evaluate_sharded(&prepared, leaves, &stored),
-            None => prepared.run(Evaluate {
-                model: stored.clone(),
-                members: members
-                    .into_iter()
-                    .map(|(key, id)| {
-                        let m = crate::catalog::load_group_model(&stored, &key, id);
-                        (key, m)
-                    })
-                    .collect(),
-            }),
-        }
-    };
-    JsonB(report)
+    (params, members)
 }

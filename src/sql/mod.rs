@@ -4,4 +4,5 @@
 
 pub mod evaluate;
 pub mod manage;
+pub mod tables;
 pub mod train;

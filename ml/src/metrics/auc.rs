@@ -9,6 +9,27 @@ const AUC_SCORE_UNIT: f64 = 1e-6;
 /// ln(1 + 10^15 / AUC_SCORE_UNIT): scores beyond ±10^15 share the outermost bins.
 const AUC_LOG_RANGE: f64 = 48.35428695287496;
 
+/// The bin of `score` among `bins` equal bins of sign(score)·ln(1 + |score| / 10^-6) over
+/// [-AUC_LOG_RANGE, AUC_LOG_RANGE] (see [`ScoreHistogram`]); NaN goes to bin 0.
+#[inline]
+pub(crate) fn score_bin(score: f64, bins: usize) -> usize {
+    let m = (score.signum() * (score.abs() / AUC_SCORE_UNIT).ln_1p())
+        .clamp(-AUC_LOG_RANGE, AUC_LOG_RANGE);
+    let unit = (m + AUC_LOG_RANGE) / (2.0 * AUC_LOG_RANGE);
+    // NaN casts to 0.
+    ((unit * bins as f64) as usize).min(bins - 1)
+}
+
+/// The smallest score of bin `b` of `bins` (`score_bin`'s inverse at the bin's lower edge; the
+/// lowest bin's edge is -infinity, as every score below the range falls in it).
+pub(crate) fn bin_lower_edge(b: usize, bins: usize) -> f64 {
+    if b == 0 {
+        return f64::NEG_INFINITY;
+    }
+    let m = b as f64 / bins as f64 * (2.0 * AUC_LOG_RANGE) - AUC_LOG_RANGE;
+    m.signum() * m.abs().exp_m1() * AUC_SCORE_UNIT
+}
+
 /// Positive and negative counts of the scores in each of [`AUC_BINS`] equal bins of
 /// sign(score)·ln(1 + |score| / 10^-6) over [-AUC_LOG_RANGE, AUC_LOG_RANGE] — a monotone map
 /// that keeps scores apart to about 0.15% of their size from 10^-6 to 10^15 (a sigmoid would
@@ -31,11 +52,7 @@ impl ScoreHistogram {
 
     #[inline]
     fn bin(score: f64) -> usize {
-        let m = (score.signum() * (score.abs() / AUC_SCORE_UNIT).ln_1p())
-            .clamp(-AUC_LOG_RANGE, AUC_LOG_RANGE);
-        let unit = (m + AUC_LOG_RANGE) / (2.0 * AUC_LOG_RANGE);
-        // NaN casts to 0.
-        ((unit * AUC_BINS as f64) as usize).min(AUC_BINS - 1)
+        score_bin(score, AUC_BINS)
     }
 
     pub(super) fn push(&mut self, score: f64, positive: bool) {

@@ -15,6 +15,7 @@ mod multiclass;
 mod regression;
 
 pub use auc::AUC_BINS;
+pub(crate) use auc::{bin_lower_edge, score_bin};
 pub use binary::{BinaryMetrics, BinaryPart, BinaryReport};
 pub use multiclass::{ClassReport, MulticlassMetrics, MulticlassReport};
 pub use regression::{r2_score, RegressionMetrics, RegressionReport};

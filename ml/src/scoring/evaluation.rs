@@ -9,6 +9,7 @@ use crate::model::Labels;
 use crate::model::{sigmoid, ModelKind, Predictor};
 use crate::row::Row;
 
+use super::tables::{EvaluationTables, TableSpec, TablesPart};
 use super::BinaryLabels;
 
 /// Why `roc_auc` is null when there were more rows than scores could be kept for.
@@ -23,6 +24,9 @@ pub struct EvaluationPart {
     regression: Option<RegressionMetrics>,
     scored: u64,
     unknown: u64,
+    /// The tables, when they were asked for (see [`Evaluation::with_tables`]).
+    #[serde(default)]
+    tables: Option<TablesPart>,
 }
 
 impl EvaluationPart {
@@ -33,7 +37,18 @@ impl EvaluationPart {
 
     /// Why this part (from another server) cannot be merged into an evaluation of a `kind`
     /// model of `n_classes` classes: the metrics of another kind, or of another shape.
-    pub fn check(&self, kind: ModelKind, n_classes: usize) -> Result<(), String> {
+    /// `tables`: what was asked for, which the part must have.
+    pub fn check(
+        &self,
+        kind: ModelKind,
+        n_classes: usize,
+        tables: Option<TableSpec>,
+    ) -> Result<(), String> {
+        match (&self.tables, tables) {
+            (None, None) => {}
+            (Some(part), Some(spec)) => part.check(kind, n_classes, spec)?,
+            _ => return Err("evaluation tables were not what was asked for".into()),
+        }
         let binary = kind.is_binary();
         if self.binary.is_some() != binary
             || self.multiclass.is_some() != kind.has_class_outputs()
@@ -87,6 +102,7 @@ pub struct Evaluation {
     unknown: u64,
     /// ROC AUC from a histogram ([`Evaluation::mergeable`]).
     histogram_auc: bool,
+    tables: Option<EvaluationTables>,
 }
 
 impl Evaluation {
@@ -112,6 +128,7 @@ impl Evaluation {
             scored: 0,
             unknown: 0,
             histogram_auc: false,
+            tables: None,
         }
     }
 
@@ -126,6 +143,23 @@ impl Evaluation {
         }
     }
 
+    /// Fills the tables of a classifier too (the caller checks
+    /// [`EvaluationTables::bytes_needed`] first); [`Evaluation::tables`] has them at the end.
+    pub fn with_tables(mut self, spec: TableSpec) -> Self {
+        self.tables = Some(EvaluationTables::new(self.kind, self.n_classes, spec));
+        self
+    }
+
+    /// The tables filled (None unless asked for with [`Evaluation::with_tables`]).
+    pub fn tables(&self) -> Option<&EvaluationTables> {
+        self.tables.as_ref()
+    }
+
+    /// The tables filled, taken out of the evaluation.
+    pub fn into_tables(self) -> Option<EvaluationTables> {
+        self.tables
+    }
+
     /// This part's metrics, to merge into another [`Evaluation::mergeable`].
     pub fn part(&self) -> EvaluationPart {
         EvaluationPart {
@@ -137,6 +171,7 @@ impl Evaluation {
             regression: (!self.kind.is_classifier()).then(|| self.regression.clone()),
             scored: self.scored,
             unknown: self.unknown,
+            tables: self.tables.as_ref().map(|t| t.part()),
         }
     }
 
@@ -150,6 +185,9 @@ impl Evaluation {
         }
         if let Some(r) = &part.regression {
             self.regression.merge(r);
+        }
+        if let (Some(tables), Some(part)) = (&mut self.tables, &part.tables) {
+            tables.merge(part);
         }
         self.scored = self.scored.saturating_add(part.scored);
         self.unknown = self.unknown.saturating_add(part.unknown);
@@ -166,10 +204,17 @@ impl Evaluation {
                     self.unknown += 1;
                     return;
                 }
-                let p = model
-                    .predict_proba(row, &mut self.probs)
-                    .then(|| self.probs[actual]);
-                self.multiclass.push(model.predict(row) as usize, actual, p);
+                let has_proba = model.predict_proba(row, &mut self.probs);
+                let p = has_proba.then(|| self.probs[actual]);
+                let predicted = model.predict(row) as usize;
+                self.multiclass.push(predicted, actual, p);
+                if let Some(tables) = &mut self.tables {
+                    let mut scores = Vec::new();
+                    if !has_proba {
+                        model.scores(row, &mut scores);
+                    }
+                    tables.push_classes(predicted, actual, &self.probs, &scores);
+                }
             }
             Labels::TwoClasses => {
                 let Some(positive) = self.binary.positive(label) else {
@@ -179,6 +224,9 @@ impl Evaluation {
                 let z = model.decision(row);
                 let p = self.kind.has_proba().then(|| sigmoid(z));
                 self.binary_metrics.push(z, p, positive);
+                if let Some(tables) = &mut self.tables {
+                    tables.push_binary(z, p, positive);
+                }
             }
         }
         self.scored += 1;

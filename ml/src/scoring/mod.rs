@@ -8,12 +8,18 @@
 //! described by [`BinaryLabels`].
 //!
 //! Files: `validation` ([`ValidationScore`]), `evaluation` ([`Evaluation`] and the part a
-//! shard sends of it); [`BinaryLabels`] here, as both use it.
+//! shard sends of it), `tables` (an evaluation's confusion matrix, ROC curve and calibration
+//! tables); [`BinaryLabels`] here, as both use it.
 
 mod evaluation;
+mod tables;
 mod validation;
 
 pub use evaluation::{Evaluation, EvaluationPart};
+pub use tables::{
+    CalibrationRow, EvaluationTables, RocPoint, TableSpec, TablesPart, MAX_CALIBRATION_BINS,
+    ROC_BINS,
+};
 pub use validation::{ValidationPart, ValidationScore, ValidationStats};
 
 /// How binary labels reach scoring: as class indices (text labels: 0 = negative,

@@ -7,8 +7,11 @@ use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::model::Predictor;
-use corgipile_ml::scoring::{BinaryLabels, Evaluation, EvaluationPart};
+use corgipile_ml::scoring::{
+    BinaryLabels, Evaluation, EvaluationPart, EvaluationTables, TableSpec,
+};
 use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use serde_json::json;
@@ -34,10 +37,12 @@ impl SgdTask for Evaluate {
     }
 }
 
-/// A shard's evaluation: the output is its mergeable metrics and the rows the reader skipped.
+/// A shard's evaluation: the output is its mergeable metrics (and tables, when asked for) and
+/// the rows the reader skipped.
 pub struct EvaluateShard {
     pub model: Model,
     pub classes: Vec<ClassValue>,
+    pub tables: Option<TableSpec>,
 }
 
 impl SgdTask for EvaluateShard {
@@ -45,14 +50,73 @@ impl SgdTask for EvaluateShard {
     const MODE: Mode = Mode::Evaluate;
 
     unsafe fn run(self, node: &mut SgdNode) -> (EvaluationPart, u64) {
-        let mut evaluation = Evaluation::mergeable(
+        let mut evaluation = mergeable_evaluation(
             self.model.kind(),
-            self.classes.len(),
-            binary_labels(node.config.label.uses_classes(), &self.classes),
+            &self.classes,
+            node.config.label.uses_classes(),
+            self.tables,
+            "the coordinator's model",
         );
         let skipped = node.score_rows(&self.model, "the coordinator's model", &mut evaluation);
         (evaluation.part(), skipped)
     }
+}
+
+/// corgipile_confusion_matrix, corgipile_roc_curve, corgipile_calibration: the stored model
+/// scored on every row with its tables filled; the output is the evaluation and the rows the
+/// reader skipped.
+pub struct EvaluateTables {
+    pub model: Rc<StoredModel>,
+    pub spec: TableSpec,
+}
+
+impl SgdTask for EvaluateTables {
+    type Output = (Evaluation, u64);
+    const MODE: Mode = Mode::Evaluate;
+
+    unsafe fn run(self, node: &mut SgdNode) -> (Evaluation, u64) {
+        let what = format!("model {}", self.model.id);
+        let mut evaluation = mergeable_evaluation(
+            self.model.kind(),
+            &self.model.classes,
+            node.config.label.uses_classes(),
+            Some(self.spec),
+            &what,
+        );
+        let skipped = node.score_rows(&self.model.model, &what, &mut evaluation);
+        (evaluation, skipped)
+    }
+}
+
+/// An evaluation whose parts merge (ROC AUC from a histogram), with `tables` if asked for:
+/// an ERROR, before anything is read, when they would take more than
+/// corgipile.max_buffer_memory (`what` names the model).
+pub fn mergeable_evaluation(
+    kind: ModelKind,
+    classes: &[ClassValue],
+    uses_classes: bool,
+    tables: Option<TableSpec>,
+    what: &str,
+) -> Evaluation {
+    let evaluation =
+        Evaluation::mergeable(kind, classes.len(), binary_labels(uses_classes, classes));
+    let Some(spec) = tables else {
+        return evaluation;
+    };
+    let bytes = EvaluationTables::bytes_needed(kind, classes.len(), spec);
+    if bytes > crate::pg::guc::max_buffer_bytes() {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "the evaluation tables of {what} ({} classes) need {}, more than corgipile.max_buffer_memory ({})",
+                classes.len(),
+                corgipile_ml::limits::pretty_bytes(bytes),
+                corgipile_ml::limits::pretty_bytes(crate::pg::guc::max_buffer_bytes()),
+            ),
+            Some("A table of k classes holds a k x k confusion matrix and k ROC curves of 256 kB each: ask a superuser to raise corgipile.max_buffer_memory.".into()),
+        );
+    }
+    evaluation.with_tables(spec)
 }
 
 /// How a model's binary labels arrive: as class indices (text labels, pre-seeded with the

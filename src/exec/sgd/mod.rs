@@ -18,7 +18,7 @@ mod train;
 
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows};
-pub use evaluate::{binary_labels, Evaluate, EvaluateShard};
+pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use learn::Learn;
 pub use network::checked_network_spec;
 pub use shard_round::{forget_kept_optimizers, ShardRound};
