@@ -49,7 +49,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict \
+.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -80,6 +80,7 @@ help:
 	@echo "  bench-incremental  nightly \"since\" trainings vs full retraining on a table growing 10% a day for 10 days (bench/results/incremental.md; ~10 min)"
 	@echo "  bench-spill    corgipile_train_query over a join vs CREATE TABLE AS + training (bench/results/spill_cost.md; a few minutes)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
+	@echo "  bench-tables   corgipile_evaluate, _confusion_matrix, _roc_curve, _calibration vs a plain scan (bench/results/evaluation_tables.md; a minute)"
 	@echo "  bench-sparse   sparse 1M-dim vs dense per-row training time, and the guard vs scikit-learn partial_fit (bench/results/sparse_vs_dense.md; ~5 min)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
 	@echo "  bench          the paper-scale benchmark (bench/results/latest.md; ~15 min, an hour the first time)"
@@ -280,6 +281,10 @@ bench-groups: setup-python install
 bench-predict: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/predict_row.py
+
+bench-tables: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/evaluation_tables.py
 
 # Benchmark harness (bench/harness.py): every shuffle strategy, Shuffle Once and the scikit-learn export
 # path side by side; writes bench/results/latest.md (bench) or quick.md (bench-quick) plus PNG plots.
