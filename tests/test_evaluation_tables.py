@@ -32,7 +32,7 @@ def tables(dsn):
                              (i % 3) + (random() - 0.5) * 3 AS x,
                              (ARRAY['red','green','blue'])[1 + (i + (random() < 0.4)::int) % 3] AS color
                       FROM generate_series(1, {ROWS}) i""")
-        c.execute(f"""CREATE TABLE et_reg AS SELECT i AS id, ARRAY[i * 0.001] AS features,
+        c.execute("""CREATE TABLE et_reg AS SELECT i AS id, ARRAY[i * 0.001] AS features,
                       i * 0.002 AS label FROM generate_series(1, 500) i""")
     return {"bin": "et_bin", "cls": "et_cls", "reg": "et_reg"}
 
