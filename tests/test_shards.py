@@ -1172,7 +1172,7 @@ def evaluation_tables(conn, model_id, rel):
     tables = {}
     for function in ("corgipile_confusion_matrix", "corgipile_roc_curve", "corgipile_calibration"):
         if function == "corgipile_calibration" and scalar(
-                conn, "SELECT kind = 'svm' FROM corgipile.models WHERE id = %s", (model_id,)):
+                conn, "SELECT model_type = 'svm' FROM corgipile.models WHERE id = %s", (model_id,)):
             continue
         tables[function] = conn.execute(
             f"SELECT * FROM {function}(%s::bigint, %s::regclass)", (model_id, rel)).fetchall()
