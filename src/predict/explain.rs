@@ -129,7 +129,10 @@ fn check_top(top: Option<i32>) -> Option<usize> {
 fn out_of_memory(model: &StoredModel, _: ExplainError) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-        format!("out of memory explaining a prediction of model {}", model.id),
+        format!(
+            "out of memory explaining a prediction of model {}",
+            model.id
+        ),
         None,
     )
 }

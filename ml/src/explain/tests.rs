@@ -1,7 +1,7 @@
 use super::*;
 use crate::model::{LinearModel, ModelKind};
 use crate::network::{Activation, Head, Network, NetworkModel};
-use crate::preprocess::{ColumnOptions, ColumnPlan, EncodedRow, Encode, Source, StatsBuilder};
+use crate::preprocess::{ColumnOptions, ColumnPlan, Encode, EncodedRow, Source, StatsBuilder};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * (1.0 + a.abs().max(b.abs()))
@@ -53,7 +53,9 @@ fn relu_networks_are_integrated_exactly_piece_by_piece() {
             let span = (a.value - a.baseline).abs().max(1e-3);
             assert!(a.residual.abs() <= 1e-10 * span, "seed {seed}: {a:?}");
             // Against a fine midpoint Riemann sum of the gradient (finite differences).
-            let Model::Network(nm) = &m else { unreachable!() };
+            let Model::Network(nm) = &m else {
+                unreachable!()
+            };
             let steps = 500;
             let mut riemann = vec![0.0; 6];
             for s in 0..steps {
@@ -72,7 +74,10 @@ fn relu_networks_are_integrated_exactly_piece_by_piece() {
                 }
             }
             for (r, c) in riemann.iter().zip(&a.per_feature) {
-                assert!((r - c).abs() < 1e-2 * (1.0 + span), "seed {seed}: {r} vs {c}");
+                assert!(
+                    (r - c).abs() < 1e-2 * (1.0 + span),
+                    "seed {seed}: {r} vs {c}"
+                );
             }
         }
     }
@@ -140,7 +145,12 @@ fn preprocessor() -> Preprocessor {
     s.finish(2).unwrap()
 }
 
-fn encode(p: &Preprocessor, income: Option<f64>, state: Option<&str>, url: Option<&str>) -> Vec<f64> {
+fn encode(
+    p: &Preprocessor,
+    income: Option<f64>,
+    state: Option<&str>,
+    url: Option<&str>,
+) -> Vec<f64> {
     let mut row = EncodedRow::default();
     p.number(0, income, &mut row).unwrap();
     p.text(1, state.map(str::as_bytes), &mut row);
@@ -210,19 +220,31 @@ fn columns_sum_their_features_and_say_what_the_model_read() {
     // A NULL state is its (null) category.
     let x = encode(&p, Some(12.0), None, None);
     let cols = by_column(&p, &x, &attribute(&m, &x, &x0, 0).unwrap().per_feature).unwrap();
-    assert_eq!((cols[0].value.as_str(), cols[1].value.as_str()), ("12", "(null)"));
-    assert_eq!((cols[2].value.as_str(), cols[2].contribution), ("(null)", 0.0));
+    assert_eq!(
+        (cols[0].value.as_str(), cols[1].value.as_str()),
+        ("12", "(null)")
+    );
+    assert_eq!(
+        (cols[2].value.as_str(), cols[2].contribution),
+        ("(null)", 0.0)
+    );
 }
 
 #[test]
 fn ranking_keeps_the_top_and_sums_the_rest() {
-    let mut v = by_feature(&[1.0, 2.0, 3.0, 4.0], &[0.5, -3.0, 0.5, 1.0], |j| format!("f[{}]", j + 1)).unwrap();
+    let mut v = by_feature(&[1.0, 2.0, 3.0, 4.0], &[0.5, -3.0, 0.5, 1.0], |j| {
+        format!("f[{}]", j + 1)
+    })
+    .unwrap();
     rank(&mut v, None);
     let names: Vec<_> = v.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["f[2]", "f[4]", "f[1]", "f[3]"]);
     rank(&mut v, Some(2));
     assert_eq!(v.len(), 3);
-    assert_eq!((v[2].name.as_str(), v[2].value.as_str(), v[2].contribution), (REST, "2 more", 1.0));
+    assert_eq!(
+        (v[2].name.as_str(), v[2].value.as_str(), v[2].contribution),
+        (REST, "2 more", 1.0)
+    );
     let mut all = v.clone();
     rank(&mut all, Some(10));
     assert_eq!(all.len(), 3);

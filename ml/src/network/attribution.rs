@@ -31,12 +31,12 @@ pub struct PathAttribution {
 /// 8-point Gauss–Legendre nodes on [-1, 1] (±) and their weights.
 const GL_NODES: [f64; 4] = [
     0.183_434_642_495_649_8,
-    0.525_532_409_916_329_0,
+    0.525_532_409_916_329,
     0.796_666_477_413_626_7,
     0.960_289_856_497_536_3,
 ];
 const GL_WEIGHTS: [f64; 4] = [
-    0.362_683_783_378_362_0,
+    0.362_683_783_378_362,
     0.313_706_645_877_887_3,
     0.222_381_034_453_374_5,
     0.101_228_536_290_376_3,
@@ -84,7 +84,10 @@ impl Network {
         for (i, &v) in a.iter().enumerate() {
             if v != 0.0 {
                 let row = &w[i * n_out..(i + 1) * n_out];
-                z[..n_out].iter_mut().zip(row).for_each(|(zj, wj)| *zj += v * wj);
+                z[..n_out]
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(zj, wj)| *zj += v * wj);
             }
         }
     }
