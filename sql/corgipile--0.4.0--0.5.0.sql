@@ -183,3 +183,64 @@ CREATE FUNCTION "corgipile_calibration"("model_name" TEXT, "relation" regclass, 
 RETURNS TABLE ("class" TEXT, "bin" INT, "lower" double precision, "upper" double precision, "rows" bigint,
                "mean_predicted" double precision, "observed" double precision)
 STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_calibration_by_name_wrapper';
+-- Per-prediction explanations: each input column's share of a prediction's decision value
+-- against the baseline row (the training means and most frequent categories), and the baseline.
+CREATE FUNCTION "corgipile_explain_predict"(
+	"model_id" bigint, /* Option < i64 > */
+	"row" record, /* Option < RecordArg > */
+	"for_class" TEXT DEFAULT NULL, /* Option < & str > */
+	"top" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS TABLE (
+	"column_name" TEXT,  /* String */
+	"value" TEXT,  /* Option < String > */
+	"contribution" double precision,  /* f64 */
+	"class" TEXT  /* Option < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_explain_predict_row_wrapper';
+
+CREATE FUNCTION "corgipile_explain_predict"(
+	"model_name" TEXT, /* Option < TextArg > */
+	"row" record, /* Option < RecordArg > */
+	"for_class" TEXT DEFAULT NULL, /* Option < & str > */
+	"top" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS TABLE (
+	"column_name" TEXT,  /* String */
+	"value" TEXT,  /* Option < String > */
+	"contribution" double precision,  /* f64 */
+	"class" TEXT  /* Option < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_explain_predict_row_by_name_wrapper';
+
+CREATE FUNCTION "corgipile_explain_predict"(
+	"model_id" bigint, /* Option < i64 > */
+	"features" double precision[], /* Option < Float8ArrayArg > */
+	"for_class" TEXT DEFAULT NULL, /* Option < & str > */
+	"top" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS TABLE (
+	"column_name" TEXT,  /* String */
+	"value" TEXT,  /* Option < String > */
+	"contribution" double precision,  /* f64 */
+	"class" TEXT  /* Option < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_explain_predict_array_wrapper';
+
+CREATE FUNCTION "corgipile_explain_predict"(
+	"model_name" TEXT, /* Option < TextArg > */
+	"features" double precision[], /* Option < Float8ArrayArg > */
+	"for_class" TEXT DEFAULT NULL, /* Option < & str > */
+	"top" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS TABLE (
+	"column_name" TEXT,  /* String */
+	"value" TEXT,  /* Option < String > */
+	"contribution" double precision,  /* f64 */
+	"class" TEXT  /* Option < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_explain_predict_array_by_name_wrapper';

@@ -7,6 +7,8 @@
 //! Modules:
 //! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
 //!   validation of the user's sparse rows.
+//! - [`explain`]: per-prediction explanations: each input column's share of a decision value
+//!   against the baseline row (exact for linear models, integrated gradients for networks).
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
 //! - [`limits`]: model memory accounting and fallible allocation.
 //! - [`metrics`]: streaming binary, multiclass and regression metrics.
@@ -23,6 +25,7 @@
 //! - [`wire`]: JSON from other processes and servers, parsed within a memory bound.
 
 pub mod arena;
+pub mod explain;
 pub mod hash;
 pub mod learner;
 pub mod limits;

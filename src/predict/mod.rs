@@ -17,6 +17,7 @@ use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::rc::Rc;
 
 mod columns;
+mod explain;
 mod row;
 mod simplify;
 use crate::request::args::RecordArg;

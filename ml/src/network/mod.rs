@@ -11,6 +11,7 @@
 //! vector (every layer's W, then its b), so averaging and combining copies (parallel workers,
 //! shards) work on it as on a linear model's weights.
 
+mod attribution;
 #[cfg(test)]
 mod exchange_tests;
 mod model;
@@ -19,6 +20,7 @@ mod optimizer;
 mod tests;
 mod train;
 
+pub use attribution::{PathAttribution, WORK_BUDGET};
 pub use model::NetworkModel;
 pub use optimizer::{Optimizer, OptimizerKind};
 pub use train::{NetworkTrainer, Target};

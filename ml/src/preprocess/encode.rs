@@ -49,7 +49,7 @@ pub enum Encoding {
 }
 
 impl Encoding {
-    pub(super) fn width(&self) -> usize {
+    pub fn width(&self) -> usize {
         match self {
             Encoding::Number { .. } => 1,
             Encoding::Array { mean, .. } => mean.len(),
