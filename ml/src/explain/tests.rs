@@ -57,7 +57,7 @@ fn relu_networks_are_integrated_exactly_piece_by_piece() {
                 unreachable!()
             };
             let steps = 500;
-            let mut riemann = vec![0.0; 6];
+            let mut riemann = [0.0; 6];
             for s in 0..steps {
                 let t = (s as f64 + 0.5) / steps as f64;
                 for i in 0..6 {

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::metrics::tests::Rand;
-use crate::model::{LinearModel, Predictor};
+use crate::model::LinearModel;
 use crate::row::Row;
 use crate::scoring::{BinaryLabels, Evaluation};
 
@@ -127,7 +127,8 @@ fn calibration_bins_hold_mean_prediction_and_observed_rate() {
         (1.0, true),
     ];
     for (p, positive) in rows {
-        let z = (p / (1.0 - p) as f64).ln();
+        let p: f64 = p;
+        let z = (p / (1.0 - p)).ln();
         t.push_binary(z, Some(p), positive);
     }
     let table = t.calibration();
