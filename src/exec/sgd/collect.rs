@@ -1,13 +1,16 @@
 //! Collect mode: every row of a relation in one arena (a validation relation, read before
-//! training with the same block scan and decoding).
+//! training with the same block scan and decoding); and a sample of a relation's rows
+//! (`SampleRows`, for corgipile_feature_importance).
 
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::raise;
+use crate::exec::sgd::binary_labels;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;
+use corgipile_ml::scoring::BinaryLabels;
 use pgrx::PgSqlErrorCode;
 
 /// Every row of a relation, and the class of each class index its labels got.
@@ -25,6 +28,62 @@ impl SgdTask for Collect {
 
     unsafe fn run(self, node: &mut SgdNode) -> Option<CollectedRows> {
         node.collect()
+    }
+}
+
+/// The first `rows` dense rows the scan gives (with the CorgiPile order, a uniform sample of
+/// blocks, shuffled), as a flat row-major copy, their labels, and how binary labels arrive. The
+/// scan stops once it has them.
+pub struct SampleRows {
+    pub rows: usize,
+    pub classes: Vec<ClassValue>,
+}
+
+pub struct SampledRows {
+    pub features: Vec<f64>,
+    pub labels: Vec<f64>,
+    pub width: usize,
+    pub binary: BinaryLabels,
+}
+
+impl SgdTask for SampleRows {
+    type Output = SampledRows;
+    const MODE: Mode = Mode::Evaluate;
+
+    unsafe fn run(self, node: &mut SgdNode) -> SampledRows {
+        let binary = binary_labels(node.config.label.uses_classes(), &self.classes);
+        let shuffle = node.shuffle();
+        let (mut features, mut labels, mut width) = (Vec::new(), Vec::new(), 0);
+        let mut spare = None;
+        while labels.len() < self.rows {
+            let Some(b) = shuffle.next_buffer(spare.take()) else {
+                break;
+            };
+            if b.arena.is_sparse() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "corgipile_feature_importance takes models of dense features",
+                    Some("A model of sparse features has a feature per index: see corgipile_model_coefficients.".into()),
+                );
+            }
+            width = b.arena.n_features();
+            // Visit the buffer in its shuffled order: the rows kept are a sample of it too.
+            let n = b.arena.len();
+            for k in 0..n.min(self.rows - labels.len()) {
+                let i = b.order.get(k).map_or(k, |&i| i as usize);
+                if let Row::Dense(x) = b.arena.row(i) {
+                    features.extend_from_slice(x);
+                    labels.push(b.arena.label(i));
+                }
+            }
+            spare = Some(b);
+        }
+        SampledRows {
+            features,
+            labels,
+            width,
+            binary,
+        }
     }
 }
 
