@@ -33,6 +33,7 @@ type ImportanceRow = (String, f64, f64, Option<f64>, String, f64, i64);
 /// Each input column's permutation importance: the drop of the model's score (accuracy, or R²
 /// for regression) on a sample of the relation's rows when the column's values are shuffled
 /// across them (mean and standard deviation over the repeats), most important first.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_feature_importance(
     model_id: i64,
@@ -54,6 +55,7 @@ fn corgipile_feature_importance(
 }
 
 /// corgipile_feature_importance of the deployed version of a model name.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_feature_importance")]
 fn corgipile_feature_importance_by_name(
     model_name: &str,
