@@ -77,27 +77,33 @@ mod tests {
     #[test]
     fn a_column_the_model_ignores_has_no_importance() {
         // A spread of values of both signs, in no order.
-        let xs: Vec<f64> = (0..2000).map(|i| ((i * 7919) % 2001) as f64 - 1000.5).collect();
+        let xs: Vec<f64> = (0..2000)
+            .map(|i| ((i * 7919) % 2001) as f64 - 1000.5)
+            .collect();
         let labels: Vec<bool> = xs.chunks(2).map(|x| x[0] > 0.0).collect();
-        let (baseline, imp) = permutation_importance(&xs, 2, &[0..1, 1..2], 5, 1, |r| {
-            sign_of_first(r, &labels)
-        });
+        let (baseline, imp) =
+            permutation_importance(&xs, 2, &[0..1, 1..2], 5, 1, |r| sign_of_first(r, &labels));
         assert_eq!(baseline, 1.0);
         assert!(
             (imp[0].mean - 0.5).abs() < 0.06,
             "shuffling the label's column: a coin flip, {imp:?}"
         );
         assert!(imp[0].std > 0.0);
-        assert_eq!(imp[1], Importance { mean: 0.0, std: 0.0 });
+        assert_eq!(
+            imp[1],
+            Importance {
+                mean: 0.0,
+                std: 0.0
+            }
+        );
     }
 
     #[test]
     fn the_same_seed_gives_the_same_importances_and_rows_stay_as_they_were() {
         let xs: Vec<f64> = (0..300).map(|i| ((i * 37) % 101) as f64 - 50.0).collect();
         let labels: Vec<bool> = xs.chunks(2).map(|x| x[0] > 0.0).collect();
-        let run = |seed| {
-            permutation_importance(&xs, 2, &[0..2], 3, seed, |r| sign_of_first(r, &labels))
-        };
+        let run =
+            |seed| permutation_importance(&xs, 2, &[0..2], 3, seed, |r| sign_of_first(r, &labels));
         assert_eq!(run(7), run(7));
         assert_ne!(run(7).1, run(8).1);
     }
@@ -108,9 +114,8 @@ mod tests {
         let rows: Vec<f64> = (0..100)
             .flat_map(|i| if i % 2 == 0 { [1.0, 0.0] } else { [0.0, 1.0] })
             .collect();
-        let consistent = |r: &[f64]| {
-            r.chunks(2).filter(|x| x[0] + x[1] == 1.0).count() as f64 / 100.0
-        };
+        let consistent =
+            |r: &[f64]| r.chunks(2).filter(|x| x[0] + x[1] == 1.0).count() as f64 / 100.0;
         let (_, together) = permutation_importance(&rows, 2, &[0..2], 4, 1, consistent);
         assert_eq!(together[0].mean, 0.0);
         let (_, apart) = permutation_importance(&rows, 2, &[0..1], 4, 1, consistent);

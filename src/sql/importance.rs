@@ -73,7 +73,11 @@ fn corgipile_feature_importance_by_name(
         name!(rows, i64),
     ),
 > {
-    TableIterator::new(importance(ModelRef::from_text(model_name), relation, params))
+    TableIterator::new(importance(
+        ModelRef::from_text(model_name),
+        relation,
+        params,
+    ))
 }
 
 fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<ImportanceRow> {
@@ -82,7 +86,10 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
     if stored.groups.is_some() {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("model {} has a model per group: {FUNCTION} takes one model", stored.id),
+            format!(
+                "model {} has a model per group: {FUNCTION} takes one model",
+                stored.id
+            ),
             Some("Give one group's model by its id (corgipile.group_models).".into()),
         );
     }
@@ -99,7 +106,9 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
         );
     }
     // The sample and its permuted copy, in memory.
-    let bytes = rows.saturating_mul(stored.n_features() as u64).saturating_mul(16);
+    let bytes = rows
+        .saturating_mul(stored.n_features() as u64)
+        .saturating_mul(16);
     if bytes > crate::pg::guc::max_buffer_bytes() {
         raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -136,23 +145,33 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 format!("{FUNCTION} does not sample a sharded table yet"),
-                Some("Run it on a shard's table, or on a local copy of a sample of the rows.".into()),
+                Some(
+                    "Run it on a shard's table, or on a local copy of a sample of the rows.".into(),
+                ),
             );
         }
         prepared.run(SampleRows {
             rows: rows as usize,
+            width: stored.n_features(),
             classes: stored.classes.clone(),
         })
     };
     if sample.labels.is_empty() {
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-            format!("{FUNCTION}: the relation has no rows to score model {} on", stored.id),
+            format!(
+                "{FUNCTION}: the relation has no rows to score model {} on",
+                stored.id
+            ),
             None,
         );
     }
     let kind = stored.kind();
-    let metric = if kind.is_classifier() { "accuracy" } else { "r2" };
+    let metric = if kind.is_classifier() {
+        "accuracy"
+    } else {
+        "r2"
+    };
     let model = &stored.model;
     let score = |x: &[f64]| {
         check_for_interrupts!();
@@ -162,15 +181,31 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
         }
         evaluation.finish(0)[metric].as_f64().unwrap_or(f64::NAN)
     };
-    let (baseline, importances) =
-        permutation_importance(&sample.features, sample.width, &ranges, repeats as usize, seed, score);
+    let (baseline, importances) = permutation_importance(
+        &sample.features,
+        sample.width,
+        &ranges,
+        repeats as usize,
+        seed,
+        score,
+    );
     let coefficients = standardized_coefficients(&stored, &sample, &ranges);
     let n = sample.labels.len() as i64;
     let mut out: Vec<ImportanceRow> = names
         .into_iter()
         .zip(importances)
         .zip(coefficients)
-        .map(|((name, imp), coef)| (name, imp.mean, imp.std, coef, metric.to_owned(), baseline, n))
+        .map(|((name, imp), coef)| {
+            (
+                name,
+                imp.mean,
+                imp.std,
+                coef,
+                metric.to_owned(),
+                baseline,
+                n,
+            )
+        })
         .collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1));
     out

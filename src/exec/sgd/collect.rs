@@ -4,9 +4,9 @@
 
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
+use crate::exec::sgd::binary_labels;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::raise;
-use crate::exec::sgd::binary_labels;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;
@@ -31,11 +31,12 @@ impl SgdTask for Collect {
     }
 }
 
-/// The first `rows` dense rows the scan gives (with the CorgiPile order, a uniform sample of
-/// blocks, shuffled), as a flat row-major copy, their labels, and how binary labels arrive. The
-/// scan stops once it has them.
+/// The first `rows` rows the scan gives (with the CorgiPile order, a uniform sample of blocks,
+/// shuffled), as a flat row-major copy of `width` features a row (a column list's sparse rows
+/// made dense), their labels, and how binary labels arrive. The scan stops once it has them.
 pub struct SampleRows {
     pub rows: usize,
+    pub width: usize,
     pub classes: Vec<ClassValue>,
 }
 
@@ -53,28 +54,35 @@ impl SgdTask for SampleRows {
     unsafe fn run(self, node: &mut SgdNode) -> SampledRows {
         let binary = binary_labels(node.config.label.uses_classes(), &self.classes);
         let shuffle = node.shuffle();
-        let (mut features, mut labels, mut width) = (Vec::new(), Vec::new(), 0);
+        let width = self.width;
+        let (mut features, mut labels) = (Vec::new(), Vec::new());
         let mut spare = None;
         while labels.len() < self.rows {
             let Some(b) = shuffle.next_buffer(spare.take()) else {
                 break;
             };
-            if b.arena.is_sparse() {
-                raise(
-                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                    "corgipile_feature_importance takes models of dense features",
-                    Some("A model of sparse features has a feature per index: see corgipile_model_coefficients.".into()),
-                );
-            }
-            width = b.arena.n_features();
             // Visit the buffer in its shuffled order: the rows kept are a sample of it too.
             let n = b.arena.len();
             for k in 0..n.min(self.rows - labels.len()) {
                 let i = b.order.get(k).map_or(k, |&i| i as usize);
-                if let Row::Dense(x) = b.arena.row(i) {
-                    features.extend_from_slice(x);
-                    labels.push(b.arena.label(i));
+                let at = features.len();
+                match b.arena.row(i) {
+                    Row::Dense(x) if x.len() == width => features.extend_from_slice(x),
+                    Row::Sparse { indices, values } => {
+                        features.resize(at + width, 0.0);
+                        for (&j, &v) in indices.iter().zip(values) {
+                            if let Some(slot) = features.get_mut(at + j as usize) {
+                                *slot = v;
+                            }
+                        }
+                    }
+                    Row::Dense(x) => raise(
+                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                        format!("the rows of {} have {} features, the model {width}", node.config.relation, x.len()),
+                        Some("Score rows with the features the model was trained on (see the features param).".into()),
+                    ),
                 }
+                labels.push(b.arena.label(i));
             }
             spare = Some(b);
         }
