@@ -244,3 +244,13 @@ CREATE FUNCTION "corgipile_explain_predict"(
 STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_explain_predict_array_by_name_wrapper';
+
+-- Permutation importance of a model's input columns on a sample of a relation.
+CREATE FUNCTION "corgipile_feature_importance"("model_id" bigint, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("column_name" TEXT, "importance" double precision, "importance_std" double precision,
+               "standardized_coefficient" double precision, "metric" TEXT, "baseline" double precision, "rows" bigint)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_feature_importance_wrapper';
+CREATE FUNCTION "corgipile_feature_importance"("model_name" TEXT, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("column_name" TEXT, "importance" double precision, "importance_std" double precision,
+               "standardized_coefficient" double precision, "metric" TEXT, "baseline" double precision, "rows" bigint)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_feature_importance_by_name_wrapper';

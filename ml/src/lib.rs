@@ -10,6 +10,7 @@
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
+//! - [`importance`]: permutation importance of input columns.
 //! - [`limits`]: model memory accounting and fallible allocation.
 //! - [`metrics`]: streaming binary, multiclass and regression metrics.
 //! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
@@ -27,6 +28,7 @@
 pub mod arena;
 pub mod explain;
 pub mod hash;
+pub mod importance;
 pub mod learner;
 pub mod limits;
 pub mod metrics;

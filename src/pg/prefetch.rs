@@ -25,6 +25,22 @@ pub struct RangePrefetch {
     /// The hint thread's queue of page ranges (started on the first hint).
     #[cfg(not(pg_since = "17"))]
     hints: Option<crossbeam_channel::Sender<(u32, u32)>>,
+    /// The hint thread, joined when it is replaced and when the scan's state is dropped.
+    #[cfg(not(pg_since = "17"))]
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(not(pg_since = "17"))]
+impl Drop for RangePrefetch {
+    /// Ends the hint thread and waits for it: the scan's state is dropped when the executor
+    /// ends, or when an ERROR aborts the query — then before the session runs its next
+    /// statement, so no thread of a failed training outlives it (tests/test_cancel.py).
+    fn drop(&mut self) {
+        self.hints = None; // the thread's recv sees the channel closed
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl RangePrefetch {
@@ -71,6 +87,7 @@ impl RangePrefetch {
             RangePrefetch {
                 path: owned,
                 hints: None,
+                thread: None,
             }
         }
         #[cfg(pg_since = "17")]
@@ -91,23 +108,28 @@ impl RangePrefetch {
             let Some(path) = self.path.clone() else {
                 return;
             };
+            if let Some(ended) = self.thread.take() {
+                let _ = ended.join();
+            }
             let (tx, rx) = crossbeam_channel::unbounded();
             let started =
                 crate::pg::thread::spawn_with_signals_blocked("corgipile-prefetch", move || {
                     hint_thread(path, rx)
                 });
-            if started.is_ok() && tx.send((start, len)).is_ok() {
-                self.hints = Some(tx);
-            } else {
-                self.path = None; // no thread: no hints
+            match started {
+                Ok(thread) if tx.send((start, len)).is_ok() => {
+                    self.hints = Some(tx);
+                    self.thread = Some(thread);
+                }
+                _ => self.path = None, // no thread: no hints
             }
         }
     }
 }
 
 /// The hint thread: advises the kernel of each range it receives; ends when the sender is
-/// dropped (the scan ended) or after a second without a hint (a scan that ended by an ERROR
-/// never drops it: the next hint starts a new thread).
+/// dropped (the scan's state dropped: the executor ended, normally or by an ERROR) or after a
+/// second without a hint (the next hint starts a new thread).
 #[cfg(not(pg_since = "17"))]
 fn hint_thread(path: String, ranges: crossbeam_channel::Receiver<(u32, u32)>) {
     use std::os::unix::io::AsRawFd;

@@ -3,6 +3,7 @@
 //! server's round `crate::shard::serve`.
 
 pub mod evaluate;
+pub mod importance;
 pub mod manage;
 pub mod tables;
 pub mod train;

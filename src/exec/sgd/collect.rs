@@ -1,13 +1,16 @@
 //! Collect mode: every row of a relation in one arena (a validation relation, read before
-//! training with the same block scan and decoding).
+//! training with the same block scan and decoding); and a sample of a relation's rows
+//! (`SampleRows`, for corgipile_feature_importance).
 
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
+use crate::exec::sgd::binary_labels;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;
+use corgipile_ml::scoring::BinaryLabels;
 use pgrx::PgSqlErrorCode;
 
 /// Every row of a relation, and the class of each class index its labels got.
@@ -25,6 +28,70 @@ impl SgdTask for Collect {
 
     unsafe fn run(self, node: &mut SgdNode) -> Option<CollectedRows> {
         node.collect()
+    }
+}
+
+/// The first `rows` rows the scan gives (with the CorgiPile order, a uniform sample of blocks,
+/// shuffled), as a flat row-major copy of `width` features a row (a column list's sparse rows
+/// made dense), their labels, and how binary labels arrive. The scan stops once it has them.
+pub struct SampleRows {
+    pub rows: usize,
+    pub width: usize,
+    pub classes: Vec<ClassValue>,
+}
+
+pub struct SampledRows {
+    pub features: Vec<f64>,
+    pub labels: Vec<f64>,
+    pub width: usize,
+    pub binary: BinaryLabels,
+}
+
+impl SgdTask for SampleRows {
+    type Output = SampledRows;
+    const MODE: Mode = Mode::Evaluate;
+
+    unsafe fn run(self, node: &mut SgdNode) -> SampledRows {
+        let binary = binary_labels(node.config.label.uses_classes(), &self.classes);
+        let shuffle = node.shuffle();
+        let width = self.width;
+        let (mut features, mut labels) = (Vec::new(), Vec::new());
+        let mut spare = None;
+        while labels.len() < self.rows {
+            let Some(b) = shuffle.next_buffer(spare.take()) else {
+                break;
+            };
+            // Visit the buffer in its shuffled order: the rows kept are a sample of it too.
+            let n = b.arena.len();
+            for k in 0..n.min(self.rows - labels.len()) {
+                let i = b.order.get(k).map_or(k, |&i| i as usize);
+                let at = features.len();
+                match b.arena.row(i) {
+                    Row::Dense(x) if x.len() == width => features.extend_from_slice(x),
+                    Row::Sparse { indices, values } => {
+                        features.resize(at + width, 0.0);
+                        for (&j, &v) in indices.iter().zip(values) {
+                            if let Some(slot) = features.get_mut(at + j as usize) {
+                                *slot = v;
+                            }
+                        }
+                    }
+                    Row::Dense(x) => raise(
+                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                        format!("the rows of {} have {} features, the model {width}", node.config.relation, x.len()),
+                        Some("Score rows with the features the model was trained on (see the features param).".into()),
+                    ),
+                }
+                labels.push(b.arena.label(i));
+            }
+            spare = Some(b);
+        }
+        SampledRows {
+            features,
+            labels,
+            width,
+            binary,
+        }
     }
 }
 

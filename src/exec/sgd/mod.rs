@@ -17,7 +17,7 @@ mod trace;
 mod train;
 
 pub use crate::pipeline::LearnedStatistics;
-pub use collect::{Collect, CollectedRows};
+pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use learn::Learn;
 pub use network::checked_network_spec;

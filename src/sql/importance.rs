@@ -1,0 +1,276 @@
+//! corgipile_feature_importance: permutation importance of a stored model's input columns on a
+//! sample of a relation's rows (read through the block shuffle: random blocks, shuffled), with
+//! each column's standardized coefficient beside it for linear models. The math is
+//! `corgipile_ml::importance`; the score is corgipile_evaluate's accuracy (classifiers) or R²
+//! (regression) of the sampled rows.
+
+use crate::catalog::{load_model_ref, ModelRef, StoredModel};
+use crate::exec::sgd::{SampleRows, SampledRows};
+use crate::pg::error::raise;
+use crate::pipeline::Mode;
+use crate::request::args::{ParamsArg, RelationArg};
+use crate::request::prepare;
+use crate::sql::evaluate::evaluation_params;
+use corgipile_ml::importance::permutation_importance;
+use corgipile_ml::params::{BufferSize, ShuffleMode};
+use corgipile_ml::row::Row;
+use corgipile_ml::scoring::Evaluation;
+use pgrx::prelude::*;
+use pgrx::{check_for_interrupts, PgSqlErrorCode};
+use std::ops::Range;
+
+/// Sampled rows, permutations per column and seed unless the params say otherwise.
+const DEFAULT_ROWS: u64 = 10_000;
+const MAX_ROWS: u64 = 1_000_000;
+const DEFAULT_REPEATS: u64 = 5;
+const MAX_REPEATS: u64 = 100;
+const DEFAULT_SEED: u64 = 1;
+/// Predictions a call may make (columns × repeats × rows): about a minute of a linear model's.
+const MAX_PREDICTIONS: u64 = 2_000_000_000;
+
+type ImportanceRow = (String, f64, f64, Option<f64>, String, f64, i64);
+
+/// Each input column's permutation importance: the drop of the model's score (accuracy, or R²
+/// for regression) on a sample of the relation's rows when the column's values are shuffled
+/// across them (mean and standard deviation over the repeats), most important first.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
+#[pg_extern(volatile, parallel_unsafe)]
+fn corgipile_feature_importance(
+    model_id: i64,
+    relation: RelationArg,
+    params: default!(ParamsArg, "'{}'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(column_name, String),
+        name!(importance, f64),
+        name!(importance_std, f64),
+        name!(standardized_coefficient, Option<f64>),
+        name!(metric, String),
+        name!(baseline, f64),
+        name!(rows, i64),
+    ),
+> {
+    TableIterator::new(importance(ModelRef::Id(model_id), relation, params))
+}
+
+/// corgipile_feature_importance of the deployed version of a model name.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
+#[pg_extern(volatile, parallel_unsafe, name = "corgipile_feature_importance")]
+fn corgipile_feature_importance_by_name(
+    model_name: &str,
+    relation: RelationArg,
+    params: default!(ParamsArg, "'{}'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(column_name, String),
+        name!(importance, f64),
+        name!(importance_std, f64),
+        name!(standardized_coefficient, Option<f64>),
+        name!(metric, String),
+        name!(baseline, f64),
+        name!(rows, i64),
+    ),
+> {
+    TableIterator::new(importance(
+        ModelRef::from_text(model_name),
+        relation,
+        params,
+    ))
+}
+
+fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<ImportanceRow> {
+    const FUNCTION: &str = "corgipile_feature_importance";
+    let stored = load_model_ref(key);
+    if stored.groups.is_some() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "model {} has a model per group: {FUNCTION} takes one model",
+                stored.id
+            ),
+            Some("Give one group's model by its id (corgipile.group_models).".into()),
+        );
+    }
+    let rows = integer_param(&params, "rows", DEFAULT_ROWS, 1, MAX_ROWS);
+    let repeats = integer_param(&params, "repeats", DEFAULT_REPEATS, 1, MAX_REPEATS);
+    let seed = integer_param(&params, "seed", DEFAULT_SEED, 0, i64::MAX as u64);
+    let (names, ranges) = columns(&stored);
+    let predictions = (names.len() as u64 * repeats + 1).saturating_mul(rows);
+    if predictions > MAX_PREDICTIONS {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("{FUNCTION} of model {} would make {predictions} predictions ({} columns × {repeats} repeats × {rows} rows), more than {MAX_PREDICTIONS}", stored.id, names.len()),
+            Some("Ask for fewer \"rows\" or \"repeats\".".into()),
+        );
+    }
+    // The sample and its permuted copy, in memory.
+    let bytes = rows
+        .saturating_mul(stored.n_features() as u64)
+        .saturating_mul(16);
+    if bytes > crate::pg::guc::max_buffer_bytes() {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "{FUNCTION}: {rows} rows of model {}'s {} features need {}, more than corgipile.max_buffer_memory ({})",
+                stored.id,
+                stored.n_features(),
+                corgipile_ml::limits::pretty_bytes(bytes),
+                corgipile_ml::limits::pretty_bytes(crate::pg::guc::max_buffer_bytes()),
+            ),
+            Some("Ask for fewer \"rows\".".into()),
+        );
+    }
+    let user_buffer = params.0.get("buffer_size").is_some();
+    let (mut train_params, _) =
+        evaluation_params(&stored, params, FUNCTION, &["rows", "repeats", "seed"]);
+    // Random blocks, shuffled: the first `rows` rows are a sample of the relation.
+    train_params.shuffle = ShuffleMode::Corgipile;
+    train_params.seed = Some(seed);
+    if !user_buffer {
+        train_params.buffer_size = BufferSize::Tuples(rows);
+    }
+    // SAFETY: as in corgipile_train.
+    let sample = unsafe {
+        let prepared = prepare(
+            relation.oid(),
+            stored.kind(),
+            train_params,
+            Mode::Evaluate,
+            stored.classes.clone(),
+            stored.preprocessing.as_ref(),
+        );
+        if crate::shard::sharded_leaves(prepared.relid).is_some() {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("{FUNCTION} does not sample a sharded table yet"),
+                Some(
+                    "Run it on a shard's table, or on a local copy of a sample of the rows.".into(),
+                ),
+            );
+        }
+        prepared.run(SampleRows {
+            rows: rows as usize,
+            width: stored.n_features(),
+            classes: stored.classes.clone(),
+        })
+    };
+    if sample.labels.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!(
+                "{FUNCTION}: the relation has no rows to score model {} on",
+                stored.id
+            ),
+            None,
+        );
+    }
+    let kind = stored.kind();
+    let metric = if kind.is_classifier() {
+        "accuracy"
+    } else {
+        "r2"
+    };
+    let model = &stored.model;
+    let score = |x: &[f64]| {
+        check_for_interrupts!();
+        let mut evaluation = Evaluation::new(kind, stored.classes.len(), sample.binary, 0);
+        for (row, &label) in x.chunks(sample.width).zip(&sample.labels) {
+            evaluation.push(model, Row::Dense(row), label);
+        }
+        evaluation.finish(0)[metric].as_f64().unwrap_or(f64::NAN)
+    };
+    let (baseline, importances) = permutation_importance(
+        &sample.features,
+        sample.width,
+        &ranges,
+        repeats as usize,
+        seed,
+        score,
+    );
+    let coefficients = standardized_coefficients(&stored, &sample, &ranges);
+    let n = sample.labels.len() as i64;
+    let mut out: Vec<ImportanceRow> = names
+        .into_iter()
+        .zip(importances)
+        .zip(coefficients)
+        .map(|((name, imp), coef)| {
+            (
+                name,
+                imp.mean,
+                imp.std,
+                coef,
+                metric.to_owned(),
+                baseline,
+                n,
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+/// The model's input columns and their encoded features: a column list's columns (a one-hot
+/// column's features together), or each element of the features array.
+fn columns(stored: &StoredModel) -> (Vec<String>, Vec<Range<usize>>) {
+    match &stored.preprocessing {
+        Some(p) => p
+            .columns
+            .iter()
+            .map(|c| (c.name.clone(), c.offset..c.offset + c.encoding.width()))
+            .unzip(),
+        None => {
+            let Some(array) = stored.features.as_str() else {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "corgipile_feature_importance takes models of dense features",
+                    Some("A model of sparse features has a feature per index: see corgipile_model_coefficients.".into()),
+                )
+            };
+            (0..stored.n_features())
+                .map(|j| (format!("{array}[{}]", j + 1), j..j + 1))
+                .unzip()
+        }
+    }
+}
+
+/// Linear models of one output: each single-feature column's weight times the feature's
+/// standard deviation in the sample (the weight in standardized units); None for columns of
+/// several features, networks and models of one output per class.
+fn standardized_coefficients(
+    stored: &StoredModel,
+    sample: &SampledRows,
+    ranges: &[Range<usize>],
+) -> Vec<Option<f64>> {
+    let linear = stored.model.as_linear().filter(|m| m.n_outputs == 1);
+    let n = sample.labels.len() as f64;
+    ranges
+        .iter()
+        .map(|r| {
+            let m = linear?;
+            if r.len() != 1 {
+                return None;
+            }
+            let values = || sample.features.chunks(sample.width).map(|x| x[r.start]);
+            let mean = values().sum::<f64>() / n;
+            let var = values().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+            Some(m.output_weights(0)[r.start] * var.sqrt())
+        })
+        .collect()
+}
+
+/// An integer param of this function: `default` when absent, an ERROR outside `min..=max`.
+fn integer_param(params: &ParamsArg, key: &str, default: u64, min: u64, max: u64) -> u64 {
+    let Some(value) = params.0.get(key) else {
+        return default;
+    };
+    match value.as_u64() {
+        Some(n) if (min..=max).contains(&n) => n,
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("\"{key}\" must be an integer from {min} to {max}, got {value}"),
+            Some(format!("The default is {default}.")),
+        ),
+    }
+}
