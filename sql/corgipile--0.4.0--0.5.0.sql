@@ -244,3 +244,44 @@ CREATE FUNCTION "corgipile_explain_predict"(
 STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_explain_predict_array_by_name_wrapper';
+
+-- Standard errors and p-values ("inference": true): corgipile_model_coefficients gets six
+-- columns at the end (NULL for models trained without "inference"). A function's result type
+-- cannot change in place: both forms are dropped and created again.
+DROP FUNCTION "corgipile_model_coefficients"(bigint);
+DROP FUNCTION "corgipile_model_coefficients"(TEXT);
+CREATE FUNCTION "corgipile_model_coefficients"(
+	"model_id" bigint /* i64 */
+) RETURNS TABLE (
+	"class" TEXT,  /* Option < String > */
+	"feature" TEXT,  /* String */
+	"feature_index" bigint,  /* Option < i64 > */
+	"coefficient" double precision,  /* f64 */
+	"std_error" double precision,  /* Option < f64 > */
+	"statistic" double precision,  /* Option < f64 > */
+	"p_value" double precision,  /* Option < f64 > */
+	"ci_low" double precision,  /* Option < f64 > */
+	"ci_high" double precision,  /* Option < f64 > */
+	"odds_ratio" double precision  /* Option < f64 > */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_model_coefficients_wrapper';
+
+CREATE FUNCTION "corgipile_model_coefficients"(
+	"model_name" TEXT /* & str */
+) RETURNS TABLE (
+	"class" TEXT,  /* Option < String > */
+	"feature" TEXT,  /* String */
+	"feature_index" bigint,  /* Option < i64 > */
+	"coefficient" double precision,  /* f64 */
+	"std_error" double precision,  /* Option < f64 > */
+	"statistic" double precision,  /* Option < f64 > */
+	"p_value" double precision,  /* Option < f64 > */
+	"ci_low" double precision,  /* Option < f64 > */
+	"ci_high" double precision,  /* Option < f64 > */
+	"odds_ratio" double precision  /* Option < f64 > */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_model_coefficients_by_name_wrapper';
