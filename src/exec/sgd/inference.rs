@@ -167,7 +167,7 @@ impl SgdNode {
         let (message, hint) = match e {
             InferenceError::Singular { column } => (
                 format!("\"inference\": the information matrix of {} is singular at {}", self.config.relation, feature(column)),
-                "A feature is constant, or a combination of others (collinear columns, one-hot categories that always go together), or the classes are separated: drop the redundant features, or add a little \"l2\".".to_string(),
+                "A feature is constant, or a combination of others (collinear columns; with an intercept, the categories of a one-hot column always add up to it), or the classes are separated: drop the redundant features, set \"fit_intercept\": false for a one-hot column, or add a little \"l2\".".to_string(),
             ),
             InferenceError::NotConverged { step } => (
                 format!("\"inference\": the Newton passes over {} did not converge in {MAX_PASSES} passes (last relative step {step:.3e})", self.config.relation),
