@@ -6,7 +6,7 @@
 //! sums the observed information H = Σ w·x̃x̃ᵀ (x̃ = the row and a 1 for the intercept; logistic
 //! w = p(1−p), linear w = 1) and the gradient of the loss; [`Information::newton_step`] then
 //! solves H·δ = −g by Cholesky. Linear regression is quadratic: the first step lands on the
-//! least-squares solution, the second pass only confirms it (and measures the residuals).
+//! least-squares solution, and its residuals follow from the pass (one pass in all).
 //! At the optimum, the covariance is H⁻¹ (logistic, z tests) or σ²·(XᵀX)⁻¹ with σ² =
 //! RSS/(n−p) (linear, t tests with n−p degrees of freedom), as statsmodels and MADlib report.
 //!
@@ -71,6 +71,9 @@ pub struct Information {
     rows: u64,
     /// Logistic: −log-likelihood; linear: the residual sum of squares (both at `beta`).
     loss: f64,
+    /// Linear, unpenalized: the residual sum of squares after the last step, when it is known
+    /// without another pass (see [`newton_step`](Self::newton_step)).
+    rss_after_step: Option<f64>,
 }
 
 impl Information {
@@ -106,6 +109,7 @@ impl Information {
             x: vec![0.0; p],
             rows: 0,
             loss: 0.0,
+            rss_after_step: None,
         })
     }
 
@@ -119,6 +123,12 @@ impl Information {
         (&self.beta[..self.n_features], bias)
     }
 
+    /// Whether the coefficients are at the optimum after the last step without another pass
+    /// (unpenalized least squares, see [`newton_step`](Self::newton_step)).
+    pub fn solved(&self) -> bool {
+        self.rss_after_step.is_some()
+    }
+
     /// Rows pushed in this pass.
     pub fn rows(&self) -> u64 {
         self.rows
@@ -130,6 +140,7 @@ impl Information {
         self.g.iter_mut().for_each(|v| *v = 0.0);
         self.rows = 0;
         self.loss = 0.0;
+        self.rss_after_step = None;
     }
 
     /// Adds one row; `y` is 0 or 1 (logistic) or the target (linear). O(p²) for a dense row.
@@ -210,6 +221,13 @@ impl Information {
             let s: f64 = (i + 1..p).map(|k| self.h[k * p + i] * delta[k]).sum();
             delta[i] = (delta[i] - s) / self.h[i * p + i];
         }
+        // Least squares is quadratic: one step lands on the solution (H does not depend on the
+        // coefficients), and its RSS is RSS + gᵀδ (as δᵀHδ = −gᵀδ), so no second pass is
+        // needed, unless the subtraction lost digits (the start was far from the solution).
+        if self.family == Family::Linear && penalty == 0.0 {
+            let after = self.loss + self.g.iter().zip(&delta).map(|(g, d)| g * d).sum::<f64>();
+            self.rss_after_step = (after > 1e-6 * self.loss).then_some(after);
+        }
         let step = delta.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         let size = self.beta.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         for (b, d) in self.beta.iter_mut().zip(&delta) {
@@ -236,7 +254,8 @@ impl Information {
                     });
                 }
                 let df = (rows - p as u64) as f64;
-                (Some(df), self.loss / df, t_two_sided_quantile(0.05, df))
+                let rss = self.rss_after_step.unwrap_or(self.loss);
+                (Some(df), rss / df, t_two_sided_quantile(0.05, df))
             }
         };
         // diag(H⁻¹)_j = Σ_i (L⁻¹)_ij²: one column of L⁻¹ at a time (forward substitution).

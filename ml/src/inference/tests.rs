@@ -21,7 +21,7 @@ fn fit(family: Family, rows: &[(Vec<f64>, f64)], l2: f64) -> Result<(Information
             info.push(Row::Dense(x), *y);
         }
         let step = info.newton_step(l2)?;
-        if step < TOLERANCE {
+        if step < TOLERANCE || info.solved() {
             let out = info.finish()?;
             return Ok((info, out));
         }
