@@ -119,7 +119,11 @@ impl Information {
 
     /// The coefficients now: weights and intercept (0 when not fitted).
     pub fn coefficients(&self) -> (&[f64], f64) {
-        let bias = if self.intercept { self.beta[self.n_features] } else { 0.0 };
+        let bias = if self.intercept {
+            self.beta[self.n_features]
+        } else {
+            0.0
+        };
         (&self.beta[..self.n_features], bias)
     }
 
@@ -298,7 +302,13 @@ impl Information {
             out.ci_low.push(b - quantile * se);
             out.ci_high.push(b + quantile * se);
         }
-        let all = [&out.std_error, &out.statistic, &out.p_value, &out.ci_low, &out.ci_high];
+        let all = [
+            &out.std_error,
+            &out.statistic,
+            &out.p_value,
+            &out.ci_low,
+            &out.ci_high,
+        ];
         if !all.iter().all(|v| v.iter().all(|x| x.is_finite())) {
             return Err(InferenceError::NonFinite);
         }
@@ -314,7 +324,8 @@ fn cholesky(a: &mut [f64], p: usize) -> Result<(), InferenceError> {
         let own = a[j * p + j];
         let s: f64 = (0..j).map(|k| a[j * p + k] * a[j * p + k]).sum();
         let pivot = own - s;
-        if !(pivot > COLLINEAR * own) {
+        // NaN fails too: `is_nan` is checked with the comparison.
+        if pivot.is_nan() || pivot <= COLLINEAR * own {
             return Err(InferenceError::Singular { column: j });
         }
         let l = pivot.sqrt();

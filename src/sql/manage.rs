@@ -375,6 +375,7 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
         })
 }
 
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_model_coefficients(
     model_id: i64,
@@ -396,6 +397,7 @@ fn corgipile_model_coefficients(
     TableIterator::new(coefficients(ModelRef::Id(model_id)))
 }
 
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(stable, parallel_safe, name = "corgipile_model_coefficients")]
 fn corgipile_model_coefficients_by_name(
     model_name: &str,

@@ -81,6 +81,7 @@ type RocRow = (
 /// with the rows predicted positive at it (score ≥ threshold). Two classes: one curve, of the
 /// positive class, its threshold the decision value (svm) or the probability (logistic);
 /// more classes: one curve per class, one-vs-rest, on the probability of that class.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_roc_curve(
     model_id: i64,
@@ -104,6 +105,7 @@ fn corgipile_roc_curve(
 }
 
 /// corgipile_roc_curve of the deployed version of a model name.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_roc_curve")]
 fn corgipile_roc_curve_by_name(
     model_name: &str,
@@ -152,6 +154,7 @@ type CalibrationRow = (String, i32, f64, f64, i64, Option<f64>, Option<f64>);
 /// How well a classifier's probabilities match what happens: its predicted probabilities in
 /// equal bins (`"bins"`, default 10), each bin's rows, mean probability and observed rate of
 /// the class. Two classes: the positive class's; more: each class's, one-vs-rest.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_calibration(
     model_id: i64,
@@ -173,6 +176,7 @@ fn corgipile_calibration(
 }
 
 /// corgipile_calibration of the deployed version of a model name.
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_calibration")]
 fn corgipile_calibration_by_name(
     model_name: &str,

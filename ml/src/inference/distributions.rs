@@ -222,6 +222,10 @@ mod tests {
         // scipy.stats.t.ppf(0.975, df).
         close(t_two_sided_quantile(0.05, 10.0), 2.228138851986274, 1e-12);
         close(t_two_sided_quantile(0.05, 1.0), 12.706204736174694, 1e-12);
-        close(t_two_sided_quantile(0.05, 1000.0), 1.9623390808264083, 1e-12);
+        close(
+            t_two_sided_quantile(0.05, 1000.0),
+            1.9623390808264083,
+            1e-12,
+        );
     }
 }

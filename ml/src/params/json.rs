@@ -96,7 +96,10 @@ impl TrainParams {
                 hint: Some("Standard errors and p-values come from a likelihood: train a logistic (two classes) or linear model.".into()),
             });
         }
-        for (key, set) in [("l1", self.l1 > 0.0), ("class_weight", self.class_weight.is_some())] {
+        for (key, set) in [
+            ("l1", self.l1 > 0.0),
+            ("class_weight", self.class_weight.is_some()),
+        ] {
             if set {
                 return Err(ParamError {
                     message: format!("\"inference\" cannot be used with \"{key}\""),

@@ -6,11 +6,11 @@
 use super::SgdNode;
 use crate::pg::error::raise;
 use crate::pipeline::{FeatureLayout, TrainOutcome, Trial};
-use corgipile_ml::params::{ShuffleMode, TrainParams};
 use corgipile_ml::inference::{Family, Inference, InferenceError, Information};
 use corgipile_ml::inference::{MAX_PASSES, TOLERANCE};
 use corgipile_ml::limits::pretty_pair;
 use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::params::{ShuffleMode, TrainParams};
 use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::time::Instant;
@@ -27,8 +27,17 @@ pub fn check_inference_params(params: &TrainParams, layout: FeatureLayout) {
         ("folds", params.folds.is_some()),
         ("since", params.since.is_some()),
         ("validation", params.validation.is_some()),
-        ("sparse features", matches!(layout, FeatureLayout::Sparse { .. })),
-        ("shuffle \"sliding_window\" or \"mrs\"", matches!(params.shuffle, ShuffleMode::SlidingWindow | ShuffleMode::Mrs)),
+        (
+            "sparse features",
+            matches!(layout, FeatureLayout::Sparse { .. }),
+        ),
+        (
+            "shuffle \"sliding_window\" or \"mrs\"",
+            matches!(
+                params.shuffle,
+                ShuffleMode::SlidingWindow | ShuffleMode::Mrs
+            ),
+        ),
     ];
     if let Some((what, _)) = with.iter().find(|(_, set)| *set) {
         raise(
@@ -128,7 +137,9 @@ impl SgdNode {
                 break; // least squares: one pass
             }
         }
-        let tests = info.finish().unwrap_or_else(|e| self.inference_failed(e, n_features));
+        let tests = info
+            .finish()
+            .unwrap_or_else(|e| self.inference_failed(e, n_features));
         let (weights, bias) = info.coefficients();
         outcome.model = Model::Linear(LinearModel::single(
             self.config.model,
@@ -142,7 +153,12 @@ impl SgdNode {
     }
 
     /// One pass over the training rows into `info`.
-    unsafe fn information_pass(&mut self, info: &mut Information, family: Family, labels: (f64, f64)) {
+    unsafe fn information_pass(
+        &mut self,
+        info: &mut Information,
+        family: Family,
+        labels: (f64, f64),
+    ) {
         info.start_pass();
         pg_sys::ExecReScan(self.child);
         let (negative, positive) = labels;
