@@ -141,6 +141,32 @@ def test_one_hot_column_without_intercept(conn, rows):
     assert got["(intercept)"][0] == 0 and got["(intercept)"][1:] == (None,) * 6
 
 
+def test_l2_penalized_logistic(conn, rows):
+    """With l2 the optimum is the penalized one (n·l2/2·|w|² on the weights, not the intercept)
+    and its Hessian is part of H."""
+    l2 = 0.01
+    model = train(conn, TABLE, "logistic", features=["a", "b"], label="z", inference=True,
+                  l2=l2, epochs=2, seed=1)
+    X = np.column_stack([rows["a"], rows["b"], np.ones(N)])
+    y = rows["z"].astype(float)
+    penalty = np.diag([N * l2, N * l2, 0.0])
+    beta = np.zeros(3)
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-X @ beta))
+        H = X.T @ (X * (p * (1 - p))[:, None]) + penalty
+        step = np.linalg.solve(H, X.T @ (y - p) - penalty @ beta)
+        beta += step
+        if np.max(np.abs(step)) < 1e-13:
+            break
+    p = 1 / (1 + np.exp(-X @ beta))
+    cov = np.linalg.inv(X.T @ (X * (p * (1 - p))[:, None]) + penalty)
+    check(coefficients(conn, model), ["a", "b", "(intercept)"], beta, np.sqrt(np.diag(cov)), "z",
+          logistic=True)
+    inference = conn.execute("SELECT metrics->'inference' FROM corgipile.models WHERE id = %s",
+                             (model,)).fetchone()[0]
+    assert "l2 0.01" in inference["penalty"]
+
+
 def test_array_column(conn, rows):
     model = train(conn, TABLE, "logistic", features="arr", label="z", inference=True, epochs=2,
                   seed=1)
