@@ -219,3 +219,10 @@ def test_information_matrix_over_the_memory_limit(conn):
         assert train_error(conn, "inf_wide", "logistic", label="z", epochs=1) is None
     finally:
         conn.execute("RESET corgipile.max_model_memory")
+
+
+def test_explain_names_the_passes(conn, rows):
+    plan = [r[0] for r in conn.execute(
+        "SELECT * FROM corgipile_explain(%s, 'linear', %s)",
+        (TABLE, '{"features": ["a", "b"], "label": "y", "inference": true}')).fetchall()]
+    assert any("Inference: Newton passes after the epochs" in line for line in plan), plan

@@ -277,6 +277,13 @@ impl Node for SgdNode {
                 ),
             );
         }
+        if p.inference {
+            explain::text(
+                es,
+                "Inference",
+                "Newton passes after the epochs (standard errors, p-values)",
+            );
+        }
         if let Some(patience) = p.patience {
             explain::int(es, "Patience", patience as i64);
         }
