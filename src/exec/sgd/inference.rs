@@ -85,16 +85,22 @@ impl SgdNode {
             return; // the training failed: its ERROR or report says why
         };
         let started = Instant::now();
-        let (family, labels) = match self.config.model {
-            ModelKind::Logistic => (
-                Family::Logistic,
-                self.binary_labels
-                    .expect("two labels were checked after epoch 1"),
-            ),
+        // Both are checked before (two labels after epoch 1, the kind with the params): a bug
+        // otherwise, reported as one rather than a panic.
+        let bug = |what: &str| -> ! {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("corgipile: \"inference\" found {what}"),
+                Some("This is a bug, please report it.".into()),
+            )
+        };
+        let (family, labels) = match (self.config.model, self.binary_labels) {
+            (ModelKind::Logistic, Some(labels)) => (Family::Logistic, labels),
+            (ModelKind::Logistic, None) => bug("no label mapping after the epochs"),
             _ => (Family::Linear, (0.0, 0.0)),
         };
         let Some(linear) = outcome.model.as_linear() else {
-            unreachable!("inference is checked to be logistic or linear")
+            bug("a model that is not linear")
         };
         let n_features = linear.n_features;
         let l2 = self.config.params.l2;
@@ -152,7 +158,11 @@ impl SgdNode {
         store(outcome, &tests, passes, l2, seconds);
     }
 
-    /// One pass over the training rows into `info`.
+    /// One pass over the training rows into `info`: the child rescanned (a new block order,
+    /// the same rows: one snapshot), every buffer's rows pushed.
+    ///
+    /// # Safety
+    /// As [`infer`](Self::infer): the child plan is initialized and this is the backend.
     unsafe fn information_pass(
         &mut self,
         info: &mut Information,
@@ -160,8 +170,11 @@ impl SgdNode {
         labels: (f64, f64),
     ) {
         info.start_pass();
+        // SAFETY: the child is this node's initialized TupleShuffle (see `# Safety`); a rescan
+        // between passes is what the epochs do.
         pg_sys::ExecReScan(self.child);
         let (negative, positive) = labels;
+        // SAFETY: as above; the buffers are read on this (the backend's) thread only.
         self.shuffle().for_each_buffer(|b| {
             for i in 0..b.arena.len() {
                 if i % ROWS_BETWEEN_CHECKS == 0 {
