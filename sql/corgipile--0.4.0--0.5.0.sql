@@ -254,3 +254,43 @@ CREATE FUNCTION "corgipile_feature_importance"("model_name" TEXT, "relation" reg
 RETURNS TABLE ("column_name" TEXT, "importance" double precision, "importance_std" double precision,
                "standardized_coefficient" double precision, "metric" TEXT, "baseline" double precision, "rows" bigint)
 STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_feature_importance_by_name_wrapper';
+-- Standard errors and p-values ("inference": true): corgipile_model_coefficients gets six
+-- columns at the end (NULL for models trained without "inference"). A function's result type
+-- cannot change in place: both forms are dropped and created again.
+DROP FUNCTION "corgipile_model_coefficients"(bigint);
+DROP FUNCTION "corgipile_model_coefficients"(TEXT);
+CREATE FUNCTION "corgipile_model_coefficients"(
+	"model_id" bigint /* i64 */
+) RETURNS TABLE (
+	"class" TEXT,  /* Option < String > */
+	"feature" TEXT,  /* String */
+	"feature_index" bigint,  /* Option < i64 > */
+	"coefficient" double precision,  /* f64 */
+	"std_error" double precision,  /* Option < f64 > */
+	"statistic" double precision,  /* Option < f64 > */
+	"p_value" double precision,  /* Option < f64 > */
+	"ci_low" double precision,  /* Option < f64 > */
+	"ci_high" double precision,  /* Option < f64 > */
+	"odds_ratio" double precision  /* Option < f64 > */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_model_coefficients_wrapper';
+
+CREATE FUNCTION "corgipile_model_coefficients"(
+	"model_name" TEXT /* & str */
+) RETURNS TABLE (
+	"class" TEXT,  /* Option < String > */
+	"feature" TEXT,  /* String */
+	"feature_index" bigint,  /* Option < i64 > */
+	"coefficient" double precision,  /* f64 */
+	"std_error" double precision,  /* Option < f64 > */
+	"statistic" double precision,  /* Option < f64 > */
+	"p_value" double precision,  /* Option < f64 > */
+	"ci_low" double precision,  /* Option < f64 > */
+	"ci_high" double precision,  /* Option < f64 > */
+	"odds_ratio" double precision  /* Option < f64 > */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_model_coefficients_by_name_wrapper';

@@ -11,6 +11,8 @@
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
 //! - [`importance`]: permutation importance of input columns.
+//! - [`inference`]: standard errors and p-values of linear and logistic models (Newton passes
+//!   to the maximum-likelihood estimate, the information matrix, normal and t tails).
 //! - [`limits`]: model memory accounting and fallible allocation.
 //! - [`metrics`]: streaming binary, multiclass and regression metrics.
 //! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
@@ -29,6 +31,7 @@ pub mod arena;
 pub mod explain;
 pub mod hash;
 pub mod importance;
+pub mod inference;
 pub mod learner;
 pub mod limits;
 pub mod metrics;

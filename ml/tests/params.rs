@@ -294,7 +294,7 @@ fn to_json_round_trips() {
             "features": "features", "label": "label", "epochs": 20, "learning_rate": 0.01,
             "learning_rate_schedule": "exponential", "decay": 0.95, "l2": 0.0, "l1": 0.0,
             "batch_size": 1, "fit_intercept": true, "normalize": true, "statistics": "sample", "exclude": [], "preprocess": {},
-            "max_categories": 100, "only": false, "average": true, "class_weight": null,
+            "max_categories": 100, "only": false, "average": true, "inference": false, "class_weight": null,
             "n_features": null, "index_base": 1, "validation": null, "patience": null, "tolerance": 0.0, "seed": null, "shuffle": "corgipile",
             "block_size": "auto", "buffer_size": "10%", "double_buffer": true, "workers": 0, "sync": "auto", "verbose": true,
             "name": null

@@ -108,6 +108,9 @@ fn insert_model(
     if let Some(t) = outcome.statistics_seconds {
         metrics["statistics_seconds"] = json!(t);
     }
+    if let Some(tests) = &outcome.inference {
+        metrics["inference"] = tests.clone();
+    }
     for (key, value) in extra {
         metrics[key] = value;
     }

@@ -145,6 +145,9 @@ pub fn check_distributed(
             kind.name()
         ));
     }
+    if params.inference {
+        unsupported("\"inference\"");
+    }
     let text_numbered = kind.is_network() && how == Distributed::Workers;
     if label == LabelCoding::ClassOfText && !text_numbered {
         unsupported("a text label (the classes would be numbered differently)");
@@ -318,6 +321,8 @@ pub struct TrainOutcome {
     pub statistics_seconds: Option<f64>,
     /// With "patience": the epoch whose model this is (the lowest validation loss).
     pub best_epoch: Option<u32>,
+    /// `"inference"`: the tests of every coefficient (`metrics->'inference'`).
+    pub inference: Option<serde_json::Value>,
 }
 
 /// The data-dependent parts of the trainer's configuration, learned by a statistics pass (the

@@ -174,6 +174,9 @@ pub(crate) unsafe fn prepare(
         params.only,
         group_by,
     );
+    if mode == Mode::Train {
+        crate::exec::sgd::check_inference_params(&params, input.layout);
+    }
     if params.workers > 0 && mode == Mode::Train {
         crate::pipeline::check_distributed(
             Distributed::Workers,

@@ -602,6 +602,7 @@ pub unsafe fn train(
     };
     let outcome = TrainOutcome {
         best_epoch: None,
+        inference: None,
         model,
         classes,
         standardizer: standardizer

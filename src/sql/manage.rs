@@ -209,7 +209,69 @@ fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
     )
 }
 
-type CoefficientRow = (Option<String>, String, Option<i64>, f64);
+type CoefficientRow = (
+    Option<String>,
+    String,
+    Option<i64>,
+    f64,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+);
+
+/// A model's `metrics->'inference'` (`"inference": true`): per coefficient, in the order the
+/// rows come (the weights, then the intercept when fitted).
+struct Tests {
+    std_error: Vec<f64>,
+    statistic: Vec<f64>,
+    p_value: Vec<f64>,
+    ci_low: Vec<f64>,
+    ci_high: Vec<f64>,
+    logistic: bool,
+}
+
+impl Tests {
+    /// The stored tests of `model_id` (read as the catalog's owner: the caller was allowed to
+    /// load the model).
+    fn of(model_id: i64, n_coefficients: usize, logistic: bool) -> Option<Tests> {
+        let json = as_catalog_owner(|| {
+            select_one::<pgrx::JsonB>(
+                "SELECT metrics OPERATOR(pg_catalog.->) 'inference' FROM corgipile.models WHERE id OPERATOR(pg_catalog.=) $1",
+                &[model_id.into()],
+            )
+        })
+        .ok()
+        .flatten()?
+        .0;
+        let array = |key: &str| -> Option<Vec<f64>> {
+            let v: Vec<f64> = serde_json::from_value(json.get(key)?.clone()).ok()?;
+            (v.len() == n_coefficients).then_some(v)
+        };
+        Some(Tests {
+            std_error: array("std_error")?,
+            statistic: array("statistic")?,
+            p_value: array("p_value")?,
+            ci_low: array("ci_low")?,
+            ci_high: array("ci_high")?,
+            logistic,
+        })
+    }
+
+    /// Coefficient `i`'s columns after the coefficient (odds ratio: logistic only).
+    fn row(&self, i: usize, coefficient: f64) -> [Option<f64>; 6] {
+        [
+            Some(self.std_error[i]),
+            Some(self.statistic[i]),
+            Some(self.p_value[i]),
+            Some(self.ci_low[i]),
+            Some(self.ci_high[i]),
+            self.logistic.then(|| coefficient.exp()),
+        ]
+    }
+}
 
 /// A model's coefficients in the units of the training table (a `normalize` standardizer is
 /// folded in), one row per (class, feature) plus one '(intercept)' row per class; comparable
@@ -229,6 +291,17 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     };
     let linear = std::rc::Rc::new(linear);
     let (kind, n_features, n_outputs) = (stored.kind(), linear.n_features, linear.n_outputs);
+    // With "inference": a test per weight, and the intercept's when it was fitted.
+    let fitted_intercept = |n: usize| n == n_features || n == n_features + 1;
+    let tests = (n_outputs == 1)
+        .then(|| {
+            let logistic = kind == corgipile_ml::model::ModelKind::Logistic;
+            Tests::of(stored.id, n_features + 1, logistic)
+                .or_else(|| Tests::of(stored.id, n_features, logistic))
+        })
+        .flatten()
+        .filter(|t| fitted_intercept(t.std_error.len()))
+        .map(std::rc::Rc::new);
     let classes: Vec<Option<String>> = match kind.labels() {
         Labels::Number => vec![None],
         Labels::Classes => (0..stored.classes.len())
@@ -245,13 +318,28 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
         .flat_map(move |(k, class)| {
             let stored = stored.clone();
             let linear = linear.clone();
+            let tests = tests.clone();
             (0..=n_features).map(move |j| {
+                let coefficient = match j {
+                    j if j == n_features => linear.bias[k],
+                    j => linear.weights[k * n_features + j],
+                };
+                let [se, stat, p, low, high, odds] = tests
+                    .as_ref()
+                    .filter(|t| j < t.std_error.len())
+                    .map_or([None; 6], |t| t.row(j, coefficient));
                 if j == n_features {
                     return (
                         class.clone(),
                         "(intercept)".to_owned(),
                         None,
-                        linear.bias[k],
+                        coefficient,
+                        se,
+                        stat,
+                        p,
+                        low,
+                        high,
+                        odds,
                     );
                 }
                 let (name, index) = match (&stored.preprocessing, &stored.features) {
@@ -275,12 +363,19 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
                     class.clone(),
                     name,
                     Some(index),
-                    linear.weights[k * n_features + j],
+                    coefficient,
+                    se,
+                    stat,
+                    p,
+                    low,
+                    high,
+                    odds,
                 )
             })
         })
 }
 
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(stable, parallel_safe)]
 fn corgipile_model_coefficients(
     model_id: i64,
@@ -291,11 +386,18 @@ fn corgipile_model_coefficients(
         name!(feature, String),
         name!(feature_index, Option<i64>),
         name!(coefficient, f64),
+        name!(std_error, Option<f64>),
+        name!(statistic, Option<f64>),
+        name!(p_value, Option<f64>),
+        name!(ci_low, Option<f64>),
+        name!(ci_high, Option<f64>),
+        name!(odds_ratio, Option<f64>),
     ),
 > {
     TableIterator::new(coefficients(ModelRef::Id(model_id)))
 }
 
+#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
 #[pg_extern(stable, parallel_safe, name = "corgipile_model_coefficients")]
 fn corgipile_model_coefficients_by_name(
     model_name: &str,
@@ -306,6 +408,12 @@ fn corgipile_model_coefficients_by_name(
         name!(feature, String),
         name!(feature_index, Option<i64>),
         name!(coefficient, f64),
+        name!(std_error, Option<f64>),
+        name!(statistic, Option<f64>),
+        name!(p_value, Option<f64>),
+        name!(ci_low, Option<f64>),
+        name!(ci_high, Option<f64>),
+        name!(odds_ratio, Option<f64>),
     ),
 > {
     TableIterator::new(coefficients(ModelRef::from_text(model_name)))

@@ -59,6 +59,7 @@ impl TrainParams {
         } else {
             p.network_defaults(&given)?;
         }
+        p.check_inference(kind)?;
         p.check_folds()?;
         p.check_groups()?;
         p.check_search(value, kind)?;
@@ -81,6 +82,32 @@ impl TrainParams {
             });
         }
         Ok(p)
+    }
+
+    /// `inference`: the models with a likelihood whose maximum is unpenalized, or l2-penalized
+    /// (the Newton passes add its Hessian); an L1 or class-weighted optimum has no such tests.
+    fn check_inference(&self, kind: ModelKind) -> Result<(), ParamError> {
+        if !self.inference {
+            return Ok(());
+        }
+        if !matches!(kind, ModelKind::Logistic | ModelKind::Linear) {
+            return Err(ParamError {
+                message: format!("\"inference\" applies to logistic and linear only, not {}", kind.name()),
+                hint: Some("Standard errors and p-values come from a likelihood: train a logistic (two classes) or linear model.".into()),
+            });
+        }
+        for (key, set) in [
+            ("l1", self.l1 > 0.0),
+            ("class_weight", self.class_weight.is_some()),
+        ] {
+            if set {
+                return Err(ParamError {
+                    message: format!("\"inference\" cannot be used with \"{key}\""),
+                    hint: Some(format!("Standard errors are those of the (unweighted) maximum-likelihood estimate: leave \"{key}\" out (\"l2\" is allowed).")),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `since` continues its model (the warm start, unless another is named) and reads a

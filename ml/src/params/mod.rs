@@ -344,6 +344,16 @@ train_params! {
         parse: get_bool,
         json: |x| json!(x),
     },
+    /// Standard errors and p-values: Newton passes to the maximum-likelihood estimate after the
+    /// epochs (see `crate::inference`).
+    inference: bool = false => {
+        shown: "`false`",
+        accepts: "boolean",
+        meaning: "`logistic`, `linear`: after the epochs, polish the model to the exact maximum-likelihood estimate by Newton passes over the table and store each coefficient's standard error, z (logistic) or t (linear) statistic, p-value, 95% interval and odds ratio (logistic), shown by `corgipile_model_coefficients`; one extra pass per Newton iteration; see [Standard errors and p-values](#standard-errors-and-p-values)",
+        rule: "true or false (default false); logistic and linear only, without \"l1\" or \"class_weight\"",
+        parse: get_bool,
+        json: |x| json!(x),
+    },
     class_weight: Option<ClassWeight> = None => {
         shown: "`null`",
         accepts: r#"`"balanced"` or a map from label value to weight, e.g. `{"1": 5}`"#,

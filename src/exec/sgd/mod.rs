@@ -8,6 +8,7 @@ mod collect;
 mod double_buffer;
 mod epochs;
 mod evaluate;
+mod inference;
 mod learn;
 mod network;
 mod shard_round;
@@ -19,6 +20,7 @@ mod train;
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
+pub use inference::check_inference_params;
 pub use learn::Learn;
 pub use network::checked_network_spec;
 pub use shard_round::{forget_kept_optimizers, ShardRound};
@@ -273,6 +275,13 @@ impl Node for SgdNode {
                     columns.join(", "),
                     p.min_group_rows.unwrap_or(1)
                 ),
+            );
+        }
+        if p.inference {
+            explain::text(
+                es,
+                "Inference",
+                "Newton passes after the epochs (standard errors, p-values)",
             );
         }
         if let Some(patience) = p.patience {

@@ -44,8 +44,11 @@ impl SgdTask for Train {
             relid: self.relid,
             sql: self.sql,
         };
-        node.train(self.validation_rows, role)
-            .expect("the leader of a training returns its outcome")
+        let mut trials = node
+            .train(self.validation_rows, role)
+            .expect("the leader of a training returns its outcome");
+        node.infer(&mut trials);
+        trials
     }
 }
 
@@ -236,6 +239,7 @@ impl SgdNode {
                 None => return None,
             },
         };
+        self.check_inference_size(n_features);
         let standardizer = train_config.standardizer.clone();
         let (mut trainer, learner_config, learner_fold, learner_group) = match &groups {
             Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
@@ -639,6 +643,7 @@ impl SgdNode {
                     rows_skipped,
                     epochs,
                     best_epoch,
+                    inference: None,
                     seconds: started.elapsed().as_secs_f64(),
                 }),
                 epochs_before_failing: Vec::new(),

@@ -1,0 +1,236 @@
+//! `"inference": true`: after the epochs, Newton passes over the table polish the SGD model
+//! to the maximum-likelihood estimate, and its information matrix gives each coefficient's
+//! standard error, test statistic, p-value and interval (the math is
+//! `corgipile_ml::inference`). Each pass reads every training row once, on the backend.
+
+use super::SgdNode;
+use crate::pg::error::raise;
+use crate::pipeline::{FeatureLayout, TrainOutcome, Trial};
+use corgipile_ml::inference::{Family, Inference, InferenceError, Information};
+use corgipile_ml::inference::{MAX_PASSES, TOLERANCE};
+use corgipile_ml::limits::pretty_pair;
+use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::params::{ShuffleMode, TrainParams};
+use corgipile_ml::trained::Model;
+use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
+use std::time::Instant;
+
+/// What `"inference"` does not do: an ERROR before any work. (The kind, `l1` and
+/// `class_weight` are checked with the params; workers and shards by `check_distributed`.)
+pub fn check_inference_params(params: &TrainParams, layout: FeatureLayout) {
+    if !params.inference {
+        return;
+    }
+    let with = [
+        ("search", params.search.is_some()),
+        ("group_by", params.group_by.is_some()),
+        ("folds", params.folds.is_some()),
+        ("since", params.since.is_some()),
+        ("validation", params.validation.is_some()),
+        (
+            "sparse features",
+            matches!(layout, FeatureLayout::Sparse { .. }),
+        ),
+        (
+            "shuffle \"sliding_window\" or \"mrs\"",
+            matches!(
+                params.shuffle,
+                ShuffleMode::SlidingWindow | ShuffleMode::Mrs
+            ),
+        ),
+    ];
+    if let Some((what, _)) = with.iter().find(|(_, set)| *set) {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("\"inference\" cannot be used with {what} yet"),
+            Some("Standard errors are computed for one model trained on every row of a table, read by block: train that model alone (an array column or a list of feature columns), then compare or search without \"inference\".".into()),
+        );
+    }
+}
+
+/// Rows between interrupt checks (a row costs p²/2 multiply-adds).
+const ROWS_BETWEEN_CHECKS: usize = 1024;
+
+impl SgdNode {
+    /// Before the epochs: the information matrix ((p+1)² values) must fit
+    /// corgipile.max_model_memory.
+    pub(super) fn check_inference_size(&self, n_features: usize) {
+        let params = &self.config.params;
+        if !params.inference {
+            return;
+        }
+        let bytes = Information::bytes(n_features, params.fit_intercept);
+        let limit = self.config.max_model_bytes;
+        if bytes > limit {
+            let (needed, limit) = pretty_pair(bytes, limit);
+            let p = n_features + params.fit_intercept as usize;
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("\"inference\" on {n_features} features needs {needed} for its {p} x {p} information matrix, more than corgipile.max_model_memory ({limit})"),
+                Some("Standard errors are for models of at most a few thousand features: use fewer features (fewer one-hot categories, \"max_categories\"), or ask a superuser to raise corgipile.max_model_memory.".into()),
+            );
+        }
+    }
+
+    /// Polishes the stored model of `trials` (one: "inference" trains no search) and adds its
+    /// tests. Reads the table once per Newton pass.
+    ///
+    /// # Safety
+    /// On the backend, inside the executor of the training's plan, after the epochs.
+    pub(super) unsafe fn infer(&mut self, trials: &mut [Trial]) {
+        if !self.config.params.inference {
+            return;
+        }
+        let Some(Ok(outcome)) = trials.first_mut().map(|t| t.outcome.as_mut()) else {
+            return; // the training failed: its ERROR or report says why
+        };
+        let started = Instant::now();
+        // Both are checked before (two labels after epoch 1, the kind with the params): a bug
+        // otherwise, reported as one rather than a panic.
+        let bug = |what: &str| -> ! {
+            raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("corgipile: \"inference\" found {what}"),
+                Some("This is a bug, please report it.".into()),
+            )
+        };
+        let (family, labels) = match (self.config.model, self.binary_labels) {
+            (ModelKind::Logistic, Some(labels)) => (Family::Logistic, labels),
+            (ModelKind::Logistic, None) => bug("no label mapping after the epochs"),
+            _ => (Family::Linear, (0.0, 0.0)),
+        };
+        let Some(linear) = outcome.model.as_linear() else {
+            bug("a model that is not linear")
+        };
+        let n_features = linear.n_features;
+        let l2 = self.config.params.l2;
+        let mut info = Information::try_new(
+            family,
+            &linear.weights,
+            linear.bias[0],
+            self.config.params.fit_intercept,
+        )
+        .unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                "out of memory for the information matrix of \"inference\"",
+                None,
+            )
+        });
+        let mut passes = 0;
+        let mut last_step = f64::INFINITY;
+        while last_step >= TOLERANCE {
+            if passes == MAX_PASSES {
+                self.inference_failed(InferenceError::NotConverged { step: last_step }, n_features);
+            }
+            passes += 1;
+            self.information_pass(&mut info, family, labels);
+            if info.rows() != outcome.rows_trained {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!(
+                        "corgipile: a Newton pass of \"inference\" read {} rows, the epochs {}",
+                        info.rows(),
+                        outcome.rows_trained
+                    ),
+                    Some("Every pass reads the same rows; this is a bug, please report it.".into()),
+                );
+            }
+            last_step = info
+                .newton_step(l2)
+                .unwrap_or_else(|e| self.inference_failed(e, n_features));
+            if info.solved() {
+                break; // least squares: one pass
+            }
+        }
+        let tests = info
+            .finish()
+            .unwrap_or_else(|e| self.inference_failed(e, n_features));
+        let (weights, bias) = info.coefficients();
+        outcome.model = Model::Linear(LinearModel::single(
+            self.config.model,
+            weights.to_vec(),
+            bias,
+        ));
+        let seconds = started.elapsed().as_secs_f64();
+        // The model's training time includes its passes.
+        outcome.seconds += seconds;
+        store(outcome, &tests, passes, l2, seconds);
+    }
+
+    /// One pass over the training rows into `info`: the child rescanned (a new block order,
+    /// the same rows: one snapshot), every buffer's rows pushed.
+    ///
+    /// # Safety
+    /// As [`infer`](Self::infer): the child plan is initialized and this is the backend.
+    unsafe fn information_pass(
+        &mut self,
+        info: &mut Information,
+        family: Family,
+        labels: (f64, f64),
+    ) {
+        info.start_pass();
+        // SAFETY: the child is this node's initialized TupleShuffle (see `# Safety`); a rescan
+        // between passes is what the epochs do.
+        pg_sys::ExecReScan(self.child);
+        let (negative, positive) = labels;
+        // SAFETY: as above; the buffers are read on this (the backend's) thread only.
+        self.shuffle().for_each_buffer(|b| {
+            for i in 0..b.arena.len() {
+                if i % ROWS_BETWEEN_CHECKS == 0 {
+                    check_for_interrupts!();
+                }
+                let raw = b.arena.label(i);
+                let y = match family {
+                    Family::Linear => raw,
+                    // The labels the trainer mapped to ±1; no third one reached the epochs.
+                    Family::Logistic if raw == positive => 1.0,
+                    Family::Logistic if raw == negative => 0.0,
+                    Family::Logistic => continue,
+                };
+                info.push(b.arena.row(i), y);
+            }
+        });
+    }
+
+    /// A model without standard errors: why, and what to do.
+    fn inference_failed(&self, e: InferenceError, n_features: usize) -> ! {
+        let feature = |column: usize| match column {
+            c if c >= n_features => "the intercept".to_string(),
+            c => format!("feature {} (in corgipile_model_coefficients order)", c + 1),
+        };
+        let (message, hint) = match e {
+            InferenceError::Singular { column } => (
+                format!("\"inference\": the information matrix of {} is singular at {}", self.config.relation, feature(column)),
+                "A feature is constant, or a combination of others (collinear columns; with an intercept, the categories of a one-hot column always add up to it), or the classes are separated: drop the redundant features, set \"fit_intercept\": false for a one-hot column, or add a little \"l2\".".to_string(),
+            ),
+            InferenceError::NotConverged { step } => (
+                format!("\"inference\": the Newton passes over {} did not converge in {MAX_PASSES} passes (last relative step {step:.3e})", self.config.relation),
+                "The maximum-likelihood estimate may not exist: the classes may be (nearly) separable by the features. Add a little \"l2\", or drop the separating features.".to_string(),
+            ),
+            InferenceError::TooFewRows { rows, coefficients } => (
+                format!("\"inference\": {rows} rows cannot test {coefficients} coefficients"),
+                "A t test needs more rows than coefficients (intercept included).".to_string(),
+            ),
+            InferenceError::NonFinite => (
+                format!("\"inference\": the Newton passes over {} overflowed", self.config.relation),
+                "A feature may hold huge values, or the classes may be separable: scale the features, or add a little \"l2\".".to_string(),
+            ),
+        };
+        raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, message, Some(hint))
+    }
+}
+
+/// The tests, as `metrics->'inference'` holds them (arrays: the weights in feature order, then
+/// the intercept when fitted).
+fn store(outcome: &mut TrainOutcome, tests: &Inference, passes: u32, l2: f64, seconds: f64) {
+    let mut value = serde_json::to_value(tests).expect("inference serializes");
+    value["newton_passes"] = passes.into();
+    value["seconds"] = seconds.into();
+    value["penalty"] = if l2 > 0.0 {
+        format!("l2 {l2}: n·l2/2·‖w‖² on the weights in the table's units, its Hessian in the covariance").into()
+    } else {
+        serde_json::Value::Null
+    };
+    outcome.inference = Some(value);
+}
