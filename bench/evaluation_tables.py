@@ -58,6 +58,8 @@ def main():
             "corgipile_calibration": f"SELECT count(*) FROM corgipile_calibration({m}, '{t}')",
             "corgipile_evaluate, softmax of 10 classes": f"SELECT corgipile_evaluate({m10}, '{t}')",
             "corgipile_roc_curve, softmax of 10 classes": f"SELECT count(*) FROM corgipile_roc_curve({m10}, '{t}')",
+            "corgipile_feature_importance (10,000-row sample, 8 columns × 5 repeats)":
+                f"SELECT count(*) FROM corgipile_feature_importance({m}, '{t}')",
             "corgipile_predict of 10,000 rows": f"SELECT sum(corgipile_predict({m}, features)) FROM (SELECT * FROM {t} LIMIT 10000) s",
             "corgipile_explain_predict of 10,000 rows": f"SELECT count(*) FROM (SELECT * FROM {t} LIMIT 10000) s, corgipile_explain_predict({m}, s.features)",
         }
