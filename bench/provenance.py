@@ -44,5 +44,7 @@ def line(conn=None, make_target=None, dbname=None):
 
 def write(path, text, make_target, dbname=None):
     """Writes a markdown results file that starts with its provenance line."""
+    # The line first: opening the file for writing changes it, and the tree would read as dirty.
+    first = line(None, make_target, dbname)
     with open(path, "w") as f:
-        f.write(line(None, make_target, dbname) + "\n\n" + text)
+        f.write(first + "\n\n" + text)
