@@ -37,6 +37,17 @@ pub enum Family {
     Linear,
 }
 
+impl Family {
+    /// The family of a model kind that has standard errors (logistic, linear), or None.
+    pub fn of(kind: crate::model::ModelKind) -> Option<Family> {
+        match kind {
+            crate::model::ModelKind::Logistic => Some(Family::Logistic),
+            crate::model::ModelKind::Linear => Some(Family::Linear),
+            _ => None,
+        }
+    }
+}
+
 /// Why no standard errors could be computed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum InferenceError {

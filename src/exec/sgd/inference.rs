@@ -9,7 +9,7 @@ use crate::pipeline::{FeatureLayout, TrainOutcome, Trial};
 use corgipile_ml::inference::{Family, Inference, InferenceError, Information};
 use corgipile_ml::inference::{MAX_PASSES, TOLERANCE};
 use corgipile_ml::limits::pretty_pair;
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::LinearModel;
 use corgipile_ml::params::{ShuffleMode, TrainParams};
 use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
@@ -94,9 +94,9 @@ impl SgdNode {
                 Some("This is a bug, please report it.".into()),
             )
         };
-        let (family, labels) = match (self.config.model, self.binary_labels) {
-            (ModelKind::Logistic, Some(labels)) => (Family::Logistic, labels),
-            (ModelKind::Logistic, None) => bug("no label mapping after the epochs"),
+        let (family, labels) = match (Family::of(self.config.model), self.binary_labels) {
+            (Some(Family::Logistic), Some(labels)) => (Family::Logistic, labels),
+            (Some(Family::Logistic), None) => bug("no label mapping after the epochs"),
             _ => (Family::Linear, (0.0, 0.0)),
         };
         let Some(linear) = outcome.model.as_linear() else {
