@@ -188,7 +188,7 @@ def drop_roles(admin, roles):
 
 def slug(heading):
     """GitHub's anchor of a heading."""
-    text = re.sub(r"[`*_]|<[^>]+>", "", heading.strip().lower())
+    text = re.sub(r"[`*]|<[^>]+>", "", heading.strip().lower())
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 

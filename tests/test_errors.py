@@ -526,6 +526,36 @@ def test_diverging_normalized_training_hint(hint_tables, roles_admin):
     assert models_count(roles_admin) == before
 
 
+def test_trace_of_a_text_label_says_why(tables):
+    """corgipile_trace returns labels as float8: a text label is refused with a hint about the
+    trace itself, not about linear regression (found while checking the docs, #37)."""
+    with connect(tables) as c:
+        c.execute("CREATE TABLE trace_text AS SELECT i AS id, ARRAY[i::float8] AS features, "
+                  "(ARRAY['a', 'b'])[1 + i % 2] AS label FROM generate_series(1, 100) i")
+        e = error_of(c, "SELECT count(*) FROM corgipile_trace('trace_text')")
+        assert isinstance(e, E.DatatypeMismatch), describe(e)
+        assert "corgipile_trace" in (e.diag.message_hint or "") and "regression" not in (e.diag.message_hint or "")
+        assert scalar(c, "SELECT count(*) FROM corgipile_trace('trace_text', '{\"label\": \"id\"}')") == 100
+
+
+def test_category_dictionaries_over_model_memory_name_the_limit(tables):
+    """When the kept categories use up corgipile.max_model_memory, the ERROR names the limit as
+    set (4MB), not what the dictionaries left of it ("0 bytes"; found while checking the docs)."""
+    with connect(tables) as c:
+        c.execute("CREATE TABLE many_categories AS SELECT i AS id, 'category number ' || i AS cat, "
+                  "(i % 2 = 0) AS label FROM generate_series(1, 30000) i")
+        c.execute("SET corgipile.max_model_memory = '4MB'")
+        before = models_count(c)
+        e = train_error(c, "many_categories", "logistic",
+                        {"features": ["cat"], "max_categories": 65536, "epochs": 1, "seed": 1})
+        assert isinstance(e, E.ProgramLimitExceeded), describe(e)
+        msg = e.diag.message_primary or ""
+        assert "corgipile.max_model_memory (4096 kB)" in msg or "corgipile.max_model_memory (4 MB)" in msg, msg
+        assert "category dictionaries" in msg and "0 bytes" not in msg, msg
+        assert "max_categories" in (e.diag.message_hint or ""), describe(e)
+        assert models_count(c) == before
+
+
 # =============================================================================================
 # Last (pytest runs tests in file order)
 

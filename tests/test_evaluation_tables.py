@@ -52,6 +52,21 @@ def test_binary_confusion_matrix_counts_every_row(conn, tables):
     assert sum(got.values()) == ROWS
 
 
+def test_a_boolean_labels_classes_are_named_as_predict_class_names_them(conn, tables):
+    """false / true in every table, as corgipile_predict_class says them (not 0 / 1)."""
+    conn.execute("DROP TABLE IF EXISTS et_bool")
+    conn.execute("CREATE TABLE et_bool AS SELECT id, features, label = 1 AS label FROM et_bin")
+    m = train(conn, "et_bool", "logistic", {"epochs": 3, "seed": 1})
+    got = {(a, p): n for a, p, n in rows_of(conn, "SELECT * FROM corgipile_confusion_matrix(%s::bigint, 'et_bool')", (m,))}
+    want = {}
+    for label, cls in rows_of(conn, "SELECT label::text, corgipile_predict_class(%s::bigint, features) FROM et_bool", (m,)):
+        want[(label, cls)] = want.get((label, cls), 0) + 1
+    assert set(got) == {("false", "false"), ("false", "true"), ("true", "false"), ("true", "true")}
+    assert {k: v for k, v in got.items() if v} == want
+    assert {r[0] for r in rows_of(conn, "SELECT class FROM corgipile_roc_curve(%s::bigint, 'et_bool')", (m,))} == {"true"}
+    assert {r[0] for r in rows_of(conn, "SELECT class FROM corgipile_calibration(%s::bigint, 'et_bool')", (m,))} == {"true"}
+
+
 @pytest.mark.parametrize("kind", ["svm", "logistic"])
 def test_roc_curve_matches_the_rows_scores(conn, tables, kind):
     m = train(conn, "et_bin", kind, {"epochs": 3, "seed": 1})

@@ -226,10 +226,11 @@ impl RowDecoder {
             .finish(max_categories)
             .unwrap_or_else(|_| raise_out_of_memory());
         // The kept categories' names and lookup entries count against the model's memory too.
-        crate::pg::guc::check_model_size(
+        crate::pg::guc::check_model_and_dictionaries(
             p.n_features as u64,
             classes.max(1) as u64,
-            self.config.max_model_bytes.saturating_sub(p.category_bytes()),
+            p.category_bytes(),
+            self.config.max_model_bytes,
             "the encoded feature columns (numbers, array elements, kept categories and hash buckets)",
         );
         self.checked_features = p.n_features;

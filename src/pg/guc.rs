@@ -113,6 +113,40 @@ fn limit_text(bytes: u64, limit: u64) -> String {
     }
 }
 
+/// [`check_model_size`] for a model whose kept categories (their names and lookup entries,
+/// `dictionary_bytes`) count against the same limit: the ERROR names both parts and the limit
+/// itself, not what the dictionaries left of it.
+pub fn check_model_and_dictionaries(
+    n_features: u64,
+    n_outputs: u64,
+    dictionary_bytes: u64,
+    limit_bytes: u64,
+    source: &str,
+) {
+    use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};
+    let model = model_memory_bytes(n_features, n_outputs);
+    if dictionary_bytes > 0 && model.saturating_add(dictionary_bytes) > limit_bytes {
+        let together = model.saturating_add(dictionary_bytes);
+        crate::pg::error::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "a model of {n_features} features ({source}) needs {} of memory to train and its category dictionaries {}, together {}, more than {}",
+                pretty_bytes(model),
+                pretty_bytes(dictionary_bytes),
+                pretty_bytes(together),
+                limit_text(together, limit_bytes)
+            ),
+            Some("Use a smaller \"max_categories\", hash the columns of many distinct values (\"encode\": \"hash\"), or ask a superuser to raise corgipile.max_model_memory.".into()),
+        );
+    }
+    check_model_size(
+        n_features,
+        n_outputs,
+        limit_bytes.saturating_sub(dictionary_bytes),
+        source,
+    );
+}
+
 pub fn check_model_size(n_features: u64, n_outputs: u64, limit_bytes: u64, source: &str) {
     use corgipile_ml::limits::{check_model_size, pretty_pair, ModelSizeError, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;

@@ -89,6 +89,9 @@ pub(crate) unsafe fn prepare(
 ) -> Prepared {
     let relname = relation_name(relid);
     let table = check_relation(relid, &relname, params.only);
+    if matches!(mode, Mode::Trace) {
+        query::check_trace_label(relid, &relname, &params.label);
+    }
     let mut features = feature_columns(&params.features);
     let group_by = params
         .group_by

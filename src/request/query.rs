@@ -192,6 +192,21 @@ fn type_error(relname: &str, what: &str, column: &str, found: String, hint: &str
     )
 }
 
+/// corgipile_trace returns each row's label as a float8: its label column must be numeric.
+/// (Checked before `resolve`, whose hints speak of the model kinds that train.)
+pub unsafe fn check_trace_label(relid: pg_sys::Oid, relname: &str, label: &str) {
+    let t = column_type(relid, relname, label, "label");
+    if !is_number(t) {
+        type_error(
+            relname,
+            "label",
+            label,
+            type_name(t),
+            "corgipile_trace returns each row's label as a float8, so it needs a numeric label column: name one with {\"label\": ...}.",
+        );
+    }
+}
+
 /// A float8[]/float4[] expression for an array column of any numeric element type.
 unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> String {
     let t = column_type(relid, relname, column, "features");

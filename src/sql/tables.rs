@@ -309,9 +309,10 @@ fn calibration_bins(params: &ParamsArg) -> u32 {
 
 /// The label value of class `index` as text (two classes: 0 = negative, 1 = positive).
 fn class_name(stored: &StoredModel, index: usize) -> String {
-    stored
-        .classes
-        .get(index)
-        .map(|c| c.to_text())
-        .unwrap_or_else(|| index.to_string())
+    // As corgipile_predict_class names it (a boolean label's classes are false / true).
+    if index < stored.classes.len() {
+        stored.class_text(index)
+    } else {
+        index.to_string()
+    }
 }
