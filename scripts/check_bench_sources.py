@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Every results file the README quotes names the corgipile version and the command that made it.
+"""Every results file the docs quote names the corgipile version and the command that made it.
 
-For each `bench/results/<name>.md` the README mentions (a link or a path): the file exists, and
+For each `bench/results/<name>.md` that README.md or a page of docs/ (docs/**/*.md) mentions (a
+link or a path): the file exists, and
 one of its first lines is a provenance line (bench/provenance.py writes it) of the form
 `Provenance: corgipile <version>, ..., command ... \u0060...\u0060, ...` whose version is this checkout's
 (Cargo.toml), or, while that version is unreleased (CHANGELOG.md's newest heading says
 "Unreleased"), the last released one (the newest install script in sql/released/): a release
-re-measures what it quotes, and until then the README says which version measured a figure. A
+re-measures what it quotes, and until then the docs say which version measured a figure. A
 figure measured on any other version, or by hand, fails `make lint`.
 
-Usage: scripts/check_bench_sources.py [README.md]"""
+bench/results/HISTORY.md is not a results file but the measurement history (earlier versions'
+figures): the docs may link it, and what it quotes is not checked.
+
+Usage: scripts/check_bench_sources.py [page.md ...]   (default: README.md and docs/**/*.md)"""
 
 import pathlib
 import re
@@ -17,6 +21,7 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HEAD_LINES = 12  # the provenance line is among the first lines of a results file
+NOT_RESULTS = {"bench/results/HISTORY.md"}  # the measurement history, not a results file
 
 
 def version():
@@ -34,35 +39,48 @@ def last_released():
     return max(released, key=lambda v: tuple(int(x) for x in v.split(".")), default=None)
 
 
+def pages():
+    """The pages whose quotes are checked: the arguments, or README.md and every page of docs/."""
+    if len(sys.argv) > 1:
+        return [pathlib.Path(a) for a in sys.argv[1:]]
+    return [REPO / "README.md"] + sorted((REPO / "docs").glob("**/*.md"))
+
+
 def main():
-    readme = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "README.md"
     want = version()
     accepted = {want, last_released()} - {None}
-    quoted = sorted(set(re.findall(r"bench/results/[\w.\-]+\.md", readme.read_text())))
+    quoted_by = {}  # results file -> the pages quoting it
+    for page in pages():
+        for rel in set(re.findall(r"bench/results/[\w.\-]+\.md", page.read_text())):
+            if rel not in NOT_RESULTS:
+                quoted_by.setdefault(rel, []).append(page.relative_to(REPO).as_posix()
+                                                      if page.is_relative_to(REPO) else str(page))
+    quoted = sorted(quoted_by)
     problems = []
     for rel in quoted:
         path = REPO / rel
         if not path.exists():
-            problems.append(f"{rel}: quoted by the README, but there is no such file")
+            problems.append(f"{rel}: quoted by {', '.join(quoted_by[rel])}, but there is no such file")
             continue
         head = path.read_text().splitlines()[:HEAD_LINES]
         line = next((h for h in head if h.startswith("Provenance: ")), None)
         if line is None:
-            problems.append(f"{rel}: no 'Provenance: ' line in its first {HEAD_LINES} lines")
+            problems.append(f"{rel} (quoted by {', '.join(quoted_by[rel])}): no 'Provenance: ' line in its first {HEAD_LINES} lines")
             continue
         found = re.match(r"Provenance: corgipile (\S+?),", line)
         if not found or found.group(1) not in accepted:
-            problems.append(f"{rel}: made by corgipile {found.group(1) if found else '?'}, this is {want}")
+            problems.append(f"{rel} (quoted by {', '.join(quoted_by[rel])}): made by corgipile "
+                            f"{found.group(1) if found else '?'}, this is {want}")
         if not re.search(r"command .*`[^`]+`", line):
-            problems.append(f"{rel}: its provenance line names no command")
+            problems.append(f"{rel} (quoted by {', '.join(quoted_by[rel])}): its provenance line names no command")
     for p in problems:
         print(f"check_bench_sources: {p}", file=sys.stderr)
     if problems:
         print("check_bench_sources: rerun the benchmark (make bench-...) on this version, or stop quoting it",
               file=sys.stderr)
         return 1
-    print(f"check_bench_sources: {len(quoted)} results files quoted by the README, each made by corgipile "
-          f"{' or '.join(sorted(accepted))}")
+    print(f"check_bench_sources: {len(quoted)} results files quoted by README.md and docs/, each made by "
+          f"corgipile {' or '.join(sorted(accepted))}")
     return 0
 
 

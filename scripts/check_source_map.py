@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""The README's Development map stays true: every Rust source file of src/ and ml/src/ is in it
-(named by its path, or by its file name on the line of its folder, e.g. `src/exec/sgd/` ...
-`train.rs`), and every file it names exists. Test files (tests.rs, */tests/*) are not listed.
-Run by `make lint`."""
+"""The source map of docs/development.md (the code block under "## Source files") stays true:
+every Rust source file of src/ and ml/src/ is in it (named by its path, or by its file name on
+the line of its folder, e.g. `src/exec/sgd/` ... `train.rs`), and every file it names exists.
+Test files (tests.rs, */tests/*) are not listed. Run by `make lint`."""
 import pathlib
 import re
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+MAP_PAGE = "docs/development.md"
+MAP_HEADING = "## Source files"
 
 
 def map_entries():
     """(folder, [file names]) for each entry of the map: a path at the start of a line and the
     file names on its lines (continuation lines are indented)."""
-    text = (REPO / "README.md").read_text()
-    block = text.split("## Development", 1)[1].split("```", 2)[1]
+    text = (REPO / MAP_PAGE).read_text()
+    if MAP_HEADING not in text:
+        sys.exit(f"check_source_map: {MAP_PAGE} has no '{MAP_HEADING}' heading")
+    block = text.split(MAP_HEADING, 1)[1].split("```", 2)[1]
     entries = []
     for line in block.splitlines():
         head = re.match(r"^(\S+)", line)
@@ -45,12 +49,12 @@ def main():
             if f.name == "tests.rs" or "/tests/" in rel:
                 continue
             if rel not in listed:
-                problems.append(f"{rel} is not in README.md's Development map")
+                problems.append(f"{rel} is not in the source map of {MAP_PAGE}")
     for p in problems:
         print(f"check_source_map: {p}")
     if problems:
         sys.exit(1)
-    print(f"check_source_map: the README map names all {len(listed)} source files")
+    print(f"check_source_map: the map of {MAP_PAGE} names all {len(listed)} source files")
 
 
 if __name__ == "__main__":

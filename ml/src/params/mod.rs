@@ -7,8 +7,8 @@
 //!
 //! Each param is declared once, in the `train_params!` table below: its field, default,
 //! how it is parsed and written back, the rule shown in error hints, and its row of the
-//! README's param table (see [`param_table_markdown`]). [`TrainParams::KEYS`], the list of
-//! valid keys in errors, [`TrainParams::defaults`], [`TrainParams::from_json`] and
+//! param table of docs/reference.md (see [`param_table_markdown`]). [`TrainParams::KEYS`],
+//! the list of valid keys in errors, [`TrainParams::defaults`], [`TrainParams::from_json`] and
 //! [`TrainParams::to_json`] all derive from it.
 //!
 //! Files: `json` (TrainParams from and to JSON, the checks across keys, the trainer's
@@ -80,11 +80,11 @@ const NETWORK_KEYS: [&str; 4] = ["hidden", "activation", "optimizer", "momentum"
 pub struct ParamSpec {
     /// The JSON key (and field of [`TrainParams`]).
     pub name: &'static str,
-    /// README: the default as shown to users.
+    /// docs/reference.md: the default as shown to users.
     pub shown_default: &'static str,
-    /// README: the accepted values.
+    /// docs/reference.md: the accepted values.
     pub accepts: &'static str,
-    /// README: what the param means.
+    /// docs/reference.md: what the param means.
     pub meaning: &'static str,
     /// What the key accepts and its default, for the hint of an invalid value
     /// ("<key> must be <rule>").
@@ -119,7 +119,7 @@ macro_rules! first_of {
 /// /// field docs
 /// name: Type = default expression => {
 ///     key: JSON key when it is not the field's name (optional),
-///     shown: README default, accepts: README accepted values, meaning: README meaning,
+///     shown: docs/reference.md default, accepts: its accepted values, meaning: its meaning,
 ///     rule: hint text, parse: fn(&str, &Value) -> Result<Type, ParamError>,
 ///     json: fn(&Type) -> Value,
 /// },
@@ -448,7 +448,8 @@ train_params! {
         parse: get_bool,
         json: |x| json!(x),
     },
-    /// PostgreSQL parallel workers that train beside the backend (see `workers` in the README).
+    /// PostgreSQL parallel workers that train beside the backend (see `workers` in
+    /// docs/reference.md).
     workers: u32 = 0 => {
         shown: "`0`",
         accepts: "integer 0 … 64",

@@ -372,8 +372,9 @@ pub(super) fn get_hidden(key: &str, v: &Value) -> Result<Option<Vec<u32>>, Param
         .map(Some)
 }
 
-/// The README's param table (header, separator and one row per param, each line ending
-/// in a newline), generated from [`PARAMS`](super::PARAMS); a test checks README.md holds exactly this.
+/// The param table of docs/reference.md (header, separator and one row per param, each line
+/// ending in a newline), generated from [`PARAMS`](super::PARAMS); a test
+/// (ml/tests/reference_params.rs) checks docs/reference.md holds exactly this.
 pub fn param_table_markdown() -> String {
     let mut s =
         String::from("| param | default | accepted values | meaning |\n|---|---|---|---|\n");

@@ -1,22 +1,27 @@
-//! The README's param table is generated from the param table in the code: they cannot
-//! drift apart.
+//! The param table of docs/reference.md (its Training params section) is generated from the
+//! param table in the code: they cannot drift apart.
 
 use corgipile_ml::params::{param_table_markdown, TrainParams, PARAMS};
 
 #[test]
-fn readme_param_table_matches_the_code() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md next to the workspace");
+fn reference_param_table_matches_the_code() {
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/reference.md"
+    ))
+    .expect("docs/reference.md in the workspace");
     let header = "| param | default | accepted values | meaning |";
-    let start = readme.find(header).expect("the README has a param table");
-    let table: String = readme[start..]
+    let start = reference
+        .find(header)
+        .expect("docs/reference.md has a param table");
+    let table: String = reference[start..]
         .lines()
         .take_while(|l| l.starts_with('|'))
         .map(|l| format!("{l}\n"))
         .collect();
     let generated = param_table_markdown();
     for (r, g) in table.lines().zip(generated.lines()) {
-        assert_eq!(r, g, "README row differs from the generated one");
+        assert_eq!(r, g, "docs/reference.md row differs from the generated one");
     }
     assert_eq!(table, generated);
 }
@@ -56,7 +61,7 @@ fn param_table_lists_every_key_once() {
             assert!(p.rule.contains(&format!("(default {shown})")), "{}", p.name);
             continue;
         }
-        // The rule's "(default ...)" and the README's default agree with defaults() (a
+        // The rule's "(default ...)" and the default docs/reference.md shows agree with defaults() (a
         // network's own keys, shown "`x` (mlp kinds)", with an mlp's defaults; the groups',
         // "`x` (with `group_by`)", with group_by's).
         if let Some(shown) = p.shown_default.strip_suffix(" (with `group_by`)") {
