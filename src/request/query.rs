@@ -115,7 +115,7 @@ pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> p
     if let Some(what) = what {
         raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-            format!("cannot train on {relname}: it is {what}"),
+            format!("corgipile cannot read {relname}: it is {what}"),
             Some("corgipile reads the pages of a plain table: CREATE TABLE ... AS SELECT from it first.".into()),
         );
     }
@@ -125,7 +125,7 @@ pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> p
     if am != pg_sys::HEAP_TABLE_AM_OID {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("cannot train on {relname}: it does not use the heap access method"),
+            format!("corgipile cannot read {relname}: it does not use the heap access method"),
             None,
         );
     }
