@@ -75,7 +75,9 @@ SELECT id, round(x::numeric, 4)::float8 AS x, round(y::numeric, 4)::float8 AS y,
 FROM (SELECT i AS id, 2 * random() - 1 AS x, 2 * random() - 1 AS y FROM generate_series(1, 10000) i) r
 ORDER BY inside, id;
 
--- PostgreSQL 16+ extends a table being filled by many pages at once; VACUUM drops the empty
--- tail, so the tables have the same pages (and a seed the same models) on every major.
+-- PostgreSQL 16+ extends a table being filled by many pages at once, and VACUUM trims only a
+-- long empty tail; VACUUM FULL rewrites each table into exactly its pages, so the tables have
+-- the same pages (and a seed gives the same models) on every major.
+VACUUM FULL points, points_test, customers, new_customers, houses, rings;
 VACUUM ANALYZE points, points_test, customers, new_customers, houses, rings;
 RESET client_min_messages;
