@@ -1040,6 +1040,18 @@ def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, param
     assert_nothing_stored(conn, before)
 
 
+@pytest.mark.parametrize("params, what", [({"folds": 3}, '"folds"'), ({"workers": 2}, '"workers"')])
+def test_folds_and_workers_are_refused_not_dropped(conn, blobs, params, what):
+    """Each shard trains in one process and keeps no folds: before 0.5.0 these were accepted and
+    silently ignored (a model stored with "folds": 3 and no cross-validation)."""
+    before = models_count(conn)
+    with pytest.raises(E.FeatureNotSupported) as err:
+        train(conn, "sh_hash", "svm", {"epochs": 1, **params})
+    assert err.value.diag.message_primary == f"{what} cannot train on a sharded table yet"
+    assert err.value.diag.message_hint
+    assert_nothing_stored(conn, before)
+
+
 def test_sparse_needs_n_features(conn, odd_tables):
     before = models_count(conn)
     features = {"indices": "idx", "values": "val"}

@@ -183,6 +183,21 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         if let Some(w) = &warm {
             w.check_features(&features);
         }
+        // Each shard trains in one process and keeps no folds: refused, not silently dropped.
+        if sharded.is_some() && prepared.config.params.folds.is_some() {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "\"folds\" cannot train on a sharded table yet",
+                Some("Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on.".into()),
+            );
+        }
+        if sharded.is_some() && prepared.config.params.workers > 0 {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "\"workers\" cannot train on a sharded table yet",
+                Some("Leave out \"workers\": every shard trains at once, each in one process.".into()),
+            );
+        }
         if sharded.is_some() && prepared.config.params.search.is_some() {
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
