@@ -76,7 +76,7 @@ help:
 	@echo "  install        build (release) and install the extension into PostgreSQL 15 (PG=18: the one in .pg/18; PG_CONFIG=...: any);"
 	@echo "                 needs only cargo-pgrx $(PGRX_VERSION) (installed if missing), never runs setup (docs/install.md)"
 	@echo "  package        build (release) for one major (PG_CONFIG=... or PG=N) into $(PKG_DIR)/corgipile-$(VERSION)-pgN-$(shell uname -m).tar.gz"
-	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
+	@echo "  demo           setup, install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
 	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
 	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
 	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts"
