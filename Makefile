@@ -41,6 +41,23 @@ HARDENING_PORTS := $(if $(filter 15,$(PG_MAJOR)),,CORGIPILE_HARDENING_PORT=289$(
 # Installing into a directory we cannot write (the system PostgreSQL as non-root) needs sudo.
 SUDO        = $(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo yes),,sudo)
 
+# cargo-pgrx, the one tool `install` and `package` need besides cargo: the version of the pgrx
+# crate (Cargo.toml pins it; the two must match).
+PGRX_VERSION := $(shell sed -nE 's/^pgrx = "=([^"]+)"/\1/p' Cargo.toml)
+# pgrx compiles against the pg_config that ~/.pgrx/config.toml registers for the major (`cargo
+# pgrx init`; make setup registers 15 and 18 there), or else against $$PGRX_PG_CONFIG_PATH. For
+# any other pg_config we set PGRX_PG_CONFIG_PATH: the build uses that PostgreSQL's headers, needs
+# no `cargo pgrx init` and leaves ~/.pgrx alone. For the registered one we leave it unset, as lint
+# does: pgrx's build script reruns (pgrx-pg-sys and everything above it rebuilt, a few minutes)
+# whenever that variable changes.
+PGRX_CONFIG_TOML = $(or $(PGRX_HOME),$(HOME)/.pgrx)/config.toml
+PGRX_ENV    = $(if $(shell grep -qsxF 'pg$(PG_MAJOR) = "$(PG_CONFIG)"' "$(PGRX_CONFIG_TOML)" && echo yes),,PGRX_PG_CONFIG_PATH=$(PG_CONFIG))
+
+# What `make package` makes: target/package/corgipile-<version>-pg<major>-<arch>.tar.gz.
+VERSION     := $(shell sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)
+PKG_NAME     = corgipile-$(VERSION)-pg$(PG_MAJOR)-$(shell uname -m)
+PKG_DIR     := target/package
+
 # What every recipe that talks to the test cluster runs with: the major's programs first on
 # PATH (psql, pg_dump, pg_restore of the server's major), its cluster, its bin dir for the tests.
 PG_ENV    = PATH="$(PG_BIN):$$PATH" CORGIPILE_PG_BIN=$(PG_BIN) CORGIPILE_CLUSTER_DIR=$(CLUSTER_DIR) \
@@ -49,15 +66,17 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python install demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
 	@echo "corgipile make targets:"
 	@echo "  setup          install system packages (PostgreSQL 15), PostgreSQL 18 into .pg/18, cargo-pgrx 0.18.0, cargo pgrx init (scripts/setup.sh)"
 	@echo "  setup-python   setup + Python venv .venv with tests/requirements.txt"
-	@echo "  install        build (release) and install the extension into PostgreSQL 15 (PG=18: the one in .pg/18; PG_CONFIG=...: any)"
-	@echo "  demo           install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
+	@echo "  install        build (release) and install the extension into PostgreSQL 15 (PG=18: the one in .pg/18; PG_CONFIG=...: any);"
+	@echo "                 needs only cargo-pgrx $(PGRX_VERSION) (installed if missing), never runs setup (docs/install.md)"
+	@echo "  package        build (release) for one major (PG_CONFIG=... or PG=N) into $(PKG_DIR)/corgipile-$(VERSION)-pgN-$(shell uname -m).tar.gz"
+	@echo "  demo           setup, install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
 	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
 	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
 	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts"
@@ -96,12 +115,51 @@ setup:
 setup-python:
 	scripts/setup.sh --python
 
-# Install scripts of released versions (sql/released/) ship too, so `CREATE EXTENSION corgipile
-# VERSION '0.1.0'` works and the upgrade test can start from it; pgrx copies only the current
-# install script and the upgrade scripts (sql/corgipile--A--B.sql).
-install: setup
-	cargo pgrx install --release --pg-config $(PG_CONFIG) $(PG_FEATURES) $(if $(SUDO),--sudo)
+# cargo-pgrx $(PGRX_VERSION), installed with cargo if missing (about 8 minutes on 2 cores).
+pgrx-tool:
+	@command -v cargo >/dev/null || { echo "pgrx-tool: cargo not found; install Rust first (rustup)" >&2; exit 1; }
+	@if cargo pgrx --version 2>/dev/null | grep -qxF 'cargo-pgrx $(PGRX_VERSION)'; then \
+		echo "pgrx-tool: cargo-pgrx $(PGRX_VERSION) present"; \
+	else \
+		echo "pgrx-tool: installing cargo-pgrx $(PGRX_VERSION) (found: $$(cargo pgrx --version 2>/dev/null || echo none))"; \
+		cargo install cargo-pgrx --version $(PGRX_VERSION) --locked; \
+	fi
+
+# The PostgreSQL of this run must exist: install and package never install one.
+pg-config:
+	@test -x "$(PG_CONFIG)" || { echo "no pg_config at '$(PG_CONFIG)': give PG_CONFIG=/path/to/bin/pg_config of your PostgreSQL (make setup installs Debian 12's 15 and the 18 in .pg/18)" >&2; exit 1; }
+	@echo "PostgreSQL $(PG_MAJOR): $(PG_CONFIG) ($$($(PG_CONFIG) --version))"
+
+# Builds (release) and installs into the PostgreSQL of PG_CONFIG (or PG) and nothing else; the
+# build needs that PostgreSQL's server headers, libclang and libpq (docs/install.md). Install
+# scripts of released versions (sql/released/) ship too, so `CREATE EXTENSION corgipile VERSION
+# '0.1.0'` works and the upgrade test can start from it; pgrx copies only the current install
+# script and the upgrade scripts (sql/corgipile--A--B.sql).
+install: pgrx-tool pg-config
+	$(PGRX_ENV) cargo pgrx install --release --pg-config $(PG_CONFIG) $(PG_FEATURES) $(if $(SUDO),--sudo)
 	$(SUDO) install -m 644 sql/released/*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
+
+# A tarball to install on another machine with the same major and architecture, built against
+# PG_CONFIG's (or PG's) headers; nothing is installed anywhere. It holds lib/corgipile.so and
+# share/extension/ (control file, install and upgrade scripts, sql/released/): installing is
+# copying them into `pg_config --pkglibdir` and `pg_config --sharedir`/extension (INSTALL in the
+# tarball, docs/install.md).
+package: pgrx-tool pg-config
+	rm -rf $(PKG_DIR)/pgrx-pg$(PG_MAJOR) $(PKG_DIR)/$(PKG_NAME) $(PKG_DIR)/$(PKG_NAME).tar.gz
+	$(PGRX_ENV) cargo pgrx package --pg-config $(PG_CONFIG) $(PG_FEATURES) --out-dir $(PKG_DIR)/pgrx-pg$(PG_MAJOR)
+	mkdir -p $(PKG_DIR)/$(PKG_NAME)/lib $(PKG_DIR)/$(PKG_NAME)/share/extension
+	cp $(PKG_DIR)/pgrx-pg$(PG_MAJOR)$$($(PG_CONFIG) --pkglibdir)/corgipile.so $(PKG_DIR)/$(PKG_NAME)/lib/
+	cp $(PKG_DIR)/pgrx-pg$(PG_MAJOR)$$($(PG_CONFIG) --sharedir)/extension/corgipile* sql/released/*.sql \
+		$(PKG_DIR)/$(PKG_NAME)/share/extension/
+	printf '%s\n' "corgipile $(VERSION) for PostgreSQL $(PG_MAJOR) on $$(uname -m) Linux, built against $$($(PG_CONFIG) --version)." \
+		"It needs glibc $$(objdump -T $(PKG_DIR)/$(PKG_NAME)/lib/corgipile.so | grep -oE 'GLIBC_[0-9.]+' | sort -Vu | tail -n 1 | cut -d_ -f2) or newer and libpq.so.5 (Debian, Ubuntu: libpq5)." "" \
+		"Install, with PG_CONFIG the pg_config of the server's PostgreSQL $(PG_MAJOR) (as a user who may write there):" \
+		'  install -m 755 lib/corgipile.so "$$($$PG_CONFIG --pkglibdir)/"' \
+		'  install -m 644 share/extension/* "$$($$PG_CONFIG --sharedir)/extension/"' \
+		"then, as a superuser, in each database: CREATE EXTENSION corgipile;" > $(PKG_DIR)/$(PKG_NAME)/INSTALL
+	tar -C $(PKG_DIR) --owner=0 --group=0 --numeric-owner -czf $(PKG_DIR)/$(PKG_NAME).tar.gz $(PKG_NAME)
+	rm -rf $(PKG_DIR)/pgrx-pg$(PG_MAJOR)
+	@echo "package: $(PKG_DIR)/$(PKG_NAME).tar.gz"; tar -tzvf $(PKG_DIR)/$(PKG_NAME).tar.gz
 
 unit:
 	cargo test -p corgipile-ml
@@ -139,7 +197,8 @@ cluster-status:
 clean-cluster:
 	$(CLUSTER) destroy
 
-demo: install
+# demo and test-major set up everything first (Debian 12; scripts/setup.sh), then install.
+demo: setup install
 	$(CLUSTER) start
 	$(CLUSTER) psql -X -q -d postgres -v ON_ERROR_STOP=1 -c 'SET client_min_messages = warning' \
 		-c 'DROP DATABASE IF EXISTS corgipile_demo' -c 'CREATE DATABASE corgipile_demo'
@@ -166,7 +225,7 @@ else
 endif
 
 # Install, start the major's cluster, pg_regress and pytest (`make test` runs lint and unit first).
-test-major: install
+test-major: setup install
 	$(CLUSTER) start
 	$(MAKE) regress
 	$(MAKE) pytest

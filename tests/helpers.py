@@ -298,9 +298,12 @@ def as_pg(args, **kw):
     return subprocess.run(args, **kw)
 
 
-def cluster_sh(action, cluster_dir, port):
-    """scripts/cluster.sh `action` for the cluster in `cluster_dir` listening on `port`."""
+def cluster_sh(action, cluster_dir, port, pg_bin=None):
+    """scripts/cluster.sh `action` for the cluster in `cluster_dir` listening on `port` (the
+    programs of `pg_bin`, default the major under test)."""
     env = {**os.environ, "CORGIPILE_CLUSTER_DIR": cluster_dir, "CORGIPILE_PORT": str(port)}
+    if pg_bin is not None:
+        env["CORGIPILE_PG_BIN"] = str(pg_bin)
     subprocess.run([str(REPO / "scripts" / "cluster.sh"), action], env=env, check=True,
                    capture_output=True, text=True, timeout=300)
 
