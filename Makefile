@@ -165,7 +165,7 @@ unit:
 	cargo test -p corgipile-ml
 
 # Formatting and lints, as CI checks them: rustfmt; clippy on both crates, built for each tested
-# major (the code differs between majors only in src/compat.rs); pyflakes on the Python (unused
+# major (the code differs between majors only in src/pg/compat.rs); pyflakes on the Python (unused
 # imports and names, f-strings without fields); every results file README.md or docs/ quotes names
 # this version and the command that made it (scripts/check_bench_sources.py); no import circle
 # between source files (scripts/check_imports.py); the source map of docs/development.md names
