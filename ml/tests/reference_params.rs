@@ -5,11 +5,9 @@ use corgipile_ml::params::{param_table_markdown, TrainParams, PARAMS};
 
 #[test]
 fn reference_param_table_matches_the_code() {
-    let reference = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/reference.md"
-    ))
-    .expect("docs/reference.md in the workspace");
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference.md"))
+            .expect("docs/reference.md in the workspace");
     let header = "| param | default | accepted values | meaning |";
     let start = reference
         .find(header)

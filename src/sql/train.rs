@@ -195,7 +195,10 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 "\"workers\" cannot train on a sharded table yet",
-                Some("Leave out \"workers\": every shard trains at once, each in one process.".into()),
+                Some(
+                    "Leave out \"workers\": every shard trains at once, each in one process."
+                        .into(),
+                ),
             );
         }
         if sharded.is_some() && prepared.config.params.search.is_some() {
