@@ -185,3 +185,25 @@ def test_since_and_evaluate_are_refused(env, admin):
     except psycopg.Error as err:
         e = err
     assert e is not None and e.sqlstate == "0A000" and "CREATE TABLE" in (e.diag.message_hint or ""), describe(e)
+
+
+def test_errors_name_the_view_or_the_query_not_the_temporary_table(env, admin):
+    """An ERROR about the spilled rows (here: one class only) names what the user trained on —
+    the view, or "the training query" — never the temporary table they never saw; and the next
+    training still works."""
+    admin.execute("CREATE OR REPLACE VIEW qy_one_class AS " + JOIN + " WHERE c.churned = 1")
+    before = models_count(admin)
+    for call, args, shown in [
+        ("SELECT corgipile_train('qy_one_class', 'logistic', %s)", (Jsonb(PARAMS),), "qy_one_class"),
+        ("SELECT corgipile_train_query(%s, 'logistic', %s)", (JOIN + " WHERE c.churned = 1", Jsonb(PARAMS)),
+         "the training query"),
+    ]:
+        e = None
+        try:
+            admin.execute(call, args)
+        except psycopg.Error as err:
+            e = err
+        assert e is not None and e.sqlstate.startswith("22"), describe(e)
+        assert shown in e.diag.message_primary and "corgipile_spill" not in e.diag.message_primary, describe(e)
+    assert models_count(admin) == before and spills_left(admin) == 0
+    assert train(admin, "qy_join", "logistic", PARAMS) > 0

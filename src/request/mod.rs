@@ -87,7 +87,8 @@ pub(crate) unsafe fn prepare(
     known_classes: Vec<ClassValue>,
     stored_preprocess: Option<&Preprocessor>,
 ) -> Prepared {
-    let relname = relation_name(relid);
+    // A spill's temporary table is called by the view or query it holds.
+    let relname = crate::shuffle_table::spill::shown_name(relation_name(relid));
     let table = check_relation(relid, &relname, params.only);
     if matches!(mode, Mode::Trace) {
         query::check_trace_label(relid, &relname, &params.label);

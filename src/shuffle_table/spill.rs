@@ -76,7 +76,10 @@ unsafe fn check_select_stmt(select: *mut pg_sys::SelectStmt) {
 ///
 /// # Safety
 /// Backend thread, in a transaction.
-pub unsafe fn spill(query: &str, seed: u64, fill: bool) -> (pg_sys::Oid, u64) {
+///
+/// `shown_as` is what errors call the table while it lives (see [`shown_name`]): the view's
+/// name, or "the training query" — never the temporary table's name, which the user never saw.
+pub unsafe fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_sys::Oid, u64) {
     let sql = CString::new(query).unwrap_or_else(|_| not_a_select("it contains a NUL byte"));
     check_select(&sql);
     // A name of this backend's own (temporary tables are per session); the new line ends a
@@ -84,6 +87,7 @@ pub unsafe fn spill(query: &str, seed: u64, fill: bool) -> (pg_sys::Oid, u64) {
     static SPILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("corgipile_spill_{}_{n}", std::process::id());
+    SHOWN_AS.with(|m| m.borrow_mut().push((name.clone(), shown_as.to_owned())));
     Spi::run(&format!(
         "CREATE TEMPORARY TABLE {name} AS ({query}\n) WITH NO DATA"
     ))
@@ -107,6 +111,27 @@ pub unsafe fn spill(query: &str, seed: u64, fill: bool) -> (pg_sys::Oid, u64) {
     // The planner and the buffer size read the table's statistics.
     Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
     (relid, rows as u64)
+}
+
+thread_local! {
+    /// Temporary table names of this session's spills, and what errors call each (the names
+    /// are never reused: a counter is part of them).
+    static SHOWN_AS: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What errors call the relation named `relname`: for a spill's temporary table, the view or
+/// query it holds (`relname` otherwise).
+pub fn shown_name(relname: String) -> String {
+    if !relname.starts_with("corgipile_spill_") {
+        return relname;
+    }
+    SHOWN_AS.with(|m| {
+        m.borrow()
+            .iter()
+            .find(|(name, _)| *name == relname)
+            .map(|(_, shown)| shown.clone())
+            .unwrap_or(relname)
+    })
 }
 
 /// Makes the rows `spill` wrote visible to the training that reads them in this statement:
@@ -135,5 +160,7 @@ pub unsafe fn unsee_spill() {
 /// Backend thread, in a transaction.
 pub unsafe fn drop_spill(relid: pg_sys::Oid) {
     let name = crate::request::query::qualified_name(relid);
+    // Also forgets the names of spills an ERROR left behind (their tables were rolled back).
+    SHOWN_AS.with(|m| m.borrow_mut().clear());
     Spi::run(&format!("DROP TABLE {name}")).ok();
 }

@@ -105,7 +105,12 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
                     );
                 }
                 let seed = params.seed.unwrap_or_else(random_seed);
-                let (temp, _rows) = crate::shuffle_table::spill::spill(select, seed, true);
+                let shown = if select == stored_as {
+                    "the training query".to_owned()
+                } else {
+                    stored_as.clone()
+                };
+                let (temp, _rows) = crate::shuffle_table::spill::spill(select, seed, true, &shown);
                 crate::shuffle_table::spill::see_spill();
                 (temp, Some((temp, stored_as.clone())))
             }
@@ -390,7 +395,7 @@ fn corgipile_explain(
         let spilled = crate::request::view::must_spill(relation.oid()).map(|view| {
             let select = format!("SELECT * FROM {view}");
             let seed = params.seed.unwrap_or_else(random_seed);
-            let (temp, _) = crate::shuffle_table::spill::spill(&select, seed, analyze);
+            let (temp, _) = crate::shuffle_table::spill::spill(&select, seed, analyze, &view);
             crate::shuffle_table::spill::see_spill();
             (temp, view)
         });
