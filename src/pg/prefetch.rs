@@ -127,6 +127,13 @@ impl RangePrefetch {
     }
 }
 
+/// Pages per `posix_fadvise` call (128 kB). Linux reads at most the device's read-ahead or
+/// largest request size of one WILLNEED hint (`force_page_cache_ra`; 128 kB read-ahead is the
+/// common default) and silently drops the rest: a 16 MB range hinted in one call was mostly
+/// never read ahead.
+#[cfg(not(pg_since = "17"))]
+const HINT_PAGES: u64 = 16;
+
 /// The hint thread: advises the kernel of each range it receives; ends when the sender is
 /// dropped (the scan's state dropped: the executor ended, normally or by an ERROR) or after a
 /// second without a hint (the next hint starts a new thread).
@@ -155,14 +162,20 @@ fn hint_thread(path: String, ranges: crossbeam_channel::Receiver<(u32, u32)>) {
                 std::fs::File::open(name).ok()
             });
             if let Some(file) = file {
-                // SAFETY: a descriptor this thread owns and keeps open; the call only advises.
-                unsafe {
-                    libc::posix_fadvise(
-                        file.as_raw_fd(),
-                        in_segment as i64 * block,
-                        pages as i64 * block,
-                        libc::POSIX_FADV_WILLNEED,
-                    );
+                let mut at = in_segment;
+                while at < in_segment + pages {
+                    let chunk = (in_segment + pages - at).min(HINT_PAGES);
+                    // SAFETY: a descriptor this thread owns and keeps open; the call only
+                    // advises.
+                    unsafe {
+                        libc::posix_fadvise(
+                            file.as_raw_fd(),
+                            at as i64 * block,
+                            chunk as i64 * block,
+                            libc::POSIX_FADV_WILLNEED,
+                        );
+                    }
+                    at += chunk;
                 }
             }
             page += pages;
