@@ -15,6 +15,7 @@ What a user depends on:
   or emptied behaves as for any training.
 """
 
+import psycopg
 import pytest
 
 from helpers import connect, describe, models_count, scalar, train, train_error
@@ -157,3 +158,26 @@ def test_rewritten_and_emptied_tables(env, admin):
     admin.execute("TRUNCATE ws_copy")
     e = train_error(admin, "ws_copy", "logistic", {"warm_start": "ws_copy", "epochs": 1})
     assert e is not None and e.sqlstate == "P0002", describe(e)
+
+
+def test_explain_plans_and_runs_the_warm_start(env, admin):
+    """corgipile_explain reads a warm start (and "since") as training does: the model's label
+    and features where the params are silent, and with "analyze" it trains from the model."""
+    params = {"features": ["x", "color"], "label": "class3", "seed": 5, "learning_rate": 0.002}
+    cold = train(admin, "ws", "softmax", dict(params, epochs=4, name="ws_explained"))
+    first_loss = scalar(admin, "SELECT loss FROM corgipile.epochs WHERE model_id = %s AND epoch = 1", (cold,))
+    models = models_count(admin)
+    lines = [r[0] for r in admin.execute(
+        """SELECT * FROM corgipile_explain('ws', 'softmax', '{"warm_start": "ws_explained", "epochs": 1,
+               "seed": 6, "learning_rate": 0.002}', "analyze" => true)""").fetchall()]
+    encoded = next(int(line.split(":")[1]) for line in lines if "Encoded Features:" in line)
+    final = next(float(line.split(":")[1]) for line in lines if "Final Loss:" in line)
+    # The model's columns (x and three colors), not the default "features" array of width 2.
+    assert encoded == 4, lines
+    # Where the stored model ended, not where a training from zeros begins.
+    assert final < first_loss / 2, (final, first_loss)
+    assert models_count(admin) == models  # nothing stored
+    # A warm start of another kind is refused by explain as by training.
+    with pytest.raises(psycopg.Error) as refused:
+        admin.execute("""SELECT * FROM corgipile_explain('ws', 'svm', '{"warm_start": "ws_explained"}')""")
+    assert refused.value.sqlstate == "22023", refused.value

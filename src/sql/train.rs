@@ -16,7 +16,7 @@ use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::query::qualified_name;
 use crate::request::since::{self, TableRead};
 use crate::request::warm_start::WarmStart;
-use crate::request::{parse_model, parse_params, prepare, random_seed};
+use crate::request::{parse_model, parse_params, prepare, random_seed, Prepared};
 use crate::shard::{explain_sharded, train_sharded};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
@@ -61,11 +61,10 @@ enum Input {
     Spill { select: String, stored_as: String },
 }
 
-fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
-    let kind = parse_model(model);
-    let given = params;
-    let params = parse_params(&given, kind);
-    // A warm start fills in the model's features, label and name where the params are silent.
+/// The params of a training of `kind`, with what a warm start (or `since`, which continues its
+/// model) takes from its model where the params are silent: features, label and name.
+fn params_with_warm_start(given: &ParamsArg, kind: ModelKind) -> (TrainParams, Option<WarmStart>) {
+    let params = parse_params(given, kind);
     let (params, warm) = match &params.warm_start {
         Some(key) => {
             let mut json = given.0.clone();
@@ -81,6 +80,44 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
             Some("Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}.".into()),
         );
     }
+    (params, warm)
+}
+
+/// What a continued training (`warm_start`, `since`) cannot do, refused before any work: a
+/// sharded table, features other than its model's.
+fn check_continued(prepared: &Prepared, sharded: bool, warm: Option<&WarmStart>) {
+    if sharded && prepared.config.params.since.is_some() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "\"since\" cannot train on a sharded table yet",
+            Some("Train without \"since\", or on one shard's table.".into()),
+        );
+    }
+    if sharded && warm.is_some() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "\"warm_start\" cannot train on a sharded table yet",
+            Some("Train from zeros, or warm-start on one shard's table.".into()),
+        );
+    }
+    if let Some(w) = warm {
+        w.check_features(&features_read(prepared));
+    }
+}
+
+/// The features a training reads, as stored with its model: a column list as the columns
+/// read ("*" expanded).
+fn features_read(prepared: &Prepared) -> serde_json::Value {
+    if prepared.config.preprocess.is_some() {
+        serde_json::json!(prepared.input.columns)
+    } else {
+        prepared.config.params.to_json()["features"].clone()
+    }
+}
+
+fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
+    let kind = parse_model(model);
+    let (params, warm) = params_with_warm_start(&params, kind);
     check_schema_version();
     // What would fail at the end fails now, before any work.
     check_writable(c"corgipile_train()");
@@ -165,29 +202,8 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
                 ),
             );
         }
-        if sharded.is_some() && prepared.config.params.since.is_some() {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "\"since\" cannot train on a sharded table yet",
-                Some("Train without \"since\", or on one shard's table.".into()),
-            );
-        }
-        if sharded.is_some() && warm.is_some() {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "\"warm_start\" cannot train on a sharded table yet",
-                Some("Train from zeros, or warm-start on one shard's table.".into()),
-            );
-        }
-        // A column list is stored as the columns read ("*" expanded).
-        let features = if prepared.config.preprocess.is_some() {
-            serde_json::json!(prepared.input.columns)
-        } else {
-            prepared.config.params.to_json()["features"].clone()
-        };
-        if let Some(w) = &warm {
-            w.check_features(&features);
-        }
+        check_continued(&prepared, sharded.is_some(), warm.as_ref());
+        let features = features_read(&prepared);
         // Each shard trains in one process and keeps no folds: refused, not silently dropped.
         if sharded.is_some() && prepared.config.params.folds.is_some() {
             raise(
@@ -385,7 +401,7 @@ fn corgipile_explain(
             Some("Valid formats are text, json, yaml and xml.".into()),
         ),
     };
-    let mut params = parse_params(&params, kind);
+    let (mut params, warm) = params_with_warm_start(&params, kind);
     // EXPLAIN ANALYZE trains without the per-epoch NOTICEs.
     params.verbose = false;
     // SAFETY: as in corgipile_train; the ExplainState lives in the current memory context.
@@ -400,9 +416,23 @@ fn corgipile_explain(
             (temp, view)
         });
         let relid = spilled.as_ref().map_or(relation.oid(), |(temp, _)| *temp);
-        let mut prepared = prepare(relid, kind, params, Mode::Train, Vec::new(), None);
+        // A warm start (or "since") keeps its model's classes and preprocessing, as training.
+        let (known_classes, learned) = match &warm {
+            Some(w) => (w.classes(), w.stored.preprocessing.clone()),
+            None => (Vec::new(), None),
+        };
+        let mut prepared = prepare(
+            relid,
+            kind,
+            params,
+            Mode::Train,
+            known_classes,
+            learned.as_ref(),
+        );
         since::apply(&mut prepared);
-        if let Some(leaves) = crate::shard::sharded_leaves(prepared.relid) {
+        let sharded = crate::shard::sharded_leaves(prepared.relid);
+        check_continued(&prepared, sharded.is_some(), warm.as_ref());
+        if let Some(leaves) = sharded {
             let text = explain_sharded(&prepared, leaves, analyze, explain_format);
             let rows = match explain_format {
                 pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT => {
@@ -421,7 +451,7 @@ fn corgipile_explain(
                 validation_rows: None,
                 relid: prepared.table,
                 sql: prepared.input.sql.clone(),
-                warm_start: None,
+                warm_start: warm,
             });
         }
         let es = pg_sys::NewExplainState();
