@@ -6,6 +6,7 @@ sparse n_features over it is an ERROR before the table is read, and so are a hug
 dimension, a dense model or a softmax over a small limit, and more than 65,536 softmax classes
 (refused during the first pass)."""
 
+import json
 import re
 
 import psycopg
@@ -46,6 +47,26 @@ def test_explicit_buffer_above_limit_is_refused(big):
         assert catalog_counts(c) == before
         # 4MB x 2 buffers = 8MB fits.
         train(c, "wide", "svm", {"epochs": 1, "buffer_size": "4MB", "seed": 1})
+
+
+def test_explain_says_a_buffer_is_over_the_limit(big):
+    """corgipile_explain (without analyze: nothing is trained) shows what training would refuse:
+    an explicit buffer_size over corgipile.max_buffer_memory; a buffer that fits, or the
+    default (shrunk to fit), has no such line."""
+    def plan(c, params):
+        return "\n".join(r[0] for r in c.execute("SELECT * FROM corgipile_explain('wide', 'svm', %s)",
+                                                  (json.dumps(params),)))
+
+    with connect(big) as c:
+        c.execute("SET corgipile.max_buffer_memory = '8MB'")
+        over = plan(c, {"buffer_size": "50%"})
+        assert "Memory Limit: 2 buffers of" in over and "exceed corgipile.max_buffer_memory (8MB)" in over, over
+        assert "set double_buffer to false" in over, over
+        single = plan(c, {"buffer_size": "64MB", "double_buffer": False})
+        assert "Memory Limit: 1 buffer of 64.0 MB exceeds" in single, single
+        assert "double_buffer" not in single.split("Memory Limit")[1].splitlines()[0], single
+        for fits in ({"buffer_size": "4MB"}, {}):
+            assert "Memory Limit" not in plan(c, fits), fits
 
 
 def test_max_buffer_memory_is_superuser_only(big):

@@ -31,7 +31,7 @@ pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
     AUTO_BLOCKS_PER_BUFFER,
 };
-pub use units::parse_bytes;
+pub use units::{format_bytes_human, parse_bytes};
 pub use values::param_table_markdown;
 
 use serde::{Deserialize, Serialize};

@@ -76,7 +76,7 @@ pub(super) fn format_bytes_exact(b: u64) -> String {
 }
 
 /// Approximate "1.5GB" style for messages.
-pub(super) fn format_bytes_human(b: u128) -> String {
+pub fn format_bytes_human(b: u128) -> String {
     let (unit, m) = UNITS
         .iter()
         .find(|(_, m)| b >= u128::from(*m))

@@ -17,7 +17,7 @@ use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::TupleShuffler;
 use corgipile_ml::streams::{Reservoir, SlidingWindow};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
-use sizing::{buffer_size_text, planned_buffer_bytes};
+use sizing::{buffer_size_text, over_limit_text, planned_buffer_bytes};
 
 /// One filled buffer: its tuples and the order to visit them in (empty = storage order).
 pub struct ShuffledBuffer {
@@ -547,6 +547,9 @@ impl Node for TupleShuffle {
                     mb(state.table_bytes as f64)
                 ),
             );
+            if let Some(text) = over_limit_text(state, params, bytes) {
+                explain::text(es, "Memory Limit", &text);
+            }
         }
         explain::boolean(es, "Double Buffered", params.double_buffer);
         if explain::analyzing(es) {

@@ -5,7 +5,9 @@ use super::TupleShuffle;
 use crate::pg::error::raise;
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::TupleArena;
-use corgipile_ml::params::{resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams};
+use corgipile_ml::params::{
+    format_bytes_human, resolve_buffer_tuples, BufferSize, ShuffleMode, TrainParams,
+};
 use pgrx::{pg_sys, PgSqlErrorCode};
 
 impl TupleShuffle {
@@ -84,6 +86,27 @@ pub(super) fn planned_buffer_bytes(state: &TupleShuffle, params: &TrainParams) -
         bytes
     } else {
         bytes.min(limit)
+    })
+}
+
+/// What EXPLAIN says when an explicit buffer_size plans more than corgipile.max_buffer_memory
+/// (the training would stop with an ERROR once its first row shows the buffers' size).
+pub(super) fn over_limit_text(
+    state: &TupleShuffle,
+    params: &TrainParams,
+    bytes: f64,
+) -> Option<String> {
+    let limit = state.rows.config().max_buffer_bytes;
+    let planned = bytes * state.n_buffers() as f64;
+    (params.buffer_size_explicit && planned > limit as f64).then(|| {
+        format!(
+            "{} of {:.1} MB {} corgipile.max_buffer_memory ({}): the training would stop with an ERROR; lower buffer_size{}, or raise the setting",
+            if state.n_buffers() == 1 { "1 buffer".to_string() } else { format!("{} buffers", state.n_buffers()) },
+            bytes / 1048576.0,
+            if state.n_buffers() == 1 { "exceeds" } else { "exceed" },
+            format_bytes_human(u128::from(limit)),
+            if state.n_buffers() > 1 { ", set double_buffer to false" } else { "" },
+        )
     })
 }
 
