@@ -224,3 +224,31 @@ def test_sparse_normalize_of_binary_features_keeps_the_model(conn, double_buffer
     assert nonzero
     assert same, "normalize changed the model of binary features"
     conn.execute("DROP TABLE sp_binary")
+
+
+def test_class_weight_names_a_boolean_label_false_and_true(conn):
+    """class_weight names a boolean label's classes as predictions do (false / true); "0" / "1"
+    (the names before 0.5.0) still work and mean the same; other names are refused with the
+    names to use. A numeric label is named by its numbers only."""
+    conn.execute("DROP TABLE IF EXISTS cw_bool")
+    conn.execute("""CREATE TABLE cw_bool AS SELECT i AS id, ARRAY[(i % 10) / 10.0, (i % 7) / 7.0]::float8[] AS features,
+                    (i % 10 = 0) AS label, (i % 10 = 0)::int AS label_int FROM generate_series(1, 2000) i""")
+    base = {"epochs": 1, "seed": 1, "verbose": False}
+
+    def weights(model):
+        return conn.execute("SELECT weights, bias FROM corgipile.models WHERE id = %s", (model,)).fetchone()
+
+    by_name = train(conn, "cw_bool", "logistic", dict(base, class_weight={"true": 5}))
+    by_number = train(conn, "cw_bool", "logistic", dict(base, class_weight={"1": 5}))
+    unweighted = train(conn, "cw_bool", "logistic", base)
+    assert weights(by_name) == weights(by_number)
+    assert weights(by_name) != weights(unweighted)
+    for bad, hint in (({"yes": 5}, "the labels are: false, true"), ({"1": 5, "true": 2}, "Give each label one weight.")):
+        with pytest.raises(psycopg.Error) as refused:
+            train(conn, "cw_bool", "logistic", dict(base, class_weight=bad))
+        assert refused.value.sqlstate == "22023" and refused.value.diag.message_hint == hint, refused.value
+    numeric = dict(base, label="label_int")
+    assert weights(train(conn, "cw_bool", "logistic", dict(numeric, class_weight={"1": 5}))) == weights(by_number)
+    with pytest.raises(psycopg.Error) as refused:
+        train(conn, "cw_bool", "logistic", dict(numeric, class_weight={"true": 5}))
+    assert refused.value.diag.message_hint == "the labels are: 0, 1", refused.value

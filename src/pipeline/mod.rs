@@ -259,6 +259,15 @@ impl LabelCoding {
     pub fn uses_classes(self) -> bool {
         !matches!(self, LabelCoding::Value(_))
     }
+
+    /// A label value as class_weight and messages name it: a boolean false / true, as
+    /// predictions say it; a number as itself.
+    pub fn value_text(self, v: f64) -> String {
+        match self {
+            LabelCoding::Value(LabelKind::Bool) => (if v != 0.0 { "true" } else { "false" }).into(),
+            _ => v.to_string(),
+        }
+    }
 }
 
 /// Per-epoch metrics on the held-out validation rows.

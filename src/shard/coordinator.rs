@@ -424,7 +424,7 @@ pub unsafe fn train(
             kind,
             &stats.class_counts(),
             params.class_weight.as_ref(),
-            &|v| v.to_string(),
+            &|v| config.label.value_text(v),
         )
         .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
         extras.label_values = settled.label_values;

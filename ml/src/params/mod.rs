@@ -356,7 +356,7 @@ train_params! {
     },
     class_weight: Option<ClassWeight> = None => {
         shown: "`null`",
-        accepts: r#"`"balanced"` or a map from label value to weight, e.g. `{"1": 5}`"#,
+        accepts: r#"`"balanced"` or a map from label value to weight, e.g. `{"1": 5}` (a boolean label: `{"true": 5}`)"#,
         meaning: "weight each class's loss (balanced = n / (K·n_class), as scikit-learn); costs one extra pass",
         rule: "null, \"balanced\", or an object mapping label values to weights > 0 such as {\"1\": 5} (default null)",
         parse: get_class_weight,

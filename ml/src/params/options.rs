@@ -209,23 +209,49 @@ impl ClassWeight {
         match self {
             ClassWeight::Balanced => Ok(balanced_class_weights(counts)),
             ClassWeight::Map(m) => {
-                if let Some(k) = m.keys().find(|k| !labels.contains(k)) {
-                    return Err(ParamError {
-                        message: format!(
-                            "class_weight names label \"{k}\", which does not occur in the label column"
-                        ),
-                        hint: Some(format!(
-                            "the labels are: {}",
-                            labels.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
-                        )),
-                    });
+                let mut by_label: BTreeMap<&str, f64> = BTreeMap::new();
+                for (k, &w) in m {
+                    let Some(label) = labels
+                        .iter()
+                        .find(|l| *l == k)
+                        .or_else(|| boolean_alias(labels, k))
+                    else {
+                        return Err(ParamError {
+                            message: format!(
+                                "class_weight names label \"{k}\", which does not occur in the label column"
+                            ),
+                            hint: Some(format!(
+                                "the labels are: {}",
+                                labels.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+                            )),
+                        });
+                    };
+                    if by_label.insert(label, w).is_some() {
+                        return Err(ParamError {
+                            message: format!("class_weight names label \"{label}\" twice"),
+                            hint: Some("Give each label one weight.".into()),
+                        });
+                    }
                 }
                 Ok(labels
                     .iter()
-                    .map(|l| m.get(l).copied().unwrap_or(1.0))
+                    .map(|l| by_label.get(l.as_str()).copied().unwrap_or(1.0))
                     .collect())
             }
         }
+    }
+}
+
+/// A boolean label's classes are named false and true, as predictions name them; "0" and "1"
+/// (how class_weight named them before 0.5.0) name them too.
+fn boolean_alias<'a>(labels: &'a [String], key: &str) -> Option<&'a String> {
+    if labels != ["false", "true"] {
+        return None;
+    }
+    match key {
+        "0" => Some(&labels[0]),
+        "1" => Some(&labels[1]),
+        _ => None,
     }
 }
 
@@ -339,5 +365,58 @@ impl super::TrainParams {
             },
             _ => OptimizerKind::Adam,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, f64)]) -> ClassWeight {
+        ClassWeight::Map(pairs.iter().map(|(k, w)| (k.to_string(), *w)).collect())
+    }
+
+    fn names(labels: &[&str]) -> Vec<String> {
+        labels.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn a_boolean_label_is_weighted_by_false_and_true_or_0_and_1() {
+        let labels = names(&["false", "true"]);
+        let counts = [10, 10];
+        assert_eq!(
+            map(&[("true", 5.0)]).resolve(&labels, &counts).unwrap(),
+            [1.0, 5.0]
+        );
+        assert_eq!(
+            map(&[("1", 5.0)]).resolve(&labels, &counts).unwrap(),
+            [1.0, 5.0]
+        );
+        assert_eq!(
+            map(&[("0", 2.0)]).resolve(&labels, &counts).unwrap(),
+            [2.0, 1.0]
+        );
+        let twice = map(&[("1", 5.0), ("true", 3.0)]).resolve(&labels, &counts);
+        assert!(twice.unwrap_err().message.contains("twice"));
+        let unknown = map(&[("yes", 5.0)]).resolve(&labels, &counts).unwrap_err();
+        assert_eq!(unknown.hint.as_deref(), Some("the labels are: false, true"));
+    }
+
+    #[test]
+    fn numbers_and_texts_are_named_as_they_are() {
+        let counts = [10, 10];
+        let numbers = names(&["0", "1"]);
+        assert_eq!(
+            map(&[("1", 5.0)]).resolve(&numbers, &counts).unwrap(),
+            [1.0, 5.0]
+        );
+        // "true" is not a number's name.
+        assert!(map(&[("true", 5.0)]).resolve(&numbers, &counts).is_err());
+        let texts = names(&["no", "yes"]);
+        assert!(map(&[("1", 5.0)]).resolve(&texts, &counts).is_err());
+        assert_eq!(
+            map(&[("yes", 4.0)]).resolve(&texts, &counts).unwrap(),
+            [1.0, 4.0]
+        );
     }
 }

@@ -157,12 +157,12 @@ impl SgdNode {
     fn label_text(&self) -> impl Fn(f64) -> String + '_ {
         // SAFETY: the child state outlives this borrow (both live until the query ends).
         let classes = unsafe { self.shuffle().rows().classes() };
-        let uses_classes = self.config.label.uses_classes();
+        let label = self.config.label;
         move |v: f64| {
-            if uses_classes && v >= 0.0 && (v as usize) < classes.len() {
+            if label.uses_classes() && v >= 0.0 && (v as usize) < classes.len() {
                 classes.classes[v as usize].to_text()
             } else {
-                v.to_string()
+                label.value_text(v)
             }
         }
     }
