@@ -172,6 +172,7 @@ def test_explain_plans_and_runs_the_warm_start(env, admin):
                "seed": 6, "learning_rate": 0.002}', "analyze" => true)""").fetchall()]
     encoded = next(int(line.split(":")[1]) for line in lines if "Encoded Features:" in line)
     final = next(float(line.split(":")[1]) for line in lines if "Final Loss:" in line)
+    assert f"Warm Start: from model {cold}" in [line.strip() for line in lines], lines
     # The model's columns (x and three colors), not the default "features" array of width 2.
     assert encoded == 4, lines
     # Where the stored model ended, not where a training from zeros begins.

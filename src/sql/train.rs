@@ -442,6 +442,7 @@ fn corgipile_explain(
             };
             return SetOfIterator::new(rows);
         }
+        let continues = warm.as_ref().map(|w| w.stored.id);
         let stmt = plan_pipeline(prepared.table, &prepared.input.sql, &prepared.config);
         let mut pipeline = Pipeline::start(stmt, &prepared.input.sql, analyze, !analyze);
         let started = std::time::Instant::now();
@@ -469,6 +470,9 @@ fn corgipile_explain(
                 "Input",
                 &format!("{view}, spilled through the pile shuffle into a temporary table (a uniform random order) before the epochs"),
             );
+        }
+        if let Some(id) = continues {
+            explain::text(es, "Warm Start", &format!("from model {id}"));
         }
         pg_sys::ExplainPrintPlan(es, pipeline.query_desc);
         if analyze {
