@@ -5,16 +5,16 @@
 //! No per-tuple allocation, good locality for the SGD inner loop, and `clear()`
 //! keeps the allocations so the buffer is reused across fills.
 
-use crate::prefetch::{prefetch, prefetch_address, prefetch_bytes, prefetch_range, HINT_L1};
+use crate::prefetch::{prefetch, prefetch_range};
 use crate::row::Row;
-use crate::shuffle::TupleShuffler;
+use crate::shuffle::{BufferShuffle, SHUFFLE_BUCKET_BYTES};
 use crate::standardize::Standardizer;
 
 /// Largest number of features (and so largest 0-based index + 1) accepted.
 pub const MAX_FEATURES: usize = i32::MAX as usize;
 
 /// Contiguous storage of decoded tuples, dense or sparse (fixed at creation).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct TupleArena {
     sparse: bool,
     /// Dense: the row length. Sparse: largest index + 1 stored since `clear`.
@@ -26,9 +26,6 @@ pub struct TupleArena {
     /// Sparse only: row i is `offsets[i]..offsets[i+1]`; starts as `[0]`.
     offsets: Vec<usize>,
     labels: Vec<f64>,
-    /// Dense, while being filled in shuffled order: where each pushed row goes (boxed: rarely
-    /// there, and buffers are moved between threads by value).
-    scatter: Option<Box<Scatter>>,
     /// Sparse: how many rows (the first ones) were scaled (see [`TupleArena::scale_values`]).
     scaled_rows: usize,
     /// Per-group models (see [`TupleArena::set_grouped`]): each row's group, parallel to
@@ -41,51 +38,6 @@ pub struct TupleArena {
 /// The group of a row that belongs to no group with a model of its own.
 pub const NO_GROUP: u32 = u32::MAX;
 
-/// A dense arena being filled in shuffled order (see [`TupleArena::begin_scatter`]). The rows
-/// live in the spare capacity of `values` and `labels` (whose lengths stay 0) until
-/// [`TupleArena::finish_scatter`].
-#[derive(Debug)]
-struct Scatter {
-    /// A permutation of `0..slots.len()`: the k-th row pushed goes to row `slots[k]`.
-    slots: Vec<u32>,
-    /// Bucket b of the plan is rows `starts[b]..starts[b+1]` (see TupleShuffler::bucket_slots).
-    starts: Vec<u32>,
-    /// Rows pushed so far; rows `slots[..pushed]` have been written in full.
-    pushed: usize,
-}
-
-/// How many rows ahead a scattered push prefetches its destination.
-const SCATTER_AHEAD: usize = 8;
-
-/// Scattered rows go to buckets of about this size: small enough that visiting one in random
-/// order stays within the caches and TLB, large enough that there are few write streams (one
-/// per bucket). Measured on a 92 MB buffer (4.5M x 18 table, double-buffered epoch): 256 kB
-/// buckets 0.77 s, 2 MB 0.72 s, 8 MB 0.77 s, one permutation of the whole buffer 0.81 s.
-const SCATTER_BUCKET_BYTES: usize = 2 << 20;
-
-impl Clone for TupleArena {
-    /// Panics if the arena is being scattered into (its rows are not readable until then).
-    fn clone(&self) -> Self {
-        assert!(
-            self.scatter.is_none(),
-            "clone of an arena being filled in shuffled order"
-        );
-        TupleArena {
-            sparse: self.sparse,
-            n_features: self.n_features,
-            values: self.values.clone(),
-            indices: self.indices.clone(),
-            offsets: self.offsets.clone(),
-            labels: self.labels.clone(),
-            scatter: None,
-            scaled_rows: self.scaled_rows,
-            grouped: self.grouped,
-            groups: self.groups.clone(),
-            next_group: self.next_group,
-        }
-    }
-}
-
 impl TupleArena {
     /// Empty dense arena for tuples of `n_features` features, with room for
     /// `capacity_tuples` tuples reserved up front.
@@ -97,7 +49,6 @@ impl TupleArena {
             indices: Vec::new(),
             offsets: Vec::new(),
             labels: Vec::with_capacity(capacity_tuples),
-            scatter: None,
             scaled_rows: 0,
             grouped: false,
             groups: Vec::new(),
@@ -144,7 +95,6 @@ impl TupleArena {
             indices: Vec::with_capacity(capacity_nnz),
             offsets,
             labels: Vec::with_capacity(capacity_tuples),
-            scatter: None,
             scaled_rows: 0,
             grouped: false,
             groups: Vec::new(),
@@ -187,11 +137,9 @@ impl TupleArena {
         self.n_features
     }
 
-    /// Number of tuples stored (while scattering: pushed so far).
+    /// Number of tuples stored.
     pub fn len(&self) -> usize {
-        self.scatter
-            .as_ref()
-            .map_or(self.labels.len(), |s| s.pushed)
+        self.labels.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -215,9 +163,8 @@ impl TupleArena {
             }
     }
 
-    /// Removes all tuples but keeps the allocation (and abandons a scatter).
+    /// Removes all tuples but keeps the allocation.
     pub fn clear(&mut self) {
-        self.scatter = None;
         self.scaled_rows = 0;
         self.values.clear();
         self.indices.clear();
@@ -232,9 +179,6 @@ impl TupleArena {
 
     pub fn push(&mut self, label: f64, features: &[f64]) {
         assert!(!self.sparse, "push on a sparse arena");
-        if self.scatter.is_some() {
-            return self.push_scattered(label, features, |&v| v);
-        }
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
         self.values.extend_from_slice(features);
         self.labels.push(label);
@@ -251,144 +195,31 @@ impl TupleArena {
     /// Like [`push`](Self::push) for `real[]` columns: widens to f64.
     pub fn push_f32(&mut self, label: f64, features: &[f32]) {
         assert!(!self.sparse, "push_f32 on a sparse arena");
-        if self.scatter.is_some() {
-            return self.push_scattered(label, features, |&v| f64::from(v));
-        }
         debug_assert_eq!(features.len(), self.n_features, "feature vector length");
         self.values.extend(features.iter().map(|&v| f64::from(v)));
         self.labels.push(label);
         self.push_group();
     }
 
-    /// Dense: fill the arena scattered, for a shuffle with local memory accesses. The next
-    /// `rows` rows pushed each go to a uniformly random bucket of about
-    /// 2 MB (the next free row of it, drawn from `shuffler`);
-    /// [`finish_scatter`](Self::finish_scatter) then gives an order that visits bucket after
-    /// bucket, each in random order: a uniformly random permutation of the rows, as one
-    /// permutation of the whole buffer is, but whose reads stay within one bucket at a time.
-    /// Visiting a 92 MB buffer in one random permutation waits on a cache and TLB miss per row;
-    /// the scattered writes (a few dozen sequential streams, prefetched) cost less than that.
-    /// `storage` lends its allocation to the plan (a buffer's visiting order from its last use:
-    /// the plan becomes the next visiting order, so a buffer keeps one index per row, as with
-    /// one permutation). Returns false (and changes nothing) when the arena is sparse, not
-    /// empty, already scattering, or has no room reserved for `rows` rows.
-    pub fn begin_scatter(
-        &mut self,
-        rows: usize,
-        shuffler: &mut TupleShuffler,
-        storage: &mut Vec<u32>,
-    ) -> bool {
+    /// How to shuffle this arena once it is filled with up to `rows` rows: bucketed (see
+    /// [`BufferShuffle`]) when it is dense, empty, and has room reserved for them — when 0.4.0
+    /// filled it scattered into buckets, whose visiting order this keeps — otherwise one
+    /// permutation.
+    pub fn shuffle_plan(&self, rows: usize) -> BufferShuffle {
         let room = self
             .n_features
             .checked_mul(rows)
             .is_some_and(|v| v <= self.values.capacity())
             && rows <= self.labels.capacity()
             && (!self.grouped || rows <= self.groups.capacity());
-        if self.sparse || !self.is_empty() || self.scatter.is_some() || !room || rows == 0 {
-            return false;
+        if self.sparse || !self.is_empty() || !room || rows == 0 {
+            return BufferShuffle::Whole;
         }
-        let mut slots = std::mem::take(storage);
-        let mut starts = Vec::new();
         let bytes = rows.saturating_mul(Self::bytes_per_tuple(self.n_features));
-        shuffler.bucket_slots(
+        BufferShuffle::Bucketed {
             rows,
-            bytes.div_ceil(SCATTER_BUCKET_BYTES),
-            &mut slots,
-            &mut starts,
-        );
-        self.scatter = Some(Box::new(Scatter {
-            slots,
-            starts,
-            pushed: 0,
-        }));
-        true
-    }
-
-    fn push_scattered<T>(&mut self, label: f64, features: &[T], widen: impl Fn(&T) -> f64) {
-        let n = self.n_features;
-        // Hard checks: finish_scatter marks every written row initialized.
-        assert_eq!(features.len(), n, "feature vector length");
-        let s = self.scatter.as_mut().expect("scattering");
-        let slot = *s
-            .slots
-            .get(s.pushed)
-            .expect("more rows pushed than begin_scatter planned") as usize;
-        if let Some(&ahead) = s.slots.get(s.pushed + SCATTER_AHEAD) {
-            let ahead = ahead as usize;
-            prefetch_bytes(self.values.as_ptr().wrapping_add(ahead * n).cast(), n * 8);
-            prefetch_address::<{ HINT_L1 }>(self.labels.as_ptr().wrapping_add(ahead) as usize);
+            buckets: bytes.div_ceil(SHUFFLE_BUCKET_BYTES),
         }
-        // slot < rows and rows · n ≤ capacity (begin_scatter), so both ranges are in bounds.
-        let row = &mut self.values.spare_capacity_mut()[slot * n..(slot + 1) * n];
-        for (dst, x) in row.iter_mut().zip(features) {
-            dst.write(widen(x));
-        }
-        self.labels.spare_capacity_mut()[slot].write(label);
-        if self.grouped {
-            // slot < rows <= the groups' capacity (begin_scatter).
-            self.groups.spare_capacity_mut()[slot].write(self.next_group);
-        }
-        s.pushed += 1; // only now is the row written in full
-    }
-
-    /// Ends a scatter: the rows pushed since [`begin_scatter`](Self::begin_scatter) become
-    /// rows `0..len()`. When fewer rows came than planned (the last buffer of a pass), the
-    /// written rows are moved to the front and `order` is a permutation of all of them.
-    /// `order` becomes the order to visit the rows in: bucket by bucket, each in random order
-    /// (drawn from `shuffler`). Returns false if the arena was not scattering.
-    pub fn finish_scatter(&mut self, shuffler: &mut TupleShuffler, order: &mut Vec<u32>) -> bool {
-        let Some(scatter) = self.scatter.take() else {
-            return false;
-        };
-        let Scatter {
-            mut slots,
-            starts,
-            pushed,
-        } = *scatter;
-        let n = self.n_features;
-        if pushed < slots.len() {
-            // Move the written rows to the front, in the order of their positions. Sorted and
-            // distinct, slots[t] >= t: each row moves down onto a row already moved or unused.
-            let written = &mut slots[..pushed];
-            written.sort_unstable();
-            let values = self.values.spare_capacity_mut();
-            let labels = self.labels.spare_capacity_mut();
-            let groups = self.groups.spare_capacity_mut();
-            for (t, &slot) in written.iter().enumerate() {
-                let slot = slot as usize;
-                if slot != t {
-                    values.copy_within(slot * n..(slot + 1) * n, t * n);
-                    labels[t] = labels[slot];
-                    if self.grouped {
-                        groups[t] = groups[slot];
-                    }
-                }
-            }
-        }
-        // SAFETY: rows 0..pushed of the spare capacity are initialized: when every planned row
-        // came (pushed == slots.len()), `slots` is a permutation of 0..pushed and push_scattered
-        // wrote all n values and the label of each slot; otherwise the loop above copied a
-        // written row onto each of 0..pushed. Both lengths are within the capacity
-        // (begin_scatter checked rows · n and rows against it). Grouped, push_scattered wrote
-        // each written slot's group too, and the loop above moved it with its row; the groups'
-        // capacity was checked against rows as well.
-        unsafe {
-            self.values.set_len(pushed * n);
-            self.labels.set_len(pushed);
-            if self.grouped {
-                self.groups.set_len(pushed);
-            }
-        }
-        // The plan is spent: its allocation holds the visiting order.
-        if pushed == slots.len() {
-            shuffler.bucket_order(&starts, &mut slots);
-        } else {
-            // Compacted rows keep the order of their slots, not their buckets: any uniform
-            // permutation of them is as good.
-            shuffler.permutation(pushed, &mut slots);
-        }
-        *order = slots;
-        true
     }
 
     /// Appends a sparse row: 0-based strictly increasing `indices` below
@@ -488,10 +319,7 @@ impl TupleArena {
     ///
     /// [`Trainer`]: crate::trainer::Trainer
     pub fn push_standardized(&mut self, label: f64, features: &[f64], s: &Standardizer) {
-        assert!(
-            !self.sparse && self.scatter.is_none(),
-            "push_standardized on a dense arena"
-        );
+        assert!(!self.sparse, "push_standardized on a dense arena");
         assert_eq!(
             self.scaled_rows,
             self.labels.len(),

@@ -4,6 +4,7 @@
 #![allow(clippy::type_complexity)]
 
 use super::*;
+use crate::shuffle::TupleShuffler;
 
 #[test]
 fn push_and_read_back() {
@@ -225,12 +226,12 @@ fn test_row(k: usize, n: usize) -> (f64, Vec<f64>) {
     )
 }
 
-/// Fills a fresh arena of `capacity` rows (3 features) scattered with `pushed` rows and returns
-/// it with its visiting order.
-fn scattered(capacity: usize, pushed: usize, seed: u64) -> (TupleArena, Vec<u32>) {
-    let mut shuffler = TupleShuffler::new(seed, 1);
+/// Fills a fresh arena of `capacity` rows (3 features) with `pushed` rows in arrival order
+/// and draws its visiting order as a training buffer's (see `TupleShuffle`).
+fn shuffled(capacity: usize, pushed: usize, seed: u64) -> (TupleArena, Vec<u32>) {
     let mut a = TupleArena::new(3, capacity);
-    assert!(a.begin_scatter(capacity, &mut shuffler, &mut Vec::new()));
+    let plan = a.shuffle_plan(capacity);
+    assert!(matches!(plan, BufferShuffle::Bucketed { .. }));
     for k in 0..pushed {
         let (label, x) = test_row(k, 3);
         if k % 2 == 0 {
@@ -242,8 +243,74 @@ fn scattered(capacity: usize, pushed: usize, seed: u64) -> (TupleArena, Vec<u32>
         assert_eq!(a.len(), k + 1);
     }
     let mut order = vec![7, 7, 7];
-    assert!(a.finish_scatter(&mut shuffler, &mut order));
+    TupleShuffler::new(seed, 1).visiting_order(plan, pushed, &mut order);
     (a, order)
+}
+
+/// The rows (by arrival) in the order 0.4.0 visited a dense buffer planned for `capacity`
+/// rows in `buckets` buckets that got `pushed` rows: it filled the buffer scattered (the k-th
+/// row at position `slots[k]`) and visited bucket after bucket, each in random order; with
+/// fewer rows than planned, it compacted them in position order and permuted them whole.
+/// Kept here to show that `visiting_order` gives the same order: a seed trains on the rows in
+/// the same order as before.
+fn visit_of_a_scattered_fill(
+    capacity: usize,
+    buckets: usize,
+    pushed: usize,
+    seed: u64,
+) -> Vec<u32> {
+    let mut shuffler = TupleShuffler::new(seed, 1);
+    let (mut slots, mut starts) = (Vec::new(), Vec::new());
+    shuffler.bucket_slots(capacity, buckets, &mut slots, &mut starts);
+    let mut at = vec![u32::MAX; capacity]; // position → row
+    for (k, &slot) in slots[..pushed].iter().enumerate() {
+        at[slot as usize] = k as u32;
+    }
+    let mut order: Vec<u32> = Vec::new();
+    if pushed == capacity {
+        order.extend(0..capacity as u32);
+        shuffler.shuffle_buckets(&starts, &mut order);
+        order.iter().map(|&p| at[p as usize]).collect()
+    } else {
+        let compacted: Vec<u32> = at.into_iter().filter(|&r| r != u32::MAX).collect();
+        shuffler.permutation(pushed, &mut order);
+        order.iter().map(|&p| compacted[p as usize]).collect()
+    }
+}
+
+#[test]
+fn visiting_order_is_that_of_a_scattered_fill() {
+    // 32 bytes per row: 2 MB buckets hold 65,536 rows, so 200,000 planned rows make 4.
+    for (capacity, pushed) in [
+        (200_000, 200_000),
+        (200_000, 123_457),
+        (1000, 1000),
+        (1000, 1),
+        (5, 3),
+    ] {
+        let BufferShuffle::Bucketed { rows, buckets } =
+            TupleArena::new(3, capacity).shuffle_plan(capacity)
+        else {
+            panic!("a dense arena with room is bucketed");
+        };
+        assert_eq!(
+            (rows, buckets),
+            (capacity, (capacity * 32).div_ceil(2 << 20))
+        );
+        for seed in [1, 42] {
+            let mut order = Vec::new();
+            TupleShuffler::new(seed, 1).visiting_order(
+                BufferShuffle::Bucketed { rows, buckets },
+                pushed,
+                &mut order,
+            );
+            assert_eq!(
+                order,
+                visit_of_a_scattered_fill(capacity, buckets, pushed, seed),
+                "{capacity} {pushed}"
+            );
+        }
+    }
 }
 
 /// Every pushed row is there exactly once with its own label, and `order` visits each once.
@@ -265,8 +332,7 @@ fn assert_rows_kept(a: &TupleArena, order: &[u32], pushed: usize) {
 }
 
 #[test]
-fn scatter_keeps_every_row_with_its_label_full_and_partial() {
-    // Several buckets (2 MB each at 32 bytes per row = 65,536 rows) and one.
+fn a_shuffled_buffer_visits_every_row_once_full_and_partial() {
     for (capacity, pushed) in [
         (200_000, 200_000),
         (200_000, 123_457),
@@ -274,19 +340,19 @@ fn scatter_keeps_every_row_with_its_label_full_and_partial() {
         (1000, 1),
         (5, 3),
     ] {
-        let (a, order) = scattered(capacity, pushed, 42);
+        let (a, order) = shuffled(capacity, pushed, 42);
         assert_rows_kept(&a, &order, pushed);
     }
 }
 
 #[test]
-fn scatter_is_deterministic_and_shuffles() {
-    let (a, order) = scattered(10_000, 10_000, 7);
-    let (b, order_b) = scattered(10_000, 10_000, 7);
+fn the_visiting_order_is_deterministic_and_shuffles() {
+    let (a, order) = shuffled(10_000, 10_000, 7);
+    let (b, order_b) = shuffled(10_000, 10_000, 7);
     let visit =
         |a: &TupleArena, o: &[u32]| o.iter().map(|&i| a.label(i as usize)).collect::<Vec<_>>();
     assert_eq!(visit(&a, &order), visit(&b, &order_b));
-    let (c, order_c) = scattered(10_000, 10_000, 8);
+    let (c, order_c) = shuffled(10_000, 10_000, 8);
     assert_ne!(
         visit(&a, &order),
         visit(&c, &order_c),
@@ -302,13 +368,13 @@ fn scatter_is_deterministic_and_shuffles() {
 }
 
 #[test]
-fn scattered_visit_order_is_uniform() {
+fn the_visiting_order_is_uniform() {
     // 4 rows → 24 orders; full buffers and partial ones (3 of 5 planned, 6 orders) alike.
     for (capacity, pushed, orders) in [(4usize, 4usize, 24usize), (5, 3, 6)] {
         let mut counts = std::collections::HashMap::new();
         let trials = 24_000;
         for seed in 0..trials {
-            let (a, order) = scattered(capacity, pushed, seed);
+            let (a, order) = shuffled(capacity, pushed, seed);
             let visit: Vec<u64> = order.iter().map(|&i| a.label(i as usize) as u64).collect();
             *counts.entry(visit).or_insert(0usize) += 1;
         }
@@ -327,7 +393,7 @@ fn scattered_visit_order_is_uniform() {
 }
 
 #[test]
-fn bucket_order_stays_within_buckets() {
+fn bucket_slots_deal_rows_to_buckets_in_arrival_order() {
     let mut shuffler = TupleShuffler::new(3, 1);
     let (mut slots, mut starts) = (Vec::new(), Vec::new());
     shuffler.bucket_slots(50_000, 7, &mut slots, &mut starts);
@@ -353,9 +419,8 @@ fn bucket_order_stays_within_buckets() {
             b[1] - b[0]
         );
     }
-    let mut order = Vec::new();
-    shuffler.bucket_order(&starts, &mut order);
-    assert_eq!(order.len(), 50_000);
+    let mut order: Vec<u32> = (0..50_000).collect();
+    shuffler.shuffle_buckets(&starts, &mut order);
     for (pos, &i) in order.iter().enumerate() {
         let bucket = starts.partition_point(|&s| s as usize <= pos) - 1;
         assert!(i >= starts[bucket] && i < starts[bucket + 1]);
@@ -363,81 +428,47 @@ fn bucket_order_stays_within_buckets() {
 }
 
 #[test]
-fn begin_scatter_refuses_what_it_cannot_do() {
-    let mut shuffler = TupleShuffler::new(1, 1);
-    let mut sparse = TupleArena::new_sparse(10, 10);
-    assert!(!sparse.begin_scatter(10, &mut shuffler, &mut Vec::new()));
+fn a_buffer_is_bucketed_only_when_dense_empty_and_with_room() {
+    let whole = BufferShuffle::Whole;
+    assert_eq!(TupleArena::new_sparse(10, 10).shuffle_plan(10), whole);
     let mut small = TupleArena::new(3, 10);
-    assert!(
-        !small.begin_scatter(11, &mut shuffler, &mut Vec::new()),
-        "no room reserved"
-    );
-    assert!(!small.begin_scatter(0, &mut shuffler, &mut Vec::new()));
-    small.push(1.0, &[1.0, 2.0, 3.0]);
-    assert!(
-        !small.begin_scatter(5, &mut shuffler, &mut Vec::new()),
-        "not empty"
-    );
-    let mut a = TupleArena::new(3, 10);
-    assert!(a.begin_scatter(10, &mut shuffler, &mut Vec::new()));
-    assert!(
-        !a.begin_scatter(10, &mut shuffler, &mut Vec::new()),
-        "already scattering"
-    );
-    let mut order = Vec::new();
-    let mut plain = TupleArena::new(3, 10);
-    assert!(!plain.finish_scatter(&mut shuffler, &mut order));
-}
-
-#[test]
-fn clear_abandons_a_scatter() {
-    let mut shuffler = TupleShuffler::new(1, 1);
-    let mut a = TupleArena::new(3, 10);
-    assert!(a.begin_scatter(10, &mut shuffler, &mut Vec::new()));
-    a.push(1.0, &[1.0, 2.0, 3.0]);
-    a.clear();
-    assert!(a.is_empty());
-    assert!(!a.finish_scatter(&mut shuffler, &mut Vec::new()));
-    // The arena is usable again, scattered or not.
-    assert!(a.begin_scatter(10, &mut shuffler, &mut Vec::new()));
-    a.push(2.0, &[4.0, 5.0, 6.0]);
-    let mut order = Vec::new();
-    assert!(a.finish_scatter(&mut shuffler, &mut order));
+    assert_eq!(small.shuffle_plan(11), whole, "no room reserved");
+    assert_eq!(small.shuffle_plan(0), whole);
     assert_eq!(
-        (a.len(), a.label(0), a.features(0)),
-        (1, 2.0, &[4.0, 5.0, 6.0][..])
+        small.shuffle_plan(10),
+        BufferShuffle::Bucketed {
+            rows: 10,
+            buckets: 1
+        }
     );
-    assert_eq!(order, vec![0]);
-}
-
-/// A dense arena of `n_features` with a scatter of `rows` rows begun.
-fn scattering(n_features: usize, rows: usize) -> TupleArena {
-    let mut a = TupleArena::new(n_features, rows);
-    assert!(a.begin_scatter(rows, &mut TupleShuffler::new(1, 1), &mut Vec::new()));
-    a
-}
-
-#[test]
-#[should_panic(expected = "more rows pushed than begin_scatter planned")]
-fn scatter_refuses_more_rows_than_planned() {
-    let mut a = scattering(1, 2);
-    for k in 0..3 {
-        a.push(k as f64, &[0.0]);
-    }
-}
-
-#[test]
-#[should_panic(expected = "feature vector length")]
-fn scatter_refuses_a_row_of_another_width() {
-    let mut a = scattering(3, 2);
-    a.push(0.0, &[1.0, 2.0]);
+    small.push(1.0, &[1.0, 2.0, 3.0]);
+    assert_eq!(small.shuffle_plan(5), whole, "not empty");
+    small.clear();
+    assert_eq!(
+        small.shuffle_plan(5),
+        BufferShuffle::Bucketed {
+            rows: 5,
+            buckets: 1
+        }
+    );
+    // A whole permutation of what came.
+    let mut order = Vec::new();
+    TupleShuffler::new(1, 1).visiting_order(whole, 4, &mut order);
+    order.sort_unstable();
+    assert_eq!(order, [0, 1, 2, 3]);
 }
 
 #[test]
-#[should_panic(expected = "clone of an arena being filled")]
-fn clone_while_scattering_panics() {
-    let a = scattering(1, 2);
-    let _ = a.clone();
+#[should_panic(expected = "rows in a buffer planned for")]
+fn a_buffer_of_more_rows_than_planned_is_refused() {
+    TupleShuffler::new(1, 1).visiting_order(
+        BufferShuffle::Bucketed {
+            rows: 2,
+            buckets: 1,
+        },
+        3,
+        &mut Vec::new(),
+    );
 }
 
 #[test]
@@ -447,16 +478,13 @@ fn bucketed_visit_order_is_uniform_with_several_buckets() {
         let mut counts = std::collections::HashMap::new();
         let trials = 24_000;
         for seed in 0..trials {
-            let mut shuffler = TupleShuffler::new(seed, 2);
-            let (mut slots, mut starts, mut order) = (Vec::new(), Vec::new(), Vec::new());
-            shuffler.bucket_slots(4, buckets, &mut slots, &mut starts);
-            shuffler.bucket_order(&starts, &mut order);
-            // Row k sits at slots[k]; the visit reads positions `order`.
-            let visit: Vec<usize> = order
-                .iter()
-                .map(|&p| slots.iter().position(|&s| s == p).unwrap())
-                .collect();
-            *counts.entry(visit).or_insert(0usize) += 1;
+            let mut order = Vec::new();
+            TupleShuffler::new(seed, 2).visiting_order(
+                BufferShuffle::Bucketed { rows: 4, buckets },
+                4,
+                &mut order,
+            );
+            *counts.entry(order).or_insert(0usize) += 1;
         }
         assert_eq!(counts.len(), 24);
         let expected = trials as f64 / 24.0;
@@ -469,40 +497,19 @@ fn bucketed_visit_order_is_uniform_with_several_buckets() {
 }
 
 #[test]
-fn scatter_plan_reuses_the_visiting_order_allocation() {
-    let mut shuffler = TupleShuffler::new(1, 1);
-    let mut order: Vec<u32> = Vec::with_capacity(1000);
-    order.extend(0..10);
-    let ptr = order.as_ptr();
-    // Refused: the lent vector is left alone.
-    let mut sparse = TupleArena::new_sparse(10, 10);
-    assert!(!sparse.begin_scatter(10, &mut shuffler, &mut order));
-    assert_eq!(order.len(), 10);
-    // Taken for the plan, and given back holding the visiting order: one allocation.
-    let mut a = TupleArena::new(1, 100);
-    assert!(a.begin_scatter(100, &mut shuffler, &mut order));
-    assert!(order.is_empty());
-    for k in 0..100 {
-        a.push(k as f64, &[k as f64]);
-    }
-    assert!(a.finish_scatter(&mut shuffler, &mut order));
-    assert_eq!((order.len(), order.as_ptr()), (100, ptr));
-}
-
-#[test]
-fn a_grouped_arena_keeps_each_rows_group_with_it_scattered_or_not() {
+fn a_grouped_arena_keeps_each_rows_group_with_it() {
     for (capacity, pushed) in [(200_000, 200_000), (200_000, 99_999), (10, 10), (10, 4)] {
-        let mut shuffler = TupleShuffler::new(3, 1);
         let mut a = TupleArena::new(3, capacity);
         a.set_grouped().unwrap();
-        assert!(a.begin_scatter(capacity, &mut shuffler, &mut Vec::new()));
+        let plan = a.shuffle_plan(capacity);
+        assert!(matches!(plan, BufferShuffle::Bucketed { .. }));
         for k in 0..pushed {
             let (label, x) = test_row(k, 3);
             a.set_next_group((k % 7) as u32);
             a.push(label, &x);
         }
         let mut order = Vec::new();
-        assert!(a.finish_scatter(&mut shuffler, &mut order));
+        TupleShuffler::new(3, 1).visiting_order(plan, pushed, &mut order);
         assert_rows_kept(&a, &order, pushed);
         for i in 0..a.len() {
             assert_eq!(a.group(i), (a.label(i) as usize % 7) as u32, "row {i}");

@@ -58,15 +58,16 @@ impl SgdTask for SampleRows {
         let (mut features, mut labels) = (Vec::new(), Vec::new());
         let mut spare = None;
         while labels.len() < self.rows {
-            let Some(b) = shuffle.next_buffer(spare.take()) else {
+            let Some(mut b) = shuffle.next_buffer(spare.take()) else {
                 break;
             };
             // Visit the buffer in its shuffled order: the rows kept are a sample of it too.
-            let n = b.arena.len();
+            let (arena, order) = b.visit();
+            let n = arena.len();
             for k in 0..n.min(self.rows - labels.len()) {
-                let i = b.order.get(k).map_or(k, |&i| i as usize);
+                let i = order.map_or(k, |o| o[k] as usize);
                 let at = features.len();
-                match b.arena.row(i) {
+                match arena.row(i) {
                     Row::Dense(x) if x.len() == width => features.extend_from_slice(x),
                     Row::Sparse { indices, values } => {
                         features.resize(at + width, 0.0);
@@ -82,7 +83,7 @@ impl SgdTask for SampleRows {
                         Some("Score rows with the features the model was trained on (see the features param).".into()),
                     ),
                 }
-                labels.push(b.arena.label(i));
+                labels.push(arena.label(i));
             }
             spare = Some(b);
         }
@@ -101,13 +102,12 @@ impl SgdNode {
         let shuffle = self.shuffle();
         let mut all: Option<ShuffledBuffer> = None;
         shuffle.for_each_buffer(|b| {
-            let dst = all.get_or_insert_with(|| ShuffledBuffer {
-                arena: if b.arena.is_sparse() {
+            let dst = all.get_or_insert_with(|| {
+                ShuffledBuffer::in_storage_order(if b.arena.is_sparse() {
                     TupleArena::new_sparse(0, 0)
                 } else {
                     TupleArena::new(b.arena.n_features(), 0)
-                },
-                order: Vec::new(),
+                })
             });
             for i in 0..b.arena.len() {
                 match b.arena.row(i) {

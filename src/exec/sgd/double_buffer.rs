@@ -78,11 +78,11 @@ impl Worker {
                             trainer.start_epoch(epoch);
                             busy = 0.0;
                         }
-                        Job::Train(buffer) => {
+                        Job::Train(mut buffer) => {
                             let started = Instant::now();
-                            let order =
-                                (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
-                            let result = trainer.train_buffer(&buffer.arena, order);
+                            // The tuple shuffle is drawn here, off the backend (see visit).
+                            let (arena, order) = buffer.visit();
+                            let result = trainer.train_buffer(arena, order);
                             busy += started.elapsed().as_secs_f64();
                             match result {
                                 Ok(()) => {

@@ -118,9 +118,9 @@ impl SgdNode {
                 Some(b) => Some(b),
                 None => shuffle.next_buffer(spares.pop()),
             };
-            let Some(buffer) = next else { break };
-            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
-            if let Err(e) = trainer.train_buffer(&buffer.arena, order) {
+            let Some(mut buffer) = next else { break };
+            let (arena, order) = buffer.visit();
+            if let Err(e) = trainer.train_buffer(arena, order) {
                 return (Err(e), trainer.labels_seen());
             }
             spares.push(buffer);

@@ -181,7 +181,7 @@ impl SgdNode {
         learner.start_epoch(request.epoch);
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
         let mut spare = None;
-        while let Some(buffer) = shuffle.next_buffer(spare.take()) {
+        while let Some(mut buffer) = shuffle.next_buffer(spare.take()) {
             if dense && buffer.arena.n_features() != request.n_features {
                 raise(
                     PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
@@ -194,8 +194,8 @@ impl SgdNode {
                     Some("Every row's feature array must have the same length.".into()),
                 );
             }
-            let order = (!buffer.order.is_empty()).then_some(buffer.order.as_slice());
-            if let Err(e) = learner.train_buffer(&buffer.arena, order) {
+            let (arena, order) = buffer.visit();
+            if let Err(e) = learner.train_buffer(arena, order) {
                 let label = self.label_text();
                 raise_train_error(e, &label, params.normalize);
             }

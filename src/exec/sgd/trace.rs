@@ -39,16 +39,17 @@ impl SgdNode {
         }
         let mut visited = Vec::new();
         shuffle.for_each_buffer(|b| {
-            for k in 0..b.arena.len() {
+            let (arena, order) = b.visit();
+            for k in 0..arena.len() {
                 check_for_interrupts!();
-                let i = if b.order.is_empty() { k } else { b.order[k] as usize };
-                let first = match b.arena.row(i) {
+                let i = order.map_or(k, |o| o[k] as usize);
+                let first = match arena.row(i) {
                     Row::Dense(x) => x.first().copied().unwrap_or(f64::NAN),
                     Row::Sparse { indices, values } => {
                         if indices.first() == Some(&0) { values[0] } else { 0.0 }
                     }
                 };
-                visited.push((b.arena.label(i), first));
+                visited.push((arena.label(i), first));
             }
             if (visited.len() * std::mem::size_of::<(f64, f64)>()) as u64 > self.config.max_buffer_bytes {
                 raise(

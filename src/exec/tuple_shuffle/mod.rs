@@ -14,15 +14,53 @@ use crate::pipeline::PipelineConfig;
 use crate::pipeline::{BlockShare, FeatureLayout};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::ShuffleMode;
-use corgipile_ml::shuffle::TupleShuffler;
+use corgipile_ml::shuffle::{BufferShuffle, TupleShuffler};
 use corgipile_ml::streams::{Reservoir, SlidingWindow};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use sizing::{buffer_size_text, over_limit_text, planned_buffer_bytes};
+use std::sync::{Arc, Mutex};
 
-/// One filled buffer: its tuples and the order to visit them in (empty = storage order).
+/// One filled buffer: its tuples, in the order they were read, and how to visit them.
 pub struct ShuffledBuffer {
     pub arena: TupleArena,
-    pub order: Vec<u32>,
+    /// The order to visit the tuples in, once drawn (empty: storage order).
+    order: Vec<u32>,
+    /// The tuple shuffle, not drawn yet (see [`visit`](Self::visit)).
+    pending: Option<PendingShuffle>,
+}
+
+/// A buffer's tuple shuffle to draw: from its epoch's shuffler, as `plan` says.
+struct PendingShuffle {
+    shuffler: Arc<Mutex<TupleShuffler>>,
+    plan: BufferShuffle,
+}
+
+impl ShuffledBuffer {
+    /// Rows visited in the order they are stored.
+    pub fn in_storage_order(arena: TupleArena) -> ShuffledBuffer {
+        ShuffledBuffer {
+            arena,
+            order: Vec::new(),
+            pending: None,
+        }
+    }
+
+    /// The tuples and the order to visit them in (None: storage order). The first call draws
+    /// the tuple shuffle, on the thread that trains on the buffer: the SGD worker when
+    /// double-buffered, which has time to spare while the backend, the bottleneck of an epoch,
+    /// reads the next buffer. The buffers of an epoch share one random stream, so whoever
+    /// visits them visits them in the order they were filled (each consumer takes buffers in
+    /// that order); a pass that never asks for the order draws nothing.
+    pub fn visit(&mut self) -> (&TupleArena, Option<&[u32]>) {
+        if let Some(p) = self.pending.take() {
+            // A panic while drawing (never expected) poisons the lock; the stream is then
+            // only as good as the other buffers' orders, which the panic's ERROR discards.
+            let mut shuffler = p.shuffler.lock().unwrap_or_else(|e| e.into_inner());
+            shuffler.visiting_order(p.plan, self.arena.len(), &mut self.order);
+        }
+        let order = (!self.order.is_empty()).then_some(self.order.as_slice());
+        (&self.arena, order)
+    }
 }
 
 pub struct TupleShuffle {
@@ -43,7 +81,10 @@ pub struct TupleShuffle {
     direct_values: Vec<pg_sys::Datum>,
     direct_nulls: Vec<bool>,
     epoch: u32,
-    shuffler: TupleShuffler,
+    /// This epoch's tuple shuffler, shared with the buffers it shuffles (see
+    /// `ShuffledBuffer::visit`); and how the buffer being filled is to be shuffled.
+    shuffler: Arc<Mutex<TupleShuffler>>,
+    plan: BufferShuffle,
     exhausted: bool,
     /// Tuples per buffer, and the estimated bytes per tuple they were sized with; known once
     /// the first row shows how big a tuple is.
@@ -136,7 +177,7 @@ impl TupleShuffle {
         self.share = share;
         (*self.block).set_share(share, block_epoch);
         self.epoch = block_epoch;
-        self.shuffler = TupleShuffler::new(self.tuple_seed(), self.epoch);
+        self.shuffler = shuffler(self.tuple_seed(), self.epoch);
         // A capacity fixed already (by a statistics pass) is split too.
         if self.capacity > 0 {
             self.capacity = (self.capacity / share.processes as usize).max(1);
@@ -148,7 +189,7 @@ impl TupleShuffle {
     pub unsafe fn set_round(&mut self, share: BlockShare, block_epoch: u32) {
         (*self.block).set_share(share, block_epoch);
         self.epoch = block_epoch;
-        self.shuffler = TupleShuffler::new(self.tuple_seed() ^ u64::from(share.rank), self.epoch);
+        self.shuffler = shuffler(self.tuple_seed() ^ u64::from(share.rank), self.epoch);
     }
 
     /// The epoch whose block order the child reads.
@@ -173,9 +214,12 @@ impl TupleShuffle {
             pg_sys::InstrStartNode(instrument);
         }
         let before = self.tuples_read;
+        self.plan = BufferShuffle::Whole;
         let buffer = recycled.map(|mut b| {
             b.arena.clear();
-            self.begin_scatter(&mut b.arena, &mut b.order);
+            b.order.clear();
+            b.pending = None;
+            self.plan_shuffle(&b.arena);
             b
         });
         let buffer = match self.rows.config().params.shuffle {
@@ -186,7 +230,6 @@ impl TupleShuffle {
             pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
         }
         let mut b = buffer?;
-        let scattered = b.arena.finish_scatter(&mut self.shuffler, &mut b.order);
         if b.arena.is_empty() {
             return None;
         }
@@ -194,22 +237,20 @@ impl TupleShuffle {
         if let Some(scale) = &self.sparse_scale {
             b.arena.scale_values(scale);
         }
-        if !scattered {
-            if self.rows.config().params.shuffle.shuffles_tuples() {
-                self.shuffler.permutation(b.arena.len(), &mut b.order);
-            } else {
-                b.order.clear();
-            }
+        if self.rows.config().params.shuffle.shuffles_tuples() {
+            b.pending = Some(PendingShuffle {
+                shuffler: self.shuffler.clone(),
+                plan: self.plan,
+            });
         }
         Some(b)
     }
 
-    /// corgipile: a dense buffer is filled scattered into random buckets, so that SGD visits it
-    /// in a uniformly random order with accesses local to one bucket at a time (see
-    /// `TupleArena::begin_scatter`); other buffers get a permutation of the whole buffer.
-    fn begin_scatter(&mut self, arena: &mut TupleArena, storage: &mut Vec<u32>) {
+    /// corgipile: how the buffer about to be filled into `arena` (empty) is to be shuffled,
+    /// decided before its first row as `TupleArena::shuffle_plan` says.
+    fn plan_shuffle(&mut self, arena: &TupleArena) {
         if self.rows.config().params.shuffle.shuffles_tuples() {
-            arena.begin_scatter(self.capacity, &mut self.shuffler, storage);
+            self.plan = arena.shuffle_plan(self.capacity);
         }
     }
 
@@ -225,7 +266,11 @@ impl TupleShuffle {
                 break;
             }
         }
-        arena.map(|arena| ShuffledBuffer { arena, order })
+        arena.map(|arena| ShuffledBuffer {
+            arena,
+            order,
+            pending: None,
+        })
     }
 
     /// sliding_window, mrs: rows stream through the window or reservoir; what it lets go of
@@ -242,10 +287,10 @@ impl TupleShuffle {
                 *pass_next = false;
                 let out = out.get_or_insert_with(|| self.rows.empty_arena());
                 reservoir.pass(out);
-                return Some(ShuffledBuffer {
-                    arena: std::mem::replace(out, TupleArena::new(0, 0)),
-                    order: Vec::new(),
-                });
+                return Some(ShuffledBuffer::in_storage_order(std::mem::replace(
+                    out,
+                    TupleArena::new(0, 0),
+                )));
             }
         }
         loop {
@@ -300,10 +345,7 @@ impl TupleShuffle {
                 break;
             }
         }
-        out.map(|arena| ShuffledBuffer {
-            arena,
-            order: Vec::new(),
-        })
+        out.map(ShuffledBuffer::in_storage_order)
     }
 
     /// From now on, multiply the values of each filled sparse buffer by their features'
@@ -335,10 +377,10 @@ impl TupleShuffle {
     }
 
     /// Calls `f` on every buffer of this pass (one epoch), recycling each into the next.
-    pub unsafe fn for_each_buffer(&mut self, mut f: impl FnMut(&ShuffledBuffer)) {
+    pub unsafe fn for_each_buffer(&mut self, mut f: impl FnMut(&mut ShuffledBuffer)) {
         let mut spare = None;
-        while let Some(b) = self.next_buffer(spare.take()) {
-            f(&b);
+        while let Some(mut b) = self.next_buffer(spare.take()) {
+            f(&mut b);
             spare = Some(b);
         }
     }
@@ -394,9 +436,9 @@ impl TupleShuffle {
             Err(Skip::Uncounted) => return Pulled::Skipped,
         };
         if target == Target::Train && arena.is_none() {
-            let mut a = self.new_arena_like(values, nulls);
+            let a = self.new_arena_like(values, nulls);
             if self.config().layout != FeatureLayout::Tabular {
-                self.begin_scatter(&mut a, &mut Vec::new());
+                self.plan_shuffle(&a);
             }
             *arena = Some(a);
         }
@@ -459,7 +501,8 @@ unsafe fn begin(
         sparse_scale: None,
         stream: None,
         staging: None,
-        shuffler: TupleShuffler::new(config.seed(), 1),
+        shuffler: shuffler(config.seed(), 1),
+        plan: BufferShuffle::Whole,
         rows: RowDecoder::new(config, number_kinds(child)),
         child,
         block,
@@ -506,7 +549,7 @@ impl Node for TupleShuffle {
 
     unsafe fn rescan(&mut self) {
         self.epoch += 1;
-        self.shuffler = TupleShuffler::new(self.tuple_seed(), self.epoch);
+        self.shuffler = shuffler(self.tuple_seed(), self.epoch);
         self.exhausted = false;
         self.stream = None;
         self.rows_skipped_this_epoch = 0;
@@ -576,6 +619,11 @@ impl Node for TupleShuffle {
             );
         }
     }
+}
+
+/// An epoch's tuple shuffler, to share with the buffers it shuffles.
+fn shuffler(seed: u64, epoch: u32) -> Arc<Mutex<TupleShuffler>> {
+    Arc::new(Mutex::new(TupleShuffler::new(seed, epoch)))
 }
 
 /// The number kind of each output column of `child` (float8 for a column that is no number:
