@@ -65,7 +65,19 @@ impl TupleArena {
         a.values
             .try_reserve_exact(n_features.saturating_mul(capacity_tuples))?;
         a.labels.try_reserve_exact(capacity_tuples)?;
+        a.advise_huge_pages();
         Ok(a)
+    }
+
+    /// A training buffer is read in random order: its reserved memory goes on huge pages (see
+    /// `memory::advise_huge_pages`). Measured on a 92 MB dense buffer (4.5M × 18 rows,
+    /// double-buffered, three rounds side by side): an epoch 1.23–1.28× the scan floor → 1.11×
+    /// on PostgreSQL 15, 1.78–1.88× → 1.51–1.65× on 18.
+    fn advise_huge_pages(&self) {
+        crate::memory::advise_huge_pages(&self.values);
+        crate::memory::advise_huge_pages(&self.labels);
+        crate::memory::advise_huge_pages(&self.indices);
+        crate::memory::advise_huge_pages(&self.offsets);
     }
 
     /// [`TupleArena::new_sparse`], failing instead of aborting when the room cannot be
@@ -80,6 +92,7 @@ impl TupleArena {
         a.values.try_reserve_exact(capacity_nnz)?;
         a.indices.try_reserve_exact(capacity_nnz)?;
         a.labels.try_reserve_exact(capacity_tuples)?;
+        a.advise_huge_pages();
         Ok(a)
     }
 

@@ -34,6 +34,7 @@ pub mod importance;
 pub mod inference;
 pub mod learner;
 pub mod limits;
+mod memory;
 pub mod metrics;
 pub mod model;
 pub mod moments;
