@@ -278,16 +278,19 @@ fn visit_of_a_scattered_fill(
     }
 }
 
+/// (planned rows, rows that came) of buffers of 3 features (32 bytes a row, so 2 MB buckets
+/// hold 65,536 rows: 200,000 planned rows make 4 buckets), full and partial.
+const BUFFERS: [(usize, usize); 5] = [
+    (200_000, 200_000),
+    (200_000, 123_457),
+    (1000, 1000),
+    (1000, 1),
+    (5, 3),
+];
+
 #[test]
 fn visiting_order_is_that_of_a_scattered_fill() {
-    // 32 bytes per row: 2 MB buckets hold 65,536 rows, so 200,000 planned rows make 4.
-    for (capacity, pushed) in [
-        (200_000, 200_000),
-        (200_000, 123_457),
-        (1000, 1000),
-        (1000, 1),
-        (5, 3),
-    ] {
+    for (capacity, pushed) in BUFFERS {
         let BufferShuffle::Bucketed { rows, buckets } =
             TupleArena::new(3, capacity).shuffle_plan(capacity)
         else {
@@ -333,13 +336,7 @@ fn assert_rows_kept(a: &TupleArena, order: &[u32], pushed: usize) {
 
 #[test]
 fn a_shuffled_buffer_visits_every_row_once_full_and_partial() {
-    for (capacity, pushed) in [
-        (200_000, 200_000),
-        (200_000, 123_457),
-        (1000, 1000),
-        (1000, 1),
-        (5, 3),
-    ] {
+    for (capacity, pushed) in BUFFERS {
         let (a, order) = shuffled(capacity, pushed, 42);
         assert_rows_kept(&a, &order, pushed);
     }
