@@ -617,7 +617,9 @@ def test_no_page_read_past_a_truncation(dsn, admin):
     open_to_reader(admin, t)
     size = lambda: scalar(admin, "SELECT pg_relation_size(%s::regclass)", (t,))  # noqa: E731
     began = size()
-    both = TrainingPair(dsn, admin, t, dict(BASE, epochs=250, buffer_size="5%", block_size=8))
+    # Enough epochs that both trainings outlast VACUUM's 5 s wait for its lock on a fast machine
+    # (250 were not, once epochs got faster).
+    both = TrainingPair(dsn, admin, t, dict(BASE, epochs=750, buffer_size="5%", block_size=8))
     vacuum_error, truncation_tried = [], threading.Event()
 
     def vacuum():
