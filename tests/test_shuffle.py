@@ -746,9 +746,12 @@ def run_cancelled(dsn, delay, params):
         t.start()
         seen = 0
         deadline = started + delay
-        while time.monotonic() < deadline:
+        # Cancel at `delay`, but not before the first pile file exists: on a fast machine the
+        # earliest fraction can come before pass 1 has written anything, and a cancel there
+        # would leave the leftover check below with nothing to check.
+        while t.is_alive() and (time.monotonic() < deadline or seen == 0):
             seen = max(seen, len(my_tmp_files(killer, pid)))
-            time.sleep(0.05)
+            time.sleep(0.01 if seen == 0 else 0.05)
         if not t.is_alive():
             # This run was faster than the one that timed the cancel (a shared, noisy machine):
             # time the cancels by this run instead, and let the caller try again.
