@@ -120,6 +120,24 @@ def test_default_buffer_clamped_and_peak_rss_bounded(big):
             assert int(m.group(1)) * (N_FEATURES + 1) * 8 * 2 <= 8 * 2**20, plan
 
 
+def test_a_filtered_training_holds_memory_for_the_rows_it_reads(big):
+    """Buffers of half the table each (2 x ~60 MB reserved) for a `where` that keeps 1,000 rows:
+    memory is touched only as rows arrive (no buffer's pages faulted in ahead of a filter)."""
+    with connect(big) as c:
+        pid = scalar(c, "SELECT pg_backend_pid()")
+        c.execute("SET max_parallel_workers_per_gather = 0")
+        c.execute("SELECT sum(cardinality(features)) FROM wide")
+        c.execute("SELECT * FROM corgipile_explain('wide', 'svm')")
+        baseline = int(proc_status(pid)["VmHWM"].split()[0])
+        model_id = train(c, "wide", "svm", {"epochs": 2, "seed": 1, "buffer_size": "50%",
+                                            "where": "id <= 1000"})
+        peak = int(proc_status(pid)["VmHWM"].split()[0])
+        print(f"peak RSS of a filtered training: baseline VmHWM {baseline} kB, after {peak} kB")
+        assert scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model_id,)) == 1000
+        # 1,000 rows of 808 bytes are under 1 MB; the margin is test_default_buffer_clamped_...'s.
+        assert peak - baseline <= MARGIN_MB * 1024, f"+{(peak - baseline) / 1024:.1f} MB"
+
+
 # =============================================================================================
 # corgipile.max_model_memory (last: a missing bound would try to allocate a huge model)
 

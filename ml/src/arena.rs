@@ -16,6 +16,9 @@ pub const MAX_FEATURES: usize = i32::MAX as usize;
 /// Contiguous storage of decoded tuples, dense or sparse (fixed at creation).
 #[derive(Clone, Debug, Default)]
 pub struct TupleArena {
+    /// A training buffer's pages being faulted in ahead of its fill (see `memory::Prefault`).
+    /// First: dropped, and so waited for, before the vectors it touches are freed.
+    prefault: crate::memory::Prefault,
     sparse: bool,
     /// Dense: the row length. Sparse: largest index + 1 stored since `clear`.
     n_features: usize,
@@ -43,6 +46,7 @@ impl TupleArena {
     /// `capacity_tuples` tuples reserved up front.
     pub fn new(n_features: usize, capacity_tuples: usize) -> Self {
         TupleArena {
+            prefault: Default::default(),
             sparse: false,
             n_features,
             values: Vec::with_capacity(n_features.saturating_mul(capacity_tuples)),
@@ -74,10 +78,25 @@ impl TupleArena {
     /// double-buffered, three rounds side by side): an epoch 1.23–1.28× the scan floor → 1.11×
     /// on PostgreSQL 15, 1.78–1.88× → 1.51–1.65× on 18.
     fn advise_huge_pages(&self) {
-        crate::memory::advise_huge_pages(&self.values);
-        crate::memory::advise_huge_pages(&self.labels);
-        crate::memory::advise_huge_pages(&self.indices);
-        crate::memory::advise_huge_pages(&self.offsets);
+        use crate::memory::advise_huge_pages;
+        advise_huge_pages(&self.values);
+        advise_huge_pages(&self.labels);
+        advise_huge_pages(&self.indices);
+        advise_huge_pages(&self.offsets);
+    }
+
+    /// Faults in the whole reserved room on another thread, from its far end, while the
+    /// caller fills it from the front (`memory::Prefault`): for a buffer that will be filled
+    /// (the pages become resident at once, not as rows arrive). Measured on two 92 MB buffers
+    /// in a fresh session: the backend's first epoch 0.69–0.79 s → 0.55–0.60 s.
+    pub fn prefault(&mut self) {
+        use crate::memory::{huge_pages_within, Prefault};
+        self.prefault = Prefault::start([
+            huge_pages_within(&self.values),
+            huge_pages_within(&self.labels),
+            huge_pages_within(&self.indices),
+            huge_pages_within(&self.offsets),
+        ]);
     }
 
     /// [`TupleArena::new_sparse`], failing instead of aborting when the room cannot be
@@ -102,6 +121,7 @@ impl TupleArena {
         let mut offsets = Vec::with_capacity(capacity_tuples + 1);
         offsets.push(0);
         TupleArena {
+            prefault: Default::default(),
             sparse: true,
             n_features: 0,
             values: Vec::with_capacity(capacity_nnz),

@@ -63,13 +63,22 @@ impl TupleShuffle {
                 TupleArena::try_new_sparse(reserve, reserve.saturating_mul(nnz.max(1)))
             }
         };
-        arena.unwrap_or_else(|_| {
+        let mut arena = arena.unwrap_or_else(|_| {
             raise(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
                 format!("out of memory for a tuple buffer of {} rows ({} bytes each)", reserve, bytes_per_tuple),
                 Some("Use a smaller buffer_size, or ask a superuser to lower corgipile.max_buffer_memory.".into()),
             )
-        })
+        });
+        // A buffer sized as a fraction of the table, on a table read without a filter, fills:
+        // its pages may be faulted in ahead of the rows. A filter, or a size given in bytes or
+        // rows, may leave most of the room empty: then pages are touched as rows arrive.
+        // SAFETY: child is our initialized BlockShuffle node (see begin).
+        let fills = matches!(params.buffer_size, BufferSize::Fraction(_));
+        if reserve > 1 && fills && (*self.child).qual.is_null() {
+            arena.prefault();
+        }
+        arena
     }
 }
 
