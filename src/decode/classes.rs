@@ -30,12 +30,18 @@ impl ClassValue {
 #[derive(Default, Clone, Debug)]
 pub struct ClassDictionary {
     by_number: HashMap<u64, u32>,
+    /// The first few numeric classes (key, index), also in `by_number`: a binary label is
+    /// looked up for every row, and scanning two keys costs less than hashing one.
+    first_numbers: Vec<(u64, u32)>,
     by_text: HashMap<Vec<u8>, u32>,
     pub classes: Vec<ClassValue>,
     /// Evaluation: the model's classes only; a label outside them is `UNKNOWN_CLASS` and is
     /// not stored (a table of a billion distinct labels must not grow the dictionary).
     frozen: bool,
 }
+
+/// How many numeric classes are found by a scan before the map (see `first_numbers`).
+const FIRST_NUMBERS: usize = 4;
 
 /// The index of a label that is not one of a frozen dictionary's classes.
 pub const UNKNOWN_CLASS: u32 = u32::MAX;
@@ -67,12 +73,18 @@ impl ClassDictionary {
         } else {
             v.to_bits()
         };
+        if let Some(&(_, i)) = self.first_numbers.iter().find(|&&(k, _)| k == key) {
+            return i;
+        }
         if self.frozen {
             return self.by_number.get(&key).copied().unwrap_or(UNKNOWN_CLASS);
         }
         let next = self.classes.len() as u32;
         *self.by_number.entry(key).or_insert_with(|| {
             self.classes.push(ClassValue::Number(v));
+            if self.first_numbers.len() < FIRST_NUMBERS {
+                self.first_numbers.push((key, next));
+            }
             next
         })
     }

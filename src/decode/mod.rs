@@ -263,6 +263,48 @@ impl RowDecoder {
         true
     }
 
+    /// Whether every row goes to training as dense features with nothing decided per row
+    /// besides its values (no validation split, no groups): then
+    /// [`push_dense_row`](Self::push_dense_row) does what `target` and `decode` would.
+    pub fn dense_rows_only(&self) -> bool {
+        matches!(self.config.layout, FeatureLayout::Dense { .. })
+            && matches!(self.config.validation_split, ValidationSplit::None)
+            && self.groups.is_none()
+    }
+
+    /// A row of a [`dense_rows_only`](Self::dense_rows_only) query (label, features) decoded
+    /// into `arena`, exactly as `target` then `decode` would; false when it is skipped (a NULL
+    /// or empty array: count it as skipped).
+    ///
+    /// # Safety
+    /// As for [`target`](Self::target); `values`/`nulls` hold the query's two columns.
+    #[inline]
+    pub unsafe fn push_dense_row(
+        &mut self,
+        arena: &mut TupleArena,
+        values: &[pg_sys::Datum],
+        nulls: &[bool],
+        tid: &pg_sys::ItemPointerData,
+    ) -> bool {
+        if nulls[0] || nulls[1] {
+            return false;
+        }
+        let label = self.decode_label(values[0], tid);
+        let row = values.as_ptr().cast_mut();
+        if !decode_features(
+            &self.config.layout,
+            &mut self.n_features,
+            arena,
+            label,
+            row,
+            tid,
+        ) {
+            return false;
+        }
+        self.check_dimension(self.n_features.unwrap_or(0), tid);
+        true
+    }
+
     /// A sparse training row made the arena `dimension` wide: the model must fit it.
     pub fn check_dimension(&mut self, dimension: usize, tid: &pg_sys::ItemPointerData) {
         if dimension > self.checked_features && self.config.mode == Mode::Train {

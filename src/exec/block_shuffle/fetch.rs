@@ -98,51 +98,13 @@ pub unsafe fn fetch_columns(
     let node = ss.cast::<pg_sys::CustomScanState>();
     let state = state_of::<BlockShuffle>(node);
     loop {
-        let cursor = &mut state.cursor;
-        if cursor.tuple < cursor.ntuples {
-            let leaf = &mut state.leaves[state.current_leaf];
-            let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
-            // SAFETY: read_heap_page listed the page's visible tuples and holds its pin (see
-            // the module comment of page_reader); offsets come from that list.
-            let offset = (*scan).rs_vistuples[cursor.tuple];
-            cursor.tuple += 1;
-            let page = pg_sys::BufferGetPage((*scan).rs_cbuf);
-            let item = (*page.cast::<pg_sys::PageHeaderData>())
-                .pd_linp
-                .as_ptr()
-                .add(offset as usize - 1);
-            let tup = page
-                .cast::<u8>()
-                .add((*item).lp_off() as usize)
-                .cast::<pg_sys::HeapTupleHeaderData>();
-            let len = (*item).lp_len() as usize;
-            let block = (*scan).rs_cblock;
-            state.last_tid = pg_sys::ItemPointerData {
-                ip_blkid: pg_sys::BlockIdData {
-                    bi_hi: (block >> 16) as u16,
-                    bi_lo: (block & 0xffff) as u16,
-                },
-                ip_posid: offset,
-            };
-            state.tuples_this_epoch += 1;
-            let n = leaf.attrs.len();
-            let (values_n, nulls_n) = (&mut cursor.values[..n], &mut cursor.nulls[..n]);
-            if !page_reader::deform(tup, len, &leaf.attrs, values_n, nulls_n) {
-                deform_slowly(leaf, tup, len, state.last_tid, values_n, nulls_n);
+        if state.cursor.tuple < state.cursor.ntuples {
+            if take_tuple(state, values, nulls) {
+                return true;
             }
-            if let Some(filter) = &mut state.filter {
-                let table = (*leaf.rel).rd_id;
-                let (values, nulls) = (&cursor.values[..n], &cursor.nulls[..n]);
-                if !filter.passes(&leaf.filter_columns, values, nulls, state.last_tid, table) {
-                    continue;
-                }
-            }
-            for (k, &attno) in leaf.columns.iter().enumerate() {
-                values[k] = cursor.values[attno - 1];
-                nulls[k] = cursor.nulls[attno - 1];
-            }
-            return true;
+            continue;
         }
+        let cursor = &mut state.cursor;
         if state.in_block && cursor.page < cursor.end {
             // As heapam checks per page (a block of many empty or dead pages, or slow I/O).
             check_for_interrupts!();
@@ -189,6 +151,85 @@ pub unsafe fn fetch_columns(
         cursor.tuple = 0;
         cursor.ntuples = 0;
     }
+}
+
+/// The page reader's rows left on the current page, each given to `row` with its tid (its
+/// plain columns in `values`/`nulls`, as [`fetch_columns`] gives them), until `row` returns
+/// false or the page has no more: the same rows, in the same order, with the same
+/// bookkeeping, as calls of `fetch_columns` would give; `fetch_columns` goes on from there
+/// (and moves to the next page). One call per row less for a consumer that takes many rows.
+///
+/// # Safety
+/// As for [`fetch_columns`].
+#[inline]
+pub unsafe fn rows_on_page(
+    ss: *mut pg_sys::ScanState,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+    mut row: impl FnMut(&[pg_sys::Datum], &[bool], &pg_sys::ItemPointerData) -> bool,
+) {
+    let state = state_of::<BlockShuffle>(ss.cast::<pg_sys::CustomScanState>());
+    while state.cursor.tuple < state.cursor.ntuples {
+        if take_tuple(state, values, nulls) && !row(values, nulls, &state.last_tid) {
+            return;
+        }
+    }
+}
+
+/// The current page's next visible tuple: deformed, its plain columns into `values`/`nulls`;
+/// false when the page reader's filter rejects it.
+///
+/// # Safety
+/// The cursor has a tuple left (`tuple < ntuples`); as for [`fetch_columns`].
+#[inline(always)]
+unsafe fn take_tuple(
+    state: &mut BlockShuffle,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+) -> bool {
+    let cursor = &mut state.cursor;
+    let leaf = &mut state.leaves[state.current_leaf];
+    let scan = leaf.scan.cast::<pg_sys::HeapScanDescData>();
+    // SAFETY: read_heap_page listed the page's visible tuples and holds its pin (see the
+    // module comment of page_reader); offsets come from that list.
+    let offset = (*scan).rs_vistuples[cursor.tuple];
+    cursor.tuple += 1;
+    let page = pg_sys::BufferGetPage((*scan).rs_cbuf);
+    let item = (*page.cast::<pg_sys::PageHeaderData>())
+        .pd_linp
+        .as_ptr()
+        .add(offset as usize - 1);
+    let tup = page
+        .cast::<u8>()
+        .add((*item).lp_off() as usize)
+        .cast::<pg_sys::HeapTupleHeaderData>();
+    let len = (*item).lp_len() as usize;
+    let block = (*scan).rs_cblock;
+    state.last_tid = pg_sys::ItemPointerData {
+        ip_blkid: pg_sys::BlockIdData {
+            bi_hi: (block >> 16) as u16,
+            bi_lo: (block & 0xffff) as u16,
+        },
+        ip_posid: offset,
+    };
+    state.tuples_this_epoch += 1;
+    let n = leaf.attrs.len();
+    let (values_n, nulls_n) = (&mut cursor.values[..n], &mut cursor.nulls[..n]);
+    if !page_reader::deform(tup, len, &leaf.attrs, values_n, nulls_n) {
+        deform_slowly(leaf, tup, len, state.last_tid, values_n, nulls_n);
+    }
+    if let Some(filter) = &mut state.filter {
+        let table = (*leaf.rel).rd_id;
+        let (values, nulls) = (&cursor.values[..n], &cursor.nulls[..n]);
+        if !filter.passes(&leaf.filter_columns, values, nulls, state.last_tid, table) {
+            return false;
+        }
+    }
+    for (k, &attno) in leaf.columns.iter().enumerate() {
+        values[k] = cursor.values[attno - 1];
+        nulls[k] = cursor.nulls[attno - 1];
+    }
+    true
 }
 
 /// A tuple the page reader does not deform itself (fewer attributes than the columns read:

@@ -19,7 +19,7 @@ use pgrx::{check_for_interrupts, pg_guard, pg_sys};
 
 mod fetch;
 mod filter;
-pub use fetch::fetch_columns;
+pub use fetch::{fetch_columns, rows_on_page};
 use fetch::{next_tuple, plain_columns};
 use filter::PageFilter;
 

@@ -266,7 +266,15 @@ impl TupleShuffle {
             Some(b) => (Some(b.arena), b.order),
             None => (None, Vec::new()),
         };
+        let dense_rows = self.direct == Some(2) && self.rows.dense_rows_only();
         while arena.as_ref().is_none_or(|a| a.len() < self.capacity) {
+            if let (true, Some(a)) = (dense_rows, arena.as_mut()) {
+                self.pull_dense_rows(a);
+                if a.len() >= self.capacity {
+                    break;
+                }
+            }
+            // The next row, from the next page when this one is done.
             if matches!(self.pull_row(&mut arena), Pulled::Done) {
                 break;
             }
@@ -476,6 +484,43 @@ impl TupleShuffle {
             check_for_interrupts!();
         }
         Pulled::Row
+    }
+
+    /// The rows left on the page being read, into `arena` until it is full: what `pull_row`
+    /// does for each, for a query of dense training rows only (`RowDecoder::dense_rows_only`)
+    /// read by the page reader, without its per-row questions (which target, which layout,
+    /// which arena). An epoch is bound by the backend's work per row.
+    unsafe fn pull_dense_rows(&mut self, arena: &mut TupleArena) {
+        let room = self.capacity.saturating_sub(arena.len()) as u64;
+        let (mut taken, mut skipped) = (0u64, 0u64);
+        let rows = &mut self.rows;
+        let countdown = &mut self.until_interrupt_check;
+        let every = self.rows_between_interrupt_checks;
+        // SAFETY: child is our initialized BlockShuffle node, whose output is exactly these
+        // two table columns (plain_columns); the page stays pinned during the call.
+        block_shuffle::rows_on_page(
+            self.child.cast(),
+            &mut self.direct_values[..2],
+            &mut self.direct_nulls[..2],
+            |values, nulls, tid| {
+                if !rows.push_dense_row(arena, values, nulls, tid) {
+                    skipped += 1;
+                    return true;
+                }
+                taken += 1;
+                *countdown -= 1;
+                if *countdown == 0 {
+                    *countdown = every;
+                    check_for_interrupts!();
+                }
+                taken < room
+            },
+        );
+        self.rows_skipped_this_epoch += skipped;
+        self.tuples_read += taken;
+        self.rows_this_epoch += taken;
+        // SAFETY: the child's state lives as long as this node's.
+        (*self.block).rows_taken = self.rows_this_epoch;
     }
 
     fn end_of_scan(&mut self) -> Pulled {
