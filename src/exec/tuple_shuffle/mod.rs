@@ -474,15 +474,11 @@ impl TupleShuffle {
             let dimension = arena.as_ref().map_or(0, |a| a.n_features());
             self.rows.check_dimension(dimension, tid);
         }
-        self.tuples_read += 1;
-        self.rows_this_epoch += 1;
-        // SAFETY: the child's state lives as long as this node's.
-        (*self.block).rows_taken = self.rows_this_epoch;
-        self.until_interrupt_check -= 1;
-        if self.until_interrupt_check == 0 {
-            self.until_interrupt_check = self.rows_between_interrupt_checks;
-            check_for_interrupts!();
-        }
+        self.count_taken(1);
+        count_toward_interrupt_check(
+            &mut self.until_interrupt_check,
+            self.rows_between_interrupt_checks,
+        );
         Pulled::Row
     }
 
@@ -508,17 +504,19 @@ impl TupleShuffle {
                     return true;
                 }
                 taken += 1;
-                *countdown -= 1;
-                if *countdown == 0 {
-                    *countdown = every;
-                    check_for_interrupts!();
-                }
+                count_toward_interrupt_check(countdown, every);
                 taken < room
             },
         );
         self.rows_skipped_this_epoch += skipped;
-        self.tuples_read += taken;
-        self.rows_this_epoch += taken;
+        self.count_taken(taken);
+    }
+
+    /// `n` more training or validation rows taken this epoch (BlockShuffle's sampling stops
+    /// on rows taken).
+    unsafe fn count_taken(&mut self, n: u64) {
+        self.tuples_read += n;
+        self.rows_this_epoch += n;
         // SAFETY: the child's state lives as long as this node's.
         (*self.block).rows_taken = self.rows_this_epoch;
     }
@@ -527,6 +525,15 @@ impl TupleShuffle {
         self.exhausted = true;
         self.rows.end_of_pass();
         Pulled::Done
+    }
+}
+
+/// One more row taken: interrupts are checked every `every` rows (`countdown` to the next).
+fn count_toward_interrupt_check(countdown: &mut u64, every: u64) {
+    *countdown -= 1;
+    if *countdown == 0 {
+        *countdown = every;
+        check_for_interrupts!();
     }
 }
 
