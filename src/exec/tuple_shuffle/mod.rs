@@ -529,12 +529,21 @@ impl TupleShuffle {
 }
 
 /// One more row taken: interrupts are checked every `every` rows (`countdown` to the next).
+/// Inlined into the row loops, with the check itself out of line (as a call per row it was
+/// 1.8% of a dense epoch's backend).
+#[inline(always)]
 fn count_toward_interrupt_check(countdown: &mut u64, every: u64) {
     *countdown -= 1;
     if *countdown == 0 {
         *countdown = every;
-        check_for_interrupts!();
+        check_interrupts_now();
     }
+}
+
+#[cold]
+#[inline(never)]
+fn check_interrupts_now() {
+    check_for_interrupts!();
 }
 
 /// BeginCustomScan (see `Node::begin`).
