@@ -66,7 +66,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -99,6 +99,7 @@ help:
 	@echo "  bench-incremental  nightly \"since\" trainings vs full retraining on a table growing 10% a day for 10 days (bench/results/incremental.md; ~10 min)"
 	@echo "  bench-spill    corgipile_train_query over a join vs CREATE TABLE AS + training (bench/results/spill_cost.md; a few minutes)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
+	@echo "  bench-cpu      where an epoch's CPU time goes (backend, its threads, I/O workers) next to the scan floor's, and the bound 2 CPUs set (bench/results/cpu_budget.md; a minute)"
 	@echo "  bench-tables   corgipile_evaluate, _confusion_matrix, _roc_curve, _calibration vs a plain scan (bench/results/evaluation_tables.md; a minute)"
 	@echo "  bench-sparse   sparse 1M-dim vs dense per-row training time, and the guard vs scikit-learn partial_fit (bench/results/sparse_vs_dense.md; ~5 min)"
 	@echo "  bench-quick    benchmark harness on small tables (bench/results/quick.md; a few minutes)"
@@ -286,6 +287,11 @@ bench-spill: setup-python install
 bench-epochs: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/epoch_times.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/epoch_times_pg$(PG_MAJOR).md)
+
+# Where an epoch's CPU time goes, next to the scan floor's (bench/results/cpu_budget.md).
+bench-cpu: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/cpu_budget.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/cpu_budget_pg$(PG_MAJOR).md)
 
 # Parallel training ("workers" 0, 1, 2; single and double buffered) side by side on the 4.5M x 18
 # table, with accuracy and the per-tuple costs that bound scaling (bench/results/parallel_epochs.md).
