@@ -52,14 +52,15 @@ def measure(conn, pid, io_workers, sql, params=None, out=None):
         whole = cpu_seconds(f"/proc/{pid}/stat")
         main = cpu_seconds(f"/proc/{pid}/task/{pid}/stat")
         io = sum(cpu_seconds(f"/proc/{w}/stat") for w in io_workers)
-        # The two reads of the process are a moment apart: a clock tick (10 ms) may fall between.
-        return time.perf_counter(), main, max(whole - main, 0.0), io, machine_busy()
+        return time.perf_counter(), main, whole - main, io, machine_busy()
     a = snap()
     value = conn.execute(sql, params).fetchone()[0]
     b = snap()
     if out is not None:
         out.append(value)
-    return tuple(y - x for x, y in zip(a, b))
+    wall, main, others, io, machine = (y - x for x, y in zip(a, b))
+    # The process and its thread are read a moment apart: a clock tick (10 ms) may fall between.
+    return wall, main, max(others, 0.0), io, machine
 
 
 def main():
