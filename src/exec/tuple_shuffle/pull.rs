@@ -1,0 +1,158 @@
+//! Rows one at a time from BlockShuffle into a buffer (`pull_row`), and a page's rows at once
+//! for a query of dense training rows only (`pull_dense_rows`): the per-row work that bounds
+//! an epoch.
+
+use super::{block_shuffle, Pulled, TupleShuffle};
+use crate::decode::{Skip, Target};
+use crate::pipeline::FeatureLayout;
+use corgipile_ml::arena::TupleArena;
+use pgrx::{check_for_interrupts, pg_sys};
+
+impl TupleShuffle {
+    /// Pull the next row from BlockShuffle. A training row is decoded into `arena` (created,
+    /// and the buffer capacity fixed, on the first row); a validation row into the validation
+    /// arena during the first pass.
+    pub(super) unsafe fn pull_row(&mut self, arena: &mut Option<TupleArena>) -> Pulled {
+        if self.exhausted {
+            return Pulled::Done;
+        }
+        // The query's columns (label, features..., validation column) in order.
+        let (values, nulls) = if let Some(n) = self.direct {
+            let (direct_values, direct_nulls) = (&mut self.direct_values, &mut self.direct_nulls);
+            // SAFETY: child is our initialized BlockShuffle node, whose output is exactly
+            // these n table columns (plain_columns); the page the values point into stays
+            // pinned until the next fetch.
+            if !block_shuffle::fetch_columns(
+                self.child.cast(),
+                &mut direct_values[..n],
+                &mut direct_nulls[..n],
+            ) {
+                return self.end_of_scan();
+            }
+            (
+                self.direct_values.as_mut_ptr(),
+                self.direct_nulls.as_mut_ptr(),
+            )
+        } else {
+            // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
+            // until the next ExecProcNode call.
+            let slot = pg_sys::ExecProcNode(self.child);
+            if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
+                return self.end_of_scan();
+            }
+            let natts = (*(*slot).tts_tupleDescriptor).natts;
+            if ((*slot).tts_nvalid as i32) < natts {
+                pg_sys::slot_getsomeattrs_int(slot, natts);
+            }
+            ((*slot).tts_values, (*slot).tts_isnull)
+        };
+        // SAFETY: the child is our BlockShuffle node (see begin).
+        let tid = &(*self.block).last_tid;
+        let (target, label) = match self
+            .rows
+            .target(values, nulls, tid, (*self.block).row_table())
+        {
+            Ok(t) => t,
+            Err(Skip::Counted) => {
+                self.rows_skipped_this_epoch += 1;
+                return Pulled::Skipped;
+            }
+            Err(Skip::Uncounted) => return Pulled::Skipped,
+        };
+        if target == Target::Train && arena.is_none() {
+            let a = self.new_arena_like(values, nulls);
+            if self.config().layout != FeatureLayout::Tabular {
+                self.plan_shuffle(&a);
+            }
+            *arena = Some(a);
+        }
+        let train_arena = match target {
+            Target::Train => arena.as_mut(),
+            Target::Validation => None,
+        };
+        if !self
+            .rows
+            .decode(target, label, train_arena, values, nulls, tid)
+        {
+            self.rows_skipped_this_epoch += 1;
+            return Pulled::Skipped;
+        }
+        if target == Target::Validation {
+            return Pulled::Validation;
+        }
+        if let FeatureLayout::Sparse { .. } = self.config().layout {
+            // The arena grows with the largest index: the model must fit it.
+            let dimension = arena.as_ref().map_or(0, |a| a.n_features());
+            self.rows.check_dimension(dimension, tid);
+        }
+        self.count_taken(1);
+        count_toward_interrupt_check(
+            &mut self.until_interrupt_check,
+            self.rows_between_interrupt_checks,
+        );
+        Pulled::Row
+    }
+
+    /// The rows left on the page being read, into `arena` until it is full: what `pull_row`
+    /// does for each, for a query of dense training rows only (`RowDecoder::dense_rows_only`)
+    /// read by the page reader, without its per-row questions (which target, which layout,
+    /// which arena). An epoch is bound by the backend's work per row.
+    pub(super) unsafe fn pull_dense_rows(&mut self, arena: &mut TupleArena) {
+        let room = self.capacity.saturating_sub(arena.len()) as u64;
+        let (mut taken, mut skipped) = (0u64, 0u64);
+        let rows = &mut self.rows;
+        let countdown = &mut self.until_interrupt_check;
+        let every = self.rows_between_interrupt_checks;
+        // SAFETY: child is our initialized BlockShuffle node, whose output is exactly these
+        // two table columns (plain_columns); the page stays pinned during the call.
+        block_shuffle::rows_on_page(
+            self.child.cast(),
+            &mut self.direct_values[..2],
+            &mut self.direct_nulls[..2],
+            |values, nulls, tid| {
+                if !rows.push_dense_row(arena, values, nulls, tid) {
+                    skipped += 1;
+                    return true;
+                }
+                taken += 1;
+                count_toward_interrupt_check(countdown, every);
+                taken < room
+            },
+        );
+        self.rows_skipped_this_epoch += skipped;
+        self.count_taken(taken);
+    }
+
+    /// `n` more training or validation rows taken this epoch (BlockShuffle's sampling stops
+    /// on rows taken).
+    pub(super) unsafe fn count_taken(&mut self, n: u64) {
+        self.tuples_read += n;
+        self.rows_this_epoch += n;
+        // SAFETY: the child's state lives as long as this node's.
+        (*self.block).rows_taken = self.rows_this_epoch;
+    }
+
+    pub(super) fn end_of_scan(&mut self) -> Pulled {
+        self.exhausted = true;
+        self.rows.end_of_pass();
+        Pulled::Done
+    }
+}
+
+/// One more row taken: interrupts are checked every `every` rows (`countdown` to the next).
+/// Inlined into the row loops, with the check itself out of line (as a call per row it was
+/// 1.8% of a dense epoch's backend).
+#[inline(always)]
+fn count_toward_interrupt_check(countdown: &mut u64, every: u64) {
+    *countdown -= 1;
+    if *countdown == 0 {
+        *countdown = every;
+        check_interrupts_now();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn check_interrupts_now() {
+    check_for_interrupts!();
+}
