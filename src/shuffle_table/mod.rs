@@ -179,18 +179,29 @@ fn corgipile_shuffle(
         let max_piles =
             ((p.memory / 4) / pg_sys::BLCKSZ as u64).clamp(1, MAX_PILES as u64) as usize;
         let piles = pile_count(data_bytes, p.memory, max_piles);
-        shuffle_into(&select, target_relid, p.seed, p.memory, piles, max_piles)
+        let whole_table = (p.columns.is_none() && piles::rows_as_stored(relid)).then_some(relid);
+        shuffle_into(
+            &select,
+            whole_table,
+            target_relid,
+            p.seed,
+            p.memory,
+            piles,
+            max_piles,
+        )
     }
 }
 
-/// Both passes: `select`'s rows (run as the caller) through `piles` piles of temporary files
-/// into the table `target` in a uniformly random order drawn from `seed`, each pass-2 pile in
-/// at most `memory` (split again into up to `max_piles` sub-piles if larger); the rows written.
+/// Both passes: `select`'s rows (run as the caller; or `whole_table` read from its pages, see
+/// `piles::rows_as_stored`) through `piles` piles of temporary files into the table `target`
+/// in a uniformly random order drawn from `seed`, each pass-2 pile in at most `memory` (split
+/// again into up to `max_piles` sub-piles if larger); the rows written.
 ///
 /// # Safety
 /// Backend thread, in a transaction; `target` is a table with `select`'s columns.
 pub(super) unsafe fn shuffle_into(
     select: &str,
+    whole_table: Option<pg_sys::Oid>,
     target: pg_sys::Oid,
     seed: u64,
     memory: u64,
@@ -198,7 +209,7 @@ pub(super) unsafe fn shuffle_into(
     max_piles: usize,
 ) -> i64 {
     let mut shuffler = PileShuffler::new(seed);
-    let pass1 = split_into_piles(select, piles, &mut shuffler, memory);
+    let pass1 = split_into_piles(select, whole_table, piles, &mut shuffler, memory);
     let mut writer = Writer::open(target);
     let mut loaded = LoadedPile::default();
     for (k, pile) in pass1.into_iter().enumerate() {

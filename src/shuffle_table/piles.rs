@@ -268,14 +268,22 @@ pub(super) unsafe fn tuple_body<'a>(tuple: pg_sys::HeapTuple) -> &'a [u8] {
     )
 }
 
-/// Pass 1: runs `select` and spreads its rows over `n` new piles.
+/// Pass 1: `select`'s rows spread over `n` new piles. `whole_table`: the table `select` reads
+/// every column of, when its stored tuples are the rows (`rows_as_stored`): read with a heap
+/// scan of our own, which gives the same tuples in the same order as the query would, without
+/// the executor's slot per row.
 pub(super) unsafe fn split_into_piles(
     select: &str,
+    whole_table: Option<pg_sys::Oid>,
     n: usize,
     shuffler: &mut PileShuffler,
     memory: u64,
 ) -> Vec<Pile> {
     let mut piles: Vec<Pile> = (0..n).map(|_| Pile::new(pile_buffer(memory, n))).collect();
+    if let Some(relid) = whole_table {
+        split_table(relid, &mut piles, shuffler);
+        return piles;
+    }
     let mut receiver = PileReceiver {
         dest: pg_sys::DestReceiver {
             receiveSlot: Some(receive_slot),
@@ -329,6 +337,78 @@ pub(super) unsafe fn split_into_piles(
     pg_sys::FreeQueryDesc(qd);
     pg_sys::AtEOXact_GUC(true, nest);
     piles
+}
+
+/// Whether `relid`'s stored tuples are exactly the rows of `SELECT * FROM relid` as the caller
+/// sees them, so that pass 1 may copy them from the pages: a heap table without inheritance
+/// children (the query reads theirs too) that the caller may read whole (SELECT on the table,
+/// no row-level security in force), with no dropped column (`*` leaves it out) and no column
+/// added with a default since rows were written (older tuples lack it: the query fills it in).
+/// Anything else (partitioned tables, materialized views, column privileges) runs the query.
+///
+/// # Safety
+/// Backend thread, in a transaction; `relid` is locked.
+pub(super) unsafe fn rows_as_stored(relid: pg_sys::Oid) -> bool {
+    if pg_sys::get_rel_relkind(relid) as u8 != pg_sys::RELKIND_RELATION
+        || pg_sys::pg_class_aclcheck(
+            relid,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+        ) != pg_sys::AclResult::ACLCHECK_OK
+        || pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true)
+            != pg_sys::CheckEnableRlsResult::RLS_NONE as i32
+    {
+        return false;
+    }
+    let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let plain_columns = crate::pg::compat::tuple_desc_attrs((*rel).rd_att)
+        .iter()
+        .all(|a| !a.attisdropped && !a.atthasmissing);
+    // relhassubclass may stay set after the last child is dropped: then the query runs.
+    let heap =
+        (*(*rel).rd_rel).relam == pg_sys::HEAP_TABLE_AM_OID && !(*(*rel).rd_rel).relhassubclass;
+    pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    plain_columns && heap_without_children
+}
+
+/// Pass 1 over a table whose tuples are its rows (`rows_as_stored`): a sequential heap scan
+/// from the first page, in the query's snapshot, each visible tuple to a random pile.
+///
+/// # Safety
+/// Backend thread, in a transaction with an active snapshot; `relid` is locked.
+unsafe fn split_table(relid: pg_sys::Oid, piles: &mut [Pile], shuffler: &mut PileShuffler) {
+    let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    // Not SO_ALLOW_SYNC: a synchronized scan would start wherever another scan is, and the
+    // same seed must give the same order (as the query path, which turns it off).
+    let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN
+        | pg_sys::ScanOptions::SO_ALLOW_STRAT
+        | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
+    let scan = pg_sys::heap_beginscan(
+        rel,
+        pg_sys::GetActiveSnapshot(),
+        0,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        flags,
+    );
+    let mut bytes_since_check = 0u64;
+    loop {
+        // SAFETY: the returned tuple points into the scan's pinned page, valid until the next
+        // call; its bytes are copied into the pile before that.
+        let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+        if tuple.is_null() {
+            break;
+        }
+        let k = shuffler.pile(piles.len());
+        piles[k].append((*tuple).t_len, tuple_body(tuple));
+        bytes_since_check += (*tuple).t_len as u64;
+        if bytes_since_check > 1 << 20 {
+            bytes_since_check = 0;
+            check_for_interrupts!();
+        }
+    }
+    pg_sys::heap_endscan(scan);
+    pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
 }
 
 /// The write buffer of each of `n` piles: together at most a quarter of the memory bound.

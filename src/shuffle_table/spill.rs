@@ -107,7 +107,7 @@ pub unsafe fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_s
     if !fill {
         return (relid, 0);
     }
-    let rows = super::shuffle_into(query, relid, seed, max_buffer_bytes(), PILES, PILES);
+    let rows = super::shuffle_into(query, None, relid, seed, max_buffer_bytes(), PILES, PILES);
     // The planner and the buffer size read the table's statistics.
     Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
     (relid, rows as u64)
