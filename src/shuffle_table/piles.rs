@@ -365,7 +365,7 @@ pub(super) unsafe fn rows_as_stored(relid: pg_sys::Oid) -> bool {
         .iter()
         .all(|a| !a.attisdropped && !a.atthasmissing);
     // relhassubclass may stay set after the last child is dropped: then the query runs.
-    let heap =
+    let heap_without_children =
         (*(*rel).rd_rel).relam == pg_sys::HEAP_TABLE_AM_OID && !(*(*rel).rd_rel).relhassubclass;
     pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     plain_columns && heap_without_children
