@@ -15,7 +15,6 @@ statistics pass), double buffered; per epoch = the statement's totals ÷ epochs.
 over rounds; the floor twice before each training. Needs PGHOST/PGPORT/PGUSER for a cluster
 with corgipile installed (make bench-cpu does it)."""
 
-import argparse
 import os
 import statistics
 import time
@@ -24,7 +23,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
-from epoch_times import make_table
+from epoch_times import prepare, table_args
 
 HZ = os.sysconf("SC_CLK_TCK")
 CPUS = os.cpu_count()
@@ -64,20 +63,9 @@ def measure(conn, pid, io_workers, sql, params=None, out=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=4_500_000)
-    ap.add_argument("--features", type=int, default=18)
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="bench/results/cpu_budget.md")
-    args = ap.parse_args()
-    table = f"bench_clustered_{args.rows}x{args.features}"
+    args = table_args(__doc__.splitlines()[0], 5, "bench/results/cpu_budget.md")
     with psycopg.connect(autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
-        conn.execute("ALTER EXTENSION corgipile UPDATE")
-        conn.execute("SET max_parallel_workers_per_gather = 0")
-        make_table(conn, table, args.rows, args.features)
-        size = conn.execute("SELECT pg_size_pretty(pg_table_size(%s))", (table,)).fetchone()[0]
+        table, size = prepare(conn, args)
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         io_workers = [r[0] for r in conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE backend_type = 'io worker'")]
@@ -126,10 +114,7 @@ def main():
             f"| {name} | {cell(runs, 0)} | {cell(runs, 1)} | {cell(runs, 2)} | {cell(runs, 3)} | {cell(runs, 4)} "
             f"| {statistics.median(b):.3f} | {statistics.median(r[0] for r in runs) / floor_wall:.2f} "
             f"| {statistics.median(b) / floor_wall:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.out, "w") as out:
-        out.write(text)
+    provenance.write_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,29 @@ def make_table(conn, table, rows, features):
     conn.execute(f"VACUUM ANALYZE {table}")
 
 
+def table_args(description, epochs, out):
+    """The options of a bench over bench-epochs' table: --rows, --features, --epochs, --rounds, --out."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--rows", type=int, default=4_500_000)
+    ap.add_argument("--features", type=int, default=18)
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=out)
+    return ap.parse_args()
+
+
+def prepare(conn, args):
+    """The extension up to date, no parallel plans, and the table of `args` (made if missing):
+    its name and size."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
+    # A database created by an older corgipile needs its SQL objects updated.
+    conn.execute("ALTER EXTENSION corgipile UPDATE")
+    conn.execute("SET max_parallel_workers_per_gather = 0")
+    table = f"bench_clustered_{args.rows}x{args.features}"
+    make_table(conn, table, args.rows, args.features)
+    return table, conn.execute("SELECT pg_size_pretty(pg_table_size(%s))", (table,)).fetchone()[0]
+
+
 def timed(conn, sql, repeat):
     times = []
     for _ in range(repeat):
@@ -56,21 +79,9 @@ def timed(conn, sql, repeat):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=4_500_000)
-    ap.add_argument("--features", type=int, default=18)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="bench/results/epoch_times.md")
-    args = ap.parse_args()
-    table = f"bench_clustered_{args.rows}x{args.features}"
+    args = table_args(__doc__.splitlines()[0], 3, "bench/results/epoch_times.md")
     with psycopg.connect(autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
-        # A database created by an older corgipile needs its SQL objects updated.
-        conn.execute("ALTER EXTENSION corgipile UPDATE")
-        conn.execute("SET max_parallel_workers_per_gather = 0")
-        make_table(conn, table, args.rows, args.features)
-        size = conn.execute("SELECT pg_size_pretty(pg_table_size(%s))", (table,)).fetchone()[0]
+        table, size = prepare(conn, args)
         timed(conn, f"SELECT count(*) FROM {table}", 1)  # warm the cache
         count = timed(conn, f"SELECT count(*) FROM {table}", 3)
         touch = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)

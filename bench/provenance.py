@@ -48,3 +48,11 @@ def write(path, text, make_target, dbname=None):
     first = line(None, make_target, dbname)
     with open(path, "w") as f:
         f.write(first + "\n\n" + text)
+
+
+def write_report(lines, path):
+    """Prints the report's lines and writes them to `path`."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(path, "w") as out:
+        out.write(text)

@@ -13,7 +13,6 @@ there is no statistics pass; double buffering overlaps one epoch's reading with 
 training, which makes the per-epoch times in corgipile.epochs uneven); medians over rounds. Needs PGHOST/PGPORT/PGUSER for a cluster with corgipile installed
 (make bench-where does it)."""
 
-import argparse
 import statistics
 import time
 
@@ -21,26 +20,15 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
-from epoch_times import make_table, timed
+from epoch_times import prepare, table_args, timed
 
 FILTERS = [("10%", "id % 10 = 0"), ("90%", "id % 10 <> 0"), ("100% (no filter)", None)]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=4_500_000)
-    ap.add_argument("--features", type=int, default=18)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="bench/results/where_epochs.md")
-    args = ap.parse_args()
-    table = f"bench_clustered_{args.rows}x{args.features}"
+    args = table_args(__doc__.splitlines()[0], 3, "bench/results/where_epochs.md")
     with psycopg.connect(autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
-        conn.execute("ALTER EXTENSION corgipile UPDATE")
-        conn.execute("SET max_parallel_workers_per_gather = 0")
-        make_table(conn, table, args.rows, args.features)
-        size = conn.execute("SELECT pg_size_pretty(pg_table_size(%s))", (table,)).fetchone()[0]
+        table, size = prepare(conn, args)
         timed(conn, f"SELECT count(*) FROM {table}", 1)  # warm the cache
         floors = {name: [] for name, _ in FILTERS}
         epochs = {name: [] for name, _ in FILTERS}
@@ -78,10 +66,7 @@ def main():
         lines.append(
             f"| {name} | `{where or ''}` | {rows[name]:,} | {statistics.median(f):.3f} ({min(f):.3f}–{max(f):.3f}) "
             f"| {statistics.median(e):.3f} ({min(e):.3f}–{max(e):.3f}) | {ratio:.2f} | {target} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.out, "w") as out:
-        out.write(text)
+    provenance.write_report(lines, args.out)
 
 
 if __name__ == "__main__":
