@@ -26,7 +26,7 @@ import provenance
 from epoch_times import prepare, table_args
 
 HZ = os.sysconf("SC_CLK_TCK")
-CPUS = os.cpu_count()
+CPUS = len(os.sched_getaffinity(0))  # the CPUs this process may use (as the server, here)
 
 
 def cpu_seconds(path):

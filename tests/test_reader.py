@@ -322,29 +322,33 @@ def test_short_float4_arrays_after_a_nullable_column(dsn, admin):
     both_paths(dsn, t, "linear", {"label": "s", "normalize": False}, 2250, 750)
 
 
-def same_models(c, a, b, what):
-    same, w_a, w_b = c.execute(
+def same_models(c, a, b, what, trained=3000):
+    same, rows, w_a, w_b = c.execute(
         """SELECT x.weights = y.weights AND x.bias = y.bias AND x.rows_trained = y.rows_trained
-                  AND x.rows_skipped = y.rows_skipped, x.weights::text, y.weights::text
+                  AND x.rows_skipped = y.rows_skipped, x.rows_trained, x.weights::text, y.weights::text
            FROM corgipile.models x, corgipile.models y WHERE x.id = %s AND y.id = %s""", (a, b)).fetchone()
     assert same, f"{what}: the models differ\n short headers: {w_a[:300]}\n 4-byte headers: {w_b[:300]}"
+    assert rows == trained, f"{what}: {rows} rows trained, expected {trained}"
 
 
 def test_short_and_long_array_headers_give_the_same_model(dsn, admin):
     """Arrays of up to 127 bytes are stored with a 1-byte varlena header, which the reader
     widens to the 4-byte form in a buffer on the stack (no palloc per row); with STORAGE PLAIN
     the same values are stored with 4-byte headers and read in place. Dense float8[] and
-    float4[] and sparse int4[] + float8[] give bit-identical models from both tables; empty
-    arrays are skipped, and NULL elements and two dimensions refused, alike."""
-    rows = f"""SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + sin(i), cos(i * 0.7), (i % 13) / 13.0]::float8[] AS f8,
+    float4[] (the longest short array, 13 float8, and the shortest that is never short, 14) and
+    sparse int4[] + float8[] give bit-identical models from both tables; empty arrays are
+    skipped, and NULL elements and two dimensions refused, alike."""
+    rows = """SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + sin(i), cos(i * 0.7), (i % 13) / 13.0]::float8[] AS f8,
                       ARRAY[sin(i * 0.3), (i % 2)::float4, cos(i)]::float4[] AS f4,
                       ARRAY[1 + i % 5, 7 + i % 11]::int4[] AS idx, ARRAY[(i % 2) * 1.5, (i % 3) / 3.0]::float8[] AS val,
+                      array_fill(sin(i)::float8, ARRAY[12]) || ((i % 2) * 2 - 1)::float8 AS f13,
+                      array_fill(cos(i)::float8, ARRAY[13]) || ((i % 2) * 2 - 1)::float8 AS f14,
                       i % 2 AS label
                FROM generate_series(1, 3000) i"""
     with psycopg.connect(dsn, autocommit=True) as c:
         fresh(admin, "rd_hdr_short", f"CREATE TABLE rd_hdr_short AS {rows}")
         fresh(admin, "rd_hdr_long", "CREATE TABLE rd_hdr_long AS TABLE rd_hdr_short WITH NO DATA")
-        for col in ("f8", "f4", "idx", "val"):
+        for col in ("f8", "f4", "idx", "val", "f13", "f14"):
             admin.execute(f"ALTER TABLE rd_hdr_long ALTER COLUMN {col} SET STORAGE PLAIN")
         # COPY forms rows with the table's own descriptor, which says PLAIN: 4-byte headers (an
         # INSERT ... SELECT forms them with its projection's, which packs them).
@@ -352,13 +356,19 @@ def test_short_and_long_array_headers_give_the_same_model(dsn, admin):
             data = b"".join(bytes(chunk) for chunk in out)
         with admin.cursor().copy("COPY rd_hdr_long FROM STDIN") as into:
             into.write(data)
-        # 24 bytes of array header and dimensions + 24 of data: 45 with a 1-byte header.
-        assert count(admin, "rd_hdr_short", "pg_column_size(f8) = 45 AND pg_column_size(idx) = 29") == 3000
-        assert count(admin, "rd_hdr_long", "pg_column_size(f8) = 48 AND pg_column_size(idx) = 32") == 3000
+        # 24 bytes of array header and dimensions + the data: 3 bytes less with a 1-byte header.
+        # 13 float8 (128 bytes) is the longest array stored short; 14 (136) never is.
+        short = ("pg_column_size(f8) = 45 AND pg_column_size(f4) = 33 AND pg_column_size(idx) = 29"
+                 " AND pg_column_size(val) = 37 AND pg_column_size(f13) = 125 AND pg_column_size(f14) = 136")
+        long = ("pg_column_size(f8) = 48 AND pg_column_size(f4) = 36 AND pg_column_size(idx) = 32"
+                " AND pg_column_size(val) = 40 AND pg_column_size(f13) = 128 AND pg_column_size(f14) = 136")
+        assert count(admin, "rd_hdr_short", short) == 3000
+        assert count(admin, "rd_hdr_long", long) == 3000
         # Rows per page differ between the two tables, so blocks hold other rows: compare in
         # table order, without the statistics pass's sample of blocks.
         same_order = dict(BASE, shuffle="no_shuffle", normalize=False)
-        for model, params in (("logistic", {"features": "f8"}),
+        for model, params in (("logistic", {"features": "f8"}), ("logistic", {"features": "f13"}),
+                              ("svm", {"features": "f14"}),
                               ("svm", {"features": "f4"}),
                               ("logistic", {"features": {"indices": "idx", "values": "val"}, "n_features": 20})):
             a = train(c, "rd_hdr_short", model, dict(same_order, **params), defaults={})
@@ -369,7 +379,7 @@ def test_short_and_long_array_headers_give_the_same_model(dsn, admin):
             admin.execute(f"UPDATE {t} SET f8 = '{{}}' WHERE id % 7 = 0")
         a = train(c, "rd_hdr_short", "logistic", dict(same_order, features="f8"), defaults={})
         b = train(c, "rd_hdr_long", "logistic", dict(same_order, features="f8"), defaults={})
-        same_models(c, a, b, "empty arrays")
+        same_models(c, a, b, "empty arrays", 3000 - 3000 // 7)
         assert scalar(c, "SELECT rows_skipped FROM corgipile.models WHERE id = %s", (a,)) == 3000 // 7
         for bad, problem in (("ARRAY[1, NULL, 2]::float8[]", "contains NULL elements"),
                              ("ARRAY[[1, 2], [3, 4]]::float8[]", "has 2 dimensions")):

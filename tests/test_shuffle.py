@@ -202,6 +202,22 @@ def test_dropped_and_fast_default_columns(conn):
     drop(conn, "src_alt", "dst_alt")
 
 
+def test_generated_columns(conn):
+    """A stored generated column is copied as stored; on PostgreSQL 18 a virtual one (the
+    heap holds NULL, the query computes it) is copied with its values."""
+    drop(conn, "src_gen", "dst_gen")
+    virtual = scalar(conn, "SELECT current_setting('server_version_num')::int >= 180000")
+    extra = ", v int GENERATED ALWAYS AS (id * 3) VIRTUAL" if virtual else ""
+    conn.execute(f"CREATE TABLE src_gen (id int, s int GENERATED ALWAYS AS (id * 2) STORED{extra})")
+    conn.execute("INSERT INTO src_gen (id) SELECT i FROM generate_series(1, 5000) i")
+    assert shuffle(conn, "src_gen", "dst_gen", {"memory": "1MB"}) == 5000
+    assert except_all_both(conn, "SELECT * FROM src_gen", "SELECT * FROM dst_gen") == (0, 0)
+    assert scalar(conn, "SELECT count(*) FROM dst_gen WHERE s = id * 2") == 5000
+    if virtual:
+        assert scalar(conn, "SELECT count(*) FROM dst_gen WHERE v = id * 3") == 5000
+    drop(conn, "src_gen", "dst_gen")
+
+
 def test_statement_snapshot(conn, dsn):
     """Rows committed after a REPEATABLE READ snapshot are not copied; the transaction's own
     inserts and deletes are."""
@@ -467,6 +483,25 @@ def test_rls_only_visible_rows(conn, roles):
     # Created as the caller.
     assert scalar(conn, "SELECT relowner::regrole::text FROM pg_class WHERE oid = 'shuf_ws.rls_dst'::regclass") == roles
     conn.execute("DROP TABLE shuf_ws.rls_dst")
+
+
+def test_forced_rls_applies_to_the_owner(conn, roles):
+    """A table its owner reads under FORCE ROW LEVEL SECURITY: the copy has the policy's rows
+    only (the owner's own table, read whole otherwise, is not copied from its pages)."""
+    conn.execute(f"SET ROLE {roles}")
+    try:
+        conn.execute("""CREATE TABLE shuf_ws.forced AS SELECT i AS id, i % 2 AS label
+                        FROM generate_series(1, 3000) i""")
+        conn.execute("ALTER TABLE shuf_ws.forced ENABLE ROW LEVEL SECURITY")
+        conn.execute("ALTER TABLE shuf_ws.forced FORCE ROW LEVEL SECURITY")
+        conn.execute(f"CREATE POLICY halves ON shuf_ws.forced FOR SELECT TO {roles} USING (id % 2 = 0)")
+        assert shuffle(conn, "shuf_ws.forced", "shuf_ws.forced_dst") == 1500
+        assert scalar(conn, "SELECT count(*) FROM shuf_ws.forced_dst WHERE id % 2 = 1") == 0
+        conn.execute("ALTER TABLE shuf_ws.forced NO FORCE ROW LEVEL SECURITY")
+        assert shuffle(conn, "shuf_ws.forced", "shuf_ws.forced_all") == 3000
+    finally:
+        conn.execute("RESET ROLE")
+    conn.execute("DROP TABLE shuf_ws.forced, shuf_ws.forced_dst, shuf_ws.forced_all")
 
 
 def test_no_create_on_schema(conn, roles):

@@ -3,6 +3,7 @@
 use pgrx::array::RawArray;
 use pgrx::pg_sys;
 use serde::{Deserialize, Serialize};
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 /// How the label column is stored; decided once from the column type.
@@ -79,6 +80,8 @@ pub enum ArrayProblem {
 }
 
 /// Detoast a one-dimensional, NULL-free array datum, hand it to `f`, and free any detoasted copy.
+/// The array `f` sees may live in a buffer on this function's stack (`ShortVarlena`): nothing
+/// `f` returns may point into it.
 ///
 /// # Safety
 /// `datum` must be a non-NULL array datum, and this must run on the backend thread.
@@ -87,7 +90,7 @@ unsafe fn with_array<R>(
     f: impl FnOnce(&mut RawArray) -> Result<R, ArrayProblem>,
 ) -> Result<R, ArrayProblem> {
     let original = datum.cast_mut_ptr::<pg_sys::varlena>();
-    let mut scratch = ShortVarlena::EMPTY;
+    let mut scratch = ShortVarlena::uninit();
     // SAFETY: the caller guarantees a valid array varlena; pg_detoast_datum returns either the
     // same pointer (plain 4-byte-header datum) or a palloc'd, MAXALIGNed copy; `scratch`
     // outlives every use of the pointer into it.
@@ -124,15 +127,19 @@ unsafe fn with_array<R>(
     result
 }
 
-/// A short varlena (1-byte header, at most 127 bytes: an array of up to 12 float8 or 25 float4
-/// is stored so) made what PostgreSQL's detoasting would make of it — a 4-byte header and the
-/// same bytes, aligned — in a buffer on the stack instead of palloc'd memory: for a table of 8
-/// features the palloc, guarded call and pfree per row were 17% of an epoch's backend.
+/// A short varlena (1-byte header, at most 127 bytes: an array of up to 13 float8 or 26 float4
+/// or int4 is stored so) made what PostgreSQL's detoasting would make of it — a 4-byte header
+/// and the same bytes, aligned — in a buffer on the stack instead of palloc'd memory: for a
+/// table of 8 features the palloc, guarded call and pfree per row were 17% of an epoch's
+/// backend. Left uninitialized until a short varlena is copied in (it is made for every array
+/// read, most of which do not need it).
 #[repr(C, align(8))]
-struct ShortVarlena([u8; 4 + 127]);
+struct ShortVarlena(MaybeUninit<[u8; 4 + 127]>);
 
 impl ShortVarlena {
-    const EMPTY: ShortVarlena = ShortVarlena([0; 4 + 127]);
+    fn uninit() -> ShortVarlena {
+        ShortVarlena(MaybeUninit::uninit())
+    }
 
     /// The expanded copy of `ptr` if it is an in-line short varlena (not one stored out of line
     /// or compressed: those are PostgreSQL's to detoast).
@@ -143,7 +150,8 @@ impl ShortVarlena {
     unsafe fn expand(&mut self, ptr: *mut pg_sys::varlena) -> Option<*mut pg_sys::varlena> {
         // SAFETY: every varlena starts with at least one header byte; a short one holds
         // (first byte >> 1) bytes in all, that byte included (VARSIZE_1B; little-endian, as
-        // is_plain_4b). 0x01 is the external-pointer header (VARATT_IS_1B_E).
+        // is_plain_4b), at most 127: its 4-byte form fits the buffer. 0x01 is the
+        // external-pointer header (VARATT_IS_1B_E). Only the bytes written here are read.
         if !cfg!(target_endian = "little") {
             return None;
         }
@@ -152,15 +160,16 @@ impl ShortVarlena {
             return None;
         }
         let body = (first >> 1) as usize - 1;
-        let total = 4 + body;
+        let to = self.0.as_mut_ptr().cast::<u8>();
         // SET_VARSIZE_4B (little-endian): the total size shifted past the two flag bits.
-        self.0[..4].copy_from_slice(&((total as u32) << 2).to_le_bytes());
-        std::ptr::copy_nonoverlapping(ptr.cast::<u8>().add(1), self.0.as_mut_ptr().add(4), body);
-        Some(self.0.as_mut_ptr().cast())
+        let header = (((4 + body) as u32) << 2).to_le_bytes();
+        std::ptr::copy_nonoverlapping(header.as_ptr(), to, 4);
+        std::ptr::copy_nonoverlapping(ptr.cast::<u8>().add(1), to.add(4), body);
+        Some(to.cast())
     }
 
     fn holds(&self, ptr: *mut pg_sys::varlena) -> bool {
-        std::ptr::eq(ptr.cast::<u8>(), self.0.as_ptr())
+        std::ptr::eq(ptr.cast::<u8>(), self.0.as_ptr().cast::<u8>())
     }
 }
 

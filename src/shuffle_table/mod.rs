@@ -4,7 +4,9 @@
 //!
 //! Pass 1 runs `SELECT cols FROM source` through the executor (privileges, row-level security
 //! and the statement's snapshot as for any query) into a receiver that appends each row, as a
-//! minimal tuple, to one of M piles: PostgreSQL temporary files (`BufFile`), so
+//! minimal tuple, to one of M piles — or, for a plain table whose stored tuples are exactly
+//! those rows for the caller (`piles::rows_as_stored`), copies them from a heap scan of its own
+//! in the same snapshot and order, without the executor's slot per row —: PostgreSQL temporary files (`BufFile`), so
 //! temp_tablespaces and temp_file_limit apply and an ERROR or cancel deletes them. Pass 2
 //! reads one pile at a time into memory, shuffles it and appends it to the new table with the
 //! bulk insert path, as CREATE TABLE AS does. A pile larger than the memory bound is split

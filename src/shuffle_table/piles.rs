@@ -8,7 +8,7 @@ use corgipile_ml::prefetch::prefetch_bytes;
 use corgipile_ml::shuffle::{pile_count, PileShuffler};
 use pgrx::prelude::*;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
-use std::ffi::CString;
+use std::ffi::{c_char, CString};
 
 use super::*;
 
@@ -342,14 +342,22 @@ pub(super) unsafe fn split_into_piles(
 /// Whether `relid`'s stored tuples are exactly the rows of `SELECT * FROM relid` as the caller
 /// sees them, so that pass 1 may copy them from the pages: a heap table without inheritance
 /// children (the query reads theirs too) that the caller may read whole (SELECT on the table,
-/// no row-level security in force), with no dropped column (`*` leaves it out) and no column
-/// added with a default since rows were written (older tuples lack it: the query fills it in).
-/// Anything else (partitioned tables, materialized views, column privileges) runs the query.
+/// no row-level security in force), with no dropped column (`*` leaves it out), no column
+/// added with a default since rows were written (older tuples lack it: the query fills it in)
+/// and no virtual generated column (PostgreSQL 18 stores NULL: the query computes it); and no
+/// executor permission hook loaded (sepgsql decides, pgaudit logs, through it: only the query
+/// calls it). Anything else (partitioned tables, materialized views, column privileges) runs
+/// the query.
 ///
 /// # Safety
 /// Backend thread, in a transaction; `relid` is locked.
 pub(super) unsafe fn rows_as_stored(relid: pg_sys::Oid) -> bool {
-    if pg_sys::get_rel_relkind(relid) as u8 != pg_sys::RELKIND_RELATION
+    // SAFETY (every call here): catalog and relcache lookups of a locked relation on the
+    // backend thread; the relation is opened and closed with the lock already held.
+    // The hook is read by value, once (a plain load of the backend's global).
+    let perms_hook = std::ptr::addr_of!(pg_sys::ExecutorCheckPerms_hook).read();
+    if perms_hook.is_some()
+        || pg_sys::get_rel_relkind(relid) as u8 != pg_sys::RELKIND_RELATION
         || pg_sys::pg_class_aclcheck(
             relid,
             pg_sys::GetUserId(),
@@ -363,7 +371,7 @@ pub(super) unsafe fn rows_as_stored(relid: pg_sys::Oid) -> bool {
     let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     let plain_columns = crate::pg::compat::tuple_desc_attrs((*rel).rd_att)
         .iter()
-        .all(|a| !a.attisdropped && !a.atthasmissing);
+        .all(|a| !a.attisdropped && !a.atthasmissing && a.attgenerated != b'v' as c_char);
     // relhassubclass may stay set after the last child is dropped: then the query runs.
     let heap_without_children =
         (*(*rel).rd_rel).relam == pg_sys::HEAP_TABLE_AM_OID && !(*(*rel).rd_rel).relhassubclass;
@@ -377,6 +385,9 @@ pub(super) unsafe fn rows_as_stored(relid: pg_sys::Oid) -> bool {
 /// # Safety
 /// Backend thread, in a transaction with an active snapshot; `relid` is locked.
 unsafe fn split_table(relid: pg_sys::Oid, piles: &mut [Pile], shuffler: &mut PileShuffler) {
+    // SAFETY: as for rows_as_stored; the scan is ended and the relation closed below, or, on
+    // ERROR, released by the transaction's abort (buffer pins, relcache reference) like any
+    // executor scan's.
     let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     // Not SO_ALLOW_SYNC: a synchronized scan would start wherever another scan is, and the
     // same seed must give the same order (as the query path, which turns it off).
