@@ -4,9 +4,10 @@
 //!
 //! Pass 1 runs `SELECT cols FROM source` through the executor (privileges, row-level security
 //! and the statement's snapshot as for any query) into a receiver that appends each row, as a
-//! minimal tuple, to one of M piles — or, for a plain table whose stored tuples are exactly
-//! those rows for the caller (`piles::rows_as_stored`), copies them from a heap scan of its own
-//! in the same snapshot and order, without the executor's slot per row —: PostgreSQL temporary files (`BufFile`), so
+//! minimal tuple, to one of M piles (for a plain table whose stored tuples are exactly those
+//! rows for the caller, `piles::rows_as_stored`, a heap scan of our own gives the same tuples
+//! in the same snapshot and order, without the executor's slot per row). The piles are
+//! PostgreSQL temporary files (`BufFile`), so
 //! temp_tablespaces and temp_file_limit apply and an ERROR or cancel deletes them. Pass 2
 //! reads one pile at a time into memory, shuffles it and appends it to the new table with the
 //! bulk insert path, as CREATE TABLE AS does. A pile larger than the memory bound is split
@@ -31,7 +32,7 @@ use write::{receive_slot, receiver_noop, receiver_startup, PileReceiver, Writer}
 
 mod piles;
 pub mod spill;
-use piles::{shuffle_pile, split_into_piles, tuple_body, LoadedPile, Pile};
+use piles::{shuffle_pile, split_into_piles, to_random_pile, tuple_body, LoadedPile, Pile};
 
 const KEYS: [&str; 3] = ["seed", "memory", "columns"];
 /// Most piles one pass writes (each open temporary file buffers one 8 kB block).

@@ -339,6 +339,27 @@ pub(super) unsafe fn split_into_piles(
     piles
 }
 
+/// A row (a heap tuple's length and `tuple_body`) appended to a random one of `piles`; cancel is
+/// answered every ~1 MB of rows (`bytes_since_check` counts them).
+///
+/// # Safety
+/// Backend thread.
+pub(super) unsafe fn to_random_pile(
+    piles: &mut [Pile],
+    shuffler: &mut PileShuffler,
+    t_len: u32,
+    body: &[u8],
+    bytes_since_check: &mut u64,
+) {
+    let k = shuffler.pile(piles.len());
+    piles[k].append(t_len, body);
+    *bytes_since_check += t_len as u64;
+    if *bytes_since_check > 1 << 20 {
+        *bytes_since_check = 0;
+        check_for_interrupts!();
+    }
+}
+
 /// Whether `relid`'s stored tuples are exactly the rows of `SELECT * FROM relid` as the caller
 /// sees them, so that pass 1 may copy them from the pages: a heap table without inheritance
 /// children (the query reads theirs too) that the caller may read whole (SELECT on the table,
@@ -410,13 +431,13 @@ unsafe fn split_table(relid: pg_sys::Oid, piles: &mut [Pile], shuffler: &mut Pil
         if tuple.is_null() {
             break;
         }
-        let k = shuffler.pile(piles.len());
-        piles[k].append((*tuple).t_len, tuple_body(tuple));
-        bytes_since_check += (*tuple).t_len as u64;
-        if bytes_since_check > 1 << 20 {
-            bytes_since_check = 0;
-            check_for_interrupts!();
-        }
+        to_random_pile(
+            piles,
+            shuffler,
+            (*tuple).t_len,
+            tuple_body(tuple),
+            &mut bytes_since_check,
+        );
     }
     pg_sys::heap_endscan(scan);
     pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
@@ -466,13 +487,13 @@ pub(super) unsafe fn shuffle_pile(
             let mut reader = PileReader::new(&pile, (memory / 4) as usize);
             let mut bytes_since_check = 0u64;
             while let Some((t_len, body)) = reader.next() {
-                let k = sub_shuffler.pile(n);
-                subs[k].append(t_len, body);
-                bytes_since_check += t_len as u64;
-                if bytes_since_check > 1 << 20 {
-                    bytes_since_check = 0;
-                    check_for_interrupts!();
-                }
+                to_random_pile(
+                    &mut subs,
+                    &mut sub_shuffler,
+                    t_len,
+                    body,
+                    &mut bytes_since_check,
+                );
             }
         }
         pile.close();

@@ -26,17 +26,15 @@ pub(super) unsafe extern "C-unwind" fn receive_slot(
     // A row straight from the table's buffer needs no copy; a projected one is formed here.
     let mut should_free = false;
     let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
-    let k = shuffler.pile(piles.len());
-    let t_len = (*tuple).t_len;
-    piles[k].append(t_len, tuple_body(tuple));
-    receiver.bytes_since_check += (*tuple).t_len as u64;
+    to_random_pile(
+        piles,
+        shuffler,
+        (*tuple).t_len,
+        tuple_body(tuple),
+        &mut receiver.bytes_since_check,
+    );
     if should_free {
         pg_sys::heap_freetuple(tuple);
-    }
-    // Cancel is answered every ~1 MB of rows.
-    if receiver.bytes_since_check > 1 << 20 {
-        receiver.bytes_since_check = 0;
-        check_for_interrupts!();
     }
     true
 }
