@@ -234,6 +234,33 @@ impl TupleArena {
         self.push_group();
     }
 
+    /// Whether [`move_rows_to`](Self::move_rows_to) can take rows of this arena: dense, not
+    /// scaled.
+    pub fn can_move_rows(&self) -> bool {
+        !self.sparse && self.scaled_rows == 0
+    }
+
+    /// Moves rows `from..` to the end of `to`, in order (groups with them), and truncates this
+    /// arena to `from` rows. Both dense and unscaled ([`can_move_rows`](Self::can_move_rows)),
+    /// of one row length, grouped alike. `to` grows only if its room is short of the rows.
+    pub fn move_rows_to(&mut self, from: usize, to: &mut TupleArena) {
+        assert!(
+            self.can_move_rows() && to.can_move_rows(),
+            "move_rows_to: dense, unscaled arenas"
+        );
+        assert_eq!(self.n_features, to.n_features, "move_rows_to: row length");
+        assert_eq!(self.grouped, to.grouped, "move_rows_to: grouped alike");
+        let n = self.n_features;
+        to.values.extend_from_slice(&self.values[from * n..]);
+        to.labels.extend_from_slice(&self.labels[from..]);
+        self.values.truncate(from * n);
+        self.labels.truncate(from);
+        if self.grouped {
+            to.groups.extend_from_slice(&self.groups[from..]);
+            self.groups.truncate(from);
+        }
+    }
+
     /// How to shuffle this arena once it is filled with up to `rows` rows: bucketed (see
     /// [`BufferShuffle`]) when it is dense, empty, and has room reserved for them — when 0.4.0
     /// filled it scattered into buckets, whose visiting order this keeps — otherwise one

@@ -529,3 +529,48 @@ fn a_grouped_arena_keeps_each_rows_group_with_it() {
     );
     assert_eq!(TupleArena::new(2, 2).group(0), NO_GROUP, "no groups: none");
 }
+
+#[test]
+fn move_rows_to_moves_the_tail_in_order_and_keeps_the_head() {
+    let mut last = TupleArena::new(2, 8);
+    let mut next = TupleArena::new(2, 8);
+    last.set_grouped().unwrap();
+    next.set_grouped().unwrap();
+    for i in 0..5 {
+        last.set_next_group(i);
+        last.push(i as f64, &[i as f64, 10.0 * i as f64]);
+    }
+    next.push(99.0, &[9.0, 9.0]);
+    next.clear();
+    let room = next.values.capacity();
+    last.move_rows_to(2, &mut next);
+    assert_eq!(last.len(), 2);
+    assert_eq!(last.features(1), &[1.0, 10.0]);
+    assert_eq!(last.group(1), 1);
+    assert_eq!(next.len(), 3);
+    for (k, i) in (2..5).enumerate() {
+        assert_eq!(next.features(k), &[i as f64, 10.0 * i as f64]);
+        assert_eq!(next.label(k), i as f64);
+        assert_eq!(next.group(k), i as u32);
+    }
+    assert_eq!(next.values.capacity(), room, "no new allocation");
+    // Rows pushed after the moved ones follow them.
+    next.set_next_group(7);
+    next.push(7.0, &[7.0, 70.0]);
+    assert_eq!(next.features(3), &[7.0, 70.0]);
+    assert_eq!(next.group(3), 7);
+}
+
+#[test]
+fn only_dense_unscaled_arenas_move_rows() {
+    assert!(TupleArena::new(2, 2).can_move_rows());
+    assert!(!TupleArena::new_sparse(2, 4).can_move_rows());
+    let mut scaled = TupleArena::new(1, 2);
+    let s = Standardizer {
+        mean: vec![0.0],
+        scale: vec![1.0],
+        center: false,
+    };
+    scaled.push_standardized(1.0, &[1.0], &s);
+    assert!(!scaled.can_move_rows());
+}

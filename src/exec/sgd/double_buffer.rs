@@ -173,6 +173,11 @@ impl Worker {
         reply
     }
 
+    /// Whether a reply is waiting (`wait` would not block).
+    pub fn has_reply(&self) -> bool {
+        !self.replies.is_empty()
+    }
+
     pub fn finish(mut self) -> Trials {
         self.jobs = None;
         let handle = self.handle.take().expect("worker running");

@@ -4,10 +4,11 @@
 use super::double_buffer::{raise_reply, Job, Reply, Worker};
 use super::SgdNode;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
+use crate::pg::error::raise;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{EpochStats, TrainError};
 use corgipile_ml::trials::Trials;
-use pgrx::pg_sys;
+use pgrx::{pg_sys, PgSqlErrorCode};
 
 impl SgdNode {
     /// One epoch, double-buffered: the worker trains one buffer while we fill the next. With
@@ -44,6 +45,11 @@ impl SgdNode {
                 None => shuffle.next_buffer(spares.pop()),
             };
             let Some(buffer) = next else { break };
+            // The worker still trains the buffer before (in flight, none spare): see
+            // end_epoch_filling_ahead.
+            if fill_next && in_flight > 0 && spares.is_empty() && shuffle.can_fill_ahead(&buffer) {
+                return self.end_epoch_filling_ahead(worker, shuffle, spares, buffer, snapshot);
+            }
             worker.send(Job::Train(buffer)).unwrap_or_else(|r| {
                 raise_reply(r, &self.label_text(), self.config.params.normalize)
             });
@@ -63,6 +69,58 @@ impl SgdNode {
             pg_sys::ExecReScan(self.child);
             next_first = Some(shuffle.next_buffer(spares.pop()));
         }
+        while end.is_none() {
+            end = self.take_reply(worker, spares);
+        }
+        let (result, labels_seen, model) = end.expect("the epoch ended");
+        EpochEnd {
+            result,
+            labels_seen,
+            model,
+            next_first,
+            rows_of_epoch,
+        }
+    }
+
+    /// The end of a double-buffered epoch whose last buffer, `last`, is short of full (the
+    /// usual case: a table is rarely a whole number of buffers) while the worker still trains
+    /// the one before it. Waiting for that buffer to come back before reading the next epoch
+    /// into it left the backend idle about one buffer's training, every epoch. Instead the
+    /// next epoch's scan begins at once and its first rows go into `last`'s room until the
+    /// worker is done; they are then moved into the returned buffer, `last` (now only its own
+    /// rows) goes to the worker, and the next epoch's first buffer is filled on. Its rows and
+    /// their order are what the plain end would have read: the models are the same.
+    unsafe fn end_epoch_filling_ahead(
+        &mut self,
+        worker: &mut Worker,
+        shuffle: &mut TupleShuffle,
+        spares: &mut Vec<ShuffledBuffer>,
+        mut last: ShuffledBuffer,
+        snapshot: bool,
+    ) -> EpochEnd {
+        let rows_of_epoch = Some((shuffle.counts().rows, shuffle.counts().rows_skipped));
+        pg_sys::ExecReScan(self.child);
+        let from = shuffle.fill_ahead(&mut last, || worker.has_reply());
+        while spares.is_empty() {
+            if self.take_reply(worker, spares).is_some() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    "corgipile SGD worker ended an epoch before its last buffer",
+                    None,
+                );
+            }
+        }
+        let recycled = spares.pop().expect("a buffer came back");
+        let next = shuffle.take_ahead(recycled, &mut last, from);
+        let normalize = self.config.params.normalize;
+        worker
+            .send(Job::Train(last))
+            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), normalize));
+        worker
+            .send(Job::EndEpoch { snapshot })
+            .unwrap_or_else(|r| raise_reply(r, &self.label_text(), normalize));
+        let next_first = Some(shuffle.fill_on(next));
+        let mut end = None;
         while end.is_none() {
             end = self.take_reply(worker, spares);
         }

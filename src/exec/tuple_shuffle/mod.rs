@@ -109,6 +109,8 @@ pub struct TupleShuffle {
     /// Distinct training rows read this epoch (mrs hands SGD more tuples than that).
     rows_this_epoch: u64,
     buffers_filled: u64,
+    /// Rows of a next epoch read into the room of an epoch's last buffer (see `fill_ahead`).
+    rows_read_ahead: u64,
     tuples_read: u64,
     table_bytes: u64,
 }
@@ -213,20 +215,32 @@ impl TupleShuffle {
         &mut self,
         recycled: Option<ShuffledBuffer>,
     ) -> Option<ShuffledBuffer> {
+        let buffer = self.recycle(recycled);
+        self.fill(buffer)
+    }
+
+    /// The buffer to fill next: `recycled` (or the one the last pass came back with) emptied,
+    /// and its tuple shuffle planned.
+    fn recycle(&mut self, recycled: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+        self.plan = BufferShuffle::Whole;
+        recycled.or_else(|| self.kept.take()).map(|mut b| {
+            b.arena.clear();
+            b.order.clear();
+            b.pending = None;
+            self.plan_shuffle(&b.arena);
+            b
+        })
+    }
+
+    /// Fills `buffer` (from `recycle`, None before the first) on to its capacity; None when
+    /// the epoch has no more tuples.
+    unsafe fn fill(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
         // The SGD node pulls whole buffers, bypassing ExecProcNode: count them for EXPLAIN ANALYZE.
         let instrument = (*self.node).instrument;
         if !instrument.is_null() {
             pg_sys::InstrStartNode(instrument);
         }
         let before = self.tuples_read;
-        self.plan = BufferShuffle::Whole;
-        let buffer = recycled.or_else(|| self.kept.take()).map(|mut b| {
-            b.arena.clear();
-            b.order.clear();
-            b.pending = None;
-            self.plan_shuffle(&b.arena);
-            b
-        });
         let buffer = match self.rows.config().params.shuffle {
             ShuffleMode::SlidingWindow | ShuffleMode::Mrs => self.fill_streamed(buffer),
             _ => self.fill_blocked(buffer),
@@ -250,6 +264,41 @@ impl TupleShuffle {
             });
         }
         Some(b)
+    }
+
+    /// Whether `last`, the buffer just filled, ended the pass short of full, with room the
+    /// next pass's first rows can be read into ahead (`fill_ahead`): a dense, unscaled buffer
+    /// of a strategy that fills buffers in scan order.
+    pub fn can_fill_ahead(&self, last: &ShuffledBuffer) -> bool {
+        self.exhausted
+            && !matches!(
+                self.rows.config().params.shuffle,
+                ShuffleMode::SlidingWindow | ShuffleMode::Mrs
+            )
+            && self.sparse_scale.is_none()
+            && last.arena.can_move_rows()
+            && last.arena.len() < self.capacity
+    }
+
+    /// The next pass's first buffer begun with the rows `fill_ahead` read into `last` from row
+    /// `from` on, moved out of it (leaving `last` as the pass handed it back) into `recycled`;
+    /// `fill_on` fills it on. The same rows, in the same order, as `next_buffer` would have
+    /// read into `recycled`.
+    pub fn take_ahead(
+        &mut self,
+        recycled: ShuffledBuffer,
+        last: &mut ShuffledBuffer,
+        from: usize,
+    ) -> ShuffledBuffer {
+        let mut next = self.recycle(Some(recycled)).expect("a buffer to fill");
+        self.rows_read_ahead += (last.arena.len() - from) as u64;
+        last.arena.move_rows_to(from, &mut next.arena);
+        next
+    }
+
+    /// Fills the buffer `take_ahead` began on to its capacity.
+    pub unsafe fn fill_on(&mut self, begun: ShuffledBuffer) -> Option<ShuffledBuffer> {
+        self.fill(Some(begun))
     }
 
     /// corgipile: how the buffer about to be filled into `arena` (empty) is to be shuffled,
@@ -440,6 +489,7 @@ unsafe fn begin(
         rows_skipped_this_epoch: 0,
         rows_this_epoch: 0,
         buffers_filled: 0,
+        rows_read_ahead: 0,
         tuples_read: 0,
         table_bytes,
     }
@@ -533,6 +583,9 @@ impl Node for TupleShuffle {
             }
             explain::int(es, "Buffers Filled", state.buffers_filled as i64);
             explain::int(es, "Tuples Decoded", state.tuples_read as i64);
+            if params.double_buffer {
+                explain::int(es, "Rows Read Ahead", state.rows_read_ahead as i64);
+            }
             explain::int(
                 es,
                 "Rows Skipped Per Epoch",

@@ -2,7 +2,7 @@
 //! for a query of dense training rows only (`pull_dense_rows`): the per-row work that bounds
 //! an epoch.
 
-use super::{block_shuffle, Pulled, TupleShuffle};
+use super::{block_shuffle, Pulled, ShuffledBuffer, TupleShuffle};
 use crate::decode::{Skip, Target};
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::TupleArena;
@@ -121,6 +121,47 @@ impl TupleShuffle {
         );
         self.rows_skipped_this_epoch += skipped;
         self.count_taken(taken);
+    }
+
+    /// The next pass's first rows (it has begun: rescanned), read into the room the pass's
+    /// last buffer `last` left while the SGD worker trains the buffer before it, until `back()`
+    /// says that buffer has come back (or the room is full, or the pass ends): the backend
+    /// would otherwise wait for it idle, once an epoch. Returns where the rows begin in
+    /// `last`; `take_ahead` moves them into the next buffer.
+    pub unsafe fn fill_ahead(
+        &mut self,
+        last: &mut ShuffledBuffer,
+        mut back: impl FnMut() -> bool,
+    ) -> usize {
+        let from = last.arena.len();
+        let instrument = (*self.node).instrument;
+        if !instrument.is_null() {
+            pg_sys::InstrStartNode(instrument);
+        }
+        let before = self.tuples_read;
+        let dense_rows = self.direct == Some(2) && self.rows.dense_rows_only();
+        // pull_row takes the arena as an Option; the arena's vectors stay where they are.
+        let mut arena = Some(std::mem::take(&mut last.arena));
+        while !back() {
+            let a = arena.as_mut().expect("taken above");
+            if a.len() >= self.capacity {
+                break;
+            }
+            if dense_rows {
+                self.pull_dense_rows(a);
+                if a.len() >= self.capacity || back() {
+                    break;
+                }
+            }
+            if matches!(self.pull_row(&mut arena), Pulled::Done) {
+                break;
+            }
+        }
+        last.arena = arena.expect("taken above");
+        if !instrument.is_null() {
+            pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
+        }
+        from
     }
 
     /// `n` more training or validation rows taken this epoch (BlockShuffle's sampling stops
