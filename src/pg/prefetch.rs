@@ -14,8 +14,7 @@
 //! segment files are opened read-only by the path PostgreSQL gives the relation
 //! (`GetRelationPath`, relative to the data directory, the backend's working directory; the
 //! thread shares it). A file that cannot be opened, or a thread that cannot start, only loses
-//! the hints. A range the page cache already holds (asked with `cachestat`, Linux 6.5+) is not
-//! hinted: on a warm table the hints only cost CPU.
+//! the hints.
 
 use pgrx::pg_sys;
 
@@ -145,7 +144,6 @@ fn hint_thread(path: String, ranges: crossbeam_channel::Receiver<(u32, u32)>) {
     let mut segments: Vec<Option<Option<std::fs::File>>> = Vec::new();
     let segment_pages = pg_sys::RELSEG_SIZE as u64;
     let block = pg_sys::BLCKSZ as i64;
-    let mut cached = PageCache::new();
     while let Ok((start, len)) = ranges.recv_timeout(std::time::Duration::from_secs(1)) {
         let (mut page, end) = (start as u64, start as u64 + len as u64);
         while page < end {
@@ -164,12 +162,6 @@ fn hint_thread(path: String, ranges: crossbeam_channel::Receiver<(u32, u32)>) {
                 std::fs::File::open(name).ok()
             });
             if let Some(file) = file {
-                // A range already in the page cache needs no hint: on a warm table the hints
-                // only walked the cache (about 0.1 s of CPU an epoch of a 925 MB table).
-                if cached.all_cached(file, in_segment as i64 * block, pages as i64 * block) {
-                    page += pages;
-                    continue;
-                }
                 let mut at = in_segment;
                 while at < in_segment + pages {
                     let chunk = (in_segment + pages - at).min(HINT_PAGES);
@@ -188,76 +180,5 @@ fn hint_thread(path: String, ranges: crossbeam_channel::Receiver<(u32, u32)>) {
             }
             page += pages;
         }
-    }
-}
-
-/// Asks the kernel how much of a file range is in its page cache (`cachestat`, Linux 6.5+).
-#[cfg(not(pg_since = "17"))]
-struct PageCache {
-    /// False once the kernel has said it has no `cachestat` (or forbids it): then every range
-    /// is hinted, as before.
-    available: bool,
-    os_page: i64,
-}
-
-#[cfg(not(pg_since = "17"))]
-impl PageCache {
-    /// `cachestat`'s number in the generic system call table (x86_64 and arm64 alike). Not
-    /// named by the libc crate for every target yet.
-    const CACHESTAT: libc::c_long = 451;
-
-    fn new() -> PageCache {
-        // SAFETY: sysconf only reads a system constant.
-        let os_page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        PageCache {
-            available: os_page > 0,
-            os_page: os_page as i64,
-        }
-    }
-
-    /// Whether every page of `len` bytes at `offset` of `file` is in the page cache; false
-    /// when unknown.
-    fn all_cached(&mut self, file: &std::fs::File, offset: i64, len: i64) -> bool {
-        use std::os::unix::io::AsRawFd;
-        if !self.available {
-            return false;
-        }
-        #[repr(C)]
-        struct Range {
-            off: u64,
-            len: u64,
-        }
-        #[repr(C)]
-        #[derive(Default)]
-        struct Stat {
-            nr_cache: u64,
-            nr_dirty: u64,
-            nr_writeback: u64,
-            nr_evicted: u64,
-            nr_recently_evicted: u64,
-        }
-        let range = Range {
-            off: offset as u64,
-            len: len as u64,
-        };
-        let mut stat = Stat::default();
-        // SAFETY: cachestat reads `range` and writes `stat`, both live and laid out as the
-        // kernel's struct cachestat_range and struct cachestat (five u64s); the flags must be 0.
-        // It only reads the page cache's state of a descriptor this thread owns.
-        let rc = unsafe {
-            libc::syscall(
-                Self::CACHESTAT,
-                file.as_raw_fd(),
-                &range as *const Range,
-                &mut stat as *mut Stat,
-                0u32,
-            )
-        };
-        if rc != 0 {
-            // ENOSYS (an older kernel), EPERM (a seccomp filter), ...: stop asking.
-            self.available = false;
-            return false;
-        }
-        stat.nr_cache as i64 * self.os_page >= len
     }
 }

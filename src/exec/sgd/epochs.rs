@@ -12,8 +12,10 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 
 impl SgdNode {
     /// One epoch, double-buffered: the worker trains one buffer while we fill the next. With
-    /// `fill_next`, once this epoch's last buffer is handed over, the next epoch's scan begins
-    /// and its first buffer is filled while the worker finishes (otherwise both sides would
+    /// `fill_next` the next epoch's scan begins before the worker has finished this one: once
+    /// this epoch's last buffer is handed over, or, when that buffer is short of full and the
+    /// worker still trains the one before it, right away (`end_epoch_filling_ahead`); the next
+    /// epoch's first buffer is filled while the worker finishes (otherwise both sides would
     /// wait on each other at every epoch boundary: about one buffer's fill and one's training).
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn epoch_with_worker(

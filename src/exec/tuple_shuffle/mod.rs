@@ -290,6 +290,8 @@ impl TupleShuffle {
         last: &mut ShuffledBuffer,
         from: usize,
     ) -> ShuffledBuffer {
+        // Planned while empty, as next_buffer plans it (a buffer planned full is shuffled
+        // another way), then given the rows.
         let mut next = self.recycle(Some(recycled)).expect("a buffer to fill");
         self.rows_read_ahead += (last.arena.len() - from) as u64;
         last.arena.move_rows_to(from, &mut next.arena);
