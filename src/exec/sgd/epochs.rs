@@ -71,17 +71,7 @@ impl SgdNode {
             pg_sys::ExecReScan(self.child);
             next_first = Some(shuffle.next_buffer(spares.pop()));
         }
-        while end.is_none() {
-            end = self.take_reply(worker, spares);
-        }
-        let (result, labels_seen, model) = end.expect("the epoch ended");
-        EpochEnd {
-            result,
-            labels_seen,
-            model,
-            next_first,
-            rows_of_epoch,
-        }
+        self.epoch_end(worker, spares, end, next_first, rows_of_epoch)
     }
 
     /// The end of a double-buffered epoch whose last buffer, `last`, is short of full (the
@@ -122,7 +112,19 @@ impl SgdNode {
             .send(Job::EndEpoch { snapshot })
             .unwrap_or_else(|r| raise_reply(r, &self.label_text(), normalize));
         let next_first = Some(shuffle.fill_on(next));
-        let mut end = None;
+        self.epoch_end(worker, spares, None, next_first, rows_of_epoch)
+    }
+
+    /// The epoch's end as the worker reports it (`end`, when it came already), with the next
+    /// epoch's first buffer and this epoch's row counts when its scan has begun.
+    unsafe fn epoch_end(
+        &mut self,
+        worker: &mut Worker,
+        spares: &mut Vec<ShuffledBuffer>,
+        mut end: Option<EpochResult>,
+        next_first: Option<Option<ShuffledBuffer>>,
+        rows_of_epoch: Option<(u64, u64)>,
+    ) -> EpochEnd {
         while end.is_none() {
             end = self.take_reply(worker, spares);
         }
