@@ -66,7 +66,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -98,6 +98,7 @@ help:
 	@echo "  bench-where    an epoch with a \"where\" filter (10%, 90% of rows) vs SELECT sum(...) WHERE the same (bench/results/where_epochs.md; a few minutes)"
 	@echo "  bench-incremental  nightly \"since\" trainings vs full retraining on a table growing 10% a day for 10 days (bench/results/incremental.md; ~10 min)"
 	@echo "  bench-spill    corgipile_train_query over a join vs CREATE TABLE AS + training (bench/results/spill_cost.md; a few minutes)"
+	@echo "  bench-small-blocks  test accuracy by block size on small tables stored by label (bench/results/small_block_sizes.md)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
 	@echo "  bench-cpu      where an epoch's CPU time goes (backend, its threads, I/O workers) next to the scan floor's, and the bound 2 CPUs set (bench/results/cpu_budget.md; a minute)"
 	@echo "  bench-tables   corgipile_evaluate, _confusion_matrix, _roc_curve, _calibration vs a plain scan (bench/results/evaluation_tables.md; a minute)"
@@ -346,6 +347,11 @@ bench-groups: setup-python install
 bench-predict: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/predict_row.py
+
+# Larger blocks read small tables faster from storage: what they cost in accuracy.
+bench-small-blocks: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/small_block_sizes.py
 
 bench-tables: setup-python install
 	$(CLUSTER) start
