@@ -79,6 +79,8 @@ pub struct BlockShuffle {
     /// "10% of the table" must mean 10% of the data, not of the pointers to it.
     toast_pages: u64,
     block_pages: u32,
+    /// How many pages the hints run ahead of the reader (see `read_ahead`).
+    hint_window: u64,
     blocks: Vec<Block>,
     /// This process's part of every epoch's blocks (parallel training).
     share: BlockShare,
@@ -151,7 +153,7 @@ impl BlockShuffle {
         let mut order: Vec<usize> = permutation.iter().map(|&i| self.order[i]).collect();
         order[..blocks].sort_unstable();
         self.order = order;
-        self.read_ahead = ReadAhead::new(true);
+        self.read_ahead = ReadAhead::new(true, self.hint_window);
         self.set_leaf_ranges();
         self.sample = Some(Sample { blocks, min_rows });
         self.sampled_blocks = Some(blocks);
@@ -197,7 +199,10 @@ impl BlockShuffle {
                 mine
             });
         }
-        self.read_ahead = ReadAhead::new(self.config.params.shuffle.shuffles_blocks());
+        self.read_ahead = ReadAhead::new(
+            self.config.params.shuffle.shuffles_blocks(),
+            self.hint_window,
+        );
         self.next_block = 0;
         self.sample = None;
         self.rows_taken = 0;
@@ -430,11 +435,12 @@ unsafe fn begin(
         n_pages += pages as u64;
         toast += toast_pages(leaf.rel) as u64;
     }
+    let buffer_pages = buffer_pages(&config, &leaves, n_pages);
     let block_pages = resolve_block_pages(
         config.params.block_size,
         n_pages.min(u32::MAX as u64) as u32,
         pg_sys::BLCKSZ,
-        buffer_pages(&config, &leaves, n_pages),
+        buffer_pages,
     );
     // "since" (one table): the blocks before its first new page, then the new ones.
     let from = match (config.read_from, leaf_pages.as_slice()) {
@@ -481,10 +487,11 @@ unsafe fn begin(
         n_pages,
         toast_pages: toast,
         block_pages,
+        hint_window: read_ahead::hint_window(buffer_pages),
         blocks,
         share: BlockShare::ALL,
         order: Vec::new(),
-        read_ahead: ReadAhead::new(false),
+        read_ahead: ReadAhead::new(false, 0),
         next_block: 0,
         in_block: false,
         cursor: PageCursor::default(),

@@ -11,18 +11,29 @@ use super::Block;
 
 /// Blocks of a batch this close are hinted as one range, the pages between them too: small
 /// blocks (the auto size of a small table is one page) would otherwise be many random 8 kB
-/// reads, where one sequential read of 256 kB costs about as much as one of them. Every page is
-/// read in every epoch, so a page read early is one a later batch finds cached.
-const GAP_PAGES: u32 = 32;
+/// reads. Every page is read in every epoch, so a page read early is one a later batch finds
+/// cached. (32 pages read more of what the reader does not wait for: a cold epoch of a 31 MB
+/// table of one-page blocks took 0.064 s with 32, 0.057 s with 8, the 925 MB table's the same.)
+const GAP_PAGES: u32 = 8;
 
-/// How far ahead of the reader pages are hinted (16 MB): enough reads in flight to keep the
-/// device busy, few enough that they do not crowd out the reads the reader waits for.
-const WINDOW_PAGES: u64 = 2048;
+/// How far ahead of the reader pages are hinted at most (16 MB): enough reads in flight to
+/// keep the device busy, few enough that they do not crowd out the reads the reader waits for.
+const MAX_WINDOW_PAGES: u64 = 2048;
+
+/// How far ahead of the reader the pages of a pass whose buffer holds `buffer_pages` pages are
+/// hinted: at most one buffer. Further, the kernel reads pages of the next buffer before those
+/// of this one the reader waits for: on the 31 MB table (a buffer of 380 one-page blocks) a
+/// 2048-page window merged into ranges over most of the table and a cold epoch took 0.063 s,
+/// against 0.057 s one buffer ahead (`bench/results/cold_epochs.md` measures both tables).
+pub(super) fn hint_window(buffer_pages: u64) -> u64 {
+    buffer_pages.clamp(1, MAX_WINDOW_PAGES)
+}
 
 /// The hints of one pass: blocks `..next` of its order have been hinted, `pages_ahead` pages
 /// of them not yet begun by the reader.
 pub(super) struct ReadAhead {
     enabled: bool,
+    window: u64,
     next: usize,
     pages_ahead: u64,
     /// The batch being hinted: leaf, first page, pages (kept for its allocation).
@@ -31,10 +42,11 @@ pub(super) struct ReadAhead {
 
 impl ReadAhead {
     /// `enabled`: the pass's order is not the table's (a sequential scan needs no hints: the
-    /// kernel reads ahead of it).
-    pub(super) fn new(enabled: bool) -> ReadAhead {
+    /// kernel reads ahead of it); `window`: see [`hint_window`].
+    pub(super) fn new(enabled: bool, window: u64) -> ReadAhead {
         ReadAhead {
             enabled,
+            window,
             next: 0,
             pages_ahead: 0,
             batch: Vec::new(),
@@ -55,12 +67,12 @@ impl ReadAhead {
         }
         if i < self.next {
             self.pages_ahead = self.pages_ahead.saturating_sub(blocks[order[i]].len as u64);
-            if self.pages_ahead >= WINDOW_PAGES / 2 {
+            if self.pages_ahead >= self.window / 2 {
                 return;
             }
         }
         self.batch.clear();
-        while self.next < order.len() && self.pages_ahead < WINDOW_PAGES {
+        while self.next < order.len() && self.pages_ahead < self.window {
             let block = blocks[order[self.next]];
             self.batch.push((block.leaf, block.start, block.len));
             if self.next > i {
