@@ -318,19 +318,7 @@ impl TupleShuffle {
             Some(b) => (Some(b.arena), b.order),
             None => (None, Vec::new()),
         };
-        let dense_rows = self.direct == Some(2) && self.rows.dense_rows_only();
-        while arena.as_ref().is_none_or(|a| a.len() < self.capacity) {
-            if let (true, Some(a)) = (dense_rows, arena.as_mut()) {
-                self.pull_dense_rows(a);
-                if a.len() >= self.capacity {
-                    break;
-                }
-            }
-            // The next row, from the next page when this one is done.
-            if matches!(self.pull_row(&mut arena), Pulled::Done) {
-                break;
-            }
-        }
+        self.pull_rows(&mut arena, || false);
         arena.map(|arena| ShuffledBuffer {
             arena,
             order,

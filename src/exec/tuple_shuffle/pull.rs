@@ -123,6 +123,29 @@ impl TupleShuffle {
         self.count_taken(taken);
     }
 
+    /// Rows in scan order into `arena` (made by the first row when None) until it holds
+    /// `capacity` rows, the pass ends, or `stop()` says so (asked before each page or row):
+    /// dense rows a page at a time when the output allows, one row at a time otherwise.
+    pub(super) unsafe fn pull_rows(
+        &mut self,
+        arena: &mut Option<TupleArena>,
+        mut stop: impl FnMut() -> bool,
+    ) {
+        let dense_rows = self.direct == Some(2) && self.rows.dense_rows_only();
+        while !stop() && arena.as_ref().is_none_or(|a| a.len() < self.capacity) {
+            if let (true, Some(a)) = (dense_rows, arena.as_mut()) {
+                self.pull_dense_rows(a);
+                if a.len() >= self.capacity || stop() {
+                    break;
+                }
+            }
+            // The next row, from the next page when this one is done.
+            if matches!(self.pull_row(arena), Pulled::Done) {
+                break;
+            }
+        }
+    }
+
     /// The next pass's first rows (it has begun: rescanned), read into the room the pass's
     /// last buffer `last` left while the SGD worker trains the buffer before it, until `back()`
     /// says that buffer has come back (or the room is full, or the pass ends): the backend
@@ -131,7 +154,7 @@ impl TupleShuffle {
     pub unsafe fn fill_ahead(
         &mut self,
         last: &mut ShuffledBuffer,
-        mut back: impl FnMut() -> bool,
+        back: impl FnMut() -> bool,
     ) -> usize {
         let from = last.arena.len();
         let instrument = (*self.node).instrument;
@@ -139,24 +162,9 @@ impl TupleShuffle {
             pg_sys::InstrStartNode(instrument);
         }
         let before = self.tuples_read;
-        let dense_rows = self.direct == Some(2) && self.rows.dense_rows_only();
-        // pull_row takes the arena as an Option; the arena's vectors stay where they are.
+        // pull_rows takes the arena as an Option; the arena's vectors stay where they are.
         let mut arena = Some(std::mem::take(&mut last.arena));
-        while !back() {
-            let a = arena.as_mut().expect("taken above");
-            if a.len() >= self.capacity {
-                break;
-            }
-            if dense_rows {
-                self.pull_dense_rows(a);
-                if a.len() >= self.capacity || back() {
-                    break;
-                }
-            }
-            if matches!(self.pull_row(&mut arena), Pulled::Done) {
-                break;
-            }
-        }
+        self.pull_rows(&mut arena, back);
         last.arena = arena.expect("taken above");
         if !instrument.is_null() {
             pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
