@@ -98,7 +98,7 @@ help:
 	@echo "  bench-where    an epoch with a \"where\" filter (10%, 90% of rows) vs SELECT sum(...) WHERE the same (bench/results/where_epochs.md; a few minutes)"
 	@echo "  bench-incremental  nightly \"since\" trainings vs full retraining on a table growing 10% a day for 10 days (bench/results/incremental.md; ~10 min)"
 	@echo "  bench-spill    corgipile_train_query over a join vs CREATE TABLE AS + training (bench/results/spill_cost.md; a few minutes)"
-	@echo "  bench-small-blocks  test accuracy by block size on small tables stored by label (bench/results/small_block_sizes.md)"
+	@echo "  bench-small-blocks  test accuracy by block size on small tables stored by label (bench/results/small_block_sizes.md; about 2 minutes)"
 	@echo "  bench-predict  predicting from a whole row vs a plain scan of the same 20 columns (bench/results/predict_row.md)"
 	@echo "  bench-cpu      where an epoch's CPU time goes (backend, its threads, I/O workers) next to the scan floor's, and the bound 2 CPUs set (bench/results/cpu_budget.md; a minute)"
 	@echo "  bench-tables   corgipile_evaluate, _confusion_matrix, _roc_curve, _calibration vs a plain scan (bench/results/evaluation_tables.md; a minute)"

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Shuffle quality of larger blocks on small tables: test accuracy by block size.
 
-A cold epoch of a small table is cheapest with large blocks (bench-cold: a 31 MB table with
-10 MB blocks reads at about no_shuffle's speed, with the automatic one-page blocks at 1.7x).
-This measures what large blocks cost in accuracy on the small real tables stored clustered by
-label (a9a 36 MB, ijcnn1 12 MB; the harness's tables, loaded from ../shared/datasets when
-missing): svm and logistic, 5 epochs, seeds 1-3, default params except `block_size`; against
-no_shuffle on the copy stored in random order (what a full shuffle gives).
+A cold epoch of a small table is cheaper with large blocks (bench-cold, a 31 MB table: 1 MB
+or 10 MB blocks 1.2x a cold no_shuffle epoch, the automatic one-page blocks 1.5x). This
+measures what large blocks cost in accuracy on the small real tables stored clustered by label
+(a9a 36 MB, ijcnn1 12 MB; the harness's tables, loaded from $CORGIPILE_DATASETS, default
+/work/shared/datasets, when missing): svm and logistic, 5 epochs, seeds 1-3, default params
+except `block_size`; against no_shuffle on the copy stored in random order (a shuffle once).
 
 Usage: bench/small_block_sizes.py [--out FILE]
 Needs PGHOST/PGPORT/PGUSER for a cluster with corgipile installed; uses the database

@@ -79,8 +79,9 @@ pub struct BlockShuffle {
     /// "10% of the table" must mean 10% of the data, not of the pointers to it.
     toast_pages: u64,
     block_pages: u32,
-    /// How many pages the hints run ahead of the reader (see `read_ahead`).
-    hint_window: u64,
+    /// The shuffle buffer's size in pages, all processes' together (it sets how far the hints
+    /// run ahead of the reader: `read_ahead`).
+    buffer_pages: u64,
     blocks: Vec<Block>,
     /// This process's part of every epoch's blocks (parallel training).
     share: BlockShare,
@@ -153,11 +154,18 @@ impl BlockShuffle {
         let mut order: Vec<usize> = permutation.iter().map(|&i| self.order[i]).collect();
         order[..blocks].sort_unstable();
         self.order = order;
-        self.read_ahead = ReadAhead::new(true, self.hint_window);
+        self.read_ahead = self.new_read_ahead(true);
         self.set_leaf_ranges();
         self.sample = Some(Sample { blocks, min_rows });
         self.sampled_blocks = Some(blocks);
         blocks
+    }
+
+    /// Hints for a pass (`enabled`: its order is not the table's), about one of this process's
+    /// buffers ahead (parallel workers split the buffer between them).
+    fn new_read_ahead(&self, enabled: bool) -> ReadAhead {
+        let pages = self.buffer_pages / u64::from(self.share.processes.max(1));
+        ReadAhead::new(enabled, read_ahead::hint_window(pages))
     }
 
     /// The epoch whose block order is being read (a statistics pass counts as one).
@@ -199,10 +207,7 @@ impl BlockShuffle {
                 mine
             });
         }
-        self.read_ahead = ReadAhead::new(
-            self.config.params.shuffle.shuffles_blocks(),
-            self.hint_window,
-        );
+        self.read_ahead = self.new_read_ahead(self.config.params.shuffle.shuffles_blocks());
         self.next_block = 0;
         self.sample = None;
         self.rows_taken = 0;
@@ -487,11 +492,11 @@ unsafe fn begin(
         n_pages,
         toast_pages: toast,
         block_pages,
-        hint_window: read_ahead::hint_window(buffer_pages),
+        buffer_pages,
         blocks,
         share: BlockShare::ALL,
         order: Vec::new(),
-        read_ahead: ReadAhead::new(false, 0),
+        read_ahead: ReadAhead::new(false, 0), // replaced when a pass's order is drawn
         next_block: 0,
         in_block: false,
         cursor: PageCursor::default(),

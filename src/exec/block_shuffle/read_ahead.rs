@@ -12,8 +12,7 @@ use super::Block;
 /// Blocks of a batch this close are hinted as one range, the pages between them too: small
 /// blocks (the auto size of a small table is one page) would otherwise be many random 8 kB
 /// reads. Every page is read in every epoch, so a page read early is one a later batch finds
-/// cached. (32 pages read more of what the reader does not wait for: a cold epoch of a 31 MB
-/// table of one-page blocks took 0.064 s with 32, 0.057 s with 8, the 925 MB table's the same.)
+/// cached. 32 (as before) read more of what the reader does not yet wait for.
 const GAP_PAGES: u32 = 8;
 
 /// How far ahead of the reader pages are hinted at most (16 MB): enough reads in flight to
@@ -21,10 +20,11 @@ const GAP_PAGES: u32 = 8;
 const MAX_WINDOW_PAGES: u64 = 2048;
 
 /// How far ahead of the reader the pages of a pass whose buffer holds `buffer_pages` pages are
-/// hinted: at most one buffer. Further, the kernel reads pages of the next buffer before those
-/// of this one the reader waits for: on the 31 MB table (a buffer of 380 one-page blocks) a
-/// 2048-page window merged into ranges over most of the table and a cold epoch took 0.063 s,
-/// against 0.057 s one buffer ahead (`bench/results/cold_epochs.md` measures both tables).
+/// hinted: about one buffer (whole blocks: at least the next one). Further, the kernel reads
+/// pages of the next buffer before those of this one the reader waits for. This window with
+/// 8-page gaps, against 2048 pages with 32-page gaps, six cold epochs each side by side: a
+/// 31 MB table of one-page blocks (380 a buffer) 0.061 → 0.053 s, a 925 MB table the same
+/// within the rounds' range (docs/results.md, "Cold reads").
 pub(super) fn hint_window(buffer_pages: u64) -> u64 {
     buffer_pages.clamp(1, MAX_WINDOW_PAGES)
 }
@@ -67,7 +67,7 @@ impl ReadAhead {
         }
         if i < self.next {
             self.pages_ahead = self.pages_ahead.saturating_sub(blocks[order[i]].len as u64);
-            if self.pages_ahead >= self.window / 2 {
+            if self.pages_ahead >= self.window.div_ceil(2) {
                 return;
             }
         }
