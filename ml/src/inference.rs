@@ -210,8 +210,9 @@ impl Information {
 
     /// Adds the penalty, factors H (Cholesky, in place) and moves the coefficients by the
     /// Newton step; returns the step's size relative to the coefficients (see [`TOLERANCE`]).
-    /// The factor stays for [`finish`](Self::finish).
-    pub fn newton_step(&mut self, l2: f64) -> Result<f64, InferenceError> {
+    /// The factor stays for [`finish`](Self::finish). `check` is called once per column of
+    /// the O(p³) factorisation (O(p²) work each): the caller's interrupt check.
+    pub fn newton_step(&mut self, l2: f64, check: &mut dyn FnMut()) -> Result<f64, InferenceError> {
         let p = self.dim();
         let penalty = l2 * self.rows as f64;
         for j in 0..self.n_features.min(p) {
@@ -225,7 +226,7 @@ impl Information {
         if !self.h.iter().chain(&self.g).all(|v| v.is_finite()) {
             return Err(InferenceError::NonFinite);
         }
-        cholesky(&mut self.h, p)?;
+        cholesky(&mut self.h, p, check)?;
         // L·Lᵀ·δ = −g: forward, then back substitution.
         let mut delta: Vec<f64> = self.g.iter().map(|v| -v).collect();
         for i in 0..p {
@@ -255,8 +256,9 @@ impl Information {
     }
 
     /// The tests of every coefficient, from the last pass's factor (call after a
-    /// [`newton_step`](Self::newton_step) small enough to stop).
-    pub fn finish(&self) -> Result<Inference, InferenceError> {
+    /// [`newton_step`](Self::newton_step) small enough to stop). `check`: as there, once per
+    /// column.
+    pub fn finish(&self, check: &mut dyn FnMut()) -> Result<Inference, InferenceError> {
         let p = self.dim();
         let rows = self.rows;
         let (df, scale2, quantile) = match self.family {
@@ -277,6 +279,7 @@ impl Information {
         let mut column = vec![0.0; p];
         let mut std_error = Vec::with_capacity(p);
         for j in 0..p {
+            check();
             column.iter_mut().for_each(|v| *v = 0.0);
             column[j] = 1.0 / self.h[j * p + j];
             for i in j + 1..p {
@@ -330,8 +333,9 @@ impl Information {
 /// Cholesky factor of the symmetric p × p matrix whose lower triangle `a` holds (row-major),
 /// in place. A pivot that keeps less than [`COLLINEAR`] of its column's own information is a
 /// singular (or indefinite) matrix: an error naming the column.
-fn cholesky(a: &mut [f64], p: usize) -> Result<(), InferenceError> {
+fn cholesky(a: &mut [f64], p: usize, check: &mut dyn FnMut()) -> Result<(), InferenceError> {
     for j in 0..p {
+        check();
         let own = a[j * p + j];
         let s: f64 = (0..j).map(|k| a[j * p + k] * a[j * p + k]).sum();
         let pivot = own - s;

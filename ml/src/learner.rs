@@ -107,6 +107,16 @@ impl Learner {
         }
     }
 
+    /// Counts `work` multiply-adds done for this learner outside its training (scoring a
+    /// fold): a linear learner asks its interrupt check once they add up to a check's worth, a
+    /// network (whose rows are costly) at once.
+    pub fn count_work(&mut self, work: usize) -> Result<(), TrainError> {
+        match self {
+            Learner::Linear(t) => t.count_work(work),
+            Learner::Network { trainer, .. } => trainer.check_interrupt(),
+        }
+    }
+
     pub fn start_epoch(&mut self, epoch: u32) {
         match self {
             Learner::Linear(t) => t.start_epoch(epoch),

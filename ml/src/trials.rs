@@ -310,8 +310,14 @@ impl BufferWork<'_> {
             t.score = Some(ValidationScore::new(kind, binary));
         }
         let score = t.score.as_mut().expect("made above");
-        for &r in &self.fold_rows[fold] {
-            score.push(&model, arena.row(r as usize), arena.label(r as usize));
+        // The interrupt is asked about every few hundred rows' work (a search of thousands of
+        // folded learners spends as long scoring as training).
+        let row_cost = 1 + arena.n_features() * crate::model::Predictor::n_outputs(&model).max(1);
+        for rows in self.fold_rows[fold].chunks(256) {
+            for &r in rows {
+                score.push(&model, arena.row(r as usize), arena.label(r as usize));
+            }
+            t.learner.count_work(rows.len() * row_cost)?;
         }
         Ok(())
     }

@@ -1,16 +1,17 @@
 //! Per-group models (`"group_by"`): the group of a row is the text of its group columns' values
-//! (one column: the value as PostgreSQL prints it; several: a JSON array of those texts). The
+//! (one column: the value as PostgreSQL prints it under the default settings, whatever the
+//! session's — see `crate::pg::fixed_output`; several: a JSON array of those texts). The
 //! statistics pass finds the groups and counts their rows; the groups with enough rows then get
 //! a model, numbered 0 … k-1, and every later row carries its group's number (or `NO_GROUP`:
 //! a small group, one seen only after the statistics pass, or a NULL in a group column).
 //! Predictions from a row compute the same key (`crate::predict::row`).
 
 use crate::pg::error::raise;
+use crate::pg::fixed_output::Printer;
 use corgipile_ml::arena::NO_GROUP;
 use corgipile_ml::hash::FxHasher;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::collections::HashMap;
-use std::ffi::CStr;
 use std::fmt::Write;
 use std::hash::BuildHasherDefault;
 
@@ -31,8 +32,9 @@ pub enum KeyRead {
     Number(LabelKind),
     /// text, varchar: the bytes.
     Text,
-    /// Any other type: its output function.
-    Output(pg_sys::Oid),
+    /// Any other type: its output function, with the settings it reads fixed (a key must not
+    /// depend on the session that computes it).
+    Output(Printer),
 }
 
 impl KeyRead {
@@ -46,11 +48,7 @@ impl KeyRead {
             pg_sys::BOOLOID | pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => {
                 KeyRead::Number(LabelKind::from_type(t).expect("a number type"))
             }
-            _ => {
-                let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
-                pg_sys::getTypeOutputInfo(t, &mut output, &mut varlena);
-                KeyRead::Output(output)
-            }
+            _ => KeyRead::Output(Printer::for_type(t)),
         }
     }
 
@@ -69,11 +67,7 @@ impl KeyRead {
                 let _ = write!(out, "{}", kind.to_f64(datum) as i64);
             }
             KeyRead::Text => with_text_bytes(datum, |b| out.push_str(&String::from_utf8_lossy(b))),
-            KeyRead::Output(f) => {
-                let text = pg_sys::OidOutputFunctionCall(f, datum);
-                out.push_str(&CStr::from_ptr(text).to_string_lossy());
-                pg_sys::pfree(text.cast());
-            }
+            KeyRead::Output(printer) => printer.print(datum, out),
         }
     }
 }
@@ -122,7 +116,9 @@ pub struct Groups {
     first: usize,
     reads: Vec<KeyRead>,
     /// Every group seen by the statistics pass: its number there, and its key and rows (the
-    /// keys of one integer or boolean column also by value: no text per row).
+    /// keys of one integer or boolean column also by value: no text per row; those of one
+    /// other column passed by value, such as a date, by datum once seen, as printing a key
+    /// with the settings fixed costs about a microsecond).
     index: HashMap<String, u32, BuildHasherDefault<FxHasher>>,
     by_number: HashMap<i64, u32, BuildHasherDefault<FxHasher>>,
     seen: Vec<(String, u64)>,
@@ -180,11 +176,25 @@ impl Groups {
                 return self.seen_again(i);
             }
         }
+        // One column passed by value (a date, a timestamp): its datum is the value.
+        let by_datum = match self.reads[..] {
+            [KeyRead::Output(printer)] if printer.by_value && !*nulls.add(first) => {
+                let v = (*values.add(first)).value() as i64;
+                if let Some(&i) = self.by_number.get(&v) {
+                    return self.seen_again(i);
+                }
+                Some(v)
+            }
+            _ => None,
+        };
         let datum = |i: usize| (!*nulls.add(first + i)).then(|| *values.add(first + i));
         if !write_key(&self.reads, datum, &mut self.key) {
             return NO_GROUP;
         }
         if let Some(&i) = self.index.get(self.key.as_str()) {
+            if let Some(v) = by_datum {
+                self.by_number.insert(v, i);
+            }
             return self.seen_again(i);
         }
         if self.numbers.is_some() {
@@ -212,6 +222,9 @@ impl Groups {
             );
         }
         let i = self.remember(self.key.clone());
+        if let Some(v) = by_datum {
+            self.by_number.insert(v, i);
+        }
         self.seen_again(i)
     }
 

@@ -247,35 +247,42 @@ impl Team {
         while !done() {
             check_for_interrupts!();
             if self.is_leader() {
-                self.check_workers_running();
+                if let Some(worker) = self.stopped_worker() {
+                    // Its ERROR, if it sent one, is the better message: let it arrive first.
+                    pg_sys::pg_usleep(10_000);
+                    check_for_interrupts!();
+                    // A worker that did its last part and exited is no failure: it published
+                    // that part before exiting, so `done` tells. (Testing `done` only before
+                    // the exit was seen took such a worker for a failed one.)
+                    if done() {
+                        return;
+                    }
+                    raise(
+                        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                        format!(
+                            "corgipile parallel worker {worker} exited before the training ended"
+                        ),
+                        None,
+                    );
+                }
             }
             pg_sys::pg_usleep(100);
         }
     }
 
-    /// Leader: raises if a worker has stopped. Called only while waiting for the workers, who
-    /// all stay until the training's end.
-    unsafe fn check_workers_running(&self) {
-        for i in 0..(*self.pcxt).nworkers_launched as usize {
-            let mut pid: pg_sys::pid_t = 0;
-            let status =
-                pg_sys::GetBackgroundWorkerPid((*(*self.pcxt).worker.add(i)).bgwhandle, &mut pid);
-            if status == pg_sys::BgwHandleStatus::BGWH_STOPPED
-                || status == pg_sys::BgwHandleStatus::BGWH_POSTMASTER_DIED
-            {
-                // Its ERROR, if it sent one, is the better message: let it arrive first.
-                pg_sys::pg_usleep(10_000);
-                check_for_interrupts!();
-                raise(
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!(
-                        "corgipile parallel worker {} exited before the training ended",
-                        i + 1
-                    ),
-                    None,
+    /// Leader: the number (from 1) of a worker that has stopped, if one has.
+    unsafe fn stopped_worker(&self) -> Option<usize> {
+        (0..(*self.pcxt).nworkers_launched as usize)
+            .find(|&i| {
+                let mut pid: pg_sys::pid_t = 0;
+                let status = pg_sys::GetBackgroundWorkerPid(
+                    (*(*self.pcxt).worker.add(i)).bgwhandle,
+                    &mut pid,
                 );
-            }
-        }
+                status == pg_sys::BgwHandleStatus::BGWH_STOPPED
+                    || status == pg_sys::BgwHandleStatus::BGWH_POSTMASTER_DIED
+            })
+            .map(|i| i + 1)
     }
 
     /// After this process's first buffer (`width`: its rows' number of features, None if its

@@ -3,6 +3,7 @@
 
 pub mod compat;
 pub mod error;
+pub mod fixed_output;
 pub mod guc;
 pub mod prefetch;
 pub mod progress;

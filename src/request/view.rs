@@ -38,7 +38,13 @@ unsafe fn simple_base(view: pg_sys::Oid) -> Result<pg_sys::Oid, String> {
     let rel = pg_sys::relation_open(view, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     let query = pg_sys::get_view_query(rel);
     let why_not = pg_sys::view_query_is_auto_updatable(query, false);
-    let result = if why_not.is_null() {
+    // A volatile qual (`WHERE random() < 0.5`) passes other rows each epoch: such a view is
+    // read once, as a view that is not simple is (the check a "where" filter gets).
+    let volatile =
+        why_not.is_null() && pg_sys::contain_volatile_functions((*(*query).jointree).quals);
+    let result = if volatile {
+        Err("its WHERE calls a volatile function, such as random(), and every epoch must read the same rows".into())
+    } else if why_not.is_null() {
         // SAFETY: an automatically updatable view has exactly one base relation, the first
         // item of its FROM list (view_query_is_auto_updatable checked that).
         let from = (*(*query).jointree).fromlist;

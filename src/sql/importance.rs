@@ -174,9 +174,11 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
     };
     let model = &stored.model;
     let score = |x: &[f64]| {
-        check_for_interrupts!();
         let mut evaluation = Evaluation::new(kind, stored.classes.len(), sample.binary, 0);
         for (row, &label) in x.chunks(sample.width).zip(&sample.labels) {
+            // Every row: one row of a large network is a million multiply-adds, and the check
+            // is one load of a flag.
+            check_for_interrupts!();
             evaluation.push(model, Row::Dense(row), label);
         }
         evaluation.finish(0)[metric].as_f64().unwrap_or(f64::NAN)

@@ -144,6 +144,15 @@ impl NetworkTrainer {
         self.interrupt = check;
     }
 
+    /// Asks the interrupt check now (between pieces of work done elsewhere for this network,
+    /// such as scoring a fold).
+    pub fn check_interrupt(&mut self) -> Result<(), TrainError> {
+        match self.interrupt.as_mut().is_some_and(|check| check()) {
+            true => Err(TrainError::Interrupted),
+            false => Ok(()),
+        }
+    }
+
     /// The step size from the next batch on.
     pub fn set_learning_rate(&mut self, learning_rate: f64) {
         self.learning_rate = learning_rate;

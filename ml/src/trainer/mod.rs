@@ -103,6 +103,10 @@ pub struct Trainer {
     /// Called every few hundred thousand multiply-adds inside a buffer; `true` stops the
     /// buffer with [`TrainError::Interrupted`] (cancel must not wait for a whole buffer).
     interrupt: Option<InterruptCheck>,
+    /// Multiply-adds since the last interrupt check. Kept across calls: a search trains each
+    /// learner on small chunks of a buffer (`Trials`), each far below WORK_BETWEEN_CHECKS, and
+    /// a count that restarted every call never reached a check.
+    work_since_check: usize,
 
     /// Training in several processes: the shared model this one exchanges with (see
     /// `exchange`).
@@ -219,6 +223,7 @@ impl Trainer {
             work: 0,
             average: average_from.map(average::Average::new),
             interrupt: None,
+            work_since_check: 0,
             exchange: None,
         };
         t.start_epoch(1);
@@ -229,6 +234,19 @@ impl Trainer {
     /// a stop request is seen within a millisecond or so of work whatever one row costs.
     pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {
         self.interrupt = check;
+    }
+
+    /// Counts `work` multiply-adds done for this learner (training, or scoring it elsewhere);
+    /// every WORK_BETWEEN_CHECKS of them, asks the interrupt check.
+    pub fn count_work(&mut self, work: usize) -> Result<(), TrainError> {
+        self.work_since_check += work;
+        if self.work_since_check >= WORK_BETWEEN_CHECKS {
+            self.work_since_check = 0;
+            if self.interrupt.as_mut().is_some_and(|check| check()) {
+                return Err(TrainError::Interrupted);
+            }
+        }
+        Ok(())
     }
 
     /// Begins `epoch` (>= 1): sets its learning rate from the schedule and
@@ -316,7 +334,9 @@ impl Trainer {
         } else {
             arena.n_features()
         };
-        let mut work_since_check = 0usize;
+        // A local copy in the hot loop (stored back below; an early return loses a count of
+        // less than one check's work).
+        let mut work_since_check = self.work_since_check;
         for pos in 0..n {
             work_since_check += row_cost * self.model.n_outputs.max(1);
             if work_since_check >= WORK_BETWEEN_CHECKS {
@@ -368,6 +388,7 @@ impl Trainer {
             self.step(row, arena.label(i))?;
             self.average_step()?;
         }
+        self.work_since_check = work_since_check;
         Ok(())
     }
 

@@ -48,8 +48,8 @@ pub fn check_inference_params(params: &TrainParams, layout: FeatureLayout) {
     }
 }
 
-/// Rows between interrupt checks (a row costs p²/2 multiply-adds).
-const ROWS_BETWEEN_CHECKS: usize = 1024;
+/// Multiply-adds between interrupt checks in a pass (a row costs about p²/2 of them).
+const WORK_BETWEEN_CHECKS: usize = 1 << 20;
 
 impl SgdNode {
     /// Before the epochs: the information matrix ((p+1)² values) must fit
@@ -126,25 +126,21 @@ impl SgdNode {
             passes += 1;
             self.information_pass(&mut info, family, labels);
             if info.rows() != outcome.rows_trained {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!(
-                        "corgipile: a Newton pass of \"inference\" read {} rows, the epochs {}",
-                        info.rows(),
-                        outcome.rows_trained
-                    ),
-                    Some("Every pass reads the same rows; this is a bug, please report it.".into()),
+                self.rows_changed(
+                    &format!("Newton pass {passes} of \"inference\""),
+                    info.rows(),
+                    outcome.rows_trained,
                 );
             }
             last_step = info
-                .newton_step(l2)
+                .newton_step(l2, &mut || check_for_interrupts!())
                 .unwrap_or_else(|e| self.inference_failed(e, n_features));
             if info.solved() {
                 break; // least squares: one pass
             }
         }
         let tests = info
-            .finish()
+            .finish(&mut || check_for_interrupts!())
             .unwrap_or_else(|e| self.inference_failed(e, n_features));
         let (weights, bias) = info.coefficients();
         outcome.model = Model::Linear(LinearModel::single(
@@ -174,10 +170,14 @@ impl SgdNode {
         // between passes is what the epochs do.
         pg_sys::ExecReScan(self.child);
         let (negative, positive) = labels;
+        // Every 1,024 rows of a few features, every row of a few thousand: cancel is answered
+        // within about a millisecond whatever one row costs.
+        let p = info.coefficients().0.len() + 1;
+        let rows_between_checks = (WORK_BETWEEN_CHECKS / (p * p / 2).max(1)).clamp(1, 1024);
         // SAFETY: as above; the buffers are read on this (the backend's) thread only.
         self.shuffle().for_each_buffer(|b| {
             for i in 0..b.arena.len() {
-                if i % ROWS_BETWEEN_CHECKS == 0 {
+                if i % rows_between_checks == 0 {
                     check_for_interrupts!();
                 }
                 let raw = b.arena.label(i);

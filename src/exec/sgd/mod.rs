@@ -125,6 +125,20 @@ impl SgdNode {
         )
     }
 
+    /// A pass (`pass`: "epoch 3", "Newton pass 2 of \"inference\"") read `read` rows where
+    /// the first epoch read `first`. One snapshot gives every pass the same rows, unless a
+    /// filter of the rows is not repeatable: the user's to fix, so a user's ERROR (not a bug).
+    fn rows_changed(&self, pass: &str, read: u64, first: u64) -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "{pass} of the training on {} read {read} rows, the first epoch {first}: the rows that pass its filters changed between passes",
+                self.config.relation
+            ),
+            Some("Every epoch must read the same rows. A filter is not repeatable: a view's WHERE, a row-level security policy, or a function in \"where\" or the validation predicate that calls random() or reads data that changes (a function labelled IMMUTABLE or STABLE must really be so). Make the filter deterministic, or train on a copy (CREATE TABLE ... AS SELECT ...).".into()),
+        )
+    }
+
     fn no_rows(&self, skipped: u64) -> ! {
         if skipped > 0 {
             raise(

@@ -394,17 +394,10 @@ impl SgdNode {
                 && self.config.read_from.is_none()
                 && rows + skipped != rows_trained + rows_skipped
             {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!(
-                        "corgipile: epoch {epoch} of {} read {} rows, epoch 1 read {}",
-                        self.config.relation,
-                        rows + skipped,
-                        rows_trained + rows_skipped
-                    ),
-                    Some(
-                        "Every epoch reads the same rows; this is a bug, please report it.".into(),
-                    ),
+                self.rows_changed(
+                    &format!("epoch {epoch}"),
+                    rows + skipped,
+                    rows_trained + rows_skipped,
                 );
             }
             rows_trained = rows;
