@@ -107,12 +107,10 @@ impl Learner {
         }
     }
 
-    /// Counts `work` multiply-adds done for this learner outside its training (scoring a
-    /// fold): a linear learner asks its interrupt check once they add up to a check's worth, a
-    /// network (whose rows are costly) at once.
-    pub fn count_work(&mut self, work: usize) -> Result<(), TrainError> {
+    /// Asks the learner's interrupt check now.
+    pub fn check_interrupt(&mut self) -> Result<(), TrainError> {
         match self {
-            Learner::Linear(t) => t.count_work(work),
+            Learner::Linear(t) => t.check_interrupt(),
             Learner::Network { trainer, .. } => trainer.check_interrupt(),
         }
     }

@@ -138,6 +138,27 @@ pub struct Trials {
     threads: usize,
 }
 
+/// The work one thread did for its share of learners since it last asked an interrupt check
+/// (every learner's check reads the same stop flag). A learner asks on its own every
+/// WORK_BETWEEN_CHECKS of its own work; thousands of learners, each trained on a chunk or
+/// scoring a fold in turn, would each do that much before asking — seconds in all.
+#[derive(Default)]
+struct Pace {
+    work: usize,
+}
+
+impl Pace {
+    /// `work` multiply-adds done for `learner`; its check is asked once they add up.
+    fn add(&mut self, work: usize, learner: &mut Learner) -> Result<(), TrainError> {
+        self.work += work;
+        if self.work < crate::trainer::WORK_BETWEEN_CHECKS {
+            return Ok(());
+        }
+        self.work = 0;
+        learner.check_interrupt()
+    }
+}
+
 /// What every learner reads of one buffer.
 struct BufferWork<'a> {
     arena: &'a TupleArena,
@@ -151,11 +172,16 @@ struct BufferWork<'a> {
 impl BufferWork<'_> {
     /// Trains `t` on the buffer (without the rows of the fold it holds out; `kept`: scratch),
     /// then, while scoring, scores that fold's rows. With `chunk`, see [`BufferWork::train_many`].
-    fn train(&self, t: &mut Trial, kept: &mut Vec<u32>) -> Result<(), TrainError> {
+    fn train(&self, t: &mut Trial, kept: &mut Vec<u32>, pace: &mut Pace) -> Result<(), TrainError> {
         let started = Instant::now();
-        let result = self
-            .train_rows(t, self.order, kept)
-            .and_then(|()| self.score_fold(t));
+        let result = self.train_rows(t, self.order, kept).and_then(|()| {
+            let rows = match t.group {
+                Some(g) => self.group_rows.get(g as usize).map_or(0, Vec::len),
+                None => self.order.map_or(self.arena.len(), <[u32]>::len),
+            };
+            pace.add(rows * self.row_cost(), &mut t.learner)?;
+            self.score_fold(t, pace)
+        });
         t.seconds += started.elapsed().as_secs_f64();
         result
     }
@@ -174,6 +200,7 @@ impl BufferWork<'_> {
         share: &mut [(usize, &mut Trial)],
         chunk: usize,
         scaling: Option<&Standardizer>,
+        pace: &mut Pace,
     ) -> Vec<(usize, Result<(), TrainError>)> {
         let arena = self.arena;
         let n = self.order.map_or(arena.len(), <[u32]>::len);
@@ -191,7 +218,7 @@ impl BufferWork<'_> {
             None => None,
         };
         let mut chunk_folds = Vec::new();
-        for start in (0..n).step_by(chunk.max(1)) {
+        'chunks: for start in (0..n).step_by(chunk.max(1)) {
             let end = (start + chunk).min(n);
             let rows = match self.order {
                 Some(order) => &order[start..end],
@@ -232,16 +259,31 @@ impl BufferWork<'_> {
                         None => t.learner.train_buffer(a, None),
                     },
                     None => self.train_rows(t, Some(rows), &mut kept),
-                };
+                }
+                .and_then(|()| pace.add(rows.len() * self.row_cost(), &mut t.learner));
                 t.seconds += started.elapsed().as_secs_f64();
+                // One learner's check saw the stop: the others would each train on until
+                // their own (thousands of learners, a check's work each, add up to seconds).
+                if matches!(result, Err(TrainError::Interrupted)) {
+                    break 'chunks;
+                }
             }
+        }
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(TrainError::Interrupted)))
+        {
+            return share
+                .iter()
+                .map(|(i, _)| (*i, Err(TrainError::Interrupted)))
+                .collect();
         }
         share
             .iter_mut()
             .zip(results)
             .map(|((i, t), result)| {
                 let started = Instant::now();
-                let result = result.and_then(|()| self.score_fold(t));
+                let result = result.and_then(|()| self.score_fold(t, pace));
                 t.seconds += started.elapsed().as_secs_f64();
                 (*i, result)
             })
@@ -282,7 +324,16 @@ impl BufferWork<'_> {
     }
 
     /// While scoring: `t` scores the buffer's rows of the fold it holds out.
-    fn score_fold(&self, t: &mut Trial) -> Result<(), TrainError> {
+    /// Multiply-adds of one row for a linear learner of one output (about).
+    fn row_cost(&self) -> usize {
+        let arena = self.arena;
+        1 + match arena.is_sparse() {
+            true => arena.nnz() / arena.len().max(1),
+            false => arena.n_features(),
+        }
+    }
+
+    fn score_fold(&self, t: &mut Trial, pace: &mut Pace) -> Result<(), TrainError> {
         let (Some(scoring), Some(fold)) = (self.scoring, t.holdout) else {
             return Ok(());
         };
@@ -310,14 +361,16 @@ impl BufferWork<'_> {
             t.score = Some(ValidationScore::new(kind, binary));
         }
         let score = t.score.as_mut().expect("made above");
-        // The interrupt is asked about every few hundred rows' work (a search of thousands of
-        // folded learners spends as long scoring as training).
-        let row_cost = 1 + arena.n_features() * crate::model::Predictor::n_outputs(&model).max(1);
+        // A search of thousands of folded learners spends about as long scoring as training.
+        let row_cost = match &model {
+            Model::Linear(m) => self.row_cost() * m.n_outputs,
+            Model::Network(_) => model.n_params(),
+        };
         for rows in self.fold_rows[fold].chunks(256) {
             for &r in rows {
                 score.push(&model, arena.row(r as usize), arena.label(r as usize));
             }
-            t.learner.count_work(rows.len() * row_cost)?;
+            pace.add(rows.len() * row_cost, &mut t.learner)?;
         }
         Ok(())
     }
@@ -569,12 +622,23 @@ impl Trials {
             shares[least].push((i, t));
         }
         let train_share = |mut share: Vec<(usize, &mut Trial)>| match chunk {
-            Some(chunk) => work.train_many(&mut share, chunk, scaling.as_ref()),
+            Some(chunk) => {
+                work.train_many(&mut share, chunk, scaling.as_ref(), &mut Pace::default())
+            }
             None => {
-                let mut kept = Vec::new();
+                let (mut kept, mut pace) = (Vec::new(), Pace::default());
+                let mut stopped = false;
                 share
                     .into_iter()
-                    .map(|(i, t)| (i, work.train(t, &mut kept)))
+                    .map(|(i, t)| {
+                        // Once one learner saw the stop, the rest of the share need not train.
+                        if stopped {
+                            return (i, Err(TrainError::Interrupted));
+                        }
+                        let result = work.train(t, &mut kept, &mut pace);
+                        stopped = matches!(result, Err(TrainError::Interrupted));
+                        (i, result)
+                    })
                     .collect::<Vec<_>>()
             }
         };

@@ -114,7 +114,7 @@ pub struct Trainer {
 }
 
 /// Multiply-adds between two interrupt checks: well under a millisecond of work.
-const WORK_BETWEEN_CHECKS: usize = 1 << 18;
+pub const WORK_BETWEEN_CHECKS: usize = 1 << 18;
 
 /// How many tuples ahead of SGD a shuffled buffer is prefetched: enough loads in flight to
 /// cover memory latency (~100 ns) with steps of tens of ns each. Measured on a 4.5M x 18 table
@@ -236,17 +236,13 @@ impl Trainer {
         self.interrupt = check;
     }
 
-    /// Counts `work` multiply-adds done for this learner (training, or scoring it elsewhere);
-    /// every WORK_BETWEEN_CHECKS of them, asks the interrupt check.
-    pub fn count_work(&mut self, work: usize) -> Result<(), TrainError> {
-        self.work_since_check += work;
-        if self.work_since_check >= WORK_BETWEEN_CHECKS {
-            self.work_since_check = 0;
-            if self.interrupt.as_mut().is_some_and(|check| check()) {
-                return Err(TrainError::Interrupted);
-            }
+    /// Asks the interrupt check now (work done for this learner elsewhere, such as a search's
+    /// thread training many learners, adds up to a check's worth).
+    pub fn check_interrupt(&mut self) -> Result<(), TrainError> {
+        match self.interrupt.as_mut().is_some_and(|check| check()) {
+            true => Err(TrainError::Interrupted),
+            false => Ok(()),
         }
-        Ok(())
     }
 
     /// Begins `epoch` (>= 1): sets its learning rate from the schedule and

@@ -372,3 +372,42 @@ fn linear_learners_trained_chunk_by_chunk_are_what_they_would_be_alone() {
         }
     }
 }
+
+/// A search of many folded linear learners, trained chunk by chunk: a stop raised during a
+/// buffer ends it after little more work, for every learner at once. (Each learner's count of
+/// work restarted at every chunk, so no learner ever asked, and the buffer ran to its end.)
+#[test]
+fn a_stop_ends_a_chunked_folded_search_within_a_checks_work() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let arena = many_rows(60_000);
+    let order = shuffled(arena.len(), 3);
+    let learners: Vec<(Learner, Option<usize>)> = (0..40)
+        .flat_map(|c| {
+            let config = json!({"learning_rate": 0.001 * (c + 1) as f64});
+            (0..5).map(move |fold| (learner(ModelKind::Logistic, config.clone()), Some(fold)))
+        })
+        .collect();
+    let mut trials = Trials::with_folds(learners, 5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let checks = Arc::new(AtomicUsize::new(0));
+    // The stop is raised at the 50th check (of any learner): well inside the buffer.
+    trials.set_interrupt(|| {
+        let (stop, checks) = (stop.clone(), checks.clone());
+        Box::new(move || {
+            if checks.fetch_add(1, Ordering::Relaxed) == 50 {
+                stop.store(true, Ordering::Relaxed);
+            }
+            stop.load(Ordering::Relaxed)
+        })
+    });
+    trials.start_epoch(1);
+    let result = trials.train_buffer(&arena, Some(&order));
+    assert!(matches!(result, Err(TrainError::Interrupted)), "{result:?}");
+    // The whole buffer is 200 learners × 48,000 rows × 4: about 150 checks' work.
+    let asked = checks.load(Ordering::Relaxed);
+    assert!(
+        asked == 51,
+        "asked {asked} times: every learner went on to its own check"
+    );
+}

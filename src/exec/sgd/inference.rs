@@ -133,14 +133,14 @@ impl SgdNode {
                 );
             }
             last_step = info
-                .newton_step(l2, &mut || check_for_interrupts!())
+                .newton_step(l2, &mut interrupt_check)
                 .unwrap_or_else(|e| self.inference_failed(e, n_features));
             if info.solved() {
                 break; // least squares: one pass
             }
         }
         let tests = info
-            .finish(&mut || check_for_interrupts!())
+            .finish(&mut interrupt_check)
             .unwrap_or_else(|e| self.inference_failed(e, n_features));
         let (weights, bias) = info.coefficients();
         outcome.model = Model::Linear(LinearModel::single(
@@ -219,6 +219,11 @@ impl SgdNode {
         };
         raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, message, Some(hint))
     }
+}
+
+/// The backend's interrupt check, between columns of the factorisation.
+fn interrupt_check() {
+    check_for_interrupts!();
 }
 
 /// The tests, as `metrics->'inference'` holds them (arrays: the weights in feature order, then

@@ -236,8 +236,13 @@ fn side_by_side_threads() -> usize {
     cores.min(1 + helpers)
 }
 
-/// Validation rows scored between two interrupt checks of the backend.
+/// Validation rows scored between two interrupt checks of the backend, at most.
 const VALIDATION_CHUNK_ROWS: usize = 16_384;
+
+/// Multiply-adds of scoring (every model, one chunk of rows) between two interrupt checks:
+/// some milliseconds, so that a network of large layers or a search of many models answers
+/// cancel within a second (a chunk of 16,384 rows of a [1000, 1000] network was seconds).
+const VALIDATION_CHUNK_WORK: usize = 1 << 24;
 
 impl SgdNode {
     /// Loss and accuracy (or R²) of each model on the validation rows (None where no model).
@@ -292,9 +297,22 @@ impl SgdNode {
         } else {
             1
         };
-        for start in (0..arena.len()).step_by(VALIDATION_CHUNK_ROWS) {
+        let row_width = match arena.is_sparse() {
+            true => arena.nnz() / arena.len().max(1) + 1,
+            false => arena.n_features() + 1,
+        };
+        let row_work: usize = models
+            .iter()
+            .flatten()
+            .map(|m| match m.as_linear() {
+                Some(linear) => row_width * linear.n_outputs,
+                None => m.n_params(),
+            })
+            .sum();
+        let chunk_rows = (VALIDATION_CHUNK_WORK / row_work.max(1)).clamp(1, VALIDATION_CHUNK_ROWS);
+        for start in (0..arena.len()).step_by(chunk_rows) {
             check_for_interrupts!();
-            let end = (start + VALIDATION_CHUNK_ROWS).min(arena.len());
+            let end = (start + chunk_rows).min(arena.len());
             let mut work: Vec<(&Model, &mut ValidationScore)> = models
                 .iter()
                 .zip(scores.iter_mut())
