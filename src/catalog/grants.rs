@@ -369,7 +369,7 @@ fn unsupported_grants(target: &Target, except: &str) -> (String, Vec<String>) {
 }
 
 /// Revokes a grant; with `cascade`, also the grants that depended on it (made by roles that
-/// held `manage` only through it, recursively). Without, such grants are an ERROR (2BP01, as
+/// held `manage` only through it, recursively). Without, such grants are an ERROR (2B000, as
 /// PostgreSQL's REVOKE) and nothing changes.
 fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
     check_writable(c"corgipile_revoke()");
@@ -474,7 +474,7 @@ fn revoke(model: ModelRef, role: &str, privilege_text: &str, cascade: bool) {
 }
 
 /// An owner as the first part of `owner.name`: double-quoted when it has a dot or a quote.
-fn quote_owner(owner: &str) -> String {
+pub(crate) fn quote_owner(owner: &str) -> String {
     if owner.contains('.') || owner.contains('"') {
         format!("\"{}\"", owner.replace('"', "\"\""))
     } else {
@@ -518,7 +518,7 @@ fn corgipile_grant_id(model_id: Option<i64>, role: Option<&str>, privilege: Opti
 }
 
 /// Revokes a privilege granted with corgipile_grant on the same name or id; `cascade` also
-/// revokes the grants that depended on a revoked `manage` (else they are an ERROR, 2BP01).
+/// revokes the grants that depended on a revoked `manage` (else they are an ERROR, 2B000).
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_revoke(
     model_name: Option<&str>,

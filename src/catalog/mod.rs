@@ -340,12 +340,13 @@ pub fn load_visible_model(model_id: i64) -> Option<Rc<StoredModel>> {
 
 /// A group's model of the family `family` (see `catalog::groups`): an ERROR that says why when
 /// the caller may see the family but not the group's model (a grant on one model id covers
-/// that model only).
+/// that model only). The ERROR names the family and the row's group, which the caller knows,
+/// never the hidden model's id: a role cannot learn anything of a model it may not use.
 pub fn load_group_model(family: &StoredModel, key: &str, model_id: i64) -> Rc<StoredModel> {
     load_visible_model(model_id).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("model {} predicts the rows of group {key} with model {model_id}, which you may not use", family.id),
+            format!("model {} predicts the rows of group {key} with a model of that group, which you may not use", family.id),
             Some("A grant on the model's name covers every group's model: corgipile_grant('name', role, 'use'). A grant on one model id covers that model only.".into()),
         )
     })

@@ -69,6 +69,9 @@ pub struct RowDecoder {
     array_scratch: Vec<f64>,
     /// `"group_by"`: the rows' groups.
     groups: Option<groups::Groups>,
+    /// The first pass's training rows: how many, and the sum of their labels' squares (a
+    /// regression's zero model, see `exec::sgd::divergence`).
+    first_pass_labels: (u64, f64),
 }
 
 impl RowDecoder {
@@ -105,6 +108,7 @@ impl RowDecoder {
             .map(|g| unsafe { groups::Groups::new(g.first, &g.types, g.known.as_deref()) });
         RowDecoder {
             groups,
+            first_pass_labels: (0, 0.0),
             encoder,
             number_kinds,
             encoded: EncodedRow::default(),
@@ -183,7 +187,27 @@ impl RowDecoder {
         if *nulls.add(0) || feature_nulls {
             return Err(Skip::Counted);
         }
-        Ok((target, self.decode_label(*values.add(0), tid)))
+        let label = self.decode_label(*values.add(0), tid);
+        if target == Target::Train {
+            self.count_label(label);
+        }
+        Ok((target, label))
+    }
+
+    /// Counts a training row's label while the first pass reads.
+    #[inline]
+    fn count_label(&mut self, label: f64) {
+        if !self.first_pass_done {
+            self.first_pass_labels.0 += 1;
+            self.first_pass_labels.1 += label * label;
+        }
+    }
+
+    /// The mean square of the labels (as the trainer sees them) of the training rows the first
+    /// pass read; None before any.
+    pub fn label_square_mean(&self) -> Option<f64> {
+        let (rows, squares) = self.first_pass_labels;
+        (rows > 0).then(|| squares / rows as f64)
     }
 
     /// Decodes a row [`target`](Self::target) sent to training into `arena`, or to validation
@@ -290,6 +314,7 @@ impl RowDecoder {
             return false;
         }
         let label = self.decode_label(values[0], tid);
+        self.count_label(label);
         let row = values.as_ptr().cast_mut();
         if !decode_features(
             &self.config.layout,

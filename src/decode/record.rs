@@ -254,7 +254,8 @@ impl RecordColumns {
 }
 
 /// A date/time datum of type `base` as the training query read it: `date_part('epoch', ...)`
-/// of the value (a date as a timestamp, a timestamptz on the wall clock of `zone`).
+/// of the value (a timestamptz on the wall clock of `zone`; a date as its days since
+/// 1970-01-01 times 86,400, which date_part gives its timestamp).
 ///
 /// # Safety
 /// Backend thread; `datum` is a non-NULL value of `base`.
@@ -270,12 +271,14 @@ unsafe fn time_seconds(datum: pg_sys::Datum, base: pg_sys::Oid, zone: Option<&st
         .unwrap_or(value)
     };
     match base {
-        pg_sys::DATEOID => {
-            let ts =
-                pgrx::direct_function_call::<pg_sys::Datum>(pg_sys::date_timestamp, &[Some(datum)])
-                    .unwrap_or(datum);
-            part(pg_sys::timestamp_part, ts)
-        }
+        // As the training query reads a date (see `query::column_source`): its days since
+        // 1970-01-01 times 86,400, without the cast to timestamp (which fails after 294276
+        // AD); an infinite date is ±Infinity, as date_part gives it.
+        pg_sys::DATEOID => match datum.value() as i32 {
+            i32::MIN => f64::NEG_INFINITY,
+            i32::MAX => f64::INFINITY,
+            days => (f64::from(days) + 10_957.0) * 86_400.0,
+        },
         pg_sys::TIMESTAMPTZOID => part(pg_sys::timestamp_part, timestamp(datum)),
         pg_sys::TIMEOID => part(pg_sys::time_part, datum),
         pg_sys::INTERVALOID => part(pg_sys::interval_part, datum),

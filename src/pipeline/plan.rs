@@ -124,6 +124,30 @@ unsafe fn new_custom_scan() -> *mut pg_sys::CustomScan {
     cscan
 }
 
+/// With `"workers"`, every process evaluates the filters of the rows it reads: a function
+/// that only the leader may run (PARALLEL UNSAFE or RESTRICTED: `nextval`, a temporary table, a
+/// function not declared otherwise) in the `where` filter, the validation predicate, a view's
+/// qual or columns, or a row-level security policy would fail in a worker (25000 "cannot execute
+/// … during a parallel operation") or read what a worker cannot see. An ERROR before any work.
+///
+/// # Safety
+/// Backend thread; `query` is the analysed and rewritten training query (policies included).
+unsafe fn refuse_unsafe_in_workers(query: *mut pg_sys::Query, config: &PipelineConfig) {
+    let hazard = pg_sys::max_parallel_hazard(query) as u8;
+    if hazard == pg_sys::PROPARALLEL_SAFE {
+        return;
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!(
+            "\"workers\" cannot read {}: its rows pass through a function that parallel workers may not run (PARALLEL {})",
+            config.relation,
+            if hazard == pg_sys::PROPARALLEL_UNSAFE { "UNSAFE" } else { "RESTRICTED" }
+        ),
+        Some("A function in the \"where\" filter, the validation predicate, a view's definition or a row-level security policy is not PARALLEL SAFE (as user functions are unless declared so; nextval() and temporary tables never are). Declare it PARALLEL SAFE if it is (ALTER FUNCTION ... PARALLEL SAFE), or train without \"workers\".".into()),
+    );
+}
+
 /// Resets ACTIVE even when planning raises an ERROR.
 struct ActiveGuard;
 impl Drop for ActiveGuard {
@@ -154,6 +178,9 @@ pub unsafe fn plan_pipeline(
     let queries = crate::pg::compat::analyze_and_rewrite(raw, sql.as_ptr());
     assert!((*queries).length == 1);
     let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
+    if config.params.workers > 0 {
+        refuse_unsafe_in_workers(query, config);
+    }
 
     ACTIVE.with(|a| *a.borrow_mut() = Some((relid, config.clone())));
     let guard = ActiveGuard;

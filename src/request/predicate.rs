@@ -146,6 +146,14 @@ pub unsafe fn checked_predicate(
             "subqueries are not allowed",
         );
     }
+    // A filter of no column keeps every row or none (and the planner makes it a gate above
+    // the scan, which a block scan cannot take).
+    if !pg_sys::contain_vars_of_level(expr, 0) {
+        bad_predicate(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "it reads no column of the table, so it would keep every row or none",
+        );
+    }
     if pg_sys::contain_volatile_functions(expr) {
         bad_predicate(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

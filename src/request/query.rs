@@ -395,7 +395,7 @@ unsafe fn column_source(column: &str, t: pg_sys::Oid, zone: &str) -> Option<(Sou
     let base = pg_sys::getBaseType(t);
     let col = quote_identifier(column);
     // Dates and times as float8 seconds by PostgreSQL's own date_part (prediction from a row
-    // calls the same functions); a timestamptz on the wall clock of `zone`.
+    // computes the same, see `decode::record`); a timestamptz on the wall clock of `zone`.
     let epoch = |kind, of: String| {
         Some((
             Source::Time(kind),
@@ -403,7 +403,21 @@ unsafe fn column_source(column: &str, t: pg_sys::Oid, zone: &str) -> Option<(Sou
         ))
     };
     match base {
-        pg_sys::DATEOID => return epoch(TimeKind::Date, format!("{col}::pg_catalog.timestamp")),
+        // A date: its days since 1970-01-01 times 86,400, which is exactly what date_part gives
+        // its timestamp, without the cast to timestamp, which fails for a valid date after
+        // 294276 AD (22008, naming neither the column nor the row). Infinite dates as before:
+        // ±Infinity (an ERROR naming the column).
+        pg_sys::DATEOID => {
+            return Some((
+                Source::Time(TimeKind::Date),
+                format!(
+                    "CASE WHEN pg_catalog.isfinite({col}) \
+                     THEN ({col} OPERATOR(pg_catalog.-) '1970-01-01'::pg_catalog.date)::pg_catalog.float8 \
+                          OPERATOR(pg_catalog.*) 86400::pg_catalog.float8 \
+                     ELSE pg_catalog.date_part('epoch', {col}::pg_catalog.timestamp) END"
+                ),
+            ))
+        }
         pg_sys::TIMESTAMPOID => return epoch(TimeKind::Timestamp, col),
         pg_sys::TIMESTAMPTZOID => {
             let zone = pgrx::spi::quote_literal(zone);

@@ -5,14 +5,14 @@
 //! are in the table's units: each training unfolds them into its own standardized units
 //! (`LinearModel::unfold_standardizer`), so the first step starts from the stored function.
 
-use crate::catalog::{load_model_ref, ModelRef, StoredModel};
+use crate::catalog::grants::{may_manage, model_name, model_owner, quote_owner};
+use crate::catalog::{caller, load_model_ref, ModelRef, StoredModel};
 use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 use crate::pipeline::LabelCoding;
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::ModelKey;
 use corgipile_ml::standardize::Standardizer;
-use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use std::rc::Rc;
 
@@ -26,10 +26,56 @@ fn refuse(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
     raise(code, message, Some(hint.into()))
 }
 
+/// The name a training continuing model `id` (one the caller may use) makes the next version
+/// of when its params give none: the model's name, of the model's owner. Another role's name
+/// (a model used through a grant) is written `owner.name`, and needs `manage` on it as
+/// `"name": "owner.name"` would: else ERROR 42501 before any work, never a version of the
+/// caller's own name of the same text (another, unrelated family, which the caller's
+/// predictions by that name would then use). None for a model without a name.
+fn continued_name(id: i64, param: &str) -> Option<String> {
+    let (owner, name) = model_owner(id)?;
+    let name = name?;
+    if owner == caller().1 {
+        return Some(name);
+    }
+    let qualified = format!("{}.{name}", quote_owner(&owner));
+    let grant = format!(
+        "corgipile_grant({}, {}, 'manage')",
+        pgrx::spi::quote_literal(&name),
+        pgrx::spi::quote_literal(&caller().1)
+    );
+    let hint = format!(
+        "Give \"name\" to store the continued model as a version of a name of your own, e.g. {{\"{param}\": {id}, \"name\": \"my_{name}\"}}; or ask role {owner} for \"manage\" on its name: {grant}."
+    );
+    if !may_manage(&owner, Some(&name), None) {
+        refuse(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "permission denied to train a new version of model \"{qualified}\": \"{param}\" continues model {id}, a version of role {owner}'s name \"{name}\""
+            ),
+            &hint,
+        );
+    }
+    // The text must name the owner's name: a name of the caller's own spelled "owner.name"
+    // would take it.
+    let resolved = model_name(&qualified);
+    if resolved.owner != owner || resolved.name != name {
+        refuse(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "\"{param}\": model {id} is a version of role {owner}'s name \"{name}\", and a model of yours is named \"{qualified}\""
+            ),
+            &hint,
+        );
+    }
+    Some(qualified)
+}
+
 impl WarmStart {
     /// Loads the model `key` names (one the caller may use) for a training of `kind`, and fills
     /// in what the training takes from it unless the params say otherwise: its features and
-    /// label columns, a sparse model's dimension, and its name (the result is its next version).
+    /// label columns, a sparse model's dimension, and its name (the result is its next
+    /// version, of its owner: see [`continued_name`]).
     pub fn load(key: &ModelKey, kind: ModelKind, params: &mut serde_json::Value) -> WarmStart {
         let stored = load_model_ref(match key {
             ModelKey::Id(id) => ModelRef::Id(*id),
@@ -73,17 +119,14 @@ impl WarmStart {
             map.entry("index_base")
                 .or_insert_with(|| serde_json::json!(stored.index_base));
         }
+        // "since" continues its model as a warm start (unless "warm_start" names another).
+        let param = if map.contains_key("warm_start") {
+            "warm_start"
+        } else {
+            "since"
+        };
         if !map.contains_key("name") {
-            let name = match key {
-                ModelKey::Name(name) => Some(name.clone()),
-                ModelKey::Id(id) => Spi::get_one_with_args::<String>(
-                    "SELECT name FROM corgipile.models WHERE id = $1",
-                    &[(*id).into()],
-                )
-                .ok()
-                .flatten(),
-            };
-            if let Some(name) = name {
+            if let Some(name) = continued_name(id, param) {
                 map.insert("name".into(), serde_json::json!(name));
             }
         }

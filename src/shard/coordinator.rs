@@ -4,12 +4,13 @@
 use super::leaves::Leaf;
 use super::remote::Remote;
 use crate::decode::classes::ClassValue;
-use crate::exec::sgd::LearnedStatistics;
+use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::network::network_plan;
 use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
+use corgipile_ml::divergence::{diverged, zero_model_loss};
 use corgipile_ml::learner::network_model;
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::network::Network;
@@ -18,7 +19,7 @@ use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord,
-    EpochTotals, TrainError,
+    EpochTotals,
 };
 use corgipile_ml::wire::{self, WireError};
 
@@ -435,9 +436,13 @@ pub unsafe fn train(
     // Adding the shards' changes is right while each round moves the model a little; when
     // every shard converges within its round (an exactly linear target, three parts), the
     // sum overshoots and grows without bound while staying finite (measured: loss 3.5e38
-    // after 3 epochs). An epoch whose training loss is a thousand times a zero model's is
-    // that: an ERROR, never a stored model.
-    let diverged_above = 1000.0 * zero_model_loss(kind, &stats);
+    // after 3 epochs). An epoch whose training loss says it diverged (NaN, infinite, or a
+    // regression's a thousand times a zero model's: the rule of a training on one server,
+    // `corgipile_ml::divergence`) is an ERROR, never a stored model.
+    let zero_loss = {
+        let (mean, variance) = stats.label_mean_variance();
+        zero_model_loss(kind, variance + mean * mean)
+    };
     // Rounds. A network's parameters travel in `weights` (see `RoundRequest::network`).
     let outputs = 1usize;
     let (n_weights, mut model_rounds) = match &network {
@@ -529,13 +534,8 @@ pub unsafe fn train(
             validation: None,
             validation_seconds: 0.0,
         };
-        // (A NaN loss is caught too.)
-        if record.stats.loss.is_nan() || record.stats.loss > diverged_above {
-            raise_train_error(
-                TrainError::Diverged { epoch },
-                &|v| v.to_string(),
-                params.normalize,
-            );
+        if diverged(record.stats.loss, zero_loss) {
+            raise_diverged(epoch, record.stats.loss, zero_loss, params.normalize);
         }
         progress::epoch_finished(record.stats.loss);
         if params.verbose {
@@ -616,16 +616,4 @@ pub unsafe fn train(
         statistics_seconds: Some(statistics_seconds),
     };
     (outcome, summary)
-}
-
-/// The mean training loss of a model that predicts zero (every weight and bias 0): half the
-/// label's mean square for a regression, at most ln(classes) (and at least 1) for a classifier
-/// (hinge 1, logistic ln 2, softmax ln K).
-fn zero_model_loss(kind: corgipile_ml::model::ModelKind, stats: &FeatureStats) -> f64 {
-    if kind.is_classifier() {
-        (stats.class_counts().len().max(2) as f64).ln().max(1.0)
-    } else {
-        let (mean, variance) = stats.label_mean_variance();
-        (0.5 * (variance + mean * mean)).max(1e-12)
-    }
 }

@@ -4,8 +4,9 @@
 //! temp_tablespaces and temp_file_limit apply; pass 2 a pile at a time) into a temporary table
 //! in a uniformly random order, which the training then reads with its block scan like any
 //! table. The query runs as the caller with the statement's snapshot, as a SELECT would; it must
-//! be one read-only SELECT. The temporary table is dropped when the training is stored (an
-//! ERROR or cancel drops it with the transaction).
+//! be one SELECT that locks no row (see `check_select`: the functions it calls are the
+//! caller's business, as in any SELECT). The temporary table is dropped when the training is
+//! stored (an ERROR or cancel drops it with the transaction).
 
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
@@ -20,7 +21,7 @@ const PILES: usize = 64;
 fn not_a_select(why: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        format!("the training query must be one read-only SELECT: {why}"),
+        format!("the training query must be one SELECT that locks no row: {why}"),
         Some(
             "For example 'SELECT c.*, o.total FROM customers c JOIN orders o USING (customer_id)'."
                 .into(),
@@ -28,22 +29,47 @@ fn not_a_select(why: &str) -> ! {
     )
 }
 
-/// `query` is exactly one SELECT without INTO, FOR UPDATE/SHARE or data-modifying WITH
-/// (checked on the parser's tree before anything runs).
+/// `query` is exactly one SELECT without INTO, data-modifying WITH, or FOR UPDATE / FOR
+/// SHARE anywhere (checked on the parser's tree, then on the plan, before anything runs).
+/// What it does not check: the functions the query calls run as the caller, with the caller's
+/// rights, as in any SELECT (they may write, take advisory locks, ...).
 unsafe fn check_select(query: &CString) {
     let statements =
         PgList::<pg_sys::RawStmt>::from_pg(crate::pg::compat::raw_parse(query.as_ptr()));
     if statements.len() != 1 {
         not_a_select("it must be a single statement");
     }
-    let raw = (*statements
+    let stmt = statements
         .get_ptr(0)
-        .unwrap_or_else(|| not_a_select("it is empty")))
-    .stmt;
+        .unwrap_or_else(|| not_a_select("it is empty"));
+    let raw = (*stmt).stmt;
     if !is_a(raw, pg_sys::NodeTag::T_SelectStmt) {
         not_a_select("it is not a SELECT");
     }
     check_select_stmt(raw.cast());
+    check_no_row_locks(stmt, query);
+}
+
+/// No row is locked anywhere in the query: FOR UPDATE / FOR SHARE in a subquery, a WITH
+/// query, a sublink or a view the query reads (the parser's tree shows only the top level's).
+/// The planner gathers every level's row marks into the plan's (`PlannedStmt.rowMarks`; a
+/// plain SELECT has none): the statement is analysed, rewritten (views expanded) and planned,
+/// never run.
+unsafe fn check_no_row_locks(stmt: *mut pg_sys::RawStmt, query: &CString) {
+    let queries = PgList::<pg_sys::Query>::from_pg(crate::pg::compat::analyze_and_rewrite(
+        stmt,
+        query.as_ptr(),
+    ));
+    if queries.len() != 1 {
+        not_a_select("a rule makes it more than one statement");
+    }
+    let analysed = queries
+        .get_ptr(0)
+        .unwrap_or_else(|| not_a_select("a rule makes it no statement"));
+    let planned = pg_sys::pg_plan_query(analysed, query.as_ptr(), 0, std::ptr::null_mut());
+    if !(*planned).rowMarks.is_null() {
+        not_a_select("FOR UPDATE / FOR SHARE locks rows (here in a subquery, a WITH query or a view it reads)");
+    }
 }
 
 unsafe fn check_select_stmt(select: *mut pg_sys::SelectStmt) {

@@ -254,6 +254,8 @@ fn standardized_coefficients(
             if r.len() != 1 {
                 return None;
             }
+            // A pass over the sample per column: thousands of columns add up.
+            check_for_interrupts!();
             let values = || sample.features.chunks(sample.width).map(|x| x[r.start]);
             let mean = values().sum::<f64>() / n;
             let var = values().map(|v| (v - mean).powi(2)).sum::<f64>() / n;

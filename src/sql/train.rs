@@ -40,8 +40,8 @@ fn corgipile_train(relation: RelationArg, model: &str, params: default!(ParamsAr
     train(input, model, params)
 }
 
-/// Trains a model on the rows of a query (one read-only SELECT, run as the caller), spilled
-/// through the pile shuffle into a temporary table first; returns the model id.
+/// Trains a model on the rows of a query (one SELECT that locks no row, run as the caller),
+/// spilled through the pile shuffle into a temporary table first; returns the model id.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_train_query(query: &str, model: &str, params: default!(ParamsArg, "'{}'")) -> i64 {
     train(

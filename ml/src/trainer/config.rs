@@ -98,8 +98,9 @@ pub enum TrainError {
     /// linear: a label that is not finite.
     #[error("{}", invalid_label(*value, *kind))]
     InvalidLabel { value: f64, kind: ModelKind },
-    /// Loss or weights became NaN or infinite.
-    #[error("training diverged in epoch {epoch}: loss or weights became NaN or infinite")]
+    /// Loss or weights became NaN or infinite, or a regression's loss grew beyond
+    /// [`crate::divergence::DIVERGED_FACTOR`] times a zero model's (see [`crate::divergence`]).
+    #[error("training diverged in epoch {epoch}: loss or weights became NaN or infinite, or the loss more than 1000 times a zero model's")]
     Diverged { epoch: u32 },
     /// Growing the model needed `bytes` more than the process could allocate.
     #[error("out of memory growing the model by {bytes} bytes")]

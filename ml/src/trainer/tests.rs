@@ -395,7 +395,7 @@ fn train_error_texts_are_pinned() {
         ),
         (
             TrainError::Diverged { epoch: 3 },
-            "training diverged in epoch 3: loss or weights became NaN or infinite",
+            "training diverged in epoch 3: loss or weights became NaN or infinite, or the loss more than 1000 times a zero model's",
         ),
         (
             TrainError::OutOfMemory { bytes: 80 },

@@ -5,6 +5,7 @@
 //! can read another's result.
 
 mod collect;
+mod divergence;
 mod double_buffer;
 mod epochs;
 mod evaluate;
@@ -19,6 +20,7 @@ mod train;
 
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
+pub(crate) use divergence::raise_diverged;
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use inference::check_inference_params;
 pub use learn::Learn;

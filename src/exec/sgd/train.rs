@@ -583,6 +583,16 @@ impl SgdNode {
             }
             let (configuration, trial_params) = configurations[learner_config[i]].clone();
             let epochs = epoch_loop.into_history();
+            // A regression far worse than a zero model diverged while its loss stayed finite
+            // (the shard coordinator's rule too): the ERROR, or a search's configuration set
+            // aside.
+            let result = self.check_diverged(
+                result,
+                &epochs,
+                best.as_ref().map(|(_, epoch, _)| *epoch),
+                searching,
+                learner_group[i].is_some(),
+            );
             // A group's model: its key, and its rows (the last epoch's).
             let group = learner_group[i]
                 .map(|g| groups.as_ref().expect("grouped").kept[g as usize].clone());
