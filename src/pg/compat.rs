@@ -401,3 +401,16 @@ pub unsafe fn count_tuples_returned(rel: pg_sys::Relation, n: usize) {
         (*stats).counts.tuples_returned += n as pg_sys::PgStat_Counter;
     }
 }
+
+/// The range type of multirange type `t` (14 added multiranges); None for another type.
+///
+/// # Safety
+/// Backend thread, in a transaction (a catalog lookup).
+pub unsafe fn multirange_range(t: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    let _ = t;
+    #[cfg(pg_since = "14")]
+    if pg_sys::get_typtype(t) as u8 == pg_sys::TYPTYPE_MULTIRANGE {
+        return Some(pg_sys::get_multirange_range(t));
+    }
+    None
+}

@@ -42,6 +42,9 @@ impl Depends {
     }
 }
 
+/// The type `money` (its constant is MONEYOID from 15 on, CASHOID before).
+const MONEY: pg_sys::Oid = pg_sys::Oid::from_u32(790);
+
 /// Nested types (arrays of composites of ranges …) at most this deep are inspected; deeper
 /// ones are taken to depend on the settings.
 const MAX_DEPTH: u32 = 16;
@@ -130,8 +133,11 @@ unsafe fn depends(t: pg_sys::Oid, depth: u32) -> Depends {
         | pg_sys::BYTEAOID
         | pg_sys::FLOAT4OID
         | pg_sys::FLOAT8OID => return Depends::Settings,
-        pg_sys::MONEYOID => return Depends::SettingsAndMoney,
+        MONEY => return Depends::SettingsAndMoney,
         _ => {}
+    }
+    if let Some(range) = crate::pg::compat::multirange_range(base) {
+        return depends(range, depth + 1);
     }
     let element = pg_sys::get_element_type(base);
     if element != pg_sys::Oid::INVALID {
@@ -150,7 +156,6 @@ unsafe fn depends(t: pg_sys::Oid, depth: u32) -> Depends {
             all
         }
         pg_sys::TYPTYPE_RANGE => depends(pg_sys::get_range_subtype(base), depth + 1),
-        pg_sys::TYPTYPE_MULTIRANGE => depends(pg_sys::get_multirange_range(base), depth + 1),
         pg_sys::TYPTYPE_ENUM | pg_sys::TYPTYPE_PSEUDO => Depends::Nothing,
         _ if u32::from(base) >= pg_sys::FirstNormalObjectId => Depends::SettingsAndMoney,
         _ => Depends::Nothing,
