@@ -420,7 +420,7 @@ fn divergence_is_reported() {
     }
     assert_eq!(
         TrainError::Diverged { epoch: 4 }.to_string(),
-        "training diverged in epoch 4: loss or weights became NaN or infinite"
+        "training diverged in epoch 4: loss or weights became NaN or infinite, or the loss more than 1000 times a zero model's"
     );
 }
 

@@ -59,6 +59,73 @@ impl EpochLoop {
     }
 }
 
+/// One learner's run through a training's epochs (a configuration of a search, a fold, a
+/// group, or the one model): its [`EpochLoop`], early stopping on the validation loss after
+/// `patience` epochs without improvement (the best epoch's model kept, `M`: a snapshot of
+/// it), and whether it is done — converged, out of patience, or set aside by its driver. The
+/// driver (one process, or a shard coordinator) asks it after every epoch whether to go on.
+#[derive(Clone, Debug)]
+pub struct LearnerRun<M> {
+    epochs: EpochLoop,
+    patience: Option<u32>,
+    /// With patience: the lowest validation loss, its epoch and that epoch's model.
+    best: Option<(f64, u32, M)>,
+    done: bool,
+}
+
+impl<M> LearnerRun<M> {
+    pub fn new(epochs: u32, tolerance: f64, patience: Option<u32>) -> LearnerRun<M> {
+        LearnerRun {
+            epochs: EpochLoop::new(epochs, tolerance),
+            patience,
+            best: None,
+            done: false,
+        }
+    }
+
+    /// Whether it trains no more.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// It trains no more (set aside: diverged here or in another process).
+    pub fn set_done(&mut self) {
+        self.done = true;
+    }
+
+    /// Records epoch `epoch` (its `record`; `snapshot`: the model after it, needed only with
+    /// patience and validation). True when the learner stops after it: converged, or
+    /// `patience` epochs after its best validation loss; it is then done.
+    pub fn end_epoch(&mut self, epoch: u32, record: EpochRecord, snapshot: Option<M>) -> bool {
+        let mut patience_ran_out = false;
+        if let (Some(patience), Some(v), Some(model)) =
+            (self.patience, &record.validation, snapshot)
+        {
+            let improved = v.loss.is_finite() && self.best.as_ref().is_none_or(|b| v.loss < b.0);
+            if improved {
+                self.best = Some((v.loss, epoch, model));
+            } else if let Some((_, best_epoch, _)) = &self.best {
+                patience_ran_out = epoch - best_epoch >= patience;
+            }
+        }
+        if self.epochs.record(record) || patience_ran_out {
+            self.done = true;
+        }
+        self.done
+    }
+
+    /// With patience: the epoch of the lowest validation loss so far.
+    pub fn best_epoch(&self) -> Option<u32> {
+        self.best.as_ref().map(|(_, epoch, _)| *epoch)
+    }
+
+    /// The run's history, and with patience the best epoch and its model (the one to keep).
+    pub fn finish(self) -> (Vec<EpochRecord>, Option<(u32, M)>) {
+        let best = self.best.map(|(_, epoch, model)| (epoch, model));
+        (self.epochs.into_history(), best)
+    }
+}
+
 /// Early stop: the loss moved by less than `tolerance` since the previous epoch.
 pub fn converged(previous_loss: Option<f64>, loss: f64, tolerance: f64) -> bool {
     tolerance > 0.0 && previous_loss.is_some_and(|prev| (prev - loss).abs() < tolerance)
@@ -94,6 +161,46 @@ pub(super) mod tests {
         assert!(run.record(record(3, 0.395)));
         assert_eq!(run.history().len(), 3);
         assert_eq!(run.into_history()[2].stats.loss, 0.395);
+    }
+
+    /// An epoch whose validation loss is `validation`.
+    fn validated(epoch: u32, loss: f64, validation: f64) -> EpochRecord {
+        let mut r = record(epoch, loss);
+        r.validation = Some(ValidationStats {
+            loss: validation,
+            ..ValidationStats::empty()
+        });
+        r
+    }
+
+    #[test]
+    fn patience_keeps_the_best_epochs_model_and_stops_after_it() {
+        let mut run: LearnerRun<&str> = LearnerRun::new(10, 0.0, Some(2));
+        assert!(!run.end_epoch(1, validated(1, 0.9, 0.50), Some("m1")));
+        assert!(!run.end_epoch(2, validated(2, 0.8, 0.40), Some("m2")));
+        assert!(!run.end_epoch(3, validated(3, 0.7, 0.45), Some("m3")));
+        assert_eq!(run.best_epoch(), Some(2));
+        // A NaN validation loss is no improvement.
+        assert!(run.end_epoch(4, validated(4, 0.6, f64::NAN), Some("m4")));
+        assert!(run.is_done());
+        let (history, best) = run.finish();
+        assert_eq!(history.len(), 4);
+        assert_eq!(best, Some((2, "m2")));
+    }
+
+    #[test]
+    fn a_run_stops_on_convergence_or_when_set_aside() {
+        let mut run: LearnerRun<()> = LearnerRun::new(10, 0.01, None);
+        assert!(!run.end_epoch(1, record(1, 0.5), None));
+        assert!(run.end_epoch(2, record(2, 0.495), None));
+        let mut run: LearnerRun<()> = LearnerRun::new(10, 0.0, Some(1));
+        // Without a validation loss, patience never runs out.
+        for epoch in 1..=5 {
+            assert!(!run.end_epoch(epoch, record(epoch, 0.5), Some(())));
+        }
+        run.set_done();
+        assert!(run.is_done() && run.best_epoch().is_none());
+        assert_eq!(run.finish().1, None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::params::StatisticsPass;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{table_header, table_line, EpochLoop, EpochRecord, TrainError};
+use corgipile_ml::trainer::{table_header, table_line, EpochRecord, LearnerRun, TrainError};
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -278,11 +278,18 @@ impl SgdNode {
             })
         });
         let n_trials = learner_config.len();
-        let mut epoch_loops: Vec<EpochLoop> = (0..n_trials)
-            .map(|_| EpochLoop::new(params.epochs, params.tolerance))
+        // Each learner's epochs, early stopping (patience: the best epoch's model kept) and
+        // whether it has stopped or was set aside.
+        let mut runs: Vec<LearnerRun<Model>> = learner_config
+            .iter()
+            .map(|&c| {
+                LearnerRun::new(
+                    params.epochs,
+                    params.tolerance,
+                    configurations[c].1.patience,
+                )
+            })
             .collect();
-        // Whether each configuration has stopped (early stopping) or was set aside.
-        let mut done = vec![false; n_trials];
         // With workers: the epoch a configuration was set aside in another process.
         let mut set_aside_elsewhere: Vec<Option<u32>> = vec![None; n_trials];
         let mut rows_skipped = 0;
@@ -297,9 +304,6 @@ impl SgdNode {
         let validate = params.validation.is_some();
         // The scan of the epoch to come has begun (its first buffer filled during the last one).
         let mut rescanned = false;
-        // With "patience", per configuration: the lowest validation loss, its epoch and that
-        // epoch's model.
-        let mut best: Vec<Option<(f64, u32, Model)>> = (0..n_trials).map(|_| None).collect();
 
         for epoch in 1..=params.epochs {
             let epoch_started = if epoch == 1 {
@@ -447,28 +451,13 @@ impl SgdNode {
             for (i, (stats, snapshot)) in stats.into_iter().zip(snapshots).enumerate() {
                 // Stopped early or set aside (diverged): nothing more to record.
                 let Some(stats) = stats else {
-                    if !done[i] && set_aside_elsewhere[i].is_some() {
+                    if !runs[i].is_done() && set_aside_elsewhere[i].is_some() {
                         self.stop_learner(&mut local, &mut worker, i);
                     }
-                    done[i] = true;
+                    runs[i].set_done();
                     continue;
                 };
                 let validation = validations[i].take();
-                // Early stopping: the best epoch's model so far, and whether patience ran out.
-                let mut patience_ran_out = false;
-                if let (Some(patience), Some(v), Some(m)) = (
-                    configurations[learner_config[i]].1.patience,
-                    &validation,
-                    snapshot,
-                ) {
-                    let improved =
-                        v.loss.is_finite() && best[i].as_ref().is_none_or(|b| v.loss < b.0);
-                    if improved {
-                        best[i] = Some((v.loss, epoch, m));
-                    } else if let Some((_, best_epoch, _)) = &best[i] {
-                        patience_ran_out = epoch - best_epoch >= patience;
-                    }
-                }
                 let record = EpochRecord {
                     stats,
                     seconds,
@@ -487,14 +476,13 @@ impl SgdNode {
                 if stored {
                     lines.push((learner_config[i], record.validation.clone()));
                 }
-                if epoch_loops[i].record(record) || patience_ran_out {
-                    done[i] = true;
+                if runs[i].end_epoch(epoch, record, snapshot) {
                     self.stop_learner(&mut local, &mut worker, i);
                 }
             }
             self.epochs_run = epoch;
             if let (true, Some(found)) = (self.verbose, &groups) {
-                let going = done.iter().skip(1).filter(|d| !**d).count();
+                let going = runs.iter().skip(1).filter(|r| !r.is_done()).count();
                 notice(format!(
                     "epoch {epoch}/{}: the model of every row and {going} of {} group models trained",
                     params.epochs,
@@ -510,7 +498,7 @@ impl SgdNode {
                     params.selection(self.config.model),
                 ));
             }
-            if done.iter().all(|&d| d) {
+            if runs.iter().all(LearnerRun::is_done) {
                 break;
             }
         }
@@ -562,7 +550,7 @@ impl SgdNode {
         // A configuration's fold scores and seconds, gathered from its fold learners.
         let mut cv = Vec::with_capacity(folds);
         let mut fold_seconds = 0.0;
-        for ((((i, (result, trial_seconds)), epoch_loop), best), holdout) in (0..n_trials)
+        for (((i, (result, trial_seconds)), run), holdout) in (0..n_trials)
             .zip(
                 results
                     .into_iter()
@@ -572,8 +560,7 @@ impl SgdNode {
                         None => (r, s),
                     }),
             )
-            .zip(epoch_loops)
-            .zip(best)
+            .zip(runs)
             .zip(holdouts)
         {
             if learner_fold[i].is_some() {
@@ -582,14 +569,14 @@ impl SgdNode {
                 continue;
             }
             let (configuration, trial_params) = configurations[learner_config[i]].clone();
-            let epochs = epoch_loop.into_history();
+            let (epochs, best) = run.finish();
             // A regression far worse than a zero model diverged while its loss stayed finite
             // (the shard coordinator's rule too): the ERROR, or a search's configuration set
             // aside.
             let result = self.check_diverged(
                 result,
                 &epochs,
-                best.as_ref().map(|(_, epoch, _)| *epoch),
+                best.as_ref().map(|(epoch, _)| *epoch),
                 searching,
                 learner_group[i].is_some(),
             );
@@ -623,7 +610,7 @@ impl SgdNode {
                 model = model.fold_standardizer(s);
             }
             // Early stopping keeps the best epoch's model (already in the table's units).
-            let best_epoch = best.map(|(_, epoch, best_model)| {
+            let best_epoch = best.map(|(epoch, best_model)| {
                 model = best_model;
                 epoch
             });
