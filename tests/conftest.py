@@ -23,13 +23,18 @@ Markers (`pytest -m`; `make pytest-quick` runs -m "not slow and not own_cluster"
   servers, a cluster under `ulimit -v`), on ports derived from PGPORT or the
   CORGIPILE_HARDENING_*_PORT variables.
 - restarts_server: a test that crash-restarts the test cluster (every session of it is lost).
+
+Inputs outside the repository (helpers.missing_input): a missing LIBSVM dataset or contrib
+extension fails its tests in CI (CI=true) or under CORGIPILE_REQUIRE_INPUTS=1, and skips them
+elsewhere; pytest_terminal_summary then lists, at the end of the run, every suite skipped for a
+missing input and why.
 """
 
 import psycopg
 import pytest
 
-from helpers import (DBNAME, ROLES_ENV_ALICE, ROLES_ENV_BOB, ROLES_ENV_SMALL_ROWS, connect, drop_role,
-                     wait_ready)
+from helpers import (DATASETS, DBNAME, MISSING_INPUT, ROLES_ENV_ALICE, ROLES_ENV_BOB, ROLES_ENV_SMALL_ROWS,
+                     connect, drop_role, wait_ready)
 
 
 @pytest.fixture(scope="session")
@@ -119,3 +124,31 @@ MARKERS = {
 def pytest_configure(config):
     for name, what in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def skip_reason(report):
+    """The reason of a skipped test's report ("Skipped: " dropped)."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Says loudly, at the end of the run, which suites' tests were skipped because an input
+    outside the repository (a dataset, a contrib extension) is missing, and where to get it."""
+    missing = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = skip_reason(report)
+        if reason.startswith(MISSING_INPUT):
+            missing.setdefault(reason.removeprefix(MISSING_INPUT), []).append(report.nodeid)
+    if not missing:
+        return
+    tr = terminalreporter
+    tests = sum(len(ids) for ids in missing.values())
+    tr.section(f"{tests} TESTS SKIPPED: INPUTS MISSING (a failure in CI)", sep="!", red=True, bold=True)
+    for what, ids in sorted(missing.items()):
+        suites = sorted({i.split("::", 1)[0] for i in ids})
+        tr.write_line(f"{len(ids)} test(s) of {', '.join(suites)}: {what}", red=True, bold=True)
+    tr.write_line(f"Datasets are read from CORGIPILE_DATASETS (now {DATASETS}): the LIBSVM files ijcnn1, a9a "
+                  "and w8a, see docs/development.md, \"Datasets\". With CI=true or CORGIPILE_REQUIRE_INPUTS=1 "
+                  "a missing input fails its tests.", red=True)

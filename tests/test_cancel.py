@@ -258,7 +258,18 @@ def test_cancel_during_the_statistics_pass(expensive_tables, dsn, case, double_b
 # 3. Interruptions at random points (kill -9 last)
 
 BIG_ROWS = 300_000
-LATENCIES = []  # (what, seconds) of every cancel; the max is printed and asserted
+
+
+@pytest.fixture(scope="module")
+def latencies():
+    """(what, seconds) of every cancel of this section's tests, which each assert their own
+    under 1 s; after the last of them that ran, the worst and the median are printed (pytest -s)."""
+    measured = []
+    yield measured
+    if measured:
+        what, worst = max(measured, key=lambda x: x[1])
+        print(f"\ncancel latency: max {worst * 1000:.0f} ms over {len(measured)} cancels ({what}); "
+              f"median {sorted(x[1] for x in measured)[len(measured) // 2] * 1000:.0f} ms")
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +312,7 @@ LONG = {"epochs": 1_000_000, "verbose": False}
 
 @pytest.mark.parametrize("double_buffer", [True, False], ids=["double", "single"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_pg_cancel_backend_at_random_points(interrupt_db, scenario, double_buffer):
+def test_pg_cancel_backend_at_random_points(interrupt_db, latencies, scenario, double_buffer):
     rng = random.Random(f"{scenario}-{double_buffer}")
     table, extra = SCENARIOS[scenario]
     with connect(interrupt_db) as victim, connect(interrupt_db) as observer:
@@ -314,7 +325,7 @@ def test_pg_cancel_backend_at_random_points(interrupt_db, scenario, double_buffe
             time.sleep(delay)
             assert t.is_alive(), "training ended before the cancel"
             latency = cancel_and_join(observer, t, result, pid, timeout=10)
-            LATENCIES.append((f"cancel {scenario} double_buffer={double_buffer} after {delay:.2f}s", latency))
+            latencies.append((f"cancel {scenario} double_buffer={double_buffer} after {delay:.2f}s", latency))
             assert isinstance(result.get("error"), E.QueryCanceled), result
             assert latency < 1.0, f"cancel took {latency:.3f} s"
             assert catalog_counts(observer) == before, "a cancelled training stored something"
@@ -323,7 +334,7 @@ def test_pg_cancel_backend_at_random_points(interrupt_db, scenario, double_buffe
 
 
 @pytest.mark.parametrize("double_buffer", [True, False], ids=["double", "single"])
-def test_statement_timeout_at_random_points(interrupt_db, double_buffer):
+def test_statement_timeout_at_random_points(interrupt_db, latencies, double_buffer):
     rng = random.Random(7 + double_buffer)
     with connect(interrupt_db) as conn:
         pid = scalar(conn, "SELECT pg_backend_pid()")
@@ -337,18 +348,10 @@ def test_statement_timeout_at_random_points(interrupt_db, double_buffer):
                 train(conn, table, "logistic", {**LONG, "double_buffer": double_buffer})
             latency = time.monotonic() - started - timeout_ms / 1000
             conn.execute("RESET statement_timeout")
-            LATENCIES.append((f"statement_timeout {timeout_ms} ms on {table} double_buffer={double_buffer}", latency))
+            latencies.append((f"statement_timeout {timeout_ms} ms on {table} double_buffer={double_buffer}", latency))
             assert latency < 1.0, f"statement_timeout overshot by {latency:.3f} s"
             assert catalog_counts(conn) == before
             assert threads(pid) == 1
-
-
-def test_report_cancel_latency():
-    assert LATENCIES, "no cancel was measured"
-    what, worst = max(LATENCIES, key=lambda x: x[1])
-    print(f"cancel latency: max {worst * 1000:.0f} ms over {len(LATENCIES)} cancels ({what}); "
-          f"median {sorted(x[1] for x in LATENCIES)[len(LATENCIES) // 2] * 1000:.0f} ms")
-    assert worst < 1.0
 
 
 @pytest.mark.slow

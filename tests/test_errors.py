@@ -67,6 +67,9 @@ def tables(db):
         table("some_skipped", "float8[]", "int",
               [("{1,2}", 1), ("{2,1}", 0), ("{1,3}", None), (None, 1), ("{}", 0), ("{3,1}", 0)])
         table("l_text", "float8[]", "text", [("{1,2}", "a"), ("{2,1}", "b")])
+        # Stored 'dog' first, although 'cat' sorts first; the first feature tells the label.
+        table("l_text_order", "float8[]", "text",
+              [(f"{{{(-1 if i % 2 == 0 else 1) * (1 + i / 40)},1}}", "dog" if i % 2 == 0 else "cat") for i in range(40)])
         c.execute("VACUUM ANALYZE t")
     return db
 
@@ -295,9 +298,10 @@ def test_null_label_and_features_skipped_and_counted(db_conn):
 
 
 def test_text_label(db_conn):
-    """README (Training): svm/logistic take any label column with exactly two distinct values,
-    'cat'/'dog' included (the negative class of text labels is the first one read), softmax takes
-    text; predictions come back as the table's own labels through corgipile_predict_class."""
+    """docs/reference.md (Models, docs/training.md): svm/logistic take any label column with
+    exactly two distinct values, 'cat'/'dog' included, and the negative class of a text label is
+    the first value read (label_mapping->'classes' is [negative, positive]); softmax takes text;
+    predictions come back as the table's own labels through corgipile_predict_class."""
     for model in ("logistic", "svm", "softmax"):
         model_id = train(db_conn, "l_text", model, {"epochs": 1, "seed": 1})
         n_features, classes = db_conn.execute("""SELECT n_features, label_mapping->'classes' FROM corgipile.models
@@ -307,6 +311,17 @@ def test_text_label(db_conn):
         predicted = [r[0] for r in db_conn.execute("SELECT corgipile_predict_class(%s, features) FROM l_text ORDER BY id",
                                                 (model_id,))]
         assert set(predicted) <= {"a", "b"} and len(predicted) == 2, (model, predicted)
+    # In storage order ("no_shuffle") the first value read is the first row's, 'dog': the
+    # negative class, although 'cat' is the smaller value; a positive decision value is 'cat'.
+    for model in ("logistic", "svm"):
+        model_id = train(db_conn, "l_text_order", model, {"epochs": 5, "seed": 1, "shuffle": "no_shuffle"})
+        classes = scalar(db_conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (model_id,))
+        assert classes == ["dog", "cat"], (model, classes)
+        rows = db_conn.execute("""SELECT label, corgipile_decision_function(%s, features),
+                                         corgipile_predict_class(%s, features) FROM l_text_order ORDER BY id""",
+                               (model_id, model_id)).fetchall()
+        assert all(cls == ("cat" if d > 0 else "dog") for _, d, cls in rows), (model, rows)
+        assert all(cls == label for label, _, cls in rows), (model, rows)
 
 
 @pytest.mark.parametrize("label", ['label"; DROP TABLE t; --', "label'); DROP TABLE t; --", "t.label", "LABEL"])

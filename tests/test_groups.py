@@ -23,7 +23,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe, scalar,
-                     start_training, stop_if_running, train, train_error, wait_active)
+                     start_training, stop_if_running, train, train_error, train_with_workers, wait_active)
 
 TABLES = ("groups_sales", "groups_store3", "groups_many", "groups_mixed", "groups_rls")
 QUIET = {"verbose": False, "seed": 7}
@@ -64,8 +64,10 @@ def tconn(tables):
         yield c
 
 
-def grouped(conn, name, group_by="store", model="logistic", rel="groups_sales", **extra):
-    return train(conn, rel, model, {**SALES, "name": name, "group_by": group_by, **extra}, defaults=QUIET)
+def grouped(conn, name, group_by="store", model="logistic", rel="groups_sales", trainer=train, **extra):
+    """One model per group stored as `name`; trainer=train_with_workers also proves a parallel
+    worker ran."""
+    return trainer(conn, rel, model, {**SALES, "name": name, "group_by": group_by, **extra}, defaults=QUIET)
 
 
 def group_models(conn, name):
@@ -192,7 +194,7 @@ def test_parallel_workers_train_every_group_model_on_their_share(tconn):
     leader's statistics pass), every row trained once per epoch, and each group's model as good
     as one process's. Where no parallel worker can start, the backend trains alone."""
     one = grouped(tconn, "g_one_process")
-    team = grouped(tconn, "g_workers", workers=2)
+    team = grouped(tconn, "g_workers", workers=2, trainer=train_with_workers)
     rows_one, rows_team = group_models(tconn, "g_one_process"), group_models(tconn, "g_workers")
     assert [(r[3], r[4]) for r in rows_team] == [(r[3], r[4]) for r in rows_one]
     trained = "SELECT rows_trained FROM corgipile.models WHERE id = %s"
@@ -206,8 +208,8 @@ def test_parallel_workers_train_every_group_model_on_their_share(tconn):
     lines = [r[0] for r in tconn.execute(
         "SELECT * FROM corgipile_explain('groups_sales', 'logistic', %s, true)",
         (Jsonb({**SALES, "name": "g_explain_workers", "group_by": "store", "workers": 2}),)).fetchall()]
-    launched = [line for line in lines if "Workers Launched" in line]
-    assert launched and "Groups: " in "\n".join(lines), lines
+    launched = [int(line.split(": ", 1)[1]) for line in lines if line.strip().startswith("Workers Launched: ")]
+    assert launched and launched[0] >= 1 and "Groups: " in "\n".join(lines), lines
     tconn.execute("SET max_parallel_workers = 0")
     try:
         alone = grouped(tconn, "g_no_worker_free", workers=2)
@@ -332,8 +334,9 @@ def test_cancel_of_a_grouped_training(tables):
             latency = cancel_and_join(killer, t, result, pid, timeout=30)
         finally:
             stop_if_running(killer, t, pid)
+        print(f"\ncancel latency of a grouped training at batch 1: {latency:.3f} s")
         assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert latency < 1.5
+        assert latency < 1.0, f"cancel took {latency:.2f} s"
         assert catalog_counts(killer) == before
 
 

@@ -705,7 +705,7 @@ def test_cancel_of_a_wide_network(tables):
             stop_if_running(killer, t, pid)
         print(f"\ncancel latency mlp [1024, 1024]: {latency:.3f} s")
         assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert latency < 1.5
+        assert latency < 1.0, f"cancel took {latency:.2f} s"
         assert catalog_counts(killer) == before
         assert scalar(victim, "SELECT 1") == 1
 

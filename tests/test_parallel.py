@@ -25,7 +25,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from helpers import (REPO, ROLES_ENV_ALICE, cancel_and_join, connect, dataset, models_count, parallel_guc,
-                     scalar, start_training, stop_if_running, train, wait_active)
+                     parallel_workers_of, scalar, start_training, stop_if_running, train, train_with_workers,
+                     wait_active)
 
 QUIET = {"verbose": False}
 ALICE = ROLES_ENV_ALICE
@@ -69,8 +70,7 @@ def parallel_workers(c, leader_pid=None):
     if leader_pid is None:
         return [r[0] for r in c.execute("""SELECT pid FROM pg_stat_activity
                                            WHERE backend_type = 'parallel worker' AND datname = current_database()""")]
-    return [r[0] for r in c.execute("""SELECT pid FROM pg_stat_activity
-                                       WHERE backend_type = 'parallel worker' AND leader_pid = %s""", (leader_pid,))]
+    return parallel_workers_of(c, leader_pid)
 
 
 def wait_for_workers(observer, leader_pid, timeout=15.0):
@@ -298,7 +298,7 @@ def test_validation_with_workers_pools_every_process_held_out_rows(conn, tables,
     without one, every process scores the held-out rows of its share and the scores are pooled."""
     params = {"epochs": 2, "seed": 1, "validation": validation, **extra}
     one = train(conn, "par_small", model, {**params, "workers": 0})
-    team = train(conn, "par_small", model, {**params, "workers": 2})
+    team = train_with_workers(conn, "par_small", model, {**params, "workers": 2})
     got = [scalar(conn, "SELECT metrics->'validation' FROM corgipile.models WHERE id = %s", (m,)) for m in (one, team)]
     assert got[0]["rows"] == got[1]["rows"] > 0, got
     # A network learns more slowly per epoch with workers on 2,000 rows (see "Multilayer
@@ -311,7 +311,7 @@ def test_validation_with_workers_pools_every_process_held_out_rows(conn, tables,
 def test_boolean_label_trains_with_workers(conn, tables):
     # A boolean label is two numeric values (false/true), not classes: every process agrees.
     m0 = train(conn, "par_small", "svm", {"epochs": 2, "seed": 1, "label": "blabel", "workers": 0})
-    m2 = train(conn, "par_small", "svm", {"epochs": 2, "seed": 1, "label": "blabel", "workers": 2})
+    m2 = train_with_workers(conn, "par_small", "svm", {"epochs": 2, "seed": 1, "label": "blabel", "workers": 2})
     acc = lambda m: scalar(conn, "SELECT (corgipile_evaluate(%s, 'par_small')->>'accuracy')::float8", (m,))
     assert abs(acc(m2) - acc(m0)) <= 0.02
 
@@ -448,7 +448,8 @@ def test_mlp_regression_r2_with_workers_matches_one_process(conn, tables):
 def test_mlp_with_workers_numbers_classes_as_one_process(conn, tables, label):
     # A text label and three classes: refused for the linear kinds with workers (above).
     params = {"epochs": 3, "seed": 2, "hidden": [8], "label": label}
-    models = {w: train(conn, "par_small", "mlp", {**params, "workers": w}) for w in (0, 2)}
+    models = {0: train(conn, "par_small", "mlp", {**params, "workers": 0}),
+              2: train_with_workers(conn, "par_small", "mlp", {**params, "workers": 2})}
     mapping = {w: scalar(conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (m,))
                for w, m in models.items()}
     assert mapping[2] == mapping[0] and len(mapping[0]) == (2 if label == "tlabel" else 3), mapping
@@ -611,7 +612,8 @@ def test_pg_cancel_backend_stops_parallel_training(dsn, tables, workers):
             latency = cancel_and_join(killer, t, result, pid)
         finally:
             stop_if_running(killer, t, pid)
-        print(f"\ncancel latency with {workers} workers ({len(seen)} seen running): {latency:.2f} s")
+        print(f"\ncancel latency with {workers} workers ({len(seen)} seen running): {latency:.3f} s")
+        assert seen, "no parallel worker ran: the cancel of a parallel training was not tested"
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert result["error"].sqlstate == "57014"
         assert latency < CANCEL_LIMIT, f"cancel took {latency:.2f} s"

@@ -22,7 +22,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe, error_of,
-                     models_count, scalar, start_training, stop_if_running, train, train_error, wait_active)
+                     models_count, scalar, start_training, stop_if_running, train, train_error, train_with_workers,
+                     wait_active)
 
 TABLES = ("search_ring", "search_reg", "search_raw", "search_rls")
 QUIET = {"verbose": False, "seed": 5}
@@ -63,8 +64,9 @@ def tconn(tables):
         yield c
 
 
-def search(conn, rel, model, name, grid, **extra):
-    return train(conn, rel, model, {"name": name, "search": grid, **extra}, defaults=QUIET)
+def search(conn, rel, model, name, grid, trainer=train, **extra):
+    """A search stored as `name`; trainer=train_with_workers also proves a parallel worker ran."""
+    return trainer(conn, rel, model, {"name": name, "search": grid, **extra}, defaults=QUIET)
 
 
 def trials(conn, name):
@@ -235,7 +237,7 @@ def test_a_search_and_folds_with_parallel_workers(tconn):
     rows as one process's."""
     grid = {"learning_rate": [0.01, 0.1], "l2": [0, 0.001]}
     search(tconn, "search_ring", "logistic", "s_one", grid, epochs=2)
-    search(tconn, "search_ring", "logistic", "s_team", grid, epochs=2, workers=2)
+    search(tconn, "search_ring", "logistic", "s_team", grid, epochs=2, workers=2, trainer=train_with_workers)
     one, team = trials(tconn, "s_one"), trials(tconn, "s_team")
     assert [r[4] for r in team] == [r[4] for r in one] and len(team) == 4
     for a, b in zip(one, team):
@@ -244,7 +246,7 @@ def test_a_search_and_folds_with_parallel_workers(tconn):
         assert rows[0] == rows[1] > 1000, rows
         assert abs(a[9] - b[9]) <= 0.05, (a, b)
     assert team[-1][7], "the best is stored last"
-    search(tconn, "search_ring", "logistic", "s_team_cv", LR, epochs=2, folds=3, workers=2)
+    search(tconn, "search_ring", "logistic", "s_team_cv", LR, epochs=2, folds=3, workers=2, trainer=train_with_workers)
     for model_id, cv in tconn.execute("""SELECT id, metrics->'cv' FROM corgipile.models WHERE name = 's_team_cv'
                                          ORDER BY version""").fetchall():
         assert sum(f["rows"] for f in cv["per_fold"]) == 6000, cv
@@ -381,8 +383,9 @@ def test_cancel_of_a_search(tables):
             latency = cancel_and_join(killer, t, result, pid, timeout=30)
         finally:
             stop_if_running(killer, t, pid)
+        print(f"\ncancel latency of a search of [256, 256] networks at batch 1: {latency:.3f} s")
         assert isinstance(result.get("error"), E.QueryCanceled), result
-        assert latency < 1.5
+        assert latency < 1.0, f"cancel took {latency:.2f} s"
         assert catalog_counts(killer) == before
 
 

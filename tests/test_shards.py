@@ -48,7 +48,7 @@ pytestmark = pytest.mark.own_cluster  # two shard servers of its own (see above)
 QUIET = {"verbose": False}
 ACCURACY_TOLERANCE = 0.01  # 1 accuracy point
 R2_TOLERANCE = 0.01
-CANCEL_LIMIT = 3.0  # seconds from pg_cancel_backend to the ERROR at the client
+CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend (or a shard's ERROR) to the ERROR at the client
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
@@ -777,6 +777,7 @@ def test_cancel_while_connecting_to_a_hung_shard_server(dsn, conn, silent):
             latency = cancel_and_join(killer, t, result, pid, timeout=30)
         finally:
             stop_if_running(killer, t, pid)
+        print(f"\ncancel while connecting to a hung shard server: ERROR after {latency:.3f} s")
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert latency < 1.0, f"cancel took {latency:.2f} s"
         assert_nothing_stored(killer, before)

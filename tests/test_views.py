@@ -15,7 +15,7 @@ their rows.
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import connect, describe, drop_role, models_count, scalar, train, train_error
+from helpers import connect, describe, drop_role, models_count, scalar, train, train_error, train_with_workers
 
 OWNER = "vw_owner"
 CALLER = "vw_caller"
@@ -137,7 +137,7 @@ def test_workers_over_a_view(env, admin):
     admin.execute("DROP TABLE IF EXISTS vb_big CASCADE")
     admin.execute("CREATE TABLE vb_big AS SELECT v.* FROM vb v, generate_series(1, 8) g")
     admin.execute("CREATE VIEW vb_big_ab AS SELECT id, features, label FROM vb_big WHERE region <> 'c'")
-    model = train(admin, "vb_big_ab", "logistic", {"epochs": 2, "seed": 3, "workers": 1})
+    model = train_with_workers(admin, "vb_big_ab", "logistic", {"epochs": 2, "seed": 3, "workers": 1})
     assert rows_trained(admin, model) == scalar(admin, "SELECT count(*) FROM vb_big_ab")
 
 

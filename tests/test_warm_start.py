@@ -18,7 +18,7 @@ What a user depends on:
 import psycopg
 import pytest
 
-from helpers import connect, describe, models_count, scalar, train, train_error
+from helpers import connect, describe, models_count, scalar, train, train_error, train_with_workers
 
 ROWS = 4000
 TINY = 1e-12
@@ -84,8 +84,8 @@ def test_warm_start_with_workers(env, admin):
     admin.execute("DROP TABLE IF EXISTS ws_big")
     admin.execute("CREATE TABLE ws_big AS SELECT w.* FROM ws w, generate_series(1, 10) g")
     first = train(admin, "ws_big", "logistic", {"epochs": 2, "seed": 1, "name": "ws_workers"})
-    again = train(admin, "ws_big", "logistic", {"epochs": 1, "seed": 2, "warm_start": first, "workers": 1,
-                                                "learning_rate": TINY, "average": False})
+    again = train_with_workers(admin, "ws_big", "logistic", {"epochs": 1, "seed": 2, "warm_start": first,
+                                                             "workers": 1, "learning_rate": TINY, "average": False})
     assert_same_function(admin, first, again)
     assert scalar(admin, "SELECT name FROM corgipile.models WHERE id = %s", (again,)) == "ws_workers"
 
