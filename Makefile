@@ -79,7 +79,8 @@ help:
 	@echo "  demo           setup, install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
 	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
 	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
-	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts"
+	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts,"
+	@echo "                 the benchmark run records (scripts/bench_ranges.py --check)"
 	@echo "  check-majors   type-check the extension for the untested majors 13, 14, 16, 17 (pgrx's bundled bindings)"
 	@echo "  unit           cargo test -p corgipile-ml (no PostgreSQL needed)"
 	@echo "  regress        pg_regress suite pg_test/schedule against the running test cluster"
@@ -169,13 +170,17 @@ unit:
 # Formatting and lints, as CI checks them: rustfmt; clippy on both crates, built for each tested
 # major (the code differs between majors only in src/pg/compat.rs); pyflakes on the Python (unused
 # imports and names, f-strings without fields); every results file README.md or docs/ quotes names
-# this version and the command that made it (scripts/check_bench_sources.py); no import circle
+# this version and the command that made it (scripts/check_bench_sources.py); every benchmark run
+# record in bench/results/runs/ parses, has the keys a record needs and was only appended to
+# (scripts/bench_ranges.py --check); no import circle
 # between source files (scripts/check_imports.py); the source map of docs/development.md names
 # every source file (scripts/check_source_map.py).
 lint: setup setup-python
 	cargo fmt --all --check
 	$(VENV)/bin/python -m pyflakes tests bench scripts
 	$(VENV)/bin/python scripts/check_bench_sources.py
+	$(VENV)/bin/python scripts/bench_ranges.py --check
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider bench/test_records.py
 	$(VENV)/bin/python scripts/check_imports.py
 	$(VENV)/bin/python scripts/check_source_map.py
 	cargo clippy -p corgipile-ml --all-targets --release -- -D warnings

@@ -26,6 +26,7 @@ import time
 import psycopg
 
 import provenance
+import records
 from provenance import git_head, machine  # also imported from here by other scripts
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -307,6 +308,7 @@ def main():
         ext_version = killer.execute("SELECT extversion FROM pg_extension WHERE extname = 'corgipile'").fetchone()[0]
         library = installed_library(killer)
         origin = provenance.line(killer, "bench-cancel")
+        installed = records.server(killer)
 
         session = Session()
         warnings = []
@@ -383,6 +385,17 @@ def main():
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
+    every = [x for *_, lat, _n, _s in rows for x in lat]
+    records.append_record("cancel_latency", {
+        "cases": {f"{case['name']} / {how} / double_buffer={str(double_buffer).lower()}":
+                  {**(records.median_range(lat) if lat else {"median": None, "min": None, "max": None, "n": 0}),
+                   "attempted": n}
+                  for case, how, double_buffer, lat, n, _state in rows},
+        "max_latency_s": max(every) if every else None,
+        "stopped": len(every),
+        "attempted": sum(n for *_, n, _s in rows),
+        "warnings": len(warnings),
+    }, make_target="bench-cancel", results_file=args.out, config={"repeat": args.repeat, "seed": args.seed}, **installed)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 import psycopg
 
 import provenance
+import records
 from cancel_latency import git_head, installed_library, machine
 from epoch_times import make_table
 
@@ -153,6 +154,7 @@ def main():
                     for k in ("shared_buffers", "server_version")}
         lib, lib_time = installed_library(c)
         origin = provenance.line(c, "bench-cold")
+        installed = records.server(c)
     results = []
     for name, rows, mb, files in tables:
         cases = [("scan floor: SELECT sum(features[1])", lambda c, t=name: run_floor(c, t)),
@@ -187,6 +189,17 @@ def main():
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
+    figures = {}
+    for name, rows, mb, cold, times in results:
+        floor = statistics.median(times["scan floor: SELECT sum(features[1])"])
+        nos = statistics.median(times["no_shuffle epoch"])
+        figures[f"{rows} rows, {'cold' if cold else 'warm'}"] = {
+            case: {**records.median_range(ts), "div_floor": statistics.median(ts) / floor,
+                   "div_no_shuffle": statistics.median(ts) / nos} for case, ts in times.items()}
+    figures["table_mb"] = {str(rows): mb for _name, rows, mb, cold, _t in results if cold}
+    figures["targets"] = records.pass_fail(targets(results))
+    records.append_record("cold_epochs", figures, make_target="bench-cold", results_file=args.out,
+                          config={"rows": args.rows, "small_rows": args.small_rows, "rounds": args.rounds}, **installed)
 
 
 if __name__ == "__main__":

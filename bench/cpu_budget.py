@@ -23,6 +23,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
+import records
 from epoch_times import prepare, table_args
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -86,6 +87,7 @@ def main():
             conn.execute("SELECT corgipile_drop_model(%s)", (model_id,))
         server = conn.execute("SHOW server_version").fetchone()[0]
         origin = provenance.line(conn, "bench-cpu")
+        installed = records.server(conn)
 
     def cell(runs, k):
         v = [r[k] for r in runs]
@@ -115,6 +117,16 @@ def main():
             f"| {statistics.median(b):.3f} | {statistics.median(r[0] for r in runs) / floor_wall:.2f} "
             f"| {statistics.median(b) / floor_wall:.2f} |")
     provenance.write_report(lines, args.out)
+    columns = ("wall_s", "backend_thread_cpu_s", "backend_other_threads_cpu_s", "io_workers_cpu_s", "machine_cpu_s")
+    records.append_record("cpu_budget", {
+        name: {**{col: records.median_range([r[k] for r in runs]) for k, col in enumerate(columns)},
+               "cpu_bound_s": statistics.median(bound(runs)),
+               "wall_div_floor_wall": statistics.median(r[0] for r in runs) / floor_wall,
+               "cpu_bound_div_floor_wall": statistics.median(bound(runs)) / floor_wall}
+        for name, runs in (("scan floor", floors), ("training, per epoch", epochs))
+    }, make_target="bench-cpu", results_file=args.out,
+        config={"rows": args.rows, "features": args.features, "epochs": args.epochs, "rounds": args.rounds,
+                "io_method": io_method, "cpus": CPUS}, **installed)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ import warnings
 import numpy as np
 import psycopg
 
+import records
 from cancel_latency import installed_library
 import scipy.sparse as sp
 from psycopg import sql
@@ -511,6 +512,30 @@ def fmt_pm(mean, spread, digits=4):
     return "–" if mean is None else f"{mean:.{digits}f} ± {spread:.{digits}f}"
 
 
+def figures(results):
+    """The figures of report(results), for the run's record (bench/records.py)."""
+    out = {}
+    for d in results["datasets"]:
+        for model, m in d["models"].items():
+            s, sk = m["summary"], m["sklearn"]
+            gap_auc = None if s["auc_mean"] is None else s["auc_mean"] - sk["roc_auc"]
+            f = {"corgipile_accuracy_mean": s["acc_mean"], "corgipile_accuracy_spread": s["acc_spread"],
+                 "corgipile_auc_mean": s["auc_mean"], "corgipile_auc_spread": s["auc_spread"],
+                 "sklearn_accuracy": sk["accuracy"], "sklearn_auc": sk["roc_auc"],
+                 "gap_accuracy_points": 100 * (s["acc_mean"] - sk["accuracy"]), "gap_auc": gap_auc,
+                 "corgipile_s": s["seconds_mean"], "sklearn_s": sk["seconds"],
+                 "bar_accuracy": "PASS" if 100 * (s["acc_mean"] - sk["accuracy"]) >= -ACC_BAR else "FAIL",
+                 "bar_auc": "PASS" if gap_auc is not None and gap_auc >= -AUC_BAR else "FAIL",
+                 "bar_spread": "PASS" if 100 * s["acc_spread"] <= SPREAD_BAR else "FAIL"}
+            if "shuffled_summary" in m:
+                h = m["shuffled_summary"]
+                f.update({"shuffled_accuracy_mean": h["acc_mean"], "shuffled_auc_mean": h["auc_mean"],
+                          "shuffled_gap_accuracy_points": 100 * (h["acc_mean"] - sk["accuracy"]),
+                          "shuffled_gap_auc": None if h["auc_mean"] is None else h["auc_mean"] - sk["roc_auc"]})
+            out[f"{d['dataset']} / {model}"] = f
+    return out
+
+
 def report(results):
     lines = ["| dataset | model | corgipile acc (mean ± spread) | corgipile AUC (mean ± spread) | sklearn acc | "
              "sklearn AUC | gap acc (pts) | gap AUC | corgipile s | sklearn s | bars (acc/AUC/spread) |",
@@ -588,11 +613,15 @@ def main():
         results["datasets"].append(run_dataset(key, models, seeds, not args.no_shuffled))
     with connect() as c:
         results["library_at_end"] = installed_library(c)
+        installed = records.server(c)
     results["total_seconds"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, default=str)
     print(report(results))
+    records.append_record("defaults_vs_sklearn", figures(results), make_target="bench-defaults", results_file=args.out,
+                          config={"seeds": seeds, "models": models, "datasets": keys, "shuffled": not args.no_shuffled,
+                                  "svm_loss": args.svm_loss, "params": EXTRA_PARAMS}, **installed)
     log(f"done in {results['total_seconds']:.0f} s; wrote {args.out}")
 
 

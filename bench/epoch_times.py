@@ -19,6 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
+import records
 
 MODES = [("single", False), ("double", True)]
 STRATEGIES = [(f"{shuffle}, {mode} buffer", {"shuffle": shuffle, "double_buffer": double})
@@ -132,6 +133,7 @@ def main():
         predict_parallel = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
         server = conn.execute("SHOW server_version").fetchone()[0]
         origin = provenance.line(conn, "bench-epochs")
+        installed = records.server(conn)
     medians = {name: statistics.median(secs) for name, secs, _ in rows}
     floor = statistics.median(touch)
     lines = [
@@ -212,6 +214,32 @@ def main():
     print(text)
     with open(args.out, "w") as f:
         f.write(text)
+    records.append_record("epoch_times", {
+        # The figures the README and docs/results.md quote (the targets' "measured" column).
+        "corgipile_double_div_floor": ratio,
+        "corgipile_double_div_floor_rounds": per_run,
+        "corgipile_double_div_floor_rounds_min": min(per_run),
+        "corgipile_double_div_floor_rounds_max": max(per_run),
+        "corgipile_div_no_shuffle_double": like,
+        "corgipile_div_no_shuffle_single": single_like,
+        "default_training_per_epoch_div_floor": default_per_epoch,
+        "statistics_pass_div_epoch": stats_share,
+        "floor_s": records.median_range(touch),
+        "count_s": records.median_range(count),
+        "epochs": {name: {**records.median_range(secs), "div_no_shuffle": medians[name] / medians[BASELINE[name.split(", ")[1].split()[0]]],
+                          "div_floor": medians[name] / floor, "train_accuracy": acc}
+                   for name, secs, acc in rows},
+        "predict": {key: {**records.median_range(times), "div_floor": statistics.median(times) / floor}
+                    for key, (_, times) in zip(("predict_by_id", "predict_by_name", "evaluate"), predict)},
+        "parallel_2_workers": {"floor_s": records.median_range(touch_parallel), "predict_by_id_s": records.median_range(predict_parallel),
+                               "predict_div_floor": statistics.median(predict_parallel) / floor_parallel},
+        "whole_training": {name: {"statistics_pass_s": records.median_range(stats_pass[name]),
+                                  "per_epoch_s": records.median_range([w / args.epochs for w in whole[name]]),
+                                  "per_epoch_div_floor": statistics.median([w / args.epochs for w in whole[name]]) / floor}
+                           for name in ("corgipile, double buffer", EXACT)},
+        "targets": records.pass_fail(targets),
+    }, make_target="bench-epochs", results_file=args.out, config={"rows": args.rows, "features": args.features,
+                                                                   "epochs": args.epochs, "rounds": args.rounds}, **installed)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import time
 import psycopg
 
 import provenance
+import records
 
 DBNAME = "corgipile_bench_tables"
 
@@ -93,6 +94,16 @@ def main():
         text = "\n".join(lines) + "\n"
         print(text)
         provenance.write(args.out, text, "bench-tables", DBNAME)
+        figures = {}
+        for k in names:
+            if "predict of 10,000" in k:
+                figures[k] = {**records.median_range(times[k]),
+                              "div_predict": med[k] / med["corgipile_predict of 10,000 rows"]}
+            else:
+                base = med["corgipile_evaluate, softmax of 10 classes"] if "softmax" in k else med["corgipile_evaluate"]
+                figures[k] = {**records.median_range(times[k]), "div_floor": med[k] / floor, "div_evaluate": med[k] / base}
+        records.append_record("evaluation_tables", figures, make_target="bench-tables", results_file=args.out,
+                              config={"rows": args.rows, "rounds": args.rounds}, conn=conn)
 
 
 if __name__ == "__main__":

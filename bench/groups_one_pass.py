@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # noqa: E402
+import records  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "groups_one_pass")
 FEATURES = ["x1", "x2", "x3", "x4"]
@@ -69,6 +70,17 @@ def accuracy(conn, table, model, where):
 
 def med(xs):
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+
+
+def figures(res):
+    """The figures of the results file, from its raw numbers (`res`), for the run's record."""
+    t = res["times"]
+    return {"floor_s": records.median_range(t["floor"]), "one_s": records.median_range(t["one"]),
+            "groups_s": records.median_range(t["groups"]),
+            "groups_div_one": statistics.median(t["groups"]) / statistics.median(t["one"]),
+            "group_models_stored": res["stored"][0],
+            "sample_group_minus_alone_points": {str(s["group"]): 100 * (s["group_model"] - s["alone"]) for s in res["sample"]},
+            "accuracy_per_group": res["overall"]["per_group"], "accuracy_one_model": res["overall"]["one_model"]}
 
 
 def main():
@@ -160,6 +172,9 @@ def main():
                   f"{overall['per_group']:.4f}; the one model of every row {overall['one_model']:.4f}.",
               "", "Raw numbers: bench/results/groups_one_pass.json."]
     provenance.write(OUT + ".md", "\n".join(lines) + "\n", "bench-groups")
+    records.append_record("groups_one_pass", figures(res), make_target="bench-groups", results_file=OUT + ".md",
+                          config={"rows": args.rows, "groups": args.groups, "epochs": args.epochs,
+                                  "rounds": args.rounds, "sample": args.sample}, conn=conn)
     log(f"wrote {OUT}.md")
 
 

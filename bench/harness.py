@@ -16,8 +16,8 @@ import time
 import psycopg
 
 import datasets
-import plots
 import provenance
+import records
 import runner
 
 BUFFER = "10%"  # paper §7.3: buffer 10% of the table for the main comparison
@@ -268,10 +268,15 @@ def main():
     with open(out_md + ".json", "w") as f:
         json.dump(results, f, indent=1, default=str)
     write_outputs(results, out_md)
+    with runner.connect() as c:
+        installed = records.server(c)
+    records.append_record(benchmark(results), figures(results), make_target="bench-quick" if args.quick else "bench",
+                          results_file=out_md, config={"only": args.only, "seed": args.seed}, **installed)
     log(f"done in {results['total_seconds']:.0f} s; wrote {out_md}, {out_md}.json and the PNGs")
 
 
 def write_outputs(results, out_md):
+    import plots  # matplotlib: installed by `make bench` (bench/requirements.txt), not needed to read results
     prefix = os.path.splitext(out_md)[0]
     pngs = plots.all_plots(results, prefix)
     text = report(results, pngs)
@@ -466,6 +471,28 @@ def targets(results):
                 else:
                     add(name, r[key] >= need, f"{fmt_r(r[key])}× ({fmt_s(o['e2e'])} s vs {fmt_s(cp['e2e'])} s)")
     return "\n".join(["| target | result | measured |", "|---|---|---|", *out])
+
+
+def benchmark(results):
+    """The name of a run's records: harness (make bench) or harness_quick (make bench-quick)."""
+    return "harness_quick" if results["mode"] == "quick" else "harness"
+
+
+def figures(results):
+    """The figures of the report's "Ratios" and "Targets" sections, for the run's record
+    (bench/records.py): per dataset and model the ratios of ratios(), the accuracy gap in points,
+    and PASS/FAIL of every target."""
+    out = {"total_minutes": results["total_seconds"] / 60}
+    for d in results["datasets"]:
+        for model in d["models"]:
+            r = ratios(d, model)
+            out[f"{d['dataset']} / {model}"] = {
+                "corgipile_div_no_shuffle": r["cp_ns"], "corgipile_single_div_no_shuffle_single": r["sb_nss"],
+                "corgipile_div_floor": r["cp_floor"], "double_div_single": r["db_sb"],
+                "shuffle_once_div_corgipile_e2e": r["so_cp"], "sklearn_div_corgipile_e2e": r["sk_cp"],
+                "buf2_minus_shuffle_once_test_acc_points": None if r["acc_gap_2pct"] is None else 100 * r["acc_gap_2pct"]}
+    out["targets"] = records.pass_fail(targets(results).splitlines())
+    return out
 
 
 def report(results, pngs):

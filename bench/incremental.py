@@ -21,6 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
+import records
 
 REPLAYS = [0.0, 0.1, 0.2]
 SCENARIOS = ["drift", "one class a day"]
@@ -116,6 +117,7 @@ def main():
             results[scenario] = nights(conn, scenario, table, test, base, args)
         server = conn.execute("SHOW server_version").fetchone()[0]
         origin = provenance.line(conn, "bench-incremental")
+        installed = records.server(conn)
     lines = [
         origin, "",
         f"Table `{table}`: {args.rows:,} rows on day 0 (8 float8 features, a 5-category text column), growing by "
@@ -157,6 +159,20 @@ def main():
     print(text)
     with open(args.out, "w") as f:
         f.write(text)
+    figures = {}
+    for r in REPLAYS:
+        for scenario, rows in results.items():
+            deltas = [(row[r][0] - row["full"]) * 100 for row in rows]
+            reads = [row[r][1] for row in rows]
+            figures[f"replay {r} / {scenario}"] = {
+                "worst_delta_points": min(deltas), "median_delta_points": statistics.median(deltas),
+                "largest_share_read": max(reads),
+                "target": "PASS" if min(deltas) >= -1.0 and max(reads) <= 0.25 else "FAIL"}
+    figures["full_retraining_s"] = full
+    figures["since_div_full"] = {f"replay {r}": statistics.median(row["seconds"][r] for row in every) / full
+                                 for r in REPLAYS}
+    records.append_record("incremental", figures, make_target="bench-incremental", results_file=args.out,
+                          config={"rows": args.rows, "days": args.days, "epochs": args.epochs}, **installed)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ from sklearn.preprocessing import StandardScaler
 
 import defaults_vs_sklearn as dvs
 import provenance
+import records
 from cancel_latency import installed_library
 from epoch_times import make_table
 
@@ -560,6 +561,39 @@ def report(res):
     return "\n".join(L) + "\n"
 
 
+def figures(res):
+    """The figures of report(res) (or of predict_only_report), for the run's record (bench/records.py)."""
+    out = {}
+    for d in res["datasets"]:
+        s = d["summary"]
+        mult = 1 if d["regression"] else 100
+        out[d["dataset"]] = {
+            **{f"{arm} score": s[arm]["score"] for arm in s if "score" in s[arm]},
+            **{f"{arm} s": s[arm]["seconds"] for arm in s if "seconds" in s[arm]},
+            "gap": mult * (s["corgipile mlp"]["score"]["median"] - s["sklearn MLP"]["score"]["median"]),
+            "gap_unit": "R2" if d["regression"] else "points"}
+    sp = res.get("speed")
+    if sp and "corgipile_epoch_seconds" in sp:
+        cm, sm = statistics.median(sp["corgipile_epoch_seconds"]), statistics.median(sp["sklearn_epoch_seconds"])
+        out["speed"] = {"corgipile_epoch_s": records.median_range(sp["corgipile_epoch_seconds"]),
+                        "sklearn_epoch_s": records.median_range(sp["sklearn_epoch_seconds"]),
+                        "scan_s": records.median_range(sp["scan_seconds"]),
+                        "corgipile_div_sklearn": cm / sm, "corgipile_gflops": sp["corgipile_gflops"],
+                        "sklearn_gflops": sp["sklearn_gflops"], "corgipile_us_per_row": sp["corgipile_us_per_row"],
+                        "sklearn_us_per_row": sp["sklearn_us_per_row"]}
+    for key, case in (("predict_array", sp), ("predict_row", res.get("mixed_predict"))):
+        if case and "predict_seconds" in case:
+            total, net, pm = ratios(case)
+            out[key] = {"mlp_div_logistic": total, "net_of_scan_mlp_div_logistic": net,
+                        "target_within_2x": "PASS" if total <= 2 else "FAIL",
+                        **{f"{k}_s": records.median_range(v) for k, v in case["predict_seconds"].items()}}
+    if sp and "memory" in sp:
+        base = sp["memory"]["scan only"]["after"]["VmHWM"]
+        out["memory_vmhwm_over_scan_mib"] = {k: (sp["memory"][k]["after"]["VmHWM"] - base) / 1024
+                                             for k in ("mlp training (1 epoch)", "logistic training (1 epoch)")}
+    return out
+
+
 def predict_only(rows, rounds, epochs):
     """Section 4's array case alone: the speed table, an mlp of `epochs` epochs, the predictions."""
     table = f"bench_clustered_{rows}x18"
@@ -684,6 +718,7 @@ def main():
         res["mixed_predict"] = mixed_predict(args.rounds, args.epochs, args.predict_copies)
     with dvs.connect() as c:
         res["library_at_end"] = installed_library(c)
+        installed = records.server(c)
     res["total_seconds"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:
@@ -694,6 +729,11 @@ def main():
     with open(args.out + ".md", "w") as f:
         f.write(text)
     print(text)
+    records.append_record("mlp_vs_sklearn_predict" if args.predict_only else "mlp_vs_sklearn", figures(res),
+                          make_target="bench-mlp", results_file=args.out + ".md",
+                          config={"epochs": args.epochs, "seeds": res["seeds"], "datasets": [d["dataset"] for d in res["datasets"]],
+                                  "rows": args.rows, "rounds": args.rounds, "speed_epochs": args.speed_epochs,
+                                  "skip_speed": args.skip_speed, "predict_copies": args.predict_copies}, **installed)
     log(f"done in {res['total_seconds']:.0f} s")
 
 

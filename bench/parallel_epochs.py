@@ -14,6 +14,7 @@ import statistics
 import psycopg
 
 import provenance
+import records
 from psycopg.types.json import Jsonb
 
 from epoch_times import make_table
@@ -77,6 +78,7 @@ def main():
         busy = explain_value(lines, "Worker Busy")
         tuples = explain_value(lines, "Tuples Per Epoch")
         server = conn.execute("SHOW server_version").fetchone()[0]
+        installed = records.server(conn)
     cores = os.cpu_count()
     base = statistics.median(results[CONFIGS[0][0]][0])
     base_acc = statistics.median(results[CONFIGS[0][0]][1])
@@ -116,6 +118,22 @@ def main():
     text = "\n".join(out) + "\n"
     print(text)
     provenance.write(args.out, text, "bench-parallel")
+    finite = lambda x: x if x == x else None  # noqa: E731  (NaN when EXPLAIN showed no busy time)
+    records.append_record("parallel_epochs", {
+        "configs": {name: {**records.median_range(results[name][0]),
+                           "div_one_process": statistics.median(results[name][0]) / base,
+                           "accuracy": statistics.median(results[name][1]),
+                           "accuracy_delta_points": 100 * (statistics.median(results[name][1]) - base_acc)}
+                    for name, _ in CONFIGS},
+        "workers2_best_div_one_process": two[0] / base,
+        "workers2_best": two[1],
+        "workers2_accuracy_delta_points": 100 * (two_acc - base_acc),
+        "targets": records.pass_fail(out),
+        "single_buffer_ns_per_tuple": single_ns,
+        "sgd_ns_per_tuple": finite(sgd_ns),
+        "reader_ns_per_tuple": finite(reader_ns),
+    }, make_target="bench-parallel", results_file=args.out,
+        config={"rows": args.rows, "features": args.features, "epochs": args.epochs, "rounds": args.rounds}, **installed)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 import psycopg
 
 import provenance
+import records
 from psycopg import sql
 
 from cancel_latency import git_head, installed_library, machine
@@ -68,6 +69,13 @@ def timed(conn, query):
     start = time.perf_counter()
     conn.execute(query).fetchall()
     return time.perf_counter() - start
+
+
+def figures(times):
+    """The figures of the results file, from its raw numbers, for the run's record."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {k: {**records.median_range(v), "div_floor": med[k] / med["floor"],
+                "min_div_floor_min": min(v) / min(times["floor"])} for k, v in times.items()}
 
 
 def main():
@@ -127,6 +135,8 @@ def main():
         provenance.write(args.out, text, "bench-predict", DBNAME)
         with open(args.out + ".json", "w") as f:
             json.dump({"rows": args.rows, "times": times}, f, indent=1)
+        records.append_record("predict_row", figures(times), make_target="bench-predict", results_file=args.out,
+                              config={"rows": args.rows, "rounds": args.rounds}, conn=conn)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # noqa: E402
+import records  # noqa: E402
 from epoch_times import make_table  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_one_pass")
@@ -55,6 +56,18 @@ def grid_configs(grid):
 
 def med(xs):
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+
+
+def figures(res):
+    """The figures of the results file, from its raw numbers (`res`), for the run's record."""
+    t = res["times"]
+    m = {k: statistics.median(v) for k, v in t.items()}
+    return {"floor_s": records.median_range(res["floor"]), **{f"{k}_s": records.median_range(v) for k, v in t.items()},
+            "separate12_s": res["separate12"], "search12_div_one": m["search12"] / m["one"],
+            "separate12_div_one": res["separate12"] / m["one"], "cv5_div_one": m["cv5"] / m["one"],
+            "mlp_search4_div_mlp_one": m["mlp_search4"] / m["mlp_one"],
+            "best_alone": {name: {"score": tw["score"], "alone_score": tw["alone_score"], "identical": tw["identical"]}
+                           for name, tw in res["twins"].items()}}
 
 
 def main():
@@ -154,6 +167,9 @@ def main():
         lines.append(f"- {name}: " + "; ".join(f"`{json.dumps(p)}` {s:.4f}" for p, s in t["trials"]))
     lines += ["", "Raw numbers: bench/results/search_one_pass.json."]
     provenance.write(OUT + ".md", "\n".join(lines) + "\n", "bench-search")
+    records.append_record("search_one_pass", figures(res), make_target="bench-search", results_file=OUT + ".md",
+                          config={"rows": args.rows, "epochs": args.epochs, "mlp_epochs": args.mlp_epochs,
+                                  "rounds": args.rounds}, conn=conn)
     log(f"wrote {OUT}.md")
 
 

@@ -17,6 +17,7 @@ import subprocess
 import psycopg
 
 import provenance
+import records
 from psycopg.types.json import Jsonb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,6 +113,7 @@ def main():
                         entry[1].append(acc)
                         entry[2].extend(sent)
             server = conn.execute("SHOW server_version").fetchone()[0]
+            installed = records.server(conn)
     finally:
         for p in ports:
             cluster(p, "destroy")
@@ -137,6 +139,18 @@ def main():
     text = "\n".join(out) + "\n"
     print(text)
     provenance.write(args.out, text, "bench-shards", DB)
+    figures = {}
+    for layout in ("by_hash", "by_label"):
+        one = statistics.median(results[(layout, "one server")][0])
+        one_acc = statistics.median(results[(layout, "one server")][1])
+        figures[layout] = {name: {**records.median_range(secs), "div_one_server": statistics.median(secs) / one,
+                                  "accuracy": statistics.median(accs),
+                                  "accuracy_delta_points": 100 * (statistics.median(accs) - one_acc),
+                                  "bytes_per_epoch": statistics.median(sent) if sent else 0}
+                           for (lay, name), (secs, accs, sent) in results.items() if lay == layout}
+    records.append_record("shard_epochs", figures, make_target="bench-shards", results_file=args.out,
+                          config={"rows": args.rows, "features": args.features, "epochs": args.epochs,
+                                  "rounds": args.rounds}, **installed)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import time
 import psycopg
 
 import provenance
+import records
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -254,6 +255,7 @@ def main():
         settings = {n: setting(conn, n) for n in ("shared_buffers", "wal_level", "work_mem", "maintenance_work_mem",
                                                    "max_parallel_workers_per_gather", "max_wal_size",
                                                    "corgipile.max_buffer_memory")}
+        installed = records.server(conn)
 
     shuffled = accuracy[:2]
     gap = abs(shuffled[0][3] - shuffled[1][3]) * 100
@@ -333,6 +335,17 @@ def main():
     print(text)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     provenance.write(args.out, text, "bench-shuffle", DBNAME)
+    records.append_record("shuffle_copy", {
+        "methods": {key: {**records.median_range(times[key]), "div_plain": med[key] / med["plain"],
+                          "wal_bytes": statistics.median(wal[key]), "temp_bytes": statistics.median(temp[key])}
+                    for key, *_ in METHODS},
+        "pile_div_order_by": med["pile"] / med["order_by"],
+        "pile_div_plain": med["pile"] / med["plain"],
+        "accuracy": {what: acc for what, _t, _m, acc, _r in accuracy},
+        "label_runs": {what: runs for what, _t, _m, _a, runs in accuracy},
+        "shuffled_copies_gap_points": gap,
+        "warnings": len(warnings),
+    }, make_target="bench-shuffle", results_file=args.out, config={"rows": args.rows, "rounds": args.rounds}, **installed)
 
 
 if __name__ == "__main__":

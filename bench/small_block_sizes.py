@@ -23,6 +23,7 @@ import psycopg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import datasets  # noqa: E402
 import provenance  # noqa: E402
+import records  # noqa: E402
 
 DBNAME = "corgipile_bench"
 BLOCKS = ["auto", "64kB", "256kB", "1MB", "10MB"]
@@ -39,6 +40,7 @@ def main():
     lines = ["# Block size on small tables stored clustered by label: test accuracy", "",
              "svm and logistic, 5 epochs, default params but `block_size`; median (min–max) test accuracy "
              f"of seeds {', '.join(map(str, SEEDS))}. Last row: no_shuffle on the copy stored in random order.", ""]
+    figures = {}  # dataset -> block size (or the random-order copy) -> model -> test accuracy over seeds
     with psycopg.connect(dbname=DBNAME, autocommit=True) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
         c.execute("SET client_min_messages = warning")
@@ -60,12 +62,16 @@ def main():
                         accs.append(c.execute("SELECT corgipile_evaluate(%s, %s)", (m, clustered.test)).fetchone()[0]["accuracy"])
                         c.execute("SELECT corgipile_drop_model(%s)", (m,))
                     cells.append(f"{statistics.median(accs):.4f} ({min(accs):.4f}–{max(accs):.4f})")
+                    figures.setdefault(name, {}).setdefault(label, {})[model] = records.median_range(accs)
                 lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
                 print(lines[-1], flush=True)
             lines.append("")
+        installed = records.server(c)
     text = "\n".join(lines)
     print(text)
     provenance.write(args.out, text, "bench-small-blocks", DBNAME)
+    records.append_record("small_block_sizes", figures, make_target="bench-small-blocks", results_file=args.out,
+                          config={"blocks": BLOCKS, "seeds": list(SEEDS)}, **installed)
 
 
 if __name__ == "__main__":

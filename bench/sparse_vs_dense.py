@@ -17,6 +17,7 @@ import numpy as np
 import psycopg
 
 import provenance
+import records
 import scipy
 import scipy.sparse as sp
 import sklearn
@@ -167,6 +168,7 @@ def main():
                     if rnd == args.rounds - 1:
                         accuracy[model, name, "sklearn"] = float(clf.score(X, y))
         load_end = open("/proc/loadavg").read().split()[:3]
+        installed = records.server(c)
     lines = [f"{rows:,} rows, ~{NNZ} non-zeros per row (each row its own random indices), logistic, "
              f"l2 = {args.l2}, {args.epochs} epochs, other params default (`normalize` and `average` on), "
              f"{args.rounds} interleaved rounds; epoch time (training pass, scan included) per tuple, over "
@@ -240,6 +242,30 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     provenance.write(args.out, text, "bench-sparse")
+    figures = {"ns_per_tuple": {f"{mode} / {name}": records.median_range([x for r in rounds for x in r])
+                                for (mode, name), rounds in results.items()},
+               "ratios": {}, "defaults_cost": {}, "guard": {}}
+    for mode, _ in MODES:
+        dense, sparse40, sparse = ([statistics.median(r) for r in results[mode, name]] for name, _, _ in MODELS)
+        for label, num, den in (("sparse 1M ÷ dense 40", sparse, dense), ("sparse 1M ÷ sparse 40", sparse, sparse40)):
+            figures["ratios"][f"{mode} / {label}"] = records.median_range([a / b for a, b in zip(num, den)])
+        for name, _, _ in GUARD_DATA:
+            figures["defaults_cost"][f"{mode} / {name}"] = records.median_range(
+                [statistics.median(a) / statistics.median(b) for a, b in zip(results[mode, name], guard["logistic", name, mode])])
+    for model, loss in LOSSES:
+        for name, _, _ in GUARD_DATA:
+            sk = guard[model, name, "sklearn"]
+            for mode, _ in MODES:
+                cp = guard[model, name, mode]
+                ratios = [statistics.median(a) / statistics.median(b) for a, b in zip(cp, sk)]
+                figures["guard"][f"{model} / {name} / {mode}"] = {
+                    "corgipile_ns_per_row": statistics.median([x for r in cp for x in r]),
+                    "sklearn_ns_per_row": statistics.median([x for r in sk for x in r]),
+                    "corgipile_div_sklearn": records.median_range(ratios),
+                    "result": "FAIL" if f"{model} / {loss}, {name}, {mode}" in failed else "PASS"}
+    figures["guard_result"] = "FAIL" if failed else "PASS"
+    records.append_record("sparse_vs_dense", figures, make_target="bench-sparse", results_file=args.out,
+                          config={"rows": rows, "epochs": args.epochs, "rounds": args.rounds, "l2": args.l2}, **installed)
     return 1 if failed else 0
 
 

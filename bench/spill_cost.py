@@ -16,6 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
+import records
 
 JOIN = """SELECT c.age, c.plan, o.total, o.items, c.churned
           FROM bench_spill_customers c JOIN bench_spill_orders o USING (customer_id)"""
@@ -65,6 +66,7 @@ def main():
         size = conn.execute("SELECT pg_size_pretty(pg_table_size('bench_spill_join'))").fetchone()[0]
         server = conn.execute("SHOW server_version").fetchone()[0]
         origin = provenance.line(conn, "bench-spill")
+        installed = records.server(conn)
     med = {k: statistics.median(v) for k, v in runs.items()}
     table_path = med["CREATE TABLE AS join"] + med["corgipile_train on the table made"]
     lines = [
@@ -87,6 +89,17 @@ def main():
     print(text)
     with open(args.out, "w") as f:
         f.write(text)
+    query, on_table = med["corgipile_train_query(join)"], med["corgipile_train on the table made"]
+    records.append_record("spill_cost", {
+        "steps_s": {k: records.median_range(v) for k, v in runs.items()},
+        "rows": rows,
+        "query_div_table": query / on_table,
+        "query_div_create_and_train": query / table_path,
+        "spill_s": query - on_table,
+        "spill_div_query_alone": (query - on_table) / med["query alone: SELECT count(*) FROM (join)"],
+    }, make_target="bench-spill", results_file=args.out,
+        config={"customers": args.customers, "orders": args.orders, "epochs": args.epochs, "rounds": args.rounds},
+        **installed)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import provenance
+import records
 from epoch_times import prepare, table_args, timed
 
 FILTERS = [("10%", "id % 10 = 0"), ("90%", "id % 10 <> 0"), ("100% (no filter)", None)]
@@ -47,6 +48,7 @@ def main():
                 conn.execute("SELECT corgipile_drop_model(%s)", (model_id,))
         server = conn.execute("SHOW server_version").fetchone()[0]
         origin = provenance.line(conn, "bench-where")
+        installed = records.server(conn)
     lines = [
         origin,
         "",
@@ -67,6 +69,15 @@ def main():
             f"| {name} | `{where or ''}` | {rows[name]:,} | {statistics.median(f):.3f} ({min(f):.3f}–{max(f):.3f}) "
             f"| {statistics.median(e):.3f} ({min(e):.3f}–{max(e):.3f}) | {ratio:.2f} | {target} |")
     provenance.write_report(lines, args.out)
+    records.append_record("where_epochs", {
+        name: {"rows_trained": rows[name], "floor_s": records.median_range(floors[name]),
+               "epoch_s": records.median_range(epochs[name]),
+               "epoch_div_floor": statistics.median(epochs[name]) / statistics.median(floors[name]),
+               **({"target": "PASS" if statistics.median(epochs[name]) / statistics.median(floors[name]) <= 1.3 else "FAIL"}
+                  if where else {})}
+        for name, where in FILTERS
+    }, make_target="bench-where", results_file=args.out,
+        config={"rows": args.rows, "features": args.features, "epochs": args.epochs, "rounds": args.rounds}, **installed)
 
 
 if __name__ == "__main__":

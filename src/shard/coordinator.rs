@@ -18,8 +18,8 @@ use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
-    normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochLoop, EpochPart, EpochRecord,
-    EpochTotals,
+    normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochPart, EpochRecord,
+    EpochTotals, LearnerRun,
 };
 use corgipile_ml::wire::{self, WireError};
 
@@ -472,13 +472,15 @@ pub unsafe fn train(
     };
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
-    let mut epoch_loop = EpochLoop::new(params.epochs, params.tolerance);
+    // The combined model's epochs, as one process runs each learner's (no patience: shards
+    // take no validation yet).
+    let mut run: LearnerRun<()> = LearnerRun::new(params.tolerance, None);
     let mut rows_trained = 0;
     request.phase = Phase::Train;
     request.n_features = n_features;
     request.extras = extras;
     let lr_schedule = train_config.schedule;
-    for epoch in epoch_loop.epochs() {
+    for epoch in 1..=params.epochs {
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
         let mut totals = EpochTotals::default();
@@ -551,14 +553,14 @@ pub unsafe fn train(
                 bytes,
             ));
         }
-        if epoch_loop.record(record) {
+        if run.end_epoch(epoch, record, None) {
             break;
         }
     }
     progress::finish();
     // The local partitions' optimizer states (the remote shards' go with their connections).
     crate::exec::sgd::forget_kept_optimizers();
-    let epochs = epoch_loop.into_history();
+    let (epochs, _) = run.finish();
     let mut weights = model_rounds.finish();
     let mut model = match network {
         Some(plan) => {

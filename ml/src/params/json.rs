@@ -34,7 +34,6 @@ impl TrainParams {
                 .expect("unknown keys were rejected above");
             (spec.parse)(&mut p, key, v)?;
         }
-        p.block_size_explicit = p.block_size != BlockSize::Auto;
         p.buffer_size_explicit = p.buffer_size != DEFAULT_BUFFER;
         Ok(p)
     }

@@ -144,8 +144,6 @@ macro_rules! train_params {
                 #[doc = concat!("\n\nAccepts ", $rule, ".")]
                 pub $field: $ty,
             )*
-            /// True iff block_size differs from the default ("auto").
-            pub block_size_explicit: bool,
             /// True iff buffer_size differs from the default ("10%"). An explicit size
             /// that exceeds the memory limit is an error; the default is clamped.
             pub buffer_size_explicit: bool,
@@ -158,7 +156,6 @@ macro_rules! train_params {
             pub fn defaults() -> Self {
                 TrainParams {
                     $($field: $default,)*
-                    block_size_explicit: false,
                     buffer_size_explicit: false,
                 }
             }

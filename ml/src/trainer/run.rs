@@ -16,27 +16,20 @@ pub struct EpochRecord {
     pub validation_seconds: f64,
 }
 
-/// Epochs `1..=epochs`, stopping early once the loss changed by less than `tolerance`
-/// (0 = never) from one epoch to the next.
+/// Finished epochs, and whether the loss changed by less than `tolerance` (0 = never) from one
+/// epoch to the next (the driver runs epochs `1..=epochs` and stops early when it did).
 #[derive(Clone, Debug)]
-pub struct EpochLoop {
-    epochs: u32,
+pub(crate) struct EpochLoop {
     tolerance: f64,
     history: Vec<EpochRecord>,
 }
 
 impl EpochLoop {
-    pub fn new(epochs: u32, tolerance: f64) -> EpochLoop {
+    pub fn new(tolerance: f64) -> EpochLoop {
         EpochLoop {
-            epochs,
             tolerance,
             history: Vec::new(),
         }
-    }
-
-    /// The epochs to run, unless [`record`](Self::record) says stop first.
-    pub fn epochs(&self) -> std::ops::RangeInclusive<u32> {
-        1..=self.epochs
     }
 
     /// Records a finished epoch; true when training stops after it (converged).
@@ -48,10 +41,6 @@ impl EpochLoop {
         );
         self.history.push(record);
         converged
-    }
-
-    pub fn history(&self) -> &[EpochRecord] {
-        &self.history
     }
 
     pub fn into_history(self) -> Vec<EpochRecord> {
@@ -74,9 +63,9 @@ pub struct LearnerRun<M> {
 }
 
 impl<M> LearnerRun<M> {
-    pub fn new(epochs: u32, tolerance: f64, patience: Option<u32>) -> LearnerRun<M> {
+    pub fn new(tolerance: f64, patience: Option<u32>) -> LearnerRun<M> {
         LearnerRun {
-            epochs: EpochLoop::new(epochs, tolerance),
+            epochs: EpochLoop::new(tolerance),
             patience,
             best: None,
             done: false,
@@ -154,13 +143,13 @@ pub(super) mod tests {
 
     #[test]
     fn stops_once_the_loss_stops_moving() {
-        let mut run = EpochLoop::new(10, 0.01);
-        assert_eq!(run.epochs(), 1..=10);
+        let mut run = EpochLoop::new(0.01);
         assert!(!run.record(record(1, 0.5)));
         assert!(!run.record(record(2, 0.4)));
         assert!(run.record(record(3, 0.395)));
-        assert_eq!(run.history().len(), 3);
-        assert_eq!(run.into_history()[2].stats.loss, 0.395);
+        let history = run.into_history();
+        assert_eq!(history.len(), 3);
+        assert_eq!(history[2].stats.loss, 0.395);
     }
 
     /// An epoch whose validation loss is `validation`.
@@ -175,7 +164,7 @@ pub(super) mod tests {
 
     #[test]
     fn patience_keeps_the_best_epochs_model_and_stops_after_it() {
-        let mut run: LearnerRun<&str> = LearnerRun::new(10, 0.0, Some(2));
+        let mut run: LearnerRun<&str> = LearnerRun::new(0.0, Some(2));
         assert!(!run.end_epoch(1, validated(1, 0.9, 0.50), Some("m1")));
         assert!(!run.end_epoch(2, validated(2, 0.8, 0.40), Some("m2")));
         assert!(!run.end_epoch(3, validated(3, 0.7, 0.45), Some("m3")));
@@ -190,10 +179,10 @@ pub(super) mod tests {
 
     #[test]
     fn a_run_stops_on_convergence_or_when_set_aside() {
-        let mut run: LearnerRun<()> = LearnerRun::new(10, 0.01, None);
+        let mut run: LearnerRun<()> = LearnerRun::new(0.01, None);
         assert!(!run.end_epoch(1, record(1, 0.5), None));
         assert!(run.end_epoch(2, record(2, 0.495), None));
-        let mut run: LearnerRun<()> = LearnerRun::new(10, 0.0, Some(1));
+        let mut run: LearnerRun<()> = LearnerRun::new(0.0, Some(1));
         // Without a validation loss, patience never runs out.
         for epoch in 1..=5 {
             assert!(!run.end_epoch(epoch, record(epoch, 0.5), Some(())));
@@ -205,7 +194,7 @@ pub(super) mod tests {
 
     #[test]
     fn without_tolerance_it_never_stops_early() {
-        let mut run = EpochLoop::new(3, 0.0);
+        let mut run = EpochLoop::new(0.0);
         assert!(!run.record(record(1, 0.5)));
         assert!(!run.record(record(2, 0.5)));
         assert!(!converged(Some(1.0), 1.0, 0.0));

@@ -282,13 +282,7 @@ impl SgdNode {
         // whether it has stopped or was set aside.
         let mut runs: Vec<LearnerRun<Model>> = learner_config
             .iter()
-            .map(|&c| {
-                LearnerRun::new(
-                    params.epochs,
-                    params.tolerance,
-                    configurations[c].1.patience,
-                )
-            })
+            .map(|&c| LearnerRun::new(params.tolerance, configurations[c].1.patience))
             .collect();
         // With workers: the epoch a configuration was set aside in another process.
         let mut set_aside_elsewhere: Vec<Option<u32>> = vec![None; n_trials];
