@@ -168,18 +168,15 @@ def assert_catalog_consistent(conn):
 # ---------------------------------------------------------------------------------------------
 # A training in a thread, and stopping it
 
-def start_training(conn, rel, model, params, *, defaults=QUIET):
-    """Runs corgipile_train (params as train() builds them: without NOTICEs unless `defaults` says
-    otherwise) in a thread; returns (thread, result dict with "started", "ended" and "value" or
-    "error")."""
+def run_in_thread(conn, sql, params=None):
+    """Runs `sql` on `conn` in a thread; returns (thread, result dict with "started", "ended"
+    and "value" (the first row's first column) or "error")."""
     result = {}
-    p = {**defaults, **params}
 
     def run():
         result["started"] = time.monotonic()
         try:
-            result["value"] = conn.execute("SELECT corgipile_train(%s::regclass, %s, %s)",
-                                           (rel, model, Jsonb(p))).fetchone()[0]
+            result["value"] = conn.execute(sql, params).fetchone()[0]
         except BaseException as e:  # noqa: BLE001 - reported to the test
             result["error"] = e
         result["ended"] = time.monotonic()
@@ -187,6 +184,13 @@ def start_training(conn, rel, model, params, *, defaults=QUIET):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, result
+
+
+def start_training(conn, rel, model, params, *, defaults=QUIET):
+    """Runs corgipile_train (params as train() builds them: without NOTICEs unless `defaults` says
+    otherwise) in a thread (see run_in_thread)."""
+    return run_in_thread(conn, "SELECT corgipile_train(%s::regclass, %s, %s)",
+                         (rel, model, Jsonb({**defaults, **params})))
 
 
 def stop_if_running(killer, t, pid):

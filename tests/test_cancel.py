@@ -32,8 +32,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import (assert_catalog_consistent, cancel_and_join, catalog_counts, connect, proc_status,
-                     scalar, server_crashes, start_training, stop_if_running, threads, train, wait_active,
-                     wait_ready)
+                     run_in_thread, scalar, server_crashes, start_training, stop_if_running, threads, train,
+                     wait_active, wait_ready)
 
 
 # =============================================================================================
@@ -290,21 +290,6 @@ SCENARIOS = {
     "training": ("big", {"buffer_size": "1%"}),
     "between_epochs": ("small", {"buffer_size": "100%"}),
 }
-
-
-def run_in_thread(conn, sql, params):
-    result = {}
-
-    def run():
-        try:
-            result["value"] = conn.execute(sql, params).fetchone()
-        except BaseException as e:  # noqa: BLE001 - reported to the test
-            result["error"] = e
-        result["ended"] = time.monotonic()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, result
 
 
 LONG = {"epochs": 1_000_000, "verbose": False}

@@ -41,14 +41,13 @@ h4_user (LOGIN, CREATE on schema public, SELECT on the tables) in a database of 
 """
 
 import json
-import threading
 import time
 
 import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import (catalog_counts, connect, describe, drop_role, error_of, scalar, start_training,
+from helpers import (catalog_counts, connect, describe, drop_role, error_of, run_in_thread, scalar,
                      stop_if_running, threads, train, train_error, wait_active)
 
 ROLE = "h4_user"
@@ -251,24 +250,6 @@ def test_the_row_dated_2024_02_01_uses_its_own_model_under_sql_mdy(user):
 # =============================================================================================
 # 2. Cancel and statement_timeout within 1 s
 
-def run_in_thread(conn, sql, params=None):
-    """Runs `sql` in a thread; returns (thread, result dict with "started", "ended" and "value"
-    or "error")."""
-    result = {}
-
-    def run():
-        result["started"] = time.monotonic()
-        try:
-            result["value"] = conn.execute(sql, params).fetchall()
-        except BaseException as e:  # noqa: BLE001 - reported to the test
-            result["error"] = e
-        result["ended"] = time.monotonic()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, result
-
-
 def cancel(killer, t, result, pid, timeout=120):
     """pg_cancel_backend, and the seconds from it to the ERROR at the client (as
     helpers.cancel_and_join; a longer join, as the old code finished the work first)."""
@@ -277,6 +258,27 @@ def cancel(killer, t, result, pid, timeout=120):
     t.join(timeout=timeout)
     assert not t.is_alive(), f"not stopped {timeout} s after pg_cancel_backend"
     return result["ended"] - cancelled_at
+
+
+def assert_cancelled_within_a_second(user, admin, sql, params, *, after, what, function="corgipile_train"):
+    """Runs `sql` as `user`, cancels it `after` seconds into its work (it must still run) and
+    asserts the ERROR within LATENCY_LIMIT, no catalog change, no thread left, a usable session."""
+    before = catalog_counts(admin)
+    pid = scalar(user, "SELECT pg_backend_pid()")
+    t, result = run_in_thread(user, sql, params)
+    try:
+        wait_active(admin, pid, function=function)
+        time.sleep(after)
+        assert t.is_alive(), f"{what} ended before the cancel: {result}"
+        latency = cancel(admin, t, result, pid)
+    finally:
+        stop_if_running(admin, t, pid)
+    print(f"\ncancel latency of {what}: {latency:.3f} s")
+    assert isinstance(result.get("error"), E.QueryCanceled), result
+    assert latency <= LATENCY_LIMIT, f"cancel of {what} took {latency:.3f} s"
+    assert catalog_counts(admin) == before
+    assert scalar(user, "SELECT 1") == 1
+    assert threads(pid) == 1
 
 
 IMP_ROWS = 60_000
@@ -308,22 +310,9 @@ def test_cancel_of_feature_importance_of_a_big_network(importance_tables, user, 
     print(f"\none scoring pass of {IMP_ROWS} rows through {IMP_HIDDEN}: about {one_pass:.1f} s")
     assert one_pass >= 3.0, f"one pass ({one_pass:.1f} s) too short to tell a check per pass from one per row"
 
-    before = catalog_counts(admin)
-    pid = scalar(user, "SELECT pg_backend_pid()")
-    t, result = run_in_thread(user, *importance_sql({"rows": IMP_ROWS, "repeats": 1}))
-    try:
-        wait_active(admin, pid, function="corgipile_feature_importance")
-        time.sleep(2.0)
-        assert t.is_alive(), f"importance ended before the cancel: {result}"
-        latency = cancel(admin, t, result, pid)
-    finally:
-        stop_if_running(admin, t, pid)
-    print(f"cancel latency of corgipile_feature_importance: {latency:.3f} s")
-    assert isinstance(result.get("error"), E.QueryCanceled), result
-    assert latency <= LATENCY_LIMIT, f"cancel of corgipile_feature_importance took {latency:.3f} s"
-    assert catalog_counts(admin) == before
-    assert scalar(user, "SELECT 1") == 1
-    assert threads(pid) == 1
+    assert_cancelled_within_a_second(user, admin, *importance_sql({"rows": IMP_ROWS, "repeats": 1}),
+                                     after=2.0, function="corgipile_feature_importance",
+                                     what="corgipile_feature_importance")
 
 
 @pytest.mark.slow
@@ -333,22 +322,9 @@ def test_cancel_while_a_big_network_scores_its_validation_rows(importance_tables
     rows (over 10 s here) between two interrupt checks; now by work."""
     params = {"features": ["a", "b", "c", "d"], "hidden": [2048, 2048], "epochs": 1, "seed": 7,
               "validation": {"predicate": "id > 200"}, "verbose": False}
-    before = catalog_counts(admin)
-    pid = scalar(user, "SELECT pg_backend_pid()")
-    t, result = run_in_thread(user, "SELECT corgipile_train('h4_imp', 'mlp', %s)", (Jsonb(params),))
-    try:
-        wait_active(admin, pid)
-        time.sleep(10.0)
-        assert t.is_alive(), f"the training ended before the cancel: {result}"
-        latency = cancel(admin, t, result, pid)
-    finally:
-        stop_if_running(admin, t, pid)
-    print(f"\ncancel latency while scoring validation rows of [2048, 2048]: {latency:.3f} s")
-    assert isinstance(result.get("error"), E.QueryCanceled), result
-    assert latency <= LATENCY_LIMIT, f"cancel during validation scoring took {latency:.3f} s"
-    assert catalog_counts(admin) == before
-    assert scalar(user, "SELECT 1") == 1
-    assert threads(pid) == 1
+    assert_cancelled_within_a_second(user, admin, "SELECT corgipile_train('h4_imp', 'mlp', %s)",
+                                     (Jsonb(params),), after=10.0,
+                                     what="validation scoring of [2048, 2048]")
 
 
 INF_CATEGORIES = 3500
@@ -436,26 +412,11 @@ def test_cancel_of_a_search_with_folds(search_table, user, admin, delay):
     """64 configurations x 10 folds (704 learners, each trained on chunks of a buffer of some
     hundred rows): cancelled `delay` s into the training, while the first epoch's one buffer
     (about 7.5 s of work here; the old code checked only between buffers) trains."""
-    before = catalog_counts(admin)
-    pid = scalar(user, "SELECT pg_backend_pid()")
-    t, result = start_training(user, "h4_search", "logistic", {
-        "name": "h4_search_cancel", "epochs": 1000, "folds": 10, "search": SEARCH_GRID, "seed": 7,
-        "buffer_size": "100%"})
-    try:
-        wait_active(admin, pid)
-        time.sleep(delay)
-        assert t.is_alive(), f"training ended before the cancel: {result}"
-        phase = admin.execute("SELECT phase, epoch, epoch_percent FROM corgipile.progress WHERE pid = %s",
-                              (pid,)).fetchone()
-        latency = cancel(admin, t, result, pid)
-    finally:
-        stop_if_running(admin, t, pid)
-    print(f"\ncancel latency of a 64 x 10-fold search after {delay} s (progress {phase}): {latency:.3f} s")
-    assert isinstance(result.get("error"), E.QueryCanceled), result
-    assert latency <= LATENCY_LIMIT, f"cancel of the search took {latency:.3f} s (progress {phase})"
-    assert catalog_counts(admin) == before
-    assert threads(pid) == 1
-    assert scalar(user, "SELECT 1") == 1
+    params = {"name": "h4_search_cancel", "epochs": 1000, "folds": 10, "search": SEARCH_GRID, "seed": 7,
+              "buffer_size": "100%", "verbose": False}
+    assert_cancelled_within_a_second(user, admin, "SELECT corgipile_train('h4_search', 'logistic', %s)",
+                                     (Jsonb(params),), after=delay,
+                                     what=f"a 64 x 10-fold search after {delay} s")
 
 
 # =============================================================================================
