@@ -66,7 +66,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -79,6 +79,7 @@ help:
 	@echo "  demo           setup, install, start the test cluster, run scripts/demo.sql in a fresh corgipile_demo db"
 	@echo "  test           everything CI runs: lint + unit, then install + regress + pytest on PostgreSQL 15 and 18"
 	@echo "                 (PG=15 or PG=18: lint + unit + that major's suites only)"
+	@echo "  check          before a commit, in minutes: fmt, pyflakes, clippy and install for one major, unit, regress, pytest-quick"
 	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (both crates, built for 15 and for 18), pyflakes on tests/bench/scripts,"
 	@echo "                 the benchmark run records (scripts/bench_ranges.py --check)"
 	@echo "  check-majors   type-check the extension for the untested majors 13, 14, 16, 17 (pgrx's bundled bindings)"
@@ -187,6 +188,21 @@ lint: setup setup-python
 	for v in $(TESTED_MAJORS); do \
 		cargo clippy --all-targets --release --no-default-features --features pg$$v -- -D warnings; \
 	done
+
+# Before a commit: what breaks most often, in minutes rather than `make test`'s quarter hour —
+# formatting, pyflakes, clippy for one major (PG, default 15), the ML crate's tests, then install
+# into that major and run the quick pytest subset (no slow test, no extra server) and
+# pg_regress. `make test` (CI) still runs everything on both majors.
+check: setup-python
+	cargo fmt --all --check
+	$(VENV)/bin/python -m pyflakes tests bench scripts
+	cargo clippy -p corgipile-ml --all-targets --release -- -D warnings
+	cargo clippy --all-targets --release $(PG_FEATURES) -- -D warnings
+	$(MAKE) unit
+	$(MAKE) install
+	$(CLUSTER) start
+	$(MAKE) regress
+	$(MAKE) pytest-quick
 
 # The majors whose headers cannot be installed here: compiled against pgrx's own bindings.
 check-majors:
