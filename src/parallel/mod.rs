@@ -17,6 +17,7 @@
 
 mod worker;
 
+use crate::exec::tuple_shuffle::EpochCounts;
 use crate::pg::error::raise;
 use crate::pipeline::{BlockShare, LearnedStatistics, PipelineConfig, PreprocessSpec};
 use corgipile_ml::preprocess::Preprocessor;
@@ -61,6 +62,7 @@ struct WorkerPlan {
 struct EpochReport {
     rows: u64,
     rows_skipped: u64,
+    tids: u64,
     /// Binary kinds: the distinct label values this process has seen (0, 1 or 2).
     n_seen: u64,
     seen: [f64; 2],
@@ -112,8 +114,8 @@ struct Control {
 pub struct TeamEpoch {
     /// Per learner: None if it stopped or was set aside in any process.
     pub stats: Vec<Option<EpochStats>>,
-    pub rows: u64,
-    pub rows_skipped: u64,
+    /// Every process's rows, together.
+    pub counts: EpochCounts,
     /// Binary kinds: the distinct label values all processes have seen.
     pub labels_seen: usize,
 }
@@ -427,8 +429,7 @@ impl Team {
         &self,
         epoch: u32,
         stats: &[Option<EpochStats>],
-        rows: u64,
-        rows_skipped: u64,
+        counts: EpochCounts,
         labels_seen: &[f64],
     ) -> TeamEpoch {
         let rank = self.share.rank;
@@ -439,8 +440,9 @@ impl Team {
             *s = *v;
         }
         slot.reports[parity as usize] = EpochReport {
-            rows,
-            rows_skipped,
+            rows: counts.rows,
+            rows_skipped: counts.rows_skipped,
+            tids: counts.tids,
             n_seen: labels_seen.len().min(2) as u64,
             seen,
         };
@@ -482,8 +484,13 @@ impl Team {
         seen.dedup();
         TeamEpoch {
             stats: whole,
-            rows: reports.iter().map(|r| r.rows).sum(),
-            rows_skipped: reports.iter().map(|r| r.rows_skipped).sum(),
+            counts: reports.iter().fold(EpochCounts::default(), |all, r| {
+                all.add(EpochCounts {
+                    rows: r.rows,
+                    rows_skipped: r.rows_skipped,
+                    tids: r.tids,
+                })
+            }),
             labels_seen: seen.len(),
         }
     }

@@ -3,7 +3,7 @@
 
 use super::double_buffer::{raise_reply, Job, Reply, Worker};
 use super::SgdNode;
-use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
+use crate::exec::tuple_shuffle::{EpochCounts, ShuffledBuffer, TupleShuffle};
 use crate::pg::error::raise;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{EpochStats, TrainError};
@@ -67,7 +67,7 @@ impl SgdNode {
             while spares.is_empty() && end.is_none() {
                 end = self.take_reply(worker, spares);
             }
-            rows_of_epoch = Some((shuffle.counts().rows, shuffle.counts().rows_skipped));
+            rows_of_epoch = Some(shuffle.counts());
             pg_sys::ExecReScan(self.child);
             next_first = Some(shuffle.next_buffer(spares.pop()));
         }
@@ -90,7 +90,7 @@ impl SgdNode {
         mut last: ShuffledBuffer,
         snapshot: bool,
     ) -> EpochEnd {
-        let rows_of_epoch = Some((shuffle.counts().rows, shuffle.counts().rows_skipped));
+        let rows_of_epoch = Some(shuffle.counts());
         pg_sys::ExecReScan(self.child);
         let from = shuffle.fill_ahead(&mut last, || worker.has_reply());
         while spares.is_empty() {
@@ -123,7 +123,7 @@ impl SgdNode {
         spares: &mut Vec<ShuffledBuffer>,
         mut end: Option<EpochResult>,
         next_first: Option<Option<ShuffledBuffer>>,
-        rows_of_epoch: Option<(u64, u64)>,
+        rows_of_epoch: Option<EpochCounts>,
     ) -> EpochEnd {
         while end.is_none() {
             end = self.take_reply(worker, spares);
@@ -206,6 +206,6 @@ pub(super) struct EpochEnd {
     pub(super) model: Option<Vec<Option<Model>>>,
     /// Some when the next epoch's scan has begun: its first buffer (None if it has no rows).
     pub(super) next_first: Option<Option<ShuffledBuffer>>,
-    /// This epoch's (rows, rows skipped), read before the next epoch's scan reset them.
-    pub(super) rows_of_epoch: Option<(u64, u64)>,
+    /// This epoch's counts, read before the next epoch's scan reset them.
+    pub(super) rows_of_epoch: Option<EpochCounts>,
 }

@@ -125,12 +125,14 @@ impl SgdNode {
             }
             passes += 1;
             self.information_pass(&mut info, family, labels);
-            if info.rows() != outcome.rows_trained {
-                self.rows_changed(
+            let read = self.shuffle().counts();
+            match &self.first_epoch {
+                Some(first) if !read.same_rows(first) => self.rows_changed(
                     &format!("Newton pass {passes} of \"inference\""),
-                    info.rows(),
-                    outcome.rows_trained,
-                );
+                    &read,
+                    first,
+                ),
+                _ => {}
             }
             last_step = info
                 .newton_step(l2, &mut interrupt_check)

@@ -31,7 +31,7 @@ pub use train::Train;
 
 use super::explain;
 use super::node::{init_child, state_of, Node};
-use super::tuple_shuffle::TupleShuffle;
+use super::tuple_shuffle::{EpochCounts, TupleShuffle};
 use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
@@ -95,6 +95,8 @@ pub struct SgdNode {
     rows_per_process: Vec<u64>,
     /// `"warm_start"` (a training): the stored model the learners start from.
     pub(crate) warm_start: Option<crate::request::warm_start::WarmStart>,
+    /// The rows the first epoch read (every process's): every later pass must read the same.
+    first_epoch: Option<EpochCounts>,
 }
 
 impl SgdNode {
@@ -130,11 +132,21 @@ impl SgdNode {
     /// A pass (`pass`: "epoch 3", "Newton pass 2 of \"inference\"") read `read` rows where
     /// the first epoch read `first`. One snapshot gives every pass the same rows, unless a
     /// filter of the rows is not repeatable: the user's to fix, so a user's ERROR (not a bug).
-    fn rows_changed(&self, pass: &str, read: u64, first: u64) -> ! {
+    /// A pass (`counts`) read other rows than the first epoch (`first`).
+    fn rows_changed(&self, pass: &str, counts: &EpochCounts, first: &EpochCounts) -> ! {
+        let (read, first_read) = (
+            counts.rows + counts.rows_skipped,
+            first.rows + first.rows_skipped,
+        );
+        let what = if read == first_read {
+            format!("read {read} rows, as many as the first epoch but not the same ones")
+        } else {
+            format!("read {read} rows, the first epoch {first_read}")
+        };
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(
-                "{pass} of the training on {} read {read} rows, the first epoch {first}: the rows that pass its filters changed between passes",
+                "{pass} of the training on {} {what}: the rows that pass its filters changed between passes",
                 self.config.relation
             ),
             Some("Every epoch must read the same rows. A filter is not repeatable: a view's WHERE, a row-level security policy, or a function in \"where\" or the validation predicate that calls random() or reads data that changes (a function labelled IMMUTABLE or STABLE must really be so). Make the filter deterministic, or train on a copy (CREATE TABLE ... AS SELECT ...).".into()),
@@ -220,6 +232,7 @@ impl Node for SgdNode {
             workers_launched: 0,
             rows_per_process: Vec::new(),
             warm_start: None,
+            first_epoch: None,
         }
     }
 

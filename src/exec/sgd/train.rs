@@ -360,15 +360,9 @@ impl SgdNode {
             let mut stats = result
                 .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
             // With workers: the whole epoch's (every process waits here for the others).
-            let (rows, skipped, labels_seen) = match &team {
+            let (counts, labels_seen) = match &team {
                 Some(t) => {
-                    let whole = t.end_epoch(
-                        epoch,
-                        &stats,
-                        shuffle.counts().rows,
-                        shuffle.counts().rows_skipped,
-                        &labels_seen,
-                    );
+                    let whole = t.end_epoch(epoch, &stats, shuffle.counts(), &labels_seen);
                     // A model set aside in another process (it diverged there) is set aside
                     // here too: every process keeps the same models.
                     for (i, (mine, all)) in stats.iter().zip(&whole.stats).enumerate() {
@@ -377,30 +371,26 @@ impl SgdNode {
                         }
                     }
                     stats = whole.stats;
-                    (whole.rows, whole.rows_skipped, whole.labels_seen)
+                    (whole.counts, whole.labels_seen)
                 }
-                None => {
-                    let (rows, skipped) = rows_of_epoch
-                        .unwrap_or((shuffle.counts().rows, shuffle.counts().rows_skipped));
-                    (rows, skipped, labels_seen.len())
-                }
+                None => (
+                    rows_of_epoch.unwrap_or_else(|| shuffle.counts()),
+                    labels_seen.len(),
+                ),
             };
             // Every epoch reads the same rows (one snapshot; only "since" samples the older
             // blocks afresh): an epoch that read other counts lost rows somewhere, and its model
             // must not be stored as if it had not.
-            if epoch > 1
-                && self.config.read_from.is_none()
-                && rows + skipped != rows_trained + rows_skipped
-            {
-                self.rows_changed(
-                    &format!("epoch {epoch}"),
-                    rows + skipped,
-                    rows_trained + rows_skipped,
-                );
+            match &self.first_epoch {
+                Some(first) if self.config.read_from.is_none() && !counts.same_rows(first) => {
+                    self.rows_changed(&format!("epoch {epoch}"), &counts, first)
+                }
+                _ => {}
             }
-            rows_trained = rows;
+            rows_trained = counts.rows;
             if epoch == 1 {
-                rows_skipped = skipped;
+                self.first_epoch = Some(counts);
+                rows_skipped = counts.rows_skipped;
                 let classes_seen = if self.config.model.has_class_outputs() {
                     shuffle.rows().classes().len()
                 } else {

@@ -108,6 +108,8 @@ pub struct TupleShuffle {
     rows_skipped_this_epoch: u64,
     /// Distinct training rows read this epoch (mrs hands SGD more tuples than that).
     rows_this_epoch: u64,
+    /// The tuple ids of the rows counted this epoch (see `EpochCounts::tids`).
+    tids_this_epoch: u64,
     buffers_filled: u64,
     /// Rows of a next epoch read into the room of an epoch's last buffer (see `fill_ahead`).
     rows_read_ahead: u64,
@@ -122,6 +124,36 @@ pub struct EpochCounts {
     pub rows: u64,
     /// Rows skipped (a NULL label or features).
     pub rows_skipped: u64,
+    /// The wrapping sum of a hash of every counted row's tuple id (trained or skipped): the
+    /// same whatever order the blocks and processes read the rows in, and, all but surely,
+    /// different when a pass read as many rows as another but not the same ones (a filter
+    /// that calls random() keeps about as many rows every pass).
+    pub tids: u64,
+}
+
+impl EpochCounts {
+    /// Every process's part of one pass, together.
+    pub fn add(self, other: EpochCounts) -> EpochCounts {
+        EpochCounts {
+            rows: self.rows + other.rows,
+            rows_skipped: self.rows_skipped + other.rows_skipped,
+            tids: self.tids.wrapping_add(other.tids),
+        }
+    }
+
+    /// Whether two passes read the same rows (as far as their counts tell).
+    pub fn same_rows(&self, other: &EpochCounts) -> bool {
+        self.rows + self.rows_skipped == other.rows + other.rows_skipped && self.tids == other.tids
+    }
+}
+
+/// A row's part of `EpochCounts::tids`: its tuple id, mixed (a multiply and a shift: a plain
+/// sum of ids would not tell rows {1, 4} from rows {2, 3}).
+#[inline(always)]
+pub(crate) fn tid_hash(tid: &pg_sys::ItemPointerData) -> u64 {
+    let block = (u64::from(tid.ip_blkid.bi_hi) << 16) | u64::from(tid.ip_blkid.bi_lo);
+    let x = ((block << 16) | u64::from(tid.ip_posid)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^ (x >> 29)
 }
 
 /// What pulling one row from the child gave.
@@ -165,6 +197,7 @@ impl TupleShuffle {
         EpochCounts {
             rows: self.rows_this_epoch,
             rows_skipped: self.rows_skipped_this_epoch,
+            tids: self.tids_this_epoch,
         }
     }
 
@@ -478,6 +511,7 @@ unsafe fn begin(
         until_interrupt_check: 4096,
         rows_skipped_this_epoch: 0,
         rows_this_epoch: 0,
+        tids_this_epoch: 0,
         buffers_filled: 0,
         rows_read_ahead: 0,
         tuples_read: 0,
@@ -515,6 +549,7 @@ impl Node for TupleShuffle {
         self.stream = None;
         self.rows_skipped_this_epoch = 0;
         self.rows_this_epoch = 0;
+        self.tids_this_epoch = 0;
         pg_sys::ExecReScan(self.child);
     }
 

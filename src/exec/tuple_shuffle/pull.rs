@@ -2,7 +2,7 @@
 //! for a query of dense training rows only (`pull_dense_rows`): the per-row work that bounds
 //! an epoch.
 
-use super::{block_shuffle, Pulled, ShuffledBuffer, TupleShuffle};
+use super::{block_shuffle, tid_hash, Pulled, ShuffledBuffer, TupleShuffle};
 use crate::decode::{Skip, Target};
 use crate::pipeline::FeatureLayout;
 use corgipile_ml::arena::TupleArena;
@@ -55,6 +55,7 @@ impl TupleShuffle {
             Ok(t) => t,
             Err(Skip::Counted) => {
                 self.rows_skipped_this_epoch += 1;
+                self.tids_this_epoch = self.tids_this_epoch.wrapping_add(tid_hash(tid));
                 return Pulled::Skipped;
             }
             Err(Skip::Uncounted) => return Pulled::Skipped,
@@ -75,6 +76,7 @@ impl TupleShuffle {
             .decode(target, label, train_arena, values, nulls, tid)
         {
             self.rows_skipped_this_epoch += 1;
+            self.tids_this_epoch = self.tids_this_epoch.wrapping_add(tid_hash(tid));
             return Pulled::Skipped;
         }
         if target == Target::Validation {
@@ -86,6 +88,7 @@ impl TupleShuffle {
             self.rows.check_dimension(dimension, tid);
         }
         self.count_taken(1);
+        self.tids_this_epoch = self.tids_this_epoch.wrapping_add(tid_hash(tid));
         count_toward_interrupt_check(
             &mut self.until_interrupt_check,
             self.rows_between_interrupt_checks,
@@ -99,7 +102,7 @@ impl TupleShuffle {
     /// which arena). An epoch is bound by the backend's work per row.
     pub(super) unsafe fn pull_dense_rows(&mut self, arena: &mut TupleArena) {
         let room = self.capacity.saturating_sub(arena.len()) as u64;
-        let (mut taken, mut skipped) = (0u64, 0u64);
+        let (mut taken, mut skipped, mut tids) = (0u64, 0u64, 0u64);
         let rows = &mut self.rows;
         let countdown = &mut self.until_interrupt_check;
         let every = self.rows_between_interrupt_checks;
@@ -110,6 +113,7 @@ impl TupleShuffle {
             &mut self.direct_values[..2],
             &mut self.direct_nulls[..2],
             |values, nulls, tid| {
+                tids = tids.wrapping_add(tid_hash(tid));
                 if !rows.push_dense_row(arena, values, nulls, tid) {
                     skipped += 1;
                     return true;
@@ -120,6 +124,7 @@ impl TupleShuffle {
             },
         );
         self.rows_skipped_this_epoch += skipped;
+        self.tids_this_epoch = self.tids_this_epoch.wrapping_add(tids);
         self.count_taken(taken);
     }
 
