@@ -4,7 +4,8 @@ report and a trace, over a fixed matrix of trainings (every strategy and buffer 
 model kind, normalize, l1/l2, class weights, mini-batches, sparse, validation, tolerance, a9a, a
 column list with one-hot, hashed and imputed columns, parallel workers, a sharded table; and
 networks, mlp and mlp_regression, in one process: dense, a column list, sparse pairs, relu and
-tanh, Adam and SGD, validation with patience). For showing that a change that must not change
+tanh, Adam and SGD, validation with patience; several models side by side: a search with folds,
+per-group models, patience, with their NOTICE lines). For showing that a change that must not change
 behaviour changes no model:
 
     PGHOST=... PGPORT=... PGUSER=... scripts/model_fingerprints.py before.json   # old build
@@ -15,7 +16,7 @@ Uses its own database corgipile_fingerprint; a9a comes from $CORGIPILE_DATASETS 
 ../shared/datasets. A build without networks (before 0.5.0: no corgipile.models.layers) trains
 the linear cases only; a linear model's fingerprint is computed as before networks were added
 (it does not read layers), so linear fingerprints compare across versions and with older files."""
-import json, os, pathlib, subprocess, sys, psycopg
+import hashlib, json, os, pathlib, re, subprocess, sys, psycopg
 from psycopg.types.json import Jsonb
 DB = "corgipile_fingerprint"
 REPO = str(pathlib.Path(__file__).resolve().parent.parent)
@@ -77,6 +78,55 @@ def parallel_and_sharded(c):
         ev = c.execute("SELECT corgipile_evaluate(%s, 'det_sharded'::regclass)", (mid,)).fetchone()[0]
         ev.pop("model_id", None)
         out[f"sharded {model} {json.dumps(p, sort_keys=True)}"] = [row, json.dumps(ev, sort_keys=True)]
+    return out
+
+
+def stable(value):
+    """A model's metrics without what differs run to run: seconds and the ids of models (a
+    family's group models are stored in no fixed order)."""
+    if isinstance(value, dict):
+        return {k: (sorted(v) if k == "models" and isinstance(v, dict) else stable(v)) for k, v in value.items()
+                if not (k.endswith("seconds") or k.endswith("_id") or k == "family")}
+    if isinstance(value, list):
+        return [stable(v) for v in value]
+    return value
+
+
+def many_models(c):
+    """Trainings of several models side by side (a search with folds, per-group models, patience
+    on a linear model), verbose: every model the call stored (weights, epochs, metrics with the
+    search's and folds' scores) and its NOTICE lines (without the seconds, which vary)."""
+    out = {}
+    notices = []
+    c.add_notice_handler(lambda d: notices.append(d.message_primary))
+    for table, model, p in [
+        ("det", "logistic", {"label": "flag", "search": {"learning_rate": [0.01, 0.1], "l2": [0, 0.001]}, "folds": 3}),
+        ("det", "linear", {"label": "y", "search": {"learning_rate": [0.001, 0.01]}, "select_by": "loss",
+                           "validation": {"fraction": 0.2}, "patience": 1, "epochs": 8}),
+        ("tab", "svm", {"label": "churned", "features": ["amount", "state", "promo"], "group_by": "plan"}),
+        ("det", "linear", {"label": "y", "validation": {"predicate": "id % 4 = 0"}, "patience": 1, "epochs": 10,
+                           "learning_rate": 0.05}),
+        ("tab", "logistic", {"label": "churned", "features": ["amount", "plan", "promo"], "group_by": "state",
+                             "min_group_rows": 500}),
+    ]:
+        p = {"name": "fp_many", **p}
+        notices.clear()
+        before = c.execute("SELECT coalesce(max(id), 0) FROM corgipile.models").fetchone()[0]
+        params = {"epochs": 5, "seed": 7, "verbose": True, **p}
+        c.execute("SELECT corgipile_train(%s, %s, %s)", (table, model, Jsonb(params)))
+        models = c.execute("""SELECT concat_ws('|', name, weights::text, bias::text, label_mapping::text,
+                                        standardizer::text, n_features, rows_trained, rows_skipped,
+                                        (SELECT string_agg(concat_ws(':', epoch, loss, accuracy, r2, tuples, learning_rate,
+                                                                     validation_loss, validation_accuracy, validation_r2), ',' ORDER BY epoch)
+                                           FROM corgipile.epochs e WHERE e.model_id = m.id)), metrics
+                            FROM corgipile.models m WHERE id > %s ORDER BY id""", (before,)).fetchall()
+        text = ";".join(sorted(f"{row}|{json.dumps(stable(metrics), sort_keys=True)}" for row, metrics in models))
+        rows = (hashlib.md5(text.encode()).hexdigest(), len(models))
+        lines = [re.sub(r" +[0-9.e+-]+$", "", n) if n.startswith("corgipile ") else n for n in notices]
+        lines = [re.sub(r"[0-9.]+ s\b", "- s", n) for n in lines]
+        key = f"many {table} {model} {json.dumps(p, sort_keys=True)}"
+        out[key] = [rows[0], rows[1], lines]
+        print(key, rows[1], rows[0])
     return out
 
 
@@ -163,6 +213,7 @@ with psycopg.connect(dbname=DB, autocommit=True) as c:
         key = f"{table} {model} {json.dumps(p, sort_keys=True)}"
         out[key] = [loss, md5, json.dumps(ev, sort_keys=True)]
         print(key, loss, md5)
+    out.update(many_models(c))
     out.update(parallel_and_sharded(c))
     trace = c.execute("SELECT md5(string_agg(position || ':' || label || ':' || first_feature, ',' ORDER BY position)) FROM corgipile_trace('det', '{\"seed\": 3, \"label\": \"cls\"}')").fetchone()[0]
     out["trace"] = trace

@@ -10,6 +10,8 @@
 //! - [`divergence`]: when a training has diverged (one rule for one server and for shards).
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
+//! - [`fit`]: a training's policy for every driver: which learner is which, what happens
+//!   after each epoch (patience, stopping, the NOTICE lines), what each learner ends as.
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
 //! - [`importance`]: permutation importance of input columns.
 //! - [`inference`]: standard errors and p-values of linear and logistic models (Newton passes
@@ -31,6 +33,7 @@
 pub mod arena;
 pub mod divergence;
 pub mod explain;
+pub mod fit;
 pub mod hash;
 pub mod importance;
 pub mod inference;

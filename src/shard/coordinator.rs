@@ -11,6 +11,7 @@ use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::network::network_plan;
 use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use corgipile_ml::divergence::{diverged, zero_model_loss};
+use corgipile_ml::fit::{EpochEnd, Fit, LearnerPlan, Notices};
 use corgipile_ml::learner::network_model;
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::network::Network;
@@ -18,8 +19,7 @@ use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
-    normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochPart, EpochRecord,
-    EpochTotals, LearnerRun,
+    normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochPart, EpochRecord, EpochTotals,
 };
 use corgipile_ml::wire::{self, WireError};
 
@@ -472,9 +472,14 @@ pub unsafe fn train(
     };
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
-    // The combined model's epochs, as one process runs each learner's (no patience: shards
-    // take no validation yet).
-    let mut run: LearnerRun<()> = LearnerRun::new(params.tolerance, None);
+    // The combined model's epochs, run by the policy one server runs (one learner, no
+    // patience: shards take no validation yet; the shard line is this driver's own).
+    let mut fit: Fit<()> = Fit::new(
+        LearnerPlan::one(),
+        params.tolerance,
+        &[None],
+        Notices::quiet(params.epochs),
+    );
     let mut rows_trained = 0;
     request.phase = Phase::Train;
     request.n_features = n_features;
@@ -553,14 +558,26 @@ pub unsafe fn train(
                 bytes,
             ));
         }
-        if run.end_epoch(epoch, record, None) {
+        let end = EpochEnd {
+            epoch,
+            stats: vec![Some(record.stats)],
+            snapshots: vec![None],
+            validations: vec![None],
+            seconds: record.seconds,
+            validation_seconds: 0.0,
+        };
+        if fit.end_epoch(end).done {
             break;
         }
     }
     progress::finish();
     // The local partitions' optimizer states (the remote shards' go with their connections).
     crate::exec::sgd::forget_kept_optimizers();
-    let (epochs, _) = run.finish();
+    let seconds = started.elapsed().as_secs_f64();
+    let epochs = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
+        Some(finished) => finished.epochs,
+        None => Vec::new(),
+    };
     let mut weights = model_rounds.finish();
     let mut model = match network {
         Some(plan) => {

@@ -43,7 +43,9 @@ pub use epoch::EpochStats;
 pub(crate) use exchange::Exchange;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};
 pub use prepass::{normalizing_scaler, settle_labels, LabelsError, SettledLabels};
-pub use report::{remaining_seconds, shard_line, table_header, table_line, ProgressLine};
+pub use report::{
+    remaining_seconds, search_line, shard_line, table_header, table_line, ProgressLine,
+};
 pub use run::{converged, EpochRecord, LearnerRun};
 
 use crate::arena::TupleArena;

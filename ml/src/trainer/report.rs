@@ -3,6 +3,9 @@
 //! shown in pg_stat_activity.query (which the corgipile.progress view parses).
 
 use super::run::EpochRecord;
+use crate::params::search::{best_of, SelectBy};
+use crate::params::Configuration;
+use crate::scoring::ValidationStats;
 
 /// The per-epoch NOTICEs of a training in one server form a table: this header before
 /// epoch 1, then one [`table_line`] per epoch. `metric` is the kind's
@@ -43,6 +46,37 @@ pub fn table_line(epochs: u32, record: &EpochRecord) -> String {
         stats.tuples, stats.learning_rate, record.seconds
     ));
     line
+}
+
+/// A search's NOTICE for one epoch: how many configurations train, and the best validation
+/// score so far with its configuration.
+pub fn search_line(
+    epoch: u32,
+    epochs: u32,
+    scored: &[(usize, Option<ValidationStats>)],
+    configurations: &[Configuration],
+    select_by: SelectBy,
+) -> String {
+    let score = |v: &ValidationStats| select_by.score(v);
+    let scores: Vec<Option<f64>> = scored
+        .iter()
+        .map(|(_, v)| v.as_ref().and_then(score))
+        .collect();
+    let best = best_of(select_by, &scores).map(|b| {
+        let (i, _) = scored[b];
+        format!(
+            "; best validation {} {:.4}: {}",
+            select_by.name(),
+            scores[b].unwrap_or(f64::NAN),
+            serde_json::Value::Object(configurations[i].0.clone())
+        )
+    });
+    format!(
+        "epoch {epoch}/{epochs}: {} of {} configurations trained{}",
+        scored.len(),
+        configurations.len(),
+        best.unwrap_or_default()
+    )
 }
 
 /// One epoch of a sharded training: `per_shard` names each shard server with its tuples.

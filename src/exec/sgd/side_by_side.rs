@@ -11,10 +11,11 @@ use crate::parallel::Team;
 use crate::pg::error::{notice, raise};
 use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pipeline::ValidationStats;
+use corgipile_ml::fit::LearnerPlan;
 use corgipile_ml::learner::Learner;
 use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};
 use corgipile_ml::model::Predictor;
-use corgipile_ml::params::search::{best_of, configuration_kind, SelectBy};
+use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::params::Configuration;
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::scoring::{BinaryLabels, ValidationPart, ValidationScore};
@@ -29,14 +30,14 @@ impl SgdNode {
     /// one per fold (holding it out), then the one of every row (the model stored); without,
     /// that one alone. `learned`: the trainer configuration with what the statistics pass
     /// learned (moved into the one learner of a training that copies nothing). Also returns
-    /// each learner's configuration and the fold it holds out.
+    /// who each learner is (its configuration and the fold it holds out).
     pub(super) unsafe fn side_by_side(
         &mut self,
         configurations: &[Configuration],
         learned: TrainConfig,
         n_features: usize,
         searching: bool,
-    ) -> (Trials, Vec<usize>, Vec<Option<usize>>) {
+    ) -> (Trials, LearnerPlan) {
         let params = &self.config.params;
         let normalize = params.normalize;
         let double_buffer = params.double_buffer;
@@ -92,7 +93,13 @@ impl SgdNode {
             // Not single-buffered, where the learners' interrupt checks call PostgreSQL.
             trainer.set_threads(side_by_side_threads());
         }
-        (trainer, learner_config, learner_fold)
+        let group = vec![None; learner_config.len()];
+        let plan = LearnerPlan {
+            configuration: learner_config,
+            fold: learner_fold,
+            group,
+        };
+        (trainer, plan)
     }
 }
 
@@ -101,14 +108,13 @@ impl SgdNode {
     /// training), then one per group of `groups` (the keys and rows of the groups that get a
     /// model, then how many groups and rows are too small), all with `params`. Their memory,
     /// all together, is checked against corgipile.max_model_memory before any is built.
-    #[allow(clippy::type_complexity)]
     pub(super) unsafe fn per_group(
         &mut self,
         params: &TrainParams,
         learned: TrainConfig,
         n_features: usize,
         groups: &GroupsFound,
-    ) -> (Trials, Vec<usize>, Vec<Option<usize>>, Vec<Option<u32>>) {
+    ) -> (Trials, LearnerPlan) {
         let GroupsFound {
             kept,
             small,
@@ -189,7 +195,12 @@ impl SgdNode {
         if self.config.params.double_buffer {
             trainer.set_threads(side_by_side_threads());
         }
-        (trainer, vec![0; n], vec![None; n], learner_group)
+        let plan = LearnerPlan {
+            configuration: vec![0; n],
+            fold: vec![None; n],
+            group: learner_group,
+        };
+        (trainer, plan)
     }
 }
 
@@ -387,35 +398,4 @@ pub(super) fn copy_scaling(s: &Standardizer) -> Standardizer {
         let bytes = 16 * s.mean.len() as u64;
         raise_train_error(TrainError::OutOfMemory { bytes }, &|v| v.to_string(), false)
     })
-}
-
-/// A search's NOTICE for one epoch: how many configurations train, and the best validation
-/// score so far with its configuration.
-pub(super) fn search_line(
-    epoch: u32,
-    epochs: u32,
-    scored: &[(usize, Option<ValidationStats>)],
-    configurations: &[Configuration],
-    select_by: SelectBy,
-) -> String {
-    let score = |v: &ValidationStats| select_by.score(v);
-    let scores: Vec<Option<f64>> = scored
-        .iter()
-        .map(|(_, v)| v.as_ref().and_then(score))
-        .collect();
-    let best = best_of(select_by, &scores).map(|b| {
-        let (i, _) = scored[b];
-        format!(
-            "; best validation {} {:.4}: {}",
-            select_by.name(),
-            scores[b].unwrap_or(f64::NAN),
-            serde_json::Value::Object(configurations[i].0.clone())
-        )
-    });
-    format!(
-        "epoch {epoch}/{epochs}: {} of {} configurations trained{}",
-        scored.len(),
-        configurations.len(),
-        best.unwrap_or_default()
-    )
 }

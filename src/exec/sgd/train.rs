@@ -4,7 +4,7 @@
 
 use super::collect::CollectedRows;
 use super::double_buffer::{raise_reply, Job, Worker};
-use super::side_by_side::{copy_scaling, pool_scores, search_line};
+use super::side_by_side::{copy_scaling, pool_scores};
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
@@ -14,11 +14,12 @@ use crate::pg::error::{notice, raise};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationSplit};
 use crate::request::warm_start::WarmStart;
+use corgipile_ml::fit::{EpochEnd, Finished, Fit, Notices};
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::params::StatisticsPass;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{table_header, table_line, EpochRecord, LearnerRun, TrainError};
+use corgipile_ml::trainer::TrainError;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -241,14 +242,9 @@ impl SgdNode {
         };
         self.check_inference_size(n_features);
         let standardizer = train_config.standardizer.clone();
-        let (mut trainer, learner_config, learner_fold, learner_group) = match &groups {
+        let (mut trainer, plan) = match &groups {
             Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
-            None => {
-                let (t, c, f) =
-                    self.side_by_side(&configurations, train_config, n_features, searching);
-                let n = c.len();
-                (t, c, f, vec![None; n])
-            }
+            None => self.side_by_side(&configurations, train_config, n_features, searching),
         };
         if let Some((weights, bias)) = &warm_values {
             for learner in trainer.learners_mut() {
@@ -277,15 +273,19 @@ impl SgdNode {
                 false
             })
         });
-        let n_trials = learner_config.len();
-        // Each learner's epochs, early stopping (patience: the best epoch's model kept) and
-        // whether it has stopped or was set aside.
-        let mut runs: Vec<LearnerRun<Model>> = learner_config
-            .iter()
-            .map(|&c| LearnerRun::new(params.tolerance, configurations[c].1.patience))
-            .collect();
-        // With workers: the epoch a configuration was set aside in another process.
-        let mut set_aside_elsewhere: Vec<Option<u32>> = vec![None; n_trials];
+        let n_trials = plan.len();
+        // Each learner's epochs, early stopping (patience: the best epoch's model kept),
+        // whether it has stopped or was set aside, and what the training reports.
+        let patience: Vec<Option<u32>> = configurations.iter().map(|(_, p)| p.patience).collect();
+        let notices = Notices {
+            verbose: self.verbose,
+            epochs: params.epochs,
+            metric: self.config.model.metric_name(),
+            search: searching
+                .then(|| (configurations.clone(), params.selection(self.config.model))),
+            groups: groups.as_ref().map(|found| found.kept.len()),
+        };
+        let mut fit: Fit<Model> = Fit::new(plan, params.tolerance, &patience, notices);
         let mut rows_skipped = 0;
         let mut rows_trained = 0;
         let mut first = first;
@@ -367,7 +367,7 @@ impl SgdNode {
                     // here too: every process keeps the same models.
                     for (i, (mine, all)) in stats.iter().zip(&whole.stats).enumerate() {
                         if mine.is_some() && all.is_none() {
-                            set_aside_elsewhere[i] = Some(epoch);
+                            fit.set_aside_elsewhere(i, epoch);
                         }
                     }
                     stats = whole.stats;
@@ -427,62 +427,24 @@ impl SgdNode {
                 .collect();
             // With workers, every process's scores pooled (a round of its own per epoch).
             let pooling = team.as_ref().filter(|_| validate).map(|t| (t, 2 * epoch));
-            let mut validations =
+            let validations =
                 self.validate_many(&snapshots, shuffle, validation_rows.as_ref(), pooling);
             let scored = snapshots.iter().flatten().count().max(1);
             let validation_seconds = validation_started.elapsed().as_secs_f64() / scored as f64;
-            let mut lines = Vec::new();
-            for (i, (stats, snapshot)) in stats.into_iter().zip(snapshots).enumerate() {
-                // Stopped early or set aside (diverged): nothing more to record.
-                let Some(stats) = stats else {
-                    if !runs[i].is_done() && set_aside_elsewhere[i].is_some() {
-                        self.stop_learner(&mut local, &mut worker, i);
-                    }
-                    runs[i].set_done();
-                    continue;
-                };
-                let validation = validations[i].take();
-                let record = EpochRecord {
-                    stats,
-                    seconds,
-                    validation,
-                    validation_seconds,
-                };
-                // The NOTICE table follows the model of every row (the one stored).
-                let stored = learner_fold[i].is_none() && learner_group[i].is_none();
-                if self.verbose && !searching && stored {
-                    if epoch == 1 {
-                        let metric = self.config.model.metric_name();
-                        notice(table_header(metric, record.validation.is_some()));
-                    }
-                    notice(table_line(params.epochs, &record));
-                }
-                if stored {
-                    lines.push((learner_config[i], record.validation.clone()));
-                }
-                if runs[i].end_epoch(epoch, record, snapshot) {
-                    self.stop_learner(&mut local, &mut worker, i);
-                }
+            let actions = fit.end_epoch(EpochEnd {
+                epoch,
+                stats,
+                snapshots,
+                validations,
+                seconds,
+                validation_seconds,
+            });
+            for i in actions.stop {
+                self.stop_learner(&mut local, &mut worker, i);
             }
+            actions.notices.into_iter().for_each(notice);
             self.epochs_run = epoch;
-            if let (true, Some(found)) = (self.verbose, &groups) {
-                let going = runs.iter().skip(1).filter(|r| !r.is_done()).count();
-                notice(format!(
-                    "epoch {epoch}/{}: the model of every row and {going} of {} group models trained",
-                    params.epochs,
-                    found.kept.len()
-                ));
-            }
-            if self.verbose && searching {
-                notice(search_line(
-                    epoch,
-                    params.epochs,
-                    &lines,
-                    &configurations,
-                    params.selection(self.config.model),
-                ));
-            }
-            if runs.iter().all(LearnerRun::is_done) {
+            if actions.done {
                 break;
             }
         }
@@ -530,30 +492,17 @@ impl SgdNode {
             .filter(|_| dense)
             .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes")));
         let mut trials = Vec::with_capacity(configurations.len());
-        let results = trainer.into_results();
-        // A configuration's fold scores and seconds, gathered from its fold learners.
-        let mut cv = Vec::with_capacity(folds);
-        let mut fold_seconds = 0.0;
-        for (((i, (result, trial_seconds)), run), holdout) in (0..n_trials)
-            .zip(
-                results
-                    .into_iter()
-                    .zip(&set_aside_elsewhere)
-                    .map(|((r, s), elsewhere)| match elsewhere {
-                        Some(epoch) => (Err(TrainError::Diverged { epoch: *epoch }), s),
-                        None => (r, s),
-                    }),
-            )
-            .zip(runs)
-            .zip(holdouts)
-        {
-            if learner_fold[i].is_some() {
-                cv.push(holdout);
-                fold_seconds += trial_seconds;
-                continue;
-            }
-            let (configuration, trial_params) = configurations[learner_config[i]].clone();
-            let (epochs, best) = run.finish();
+        for finished in fit.finish(trainer.into_results(), holdouts) {
+            let Finished {
+                configuration,
+                group,
+                result,
+                seconds: trial_seconds,
+                epochs,
+                best,
+                cv,
+            } = finished;
+            let (configuration, trial_params) = configurations[configuration].clone();
             // A regression far worse than a zero model diverged while its loss stayed finite
             // (the shard coordinator's rule too): the ERROR, or a search's configuration set
             // aside.
@@ -562,17 +511,14 @@ impl SgdNode {
                 &epochs,
                 best.as_ref().map(|(epoch, _)| *epoch),
                 searching,
-                learner_group[i].is_some(),
+                group.is_some(),
             );
             // A group's model: its key, and its rows (the last epoch's).
-            let group = learner_group[i]
-                .map(|g| groups.as_ref().expect("grouped").kept[g as usize].clone());
-            let small_groups = match (&groups, learner_group[i]) {
+            let group = group.map(|g| groups.as_ref().expect("grouped").kept[g as usize].clone());
+            let small_groups = match (&groups, &group) {
                 (Some(found), None) => Some((found.small, found.small_rows)),
                 _ => None,
             };
-            let cv = std::mem::take(&mut cv);
-            let trial_seconds = trial_seconds + std::mem::take(&mut fold_seconds);
             let learner = match result {
                 Ok(l) => l,
                 Err(e) => {
