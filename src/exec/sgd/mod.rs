@@ -7,6 +7,7 @@
 mod collect;
 mod divergence;
 mod double_buffer;
+mod epoch_loop;
 mod epochs;
 mod evaluate;
 mod inference;

@@ -3,7 +3,6 @@
 //! the model of every row (see corgipile_ml::trials).
 
 use super::collect::CollectedRows;
-use super::double_buffer::{raise_reply, Job, Worker};
 use super::SgdNode;
 use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::TupleShuffle;
@@ -217,24 +216,6 @@ impl SgdNode {
         let settled = settle_labels(self.config.model, counts, Some(weight), &self.label_text())
             .unwrap_or_else(|e| raise_labels_error(e, &self.config.relation, ""));
         (settled.label_values, settled.class_weights)
-    }
-
-    /// Learner `i` trains no more (early stopping, or set aside in another process): it keeps
-    /// its model as it is now.
-    pub(super) fn stop_learner(
-        &self,
-        local: &mut Option<Trials>,
-        worker: &mut Option<Worker>,
-        i: usize,
-    ) {
-        if let Some(t) = local.as_mut() {
-            t.stop(i);
-        }
-        if let Some(w) = worker.as_mut() {
-            w.send(Job::Stop(i)).unwrap_or_else(|r| {
-                raise_reply(r, &self.label_text(), self.config.params.normalize)
-            });
-        }
     }
 }
 

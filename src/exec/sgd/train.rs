@@ -1,25 +1,28 @@
-//! Training mode: the epochs, each a pass of TupleShuffle's buffers through the trainer, on
-//! the backend (single-buffered) or on the SGD worker thread (double-buffered); the optional
-//! statistics pass before them; per-epoch validation and progress.
+//! Training mode, the driver: what is learned before the epochs (the statistics pass, groups,
+//! warm starts), the worker team, the learners, the epochs (`epoch_loop.rs`) under the
+//! training's policy (`corgipile_ml::fit`), and each stored learner's trial.
 
 use super::collect::CollectedRows;
-use super::double_buffer::{raise_reply, Job, Worker};
-use super::side_by_side::{copy_scaling, pool_scores};
+use super::epoch_loop::{RowsRead, Sgd};
+use super::side_by_side::pool_scores;
 use super::{SgdNode, SgdTask};
 use crate::decode::classes::ClassValue;
+use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::parallel::{Member, Team};
+use crate::pg::error::raise;
 use crate::pg::error::raise_train_error;
-use crate::pg::error::{notice, raise};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationSplit};
 use crate::request::warm_start::WarmStart;
-use corgipile_ml::fit::{EpochEnd, Finished, Fit, Notices};
+use corgipile_ml::fit::{Finished, Fit, Notices};
+use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
-use corgipile_ml::params::StatisticsPass;
+use corgipile_ml::params::{Configuration, StatisticsPass};
+use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::TrainError;
+use corgipile_ml::trainer::TrainConfig;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
 use std::time::Instant;
@@ -53,6 +56,18 @@ impl SgdTask for Train {
     }
 }
 
+/// What the trials of a training are made from, after its epochs.
+struct Ended<'a> {
+    configurations: &'a [Configuration],
+    groups: Option<&'a GroupsFound>,
+    standardizer: Option<&'a Standardizer>,
+    /// Binary kinds: the trainer's (negative, positive) labels.
+    label_map: Option<(f64, f64)>,
+    read: RowsRead,
+    statistics_seconds: Option<f64>,
+    started: Instant,
+}
+
 /// How this process takes part in a training.
 pub enum Role {
     /// The backend: alone, or leading the parallel workers it starts (`"workers"`).
@@ -68,10 +83,21 @@ impl SgdNode {
     }
 }
 
+/// What a training learned before its epochs: the trainer's configuration with the statistics
+/// pass's findings, the groups that get a model, a warm start's values, the pass's seconds.
+struct BeforeEpochs {
+    train_config: TrainConfig,
+    groups: Option<GroupsFound>,
+    warm_values: Option<(Vec<f64>, Vec<f64>)>,
+    statistics_seconds: Option<f64>,
+    /// Whether a learner is a network.
+    network: bool,
+}
+
 impl SgdNode {
     /// Every epoch; each configuration's model and history (one, unless the params search).
     /// None only in a parallel worker that had nothing to train (no process had a row: the
-    /// leader raises the ERROR).
+    /// leader raises the ERROR), or whose part is done (the leader stores the models).
     unsafe fn train(
         &mut self,
         validation_rows: Option<CollectedRows>,
@@ -102,6 +128,129 @@ impl SgdNode {
                 params.epochs,
             ));
         }
+        self.first_epoch = None;
+        let before = self.before_epochs(&configurations, member.as_ref());
+        let mut team = self.join_team(lead, member, &before);
+        let shuffle = self.shuffle();
+        // Epoch 1's clock starts here: its first buffer (read now, to learn the rows' width) is
+        // part of its time, as every later epoch's first buffer is part of that epoch's.
+        let first_started = Instant::now();
+        let first = shuffle.next_buffer(None);
+        let n_features = self.n_features(first.as_ref(), team.as_ref(), before.network)?;
+        self.check_inference_size(n_features);
+        let BeforeEpochs {
+            train_config,
+            groups,
+            warm_values,
+            statistics_seconds,
+            ..
+        } = before;
+        let standardizer = train_config.standardizer.clone();
+        let (mut trainer, plan) = match &groups {
+            Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
+            None => self.side_by_side(&configurations, train_config, n_features, searching),
+        };
+        if let Some((weights, bias)) = &warm_values {
+            for learner in trainer.learners_mut() {
+                match learner.start_from(weights, bias) {
+                    Ok(true) => {}
+                    Ok(false) => self.warm_start_misfit(n_features),
+                    Err(e) => raise_train_error(e, &self.label_text(), params.normalize),
+                }
+            }
+        }
+        if let Some(t) = team.as_mut() {
+            // Every learner exchanges with its own shared model; an exchange reads and writes
+            // every weight: a big model exchanges less often.
+            let starts: Vec<Vec<f64>> = trainer.learners_mut().map(|l| l.start_values()).collect();
+            let shared = t.shared_models(n_features, &starts);
+            for (learner, shared) in trainer.learners_mut().zip(shared) {
+                let n_values = learner.n_params();
+                learner.set_exchange(shared, n_values as u64 / 4);
+            }
+        }
+        // Single-buffered, the backend trains: it must still answer cancel between rows.
+        trainer.set_interrupt(|| {
+            Box::new(|| {
+                check_for_interrupts!();
+                false
+            })
+        });
+        // Each learner's epochs, early stopping (patience: the best epoch's model kept),
+        // whether it has stopped or was set aside, and what the training reports.
+        let patience: Vec<Option<u32>> = configurations.iter().map(|(_, p)| p.patience).collect();
+        let notices = Notices {
+            verbose: self.verbose,
+            epochs: params.epochs,
+            metric: self.config.model.metric_name(),
+            search: searching
+                .then(|| (configurations.clone(), params.selection(self.config.model))),
+            groups: groups.as_ref().map(|found| found.kept.len()),
+        };
+        let mut fit: Fit<Model> = Fit::new(plan, params.tolerance, &patience, notices);
+        let mut sgd = Sgd::new(trainer, params.double_buffer);
+        let read = self.run_epochs(
+            &mut sgd,
+            &mut fit,
+            team.as_ref(),
+            first,
+            first_started,
+            validation_rows.as_ref(),
+            standardizer.as_ref(),
+        );
+        let mut trainer = sgd.finish();
+        // The folds' scores on their held-out rows (with workers: every process's pooled).
+        let mut holdouts = trainer.take_holdout_scores();
+        if let (Some(t), true) = (&team, params.folds.unwrap_or(0) > 0) {
+            holdouts = pool_scores(t, 2 * params.epochs + 1, holdouts);
+        }
+        let holdouts: Vec<_> = holdouts
+            .into_iter()
+            .map(|s| s.map(|s| s.finish()))
+            .collect();
+        if let Some(t) = team {
+            // Every process's last steps are in the shared models now: continue from them,
+            // and pool the iterate averages.
+            for learner in trainer.learners_mut() {
+                if let Err(e) = learner.exchange_last() {
+                    raise_train_error(e, &self.label_text(), params.normalize);
+                }
+            }
+            if !t.is_leader() {
+                t.finish();
+                return None;
+            }
+            self.rows_per_process = t.rows_per_process(self.epochs_run);
+            t.wait_for_workers();
+            trainer
+                .learners_mut()
+                .for_each(|l| l.adopt_shared_average());
+            t.finish();
+        }
+        let label_map = trainer.label_map();
+        let finished = fit.finish(trainer.into_results(), holdouts);
+        let ended = Ended {
+            configurations: &configurations,
+            groups: groups.as_ref(),
+            standardizer: standardizer.as_ref(),
+            label_map,
+            read,
+            statistics_seconds,
+            started,
+        };
+        Some(self.trials(finished, &ended))
+    }
+
+    /// Before the epochs: a statistics pass when something must be learned from the rows first
+    /// (scaling, class weights, a column list's preprocessing, a network's classes and target,
+    /// the groups), the groups numbered, and a warm start's values. A parallel worker (`member`)
+    /// gets the leader's.
+    unsafe fn before_epochs(
+        &mut self,
+        configurations: &[Configuration],
+        member: Option<&Member>,
+    ) -> BeforeEpochs {
+        let params = self.config.params.clone();
         let mut train_config = params.train_config(self.config.model);
         // A network needs its classes (its output layer's width) and a regression's target
         // statistics before it is built: always a statistics pass.
@@ -113,7 +262,7 @@ impl SgdNode {
         // learned before (see `Learn`).
         let learning = self.shuffle().rows().is_learning();
         let mut statistics_seconds = None;
-        if let Some(share) = &member {
+        if let Some(share) = member {
             // The leader's statistics pass learned these for the whole table.
             share.extras.clone().apply(&mut train_config);
             self.validation_elsewhere = share.extras.leader_holds_validation;
@@ -142,7 +291,7 @@ impl SgdNode {
         // Per-group models: the groups the statistics pass found big enough (numbered before
         // the first row of epoch 1 is read).
         // A parallel worker's are the leader's (its decoder numbers their keys alike).
-        let groups = match &member {
+        let groups = match member {
             Some(share) => share.extras.groups.clone(),
             None => params.group_by.as_ref().and_then(|_| {
                 shuffle
@@ -159,7 +308,7 @@ impl SgdNode {
         }
         // A warm start: the stored model's labels and parameters, in this training's units
         // (a parallel worker gets the leader's).
-        let warm_values = match &member {
+        let warm_values = match member {
             Some(share) => share.extras.warm_values.clone(),
             None => self.warm_start.as_ref().map(|w| {
                 if let Some(values) = w.label_values(self.config.label) {
@@ -168,331 +317,121 @@ impl SgdNode {
                 w.values(train_config.standardizer.as_ref())
             }),
         };
-        let mut team = match (lead, member) {
+        BeforeEpochs {
+            train_config,
+            groups,
+            warm_values,
+            statistics_seconds,
+            network,
+        }
+    }
+
+    /// With `"workers"`, the leader launches its team (none for a temporary table: parallel
+    /// workers cannot read this session's temporary tables); a worker joins its leader's. Then
+    /// this process reads its share of the blocks.
+    unsafe fn join_team(
+        &mut self,
+        lead: Option<(pg_sys::Oid, CString)>,
+        member: Option<Member>,
+        before: &BeforeEpochs,
+    ) -> Option<Team> {
+        let params = &self.config.params;
+        let shuffle = self.shuffle();
+        match (lead, member) {
             (Some((relid, sql)), _) if params.workers > 0 => {
                 self.workers_planned = params.workers;
-                let team = if crate::request::query::is_temporary(relid) {
-                    // Parallel workers cannot read this session's temporary tables.
-                    None
-                } else {
-                    let mut learned = self.learned_statistics(&train_config);
-                    learned.groups = groups.clone();
-                    learned.leader_holds_validation = statistics_seconds.is_some();
-                    learned.warm_values = warm_values.clone();
-                    Team::launch(
-                        relid,
-                        &sql,
-                        &self.config,
-                        learned,
-                        shuffle.rows().preprocessor().cloned(),
-                        shuffle.block_epoch(),
-                        params.workers,
-                    )
-                };
-                if let Some(t) = &team {
-                    shuffle.set_share(t.share, shuffle.block_epoch());
-                    self.workers_launched = t.share.processes - 1;
+                if crate::request::query::is_temporary(relid) {
+                    return None;
                 }
-                team
+                let mut learned = self.learned_statistics(&before.train_config);
+                learned.groups = before.groups.clone();
+                learned.leader_holds_validation = before.statistics_seconds.is_some();
+                learned.warm_values = before.warm_values.clone();
+                let team = Team::launch(
+                    relid,
+                    &sql,
+                    &self.config,
+                    learned,
+                    shuffle.rows().preprocessor().cloned(),
+                    shuffle.block_epoch(),
+                    params.workers,
+                )?;
+                shuffle.set_share(team.share, shuffle.block_epoch());
+                self.workers_launched = team.share.processes - 1;
+                Some(team)
             }
             (_, Some(share)) => {
                 shuffle.set_share(share.team.share, share.block_epoch);
                 Some(share.team)
             }
             _ => None,
-        };
-        // Epoch 1's clock starts here: its first buffer (read now, to learn the rows' width) is
-        // part of its time, as every later epoch's first buffer is part of that epoch's.
-        let first_started = Instant::now();
-        let first = shuffle.next_buffer(None);
+        }
+    }
+
+    /// How many features the rows have, from the first buffer (`first`; None: this process
+    /// read no row) and, with workers, every process's: the ERROR of rows of different widths,
+    /// or of no rows at all. None in a worker when no process had a row (the leader raises).
+    unsafe fn n_features(
+        &self,
+        first: Option<&ShuffledBuffer>,
+        team: Option<&Team>,
+        network: bool,
+    ) -> Option<usize> {
+        let shuffle = self.shuffle();
         // A linear model over sparse rows grows with their indices; a network's first layer is
         // as wide as the statistics pass found the rows (without "n_features").
         let grown_width = if network { self.stats_width } else { None };
-        let width = first.as_ref().map(|first| match self.config.layout {
+        let width = first.map(|first| match self.config.layout {
             FeatureLayout::Dense { .. } => first.arena.n_features(),
             FeatureLayout::Sparse { n_features, .. } => {
                 n_features.map(|n| n as usize).or(grown_width).unwrap_or(0)
             }
             FeatureLayout::Tabular => shuffle.rows().preprocessor().map_or(0, |p| p.n_features),
         });
-        let n_features = match &team {
-            None => match width {
-                Some(w) => w,
-                None => self.no_rows(shuffle.counts().rows_skipped),
-            },
-            Some(t) => match t.agree_on_width(width) {
-                Some(w) => {
-                    if width.is_some_and(|mine| mine != w) {
-                        raise(
-                            PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                            format!(
-                                "rows of {} have feature arrays of {} and of {} elements",
-                                self.config.relation,
-                                w,
-                                width.unwrap_or(0)
-                            ),
-                            Some("Every row's feature array must have the same length.".into()),
-                        );
-                    }
-                    w
-                }
-                None if t.is_leader() => self.no_rows(shuffle.counts().rows_skipped),
-                None => return None,
-            },
+        let Some(t) = team else {
+            return Some(width.unwrap_or_else(|| self.no_rows(shuffle.counts().rows_skipped)));
         };
-        self.check_inference_size(n_features);
-        let standardizer = train_config.standardizer.clone();
-        let (mut trainer, plan) = match &groups {
-            Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
-            None => self.side_by_side(&configurations, train_config, n_features, searching),
-        };
-        if let Some((weights, bias)) = &warm_values {
-            for learner in trainer.learners_mut() {
-                match learner.start_from(weights, bias) {
-                    Ok(true) => {}
-                    Ok(false) => self.warm_start_misfit(n_features),
-                    Err(e) => raise_train_error(e, &self.label_text(), params.normalize),
-                }
-            }
-        }
-        let folds = params.folds.unwrap_or(0) as usize;
-        if let Some(t) = team.as_mut() {
-            // Every learner exchanges with its own shared model; an exchange reads and writes
-            // every weight: a big model exchanges less often.
-            let starts: Vec<Vec<f64>> = trainer.learners_mut().map(|l| l.start_values()).collect();
-            let shared = t.shared_models(n_features, &starts);
-            for (learner, shared) in trainer.learners_mut().zip(shared) {
-                let n_values = learner.n_params();
-                learner.set_exchange(shared, n_values as u64 / 4);
-            }
-        }
-        // Single-buffered, the backend trains: it must still answer cancel between rows.
-        trainer.set_interrupt(|| {
-            Box::new(|| {
-                check_for_interrupts!();
-                false
-            })
-        });
-        let n_trials = plan.len();
-        // Each learner's epochs, early stopping (patience: the best epoch's model kept),
-        // whether it has stopped or was set aside, and what the training reports.
-        let patience: Vec<Option<u32>> = configurations.iter().map(|(_, p)| p.patience).collect();
-        let notices = Notices {
-            verbose: self.verbose,
-            epochs: params.epochs,
-            metric: self.config.model.metric_name(),
-            search: searching
-                .then(|| (configurations.clone(), params.selection(self.config.model))),
-            groups: groups.as_ref().map(|found| found.kept.len()),
-        };
-        let mut fit: Fit<Model> = Fit::new(plan, params.tolerance, &patience, notices);
-        let mut rows_skipped = 0;
-        let mut rows_trained = 0;
-        let mut first = first;
-        let (mut worker, mut local) = if params.double_buffer {
-            (Some(Worker::spawn(trainer)), None)
-        } else {
-            (None, Some(trainer))
-        };
-        let mut spares: Vec<ShuffledBuffer> = Vec::new();
-        let validate = params.validation.is_some();
-        // The scan of the epoch to come has begun (its first buffer filled during the last one).
-        let mut rescanned = false;
-
-        for epoch in 1..=params.epochs {
-            let epoch_started = if epoch == 1 {
-                first_started
-            } else {
-                Instant::now()
-            };
-            progress::epoch_started(epoch);
-            if epoch > 1 && !rescanned {
-                pg_sys::ExecReScan(self.child);
-            }
-            // Double-buffered, one process: the first buffer of the next epoch is filled while
-            // the worker trains this epoch's last one (with workers, epochs end together).
-            let fill_next = team.is_none() && epoch < params.epochs;
-            if folds > 0 && epoch == params.epochs {
-                // The last epoch: each fold's learner scores the rows it holds out.
-                let scaling = standardizer.as_ref().map(copy_scaling);
-                match (&mut worker, &mut local) {
-                    (Some(w), _) => w
-                        .send(Job::ScoreHoldouts(scaling))
-                        .unwrap_or_else(|r| raise_reply(r, &self.label_text(), params.normalize)),
-                    (None, Some(t)) => t.score_holdouts(scaling),
-                    _ => unreachable!(),
-                }
-            }
-            let mut rows_of_epoch = None;
-            let (result, labels_seen, snapshot) = match (&mut worker, &mut local) {
-                (Some(w), _) => {
-                    let end = self.epoch_with_worker(
-                        w,
-                        shuffle,
-                        &mut spares,
-                        first.take(),
-                        epoch,
-                        validate,
-                        fill_next,
+        match t.agree_on_width(width) {
+            Some(w) => {
+                if width.is_some_and(|mine| mine != w) {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+                        format!(
+                            "rows of {} have feature arrays of {} and of {} elements",
+                            self.config.relation,
+                            w,
+                            width.unwrap_or(0)
+                        ),
+                        Some("Every row's feature array must have the same length.".into()),
                     );
-                    rescanned = end.next_first.is_some();
-                    first = end.next_first.flatten();
-                    rows_of_epoch = end.rows_of_epoch;
-                    (end.result, end.labels_seen, end.model)
                 }
-                (None, Some(t)) => {
-                    let (r, l) =
-                        self.epoch_on_backend(t, shuffle, &mut spares, first.take(), epoch);
-                    self.binary_labels = t.label_map();
-                    let snapshot = validate.then(|| {
-                        t.result_models().unwrap_or_else(|bytes| {
-                            raise_train_error(
-                                TrainError::OutOfMemory { bytes },
-                                &|v| v.to_string(),
-                                false,
-                            )
-                        })
-                    });
-                    (r, l, snapshot)
-                }
-                _ => unreachable!(),
-            };
-            let mut stats = result
-                .unwrap_or_else(|e| raise_train_error(e, &self.label_text(), params.normalize));
-            // With workers: the whole epoch's (every process waits here for the others).
-            let (counts, labels_seen) = match &team {
-                Some(t) => {
-                    let whole = t.end_epoch(epoch, &stats, shuffle.counts(), &labels_seen);
-                    // A model set aside in another process (it diverged there) is set aside
-                    // here too: every process keeps the same models.
-                    for (i, (mine, all)) in stats.iter().zip(&whole.stats).enumerate() {
-                        if mine.is_some() && all.is_none() {
-                            fit.set_aside_elsewhere(i, epoch);
-                        }
-                    }
-                    stats = whole.stats;
-                    (whole.counts, whole.labels_seen)
-                }
-                None => (
-                    rows_of_epoch.unwrap_or_else(|| shuffle.counts()),
-                    labels_seen.len(),
-                ),
-            };
-            // Every epoch reads the same rows (one snapshot; only "since" samples the older
-            // blocks afresh): an epoch that read other counts lost rows somewhere, and its model
-            // must not be stored as if it had not.
-            match &self.first_epoch {
-                Some(first) if self.config.read_from.is_none() && !counts.same_rows(first) => {
-                    self.rows_changed(&format!("epoch {epoch}"), &counts, first)
-                }
-                _ => {}
+                Some(w)
             }
-            rows_trained = counts.rows;
-            if epoch == 1 {
-                self.first_epoch = Some(counts);
-                rows_skipped = counts.rows_skipped;
-                let classes_seen = if self.config.model.has_class_outputs() {
-                    shuffle.rows().classes().len()
-                } else {
-                    labels_seen
-                };
-                if self.config.model.is_classifier() && classes_seen < 2 {
-                    self.one_class();
-                }
-            }
-            let seconds = epoch_started.elapsed().as_secs_f64();
-            if let Some(s) = stats.iter().flatten().next() {
-                progress::epoch_finished(s.loss);
-                self.last_stats = Some(s.clone());
-            }
-            self.epoch_seconds.push(seconds);
-            if snapshot.is_some() {
-                progress::phase("validation");
-            }
-            let mut snapshots = snapshot.unwrap_or_default();
-            snapshots.resize_with(n_trials, || None);
-            // The models of the configurations still going, in the table's units, all scored
-            // on the validation rows together (each its share of the time).
-            let validation_started = Instant::now();
-            let snapshots: Vec<Option<Model>> = snapshots
-                .into_iter()
-                .zip(&stats)
-                .map(|(m, stats)| {
-                    let m = m.filter(|_| stats.is_some())?;
-                    Some(match &standardizer {
-                        Some(s) => m.fold_standardizer(s),
-                        None => m,
-                    })
-                })
-                .collect();
-            // With workers, every process's scores pooled (a round of its own per epoch).
-            let pooling = team.as_ref().filter(|_| validate).map(|t| (t, 2 * epoch));
-            let validations =
-                self.validate_many(&snapshots, shuffle, validation_rows.as_ref(), pooling);
-            let scored = snapshots.iter().flatten().count().max(1);
-            let validation_seconds = validation_started.elapsed().as_secs_f64() / scored as f64;
-            let actions = fit.end_epoch(EpochEnd {
-                epoch,
-                stats,
-                snapshots,
-                validations,
-                seconds,
-                validation_seconds,
-            });
-            for i in actions.stop {
-                self.stop_learner(&mut local, &mut worker, i);
-            }
-            actions.notices.into_iter().for_each(notice);
-            self.epochs_run = epoch;
-            if actions.done {
-                break;
-            }
+            None if t.is_leader() => self.no_rows(shuffle.counts().rows_skipped),
+            None => None,
         }
-        progress::finish();
-        let mut trainer = match worker.take() {
-            Some(w) => w.finish(),
-            None => local.take().expect("local trainer"),
-        };
-        // The folds' scores on their held-out rows (with workers: every process's pooled).
-        let mut holdouts = trainer.take_holdout_scores();
-        if let (Some(t), true) = (&team, folds > 0) {
-            holdouts = pool_scores(t, 2 * params.epochs + 1, holdouts);
-        }
-        let holdouts: Vec<_> = holdouts
-            .into_iter()
-            .map(|s| s.map(|s| s.finish()))
-            .collect();
-        if let Some(t) = team.take() {
-            // Every process's last steps are in the shared models now: continue from them,
-            // and pool the iterate averages.
-            for learner in trainer.learners_mut() {
-                if let Err(e) = learner.exchange_last() {
-                    raise_train_error(e, &self.label_text(), params.normalize);
-                }
-            }
-            if !t.is_leader() {
-                t.finish();
-                return None;
-            }
-            self.rows_per_process = t.rows_per_process(self.epochs_run);
-            t.wait_for_workers();
-            trainer
-                .learners_mut()
-                .for_each(|l| l.adopt_shared_average());
-            t.finish();
-        }
-        let label_map = trainer.label_map();
+    }
+
+    /// Each stored learner's trial: its model in the table's units (with patience, its best
+    /// epoch's), its classes and what it read; or why it was set aside.
+    unsafe fn trials(&self, finished: Vec<Finished<Learner, Model>>, ended: &Ended) -> Vec<Trial> {
+        let searching = self.config.params.search.is_some();
         // Stored for dense arrays only: a column list's scaling is part of its preprocessing,
         // and a sparse model's (one scale per feature, maybe millions) is folded in and would
         // only bloat the catalog row.
-        let preprocessing = shuffle.rows().preprocessor().cloned().map(std::rc::Rc::new);
+        let preprocessing = self
+            .shuffle()
+            .rows()
+            .preprocessor()
+            .cloned()
+            .map(std::rc::Rc::new);
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
-        let stored_standardizer = standardizer
-            .as_ref()
+        let stored_standardizer = ended
+            .standardizer
             .filter(|_| dense)
             .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes")));
-        let mut trials = Vec::with_capacity(configurations.len());
-        for finished in fit.finish(trainer.into_results(), holdouts) {
+        let mut trials = Vec::with_capacity(finished.len());
+        for finished in finished {
             let Finished {
                 configuration,
                 group,
@@ -502,7 +441,7 @@ impl SgdNode {
                 best,
                 cv,
             } = finished;
-            let (configuration, trial_params) = configurations[configuration].clone();
+            let (configuration, trial_params) = ended.configurations[configuration].clone();
             // A regression far worse than a zero model diverged while its loss stayed finite
             // (the shard coordinator's rule too): the ERROR, or a search's configuration set
             // aside.
@@ -514,8 +453,8 @@ impl SgdNode {
                 group.is_some(),
             );
             // A group's model: its key, and its rows (the last epoch's).
-            let group = group.map(|g| groups.as_ref().expect("grouped").kept[g as usize].clone());
-            let small_groups = match (&groups, &group) {
+            let group = group.map(|g| ended.groups.expect("grouped").kept[g as usize].clone());
+            let small_groups = match (ended.groups, &group) {
                 (Some(found), None) => Some((found.small, found.small_rows)),
                 _ => None,
             };
@@ -536,7 +475,7 @@ impl SgdNode {
                 }
             };
             let mut model = learner.into_model();
-            if let Some(s) = &standardizer {
+            if let Some(s) = ended.standardizer {
                 model = model.fold_standardizer(s);
             }
             // Early stopping keeps the best epoch's model (already in the table's units).
@@ -544,10 +483,10 @@ impl SgdNode {
                 model = best_model;
                 epoch
             });
-            let classes = self.classes_of(label_map, model.n_outputs());
+            let classes = self.classes_of(ended.label_map, model.n_outputs());
             let rows_trained = match (&group, epochs.last()) {
                 (Some(_), Some(last)) => last.stats.tuples,
-                _ => rows_trained,
+                _ => ended.read.trained,
             };
             trials.push(Trial {
                 configuration,
@@ -558,13 +497,13 @@ impl SgdNode {
                     classes,
                     standardizer: stored_standardizer.clone(),
                     preprocessing: preprocessing.clone(),
-                    statistics_seconds,
+                    statistics_seconds: ended.statistics_seconds,
                     rows_trained,
-                    rows_skipped,
+                    rows_skipped: ended.read.skipped,
                     epochs,
                     best_epoch,
                     inference: None,
-                    seconds: started.elapsed().as_secs_f64(),
+                    seconds: ended.started.elapsed().as_secs_f64(),
                 }),
                 epochs_before_failing: Vec::new(),
                 cv,
@@ -572,7 +511,7 @@ impl SgdNode {
                 small_groups,
             });
         }
-        Some(trials)
+        trials
     }
 
     /// A classifier's rows hold one class only.
