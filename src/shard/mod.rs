@@ -15,6 +15,7 @@ mod network;
 pub mod protocol;
 pub mod remote;
 pub mod serve;
+mod training;
 use crate::exec::explain;
 use crate::exec::sgd::binary_labels;
 use crate::pg::error::raise;
@@ -56,7 +57,7 @@ pub(crate) unsafe fn train_sharded(
     let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
         serve::shard_round_here(parent, Some(leaf), kind, &params, request)
     };
-    coordinator::train(leaves, config, &run_local)
+    training::train(leaves, config, &run_local)
 }
 
 /// The shards read their tables as the user mappings' roles; here the caller must be allowed to
