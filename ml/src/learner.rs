@@ -1,12 +1,18 @@
-//! What the SGD node trains, whatever the kind: a linear [`Trainer`] or a [`NetworkTrainer`],
-//! behind one set of calls (epochs of shuffled buffers in, statistics and a [`Model`] out).
+//! What the SGD node trains, whatever the model family: a [`Learner`] is any family's trainer
+//! behind one trait, [`Learn`] (epochs of shuffled buffers in, statistics and a [`Model`] out;
+//! exchanging with other processes, warm starts and resumed optimizers are optional). The
+//! families: `linear.rs` (the linear [`Trainer`] of svm, logistic, linear, softmax) and
+//! `network.rs` (a [`NetworkTrainer`](crate::network::NetworkTrainer): mlp, mlp_regression).
+
+mod linear;
+mod network;
 
 use crate::arena::TupleArena;
 use crate::model::ModelKind;
 use crate::network::{
-    Activation, Head, Network, NetworkError, NetworkModel, NetworkTrainer, Optimizer,
-    OptimizerKind, Target, Workspace,
+    Activation, Head, Network, NetworkModel, Optimizer, OptimizerKind, Target, Workspace,
 };
+use crate::standardize::Standardizer;
 use crate::trained::Model;
 use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, TrainError, Trainer};
 
@@ -46,26 +52,83 @@ impl NetworkSpec {
     }
 }
 
-pub enum Learner {
-    Linear(Trainer),
-    Network {
-        kind: ModelKind,
-        trainer: NetworkTrainer,
-        config: TrainConfig,
-    },
-}
+/// What every model family's trainer does. The calls a training makes, in order: `start_epoch`,
+/// `train_buffer` for each buffer, `finish_epoch`; `result_model` between epochs (validation),
+/// `into_model` at the end. The optional ones have defaults for a family that cannot do them.
+pub trait Learn: Send {
+    /// The kind of model it trains.
+    fn kind(&self) -> ModelKind;
+    /// The check it asks between rows (None: never).
+    fn set_interrupt(&mut self, check: Option<InterruptCheck>);
+    /// Asks the interrupt check now.
+    fn check_interrupt(&mut self) -> Result<(), TrainError>;
+    fn start_epoch(&mut self, epoch: u32);
+    /// Steps on `arena`'s rows, in `order` (None: as stored).
+    fn train_buffer(&mut self, arena: &TupleArena, order: Option<&[u32]>)
+        -> Result<(), TrainError>;
+    fn finish_epoch(&mut self) -> Result<EpochStats, TrainError>;
+    /// The model training would return now (for validation), or None without memory for it.
+    fn result_model(&mut self) -> Option<Model>;
+    /// The trained model (on the rows' units as trained: fold the standardizer after).
+    fn into_model(self: Box<Self>) -> Model;
+    /// Every parameter, flat (what a shard returns to the coordinator, what processes share).
+    fn parameters(&mut self) -> Vec<f64>;
+    /// How many parameters (weights and biases) the model has.
+    fn n_params(&mut self) -> usize;
+    /// Continues from `values`, of `n_params` (checked by the caller).
+    fn set_parameters(&mut self, values: &[f64]);
 
-fn out_of_memory(e: NetworkError) -> TrainError {
-    match e {
-        NetworkError::OutOfMemory { bytes } => TrainError::OutOfMemory { bytes },
-        NetworkError::BadShape => unreachable!("a network's widths are checked before training"),
+    /// Two-class kinds: the distinct raw label values seen.
+    fn labels_seen(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// Two-class kinds: the (negative, positive) raw label values.
+    fn label_map(&self) -> Option<(f64, f64)> {
+        None
+    }
+    /// The scaling it applies to every dense row itself, when it can take rows scaled once for
+    /// every learner instead (see `Trials::train_buffer`); None: it scales its own.
+    fn row_scaling(&self) -> Option<&Standardizer> {
+        None
+    }
+    /// Whether its steps on a buffer's rows, a chunk at a time, are its steps on the buffer
+    /// (learners side by side then train chunk by chunk, each chunk in cache).
+    fn trains_in_chunks(&self) -> bool {
+        false
+    }
+    /// Exchanges with `shared` every `period` tuples (parallel workers, see `SharedModel`).
+    /// A family that cannot is refused with workers before training.
+    fn set_exchange(&mut self, _shared: SharedModel, _period: u64) {}
+    /// Exchanges now (if exchanging) and adds what it averages to the shared model: a
+    /// process's last act in a parallel training.
+    fn exchange_last(&mut self) -> Result<(), TrainError> {
+        Ok(())
+    }
+    /// The leader, after every process's last exchange: takes the pooled averages.
+    fn adopt_shared_average(&mut self) {}
+    /// Continues from a stored model's `weights` (row-major, one row per output) and `bias`
+    /// (a warm start). False if they do not fit, or the family cannot.
+    fn start_from(&mut self, _weights: &[f64], _bias: &[f64]) -> Result<bool, TrainError> {
+        Ok(false)
+    }
+    /// Continues with an optimizer state kept from an earlier round (a shard's rounds of one
+    /// training); false if it does not fit or the family keeps none.
+    fn resume_optimizer(&mut self, _optimizer: Optimizer) -> bool {
+        false
+    }
+    /// Its optimizer state, to resume in the next round (None: it keeps none).
+    fn into_optimizer(self: Box<Self>) -> Option<Optimizer> {
+        None
     }
 }
+
+/// A model family's trainer (see [`Learn`]).
+pub struct Learner(Box<dyn Learn>);
 
 impl Learner {
     /// A linear model's trainer (see [`Trainer::try_new`]).
     pub fn linear(config: TrainConfig, n_features: usize) -> Result<Learner, TrainError> {
-        Trainer::try_new(config, n_features).map(Learner::Linear)
+        Trainer::try_new(config, n_features).map(|t| Learner(Box::new(t)))
     }
 
     /// A network's trainer over `n_features` inputs: weights drawn from the spec's seed, rows
@@ -75,67 +138,25 @@ impl Learner {
         spec: &NetworkSpec,
         n_features: usize,
     ) -> Result<Learner, TrainError> {
-        let head = if config.kind.is_classifier() {
-            Head::Softmax
-        } else {
-            Head::Linear
-        };
-        let net = Network::new(&spec.sizes(n_features), spec.activation, head, spec.seed)
-            .map_err(out_of_memory)?;
-        let mut trainer = NetworkTrainer::try_new(
-            net,
-            spec.optimizer,
-            config.learning_rate,
-            config.l2,
-            config.batch_size,
-            spec.target,
-        )
-        .map_err(out_of_memory)?;
-        trainer.set_standardizer(config.standardizer.clone());
-        trainer.set_class_weights(config.class_weights.clone());
-        Ok(Learner::Network {
-            kind: config.kind,
-            trainer,
-            config,
-        })
+        network::NetworkLearner::try_new(config, spec, n_features).map(|n| Learner(Box::new(n)))
     }
 
     pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {
-        match self {
-            Learner::Linear(t) => t.set_interrupt(check),
-            Learner::Network { trainer, .. } => trainer.set_interrupt(check),
-        }
+        self.0.set_interrupt(check)
     }
 
     /// Asks the learner's interrupt check now.
     pub fn check_interrupt(&mut self) -> Result<(), TrainError> {
-        match self {
-            Learner::Linear(t) => t.check_interrupt(),
-            Learner::Network { trainer, .. } => trainer.check_interrupt(),
-        }
+        self.0.check_interrupt()
     }
 
     pub fn start_epoch(&mut self, epoch: u32) {
-        match self {
-            Learner::Linear(t) => t.start_epoch(epoch),
-            Learner::Network {
-                trainer, config, ..
-            } => {
-                trainer
-                    .set_learning_rate(config.schedule.learning_rate(config.learning_rate, epoch));
-                trainer.start_epoch(epoch);
-                // Several processes: continue from the shared parameters.
-                trainer.exchange_at_next_batch();
-            }
-        }
+        self.0.start_epoch(epoch)
     }
 
     /// The kind of model it trains.
     pub fn kind(&self) -> ModelKind {
-        match self {
-            Learner::Linear(t) => t.config().kind,
-            Learner::Network { kind, .. } => *kind,
-        }
+        self.0.kind()
     }
 
     pub fn train_buffer(
@@ -143,97 +164,59 @@ impl Learner {
         arena: &TupleArena,
         order: Option<&[u32]>,
     ) -> Result<(), TrainError> {
-        match self {
-            Learner::Linear(t) => t.train_buffer(arena, order),
-            Learner::Network { trainer, .. } => trainer.train_buffer(arena, order),
-        }
+        self.0.train_buffer(arena, order)
     }
 
     pub fn finish_epoch(&mut self) -> Result<EpochStats, TrainError> {
-        match self {
-            Learner::Linear(t) => t.finish_epoch(),
-            Learner::Network { trainer, .. } => {
-                trainer.exchange()?;
-                Ok(trainer.finish_epoch())
-            }
-        }
+        self.0.finish_epoch()
     }
 
     /// Two-class kinds: the distinct raw label values seen (see [`Trainer::labels_seen`]).
     pub fn labels_seen(&self) -> Vec<f64> {
-        match self {
-            Learner::Linear(t) => t.labels_seen(),
-            Learner::Network { .. } => Vec::new(),
-        }
+        self.0.labels_seen()
     }
 
     /// Two-class kinds: the (negative, positive) raw label values.
     pub fn label_map(&self) -> Option<(f64, f64)> {
-        match self {
-            Learner::Linear(t) => t.label_map(),
-            Learner::Network { .. } => None,
-        }
+        self.0.label_map()
+    }
+
+    /// See [`Learn::row_scaling`].
+    pub fn row_scaling(&self) -> Option<&Standardizer> {
+        self.0.row_scaling()
+    }
+
+    /// See [`Learn::trains_in_chunks`].
+    pub fn trains_in_chunks(&self) -> bool {
+        self.0.trains_in_chunks()
     }
 
     /// The model training would return now (for validation), or None without memory for it.
     pub fn result_model(&mut self) -> Option<Model> {
-        match self {
-            Learner::Linear(t) => t.result_model().map(Model::Linear),
-            Learner::Network { kind, trainer, .. } => {
-                let net = trainer.network();
-                let mut params = Vec::new();
-                params.try_reserve_exact(net.params.len()).ok()?;
-                params.extend_from_slice(&net.params);
-                let copy = Network {
-                    sizes: net.sizes.clone(),
-                    activation: net.activation,
-                    head: net.head,
-                    params,
-                };
-                Some(Model::Network(network_model(*kind, copy, trainer.target())))
-            }
-        }
+        self.0.result_model()
     }
 
     /// The trained model (on the rows' units as trained: fold the standardizer after).
     pub fn into_model(self) -> Model {
-        match self {
-            Learner::Linear(t) => Model::Linear(t.into_model()),
-            Learner::Network { kind, trainer, .. } => {
-                let target = trainer.target();
-                Model::Network(network_model(kind, trainer.into_network(), target))
-            }
-        }
+        self.0.into_model()
     }
 
     /// Weights and biases of the model being trained.
     pub fn n_params(&mut self) -> usize {
-        match self {
-            Learner::Linear(t) => t.model().weights.len() + t.model().bias.len(),
-            Learner::Network { trainer, .. } => trainer.network().params.len(),
-        }
+        self.0.n_params()
     }
 
     /// Makes the trainer exchange with `shared` (parallel workers, see `SharedModel`) every
     /// `period` tuples. The values every process starts from: zeros for a linear model, the
     /// seeded initial weights for a network ([`Learner::start_values`]).
     pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
-        match self {
-            Learner::Linear(t) => t.set_exchange(shared, period),
-            Learner::Network { trainer, .. } => trainer.set_exchange(shared, period),
-        }
+        self.0.set_exchange(shared, period)
     }
 
     /// Every parameter, flat: a linear model's weights then biases, a network's layers in
     /// order (what a shard returns to the coordinator).
     pub fn parameters(&mut self) -> Vec<f64> {
-        match self {
-            Learner::Linear(t) => {
-                let m = t.model();
-                m.weights.iter().chain(&m.bias).copied().collect()
-            }
-            Learner::Network { trainer, .. } => trainer.network().params.clone(),
-        }
+        self.0.parameters()
     }
 
     /// Continues from `values` (as [`Learner::parameters`] gives them: a shard's round starts
@@ -242,41 +225,26 @@ impl Learner {
         if values.len() != self.n_params() {
             return false;
         }
-        match self {
-            Learner::Linear(t) => {
-                let (weights, bias) = values.split_at(t.model().weights.len());
-                t.set_model(weights, bias);
-            }
-            Learner::Network { trainer, .. } => trainer.set_parameters(values),
-        }
+        self.0.set_parameters(values);
         true
     }
 
-    /// A linear learner continues from a stored model's `weights` (row-major, one row per
-    /// output) and `bias` (a warm start): softmax grows to the model's classes first. False if
-    /// they do not fit (another width, fewer classes than seen), or for a network.
+    /// A learner continues from a stored model's `weights` (row-major, one row per output) and
+    /// `bias` (a warm start): softmax grows to the model's classes first. False if they do not
+    /// fit (another width, fewer classes than seen), or for a family without warm starts.
     pub fn start_from(&mut self, weights: &[f64], bias: &[f64]) -> Result<bool, TrainError> {
-        match self {
-            Learner::Linear(t) => t.start_from(weights, bias),
-            Learner::Network { .. } => Ok(false),
-        }
+        self.0.start_from(weights, bias)
     }
 
-    /// A network continues with an optimizer state kept from an earlier round (a shard's
-    /// rounds of one training); false if it does not fit, or for a linear model.
+    /// Continues with an optimizer state kept from an earlier round (a shard's rounds of one
+    /// training); false if it does not fit, or the family keeps none.
     pub fn resume_optimizer(&mut self, optimizer: Optimizer) -> bool {
-        match self {
-            Learner::Network { trainer, .. } => trainer.resume_optimizer(optimizer),
-            Learner::Linear(_) => false,
-        }
+        self.0.resume_optimizer(optimizer)
     }
 
-    /// A network's optimizer state, to resume in the next round.
+    /// Its optimizer state, to resume in the next round.
     pub fn into_optimizer(self) -> Option<Optimizer> {
-        match self {
-            Learner::Network { trainer, .. } => Some(trainer.into_optimizer()),
-            Learner::Linear(_) => None,
-        }
+        self.0.into_optimizer()
     }
 
     /// The values the shared model starts from: every process's initial parameters (zeros
@@ -288,18 +256,13 @@ impl Learner {
     /// Exchanges now (if exchanging), then adds the iterate averages (linear) to the shared
     /// ones: a process's last act in a parallel training.
     pub fn exchange_last(&mut self) -> Result<(), TrainError> {
-        match self {
-            Learner::Linear(t) => t.exchange().and_then(|()| t.contribute_average()),
-            Learner::Network { trainer, .. } => trainer.exchange(),
-        }
+        self.0.exchange_last()
     }
 
     /// The leader, after every process's last exchange: takes the pooled iterate averages
     /// (linear models with `average`).
     pub fn adopt_shared_average(&mut self) {
-        if let Learner::Linear(t) = self {
-            t.adopt_shared_average();
-        }
+        self.0.adopt_shared_average()
     }
 }
 

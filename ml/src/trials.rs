@@ -249,10 +249,7 @@ impl Trials {
         }
         let mut going = self.trials.iter().filter(|t| t.is_going());
         fn own(t: &Trial) -> Option<&Standardizer> {
-            match &t.learner {
-                Learner::Linear(trainer) => trainer.config().standardizer.as_ref(),
-                Learner::Network { .. } => None,
-            }
+            t.learner.row_scaling()
         }
         let first = own(going.next()?)?;
         let all_same = going.all(|t| own(t) == Some(first));
@@ -339,7 +336,7 @@ impl Trials {
             && self
                 .trials
                 .iter()
-                .all(|t| !t.is_going() || matches!(t.learner, Learner::Linear(_))))
+                .all(|t| !t.is_going() || t.learner.trains_in_chunks()))
         .then(|| {
             let row_bytes = arena.bytes_used() / arena.len().max(1);
             (CHUNK_BYTES / row_bytes.max(1)).clamp(16, 4096)
