@@ -7,6 +7,7 @@
 //! Modules:
 //! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
 //!   validation of the user's sparse rows.
+//! - [`capabilities`]: what combines with what: one table of every refused combination.
 //! - [`divergence`]: when a training has diverged (one rule for one server and for shards).
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
@@ -31,6 +32,7 @@
 //! - [`wire`]: JSON from other processes and servers, parsed within a memory bound.
 
 pub mod arena;
+pub mod capabilities;
 pub mod divergence;
 pub mod explain;
 pub mod fit;

@@ -1,5 +1,7 @@
 //! One place to raise ERRORs with an SQLSTATE and an optional hint.
 
+use corgipile_ml::capabilities::{refusal, Use};
+use corgipile_ml::params::ParamError;
 use corgipile_ml::trainer::{LabelsError, TrainError};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
@@ -90,4 +92,36 @@ pub fn raise_labels_error(e: LabelsError, relation: &str, counted: &str) -> ! {
             raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, e.message, e.hint)
         }
     }
+}
+
+/// The capability table's ERROR (0A000, with what to do instead) when it refuses `subject` with
+/// any of `uses` (see `corgipile_ml::capabilities`).
+pub fn refuse_combination(subject: Use, uses: &[Use]) {
+    if let Some(r) = refusal(subject, uses) {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            r.message,
+            Some(r.hint.into()),
+        );
+    }
+}
+
+/// The capability table's ERROR for `subject` with `what`, a combination it refuses.
+pub fn raise_combination(subject: Use, what: Use) -> ! {
+    refuse_combination(subject, &[what]);
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("corgipile: the capability table does not refuse {what:?} with {subject:?}"),
+        Some("This is a bug, please report it.".into()),
+    )
+}
+
+/// A refused param's ERROR: 0A000 for a combination not built yet, 22023 for a bad value.
+pub fn raise_param_error(e: ParamError) -> ! {
+    let code = if e.not_supported() {
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
+    } else {
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
+    };
+    raise(code, e.message, e.hint)
 }

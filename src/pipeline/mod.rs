@@ -7,6 +7,7 @@ pub mod run;
 
 use crate::decode::classes::ClassValue;
 use crate::decode::datum::LabelKind;
+use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
@@ -118,60 +119,34 @@ pub fn check_distributed(
     layout: FeatureLayout,
     params: &TrainParams,
 ) {
-    let unsupported = |what: &str| -> ! {
-        let (message, hint) = match how {
-            Distributed::Workers => (
-                format!("\"workers\" cannot be used with {what} yet"),
-                "Set \"workers\": 0 (the default) to train in one process.",
-            ),
-            Distributed::Shards => (
-                format!("cannot train on a sharded table with {what} yet"),
-                "Train on each shard's table on its own server, or copy the rows to one server.",
-            ),
-        };
-        crate::pg::error::raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            message,
-            Some(hint.into()),
-        )
+    // Softmax classes and text labels are numbered as each process or shard meets them (a
+    // network's classes once, by the leader's statistics pass or by the coordinator from the
+    // shards' label values: numbers only); validation is per process; shards would each learn
+    // their own categories. The capability table says which of these each refuses.
+    let mut uses = used(&[
+        (Use::Inference, params.inference),
+        (Use::TextLabel, label == LabelCoding::ClassOfText),
+        (Use::Validation, params.validation.is_some()),
+        (Use::ColumnList, layout == FeatureLayout::Tabular),
+    ]);
+    uses.extend(Use::of_kind(kind));
+    let subject = match how {
+        Distributed::Workers => Use::Workers,
+        Distributed::Shards => Use::Shards,
     };
-    // A network's classes are numbered once for every process or shard: by the leader's
-    // statistics pass (`LearnedStatistics::classes`), or by the coordinator from the shards'
-    // label values (numbers only: the shards' statistics count text labels by their own
-    // numbering). A linear softmax grows its classes as it meets them.
-    if kind.has_class_outputs() && !kind.is_network() {
-        unsupported(&format!(
-            "{} (the classes would be numbered differently)",
-            kind.name()
-        ));
-    }
-    if params.inference {
-        unsupported("\"inference\"");
-    }
-    let text_numbered = kind.is_network() && how == Distributed::Workers;
-    if label == LabelCoding::ClassOfText && !text_numbered {
-        unsupported("a text label (the classes would be numbered differently)");
-    }
-    // Parallel workers pool their validation scores (every process scores the held-out rows
-    // it read); shards do not yet.
-    if params.validation.is_some() && how == Distributed::Shards {
-        unsupported("\"validation\"");
-    }
-    match layout {
-        // Parallel workers get the leader's learned preprocessing; shards would each learn
-        // their own categories.
-        FeatureLayout::Tabular if how == Distributed::Shards => {
-            unsupported("a list of feature columns (one array column or a sparse pair only)")
-        }
-        FeatureLayout::Sparse { n_features: None, .. } => crate::pg::error::raise(
+    crate::pg::error::refuse_combination(subject, &uses);
+    if let FeatureLayout::Sparse {
+        n_features: None, ..
+    } = layout
+    {
+        crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             match how {
                 Distributed::Workers => "\"workers\" with sparse features needs \"n_features\"",
                 Distributed::Shards => "a sharded table with sparse features needs \"n_features\"",
             },
             Some("Every trainer must train a model of the same width: give \"n_features\" (the largest index, plus one if index_base is 0).".into()),
-        ),
-        _ => {}
+        )
     }
 }
 

@@ -51,13 +51,8 @@ pub(crate) fn parse_model(model: &str) -> ModelKind {
 
 /// The params of a model of `kind`, checked, with the kind's defaults filled in.
 pub(crate) fn parse_params(params: &ParamsArg, kind: ModelKind) -> TrainParams {
-    let mut params = TrainParams::for_kind(&params.0, kind).unwrap_or_else(|e| {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            e.message,
-            e.hint,
-        )
-    });
+    let mut params = TrainParams::for_kind(&params.0, kind)
+        .unwrap_or_else(|e| crate::pg::error::raise_param_error(e));
     if params.seed.is_none() {
         params.seed = Some(random_seed());
     }

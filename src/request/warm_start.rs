@@ -10,6 +10,7 @@ use crate::catalog::{caller, load_model_ref, ModelRef, StoredModel};
 use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 use crate::pipeline::LabelCoding;
+use corgipile_ml::capabilities::{refusal, Use};
 use corgipile_ml::model::{LinearModel, ModelKind};
 use corgipile_ml::params::ModelKey;
 use corgipile_ml::standardize::Standardizer;
@@ -89,14 +90,11 @@ impl WarmStart {
                 "A warm start continues a model of the same kind: train with its kind, or start from zeros.",
             );
         }
-        if kind.is_network() {
+        if let Some(r) = refusal(Use::WarmStart, &Vec::from_iter(Use::of_kind(kind))) {
             refuse(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!(
-                    "\"warm_start\" of {} models is not supported yet",
-                    kind.name()
-                ),
-                "Warm starts continue linear models (svm, logistic, linear, softmax).",
+                r.message.into(),
+                r.hint,
             );
         }
         if stored.groups.is_some() {

@@ -2,11 +2,12 @@
 
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::exec::sgd::Evaluate;
-use crate::pg::error::raise;
+use crate::pg::error::{raise, raise_combination};
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{json_type, parse_params, prepare};
 use crate::shard::evaluate_sharded;
+use corgipile_ml::capabilities::Use;
 use corgipile_ml::params::TrainParams;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
@@ -50,14 +51,9 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
             g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
         }
         match crate::shard::sharded_leaves(prepared.relid) {
-            Some(_) if stored.groups.is_some() => raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("model {} has a model per group: it cannot evaluate a sharded table yet", stored.id),
-                Some("Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id.".into()),
-            ),
+            Some(_) if stored.groups.is_some() => raise_combination(Use::Shards, Use::GroupModels),
             Some(leaves) => {
-                let (evaluation, rows_skipped) =
-                    evaluate_sharded(&prepared, leaves, &stored, None);
+                let (evaluation, rows_skipped) = evaluate_sharded(&prepared, leaves, &stored, None);
                 let mut report = evaluation.finish(rows_skipped);
                 report["model_id"] = serde_json::json!(stored.id);
                 report

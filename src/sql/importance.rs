@@ -6,11 +6,12 @@
 
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::exec::sgd::{SampleRows, SampledRows};
-use crate::pg::error::raise;
+use crate::pg::error::{raise, raise_combination};
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::prepare;
 use crate::sql::evaluate::evaluation_params;
+use corgipile_ml::capabilities::Use;
 use corgipile_ml::importance::permutation_importance;
 use corgipile_ml::params::{BufferSize, ShuffleMode};
 use corgipile_ml::row::Row;
@@ -142,13 +143,7 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
             stored.preprocessing.as_ref(),
         );
         if crate::shard::sharded_leaves(prepared.relid).is_some() {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("{FUNCTION} does not sample a sharded table yet"),
-                Some(
-                    "Run it on a shard's table, or on a local copy of a sample of the rows.".into(),
-                ),
-            );
+            raise_combination(Use::Shards, Use::FeatureImportance);
         }
         prepared.run(SampleRows {
             rows: rows as usize,

@@ -8,7 +8,7 @@ use crate::catalog::{
 };
 use crate::exec::explain;
 use crate::exec::sgd::{Collect, CollectedRows, Learn, Trace, Train};
-use crate::pg::error::{raise, raise_train_error};
+use crate::pg::error::{raise, raise_train_error, refuse_combination};
 use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::run::Pipeline;
 use crate::pipeline::{Mode, Trial};
@@ -18,6 +18,7 @@ use crate::request::since::{self, TableRead};
 use crate::request::warm_start::WarmStart;
 use crate::request::{parse_model, parse_params, prepare, random_seed, Prepared};
 use crate::shard::{explain_sharded, train_sharded};
+use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
@@ -73,33 +74,28 @@ fn params_with_warm_start(given: &ParamsArg, kind: ModelKind) -> (TrainParams, O
         }
         None => (params, None),
     };
-    if warm.is_some() && matches!(params.validation, Some(Validation::Relation(_))) {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "\"warm_start\" cannot be combined with a validation relation yet",
-            Some("Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}.".into()),
-        );
-    }
     (params, warm)
 }
 
-/// What a continued training (`warm_start`, `since`) cannot do, refused before any work: a
-/// sharded table, features other than its model's.
-fn check_continued(prepared: &Prepared, sharded: bool, warm: Option<&WarmStart>) {
-    if sharded && prepared.config.params.since.is_some() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "\"since\" cannot train on a sharded table yet",
-            Some("Train without \"since\", or on one shard's table.".into()),
-        );
-    }
-    if sharded && warm.is_some() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "\"warm_start\" cannot train on a sharded table yet",
-            Some("Train from zeros, or warm-start on one shard's table.".into()),
-        );
-    }
+/// What a training on a sharded table cannot do yet (the capability table), refused before any
+/// work: each shard trains one model in one process and keeps no folds (refused, not silently
+/// dropped).
+fn check_sharded(prepared: &Prepared, warm: Option<&WarmStart>) {
+    let params = &prepared.config.params;
+    let uses = used(&[
+        (Use::GroupBy, params.group_by.is_some()),
+        (Use::Since, params.since.is_some()),
+        (Use::WarmStart, warm.is_some()),
+        (Use::Folds, params.folds.is_some()),
+        (Use::Workers, params.workers > 0),
+        (Use::Search, params.search.is_some()),
+    ]);
+    refuse_combination(Use::Shards, &uses);
+}
+
+/// What a continued training (`warm_start`, `since`) cannot do, refused before any work:
+/// features other than its model's.
+fn check_continued(prepared: &Prepared, warm: Option<&WarmStart>) {
     if let Some(w) = warm {
         w.check_features(&features_read(prepared));
     }
@@ -192,43 +188,11 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
         since::apply(&mut prepared);
         let sharded = crate::shard::sharded_leaves(prepared.relid);
-        if sharded.is_some() && prepared.config.params.group_by.is_some() {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "\"group_by\" cannot train on a sharded table yet",
-                Some(
-                    "Train the groups of each shard's table there, or train without \"group_by\"."
-                        .into(),
-                ),
-            );
+        if sharded.is_some() {
+            check_sharded(&prepared, warm.as_ref());
         }
-        check_continued(&prepared, sharded.is_some(), warm.as_ref());
+        check_continued(&prepared, warm.as_ref());
         let features = features_read(&prepared);
-        // Each shard trains in one process and keeps no folds: refused, not silently dropped.
-        if sharded.is_some() && prepared.config.params.folds.is_some() {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "\"folds\" cannot train on a sharded table yet",
-                Some("Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on.".into()),
-            );
-        }
-        if sharded.is_some() && prepared.config.params.workers > 0 {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "\"workers\" cannot train on a sharded table yet",
-                Some(
-                    "Leave out \"workers\": every shard trains at once, each in one process."
-                        .into(),
-                ),
-            );
-        }
-        if sharded.is_some() && prepared.config.params.search.is_some() {
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "\"search\" cannot train on a sharded table yet",
-                Some("Search on one shard's table, or train each configuration with its own corgipile_train.".into()),
-            );
-        }
         let trials = match sharded {
             Some(leaves) => vec![Trial::only(
                 &prepared.config.params,
@@ -431,7 +395,10 @@ fn corgipile_explain(
         );
         since::apply(&mut prepared);
         let sharded = crate::shard::sharded_leaves(prepared.relid);
-        check_continued(&prepared, sharded.is_some(), warm.as_ref());
+        if sharded.is_some() {
+            check_sharded(&prepared, warm.as_ref());
+        }
+        check_continued(&prepared, warm.as_ref());
         if let Some(leaves) = sharded {
             let text = explain_sharded(&prepared, leaves, analyze, explain_format);
             let rows = match explain_format {

@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::*;
+use crate::capabilities::{refusal, used, Use};
 
 impl Default for TrainParams {
     fn default() -> Self {
@@ -63,16 +64,18 @@ impl TrainParams {
         p.check_groups()?;
         p.check_search(value, kind)?;
         p.check_since()?;
-        if p.warm_start.is_some() && (p.folds.is_some() || p.group_by.is_some()) {
-            let key = if p.folds.is_some() {
-                "folds"
-            } else {
-                "group_by"
-            };
-            return Err(ParamError {
-                message: format!("\"warm_start\" cannot be combined with \"{key}\" yet"),
-                hint: Some("Warm-start one model at a time; per-group models and cross-validation train from zeros.".into()),
-            });
+        if p.warm_start.is_some() {
+            let uses = used(&[
+                (Use::Folds, p.folds.is_some()),
+                (Use::GroupBy, p.group_by.is_some()),
+                (
+                    Use::ValidationRelation,
+                    matches!(p.validation, Some(Validation::Relation(_))),
+                ),
+            ]);
+            if let Some(r) = refusal(Use::WarmStart, &uses) {
+                return Err(ParamError::refused(r));
+            }
         }
         if p.patience.is_some() && p.validation.is_none() {
             return Err(ParamError {

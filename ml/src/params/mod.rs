@@ -60,6 +60,24 @@ pub struct ParamError {
     pub hint: Option<String>,
 }
 
+impl ParamError {
+    /// A combination the capability table refuses.
+    pub fn refused(r: &crate::capabilities::Refused) -> ParamError {
+        ParamError {
+            message: r.message.into(),
+            hint: Some(r.hint.into()),
+        }
+    }
+
+    /// Whether it is a combination the capability table refuses (not built yet: 0A000),
+    /// rather than a bad value (22023).
+    pub fn not_supported(&self) -> bool {
+        crate::capabilities::REFUSED
+            .iter()
+            .any(|r| r.message == self.message)
+    }
+}
+
 const MAX_EPOCHS: u64 = 1_000_000;
 /// At most this many `group_by` columns.
 const MAX_GROUP_COLUMNS: usize = 8;

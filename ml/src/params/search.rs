@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{ParamError, TrainParams, Validation};
+use crate::capabilities::{refusal, used, Use};
 use crate::model::ModelKind;
 use crate::shuffle::bounded;
 use serde_json::json;
@@ -364,19 +365,16 @@ impl TrainParams {
                 "Every group's model is stored as a version of the name, the model of every row last: add e.g. \"name\": \"my_model\".",
             );
         }
-        let not_yet = [
-            ("search", self.search.is_some()),
-            ("folds", self.folds.is_some()),
-            ("validation", self.validation.is_some()),
-            ("tolerance", self.tolerance > 0.0),
-        ];
-        if let Some((key, _)) = not_yet.iter().find(|(_, given)| *given) {
-            return refuse(
-                &format!("\"group_by\" cannot be used with \"{key}\" yet"),
-                &format!("Leave \"{key}\" out: every group's model trains every epoch, side by side on the same buffers."),
-            );
+        let uses = used(&[
+            (Use::Search, self.search.is_some()),
+            (Use::Folds, self.folds.is_some()),
+            (Use::Validation, self.validation.is_some()),
+            (Use::Tolerance, self.tolerance > 0.0),
+        ]);
+        match refusal(Use::GroupBy, &uses) {
+            Some(r) => Err(ParamError::refused(r)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A search's own checks (see [`Search`]): the configurations share the training's other

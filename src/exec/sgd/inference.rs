@@ -4,8 +4,9 @@
 //! `corgipile_ml::inference`). Each pass reads every training row once, on the backend.
 
 use super::SgdNode;
-use crate::pg::error::raise;
+use crate::pg::error::{raise, refuse_combination};
 use crate::pipeline::{FeatureLayout, TrainOutcome, Trial};
+use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::inference::{Family, Inference, InferenceError, Information};
 use corgipile_ml::inference::{MAX_PASSES, TOLERANCE};
 use corgipile_ml::limits::pretty_pair;
@@ -15,37 +16,31 @@ use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::time::Instant;
 
-/// What `"inference"` does not do: an ERROR before any work. (The kind, `l1` and
+/// What `"inference"` does not do (the capability table): an ERROR before any work. (The kind, `l1` and
 /// `class_weight` are checked with the params; workers and shards by `check_distributed`.)
 pub fn check_inference_params(params: &TrainParams, layout: FeatureLayout) {
     if !params.inference {
         return;
     }
-    let with = [
-        ("search", params.search.is_some()),
-        ("group_by", params.group_by.is_some()),
-        ("folds", params.folds.is_some()),
-        ("since", params.since.is_some()),
-        ("validation", params.validation.is_some()),
+    let uses = used(&[
+        (Use::Search, params.search.is_some()),
+        (Use::GroupBy, params.group_by.is_some()),
+        (Use::Folds, params.folds.is_some()),
+        (Use::Since, params.since.is_some()),
+        (Use::Validation, params.validation.is_some()),
         (
-            "sparse features",
+            Use::SparseFeatures,
             matches!(layout, FeatureLayout::Sparse { .. }),
         ),
         (
-            "shuffle \"sliding_window\" or \"mrs\"",
+            Use::StreamingShuffle,
             matches!(
                 params.shuffle,
                 ShuffleMode::SlidingWindow | ShuffleMode::Mrs
             ),
         ),
-    ];
-    if let Some((what, _)) = with.iter().find(|(_, set)| *set) {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("\"inference\" cannot be used with {what} yet"),
-            Some("Standard errors are computed for one model trained on every row of a table, read by block: train that model alone (an array column or a list of feature columns), then compare or search without \"inference\".".into()),
-        );
-    }
+    ]);
+    refuse_combination(Use::Inference, &uses);
 }
 
 /// Multiply-adds between interrupt checks in a pass (a row costs about p²/2 of them).

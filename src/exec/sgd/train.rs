@@ -11,7 +11,7 @@ use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::parallel::{Member, Team};
 use crate::pg::error::raise;
-use crate::pg::error::raise_train_error;
+use crate::pg::error::{raise_param_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationSplit};
 use crate::request::warm_start::WarmStart;
@@ -108,13 +108,7 @@ impl SgdNode {
         // A search's configurations (each checked as a param) before any work.
         let configurations = params
             .configurations(self.config.model)
-            .unwrap_or_else(|e| {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    e.message,
-                    e.hint,
-                )
-            });
+            .unwrap_or_else(|e| raise_param_error(e));
         let searching = params.search.is_some();
         let (lead, member) = match role {
             Role::Lead { relid, sql } => (Some((relid, sql)), None),

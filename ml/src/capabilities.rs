@@ -1,0 +1,265 @@
+//! What combines with what, in one place: every combination of where a training runs, what it
+//! is asked for and what it reads that corgipile refuses (not yet built, or not right), with
+//! the ERROR's message and what to do instead. Every check reads this table (an ERROR 0A000
+//! before any work), and the reference page's table is generated from it (see
+//! [`reference_table`]; a unit test keeps docs/reference.md in step).
+
+use crate::model::ModelKind;
+
+/// Something a training (or a function over a stored model) uses: where it runs, a param, what
+/// it reads or trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// `"workers"`: parallel workers.
+    Workers,
+    /// A partitioned table with postgres_fdw partitions.
+    Shards,
+    Search,
+    Folds,
+    GroupBy,
+    /// `"validation"` of any form.
+    Validation,
+    /// `"validation": {"relation": ...}`.
+    ValidationRelation,
+    /// `"tolerance"` above 0.
+    Tolerance,
+    WarmStart,
+    Since,
+    Inference,
+    /// `"shuffle"`: `"sliding_window"` or `"mrs"`.
+    StreamingShuffle,
+    /// A sparse pair of index and value arrays.
+    SparseFeatures,
+    /// A list of feature columns, or `"*"`.
+    ColumnList,
+    /// A text (or boolean, date) label of a classifier.
+    TextLabel,
+    /// The linear kind with one output per class: `softmax`.
+    Softmax,
+    /// A network: `mlp`, `mlp_regression`.
+    Network,
+    /// `corgipile_feature_importance`.
+    FeatureImportance,
+    /// A stored family of per-group models (`corgipile_evaluate` of it).
+    GroupModels,
+}
+
+impl Use {
+    /// How the reference page names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Use::Workers => "`\"workers\"`",
+            Use::Shards => "a sharded table",
+            Use::Search => "`\"search\"`",
+            Use::Folds => "`\"folds\"`",
+            Use::GroupBy => "`\"group_by\"`",
+            Use::Validation => "`\"validation\"`",
+            Use::ValidationRelation => "a validation relation",
+            Use::Tolerance => "`\"tolerance\"`",
+            Use::WarmStart => "`\"warm_start\"`",
+            Use::Since => "`\"since\"`",
+            Use::Inference => "`\"inference\"`",
+            Use::StreamingShuffle => "`\"shuffle\"`: `\"sliding_window\"`, `\"mrs\"`",
+            Use::SparseFeatures => "sparse features",
+            Use::ColumnList => "a list of feature columns",
+            Use::TextLabel => "a text label",
+            Use::Softmax => "`softmax`",
+            Use::Network => "`mlp`, `mlp_regression`",
+            Use::FeatureImportance => "`corgipile_feature_importance`",
+            Use::GroupModels => "a per-group family (`corgipile_evaluate`)",
+        }
+    }
+}
+
+/// One refused combination: `a` with `b` (unless the training also uses `except`).
+#[derive(Debug)]
+pub struct Refused {
+    pub a: Use,
+    pub b: Use,
+    pub except: Option<Use>,
+    /// The ERROR's message.
+    pub message: &'static str,
+    /// What to do instead (the ERROR's hint).
+    pub hint: &'static str,
+}
+
+const fn refused(a: Use, b: Use, message: &'static str, hint: &'static str) -> Refused {
+    Refused {
+        a,
+        b,
+        except: None,
+        message,
+        hint,
+    }
+}
+
+const WORKERS_HINT: &str = "Set \"workers\": 0 (the default) to train in one process.";
+const SHARDS_HINT: &str =
+    "Train on each shard's table on its own server, or copy the rows to one server.";
+const INFERENCE_HINT: &str = "Standard errors are computed for one model trained on every row of a table, read by block: train that model alone (an array column or a list of feature columns), then compare or search without \"inference\".";
+const WARM_START_HINT: &str =
+    "Warm-start one model at a time; per-group models and cross-validation train from zeros.";
+
+/// Every refused combination. A check asks about the uses it knows at its point of the call,
+/// and the first row that matches (in this order) is its ERROR.
+pub const REFUSED: &[Refused] = &[
+    // A sharded table: every shard trains one model in one process, from the coordinator's
+    // statistics (round 0), without validation rows.
+    refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
+    refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
+    refused(Use::Shards, Use::WarmStart, "\"warm_start\" cannot train on a sharded table yet", "Train from zeros, or warm-start on one shard's table."),
+    refused(Use::Shards, Use::Folds, "\"folds\" cannot train on a sharded table yet", "Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on."),
+    refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
+    refused(Use::Shards, Use::Search, "\"search\" cannot train on a sharded table yet", "Search on one shard's table, or train each configuration with its own corgipile_train."),
+    // Softmax classes and text labels are numbered as each process or shard meets them; a
+    // network's classes are numbered once, by the leader's statistics pass or by the
+    // coordinator from the shards' label values (numbers only).
+    refused(Use::Shards, Use::Softmax, "cannot train on a sharded table with softmax (the classes would be numbered differently) yet", SHARDS_HINT),
+    refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
+    refused(Use::Shards, Use::TextLabel, "cannot train on a sharded table with a text label (the classes would be numbered differently) yet", SHARDS_HINT),
+    refused(Use::Shards, Use::Validation, "cannot train on a sharded table with \"validation\" yet", SHARDS_HINT),
+    // Shards would each learn their own categories.
+    refused(Use::Shards, Use::ColumnList, "cannot train on a sharded table with a list of feature columns (one array column or a sparse pair only) yet", SHARDS_HINT),
+    refused(Use::Shards, Use::FeatureImportance, "corgipile_feature_importance does not sample a sharded table yet", "Run it on a shard's table, or on a local copy of a sample of the rows."),
+    refused(Use::Shards, Use::GroupModels, "a model per group cannot evaluate a sharded table yet", "Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id."),
+    // Parallel workers: the leader's statistics pass numbers a network's classes (text too);
+    // a linear softmax grows its classes as each process meets them.
+    refused(Use::Workers, Use::Softmax, "\"workers\" cannot be used with softmax (the classes would be numbered differently) yet", WORKERS_HINT),
+    refused(Use::Workers, Use::Inference, "\"workers\" cannot be used with \"inference\" yet", WORKERS_HINT),
+    Refused {
+        a: Use::Workers,
+        b: Use::TextLabel,
+        except: Some(Use::Network),
+        message: "\"workers\" cannot be used with a text label (the classes would be numbered differently) yet",
+        hint: WORKERS_HINT,
+    },
+    // "inference": one model, every row of a table read by block, then its Newton passes.
+    refused(Use::Inference, Use::Search, "\"inference\" cannot be used with search yet", INFERENCE_HINT),
+    refused(Use::Inference, Use::GroupBy, "\"inference\" cannot be used with group_by yet", INFERENCE_HINT),
+    refused(Use::Inference, Use::Folds, "\"inference\" cannot be used with folds yet", INFERENCE_HINT),
+    refused(Use::Inference, Use::Since, "\"inference\" cannot be used with since yet", INFERENCE_HINT),
+    refused(Use::Inference, Use::Validation, "\"inference\" cannot be used with validation yet", INFERENCE_HINT),
+    refused(Use::Inference, Use::SparseFeatures, "\"inference\" cannot be used with sparse features yet", INFERENCE_HINT),
+    refused(Use::Inference, Use::StreamingShuffle, "\"inference\" cannot be used with shuffle \"sliding_window\" or \"mrs\" yet", INFERENCE_HINT),
+    // Per-group models train every epoch, side by side on the same buffers.
+    refused(Use::GroupBy, Use::Search, "\"group_by\" cannot be used with \"search\" yet", "Leave \"search\" out: every group's model trains every epoch, side by side on the same buffers."),
+    refused(Use::GroupBy, Use::Folds, "\"group_by\" cannot be used with \"folds\" yet", "Leave \"folds\" out: every group's model trains every epoch, side by side on the same buffers."),
+    refused(Use::GroupBy, Use::Validation, "\"group_by\" cannot be used with \"validation\" yet", "Leave \"validation\" out: every group's model trains every epoch, side by side on the same buffers."),
+    refused(Use::GroupBy, Use::Tolerance, "\"group_by\" cannot be used with \"tolerance\" yet", "Leave \"tolerance\" out: every group's model trains every epoch, side by side on the same buffers."),
+    // A warm start continues one linear model.
+    refused(Use::WarmStart, Use::Folds, "\"warm_start\" cannot be combined with \"folds\" yet", WARM_START_HINT),
+    refused(Use::WarmStart, Use::GroupBy, "\"warm_start\" cannot be combined with \"group_by\" yet", WARM_START_HINT),
+    refused(Use::WarmStart, Use::ValidationRelation, "\"warm_start\" cannot be combined with a validation relation yet", "Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}."),
+    refused(Use::WarmStart, Use::Network, "\"warm_start\" of networks (mlp, mlp_regression) is not supported yet", "Warm starts continue linear models (svm, logistic, linear, softmax)."),
+];
+
+/// The first refused combination of `subject` with any of `uses` (None: they combine). Each
+/// check asks about its subject (a sharded table, workers, a param) with what it knows the
+/// training uses.
+pub fn refusal(subject: Use, uses: &[Use]) -> Option<&'static Refused> {
+    REFUSED.iter().find(|r| {
+        r.a == subject && uses.contains(&r.b) && !r.except.is_some_and(|e| uses.contains(&e))
+    })
+}
+
+impl Use {
+    /// What the kind itself brings to the table: `softmax`, or a network.
+    pub fn of_kind(kind: ModelKind) -> Option<Use> {
+        if kind.is_network() {
+            Some(Use::Network)
+        } else if kind.has_class_outputs() {
+            Some(Use::Softmax)
+        } else {
+            None
+        }
+    }
+}
+
+/// The uses among `candidates` that are `true`.
+pub fn used(candidates: &[(Use, bool)]) -> Vec<Use> {
+    candidates
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(u, _)| *u)
+        .collect()
+}
+
+/// The reference page's table of what does not combine, as markdown (docs/reference.md holds
+/// it between the markers `<!-- capabilities -->` and `<!-- /capabilities -->`).
+pub fn reference_table() -> String {
+    let mut out = String::from("| with | not yet | unless | instead |\n|---|---|---|---|\n");
+    for r in REFUSED {
+        let unless = r.except.map_or(String::new(), |e| e.name().to_string());
+        let hint = r.hint.replace('|', "\\|");
+        out.push_str(&format!(
+            "| {} | {} | {unless} | {hint} |\n",
+            r.a.name(),
+            r.b.name()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_combination_is_refused_by_its_subjects_first_row() {
+        assert!(refusal(Use::Shards, &[]).is_none());
+        assert!(refusal(Use::Search, &[Use::Folds, Use::Validation]).is_none());
+        let r = refusal(Use::Shards, &[Use::Search, Use::GroupBy]).unwrap();
+        assert_eq!(
+            r.message,
+            "\"group_by\" cannot train on a sharded table yet"
+        );
+        let r = refusal(Use::GroupBy, &[Use::Tolerance]).unwrap();
+        assert!(r.hint.starts_with("Leave \"tolerance\" out"));
+        // Asked about its subject only: group_by's rows say nothing of a sharded table.
+        assert!(refusal(Use::GroupBy, &[Use::Shards]).is_none());
+    }
+
+    #[test]
+    fn an_exception_lifts_a_refusal() {
+        assert!(refusal(Use::Workers, &[Use::TextLabel]).is_some());
+        assert!(refusal(Use::Workers, &[Use::TextLabel, Use::Network]).is_none());
+        // Not on shards: the shards' statistics number text labels each their own way.
+        assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Network]).is_some());
+        assert_eq!(Use::of_kind(ModelKind::Softmax), Some(Use::Softmax));
+        assert_eq!(Use::of_kind(ModelKind::Mlp), Some(Use::Network));
+        assert_eq!(Use::of_kind(ModelKind::Logistic), None);
+    }
+
+    #[test]
+    fn every_row_is_a_pair_of_two_uses_with_its_own_message_and_a_hint() {
+        for (i, r) in REFUSED.iter().enumerate() {
+            assert_ne!(r.a, r.b, "{r:?}");
+            assert!(r.message.ends_with(" yet"), "{r:?}");
+            assert!(!r.hint.is_empty() && r.hint.ends_with('.'), "{r:?}");
+            // A message names one combination (`ParamError::not_supported` finds it by it).
+            assert!(REFUSED[..i].iter().all(|o| o.message != r.message), "{r:?}");
+        }
+    }
+
+    /// docs/reference.md shows the table this module holds (run with CORGIPILE_BLESS=1 to
+    /// write it there).
+    #[test]
+    fn the_reference_page_shows_this_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference.md");
+        let page = std::fs::read_to_string(path).expect("docs/reference.md");
+        let (begin, end) = ("<!-- capabilities -->\n", "<!-- /capabilities -->");
+        let start = page.find(begin).expect("the capabilities marker") + begin.len();
+        let stop = page.find(end).expect("the capabilities end marker");
+        let table = reference_table();
+        if page[start..stop] != table && std::env::var_os("CORGIPILE_BLESS").is_some() {
+            let page = format!("{}{table}{}", &page[..start], &page[stop..]);
+            std::fs::write(path, page).expect("docs/reference.md written");
+            return;
+        }
+        assert_eq!(
+            page[start..stop],
+            table,
+            "docs/reference.md's capability table is not this module's: run CORGIPILE_BLESS=1 cargo test -p corgipile-ml capabilities"
+        );
+    }
+}
