@@ -56,6 +56,8 @@ pub mod shuffle;
 pub mod standardize;
 pub mod stats;
 pub mod streams;
+#[cfg(test)]
+mod test_rows;
 pub mod trained;
 pub mod trainer;
 pub mod trials;

@@ -2,23 +2,12 @@
 //! finish (folds gathered), and a whole search with folds driven over in-memory rows.
 
 use super::*;
-use crate::arena::TupleArena;
 use crate::learner::Learner;
 use crate::model::ModelKind;
 use crate::params::TrainParams;
+use crate::test_rows::{epoch_stats as stats, hyperplane_rows as rows};
 use crate::trials::Trials;
 use serde_json::json;
-
-fn stats(epoch: u32, loss: f64) -> EpochStats {
-    EpochStats {
-        epoch,
-        loss,
-        accuracy: Some(0.75),
-        r2: None,
-        tuples: 1000,
-        learning_rate: 0.01,
-    }
-}
 
 fn validation(loss: f64) -> ValidationStats {
     ValidationStats {
@@ -247,28 +236,6 @@ fn notices_a_table_for_one_model_a_line_for_a_search_and_for_groups() {
         a.notices[1],
         "epoch 2/2: the model of every row and 1 of 2 group models trained"
     );
-}
-
-/// `n` rows of 3 features, labelled by a hyperplane.
-fn rows(n: usize) -> TupleArena {
-    let mut arena = TupleArena::new(3, n);
-    let mut s = 11u64;
-    for _ in 0..n {
-        let mut x = [0.0; 3];
-        for v in &mut x {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *v = (s >> 33) as f64 / 2f64.powi(31) * 20.0 - 10.0;
-        }
-        let y = if x[0] - 2.0 * x[1] + 0.5 > 0.0 {
-            1.0
-        } else {
-            0.0
-        };
-        arena.push(y, &x);
-    }
-    arena
 }
 
 /// A search of two learning rates with two folds each, driven as the backend drives it over

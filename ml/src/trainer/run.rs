@@ -127,14 +127,7 @@ pub(super) mod tests {
     /// An epoch of 1,000 tuples, accuracy 0.75, 1.5 s.
     pub(in crate::trainer) fn record(epoch: u32, loss: f64) -> EpochRecord {
         EpochRecord {
-            stats: EpochStats {
-                epoch,
-                loss,
-                accuracy: Some(0.75),
-                r2: None,
-                tuples: 1000,
-                learning_rate: 0.01,
-            },
+            stats: crate::test_rows::epoch_stats(epoch, loss),
             seconds: 1.5,
             validation: None,
             validation_seconds: 0.0,

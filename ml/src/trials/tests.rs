@@ -12,26 +12,7 @@ fn rows() -> TupleArena {
 
 /// `n` rows of 3 features, labelled by a hyperplane.
 fn many_rows(n: usize) -> TupleArena {
-    let mut arena = TupleArena::new(3, n);
-    let mut s = 7u64;
-    for _ in 0..n {
-        let mut x = [0.0; 3];
-        for v in &mut x {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *v = (s >> 33) as f64 / 2f64.powi(31) * 20.0 - 10.0;
-        }
-        arena.push(
-            if x[0] - 2.0 * x[1] + 0.5 > 0.0 {
-                1.0
-            } else {
-                0.0
-            },
-            &x,
-        );
-    }
-    arena
+    crate::test_rows::hyperplane_rows(n)
 }
 
 fn learner(kind: ModelKind, params: serde_json::Value) -> Learner {
