@@ -97,6 +97,7 @@ const WORKERS_HINT: &str = "Set \"workers\": 0 (the default) to train in one pro
 const SHARDS_HINT: &str =
     "Train on each shard's table on its own server, or copy the rows to one server.";
 const INFERENCE_HINT: &str = "Standard errors are computed for one model trained on every row of a table, read by block: train that model alone (an array column or a list of feature columns), then compare or search without \"inference\".";
+const SINCE_HINT: &str = "An incremental training continues one model; per-group models and cross-validation train from zeros.";
 const WARM_START_HINT: &str =
     "Warm-start one model at a time; per-group models and cross-validation train from zeros.";
 
@@ -151,6 +152,10 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::WarmStart, Use::GroupBy, "\"warm_start\" cannot be combined with \"group_by\" yet", WARM_START_HINT),
     refused(Use::WarmStart, Use::ValidationRelation, "\"warm_start\" cannot be combined with a validation relation yet", "Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}."),
     refused(Use::WarmStart, Use::Network, "\"warm_start\" of networks (mlp, mlp_regression) is not supported yet", "Warm starts continue linear models (svm, logistic, linear, softmax)."),
+    // "since" continues its model as a warm start does.
+    refused(Use::Since, Use::Folds, "\"since\" cannot be combined with \"folds\" yet", SINCE_HINT),
+    refused(Use::Since, Use::GroupBy, "\"since\" cannot be combined with \"group_by\" yet", SINCE_HINT),
+    refused(Use::Since, Use::ValidationRelation, "\"since\" cannot be combined with a validation relation yet", "Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}."),
 ];
 
 /// The first refused combination of `subject` with any of `uses` (None: they combine). Each

@@ -73,7 +73,13 @@ impl TrainParams {
                     matches!(p.validation, Some(Validation::Relation(_))),
                 ),
             ]);
-            if let Some(r) = refusal(Use::WarmStart, &uses) {
+            // "since" continues its model as a warm start does: refused in its own words.
+            let subject = if p.since.is_some() {
+                Use::Since
+            } else {
+                Use::WarmStart
+            };
+            if let Some(r) = refusal(subject, &uses) {
                 return Err(ParamError::refused(r));
             }
         }
