@@ -8,10 +8,15 @@ import shlex
 import subprocess
 import sys
 
+from records import CODE_PATHS
+
 
 def git_head():
+    """The commit, "+changes" when the code measured differs from it (results files, which the
+    runs themselves write, do not count: see records.CODE_PATHS)."""
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS],
+                           capture_output=True, text=True)
     return (r.stdout.strip() or "unknown") + ("+changes" if dirty.stdout.strip() else "")
 
 
