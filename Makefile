@@ -181,6 +181,7 @@ lint: setup setup-python
 	$(VENV)/bin/python -m pyflakes tests bench scripts
 	$(VENV)/bin/python scripts/check_bench_sources.py
 	$(VENV)/bin/python scripts/bench_ranges.py --check
+	$(VENV)/bin/python scripts/check_figures.py
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider bench/test_records.py
 	$(VENV)/bin/python scripts/check_imports.py
 	$(VENV)/bin/python scripts/check_source_map.py

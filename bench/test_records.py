@@ -187,3 +187,49 @@ def test_the_kept_records_are_valid():
     """What `make lint` checks, on the records in the tree."""
     assert subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "scripts", "bench_ranges.py"),
                            "--check"], capture_output=True).returncode == 0
+
+
+# ---------------------------------------------------------------- scripts/check_figures.py
+
+import check_figures  # noqa: E402
+
+
+def figure_run(commit, ratio, major=15, dirty=False):
+    return {"benchmark": "demo", "commit": commit, "dirty": dirty, "postgres": {"major": major},
+            "version": "0.5.0", "figures": {"epochs": {"corgipile": {"div_floor": ratio}}}}
+
+
+RUNS = [figure_run("aaaa111", 1.07), figure_run("aaaa111", 1.10), figure_run("bbbb222", 1.30),
+        figure_run("aaaa111", 1.90, dirty=True), figure_run("aaaa111", 1.60, major=18)]
+MARK = '<!-- figure demo major=15 commit=aaaa111 runs=2 path="epochs / corgipile / div_floor" -->'
+
+
+def check(tmp_path, text):
+    page = tmp_path / "page.md"
+    page.write_text(text)
+    return check_figures.check_page(page, RUNS)
+
+
+def test_a_marked_figure_is_its_records_range(tmp_path):
+    # Clean runs of that commit and major only: not bbbb222's, not the uncommitted one, not 18's.
+    assert check(tmp_path, f"an epoch costs {MARK}1.07–1.10× a scan") == ([], 1)
+    problems, _ = check(tmp_path, f"an epoch costs {MARK}1.06–1.10× a scan")
+    assert problems and "the 2 records say 1.07–1.10" in problems[0]
+    problems, _ = check(tmp_path, MARK.replace("runs=2", "runs=3") + "1.07–1.10×")
+    assert problems and "runs=3" in problems[0]
+    both = MARK.replace("commit=aaaa111", "commit=aaaa111,bbbb222").replace("runs=2", "runs=3")
+    assert check(tmp_path, both + "1.07–1.30×") == ([], 1)
+    one = MARK.replace("major=15", "major=18").replace("runs=2", "runs=1")
+    assert check(tmp_path, one + "1.60×") == ([], 1)
+
+
+def test_a_marker_must_name_what_it_quotes(tmp_path):
+    for bad in ['<!-- figure major=15 commit=a runs=1 path="x" -->1', '<!-- figure demo major=15 runs=1 path="x" -->1',
+                '<!-- figure demo major=15 commit=a path="x" -->1', '<!-- figure demo major=15 commit=a runs=1 -->1',
+                '<!-- figure demo major=15 commit=a runs=1 path="epochs / nothing" -->1']:
+        problems, count = check(tmp_path, bad)
+        assert count == 1 and len(problems) == 1, (bad, problems)
+
+
+def test_a_marker_in_a_code_block_is_an_example(tmp_path):
+    assert check(tmp_path, f"```markdown\n{MARK}9.99×\n```\nthen {MARK}1.07–1.10×\n") == ([], 1)
