@@ -37,6 +37,8 @@ def parse(args):
     unknown = set(settings) - {"major", "commit", "version", "path", "runs", "digits"}
     if unknown or len(settings) != len(words) - 1:
         raise ValueError(f"unknown settings {sorted(unknown)}" if unknown else "a setting without a value")
+    if "path" in settings:  # a path may wrap to the next line of the page
+        settings["path"] = " ".join(settings["path"].split())
     for needed in ("major", "path", "runs"):
         if needed not in settings:
             raise ValueError(f"a marker needs {needed}=")

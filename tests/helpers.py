@@ -134,6 +134,22 @@ def train(conn, rel, model="svm", params=None, *, defaults=QUIET, **extra):
     return scalar(conn, "SELECT corgipile_train(%s::regclass, %s, %s)", (rel, model, Jsonb(p)))
 
 
+def evaluate(conn, model, rel, params=None):
+    """corgipile_evaluate of a model (its id, or a name: its deployed version) on `rel`."""
+    by = "bigint" if isinstance(model, int) else "text"
+    return scalar(conn, f"SELECT corgipile_evaluate(%s::{by}, %s::regclass, %s)", (model, rel, Jsonb(params or {})))
+
+
+def explain(conn, rel, model, params, analyze=False, *, defaults=QUIET):
+    """corgipile_explain's lines for a training of `model` on `rel` (params over `defaults`)."""
+    return [r[0] for r in conn.execute("SELECT * FROM corgipile_explain(%s::regclass, %s, %s, %s)",
+                                       (rel, model, Jsonb({**defaults, **params}), analyze))]
+
+
+def rows_trained(conn, model_id):
+    return scalar(conn, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model_id,))
+
+
 def train_error(conn, rel, model="svm", params=None, **kw):
     """The psycopg.Error train() raises (None if it succeeds)."""
     try:

@@ -47,7 +47,7 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import (catalog_counts, connect, describe, drop_role, error_of, run_in_thread, scalar,
+from helpers import (catalog_counts, connect, describe, drop_role, error_of, evaluate, run_in_thread, scalar,
                      stop_if_running, threads, train, train_error, wait_active)
 
 ROLE = "h4_user"
@@ -173,10 +173,6 @@ def predictions_by_own_model(conn, name, own):
         (name, name, Jsonb({str(k): v for k, v in own.items()}), name, name)).fetchall()
 
 
-def evaluate(conn, name, rel="h4_groups"):
-    return scalar(conn, "SELECT corgipile_evaluate(%s, %s::regclass)", (name, rel))
-
-
 @pytest.mark.parametrize("kind", list(GROUP_BY))
 def test_group_keys_do_not_depend_on_session_settings(user, kind):
     group_by = GROUP_BY[kind]
@@ -190,7 +186,7 @@ def test_group_keys_do_not_depend_on_session_settings(user, kind):
     # Stored in the ISO form, whatever the training session printed.
     assert set(models) == set(expected.values()), (sorted(models), sorted(set(expected.values())))
     own = {i: models[k] for i, k in expected.items()}
-    at_training = evaluate(user, name)
+    at_training = evaluate(user, name, "h4_groups")
     assert set(at_training["groups"]) == set(models), at_training
     assert at_training["other_rows"]["rows_scored"] == 0, at_training["other_rows"]
     assert all(g["rows_scored"] == GROUP_ROWS // 6 and g["model_id"] == models[k]
@@ -208,7 +204,7 @@ def test_group_keys_do_not_depend_on_session_settings(user, kind):
                            f"{[(w[0], own[w[0]], expected[w[0]], True) for w in wrong[:3]]}")
         differ = predictions_by_own_model(user, name, own)
         assert not differ, f"under {settings}: predictions by name differ from the own model's: {differ[:3]}"
-        assert evaluate(user, name) == at_training, f"corgipile_evaluate under {settings} differs"
+        assert evaluate(user, name, "h4_groups") == at_training, f"corgipile_evaluate under {settings} differs"
 
     # Under the defaults: the same keys, which are what the old code stored under them.
     user.execute("RESET ALL")

@@ -9,17 +9,13 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from helpers import scalar, train
+from helpers import evaluate, rows_trained, scalar, train
 
 TRAIN = {"features": "f", "label": "y", "verbose": False, "epochs": 1, "seed": 1}
 
 
 def params(**extra):
     return Jsonb({**TRAIN, **extra})
-
-
-def rows_trained(c, model_id):
-    return scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model_id,))
 
 
 def traced_ids(c, rel, **extra):
@@ -37,10 +33,6 @@ def explain_field(c, rel, key, **extra):
 def pages(c, *rels):
     return sum(scalar(c, "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int", (r,))
                for r in rels)
-
-
-def evaluate(c, model_id, rel, extra=None):
-    return scalar(c, "SELECT corgipile_evaluate(%s::bigint, %s::regclass, %s)", (model_id, rel, Jsonb(extra or {})))
 
 
 @pytest.fixture(scope="module")

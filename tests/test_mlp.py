@@ -32,8 +32,8 @@ import psycopg.errors as E
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import (ROLES_ENV_ALICE, cancel_and_join, catalog_counts, connect, describe, models_count, scalar,
-                     start_training, stop_if_running, train, train_error, wait_active)
+from helpers import (ROLES_ENV_ALICE, cancel_and_join, catalog_counts, connect, describe, evaluate,
+                     models_count, scalar, start_training, stop_if_running, train, train_error, wait_active)
 
 ALICE = ROLES_ENV_ALICE
 DEFAULTS = {"verbose": False, "seed": 1}  # train()'s params unless a test overrides them
@@ -133,10 +133,6 @@ def tconn(tables):
 
 def fit(conn, rel, model, params=None, **extra):
     return train(conn, rel, model, params, defaults=DEFAULTS, **extra)
-
-
-def evaluate(conn, model_id, rel, params=None):
-    return scalar(conn, "SELECT corgipile_evaluate(%s, %s, %s)", (model_id, rel, Jsonb(params or {})))
 
 
 def model_row(conn, model_id, columns):

@@ -7,9 +7,8 @@ import sys
 import numpy as np
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
-from helpers import REPO, dataset, scalar, train
+from helpers import REPO, dataset, evaluate, scalar, train
 
 
 def load_libsvm(dbname, path, table, sparse=False, n_features=None):
@@ -19,10 +18,6 @@ def load_libsvm(dbname, path, table, sparse=False, n_features=None):
     if n_features:
         args += ["--n-features", str(n_features)]
     subprocess.run(args, check=True, capture_output=True)
-
-
-def evaluate(conn, model_id, table, params=None):
-    return scalar(conn, "SELECT corgipile_evaluate(%s, %s, %s)", (model_id, table, Jsonb(params or {})))
 
 
 def load_svmlight(path, n_features):

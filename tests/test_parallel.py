@@ -22,11 +22,10 @@ import psycopg
 import psycopg.errors as E
 import pytest
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from helpers import (REPO, ROLES_ENV_ALICE, cancel_and_join, connect, dataset, models_count, parallel_guc,
-                     parallel_workers_of, scalar, start_training, stop_if_running, train, train_with_workers,
-                     wait_active)
+from helpers import (REPO, ROLES_ENV_ALICE, cancel_and_join, connect, dataset, evaluate, explain,
+                     models_count, parallel_guc, parallel_workers_of, scalar, start_training,
+                     stop_if_running, train, train_with_workers, wait_active)
 
 QUIET = {"verbose": False}
 ALICE = ROLES_ENV_ALICE
@@ -39,15 +38,6 @@ BLOB_ROWS = 200_000
 
 # ----------------------------------------------------------------------------------------------
 # helpers
-
-
-def evaluate(c, model_id, rel):
-    return scalar(c, "SELECT corgipile_evaluate(%s::bigint, %s::regclass)", (model_id, rel))
-
-
-def explain(c, rel, model, params, analyze=False):
-    return [r[0] for r in c.execute("SELECT * FROM corgipile_explain(%s::regclass, %s, %s, %s)",
-                                    (rel, model, Jsonb({**QUIET, **params}), analyze))]
 
 
 def field(lines, key):
@@ -82,7 +72,6 @@ def wait_for_workers(observer, leader_pid, timeout=15.0):
             return pids
         time.sleep(0.02)
     return []
-
 
 
 def free_parallel_workers(c):

@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from helpers import require_extension, scalar, train
+from helpers import evaluate, explain, require_extension, scalar, train
 
 QUIET = {"verbose": False}
 
@@ -37,20 +37,10 @@ def model(c, model_id):
     return dict(zip(keys, row))
 
 
-def evaluate(c, model_id, rel, params=None):
-    return scalar(c, "SELECT corgipile_evaluate(%s::bigint, %s::regclass, %s)",
-                  (model_id, rel, Jsonb(params or {})))
-
-
 def trace(c, rel, params):
     """(position, label, first feature) in the order SGD sees the rows in epoch 1."""
     return c.execute("SELECT position, label, first_feature FROM corgipile_trace(%s::regclass, %s) ORDER BY position",
                      (rel, Jsonb(params))).fetchall()
-
-
-def explain(c, rel, model_type, params, analyze=False):
-    return [r[0] for r in c.execute("SELECT * FROM corgipile_explain(%s::regclass, %s, %s, %s)",
-                                    (rel, model_type, Jsonb({**QUIET, **params}), analyze))]
 
 
 def field(lines, key):

@@ -59,7 +59,7 @@ import pytest
 from psycopg import sql
 
 from helpers import (CRASH_RE, DBNAME, PGHOST, PGPORT, PG_BIN, as_pg, cluster_sh, models_count,
-                     require_extension, scalar, train, wait_ready)
+                     require_extension, rows_trained, scalar, train, wait_ready)
 
 COORDINATOR_LOG = os.environ.get("CORGIPILE_CLUSTER_DIR", "/tmp/corgipile-cluster") + "/log"
 SHARD_PORT = PGPORT + 130
@@ -263,10 +263,6 @@ def sharded_table(c, name, partitions, cols="id int, label int, features float8[
         else:
             c.execute(f"CREATE FOREIGN TABLE {name}_{suffix} PARTITION OF {name} {bounds} "
                       f"SERVER {server} OPTIONS (schema_name 'public', table_name '{remote}')")
-
-
-def rows_trained(c, model_id):
-    return scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model_id,))
 
 
 def message(e):

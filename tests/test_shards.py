@@ -41,7 +41,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, models_count,
+from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, evaluate, models_count,
                      require_extension, scalar, start_training, stop_if_running, train, wait_active)
 
 pytestmark = pytest.mark.own_cluster  # two shard servers of its own (see above)
@@ -154,10 +154,6 @@ def shards(dsn):
 # helpers
 
 
-def evaluate(c, model_id, rel):
-    return scalar(c, "SELECT corgipile_evaluate(%s::bigint, %s::regclass)", (model_id, rel))
-
-
 def stored(c, model_id):
     row = c.execute("SELECT rows_trained, rows_skipped, weights, bias, params, relation FROM corgipile.models WHERE id = %s",
                     (model_id,)).fetchone()
@@ -212,9 +208,6 @@ def compare(c, sharded, copy, model, params, eval_rel=None, metric="accuracy", t
     print("\n" + msg)
     assert abs(got - ref) <= tol, msg
     return got, ref, shard
-
-
-
 
 
 def wait_shards_quiet(timeout=SETTLE):

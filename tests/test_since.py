@@ -17,7 +17,7 @@ What a user depends on:
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import connect, describe, models_count, scalar, train, train_error
+from helpers import connect, describe, models_count, rows_trained, scalar, train, train_error
 
 FEATURES = ["x", "color"]
 
@@ -47,10 +47,6 @@ def fresh(c, table, rows=5000):
 
 def read_of(c, model):
     return scalar(c, "SELECT metrics->'read' FROM corgipile.models WHERE id = %s", (model,))
-
-
-def rows_trained(c, model):
-    return scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model,))
 
 
 def test_since_reads_what_was_added_and_continues_the_model(env, admin):

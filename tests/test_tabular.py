@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import scalar, train
+from helpers import evaluate, scalar, train
 
 TRAIN_DEFAULTS = {"verbose": False, "seed": 1}  # train()'s params unless a test overrides them
 CURRENT = "0.5.0"
@@ -62,10 +62,6 @@ def make_churn(conn, table, n=4000):
            + 2 * (usage[1] - 0.5)
            + ((hashint4(i * 41 + 17) & 1023) / 1023.0 - 0.5)) > 0 AS churned
         FROM base""")
-
-
-def evaluate(conn, model_id, table, params=None):
-    return scalar(conn, "SELECT corgipile_evaluate(%s, %s, %s)", (model_id, table, Jsonb(params or {})))
 
 
 def model_row(conn, model_id, columns):
@@ -947,7 +943,6 @@ def test_0_3_0_database_predicts_before_the_update(conn):
             assert old.execute(OLD_PRED, (old_ids[0], old_ids[1], old_ids[1])).fetchall() == expected
     finally:
         drop(UP_PRE)
-
 
 
 def test_trace_of_a_column_list_shows_the_first_column(conn):

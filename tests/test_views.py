@@ -15,7 +15,8 @@ their rows.
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import connect, describe, drop_role, models_count, scalar, train, train_error, train_with_workers
+from helpers import (connect, describe, drop_role, models_count, rows_trained, scalar, train, train_error,
+                     train_with_workers)
 
 OWNER = "vw_owner"
 CALLER = "vw_caller"
@@ -56,10 +57,6 @@ def admin(env):
 def models_equal(c, a, b):
     return scalar(c, """SELECT x.weights = y.weights AND x.bias = y.bias
                         FROM corgipile.models x, corgipile.models y WHERE x.id = %s AND y.id = %s""", (a, b))
-
-
-def rows_trained(c, model):
-    return scalar(c, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (model,))
 
 
 def test_view_is_its_table_with_its_qual(env, admin):
