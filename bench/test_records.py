@@ -231,5 +231,13 @@ def test_a_marker_must_name_what_it_quotes(tmp_path):
         assert count == 1 and len(problems) == 1, (bad, problems)
 
 
+def test_runs_beside_a_busy_neighbour_are_their_own_figure(tmp_path):
+    busy = figure_run("aaaa111", 1.75)
+    busy["config"] = {"busy_neighbour": True}
+    page = tmp_path / "page.md"
+    page.write_text(f"{MARK}1.07–1.10× quiet, " + MARK.replace("runs=2", "runs=1 busy_neighbour=true") + "1.75× busy")
+    assert check_figures.check_page(page, RUNS + [busy]) == ([], 2)
+
+
 def test_a_marker_in_a_code_block_is_an_example(tmp_path):
     assert check(tmp_path, f"```markdown\n{MARK}9.99×\n```\nthen {MARK}1.07–1.10×\n") == ([], 1)

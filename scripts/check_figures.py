@@ -10,7 +10,9 @@ The records (bench/results/runs/<benchmark>.jsonl, clean runs only: committed co
 benchmark, PostgreSQL major and commits (comma-separated prefixes; or `version=0.5.0`) are
 selected, and the figure at `path` over them must be exactly the text after the marker: its
 range `lo–hi` (or one value when they agree) in `digits` significant digits (default 3, as
-scripts/bench_ranges.py prints), and the number of runs must be `runs`. The page's own words
+scripts/bench_ranges.py prints), and the number of runs must be `runs`. `busy_neighbour=true`
+selects the runs made beside a busy neighbour (bench/epoch_times.py --busy-neighbour), which
+are otherwise left out. The page's own words
 about the runs ("3 kept runs") are the author's; the marker's `runs` keeps them honest.
 
 Usage: scripts/check_figures.py [page.md ...]   (default: README.md and docs/**/*.md)
@@ -34,7 +36,7 @@ def parse(args):
     if not words or "=" in words[0]:
         raise ValueError("a marker starts with the benchmark's name")
     settings = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-    unknown = set(settings) - {"major", "commit", "version", "path", "runs", "digits"}
+    unknown = set(settings) - {"major", "commit", "version", "path", "runs", "digits", "busy_neighbour"}
     if unknown or len(settings) != len(words) - 1:
         raise ValueError(f"unknown settings {sorted(unknown)}" if unknown else "a setting without a value")
     if "path" in settings:  # a path may wrap to the next line of the page
@@ -54,7 +56,9 @@ def figure(runs, benchmark, s):
               and r.get("dirty") is False
               and (r.get("postgres") or {}).get("major") == int(s["major"])
               and ("commit" not in s or any((r.get("commit") or "").startswith(c) for c in s["commit"].split(",")))
-              and ("version" not in s or r.get("version") == s["version"])]
+              and ("version" not in s or r.get("version") == s["version"])
+              # A run beside a busy neighbour is its own figure (bench/epoch_times.py --busy-neighbour).
+              and bool((r.get("config") or {}).get("busy_neighbour")) == (s.get("busy_neighbour") == "true")]
     values = []
     for r in chosen:
         v = r["figures"]
