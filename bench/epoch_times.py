@@ -150,7 +150,7 @@ def main():
         touch_parallel = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
         predict_parallel = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
         server = conn.execute("SHOW server_version").fetchone()[0]
-        origin = provenance.line(conn, "bench-epochs")
+        origin = provenance.line(conn, "bench-epochs-busy" if args.busy_neighbour else "bench-epochs")
         installed = records.server(conn)
     medians = {name: statistics.median(secs) for name, secs, _ in rows}
     floor = statistics.median(touch)
@@ -257,7 +257,7 @@ def main():
                                   "per_epoch_div_floor": statistics.median([w / args.epochs for w in whole[name]]) / floor}
                            for name in ("corgipile, double buffer", EXACT)},
         "targets": records.pass_fail(targets),
-    }, make_target="bench-epochs", results_file=args.out, config={"rows": args.rows, "features": args.features,
+    }, make_target="bench-epochs-busy" if args.busy_neighbour else "bench-epochs", results_file=args.out, config={"rows": args.rows, "features": args.features,
                                                                    "epochs": args.epochs, "rounds": args.rounds,
                                                                    **({"busy_neighbour": True} if args.busy_neighbour else {})},
                           **installed)
