@@ -60,9 +60,7 @@ struct WorkerPlan {
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct EpochReport {
-    rows: u64,
-    rows_skipped: u64,
-    tids: u64,
+    counts: EpochCounts,
     /// Binary kinds: the distinct label values this process has seen (0, 1 or 2).
     n_seen: u64,
     seen: [f64; 2],
@@ -440,9 +438,7 @@ impl Team {
             *s = *v;
         }
         slot.reports[parity as usize] = EpochReport {
-            rows: counts.rows,
-            rows_skipped: counts.rows_skipped,
-            tids: counts.tids,
+            counts,
             n_seen: labels_seen.len().min(2) as u64,
             seen,
         };
@@ -484,13 +480,9 @@ impl Team {
         seen.dedup();
         TeamEpoch {
             stats: whole,
-            counts: reports.iter().fold(EpochCounts::default(), |all, r| {
-                all.add(EpochCounts {
-                    rows: r.rows,
-                    rows_skipped: r.rows_skipped,
-                    tids: r.tids,
-                })
-            }),
+            counts: reports
+                .iter()
+                .fold(EpochCounts::default(), |all, r| all.add(r.counts)),
             labels_seen: seen.len(),
         }
     }
@@ -551,7 +543,7 @@ impl Team {
     /// Per-worker rows of the last finished epoch (EXPLAIN ANALYZE), the leader's first.
     pub fn rows_per_process(&self, epoch: u32) -> Vec<u64> {
         (0..self.share.processes)
-            .map(|r| self.slot(r).reports[(epoch % 2) as usize].rows)
+            .map(|r| self.slot(r).reports[(epoch % 2) as usize].counts.rows)
             .collect()
     }
 

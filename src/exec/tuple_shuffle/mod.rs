@@ -117,7 +117,8 @@ pub struct TupleShuffle {
     table_bytes: u64,
 }
 
-/// What the epoch's pass has read so far.
+/// What the epoch's pass has read so far (in the workers' shared memory too: `repr(C)`).
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EpochCounts {
     /// Distinct training rows read (mrs hands SGD more tuples than that).
