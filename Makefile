@@ -66,7 +66,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-epochs-busy bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-epochs-busy bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-mlp bench-fm bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -96,6 +96,7 @@ help:
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
+	@echo "  bench-fm       fm / fm_regression vs logistic, softmax, linear, a numpy FM and scikit-learn on a generated click log with pair effects and the sparse 1M-dim table (bench/results/fm_vs_linear.md; ~15 min)"
 	@echo "  bench-groups   1,000 per-group logistic models in one pass vs one training, 10M rows (bench/results/groups_one_pass.md; ~15 min)"
 	@echo "  bench-search   a search of 12 logistic / 4 mlp configurations in one pass vs one training vs 12 trainings (bench/results/search_one_pass.md; ~5 min)"
 	@echo "  bench-where    an epoch with a \"where\" filter (10%, 90% of rows) vs SELECT sum(...) WHERE the same (bench/results/where_epochs.md; a few minutes)"
@@ -361,6 +362,13 @@ bench-defaults: setup-python install
 bench-mlp: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/mlp_vs_sklearn.py
+
+# Factorization machines (fm, fm_regression) against corgipile's linear models, a numpy FM and
+# scikit-learn's linear models: a generated click log whose label comes from pair effects (user x ad,
+# site x ad), the same rows as a regression, and bench/sparse_vs_dense.py's sparse table.
+bench-fm: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/fm_vs_linear.py
 
 # A search of 12 logistic and of 4 mlp configurations in one pass against one training and
 # against the 12 trainings one after another (4.5M x 18 table).

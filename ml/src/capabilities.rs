@@ -170,7 +170,7 @@ pub fn refusal(subject: Use, uses: &[Use]) -> Option<&'static Refused> {
 impl Use {
     /// What the kind itself brings to the table: `softmax`, or a network.
     pub fn of_kind(kind: ModelKind) -> Option<Use> {
-        if kind.is_network() {
+        if kind.family().sized_by_statistics() {
             Some(Use::Network)
         } else if kind.has_class_outputs() {
             Some(Use::Softmax)

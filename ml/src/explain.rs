@@ -76,22 +76,9 @@ pub fn attribute(
     let value = scores[output];
     model.scores(Row::Dense(x0), &mut scores);
     let baseline = scores[output];
-    let per_feature = match model {
-        Model::Linear(m) => {
-            let mut out = zeros(m.n_features)?;
-            let w = m.output_weights(output);
-            for (o, (w, (a, b))) in out.iter_mut().zip(w.iter().zip(x.iter().zip(x0))) {
-                *o = w * (a - b);
-            }
-            out
-        }
-        Model::Network(m) => {
-            m.net()
-                .integrated_gradients(x0, x, output)
-                .map_err(|_| ExplainError::OutOfMemory)?
-                .per_feature
-        }
-    };
+    let per_feature = model
+        .attribute(x, x0, output)
+        .map_err(|_| ExplainError::OutOfMemory)?;
     let residual = value - baseline - per_feature.iter().sum::<f64>();
     Ok(Attribution {
         value,

@@ -7,6 +7,9 @@
 mod linear;
 mod network;
 
+pub use linear::{head_name, LinearFamily};
+pub use network::NetworkFamily;
+
 use crate::arena::TupleArena;
 use crate::model::ModelKind;
 use crate::network::{
@@ -14,7 +17,11 @@ use crate::network::{
 };
 use crate::standardize::Standardizer;
 use crate::trained::Model;
-use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, TrainError, Trainer};
+#[cfg(test)]
+use crate::trainer::TrainConfig;
+#[cfg(test)]
+use crate::trainer::Trainer;
+use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainError};
 
 /// The shape of a network to train, beyond the [`TrainConfig`] every kind has.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,23 +129,15 @@ pub trait Learn: Send {
     }
 }
 
-/// A model family's trainer (see [`Learn`]).
-pub struct Learner(Box<dyn Learn>);
+/// A model family's trainer (see [`Learn`]); its family builds it
+/// ([`Family::learner`](crate::family::Family::learner)).
+pub struct Learner(pub(crate) Box<dyn Learn>);
 
 impl Learner {
-    /// A linear model's trainer (see [`Trainer::try_new`]).
-    pub fn linear(config: TrainConfig, n_features: usize) -> Result<Learner, TrainError> {
+    /// A linear model's trainer over `n_features` inputs (the linear family's, for tests).
+    #[cfg(test)]
+    pub(crate) fn linear(config: TrainConfig, n_features: usize) -> Result<Learner, TrainError> {
         Trainer::try_new(config, n_features).map(|t| Learner(Box::new(t)))
-    }
-
-    /// A network's trainer over `n_features` inputs: weights drawn from the spec's seed, rows
-    /// standardized and classes weighted as `config` says.
-    pub fn network(
-        config: TrainConfig,
-        spec: &NetworkSpec,
-        n_features: usize,
-    ) -> Result<Learner, TrainError> {
-        network::NetworkLearner::try_new(config, spec, n_features).map(|n| Learner(Box::new(n)))
     }
 
     pub fn set_interrupt(&mut self, check: Option<InterruptCheck>) {

@@ -11,6 +11,8 @@
 //! - [`divergence`]: when a training has diverged (one rule for one server and for shards).
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
+//! - [`family`]: model families (linear, network, factorization machine): what a kind's
+//!   trainer and trained model are, asked by the backend instead of matching on the kind.
 //! - [`fit`]: a training's policy for every driver: which learner is which, what happens
 //!   after each epoch (patience, stopping, the NOTICE lines), what each learner ends as.
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
@@ -35,6 +37,7 @@ pub mod arena;
 pub mod capabilities;
 pub mod divergence;
 pub mod explain;
+pub mod family;
 pub mod fit;
 pub mod hash;
 pub mod importance;

@@ -1,211 +1,230 @@
-//! A trained model of any kind: what the catalog stores and loads, prediction and evaluation
-//! use, and a training returns.
+//! A trained model of any family: what the catalog stores and loads, prediction and evaluation
+//! use, and a training returns. Every family's model implements [`Trained`]; a [`Model`] holds
+//! one, whatever its family, and [`ModelParts`] is its stored and wire form (each family builds
+//! its model back from them, checking every shape: see [`Family::model_from`]).
+//!
+//! [`Family::model_from`]: crate::family::Family::model_from
 
 use crate::model::{LinearModel, ModelKind, Predictor};
-use crate::network::NetworkModel;
+use crate::network::Activation;
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum Model {
-    Linear(LinearModel),
-    Network(NetworkModel),
+/// Out of memory while describing or explaining a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfMemory;
+
+/// A zeroed vector of `n`, or [`OutOfMemory`] instead of an abort.
+pub fn try_zeros(n: usize) -> Result<Vec<f64>, OutOfMemory> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| OutOfMemory)?;
+    v.resize(n, 0.0);
+    Ok(v)
 }
 
+/// One layer of a model as `corgipile_layers` shows it: its weights input-major (`inputs` rows
+/// of `outputs`), its biases (none for a layer without).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layer {
+    pub inputs: usize,
+    pub outputs: usize,
+    /// What the layer applies to its outputs (`relu`, `tanh`, or the head: `softmax`, `sigmoid`,
+    /// `sign`, `identity`), or what the layer is (`factors`).
+    pub activation: String,
+    pub weights: Vec<f64>,
+    pub biases: Vec<f64>,
+}
+
+/// What every family's trained model does beyond predicting (see [`Predictor`]).
+pub trait Trained: Predictor + Send + Sync + std::fmt::Debug {
+    /// The same model on the table's units, for one trained on rows standardized by `s`.
+    fn fold_standardizer(&mut self, s: &Standardizer);
+    /// How many parameters (weights, biases, factors) it has.
+    fn n_params(&self) -> usize;
+    /// Its stored and wire form.
+    fn to_parts(&self) -> ModelParts;
+    fn clone_box(&self) -> Box<dyn Trained>;
+    /// Each feature's share of output `output` going from `x0` to `x` (both dense, the model's
+    /// width; `output` below its outputs). What the shares leave out is the caller's residual.
+    fn attribute(&self, x: &[f64], x0: &[f64], output: usize) -> Result<Vec<f64>, OutOfMemory>;
+    /// The work of scoring one row, in multiply-adds, for a row of `row_width` values.
+    fn scoring_work(&self, row_width: usize) -> usize;
+    /// The model layer by layer.
+    fn layers(&self) -> Result<Vec<Layer>, OutOfMemory>;
+    /// The linear model, for what only linear models have (coefficients, p-values, warm
+    /// starts).
+    fn as_linear(&self) -> Option<&LinearModel> {
+        None
+    }
+}
+
+/// A trained model of any family.
+pub struct Model(Box<dyn Trained>);
+
 impl Model {
+    pub fn new(trained: impl Trained + 'static) -> Model {
+        Model(Box::new(trained))
+    }
+
     /// The same model on the table's units, for one trained on standardized rows.
-    pub fn fold_standardizer(self, s: &Standardizer) -> Model {
-        match self {
-            Model::Linear(m) => Model::Linear(m.fold_standardizer(s)),
-            Model::Network(mut m) => {
-                m.fold_standardizer(s);
-                Model::Network(m)
-            }
-        }
+    pub fn fold_standardizer(mut self, s: &Standardizer) -> Model {
+        self.0.fold_standardizer(s);
+        self
     }
 
     /// The linear model, for what only linear models have (coefficients, shards, workers).
     pub fn as_linear(&self) -> Option<&LinearModel> {
-        match self {
-            Model::Linear(m) => Some(m),
-            Model::Network(_) => None,
-        }
+        self.0.as_linear()
     }
 
     /// Weights and biases (every parameter) this model has.
     pub fn n_params(&self) -> usize {
-        match self {
-            Model::Linear(m) => m.weights.len() + m.bias.len(),
-            Model::Network(m) => m.net().params.len(),
-        }
+        self.0.n_params()
+    }
+
+    pub fn to_parts(&self) -> ModelParts {
+        self.0.to_parts()
+    }
+
+    /// See [`Trained::attribute`].
+    pub fn attribute(&self, x: &[f64], x0: &[f64], output: usize) -> Result<Vec<f64>, OutOfMemory> {
+        self.0.attribute(x, x0, output)
+    }
+
+    /// See [`Trained::scoring_work`].
+    pub fn scoring_work(&self, row_width: usize) -> usize {
+        self.0.scoring_work(row_width)
+    }
+
+    /// See [`Trained::layers`].
+    pub fn layers(&self) -> Result<Vec<Layer>, OutOfMemory> {
+        self.0.layers()
+    }
+}
+
+impl Clone for Model {
+    fn clone(&self) -> Model {
+        Model(self.0.clone_box())
+    }
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for Model {
+    /// The same stored form: the same kind, shape and parameters.
+    fn eq(&self, other: &Model) -> bool {
+        self.to_parts() == other.to_parts()
     }
 }
 
 impl Predictor for Model {
     fn kind(&self) -> ModelKind {
-        match self {
-            Model::Linear(m) => m.kind,
-            Model::Network(m) => m.kind,
-        }
+        self.0.kind()
     }
     fn n_features(&self) -> usize {
-        match self {
-            Model::Linear(m) => m.n_features,
-            Model::Network(m) => m.n_features(),
-        }
+        self.0.n_features()
     }
     fn n_outputs(&self) -> usize {
-        match self {
-            Model::Linear(m) => m.n_outputs,
-            Model::Network(m) => m.n_outputs(),
-        }
+        self.0.n_outputs()
     }
     fn decision(&self, row: Row) -> f64 {
-        match self {
-            Model::Linear(m) => m.decision(row),
-            Model::Network(m) => m.decision(row),
-        }
+        self.0.decision(row)
     }
     fn scores(&self, row: Row, out: &mut Vec<f64>) {
-        match self {
-            Model::Linear(m) => m.scores(row, out),
-            Model::Network(m) => m.scores(row, out),
-        }
+        self.0.scores(row, out)
     }
     fn predict(&self, row: Row) -> f64 {
-        match self {
-            Model::Linear(m) => m.predict(row),
-            Model::Network(m) => m.predict(row),
-        }
+        self.0.predict(row)
     }
     fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool {
-        match self {
-            Model::Linear(m) => m.predict_proba(row, out),
-            Model::Network(m) => m.predict_proba(row, out),
-        }
+        self.0.predict_proba(row, out)
     }
 }
 
-/// A model as it travels between servers (a stored model a shard scores): a linear model as
-/// it is, a network in its catalog form. Whoever calls a shard may have written it, so
-/// [`ModelParts::into_model`] checks every shape before it builds anything.
+/// A model as the catalog stores it and as it travels between servers (a stored model a shard
+/// scores): the catalog's columns. Whoever calls a shard, or wrote the catalog row, may have
+/// made it, so [`ModelParts::into_model`] checks every shape before it builds anything.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum ModelParts {
-    Linear(LinearModel),
-    Network {
-        kind: ModelKind,
-        /// Layer widths, input first (`n_features`) and output last.
-        layers: Vec<usize>,
-        activation: crate::network::Activation,
-        weights: Vec<f64>,
-        biases: Vec<f64>,
+pub struct ModelParts {
+    pub kind: ModelKind,
+    pub n_features: usize,
+    pub n_outputs: usize,
+    /// Linear: `n_outputs × n_features`, row-major; other families: as their `from_parts` says.
+    pub weights: Vec<f64>,
+    pub bias: Vec<f64>,
+    /// Families with layers: every layer's width, input first (`n_features`) and output last
+    /// (`n_outputs`). None for linear models.
+    pub layers: Option<Vec<usize>>,
+    /// Networks: the hidden layers' activation.
+    pub activation: Option<Activation>,
+}
+
+/// Why parts make no model.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PartsError {
+    /// The parts do not have the shape they say, or a number is not finite.
+    BadShape(&'static str),
+    OutOfMemory {
+        bytes: u64,
     },
 }
 
-impl Model {
-    pub fn to_parts(&self) -> ModelParts {
+impl std::fmt::Display for PartsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Model::Linear(m) => ModelParts::Linear(m.clone()),
-            Model::Network(m) => {
-                let (weights, biases) = m.weights_and_biases();
-                ModelParts::Network {
-                    kind: m.kind,
-                    layers: m.net().sizes.clone(),
-                    activation: m.net().activation,
-                    weights,
-                    biases,
-                }
-            }
+            PartsError::BadShape(why) => f.write_str(why),
+            PartsError::OutOfMemory { bytes } => write!(f, "out of memory ({bytes} bytes)"),
         }
     }
 }
 
 impl ModelParts {
     pub fn kind(&self) -> ModelKind {
-        match self {
-            ModelParts::Linear(m) => m.kind,
-            ModelParts::Network { kind, .. } => *kind,
-        }
+        self.kind
     }
 
-    /// Inputs and outputs (0 for a network without layers: `into_model` refuses it).
     pub fn n_features(&self) -> usize {
-        match self {
-            ModelParts::Linear(m) => m.n_features,
-            ModelParts::Network { layers, .. } => layers.first().copied().unwrap_or(0),
-        }
+        self.n_features
     }
 
     pub fn n_outputs(&self) -> usize {
-        match self {
-            ModelParts::Linear(m) => m.n_outputs,
-            ModelParts::Network { layers, .. } => layers.last().copied().unwrap_or(0),
-        }
+        self.n_outputs
     }
 
-    /// The model, if its parts have the shape they say and every number is finite.
-    pub fn into_model(self) -> Result<Model, String> {
-        let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
-        match self {
-            ModelParts::Linear(m) => {
-                if m.kind.is_network()
-                    || m.n_outputs == 0
-                    || m.n_features.checked_mul(m.n_outputs) != Some(m.weights.len())
-                    || m.bias.len() != m.n_outputs
-                    || !finite(&m.weights)
-                    || !finite(&m.bias)
-                {
-                    return Err("a linear model of another shape than it says".into());
-                }
-                Ok(Model::Linear(m))
-            }
-            ModelParts::Network {
-                kind,
-                layers,
-                activation,
-                weights,
-                biases,
-            } => {
-                // Input, 1 to 16 hidden layers, output (the `hidden` param's bounds).
-                let mut n_weights = Some(0usize);
-                for w in layers.windows(2) {
-                    n_weights = n_weights
-                        .and_then(|n| w[0].checked_mul(w[1]).and_then(|k| n.checked_add(k)));
-                }
-                let n_biases = layers[1.min(layers.len())..]
-                    .iter()
-                    .try_fold(0usize, |n, &w| n.checked_add(w));
-                if !kind.is_network()
-                    || !(3..=18).contains(&layers.len())
-                    || layers.contains(&0)
-                    || n_weights != Some(weights.len())
-                    || n_biases != Some(biases.len())
-                    || !finite(&weights)
-                    || !finite(&biases)
-                {
-                    return Err("a network of another shape than it says".into());
-                }
-                NetworkModel::from_parts(kind, layers, activation, &weights, &biases)
-                    .map(Model::Network)
-                    .map_err(|e| e.to_string())
-            }
+    /// Every weight and bias is a finite number.
+    pub fn finite(&self) -> bool {
+        self.weights.iter().chain(&self.bias).all(|x| x.is_finite())
+    }
+
+    /// The model, if its parts have the shape they say and every number is finite (the kind's
+    /// family checks its own shapes).
+    pub fn into_model(self) -> Result<Model, PartsError> {
+        if !self.finite() {
+            return Err(PartsError::BadShape(
+                "a model with a number that is not finite",
+            ));
         }
+        self.kind.family().model_from(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::{Activation, Head, Network};
+    use crate::network::{Head, Network, NetworkModel};
 
     fn network() -> Model {
         let net = Network::new(&[3, 4, 2], Activation::Tanh, Head::Softmax, 1).unwrap();
-        Model::Network(NetworkModel::new(ModelKind::Mlp, net))
+        Model::new(NetworkModel::new(ModelKind::Mlp, net))
     }
 
     #[test]
     fn a_model_round_trips_through_its_parts() {
-        let linear = Model::Linear(LinearModel {
+        let linear = Model::new(LinearModel {
             kind: ModelKind::Logistic,
             n_features: 2,
             n_outputs: 1,
@@ -223,36 +242,37 @@ mod tests {
 
     #[test]
     fn parts_of_another_shape_are_refused() {
-        let ModelParts::Network {
+        let parts = network().to_parts();
+        let with = |layers: Vec<usize>, weights: Vec<f64>, kind: ModelKind| ModelParts {
             kind,
-            layers,
-            activation,
+            n_features: layers.first().copied().unwrap_or(0),
+            n_outputs: layers.last().copied().unwrap_or(0),
+            layers: Some(layers),
             weights,
-            biases,
-        } = network().to_parts()
-        else {
-            unreachable!()
+            ..parts.clone()
         };
-        let with = |layers: Vec<usize>, weights: Vec<f64>, kind: ModelKind| ModelParts::Network {
-            kind,
-            layers,
-            activation,
-            weights,
-            biases: biases.clone(),
-        };
+        let (layers, weights) = (parts.layers.clone().unwrap(), parts.weights.clone());
         let mut nan = weights.clone();
         nan[0] = f64::NAN;
+        let mut no_layers = parts.clone();
+        no_layers.layers = None;
+        let mut linear_with_layers = LinearModel::new(ModelKind::Logistic, 3, 1);
+        linear_with_layers.weights[0] = 1.0;
+        let mut linear_with_layers = Model::new(linear_with_layers).to_parts();
+        linear_with_layers.layers = Some(vec![3, 1, 1]);
         for bad in [
-            with(vec![3, 4, 3], weights.clone(), kind),
-            with(vec![3, 0, 2], weights.clone(), kind),
-            with(vec![12, 2], weights.clone(), kind),
+            with(vec![3, 4, 3], weights.clone(), parts.kind),
+            with(vec![3, 0, 2], weights.clone(), parts.kind),
+            with(vec![12, 2], weights.clone(), parts.kind),
             // Widths whose product overflows are refused, not multiplied.
-            with(vec![usize::MAX, usize::MAX, 2], weights.clone(), kind),
-            with(layers.clone(), weights[1..].to_vec(), kind),
-            with(layers.clone(), nan, kind),
+            with(vec![usize::MAX, usize::MAX, 2], weights.clone(), parts.kind),
+            with(layers.clone(), weights[1..].to_vec(), parts.kind),
+            with(layers.clone(), nan, parts.kind),
             with(layers.clone(), weights.clone(), ModelKind::Logistic),
+            no_layers,
+            linear_with_layers,
         ] {
-            assert!(bad.into_model().is_err());
+            assert!(bad.clone().into_model().is_err(), "{bad:?}");
         }
     }
 }

@@ -17,11 +17,12 @@ pub use store::{store_model_with, ModelSource};
 use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
 
-use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
-use corgipile_ml::network::{Activation, NetworkError, NetworkModel};
+use corgipile_ml::model::{ModelKind, Predictor};
+use corgipile_ml::network::Activation;
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::row::Row;
 use corgipile_ml::trained::Model;
+use corgipile_ml::trained::{ModelParts, PartsError};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 use serde::{Deserialize, Serialize};
@@ -488,42 +489,33 @@ fn read_model(model_id: i64) -> Option<StoredModel> {
             None,
         )
     };
-    let model = match (kind.is_network(), layers) {
-        (false, None) => {
-            if weights.len() != n_features * n_outputs || bias.len() != n_outputs {
-                inconsistent();
-            }
-            Model::Linear(LinearModel {
-                kind,
-                n_features,
-                n_outputs,
-                weights,
-                bias,
-            })
-        }
-        (true, Some(layers)) => {
-            let sizes: Vec<usize> = layers
+    // Each family checks its own columns (a linear model has no layers, a network's widths
+    // give its weights' and biases' lengths).
+    let activation = activation
+        .as_deref()
+        .map(|name| Activation::parse(name).unwrap_or_else(|| inconsistent()));
+    let parts = ModelParts {
+        kind,
+        n_features,
+        n_outputs,
+        weights,
+        bias,
+        layers: layers.map(|widths| {
+            widths
                 .into_iter()
                 .map(|n| n.filter(|&n| n > 0).map_or(0, |n| n as usize))
-                .collect();
-            let activation = activation
-                .as_deref()
-                .and_then(Activation::parse)
-                .unwrap_or_else(|| inconsistent());
-            if sizes.first() != Some(&n_features) || sizes.last() != Some(&n_outputs) {
-                inconsistent();
-            }
-            match NetworkModel::from_parts(kind, sizes, activation, &weights, &bias) {
-                Ok(m) => Model::Network(m),
-                Err(NetworkError::OutOfMemory { bytes }) => raise(
-                    PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                    format!("out of memory loading model {model_id} ({bytes} bytes)"),
-                    None,
-                ),
-                Err(NetworkError::BadShape) => inconsistent(),
-            }
-        }
-        _ => inconsistent(),
+                .collect()
+        }),
+        activation,
+    };
+    let model = match kind.family().model_from(parts) {
+        Ok(model) => model,
+        Err(PartsError::OutOfMemory { bytes }) => raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!("out of memory loading model {model_id} ({bytes} bytes)"),
+            None,
+        ),
+        Err(PartsError::BadShape(_)) => inconsistent(),
     };
     let preprocessing = preprocessing.map(|json| {
         let p = Preprocessor::from_json(&json)

@@ -4,7 +4,6 @@ use super::{as_catalog_owner, caller, LabelMapping};
 use crate::pg::error::raise;
 use crate::pipeline::{EpochRecord, TrainOutcome};
 use corgipile_ml::model::{ModelKind, Predictor};
-use corgipile_ml::trained::Model;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgMemoryContexts, PgSqlErrorCode};
 use serde_json::json;
@@ -115,15 +114,13 @@ fn insert_model(
         metrics[key] = value;
     }
     let model = &outcome.model;
-    // A network's weights and biases are every layer's, one after the other (see `layers`).
-    let (weights, bias, layers) = match model {
-        Model::Linear(m) => (m.weights.clone(), m.bias.clone(), None),
-        Model::Network(m) => {
-            let (weights, biases) = m.weights_and_biases();
-            let layers: Vec<i32> = m.net().sizes.iter().map(|&n| n as i32).collect();
-            (weights, biases, Some(layers))
-        }
-    };
+    // Its family's stored form (a network's weights and biases are every layer's, one after
+    // the other: see `layers`).
+    let parts = model.to_parts();
+    let (weights, bias) = (parts.weights, parts.bias);
+    let layers: Option<Vec<i32>> = parts
+        .layers
+        .map(|widths| widths.iter().map(|&n| n as i32).collect());
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO corgipile.models
             (model_type, relation, label_column, features, n_features, n_outputs, label_mapping,

@@ -55,33 +55,31 @@ pub fn model_bytes_for(workers: u32, models: usize) -> u64 {
     max_model_bytes() / (u64::from(workers) + 1) / (models.max(1) as u64)
 }
 
-/// Raise unless a model of `n_features` × `n_outputs` fits `limit_bytes` (corgipile.max_model_memory,
-/// or a parallel training's share of it: `model_bytes_for`) and the catalog. `source` says
-/// where the size comes from (a param, a row of the table).
-/// Before a network is built: what training it holds (`bytes`: parameters, optimizer state,
-/// the batch's buffers) must fit `limit_bytes`, and its `params` a catalog row.
-pub fn check_network_size(sizes: &[usize], params: u64, bytes: u64, limit_bytes: u64) {
+/// A model's training size against `limit_bytes` and the catalog's bound (ERROR 54000 with what
+/// to do), before any of it is allocated.
+pub fn check_training_size(size: &corgipile_ml::family::TrainingSize, limit_bytes: u64) {
     use corgipile_ml::limits::{pretty_pair, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;
-    let shape = sizes
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join(" x ");
-    if bytes > limit_bytes {
-        let needed = pretty_pair(bytes, limit_bytes).0;
-        let what = limit_text(bytes, limit_bytes);
+    if size.bytes > limit_bytes {
+        let needed = pretty_pair(size.bytes, limit_bytes).0;
+        let what = limit_text(size.bytes, limit_bytes);
         crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("a network of layers {shape} needs {needed} of memory to train (parameters, optimizer state and a batch's activations), more than {what}"),
-            Some("Use narrower or fewer \"hidden\" layers, a smaller \"batch_size\", fewer features, fewer \"workers\" or \"search\" configurations, or ask a superuser to raise corgipile.max_model_memory.".into()),
+            format!("{} needs {needed} of memory to train (parameters, optimizer state and a batch's activations), more than {what}", size.what),
+            Some(format!("{}, a smaller \"batch_size\", fewer features, fewer \"workers\" or \"search\" configurations, or ask a superuser to raise corgipile.max_model_memory.", size.hint)),
         );
     }
-    if params > MAX_STORED_WEIGHTS {
+    if size.n_params > MAX_STORED_WEIGHTS {
         crate::pg::error::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("a network of layers {shape} has {params} weights; corgipile can store at most {MAX_STORED_WEIGHTS}"),
-            Some("A float8[] in corgipile.models holds at most 1 GB. Use narrower or fewer \"hidden\" layers.".into()),
+            format!(
+                "{} has {} weights; corgipile can store at most {MAX_STORED_WEIGHTS}",
+                size.what, size.n_params
+            ),
+            Some(format!(
+                "A float8[] in corgipile.models holds at most 1 GB. {}.",
+                size.hint
+            )),
         );
     }
 }

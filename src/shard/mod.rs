@@ -119,8 +119,8 @@ pub(crate) unsafe fn explain_sharded(
             }
         },
     );
-    if prepared.config.model.is_network() {
-        crate::exec::sgd::explain_network(es, params);
+    crate::exec::sgd::explain_family(es, prepared.config.model, params);
+    if prepared.config.model.family().sized_by_statistics() {
         explain::text(es, "Combine", "mean of the shards' changes");
     }
     explain::int(es, "Shards", described.len() as i64);

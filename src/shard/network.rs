@@ -1,23 +1,25 @@
-//! A network over a sharded table: what the coordinator decides before the first round (its
-//! classes, target, initial weights), and the number that names the training on the shards.
+//! A model sized by the statistics pass (a network) over a sharded table: what the coordinator
+//! decides before the first round (its classes, target, initial weights), and the number that
+//! names the training on the shards.
 
 use crate::decode::classes::ClassValue;
-use crate::exec::sgd::checked_network_spec;
+use crate::exec::sgd::checked_learner;
 use crate::pg::error::{raise, raise_labels_error, raise_train_error};
 use crate::pipeline::{LearnedStatistics, PipelineConfig};
 use crate::shard::protocol::NetworkRound;
-use corgipile_ml::network::{Head, Network, Target};
+use corgipile_ml::family::Shape;
+use corgipile_ml::learner::Learner;
+use corgipile_ml::network::Target;
 use corgipile_ml::stats::FeatureStats;
-use corgipile_ml::trainer::{settle_labels, TrainError};
+use corgipile_ml::trainer::settle_labels;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
 /// What the coordinator decides of a network before the first round.
 pub(super) struct NetworkPlan {
-    /// Sizes, activation and head (its `params` empty: see `initial`).
-    pub shape: Network,
+    /// A learner of the model's shape: the model the shards' combined parameters make.
+    pub learner: Learner,
     /// The seeded initial parameters every shard's first round starts from.
     pub initial: Vec<f64>,
-    pub target: Target,
     pub round: NetworkRound,
 }
 
@@ -73,36 +75,23 @@ pub(super) fn network_plan(
     } else {
         1
     };
-    let spec = checked_network_spec(
-        params,
+    let shape = Shape {
+        n_features,
         outputs,
         target,
-        n_features,
-        crate::pg::guc::max_model_bytes(),
-    );
-    let head = if kind.is_classifier() {
-        Head::Softmax
-    } else {
-        Head::Linear
     };
-    let shape = Network::new(&spec.sizes(n_features), spec.activation, head, spec.seed)
-        .unwrap_or_else(|_| {
-            raise_train_error(
-                TrainError::OutOfMemory {
-                    bytes: spec.training_bytes(n_features, params.batch_size as usize),
-                },
-                &|v| v.to_string(),
-                false,
-            )
-        });
-    let initial = shape.params.clone();
+    let mut learner = checked_learner(
+        kind,
+        params.train_config(kind),
+        params,
+        &shape,
+        crate::pg::guc::max_model_bytes(),
+    )
+    .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), false));
+    let initial = learner.parameters();
     NetworkPlan {
-        shape: Network {
-            params: Vec::new(),
-            ..shape
-        },
+        learner,
         initial,
-        target,
         round: NetworkRound {
             training: training_number(),
             classes,

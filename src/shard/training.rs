@@ -16,9 +16,7 @@ use crate::shard::network::{network_plan, NetworkPlan};
 use crate::shard::protocol::{Phase, RoundReply, RoundRequest};
 use corgipile_ml::divergence::{diverged, zero_model_loss};
 use corgipile_ml::fit::{EpochEnd, Fit, LearnerPlan, Notices};
-use corgipile_ml::learner::network_model;
 use corgipile_ml::model::{LinearModel, ModelKind};
-use corgipile_ml::network::Network;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
@@ -264,16 +262,13 @@ fn combined_model(
     network: Option<NetworkPlan>,
 ) -> Model {
     match network {
-        Some(plan) => {
-            let net = Network {
-                params,
-                ..plan.shape
-            };
-            Model::Network(network_model(kind, net, plan.target))
+        Some(mut plan) => {
+            plan.learner.set_parameters(&params);
+            plan.learner.into_model()
         }
         None => {
             let bias = params.split_off(n_weights);
-            Model::Linear(LinearModel {
+            Model::new(LinearModel {
                 kind,
                 n_features,
                 n_outputs: OUTPUTS,
@@ -375,7 +370,8 @@ fn shard_plan(config: &PipelineConfig, stats: &FeatureStats, n_features: usize) 
     }
     // A network: its classes (the shards' label values, ascending) and its initial weights.
     let network = kind
-        .is_network()
+        .family()
+        .sized_by_statistics()
         .then(|| network_plan(config, stats, n_features, &mut extras));
     if kind.is_binary() {
         let settled = settle_labels(

@@ -10,7 +10,6 @@ use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_na
 use crate::catalog::{load_model_ref, ModelRef};
 use crate::pg::error::{raise, required};
 use corgipile_ml::model::Labels;
-use corgipile_ml::trained::Model;
 use pgrx::prelude::*;
 use pgrx::spi::quote_literal;
 use pgrx::PgSqlErrorCode;
@@ -285,8 +284,8 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let Some(linear) = stored.model.as_linear().cloned() else {
         raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-            format!("model {} is a network ({}): it has no coefficient per feature", stored.id, stored.kind().name()),
-            Some("SELECT * FROM corgipile_model_layers(model) lists a network's layers, their shapes and weights.".into()),
+            format!("model {} is {} ({}): it has no coefficient per feature", stored.id, stored.kind().family().noun(), stored.kind().name()),
+            Some("SELECT * FROM corgipile_model_layers(model) lists its layers, their shapes and weights.".into()),
         )
     };
     let linear = std::rc::Rc::new(linear);
@@ -428,67 +427,27 @@ type LayerRow = (i32, i32, i32, String, Vec<f64>, Vec<f64>);
 /// biases. A network has its hidden layers and an output layer; a linear model is one layer.
 fn layers(key: ModelRef) -> Vec<LayerRow> {
     let stored = load_model_ref(key);
-    let kind = stored.kind();
-    let head = match kind.labels() {
-        Labels::Classes => "softmax",
-        Labels::TwoClasses if kind.has_proba() => "sigmoid",
-        Labels::TwoClasses => "sign",
-        Labels::Number => "identity",
-    };
-    match &stored.model {
-        Model::Linear(m) => {
-            let (d, k) = (m.n_features, m.n_outputs);
-            // Stored output-major; shown input-major like a network's layers.
-            let mut weights = Vec::new();
-            if weights.try_reserve_exact(d * k).is_err() {
-                raise(
-                    PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                    format!("out of memory listing the weights of model {}", stored.id),
-                    None,
-                );
-            }
-            weights.extend(
-                (0..d)
-                    .flat_map(|j| (0..k).map(move |o| (j, o)))
-                    .map(|(j, o)| m.weights[o * d + j]),
-            );
-            vec![(
-                1,
-                d as i32,
-                k as i32,
-                head.to_owned(),
-                weights,
-                m.bias.clone(),
-            )]
-        }
-        Model::Network(m) => {
-            let (weights, biases) = m.weights_and_biases();
-            let sizes = &m.net().sizes;
-            let (mut w_at, mut b_at) = (0, 0);
-            sizes
-                .windows(2)
-                .enumerate()
-                .map(|(l, w)| {
-                    let activation = if l + 2 == sizes.len() {
-                        head
-                    } else {
-                        m.net().activation.name()
-                    };
-                    let row = (
-                        l as i32 + 1,
-                        w[0] as i32,
-                        w[1] as i32,
-                        activation.to_owned(),
-                        weights[w_at..w_at + w[0] * w[1]].to_vec(),
-                        biases[b_at..b_at + w[1]].to_vec(),
-                    );
-                    w_at += w[0] * w[1];
-                    b_at += w[1];
-                    row
-                })
-                .collect()
-        }
-    }
+    let layers = stored.model.layers().unwrap_or_else(|_| {
+        raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!("out of memory listing the weights of model {}", stored.id),
+            None,
+        )
+    });
+    layers
+        .into_iter()
+        .enumerate()
+        .map(|(l, layer)| {
+            (
+                l as i32 + 1,
+                layer.inputs as i32,
+                layer.outputs as i32,
+                layer.activation,
+                layer.weights,
+                layer.biases,
+            )
+        })
+        .collect()
 }
 
 /// A network's layers (a linear model's one layer): see `layers`.

@@ -23,12 +23,12 @@ fn values(seed: u64, n: usize) -> Vec<f64> {
 fn network(sizes: &[usize], activation: Activation, seed: u64) -> Model {
     let head = Head::Softmax;
     let net = Network::new(sizes, activation, head, seed).unwrap();
-    Model::Network(NetworkModel::new(ModelKind::Mlp, net))
+    Model::new(NetworkModel::new(ModelKind::Mlp, net))
 }
 
 #[test]
 fn a_linear_models_shares_are_its_weights_times_the_distance_from_the_baseline() {
-    let m = Model::Linear(LinearModel {
+    let m = Model::new(LinearModel {
         kind: ModelKind::Softmax,
         n_features: 3,
         n_outputs: 2,
@@ -53,9 +53,7 @@ fn relu_networks_are_integrated_exactly_piece_by_piece() {
             let span = (a.value - a.baseline).abs().max(1e-3);
             assert!(a.residual.abs() <= 1e-10 * span, "seed {seed}: {a:?}");
             // Against a fine midpoint Riemann sum of the gradient (finite differences).
-            let Model::Network(nm) = &m else {
-                unreachable!()
-            };
+            let nm = &m;
             let steps = 500;
             let mut riemann = [0.0; 6];
             for s in 0..steps {
@@ -198,7 +196,7 @@ fn columns_sum_their_features_and_say_what_the_model_read() {
     let p = preprocessor();
     let x0 = baseline(&p).unwrap();
     let n = p.n_features;
-    let m = Model::Linear(LinearModel::single(
+    let m = Model::new(LinearModel::single(
         ModelKind::Logistic,
         (0..n).map(|j| j as f64 * 0.5 - 1.0).collect(),
         0.3,

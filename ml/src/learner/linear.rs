@@ -1,11 +1,134 @@
-//! The linear family (svm, logistic, linear, softmax) as a [`Learn`]er: the SGD [`Trainer`].
+//! The linear family (svm, logistic, linear, softmax): its trainer is the SGD [`Trainer`], its
+//! model a [`LinearModel`].
 
-use super::Learn;
+use super::{Learn, Learner};
 use crate::arena::TupleArena;
-use crate::model::ModelKind;
+use crate::family::{Family, Shape};
+use crate::model::{Labels, LinearModel, ModelKind};
+use crate::params::TrainParams;
 use crate::standardize::Standardizer;
-use crate::trained::Model;
-use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainError, Trainer};
+use crate::trained::{try_zeros, Layer, Model, ModelParts, OutOfMemory, PartsError, Trained};
+use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, TrainError, Trainer};
+
+/// The linear family (see [`Family`]).
+pub struct LinearFamily;
+
+impl Family for LinearFamily {
+    fn noun(&self) -> &'static str {
+        "a linear model"
+    }
+
+    fn learner(
+        &self,
+        config: TrainConfig,
+        _params: &TrainParams,
+        shape: &Shape,
+    ) -> Result<Learner, TrainError> {
+        Trainer::try_new(config, shape.n_features).map(|t| Learner(Box::new(t)))
+    }
+
+    fn model_from(&self, parts: ModelParts) -> Result<Model, PartsError> {
+        let ModelParts {
+            kind,
+            n_features,
+            n_outputs,
+            weights,
+            bias,
+            layers,
+            activation,
+        } = parts;
+        if layers.is_some()
+            || activation.is_some()
+            || n_outputs == 0
+            || n_features.checked_mul(n_outputs) != Some(weights.len())
+            || bias.len() != n_outputs
+        {
+            return Err(PartsError::BadShape(
+                "a linear model of another shape than it says",
+            ));
+        }
+        Ok(Model::new(LinearModel {
+            kind,
+            n_features,
+            n_outputs,
+            weights,
+            bias,
+        }))
+    }
+}
+
+/// The function of a kind's output, as `corgipile_layers` names it.
+pub fn head_name(kind: ModelKind) -> &'static str {
+    match kind.labels() {
+        Labels::Classes => "softmax",
+        Labels::TwoClasses if kind.has_proba() => "sigmoid",
+        Labels::TwoClasses => "sign",
+        Labels::Number => "identity",
+    }
+}
+
+impl Trained for LinearModel {
+    fn fold_standardizer(&mut self, s: &Standardizer) {
+        *self = LinearModel::fold_standardizer(self, s);
+    }
+
+    fn n_params(&self) -> usize {
+        self.weights.len() + self.bias.len()
+    }
+
+    fn to_parts(&self) -> ModelParts {
+        ModelParts {
+            kind: self.kind,
+            n_features: self.n_features,
+            n_outputs: self.n_outputs,
+            weights: self.weights.clone(),
+            bias: self.bias.clone(),
+            layers: None,
+            activation: None,
+        }
+    }
+
+    fn clone_box(&self) -> Box<dyn Trained> {
+        Box::new(self.clone())
+    }
+
+    /// Exact: output `output` is a sum over features.
+    fn attribute(&self, x: &[f64], x0: &[f64], output: usize) -> Result<Vec<f64>, OutOfMemory> {
+        let mut out = try_zeros(self.n_features)?;
+        let w = self.output_weights(output);
+        for (o, (w, (a, b))) in out.iter_mut().zip(w.iter().zip(x.iter().zip(x0))) {
+            *o = w * (a - b);
+        }
+        Ok(out)
+    }
+
+    fn scoring_work(&self, row_width: usize) -> usize {
+        row_width * self.n_outputs
+    }
+
+    /// One layer, input-major like a network's (stored output-major).
+    fn layers(&self) -> Result<Vec<Layer>, OutOfMemory> {
+        let (d, k) = (self.n_features, self.n_outputs);
+        let mut weights = Vec::new();
+        weights.try_reserve_exact(d * k).map_err(|_| OutOfMemory)?;
+        weights.extend(
+            (0..d)
+                .flat_map(|j| (0..k).map(move |o| (j, o)))
+                .map(|(j, o)| self.weights[o * d + j]),
+        );
+        Ok(vec![Layer {
+            inputs: d,
+            outputs: k,
+            activation: head_name(self.kind).to_owned(),
+            weights,
+            biases: self.bias.clone(),
+        }])
+    }
+
+    fn as_linear(&self) -> Option<&LinearModel> {
+        Some(self)
+    }
+}
 
 impl Learn for Trainer {
     fn kind(&self) -> ModelKind {
@@ -37,11 +160,11 @@ impl Learn for Trainer {
     }
 
     fn result_model(&mut self) -> Option<Model> {
-        Trainer::result_model(self).map(Model::Linear)
+        Trainer::result_model(self).map(Model::new)
     }
 
     fn into_model(self: Box<Self>) -> Model {
-        Model::Linear(Trainer::into_model(*self))
+        Model::new(Trainer::into_model(*self))
     }
 
     fn parameters(&mut self) -> Vec<f64> {

@@ -15,7 +15,7 @@ impl KindRules for Mlp {
     const NAME: &'static str = "mlp";
     const LABELS: Labels = Labels::Classes;
     const PROBABILITIES: bool = true;
-    const NETWORK: bool = true;
+    const FAMILY: &'static dyn crate::family::Family = &crate::learner::NetworkFamily;
 
     fn loss(z: f64, y: f64) -> f64 {
         Softmax::loss(z, y)
@@ -40,7 +40,7 @@ impl KindRules for MlpRegression {
     const NAME: &'static str = "mlp_regression";
     const LABELS: Labels = Labels::Number;
     const PROBABILITIES: bool = false;
-    const NETWORK: bool = true;
+    const FAMILY: &'static dyn crate::family::Family = &crate::learner::NetworkFamily;
 
     fn loss(z: f64, y: f64) -> f64 {
         Linear::loss(z, y)

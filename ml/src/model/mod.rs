@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::family::Family;
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
@@ -35,9 +36,8 @@ pub trait KindRules {
     const LABELS: Labels;
     /// Whether [`LinearModel::predict_proba`] gives probabilities.
     const PROBABILITIES: bool;
-    /// Hidden layers before the output: a [`Network`](crate::network::Network) is trained
-    /// and predicts for the kind (see `mlp.rs`), not a [`LinearModel`].
-    const NETWORK: bool = false;
+    /// The family that trains and stores the kind's models (see [`crate::family`]).
+    const FAMILY: &'static dyn Family;
 
     /// Loss for decision value `z` and label `y` (±1 for two classes, the raw value for a
     /// number). Kinds with one output per class have a vector loss: see [`softmax_loss`].
@@ -93,10 +93,10 @@ macro_rules! register_kinds {
                 }
             }
 
-            /// Whether the kind is a network with hidden layers (see [`KindRules::NETWORK`]).
-            pub fn is_network(self) -> bool {
+            /// The family that trains and stores its models (see [`KindRules::FAMILY`]).
+            pub fn family(self) -> &'static dyn Family {
                 match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::NETWORK),+
+                    $(ModelKind::$variant => <$rules as KindRules>::FAMILY),+
                 }
             }
 

@@ -46,19 +46,17 @@ impl TrainParams {
     pub fn for_kind(value: &Value, kind: ModelKind) -> Result<TrainParams, ParamError> {
         let mut p = Self::from_json(value)?;
         let given = |key: &str| value.get(key).is_some();
-        if !kind.is_network() {
-            if let Some(key) = NETWORK_KEYS.iter().find(|k| given(k)) {
-                return Err(ParamError {
-                    message: format!("\"{key}\" applies to mlp and mlp_regression only"),
-                    hint: Some(format!(
-                        "{} is a linear model: it has no hidden layers.",
-                        kind.name()
-                    )),
-                });
-            }
-        } else {
-            p.network_defaults(&given)?;
+        if let Some((key, takers)) = kind.foreign_key(&given) {
+            return Err(ParamError {
+                message: format!("\"{key}\" applies to {takers} only"),
+                hint: Some(format!(
+                    "{} is {}: leave \"{key}\" out, or train one of {takers}.",
+                    kind.name(),
+                    kind.family().noun()
+                )),
+            });
         }
+        kind.family().defaults(&mut p, &given)?;
         p.check_inference(kind)?;
         p.check_folds()?;
         p.check_groups()?;
@@ -143,7 +141,7 @@ impl TrainParams {
             // A linear model's params do not list the network's.
             // Nor do the params of a training that searched nothing list the search's.
             if value.is_null()
-                && (NETWORK_KEYS.contains(&spec.name)
+                && (crate::family::family_keys().any(|k| k == spec.name)
                     || SEARCH_KEYS.contains(&spec.name)
                     || GROUP_KEYS.contains(&spec.name)
                     || spec.name == "folds"

@@ -90,9 +90,6 @@ const MAX_BATCH: u64 = 1_000_000;
 const MAX_RATE: f64 = 1e6;
 const MAX_SEED: u64 = i64::MAX as u64; // fits a PostgreSQL bigint
 
-/// Keys only mlp kinds take; absent from a linear model's stored params.
-const NETWORK_KEYS: [&str; 4] = ["hidden", "activation", "optimizer", "momentum"];
-
 /// One training parameter, as declared in the `train_params!` table.
 #[derive(Clone, Copy)]
 pub struct ParamSpec {

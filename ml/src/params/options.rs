@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::ParamError;
-use crate::network::{Activation, OptimizerKind};
+use crate::network::OptimizerKind;
 use crate::stats::balanced_class_weights;
 use crate::trainer::LrSchedule;
 
@@ -301,15 +301,15 @@ pub(super) fn validation_json(validation: &Option<Validation>) -> Value {
 
 /// A network's shape and optimizer, as the params give them.
 impl super::TrainParams {
-    /// A network's defaults where they differ from a linear model's (its hidden layers, Adam
-    /// at 0.001 or SGD with momentum 0.9 at 0.01, a constant schedule, batches of 32, the last
-    /// iterate), filled in for the keys not `given`; and what a network cannot take.
-    pub(super) fn network_defaults(
+    /// The defaults of a model trained by gradients in batches (networks, factorization
+    /// machines) where they differ from a linear model's (Adam at 0.001 or SGD with momentum 0.9
+    /// at 0.01, a constant schedule, batches of 32, the last iterate), filled in for the keys
+    /// not `given`; and what such a model cannot take. `kinds` names the kinds, for errors.
+    pub(crate) fn gradient_defaults(
         &mut self,
         given: &dyn Fn(&str) -> bool,
+        kinds: &str,
     ) -> Result<(), ParamError> {
-        self.hidden.get_or_insert_with(|| vec![64]);
-        self.activation.get_or_insert(Activation::Relu);
         let optimizer = *self.optimizer.get_or_insert(OptimizerName::Adam);
         match (optimizer, self.momentum) {
             (OptimizerName::Adam, Some(_)) => {
@@ -337,13 +337,13 @@ impl super::TrainParams {
             self.average = false;
         } else if self.average {
             return Err(ParamError {
-                message: "\"average\" cannot be used with mlp and mlp_regression".into(),
+                message: format!("\"average\" cannot be used with {kinds}"),
                 hint: Some("An average of a network's weights along training is not a trained network: leave \"average\" out.".into()),
             });
         }
         if self.l1 != 0.0 {
             return Err(ParamError {
-                message: "\"l1\" cannot be used with mlp and mlp_regression".into(),
+                message: format!("\"l1\" cannot be used with {kinds}"),
                 hint: Some("Use \"l2\" to regularize a network's weights.".into()),
             });
         }

@@ -10,7 +10,6 @@ use crate::learner::Learner;
 use crate::model::Labels;
 use crate::scoring::{BinaryLabels, ValidationScore};
 use crate::standardize::Standardizer;
-use crate::trained::Model;
 use crate::trainer::TrainError;
 
 /// The work one thread did for its share of learners since it last asked an interrupt check
@@ -242,10 +241,7 @@ impl BufferWork<'_> {
         }
         let score = t.score.as_mut().expect("made above");
         // A search of thousands of folded learners spends about as long scoring as training.
-        let row_cost = match &model {
-            Model::Linear(m) => self.row_cost() * m.n_outputs,
-            Model::Network(_) => model.n_params(),
-        };
+        let row_cost = model.scoring_work(self.row_cost());
         for rows in self.fold_rows[fold].chunks(256) {
             for &r in rows {
                 score.push(&model, arena.row(r as usize), arena.label(r as usize));

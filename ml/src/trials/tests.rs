@@ -21,15 +21,12 @@ fn learner(kind: ModelKind, params: serde_json::Value) -> Learner {
 }
 
 fn weights(model: &Model) -> Vec<u64> {
-    match model {
-        Model::Linear(m) => m
-            .weights
-            .iter()
-            .chain(&m.bias)
-            .map(|w| w.to_bits())
-            .collect(),
-        Model::Network(_) => unreachable!(),
-    }
+    let m = model.as_linear().expect("a linear model");
+    m.weights
+        .iter()
+        .chain(&m.bias)
+        .map(|w| w.to_bits())
+        .collect()
 }
 
 fn train(trials: &mut Trials, arena: &TupleArena, epochs: u32) -> Result<(), TrainError> {

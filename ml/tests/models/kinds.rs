@@ -255,7 +255,7 @@ fn schedules_set_each_epochs_rate() {
 
 #[test]
 fn fit_intercept_false_keeps_bias_zero() {
-    for kind in ModelKind::ALL.into_iter().filter(|k| !k.is_network()) {
+    for kind in ModelKind::ALL.into_iter().filter(|&k| linear_kind(k)) {
         let data = dataset(kind, 50, 3, 1.0, 12);
         for batch in [1usize, 4] {
             let c = TrainConfig {

@@ -18,6 +18,12 @@ use corgipile_ml::row::Row;
 use corgipile_ml::stats::{balanced_class_weights, FeatureStats};
 use corgipile_ml::trainer::{EpochStats, LrSchedule, TrainConfig, TrainError, Trainer};
 use corgipile_ml::TupleShuffler;
+
+/// The kinds whose model is a [`LinearModel`] (the linear family's).
+fn linear_kind(kind: ModelKind) -> bool {
+    use corgipile_ml::family::Family;
+    kind.family().noun() == corgipile_ml::learner::LinearFamily.noun()
+}
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 

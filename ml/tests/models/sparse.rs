@@ -6,7 +6,7 @@ use super::*;
 #[test]
 fn lazy_sparse_regularization_equals_eager_dense() {
     let d = 30;
-    for kind in ModelKind::ALL.into_iter().filter(|k| !k.is_network()) {
+    for kind in ModelKind::ALL.into_iter().filter(|&k| linear_kind(k)) {
         let data = dataset(kind, 120, d, 0.15, 11);
         // Splits that put mini-batches across buffer boundaries.
         let cuts = [0, 7, 50, 51, 120];

@@ -140,7 +140,7 @@ impl SgdNode {
             .finish(&mut interrupt_check)
             .unwrap_or_else(|e| self.inference_failed(e, n_features));
         let (weights, bias) = info.coefficients();
-        outcome.model = Model::Linear(LinearModel::single(
+        outcome.model = Model::new(LinearModel::single(
             self.config.model,
             weights.to_vec(),
             bias,

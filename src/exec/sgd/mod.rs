@@ -12,7 +12,7 @@ mod epochs;
 mod evaluate;
 mod inference;
 mod learn;
-mod network;
+mod shape;
 mod shard_round;
 mod side_by_side;
 mod statistics;
@@ -25,7 +25,7 @@ pub(crate) use divergence::raise_diverged;
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use inference::check_inference_params;
 pub use learn::Learn;
-pub use network::checked_network_spec;
+pub use shape::{checked_learner, checked_size, inputs_only};
 pub use shard_round::{forget_kept_optimizers, ShardRound};
 pub use trace::Trace;
 pub use train::Train;
@@ -36,7 +36,7 @@ use super::tuple_shuffle::{EpochCounts, TupleShuffle};
 use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
-use corgipile_ml::network::{Network, OptimizerKind};
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{ScheduleKind, TrainParams};
 use corgipile_ml::trainer::EpochStats;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -83,8 +83,9 @@ pub struct SgdNode {
     /// The widest row the statistics pass met (a sparse network's input width without
     /// "n_features").
     stats_width: Option<usize>,
-    /// A network's layer widths, input first (EXPLAIN ANALYZE).
-    network_sizes: Option<Vec<usize>>,
+    /// What training the model holds, for families sized by the statistics pass (EXPLAIN
+    /// ANALYZE).
+    model_size: Option<corgipile_ml::family::TrainingSize>,
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
@@ -224,7 +225,7 @@ impl Node for SgdNode {
             class_counts: None,
             validation_elsewhere: false,
             stats_width: None,
-            network_sizes: None,
+            model_size: None,
             backend_wait_seconds: 0.0,
             worker_busy_seconds: 0.0,
             last_stats: None,
@@ -269,9 +270,7 @@ impl Node for SgdNode {
             "Learning Rate",
             &format!("{} ({schedule})", p.learning_rate),
         );
-        if state.config.model.is_network() {
-            explain_network(es, p);
-        }
+        explain_family(es, state.config.model, p);
         if let Some(search) = &p.search {
             let searched: Vec<String> = search
                 .grid
@@ -353,10 +352,9 @@ impl Node for SgdNode {
                 }
                 explain::int(es, "Tuples Per Epoch", stats.tuples as i64);
             }
-            if let Some(sizes) = &state.network_sizes {
-                let layers: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
-                explain::text(es, "Layers", &layers.join(" x "));
-                explain::int(es, "Parameters", Network::n_params(sizes) as i64);
+            if let Some(size) = &state.model_size {
+                explain::text(es, size.shown.0, &size.shown.1);
+                explain::int(es, "Parameters", size.n_params as i64);
             }
             if let Some(t) = state.statistics_seconds {
                 explain::float(es, "Statistics Pass", Some("ms"), t * 1000.0, 3);
@@ -399,21 +397,17 @@ impl Node for SgdNode {
     }
 }
 
-/// A network's EXPLAIN lines: its hidden layers and optimizer.
+/// The EXPLAIN lines of the params only `kind`'s family takes (a network's hidden layers and
+/// optimizer).
 ///
 /// # Safety
 /// `es` is a live ExplainState (backend thread).
-pub(crate) unsafe fn explain_network(es: *mut pg_sys::ExplainState, p: &TrainParams) {
-    let hidden: Vec<String> = p.network_hidden().iter().map(|w| w.to_string()).collect();
-    let activation = p.activation.map_or("relu", |a| a.name());
-    explain::text(
-        es,
-        "Hidden Layers",
-        &format!("{} ({activation})", hidden.join(", ")),
-    );
-    let optimizer = match p.network_optimizer() {
-        OptimizerKind::Adam => "adam".to_string(),
-        OptimizerKind::Sgd { momentum } => format!("sgd (momentum {momentum})"),
-    };
-    explain::text(es, "Optimizer", &optimizer);
+pub(crate) unsafe fn explain_family(
+    es: *mut pg_sys::ExplainState,
+    kind: ModelKind,
+    p: &TrainParams,
+) {
+    for (label, text) in kind.family().explain_params(p) {
+        explain::text(es, label, &text);
+    }
 }

@@ -4,13 +4,13 @@
 //! the coordinator's model on every row and returns mergeable counts. Rows never leave the
 //! shard; nothing is stored here.
 
-use super::checked_network_spec;
 use super::statistics::gather_statistics;
+use super::{checked_learner, inputs_only};
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::{BlockShare, FeatureLayout, Mode};
 use crate::shard::protocol::{Phase, RoundReply, RoundRequest};
-use corgipile_ml::learner::Learner;
+use corgipile_ml::family::Shape;
 use corgipile_ml::network::{Optimizer, Target};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::cell::RefCell;
@@ -125,14 +125,14 @@ impl SgdNode {
                 None,
             )
         };
-        let learner = match (&request.network, kind.is_network()) {
+        let shape = match (&request.network, kind.family().sized_by_statistics()) {
             (Some(n), true) => {
                 let outputs = if kind.is_classifier() {
                     n.classes.len()
                 } else {
                     1
                 };
-                // Classes for mlp (two at least), none for mlp_regression.
+                // Classes for a classifier (two at least), none for a regression.
                 let fits = if kind.is_classifier() {
                     outputs >= 2
                 } else {
@@ -141,22 +141,19 @@ impl SgdNode {
                 if !fits {
                     other_shape();
                 }
-                let target = Target {
-                    mean: n.target_mean,
-                    scale: n.target_scale,
-                };
-                let spec = checked_network_spec(
-                    &params,
+                Shape {
+                    n_features: request.n_features,
                     outputs,
-                    target,
-                    request.n_features,
-                    self.config.max_model_bytes,
-                );
-                Learner::network(config, &spec, request.n_features)
+                    target: Target {
+                        mean: n.target_mean,
+                        scale: n.target_scale,
+                    },
+                }
             }
-            (None, false) => Learner::linear(config, request.n_features),
+            (None, false) => inputs_only(request.n_features),
             _ => other_shape(),
         };
+        let learner = checked_learner(kind, config, &params, &shape, self.config.max_model_bytes);
         let mut learner =
             learner.unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
         let start: Vec<f64> = request

@@ -3,7 +3,7 @@
 //! the model of every row (see corgipile_ml::trials).
 
 use super::collect::CollectedRows;
-use super::SgdNode;
+use super::{checked_size, SgdNode};
 use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::TupleShuffle;
 use crate::parallel::Team;
@@ -11,7 +11,6 @@ use crate::pg::error::{notice, raise};
 use crate::pg::error::{raise_labels_error, raise_train_error};
 use crate::pipeline::ValidationStats;
 use corgipile_ml::fit::LearnerPlan;
-use corgipile_ml::learner::Learner;
 use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};
 use corgipile_ml::model::Predictor;
 use corgipile_ml::params::search::configuration_kind;
@@ -37,8 +36,7 @@ impl SgdNode {
         n_features: usize,
         searching: bool,
     ) -> (Trials, LearnerPlan) {
-        let params = &self.config.params;
-        let normalize = params.normalize;
+        let params = &self.config.params.clone();
         let double_buffer = params.double_buffer;
         let folds = params.folds.unwrap_or(0) as usize;
         let copies = searching || folds > 0;
@@ -70,18 +68,8 @@ impl SgdNode {
                         .take()
                         .expect("one learner without a search or folds")
                 };
-                let learner = match self.network_spec(n_features, trial_params, kind) {
-                    Some(spec) => {
-                        self.network_sizes
-                            .get_or_insert_with(|| spec.sizes(n_features));
-                        Learner::network(config, &spec, n_features)
-                    }
-                    None => Learner::linear(config, n_features),
-                };
-                learners.push((
-                    learner.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), normalize)),
-                    fold,
-                ));
+                let learner = self.learner(kind, config, trial_params, n_features);
+                learners.push((learner, fold));
                 learner_config.push(c);
                 learner_fold.push(fold);
             }
@@ -128,12 +116,14 @@ impl SgdNode {
             ));
         }
         let models = kept.len() as u64 + 1;
-        let spec = self.network_spec(n_features, params, self.config.model);
+        let kind = self.config.model;
+        let shape = self.learner_shape(n_features, kind);
+        let size = checked_size(kind, params, &shape, self.config.max_model_bytes);
         // Beyond its weights, each model's trainer holds its own state and scratch.
         const PER_MODEL_BYTES: u64 = 16 << 10;
         let each = PER_MODEL_BYTES
-            + match &spec {
-                Some(spec) => spec.training_bytes(n_features, params.batch_size as usize),
+            + match &size {
+                Some(size) => size.bytes,
                 None => {
                     let outputs = if self.config.model.has_class_outputs() {
                         self.shuffle().rows().classes().len().max(2) as u64
@@ -168,25 +158,14 @@ impl SgdNode {
                 Some("Raise \"min_group_rows\", group by fewer or coarser columns, use fewer features, or ask a superuser to raise corgipile.max_model_memory.".into()),
             );
         }
-        let normalize = params.normalize;
         let mut learners = Vec::with_capacity(models as usize);
         for group in std::iter::once(None).chain((0..kept.len() as u32).map(Some)) {
             let mut config = params.train_config(self.config.model);
             config.standardizer = learned.standardizer.as_ref().map(copy_scaling);
             config.class_weights = learned.class_weights.clone();
             config.label_values = learned.label_values;
-            let learner = match &spec {
-                Some(spec) => {
-                    self.network_sizes
-                        .get_or_insert_with(|| spec.sizes(n_features));
-                    Learner::network(config, spec, n_features)
-                }
-                None => Learner::linear(config, n_features),
-            };
-            learners.push((
-                learner.unwrap_or_else(|e| raise_train_error(e, &self.label_text(), normalize)),
-                group,
-            ));
+            let learner = self.learner(kind, config, params, n_features);
+            learners.push((learner, group));
         }
         let learner_group: Vec<Option<u32>> = learners.iter().map(|(_, g)| *g).collect();
         let n = learners.len();
@@ -296,10 +275,7 @@ impl SgdNode {
         let row_work: usize = models
             .iter()
             .flatten()
-            .map(|m| match m.as_linear() {
-                Some(linear) => row_width * linear.n_outputs,
-                None => m.n_params(),
-            })
+            .map(|m| m.scoring_work(row_width))
             .sum();
         let chunk_rows = (VALIDATION_CHUNK_WORK / row_work.max(1)).clamp(1, VALIDATION_CHUNK_ROWS);
         for start in (0..arena.len()).step_by(chunk_rows) {

@@ -101,7 +101,7 @@ impl SgdNode {
     /// What the leader's statistics pass learned, for its parallel workers.
     pub(super) unsafe fn learned_statistics(&self, config: &TrainConfig) -> LearnedStatistics {
         let mut learned = LearnedStatistics::of(config);
-        if self.config.model.is_network() {
+        if self.config.model.family().sized_by_statistics() {
             learned.label_moments = self.label_moments;
             learned.classes = Some(self.shuffle().rows().classes().classes.clone());
         }

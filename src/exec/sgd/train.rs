@@ -248,9 +248,11 @@ impl SgdNode {
         let mut train_config = params.train_config(self.config.model);
         // A network needs its classes (its output layer's width) and a regression's target
         // statistics before it is built: always a statistics pass.
-        let network = configurations
-            .iter()
-            .any(|(c, _)| configuration_kind(c, self.config.model).is_network());
+        let network = configurations.iter().any(|(c, _)| {
+            configuration_kind(c, self.config.model)
+                .family()
+                .sized_by_statistics()
+        });
         let tabular = self.config.layout == FeatureLayout::Tabular;
         // A column list learns its preprocessing in the statistics pass, unless it was
         // learned before (see `Learn`).
