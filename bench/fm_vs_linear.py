@@ -330,6 +330,17 @@ def corgipile_params(data, seed, epochs):
     return p
 
 
+def positive_index(classes):
+    """The position of class 1 (or true) in label_mapping's classes: their order is the model's
+    (a softmax of a 0/1 label may hold [1.0, 0.0])."""
+    for i, c in enumerate(classes):
+        if c is True or str(c).lower() in ("true", "t") or (not isinstance(c, str) and float(c) == 1.0):
+            return i
+        if isinstance(c, str) and c.strip() in ("1", "1.0"):
+            return i
+    raise ValueError(f"no class 1 among {classes}")
+
+
 def corgipile_run(data, kind, params, regression, timeout):
     """One training on a fresh connection; test metrics; the stored params. An ERROR is returned
     as {"error": ...}, not raised (a connection lost is raised, for retrying)."""
@@ -360,8 +371,7 @@ def corgipile_run(data, kind, params, regression, timeout):
             else:
                 out.update({"accuracy": ev.get("accuracy"), "log_loss": ev.get("log_loss")})
                 # AUC from the probabilities of the positive class over the test rows.
-                classes = [str(v).lower() for v in (mapping or {}).get("classes", [])]
-                pos = classes.index("1") if "1" in classes else len(classes) - 1
+                pos = positive_index((mapping or {}).get("classes", []))
                 arg = "t.idx, t.val" if sparse else "t"
                 rows = c.execute(f"SELECT label, corgipile_predict_proba(%s, {arg}) FROM {data['test']} t ORDER BY id",
                                  (mid,)).fetchall()
@@ -369,6 +379,10 @@ def corgipile_run(data, kind, params, regression, timeout):
                 p = np.array([r[1][pos] for r in rows])
                 out["roc_auc"] = float(roc_auc_score(y, p))
                 out["client_check"] = class_metrics(y, p)  # should equal evaluate's accuracy and log_loss
+                for m in ("accuracy", "log_loss"):
+                    if out[m] is not None and abs(out["client_check"][m] - out[m]) > 1e-6:
+                        out.setdefault("mismatch", []).append(
+                            f"{m}: corgipile_evaluate {out[m]:.6f}, from corgipile_predict_proba {out['client_check'][m]:.6f}")
         except psycopg.OperationalError:
             raise
         except psycopg.Error as e:
@@ -518,9 +532,10 @@ def report(res):
             shown = {k: fm_runs[0]["stored_params"][k] for k in keep if k in fm_runs[0]["stored_params"]}
             L += ["", f"{d['fm_arm']}'s stored params: `{json.dumps(shown)}`; numpy FM: "
                       f"`{json.dumps(d['runs']['numpy FM'][0]['hyperparameters']) if d['runs']['numpy FM'] else '–'}`."]
-        errs = [f"{a} seed {r['seed']}: {r['error']}" for a in d["arms"] for r in d["runs"][a] if "error" in r]
+        errs = [f"ERROR {a} seed {r['seed']}: {r['error']}" for a in d["arms"] for r in d["runs"][a] if "error" in r]
+        errs += [f"{a} seed {r['seed']}: {m}" for a in d["arms"] for r in d["runs"][a] for m in r.get("mismatch", [])]
         if errs:
-            L += [""] + [f"- ERROR {e}" for e in errs]
+            L += [""] + [f"- {e}" for e in errs]
         L.append("")
     L += ["## Checks", "", "| check | result | dataset | measured |", "|---|---|---|---|"]
     for ds, what, ok, measured in checks(res):

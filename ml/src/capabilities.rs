@@ -36,7 +36,8 @@ pub enum Use {
     TextLabel,
     /// The linear kind with one output per class: `softmax`.
     Softmax,
-    /// A network: `mlp`, `mlp_regression`.
+    /// A kind sized by the statistics pass (its outputs are the classes that pass numbered):
+    /// a network (`mlp`, `mlp_regression`) or a factorization machine (`fm`, `fm_regression`).
     Network,
     /// `corgipile_feature_importance`.
     FeatureImportance,
@@ -64,7 +65,7 @@ impl Use {
             Use::ColumnList => "a list of feature columns",
             Use::TextLabel => "a text label",
             Use::Softmax => "`softmax`",
-            Use::Network => "`mlp`, `mlp_regression`",
+            Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
             Use::FeatureImportance => "`corgipile_feature_importance`",
             Use::GroupModels => "a per-group family (`corgipile_evaluate`)",
         }
@@ -151,7 +152,7 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::WarmStart, Use::Folds, "\"warm_start\" cannot be combined with \"folds\" yet", WARM_START_HINT),
     refused(Use::WarmStart, Use::GroupBy, "\"warm_start\" cannot be combined with \"group_by\" yet", WARM_START_HINT),
     refused(Use::WarmStart, Use::ValidationRelation, "\"warm_start\" cannot be combined with a validation relation yet", "Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}."),
-    refused(Use::WarmStart, Use::Network, "\"warm_start\" of networks (mlp, mlp_regression) is not supported yet", "Warm starts continue linear models (svm, logistic, linear, softmax)."),
+    refused(Use::WarmStart, Use::Network, "\"warm_start\" of networks and factorization machines (mlp, mlp_regression, fm, fm_regression) is not supported yet", "Warm starts continue linear models (svm, logistic, linear, softmax)."),
     // "since" continues its model as a warm start does.
     refused(Use::Since, Use::Folds, "\"since\" cannot be combined with \"folds\" yet", SINCE_HINT),
     refused(Use::Since, Use::GroupBy, "\"since\" cannot be combined with \"group_by\" yet", SINCE_HINT),

@@ -4,10 +4,14 @@
 //! families: `linear.rs` (the linear [`Trainer`] of svm, logistic, linear, softmax) and
 //! `network.rs` (a [`NetworkTrainer`](crate::network::NetworkTrainer): mlp, mlp_regression).
 
+mod gradient;
 mod linear;
 mod network;
 
+pub use gradient::Trainable;
+pub(crate) use gradient::{out_of_memory, GradientLearner};
 pub use linear::{head_name, LinearFamily};
+pub(crate) use network::optimizer_name;
 pub use network::NetworkFamily;
 
 use crate::arena::TupleArena;

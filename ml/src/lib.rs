@@ -13,6 +13,8 @@
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
 //! - [`family`]: model families (linear, network, factorization machine): what a kind's
 //!   trainer and trained model are, asked by the backend instead of matching on the kind.
+//! - [`fm`]: factorization machines (`fm`, `fm_regression`): pairs of features weighed by
+//!   their factors' dot products, trained as networks are.
 //! - [`fit`]: a training's policy for every driver: which learner is which, what happens
 //!   after each epoch (patience, stopping, the NOTICE lines), what each learner ends as.
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
@@ -39,6 +41,7 @@ pub mod divergence;
 pub mod explain;
 pub mod family;
 pub mod fit;
+pub mod fm;
 pub mod hash;
 pub mod importance;
 pub mod inference;

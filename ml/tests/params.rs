@@ -241,7 +241,7 @@ fn unknown_key_suggests_the_closest() {
     );
     assert!(
         hint.ends_with(
-            "optimizer, momentum, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, since, replay, name"
+            "optimizer, momentum, factors, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, since, replay, name"
         ),
         "{hint}"
     );
@@ -298,9 +298,9 @@ fn to_json_round_trips() {
             "name": null
         })
     );
-    // Every key but the network's four, the search's three, folds, the groups' two, "where",
-    // "warm_start", "since" and "replay".
-    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 14);
+    // Every key but the network's four, the factorization machine's one, the search's three,
+    // folds, the groups' two, "where", "warm_start", "since" and "replay".
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 15);
     assert_eq!(TrainParams::from_json(&j).unwrap(), d);
 
     let inputs = [
@@ -508,7 +508,7 @@ fn new_keys_round_trip() {
     ] {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 13);
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 14);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }
@@ -552,9 +552,10 @@ fn new_keys_round_trip() {
     for input in inputs {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
-        // A linear model's params list every key but the network's four, the search's three,
-        // folds, the groups' two, and "where", "warm_start", "since" and "replay" (null).
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 14);
+        // A linear model's params list every key but the network's four, the factorization
+        // machine's one, the search's three, folds, the groups' two, and "where", "warm_start",
+        // "since" and "replay" (null).
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 15);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }

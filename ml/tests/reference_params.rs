@@ -33,6 +33,10 @@ fn param_table_lists_every_key_once() {
         TrainParams::for_kind(&serde_json::json!({}), corgipile_ml::model::ModelKind::Mlp)
             .unwrap()
             .to_json();
+    let fm_defaults =
+        TrainParams::for_kind(&serde_json::json!({}), corgipile_ml::model::ModelKind::Fm)
+            .unwrap()
+            .to_json();
     let sgd_defaults = TrainParams::for_kind(
         &serde_json::json!({"optimizer": "sgd"}),
         corgipile_ml::model::ModelKind::Mlp,
@@ -69,10 +73,24 @@ fn param_table_lists_every_key_once() {
             assert!(p.rule.contains(&format!("(default {shown})")), "{}", p.name);
             continue;
         }
-        let (shown, value) = match p.shown_default.strip_suffix(" (mlp kinds)") {
-            Some(shown) if p.name == "momentum" => (shown.trim_matches('`'), &sgd_defaults[p.name]),
-            Some(shown) => (shown.trim_matches('`'), &network_defaults[p.name]),
-            None => (p.shown_default.trim_matches('`'), &defaults[p.name]),
+        // Keys of networks and factorization machines both: their defaults are the same.
+        let shared = p.shown_default.strip_suffix(" (mlp and fm kinds)");
+        if let Some(shown) = shared {
+            assert_eq!(network_defaults[p.name], fm_defaults[p.name], "{}", p.name);
+            assert!(p
+                .rule
+                .contains(&format!("(default {})", shown.trim_matches('`'))));
+        }
+        let (shown, value) = match (
+            p.shown_default.strip_suffix(" (mlp kinds)").or(shared),
+            p.shown_default.strip_suffix(" (fm kinds)"),
+        ) {
+            (Some(shown), _) if p.name == "momentum" => {
+                (shown.trim_matches('`'), &sgd_defaults[p.name])
+            }
+            (Some(shown), _) => (shown.trim_matches('`'), &network_defaults[p.name]),
+            (None, Some(shown)) => (shown.trim_matches('`'), &fm_defaults[p.name]),
+            (None, None) => (p.shown_default.trim_matches('`'), &defaults[p.name]),
         };
         if p.name == "seed" {
             assert_eq!((shown, value), ("random", &serde_json::Value::Null));

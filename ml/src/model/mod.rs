@@ -11,10 +11,10 @@ use crate::family::Family;
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
-mod linear;
+pub(crate) mod linear;
 mod logistic;
 mod mlp;
-mod softmax;
+pub(crate) mod softmax;
 mod svm;
 
 /// What a kind learns from the label column.
@@ -150,6 +150,8 @@ register_kinds! {
     Softmax => softmax::Softmax,
     Mlp => mlp::Mlp,
     MlpRegression => mlp::MlpRegression,
+    Fm => crate::fm::Fm,
+    FmRegression => crate::fm::FmRegression,
 }
 
 /// The kind a pipeline that trains nothing (corgipile_trace) reads its rows as: the label read

@@ -18,7 +18,9 @@ fn names_round_trip() {
             "linear",
             "softmax",
             "mlp",
-            "mlp_regression"
+            "mlp_regression",
+            "fm",
+            "fm_regression"
         ]
     );
     assert_eq!(

@@ -23,7 +23,7 @@ mod train;
 pub use attribution::{PathAttribution, WORK_BUDGET};
 pub use model::NetworkModel;
 pub use optimizer::{Optimizer, OptimizerKind};
-pub use train::{NetworkTrainer, Target};
+pub use train::{Differentiable, GradientTrainer, NetworkTrainer, Target};
 
 use crate::row::Row;
 use ndarray::linalg::general_mat_mul;
@@ -48,6 +48,50 @@ pub enum Head {
     Linear,
 }
 
+impl Head {
+    /// The loss of a batch's `outputs` (`labels.len()` rows of them: probabilities for a
+    /// softmax head, values for a linear one) and `delta`, d mean-loss / d pre-activation of
+    /// each output, of a batch of `1 / inv_b` rows; `weights`: each row's weight on the loss, or
+    /// empty for 1. Returns the rows' summed (weighted) loss.
+    pub fn delta(
+        self,
+        outputs: &[f64],
+        labels: &[f64],
+        weights: &[f64],
+        inv_b: f64,
+        delta: &mut [f64],
+    ) -> f64 {
+        if labels.is_empty() {
+            return 0.0;
+        }
+        let n_out = outputs.len() / labels.len();
+        let mut loss = 0.0;
+        for (i, ((d, o), &y)) in delta
+            .chunks_exact_mut(n_out)
+            .zip(outputs.chunks_exact(n_out))
+            .zip(labels)
+            .enumerate()
+        {
+            let w = weights.get(i).copied().unwrap_or(1.0);
+            match self {
+                Head::Softmax => {
+                    let k = y as usize;
+                    loss -= w * o[k].max(f64::MIN_POSITIVE).ln();
+                    for (j, (dj, &oj)) in d.iter_mut().zip(o).enumerate() {
+                        *dj = w * (oj - f64::from(u8::from(j == k))) * inv_b;
+                    }
+                }
+                Head::Linear => {
+                    let r = o[0] - y;
+                    loss += w * 0.5 * r * r;
+                    d[0] = w * r * inv_b;
+                }
+            }
+        }
+        loss
+    }
+}
+
 /// Why a network cannot be built.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum NetworkError {
@@ -58,7 +102,7 @@ pub enum NetworkError {
 }
 
 /// A vector of `n` zeros, or an error instead of an abort when there is no memory for it.
-fn try_zeros(n: usize) -> Result<Vec<f64>, NetworkError> {
+pub(crate) fn try_zeros(n: usize) -> Result<Vec<f64>, NetworkError> {
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| NetworkError::OutOfMemory {
@@ -325,33 +369,13 @@ impl Network {
         let n_out = self.sizes[last];
         let inv_b = 1.0 / of_rows.max(1) as f64;
         // Output delta: d mean-loss / d Z_last.
-        let mut loss = 0.0;
-        {
-            let out = &ws.activations[last][..b * n_out];
-            let delta = &mut ws.delta[..b * n_out];
-            for (i, ((d, o), &y)) in delta
-                .chunks_exact_mut(n_out)
-                .zip(out.chunks_exact(n_out))
-                .zip(labels)
-                .enumerate()
-            {
-                let w = weights.get(i).copied().unwrap_or(1.0);
-                match self.head {
-                    Head::Softmax => {
-                        let k = y as usize;
-                        loss -= w * o[k].max(f64::MIN_POSITIVE).ln();
-                        for (j, (dj, &oj)) in d.iter_mut().zip(o).enumerate() {
-                            *dj = w * (oj - f64::from(u8::from(j == k))) * inv_b;
-                        }
-                    }
-                    Head::Linear => {
-                        let r = o[0] - y;
-                        loss += w * 0.5 * r * r;
-                        d[0] = w * r * inv_b;
-                    }
-                }
-            }
-        }
+        let loss = self.head.delta(
+            &ws.activations[last][..b * n_out],
+            labels,
+            weights,
+            inv_b,
+            &mut ws.delta[..b * n_out],
+        );
         if first {
             ws.gradient.iter_mut().for_each(|g| *g = 0.0);
         }
@@ -406,7 +430,7 @@ impl Network {
 
 /// Calls `f(j, value)` for each stored value of `row` whose index is below `n` (features the
 /// network does not have are ignored, as a linear model ignores them).
-fn for_each_value(row: &Row, n: usize, mut f: impl FnMut(usize, f64)) {
+pub(crate) fn for_each_value(row: &Row, n: usize, mut f: impl FnMut(usize, f64)) {
     match *row {
         Row::Dense(x) => x.iter().take(n).enumerate().for_each(|(j, &v)| f(j, v)),
         Row::Sparse { indices, values } => {

@@ -1,4 +1,5 @@
-//! Training a [`Network`] on CorgiPile's shuffled buffers: each buffer's rows, in the order
+//! Training a model by gradients on mini-batches ([`Differentiable`]: a [`Network`], a
+//! factorization machine) on CorgiPile's shuffled buffers: each buffer's rows, in the order
 //! the tuple shuffle gave, in mini-batches; per-epoch statistics as the linear trainer reports
 //! them (loss and accuracy or R² of each batch measured before its update), so the epoch loop
 //! treats both alike. A batch does not span two buffers: a buffer's last rows form a smaller
@@ -48,9 +49,83 @@ impl Target {
 /// Floating-point operations between two looks at the stop flag: about 10 ms of arithmetic.
 const FLOPS_BETWEEN_CHECKS: usize = 1 << 24;
 
-pub struct NetworkTrainer {
-    net: Network,
-    workspace: Workspace,
+/// A model [`GradientTrainer`] trains: flat parameters, a head, and the mean loss of a batch
+/// with its gradient.
+pub trait Differentiable: Send {
+    /// A batch's buffers, allocated once, fallibly.
+    type Workspace: Send;
+    /// Every parameter, flat (what processes exchange and shards combine).
+    fn params(&self) -> &[f64];
+    fn params_mut(&mut self) -> &mut [f64];
+    fn head(&self) -> Head;
+    /// Outputs: classes (softmax) or 1.
+    fn n_outputs(&self) -> usize;
+    /// Which parameters are weights (L2 applies to them), not biases.
+    fn is_weight(&self) -> Vec<bool>;
+    /// The buffers of a batch of `batch` rows.
+    fn workspace(&self, batch: usize) -> Result<Self::Workspace, NetworkError>;
+    /// Part of a batch of `of_rows` rows: adds its share of the batch's mean loss gradient to
+    /// the workspace's gradient (zeroed first when `first`) and returns its share of the mean
+    /// loss (see [`Network::add_loss_and_gradient`]).
+    fn add_loss_and_gradient(
+        &self,
+        rows: &[Row],
+        labels: &[f64],
+        weights: &[f64],
+        of_rows: usize,
+        first: bool,
+        ws: &mut Self::Workspace,
+    ) -> f64;
+    /// The outputs of row `i` of the last part (probabilities, or the standardized value).
+    fn outputs<'w>(&self, ws: &'w Self::Workspace, i: usize) -> &'w [f64];
+    fn gradient(ws: &Self::Workspace) -> &[f64];
+}
+
+impl Differentiable for Network {
+    type Workspace = Workspace;
+    fn params(&self) -> &[f64] {
+        &self.params
+    }
+    fn params_mut(&mut self) -> &mut [f64] {
+        &mut self.params
+    }
+    fn head(&self) -> Head {
+        self.head
+    }
+    fn n_outputs(&self) -> usize {
+        *self.sizes.last().expect("a network has an output layer")
+    }
+    fn is_weight(&self) -> Vec<bool> {
+        Network::is_weight(self)
+    }
+    fn workspace(&self, batch: usize) -> Result<Workspace, NetworkError> {
+        Workspace::new(self, batch)
+    }
+    fn add_loss_and_gradient(
+        &self,
+        rows: &[Row],
+        labels: &[f64],
+        weights: &[f64],
+        of_rows: usize,
+        first: bool,
+        ws: &mut Workspace,
+    ) -> f64 {
+        Network::add_loss_and_gradient(self, rows, labels, weights, of_rows, first, ws)
+    }
+    fn outputs<'w>(&self, ws: &'w Workspace, i: usize) -> &'w [f64] {
+        Network::outputs(self, ws, i)
+    }
+    fn gradient(ws: &Workspace) -> &[f64] {
+        &ws.gradient
+    }
+}
+
+/// A network's trainer.
+pub type NetworkTrainer = GradientTrainer<Network>;
+
+pub struct GradientTrainer<M: Differentiable> {
+    net: M,
+    workspace: M::Workspace,
     optimizer: Optimizer,
     is_weight: Vec<bool>,
     batch: usize,
@@ -78,27 +153,27 @@ pub struct NetworkTrainer {
     exchange: Option<Exchange>,
 }
 
-impl NetworkTrainer {
+impl<M: Differentiable> GradientTrainer<M> {
     /// A trainer of `net` with `batch` rows per step; `target` standardizes a regression
     /// label (ignored for classes). Every buffer it needs is allocated here, fallibly.
     pub fn try_new(
-        net: Network,
+        net: M,
         optimizer: OptimizerKind,
         learning_rate: f64,
         l2: f64,
         batch: usize,
         target: Target,
-    ) -> Result<NetworkTrainer, NetworkError> {
+    ) -> Result<GradientTrainer<M>, NetworkError> {
         let batch = batch.max(1);
-        let workspace = Workspace::new(&net, batch)?;
-        let optimizer = Optimizer::new(optimizer, learning_rate, l2, net.params.len())?;
+        let workspace = net.workspace(batch)?;
+        let optimizer = Optimizer::new(optimizer, learning_rate, l2, net.params().len())?;
         let mut labels = Vec::new();
         labels
             .try_reserve_exact(batch)
             .map_err(|_| NetworkError::OutOfMemory {
                 bytes: batch as u64 * 8,
             })?;
-        Ok(NetworkTrainer {
+        Ok(GradientTrainer {
             is_weight: net.is_weight(),
             net,
             workspace,
@@ -161,8 +236,8 @@ impl NetworkTrainer {
 
     /// Adam at learning rate 0.01, no L2, classes (the unit tests' trainer).
     #[cfg(test)]
-    pub(crate) fn adam_for_tests(net: Network, batch: usize) -> NetworkTrainer {
-        NetworkTrainer::try_new(
+    pub(crate) fn adam_for_tests(net: M, batch: usize) -> GradientTrainer<M> {
+        GradientTrainer::try_new(
             net,
             OptimizerKind::Adam,
             0.01,
@@ -177,7 +252,7 @@ impl NetworkTrainer {
     /// e.g. a shard's); false, and nothing changed, if it does not fit this network. The
     /// learning rate stays this trainer's.
     pub fn resume_optimizer(&mut self, mut optimizer: Optimizer) -> bool {
-        if !optimizer.fits(self.optimizer.kind(), self.net.params.len()) {
+        if !optimizer.fits(self.optimizer.kind(), self.net.params().len()) {
             return false;
         }
         optimizer.set_learning_rate(self.learning_rate);
@@ -192,14 +267,14 @@ impl NetworkTrainer {
 
     /// Continues from these parameters (as many as the network has).
     pub fn set_parameters(&mut self, values: &[f64]) {
-        self.net.params.copy_from_slice(values);
+        self.net.params_mut().copy_from_slice(values);
     }
 
-    pub fn network(&self) -> &Network {
+    pub fn network(&self) -> &M {
         &self.net
     }
 
-    pub fn into_network(self) -> Network {
+    pub fn into_network(self) -> M {
         self.net
     }
 
@@ -234,18 +309,14 @@ impl NetworkTrainer {
                 let end = (start + self.batch).min(n);
                 self.labels.clear();
                 self.row_weights.clear();
-                let classes = *self
-                    .net
-                    .sizes
-                    .last()
-                    .expect("a network has an output layer");
+                let classes = self.net.n_outputs();
                 for k in start..end {
                     let y = arena.label(at(k));
-                    if self.net.head == Head::Softmax && y as usize >= classes {
+                    if self.net.head() == Head::Softmax && y as usize >= classes {
                         // The output layer has no unit for it (see TrainError::UnknownClass).
                         return Err(TrainError::UnknownClass { class: y, classes });
                     }
-                    self.labels.push(match self.net.head {
+                    self.labels.push(match self.net.head() {
                         Head::Softmax => y,
                         Head::Linear => self.target.standardize(y),
                     });
@@ -314,7 +385,7 @@ impl NetworkTrainer {
         // A wide network's batch is taken in chunks of rows whose gradients add up, so that
         // the stop flag is looked at every few milliseconds of arithmetic, however wide the
         // layers (cancel must not wait for a batch of seconds).
-        let flops_per_row = 6 * self.net.params.len().max(1);
+        let flops_per_row = 6 * self.net.params().len().max(1);
         let chunk = (FLOPS_BETWEEN_CHECKS / flops_per_row).clamp(1, b.max(1));
         let mut loss = 0.0;
         for start in (0..b).step_by(chunk) {
@@ -336,18 +407,18 @@ impl NetworkTrainer {
         if !loss.is_finite() {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
-        let units = match self.net.head {
+        let units = match self.net.head() {
             Head::Softmax => 1.0,
             Head::Linear => self.target.scale * self.target.scale,
         };
         self.loss_sum += loss * units * b as f64;
         self.tuples += b as u64;
         self.optimizer.step(
-            &mut self.net.params,
-            &self.workspace.gradient,
+            self.net.params_mut(),
+            M::gradient(&self.workspace),
             &self.is_weight,
         );
-        if !self.net.params.iter().all(|p| p.is_finite()) {
+        if !self.net.params().iter().all(|p| p.is_finite()) {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
         Ok(())
@@ -358,7 +429,7 @@ impl NetworkTrainer {
     fn count(&mut self, start: usize, end: usize) {
         for (i, &y) in self.labels[start..end].iter().enumerate() {
             let out = self.net.outputs(&self.workspace, i);
-            match self.net.head {
+            match self.net.head() {
                 Head::Softmax => {
                     let predicted = crate::model::argmax(out).unwrap_or(0);
                     self.correct += u64::from(predicted as f64 == y);
@@ -381,7 +452,7 @@ impl NetworkTrainer {
     /// parameters every process starts from: this trainer's initial ones (the same seed
     /// draws the same weights in every process).
     pub fn set_exchange(&mut self, shared: SharedModel, period: u64) {
-        self.exchange = Some(Exchange::new(shared, period, &self.net.params));
+        self.exchange = Some(Exchange::new(shared, period, self.net.params()));
     }
 
     /// Exchanges now (if exchanging): adds this trainer's steps since its last exchange to the
@@ -389,7 +460,7 @@ impl NetworkTrainer {
     /// stays each process's own.
     pub fn exchange(&mut self) -> Result<(), TrainError> {
         match self.exchange.as_mut() {
-            Some(x) => x.merge(self.net.params.iter_mut()),
+            Some(x) => x.merge(self.net.params_mut().iter_mut()),
             None => Ok(()),
         }
     }
@@ -403,7 +474,7 @@ impl NetworkTrainer {
 
     pub fn finish_epoch(&mut self) -> EpochStats {
         let n = self.tuples.max(1) as f64;
-        let classes = self.net.head == Head::Softmax;
+        let classes = self.net.head() == Head::Softmax;
         EpochStats {
             epoch: self.epoch,
             loss: self.loss_sum / n,

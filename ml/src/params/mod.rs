@@ -513,10 +513,10 @@ train_params! {
     },
     /// mlp kinds: how the parameters move along the gradient.
     optimizer: Option<OptimizerName> = None => {
-        shown: r#"`"adam"` (mlp kinds)"#,
+        shown: r#"`"adam"` (mlp and fm kinds)"#,
         accepts: r#"`"adam"`, `"sgd"`"#,
-        meaning: "`mlp`, `mlp_regression`: Adam (β₁ 0.9, β₂ 0.999) or SGD with `momentum`",
-        rule: "\"adam\" or \"sgd\" (default \"adam\"); mlp and mlp_regression only",
+        meaning: "`mlp`, `mlp_regression`, `fm`, `fm_regression`: Adam (β₁ 0.9, β₂ 0.999) or SGD with `momentum`",
+        rule: "\"adam\" or \"sgd\" (default \"adam\"); mlp, mlp_regression, fm and fm_regression only",
         parse: |k, v| {
             let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
             OptimizerName::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown optimizer"))
@@ -525,11 +525,20 @@ train_params! {
     },
     /// mlp kinds with `"optimizer": "sgd"`: the momentum.
     momentum: Option<f64> = None => {
-        shown: "`0.9` (mlp kinds)",
+        shown: "`0.9` (mlp and fm kinds)",
         accepts: "number in [0, 1)",
-        meaning: r#"`mlp`, `mlp_regression` with `"optimizer": "sgd"`: heavy-ball momentum"#,
-        rule: "a number >= 0 and < 1 (default 0.9); mlp and mlp_regression with \"optimizer\": \"sgd\" only",
+        meaning: r#"`mlp`, `mlp_regression`, `fm`, `fm_regression` with `"optimizer": "sgd"`: heavy-ball momentum"#,
+        rule: "a number >= 0 and < 1 (default 0.9); mlp, mlp_regression, fm and fm_regression with \"optimizer\": \"sgd\" only",
         parse: |k, v| get_float(k, v, |x| (0.0..1.0).contains(&x)).map(Some),
+        json: |x| json!(x),
+    },
+    /// fm kinds: the factors of each feature (and output) whose dot products weigh pairs.
+    factors: Option<u32> = None => {
+        shown: "`8` (fm kinds)",
+        accepts: "integer 1 … 256",
+        meaning: "`fm`, `fm_regression`: the length of each feature's factor vector; a pair of features interacts through their factors' dot product",
+        rule: "an integer from 1 to 256 (default 8); fm and fm_regression only",
+        parse: |k, v| get_int(k, v, 1, crate::fm::MAX_FACTORS as u64).map(|n| Some(n as u32)),
         json: |x| json!(x),
     },
     /// Early stopping on the validation loss.
@@ -552,7 +561,7 @@ train_params! {
         shown: "`null`",
         accepts: r#"`{"learning_rate": [0.001, 0.01], "l2": [0, 0.0001], ...}`"#,
         meaning: "train every combination of these values side by side on the same shuffled buffers, each scored on the same validation rows (default `{\"fraction\": 0.2}`), every one stored as a version of `name`, the best (`select_by`) last; see [Search](#search-many-configurations-in-one-pass)",
-        rule: "null or an object mapping learning_rate, learning_rate_schedule, decay, l2, l1, batch_size, average, hidden, activation, optimizer or momentum to a non-empty array of values, at most 256 combinations (default null)",
+        rule: "null or an object mapping learning_rate, learning_rate_schedule, decay, l2, l1, batch_size, average, hidden, activation, optimizer, momentum or factors to a non-empty array of values, at most 256 combinations (default null)",
         parse: |k, v| Search::parse(k, v).map(Some),
         json: |x| x.as_ref().map_or(Value::Null, Search::to_json),
     },

@@ -31,6 +31,7 @@ pub const SEARCHABLE: &[&str] = &[
     "activation",
     "optimizer",
     "momentum",
+    "factors",
 ];
 
 /// A configuration's model kind: its `"model"` value, or the training's `kind`.

@@ -4,6 +4,7 @@
 use super::*;
 use crate::metrics::tests::Rand;
 use crate::metrics::AUC_BINS;
+use crate::model::Labels;
 use crate::model::{sigmoid, LinearModel, ModelKind};
 use crate::row::Row;
 use serde_json::Value;
@@ -125,10 +126,10 @@ fn sharded(
                 .into_iter()
                 .filter(|k| !json[*k].is_null())
                 .collect();
-            let want = match model.kind {
-                ModelKind::Svm | ModelKind::Logistic => "binary",
-                ModelKind::Softmax | ModelKind::Mlp => "multiclass",
-                ModelKind::Linear | ModelKind::MlpRegression => "regression",
+            let want = match model.kind.labels() {
+                Labels::TwoClasses => "binary",
+                Labels::Classes => "multiclass",
+                Labels::Number => "regression",
             };
             assert_eq!(sent, [want]);
             over_the_wire(&part)

@@ -13,7 +13,7 @@ mod sparse;
 mod standardized;
 
 use corgipile_ml::arena::TupleArena;
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::{Labels, LinearModel, ModelKind};
 use corgipile_ml::row::Row;
 use corgipile_ml::stats::{balanced_class_weights, FeatureStats};
 use corgipile_ml::trainer::{EpochStats, LrSchedule, TrainConfig, TrainError, Trainer};
@@ -56,8 +56,8 @@ fn dataset(kind: ModelKind, n: usize, d: usize, density: f64, seed: u64) -> Data
                     .sum::<f64>()
             };
             let noise = uniform(&mut rng) < 0.1;
-            let y = match kind {
-                ModelKind::Svm | ModelKind::Logistic => {
+            let y = match kind.labels() {
+                Labels::TwoClasses => {
                     let y = if z(0) + 0.2 >= 0.0 { 1.0 } else { -1.0 };
                     if noise {
                         -y
@@ -65,10 +65,8 @@ fn dataset(kind: ModelKind, n: usize, d: usize, density: f64, seed: u64) -> Data
                         y
                     }
                 }
-                ModelKind::Linear | ModelKind::MlpRegression => {
-                    z(0) + 0.5 + (uniform(&mut rng) - 0.5) * 0.1
-                }
-                ModelKind::Softmax | ModelKind::Mlp => {
+                Labels::Number => z(0) + 0.5 + (uniform(&mut rng) - 0.5) * 0.1,
+                Labels::Classes => {
                     let s = [z(0), z(1), z(2)];
                     let best = (0..3).max_by(|&a, &b| s[a].total_cmp(&s[b])).unwrap();
                     if noise {
