@@ -78,7 +78,7 @@ REACHABLE = {
                                                        "name": "cap_ws_groups"}),
     ('`"warm_start"`', "a validation relation"): ("logistic", {"warm_start": "cap_ws",
                                                                 "validation": {"relation": "cap_valid"}}),
-    ('`"warm_start"`', "`mlp`, `mlp_regression`"): ("mlp", {"warm_start": "cap_mlp"}),
+    ('`"warm_start"`', "`mlp`, `mlp_regression`, `fm`, `fm_regression`"): ("mlp", {"warm_start": "cap_mlp"}),
     ('`"since"`', '`"folds"`'): ("logistic", {"since": "cap_ws", "folds": 3}),
     ('`"since"`', '`"group_by"`'): ("logistic", {"since": "cap_ws", "group_by": "color", "name": "cap_ws_groups"}),
     ('`"since"`', "a validation relation"): ("logistic", {"since": "cap_ws", "validation": {"relation": "cap_valid"}}),

@@ -75,9 +75,18 @@ SELECT id, round(x::numeric, 4)::float8 AS x, round(y::numeric, 4)::float8 AS y,
 FROM (SELECT i AS id, 2 * random() - 1 AS x, 2 * random() - 1 AS y FROM generate_series(1, 10000) i) r
 ORDER BY inside, id;
 
+-- ad_clicks: 20,000 impressions of 41 ads on 37 sites, and whether each was clicked: an ad
+-- fits some sites and not others (an affinity of the pair, not of the ad or the site alone),
+-- stored all unclicked impressions first.
+CREATE TABLE ad_clicks AS
+SELECT i AS id, 'site' || s AS site, 'ad' || a AS ad,
+       cos(s - 2.3 * a) + 0.6 * (((i * 7919) % 1000) / 1000.0 - 0.5) > 0.2 AS clicked
+FROM (SELECT i, i % 37 AS s, (i * 7) % 41 AS a FROM generate_series(1, 20000) i) c
+ORDER BY clicked, id;
+
 -- PostgreSQL 16+ extends a table being filled by many pages at once, and VACUUM trims only a
 -- long empty tail; VACUUM FULL rewrites each table into exactly its pages, so the tables have
 -- the same pages (and a seed gives the same models) on every major.
-VACUUM FULL points, points_test, customers, new_customers, houses, rings;
-VACUUM ANALYZE points, points_test, customers, new_customers, houses, rings;
+VACUUM FULL points, points_test, customers, new_customers, houses, rings, ad_clicks;
+VACUUM ANALYZE points, points_test, customers, new_customers, houses, rings, ad_clicks;
 RESET client_min_messages;
