@@ -1,11 +1,9 @@
 //! The hand-written hash functions, one copy of each: FNV-1a, the two 64-bit finalizers
-//! (murmur3's fold-multiply-fold, splitmix64's mix), splitmix64 itself and the FxHash-like
-//! [`FxHasher`] of the category maps. Written out, not std's hashers (whose output may
-//! change between Rust releases): stored models (hashed category buckets), advisory lock keys
-//! shared by every backend and the validation split depend on these exact outputs. Never
-//! change one. A leaf: imports nothing from the crate.
-
-use std::hash::Hasher;
+//! (murmur3's fold-multiply-fold, splitmix64's mix) and splitmix64 itself. Written out, not
+//! std's hashers (whose output may change between Rust releases): stored models (hashed
+//! category buckets), advisory lock keys shared by every backend and the validation split
+//! depend on these exact outputs. Never change one. (Hash maps whose hash is never stored use
+//! foldhash.) A leaf: imports nothing from the crate.
 
 /// FNV-1a's 64-bit offset basis.
 pub const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
@@ -50,30 +48,10 @@ pub fn splitmix64(x: u64) -> u64 {
     splitmix64_mix(x.wrapping_add(GOLDEN_GAMMA))
 }
 
-/// A multiply-rotate hasher (as rustc's FxHash) finished by [`fold_mul_fold`]: for maps keyed
-/// by short byte strings, built from the user's own table (flooding is no concern).
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(K);
-        }
-    }
-    fn finish(&self) -> u64 {
-        // The multiply carries differences only upwards; hashbrown takes its bucket from the
-        // low bits. Fold the high half down (as a 64-bit finalizer does), or keys differing
-        // only in their high bytes (zero-padded codes) share buckets.
-        fold_mul_fold(self.0)
-    }
-}
+/// The hasher of maps whose hash is never stored (category and group lookups): foldhash, a
+/// fraction of SipHash's cost on short keys (flooding is no concern for a map built from the
+/// owner's own table), with a fixed seed so that a map's order is the same in every process.
+pub type MapHasher = foldhash::fast::FixedState;
 
 #[cfg(test)]
 mod tests {
@@ -82,8 +60,6 @@ mod tests {
     /// The functions as they were written before they were gathered here, verbatim (but for
     /// their names and the pg_sys types of `tid_fraction`): the reference for bit-identity.
     mod old {
-        use std::hash::Hasher;
-
         // ml/src/preprocess.rs
         pub fn bucket(value: &[u8], buckets: u32) -> usize {
             let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -95,31 +71,6 @@ mod tests {
             h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
             h ^= h >> 33;
             (h % buckets as u64) as usize
-        }
-
-        // ml/src/preprocess.rs
-        #[derive(Default, Clone, Copy)]
-        pub struct FxHasher(u64);
-
-        impl Hasher for FxHasher {
-            fn write(&mut self, bytes: &[u8]) {
-                const K: u64 = 0x517c_c1b7_2722_0a95;
-                let mut chunks = bytes.chunks_exact(8);
-                for c in &mut chunks {
-                    let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-                    self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(K);
-                }
-                for &b in chunks.remainder() {
-                    self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(K);
-                }
-            }
-            fn finish(&self) -> u64 {
-                let mut h = self.0;
-                h ^= h >> 33;
-                h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-                h ^= h >> 33;
-                h
-            }
         }
 
         // src/catalog/locks.rs (the purpose's marker byte given directly)
@@ -163,31 +114,19 @@ mod tests {
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    fn fx(bytes: &[u8]) -> u64 {
-        let mut h = FxHasher::default();
-        h.write(bytes);
-        h.finish()
-    }
-
     #[test]
     fn known_outputs() {
         // Computed by the old code before the move: stored models and lock keys depend on them.
-        let cases: [(&[u8], usize, usize, u64); 5] = [
-            (b"", 82, 2951903813, 0),
-            (b"a", 589, 110826284, 0x73c6_7902_74e4_f55a),
-            (b"user17", 394, 65371773, 0x92b2_e612_b88d_8f2f),
-            (b"New York", 609, 1318224065, 0xc33b_ce84_b685_fd24),
-            (
-                b"\xff\x00zero-padded code 0001",
-                944,
-                4119205843,
-                0x785d_0a3f_3e42_cda9,
-            ),
+        let cases: [(&[u8], usize, usize); 5] = [
+            (b"", 82, 2951903813),
+            (b"a", 589, 110826284),
+            (b"user17", 394, 65371773),
+            (b"New York", 609, 1318224065),
+            (b"\xff\x00zero-padded code 0001", 944, 4119205843),
         ];
-        for (value, b1024, bmax, fxh) in cases {
+        for (value, b1024, bmax) in cases {
             assert_eq!(bucket(value, 1024), b1024, "{value:?}");
             assert_eq!(bucket(value, u32::MAX), bmax, "{value:?}");
-            assert_eq!(fx(value), fxh, "{value:?}");
         }
         for (marker, name, want) in [
             (1, "", 0xc93a_6068_b560_760e),
@@ -220,13 +159,6 @@ mod tests {
             let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             let buckets = (next() as u32).max(1);
             assert_eq!(bucket(&bytes, buckets), old::bucket(&bytes, buckets));
-            let mut h = old::FxHasher::default();
-            h.write(&bytes);
-            h.write_usize(len);
-            let mut g = FxHasher::default();
-            g.write(&bytes);
-            g.write_usize(len);
-            assert_eq!(g.finish(), h.finish());
             let name = String::from_utf8_lossy(&bytes);
             let marker = (next() % 4 + 1) as u8;
             assert_eq!(name_hash(marker, &name), old::name_hash(marker, &name));

@@ -17,7 +17,7 @@
 //!   their factors' dot products, trained as networks are.
 //! - [`fit`]: a training's policy for every driver: which learner is which, what happens
 //!   after each epoch (patience, stopping, the NOTICE lines), what each learner ends as.
-//! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers, FxHasher).
+//! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers).
 //! - [`importance`]: permutation importance of input columns.
 //! - [`inference`]: standard errors and p-values of linear and logistic models (Newton passes
 //!   to the maximum-likelihood estimate, the information matrix, normal and t tails).

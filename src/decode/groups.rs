@@ -9,11 +9,10 @@
 use crate::pg::error::raise;
 use crate::pg::fixed_output::Printer;
 use corgipile_ml::arena::NO_GROUP;
-use corgipile_ml::hash::FxHasher;
+use corgipile_ml::hash::MapHasher;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::hash::BuildHasherDefault;
 
 use super::datum::{with_text_bytes, LabelKind};
 
@@ -119,8 +118,8 @@ pub struct Groups {
     /// keys of one integer or boolean column also by value: no text per row; those of one
     /// other column passed by value, such as a date, by datum once seen, as printing a key
     /// with the settings fixed costs about a microsecond).
-    index: HashMap<String, u32, BuildHasherDefault<FxHasher>>,
-    by_number: HashMap<i64, u32, BuildHasherDefault<FxHasher>>,
+    index: HashMap<String, u32, MapHasher>,
+    by_number: HashMap<i64, u32, MapHasher>,
     seen: Vec<(String, u64)>,
     /// Once numbered: per group seen, its model's number or NO_GROUP.
     numbers: Option<Vec<u32>>,

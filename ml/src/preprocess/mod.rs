@@ -25,9 +25,6 @@ mod statistics;
 mod time;
 
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-use crate::hash::FxHasher;
 
 pub use encode::{bucket, EncodedColumn, EncodedRow, Encoding, Preprocessor};
 pub use options::{
@@ -72,9 +69,9 @@ fn not_finite(plan: &ColumnPlan) -> PreprocessError {
 }
 
 /// Category bytes → `V`. Keys are short strings looked up once per row and column while
-/// predicting: a multiply-rotate hash (as rustc's FxHash) costs a fraction of SipHash, and
-/// flooding is no concern for a map built from the training table by its owner.
-pub type CategoryMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<FxHasher>>;
+/// training (see [`MapHasher`](crate::hash::MapHasher); nothing stored depends on a map's
+/// order: the kept categories are sorted).
+pub type CategoryMap<V> = HashMap<Box<[u8]>, V, crate::hash::MapHasher>;
 
 /// Bytes a distinct category costs besides its text, measured: in the statistics pass's map
 /// (boxed key, count, control byte, growth slack), then as a kept category (its name, its
