@@ -34,7 +34,6 @@ mod piles;
 pub mod spill;
 use piles::{shuffle_pile, split_into_piles, to_random_pile, tuple_body, LoadedPile, Pile};
 
-const KEYS: [&str; 3] = ["seed", "memory", "columns"];
 /// Most piles one pass writes (each open temporary file buffers one 8 kB block).
 const MAX_PILES: usize = 4096;
 
@@ -42,6 +41,52 @@ struct ShuffleParams {
     seed: u64,
     memory: u64,
     columns: Option<Vec<String>>,
+}
+
+/// The params as given: every key optional, none null, no other key.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GivenParams {
+    #[serde(default, deserialize_with = "given")]
+    seed: Option<u64>,
+    #[serde(default, deserialize_with = "given")]
+    memory: Option<Size>,
+    #[serde(default, deserialize_with = "given")]
+    columns: Option<Vec<String>>,
+}
+
+/// A size: a text such as "64MB", or a number of bytes.
+enum Size {
+    Text(String),
+    Bytes(u64),
+}
+
+impl<'de> serde::Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Size;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a size such as \"64MB\", or a number of bytes")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Size, E> {
+                Ok(Size::Text(v.to_owned()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Size, E> {
+                Ok(Size::Bytes(v))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// A key that is present holds a value of its type (null is not one).
+fn given<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 fn bad(message: String, hint: &str) -> ! {
@@ -53,82 +98,55 @@ fn bad(message: String, hint: &str) -> ! {
 }
 
 fn parse_params(json: &serde_json::Value) -> ShuffleParams {
-    let serde_json::Value::Object(map) = json else {
-        bad(
-            "params must be a JSON object".into(),
-            "For example '{\"seed\": 1, \"memory\": \"256MB\"}'.",
-        )
-    };
-    let limit = max_buffer_bytes();
-    let mut p = ShuffleParams {
-        seed: random_seed(),
-        memory: limit,
-        columns: None,
-    };
-    for (key, value) in map {
-        match key.as_str() {
-            "seed" => {
-                p.seed = match value.as_u64() {
-                    Some(s) if s <= i64::MAX as u64 => s,
-                    _ => bad(
-                        format!(
-                            "\"seed\" must be an integer from 0 to {}, got {value}",
-                            i64::MAX
-                        ),
-                        "Same seed and same data give the same order.",
-                    ),
-                }
-            }
-            "memory" => {
-                let bytes = match value {
-                    serde_json::Value::String(s) => parse_bytes(s).unwrap_or_else(|e| {
-                        bad(
-                            format!("\"memory\": {e}"),
-                            "A size such as \"64MB\" or \"1GB\".",
-                        )
-                    }),
-                    serde_json::Value::Number(n) => n.as_u64().unwrap_or_else(|| {
-                        bad(
-                            format!("\"memory\" must be a size, got {n}"),
-                            "A size such as \"64MB\" or \"1GB\" (a number is bytes).",
-                        )
-                    }),
-                    other => bad(
-                        format!("\"memory\" must be a size, got {other}"),
-                        "A size such as \"64MB\" or \"1GB\".",
-                    ),
-                };
-                if bytes < 1 << 20 || bytes > limit {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                        format!("\"memory\" must be from 1 MB to corgipile.max_buffer_memory ({}), got {}", pretty_bytes(limit), pretty_bytes(bytes)),
-                        Some("The memory of one pile in pass 2; the default is corgipile.max_buffer_memory.".into()),
-                    );
-                }
-                p.memory = bytes;
-            }
-            "columns" => {
-                let names: Option<Vec<String>> = value
-                    .as_array()
-                    .and_then(|a| a.iter().map(|c| c.as_str().map(str::to_owned)).collect());
-                match names {
-                    Some(n) if !n.is_empty() => p.columns = Some(n),
-                    _ => bad(
-                        format!(
-                            "\"columns\" must be a non-empty array of column names, got {value}"
-                        ),
-                        "For example '{\"columns\": [\"id\", \"features\", \"label\"]}'.",
-                    ),
-                }
-            }
-            other => raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("unknown parameter \"{other}\" for corgipile_shuffle"),
-                Some(format!("Valid parameters are: {}.", KEYS.join(", "))),
-            ),
-        }
+    const EXAMPLE: &str = "For example '{\"seed\": 1, \"memory\": \"256MB\", \"columns\": [\"id\", \"features\", \"label\"]}': seed an integer from 0 to 2^63-1, memory a size, columns a non-empty array of column names.";
+    if !json.is_object() {
+        bad("params must be a JSON object".into(), EXAMPLE);
     }
-    p
+    let given: GivenParams = serde_json::from_value(json.clone())
+        .unwrap_or_else(|e| bad(format!("params of corgipile_shuffle: {e}"), EXAMPLE));
+    let limit = max_buffer_bytes();
+    let seed = match given.seed {
+        Some(s) if s > i64::MAX as u64 => bad(
+            format!(
+                "\"seed\" must be an integer from 0 to {}, got {s}",
+                i64::MAX
+            ),
+            "Same seed and same data give the same order.",
+        ),
+        Some(s) => s,
+        None => random_seed(),
+    };
+    let memory = match given.memory {
+        None => limit,
+        Some(Size::Bytes(n)) => n,
+        Some(Size::Text(text)) => parse_bytes(&text).unwrap_or_else(|e| {
+            bad(
+                format!("\"memory\": {e}"),
+                "A size such as \"64MB\" or \"1GB\".",
+            )
+        }),
+    };
+    if memory < 1 << 20 || memory > limit {
+        bad(
+            format!(
+                "\"memory\" must be from 1 MB to corgipile.max_buffer_memory ({}), got {}",
+                pretty_bytes(limit),
+                pretty_bytes(memory)
+            ),
+            "The memory of one pile in pass 2; the default is corgipile.max_buffer_memory.",
+        );
+    }
+    if given.columns.as_ref().is_some_and(Vec::is_empty) {
+        bad(
+            "\"columns\" must be a non-empty array of column names".into(),
+            "For example '{\"columns\": [\"id\", \"features\", \"label\"]}'.",
+        );
+    }
+    ShuffleParams {
+        seed,
+        memory,
+        columns: given.columns,
+    }
 }
 
 /// Creates table `target` holding every row of `source` visible to this statement exactly once,

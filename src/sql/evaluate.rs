@@ -8,7 +8,7 @@ use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{json_type, parse_params, prepare};
 use crate::shard::evaluate_sharded;
 use corgipile_ml::capabilities::Use;
-use corgipile_ml::params::TrainParams;
+use corgipile_ml::params::{ShuffleMode, TrainParams};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 
@@ -140,15 +140,25 @@ pub(crate) fn evaluation_params(
     overrides
         .entry("label")
         .or_insert_with(|| serde_json::Value::String(stored.label_column.clone()));
-    overrides.insert("index_base".into(), serde_json::json!(stored.index_base));
-    overrides.insert("shuffle".into(), serde_json::json!("no_shuffle"));
-    overrides.insert("double_buffer".into(), serde_json::json!(false));
-    overrides.insert("verbose".into(), serde_json::json!(false));
-    overrides.insert("seed".into(), serde_json::json!(0));
     let mut params = parse_params(
         &ParamsArg(serde_json::Value::Object(overrides)),
         stored.kind(),
     );
+    // How an evaluation reads, whatever the call says: the model's index base, in storage order
+    // by one backend, silently, reproducibly.
+    params.index_base = match stored.index_base {
+        0 => 0,
+        1 => 1,
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("model {} has an index base other than 0 or 1", stored.id),
+            None,
+        ),
+    };
+    params.shuffle = ShuffleMode::NoShuffle;
+    params.double_buffer = false;
+    params.verbose = false;
+    params.seed = Some(0);
     // A family of per-group models: every row is scored by its group's model (the model of
     // every row for the others); the report has each group's part too.
     let mut members: Vec<(String, i64)> = Vec::new();
