@@ -597,8 +597,8 @@ def expect_train_error(conn, rel, model, params, sqlstate, *needles):
 REFUSED = [
     ("svm", {"hidden": [8]}, '"hidden" applies to mlp and mlp_regression only'),
     ("logistic", {"activation": "tanh"}, '"activation" applies to mlp and mlp_regression only'),
-    ("linear", {"optimizer": "sgd"}, '"optimizer" applies to mlp and mlp_regression only'),
-    ("softmax", {"momentum": 0.5}, '"momentum" applies to mlp and mlp_regression only'),
+    ("linear", {"optimizer": "sgd"}, '"optimizer" applies to mlp, mlp_regression, fm and fm_regression only'),
+    ("softmax", {"momentum": 0.5}, '"momentum" applies to mlp, mlp_regression, fm and fm_regression only'),
     ("mlp", {"momentum": 0.5}, '"momentum" applies to "optimizer": "sgd" only'),
     ("mlp_regression", {"optimizer": "adam", "momentum": 0.0}, '"momentum" applies to "optimizer": "sgd" only'),
     ("mlp", {"average": True}, '"average" cannot be used with mlp and mlp_regression'),

@@ -12,26 +12,17 @@ use corgipile_ml::params::{ShuffleMode, TrainParams};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 
-/// Scores a stored model on a relation (read with the same block scan as training). Returns
-/// accuracy, precision, recall, F1, ROC AUC and log loss for classifiers (per class and macro
-/// for softmax), MSE, RMSE, MAE and R² for linear regression, and the rows scored and skipped.
-#[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_evaluate(
-    model_id: i64,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> JsonB {
-    evaluate(ModelRef::Id(model_id), relation, params)
-}
-
-/// corgipile_evaluate of the deployed version of a model name.
-#[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
-fn corgipile_evaluate_by_name(
-    model_name: &str,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> JsonB {
-    evaluate(ModelRef::from_text(model_name), relation, params)
+by_id_and_name! {
+    /// Scores a stored model on a relation (read with the same block scan as training). Returns
+    /// accuracy, precision, recall, F1, ROC AUC and log loss for classifiers (per class and
+    /// macro for softmax), MSE, RMSE, MAE and R² for linear regression, and the rows scored and
+    /// skipped.
+    #[pg_extern(volatile, parallel_unsafe, name = "corgipile_evaluate")]
+    fn corgipile_evaluate / corgipile_evaluate_by_name(
+        relation: {RelationArg},
+        params: {default!(ParamsArg, "'{}'")}
+    ) -> {JsonB}
+    |key| evaluate(key, relation, params)
 }
 
 fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {

@@ -31,54 +31,30 @@ const MAX_PREDICTIONS: u64 = 2_000_000_000;
 
 type ImportanceRow = (String, f64, f64, Option<f64>, String, f64, i64);
 
-/// Each input column's permutation importance: the drop of the model's score (accuracy, or R²
-/// for regression) on a sample of the relation's rows when the column's values are shuffled
-/// across them (mean and standard deviation over the repeats), most important first.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_feature_importance(
-    model_id: i64,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(column_name, String),
-        name!(importance, f64),
-        name!(importance_std, f64),
-        name!(standardized_coefficient, Option<f64>),
-        name!(metric, String),
-        name!(baseline, f64),
-        name!(rows, i64),
-    ),
-> {
-    TableIterator::new(importance(ModelRef::Id(model_id), relation, params))
-}
-
-/// corgipile_feature_importance of the deployed version of a model name.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(volatile, parallel_unsafe, name = "corgipile_feature_importance")]
-fn corgipile_feature_importance_by_name(
-    model_name: &str,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(column_name, String),
-        name!(importance, f64),
-        name!(importance_std, f64),
-        name!(standardized_coefficient, Option<f64>),
-        name!(metric, String),
-        name!(baseline, f64),
-        name!(rows, i64),
-    ),
-> {
-    TableIterator::new(importance(
-        ModelRef::from_text(model_name),
-        relation,
-        params,
-    ))
+by_id_and_name! {
+    /// Each input column's permutation importance: the drop of the model's score (accuracy, or
+    /// R² for regression) on a sample of the relation's rows when the column's values are
+    /// shuffled across them (mean and standard deviation over the repeats), most important
+    /// first.
+    #[pg_extern(volatile, parallel_unsafe, name = "corgipile_feature_importance")]
+    fn corgipile_feature_importance / corgipile_feature_importance_by_name(
+        relation: {RelationArg},
+        params: {default!(ParamsArg, "'{}'")}
+    ) -> {
+        TableIterator<
+            'static,
+            (
+                name!(column_name, String),
+                name!(importance, f64),
+                name!(importance_std, f64),
+                name!(standardized_coefficient, Option<f64>),
+                name!(metric, String),
+                name!(baseline, f64),
+                name!(rows, i64),
+            ),
+        >
+    }
+    |key| TableIterator::new(importance(key, relation, params))
 }
 
 fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<ImportanceRow> {

@@ -375,48 +375,27 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
         })
 }
 
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_model_coefficients(
-    model_id: i64,
-) -> TableIterator<
-    'static,
-    (
-        name!(class, Option<String>),
-        name!(feature, String),
-        name!(feature_index, Option<i64>),
-        name!(coefficient, f64),
-        name!(std_error, Option<f64>),
-        name!(statistic, Option<f64>),
-        name!(p_value, Option<f64>),
-        name!(ci_low, Option<f64>),
-        name!(ci_high, Option<f64>),
-        name!(odds_ratio, Option<f64>),
-    ),
-> {
-    TableIterator::new(coefficients(ModelRef::Id(model_id)))
-}
-
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(stable, parallel_safe, name = "corgipile_model_coefficients")]
-fn corgipile_model_coefficients_by_name(
-    model_name: &str,
-) -> TableIterator<
-    'static,
-    (
-        name!(class, Option<String>),
-        name!(feature, String),
-        name!(feature_index, Option<i64>),
-        name!(coefficient, f64),
-        name!(std_error, Option<f64>),
-        name!(statistic, Option<f64>),
-        name!(p_value, Option<f64>),
-        name!(ci_low, Option<f64>),
-        name!(ci_high, Option<f64>),
-        name!(odds_ratio, Option<f64>),
-    ),
-> {
-    TableIterator::new(coefficients(ModelRef::from_text(model_name)))
+by_id_and_name! {
+    /// A linear model's coefficients: see `coefficients`.
+    #[pg_extern(stable, parallel_safe, name = "corgipile_model_coefficients")]
+    fn corgipile_model_coefficients / corgipile_model_coefficients_by_name() -> {
+        TableIterator<
+            'static,
+            (
+                name!(class, Option<String>),
+                name!(feature, String),
+                name!(feature_index, Option<i64>),
+                name!(coefficient, f64),
+                name!(std_error, Option<f64>),
+                name!(statistic, Option<f64>),
+                name!(p_value, Option<f64>),
+                name!(ci_low, Option<f64>),
+                name!(ci_high, Option<f64>),
+                name!(odds_ratio, Option<f64>),
+            ),
+        >
+    }
+    |key| TableIterator::new(coefficients(key))
 }
 
 type LayerRow = (i32, i32, i32, String, Vec<f64>, Vec<f64>);
@@ -450,39 +429,21 @@ fn layers(key: ModelRef) -> Vec<LayerRow> {
         .collect()
 }
 
-/// A network's layers (a linear model's one layer): see `layers`.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(stable, parallel_safe)]
-fn corgipile_model_layers(
-    model_id: i64,
-) -> TableIterator<
-    'static,
-    (
-        name!(layer, i32),
-        name!(inputs, i32),
-        name!(outputs, i32),
-        name!(activation, String),
-        name!(weights, Vec<f64>),
-        name!(biases, Vec<f64>),
-    ),
-> {
-    TableIterator::new(layers(ModelRef::Id(model_id)))
-}
-
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(stable, parallel_safe, name = "corgipile_model_layers")]
-fn corgipile_model_layers_by_name(
-    model_name: &str,
-) -> TableIterator<
-    'static,
-    (
-        name!(layer, i32),
-        name!(inputs, i32),
-        name!(outputs, i32),
-        name!(activation, String),
-        name!(weights, Vec<f64>),
-        name!(biases, Vec<f64>),
-    ),
-> {
-    TableIterator::new(layers(ModelRef::from_text(model_name)))
+by_id_and_name! {
+    /// A model's layers: see `layers`.
+    #[pg_extern(stable, parallel_safe, name = "corgipile_model_layers")]
+    fn corgipile_model_layers / corgipile_model_layers_by_name() -> {
+        TableIterator<
+            'static,
+            (
+                name!(layer, i32),
+                name!(inputs, i32),
+                name!(outputs, i32),
+                name!(activation, String),
+                name!(weights, Vec<f64>),
+                name!(biases, Vec<f64>),
+            ),
+        >
+    }
+    |key| TableIterator::new(layers(key))
 }

@@ -21,39 +21,17 @@ const DEFAULT_CALIBRATION_BINS: u32 = 10;
 
 type ConfusionRow = (String, String, i64);
 
-/// Rows of every actual class by every predicted class (zeros too), as the model predicts a
-/// class (two classes: positive when the decision value is ≥ 0).
-#[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_confusion_matrix(
-    model_id: i64,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(actual, String),
-        name!(predicted, String),
-        name!(rows, i64),
-    ),
-> {
-    TableIterator::new(confusion(ModelRef::Id(model_id), relation, params))
-}
-
-/// corgipile_confusion_matrix of the deployed version of a model name.
-#[pg_extern(volatile, parallel_unsafe, name = "corgipile_confusion_matrix")]
-fn corgipile_confusion_matrix_by_name(
-    model_name: &str,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(actual, String),
-        name!(predicted, String),
-        name!(rows, i64),
-    ),
-> {
-    TableIterator::new(confusion(ModelRef::from_text(model_name), relation, params))
+by_id_and_name! {
+    /// Rows of every actual class by every predicted class (zeros too), as the model predicts a
+    /// class (two classes: positive when the decision value is ≥ 0).
+    #[pg_extern(volatile, parallel_unsafe, name = "corgipile_confusion_matrix")]
+    fn corgipile_confusion_matrix / corgipile_confusion_matrix_by_name(
+        relation: {RelationArg},
+        params: {default!(ParamsArg, "'{}'")}
+    ) -> {
+        TableIterator<'static, (name!(actual, String), name!(predicted, String), name!(rows, i64))>
+    }
+    |key| TableIterator::new(confusion(key, relation, params))
 }
 
 fn confusion(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<ConfusionRow> {
@@ -77,55 +55,33 @@ type RocRow = (
     Option<f64>,
 );
 
-/// The ROC curve (and precision-recall) of a classifier: a row per threshold, highest first,
-/// with the rows predicted positive at it (score ≥ threshold). Two classes: one curve, of the
-/// positive class, its threshold the decision value (svm) or the probability (logistic);
-/// more classes: one curve per class, one-vs-rest, on the probability of that class.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_roc_curve(
-    model_id: i64,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(class, String),
-        name!(threshold, f64),
-        name!(tp, i64),
-        name!(fp, i64),
-        name!(tpr, Option<f64>),
-        name!(fpr, Option<f64>),
-        name!(precision, Option<f64>),
-        name!(recall, Option<f64>),
-        name!(f1, Option<f64>),
-    ),
-> {
-    TableIterator::new(roc(ModelRef::Id(model_id), relation, params))
-}
-
-/// corgipile_roc_curve of the deployed version of a model name.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(volatile, parallel_unsafe, name = "corgipile_roc_curve")]
-fn corgipile_roc_curve_by_name(
-    model_name: &str,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(class, String),
-        name!(threshold, f64),
-        name!(tp, i64),
-        name!(fp, i64),
-        name!(tpr, Option<f64>),
-        name!(fpr, Option<f64>),
-        name!(precision, Option<f64>),
-        name!(recall, Option<f64>),
-        name!(f1, Option<f64>),
-    ),
-> {
-    TableIterator::new(roc(ModelRef::from_text(model_name), relation, params))
+by_id_and_name! {
+    /// The ROC curve (and precision-recall) of a classifier: a row per threshold, highest
+    /// first, with the rows predicted positive at it (score ≥ threshold). Two classes: one
+    /// curve, of the positive class, its threshold the decision value (svm) or the probability
+    /// (logistic); more classes: one curve per class, one-vs-rest, on the probability of that
+    /// class.
+    #[pg_extern(volatile, parallel_unsafe, name = "corgipile_roc_curve")]
+    fn corgipile_roc_curve / corgipile_roc_curve_by_name(
+        relation: {RelationArg},
+        params: {default!(ParamsArg, "'{}'")}
+    ) -> {
+        TableIterator<
+            'static,
+            (
+                name!(class, String),
+                name!(threshold, f64),
+                name!(tp, i64),
+                name!(fp, i64),
+                name!(tpr, Option<f64>),
+                name!(fpr, Option<f64>),
+                name!(precision, Option<f64>),
+                name!(recall, Option<f64>),
+                name!(f1, Option<f64>),
+            ),
+        >
+    }
+    |key| TableIterator::new(roc(key, relation, params))
 }
 
 fn roc(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<RocRow> {
@@ -151,54 +107,29 @@ fn roc(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<RocRow> {
 
 type CalibrationRow = (String, i32, f64, f64, i64, Option<f64>, Option<f64>);
 
-/// How well a classifier's probabilities match what happens: its predicted probabilities in
-/// equal bins (`"bins"`, default 10), each bin's rows, mean probability and observed rate of
-/// the class. Two classes: the positive class's; more: each class's, one-vs-rest.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(volatile, parallel_unsafe)]
-fn corgipile_calibration(
-    model_id: i64,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(class, String),
-        name!(bin, i32),
-        name!(lower, f64),
-        name!(upper, f64),
-        name!(rows, i64),
-        name!(mean_predicted, Option<f64>),
-        name!(observed, Option<f64>),
-    ),
-> {
-    TableIterator::new(calibration(ModelRef::Id(model_id), relation, params))
-}
-
-/// corgipile_calibration of the deployed version of a model name.
-#[allow(clippy::type_complexity)] // the SQL result's columns, as pgrx spells them
-#[pg_extern(volatile, parallel_unsafe, name = "corgipile_calibration")]
-fn corgipile_calibration_by_name(
-    model_name: &str,
-    relation: RelationArg,
-    params: default!(ParamsArg, "'{}'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(class, String),
-        name!(bin, i32),
-        name!(lower, f64),
-        name!(upper, f64),
-        name!(rows, i64),
-        name!(mean_predicted, Option<f64>),
-        name!(observed, Option<f64>),
-    ),
-> {
-    TableIterator::new(calibration(
-        ModelRef::from_text(model_name),
-        relation,
-        params,
-    ))
+by_id_and_name! {
+    /// How well a classifier's probabilities match what happens: its predicted probabilities
+    /// in equal bins (`"bins"`, default 10), each bin's rows, mean probability and observed rate
+    /// of the class. Two classes: the positive class's; more: each class's, one-vs-rest.
+    #[pg_extern(volatile, parallel_unsafe, name = "corgipile_calibration")]
+    fn corgipile_calibration / corgipile_calibration_by_name(
+        relation: {RelationArg},
+        params: {default!(ParamsArg, "'{}'")}
+    ) -> {
+        TableIterator<
+            'static,
+            (
+                name!(class, String),
+                name!(bin, i32),
+                name!(lower, f64),
+                name!(upper, f64),
+                name!(rows, i64),
+                name!(mean_predicted, Option<f64>),
+                name!(observed, Option<f64>),
+            ),
+        >
+    }
+    |key| TableIterator::new(calibration(key, relation, params))
 }
 
 fn calibration(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<CalibrationRow> {
