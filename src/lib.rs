@@ -1,7 +1,8 @@
 //! corgipile: SGD training inside PostgreSQL without a full data shuffle (CorgiPile, SIGMOD 2022).
 //!
-//! Layers, from the SQL surface down (each imports only from layers below it, and no two
-//! source files import each other in a circle: `scripts/check_imports.py`):
+//! Layers, from the SQL surface down (no two source files import each other in a circle, and
+//! no new pair of folders imports each other: `scripts/check_imports.py`; five pairs still do,
+//! listed there, where `exec` drives `parallel` and `shard` and reads `pipeline`'s config):
 //! - `sql`, `predict`, `shuffle_table`: the SQL functions users call;
 //! - `request`: a call's relation, model kind and params → a checked pipeline config and query;
 //! - `shard`, `parallel`: trainings spread over shard servers, or over parallel workers;
@@ -9,10 +10,11 @@
 //! - `exec`: the three CustomScan nodes, BlockShuffle → TupleShuffle → SGD;
 //! - `decode`: rows → labels, features and encoded column lists (training and prediction);
 //! - `catalog`: the model tables, names, grants and locks;
-//! - `pg`: ERRORs, the differences between majors, settings, the progress line.
+//! - `pg`: ERRORs, the differences between majors, settings, the progress line, relation
+//!   names.
 //!
-//! The ML itself (model kinds, SGD and the epoch loop, shuffles, statistics, params, metrics)
-//! is the `corgipile_ml` crate, which has no PostgreSQL in it. README.md's Development section
+//! The ML itself (model kinds and families, SGD and the training policy, shuffles, statistics,
+//! params, metrics) is the `corgipile_ml` crate, which has no PostgreSQL in it. README.md's Development section
 //! maps every file.
 
 use pgrx::prelude::*;

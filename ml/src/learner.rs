@@ -1,8 +1,11 @@
-//! What the SGD node trains, whatever the model family: a [`Learner`] is any family's trainer
-//! behind one trait, [`Learn`] (epochs of shuffled buffers in, statistics and a [`Model`] out;
-//! exchanging with other processes, warm starts and resumed optimizers are optional). The
-//! families: `linear.rs` (the linear [`Trainer`] of svm, logistic, linear, softmax) and
-//! `network.rs` (a [`NetworkTrainer`](crate::network::NetworkTrainer): mlp, mlp_regression).
+//! What the SGD node trains, whatever the model family. A [`Family`] says what a kind's trainer
+//! and trained model are, asked by the backend instead of matching on the kind (each kind's
+//! family: `crate::family`); a [`Learner`] is any family's trainer behind one trait, [`Learn`]
+//! (epochs of shuffled buffers in, statistics and a [`Model`] out; exchanging with other
+//! processes, warm starts and resumed optimizers are optional). The families here:
+//! `linear.rs` (the linear [`Trainer`] of svm, logistic, linear, softmax) and `network.rs`
+//! (mlp, mlp_regression); `gradient.rs` is the learner of every family trained by gradients on
+//! mini-batches (networks, `crate::fm`).
 
 mod gradient;
 mod linear;
@@ -19,13 +22,12 @@ use crate::model::ModelKind;
 use crate::network::{
     Activation, Head, Network, NetworkModel, Optimizer, OptimizerKind, Target, Workspace,
 };
+use crate::params::{ParamError, TrainParams};
 use crate::standardize::Standardizer;
-use crate::trained::Model;
-#[cfg(test)]
-use crate::trainer::TrainConfig;
+use crate::trained::{Model, ModelParts, PartsError};
 #[cfg(test)]
 use crate::trainer::Trainer;
-use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainError};
+use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, TrainError};
 
 /// The shape of a network to train, beyond the [`TrainConfig`] every kind has.
 #[derive(Clone, Debug, PartialEq)]
@@ -277,4 +279,72 @@ pub fn network_model(kind: ModelKind, net: Network, target: Target) -> NetworkMo
         model.fold_target(target.mean, target.scale);
     }
     model
+}
+
+/// What a trainer is built over beyond its configuration: the inputs, and for families sized by
+/// the statistics pass, their outputs (classes, or 1) and the regression target.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub n_features: usize,
+    pub outputs: usize,
+    pub target: Target,
+}
+
+/// What training a model holds, checked against `corgipile.max_model_memory` before it is
+/// built.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainingSize {
+    /// The model in words, for the ERROR: "a network of layers 10 x 64 x 2".
+    pub what: String,
+    /// Parameters it stores.
+    pub n_params: u64,
+    /// Bytes training holds: the parameters, the optimizer's state and a batch's scratch.
+    pub bytes: u64,
+    /// How to make it smaller.
+    pub hint: &'static str,
+    /// Its shape as EXPLAIN ANALYZE shows it: ("Layers", "10 x 64 x 2").
+    pub shown: (&'static str, String),
+}
+
+/// A model family (see the module's doc).
+pub trait Family: Sync {
+    /// The family in words, after a kind's name: "svm is a linear model".
+    fn noun(&self) -> &'static str;
+    /// Whether its trainer needs the classes and the label's moments of the statistics pass
+    /// before it is built (its outputs are the classes): the training always makes that pass.
+    fn sized_by_statistics(&self) -> bool {
+        false
+    }
+    /// The params only its kinds (and perhaps another family's) take.
+    fn own_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Fills in its defaults where they differ from a linear model's (for the keys not
+    /// `given`), and refuses what it cannot take.
+    fn defaults(
+        &self,
+        _params: &mut TrainParams,
+        _given: &dyn Fn(&str) -> bool,
+    ) -> Result<(), ParamError> {
+        Ok(())
+    }
+    /// Its params as EXPLAIN shows them, beyond every kind's.
+    fn explain_params(&self, _params: &TrainParams) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+    /// What training it holds, for families sized by the statistics pass (None: the trainer
+    /// checks its own memory as it grows).
+    fn training_size(&self, _params: &TrainParams, _shape: &Shape) -> Option<TrainingSize> {
+        None
+    }
+    /// Its trainer for one learner of a training.
+    fn learner(
+        &self,
+        config: TrainConfig,
+        params: &TrainParams,
+        shape: &Shape,
+    ) -> Result<Learner, TrainError>;
+    /// Its model from its stored form (every number already checked finite), if the parts
+    /// have the shape they say.
+    fn model_from(&self, parts: ModelParts) -> Result<Model, PartsError>;
 }

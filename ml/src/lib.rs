@@ -1,8 +1,8 @@
-//! Pure-Rust ML core of corgipile: tuple storage (dense and sparse), linear
-//! models (svm, logistic, linear, softmax), SGD training with lazy sparse
-//! regularization, standardization, evaluation metrics, CorgiPile shuffling
-//! and parameter validation. No PostgreSQL dependency, so everything here is
-//! unit-tested with plain `cargo test`.
+//! Pure-Rust ML core of corgipile: tuple storage (dense and sparse), the model families
+//! (linear models, networks, factorization machines) behind one trait, SGD training with lazy
+//! sparse regularization, the training policy every driver follows, standardization,
+//! evaluation metrics, CorgiPile shuffling and parameter validation. No PostgreSQL dependency,
+//! so everything here is unit-tested with plain `cargo test`.
 //!
 //! Modules:
 //! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
@@ -11,10 +11,12 @@
 //! - [`divergence`]: when a training has diverged (one rule for one server and for shards).
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
-//! - [`family`]: model families (linear, network, factorization machine): what a kind's
-//!   trainer and trained model are, asked by the backend instead of matching on the kind.
+//! - [`family`]: which family (linear, network, factorization machine) each kind belongs to.
 //! - [`fm`]: factorization machines (`fm`, `fm_regression`): pairs of features weighed by
 //!   their factors' dot products, trained as networks are.
+//! - [`learner`]: [`Family`](learner::Family) (what a kind's trainer and trained model are,
+//!   asked instead of matching on the kind) and [`Learner`](learner::Learner), any family's
+//!   trainer.
 //! - [`fit`]: a training's policy for every driver: which learner is which, what happens
 //!   after each epoch (patience, stopping, the NOTICE lines), what each learner ends as.
 //! - [`hash`]: the hand-written hash functions (FNV-1a, splitmix64, the finalizers).
@@ -25,14 +27,23 @@
 //! - [`metrics`]: streaming binary, multiclass and regression metrics.
 //! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
 //! - [`moments`]: [`Welford`], the one running mean/variance (and Chan's merge).
+//! - [`network`]: multilayer perceptrons (`mlp`, `mlp_regression`) and the gradient trainer
+//!   they share with factorization machines.
 //! - [`params`]: the training parameters (one table declares them all), their JSON form,
 //!   and buffer/block sizing.
+//! - [`prefetch`]: hints that bring a buffer's next rows into cache.
 //! - [`preprocess`]: table columns (numbers, text, arrays) → features: the statistics
 //!   pass, imputation, one-hot and hashed categories, scaling.
+//! - [`row`]: [`Row`], a dense or sparse row, and the dot kernels.
 //! - [`scoring`]: validation statistics and the evaluation report of a model on rows.
 //! - [`shuffle`]: block orders, tuple shuffles and the baselines' buffers.
+//! - [`standardize`]: [`Standardizer`], feature scaling and its folding into models.
 //! - [`stats`]: feature statistics, standardization and balanced class weights.
+//! - [`streams`]: the sliding-window and reservoir baselines' buffers.
+//! - [`trained`]: [`Model`](trained::Model), a trained model of any family, and its stored
+//!   form.
 //! - [`trainer`]: the SGD [`Trainer`] (label mapping, lazy regularization, mini-batches).
+//! - [`trials`]: learners side by side on the same buffers (a search, folds, groups).
 //! - [`wire`]: JSON from other processes and servers, parsed within a memory bound.
 
 pub mod arena;

@@ -57,7 +57,7 @@ pub fn model_bytes_for(workers: u32, models: usize) -> u64 {
 
 /// A model's training size against `limit_bytes` and the catalog's bound (ERROR 54000 with what
 /// to do), before any of it is allocated.
-pub fn check_training_size(size: &corgipile_ml::family::TrainingSize, limit_bytes: u64) {
+pub fn check_training_size(size: &corgipile_ml::learner::TrainingSize, limit_bytes: u64) {
     use corgipile_ml::limits::{pretty_pair, MAX_STORED_WEIGHTS};
     use pgrx::PgSqlErrorCode;
     if size.bytes > limit_bytes {

@@ -5,6 +5,7 @@ pub mod compat;
 pub mod error;
 pub mod fixed_output;
 pub mod guc;
+pub mod names;
 pub mod prefetch;
 pub mod progress;
 pub mod thread;

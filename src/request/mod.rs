@@ -11,10 +11,11 @@ use crate::decode::classes::ClassValue;
 use crate::exec::sgd::SgdTask;
 use crate::pg::error::raise;
 use crate::pg::guc::{max_buffer_bytes, max_model_bytes};
+use crate::pg::names::relation_name;
 use crate::pipeline::run::{self};
 use crate::pipeline::{Distributed, Mode, PipelineConfig, ValidationSplit};
 use crate::request::args::ParamsArg;
-use crate::request::query::{check_relation, relation_name, FeatureColumns, Input, Tabular};
+use crate::request::query::{check_relation, FeatureColumns, Input, Tabular};
 use corgipile_ml::model::{ModelKind, UnknownKind};
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
@@ -83,7 +84,7 @@ pub(crate) unsafe fn prepare(
     stored_preprocess: Option<&Preprocessor>,
 ) -> Prepared {
     // A spill's temporary table is called by the view or query it holds.
-    let relname = crate::shuffle_table::spill::shown_name(relation_name(relid));
+    let relname = crate::pg::names::shown_name(relation_name(relid));
     let table = check_relation(relid, &relname, params.only);
     if matches!(mode, Mode::Trace) {
         query::check_trace_label(relid, &relname, &params.label);

@@ -6,10 +6,11 @@
 use super::predicate::{checked_predicate, Predicate};
 use crate::decode::datum::LabelKind;
 use crate::pg::error::raise;
+use crate::pg::names::{qualified_name, relation_name};
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source, TimeKind};
-use pgrx::spi::{quote_identifier, quote_qualified_identifier};
+use pgrx::spi::quote_identifier;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 
@@ -52,27 +53,6 @@ pub enum Tabular<'a> {
         max_model_bytes: u64,
     },
     Stored(&'a Preprocessor),
-}
-
-pub unsafe fn relation_name(relid: pg_sys::Oid) -> String {
-    let name = pg_sys::get_rel_name(relid);
-    if name.is_null() {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("relation with OID {} does not exist", relid.to_u32()),
-            None,
-        );
-    }
-    CStr::from_ptr(name).to_string_lossy().into_owned()
-}
-
-pub unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
-    let nsp = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relid));
-    let rel = pg_sys::get_rel_name(relid);
-    quote_qualified_identifier(
-        CStr::from_ptr(nsp).to_string_lossy(),
-        CStr::from_ptr(rel).to_string_lossy(),
-    )
 }
 
 unsafe fn type_name(oid: pg_sys::Oid) -> String {

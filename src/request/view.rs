@@ -26,7 +26,7 @@ pub unsafe fn must_spill(relid: pg_sys::Oid) -> Option<String> {
         }
         match simple_base(current) {
             Ok(base) => current = base,
-            Err(_) => return Some(crate::request::query::qualified_name(relid)),
+            Err(_) => return Some(crate::pg::names::qualified_name(relid)),
         }
     }
     None

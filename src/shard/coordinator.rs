@@ -183,10 +183,7 @@ pub(super) unsafe fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard>
     for leaf in leaves {
         let (name, place) = match leaf {
             Leaf::Local(oid) => (
-                format!(
-                    "local partition {}",
-                    crate::request::query::relation_name(oid)
-                ),
+                format!("local partition {}", crate::pg::names::relation_name(oid)),
                 Place::Local(oid),
             ),
             Leaf::Remote { server, table } => {

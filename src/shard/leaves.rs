@@ -45,7 +45,7 @@ pub unsafe fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
                         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                         format!(
                             "cannot train on partition {}: its foreign data wrapper is {fdw_name}",
-                            crate::request::query::relation_name(oid)
+                            crate::pg::names::relation_name(oid)
                         ),
                         Some("Shards must be postgres_fdw foreign tables on servers with corgipile installed.".into()),
                     );
@@ -107,10 +107,9 @@ pub unsafe fn describe(leaves: &[Leaf]) -> Vec<String> {
     leaves
         .iter()
         .map(|leaf| match leaf {
-            Leaf::Local(oid) => format!(
-                "local partition {}",
-                crate::request::query::relation_name(*oid)
-            ),
+            Leaf::Local(oid) => {
+                format!("local partition {}", crate::pg::names::relation_name(*oid))
+            }
             Leaf::Remote { server, table } => {
                 let name = CStr::from_ptr((*pg_sys::GetForeignServer(*server)).servername);
                 format!("server {} table {table}", name.to_string_lossy())

@@ -16,8 +16,8 @@
 use crate::catalog::check_writable;
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
+use crate::pg::names::{qualified_name, relation_name};
 use crate::request::args::ParamsArg;
-use crate::request::query::{qualified_name, relation_name};
 use crate::request::random_seed;
 use corgipile_ml::limits::pretty_bytes;
 use corgipile_ml::params::parse_bytes;
@@ -279,7 +279,7 @@ unsafe fn check_source(relid: pg_sys::Oid, relname: &str) {
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                     format!(
                         "cannot shuffle {relname}: its partition {} is a foreign table",
-                        crate::request::query::relation_name(leaf)
+                        crate::pg::names::relation_name(leaf)
                     ),
                     Some("corgipile_shuffle copies the rows of local tables only.".into()),
                 );

@@ -10,6 +10,7 @@
 
 use crate::pg::error::raise;
 use crate::pg::guc::max_buffer_bytes;
+use crate::pg::names::{forget_shown_names, qualified_name, show_as, SPILL_PREFIX};
 use pgrx::prelude::*;
 use pgrx::{is_a, PgList, PgSqlErrorCode};
 use std::ffi::CString;
@@ -103,7 +104,7 @@ unsafe fn check_select_stmt(select: *mut pg_sys::SelectStmt) {
 /// # Safety
 /// Backend thread, in a transaction.
 ///
-/// `shown_as` is what errors call the table while it lives (see [`shown_name`]): the view's
+/// `shown_as` is what errors call the table while it lives (see [`shown_name`](crate::pg::names::shown_name)): the view's
 /// name, or "the training query" — never the temporary table's name, which the user never saw.
 pub unsafe fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_sys::Oid, u64) {
     let sql = CString::new(query).unwrap_or_else(|_| not_a_select("it contains a NUL byte"));
@@ -112,8 +113,8 @@ pub unsafe fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_s
     // trailing comment of the query before our closing parenthesis.
     static SPILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = format!("corgipile_spill_{}_{n}", std::process::id());
-    SHOWN_AS.with(|m| m.borrow_mut().push((name.clone(), shown_as.to_owned())));
+    let name = format!("{SPILL_PREFIX}{}_{n}", std::process::id());
+    show_as(&name, shown_as);
     Spi::run(&format!(
         "CREATE TEMPORARY TABLE {name} AS ({query}\n) WITH NO DATA"
     ))
@@ -137,27 +138,6 @@ pub unsafe fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_s
     // The planner and the buffer size read the table's statistics.
     Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
     (relid, rows as u64)
-}
-
-thread_local! {
-    /// Temporary table names of this session's spills, and what errors call each (the names
-    /// are never reused: a counter is part of them).
-    static SHOWN_AS: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// What errors call the relation named `relname`: for a spill's temporary table, the view or
-/// query it holds (`relname` otherwise).
-pub fn shown_name(relname: String) -> String {
-    if !relname.starts_with("corgipile_spill_") {
-        return relname;
-    }
-    SHOWN_AS.with(|m| {
-        m.borrow()
-            .iter()
-            .find(|(name, _)| *name == relname)
-            .map(|(_, shown)| shown.clone())
-            .unwrap_or(relname)
-    })
 }
 
 /// Makes the rows `spill` wrote visible to the training that reads them in this statement:
@@ -185,8 +165,8 @@ pub unsafe fn unsee_spill() {
 /// # Safety
 /// Backend thread, in a transaction.
 pub unsafe fn drop_spill(relid: pg_sys::Oid) {
-    let name = crate::request::query::qualified_name(relid);
+    let name = qualified_name(relid);
     // Also forgets the names of spills an ERROR left behind (their tables were rolled back).
-    SHOWN_AS.with(|m| m.borrow_mut().clear());
+    forget_shown_names();
     Spi::run(&format!("DROP TABLE {name}")).ok();
 }

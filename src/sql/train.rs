@@ -9,11 +9,11 @@ use crate::catalog::{
 use crate::exec::explain;
 use crate::exec::sgd::{Collect, CollectedRows, Learn, Trace, Train};
 use crate::pg::error::{raise, raise_train_error, refuse_combination};
+use crate::pg::names::qualified_name;
 use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::run::Pipeline;
 use crate::pipeline::{Mode, Trial};
 use crate::request::args::{ParamsArg, RelationArg};
-use crate::request::query::qualified_name;
 use crate::request::since::{self, TableRead};
 use crate::request::warm_start::WarmStart;
 use crate::request::{parse_model, parse_params, prepare, random_seed, Prepared};

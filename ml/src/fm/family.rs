@@ -1,66 +1,18 @@
-//! The factorization machine family: its kinds' rules, its params, its trainer (the networks'
+//! The factorization machine family: its params, its trainer (the networks'
 //! [`GradientLearner`](crate::learner::GradientLearner) of a [`Machine`]) and its stored form.
 
-use super::{FmModel, Machine, Workspace, MAX_FACTORS};
-use crate::family::{Family, Shape, TrainingSize};
-use crate::learner::{optimizer_name, out_of_memory, GradientLearner, Learner};
-use crate::model::linear::Linear;
-use crate::model::softmax::Softmax;
-use crate::model::{KindRules, Labels, LinearModel};
+use super::{FmModel, Machine, Workspace};
+use crate::learner::{
+    optimizer_name, out_of_memory, Family, GradientLearner, Learner, Shape, TrainingSize,
+};
 use crate::network::{Head, Optimizer};
+use crate::params::MAX_FACTORS;
 use crate::params::{ParamError, TrainParams};
-use crate::row::Row;
 use crate::trained::{Model, ModelParts, PartsError};
 use crate::trainer::{TrainConfig, TrainError};
 
 /// The factors unless `"factors"` says otherwise.
 pub const DEFAULT_FACTORS: usize = 8;
-
-/// `fm`: classes, one output per class, softmax and cross-entropy.
-pub struct Fm;
-
-impl KindRules for Fm {
-    const NAME: &'static str = "fm";
-    const LABELS: Labels = Labels::Classes;
-    const PROBABILITIES: bool = true;
-    const FAMILY: &'static dyn Family = &FmFamily;
-
-    fn loss(z: f64, y: f64) -> f64 {
-        Softmax::loss(z, y)
-    }
-    fn dloss_dz(z: f64, y: f64) -> f64 {
-        Softmax::dloss_dz(z, y)
-    }
-    fn predict_proba(model: &LinearModel, row: Row, out: &mut Vec<f64>) -> bool {
-        Softmax::predict_proba(model, row, out)
-    }
-    fn predict(model: &LinearModel, row: Row) -> f64 {
-        Softmax::predict(model, row)
-    }
-}
-
-/// `fm_regression`: a number, squared loss.
-pub struct FmRegression;
-
-impl KindRules for FmRegression {
-    const NAME: &'static str = "fm_regression";
-    const LABELS: Labels = Labels::Number;
-    const PROBABILITIES: bool = false;
-    const FAMILY: &'static dyn Family = &FmFamily;
-
-    fn loss(z: f64, y: f64) -> f64 {
-        Linear::loss(z, y)
-    }
-    fn dloss_dz(z: f64, y: f64) -> f64 {
-        Linear::dloss_dz(z, y)
-    }
-    fn predict_proba(model: &LinearModel, row: Row, out: &mut Vec<f64>) -> bool {
-        Linear::predict_proba(model, row, out)
-    }
-    fn predict(model: &LinearModel, row: Row) -> f64 {
-        Linear::predict(model, row)
-    }
-}
 
 /// The factorization machine family (see [`Family`]).
 pub struct FmFamily;

@@ -17,19 +17,17 @@ mod model;
 #[cfg(test)]
 mod tests;
 
-pub use family::{Fm, FmFamily, FmRegression};
+pub use family::FmFamily;
 pub use model::FmModel;
 
 use crate::learner::Trainable;
 use crate::model::ModelKind;
 use crate::network::{for_each_value, try_zeros, Differentiable, Head, NetworkError, Target};
+use crate::params::MAX_FACTORS;
 use crate::row::Row;
 use crate::trained::Model;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
-
-/// The most factors per feature and output (the `factors` param's bound).
-pub const MAX_FACTORS: usize = 256;
 
 /// The initial factors are drawn uniformly in [-INIT, INIT): small, so that training starts
 /// near the linear model, but not zero (a zero factor's gradient is zero).

@@ -1,7 +1,7 @@
 use super::*;
 use crate::arena::TupleArena;
-use crate::family::Shape;
 use crate::learner::Learner;
+use crate::learner::Shape;
 use crate::model::Predictor;
 use crate::params::TrainParams;
 use crate::standardize::Standardizer;

@@ -1,9 +1,9 @@
 //! The linear family (svm, logistic, linear, softmax): its trainer is the SGD [`Trainer`], its
 //! model a [`LinearModel`].
 
+use super::{Family, Shape};
 use super::{Learn, Learner};
 use crate::arena::TupleArena;
-use crate::family::{Family, Shape};
 use crate::model::{Labels, LinearModel, ModelKind};
 use crate::params::TrainParams;
 use crate::standardize::Standardizer;

@@ -5,7 +5,7 @@
 use super::gradient::{out_of_memory, GradientLearner, Trainable};
 use super::linear::head_name;
 use super::{network_model, Learner, NetworkSpec};
-use crate::family::{Family, Shape, TrainingSize};
+use super::{Family, Shape, TrainingSize};
 use crate::model::ModelKind;
 use crate::network::{
     Activation, Head, Network, NetworkError, NetworkModel, OptimizerKind, Target,

@@ -9,7 +9,6 @@ impl KindRules for Linear {
     const NAME: &'static str = "linear";
     const LABELS: Labels = Labels::Number;
     const PROBABILITIES: bool = false;
-    const FAMILY: &'static dyn crate::family::Family = &crate::learner::LinearFamily;
 
     #[inline]
     fn loss(z: f64, y: f64) -> f64 {

@@ -9,7 +9,6 @@ impl KindRules for Logistic {
     const NAME: &'static str = "logistic";
     const LABELS: Labels = Labels::TwoClasses;
     const PROBABILITIES: bool = true;
-    const FAMILY: &'static dyn crate::family::Family = &crate::learner::LinearFamily;
 
     #[inline]
     fn loss(z: f64, y: f64) -> f64 {

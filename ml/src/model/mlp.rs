@@ -15,7 +15,6 @@ impl KindRules for Mlp {
     const NAME: &'static str = "mlp";
     const LABELS: Labels = Labels::Classes;
     const PROBABILITIES: bool = true;
-    const FAMILY: &'static dyn crate::family::Family = &crate::learner::NetworkFamily;
 
     fn loss(z: f64, y: f64) -> f64 {
         Softmax::loss(z, y)
@@ -40,7 +39,6 @@ impl KindRules for MlpRegression {
     const NAME: &'static str = "mlp_regression";
     const LABELS: Labels = Labels::Number;
     const PROBABILITIES: bool = false;
-    const FAMILY: &'static dyn crate::family::Family = &crate::learner::NetworkFamily;
 
     fn loss(z: f64, y: f64) -> f64 {
         Linear::loss(z, y)

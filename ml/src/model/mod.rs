@@ -7,14 +7,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::family::Family;
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
-pub(crate) mod linear;
+mod fm;
+mod linear;
 mod logistic;
 mod mlp;
-pub(crate) mod softmax;
+mod softmax;
 mod svm;
 
 /// What a kind learns from the label column.
@@ -36,8 +36,6 @@ pub trait KindRules {
     const LABELS: Labels;
     /// Whether [`LinearModel::predict_proba`] gives probabilities.
     const PROBABILITIES: bool;
-    /// The family that trains and stores the kind's models (see [`crate::family`]).
-    const FAMILY: &'static dyn Family;
 
     /// Loss for decision value `z` and label `y` (±1 for two classes, the raw value for a
     /// number). Kinds with one output per class have a vector loss: see [`softmax_loss`].
@@ -93,12 +91,6 @@ macro_rules! register_kinds {
                 }
             }
 
-            /// The family that trains and stores its models (see [`KindRules::FAMILY`]).
-            pub fn family(self) -> &'static dyn Family {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::FAMILY),+
-                }
-            }
 
             /// See [`KindRules::loss`]. The two-class losses depend on `y * z` only, so
             /// `loss(z, y) == loss(-z, -y)` bit for bit; the trainer's label-flip fix-up relies
@@ -150,8 +142,8 @@ register_kinds! {
     Softmax => softmax::Softmax,
     Mlp => mlp::Mlp,
     MlpRegression => mlp::MlpRegression,
-    Fm => crate::fm::Fm,
-    FmRegression => crate::fm::FmRegression,
+    Fm => fm::Fm,
+    FmRegression => fm::FmRegression,
 }
 
 /// The kind a pipeline that trains nothing (corgipile_trace) reads its rows as: the label read

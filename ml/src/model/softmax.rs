@@ -10,7 +10,6 @@ impl KindRules for Softmax {
     const NAME: &'static str = "softmax";
     const LABELS: Labels = Labels::Classes;
     const PROBABILITIES: bool = true;
-    const FAMILY: &'static dyn crate::family::Family = &crate::learner::LinearFamily;
 
     fn loss(_: f64, _: f64) -> f64 {
         unreachable!("softmax loss is softmax_loss()")

@@ -9,7 +9,6 @@ impl KindRules for Svm {
     const NAME: &'static str = "svm";
     const LABELS: Labels = Labels::TwoClasses;
     const PROBABILITIES: bool = false;
-    const FAMILY: &'static dyn crate::family::Family = &crate::learner::LinearFamily;
 
     #[inline]
     fn loss(z: f64, y: f64) -> f64 {

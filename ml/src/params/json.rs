@@ -141,7 +141,7 @@ impl TrainParams {
             // A linear model's params do not list the network's.
             // Nor do the params of a training that searched nothing list the search's.
             if value.is_null()
-                && (crate::family::family_keys().any(|k| k == spec.name)
+                && (FAMILY_KEYS.contains(&spec.name)
                     || SEARCH_KEYS.contains(&spec.name)
                     || GROUP_KEYS.contains(&spec.name)
                     || spec.name == "folds"
@@ -163,25 +163,5 @@ impl TrainParams {
     pub fn sync_rounds(&self, weights: usize) -> u32 {
         self.sync
             .unwrap_or_else(|| (((1usize << 20) / weights.max(1)).clamp(1, 64)) as u32)
-    }
-
-    /// The trainer configuration these parameters describe. Data-dependent
-    /// parts are left for the caller: `class_weights` (see
-    /// [`ClassWeight::resolve`]), `label_values` and `standardizer` (see
-    /// [`crate::FeatureStats`]) are None.
-    pub fn train_config(&self, kind: ModelKind) -> TrainConfig {
-        TrainConfig {
-            kind,
-            learning_rate: self.learning_rate,
-            schedule: self.learning_rate_schedule.schedule(self.decay),
-            l2: self.l2,
-            l1: self.l1,
-            batch_size: self.batch_size as usize,
-            fit_intercept: self.fit_intercept,
-            class_weights: None,
-            label_values: None,
-            standardizer: None,
-            average_from_epoch: self.average.then_some(if self.epochs >= 2 { 2 } else { 1 }),
-        }
     }
 }

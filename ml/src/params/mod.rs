@@ -41,7 +41,6 @@ use crate::arena::MAX_FEATURES;
 use crate::model::ModelKind;
 use crate::network::Activation;
 use crate::preprocess::PreprocessOptions;
-use crate::trainer::TrainConfig;
 use options::{class_weight_json, validation_json};
 pub use search::Configuration;
 use search::{Search, SelectBy, GROUP_KEYS, MAX_TRIALS, SEARCH_KEYS};
@@ -89,6 +88,12 @@ pub const DEFAULT_MIN_GROUP_ROWS: u64 = 100;
 const MAX_BATCH: u64 = 1_000_000;
 const MAX_RATE: f64 = 1e6;
 const MAX_SEED: u64 = i64::MAX as u64; // fits a PostgreSQL bigint
+/// The most factors per feature and output of a factorization machine (`factors`).
+pub const MAX_FACTORS: usize = 256;
+
+/// Keys only some families take (each family's `own_keys`): absent from the stored params of a
+/// kind whose family does not take them.
+pub const FAMILY_KEYS: [&str; 5] = ["hidden", "activation", "optimizer", "momentum", "factors"];
 
 /// One training parameter, as declared in the `train_params!` table.
 #[derive(Clone, Copy)]
@@ -538,7 +543,7 @@ train_params! {
         accepts: "integer 1 … 256",
         meaning: "`fm`, `fm_regression`: the length of each feature's factor vector; a pair of features interacts through their factors' dot product",
         rule: "an integer from 1 to 256 (default 8); fm and fm_regression only",
-        parse: |k, v| get_int(k, v, 1, crate::fm::MAX_FACTORS as u64).map(|n| Some(n as u32)),
+        parse: |k, v| get_int(k, v, 1, MAX_FACTORS as u64).map(|n| Some(n as u32)),
         json: |x| json!(x),
     },
     /// Early stopping on the validation loss.

@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 use super::ParamError;
 use crate::network::OptimizerKind;
 use crate::stats::balanced_class_weights;
-use crate::trainer::LrSchedule;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -180,14 +179,6 @@ impl ScheduleKind {
 
     pub fn parse(name: &str) -> Option<ScheduleKind> {
         Self::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    pub fn schedule(self, decay: f64) -> LrSchedule {
-        match self {
-            ScheduleKind::Constant => LrSchedule::Constant,
-            ScheduleKind::Exponential => LrSchedule::Exponential { decay },
-            ScheduleKind::InverseSqrt => LrSchedule::InverseSqrt,
-        }
     }
 }
 

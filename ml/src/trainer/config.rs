@@ -2,6 +2,7 @@
 //! learning-rate schedule, [`TrainError`] and the interrupt check.
 
 use crate::model::ModelKind;
+use crate::params::{ScheduleKind, TrainParams};
 use crate::stats::Standardizer;
 
 /// Largest number of softmax classes (class indices 0..MAX_CLASSES-1).
@@ -162,3 +163,36 @@ fn invalid_label(value: f64, kind: ModelKind) -> String {
 
 /// See [`Trainer::set_interrupt`](super::Trainer::set_interrupt).
 pub type InterruptCheck = Box<dyn FnMut() -> bool + Send>;
+
+impl ScheduleKind {
+    /// The schedule a `learning_rate_schedule` param names, with its `decay`.
+    pub fn schedule(self, decay: f64) -> LrSchedule {
+        match self {
+            ScheduleKind::Constant => LrSchedule::Constant,
+            ScheduleKind::Exponential => LrSchedule::Exponential { decay },
+            ScheduleKind::InverseSqrt => LrSchedule::InverseSqrt,
+        }
+    }
+}
+
+impl TrainParams {
+    /// The trainer configuration these parameters describe. Data-dependent
+    /// parts are left for the caller: `class_weights` (see
+    /// [`ClassWeight::resolve`](crate::params::ClassWeight::resolve)), `label_values` and `standardizer` (see
+    /// [`crate::FeatureStats`]) are None.
+    pub fn train_config(&self, kind: ModelKind) -> TrainConfig {
+        TrainConfig {
+            kind,
+            learning_rate: self.learning_rate,
+            schedule: self.learning_rate_schedule.schedule(self.decay),
+            l2: self.l2,
+            l1: self.l1,
+            batch_size: self.batch_size as usize,
+            fit_intercept: self.fit_intercept,
+            class_weights: None,
+            label_values: None,
+            standardizer: None,
+            average_from_epoch: self.average.then_some(if self.epochs >= 2 { 2 } else { 1 }),
+        }
+    }
+}

@@ -21,7 +21,7 @@ use corgipile_ml::TupleShuffler;
 
 /// The kinds whose model is a [`LinearModel`] (the linear family's).
 fn linear_kind(kind: ModelKind) -> bool {
-    use corgipile_ml::family::Family;
+    use corgipile_ml::learner::Family;
     kind.family().noun() == corgipile_ml::learner::LinearFamily.noun()
 }
 use rand_chacha::ChaCha8Rng;

@@ -126,7 +126,7 @@ pub(super) unsafe fn open_leaves(
             (*(*leaf_rel).rd_rel).relam,
         );
         if let Some(why) = unreadable(kind, am) {
-            let leaf_name = crate::request::query::qualified_name(oid);
+            let leaf_name = crate::pg::names::qualified_name(oid);
             if opened {
                 pg_sys::table_close(leaf_rel, pg_sys::NoLock as pg_sys::LOCKMODE);
             }

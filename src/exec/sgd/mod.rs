@@ -85,7 +85,7 @@ pub struct SgdNode {
     stats_width: Option<usize>,
     /// What training the model holds, for families sized by the statistics pass (EXPLAIN
     /// ANALYZE).
-    model_size: Option<corgipile_ml::family::TrainingSize>,
+    model_size: Option<corgipile_ml::learner::TrainingSize>,
     backend_wait_seconds: f64,
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,

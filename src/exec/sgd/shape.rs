@@ -4,8 +4,8 @@
 
 use super::SgdNode;
 use crate::pg::error::raise_train_error;
-use corgipile_ml::family::{Shape, TrainingSize};
 use corgipile_ml::learner::Learner;
+use corgipile_ml::learner::{Shape, TrainingSize};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::network::Target;
 use corgipile_ml::params::TrainParams;

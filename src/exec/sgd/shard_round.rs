@@ -10,7 +10,7 @@ use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::{BlockShare, FeatureLayout, Mode};
 use crate::shard::protocol::{Phase, RoundReply, RoundRequest};
-use corgipile_ml::family::Shape;
+use corgipile_ml::learner::Shape;
 use corgipile_ml::network::{Optimizer, Target};
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::cell::RefCell;
