@@ -135,13 +135,18 @@ impl Machine {
 }
 
 /// A batch's buffers: each row's outputs (then the head's values), its sums per output and
-/// factor, the deltas, the gradient.
+/// factor, the deltas, the gradient, and the features the batch touched.
 pub struct Workspace {
     batch: usize,
     outputs: Vec<f64>,
     sums: Vec<f64>,
     delta: Vec<f64>,
     gradient: Vec<f64>,
+    /// The features of the batch's sparse rows, sorted, once each: the gradient is zero
+    /// elsewhere (but on the biases), so only their blocks are zeroed and stepped.
+    touched: Vec<usize>,
+    /// The batch had a dense row (or no memory to list features): every parameter counts.
+    every: bool,
 }
 
 impl Workspace {
@@ -187,6 +192,8 @@ impl Differentiable for Machine {
             sums: try_zeros(batch.saturating_mul(k).saturating_mul(self.factors))?,
             delta: try_zeros(batch.saturating_mul(k))?,
             gradient: try_zeros(self.params.len())?,
+            touched: Vec::new(),
+            every: true,
         })
     }
 
@@ -219,10 +226,21 @@ impl Differentiable for Machine {
             inv_b,
             &mut ws.delta[..b * k],
         );
-        if first {
-            ws.gradient.iter_mut().for_each(|g| *g = 0.0);
-        }
         let (block, bias_at) = (self.block(), self.bias_at());
+        if first {
+            // Zero the gradient where the last batch wrote it.
+            if ws.every {
+                ws.gradient.iter_mut().for_each(|g| *g = 0.0);
+            } else {
+                for &j in &ws.touched {
+                    ws.gradient[j * block..(j + 1) * block].fill(0.0);
+                }
+                ws.gradient[bias_at..].fill(0.0);
+            }
+            ws.touched.clear();
+            ws.every = false;
+        }
+        self.note_touched(rows, ws);
         for (i, row) in rows.iter().enumerate() {
             let delta = &ws.delta[i * k..(i + 1) * k];
             for (g, d) in ws.gradient[bias_at..].iter_mut().zip(delta) {
@@ -251,6 +269,66 @@ impl Differentiable for Machine {
 
     fn gradient(ws: &Workspace) -> &[f64] {
         &ws.gradient
+    }
+
+    fn touched(&self, ws: &Workspace) -> Option<Vec<std::ops::Range<usize>>> {
+        if ws.every {
+            return None;
+        }
+        let block = self.block();
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+        ranges.try_reserve_exact(ws.touched.len() + 1).ok()?;
+        ranges.extend(ws.touched.iter().map(|&j| j * block..(j + 1) * block));
+        ranges.push(self.bias_at()..self.params.len());
+        Some(ranges)
+    }
+
+    /// Each stored value reads and writes its feature's block, three passes.
+    fn work_per_row(&self, rows: &[Row]) -> usize {
+        let widest = rows
+            .iter()
+            .map(|r| match r {
+                Row::Dense(x) => x.len().min(self.n_features),
+                Row::Sparse { indices, .. } => indices.len(),
+            })
+            .max()
+            .unwrap_or(0);
+        3 * (widest.max(1) * self.block() + self.outputs)
+    }
+}
+
+impl Machine {
+    /// Adds the features `rows` have values for to the batch's touched ones (every feature for
+    /// a dense row), sorted and once each.
+    fn note_touched(&self, rows: &[Row], ws: &mut Workspace) {
+        if ws.every {
+            return;
+        }
+        let mut values = 0;
+        for row in rows {
+            match row {
+                Row::Dense(_) => {
+                    ws.every = true;
+                    return;
+                }
+                Row::Sparse { indices, .. } => values += indices.len(),
+            }
+        }
+        if ws.touched.try_reserve(values).is_err() {
+            ws.every = true;
+            return;
+        }
+        for row in rows {
+            if let Row::Sparse { indices, .. } = row {
+                let inside = indices
+                    .iter()
+                    .map(|&j| j as usize)
+                    .filter(|&j| j < self.n_features);
+                ws.touched.extend(inside);
+            }
+        }
+        ws.touched.sort_unstable();
+        ws.touched.dedup();
     }
 }
 

@@ -271,3 +271,54 @@ fn its_params_are_its_own() {
         assert!(TrainParams::for_kind(&json!({ "factors": factors }), ModelKind::Fm).is_err());
     }
 }
+
+#[test]
+fn sparse_rows_step_the_features_they_touch_and_equal_dense_rows_under_plain_sgd() {
+    // Rows with zeros: stored sparse, a batch touches a few features' blocks only.
+    let (n, d) = (600, 200);
+    let mut dense = TupleArena::new(d, n);
+    let mut sparse = TupleArena::new_sparse(n, n * 3);
+    let mut seed = 5;
+    for i in 0..n {
+        let mut x = vec![0.0; d];
+        let (a, b) = (i % d, (i * 7 + 3) % d);
+        x[a] = uniform(&mut seed);
+        x[b] = uniform(&mut seed);
+        let y = f64::from(u8::from(x[a] * x[b] > 0.0));
+        let (indices, values): (Vec<u32>, Vec<f64>) = x
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0.0)
+            .map(|(j, v)| (j as u32, *v))
+            .unzip();
+        dense.push(y, &x);
+        sparse.push_sparse(y, &indices, &values);
+    }
+    let run = |arena: &TupleArena, params: serde_json::Value| {
+        let params = TrainParams::for_kind(&params, ModelKind::Fm).unwrap();
+        let shape = Shape {
+            n_features: d,
+            outputs: 2,
+            target: Target::new(0.0, 1.0),
+        };
+        let mut config = params.train_config(ModelKind::Fm);
+        config.standardizer = None;
+        let mut l = ModelKind::Fm
+            .family()
+            .learner(config, &params, &shape)
+            .unwrap();
+        for epoch in 1..=3 {
+            l.start_epoch(epoch);
+            l.train_buffer(arena, None).unwrap();
+            l.finish_epoch().unwrap();
+        }
+        l.parameters()
+    };
+    // Plain SGD moves an untouched parameter by nothing: lazy steps are the dense ones.
+    let sgd = json!({"optimizer": "sgd", "momentum": 0, "learning_rate": 0.05, "normalize": false, "seed": 1});
+    let (a, b) = (run(&dense, sgd.clone()), run(&sparse, sgd));
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    // Adam's lazy steps differ from its dense ones (an untouched parameter's moments wait).
+    let adam = json!({"learning_rate": 0.01, "batch_size": 4, "normalize": false, "seed": 1});
+    assert_ne!(run(&dense, adam.clone()), run(&sparse, adam));
+}

@@ -64,16 +64,48 @@ impl Optimizer {
     /// One step: `params` moved along `gradient` (plus L2 on the parameters `is_weight` marks).
     pub fn step(&mut self, params: &mut [f64], gradient: &[f64], is_weight: &[bool]) {
         self.steps += 1;
+        self.update(params, gradient, is_weight, 0..params.len());
+    }
+
+    /// One step on the parameters in `ranges` only (the rest had no gradient: a lazy step, as
+    /// TensorFlow's LazyAdam; with every parameter in `ranges`, the same as [`step`]).
+    ///
+    /// [`step`]: Self::step
+    pub fn step_ranges(
+        &mut self,
+        params: &mut [f64],
+        gradient: &[f64],
+        is_weight: &[bool],
+        ranges: &[std::ops::Range<usize>],
+    ) {
+        self.steps += 1;
+        for r in ranges {
+            self.update(params, gradient, is_weight, r.clone());
+        }
+    }
+
+    /// The update of the parameters in `at` (the step counted by the caller).
+    fn update(
+        &mut self,
+        params: &mut [f64],
+        gradient: &[f64],
+        is_weight: &[bool],
+        at: std::ops::Range<usize>,
+    ) {
         let (lr, l2) = (self.learning_rate, self.l2);
-        let parts = params.iter_mut().zip(gradient).zip(is_weight);
+        let parts = params[at.clone()]
+            .iter_mut()
+            .zip(&gradient[at.clone()])
+            .zip(&is_weight[at.clone()]);
         match self.kind {
             OptimizerKind::Adam => {
                 let t = self.steps as f64;
                 // The bias corrections folded into the step size, as scikit-learn does.
                 let step = lr * (1.0 - BETA2.powf(t)).sqrt() / (1.0 - BETA1.powf(t));
-                for (((p, &g), &weight), (m, v)) in
-                    parts.zip(self.first.iter_mut().zip(self.second.iter_mut()))
-                {
+                let moments = self.first[at.clone()]
+                    .iter_mut()
+                    .zip(self.second[at].iter_mut());
+                for (((p, &g), &weight), (m, v)) in parts.zip(moments) {
                     let g = if weight { g + l2 * *p } else { g };
                     *m = BETA1 * *m + (1.0 - BETA1) * g;
                     *v = BETA2 * *v + (1.0 - BETA2) * g * g;
@@ -81,7 +113,7 @@ impl Optimizer {
                 }
             }
             OptimizerKind::Sgd { momentum } => {
-                for (((p, &g), &weight), v) in parts.zip(self.first.iter_mut()) {
+                for (((p, &g), &weight), v) in parts.zip(self.first[at].iter_mut()) {
                     let g = if weight { g + l2 * *p } else { g };
                     *v = momentum * *v - lr * g;
                     *p += *v;

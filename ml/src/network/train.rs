@@ -79,6 +79,18 @@ pub trait Differentiable: Send {
     /// The outputs of row `i` of the last part (probabilities, or the standardized value).
     fn outputs<'w>(&self, ws: &'w Self::Workspace, i: usize) -> &'w [f64];
     fn gradient(ws: &Self::Workspace) -> &[f64];
+    /// The parameters the last batch's gradient can be non-zero on, when that is fewer than
+    /// all (a batch of sparse rows touches a few features' parameters): the optimizer then
+    /// steps those only (lazily: an untouched parameter's moments wait for its next gradient).
+    /// None: every parameter.
+    fn touched(&self, _ws: &Self::Workspace) -> Option<Vec<std::ops::Range<usize>>> {
+        None
+    }
+    /// Multiply-adds of a row's loss and gradient (how many rows make a few milliseconds of
+    /// work between looks at the stop flag).
+    fn work_per_row(&self, _rows: &[Row]) -> usize {
+        6 * self.params().len()
+    }
 }
 
 impl Differentiable for Network {
@@ -385,7 +397,7 @@ impl<M: Differentiable> GradientTrainer<M> {
         // A wide network's batch is taken in chunks of rows whose gradients add up, so that
         // the stop flag is looked at every few milliseconds of arithmetic, however wide the
         // layers (cancel must not wait for a batch of seconds).
-        let flops_per_row = 6 * self.net.params().len().max(1);
+        let flops_per_row = self.net.work_per_row(rows).max(1);
         let chunk = (FLOPS_BETWEEN_CHECKS / flops_per_row).clamp(1, b.max(1));
         let mut loss = 0.0;
         for start in (0..b).step_by(chunk) {
@@ -413,12 +425,29 @@ impl<M: Differentiable> GradientTrainer<M> {
         };
         self.loss_sum += loss * units * b as f64;
         self.tuples += b as u64;
-        self.optimizer.step(
-            self.net.params_mut(),
-            M::gradient(&self.workspace),
-            &self.is_weight,
-        );
-        if !self.net.params().iter().all(|p| p.is_finite()) {
+        let finite = match self.net.touched(&self.workspace) {
+            None => {
+                self.optimizer.step(
+                    self.net.params_mut(),
+                    M::gradient(&self.workspace),
+                    &self.is_weight,
+                );
+                self.net.params().iter().all(|p| p.is_finite())
+            }
+            Some(ranges) => {
+                self.optimizer.step_ranges(
+                    self.net.params_mut(),
+                    M::gradient(&self.workspace),
+                    &self.is_weight,
+                    &ranges,
+                );
+                let params = self.net.params();
+                ranges
+                    .into_iter()
+                    .all(|r| params[r].iter().all(|p| p.is_finite()))
+            }
+        };
+        if !finite {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
         Ok(())
