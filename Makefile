@@ -96,7 +96,7 @@ help:
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
-	@echo "  bench-fm       fm / fm_regression vs logistic, softmax, linear, a numpy FM and scikit-learn on a generated click log with pair effects and the sparse 1M-dim table (bench/results/fm_vs_linear.md; ~15 min)"
+	@echo "  bench-fm       fm / fm_regression vs logistic, softmax, linear, a numpy FM and scikit-learn on a generated click log with pair effects and the sparse 1M-dim table (bench/results/fm_vs_linear.md; ~10 min)"
 	@echo "  bench-groups   1,000 per-group logistic models in one pass vs one training, 10M rows (bench/results/groups_one_pass.md; ~15 min)"
 	@echo "  bench-search   a search of 12 logistic / 4 mlp configurations in one pass vs one training vs 12 trainings (bench/results/search_one_pass.md; ~5 min)"
 	@echo "  bench-where    an epoch with a \"where\" filter (10%, 90% of rows) vs SELECT sum(...) WHERE the same (bench/results/where_epochs.md; a few minutes)"

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""corgipile's factorization machines (fm, fm_regression) against its linear models, an independent
-numpy FM and scikit-learn's linear models, on the same train/test rows.
+"""corgipile's factorization machines against its linear models, numpy FMs and scikit-learn.
+
+fm and fm_regression against corgipile's logistic, softmax and linear, an FM written here in numpy
+and scikit-learn's linear models, all on the same train/test rows.
 
 Datasets (--only picks some):
   ctr        a generated click log (numpy, --data-seed): text columns user_id (2,000 values 'u123'),
@@ -18,16 +20,28 @@ Datasets (--only picks some):
   sparse     bench/sparse_vs_dense.py's criteo-like table (its make_tables, imported): ~40 random
              indices of 1,000,000 per row, values ±0.2 + U(-0.5, 0.5) by label (id % 2; a linear
              label: the FM has nothing to add, it must not lose); rows id % 5 = 0 are the test
-             table. --sparse-rows rows, --sparse-epochs epochs, n_features 1,000,000.
+             table. --sparse-rows rows (100,000: every index is in ~3 training rows; at 30,000
+             every model stays near chance), --sparse-epochs epochs (1: before aca3eb7
+             corgipile's fm stepped all its 18M parameters every batch, ~40 ms a batch on 2
+             cores, ~100 s an epoch of 80,000 rows), n_features 1,000,000; the corgipile sessions set
+             corgipile.max_model_memory to 1GB (the fm needs 549 MB: 54000 at the default 512MB).
 Arms, each on the training table, scored on the test table:
   corgipile fm / fm_regression   its defaults but label, features, epochs, seed, max_categories
                                  (every category kept: no "(other)" pooling), verbose false
   corgipile logistic, softmax / linear   the same (their own defaults: SGD, lr 0.01, exponential)
-  numpy FM       written here (fm_fit): one output, logistic or squared loss, mini-batch Adam with
-                 lazy (touched rows only) moment updates, on the one-hot rows (ctr) or the
-                 max-abs-scaled sparse rows (sparse, as corgipile's normalize); learning_rate,
-                 batch_size, l2, factors and epochs copied from the corgipile fm's stored params
-                 (defaults 0.001, 32, 0, 8 when no corgipile fm was stored); v initialized N(0, 0.01²)
+  numpy FM       written here (fm_fit): the textbook FM, one output, logistic or squared loss
+                 (the target standardized for training, as corgipile's fm_regression does),
+                 mini-batch Adam with lazy (touched rows only) updates, v drawn N(0, 0.01²), w and b
+                 0; on the one-hot rows (ctr) or the max-abs-scaled sparse rows (sparse, as
+                 corgipile's normalize); learning_rate, batch_size, l2, factors and epochs copied
+                 from the corgipile fm's stored params (0.001, 32, 0, 8 when none was stored)
+  numpy FM as corgipile's   the same code built and trained as corgipile's fm is: one output per
+                 class under a softmax (classification), v drawn U(-0.1, 0.1), Adam lazy (as corgipile
+                 since aca3eb7: its fm steps only the touched features of sparse rows, and column
+                 lists decode to sparse rows) or, --corgipile-adam dense, every parameter every batch
+                 (as corgipile before; not on sparse: a dense step of 18M parameters is too slow in
+                 numpy); a diagnostic: what corgipile's fm shares with it and not with the textbook FM
+                 comes from those choices
   sklearn        LogisticRegression(lbfgs, C=1, tol=1e-8, max_iter=10000) / Ridge(alpha=1) on the same
                  one-hot (or max-abs-scaled sparse) rows; deterministic: fitted once. (With the default
                  tol 1e-4, lbfgs stops at iteration 0 on the sparse table: its mean-loss gradient at 0
@@ -39,9 +53,12 @@ corgipile_train statement (statistics pass included), the numpy/sklearn fit on r
 A failing corgipile arm (an ERROR, or --timeout) is reported and not retried with the next seeds.
 
 Usage: bench/fm_vs_linear.py [--quick] [--seeds 1-3] [--epochs 20] [--only ctr,ctr_score,sparse]
-                             [--sparse-rows 100000] [--sparse-epochs 5] [--timeout 600] [--out FILE]
+                             [--sparse-rows 100000] [--sparse-epochs 1] [--timeout 600]
+                             [--corgipile-adam lazy|dense] [--out FILE]
 --quick: a 30,000-row ctr table (300 users, 150 ads, 150 sites), 10,000 sparse rows, 1 seed,
-5 epochs (2 on sparse); writes bench/results/fm_vs_linear_quick.md and the record fm_vs_linear_quick.
+5 epochs (1 on sparse); writes bench/results/fm_vs_linear_quick.md and the record fm_vs_linear_quick.
+The full run took 10 minutes on 2 cores with corgipile's dense-stepping fm (5 of them its fm on
+the sparse table).
 Needs PGHOST/PGPORT/PGUSER (make bench-fm sets them); uses (and creates) the database corgipile_fm;
 tables are reused when their COMMENT carries the same generation signature. Writes
 bench/results/fm_vs_linear.md (+ .json, raw numbers) and appends a record to
@@ -60,6 +77,7 @@ import provenance
 import numpy as np
 import psycopg
 import scipy.sparse as sp
+from scipy.special import expit, softmax
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from sklearn.exceptions import ConvergenceWarning
@@ -80,6 +98,17 @@ DATASETS = ("ctr", "ctr_score", "sparse")
 GEN_VERSION = 1
 # The numpy FM's hyperparameters when no corgipile fm stored its own (the mlp defaults).
 FM_DEFAULTS = {"learning_rate": 0.001, "batch_size": 32, "l2": 0.0, "factors": 8}
+# A second numpy FM built and trained as corgipile's fm is (one output per class, U(-0.1, 0.1)
+# factors, its Adam): what corgipile's fm shares with it and not with the first numpy FM comes from
+# those choices, not from a bug. Its Adam (--corgipile-adam): "lazy" as corgipile's fm steps since
+# aca3eb7 on sparse rows (sparse pairs and column lists both decode to sparse rows), "dense" as it
+# stepped before (every parameter every batch; not on the sparse table: too slow in numpy).
+AS_CORGIPILE = "numpy FM as corgipile's"
+CORGIPILE_ADAM = "lazy"
+# The sparse dataset's corgipile sessions: an fm of 1,000,000 features x 8 factors x 2 outputs needs
+# 549 MB to train (0.5.0 + fm: parameters, Adam's moments, a batch's activations), more than the
+# default corgipile.max_model_memory (512MB): ERROR 54000 without this.
+SPARSE_SETTINGS = {"corgipile.max_model_memory": "1GB"}
 # Checks (not release targets): corgipile's fm as good as the independent one; the FM worth it on
 # pair effects; harmless on a linear label.
 AUC_TOL, ACC_TOL, R2_TOL, FM_GAIN = 0.01, 1.0, 0.02, 0.03
@@ -221,7 +250,8 @@ def sparse_tables(rows):
              f"{Xtr.nnz / Xtr.shape[0]:.1f} non-zeros per row")
     return {"train": train, "test": test, "d": sparse_vs_dense.DIMS, "idx": (itr, ite), "val": (vtr, vte),
             "X": (Xtr, Xte), "y": (ytr.astype(int), yte.astype(int)), "oracle": None, "shape": shape,
-            "label": "label", "features": {"indices": "idx", "values": "val"}, "n_features": sparse_vs_dense.DIMS}
+            "label": "label", "features": {"indices": "idx", "values": "val"}, "n_features": sparse_vs_dense.DIMS,
+            "settings": SPARSE_SETTINGS}
 
 
 def padded(X):
@@ -237,48 +267,56 @@ def padded(X):
 
 # ---------------------------------------------------------------- the numpy FM
 
-def fm_fit(idx, val, y, d, *, loss, factors, epochs, lr, batch, l2, seed, init=0.01):
-    """score(x) = b + w·x + Σ_{i<j} <v_i, v_j> x_i x_j, trained on the mean loss of each batch of
-    a fresh permutation per epoch: loss "logistic" (y in {0, 1}) or "squared"; Adam (β 0.9, 0.999,
-    ε 1e-8) whose moments of w and v are updated for the batch's features only (lazy, as
-    torch.optim.SparseAdam); b starts at 0 (logistic) or the mean of y (squared)."""
+def fm_fit(idx, val, y, d, *, loss, factors, epochs, lr, batch, l2, seed, init_uniform=False, dense_adam=False):
+    """K outputs, score_c(x) = b_c + w_c·x + Σ_{i<j} <v_ic, v_jc> x_i x_j, trained on the mean loss
+    of each batch of a fresh permutation per epoch: loss "logistic" (K = 1, y in {0, 1}),
+    "softmax" (K = 2, one output per class, as corgipile's fm) or "squared" (K = 1); Adam (β 0.9,
+    0.999, ε 1e-8) whose moments of w and v are updated for the batch's features only (lazy, as
+    torch.optim.SparseAdam), or of every parameter every batch (dense_adam); v drawn N(0, 0.01²)
+    (init_uniform: U(-0.1, 0.1), as corgipile's fm), w and b 0."""
     rng = np.random.default_rng(seed)
-    n, k = idx.shape[0], factors
-    b = 0.0 if loss == "logistic" else float(np.mean(y))
-    w, V = np.zeros(d), rng.normal(0.0, init, (d, k))
-    m1, m2 = [np.zeros(d), np.zeros((d, k))], [np.zeros(d), np.zeros((d, k))]
-    mb = vb = 0.0
+    n, k, K = idx.shape[0], factors, 2 if loss == "softmax" else 1
+    b, w = np.zeros(K), np.zeros((d, K))
+    V = rng.uniform(-0.1, 0.1, (d, K, k)) if init_uniform else rng.normal(0.0, 0.01, (d, K, k))
+    params = (b, w, V)
+    m1, m2 = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
     b1, b2, eps, t = 0.9, 0.999, 1e-8, 0
     for _ in range(epochs):
         order = rng.permutation(n)
         for lo in range(0, n, batch):
             r = order[lo:lo + batch]
             I, X = idx[r], val[r]
-            z, vx, s = fm_scores(b, w, V, I, X)
-            g = ((1 / (1 + np.exp(-z)) if loss == "logistic" else z) - y[r]) / len(r)  # dloss/dz
+            z, vx, s = fm_scores(b, w, V, I, X)                       # (B, K), (B, m, K, k), (B, K, k)
+            if loss == "softmax":
+                g = softmax(z, axis=1) - np.eye(K)[y[r].astype(int)]  # dloss/dz
+            else:
+                g = (expit(z) if loss == "logistic" else z) - y[r][:, None]
+            g /= len(r)
+            gx = g[:, None, :] * X[..., None]                         # dz_c/dw_ic = x_i: (B, m, K)
+            uq, inv = np.unique(I.ravel(), return_inverse=True)
+            gw, gv = np.zeros((len(uq), K)), np.zeros((len(uq), K, k))
+            np.add.at(gw, inv, gx.reshape(-1, K))
+            np.add.at(gv, inv, (gx[..., None] * (s[:, None] - vx)).reshape(-1, K, k))  # x_i (s_cf − v_icf x_i)
+            grads = (g.sum(0), gw + l2 * w[uq], gv + l2 * V[uq])
             t += 1
             c1, c2 = 1 - b1 ** t, 1 - b2 ** t
-            gb = g.sum()
-            mb, vb = b1 * mb + (1 - b1) * gb, b2 * vb + (1 - b2) * gb * gb
-            b -= lr * (mb / c1) / (np.sqrt(vb / c2) + eps)
-            gx = g[:, None] * X                                    # dz/dw_i = x_i
-            uq, inv = np.unique(I.ravel(), return_inverse=True)
-            gw = np.bincount(inv, gx.ravel(), len(uq)) + l2 * w[uq]
-            gv = np.zeros((len(uq), k))                            # dz/dv_if = x_i (s_f − v_if x_i)
-            np.add.at(gv, inv, (gx[..., None] * (s[:, None, :] - vx)).reshape(-1, k))
-            gv += l2 * V[uq]
-            for j, (p, gr) in enumerate(((w, gw), (V, gv))):
-                m1[j][uq] = b1 * m1[j][uq] + (1 - b1) * gr
-                m2[j][uq] = b2 * m2[j][uq] + (1 - b2) * gr * gr
-                p[uq] -= lr * (m1[j][uq] / c1) / (np.sqrt(m2[j][uq] / c2) + eps)
+            for j, (p, gr) in enumerate(zip(params, grads)):
+                at = slice(None) if j == 0 else uq
+                if dense_adam and j > 0:  # the zero gradients of the other features count too
+                    at, full = slice(None), np.zeros_like(p)
+                    full[uq] = gr
+                    gr = full
+                m1[j][at] = b1 * m1[j][at] + (1 - b1) * gr
+                m2[j][at] = b2 * m2[j][at] + (1 - b2) * gr * gr
+                p[at] -= lr * (m1[j][at] / c1) / (np.sqrt(m2[j][at] / c2) + eps)
     return b, w, V
 
 
 def fm_scores(b, w, V, I, X):
-    """The scores of rows I/X (padded index/value arrays), the v_i x_i and their sums s."""
-    vx = V[I] * X[..., None]
+    """The K scores of rows I/X (padded index/value arrays), the v_i x_i and their sums s."""
+    vx = V[I] * X[..., None, None]
     s = vx.sum(1)
-    return b + (w[I] * X).sum(1) + 0.5 * ((s * s).sum(1) - (vx * vx).sum((1, 2))), vx, s
+    return b + (w[I] * X[..., None]).sum(1) + 0.5 * ((s * s).sum(-1) - (vx * vx).sum((1, 3))), vx, s
 
 
 def fm_predict(model, I, X, chunk=20_000):
@@ -297,15 +335,20 @@ def reg_metrics(y, pred):
     return {"r2": float(r2_score(y, pred)), "rmse": float(np.sqrt(mean_squared_error(y, pred)))}
 
 
-def numpy_fm_run(data, regression, seed, hp):
+def numpy_fm_run(data, regression, seed, hp, like_corgipile=None):
+    """The numpy FM on the training rows, scored on the test rows; a regression target is
+    standardized for training (as corgipile's fm_regression does) and the scores mapped back."""
     (itr, ite), (vtr, vte), (ytr, yte) = data["idx"], data["val"], data["y"]
+    mu, sd = (float(ytr.mean()), float(ytr.std())) if regression else (0.0, 1.0)
     t0 = time.perf_counter()
-    model = fm_fit(itr, vtr, ytr.astype(float), data["d"], loss="squared" if regression else "logistic",
-                   factors=hp["factors"], epochs=hp["epochs"], lr=hp["learning_rate"], batch=hp["batch_size"],
-                   l2=hp["l2"], seed=seed)
+    loss = "squared" if regression else "softmax" if like_corgipile else "logistic"
+    model = fm_fit(itr, vtr, (ytr - mu) / sd, data["d"], loss=loss, factors=hp["factors"], epochs=hp["epochs"],
+                   lr=hp["learning_rate"], batch=hp["batch_size"], l2=hp["l2"], seed=seed,
+                   init_uniform=bool(like_corgipile), dense_adam=like_corgipile == "dense")
     secs = time.perf_counter() - t0
     z = fm_predict(model, ite, vte)
-    m = reg_metrics(yte, z) if regression else class_metrics(yte, 1 / (1 + np.exp(-z)))
+    z = z[:, 1] - z[:, 0] if loss == "softmax" else z[:, 0]  # P(1) = sigmoid of the difference
+    m = reg_metrics(yte, mu + sd * z) if regression else class_metrics(yte, expit(z))
     return {**m, "seconds": secs, "hyperparameters": hp}
 
 
@@ -346,14 +389,16 @@ def corgipile_run(data, kind, params, regression, timeout):
     as {"error": ...}, not raised (a connection lost is raised, for retrying)."""
     sparse = isinstance(data["features"], dict)
     with connect() as c:
+        for name, value in data.get("settings", {}).items():
+            c.execute("SELECT set_config(%s, %s, false)", (name, value))
         c.execute(f"SET statement_timeout = {int(timeout * 1000)}")
         try:
             t0 = time.perf_counter()
             mid = c.execute("SELECT corgipile_train(%s, %s, %s)", (data["train"], kind, Jsonb(params))).fetchone()[0]
             secs = time.perf_counter() - t0
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as e:
+            if connection_lost(e):
+                raise
             return {"error": f"{e.sqlstate}: {str(e).splitlines()[0]}", "seconds": time.perf_counter() - t0}
         c.execute("SET statement_timeout = 0")
         out = {"model_id": mid, "seconds": secs}
@@ -379,16 +424,23 @@ def corgipile_run(data, kind, params, regression, timeout):
                 p = np.array([r[1][pos] for r in rows])
                 out["roc_auc"] = float(roc_auc_score(y, p))
                 out["client_check"] = class_metrics(y, p)  # should equal evaluate's accuracy and log_loss
-                for m in ("accuracy", "log_loss"):
-                    if out[m] is not None and abs(out["client_check"][m] - out[m]) > 1e-6:
+                for m, tol in (("accuracy", 1e-9), ("log_loss", 1e-4)):  # relative; log-loss: clipping
+                    if out[m] is not None and abs(out["client_check"][m] - out[m]) > tol * max(abs(out[m]), 1e-9):
                         out.setdefault("mismatch", []).append(
                             f"{m}: corgipile_evaluate {out[m]:.6f}, from corgipile_predict_proba {out['client_check'][m]:.6f}")
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as e:
+            if connection_lost(e):
+                raise
             out["error"] = f"scoring: {e.sqlstate}: {str(e).splitlines()[0]}"
         c.execute("SELECT corgipile_drop_model(%s)", (mid,))
     return out
+
+
+def connection_lost(e):
+    """A lost connection or a server restarting (not an ERROR of the statement: 54000, 57014 and
+    the like are OperationalErrors too)."""
+    return isinstance(e, psycopg.OperationalError) and (e.sqlstate is None or e.sqlstate[:2] == "08"
+                                                         or e.sqlstate in ("57P01", "57P02", "57P03"))
 
 
 def retrying(fn, *args, attempts=3):
@@ -398,7 +450,7 @@ def retrying(fn, *args, attempts=3):
         try:
             return fn(*args)
         except psycopg.OperationalError as e:
-            if attempt == attempts:
+            if attempt == attempts or not connection_lost(e):
                 raise
             log(f"connection lost ({str(e).splitlines()[0]}); waiting for the server, retrying")
             for _ in range(120):
@@ -419,7 +471,9 @@ def run_dataset(key, data, seeds, epochs, timeout):
     regression = key == "ctr_score"
     fm_kind, linear = ("fm_regression", ["linear"]) if regression else ("fm", ["logistic", "softmax"])
     metrics = ["r2", "rmse"] if regression else ["accuracy", "log_loss", "roc_auc"]
-    arms = [f"corgipile {fm_kind}", "numpy FM"] + [f"corgipile {k}" for k in linear] + \
+    # The diagnostic arm with dense Adam only where a dense step is cheap in numpy.
+    cheap = CORGIPILE_ADAM == "lazy" or data["d"] * (FM_DEFAULTS["factors"] + 1) <= 1_000_000
+    arms = [f"corgipile {fm_kind}", "numpy FM"] + [AS_CORGIPILE] * cheap + [f"corgipile {k}" for k in linear] + \
            ["sklearn " + ("Ridge" if regression else "LogisticRegression")]
     runs = {a: [] for a in arms}
     failed = {}
@@ -435,10 +489,11 @@ def run_dataset(key, data, seeds, epochs, timeout):
                     hp = {k: r["stored_params"].get(k, v) for k, v in FM_DEFAULTS.items()}
                 if "error" in r and "seconds" in r and "model_id" not in r:
                     failed[arm] = r["error"]
-            elif arm == "numpy FM":
+            elif arm.startswith("numpy FM"):
                 got = hp or dict(FM_DEFAULTS)
                 r = numpy_fm_run(data, regression, seed, {**got, "epochs": epochs,
-                                                          "copied_from_corgipile": hp is not None})
+                                                          "copied_from_corgipile": hp is not None},
+                                 like_corgipile=CORGIPILE_ADAM if arm == AS_CORGIPILE else None)
             else:
                 if runs[arm]:
                     continue  # deterministic: once
@@ -450,7 +505,7 @@ def run_dataset(key, data, seeds, epochs, timeout):
     summary = {a: {m: med([r.get(m) for r in rs]) for m in metrics + ["seconds"]} for a, rs in runs.items()}
     return {"dataset": key, "regression": regression, "shape": data["shape"], "oracle": data["oracle"],
             "arms": arms, "fm_arm": f"corgipile {fm_kind}", "runs": runs, "summary": summary, "failed": failed,
-            "train": data["train"], "test": data["test"]}
+            "train": data["train"], "test": data["test"], "settings": data.get("settings", {})}
 
 
 # ---------------------------------------------------------------- report
@@ -507,7 +562,7 @@ def checks(res):
 def report(res):
     q = " (--quick)" if res["quick"] else ""
     L = [f"`bench/fm_vs_linear.py`{q}: corgipile's factorization machines (fm, fm_regression) against its "
-         "linear models, an FM written in numpy and scikit-learn's linear models, on the same train/test rows. "
+         "linear models, FMs written in numpy and scikit-learn's linear models, on the same train/test rows. "
          f"corgipile {res['extversion']} ({res['library'][1]}), scikit-learn {res['sklearn_version']}, numpy "
          f"{res['numpy_version']}; seeds {res['seeds']}; {res['epochs']} epochs ({res['sparse_epochs']} on sparse); "
          f"total {res['total_seconds'] / 60:.1f} min on a shared {os.cpu_count()}-core machine. Medians (min–max) "
@@ -515,7 +570,8 @@ def report(res):
     for d in res["datasets"]:
         metrics = ["r2", "rmse"] if d["regression"] else ["accuracy", "log_loss", "roc_auc"]
         heads = {"r2": "R²", "rmse": "RMSE", "accuracy": "accuracy", "log_loss": "log-loss", "roc_auc": "ROC AUC"}
-        L += [f"## {d['dataset']}", "", d["shape"] + ".", "",
+        settings = "".join(f" corgipile sessions: `SET {k} = '{v}'`." for k, v in d.get("settings", {}).items())
+        L += [f"## {d['dataset']}", "", d["shape"] + "." + settings, "",
               "| model | " + " | ".join(f"test {heads[m]}" for m in metrics) + " | training s |",
               "|---|" + "---|" * (len(metrics) + 1)]
         for a in d["arms"]:
@@ -544,8 +600,12 @@ def report(res):
               "`corgipile_evaluate(model, test)` for accuracy / log-loss / R², ROC AUC from "
               "`corgipile_predict_proba` over the test rows (positive class). params: label, features, epochs, "
               "seed, verbose false, max_categories = the largest column's count (ctr: every category a feature), "
-              "n_features 1,000,000 (sparse); the rest each kind's defaults. numpy FM: one output (logistic or "
-              "squared loss; corgipile's fm has one output per class), lazy Adam, same one-hot rows; sklearn: "
+              "n_features 1,000,000 (sparse); the rest each kind's defaults. numpy FM: the textbook FM, one output "
+              "(logistic or squared loss), lazy Adam (touched features only), v ~ N(0, 0.01²), same rows; numpy "
+              "FM as corgipile's: the same code with one output per class under a softmax (classification), v ~ "
+              f"U(−0.1, 0.1) and {res['corgipile_adam']} Adam ("
+              + ("every parameter every batch" if res["corgipile_adam"] == "dense" else "touched features only")
+              + "), as corgipile's fm; sklearn: "
               "LogisticRegression(lbfgs, C=1, tol=1e-8) / Ridge(alpha=1) on the same rows. Timings of numpy/sklearn: rows "
               "already in memory.", "", "Raw numbers: the .json next to this file."]
     if res["library_at_end"] != res["library"]:
@@ -581,18 +641,22 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small tables, 1 seed, 5 epochs: checks the script")
     ap.add_argument("--seeds", default=None, help="e.g. 1-3 or 1,4 (default 1-3; --quick: 1)")
     ap.add_argument("--epochs", type=int, default=None, help="epochs of ctr and ctr_score (default 20; --quick: 5)")
-    ap.add_argument("--sparse-epochs", type=int, default=None, help="epochs on sparse (default 5; --quick: 2)")
+    ap.add_argument("--sparse-epochs", type=int, default=None, help="epochs on sparse (default 1)")
     ap.add_argument("--sparse-rows", type=int, default=None, help="rows of the sparse table (default 100000; --quick: 10000)")
     ap.add_argument("--data-seed", type=int, default=7, help="the ctr table's generator seed")
     ap.add_argument("--only", default=None, help=f"comma-separated datasets (default {','.join(DATASETS)})")
     ap.add_argument("--timeout", type=float, default=600, help="statement_timeout of a training, seconds")
+    ap.add_argument("--corgipile-adam", choices=["lazy", "dense"], default="lazy",
+                    help="the Adam of the numpy FM as corgipile's: lazy (corgipile since aca3eb7), dense (before)")
     ap.add_argument("--out", default=None, help="results file (default bench/results/fm_vs_linear[_quick].md)")
     args = ap.parse_args()
+    global CORGIPILE_ADAM
+    CORGIPILE_ADAM = args.corgipile_adam
     import sklearn
     q = args.quick
     seeds = parse_seeds(args.seeds) if args.seeds else ([1] if q else [1, 2, 3])
     epochs = args.epochs or (5 if q else 20)
-    sparse_epochs = args.sparse_epochs or (2 if q else 5)
+    sparse_epochs = args.sparse_epochs or 1
     sparse_rows = args.sparse_rows or (10_000 if q else 100_000)
     spec = CTR_QUICK if q else CTR
     keys = args.only.split(",") if args.only else list(DATASETS)
@@ -608,7 +672,7 @@ def main():
     res = {"quick": q, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "extversion": version, "library": lib,
            "sklearn_version": sklearn.__version__, "numpy_version": np.__version__, "seeds": seeds,
            "epochs": epochs, "sparse_epochs": sparse_epochs, "sparse_rows": sparse_rows, "ctr_spec": spec,
-           "data_seed": args.data_seed, "datasets": []}
+           "data_seed": args.data_seed, "corgipile_adam": CORGIPILE_ADAM, "datasets": []}
     if "ctr" in keys or "ctr_score" in keys:
         cls, reg = retrying(ctr_tables, spec, args.data_seed)
         for key, data in (("ctr", cls), ("ctr_score", reg)):
@@ -630,7 +694,7 @@ def main():
     records.append_record(name, figures(res), make_target="bench-fm", results_file=out_md,
                           config={"quick": q, "seeds": seeds, "epochs": epochs, "sparse_epochs": sparse_epochs,
                                   "sparse_rows": sparse_rows, "datasets": keys, "ctr": spec,
-                                  "data_seed": args.data_seed}, **installed)
+                                  "data_seed": args.data_seed, "corgipile_adam": CORGIPILE_ADAM}, **installed)
     log(f"done in {res['total_seconds']:.0f} s")
 
 
