@@ -36,7 +36,7 @@ Arms, each on the training table, scored on the test table:
                  corgipile's normalize); learning_rate, batch_size, l2, factors and epochs copied
                  from the corgipile fm's stored params (0.001, 32, 0, 8 when none was stored)
   numpy FM as corgipile's   the same code built and trained as corgipile's fm is: one output per
-                 class under a softmax (classification), v drawn U(-0.1, 0.1), Adam lazy (as corgipile
+                 class under a softmax (classification), v drawn U(-0.01, 0.01), Adam lazy (as corgipile
                  since aca3eb7: its fm steps only the touched features of sparse rows, and column
                  lists decode to sparse rows) or, --corgipile-adam dense, every parameter every batch
                  (as corgipile before; not on sparse: a dense step of 18M parameters is too slow in
@@ -98,7 +98,7 @@ DATASETS = ("ctr", "ctr_score", "sparse")
 GEN_VERSION = 1
 # The numpy FM's hyperparameters when no corgipile fm stored its own (the mlp defaults).
 FM_DEFAULTS = {"learning_rate": 0.001, "batch_size": 32, "l2": 0.0, "factors": 8}
-# A second numpy FM built and trained as corgipile's fm is (one output per class, U(-0.1, 0.1)
+# A second numpy FM built and trained as corgipile's fm is (one output per class, U(-0.01, 0.01)
 # factors, its Adam): what corgipile's fm shares with it and not with the first numpy FM comes from
 # those choices, not from a bug. Its Adam (--corgipile-adam): "lazy" as corgipile's fm steps since
 # aca3eb7 on sparse rows (sparse pairs and column lists both decode to sparse rows), "dense" as it
@@ -273,11 +273,11 @@ def fm_fit(idx, val, y, d, *, loss, factors, epochs, lr, batch, l2, seed, init_u
     "softmax" (K = 2, one output per class, as corgipile's fm) or "squared" (K = 1); Adam (β 0.9,
     0.999, ε 1e-8) whose moments of w and v are updated for the batch's features only (lazy, as
     torch.optim.SparseAdam), or of every parameter every batch (dense_adam); v drawn N(0, 0.01²)
-    (init_uniform: U(-0.1, 0.1), as corgipile's fm), w and b 0."""
+    (init_uniform: U(-0.01, 0.01), as corgipile's fm), w and b 0."""
     rng = np.random.default_rng(seed)
     n, k, K = idx.shape[0], factors, 2 if loss == "softmax" else 1
     b, w = np.zeros(K), np.zeros((d, K))
-    V = rng.uniform(-0.1, 0.1, (d, K, k)) if init_uniform else rng.normal(0.0, 0.01, (d, K, k))
+    V = rng.uniform(-0.01, 0.01, (d, K, k)) if init_uniform else rng.normal(0.0, 0.01, (d, K, k))
     params = (b, w, V)
     m1, m2 = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
     b1, b2, eps, t = 0.9, 0.999, 1e-8, 0
@@ -603,7 +603,7 @@ def report(res):
               "n_features 1,000,000 (sparse); the rest each kind's defaults. numpy FM: the textbook FM, one output "
               "(logistic or squared loss), lazy Adam (touched features only), v ~ N(0, 0.01²), same rows; numpy "
               "FM as corgipile's: the same code with one output per class under a softmax (classification), v ~ "
-              f"U(−0.1, 0.1) and {res['corgipile_adam']} Adam ("
+              f"U(−0.01, 0.01) and {res['corgipile_adam']} Adam ("
               + ("every parameter every batch" if res["corgipile_adam"] == "dense" else "touched features only")
               + "), as corgipile's fm; sklearn: "
               "LogisticRegression(lbfgs, C=1, tol=1e-8) / Ridge(alpha=1) on the same rows. Timings of numpy/sklearn: rows "
