@@ -435,10 +435,13 @@ def test_row_predictions_of_column_list_networks(tconn):
                                    corgipile_predict_class('mlp_mixed_net', t),
                                    corgipile_predict(%s, t), corgipile_decision_function('mlp_mixed_reg', t)
                             FROM mlp_mixed t ORDER BY id""", (cls, cls, cls, reg)).fetchall()
+    # Probabilities come in the order of label_mapping's classes (the order first read).
+    classes = scalar(tconn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (cls,))
+    true_at = [i for i, v in enumerate(classes) if v in (1, 1.0, True, "true")][0]
     for label, pred, c, pr, pred_n, c_n, rp, rd in rows:
         assert c in ("true", "false") and c == c_n and pred == pred_n
         assert pred == (1.0 if c == "true" else 0.0)
-        assert (pr[1] > pr[0]) == (c == "true")
+        assert (pr[true_at] > pr[1 - true_at]) == (c == "true")
         assert rp == rd
     report = evaluate(tconn, cls, "mlp_mixed")
     assert sum((r[2] == "true") == r[0] for r in rows) / len(rows) == pytest.approx(report["accuracy"], abs=1e-12)
