@@ -135,7 +135,7 @@ fn the_gradient_is_the_loss_s_slope() {
             let mut ws = m.workspace(2).unwrap();
             m.add_loss_and_gradient(&rows, &labels, &[2.0, 0.5], 2, true, &mut ws);
             let gradient = ws.gradient.clone();
-            for p in 0..m.params.len() {
+            for (p, &want) in gradient.iter().enumerate() {
                 let h = 1e-6;
                 let at = m.params[p];
                 m.params[p] = at + h;
@@ -145,9 +145,8 @@ fn the_gradient_is_the_loss_s_slope() {
                 m.params[p] = at;
                 let slope = (up - down) / (2.0 * h);
                 assert!(
-                    (slope - gradient[p]).abs() < 1e-6 * (1.0 + slope.abs()),
-                    "{head:?} sparse {sparse} param {p}: {slope} against {}",
-                    gradient[p]
+                    (slope - want).abs() < 1e-6 * (1.0 + slope.abs()),
+                    "{head:?} sparse {sparse} param {p}: {slope} against {want}"
                 );
             }
         }
