@@ -1,19 +1,19 @@
 //! Model kinds and the linear model they share.
 //!
-//! Every rule that differs between kinds lives in that kind's file (`svm.rs`, `logistic.rs`,
-//! `linear.rs`, `softmax.rs`), as an implementation of [`KindRules`]; [`ModelKind`] is
-//! generated from the one registration list below. Adding a kind is a new file plus one line
-//! there; nothing outside this crate matches on the kind.
+//! Every rule that differs between linear kinds lives in that kind's file (`svm.rs`,
+//! `logistic.rs`, `linear.rs`, `softmax.rs`), as an implementation of [`KindRules`]; the kinds
+//! of other families (networks, factorization machines) take a linear kind's head
+//! (`kind_with_head!`). [`ModelKind`] is generated from the one registration list below.
+//! Adding a linear kind is a new file plus one line there, a kind of another family one line
+//! there and one `kind_with_head!`; nothing outside this crate matches on the kind.
 
 use serde::{Deserialize, Serialize};
 
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
-mod fm;
 mod linear;
 mod logistic;
-mod mlp;
 mod softmax;
 mod svm;
 
@@ -56,6 +56,42 @@ pub trait KindRules {
     /// The prediction: ±1 for two classes, the value for a number, the class index for
     /// classes (NaN without classes).
     fn predict(model: &LinearModel, row: Row) -> f64;
+}
+
+/// A kind whose family trains its own model (a network, a factorization machine) over the output
+/// head of a linear kind (`$head`: softmax for classes, linear for a number): its rules, which
+/// score a [`LinearModel`], are that kind's.
+macro_rules! kind_with_head {
+    ($(#[$doc:meta])* $kind:ident = $name:literal, $head:path) => {
+        $(#[$doc])*
+        pub struct $kind;
+
+        impl $crate::model::KindRules for $kind {
+            const NAME: &'static str = $name;
+            const LABELS: $crate::model::Labels = <$head as $crate::model::KindRules>::LABELS;
+            const PROBABILITIES: bool = <$head as $crate::model::KindRules>::PROBABILITIES;
+
+            fn loss(z: f64, y: f64) -> f64 {
+                <$head as $crate::model::KindRules>::loss(z, y)
+            }
+
+            fn dloss_dz(z: f64, y: f64) -> f64 {
+                <$head as $crate::model::KindRules>::dloss_dz(z, y)
+            }
+
+            fn predict_proba(
+                model: &$crate::model::LinearModel,
+                row: $crate::row::Row,
+                out: &mut Vec<f64>,
+            ) -> bool {
+                <$head as $crate::model::KindRules>::predict_proba(model, row, out)
+            }
+
+            fn predict(model: &$crate::model::LinearModel, row: $crate::row::Row) -> f64 {
+                <$head as $crate::model::KindRules>::predict(model, row)
+            }
+        }
+    };
 }
 
 /// Generates [`ModelKind`] from the registered kinds: `Variant => module::Rules`.
@@ -140,11 +176,30 @@ register_kinds! {
     Logistic => logistic::Logistic,
     Linear => linear::Linear,
     Softmax => softmax::Softmax,
-    Mlp => mlp::Mlp,
-    MlpRegression => mlp::MlpRegression,
-    Fm => fm::Fm,
-    FmRegression => fm::FmRegression,
+    Mlp => Mlp,
+    MlpRegression => MlpRegression,
+    Fm => Fm,
+    FmRegression => FmRegression,
 }
+
+// Networks (`crate::network`): hidden layers before the output layer.
+kind_with_head!(
+    /// `mlp`: classes, a softmax output layer over K classes, cross-entropy.
+    Mlp = "mlp", softmax::Softmax
+);
+kind_with_head!(
+    /// `mlp_regression`: a number, one linear output, squared loss.
+    MlpRegression = "mlp_regression", linear::Linear
+);
+// Factorization machines (`crate::fm`): a linear part and every pair of features.
+kind_with_head!(
+    /// `fm`: classes, one output per class, softmax, cross-entropy.
+    Fm = "fm", softmax::Softmax
+);
+kind_with_head!(
+    /// `fm_regression`: a number, squared loss.
+    FmRegression = "fm_regression", linear::Linear
+);
 
 /// The kind a pipeline that trains nothing (corgipile_trace) reads its rows as: the label read
 /// as a number, whatever it holds.
