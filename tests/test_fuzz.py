@@ -1011,9 +1011,9 @@ class ShardRoundFuzz:
                                           "target_scale": 1.0}}),
             "Evaluate": ("sr_tab", kind, {"features": ["x1", "x2", "color"], "label": "label", "only": True},
                          {**base, "phase": "Evaluate", "n_features": n_features, "weights": [], "bias": [],
-                          "evaluate": {"model": {"Linear": {"kind": kind, "n_features": n_features,
-                                                            "n_outputs": 1, "weights": list(weights),
-                                                            "bias": list(bias)}},
+                          "evaluate": {"model": {"kind": kind, "n_features": n_features,
+                                                 "n_outputs": 1, "weights": list(weights),
+                                                 "bias": list(bias), "layers": None, "activation": None},
                                        "classes": mapping.get("classes", []), "preprocessing": prep}}),
         }
 
@@ -1034,7 +1034,7 @@ class ShardRoundFuzz:
         out.append(({"kind": "fixed", "what": "evaluate with 10^7 classes"}, table, model, json.dumps(params),
                     with_raw(req, [json_array(10**7, '"c"')])))
         table, model, params, req = self.template("Evaluate")
-        req["evaluate"]["model"]["Linear"].update(n_features=2**62, weights=[])
+        req["evaluate"]["model"].update(n_features=2**62, weights=[])
         out.append(({"kind": "fixed", "what": "evaluate model of 2^62 features"}, table, model, json.dumps(params),
                     json.dumps(req)))
         table, model, params, req = self.template("Train")
@@ -1069,9 +1069,9 @@ class ShardRoundFuzz:
         elif kind == "n_features":
             req["n_features"] = rng.choice(ODD_NUMBERS)
             if req["evaluate"] and rng.random() < 0.7:
-                req["evaluate"]["model"]["Linear"]["n_features"] = rng.choice(ODD_NUMBERS)
+                req["evaluate"]["model"]["n_features"] = rng.choice(ODD_NUMBERS)
                 if rng.random() < 0.5:
-                    req["evaluate"]["model"]["Linear"]["weights"] = []
+                    req["evaluate"]["model"]["weights"] = []
             desc["n_features"] = req["n_features"]
         elif kind == "extras":
             table, model, params, req = self.template("Train")
@@ -1095,10 +1095,10 @@ class ShardRoundFuzz:
             what = rng.choice(["weights", "n_outputs", "classes", "categories", "prep_n_features", "prep_rows"])
             if what == "weights":
                 raw.append(json_array(n, "0.25"))
-                ev["model"]["Linear"]["weights"] = "@@0@@"
-                ev["model"]["Linear"]["n_features"] = rng.choice([n, ev["model"]["Linear"]["n_features"], 2**62])
+                ev["model"]["weights"] = "@@0@@"
+                ev["model"]["n_features"] = rng.choice([n, ev["model"]["n_features"], 2**62])
             elif what == "n_outputs":
-                ev["model"]["Linear"]["n_outputs"] = rng.choice(ODD_NUMBERS)
+                ev["model"]["n_outputs"] = rng.choice(ODD_NUMBERS)
             elif what == "classes":
                 raw.append(json_array(n, '"c"'))
                 ev["classes"] = "@@0@@"

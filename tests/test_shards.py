@@ -1248,13 +1248,17 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     base = {"phase": "Evaluate", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
             "weights": [], "bias": [], "extras": {}}
     forged = {
-        "svm": {"Linear": {"kind": "svm", "n_features": 1000, "n_outputs": 1, "weights": [0.5], "bias": [0.0]}},
+        "svm": {"kind": "svm", "n_features": 1000, "n_outputs": 1, "weights": [0.5], "bias": [0.0],
+                "layers": None, "activation": None},
         # A network whose layers say 2 x 3 x 2 (6 + 6 weights) with one weight; one whose widths
-        # multiply beyond any memory (refused, never allocated).
-        "mlp": {"Network": {"kind": "mlp", "layers": [2, 3, 2], "activation": "relu",
-                            "weights": [0.5], "biases": [0.0, 0.0, 0.0, 0.0, 0.0]}},
-        "mlp_regression": {"Network": {"kind": "mlp_regression", "layers": [2, 2**62, 2**62, 1],
-                                       "activation": "tanh", "weights": [], "biases": []}},
+        # multiply beyond any memory (refused, never allocated); a factorization machine whose
+        # layers say 2 x 8 x 2 (2 x 2 x 9 weights) with one.
+        "mlp": {"kind": "mlp", "n_features": 2, "n_outputs": 2, "layers": [2, 3, 2], "activation": "relu",
+                "weights": [0.5], "bias": [0.0, 0.0, 0.0, 0.0, 0.0]},
+        "mlp_regression": {"kind": "mlp_regression", "n_features": 2, "n_outputs": 1,
+                           "layers": [2, 2**62, 2**62, 1], "activation": "tanh", "weights": [], "bias": []},
+        "fm": {"kind": "fm", "n_features": 2, "n_outputs": 2, "layers": [2, 8, 2], "activation": None,
+               "weights": [0.5], "bias": [0.0, 0.0]},
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
