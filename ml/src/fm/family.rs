@@ -80,11 +80,7 @@ impl Family for FmFamily {
         params: &TrainParams,
         shape: &Shape,
     ) -> Result<Learner, TrainError> {
-        let head = if config.kind.is_classifier() {
-            Head::Softmax
-        } else {
-            Head::Linear
-        };
+        let head = Head::of(config.kind);
         let machine = Machine::new(
             shape.n_features,
             factors(params),
@@ -135,11 +131,7 @@ impl Family for FmFamily {
             })?;
         params.extend_from_slice(&weights);
         params.extend_from_slice(&bias);
-        let head = if kind.is_classifier() {
-            Head::Softmax
-        } else {
-            Head::Linear
-        };
+        let head = Head::of(kind);
         Ok(Model::new(FmModel::new(
             kind,
             Machine {

@@ -97,11 +97,7 @@ impl Family for NetworkFamily {
         shape: &Shape,
     ) -> Result<Learner, TrainError> {
         let spec = spec(params, shape);
-        let head = if config.kind.is_classifier() {
-            Head::Softmax
-        } else {
-            Head::Linear
-        };
+        let head = Head::of(config.kind);
         let net = Network::new(
             &spec.sizes(shape.n_features),
             spec.activation,

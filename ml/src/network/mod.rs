@@ -49,6 +49,16 @@ pub enum Head {
 }
 
 impl Head {
+    /// The output a kind's classes or number needs: softmax over the classes, or one linear
+    /// output.
+    pub fn of(kind: crate::model::ModelKind) -> Head {
+        if kind.is_classifier() {
+            Head::Softmax
+        } else {
+            Head::Linear
+        }
+    }
+
     /// The loss of a batch's `outputs` (`labels.len()` rows of them: probabilities for a
     /// softmax head, values for a linear one) and `delta`, d mean-loss / d pre-activation of
     /// each output, of a batch of `1 / inv_b` rows; `weights`: each row's weight on the loss, or

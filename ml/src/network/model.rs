@@ -284,11 +284,7 @@ impl NetworkModel {
             w_at += w[0] * w[1];
             b_at += w[1];
         }
-        let head = if kind.is_classifier() {
-            Head::Softmax
-        } else {
-            Head::Linear
-        };
+        let head = Head::of(kind);
         Ok(NetworkModel::new(
             kind,
             Network {
