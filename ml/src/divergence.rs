@@ -12,7 +12,7 @@
 //! but finite loss is a model of too large a scale (raw features), not one running away; it is
 //! refused only when not finite.
 
-use crate::model::{Labels, ModelKind};
+use crate::model::ModelKind;
 
 /// A regression whose loss is more than this many times the zero model's has diverged.
 pub const DIVERGED_FACTOR: f64 = 1000.0;
@@ -22,10 +22,7 @@ pub const DIVERGED_FACTOR: f64 = 1000.0;
 /// regression (at least 1e-12, so that all-zero labels still have a bound), None for a
 /// classifier (see the module's documentation).
 pub fn zero_model_loss(kind: ModelKind, label_square_mean: f64) -> Option<f64> {
-    match kind.labels() {
-        Labels::Number => Some((0.5 * label_square_mean).max(1e-12)),
-        Labels::TwoClasses | Labels::Classes => None,
-    }
+    kind.head().zero_model_loss(label_square_mean)
 }
 
 /// Whether an epoch's (mean) training loss says the training diverged: NaN or infinite, or

@@ -28,25 +28,7 @@ pub const TOLERANCE: f64 = 1e-10;
 /// them, weighted) is below this share of its own is taken as collinear with them.
 const COLLINEAR: f64 = 1e-10;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    /// Labels 0/1, the log loss; z tests.
-    Logistic,
-    /// Labels as they are, squared error; t tests.
-    Linear,
-}
-
-impl Family {
-    /// The family of a model kind that has standard errors (logistic, linear), or None.
-    pub fn of(kind: crate::model::ModelKind) -> Option<Family> {
-        match kind {
-            crate::model::ModelKind::Logistic => Some(Family::Logistic),
-            crate::model::ModelKind::Linear => Some(Family::Linear),
-            _ => None,
-        }
-    }
-}
+use crate::model::Likelihood;
 
 /// Why no standard errors could be computed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -69,7 +51,7 @@ pub enum InferenceError {
 /// What one Newton pass sums, and the coefficients it is at.
 #[derive(Debug)]
 pub struct Information {
-    family: Family,
+    family: Likelihood,
     n_features: usize,
     intercept: bool,
     /// Weights, then the intercept (when fitted).
@@ -96,7 +78,7 @@ impl Information {
 
     /// At the coefficients `weights`, `bias`; None when there is no memory for H.
     pub fn try_new(
-        family: Family,
+        family: Likelihood,
         weights: &[f64],
         bias: f64,
         intercept: bool,
@@ -181,13 +163,13 @@ impl Information {
         }
         let z = crate::row::dot(&self.beta, &self.x);
         let (weight, residual) = match self.family {
-            Family::Logistic => {
+            Likelihood::Logistic => {
                 let prob = crate::model::sigmoid(z);
                 // −log-likelihood of y at z, stable for large |z|: softplus(z) − y·z.
                 self.loss += z.max(0.0) + (-z.abs()).exp().ln_1p() - y * z;
                 (prob * (1.0 - prob), prob - y)
             }
-            Family::Linear => {
+            Likelihood::Linear => {
                 let r = z - y;
                 self.loss += r * r;
                 (1.0, r)
@@ -219,7 +201,7 @@ impl Information {
             self.h[j * p + j] += penalty;
             self.g[j] += penalty * self.beta[j];
         }
-        if self.family == Family::Logistic {
+        if self.family == Likelihood::Logistic {
             let w = &self.beta[..self.n_features];
             self.loss += 0.5 * penalty * w.iter().map(|v| v * v).sum::<f64>();
         }
@@ -240,7 +222,7 @@ impl Information {
         // Least squares is quadratic: one step lands on the solution (H does not depend on the
         // coefficients), and its RSS is RSS + gᵀδ (as δᵀHδ = −gᵀδ), so no second pass is
         // needed, unless the subtraction lost digits (the start was far from the solution).
-        if self.family == Family::Linear && penalty == 0.0 {
+        if self.family == Likelihood::Linear && penalty == 0.0 {
             let after = self.loss + self.g.iter().zip(&delta).map(|(g, d)| g * d).sum::<f64>();
             self.rss_after_step = (after > 1e-6 * self.loss).then_some(after);
         }
@@ -262,8 +244,8 @@ impl Information {
         let p = self.dim();
         let rows = self.rows;
         let (df, scale2, quantile) = match self.family {
-            Family::Logistic => (None, 1.0, Z_975),
-            Family::Linear => {
+            Likelihood::Logistic => (None, 1.0, Z_975),
+            Likelihood::Linear => {
                 if rows <= p as u64 {
                     return Err(InferenceError::TooFewRows {
                         rows,
@@ -291,13 +273,13 @@ impl Information {
         }
         let mut out = Inference {
             test: match self.family {
-                Family::Logistic => "z",
-                Family::Linear => "t",
+                Likelihood::Logistic => "z",
+                Likelihood::Linear => "t",
             }
             .to_string(),
             df,
             rows,
-            log_likelihood: (self.family == Family::Logistic).then_some(-self.loss),
+            log_likelihood: (self.family == Likelihood::Logistic).then_some(-self.loss),
             sigma2: df.map(|_| scale2),
             std_error: Vec::with_capacity(p),
             statistic: Vec::with_capacity(p),

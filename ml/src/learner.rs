@@ -13,14 +13,14 @@ mod network;
 
 pub use gradient::Trainable;
 pub(crate) use gradient::{out_of_memory, GradientLearner};
-pub use linear::{head_name, LinearFamily};
+pub use linear::LinearFamily;
 pub(crate) use network::optimizer_name;
 pub use network::NetworkFamily;
 
 use crate::arena::TupleArena;
-use crate::model::ModelKind;
+use crate::model::{Head, ModelKind};
 use crate::network::{
-    Activation, Head, Network, NetworkModel, Optimizer, OptimizerKind, Target, Workspace,
+    Activation, Network, NetworkModel, Optimizer, OptimizerKind, Target, Workspace,
 };
 use crate::params::{ParamError, TrainParams};
 use crate::standardize::Standardizer;
@@ -273,7 +273,7 @@ impl Learner {
 
 /// A trained network as a model: a regression's outputs back in the label's units.
 pub fn network_model(kind: ModelKind, net: Network, target: Target) -> NetworkModel {
-    let regression = net.head == Head::Linear;
+    let regression = net.head == Head::SQUARED;
     let mut model = NetworkModel::new(kind, net);
     if regression {
         model.fold_target(target.mean, target.scale);

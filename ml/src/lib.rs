@@ -25,7 +25,8 @@
 //!   to the maximum-likelihood estimate, the information matrix, normal and t tails).
 //! - [`limits`]: model memory accounting and fallible allocation.
 //! - [`metrics`]: streaming binary, multiclass and regression metrics.
-//! - [`model`]: [`LinearModel`], the model kinds, their losses and the dot products.
+//! - [`model`]: the model kinds (each a family and an output head), the heads (their losses,
+//!   predictions and probabilities: [`model::head`]) and [`LinearModel`].
 //! - [`moments`]: [`Welford`], the one running mean/variance (and Chan's merge).
 //! - [`network`]: multilayer perceptrons (`mlp`, `mlp_regression`) and the gradient trainer
 //!   they share with factorization machines.

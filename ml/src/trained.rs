@@ -215,10 +215,11 @@ impl ModelParts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::{Head, Network, NetworkModel};
+    use crate::model::Head;
+    use crate::network::{Network, NetworkModel};
 
     fn network() -> Model {
-        let net = Network::new(&[3, 4, 2], Activation::Tanh, Head::Softmax, 1).unwrap();
+        let net = Network::new(&[3, 4, 2], Activation::Tanh, Head::SOFTMAX, 1).unwrap();
         Model::new(NetworkModel::new(ModelKind::Mlp, net))
     }
 

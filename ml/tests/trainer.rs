@@ -147,11 +147,11 @@ fn batch_size_one_follows_the_update_formula_exactly() {
             let (mut loss, mut correct) = (0.0, 0u64);
             for (y, x) in &data {
                 let z = corgipile_ml::row::dot(&w, x) + b;
-                loss += kind.loss(z, *y);
+                loss += kind.head().scalar().unwrap().loss(z, *y);
                 if (if z >= 0.0 { 1.0 } else { -1.0 }) == *y {
                     correct += 1;
                 }
-                let g = kind.dloss_dz(z, *y);
+                let g = kind.head().scalar().unwrap().dloss_dz(z, *y);
                 for j in 0..d {
                     w[j] = w[j] * (1.0 - lr * l2) - lr * g * x[j];
                 }
@@ -201,7 +201,11 @@ fn mini_batch_follows_the_averaged_update_formula() {
         let mut sg = vec![0.0; d];
         let mut sb = 0.0;
         for (y, x) in chunk {
-            let g = kind.dloss_dz(corgipile_ml::row::dot(&w, x) + b, *y);
+            let g = kind
+                .head()
+                .scalar()
+                .unwrap()
+                .dloss_dz(corgipile_ml::row::dot(&w, x) + b, *y);
             for j in 0..d {
                 sg[j] += g * x[j];
             }

@@ -294,8 +294,8 @@ fn coefficients(key: ModelRef) -> impl Iterator<Item = CoefficientRow> {
     let fitted_intercept = |n: usize| n == n_features || n == n_features + 1;
     let tests = (n_outputs == 1)
         .then(|| {
-            let logistic = corgipile_ml::inference::Family::of(kind)
-                == Some(corgipile_ml::inference::Family::Logistic);
+            let logistic =
+                kind.head().likelihood == Some(corgipile_ml::model::Likelihood::Logistic);
             Tests::of(stored.id, n_features + 1, logistic)
                 .or_else(|| Tests::of(stored.id, n_features, logistic))
         })

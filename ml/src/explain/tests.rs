@@ -1,6 +1,7 @@
 use super::*;
+use crate::model::Head;
 use crate::model::{LinearModel, ModelKind};
-use crate::network::{Activation, Head, Network, NetworkModel};
+use crate::network::{Activation, Network, NetworkModel};
 use crate::preprocess::{ColumnOptions, ColumnPlan, Encode, EncodedRow, Source, StatsBuilder};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -21,7 +22,7 @@ fn values(seed: u64, n: usize) -> Vec<f64> {
 }
 
 fn network(sizes: &[usize], activation: Activation, seed: u64) -> Model {
-    let head = Head::Softmax;
+    let head = Head::SOFTMAX;
     let net = Network::new(sizes, activation, head, seed).unwrap();
     Model::new(NetworkModel::new(ModelKind::Mlp, net))
 }

@@ -2,10 +2,11 @@
 //! [`GradientLearner`](crate::learner::GradientLearner) of a [`Machine`]) and its stored form.
 
 use super::{FmModel, Machine, Workspace};
+
 use crate::learner::{
     optimizer_name, out_of_memory, Family, GradientLearner, Learner, Shape, TrainingSize,
 };
-use crate::network::{Head, Optimizer};
+use crate::network::Optimizer;
 use crate::params::MAX_FACTORS;
 use crate::params::{ParamError, TrainParams};
 use crate::trained::{Model, ModelParts, PartsError};
@@ -80,7 +81,7 @@ impl Family for FmFamily {
         params: &TrainParams,
         shape: &Shape,
     ) -> Result<Learner, TrainError> {
-        let head = Head::of(config.kind);
+        let head = config.kind.head();
         let machine = Machine::new(
             shape.n_features,
             factors(params),
@@ -131,7 +132,7 @@ impl Family for FmFamily {
             })?;
         params.extend_from_slice(&weights);
         params.extend_from_slice(&bias);
-        let head = Head::of(kind);
+        let head = kind.head();
         Ok(Model::new(FmModel::new(
             kind,
             Machine {

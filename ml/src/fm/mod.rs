@@ -21,8 +21,9 @@ pub use family::FmFamily;
 pub use model::FmModel;
 
 use crate::learner::Trainable;
+use crate::model::Head;
 use crate::model::ModelKind;
-use crate::network::{for_each_value, try_zeros, Differentiable, Head, NetworkError, Target};
+use crate::network::{for_each_value, try_zeros, Differentiable, NetworkError, Target};
 use crate::params::MAX_FACTORS;
 use crate::row::Row;
 use crate::trained::Model;
@@ -216,7 +217,7 @@ impl Differentiable for Machine {
                 let sums = &mut ws.sums[(i * k + o) * f..(i * k + o + 1) * f];
                 ws.outputs[i * k + o] = self.output(row, o, sums);
             }
-            if self.head == Head::Softmax {
+            if self.head == Head::SOFTMAX {
                 crate::model::softmax_loss(&mut ws.outputs[i * k..(i + 1) * k], 0);
             }
         }

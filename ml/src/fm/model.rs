@@ -3,9 +3,9 @@
 //! attribution (exact: the pairwise term is quadratic) and its stored form.
 
 use super::Machine;
-use crate::learner::head_name;
-use crate::model::{argmax, softmax_loss, ModelKind, Predictor};
-use crate::network::{Head, Target};
+use crate::model::Head;
+use crate::model::{ModelKind, Predictor};
+use crate::network::Target;
 use crate::row::Row;
 use crate::standardize::Standardizer;
 use crate::trained::{try_zeros, Layer, ModelParts, OutOfMemory, Trained};
@@ -31,7 +31,7 @@ impl FmModel {
     /// by √scale, so that their products scale by `scale`).
     pub fn fold_target(&mut self, target: Target) {
         let m = &mut self.machine;
-        if m.head != Head::Linear {
+        if m.head != Head::SQUARED {
             return;
         }
         let (scale, root) = (target.scale, target.scale.sqrt());
@@ -73,23 +73,13 @@ impl Predictor for FmModel {
         out.extend((0..self.machine.outputs).map(|k| self.output(row, k)));
     }
     fn predict(&self, row: Row) -> f64 {
-        match self.machine.head {
-            Head::Linear => self.decision(row),
-            Head::Softmax => {
-                let mut scores = Vec::new();
-                self.scores(row, &mut scores);
-                argmax(&scores).map_or(f64::NAN, |k| k as f64)
-            }
-        }
+        let mut scores = Vec::with_capacity(self.machine.outputs);
+        self.scores(row, &mut scores);
+        self.machine.head.predict(&scores)
     }
     fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool {
-        if self.machine.head != Head::Softmax {
-            out.clear();
-            return false;
-        }
         self.scores(row, out);
-        softmax_loss(out, 0);
-        true
+        self.machine.head.probabilities(out)
     }
 }
 
@@ -198,7 +188,7 @@ impl Trained for FmModel {
             Layer {
                 inputs: d,
                 outputs: k,
-                activation: head_name(self.kind).to_owned(),
+                activation: self.kind.head().name.to_owned(),
                 weights: linear,
                 biases: m.bias().to_vec(),
             },

@@ -116,8 +116,8 @@ fn the_gradient_is_the_loss_s_slope() {
     let indices = [0u32, 2, 3];
     let values = [0.7, -1.2, 0.4];
     for (head, outputs, labels) in [
-        (Head::Softmax, 3, [2.0, 0.0]),
-        (Head::Linear, 1, [0.3, -1.1]),
+        (Head::SOFTMAX, 3, [2.0, 0.0]),
+        (Head::SQUARED, 1, [0.3, -1.1]),
     ] {
         for sparse in [false, true] {
             let rows: Vec<Row> = if sparse {
@@ -162,7 +162,7 @@ fn a_folded_standardizer_predicts_on_the_table_s_units_what_the_machine_did_on_s
             scale: vec![2.0, 0.5, 0.1],
             center,
         };
-        let trained = FmModel::new(ModelKind::Fm, machine(Head::Softmax, 2));
+        let trained = FmModel::new(ModelKind::Fm, machine(Head::SOFTMAX, 2));
         let mut folded = trained.clone();
         Trained::fold_standardizer(&mut folded, &s);
         let x = [1.0, -3.0, 7.5, 0.25];
@@ -182,7 +182,7 @@ fn a_folded_standardizer_predicts_on_the_table_s_units_what_the_machine_did_on_s
 
 #[test]
 fn shares_add_up_to_the_change_of_the_output_exactly() {
-    let model = FmModel::new(ModelKind::Fm, machine(Head::Softmax, 2));
+    let model = FmModel::new(ModelKind::Fm, machine(Head::SOFTMAX, 2));
     let (x, x0) = ([1.0, -0.5, 2.0, 0.3], [0.2, 0.4, -1.0, 0.0]);
     for k in 0..2 {
         let shares = model.attribute(&x, &x0, k).unwrap();
@@ -202,7 +202,7 @@ fn shares_add_up_to_the_change_of_the_output_exactly() {
 
 #[test]
 fn a_machine_round_trips_through_its_parts_and_other_shapes_are_refused() {
-    let model = Model::new(FmModel::new(ModelKind::Fm, machine(Head::Softmax, 2)));
+    let model = Model::new(FmModel::new(ModelKind::Fm, machine(Head::SOFTMAX, 2)));
     let parts = model.to_parts();
     assert_eq!(parts.layers, Some(vec![4, 3, 2]));
     assert_eq!(parts.clone().into_model().unwrap(), model);

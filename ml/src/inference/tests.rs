@@ -13,7 +13,7 @@ fn close(a: f64, b: f64, rel: f64) {
 
 /// Newton passes over `rows` until the step is below the tolerance.
 fn fit(
-    family: Family,
+    family: Likelihood,
     rows: &[(Vec<f64>, f64)],
     l2: f64,
 ) -> Result<(Information, Inference), InferenceError> {
@@ -46,7 +46,7 @@ fn ordinary_least_squares() {
     ];
     let y = [1., 3., 2., 5., 4., 7., 6.];
     let rows: Vec<_> = x.iter().zip(y).map(|(x, y)| (x.to_vec(), y)).collect();
-    let (info, out) = fit(Family::Linear, &rows, 0.0).unwrap();
+    let (info, out) = fit(Likelihood::Linear, &rows, 0.0).unwrap();
     let (w, b) = info.coefficients();
     close(w[0], 0.4563492063492053, 1e-10);
     close(w[1], 0.6111111111111129, 1e-10);
@@ -83,7 +83,7 @@ fn logistic_maximum_likelihood() {
     ];
     let y = [1., 0., 0., 1., 0., 1., 1., 0., 0., 0., 1., 1.];
     let rows: Vec<_> = x.iter().zip(y).map(|(&x, y)| (vec![x], y)).collect();
-    let (info, out) = fit(Family::Logistic, &rows, 0.0).unwrap();
+    let (info, out) = fit(Likelihood::Logistic, &rows, 0.0).unwrap();
     let (w, b) = info.coefficients();
     close(w[0], 1.3723756931717033, 1e-9);
     close(b, -0.479783790303125, 1e-9);
@@ -107,7 +107,7 @@ fn collinear_columns_are_singular() {
         .map(|i| (vec![i as f64, 2.0 * i as f64], (i % 3) as f64))
         .collect();
     assert_eq!(
-        fit(Family::Linear, &rows, 0.0).unwrap_err(),
+        fit(Likelihood::Linear, &rows, 0.0).unwrap_err(),
         InferenceError::Singular { column: 1 }
     );
     // A constant column is the intercept's twin.
@@ -115,11 +115,11 @@ fn collinear_columns_are_singular() {
         .map(|i| (vec![i as f64, 3.0], (i % 3) as f64))
         .collect();
     assert!(matches!(
-        fit(Family::Linear, &rows, 0.0),
+        fit(Likelihood::Linear, &rows, 0.0),
         Err(InferenceError::Singular { .. })
     ));
     // A penalty makes it regular.
-    assert!(fit(Family::Linear, &rows, 0.1).is_ok());
+    assert!(fit(Likelihood::Linear, &rows, 0.1).is_ok());
 }
 
 #[test]
@@ -127,14 +127,14 @@ fn separable_classes_do_not_converge() {
     let rows: Vec<_> = (0..20)
         .map(|i| (vec![i as f64], (i >= 10) as u8 as f64))
         .collect();
-    assert!(fit(Family::Logistic, &rows, 0.0).is_err());
+    assert!(fit(Likelihood::Logistic, &rows, 0.0).is_err());
 }
 
 #[test]
 fn too_few_rows_for_a_t_test() {
     let rows = vec![(vec![1.0], 1.0), (vec![2.0], 3.0)];
     assert_eq!(
-        fit(Family::Linear, &rows, 0.0).unwrap_err(),
+        fit(Likelihood::Linear, &rows, 0.0).unwrap_err(),
         InferenceError::TooFewRows {
             rows: 2,
             coefficients: 2
@@ -144,8 +144,8 @@ fn too_few_rows_for_a_t_test() {
 
 #[test]
 fn sparse_rows_equal_dense_ones() {
-    let mut a = Information::try_new(Family::Logistic, &[0.1, -0.2, 0.3], 0.05, true).unwrap();
-    let mut b = Information::try_new(Family::Logistic, &[0.1, -0.2, 0.3], 0.05, true).unwrap();
+    let mut a = Information::try_new(Likelihood::Logistic, &[0.1, -0.2, 0.3], 0.05, true).unwrap();
+    let mut b = Information::try_new(Likelihood::Logistic, &[0.1, -0.2, 0.3], 0.05, true).unwrap();
     a.push(Row::Dense(&[0.0, 2.0, 0.0]), 1.0);
     b.push(
         Row::Sparse {
@@ -170,7 +170,7 @@ fn the_interrupt_check_runs_once_per_column() {
             (x, y)
         })
         .collect();
-    let mut info = Information::try_new(Family::Linear, &[0.0; 5], 0.0, true).unwrap();
+    let mut info = Information::try_new(Likelihood::Linear, &[0.0; 5], 0.0, true).unwrap();
     for (x, y) in &rows {
         info.push(Row::Dense(x), *y);
     }

@@ -4,7 +4,7 @@
 use super::{Family, Shape};
 use super::{Learn, Learner};
 use crate::arena::TupleArena;
-use crate::model::{Labels, LinearModel, ModelKind};
+use crate::model::{LinearModel, ModelKind};
 use crate::params::TrainParams;
 use crate::standardize::Standardizer;
 use crate::trained::{try_zeros, Layer, Model, ModelParts, OutOfMemory, PartsError, Trained};
@@ -54,16 +54,6 @@ impl Family for LinearFamily {
             weights,
             bias,
         }))
-    }
-}
-
-/// The function of a kind's output, as `corgipile_layers` names it.
-pub fn head_name(kind: ModelKind) -> &'static str {
-    match kind.labels() {
-        Labels::Classes => "softmax",
-        Labels::TwoClasses if kind.has_proba() => "sigmoid",
-        Labels::TwoClasses => "sign",
-        Labels::Number => "identity",
     }
 }
 
@@ -119,7 +109,7 @@ impl Trained for LinearModel {
         Ok(vec![Layer {
             inputs: d,
             outputs: k,
-            activation: head_name(self.kind).to_owned(),
+            activation: self.kind.head().name.to_owned(),
             weights,
             biases: self.bias.clone(),
         }])

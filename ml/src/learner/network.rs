@@ -3,13 +3,10 @@
 //! [`NetworkModel`].
 
 use super::gradient::{out_of_memory, GradientLearner, Trainable};
-use super::linear::head_name;
 use super::{network_model, Learner, NetworkSpec};
 use super::{Family, Shape, TrainingSize};
 use crate::model::ModelKind;
-use crate::network::{
-    Activation, Head, Network, NetworkError, NetworkModel, OptimizerKind, Target,
-};
+use crate::network::{Activation, Network, NetworkError, NetworkModel, OptimizerKind, Target};
 use crate::params::{ParamError, TrainParams};
 use crate::standardize::Standardizer;
 use crate::trained::{Layer, Model, ModelParts, OutOfMemory, PartsError, Trained};
@@ -97,7 +94,7 @@ impl Family for NetworkFamily {
         shape: &Shape,
     ) -> Result<Learner, TrainError> {
         let spec = spec(params, shape);
-        let head = Head::of(config.kind);
+        let head = config.kind.head();
         let net = Network::new(
             &spec.sizes(shape.n_features),
             spec.activation,
@@ -189,7 +186,7 @@ impl Trained for NetworkModel {
             .enumerate()
             .map(|(l, w)| {
                 let activation = if l + 2 == sizes.len() {
-                    head_name(self.kind)
+                    self.kind.head().name
                 } else {
                     self.net().activation.name()
                 };

@@ -1,21 +1,20 @@
 //! Model kinds and the linear model they share.
 //!
-//! Every rule that differs between linear kinds lives in that kind's file (`svm.rs`,
-//! `logistic.rs`, `linear.rs`, `softmax.rs`), as an implementation of [`KindRules`]; the kinds
-//! of other families (networks, factorization machines) take a linear kind's head
-//! (`kind_with_head!`). [`ModelKind`] is generated from the one registration list below.
-//! Adding a linear kind is a new file plus one line there, a kind of another family one line
-//! there and one `kind_with_head!`; nothing outside this crate matches on the kind.
+//! A kind is a family (which model computes the outputs: `crate::family`) and an output head
+//! (what the outputs mean and how they are scored: [`head`], one table per head in its own
+//! file of `head/`: hinge, logistic, squared, softmax). [`ModelKind`] is generated
+//! from the one registration list below, which names each kind and its head. Adding a kind is
+//! one line there (and one in the family registry); a new head is a file and a constant of
+//! [`Head`]; nothing outside this crate matches on the kind.
 
 use serde::{Deserialize, Serialize};
 
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
-mod linear;
-mod logistic;
-mod softmax;
-mod svm;
+pub mod head;
+
+pub use head::{Head, HeadRules, Likelihood, Loss, ScalarLoss};
 
 /// What a kind learns from the label column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,75 +28,11 @@ pub enum Labels {
     Classes,
 }
 
-/// The rules of one model kind. Implemented by a unit struct in the kind's own file.
-pub trait KindRules {
-    /// The kind's name in SQL (`corgipile_train(..., 'svm', ...)`) and in the catalog.
-    const NAME: &'static str;
-    const LABELS: Labels;
-    /// Whether [`LinearModel::predict_proba`] gives probabilities.
-    const PROBABILITIES: bool;
-
-    /// Loss for decision value `z` and label `y` (±1 for two classes, the raw value for a
-    /// number). Kinds with one output per class have a vector loss: see [`softmax_loss`].
-    fn loss(z: f64, y: f64) -> f64;
-
-    /// d loss / d z.
-    fn dloss_dz(z: f64, y: f64) -> f64;
-
-    /// `(loss(z, y), dloss_dz(z, y))`, bit for bit.
-    #[inline]
-    fn loss_and_dloss_dz(z: f64, y: f64) -> (f64, f64) {
-        (Self::loss(z, y), Self::dloss_dz(z, y))
-    }
-
-    /// Class probabilities into `out`, or false (and `out` empty) for kinds without them.
-    fn predict_proba(model: &LinearModel, row: Row, out: &mut Vec<f64>) -> bool;
-
-    /// The prediction: ±1 for two classes, the value for a number, the class index for
-    /// classes (NaN without classes).
-    fn predict(model: &LinearModel, row: Row) -> f64;
-}
-
-/// A kind whose family trains its own model (a network, a factorization machine) over the output
-/// head of a linear kind (`$head`: softmax for classes, linear for a number): its rules, which
-/// score a [`LinearModel`], are that kind's.
-macro_rules! kind_with_head {
-    ($(#[$doc:meta])* $kind:ident = $name:literal, $head:path) => {
-        $(#[$doc])*
-        pub struct $kind;
-
-        impl $crate::model::KindRules for $kind {
-            const NAME: &'static str = $name;
-            const LABELS: $crate::model::Labels = <$head as $crate::model::KindRules>::LABELS;
-            const PROBABILITIES: bool = <$head as $crate::model::KindRules>::PROBABILITIES;
-
-            fn loss(z: f64, y: f64) -> f64 {
-                <$head as $crate::model::KindRules>::loss(z, y)
-            }
-
-            fn dloss_dz(z: f64, y: f64) -> f64 {
-                <$head as $crate::model::KindRules>::dloss_dz(z, y)
-            }
-
-            fn predict_proba(
-                model: &$crate::model::LinearModel,
-                row: $crate::row::Row,
-                out: &mut Vec<f64>,
-            ) -> bool {
-                <$head as $crate::model::KindRules>::predict_proba(model, row, out)
-            }
-
-            fn predict(model: &$crate::model::LinearModel, row: $crate::row::Row) -> f64 {
-                <$head as $crate::model::KindRules>::predict(model, row)
-            }
-        }
-    };
-}
-
-/// Generates [`ModelKind`] from the registered kinds: `Variant => module::Rules`.
+/// Generates [`ModelKind`] from the registered kinds: `Variant => ("name", head)`.
 macro_rules! register_kinds {
-    ($($variant:ident => $rules:path),+ $(,)?) => {
-        /// A model kind; every per-kind rule is its [`KindRules`].
+    ($($variant:ident => ($name:literal, $head:expr)),+ $(,)?) => {
+        /// A model kind: its name, its head ([`ModelKind::head`]) and its family
+        /// (`ModelKind::family`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
         pub enum ModelKind {
@@ -105,65 +40,20 @@ macro_rules! register_kinds {
         }
 
         impl ModelKind {
-            pub const ALL: [ModelKind; [$(stringify!($variant)),+].len()] = [$(ModelKind::$variant),+];
+            pub const ALL: [ModelKind; [$($name),+].len()] = [$(ModelKind::$variant),+];
 
+            /// The kind's name in SQL (`corgipile_train(..., 'svm', ...)`) and in the catalog.
             pub fn name(self) -> &'static str {
                 match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::NAME),+
+                    $(ModelKind::$variant => $name),+
                 }
             }
 
-            /// What the kind learns from the label column.
-            pub fn labels(self) -> Labels {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::LABELS),+
-                }
-            }
-
-            /// Whether [`LinearModel::predict_proba`] gives probabilities.
-            pub fn has_proba(self) -> bool {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::PROBABILITIES),+
-                }
-            }
-
-
-            /// See [`KindRules::loss`]. The two-class losses depend on `y * z` only, so
-            /// `loss(z, y) == loss(-z, -y)` bit for bit; the trainer's label-flip fix-up relies
-            /// on this.
+            /// What the kind's outputs mean and how they are scored.
             #[inline]
-            pub fn loss(self, z: f64, y: f64) -> f64 {
+            pub fn head(self) -> Head {
                 match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::loss(z, y)),+
-                }
-            }
-
-            /// See [`KindRules::dloss_dz`]. Two-class kinds are written as `y * f(y * z)` so
-            /// that `dloss_dz(-z, -y) == -dloss_dz(z, y)` bit for bit.
-            #[inline]
-            pub fn dloss_dz(self, z: f64, y: f64) -> f64 {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::dloss_dz(z, y)),+
-                }
-            }
-
-            /// `(loss(z, y), dloss_dz(z, y))`, bit for bit (the SGD step needs both).
-            #[inline]
-            pub fn loss_and_dloss_dz(self, z: f64, y: f64) -> (f64, f64) {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::loss_and_dloss_dz(z, y)),+
-                }
-            }
-
-            fn predict_proba(self, model: &LinearModel, row: Row, out: &mut Vec<f64>) -> bool {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::predict_proba(model, row, out)),+
-                }
-            }
-
-            fn predict(self, model: &LinearModel, row: Row) -> f64 {
-                match self {
-                    $(ModelKind::$variant => <$rules as KindRules>::predict(model, row)),+
+                    $(ModelKind::$variant => $head),+
                 }
             }
         }
@@ -172,34 +62,17 @@ macro_rules! register_kinds {
 
 // The registration list: one line per kind.
 register_kinds! {
-    Svm => svm::Svm,
-    Logistic => logistic::Logistic,
-    Linear => linear::Linear,
-    Softmax => softmax::Softmax,
-    Mlp => Mlp,
-    MlpRegression => MlpRegression,
-    Fm => Fm,
-    FmRegression => FmRegression,
+    Svm => ("svm", Head::HINGE),
+    Logistic => ("logistic", Head::LOGISTIC),
+    Linear => ("linear", Head::SQUARED),
+    Softmax => ("softmax", Head::SOFTMAX),
+    // Networks (`crate::network`): hidden layers before the output layer.
+    Mlp => ("mlp", Head::SOFTMAX),
+    MlpRegression => ("mlp_regression", Head::SQUARED),
+    // Factorization machines (`crate::fm`): a linear part and every pair of features.
+    Fm => ("fm", Head::SOFTMAX),
+    FmRegression => ("fm_regression", Head::SQUARED),
 }
-
-// Networks (`crate::network`): hidden layers before the output layer.
-kind_with_head!(
-    /// `mlp`: classes, a softmax output layer over K classes, cross-entropy.
-    Mlp = "mlp", softmax::Softmax
-);
-kind_with_head!(
-    /// `mlp_regression`: a number, one linear output, squared loss.
-    MlpRegression = "mlp_regression", linear::Linear
-);
-// Factorization machines (`crate::fm`): a linear part and every pair of features.
-kind_with_head!(
-    /// `fm`: classes, one output per class, softmax, cross-entropy.
-    Fm = "fm", softmax::Softmax
-);
-kind_with_head!(
-    /// `fm_regression`: a number, squared loss.
-    FmRegression = "fm_regression", linear::Linear
-);
 
 /// The kind a pipeline that trains nothing (corgipile_trace) reads its rows as: the label read
 /// as a number, whatever it holds.
@@ -238,6 +111,16 @@ impl ModelKind {
 
     pub fn all_names() -> Vec<&'static str> {
         Self::ALL.iter().map(|k| k.name()).collect()
+    }
+
+    /// What the kind learns from the label column.
+    pub fn labels(self) -> Labels {
+        self.head().labels
+    }
+
+    /// Whether the kind's models give class probabilities.
+    pub fn has_proba(self) -> bool {
+        self.head().probabilities.is_some()
     }
 
     /// Two classes mapped to ±1.
@@ -415,13 +298,23 @@ impl LinearModel {
     /// softmax one per class index. svm and linear have none: returns false
     /// and leaves `out` empty.
     pub fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool {
-        self.kind.predict_proba(self, row, out)
+        if !self.kind.has_proba() {
+            out.clear();
+            return false;
+        }
+        self.scores(row, out);
+        self.kind.head().probabilities(out)
     }
 
     /// Binary: ±1 (z >= 0 → +1); linear: z; softmax: the argmax class index
     /// (ties → lowest index; NaN without classes).
     pub fn predict(&self, row: Row) -> f64 {
-        self.kind.predict(self, row)
+        if self.n_outputs == 1 {
+            return self.kind.head().predict(&[self.decision(row)]);
+        }
+        let mut scores = Vec::with_capacity(self.n_outputs);
+        self.scores(row, &mut scores);
+        self.kind.head().predict(&scores)
     }
 
     /// The index of the class a row is predicted to be (two classes: 0 = negative, 1 =

@@ -3,6 +3,11 @@
 use super::*;
 use crate::row::{dot, sparse_axpy, sparse_dot};
 
+/// The loss of a kind with one output.
+fn scalar(kind: ModelKind) -> ScalarLoss {
+    kind.head().scalar().expect("a head with one output")
+}
+
 const KINDS: [ModelKind; 3] = [ModelKind::Svm, ModelKind::Logistic, ModelKind::Linear];
 
 #[test]
@@ -56,8 +61,8 @@ fn gradients_match_finite_differences() {
                     z += 0.037;
                     continue;
                 }
-                let fd = (kind.loss(z + h, y) - kind.loss(z - h, y)) / (2.0 * h);
-                let g = kind.dloss_dz(z, y);
+                let fd = (scalar(kind).loss(z + h, y) - scalar(kind).loss(z - h, y)) / (2.0 * h);
+                let g = scalar(kind).dloss_dz(z, y);
                 assert!(
                     (fd - g).abs() < 1e-6 * (1.0 + g.abs()),
                     "{kind:?} z={z} y={y}: analytic {g} vs numeric {fd}"
@@ -114,16 +119,16 @@ fn softmax_is_stable_for_huge_scores() {
 
 #[test]
 fn known_values() {
-    assert_eq!(ModelKind::Svm.loss(0.0, 1.0), 1.0);
-    assert_eq!(ModelKind::Svm.loss(2.0, 1.0), 0.0);
-    assert_eq!(ModelKind::Svm.loss(2.0, -1.0), 3.0);
-    assert_eq!(ModelKind::Svm.dloss_dz(0.5, -1.0), 1.0);
-    assert_eq!(ModelKind::Svm.dloss_dz(1.5, 1.0), 0.0);
-    assert!((ModelKind::Logistic.loss(0.0, 1.0) - std::f64::consts::LN_2).abs() < 1e-15);
-    assert_eq!(ModelKind::Logistic.dloss_dz(0.0, 1.0), -0.5);
-    assert_eq!(ModelKind::Logistic.dloss_dz(0.0, -1.0), 0.5);
-    assert_eq!(ModelKind::Linear.loss(3.0, 1.0), 2.0);
-    assert_eq!(ModelKind::Linear.dloss_dz(3.0, 1.0), 2.0);
+    assert_eq!(scalar(ModelKind::Svm).loss(0.0, 1.0), 1.0);
+    assert_eq!(scalar(ModelKind::Svm).loss(2.0, 1.0), 0.0);
+    assert_eq!(scalar(ModelKind::Svm).loss(2.0, -1.0), 3.0);
+    assert_eq!(scalar(ModelKind::Svm).dloss_dz(0.5, -1.0), 1.0);
+    assert_eq!(scalar(ModelKind::Svm).dloss_dz(1.5, 1.0), 0.0);
+    assert!((scalar(ModelKind::Logistic).loss(0.0, 1.0) - std::f64::consts::LN_2).abs() < 1e-15);
+    assert_eq!(scalar(ModelKind::Logistic).dloss_dz(0.0, 1.0), -0.5);
+    assert_eq!(scalar(ModelKind::Logistic).dloss_dz(0.0, -1.0), 0.5);
+    assert_eq!(scalar(ModelKind::Linear).loss(3.0, 1.0), 2.0);
+    assert_eq!(scalar(ModelKind::Linear).dloss_dz(3.0, 1.0), 2.0);
     let mut s = vec![0.0; 4];
     assert!((softmax_loss(&mut s, 3) - 4f64.ln()).abs() < 1e-15);
 }
@@ -133,19 +138,19 @@ fn logistic_is_stable_for_huge_z() {
     let k = ModelKind::Logistic;
     for &z in &[1e3, 1e300, f64::MAX] {
         // Correct side: loss → 0, gradient → 0, never NaN.
-        assert!(k.loss(z, 1.0).is_finite() && k.loss(z, 1.0) >= 0.0);
-        assert!(k.loss(z, 1.0) < 1e-300);
-        assert_eq!(k.dloss_dz(z, 1.0), -0.0);
+        assert!(scalar(k).loss(z, 1.0).is_finite() && scalar(k).loss(z, 1.0) >= 0.0);
+        assert!(scalar(k).loss(z, 1.0) < 1e-300);
+        assert_eq!(scalar(k).dloss_dz(z, 1.0), -0.0);
         // Wrong side: loss ≈ |z|, gradient → ±1.
-        assert_eq!(k.loss(z, -1.0), z);
-        assert_eq!(k.loss(-z, 1.0), z);
-        assert_eq!(k.dloss_dz(z, -1.0), 1.0);
-        assert_eq!(k.dloss_dz(-z, 1.0), -1.0);
+        assert_eq!(scalar(k).loss(z, -1.0), z);
+        assert_eq!(scalar(k).loss(-z, 1.0), z);
+        assert_eq!(scalar(k).dloss_dz(z, -1.0), 1.0);
+        assert_eq!(scalar(k).dloss_dz(-z, 1.0), -1.0);
     }
     // Moderate values stay accurate.
     let z = 30.0f64;
     let expect = (-z).exp(); // log1p(e^-30) ≈ e^-30
-    assert!((k.loss(z, 1.0) - expect).abs() < 1e-25);
+    assert!((scalar(k).loss(z, 1.0) - expect).abs() < 1e-25);
 }
 
 #[test]
@@ -154,15 +159,15 @@ fn loss_and_dloss_dz_equal_the_separate_functions_bitwise() {
         for i in 0..2001 {
             let z = (i as f64 - 1000.0) * 0.0917;
             for y in [-1.0, 1.0, 0.3] {
-                let (l, g) = kind.loss_and_dloss_dz(z, y);
+                let (l, g) = scalar(kind).loss_and_dloss_dz(z, y);
                 assert_eq!(
                     l.to_bits(),
-                    kind.loss(z, y).to_bits(),
+                    scalar(kind).loss(z, y).to_bits(),
                     "{kind:?} loss z={z} y={y}"
                 );
                 assert_eq!(
                     g.to_bits(),
-                    kind.dloss_dz(z, y).to_bits(),
+                    scalar(kind).dloss_dz(z, y).to_bits(),
                     "{kind:?} dloss z={z} y={y}"
                 );
             }
@@ -175,9 +180,15 @@ fn losses_are_symmetric_bitwise() {
     for kind in [ModelKind::Svm, ModelKind::Logistic] {
         for i in 0..200 {
             let z = (i as f64 - 100.0) * 0.173;
-            assert_eq!(kind.loss(z, 1.0).to_bits(), kind.loss(-z, -1.0).to_bits());
+            assert_eq!(
+                scalar(kind).loss(z, 1.0).to_bits(),
+                scalar(kind).loss(-z, -1.0).to_bits()
+            );
             // Exact up to the sign of a zero gradient (which training skips).
-            let (g, g_neg) = (kind.dloss_dz(z, 1.0), -kind.dloss_dz(-z, -1.0));
+            let (g, g_neg) = (
+                scalar(kind).dloss_dz(z, 1.0),
+                -scalar(kind).dloss_dz(-z, -1.0),
+            );
             assert!(g.to_bits() == g_neg.to_bits() || (g == 0.0 && g_neg == 0.0));
         }
     }
@@ -327,4 +338,58 @@ fn unfolding_a_standardizer_computes_the_same_function_on_standardized_rows() {
             assert!((p - q).abs() < 1e-12);
         }
     }
+}
+
+#[test]
+fn every_kind_has_a_head_that_fits_its_labels() {
+    for kind in ModelKind::ALL {
+        let head = kind.head();
+        // One output per class exactly when the loss is the cross-entropy over classes.
+        assert_eq!(
+            head.labels == Labels::Classes,
+            matches!(head.loss, Loss::CrossEntropy),
+            "{kind:?}"
+        );
+        // Only a regression's loss can run away while finite (crate::divergence).
+        assert_eq!(
+            head.zero_model_loss(2.0).is_some(),
+            head.labels == Labels::Number,
+            "{kind:?}"
+        );
+        // Probabilities from the outputs sum to 1, or there are none.
+        let mut out = vec![0.3; kind.outputs_for(3)];
+        if head.probabilities(&mut out) {
+            assert!((out.iter().sum::<f64>() - 1.0).abs() < 1e-12, "{kind:?}");
+        } else {
+            assert!(out.is_empty() && !kind.has_proba(), "{kind:?}");
+        }
+    }
+    assert_eq!(ModelKind::Mlp.head(), ModelKind::Softmax.head());
+    assert_eq!(ModelKind::FmRegression.head(), Head::SQUARED);
+    assert_ne!(ModelKind::Svm.head(), ModelKind::Logistic.head());
+    assert_eq!(format!("{:?}", Head::HINGE), "sign");
+}
+
+#[test]
+fn a_scalar_head_scores_a_batch_as_its_loss() {
+    let (outputs, labels) = ([0.4, -2.0, 1.5], [1.0, -1.0, -1.0]);
+    for head in [Head::HINGE, Head::LOGISTIC, Head::SQUARED] {
+        let f = head.scalar().unwrap();
+        let mut delta = [0.0; 3];
+        let loss = head.delta(&outputs, &labels, &[], 0.5, &mut delta);
+        let want: f64 = outputs
+            .iter()
+            .zip(&labels)
+            .map(|(&z, &y)| f.loss(z, y))
+            .sum();
+        assert_eq!(loss, want, "{head:?}");
+        for i in 0..3 {
+            assert_eq!(
+                delta[i],
+                f.dloss_dz(outputs[i], labels[i]) * 0.5,
+                "{head:?}"
+            );
+        }
+    }
+    assert!(Head::SOFTMAX.scalar().is_none());
 }

@@ -1,8 +1,10 @@
 //! Networks trained by several processes at once: each trainer adds its steps to one set of
 //! shared parameters (`trainer::SharedModel`), as parallel workers do.
 
-use super::{Activation, Head, Network, NetworkModel, NetworkTrainer};
+use super::{Activation, Network, NetworkModel, NetworkTrainer};
+
 use crate::arena::TupleArena;
+use crate::model::Head;
 use crate::model::ModelKind;
 use crate::row::Row;
 use crate::trainer::{Gate, SharedModel};
@@ -27,7 +29,7 @@ fn rings(n: usize, mostly: Option<usize>) -> TupleArena {
 }
 
 fn trainer() -> NetworkTrainer {
-    let net = Network::new(&[2, 16, 2], Activation::Relu, Head::Softmax, 4).unwrap();
+    let net = Network::new(&[2, 16, 2], Activation::Relu, Head::SOFTMAX, 4).unwrap();
     NetworkTrainer::adam_for_tests(net, 16)
 }
 

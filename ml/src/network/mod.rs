@@ -25,6 +25,7 @@ pub use model::NetworkModel;
 pub use optimizer::{Optimizer, OptimizerKind};
 pub use train::{Differentiable, GradientTrainer, NetworkTrainer, Target};
 
+use crate::model::Head;
 use crate::row::Row;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -37,69 +38,6 @@ use rand_core::{RngCore, SeedableRng};
 pub enum Activation {
     Relu,
     Tanh,
-}
-
-/// What the last layer computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Head {
-    /// One output per class, softmax and cross-entropy (labels are class indices).
-    Softmax,
-    /// One output, squared loss 0.5·(z - y)² (the label as a number).
-    Linear,
-}
-
-impl Head {
-    /// The output a kind's classes or number needs: softmax over the classes, or one linear
-    /// output.
-    pub fn of(kind: crate::model::ModelKind) -> Head {
-        if kind.is_classifier() {
-            Head::Softmax
-        } else {
-            Head::Linear
-        }
-    }
-
-    /// The loss of a batch's `outputs` (`labels.len()` rows of them: probabilities for a
-    /// softmax head, values for a linear one) and `delta`, d mean-loss / d pre-activation of
-    /// each output, of a batch of `1 / inv_b` rows; `weights`: each row's weight on the loss, or
-    /// empty for 1. Returns the rows' summed (weighted) loss.
-    pub fn delta(
-        self,
-        outputs: &[f64],
-        labels: &[f64],
-        weights: &[f64],
-        inv_b: f64,
-        delta: &mut [f64],
-    ) -> f64 {
-        if labels.is_empty() {
-            return 0.0;
-        }
-        let n_out = outputs.len() / labels.len();
-        let mut loss = 0.0;
-        for (i, ((d, o), &y)) in delta
-            .chunks_exact_mut(n_out)
-            .zip(outputs.chunks_exact(n_out))
-            .zip(labels)
-            .enumerate()
-        {
-            let w = weights.get(i).copied().unwrap_or(1.0);
-            match self {
-                Head::Softmax => {
-                    let k = y as usize;
-                    loss -= w * o[k].max(f64::MIN_POSITIVE).ln();
-                    for (j, (dj, &oj)) in d.iter_mut().zip(o).enumerate() {
-                        *dj = w * (oj - f64::from(u8::from(j == k))) * inv_b;
-                    }
-                }
-                Head::Linear => {
-                    let r = o[0] - y;
-                    loss += w * 0.5 * r * r;
-                    d[0] = w * r * inv_b;
-                }
-            }
-        }
-        loss
-    }
 }
 
 /// Why a network cannot be built.
@@ -334,7 +272,7 @@ impl Network {
             return;
         }
         a.copy_from_slice(z);
-        if self.head == Head::Softmax {
+        if self.head == Head::SOFTMAX {
             for row in a.chunks_exact_mut(n) {
                 crate::model::softmax_loss(row, 0);
             }

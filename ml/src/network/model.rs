@@ -3,8 +3,9 @@
 //! layer and a regression target's into the last, as a linear model folds its standardizer into
 //! its weights), and its catalog form (every layer's weights, then every layer's biases).
 
-use super::{Activation, Head, Network, NetworkError};
-use crate::model::{argmax, softmax_loss, ModelKind, Predictor};
+use super::{Activation, Network, NetworkError};
+
+use crate::model::{ModelKind, Predictor};
 use crate::row::Row;
 use crate::standardize::Standardizer;
 use std::cell::Cell;
@@ -194,21 +195,13 @@ impl NetworkModel {
 
     /// The prediction: the value (regression) or the most probable class index.
     pub fn predict(&self, row: Row) -> f64 {
-        self.with_outputs(row, |z| match self.net.head {
-            Head::Linear => z[0],
-            Head::Softmax => argmax(z).map_or(f64::NAN, |k| k as f64),
-        })
+        self.with_outputs(row, |z| self.net.head.predict(z))
     }
 
     /// One probability per class (softmax head); false and `out` empty for regression.
     pub fn predict_proba(&self, row: Row, out: &mut Vec<f64>) -> bool {
-        if self.net.head != Head::Softmax {
-            out.clear();
-            return false;
-        }
         self.scores(row, out);
-        softmax_loss(out, 0);
-        true
+        self.net.head.probabilities(out)
     }
 
     /// The same function of the raw features for a network trained on `x'_j = (x_j -
@@ -284,7 +277,7 @@ impl NetworkModel {
             w_at += w[0] * w[1];
             b_at += w[1];
         }
-        let head = Head::of(kind);
+        let head = kind.head();
         Ok(NetworkModel::new(
             kind,
             Network {

@@ -47,7 +47,7 @@ fn batch() -> (Vec<Vec<f64>>, Vec<f64>) {
 fn softmax_gradients_match_finite_differences() {
     let (x, y) = batch();
     for activation in [Activation::Relu, Activation::Tanh] {
-        let mut net = Network::new(&[3, 4, 5, 3], activation, Head::Softmax, 11).unwrap();
+        let mut net = Network::new(&[3, 4, 5, 3], activation, Head::SOFTMAX, 11).unwrap();
         // Non-zero biases, so that every parameter's gradient is exercised.
         for (i, p) in net.params.iter_mut().enumerate() {
             *p += 0.01 * (i % 7) as f64;
@@ -60,14 +60,14 @@ fn softmax_gradients_match_finite_differences() {
 fn regression_gradients_match_finite_differences() {
     let (x, _) = batch();
     let y = [0.3, -1.0, 2.5, 0.0, 1.2];
-    let mut net = Network::new(&[3, 6, 1], Activation::Tanh, Head::Linear, 5).unwrap();
+    let mut net = Network::new(&[3, 6, 1], Activation::Tanh, Head::SQUARED, 5).unwrap();
     check_gradient(&mut net, &rows_of(&x), &y);
 }
 
 #[test]
 fn sparse_rows_give_the_dense_rows_outputs_and_gradients() {
     let (x, y) = batch();
-    let net = Network::new(&[3, 4, 3], Activation::Relu, Head::Softmax, 3).unwrap();
+    let net = Network::new(&[3, 4, 3], Activation::Relu, Head::SOFTMAX, 3).unwrap();
     let indices: Vec<Vec<u32>> = x
         .iter()
         .map(|r| (0..3u32).filter(|&j| r[j as usize] != 0.0).collect())
@@ -104,9 +104,9 @@ fn sparse_rows_give_the_dense_rows_outputs_and_gradients() {
 
 #[test]
 fn same_seed_same_network_bit_for_bit() {
-    let a = Network::new(&[10, 64, 2], Activation::Relu, Head::Softmax, 42).unwrap();
-    let b = Network::new(&[10, 64, 2], Activation::Relu, Head::Softmax, 42).unwrap();
-    let c = Network::new(&[10, 64, 2], Activation::Relu, Head::Softmax, 43).unwrap();
+    let a = Network::new(&[10, 64, 2], Activation::Relu, Head::SOFTMAX, 42).unwrap();
+    let b = Network::new(&[10, 64, 2], Activation::Relu, Head::SOFTMAX, 42).unwrap();
+    let c = Network::new(&[10, 64, 2], Activation::Relu, Head::SOFTMAX, 43).unwrap();
     assert!(a
         .params
         .iter()
@@ -123,15 +123,15 @@ fn same_seed_same_network_bit_for_bit() {
 #[test]
 fn bad_shapes_and_huge_networks_are_errors_not_aborts() {
     assert_eq!(
-        Network::new(&[3], Activation::Relu, Head::Linear, 1),
+        Network::new(&[3], Activation::Relu, Head::SQUARED, 1),
         Err(NetworkError::BadShape)
     );
     assert_eq!(
-        Network::new(&[3, 0, 1], Activation::Relu, Head::Linear, 1),
+        Network::new(&[3, 0, 1], Activation::Relu, Head::SQUARED, 1),
         Err(NetworkError::BadShape)
     );
     assert!(matches!(
-        Network::new(&[1 << 40, 1 << 20, 2], Activation::Relu, Head::Softmax, 1),
+        Network::new(&[1 << 40, 1 << 20, 2], Activation::Relu, Head::SOFTMAX, 1),
         Err(NetworkError::OutOfMemory { .. })
     ));
 }
@@ -142,7 +142,7 @@ fn learn_xor(kind: OptimizerKind, learning_rate: f64) -> f64 {
         .map(|i| vec![(i & 1) as f64, ((i >> 1) & 1) as f64])
         .collect();
     let y: Vec<f64> = (0..4).map(|i| ((i & 1) ^ ((i >> 1) & 1)) as f64).collect();
-    let mut net = Network::new(&[2, 8, 2], Activation::Tanh, Head::Softmax, 7).unwrap();
+    let mut net = Network::new(&[2, 8, 2], Activation::Tanh, Head::SOFTMAX, 7).unwrap();
     let mut ws = Workspace::new(&net, 4).unwrap();
     let mut opt = Optimizer::new(kind, learning_rate, 0.0, net.params.len()).unwrap();
     let is_weight = net.is_weight();
@@ -178,7 +178,7 @@ fn l2_shrinks_weights_not_biases() {
 #[test]
 fn workspace_bytes_cover_what_it_allocates() {
     let sizes = [18, 64, 2];
-    let net = Network::new(&sizes, Activation::Relu, Head::Softmax, 1).unwrap();
+    let net = Network::new(&sizes, Activation::Relu, Head::SOFTMAX, 1).unwrap();
     let ws = Workspace::new(&net, 32).unwrap();
     let held: usize = ws
         .activations
@@ -199,7 +199,7 @@ fn a_batch_in_parts_adds_up_to_the_whole_batch() {
     let (x, _) = batch();
     let y = vec![0.0, 1.0, 1.0, 0.0, 1.0];
     let w = vec![1.0, 2.0, 0.5, 1.0, 3.0];
-    let net = Network::new(&[3, 4, 2], Activation::Relu, Head::Softmax, 9).unwrap();
+    let net = Network::new(&[3, 4, 2], Activation::Relu, Head::SOFTMAX, 9).unwrap();
     let rows = rows_of(&x);
     let mut whole = Workspace::new(&net, 5).unwrap();
     let loss = net.loss_and_gradient(&rows, &y, &w, &mut whole);
@@ -229,7 +229,7 @@ fn a_class_beyond_the_output_layer_is_an_error_not_a_panic() {
     for (y, x) in [(0.0, [0.0, 1.0]), (1.0, [1.0, 0.0]), (2.0, [1.0, 1.0])] {
         arena.push(y, &x);
     }
-    let net = Network::new(&[2, 4, 2], Activation::Relu, Head::Softmax, 1).unwrap();
+    let net = Network::new(&[2, 4, 2], Activation::Relu, Head::SOFTMAX, 1).unwrap();
     let mut t = NetworkTrainer::adam_for_tests(net, 8);
     t.start_epoch(1);
     assert_eq!(
@@ -291,7 +291,7 @@ fn last_layer_scale(net: &Network, x: &[f64]) -> Vec<f64> {
     if last > 0 {
         let mut trimmed = net.clone();
         trimmed.sizes.truncate(last + 1);
-        trimmed.head = Head::Linear;
+        trimmed.head = Head::SQUARED;
         hidden = reference_scores(&trimmed, x);
         trimmed.activation.apply_for_tests(&mut hidden);
     }
@@ -323,15 +323,15 @@ const SHAPES: [&[usize]; 7] = [
 fn row_predictions_match_the_reference_and_every_vector_width_gives_the_same_bits() {
     for (s, sizes) in SHAPES.iter().enumerate() {
         for activation in [Activation::Relu, Activation::Tanh] {
-            for head in [Head::Softmax, Head::Linear] {
-                let sizes = if head == Head::Linear {
+            for head in [Head::SOFTMAX, Head::SQUARED] {
+                let sizes = if head == Head::SQUARED {
                     let mut v = sizes.to_vec();
                     *v.last_mut().unwrap() = 1;
                     v
                 } else {
                     sizes.to_vec()
                 };
-                let kind = if head == Head::Softmax {
+                let kind = if head == Head::SOFTMAX {
                     ModelKind::Mlp
                 } else {
                     ModelKind::MlpRegression
@@ -386,7 +386,7 @@ fn row_predictions_match_the_reference_and_every_vector_width_gives_the_same_bit
 #[test]
 fn row_predictions_match_the_batch_forward_pass() {
     for (s, sizes) in SHAPES.iter().enumerate() {
-        let net = random_net(sizes, Activation::Relu, Head::Softmax, 200 + s as u64);
+        let net = random_net(sizes, Activation::Relu, Head::SOFTMAX, 200 + s as u64);
         let model = NetworkModel::new(ModelKind::Mlp, net.clone());
         let mut r = stream(s as u64);
         let x: Vec<Vec<f64>> = (0..9)
@@ -408,7 +408,7 @@ fn row_predictions_match_the_batch_forward_pass() {
 
 #[test]
 fn folding_a_target_keeps_the_output_major_copy_in_step() {
-    let net = random_net(&[4, 10, 1], Activation::Tanh, Head::Linear, 3);
+    let net = random_net(&[4, 10, 1], Activation::Tanh, Head::SQUARED, 3);
     let mut model = NetworkModel::new(ModelKind::MlpRegression, net.clone());
     let x = [0.5, -1.0, 2.0, 0.25];
     let before = model.decision(Row::Dense(&x));

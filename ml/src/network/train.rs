@@ -9,9 +9,11 @@
 //! a raw target of large scale would need a learning rate per table. Losses and predictions are
 //! reported in the label's units.
 
-use super::{Head, Network, NetworkError, Optimizer, OptimizerKind, Workspace};
+use super::{Network, NetworkError, Optimizer, OptimizerKind, Workspace};
+
 use crate::arena::TupleArena;
 use crate::metrics::r2_score;
+use crate::model::{Head, Labels};
 use crate::moments::Welford;
 use crate::row::Row;
 use crate::standardize::Standardizer;
@@ -324,13 +326,14 @@ impl<M: Differentiable> GradientTrainer<M> {
                 let classes = self.net.n_outputs();
                 for k in start..end {
                     let y = arena.label(at(k));
-                    if self.net.head() == Head::Softmax && y as usize >= classes {
+                    if self.net.head() == Head::SOFTMAX && y as usize >= classes {
                         // The output layer has no unit for it (see TrainError::UnknownClass).
                         return Err(TrainError::UnknownClass { class: y, classes });
                     }
-                    self.labels.push(match self.net.head() {
-                        Head::Softmax => y,
-                        Head::Linear => self.target.standardize(y),
+                    // A number is learnt standardized (`Target`), a class index as it is.
+                    self.labels.push(match self.net.head().labels {
+                        Labels::Number => self.target.standardize(y),
+                        Labels::TwoClasses | Labels::Classes => y,
                     });
                     if let Some(w) = &self.class_weights {
                         self.row_weights
@@ -419,9 +422,9 @@ impl<M: Differentiable> GradientTrainer<M> {
         if !loss.is_finite() {
             return Err(TrainError::Diverged { epoch: self.epoch });
         }
-        let units = match self.net.head() {
-            Head::Softmax => 1.0,
-            Head::Linear => self.target.scale * self.target.scale,
+        let units = match self.net.head().labels {
+            Labels::Number => self.target.scale * self.target.scale,
+            Labels::TwoClasses | Labels::Classes => 1.0,
         };
         self.loss_sum += loss * units * b as f64;
         self.tuples += b as u64;
@@ -458,12 +461,12 @@ impl<M: Differentiable> GradientTrainer<M> {
     fn count(&mut self, start: usize, end: usize) {
         for (i, &y) in self.labels[start..end].iter().enumerate() {
             let out = self.net.outputs(&self.workspace, i);
-            match self.net.head() {
-                Head::Softmax => {
+            match self.net.head().labels {
+                Labels::TwoClasses | Labels::Classes => {
                     let predicted = crate::model::argmax(out).unwrap_or(0);
                     self.correct += u64::from(predicted as f64 == y);
                 }
-                Head::Linear => {
+                Labels::Number => {
                     let (z, y) = (
                         self.target.unstandardize(out[0]),
                         self.target.unstandardize(y),
@@ -503,7 +506,7 @@ impl<M: Differentiable> GradientTrainer<M> {
 
     pub fn finish_epoch(&mut self) -> EpochStats {
         let n = self.tuples.max(1) as f64;
-        let classes = self.net.head() == Head::Softmax;
+        let classes = self.net.head() == Head::SOFTMAX;
         EpochStats {
             epoch: self.epoch,
             loss: self.loss_sum / n,
@@ -533,7 +536,7 @@ mod tests {
 
     fn train(epochs: u32, seed: u64) -> (NetworkTrainer, EpochStats) {
         let arena = rings(400);
-        let net = Network::new(&[2, 16, 2], Activation::Relu, Head::Softmax, seed).unwrap();
+        let net = Network::new(&[2, 16, 2], Activation::Relu, Head::SOFTMAX, seed).unwrap();
         let mut t = NetworkTrainer::adam_for_tests(net, 16);
         let mut last = None;
         for epoch in 1..=epochs {
@@ -580,7 +583,7 @@ mod tests {
             arena.push(y, &[x0, x1]);
         }
         let (mean, std) = w.mean_std();
-        let net = Network::new(&[2, 32, 1], Activation::Tanh, Head::Linear, 4).unwrap();
+        let net = Network::new(&[2, 32, 1], Activation::Tanh, Head::SQUARED, 4).unwrap();
         let mut t = NetworkTrainer::try_new(
             net,
             OptimizerKind::Adam,
@@ -606,7 +609,7 @@ mod tests {
     #[test]
     fn a_huge_learning_rate_diverges_into_an_error() {
         let arena = rings(64);
-        let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 2).unwrap();
+        let net = Network::new(&[2, 8, 2], Activation::Relu, Head::SOFTMAX, 2).unwrap();
         let mut t = NetworkTrainer::try_new(
             net,
             OptimizerKind::Sgd { momentum: 0.9 },
@@ -626,7 +629,7 @@ mod tests {
     #[test]
     fn an_interrupt_stops_between_batches() {
         let arena = rings(64);
-        let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 2).unwrap();
+        let net = Network::new(&[2, 8, 2], Activation::Relu, Head::SOFTMAX, 2).unwrap();
         let mut t = NetworkTrainer::adam_for_tests(net, 8);
         t.set_interrupt(Some(Box::new(|| true)));
         t.start_epoch(1);
@@ -659,7 +662,7 @@ mod tests {
             }
             let order: Vec<u32> = (0..120u32).map(|i| (i * 37) % 120).collect();
             let run = |a: &TupleArena, s: Option<Standardizer>| {
-                let net = Network::new(&[2, 8, 2], Activation::Relu, Head::Softmax, 6).unwrap();
+                let net = Network::new(&[2, 8, 2], Activation::Relu, Head::SOFTMAX, 6).unwrap();
                 let mut t = NetworkTrainer::adam_for_tests(net, 16);
                 t.set_standardizer(s);
                 for epoch in 1..=2 {
@@ -685,7 +688,7 @@ mod tests {
             }
         }
         let run = |a: &TupleArena, o: Option<&[u32]>| {
-            let net = Network::new(&[2, 8, 2], Activation::Tanh, Head::Softmax, 5).unwrap();
+            let net = Network::new(&[2, 8, 2], Activation::Tanh, Head::SOFTMAX, 5).unwrap();
             let mut t = NetworkTrainer::adam_for_tests(net, 7);
             t.start_epoch(1);
             t.train_buffer(a, o).unwrap();

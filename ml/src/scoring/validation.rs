@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::{BinaryMetrics, BinaryPart, RegressionMetrics};
-use crate::model::Labels;
 use crate::model::{argmax, sign, softmax_loss, ModelKind, Predictor};
+use crate::model::{Labels, Loss};
 use crate::row::Row;
 
 use super::BinaryLabels;
@@ -96,13 +96,14 @@ impl ValidationScore {
 
     /// Scores one row. Softmax: a class index the model has no output for is skipped.
     pub fn push(&mut self, model: &impl Predictor, row: Row, label: f64) {
-        match self.kind.labels() {
-            Labels::Number => {
+        let head = self.kind.head();
+        match (head.loss, head.labels) {
+            (Loss::Scalar(f), Labels::Number) => {
                 let z = model.decision(row);
                 self.regression.push(z, label);
-                self.loss += model.kind().loss(z, label);
+                self.loss += f.loss(z, label);
             }
-            Labels::Classes => {
+            (Loss::CrossEntropy, _) => {
                 let y = label as usize;
                 model.scores(row, &mut self.scores);
                 if y >= self.scores.len() {
@@ -111,13 +112,13 @@ impl ValidationScore {
                 self.correct += (argmax(&self.scores) == Some(y)) as u64;
                 self.loss += softmax_loss(&mut self.scores, y);
             }
-            Labels::TwoClasses => {
+            (Loss::Scalar(f), _) => {
                 let Some(y) = self.binary.and_then(|b| b.sign(label)) else {
                     return;
                 };
                 let z = model.decision(row);
                 self.correct += (sign(z) == y) as u64;
-                self.loss += model.kind().loss(z, y);
+                self.loss += f.loss(z, y);
                 if let Some(m) = &mut self.binary_metrics {
                     let p = self.kind.has_proba().then(|| 1.0 / (1.0 + (-z).exp()));
                     m.push(z, p, y > 0.0);

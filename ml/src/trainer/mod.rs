@@ -50,8 +50,8 @@ pub use run::{converged, EpochRecord, LearnerRun};
 
 use crate::arena::TupleArena;
 use crate::limits::try_filled;
-use crate::model::Labels;
 use crate::model::{argmax, sign, softmax_loss, LinearModel};
+use crate::model::{Labels, Loss};
 use crate::prefetch::prefetch_l2;
 use crate::row::{sparse_dot, Row};
 use crate::stats::Standardizer;
@@ -575,8 +575,9 @@ impl Trainer {
             .as_ref()
             .filter(|_| kind.is_classifier())
             .map(|w| w.get(class).copied().unwrap_or(1.0));
-        let loss = match kind.labels() {
-            Labels::TwoClasses => {
+        let head = kind.head();
+        let loss = match (head.loss, head.labels) {
+            (Loss::Scalar(f), Labels::TwoClasses) => {
                 let z = gz[0];
                 if sign(z) == y {
                     self.sums.correct += 1;
@@ -584,19 +585,19 @@ impl Trainer {
                 if z == 0.0 && matches!(self.labels, LabelsSeen::One { .. }) {
                     self.sums.provisional_ties += 1;
                 }
-                let (loss, dloss) = kind.loss_and_dloss_dz(z, y);
+                let (loss, dloss) = f.loss_and_dloss_dz(z, y);
                 gz[0] = dloss;
                 loss
             }
-            Labels::Number => {
+            (Loss::Scalar(f), _) => {
                 let z = gz[0];
                 let r = z - y;
                 self.sums.sse += r * r;
                 self.sums.y.push(y);
-                gz[0] = kind.dloss_dz(z, y);
-                kind.loss(z, y)
+                gz[0] = f.dloss_dz(z, y);
+                f.loss(z, y)
             }
-            Labels::Classes => {
+            (Loss::CrossEntropy, _) => {
                 if argmax(&gz) == Some(class) {
                     self.sums.correct += 1;
                 }

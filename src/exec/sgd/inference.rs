@@ -7,9 +7,10 @@ use super::SgdNode;
 use crate::pg::error::{raise, refuse_combination};
 use crate::pipeline::{FeatureLayout, TrainOutcome, Trial};
 use corgipile_ml::capabilities::{used, Use};
-use corgipile_ml::inference::{Family, Inference, InferenceError, Information};
+use corgipile_ml::inference::{Inference, InferenceError, Information};
 use corgipile_ml::inference::{MAX_PASSES, TOLERANCE};
 use corgipile_ml::limits::pretty_pair;
+use corgipile_ml::model::Likelihood;
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::params::{ShuffleMode, TrainParams};
 use corgipile_ml::trained::Model;
@@ -89,10 +90,10 @@ impl SgdNode {
                 Some("This is a bug, please report it.".into()),
             )
         };
-        let (family, labels) = match (Family::of(self.config.model), self.binary_labels) {
-            (Some(Family::Logistic), Some(labels)) => (Family::Logistic, labels),
-            (Some(Family::Logistic), None) => bug("no label mapping after the epochs"),
-            _ => (Family::Linear, (0.0, 0.0)),
+        let (family, labels) = match (self.config.model.head().likelihood, self.binary_labels) {
+            (Some(Likelihood::Logistic), Some(labels)) => (Likelihood::Logistic, labels),
+            (Some(Likelihood::Logistic), None) => bug("no label mapping after the epochs"),
+            _ => (Likelihood::Linear, (0.0, 0.0)),
         };
         let Some(linear) = outcome.model.as_linear() else {
             bug("a model that is not linear")
@@ -159,7 +160,7 @@ impl SgdNode {
     unsafe fn information_pass(
         &mut self,
         info: &mut Information,
-        family: Family,
+        family: Likelihood,
         labels: (f64, f64),
     ) {
         info.start_pass();
@@ -179,11 +180,11 @@ impl SgdNode {
                 }
                 let raw = b.arena.label(i);
                 let y = match family {
-                    Family::Linear => raw,
+                    Likelihood::Linear => raw,
                     // The labels the trainer mapped to ±1; no third one reached the epochs.
-                    Family::Logistic if raw == positive => 1.0,
-                    Family::Logistic if raw == negative => 0.0,
-                    Family::Logistic => continue,
+                    Likelihood::Logistic if raw == positive => 1.0,
+                    Likelihood::Logistic if raw == negative => 0.0,
+                    Likelihood::Logistic => continue,
                 };
                 info.push(b.arena.row(i), y);
             }
