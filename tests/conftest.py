@@ -1,5 +1,6 @@
 """Every shared pytest fixture of the integration tests, and the markers (pytest.ini registers
-them). Plain helper functions are in tests/helpers.py.
+them). Plain helper functions are in tests/helpers.py, the builders of the tables several
+suites train on in tests/tables.py.
 
 The tests run against the running test cluster (scripts/cluster.sh; PGHOST/PGPORT/PGUSER come
 from `make pytest`). Fixtures:
@@ -35,6 +36,7 @@ import pytest
 
 from helpers import (DATASETS, DBNAME, MISSING_INPUT, ROLES_ENV_ALICE, ROLES_ENV_BOB, ROLES_ENV_SMALL_ROWS,
                      connect, drop_role, wait_ready)
+from tables import POINTS, points
 
 
 @pytest.fixture(scope="session")
@@ -91,12 +93,8 @@ def roles_env(dsn):
             drop_role(admin, r)
             admin.execute(f"CREATE ROLE {r} LOGIN")
             admin.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {r}")
-        admin.execute(f"""CREATE TABLE hard_small AS SELECT i AS id,
-                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0,
-                      ((i * 71) % 100) / 100.0, (i % 7) / 7.0]::float8[] AS features,
-                (i % 2) AS label, ARRAY[1, 3]::int4[] AS idx,
-                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0]::float8[] AS val
-            FROM generate_series(1, {ROLES_ENV_SMALL_ROWS}) i""")
+        points(admin, "hard_small", ROLES_ENV_SMALL_ROWS, features=POINTS + ("((i * 71) % 100) / 100.0", "(i % 7) / 7.0"),
+               extra=["ARRAY[1, 3]::int4[] AS idx", f"ARRAY[{', '.join(POINTS)}]::float8[] AS val"])
         admin.execute("CREATE TABLE hard_other AS SELECT 1 AS x")
         admin.execute(f"GRANT SELECT ON hard_small, hard_other TO {ROLES_ENV_ALICE}, {ROLES_ENV_BOB}")
     yield dsn

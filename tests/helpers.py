@@ -1,5 +1,6 @@
 """Plain helper functions shared by the test suites (tests/test_*.py). Pytest fixtures are all in
 tests/conftest.py; a suite imports what it needs from here: `from helpers import scalar, train`.
+The builders of the training tables several suites use are in tests/tables.py.
 
 Sections: where things are (paths, the cluster under test), inputs outside the repository
 (datasets, contrib extensions), connections and queries, training, a training in a thread and its

@@ -34,6 +34,7 @@ from psycopg.types.json import Jsonb
 from helpers import (assert_catalog_consistent, cancel_and_join, catalog_counts, connect, proc_status,
                      run_in_thread, scalar, server_crashes, start_training, stop_if_running, threads, train,
                      wait_active, wait_ready)
+from tables import points, uniform
 
 
 # =============================================================================================
@@ -42,10 +43,7 @@ from helpers import (assert_catalog_consistent, cancel_and_join, catalog_counts,
 @pytest.fixture(scope="module")
 def cancel_me(dsn):
     with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute(
-            """CREATE TABLE cancel_me AS SELECT ARRAY[random(), random(), random(), random()] AS features,
-                      (i % 2) AS label FROM generate_series(1, 300000) i"""
-        )
+        points(c, "cancel_me", 300000, features=uniform(4), id=False)
     return dsn
 
 
@@ -275,10 +273,8 @@ def latencies():
 @pytest.fixture(scope="module")
 def interrupt_db(db):
     with connect(db) as c:
-        c.execute(f"""CREATE TABLE big AS SELECT i AS id, ARRAY[random(), random(), random(), random()] AS features,
-                      (i % 2) AS label FROM generate_series(1, {BIG_ROWS}) i""")
-        c.execute("""CREATE TABLE small AS SELECT i AS id, ARRAY[random(), random(), random(), random()] AS features,
-                     (i % 2) AS label FROM generate_series(1, 2000) i""")
+        points(c, "big", BIG_ROWS, features=uniform(4))
+        points(c, "small", 2000, features=uniform(4))
         c.execute("VACUUM ANALYZE big, small")
     return db
 

@@ -11,6 +11,7 @@ import psycopg.errors as E
 import pytest
 
 from helpers import connect, scalar, train
+from tables import points, uniform
 
 
 
@@ -21,8 +22,7 @@ def tables(db):
         c.execute("""INSERT INTO busy (features, label)
                      SELECT ARRAY[random(), random(), random(), random()], CASE WHEN i % 50 = 0 THEN NULL ELSE i % 2 END
                      FROM generate_series(1, 100000) i""")
-        c.execute("""CREATE TABLE static AS SELECT i AS id, ARRAY[random(), random() + (i % 2), random(), random()] AS features,
-                     (i % 2) AS label FROM generate_series(1, 100000) i""")
+        points(c, "static", 100000, features=uniform(4, signal=2))
         c.execute("VACUUM ANALYZE busy, static")
     return db
 

@@ -6,6 +6,7 @@ import subprocess
 import psycopg
 
 from helpers import scalar
+from tables import NOISY, points
 
 SOURCE, TARGET = "corgipile_dump_src", "corgipile_dump_dst"
 
@@ -17,8 +18,7 @@ def test_models_survive_dump_and_restore(tmp_path):
         admin.execute(f"CREATE DATABASE {SOURCE}")
     with psycopg.connect(dbname=SOURCE, autocommit=True) as c:
         c.execute("CREATE EXTENSION corgipile")
-        c.execute("""CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + random(), random()] AS features,
-                     (i % 2) AS label FROM generate_series(1, 2000) i""")
+        points(c, "pts", 2000, features=NOISY)
         ids = [scalar(c, "SELECT corgipile_train('pts', %s, '{\"epochs\": 2, \"seed\": 1, \"verbose\": false, \"name\": \"pts\"}')", (m,))
                for m in ("svm", "logistic")]
         # Version 1 of "pts" pinned: the deployment survives too.

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, catalog_counts, connect, describe, error_of,
                      models_count, require_extension, scalar, server_crashes, timed, train, train_error)
+from tables import bad_label, points, raw_scale, uniform
 
 
 
@@ -27,8 +28,7 @@ CRASHES_AT_START = {}
 def tables(db):
     CRASHES_AT_START["n"] = server_crashes()
     with connect(db) as c:
-        c.execute("""CREATE TABLE t AS SELECT i AS id, ARRAY[random(), random(), random(), random()] AS features,
-                     (i % 2) AS label FROM generate_series(1, 1000) i""")
+        points(c, "t", 1000, features=uniform(4))
         c.execute("CREATE VIEW v AS SELECT * FROM t")
         c.execute("CREATE MATERIALIZED VIEW mv AS SELECT * FROM t")
         c.execute("CREATE SEQUENCE s")
@@ -426,10 +426,8 @@ def big(roles_env):
     """1,000,000 rows x 8 dense features (plus a 2-element sparse pair): a training of it runs
     for seconds, so an error raised after reading it cannot be fast."""
     with connect(roles_env) as roles_admin:
-        roles_admin.execute(f"""CREATE TABLE hard_big AS SELECT i AS id,
-                ARRAY[random() + (i % 2), random(), random(), random(), random(), random(), random(), random()] AS features,
-                (i % 2) AS label, ARRAY[1, 3]::int4[] AS idx, ARRAY[random() + (i % 2), random()] AS val
-            FROM generate_series(1, {BIG_ROWS}) i""")
+        points(roles_admin, "hard_big", BIG_ROWS, features=uniform(8, signal=1),
+               extra=["ARRAY[1, 3]::int4[] AS idx", "ARRAY[random() + (i % 2), random()] AS val"])
         roles_admin.execute(f"GRANT SELECT ON hard_big TO {ALICE}, {BOB}")
     return roles_env
 
@@ -510,13 +508,8 @@ def test_name_held_by_uncommitted_training(big, roles_admin):
 @pytest.fixture(scope="module")
 def hint_tables(roles_env):
     with connect(roles_env) as roles_admin:
-        roles_admin.execute("""CREATE TABLE hard_nan AS SELECT i AS id, ARRAY[i % 3, (i % 2) + 0.5]::float8[] AS features,
-                         (CASE WHEN i = 500 THEN 'NaN'::float8 ELSE (i % 2)::float8 END) AS label
-                         FROM generate_series(1, 1000) i""")
-        roles_admin.execute("""CREATE TABLE hard_div AS SELECT i AS id,
-                         ARRAY[i * 1000.0, (i % 7) * 1e4, (i % 13) * 1e5]::float8[] AS features,
-                         (i * 1e6 + (i % 11) * 1e7)::float8 AS label
-                         FROM generate_series(1, 2000) i""")
+        bad_label(roles_admin, "hard_nan")
+        raw_scale(roles_admin, "hard_div")
     return roles_env
 
 

@@ -12,6 +12,7 @@ import pytest
 from psycopg import sql
 
 from helpers import scalar, train
+from tables import STEPS, points
 
 ROLES = ("gr_alice", "gr_bob", "gr_carol", "gr_dave", "gr_eve", "gr_app")
 PTS = "public.pts"  # every model of this suite is trained on it with TRAIN
@@ -35,10 +36,7 @@ def world(dsn):
         admin.execute("CREATE ROLE gr_dave LOGIN NOINHERIT")
         admin.execute("CREATE ROLE gr_app NOLOGIN")
         admin.execute("GRANT gr_app TO gr_carol, gr_dave")
-        admin.execute("DROP TABLE IF EXISTS public.pts")
-        admin.execute("""CREATE TABLE public.pts AS SELECT i AS id,
-                         ARRAY[(i % 2) * 2 - 1 + (i % 7) / 7.0, (i % 5) / 5.0]::float8[] AS features,
-                         (i % 2) AS label FROM generate_series(1, 2000) i""")
+        points(admin, "public.pts", 2000, features=STEPS, replace=True)
         admin.execute("GRANT SELECT ON public.pts TO PUBLIC")
     with psycopg.connect(dsn, user="gr_alice", autocommit=True) as alice:
         ids = {"v1": train(alice, PTS, "logistic", defaults=TRAIN, name="churn"),

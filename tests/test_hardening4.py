@@ -49,6 +49,7 @@ from psycopg.types.json import Jsonb
 
 from helpers import (catalog_counts, connect, describe, drop_role, error_of, evaluate, run_in_thread, scalar,
                      stop_if_running, threads, train, train_error, wait_active)
+from tables import points, uniform
 
 ROLE = "h4_user"
 LATENCY_LIMIT = 1.0  # README / reference: cancel and statement_timeout answered within a second
@@ -77,14 +78,9 @@ def env(db):
                                       make_date(2024, 4, 3), make_date(2024, 11, 12), make_date(2024, 12, 11)])[k + 1] AS d,
                          (hashint4(i) % 1000) / 250.0 AS x1, (hashint4(i * 7 + 3) % 1000) / 250.0 AS x2
                   FROM (SELECT i, i % 6 AS k FROM generate_series(1, {GROUP_ROWS}) i) s) s""")
-        admin.execute(f"""CREATE TABLE h4_rows AS SELECT i AS id,
-                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0]::float8[] AS features,
-                (i % 2) AS label, ((i * 37) % 100) / 100.0 AS x1,
-                ((i * 53) % 100) / 100.0 + ((i * 37) % 100) / 50.0 AS x2
-            FROM generate_series(1, {ROWS}) i""")
-        admin.execute(f"""CREATE TABLE h4_race AS SELECT i AS id,
-                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0]::float8[] AS features,
-                (i % 2) AS label FROM generate_series(1, {RACE_ROWS}) i""")
+        points(admin, "h4_rows", ROWS,
+               extra=["((i * 37) % 100) / 100.0 AS x1", "((i * 53) % 100) / 100.0 + ((i * 37) % 100) / 50.0 AS x2"])
+        points(admin, "h4_race", RACE_ROWS)
         admin.execute("VACUUM ANALYZE h4_groups, h4_rows, h4_race")
         admin.execute(f"GRANT SELECT ON h4_groups, h4_rows, h4_race TO {ROLE}")
     yield db
@@ -393,10 +389,7 @@ SEARCH_GRID = {"learning_rate": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2
 @pytest.fixture(scope="module")
 def search_table(env):
     with connect(env) as admin:
-        admin.execute(f"""CREATE TABLE h4_search AS SELECT i AS id,
-                ARRAY[random(), random(), random(), random(), random(), random(), random(), random() + (i % 2)]::float8[]
-                    AS features, (i % 2) AS label
-            FROM generate_series(1, {SEARCH_ROWS}) i""")
+        points(admin, "h4_search", SEARCH_ROWS, features=uniform(8, signal=8))
         admin.execute("VACUUM ANALYZE h4_search")
         admin.execute(f"GRANT SELECT ON h4_search TO {ROLE}")
     return env

@@ -34,15 +34,13 @@ from psycopg.types.json import Jsonb
 
 from helpers import (ROLES_ENV_ALICE, cancel_and_join, catalog_counts, connect, describe, evaluate,
                      models_count, scalar, start_training, stop_if_running, train, train_error, wait_active)
+from tables import XY, bad_label, raw_scale
 
 ALICE = ROLES_ENV_ALICE
 DEFAULTS = {"verbose": False, "seed": 1}  # train()'s params unless a test overrides them
 TABLES = ("mlp_xor", "mlp_xor_sorted", "mlp_rings", "mlp_mixed", "mlp_reg", "mlp_noisy", "mlp_noisy_val",
           "mlp_sparse", "mlp_imbalanced", "mlp_val", "mlp_cancel", "mlp_bad_label", "mlp_inf_label", "mlp_raw")
 MIXED_FEATURES = ["color", "member", "amount", "age", "noise"]
-
-# x and y uniform on [-2, 2) (hashint4 of the row number), for the non-linear tables.
-XY = """(hashint4(i) % 1000) / 500.0 AS x, (hashint4(i * 7 + 3) % 1000) / 500.0 AS y"""
 
 
 @pytest.fixture(scope="module")
@@ -107,17 +105,10 @@ def tables(dsn):
         c.execute(f"""CREATE TABLE mlp_val AS SELECT i AS id, ARRAY[x, y] AS features,
                         ((x > 0) <> (y > 0))::int AS label
                       FROM (SELECT i, {XY} FROM generate_series(100001, 101000) i) s""")
-        c.execute("""CREATE TABLE mlp_bad_label AS SELECT i AS id, ARRAY[i % 3, (i % 2) + 0.5]::float8[] AS features,
-                       CASE WHEN i = 500 THEN 'NaN'::float8 ELSE (i % 2)::float8 END AS label
-                     FROM generate_series(1, 1000) i""")
-        c.execute("""CREATE TABLE mlp_inf_label AS SELECT i AS id, ARRAY[i % 3, (i % 2) + 0.5]::float8[] AS features,
-                       CASE WHEN i = 700 THEN '-Infinity'::float8 ELSE (i % 2)::float8 END AS label
-                     FROM generate_series(1, 1000) i""")
+        bad_label(c, "mlp_bad_label")
+        bad_label(c, "mlp_inf_label", row=700, value="-Infinity")
         # Raw scales in the millions (for divergence).
-        c.execute("""CREATE TABLE mlp_raw AS SELECT i AS id,
-                       ARRAY[i * 1000.0, (i % 7) * 1e4, (i % 13) * 1e5]::float8[] AS features,
-                       (i * 1e6 + (i % 11) * 1e7)::float8 AS label, i % 2 AS cls
-                     FROM generate_series(1, 2000) i""")
+        raw_scale(c, "mlp_raw", extra=["i % 2 AS cls"])
         c.execute("VACUUM ANALYZE mlp_xor, mlp_mixed, mlp_reg, mlp_rings")
     yield dsn
     with connect(dsn) as c:

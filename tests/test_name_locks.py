@@ -13,6 +13,7 @@ import psycopg.errors as E
 import pytest
 
 from helpers import connect, scalar, suite_db, train
+from tables import STEPS, points
 
 ROLES = ["nl_alice", "nl_bob", "nl_eve"]
 MASK = (1 << 64) - 1
@@ -24,8 +25,7 @@ def env(db):
         for r in ROLES:
             c.execute(f"DROP ROLE IF EXISTS {r}")
             c.execute(f"CREATE ROLE {r} LOGIN")
-        c.execute("""CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 2) * 2 - 1 + (i % 7) / 7.0, (i % 5) / 5.0]::float8[]
-                     AS features, (i % 2) AS label FROM generate_series(1, 2000) i""")
+        points(c, "pts", 2000, features=STEPS)
         c.execute("GRANT SELECT ON pts TO PUBLIC")
     yield db
     with connect("dbname=postgres") as admin:

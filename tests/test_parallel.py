@@ -26,6 +26,7 @@ from psycopg import sql
 from helpers import (REPO, ROLES_ENV_ALICE, cancel_and_join, connect, dataset, evaluate, explain,
                      models_count, parallel_guc, parallel_workers_of, scalar, start_training,
                      stop_if_running, train, train_with_workers, wait_active)
+from tables import GAUSS, blobs, regression
 
 QUIET = {"verbose": False}
 ALICE = ROLES_ENV_ALICE
@@ -150,31 +151,17 @@ def compare_accuracy(c, rel, model, params, workers=(1, 2, 4), eval_rel=None, fl
 # tables
 
 
-GAUSS = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"
-
-
 @pytest.fixture(scope="module")
 def tables(dsn):
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("""DROP TABLE IF EXISTS par_blobs, par_reg, par_bad_label, par_bad_length, par_part,
                                           par_cols, par_sparse, par_small CASCADE""")
-        c.execute("SELECT setseed(0.31)")
+        c.execute("SELECT setseed(0.31)")  # for every table below, built in this order
         # Two Gaussian blobs in 10 dimensions, means -0.6 / +0.6 on every axis (Bayes accuracy
         # ~0.97), stored clustered by label.
-        c.execute(f"""CREATE TABLE par_blobs AS
-            SELECT i AS id, y AS label,
-                   ARRAY(SELECT (CASE WHEN y = 1 THEN 0.6 ELSE -0.6 END) + {GAUSS}
-                         FROM generate_series(1, 10) k WHERE i > 0)::float8[] AS features
-            FROM (SELECT i, (random() < 0.5)::int AS y FROM generate_series(1, {BLOB_ROWS}) i) s
-            ORDER BY y, i""")
+        blobs(c, "par_blobs", BLOB_ROWS)
         # Linear regression: y = w.x + noise (R2 ~0.95), stored ordered by y.
-        c.execute(f"""CREATE TABLE par_reg AS
-            SELECT id, features,
-                   (SELECT sum(features[k] * k / 10.0) FROM generate_series(1, 10) k) + 0.5 * g AS label
-            FROM (SELECT i AS id, {GAUSS} AS g,
-                         ARRAY(SELECT {GAUSS} FROM generate_series(1, 10) k WHERE i > 0)::float8[] AS features
-                  FROM generate_series(1, 150000) i) s
-            ORDER BY label""")
+        regression(c, "par_reg", 150000)
         # Bad rows everywhere (every 500th row): whichever process reads first raises.
         c.execute("""CREATE TABLE par_bad_label AS
             SELECT id, CASE WHEN id % 500 = 0 THEN 2 ELSE label END AS label, features

@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 from helpers import (ROLES_ENV_ALICE, ROLES_ENV_BOB, cancel_and_join, catalog_counts, connect, describe, error_of,
                      models_count, scalar, start_training, stop_if_running, train, train_error, train_with_workers,
                      wait_active)
+from tables import XY
 
 TABLES = ("search_ring", "search_reg", "search_raw", "search_rls")
 QUIET = {"verbose": False, "seed": 5}
@@ -36,17 +37,15 @@ def tables(roles_env):
         for t in TABLES:
             c.execute(f"DROP TABLE IF EXISTS {t}")
         # A ring (inside: 1) with a third, useless feature; 6,000 rows stored ORDER BY label.
-        c.execute("""CREATE TABLE search_ring AS
+        c.execute(f"""CREATE TABLE search_ring AS
             SELECT i AS id, ARRAY[x, y, (hashint4(i * 11) % 1000) / 1000.0]::float8[] AS features,
                    (x * x + y * y < 1.2)::int AS label
-            FROM (SELECT i, (hashint4(i) % 1000) / 500.0 AS x, (hashint4(i * 7 + 3) % 1000) / 500.0 AS y
-                  FROM generate_series(1, 6000) i) s ORDER BY 3, 1""")
+            FROM (SELECT i, {XY} FROM generate_series(1, 6000) i) s ORDER BY 3, 1""")
         # A linear target with noise, raw scales.
-        c.execute("""CREATE TABLE search_reg AS
+        c.execute(f"""CREATE TABLE search_reg AS
             SELECT i AS id, ARRAY[x, 100 * y]::float8[] AS features,
                    3 * x - 0.02 * (100 * y) + 10 + ((hashint4(i * 5) % 1000) / 5000.0) AS label
-            FROM (SELECT i, (hashint4(i) % 1000) / 500.0 AS x, (hashint4(i * 7 + 3) % 1000) / 500.0 AS y
-                  FROM generate_series(1, 4000) i) s""")
+            FROM (SELECT i, {XY} FROM generate_series(1, 4000) i) s""")
         # Raw scales in the thousands: a large step diverges without normalize.
         c.execute("""CREATE TABLE search_raw AS
             SELECT i AS id, ARRAY[i % 1000, (i * 7) % 1000]::float8[] AS features, (i % 1000) * 3.0 AS label
@@ -137,10 +136,9 @@ def test_regression_ranks_by_r2_or_by_loss(tconn):
                                                  ("log_loss", "logistic", min), ("log_loss", "mlp", min)])
 def test_ranked_by_roc_auc_f1_or_log_loss(tconn, select_by, model, best):
     # A line separates these labels (stored sorted by label).
-    tconn.execute("""CREATE TEMP TABLE IF NOT EXISTS s_line AS
+    tconn.execute(f"""CREATE TEMP TABLE IF NOT EXISTS s_line AS
         SELECT i AS id, ARRAY[x, y]::float8[] AS features, (x + 2 * y > 0.3)::int AS label
-        FROM (SELECT i, (hashint4(i) % 1000) / 500.0 AS x, (hashint4(i * 7 + 3) % 1000) / 500.0 AS y
-              FROM generate_series(1, 4000) i) s ORDER BY 3, 1""")
+        FROM (SELECT i, {XY} FROM generate_series(1, 4000) i) s ORDER BY 3, 1""")
     name = f"s_by_{select_by}_{model}"
     grid = {"learning_rate": [0.0001, 0.01, 0.1]} if model != "mlp" else {"learning_rate": [0.0001, 0.01]}
     search(tconn, "s_line", model, name, grid, epochs=2, select_by=select_by,

@@ -29,6 +29,7 @@ import pytest
 
 from helpers import (PG_BIN, ROLES_ENV_ALICE, ROLES_ENV_BOB, ROLES_ENV_SMALL_ROWS, catalog_counts, connect,
                      describe, error_of, models_count, scalar, suite_db, timed, train, train_error)
+from tables import NOISY, points, uniform
 
 ALICE, BOB, OWNER = ROLES_ENV_ALICE, ROLES_ENV_BOB, "hard_owner"
 SMALL_ROWS = ROLES_ENV_SMALL_ROWS
@@ -42,8 +43,7 @@ def setup(db):
         for r in ROLES:
             c.execute(f"DROP ROLE IF EXISTS {r}")
             c.execute(f"CREATE ROLE {r}")
-        c.execute("""CREATE TABLE t AS SELECT i AS id, ARRAY[random(), random() + (i % 2), random()] AS features,
-                     (i % 2) AS label, (i % 3 = 0) AS mine FROM generate_series(1, 30000) i ORDER BY i""")
+        points(c, "t", 30000, features=uniform(3, signal=2), extra=["(i % 3 = 0) AS mine"], order_by="i")
         c.execute("GRANT SELECT (features) ON t TO rel_sec_cols")
         c.execute("GRANT SELECT (features, label) ON t TO rel_sec_full")
         c.execute("ALTER TABLE t ENABLE ROW LEVEL SECURITY")
@@ -463,9 +463,7 @@ def test_pg_dump_as_non_superuser_database_owner(roles_env, tmp_path):
         with connect(f"dbname={DUMP_DB}") as su:
             su.execute("CREATE EXTENSION corgipile")
         with connect(f"dbname={DUMP_DB}", OWNER) as owner:
-            owner.execute("""CREATE TABLE pts AS SELECT i AS id,
-                             ARRAY[(i % 2) * 2 - 1 + random(), random()] AS features, (i % 2) AS label
-                             FROM generate_series(1, 2000) i""")
+            points(owner, "pts", 2000, features=NOISY)
             unnamed = train(owner, "pts", "svm", {"epochs": 2, "seed": 1})
             named = train(owner, "pts", "logistic", {"epochs": 2, "seed": 2, "name": "hard_dumped"})
             ids = [unnamed, named]

@@ -43,6 +43,7 @@ from psycopg.types.json import Jsonb
 
 from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, evaluate, models_count,
                      require_extension, scalar, start_training, stop_if_running, train, wait_active)
+from tables import GAUSS, blobs_sql, regression_sql
 
 pytestmark = pytest.mark.own_cluster  # two shard servers of its own (see above)
 QUIET = {"verbose": False}
@@ -59,7 +60,6 @@ OLD_DB = f"{DBNAME}_old"  # corgipile 0.3.0 (shard 1)
 S1, S2 = "sht_s1", "sht_s2"
 EXTRA_SERVERS = ("sht_dead", "sht_nocorgi", "sht_old", "sht_noread")
 ROLES = ("sht_user", "sht_nosel", "sht_rls")
-GAUSS = "sqrt(-2 * ln(1 - random())) * cos(2 * pi() * random())"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -186,16 +186,6 @@ def local_copy(c, rel):
     return copy
 
 
-def blob_rows(n, label_sql, start=1, mean=0.6):
-    """SELECT of n Gaussian-blob rows (id, label, features[10]): class means -mean / +mean on every
-    axis; label_sql gives the label (0/1) from i and random()."""
-    return f"""SELECT i AS id, y AS label,
-                      ARRAY(SELECT (CASE WHEN y = 1 THEN {mean} ELSE -{mean} END) + {GAUSS}
-                            FROM generate_series(1, 10) k WHERE i > 0)::float8[] AS features
-               FROM (SELECT i, ({label_sql})::int AS y FROM generate_series({start}, {start + n - 1}) i) s
-               ORDER BY y, i"""
-
-
 def compare(c, sharded, copy, model, params, eval_rel=None, metric="accuracy", tol=ACCURACY_TOLERANCE, label=""):
     """Trains on the sharded table and on its local copy with the same params; returns
     (sharded metric, single-server metric, sharded model id) measured on eval_rel (the copy)."""
@@ -241,13 +231,13 @@ def blobs(dsn, shards):
     for i in (0, 1):
         on_shard(i, "CREATE TABLE hash_part (id int, label int, features float8[])",
                  f"SELECT setseed({0.11 + 0.3 * i})",
-                 f"CREATE TABLE range_part AS {blob_rows(100_000, str(i), start=1 + 100_000 * i)}",
+                 f"CREATE TABLE range_part AS {blobs_sql(100_000, str(i), start=1 + 100_000 * i)}",
                  "VACUUM ANALYZE range_part")
     with psycopg.connect(dsn, autocommit=True) as c:
         sharded_table(c, "sh_hash", [(f"FOR VALUES WITH (MODULUS 2, REMAINDER {k})", srv, "hash_part")
                                      for k, srv in enumerate((S1, S2))], by="HASH (id)")
         c.execute("SELECT setseed(0.21)")
-        c.execute(f"INSERT INTO sh_hash {blob_rows(200_000, 'random() < 0.5')}")
+        c.execute(f"INSERT INTO sh_hash {blobs_sql(200_000, 'random() < 0.5')}")
         sharded_table(c, "sh_range", [("FOR VALUES IN (0)", S1, "range_part"), ("FOR VALUES IN (1)", S2, "range_part")],
                       by="LIST (label)")
         local_copy(c, "sh_hash")
@@ -313,14 +303,8 @@ def test_linear_regression_sharded(conn, shards):
     for i in (0, 1):
         shift = -1.0 if i == 0 else 1.0
         on_shard(i, "DROP TABLE IF EXISTS reg_part", f"SELECT setseed({0.4 + 0.1 * i})",
-                 f"""CREATE TABLE reg_part AS
-                     SELECT id, (SELECT sum(features[k] * k / 10.0) FROM generate_series(1, 10) k) + 0.5 * g AS label,
-                            features
-                     FROM (SELECT i AS id, {GAUSS} AS g,
-                                  ARRAY(SELECT {shift} + {GAUSS} FROM generate_series(1, 10) k WHERE i > 0)::float8[]
-                                      AS features
-                           FROM generate_series({1 + 100_000 * i}, {100_000 * (i + 1)}) i) s
-                     ORDER BY label""", "VACUUM ANALYZE reg_part")
+                 f"CREATE TABLE reg_part AS {regression_sql(100_000, start=1 + 100_000 * i, shift=shift, label_first=True)}",
+                 "VACUUM ANALYZE reg_part")
     sharded_table(conn, "sh_reg", [("FOR VALUES FROM (1) TO (100001)", S1, "reg_part"),
                                    ("FOR VALUES FROM (100001) TO (200001)", S2, "reg_part")],
                   cols="id int, label float8, features float8[]")
@@ -451,9 +435,9 @@ def test_range_sharded_by_label_unequal_shards(conn, shards):
     """One class per shard again, but 90,000 rows of class 0 on shard 1 and 10,000 of class 1
     on shard 2 (a9a sharded by label is like this: 24,720 / 7,841)."""
     on_shard(0, "DROP TABLE IF EXISTS imb_part", "SELECT setseed(0.3)",
-             f"CREATE TABLE imb_part AS {blob_rows(90_000, '0')}", "VACUUM ANALYZE imb_part")
+             f"CREATE TABLE imb_part AS {blobs_sql(90_000, '0')}", "VACUUM ANALYZE imb_part")
     on_shard(1, "DROP TABLE IF EXISTS imb_part", "SELECT setseed(0.4)",
-             f"CREATE TABLE imb_part AS {blob_rows(10_000, '1', start=90_001)}", "VACUUM ANALYZE imb_part")
+             f"CREATE TABLE imb_part AS {blobs_sql(10_000, '1', start=90_001)}", "VACUUM ANALYZE imb_part")
     sharded_table(conn, "sh_imb", [("FOR VALUES IN (0)", S1, "imb_part"), ("FOR VALUES IN (1)", S2, "imb_part")],
                   by="LIST (label)")
     copy = local_copy(conn, "sh_imb")
@@ -482,10 +466,10 @@ def test_range_sharded_by_label_unequal_shards(conn, shards):
 def uneven(dsn, shards):
     """uneven_part: 90,000 rows on shard 1 (40% label 1), 10,000 on shard 2 (70% label 1); an empty
     table empty_part on shard 2."""
-    on_shard(0, "SELECT setseed(0.61)", f"CREATE TABLE uneven_part AS {blob_rows(90_000, 'random() < 0.4', mean=0.4)}",
+    on_shard(0, "SELECT setseed(0.61)", f"CREATE TABLE uneven_part AS {blobs_sql(90_000, 'random() < 0.4', mean=0.4)}",
              "VACUUM ANALYZE uneven_part")
     on_shard(1, "SELECT setseed(0.62)",
-             f"CREATE TABLE uneven_part AS {blob_rows(10_000, 'random() < 0.7', start=90_001, mean=0.4)}",
+             f"CREATE TABLE uneven_part AS {blobs_sql(10_000, 'random() < 0.7', start=90_001, mean=0.4)}",
              "CREATE TABLE empty_part (id int, label int, features float8[])",
              "VACUUM ANALYZE uneven_part")
 

@@ -17,6 +17,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import evaluate, scalar, train
+from tables import churn, three_classes
 
 TRAIN_DEFAULTS = {"verbose": False, "seed": 1}  # train()'s params unless a test overrides them
 CURRENT = "0.5.0"
@@ -26,42 +27,6 @@ CHURN_FEATURES = ["state", "intl", "plan", "autopay", "income", "age", "minutes"
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def make_churn(conn, table, n=4000):
-    """A churn-like table of every kind of encodable column, with a learnable label:
-    state text (10 values, NULL every 37th row), intl yes/no text, plan an enum, autopay boolean,
-    income int4 dollars (NULL every 11th row), age int2, minutes numeric, calls int8,
-    score float4, usage float4[2]."""
-    conn.execute(f"DROP TABLE IF EXISTS {table}")
-    conn.execute(f"DROP TYPE IF EXISTS {table}_plan")
-    conn.execute(f"CREATE TYPE {table}_plan AS ENUM ('basic', 'plus', 'premium')")
-    conn.execute(f"""
-        CREATE TABLE {table} AS
-        WITH base AS (
-          SELECT i,
-                 CASE WHEN i % 37 = 0 THEN NULL
-                      ELSE (ARRAY['CA','NY','TX','FL','WA','IL','OH','GA','NC','MI'])[1 + (hashint4(i) & 1023) % 10] END AS state,
-                 CASE WHEN hashint4(i * 7 + 1) % 3 = 0 THEN 'yes' ELSE 'no' END AS intl,
-                 (ARRAY['basic','plus','premium'])[1 + (hashint4(i * 13 + 5) & 1023) % 3]::{table}_plan AS plan,
-                 (hashint4(i * 17 + 3) & 1) = 1 AS autopay,
-                 CASE WHEN i % 11 = 0 THEN NULL ELSE 20000 + (hashint4(i * 19 + 7) & 65535) END AS income,
-                 (18 + (hashint4(i * 23 + 11) & 1023) % 60)::int2 AS age,
-                 ((hashint4(i * 29 + 13) & 4095) / 100.0)::numeric(8,2) AS minutes,
-                 (hashint4(i * 43 + 5) & 255)::int8 AS calls,
-                 ((hashint4(i * 47 + 9) & 1023) / 1023.0)::float4 AS score,
-                 ARRAY[((hashint4(i * 31) & 1023) / 1023.0)::float4, ((hashint4(i * 37) & 1023) / 1023.0)::float4] AS usage
-          FROM generate_series(1, {n}) i)
-        SELECT i AS id, state, intl, plan, autopay, income, age, minutes, calls, score, usage,
-          ((CASE state WHEN 'CA' THEN 1.5 WHEN 'NY' THEN -1.5 WHEN 'TX' THEN 1.0 ELSE 0 END)
-           + (CASE WHEN intl = 'yes' THEN 1.2 ELSE -0.4 END)
-           + (CASE plan WHEN 'basic' THEN 0.8 WHEN 'premium' THEN -0.8 ELSE 0 END)
-           + (CASE WHEN autopay THEN -0.7 ELSE 0.3 END)
-           - coalesce((income - 52000) / 20000.0, 0)
-           + (minutes - 20) / 8.0
-           + 2 * (usage[1] - 0.5)
-           + ((hashint4(i * 41 + 17) & 1023) / 1023.0 - 0.5)) > 0 AS churned
-        FROM base""")
 
 
 def model_row(conn, model_id, columns):
@@ -133,7 +98,7 @@ def drop(*dbs):
 
 
 def test_mixed_columns_learn_and_row_predictions_agree_with_evaluate(conn):
-    make_churn(conn, "tt_mixed")
+    churn(conn, "tt_mixed")
     base = scalar(conn, "SELECT avg(churned::int)::float8 FROM tt_mixed")
     assert 0.4 < base < 0.6
     mid = train(conn, "tt_mixed", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 5}, defaults=TRAIN_DEFAULTS)
@@ -177,7 +142,7 @@ def test_mixed_columns_learn_and_row_predictions_agree_with_evaluate(conn):
 
 
 def test_hash_encoding_learns_like_one_hot(conn):
-    make_churn(conn, "tt_hash")
+    churn(conn, "tt_hash")
     common = {"label": "churned", "features": ["state", "intl", "plan", "income", "minutes", "usage", "autopay"], "epochs": 5}
     one_hot = train(conn, "tt_hash", "logistic", common, defaults=TRAIN_DEFAULTS)
     hashed = train(conn, "tt_hash", "logistic", {**common, "preprocess": {
@@ -202,7 +167,7 @@ def test_hash_encoding_learns_like_one_hot(conn):
 def test_decision_function_is_the_published_coefficients_in_table_units(conn):
     """Every encoding path by hand from corgipile_model_coefficients: numbers (imputed with the
     stored fill), array elements, one-hot categories, (null) -- weights folded to table units."""
-    make_churn(conn, "tt_coef", n=1500)
+    churn(conn, "tt_coef", n=1500)
     mid = train(conn, "tt_coef", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     coef, names = coefficients(conn, mid)
     coef = {f: c for (_, f), c in coef.items()}
@@ -227,7 +192,7 @@ def test_decision_function_is_the_published_coefficients_in_table_units(conn):
 
 
 def test_softmax_on_a_column_list(conn):
-    make_churn(conn, "tt_soft", n=3000)
+    churn(conn, "tt_soft", n=3000)
     conn.execute("""ALTER TABLE tt_soft ADD COLUMN region text""")
     conn.execute("""UPDATE tt_soft SET region = CASE WHEN state IN ('CA', 'WA') THEN 'west'
                     WHEN state IN ('NY', 'FL', 'GA', 'NC') THEN 'east' ELSE 'central' END""")
@@ -248,7 +213,7 @@ def test_softmax_on_a_column_list(conn):
 
 
 def test_linear_on_a_column_list_recovers_table_unit_weights(conn):
-    make_churn(conn, "tt_lin", n=3000)
+    churn(conn, "tt_lin", n=3000)
     conn.execute("""CREATE TABLE tt_lin_y AS SELECT *, (3 * age + 0.0005 * coalesce(income, 50000)
                       + CASE state WHEN 'CA' THEN 20 WHEN 'NY' THEN -10 ELSE 0 END
                       + 10 * usage[1] + ((hashint4(id * 3) & 1023) / 1023.0 - 0.5))::float8 AS spend
@@ -275,7 +240,7 @@ def test_linear_on_a_column_list_recovers_table_unit_weights(conn):
 
 
 def test_without_intercept_nothing_is_centered(conn):
-    make_churn(conn, "tt_noint", n=2000)
+    churn(conn, "tt_noint", n=2000)
     mid = train(conn, "tt_noint", "logistic", {"label": "churned", "features": ["income", "age", "minutes", "state"],
                                                "fit_intercept": False, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "bias")[0] == [0.0]
@@ -287,7 +252,7 @@ def test_without_intercept_nothing_is_centered(conn):
 
 
 def test_normalize_false_and_scale_none(conn):
-    make_churn(conn, "tt_norm", n=2000)
+    churn(conn, "tt_norm", n=2000)
     feats = ["state", "income", "minutes", "usage"]
     plain = train(conn, "tt_norm", "logistic", {"label": "churned", "features": feats, "normalize": False,
                                                 "learning_rate": 1e-9, "epochs": 1}, defaults=TRAIN_DEFAULTS)
@@ -299,7 +264,7 @@ def test_normalize_false_and_scale_none(conn):
 
 
 def test_training_is_repeatable_with_a_seed(conn):
-    make_churn(conn, "tt_seed", n=1500)
+    churn(conn, "tt_seed", n=1500)
     params = {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 2, "seed": 11}
     a, b = train(conn, "tt_seed", "svm", params, defaults=TRAIN_DEFAULTS), train(conn, "tt_seed", "svm", params, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, a, "weights, bias, preprocessing") == model_row(conn, b, "weights, bias, preprocessing")
@@ -310,7 +275,7 @@ def test_training_is_repeatable_with_a_seed(conn):
 
 
 def test_mean_imputation_uses_the_training_mean(conn):
-    make_churn(conn, "tt_mean", n=2000)
+    churn(conn, "tt_mean", n=2000)
     mid = train(conn, "tt_mean", "logistic", {"label": "churned", "features": ["income", "age", "usage"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     income = column_spec(conn, mid, "income")
     assert income["impute"] == "mean"
@@ -331,7 +296,7 @@ def test_mean_imputation_uses_the_training_mean(conn):
 
 
 def test_zero_imputation(conn):
-    make_churn(conn, "tt_zero", n=1500)
+    churn(conn, "tt_zero", n=1500)
     mid = train(conn, "tt_zero", "logistic", {"label": "churned", "features": ["income", "age"],
                                               "preprocess": {"income": {"impute": "zero"}}, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     income = column_spec(conn, mid, "income")
@@ -341,7 +306,7 @@ def test_zero_imputation(conn):
 
 
 def test_skip_imputation_counts_rows(conn):
-    make_churn(conn, "tt_skip", n=2200)
+    churn(conn, "tt_skip", n=2200)
     nulls = scalar(conn, "SELECT count(*) FROM tt_skip WHERE income IS NULL")
     assert nulls == 200
     mid = train(conn, "tt_skip", "logistic", {"label": "churned", "features": ["income", "age", "state"],
@@ -370,7 +335,7 @@ def test_skip_imputation_counts_rows(conn):
 
 
 def test_error_imputation(conn):
-    make_churn(conn, "tt_err", n=1000)
+    churn(conn, "tt_err", n=1000)
     e = raises(conn, "SELECT corgipile_train('tt_err', 'logistic', %s)", (Jsonb({
         "label": "churned", "features": ["income", "age"], "preprocess": {"income": {"impute": "error"}}, "verbose": False}),))
     assert e.sqlstate == "22004"
@@ -435,7 +400,7 @@ def test_unseen_category_without_other_slot_maps_to_nothing(conn):
 
 
 def test_null_is_its_own_text_category(conn):
-    make_churn(conn, "tt_nullcat", n=1500)
+    churn(conn, "tt_nullcat", n=1500)
     mid = train(conn, "tt_nullcat", "logistic", {"label": "churned", "features": ["state", "intl"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     state = column_spec(conn, mid, "state")
     assert state["impute"] == "category" and state["null"] is True and state["other"] is False
@@ -503,7 +468,7 @@ def test_char_n_enum_and_name_columns(conn):
 
 
 def test_star_with_exclude(conn):
-    make_churn(conn, "tt_star", n=1500)
+    churn(conn, "tt_star", n=1500)
     mid = train(conn, "tt_star", "logistic", {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 3}, defaults=TRAIN_DEFAULTS)
     assert model_row(conn, mid, "features")[0] == CHURN_FEATURES  # table order, label left out
     explicit = train(conn, "tt_star", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3}, defaults=TRAIN_DEFAULTS)
@@ -572,7 +537,7 @@ def test_other_param_errors(conn):
 
 
 def test_validation_relation_fraction_and_predicate_work(conn):
-    make_churn(conn, "tt_valid", n=2000)
+    churn(conn, "tt_valid", n=2000)
     # A validation relation with other column order and types of the same kinds.
     conn.execute("""CREATE TABLE tt_valid_other AS SELECT churned, minutes::float8 AS minutes, income::numeric AS income,
                     state::varchar AS state, id FROM tt_valid WHERE id % 2 = 0""")
@@ -622,7 +587,7 @@ def test_validation_relation_fraction_and_predicate_work(conn):
 
 
 def test_evaluate_matches_columns_by_name(conn):
-    make_churn(conn, "tt_eval", n=2000)
+    churn(conn, "tt_eval", n=2000)
     mid = train(conn, "tt_eval", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3}, defaults=TRAIN_DEFAULTS)
     # Other column order, extra columns, other text-like and number types of the same kinds.
     conn.execute("""CREATE TABLE tt_eval_other AS SELECT churned, usage::float8[] AS usage, score::float8 AS score,
@@ -657,7 +622,7 @@ def test_evaluate_missing_column_hint_does_not_suggest_the_features_param(conn):
 
 
 def test_row_predictions_ignore_order_and_extra_columns(conn):
-    make_churn(conn, "tt_roworder", n=1000)
+    churn(conn, "tt_roworder", n=1000)
     mid = train(conn, "tt_roworder", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 2}, defaults=TRAIN_DEFAULTS)
     shuffled = "c.usage, c.score, 42 AS extra, c.calls, c.minutes, c.age, c.income, 'x' AS note, c.autopay, c.plan, c.intl, c.state"
     rows = conn.execute(f"""SELECT corgipile_decision_function(%s, c),
@@ -678,7 +643,7 @@ def test_row_predictions_ignore_order_and_extra_columns(conn):
 
 
 def test_row_prediction_errors(conn):
-    make_churn(conn, "tt_rowerr", n=500)
+    churn(conn, "tt_rowerr", n=500)
     mid = train(conn, "tt_rowerr", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     e = raises(conn, "SELECT corgipile_predict(%s, r) FROM (SELECT state, usage FROM tt_rowerr) r", (mid,))
     assert e.sqlstate == "42703" and '"income"' in e.diag.message_primary
@@ -714,7 +679,7 @@ def test_row_prediction_errors(conn):
 
 
 def test_models_by_name_predict_from_rows(conn):
-    make_churn(conn, "tt_named", n=1500)
+    churn(conn, "tt_named", n=1500)
     v1 = train(conn, "tt_named", "logistic", {"label": "churned", "features": ["state", "income"], "epochs": 1,
                                               "name": "tt_churn"}, defaults=TRAIN_DEFAULTS)
     v2 = train(conn, "tt_named", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 3,
@@ -739,7 +704,7 @@ def test_integer_array_columns_predict_from_rows(conn):
 
 
 def test_numeric_columns_predict_as_their_float8_value(conn):
-    make_churn(conn, "tt_numeric", n=1000)
+    churn(conn, "tt_numeric", n=1000)
     mid = train(conn, "tt_numeric", "logistic", {"label": "churned", "features": ["minutes", "age"], "epochs": 2}, defaults=TRAIN_DEFAULTS)
     differ = scalar(conn, """SELECT count(*) FROM tt_numeric c
                              WHERE corgipile_decision_function(%s, c) IS DISTINCT FROM
@@ -778,7 +743,7 @@ def test_long_numeric_values_predict(conn):
 
 
 def test_subquery_row_predictions_in_a_parallel_plan(dsn, conn):
-    make_churn(conn, "tt_par", n=2000)
+    churn(conn, "tt_par", n=2000)
     mid = train(conn, "tt_par", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1}, defaults=TRAIN_DEFAULTS)
     q = "SELECT sum(corgipile_decision_function(%s, r)) FROM (SELECT state, income, usage FROM tt_par) r"
     serial = scalar(conn, q, (mid,))
@@ -793,7 +758,7 @@ def test_subquery_row_predictions_in_a_parallel_plan(dsn, conn):
 
 
 def test_table_row_predictions_in_a_parallel_plan(conn):
-    make_churn(conn, "tt_par2", n=2000)
+    churn(conn, "tt_par2", n=2000)
     mid = train(conn, "tt_par2", "logistic", {"label": "churned", "features": ["state", "income", "usage"], "epochs": 1,
                                               "name": "tt_par2"}, defaults=TRAIN_DEFAULTS)
     q = "SELECT sum(corgipile_decision_function({m}, c)) FROM tt_par2 c"
@@ -819,7 +784,7 @@ def test_column_list_models_survive_dump_and_restore(tmp_path):
     try:
         with psycopg.connect(dbname=DUMP_SRC, autocommit=True) as c:
             c.execute("CREATE EXTENSION corgipile")
-            make_churn(c, "churn", n=1500)
+            churn(c, "churn", n=1500)
             ids = [
                 train(c, "churn", "logistic", {"label": "churned", "features": CHURN_FEATURES, "epochs": 2, "name": "churn"}, defaults=TRAIN_DEFAULTS),
                 train(c, "churn", "svm", {"label": "churned", "features": "*", "exclude": ["id"], "epochs": 2,
@@ -849,15 +814,13 @@ def test_column_list_models_survive_dump_and_restore(tmp_path):
 
 
 UP_OLD, UP_PRE, UP_FRESH = "tabular_upgrade_old", "tabular_upgrade_pre", "tabular_upgrade_fresh"
-POINTS = """CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 3) - 1 + (i % 7) / 7.0, (i % 5) / 5.0]::float8[] AS features,
-            (i % 3) AS label, (i % 3 = 1) AS flag FROM generate_series(1, 3000) i ORDER BY i % 3"""
 
 
 def array_models_as_0_3_0_wrote_them(conn, db):
     """Array models trained here (current version), inserted into db's 0.3.0 catalog column by
     column. Returns the new ids and the predictions they must give."""
     conn.execute("DROP TABLE IF EXISTS pts")
-    conn.execute(POINTS)
+    three_classes(conn)
     ids = [train(conn, "pts", "svm", {"label": "flag", "epochs": 2}, defaults=TRAIN_DEFAULTS),
            train(conn, "pts", "softmax", {"epochs": 2}, defaults=TRAIN_DEFAULTS)]
     expected = conn.execute("""SELECT corgipile_decision_function(%s, features), corgipile_predict_class(%s, features),
@@ -865,7 +828,7 @@ def array_models_as_0_3_0_wrote_them(conn, db):
                                FROM pts ORDER BY id""", (ids[0], ids[1], ids[1])).fetchall()
     with psycopg.connect(dbname=db, autocommit=True) as old:
         old.execute("CREATE EXTENSION corgipile VERSION '0.3.0'")
-        old.execute(POINTS)
+        three_classes(old)
         cols = [r[0] for r in old.execute(
             """SELECT attname FROM pg_attribute WHERE attrelid = 'corgipile.models'::regclass AND attnum > 0
                AND NOT attisdropped AND attname <> 'id' ORDER BY attnum""").fetchall()]

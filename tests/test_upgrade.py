@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from helpers import REPO, scalar
+from tables import three_classes
 
 OLD, FRESH = "corgipile_upgrade_old", "corgipile_upgrade_fresh"
 CURRENT = "0.5.0"
@@ -24,9 +25,6 @@ CURRENT = "0.5.0"
 COLUMNS_0_1_0 = ["model_type", "relation", "label_column", "features", "n_features", "n_outputs", "label_mapping",
                  "weights", "bias", "standardizer", "params", "metrics", "rows_trained", "rows_skipped",
                  "training_seconds", "created_at", "trained_by"]
-
-POINTS = """CREATE TABLE pts AS SELECT i AS id, ARRAY[(i % 3) - 1 + (i % 7) / 7.0, (i % 5) / 5.0]::float8[] AS features,
-            (i % 3) AS label, (i % 3 = 1) AS flag FROM generate_series(1, 3000) i ORDER BY i % 3"""
 
 
 def recreate(db):
@@ -82,7 +80,7 @@ def schema_description(conn):
 def test_update_keeps_old_models_and_matches_a_fresh_install(databases, conn):
     # Models as 0.1.0 wrote them: trained here (current version), copied column by column.
     conn.execute("DROP TABLE IF EXISTS pts")
-    conn.execute(POINTS)
+    three_classes(conn)
     ids = [scalar(conn, "SELECT corgipile_train('pts', %s, %s)", (m, psycopg.types.json.Jsonb(p)))
            for m, p in [("svm", {"label": "flag", "epochs": 2, "seed": 1, "verbose": False}),
                         ("softmax", {"epochs": 2, "seed": 1, "verbose": False, "normalize": True})]]
@@ -97,7 +95,7 @@ def test_update_keeps_old_models_and_matches_a_fresh_install(databases, conn):
 
     with psycopg.connect(dbname=OLD, autocommit=True) as old:
         old.execute("CREATE EXTENSION corgipile VERSION '0.1.0'")
-        old.execute(POINTS)
+        three_classes(old)
         placeholders = ", ".join(f"%s::{types[c]}" for c in COLUMNS_0_1_0)
         with old.cursor() as cur:
             cur.executemany(f"INSERT INTO corgipile.models ({cols}) VALUES ({placeholders})", rows)
@@ -162,7 +160,7 @@ def test_update_from_0_3_0_matches_a_fresh_install(databases):
         old.execute("ALTER EXTENSION corgipile UPDATE")
         assert scalar(old, "SELECT extversion FROM pg_extension WHERE extname = 'corgipile'") == CURRENT
         # What 0.4.0 adds works on the updated database: a column list, predicted from rows.
-        old.execute(POINTS)
+        three_classes(old)
         named = scalar(old, "SELECT corgipile_train('pts', 'svm', %s)",
                        (psycopg.types.json.Jsonb({"label": "flag", "features": ["id", "label"], "epochs": 2,
                                                   "seed": 1, "verbose": False}),))
@@ -183,7 +181,7 @@ def test_update_from_0_4_0_keeps_models_and_matches_a_fresh_install(databases, c
     svm and softmax, a column-list logistic) predict alike before and after the update, and their
     layers is NULL."""
     conn.execute("DROP TABLE IF EXISTS pts")
-    conn.execute(POINTS)
+    three_classes(conn)
     ids = [scalar(conn, "SELECT corgipile_train('pts', %s, %s)", (m, psycopg.types.json.Jsonb(p)))
            for m, p in [("svm", {"label": "flag", "epochs": 2, "seed": 1, "verbose": False}),
                         ("softmax", {"epochs": 2, "seed": 1, "verbose": False}),
@@ -198,7 +196,7 @@ def test_update_from_0_4_0_keeps_models_and_matches_a_fresh_install(databases, c
     recreate(OLD)
     with psycopg.connect(dbname=OLD, autocommit=True) as old:
         old.execute("CREATE EXTENSION corgipile VERSION '0.4.0'")
-        old.execute(POINTS)
+        three_classes(old)
         # The columns of 0.4.0's catalog, copied as text and cast back to each column's type.
         cols = [r[0] for r in old.execute(
             """SELECT attname FROM pg_attribute WHERE attrelid = 'corgipile.models'::regclass AND attnum > 0

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from helpers import (connect, describe, drop_role, models_count, rows_trained, scalar, train, train_error,
                      train_with_workers)
+from tables import points, replicate
 
 OWNER = "vw_owner"
 CALLER = "vw_caller"
@@ -31,10 +32,7 @@ def env(db):
             drop_role(admin, r)
             admin.execute(f"CREATE ROLE {r} LOGIN")
             admin.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {r}")
-        admin.execute(f"""CREATE TABLE vb AS SELECT i AS id,
-                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0]::float8[] AS features,
-                (i % 2) AS label, (i * 13) % 100 AS x, (ARRAY['a', 'b', 'c'])[1 + i % 3] AS region
-            FROM generate_series(1, {ROWS}) i""")
+        points(admin, "vb", ROWS, extra=["(i * 13) % 100 AS x", "(ARRAY['a', 'b', 'c'])[1 + i % 3] AS region"])
         admin.execute("CREATE VIEW vb_south AS SELECT id, features, label FROM vb WHERE region = 'b'")
         admin.execute("CREATE VIEW vb_nested AS SELECT * FROM vb_south WHERE id > 1000")
         admin.execute("""CREATE VIEW vb_expr AS SELECT id, x / 10.0 AS x_scaled, x * x AS x_sq,
@@ -132,7 +130,7 @@ def test_view_owner_rights_and_security_invoker(env, admin):
 
 def test_workers_over_a_view(env, admin):
     admin.execute("DROP TABLE IF EXISTS vb_big CASCADE")
-    admin.execute("CREATE TABLE vb_big AS SELECT v.* FROM vb v, generate_series(1, 8) g")
+    replicate(admin, "vb_big", "vb", 8)
     admin.execute("CREATE VIEW vb_big_ab AS SELECT id, features, label FROM vb_big WHERE region <> 'c'")
     model = train_with_workers(admin, "vb_big_ab", "logistic", {"epochs": 2, "seed": 3, "workers": 1})
     assert rows_trained(admin, model) == scalar(admin, "SELECT count(*) FROM vb_big_ab")

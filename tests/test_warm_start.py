@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from helpers import connect, describe, models_count, scalar, train, train_error, train_with_workers
+from tables import replicate
 
 ROWS = 4000
 TINY = 1e-12
@@ -82,7 +83,7 @@ def test_warm_start_starts_from_the_stored_model(env, admin, kind, params):
 
 def test_warm_start_with_workers(env, admin):
     admin.execute("DROP TABLE IF EXISTS ws_big")
-    admin.execute("CREATE TABLE ws_big AS SELECT w.* FROM ws w, generate_series(1, 10) g")
+    replicate(admin, "ws_big", "ws", 10)
     first = train(admin, "ws_big", "logistic", {"epochs": 2, "seed": 1, "name": "ws_workers"})
     again = train_with_workers(admin, "ws_big", "logistic", {"epochs": 1, "seed": 2, "warm_start": first,
                                                              "workers": 1, "learning_rate": TINY, "average": False})

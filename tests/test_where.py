@@ -20,6 +20,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import connect, describe, drop_role, models_count, scalar, train, train_error
+from tables import points, replicate
 
 ROLE = "wh_reader"
 SPY = "wh_spy"
@@ -35,11 +36,8 @@ def env(db):
             drop_role(admin, r)
             admin.execute(f"CREATE ROLE {r} LOGIN")
             admin.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {r}")
-        admin.execute(f"""CREATE TABLE wh AS SELECT i AS id,
-                ARRAY[(i % 2) * 2 - 1 + ((i * 37) % 100) / 100.0, ((i * 53) % 100) / 100.0]::float8[] AS features,
-                (i % 2) AS label, (ARRAY['north', 'south', 'east'])[1 + i % 3] AS region,
-                CASE WHEN i % 11 = 0 THEN NULL ELSE (i * 7) % 100 END AS score
-            FROM generate_series(1, {ROWS}) i""")
+        points(admin, "wh", ROWS, extra=["(ARRAY['north', 'south', 'east'])[1 + i % 3] AS region",
+                                         "CASE WHEN i % 11 = 0 THEN NULL ELSE (i * 7) % 100 END AS score"])
         admin.execute(f"GRANT SELECT ON wh TO {ROLE}")
         admin.execute("ALTER TABLE wh ENABLE ROW LEVEL SECURITY")
         admin.execute(f"CREATE POLICY wh_every_row ON wh FOR SELECT TO {ROLE} USING ({ALWAYS_TRUE})")
@@ -228,7 +226,7 @@ def test_evaluate_explain_and_validation_take_the_filter(env, admin):
 
 def test_filter_with_parallel_workers(env, admin):
     admin.execute("DROP TABLE IF EXISTS wh_big")
-    admin.execute("CREATE TABLE wh_big AS SELECT w.* FROM wh w, generate_series(1, 10) g")
+    replicate(admin, "wh_big", "wh", 10)
     where = "region <> 'north' AND score IS NOT NULL"
     expected = scalar(admin, f"SELECT count(*) FROM wh_big WHERE {where}")
     model = train(admin, "wh_big", "logistic", {"epochs": 2, "seed": 5, "workers": 1, "where": where})
