@@ -39,3 +39,4 @@ pub mod importance;
 pub mod manage;
 pub mod tables;
 pub mod train;
+mod training_call;

@@ -1,0 +1,252 @@
+//! The one preparation of a training call, shared by `corgipile_train`, `corgipile_train_query`
+//! and `corgipile_explain`: the params parsed once (with what a warm start takes from its
+//! model), the input spilled when it must be, the validation relation read, the request
+//! resolved and every combination checked, before any work. The SQL functions run what it
+//! returns and stay thin.
+
+use crate::exec::sgd::{Collect, CollectedRows, Learn};
+use crate::pg::error::{raise, refuse_combination};
+use crate::pipeline::Mode;
+use crate::request::args::ParamsArg;
+use crate::request::since::{self, TableRead};
+use crate::request::warm_start::WarmStart;
+use crate::request::{parse_model, parse_params, prepare, Prepared};
+use crate::shard::Leaf;
+use corgipile_ml::capabilities::{used, Use};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::{Features as FeatureSpec, ShuffleMode, TrainParams, Validation};
+use corgipile_ml::preprocess::Preprocessor;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+/// What a training reads: a relation's pages, or the rows of a query spilled into a temporary
+/// table first (stored as `stored_as`: the view's name, or the query).
+pub(super) enum Input {
+    Relation(pg_sys::Oid),
+    Spill { select: String, stored_as: String },
+}
+
+impl Input {
+    /// A relation named in a call: its pages, or, for a view of several tables, its rows.
+    pub(super) fn of_relation(relid: pg_sys::Oid) -> Input {
+        // SAFETY: a catalog lookup on the backend thread, inside a transaction (every SQL
+        // function runs in one).
+        match unsafe { crate::request::view::must_spill(relid) } {
+            Some(view) => Input::Spill {
+                select: format!("SELECT * FROM {view}"),
+                stored_as: view,
+            },
+            None => Input::Relation(relid),
+        }
+    }
+}
+
+/// A call's kind and params, parsed once, and the model a warm start (or `since`) continues.
+pub(super) struct Call {
+    pub(super) kind: ModelKind,
+    pub(super) params: TrainParams,
+    pub(super) warm: Option<WarmStart>,
+}
+
+impl Call {
+    /// The params of a training of `model`, with what a warm start (or `since`, which continues
+    /// its model) takes from its model where the params are silent: features, label and name.
+    pub(super) fn parse(model: &str, given: &ParamsArg) -> Call {
+        let kind = parse_model(model);
+        let params = parse_params(given, kind);
+        let (params, warm) = match &params.warm_start {
+            Some(key) => {
+                let mut json = given.0.clone();
+                let warm = WarmStart::load(key, kind, &mut json);
+                (parse_params(&ParamsArg(json), kind), Some(warm))
+            }
+            None => (params, None),
+        };
+        Call { kind, params, warm }
+    }
+}
+
+/// A training call, prepared and checked: what `corgipile_train` runs and stores, and what
+/// `corgipile_explain` shows.
+pub(super) struct TrainingCall {
+    pub(super) kind: ModelKind,
+    pub(super) warm: Option<WarmStart>,
+    pub(super) prepared: Prepared,
+    /// The temporary table a view or query was spilled into, and the name it is stored as.
+    pub(super) spilled: Option<(pg_sys::Oid, String)>,
+    /// The rows of a validation relation, encoded as the training's.
+    pub(super) validation_rows: Option<CollectedRows>,
+    /// What this training reads of its table, recorded for a later `since` (a table only).
+    pub(super) read_now: Option<TableRead>,
+    /// The table's shards, when it is sharded.
+    pub(super) sharded: Option<Vec<Leaf>>,
+    /// The features it reads, as stored with its model.
+    pub(super) features: serde_json::Value,
+}
+
+impl TrainingCall {
+    /// Prepares `call` on `input`. With `reads_rows` false (a plain EXPLAIN) nothing is read:
+    /// a spill is created empty and a validation relation is not read.
+    ///
+    /// # Safety
+    /// Backend thread, inside a transaction; [`finish`](Self::finish) drops what it created.
+    pub(super) unsafe fn prepare(call: Call, input: &Input, reads_rows: bool) -> TrainingCall {
+        let Call { kind, params, warm } = call;
+        let (relid, spilled) = match input {
+            Input::Relation(relid) => (*relid, None),
+            Input::Spill { select, stored_as } => {
+                if params.since.is_some() {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                        "\"since\" reads what was added to a table; a query or a view of several tables has no pages of its own",
+                        Some("Train the query without \"since\" (\"warm_start\" continues a model), or materialize it into a table you append to.".into()),
+                    );
+                }
+                let seed = params.seed.unwrap_or_else(crate::request::random_seed);
+                let shown = if select == stored_as {
+                    "the training query".to_owned()
+                } else {
+                    stored_as.clone()
+                };
+                let (temp, _rows) =
+                    crate::shuffle_table::spill::spill(select, seed, reads_rows, &shown);
+                crate::shuffle_table::spill::see_spill();
+                (temp, Some((temp, stored_as.clone())))
+            }
+        };
+        // A column list with a validation relation: the preprocessing is learned first (its
+        // own statistics pass), so that the validation rows are encoded with it. A warm start
+        // (or "since") keeps its model's preprocessing and classes.
+        let learned = match (&params.validation, params.features.is_tabular()) {
+            _ if warm.is_some() => warm.as_ref().and_then(|w| w.stored.preprocessing.clone()),
+            (Some(Validation::Relation(_)), true) if reads_rows => {
+                let mut p = params.clone();
+                p.validation = None;
+                Some(prepare(relid, kind, p, Mode::Train, Vec::new(), None).run(Learn))
+            }
+            _ => None,
+        };
+        let validation_rows = match &params.validation {
+            Some(Validation::Relation(name)) if reads_rows => {
+                Some(collect_relation(name, kind, &params, learned.as_ref()))
+            }
+            _ => None,
+        };
+        // Class indices of the validation rows (or of a warm start's model) and of the
+        // training rows must agree.
+        let known_classes = match &warm {
+            Some(w) => w.classes(),
+            None => validation_rows
+                .as_ref()
+                .map(|v| v.classes.clone())
+                .unwrap_or_default(),
+        };
+        let mut prepared = prepare(
+            relid,
+            kind,
+            params,
+            Mode::Train,
+            known_classes,
+            learned.as_ref(),
+        );
+        // Before the scan begins, so that pages added during it are read again next time,
+        // never missed.
+        let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
+        since::apply(&mut prepared);
+        let sharded = crate::shard::sharded_leaves(prepared.relid);
+        if sharded.is_some() {
+            check_sharded(&prepared, warm.as_ref());
+        }
+        let features = features_read(&prepared);
+        // A continued training (`warm_start`, `since`) reads its model's features.
+        if let Some(w) = &warm {
+            w.check_features(&features);
+        }
+        TrainingCall {
+            kind,
+            warm,
+            prepared,
+            spilled,
+            validation_rows,
+            read_now,
+            sharded,
+            features,
+        }
+    }
+
+    /// Drops the temporary table of a spilled input.
+    ///
+    /// # Safety
+    /// Backend thread, inside the transaction that prepared the call.
+    pub(super) unsafe fn finish(spilled: Option<(pg_sys::Oid, String)>) {
+        if let Some((temp, _)) = spilled {
+            crate::shuffle_table::spill::unsee_spill();
+            crate::shuffle_table::spill::drop_spill(temp);
+        }
+    }
+}
+
+/// What a training on a sharded table cannot do yet (the capability table), refused before any
+/// work: each shard trains one model in one process and keeps no folds (refused, not silently
+/// dropped).
+fn check_sharded(prepared: &Prepared, warm: Option<&WarmStart>) {
+    let params = &prepared.config.params;
+    let uses = used(&[
+        (Use::GroupBy, params.group_by.is_some()),
+        (Use::Since, params.since.is_some()),
+        (Use::WarmStart, warm.is_some()),
+        (Use::Folds, params.folds.is_some()),
+        (Use::Workers, params.workers > 0),
+        (Use::Search, params.search.is_some()),
+    ]);
+    refuse_combination(Use::Shards, &uses);
+}
+
+/// The features a training reads, as stored with its model: a column list as the columns
+/// read ("*" expanded).
+fn features_read(prepared: &Prepared) -> serde_json::Value {
+    if prepared.config.preprocess.is_some() {
+        serde_json::json!(prepared.input.columns)
+    } else {
+        prepared.config.params.to_json()["features"].clone()
+    }
+}
+
+/// Reads a validation relation (same columns as the training relation) into memory.
+unsafe fn collect_relation(
+    name: &str,
+    kind: ModelKind,
+    params: &TrainParams,
+    preprocessing: Option<&Preprocessor>,
+) -> CollectedRows {
+    let relid = Spi::get_one_with_args::<pg_sys::Oid>(
+        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
+        &[name.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("validation relation \"{name}\" does not exist"),
+            None,
+        )
+    });
+    let mut p = params.clone();
+    p.validation = None;
+    if let Some(prep) = preprocessing {
+        // The training's columns ("*" resolved on the training table), by name.
+        p.features = FeatureSpec::Columns(prep.column_names().map(str::to_owned).collect());
+        p.exclude.clear();
+    }
+    p.shuffle = ShuffleMode::NoShuffle;
+    p.double_buffer = false;
+    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), preprocessing);
+    prepared.run(Collect).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("validation relation \"{name}\" has no usable rows"),
+            None,
+        )
+    })
+}
