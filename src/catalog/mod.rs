@@ -14,8 +14,8 @@ mod store;
 
 pub use store::{store_model_with, ModelSource};
 
-use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
+use crate::pipeline::ClassValue;
 
 use corgipile_ml::model::{ModelKind, Predictor};
 use corgipile_ml::network::Activation;

@@ -1,31 +1,9 @@
 //! Class labels as the table holds them (numbers or text) ↔ class indices 0..K-1, assigned in
-//! order of first appearance. Used for softmax and for classifiers over a text label.
+//! order of first appearance. Used for softmax and for classifiers over a text label. (A class
+//! value, as models store it, is `crate::pipeline::ClassValue`.)
 
-use serde::{Deserialize, Serialize};
+use crate::pipeline::ClassValue;
 use std::collections::HashMap;
-
-/// One class label value as stored with the model (a JSON number or string).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ClassValue {
-    Number(f64),
-    Text(String),
-}
-
-impl ClassValue {
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            ClassValue::Number(v) => Some(*v),
-            ClassValue::Text(_) => None,
-        }
-    }
-    pub fn to_text(&self) -> String {
-        match self {
-            ClassValue::Number(v) => format!("{v}"),
-            ClassValue::Text(s) => s.clone(),
-        }
-    }
-}
 
 #[derive(Default, Clone, Debug)]
 pub struct ClassDictionary {

@@ -3,10 +3,9 @@
 //! sparse rows by it. Backend thread only (datums are read in place).
 
 use super::RowDecoder;
-use crate::decode::datum::{
-    float_array_into, format_tid, with_float_array, with_text_bytes, LabelKind,
-};
+use crate::decode::datum::{float_array_into, format_tid, with_float_array, with_text_bytes};
 use crate::pg::error::raise;
+use crate::pipeline::LabelKind;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::limits::model_memory_bytes;

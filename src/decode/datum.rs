@@ -2,48 +2,8 @@
 
 use pgrx::array::RawArray;
 use pgrx::pg_sys;
-use serde::{Deserialize, Serialize};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
-
-/// How the label column is stored; decided once from the column type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LabelKind {
-    Bool,
-    Int2,
-    Int4,
-    Int8,
-    Float4,
-    Float8,
-}
-
-impl LabelKind {
-    /// Label column types we read directly. `numeric` is cast to float8 in the query instead.
-    pub fn from_type(oid: pg_sys::Oid) -> Option<LabelKind> {
-        Some(match oid {
-            pg_sys::BOOLOID => LabelKind::Bool,
-            pg_sys::INT2OID => LabelKind::Int2,
-            pg_sys::INT4OID => LabelKind::Int4,
-            pg_sys::INT8OID => LabelKind::Int8,
-            pg_sys::FLOAT4OID => LabelKind::Float4,
-            pg_sys::FLOAT8OID | pg_sys::NUMERICOID => LabelKind::Float8,
-            _ => return None,
-        })
-    }
-
-    /// # Safety
-    /// `datum` must be a non-NULL value of the type this kind was derived from.
-    pub unsafe fn to_f64(self, datum: pg_sys::Datum) -> f64 {
-        match self {
-            LabelKind::Bool => (datum.value() & 0xff != 0) as u8 as f64,
-            LabelKind::Int2 => datum.value() as i16 as f64,
-            LabelKind::Int4 => datum.value() as i32 as f64,
-            LabelKind::Int8 => datum.value() as i64 as f64,
-            LabelKind::Float4 => f32::from_bits(datum.value() as u32) as f64,
-            LabelKind::Float8 => f64::from_bits(datum.value() as u64),
-        }
-    }
-}
 
 /// A one-dimensional, NULL-free float array, borrowed from a (possibly detoasted) datum.
 pub enum FloatSlice<'a> {

@@ -14,7 +14,8 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::datum::{with_text_bytes, LabelKind};
+use super::datum::with_text_bytes;
+use crate::pipeline::{GroupsFound, LabelKind};
 
 /// At most this many distinct groups: the statistics pass keeps every group's key.
 pub const MAX_GROUPS: usize = 100_000;
@@ -97,16 +98,6 @@ pub unsafe fn write_key(
     }
     out.push_str(&serde_json::Value::Array(parts).to_string());
     true
-}
-
-/// What the statistics pass found: the groups that get a model (key and rows, in the order of
-/// their numbers), and how many groups and rows are left to the model of every row. Sent to
-/// parallel workers, whose decoders number the same keys alike.
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
-pub struct GroupsFound {
-    pub kept: Vec<(String, u64)>,
-    pub small: u64,
-    pub small_rows: u64,
 }
 
 /// The groups of a training's rows: found and counted by the statistics pass, then numbered.

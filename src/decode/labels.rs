@@ -4,9 +4,9 @@
 
 use super::RowDecoder;
 use crate::decode::classes::UNKNOWN_CLASS;
-use crate::decode::datum::{format_tid, LabelKind};
+use crate::decode::datum::format_tid;
 use crate::pg::error::raise;
-use crate::pipeline::{LabelCoding, Mode};
+use crate::pipeline::{LabelCoding, LabelKind, Mode};
 
 use corgipile_ml::trainer::MAX_CLASSES;
 use pgrx::{pg_sys, FromDatum, PgSqlErrorCode};

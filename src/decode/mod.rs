@@ -18,13 +18,15 @@ mod labels;
 pub mod record;
 
 use crate::pg::error::raise;
-use crate::pipeline::{FeatureLayout, Mode, PipelineConfig, PreprocessSpec, ValidationSplit};
+use crate::pipeline::{
+    FeatureLayout, GroupsFound, LabelKind, Mode, PipelineConfig, PreprocessSpec, ValidationSplit,
+};
 use classes::ClassDictionary;
 use columns::{Encoder, Nulls};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::preprocess::{EncodedRow, Preprocessor};
 use corgipile_ml::standardize::Standardizer;
-use datum::{format_tid, with_float_array, with_int4_array, LabelKind};
+use datum::{format_tid, with_float_array, with_int4_array};
 use features::decode_features;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
@@ -416,7 +418,7 @@ impl RowDecoder {
     }
 
     /// `"group_by"`: ends the statistics pass's count of the groups (see `Groups::number`).
-    pub fn number_groups(&mut self, min_rows: u64) -> Option<groups::GroupsFound> {
+    pub fn number_groups(&mut self, min_rows: u64) -> Option<GroupsFound> {
         self.groups.as_mut().map(|g| g.number(min_rows))
     }
 

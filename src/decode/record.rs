@@ -2,10 +2,9 @@
 //! columns of the row's type, read in place and encoded by the model's stored preprocessing,
 //! as the training rows were (see `columns`).
 
-use super::datum::{
-    array_len, float_array_into, numeric_to_f64, with_text_bytes, ArrayProblem, LabelKind,
-};
+use super::datum::{array_len, float_array_into, numeric_to_f64, with_text_bytes, ArrayProblem};
 use crate::pg::error::raise;
+use crate::pipeline::LabelKind;
 use corgipile_ml::preprocess::{EncodedRow, NullAction, Preprocessor, Source};
 use corgipile_ml::row::Row;
 use pgrx::prelude::*;

@@ -5,8 +5,6 @@
 pub mod plan;
 pub mod run;
 
-use crate::decode::classes::ClassValue;
-use crate::decode::datum::LabelKind;
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::TrainParams;
@@ -219,6 +217,45 @@ pub enum FeatureLayout {
     Tabular,
 }
 
+/// How the label column is stored; decided once from the column type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LabelKind {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+}
+
+impl LabelKind {
+    /// Label column types we read directly. `numeric` is cast to float8 in the query instead.
+    pub fn from_type(oid: pg_sys::Oid) -> Option<LabelKind> {
+        Some(match oid {
+            pg_sys::BOOLOID => LabelKind::Bool,
+            pg_sys::INT2OID => LabelKind::Int2,
+            pg_sys::INT4OID => LabelKind::Int4,
+            pg_sys::INT8OID => LabelKind::Int8,
+            pg_sys::FLOAT4OID => LabelKind::Float4,
+            pg_sys::FLOAT8OID | pg_sys::NUMERICOID => LabelKind::Float8,
+            _ => return None,
+        })
+    }
+
+    /// # Safety
+    /// `datum` must be a non-NULL value of the type this kind was derived from.
+    pub unsafe fn to_f64(self, datum: pg_sys::Datum) -> f64 {
+        match self {
+            LabelKind::Bool => (datum.value() & 0xff != 0) as u8 as f64,
+            LabelKind::Int2 => datum.value() as i16 as f64,
+            LabelKind::Int4 => datum.value() as i32 as f64,
+            LabelKind::Int8 => datum.value() as i64 as f64,
+            LabelKind::Float4 => f32::from_bits(datum.value() as u32) as f64,
+            LabelKind::Float8 => f64::from_bits(datum.value() as u64),
+        }
+    }
+}
+
 /// How the node turns the label datum into the f64 the trainer sees.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum LabelCoding {
@@ -241,6 +278,29 @@ impl LabelCoding {
         match self {
             LabelCoding::Value(LabelKind::Bool) => (if v != 0.0 { "true" } else { "false" }).into(),
             _ => v.to_string(),
+        }
+    }
+}
+
+/// One class label value as stored with the model (a JSON number or string).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ClassValue {
+    Number(f64),
+    Text(String),
+}
+
+impl ClassValue {
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            ClassValue::Number(v) => Some(*v),
+            ClassValue::Text(_) => None,
+        }
+    }
+    pub fn to_text(&self) -> String {
+        match self {
+            ClassValue::Number(v) => format!("{v}"),
+            ClassValue::Text(s) => s.clone(),
         }
     }
 }
@@ -309,6 +369,16 @@ pub struct TrainOutcome {
     pub inference: Option<serde_json::Value>,
 }
 
+/// What the statistics pass found: the groups that get a model (key and rows, in the order of
+/// their numbers), and how many groups and rows are left to the model of every row. Sent to
+/// parallel workers, whose decoders number the same keys alike.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct GroupsFound {
+    pub kept: Vec<(String, u64)>,
+    pub small: u64,
+    pub small_rows: u64,
+}
+
 /// The data-dependent parts of the trainer's configuration, learned by a statistics pass (the
 /// leader's, or the coordinator's from every shard's) and given to every parallel worker or
 /// shard, so that they all train alike.
@@ -326,7 +396,7 @@ pub struct LearnedStatistics {
     /// Per-group models: the groups the leader's statistics pass found (every process trains
     /// a model for each, numbered alike).
     #[serde(default)]
-    pub groups: Option<crate::decode::groups::GroupsFound>,
+    pub groups: Option<GroupsFound>,
     /// The leader's statistics pass read every row, so it holds every held-out validation row:
     /// the workers score none (their shares' would count twice).
     #[serde(default)]

@@ -2,11 +2,11 @@
 //! a dense float8[] or a sparse (int4[] indices, float8[] values) pair in the model's index base.
 
 use crate::catalog::{load_model, load_model_ref, ModelRef, StoredModel};
-use crate::decode::classes::ClassValue;
 use crate::decode::datum::{
     with_float_array, with_int4_array, with_text_bytes, ArrayProblem, FloatSlice,
 };
 use crate::pg::error::raise;
+use crate::pipeline::ClassValue;
 use crate::request::args::{Float8ArrayArg, Int4ArrayArg, TextArg};
 use corgipile_ml::arena::validate_sparse;
 

@@ -4,9 +4,9 @@
 //! types, so objects on the caller's search_path cannot change what the query does.
 
 use super::predicate::{checked_predicate, Predicate};
-use crate::decode::datum::LabelKind;
 use crate::pg::error::raise;
 use crate::pg::names::{qualified_name, relation_name};
+use crate::pipeline::LabelKind;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source, TimeKind};

@@ -7,8 +7,8 @@
 
 use crate::catalog::grants::{may_manage, model_name, model_owner, quote_owner};
 use crate::catalog::{caller, load_model_ref, ModelRef, StoredModel};
-use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
+use crate::pipeline::ClassValue;
 use crate::pipeline::LabelCoding;
 use corgipile_ml::capabilities::{refusal, Use};
 use corgipile_ml::model::{LinearModel, ModelKind};

@@ -2,9 +2,9 @@
 //! decides before the first round (its classes, target, initial weights), and the number that
 //! names the training on the shards.
 
-use crate::decode::classes::ClassValue;
 use crate::exec::sgd::checked_learner;
 use crate::pg::error::{raise, raise_labels_error, raise_train_error};
+use crate::pipeline::ClassValue;
 use crate::pipeline::{LearnedStatistics, PipelineConfig};
 use crate::shard::protocol::NetworkRound;
 use corgipile_ml::learner::Learner;

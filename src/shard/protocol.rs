@@ -2,7 +2,7 @@
 //! round of training, or an evaluation) and the shard's reply, as JSON, and the checks each side
 //! makes of what it receives.
 
-use crate::decode::classes::ClassValue;
+use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::{EvaluationPart, TableSpec};

@@ -7,10 +7,10 @@ use super::coordinator::{
     open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
 use super::leaves::Leaf;
-use crate::decode::classes::ClassValue;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
+use crate::pipeline::ClassValue;
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::network::{network_plan, NetworkPlan};
 use crate::shard::protocol::{Phase, RoundReply, RoundRequest};

@@ -3,10 +3,10 @@
 //! (`SampleRows`, for corgipile_feature_importance).
 
 use super::{SgdNode, SgdTask};
-use crate::decode::classes::ClassValue;
 use crate::exec::sgd::binary_labels;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::raise;
+use crate::pipeline::ClassValue;
 use crate::pipeline::Mode;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;

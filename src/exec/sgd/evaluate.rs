@@ -3,8 +3,8 @@
 
 use super::{SgdNode, SgdTask};
 use crate::catalog::StoredModel;
-use crate::decode::classes::ClassValue;
 use crate::pg::error::raise;
+use crate::pipeline::ClassValue;
 use crate::pipeline::Mode;
 use corgipile_ml::metrics::BinaryMetrics;
 use corgipile_ml::model::ModelKind;

@@ -4,11 +4,11 @@
 
 use super::collect::CollectedRows;
 use super::{checked_size, SgdNode};
-use crate::decode::groups::GroupsFound;
 use crate::exec::tuple_shuffle::TupleShuffle;
 use crate::parallel::Team;
 use crate::pg::error::{notice, raise};
 use crate::pg::error::{raise_labels_error, raise_train_error};
+use crate::pipeline::GroupsFound;
 use crate::pipeline::ValidationStats;
 use corgipile_ml::fit::LearnerPlan;
 use corgipile_ml::limits::{model_memory_bytes, pretty_bytes};

@@ -8,9 +8,9 @@ use super::node::{init_child, state_of, Node};
 mod pull;
 mod sizing;
 
-use crate::decode::datum::LabelKind;
 use crate::decode::RowDecoder;
 use crate::pg::error::raise;
+use crate::pipeline::LabelKind;
 use crate::pipeline::PipelineConfig;
 use crate::pipeline::{BlockShare, FeatureLayout};
 use corgipile_ml::arena::TupleArena;
