@@ -104,7 +104,6 @@ def circles(edges):
 # join it.
 KNOWN_PAIRS = {
     ("src", "exec", "parallel"),
-    ("src", "exec", "pipeline"),
     ("src", "exec", "request"),
     ("src", "exec", "shard"),
 }

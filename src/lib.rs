@@ -37,7 +37,7 @@ pgrx::pg_module_magic!();
 pub extern "C-unwind" fn _PG_init() {
     pg::guc::register();
     exec::register_methods();
-    pipeline::plan::install_hook();
+    exec::plan::install_hook();
 }
 
 extension_sql_file!("../sql/catalog.sql", name = "catalog", bootstrap);

@@ -1,10 +1,13 @@
 //! The three CustomScan executor nodes (BlockShuffle → TupleShuffle → SGD), the method tables
 //! PostgreSQL calls them through, and what they share (`node`: the node trait and its generic
-//! C callbacks; `explain`: EXPLAIN properties).
+//! C callbacks; `explain`: EXPLAIN properties); getting them into an executor tree (`plan`: the
+//! planner hook, the plan) and running it (`run`).
 
 pub mod block_shuffle;
 pub mod node;
 mod page_reader;
+pub mod plan;
+pub mod run;
 pub mod sgd;
 pub mod tuple_shuffle;
 

@@ -40,7 +40,7 @@ pub unsafe extern "C-unwind" fn corgipile_parallel_main(
     team.wait_until(|| (*control).processes.load(Ordering::Acquire) != 0);
     team.share.processes = (*control).processes.load(Ordering::Acquire);
     let sql = CString::new(plan.sql).expect("the query has no NUL");
-    crate::pipeline::run::run(
+    crate::exec::run::run(
         pg_sys::Oid::from(plan.relid),
         &sql,
         &plan.config,

@@ -1,9 +1,7 @@
 //! The types every part of a pipeline shares — the config each node carries in its plan, the
-//! mode, the validation split, how rows are decoded, what a training produces. They import none of
-//! `plan`, `exec` or `catalog`, so those can all depend on this module and not on each other.
-
-pub mod plan;
-pub mod run;
+//! mode, the validation split, how rows are decoded (label kinds, class values), what a training
+//! produces. They import nothing of this crate but `pg`, so every other layer can depend on them.
+//! (Planning the nodes into a tree and running it is `crate::exec`'s: `exec::plan`, `exec::run`.)
 
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;

@@ -8,11 +8,11 @@ use crate::catalog::{
     check_schema_version, check_writable, lock_model_name, store_model_with, ModelSource,
 };
 use crate::exec::explain;
+use crate::exec::plan::plan_pipeline;
+use crate::exec::run::Pipeline;
 use crate::exec::sgd::{Trace, Train};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pg::names::qualified_name;
-use crate::pipeline::plan::plan_pipeline;
-use crate::pipeline::run::Pipeline;
 use crate::pipeline::{Mode, Trial};
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_params, prepare};

@@ -42,7 +42,7 @@ use corgipile_ml::trainer::EpochStats;
 use pgrx::{pg_sys, PgSqlErrorCode};
 
 /// What the SGD node does in one run of the executor: its input is the task value, its output
-/// comes back from `run` (see `crate::pipeline::run`).
+/// comes back from `run` (see `crate::exec::run`).
 pub trait SgdTask: 'static {
     type Output: 'static;
     /// The mode the plan must have been built for (TupleShuffle reads it too).

@@ -1,10 +1,10 @@
 //! Running a pipeline plan: ExecutorStart, the SGD node's task inside ExecutorRun, and
-//! ExecutorEnd. (Building the plan is `plan`'s; the nodes are `exec`'s.)
+//! ExecutorEnd. (Building the plan is `plan`'s; the nodes are this folder's.)
 
 use crate::exec::node::state_of;
+use crate::exec::plan::plan_pipeline;
 use crate::exec::sgd::{SgdNode, SgdTask};
 use crate::pg::error::raise;
-use crate::pipeline::plan::plan_pipeline;
 use crate::pipeline::PipelineConfig;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::cell::RefCell;
