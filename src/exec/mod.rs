@@ -1,7 +1,8 @@
 //! The three CustomScan executor nodes (BlockShuffle → TupleShuffle → SGD), the method tables
 //! PostgreSQL calls them through, and what they share (`node`: the node trait and its generic
 //! C callbacks; `explain`: EXPLAIN properties); getting them into an executor tree (`plan`: the
-//! planner hook, the plan) and running it (`run`).
+//! planner hook, the plan) and running it (`run`), as a parallel worker too (`worker`: its entry
+//! point).
 
 pub mod block_shuffle;
 pub mod node;
@@ -10,6 +11,7 @@ pub mod plan;
 pub mod run;
 pub mod sgd;
 pub mod tuple_shuffle;
+mod worker;
 
 use block_shuffle::BlockShuffle;
 use node::{exec_methods, scan_methods};

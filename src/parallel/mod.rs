@@ -1,6 +1,6 @@
 //! Parallel training with PostgreSQL parallel workers, the way parallel CREATE INDEX does it: a
-//! `ParallelContext` whose workers call `corgipile_parallel_main` (exported by this library),
-//! each a full backend with the leader's snapshot, user and settings. Every worker plans and
+//! `ParallelContext` whose workers call `corgipile_parallel_main` (exported by this library:
+//! `crate::exec::worker`, which joins the team with `Team::join`), each a full backend with the leader's snapshot, user and settings. Every worker plans and
 //! runs the same three-node pipeline as the leader over its share of every epoch's blocks (see
 //! `BlockShare`), with its own buffers (the buffer memory is split between the processes) and its
 //! own SGD; the processes' trainers exchange with one model in shared memory (see
@@ -15,11 +15,8 @@
 //! The backend thread of each process is the only one to touch `Control`; SGD threads touch the
 //! model only, through the trainer's exchange, behind `MODEL_GATE`.
 
-mod worker;
-
-use crate::exec::tuple_shuffle::EpochCounts;
 use crate::pg::error::raise;
-use crate::pipeline::{BlockShare, LearnedStatistics, PipelineConfig, PreprocessSpec};
+use crate::pipeline::{BlockShare, EpochCounts, LearnedStatistics, PipelineConfig, PreprocessSpec};
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::trainer::{EpochPart, EpochStats, EpochTotals, Gate, SharedModel};
 use pgrx::{check_for_interrupts, pg_guard, pg_sys, PgSqlErrorCode};
@@ -46,14 +43,14 @@ static MODEL_GATE: Gate = Gate::new();
 
 /// What a worker needs to build and run its own pipeline (JSON after `Control`).
 #[derive(Serialize, Deserialize)]
-struct WorkerPlan {
-    relid: u32,
-    sql: String,
-    config: PipelineConfig,
-    extras: LearnedStatistics,
+pub struct WorkerPlan {
+    pub relid: u32,
+    pub sql: String,
+    pub config: PipelineConfig,
+    pub extras: LearnedStatistics,
     /// The epoch number of the leader's block order at the first training epoch (a statistics
     /// pass counts as one).
-    block_epoch: u32,
+    pub block_epoch: u32,
 }
 
 /// One process's rows of one epoch.
@@ -224,6 +221,34 @@ impl Team {
             learner_reports: std::ptr::null_mut(),
             learners: 0,
         })
+    }
+
+    /// Worker: its side of `launch`. Reads the plan the leader wrote after `Control`, and joins
+    /// the team once the leader has counted the workers that started.
+    ///
+    /// # Safety
+    /// Called by a parallel worker's entry point (`crate::exec::worker`) with the context's
+    /// table of contents; ParallelWorkerMain has restored the leader's transaction.
+    pub unsafe fn join(toc: *mut pg_sys::shm_toc) -> (WorkerPlan, Team) {
+        let control = pg_sys::shm_toc_lookup(toc, KEY_CONTROL, false).cast::<Control>();
+        let plan_at = control.cast::<u8>().add(std::mem::size_of::<Control>());
+        let plan_bytes = std::slice::from_raw_parts(plan_at, (*control).plan_len as usize);
+        let plan: WorkerPlan = serde_json::from_slice(plan_bytes).expect("worker plan round-trips");
+        let mut team = Team {
+            control,
+            share: BlockShare {
+                rank: pg_sys::ParallelWorkerNumber as u32 + 1,
+                processes: 0,
+            },
+            pcxt: std::ptr::null_mut(),
+            model: std::ptr::null_mut(),
+            learner_reports: std::ptr::null_mut(),
+            learners: 0,
+        };
+        // The leader counts the workers that started before any of them may read.
+        team.wait_until(|| (*control).processes.load(Ordering::Acquire) != 0);
+        team.share.processes = (*control).processes.load(Ordering::Acquire);
+        (plan, team)
     }
 
     pub fn is_leader(&self) -> bool {
@@ -597,8 +622,8 @@ unsafe extern "C-unwind" fn close_model_gate(_seg: *mut pg_sys::dsm_segment, _ar
 }
 
 /// A parallel worker's part in a training: its team, what the leader's statistics pass
-/// learned, and the epoch whose block order it starts from. As an SGD task (see `worker`), it
-/// trains its share of the blocks with the team.
+/// learned, and the epoch whose block order it starts from. As an SGD task (see
+/// `crate::exec::worker`), it trains its share of the blocks with the team.
 pub struct Member {
     pub team: Team,
     pub extras: LearnedStatistics,

@@ -3,8 +3,9 @@
 
 use super::double_buffer::{raise_reply, Job, Reply, Worker};
 use super::SgdNode;
-use crate::exec::tuple_shuffle::{EpochCounts, ShuffledBuffer, TupleShuffle};
+use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::pg::error::raise;
+use crate::pipeline::EpochCounts;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{EpochStats, TrainError};
 use corgipile_ml::trials::Trials;

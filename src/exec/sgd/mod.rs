@@ -32,10 +32,10 @@ pub use train::Train;
 
 use super::explain;
 use super::node::{init_child, state_of, Node};
-use super::tuple_shuffle::{EpochCounts, TupleShuffle};
+use super::tuple_shuffle::TupleShuffle;
 use crate::pg::error::raise;
 use crate::pg::progress;
-use crate::pipeline::{Mode, PipelineConfig, PreprocessSpec};
+use crate::pipeline::{EpochCounts, Mode, PipelineConfig, PreprocessSpec};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{ScheduleKind, TrainParams};
 use corgipile_ml::trainer::EpochStats;

@@ -12,7 +12,7 @@ use crate::decode::RowDecoder;
 use crate::pg::error::raise;
 use crate::pipeline::LabelKind;
 use crate::pipeline::PipelineConfig;
-use crate::pipeline::{BlockShare, FeatureLayout};
+use crate::pipeline::{BlockShare, EpochCounts, FeatureLayout};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::params::ShuffleMode;
 use corgipile_ml::shuffle::{BufferShuffle, TupleShuffler};
@@ -115,37 +115,6 @@ pub struct TupleShuffle {
     rows_read_ahead: u64,
     tuples_read: u64,
     table_bytes: u64,
-}
-
-/// What the epoch's pass has read so far (in the workers' shared memory too: `repr(C)`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct EpochCounts {
-    /// Distinct training rows read (mrs hands SGD more tuples than that).
-    pub rows: u64,
-    /// Rows skipped (a NULL label or features).
-    pub rows_skipped: u64,
-    /// The wrapping sum of a hash of every counted row's tuple id (trained or skipped): the
-    /// same whatever order the blocks and processes read the rows in, and, all but surely,
-    /// different when a pass read as many rows as another but not the same ones (a filter
-    /// that calls random() keeps about as many rows every pass).
-    pub tids: u64,
-}
-
-impl EpochCounts {
-    /// Every process's part of one pass, together.
-    pub fn add(self, other: EpochCounts) -> EpochCounts {
-        EpochCounts {
-            rows: self.rows + other.rows,
-            rows_skipped: self.rows_skipped + other.rows_skipped,
-            tids: self.tids.wrapping_add(other.tids),
-        }
-    }
-
-    /// Whether two passes read the same rows (as far as their counts tell).
-    pub fn same_rows(&self, other: &EpochCounts) -> bool {
-        self.rows + self.rows_skipped == other.rows + other.rows_skipped && self.tids == other.tids
-    }
 }
 
 /// A row's part of `EpochCounts::tids`: its tuple id, mixed (a multiply and a shift: a plain
