@@ -103,7 +103,6 @@ def circles(edges):
 # shared types down (issue "one training driver", item 6). A pair may leave this list, never
 # join it.
 KNOWN_PAIRS = {
-    ("src", "exec", "request"),
     ("src", "exec", "shard"),
 }
 

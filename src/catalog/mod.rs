@@ -11,6 +11,7 @@ pub mod locks;
 pub mod plans;
 pub mod search;
 mod store;
+pub mod warm_start;
 
 pub use store::{store_model_with, ModelSource};
 

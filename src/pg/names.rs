@@ -1,5 +1,6 @@
 //! What a relation is called: its name, its schema-qualified name, and what ERRORs call it (a
-//! spill's temporary table is shown as the view or query it holds).
+//! spill's temporary table is shown as the view or query it holds); and whether it is a
+//! temporary table.
 
 use crate::pg::error::raise;
 use pgrx::spi::quote_qualified_identifier;
@@ -77,4 +78,9 @@ pub fn shown_name(relname: String) -> String {
             .map(|(_, shown)| shown.clone())
             .unwrap_or(relname)
     })
+}
+
+/// A temporary table (parallel workers cannot read the leader's).
+pub unsafe fn is_temporary(relid: pg_sys::Oid) -> bool {
+    pg_sys::get_rel_persistence(relid) as u8 == pg_sys::RELPERSISTENCE_TEMP
 }

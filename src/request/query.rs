@@ -61,11 +61,6 @@ unsafe fn type_name(oid: pg_sys::Oid) -> String {
         .into_owned()
 }
 
-/// A temporary table (parallel workers cannot read the leader's).
-pub unsafe fn is_temporary(relid: pg_sys::Oid) -> bool {
-    pg_sys::get_rel_persistence(relid) as u8 == pg_sys::RELPERSISTENCE_TEMP
-}
-
 /// Only heap tables (and materialized views) have pages we can shuffle, and partitioned
 /// tables are trees of them (their leaves are checked when the scan opens them); a simple view
 /// is read through its base table's pages (see `view`). Returns the table whose pages are read.

@@ -4,24 +4,18 @@
 //! known classes, so class indices and the binary label mapping stay the model's. Its weights
 //! are in the table's units: each training unfolds them into its own standardized units
 //! (`LinearModel::unfold_standardizer`), so the first step starts from the stored function.
+//!
+//! Here a warm start is loaded for a request and checked against it; the type, and what the
+//! training takes from the stored model, is `crate::catalog::warm_start`'s.
 
 use crate::catalog::grants::{may_manage, model_name, model_owner, quote_owner};
-use crate::catalog::{caller, load_model_ref, ModelRef, StoredModel};
+use crate::catalog::warm_start::WarmStart;
+use crate::catalog::{caller, load_model_ref, ModelRef};
 use crate::pg::error::raise;
-use crate::pipeline::ClassValue;
-use crate::pipeline::LabelCoding;
 use corgipile_ml::capabilities::{refusal, Use};
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::ModelKey;
-use corgipile_ml::standardize::Standardizer;
 use pgrx::PgSqlErrorCode;
-use std::rc::Rc;
-
-/// The stored model a training continues from.
-#[derive(Clone)]
-pub struct WarmStart {
-    pub stored: Rc<StoredModel>,
-}
 
 fn refuse(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
     raise(code, message, Some(hint.into()))
@@ -146,39 +140,5 @@ impl WarmStart {
                 "A warm start continues a model on the same features: leave \"features\" out to read the model's.",
             );
         }
-    }
-
-    /// The classes the rows are decoded into: the stored model's.
-    pub fn classes(&self) -> Vec<ClassValue> {
-        self.stored.classes.clone()
-    }
-
-    /// Binary kinds: the trainer labels of the stored model's negative and positive classes
-    /// (fixed before the first row, so that no provisional mapping flips the weights).
-    pub fn label_values(&self, coding: LabelCoding) -> Option<(f64, f64)> {
-        if !self.stored.kind().is_binary() || self.stored.classes.len() != 2 {
-            return None;
-        }
-        match coding {
-            LabelCoding::ClassOfText => Some((0.0, 1.0)),
-            _ => Some((
-                self.stored.classes[0].as_f64()?,
-                self.stored.classes[1].as_f64()?,
-            )),
-        }
-    }
-
-    /// The weights and biases in the units of rows standardized by `standardizer`.
-    pub fn values(&self, standardizer: Option<&Standardizer>) -> (Vec<f64>, Vec<f64>) {
-        let model: &LinearModel = self
-            .stored
-            .model
-            .as_linear()
-            .expect("warm starts are of linear models (checked in load)");
-        let internal = match standardizer {
-            Some(s) => model.unfold_standardizer(s),
-            None => model.clone(),
-        };
-        (internal.weights, internal.bias)
     }
 }

@@ -9,7 +9,7 @@ use crate::pg::error::{raise, refuse_combination};
 use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
 use crate::request::since::{self, TableRead};
-use crate::request::warm_start::WarmStart;
+use crate::catalog::warm_start::WarmStart;
 use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
 use corgipile_ml::capabilities::{used, Use};

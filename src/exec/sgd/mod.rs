@@ -96,7 +96,7 @@ pub struct SgdNode {
     workers_launched: u32,
     rows_per_process: Vec<u64>,
     /// `"warm_start"` (a training): the stored model the learners start from.
-    pub(crate) warm_start: Option<crate::request::warm_start::WarmStart>,
+    pub(crate) warm_start: Option<crate::catalog::warm_start::WarmStart>,
     /// The rows the first epoch read (every process's): every later pass must read the same.
     first_epoch: Option<EpochCounts>,
 }

@@ -6,6 +6,7 @@ use super::collect::CollectedRows;
 use super::epoch_loop::{RowsRead, Sgd};
 use super::side_by_side::pool_scores;
 use super::{SgdNode, SgdTask};
+use crate::catalog::warm_start::WarmStart;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::parallel::{Member, Team};
 use crate::pg::error::raise;
@@ -14,7 +15,6 @@ use crate::pg::progress;
 use crate::pipeline::ClassValue;
 use crate::pipeline::GroupsFound;
 use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationSplit};
-use crate::request::warm_start::WarmStart;
 use corgipile_ml::fit::{Finished, Fit, Notices};
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
@@ -336,7 +336,7 @@ impl SgdNode {
         match (lead, member) {
             (Some((relid, sql)), _) if params.workers > 0 => {
                 self.workers_planned = params.workers;
-                if crate::request::query::is_temporary(relid) {
+                if crate::pg::names::is_temporary(relid) {
                     return None;
                 }
                 let mut learned = self.learned_statistics(&before.train_config);
