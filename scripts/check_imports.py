@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """No import circles: fails if the source files of a crate refer to each other in a circle, or
-if two top-level folders import each other (beyond the pairs listed in KNOWN_PAIRS, which may
-only shrink).
+if two top-level folders (or files) import each other: no such pair is allowed, so the
+top-level folders stay layered (what two of them share lives in a lower one).
 
 A file's module path comes from its place in the tree (src/exec/sgd/train.rs is
 crate::exec::sgd::train, a mod.rs is its folder). Every `crate::a::b::...` path a file names
@@ -97,16 +97,6 @@ def circles(edges):
     return out
 
 
-# Top-level folders of src/ that still import each other: pipeline holds both the plan of a
-# training (which builds the exec nodes) and the config the nodes read; the SGD node drives
-# the worker team and the shard rounds, which run SGD nodes. Breaking them means moving the
-# shared types down (issue "one training driver", item 6). A pair may leave this list, never
-# join it.
-KNOWN_PAIRS = {
-    ("src", "exec", "shard"),
-}
-
-
 def folder_pairs(edges):
     """Top-level folders (and files) that import each other."""
     top = {}
@@ -129,16 +119,12 @@ def main():
             for m in comp:
                 inside = sorted("::".join(t) for t in edges[m] if t in comp)
                 print(f"    {'::'.join(m) or 'lib'} -> {', '.join(inside)}")
-        pairs = {(str(root), a, b) for a, b in folder_pairs(edges)}
-        for r, a, b in sorted(pairs - KNOWN_PAIRS):
+        for a, b in folder_pairs(edges):
             failed = True
-            print(f"{r}: {a} and {b} import each other (move what they share down)")
-        for r, a, b in sorted(p for p in KNOWN_PAIRS - pairs if p[0] == str(root)):
-            failed = True
-            print(f"{r}: {a} and {b} no longer import each other: take them out of KNOWN_PAIRS")
+            print(f"{root}: {a} and {b} import each other (move what they share down)")
     if failed:
         sys.exit(1)
-    print(f"check_imports: no import circle and no new pair of folders importing each other in {', '.join(map(str, roots))} ({len(KNOWN_PAIRS)} known pairs)")
+    print(f"check_imports: no import circle and no pair of folders importing each other in {', '.join(map(str, roots))}")
 
 
 if __name__ == "__main__":

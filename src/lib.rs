@@ -1,15 +1,19 @@
 //! corgipile: SGD training inside PostgreSQL without a full data shuffle (CorgiPile, SIGMOD 2022).
 //!
-//! Layers, from the SQL surface down (no two source files import each other in a circle, and
-//! no new pair of folders imports each other: `scripts/check_imports.py`; five pairs still do,
-//! listed there, where `exec` drives `parallel` and `shard` and reads `pipeline`'s config):
+//! Layers, from the SQL surface down: a folder imports only folders below it (no two source
+//! files import each other in a circle, and no two folders import each other:
+//! `scripts/check_imports.py`):
 //! - `sql`, `predict`, `shuffle_table`: the SQL functions users call;
+//! - `shard`: trainings spread over shard servers;
 //! - `request`: a call's relation, model kind and params → a checked pipeline config and query;
-//! - `shard`, `parallel`: trainings spread over shard servers, or over parallel workers;
-//! - `pipeline`: the config every node shares, the plan (planner hook) and running it;
-//! - `exec`: the three CustomScan nodes, BlockShuffle → TupleShuffle → SGD;
+//! - `exec`: the three CustomScan nodes, BlockShuffle → TupleShuffle → SGD, the plan that stacks
+//!   them (planner hook), running it, and a parallel worker's entry point;
+//! - `parallel`: the team of parallel workers a training's SGD node leads (shared memory, the
+//!   epochs' meeting points);
 //! - `decode`: rows → labels, features and encoded column lists (training and prediction);
-//! - `catalog`: the model tables, names, grants and locks;
+//! - `catalog`: the model tables, names, grants and locks, the model a warm start continues;
+//! - `pipeline`: the types every layer shares: the config every node carries, label kinds and
+//!   class values, what a training produces, what shard servers and their coordinator send;
 //! - `pg`: ERRORs, the differences between majors, settings, the progress line, relation
 //!   names.
 //!

@@ -1,7 +1,11 @@
 //! The types every part of a pipeline shares — the config each node carries in its plan, the
-//! mode, the validation split, how rows are decoded (label kinds, class values), what a training
-//! produces. They import nothing of this crate but `pg`, so every other layer can depend on them.
-//! (Planning the nodes into a tree and running it is `crate::exec`'s: `exec::plan`, `exec::run`.)
+//! mode, the validation split, how rows are decoded (label kinds, class values), what a pass
+//! read, what a training produces, and what a shard coordinator and a shard server send each
+//! other (`protocol`). They import nothing of this crate but `pg`, so every other layer can
+//! depend on them. (Planning the nodes into a tree and running it is `crate::exec`'s:
+//! `exec::plan`, `exec::run`.)
+
+pub mod protocol;
 
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;

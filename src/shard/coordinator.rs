@@ -7,8 +7,8 @@ use super::remote::Remote;
 use crate::exec::sgd::LearnedStatistics;
 use crate::pg::error::raise;
 use crate::pg::progress;
+use crate::pipeline::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use crate::pipeline::PipelineConfig;
-use crate::shard::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::wire::{self, WireError};
 

@@ -12,16 +12,15 @@
 
 pub mod coordinator;
 mod network;
-pub mod protocol;
 pub mod remote;
 pub mod serve;
 mod training;
 use crate::exec::explain;
 use crate::exec::sgd::binary_labels;
 use crate::pg::error::raise;
+use crate::pipeline::protocol::{EvaluateRequest, RoundRequest};
 use crate::pipeline::PipelineConfig;
 use crate::request::Prepared;
-use crate::shard::protocol::{EvaluateRequest, RoundRequest};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::{Evaluation, TableSpec};
 

@@ -4,9 +4,9 @@
 
 use crate::exec::sgd::checked_learner;
 use crate::pg::error::{raise, raise_labels_error, raise_train_error};
+use crate::pipeline::protocol::NetworkRound;
 use crate::pipeline::ClassValue;
 use crate::pipeline::{LearnedStatistics, PipelineConfig};
-use crate::shard::protocol::NetworkRound;
 use corgipile_ml::learner::Learner;
 use corgipile_ml::learner::Shape;
 use corgipile_ml::network::Target;

@@ -1,6 +1,7 @@
 //! What a coordinator and a shard server send each other: a round's request (statistics, a
 //! round of training, or an evaluation) and the shard's reply, as JSON, and the checks each side
-//! makes of what it receives.
+//! makes of what it receives. `crate::shard` sends the requests; on a shard server the SGD
+//! node answers them (`exec::sgd::shard_round`).
 
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
