@@ -1,7 +1,7 @@
 //! corgipile: SGD training inside PostgreSQL without a full data shuffle (CorgiPile, SIGMOD 2022).
 //!
-//! Layers, from the SQL surface down: a folder imports only folders below it (no two source
-//! files import each other in a circle, and no two folders import each other:
+//! Layers, from the SQL surface down: a folder imports only folders listed after it (no two
+//! source files import each other in a circle, and no two folders import each other:
 //! `scripts/check_imports.py`):
 //! - `sql`, `predict`, `shuffle_table`: the SQL functions users call;
 //! - `shard`: trainings spread over shard servers;

@@ -1,13 +1,13 @@
 //! Parallel training with PostgreSQL parallel workers, the way parallel CREATE INDEX does it: a
 //! `ParallelContext` whose workers call `corgipile_parallel_main` (exported by this library:
-//! `crate::exec::worker`, which joins the team with `Team::join`), each a full backend with the leader's snapshot, user and settings. Every worker plans and
-//! runs the same three-node pipeline as the leader over its share of every epoch's blocks (see
-//! `BlockShare`), with its own buffers (the buffer memory is split between the processes) and its
-//! own SGD; the processes' trainers exchange with one model in shared memory (see
-//! `corgipile_ml::trainer::SharedModel`) every few thousand tuples and at every epoch's end, and
-//! meet at the end of every epoch (`Team::end_epoch`), where each learns the whole epoch's
-//! statistics, so that all of them take the same decisions (early stop) and the leader reports
-//! the whole training once.
+//! `crate::exec::worker`, which joins the team with `Team::join`), each a full backend with the
+//! leader's snapshot, user and settings. Every worker plans and runs the same three-node pipeline
+//! as the leader over its share of every epoch's blocks (see `BlockShare`), with its own buffers
+//! (the buffer memory is split between the processes) and its own SGD; the processes' trainers
+//! exchange with one model in shared memory (see `corgipile_ml::trainer::SharedModel`) every few
+//! thousand tuples and at every epoch's end, and meet at the end of every epoch
+//! (`Team::end_epoch`), where each learns the whole epoch's statistics, so that all of them take
+//! the same decisions (early stop) and the leader reports the whole training once.
 //!
 //! Two shared memory segments: the parallel context's (this module's `Control` and the worker
 //! plan, sized before the workers start) and the model's, created by the leader once the first
