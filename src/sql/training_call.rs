@@ -4,12 +4,12 @@
 //! resolved and every combination checked, before any work. The SQL functions run what it
 //! returns and stay thin.
 
+use crate::catalog::warm_start::WarmStart;
 use crate::exec::sgd::{Collect, CollectedRows, Learn};
 use crate::pg::error::{raise, refuse_combination};
 use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
 use crate::request::since::{self, TableRead};
-use crate::catalog::warm_start::WarmStart;
 use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
 use corgipile_ml::capabilities::{used, Use};
