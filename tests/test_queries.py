@@ -187,6 +187,15 @@ def test_since_and_evaluate_are_refused(env, admin):
     except psycopg.Error as err:
         e = err
     assert e is not None and e.sqlstate == "0A000", describe(e)
+    # EXPLAIN prepares a training as corgipile_train does: the same refusal, nothing left.
+    e = None
+    try:
+        admin.execute("SELECT * FROM corgipile_explain('qy_join', 'logistic', %s)",
+                      (Jsonb({"since": "qy_model", "epochs": 1}),))
+    except psycopg.Error as err:
+        e = err
+    assert e is not None and e.sqlstate == "0A000" and "since" in e.diag.message_primary, describe(e)
+    assert spills_left(admin) == 0
     e = None
     try:
         admin.execute("SELECT corgipile_evaluate(%s, 'qy_join')", (model,))
