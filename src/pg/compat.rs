@@ -100,15 +100,15 @@ pub unsafe fn var_reads_the_row(var: *const pg_sys::Var) -> bool {
 }
 
 /// The local transaction id of this backend's current transaction.
-///
-/// # Safety
-/// A regular backend (MyProc is set); backend thread.
-pub unsafe fn local_xid() -> u32 {
+pub fn local_xid() -> u32 {
     // 17 moved it into the virtual transaction id.
+    // SAFETY: MyProc is set in every backend that runs this code (a client backend or a
+    // parallel worker, both attached to shared memory), and read on the backend thread.
     #[cfg(not(pg_since = "17"))]
-    let lxid = (*pg_sys::MyProc).lxid;
+    let lxid = unsafe { (*pg_sys::MyProc).lxid };
+    // SAFETY: as above.
     #[cfg(pg_since = "17")]
-    let lxid = (*pg_sys::MyProc).vxid.lxid;
+    let lxid = unsafe { (*pg_sys::MyProc).vxid.lxid };
     lxid
 }
 
@@ -211,7 +211,8 @@ impl PageStream {
     /// (and its pins) and resume from the next range when the leaf comes back.
     ///
     /// # Safety
-    /// Backend thread; at a range boundary.
+    /// The relation of the scan the stream was started on (`start`) is still open (the
+    /// stream's reset reads it); to keep the stream in step, call it at a range boundary.
     pub unsafe fn pause(&mut self) {
         #[cfg(pg_since = "17")]
         if !self.stream.is_null() {
@@ -228,7 +229,7 @@ impl PageStream {
     /// in the order the reader will read them.
     ///
     /// # Safety
-    /// `scan` is the leaf's heap scan, begun; backend thread.
+    /// `scan` is the leaf's heap scan, begun, and its relation stays open until `end`.
     #[allow(unused_variables)]
     pub unsafe fn start(&mut self, scan: pg_sys::HeapScanDesc, ranges: Vec<(u32, u32)>) {
         #[cfg(pg_since = "17")]
@@ -279,7 +280,8 @@ impl PageStream {
     /// Ends the stream (releasing what it read ahead).
     ///
     /// # Safety
-    /// Backend thread; the stream's relation is still open.
+    /// The relation of the scan the stream was started on (`start`) is still open (the
+    /// stream's end releases its buffers).
     pub unsafe fn end(&mut self) {
         #[cfg(pg_since = "17")]
         if !self.stream.is_null() {
@@ -403,14 +405,14 @@ pub unsafe fn count_tuples_returned(rel: pg_sys::Relation, n: usize) {
 }
 
 /// The range type of multirange type `t` (14 added multiranges); None for another type.
-///
-/// # Safety
-/// Backend thread, in a transaction (a catalog lookup).
-pub unsafe fn multirange_range(t: pg_sys::Oid) -> Option<pg_sys::Oid> {
+pub fn multirange_range(t: pg_sys::Oid) -> Option<pg_sys::Oid> {
     let _ = t;
+    // SAFETY: catalog lookups (FFI) on the backend thread, inside the transaction of the SQL
+    // call; an unknown type is an ERROR, not undefined behaviour.
     #[cfg(pg_since = "14")]
-    if pg_sys::get_typtype(t) as u8 == pg_sys::TYPTYPE_MULTIRANGE {
-        return Some(pg_sys::get_multirange_range(t));
+    if unsafe { pg_sys::get_typtype(t) } as u8 == pg_sys::TYPTYPE_MULTIRANGE {
+        // SAFETY: as above.
+        return Some(unsafe { pg_sys::get_multirange_range(t) });
     }
     None
 }

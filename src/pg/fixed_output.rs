@@ -60,24 +60,25 @@ pub struct Printer {
 
 impl Printer {
     /// The printer of values of type `t`.
-    ///
-    /// # Safety
-    /// Backend thread, inside a transaction (catalog lookups).
-    pub unsafe fn for_type(t: pg_sys::Oid) -> Printer {
+    pub fn for_type(t: pg_sys::Oid) -> Printer {
         let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
-        pg_sys::getTypeOutputInfo(t, &mut output, &mut varlena);
-        Printer {
-            output,
-            depends: depends(t, 0),
-            by_value: pg_sys::get_typbyval(t),
+        // SAFETY: catalog lookups (FFI) on the backend thread, inside the transaction of the
+        // SQL call, writing into the two locals; an unknown type is an ERROR.
+        unsafe {
+            pg_sys::getTypeOutputInfo(t, &mut output, &mut varlena);
+            Printer {
+                output,
+                depends: depends(t, 0),
+                by_value: pg_sys::get_typbyval(t),
+            }
         }
     }
 
     /// The datum's text, the same in every session.
     ///
     /// # Safety
-    /// `datum` is a valid non-NULL value of the printer's type; backend thread (or a parallel
-    /// worker's backend), inside a transaction.
+    /// `datum` is a valid non-NULL value of the printer's type (for a type passed by
+    /// reference, a pointer to a live value that the output function reads).
     pub unsafe fn print(self, datum: pg_sys::Datum, out: &mut String) {
         let mut call = || {
             let text = pg_sys::OidOutputFunctionCall(self.output, datum);

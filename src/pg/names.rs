@@ -81,6 +81,8 @@ pub fn shown_name(relname: String) -> String {
 }
 
 /// A temporary table (parallel workers cannot read the leader's).
-pub unsafe fn is_temporary(relid: pg_sys::Oid) -> bool {
-    pg_sys::get_rel_persistence(relid) as u8 == pg_sys::RELPERSISTENCE_TEMP
+pub fn is_temporary(relid: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup (FFI) on the backend thread, inside the transaction of the SQL
+    // call; an unknown relation is an ERROR.
+    unsafe { pg_sys::get_rel_persistence(relid) as u8 == pg_sys::RELPERSISTENCE_TEMP }
 }
