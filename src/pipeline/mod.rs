@@ -178,15 +178,24 @@ impl PipelineConfig {
     }
 
     /// A one-element List holding this config as a String node.
-    pub unsafe fn to_list(&self) -> *mut pg_sys::List {
+    /// The List is palloc'd in the current memory context.
+    pub fn to_list(&self) -> *mut pg_sys::List {
         let json = CString::new(serde_json::to_string(self).expect("config serializes"))
             .expect("config JSON has no NUL");
-        // SAFETY: pstrdup copies into the current (planner/query) memory context.
-        let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
-        pg_sys::lappend(std::ptr::null_mut(), node.cast())
+        // SAFETY: FFI calls on the backend thread (planner or query memory context current);
+        // pstrdup copies the NUL-terminated JSON, which outlives the call, into that context,
+        // and lappend takes the String node just made.
+        unsafe {
+            let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
+            pg_sys::lappend(std::ptr::null_mut(), node.cast())
+        }
     }
 
     /// Reads back what `to_list` stored.
+    ///
+    /// # Safety
+    /// `list` is null or a List made by `to_list` (a String node first), still allocated: a
+    /// node's `custom_private`, read while its plan lives.
     pub unsafe fn from_list(list: *mut pg_sys::List) -> PipelineConfig {
         // SAFETY: only our own nodes are passed here, and they always carry a one-element
         // list whose element is a String node made by `to_list`.
@@ -244,9 +253,10 @@ impl LabelKind {
         })
     }
 
-    /// # Safety
-    /// `datum` must be a non-NULL value of the type this kind was derived from.
-    pub unsafe fn to_f64(self, datum: pg_sys::Datum) -> f64 {
+    /// The value of `datum`, a non-NULL value of the type this kind was derived from. Every
+    /// such type is passed by value (a 64-bit build): only the datum's bits are read, so
+    /// another datum gives a wrong number, never undefined behaviour.
+    pub fn to_f64(self, datum: pg_sys::Datum) -> f64 {
         match self {
             LabelKind::Bool => (datum.value() & 0xff != 0) as u8 as f64,
             LabelKind::Int2 => datum.value() as i16 as f64,
