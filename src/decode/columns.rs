@@ -60,6 +60,11 @@ impl Encoder {
 
     /// Estimated non-zeros of a row (for sizing buffers): numbers and text columns one each,
     /// arrays their length in this row.
+    ///
+    /// # Safety
+    /// `values`/`nulls` point to the row's arrays of the query's columns (label, then the
+    /// column list's columns), valid for this call, each non-NULL datum a valid value of its
+    /// column's type.
     pub unsafe fn estimated_nnz(&self, values: *mut pg_sys::Datum, nulls: *mut bool) -> usize {
         self.sources()
             .enumerate()
@@ -82,6 +87,10 @@ pub enum Nulls {
 
 impl RowDecoder {
     /// The NULL policy on a row's columns: keep it (NULLs imputed), skip it, or an ERROR.
+    ///
+    /// # Safety
+    /// `nulls` points to the row's NULL flags of the query's columns (label, then the column
+    /// list's columns), valid for this call.
     pub(super) unsafe fn column_nulls(
         &self,
         nulls: *mut bool,
@@ -108,6 +117,11 @@ impl RowDecoder {
 
     /// Learn from or encode one kept training row into `arena` (learning: the label only, so
     /// that the statistics pass still counts classes).
+    ///
+    /// # Safety
+    /// `values`/`nulls` point to the row's arrays of the query's columns (label, then the
+    /// column list's columns), valid for this call, each non-NULL datum a valid value of its
+    /// column's type.
     pub(super) unsafe fn decode_columns(
         &mut self,
         arena: &mut TupleArena,

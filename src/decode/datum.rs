@@ -224,6 +224,9 @@ pub fn format_tid(tid: &pg_sys::ItemPointerData) -> String {
 
 /// True for an uncompressed, in-line varlena with a 4-byte header, which needs no detoasting
 /// (saves a guarded FFI call per tuple on the hot path).
+///
+/// # Safety
+/// `ptr` points to a readable varlena (at least its first header byte).
 #[inline]
 pub unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
     // SAFETY: every varlena starts with at least one header byte.
@@ -241,7 +244,7 @@ pub unsafe fn is_plain_4b(ptr: *mut pg_sys::varlena) -> bool {
 /// The bytes of a text datum, read in place unless it is compressed or stored out of line.
 ///
 /// # Safety
-/// `datum` must be a non-NULL text datum valid for this call, on the backend thread.
+/// `datum` must be a non-NULL text datum valid for this call.
 pub unsafe fn with_text_bytes<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> R) -> R {
     use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
     let original = datum.cast_mut_ptr::<pg_sys::varlena>();

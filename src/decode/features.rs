@@ -11,6 +11,11 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 
 /// Decode a row's features into `arena`. Returns false when the row is skipped (empty dense
 /// features, or a NULL column of a column list); raises an ERROR naming the ctid for bad data.
+///
+/// # Safety
+/// `values` points to the row's datums of the query's columns (label, then the features as
+/// `layout` reads them: a non-NULL float array, or int4 indices and float values), valid for
+/// this call.
 pub unsafe fn decode_features(
     layout: &FeatureLayout,
     n_features: &mut Option<usize>,

@@ -39,10 +39,7 @@ pub enum KeyRead {
 
 impl KeyRead {
     /// How a column of type `t` is read.
-    ///
-    /// # Safety
-    /// Backend thread, inside a transaction (catalog lookups).
-    pub unsafe fn for_type(t: pg_sys::Oid) -> KeyRead {
+    pub fn for_type(t: pg_sys::Oid) -> KeyRead {
         match t {
             pg_sys::TEXTOID | pg_sys::VARCHAROID => KeyRead::Text,
             pg_sys::BOOLOID | pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => {
@@ -53,7 +50,7 @@ impl KeyRead {
     }
 
     /// An integer or boolean column's value as a number (bool: 0 or 1).
-    unsafe fn number(kind: LabelKind, datum: pg_sys::Datum) -> i64 {
+    fn number(kind: LabelKind, datum: pg_sys::Datum) -> i64 {
         kind.to_f64(datum) as i64
     }
 
@@ -76,7 +73,8 @@ impl KeyRead {
 /// into `out`; false when one is NULL (the row is in no group).
 ///
 /// # Safety
-/// The datums are valid values of the types the reads were made for; backend thread.
+/// Each datum `datum` gives is a valid non-NULL value of the type its read was made for (for a
+/// type passed by reference, a pointer to a live value).
 pub unsafe fn write_key(
     reads: &[KeyRead],
     datum: impl Fn(usize) -> Option<pg_sys::Datum>,
@@ -123,10 +121,7 @@ impl Groups {
     /// The group columns are the query's columns from `first` on, of types `types`. `known`:
     /// the groups are these keys, numbered in order (evaluating a stored family), rather than
     /// found by a statistics pass.
-    ///
-    /// # Safety
-    /// Backend thread, inside a transaction.
-    pub unsafe fn new(first: usize, types: &[u32], known: Option<&[String]>) -> Groups {
+    pub fn new(first: usize, types: &[u32], known: Option<&[String]>) -> Groups {
         let mut groups = Groups {
             first,
             reads: types
@@ -153,7 +148,9 @@ impl Groups {
     /// model's: NO_GROUP); afterwards its model's number, or NO_GROUP.
     ///
     /// # Safety
-    /// `values`/`nulls` hold the query's columns.
+    /// `values`/`nulls` point to the row's arrays of the query's columns (at least `first`
+    /// plus the group columns), valid for this call; the group columns' non-NULL datums are
+    /// valid values of the types `new` was given.
     pub unsafe fn of_row(&mut self, values: *mut pg_sys::Datum, nulls: *mut bool) -> u32 {
         let first = self.first;
         if let [KeyRead::Number(kind)] = self.reads[..] {

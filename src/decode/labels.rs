@@ -16,6 +16,10 @@ const EXACT_LABEL_LIMIT: f64 = 9_007_199_254_740_992.0;
 
 impl RowDecoder {
     /// The f64 the trainer sees for this label datum (a value or a class index).
+    ///
+    /// # Safety
+    /// `datum` is the row's non-NULL label, of the type the label coding was made for (text
+    /// for a class of text: a pointer to a live text value), valid for this call.
     pub(super) unsafe fn decode_label(
         &mut self,
         datum: pg_sys::Datum,

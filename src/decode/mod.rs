@@ -103,11 +103,10 @@ impl RowDecoder {
             .preprocess
             .as_ref()
             .map(|spec| Encoder::new(spec, config.max_buffer_bytes, config.max_model_bytes));
-        // SAFETY: decoders are made on the backend thread, inside the training's transaction.
         let groups = config
             .groups
             .as_ref()
-            .map(|g| unsafe { groups::Groups::new(g.first, &g.types, g.known.as_deref()) });
+            .map(|g| groups::Groups::new(g.first, &g.types, g.known.as_deref()));
         RowDecoder {
             groups,
             first_pass_labels: (0, 0.0),

@@ -34,18 +34,18 @@ pub enum Read {
 
 /// How a column of `source`'s kind and of type `base` (a base type) is read; None if it cannot
 /// be.
-///
-/// # Safety
-/// Backend thread, inside a transaction (catalog lookups).
-pub unsafe fn read_for(source: Source, base: pg_sys::Oid) -> Option<Read> {
+pub fn read_for(source: Source, base: pg_sys::Oid) -> Option<Read> {
     match (source, base) {
         (Source::Number, pg_sys::NUMERICOID) => Some(Read::Numeric),
         (Source::Number, b) => LabelKind::from_type(b).map(Read::Number),
         (Source::Text, pg_sys::TEXTOID | pg_sys::VARCHAROID) => Some(Read::Text),
         (Source::Text, pg_sys::BPCHAROID) => Some(Read::Bpchar),
-        (Source::Text, b) if b == pg_sys::NAMEOID || pg_sys::type_is_enum(b) => {
+        // SAFETY: a catalog lookup (FFI) on the backend thread, inside the transaction of the
+        // SQL call.
+        (Source::Text, b) if b == pg_sys::NAMEOID || unsafe { pg_sys::type_is_enum(b) } => {
             let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
-            pg_sys::getTypeOutputInfo(b, &mut output, &mut varlena);
+            // SAFETY: as above, writing into the two locals.
+            unsafe { pg_sys::getTypeOutputInfo(b, &mut output, &mut varlena) };
             Some(Read::Output(output))
         }
         (Source::NumberArray, pg_sys::FLOAT8ARRAYOID | pg_sys::FLOAT4ARRAYOID) => {
@@ -61,7 +61,8 @@ pub unsafe fn read_for(source: Source, base: pg_sys::Oid) -> Option<Read> {
             };
             fits.then_some(Read::Time(b))
         }
-        (Source::NumberArray, b) => match pg_sys::get_element_type(b) {
+        // SAFETY: as above.
+        (Source::NumberArray, b) => match unsafe { pg_sys::get_element_type(b) } {
             e @ (pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID | pg_sys::NUMERICOID) => {
                 Some(Read::NumberArray(e))
             }
@@ -98,7 +99,8 @@ impl RecordColumns {
     /// by [`encode_deformed`](Self::encode_deformed) and read by [`value`](Self::value).
     ///
     /// # Safety
-    /// `header` is a row of the type `desc` describes, valid for this call; backend thread.
+    /// `header` is a row of the type `desc` describes (a valid tuple descriptor), both valid
+    /// for this call.
     pub unsafe fn deform(&mut self, header: pg_sys::HeapTupleHeader, desc: pg_sys::TupleDesc) {
         let mut tuple = pg_sys::HeapTupleData {
             // The 4-byte varlena header of a (detoasted) composite datum holds its length.
@@ -138,7 +140,8 @@ impl RecordColumns {
     /// None when a NULL makes the model skip such rows.
     ///
     /// # Safety
-    /// The row [`deform`](Self::deform) read is still valid; backend thread.
+    /// The row [`deform`](Self::deform) read is still valid (its by-reference datums point
+    /// into it).
     pub unsafe fn encode_deformed(&mut self, p: &Preprocessor) -> Option<Row<'_>> {
         let row = &mut self.encoded;
         row.clear();
