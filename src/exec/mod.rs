@@ -59,18 +59,34 @@ pub fn register_methods() {
 }
 
 /// EXPLAIN helpers (text and structured formats alike).
+///
+/// Each takes the `ExplainState` of the EXPLAIN being written, as PostgreSQL hands it to an
+/// ExplainCustomScan callback or as `NewExplainState` made it: a raw pointer the caller vouches
+/// for, hence `unsafe`.
 pub mod explain {
     use pgrx::pg_sys;
     use std::ffi::CString;
 
+    /// A text property.
+    ///
+    /// # Safety
+    /// `es` is a valid ExplainState whose output has begun and not ended.
     pub unsafe fn text(es: *mut pg_sys::ExplainState, label: &str, value: &str) {
         let (l, v) = (CString::new(label).unwrap(), CString::new(value).unwrap());
         pg_sys::ExplainPropertyText(l.as_ptr(), v.as_ptr(), es);
     }
+    /// An integer property.
+    ///
+    /// # Safety
+    /// As for [`text`].
     pub unsafe fn int(es: *mut pg_sys::ExplainState, label: &str, value: i64) {
         let l = CString::new(label).unwrap();
         pg_sys::ExplainPropertyInteger(l.as_ptr(), std::ptr::null(), value, es);
     }
+    /// A float property with `digits` decimals.
+    ///
+    /// # Safety
+    /// As for [`text`].
     pub unsafe fn float(
         es: *mut pg_sys::ExplainState,
         label: &str,
@@ -88,10 +104,18 @@ pub mod explain {
             es,
         );
     }
+    /// A boolean property.
+    ///
+    /// # Safety
+    /// As for [`text`].
     pub unsafe fn boolean(es: *mut pg_sys::ExplainState, label: &str, value: bool) {
         let l = CString::new(label).unwrap();
         pg_sys::ExplainPropertyBool(l.as_ptr(), value, es);
     }
+    /// Whether this is EXPLAIN ANALYZE.
+    ///
+    /// # Safety
+    /// `es` is a valid ExplainState.
     pub unsafe fn analyzing(es: *mut pg_sys::ExplainState) -> bool {
         (*es).analyze
     }

@@ -87,7 +87,9 @@ pub fn scan_methods<N: Node>() -> pg_sys::CustomScanMethods {
 /// node of another type is an ERROR, never a wrong cast.
 ///
 /// # Safety
-/// `css` is a live CustomScanState of this query; backend thread.
+/// `css` is null or a live CustomScanState of a running query (not yet ended), and no other
+/// reference to its Rust state is in use while the returned one is (`'a` is the caller's to
+/// bound).
 pub unsafe fn state_of<'a, N: Node>(css: *mut pg_sys::CustomScanState) -> &'a mut N {
     if css.is_null() || !std::ptr::eq((*css).methods, N::exec_methods()) {
         raise(
@@ -127,7 +129,8 @@ pub unsafe fn is_node(plan: *mut pg_sys::Plan, scan_methods: &pg_sys::CustomScan
 /// Init the single child plan of a scanrelid = 0 node (kept in custom_ps so EXPLAIN shows it).
 ///
 /// # Safety
-/// Called from `begin` of a node whose plan has exactly one custom_plans entry.
+/// Called from `begin` of a node whose plan has exactly one custom_plans entry: `css` and
+/// `estate` are the node's and its executor's, as `begin` received them.
 pub unsafe fn init_child(
     css: *mut pg_sys::CustomScanState,
     estate: *mut pg_sys::EState,

@@ -157,42 +157,46 @@ impl Drop for ActiveGuard {
 }
 
 /// Plans `sql` (which must select from `relid` only) with the BlockShuffle path forced, and
-/// stacks TupleShuffle and SGD on top. Returns the finished PlannedStmt.
-pub unsafe fn plan_pipeline(
+/// stacks TupleShuffle and SGD on top. Returns the finished PlannedStmt, palloc'd in the
+/// current memory context.
+pub fn plan_pipeline(
     relid: pg_sys::Oid,
     sql: &CStr,
     config: &PipelineConfig,
 ) -> *mut pg_sys::PlannedStmt {
     // SAFETY: standard parse → analyze → plan sequence on the backend thread, inside a
-    // transaction with an active snapshot (we are called from a SQL function).
-    let raw_list = pg_sys::pg_parse_query(sql.as_ptr());
-    if (*raw_list).length != 1 {
-        // Only a validation predicate can smuggle in a second statement.
-        raise(
-            PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
-            "the validation predicate must be a single boolean expression",
-            None,
-        );
-    }
-    let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
-    let queries = crate::pg::compat::analyze_and_rewrite(raw, sql.as_ptr());
-    assert!((*queries).length == 1);
-    let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
-    if config.params.workers > 0 {
-        refuse_unsafe_in_workers(query, config);
-    }
+    // transaction with an active snapshot (every caller is a SQL function); `sql` is
+    // NUL-terminated and outlives the calls; the lists and nodes read are those PostgreSQL
+    // just returned.
+    unsafe {
+        let raw_list = pg_sys::pg_parse_query(sql.as_ptr());
+        if (*raw_list).length != 1 {
+            // Only a validation predicate can smuggle in a second statement.
+            raise(
+                PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
+                "the validation predicate must be a single boolean expression",
+                None,
+            );
+        }
+        let raw = (*(*raw_list).elements).ptr_value.cast::<pg_sys::RawStmt>();
+        let queries = crate::pg::compat::analyze_and_rewrite(raw, sql.as_ptr());
+        assert!((*queries).length == 1);
+        let query = (*(*queries).elements).ptr_value.cast::<pg_sys::Query>();
+        if config.params.workers > 0 {
+            refuse_unsafe_in_workers(query, config);
+        }
 
-    ACTIVE.with(|a| *a.borrow_mut() = Some((relid, config.clone())));
-    let guard = ActiveGuard;
-    let stmt = pg_sys::pg_plan_query(query, sql.as_ptr(), 0, std::ptr::null_mut());
-    drop(guard);
+        ACTIVE.with(|a| *a.borrow_mut() = Some((relid, config.clone())));
+        let guard = ActiveGuard;
+        let stmt = pg_sys::pg_plan_query(query, sql.as_ptr(), 0, std::ptr::null_mut());
+        drop(guard);
 
-    let top = without_subquery_scan((*stmt).planTree);
-    (*stmt).planTree = top;
-    if !is_node(top, &methods().block_scan) {
-        // Known cause: a security_barrier view keeps a filter over it that is not leakproof
-        // (a "where" with an ordinary function) in a subquery scan above its own.
-        raise(
+        let top = without_subquery_scan((*stmt).planTree);
+        (*stmt).planTree = top;
+        if !is_node(top, &methods().block_scan) {
+            // Known cause: a security_barrier view keeps a filter over it that is not leakproof
+            // (a "where" with an ordinary function) in a subquery scan above its own.
+            raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!(
                 "corgipile cannot read {} with one block scan of its table",
@@ -200,12 +204,13 @@ pub unsafe fn plan_pipeline(
             ),
             Some("A security_barrier view keeps a \"where\" filter that is not leakproof above its own qual: put the filter in the view, or train on a view without security_barrier. Otherwise this is a bug; please report it with the relation's definition.".into()),
         );
+        }
+        let private = config.to_list();
+        let tuple = stack_node(top, &methods().tuple_scan, private, 1);
+        let sgd = stack_node(tuple, &methods().sgd_scan, private, 2);
+        (*stmt).planTree = sgd;
+        stmt
     }
-    let private = config.to_list();
-    let tuple = stack_node(top, &methods().tuple_scan, private, 1);
-    let sgd = stack_node(tuple, &methods().sgd_scan, private, 2);
-    (*stmt).planTree = sgd;
-    stmt
 }
 
 /// A security_barrier view is planned as a subquery scan over the scan of its table (its qual

@@ -14,11 +14,16 @@ use std::rc::Rc;
 /// A started executor for a pipeline plan. `finish` ends it; on ERROR, transaction abort
 /// releases what it holds.
 pub struct Pipeline {
-    pub query_desc: *mut pg_sys::QueryDesc,
+    /// Started by `start` (the only constructor), not yet ended: `finish` consumes the pipeline.
+    query_desc: *mut pg_sys::QueryDesc,
 }
 
 impl Pipeline {
     /// ExecutorStart on the plan: permission checks (SELECT on the columns) happen here.
+    ///
+    /// # Safety
+    /// `stmt` is a PlannedStmt made by `plan_pipeline` in this transaction, whose memory lives
+    /// until the pipeline is finished.
     pub unsafe fn start(
         stmt: *mut pg_sys::PlannedStmt,
         sql: &CStr,
@@ -50,23 +55,43 @@ impl Pipeline {
         Pipeline { query_desc: qd }
     }
 
+    /// The started QueryDesc (for EXPLAIN).
+    pub fn query_desc(&self) -> *mut pg_sys::QueryDesc {
+        self.query_desc
+    }
+
     /// Runs the plan: the SGD node does its whole task on its first call.
+    ///
+    /// # Safety
+    /// At most once per pipeline (it runs ExecutorFinish), on a pipeline not started
+    /// `explain_only` (whose nodes are not set up to run).
     pub unsafe fn run(&self) {
         crate::pg::compat::executor_run_all(self.query_desc);
         pg_sys::ExecutorFinish(self.query_desc);
     }
 
-    pub unsafe fn finish(self) {
-        pg_sys::ExecutorEnd(self.query_desc);
-        pg_sys::FreeQueryDesc(self.query_desc);
+    /// ExecutorEnd, run or not.
+    pub fn finish(self) {
+        // SAFETY: FFI calls on the backend thread, inside the transaction of the SQL call; the
+        // QueryDesc was started by `start` and is ended once (`self` is consumed).
+        unsafe {
+            pg_sys::ExecutorEnd(self.query_desc);
+            pg_sys::FreeQueryDesc(self.query_desc);
+        }
     }
 
     /// The top (SGD) node.
-    pub unsafe fn sgd_node(&mut self) -> &mut SgdNode {
-        state_of::<SgdNode>((*self.query_desc).planstate.cast())
+    pub fn sgd_node(&mut self) -> &mut SgdNode {
+        // SAFETY: the QueryDesc was started by `start` and not ended (`finish` consumes the
+        // pipeline): its planstate is the plan's top node, an SGD node `plan_pipeline` stacked,
+        // and its state is borrowed no longer than `self`.
+        unsafe { state_of::<SgdNode>((*self.query_desc).planstate.cast()) }
     }
 
     /// Runs the plan with `task` for its SGD node and returns the task's output.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
     pub unsafe fn run_task<T: SgdTask>(&mut self, task: T) -> T::Output {
         let node = self.sgd_node();
         if node.config().mode != T::MODE {
@@ -94,20 +119,20 @@ impl Pipeline {
     }
 }
 
-/// Plans, starts, runs and ends the pipeline over `relid` with `task`; returns its output.
-///
-/// # Safety
-/// Backend thread, inside a transaction with an active snapshot (a SQL function's call). On
+/// Plans, starts, runs and ends the pipeline over `relid` with `task`; returns its output. On
 /// ERROR, transaction abort releases the executor's resources and the nodes' Rust state.
-pub unsafe fn run<T: SgdTask>(
+pub fn run<T: SgdTask>(
     relid: pg_sys::Oid,
     sql: &CStr,
     config: &PipelineConfig,
     task: T,
 ) -> T::Output {
     let stmt = plan_pipeline(relid, sql, config);
-    let mut pipeline = Pipeline::start(stmt, sql, false, false);
-    let output = pipeline.run_task(task);
+    // SAFETY: `stmt` was just planned in this transaction's memory; the pipeline is started
+    // to run (not explain-only) and runs once.
+    let mut pipeline = unsafe { Pipeline::start(stmt, sql, false, false) };
+    // SAFETY: as above.
+    let output = unsafe { pipeline.run_task(task) };
     pipeline.finish();
     output
 }

@@ -255,7 +255,7 @@ fn corgipile_explain(
         if let Some(id) = continues {
             explain::text(es, "Warm Start", &format!("from model {id}"));
         }
-        pg_sys::ExplainPrintPlan(es, pipeline.query_desc);
+        pg_sys::ExplainPrintPlan(es, pipeline.query_desc());
         if analyze {
             explain::float(
                 es,

@@ -10,6 +10,9 @@ use super::*;
 
 /// The attribute numbers behind `plan`'s output when every output column is a plain column
 /// of the scanned table (quals are the filter's: see `PageFilter`).
+///
+/// # Safety
+/// `plan` is a valid, finished CustomScan plan (its target list a List of TargetEntry nodes).
 pub(super) unsafe fn plain_columns(plan: *mut pg_sys::CustomScan) -> Option<Vec<usize>> {
     // SAFETY: a finished plan: targetlist is a List of TargetEntry nodes.
     let tlist = (*plan).scan.plan.targetlist;
@@ -50,7 +53,7 @@ pub(super) unsafe extern "C-unwind" fn next_tuple(
 /// directly by TupleShuffle when the output is `plain_columns`.
 ///
 /// # Safety
-/// `ss` is an initialized BlockShuffle node; on the backend thread.
+/// `ss` is an initialized BlockShuffle node, not yet ended.
 pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
     let node = ss.cast::<pg_sys::CustomScanState>();
     let state = state_of::<BlockShuffle>(node);
@@ -89,7 +92,7 @@ pub unsafe fn fetch(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
 ///
 /// # Safety
 /// `ss` is an initialized BlockShuffle node whose `plain_columns` is set, with as many entries
-/// in `values` and `nulls`; on the backend thread.
+/// in `values` and `nulls`, not yet ended.
 pub unsafe fn fetch_columns(
     ss: *mut pg_sys::ScanState,
     values: &mut [pg_sys::Datum],
@@ -236,6 +239,11 @@ unsafe fn take_tuple(
 /// a column added later may have a stored default), deformed by PostgreSQL through the leaf's
 /// slot, which pins the page for as long as it holds the tuple: its attributes 1..=n into
 /// `values`/`nulls` (n = their length), as the page reader would have.
+///
+/// # Safety
+/// `leaf`'s scan has the page holding `tup` read and pinned (its current buffer); `tup` points
+/// to a heap tuple of `len` bytes on that page, of the leaf's row type, with at least n
+/// attributes in the leaf's descriptor.
 pub(super) unsafe fn deform_slowly(
     leaf: &mut TableScan,
     tup: *mut pg_sys::HeapTupleHeaderData,
@@ -265,6 +273,11 @@ pub(super) unsafe fn deform_slowly(
 /// A leaf's row as a row of the parent (the virtual scan slot). The values point into the
 /// leaf slot's buffer page, which stays pinned until the leaf slot is next filled: the same
 /// lifetime a row of the scan slot has without conversion.
+///
+/// # Safety
+/// `parent` is the node's scan slot (a valid slot of the parent's row type) and `leaf.slot`
+/// holds the leaf's current row; `leaf.map` is null or converts the leaf's rows to the
+/// parent's.
 pub(super) unsafe fn to_parent_columns(
     leaf: &TableScan,
     parent: *mut pg_sys::TupleTableSlot,

@@ -47,8 +47,8 @@ impl PageFilter {
     /// the page reader cannot evaluate (see `qual_columns`).
     ///
     /// # Safety
-    /// `node` is a BlockShuffle node being begun (its expression context and relation set up),
-    /// on the backend thread.
+    /// `node` is a BlockShuffle node being begun (its expression context and relation set up)
+    /// in `estate`; the filter is used only while the node lives.
     pub(super) unsafe fn new(
         node: *mut pg_sys::CustomScanState,
         estate: *mut pg_sys::EState,
@@ -90,7 +90,9 @@ impl PageFilter {
     /// index attno - 1), which stay valid (their page pinned) for the call.
     ///
     /// # Safety
-    /// On the backend thread; `values`/`nulls` hold every attribute in `leaf_columns`.
+    /// The node the filter was made for is still running (its expression context and slot
+    /// are valid); `values`/`nulls` hold every attribute in `leaf_columns`, each non-NULL
+    /// datum a valid value of its column (its page pinned) for the call.
     pub(super) unsafe fn passes(
         &mut self,
         leaf_columns: &[usize],

@@ -46,19 +46,23 @@ unsafe extern "C-unwind" {
 }
 
 /// `relid` and every table below it, each locked with `lockmode`, as an OID list.
-pub unsafe fn all_inheritors(relid: pg_sys::Oid, lockmode: pg_sys::LOCKMODE) -> Vec<pg_sys::Oid> {
-    // SAFETY: the guard turns an ERROR raised inside into a Rust panic that pgrx re-raises at
-    // the FFI boundary (no longjmp across Rust frames); backend thread, in a transaction.
-    let list = pg_sys::ffi::pg_guard_ffi_boundary(|| {
-        find_all_inheritors_unguarded(relid, lockmode, std::ptr::null_mut())
-    });
-    (0..(*list).length as usize)
-        .map(|i| (*(*list).elements.add(i)).oid_value)
-        .collect()
+pub fn all_inheritors(relid: pg_sys::Oid, lockmode: pg_sys::LOCKMODE) -> Vec<pg_sys::Oid> {
+    // SAFETY: an FFI call on the backend thread, inside the transaction of the SQL call (every
+    // caller is a SQL function or the executor); the guard turns an ERROR raised inside into a
+    // Rust panic that pgrx re-raises at the FFI boundary (no longjmp across Rust frames). The
+    // list it returns is a valid OID List of `length` elements, read at once.
+    unsafe {
+        let list = pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            find_all_inheritors_unguarded(relid, lockmode, std::ptr::null_mut())
+        });
+        (0..(*list).length as usize)
+            .map(|i| (*(*list).elements.add(i)).oid_value)
+            .collect()
+    }
 }
 
 /// Why a table of the tree cannot be read page by page (None: it can, or it has no pages).
-pub(super) unsafe fn unreadable(kind: u8, am: pg_sys::Oid) -> Option<&'static str> {
+pub(super) fn unreadable(kind: u8, am: pg_sys::Oid) -> Option<&'static str> {
     match kind {
         pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW if am == pg_sys::HEAP_TABLE_AM_OID => {
             None
@@ -79,6 +83,10 @@ pub(super) unsafe fn unreadable(kind: u8, am: pg_sys::Oid) -> Option<&'static st
 ///
 /// `only_leaf`: read that one leaf of the tree (a local partition of a sharded table; the
 /// others, foreign ones among them, are not opened).
+///
+/// # Safety
+/// `rel` is the node's open scan relation and `scan_slot` its scan slot, both valid while the
+/// leaves are (until `close_leaves`).
 pub(super) unsafe fn open_leaves(
     rel: pg_sys::Relation,
     scan_slot: *mut pg_sys::TupleTableSlot,
@@ -172,6 +180,11 @@ pub(super) unsafe fn open_leaves(
 
 /// Ends the leaves' scans and closes the tables we opened (locks stay to the end of the
 /// transaction, as for any table a query read).
+///
+/// # Safety
+/// The leaves were made by `open_leaves` in this query, which has not ended (their scans,
+/// streams and relations are still valid; an aborted query's are released by PostgreSQL and
+/// must not be closed here).
 pub(super) unsafe fn close_leaves(leaves: &mut Vec<TableScan>) {
     for mut leaf in leaves.drain(..) {
         // SAFETY: each scan was begun by us and each opened table opened by us, exactly once;
@@ -187,6 +200,10 @@ pub(super) unsafe fn close_leaves(leaves: &mut Vec<TableScan>) {
 }
 
 /// The leaf's attribute numbers of the parent's `columns` (the same without a conversion map).
+///
+/// # Safety
+/// `map` is null or a valid conversion map from the parent's row type to the leaf's, of which
+/// every entry of `columns` is an attribute number (1..=natts).
 pub(super) unsafe fn leaf_columns(
     map: *mut pg_sys::TupleConversionMap,
     columns: &[usize],
