@@ -68,6 +68,9 @@ pub struct TupleShuffle {
     /// The rows' decoder; it holds the pipeline's config.
     rows: RowDecoder,
     /// Our own PlanState, for EXPLAIN ANALYZE instrumentation of whole-buffer pulls.
+    ///
+    /// `node`, `child` and `block` are set in begin and valid as long as this TupleShuffle,
+    /// which lives in the node's state: the methods rely on it.
     node: *mut pg_sys::PlanState,
     child: *mut pg_sys::PlanState,
     /// The child's state (BlockShuffle), for the tuple id of each row.
@@ -183,9 +186,10 @@ impl TupleShuffle {
     /// numbered from `block_epoch` on (see `BlockShuffle::set_share`), into buffers of its part
     /// of the memory (the buffer size and limit are split between the processes). Called
     /// before the epoch's first row.
-    pub unsafe fn set_share(&mut self, share: BlockShare, block_epoch: u32) {
+    pub fn set_share(&mut self, share: BlockShare, block_epoch: u32) {
         self.share = share;
-        (*self.block).set_share(share, block_epoch);
+        // SAFETY: the child's state lives as long as this node's.
+        unsafe { (*self.block).set_share(share, block_epoch) };
         self.epoch = block_epoch;
         self.shuffler = shuffler(self.tuple_seed(), self.epoch);
         // A capacity fixed already (by a statistics pass) is split too.
@@ -196,8 +200,9 @@ impl TupleShuffle {
 
     /// A shard's round (see `crate::shard`): this call reads `share` of the blocks of epoch
     /// `block_epoch`, into buffers of the whole buffer memory.
-    pub unsafe fn set_round(&mut self, share: BlockShare, block_epoch: u32) {
-        (*self.block).set_share(share, block_epoch);
+    pub fn set_round(&mut self, share: BlockShare, block_epoch: u32) {
+        // SAFETY: the child's state lives as long as this node's.
+        unsafe { (*self.block).set_share(share, block_epoch) };
         self.epoch = block_epoch;
         self.shuffler = shuffler(self.tuple_seed() ^ u64::from(share.rank), self.epoch);
     }
@@ -214,10 +219,7 @@ impl TupleShuffle {
 
     /// Fill the next buffer of this epoch (reusing `recycled`'s memory), ordered by the
     /// strategy. None when the epoch has no more tuples.
-    pub unsafe fn next_buffer(
-        &mut self,
-        recycled: Option<ShuffledBuffer>,
-    ) -> Option<ShuffledBuffer> {
+    pub fn next_buffer(&mut self, recycled: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
         let buffer = self.recycle(recycled);
         self.fill(buffer)
     }
@@ -237,11 +239,13 @@ impl TupleShuffle {
 
     /// Fills `buffer` (from `recycle`, None before the first) on to its capacity; None when
     /// the epoch has no more tuples.
-    unsafe fn fill(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+    fn fill(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
         // The SGD node pulls whole buffers, bypassing ExecProcNode: count them for EXPLAIN ANALYZE.
-        let instrument = (*self.node).instrument;
+        // SAFETY: our PlanState lives as long as this node's state.
+        let instrument = unsafe { (*self.node).instrument };
         if !instrument.is_null() {
-            pg_sys::InstrStartNode(instrument);
+            // SAFETY: an FFI call on the backend thread, on the node's live instrumentation.
+            unsafe { pg_sys::InstrStartNode(instrument) };
         }
         let before = self.tuples_read;
         let buffer = match self.rows.config().params.shuffle {
@@ -249,7 +253,8 @@ impl TupleShuffle {
             _ => self.fill_blocked(buffer),
         };
         if !instrument.is_null() {
-            pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
+            // SAFETY: as for InstrStartNode above.
+            unsafe { pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64) };
         }
         let mut b = buffer?;
         if b.arena.is_empty() {
@@ -302,7 +307,7 @@ impl TupleShuffle {
     }
 
     /// Fills the buffer `take_ahead` began on to its capacity.
-    pub unsafe fn fill_on(&mut self, begun: ShuffledBuffer) -> Option<ShuffledBuffer> {
+    pub fn fill_on(&mut self, begun: ShuffledBuffer) -> Option<ShuffledBuffer> {
         self.fill(Some(begun))
     }
 
@@ -315,7 +320,7 @@ impl TupleShuffle {
     }
 
     /// corgipile, block_only, no_shuffle: the next `capacity` training rows in scan order.
-    unsafe fn fill_blocked(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+    fn fill_blocked(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
         // The arena stays in place while rows are pushed (moving it per row cost a memcpy each).
         let (mut arena, order) = match buffer {
             Some(b) => (Some(b.arena), b.order),
@@ -331,7 +336,7 @@ impl TupleShuffle {
 
     /// sliding_window, mrs: rows stream through the window or reservoir; what it lets go of
     /// (and, for mrs, every other buffer a pass over the reservoir) goes to SGD.
-    unsafe fn fill_streamed(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
+    fn fill_streamed(&mut self, buffer: Option<ShuffledBuffer>) -> Option<ShuffledBuffer> {
         let mut out = buffer.map(|b| b.arena);
         if let Some(Stream::Reservoir {
             reservoir,
@@ -428,12 +433,13 @@ impl TupleShuffle {
 
     /// This pass (a statistics pass, not begun yet) reads a uniform sample of the blocks (see
     /// `BlockShuffle::sample_this_pass`).
-    pub unsafe fn sample_this_pass(&mut self, fraction: f64, min_pages: u64, min_rows: u64) {
-        (*self.block).sample_this_pass(fraction, min_pages, min_rows);
+    pub fn sample_this_pass(&mut self, fraction: f64, min_pages: u64, min_rows: u64) {
+        // SAFETY: the child's state lives as long as this node's.
+        unsafe { (*self.block).sample_this_pass(fraction, min_pages, min_rows) };
     }
 
     /// Calls `f` on every buffer of this pass (one epoch), recycling each into the next.
-    pub unsafe fn for_each_buffer(&mut self, mut f: impl FnMut(&mut ShuffledBuffer)) {
+    pub fn for_each_buffer(&mut self, mut f: impl FnMut(&mut ShuffledBuffer)) {
         let mut spare = None;
         while let Some(mut b) = self.next_buffer(spare.take()) {
             f(&mut b);

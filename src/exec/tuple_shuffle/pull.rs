@@ -12,7 +12,7 @@ impl TupleShuffle {
     /// Pull the next row from BlockShuffle. A training row is decoded into `arena` (created,
     /// and the buffer capacity fixed, on the first row); a validation row into the validation
     /// arena during the first pass.
-    pub(super) unsafe fn pull_row(&mut self, arena: &mut Option<TupleArena>) -> Pulled {
+    pub(super) fn pull_row(&mut self, arena: &mut Option<TupleArena>) -> Pulled {
         if self.exhausted {
             return Pulled::Done;
         }
@@ -22,11 +22,13 @@ impl TupleShuffle {
             // SAFETY: child is our initialized BlockShuffle node, whose output is exactly
             // these n table columns (plain_columns); the page the values point into stays
             // pinned until the next fetch.
-            if !block_shuffle::fetch_columns(
-                self.child.cast(),
-                &mut direct_values[..n],
-                &mut direct_nulls[..n],
-            ) {
+            if !unsafe {
+                block_shuffle::fetch_columns(
+                    self.child.cast(),
+                    &mut direct_values[..n],
+                    &mut direct_nulls[..n],
+                )
+            } {
                 return self.end_of_scan();
             }
             (
@@ -36,22 +38,26 @@ impl TupleShuffle {
         } else {
             // SAFETY: child is our initialized BlockShuffle node; its result slot stays valid
             // until the next ExecProcNode call.
-            let slot = pg_sys::ExecProcNode(self.child);
-            if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
-                return self.end_of_scan();
+            unsafe {
+                let slot = pg_sys::ExecProcNode(self.child);
+                if slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 {
+                    return self.end_of_scan();
+                }
+                let natts = (*(*slot).tts_tupleDescriptor).natts;
+                if ((*slot).tts_nvalid as i32) < natts {
+                    pg_sys::slot_getsomeattrs_int(slot, natts);
+                }
+                ((*slot).tts_values, (*slot).tts_isnull)
             }
-            let natts = (*(*slot).tts_tupleDescriptor).natts;
-            if ((*slot).tts_nvalid as i32) < natts {
-                pg_sys::slot_getsomeattrs_int(slot, natts);
-            }
-            ((*slot).tts_values, (*slot).tts_isnull)
         };
-        // SAFETY: the child is our BlockShuffle node (see begin).
-        let tid = &(*self.block).last_tid;
-        let (target, label) = match self
-            .rows
-            .target(values, nulls, tid, (*self.block).row_table())
-        {
+        // SAFETY: the child is our BlockShuffle node (see begin); its state lives as long as
+        // this node's. `values`/`nulls` are the row just read (the query's columns, valid until
+        // the next row is read), as `target` asks.
+        let tid = unsafe { &(*self.block).last_tid };
+        let (target, label) = match unsafe {
+            self.rows
+                .target(values, nulls, tid, (*self.block).row_table())
+        } {
             Ok(t) => t,
             Err(Skip::Counted) => {
                 self.rows_skipped_this_epoch += 1;
@@ -61,7 +67,8 @@ impl TupleShuffle {
             Err(Skip::Uncounted) => return Pulled::Skipped,
         };
         if target == Target::Train && arena.is_none() {
-            let a = self.new_arena_like(values, nulls);
+            // SAFETY: the same row, still valid.
+            let a = unsafe { self.new_arena_like(values, nulls) };
             if self.config().layout != FeatureLayout::Tabular {
                 self.plan_shuffle(&a);
             }
@@ -71,10 +78,11 @@ impl TupleShuffle {
             Target::Train => arena.as_mut(),
             Target::Validation => None,
         };
-        if !self
-            .rows
-            .decode(target, label, train_arena, values, nulls, tid)
-        {
+        // SAFETY: the same row, still valid.
+        if !unsafe {
+            self.rows
+                .decode(target, label, train_arena, values, nulls, tid)
+        } {
             self.rows_skipped_this_epoch += 1;
             self.tids_this_epoch = self.tids_this_epoch.wrapping_add(tid_hash(tid));
             return Pulled::Skipped;
@@ -100,29 +108,32 @@ impl TupleShuffle {
     /// does for each, for a query of dense training rows only (`RowDecoder::dense_rows_only`)
     /// read by the page reader, without its per-row questions (which target, which layout,
     /// which arena). An epoch is bound by the backend's work per row.
-    pub(super) unsafe fn pull_dense_rows(&mut self, arena: &mut TupleArena) {
+    pub(super) fn pull_dense_rows(&mut self, arena: &mut TupleArena) {
         let room = self.capacity.saturating_sub(arena.len()) as u64;
         let (mut taken, mut skipped, mut tids) = (0u64, 0u64, 0u64);
         let rows = &mut self.rows;
         let countdown = &mut self.until_interrupt_check;
         let every = self.rows_between_interrupt_checks;
         // SAFETY: child is our initialized BlockShuffle node, whose output is exactly these
-        // two table columns (plain_columns); the page stays pinned during the call.
-        block_shuffle::rows_on_page(
-            self.child.cast(),
-            &mut self.direct_values[..2],
-            &mut self.direct_nulls[..2],
-            |values, nulls, tid| {
-                tids = tids.wrapping_add(tid_hash(tid));
-                if !rows.push_dense_row(arena, values, nulls, tid) {
-                    skipped += 1;
-                    return true;
-                }
-                taken += 1;
-                count_toward_interrupt_check(countdown, every);
-                taken < room
-            },
-        );
+        // two table columns (plain_columns); the page stays pinned during the call, so each
+        // row given to the closure is valid for push_dense_row.
+        unsafe {
+            block_shuffle::rows_on_page(
+                self.child.cast(),
+                &mut self.direct_values[..2],
+                &mut self.direct_nulls[..2],
+                |values, nulls, tid| {
+                    tids = tids.wrapping_add(tid_hash(tid));
+                    if !rows.push_dense_row(arena, values, nulls, tid) {
+                        skipped += 1;
+                        return true;
+                    }
+                    taken += 1;
+                    count_toward_interrupt_check(countdown, every);
+                    taken < room
+                },
+            )
+        };
         self.rows_skipped_this_epoch += skipped;
         self.tids_this_epoch = self.tids_this_epoch.wrapping_add(tids);
         self.count_taken(taken);
@@ -131,7 +142,7 @@ impl TupleShuffle {
     /// Rows in scan order into `arena` (made by the first row when None) until it holds
     /// `capacity` rows, the pass ends, or `stop()` says so (asked before each page or row):
     /// dense rows a page at a time when the output allows, one row at a time otherwise.
-    pub(super) unsafe fn pull_rows(
+    pub(super) fn pull_rows(
         &mut self,
         arena: &mut Option<TupleArena>,
         mut stop: impl FnMut() -> bool,
@@ -156,15 +167,13 @@ impl TupleShuffle {
     /// says that buffer has come back (or the room is full, or the pass ends): the backend
     /// would otherwise wait for it idle, once an epoch. Returns where the rows begin in
     /// `last`; `take_ahead` moves them into the next buffer.
-    pub unsafe fn fill_ahead(
-        &mut self,
-        last: &mut ShuffledBuffer,
-        back: impl FnMut() -> bool,
-    ) -> usize {
+    pub fn fill_ahead(&mut self, last: &mut ShuffledBuffer, back: impl FnMut() -> bool) -> usize {
         let from = last.arena.len();
-        let instrument = (*self.node).instrument;
+        // SAFETY: our PlanState lives as long as this node's state.
+        let instrument = unsafe { (*self.node).instrument };
         if !instrument.is_null() {
-            pg_sys::InstrStartNode(instrument);
+            // SAFETY: an FFI call on the backend thread, on the node's live instrumentation.
+            unsafe { pg_sys::InstrStartNode(instrument) };
         }
         let before = self.tuples_read;
         // pull_rows takes the arena as an Option; the arena's vectors stay where they are.
@@ -172,18 +181,19 @@ impl TupleShuffle {
         self.pull_rows(&mut arena, back);
         last.arena = arena.expect("taken above");
         if !instrument.is_null() {
-            pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64);
+            // SAFETY: as for InstrStartNode above.
+            unsafe { pg_sys::InstrStopNode(instrument, (self.tuples_read - before) as f64) };
         }
         from
     }
 
     /// `n` more training or validation rows taken this epoch (BlockShuffle's sampling stops
     /// on rows taken).
-    pub(super) unsafe fn count_taken(&mut self, n: u64) {
+    pub(super) fn count_taken(&mut self, n: u64) {
         self.tuples_read += n;
         self.rows_this_epoch += n;
         // SAFETY: the child's state lives as long as this node's.
-        (*self.block).rows_taken = self.rows_this_epoch;
+        unsafe { (*self.block).rows_taken = self.rows_this_epoch };
     }
 
     pub(super) fn end_of_scan(&mut self) -> Pulled {

@@ -13,6 +13,10 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 impl TupleShuffle {
     /// The first training arena: the buffer capacity comes from the first row (dense: its
     /// length; sparse: its number of non-zeros).
+    ///
+    /// # Safety
+    /// `values`/`nulls` are a training row as [`RowDecoder::target`](crate::decode::RowDecoder::target)
+    /// takes it (the query's columns), valid for this call.
     pub(super) unsafe fn new_arena_like(
         &mut self,
         values: *mut pg_sys::Datum,
