@@ -143,11 +143,9 @@ fn line_align(bytes: usize) -> usize {
 impl Team {
     /// Leader: starts up to `workers` parallel workers that will train `relid` with `config`.
     /// None when none could start (max_parallel_workers, max_worker_processes, no dynamic
-    /// shared memory): the leader then trains alone, as with `"workers": 0`.
-    ///
-    /// # Safety
-    /// Backend thread of a training, before the first training epoch reads a row.
-    pub unsafe fn launch(
+    /// shared memory): the leader then trains alone, as with `"workers": 0`. Called by a
+    /// training's backend before its first training epoch reads a row.
+    pub fn launch(
         relid: pg_sys::Oid,
         sql: &CStr,
         config: &PipelineConfig,
@@ -181,46 +179,51 @@ impl Team {
         })
         .expect("worker plan serializes");
         let bytes = std::mem::size_of::<Control>() + plan.len();
-        pg_sys::EnterParallelMode();
-        let pcxt = pg_sys::CreateParallelContext(
-            c"$libdir/corgipile".as_ptr(),
-            c"corgipile_parallel_main".as_ptr(),
-            workers as i32,
-        );
-        // shm_toc_estimate_chunk and shm_toc_estimate_keys (C macros).
-        (*pcxt).estimator.space_for_chunks += buffer_align(bytes);
-        (*pcxt).estimator.number_of_keys += 1;
-        pg_sys::InitializeParallelDSM(pcxt);
-        // SAFETY: shm_toc_allocate returns `bytes` of the segment (or raises), BUFFERALIGNed.
-        let at = pg_sys::shm_toc_allocate((*pcxt).toc, bytes).cast::<u8>();
-        std::ptr::write_bytes(at, 0, std::mem::size_of::<Control>());
-        let control = at.cast::<Control>();
-        (*control).plan_len = plan.len() as u64;
-        std::ptr::copy_nonoverlapping(
-            plan.as_ptr(),
-            at.add(std::mem::size_of::<Control>()),
-            plan.len(),
-        );
-        pg_sys::shm_toc_insert((*pcxt).toc, KEY_CONTROL, at.cast());
-        pg_sys::LaunchParallelWorkers(pcxt);
-        let launched = (*pcxt).nworkers_launched;
-        if launched <= 0 {
-            pg_sys::DestroyParallelContext(pcxt);
-            pg_sys::ExitParallelMode();
-            return None;
+        // SAFETY: FFI calls on the backend thread, inside the transaction of the training's SQL
+        // call; the context and its table of contents are those PostgreSQL just made, and
+        // `at` is the chunk of `bytes` it allocated for us (the Control block, then the plan).
+        unsafe {
+            pg_sys::EnterParallelMode();
+            let pcxt = pg_sys::CreateParallelContext(
+                c"$libdir/corgipile".as_ptr(),
+                c"corgipile_parallel_main".as_ptr(),
+                workers as i32,
+            );
+            // shm_toc_estimate_chunk and shm_toc_estimate_keys (C macros).
+            (*pcxt).estimator.space_for_chunks += buffer_align(bytes);
+            (*pcxt).estimator.number_of_keys += 1;
+            pg_sys::InitializeParallelDSM(pcxt);
+            // SAFETY: shm_toc_allocate returns `bytes` of the segment (or raises), BUFFERALIGNed.
+            let at = pg_sys::shm_toc_allocate((*pcxt).toc, bytes).cast::<u8>();
+            std::ptr::write_bytes(at, 0, std::mem::size_of::<Control>());
+            let control = at.cast::<Control>();
+            (*control).plan_len = plan.len() as u64;
+            std::ptr::copy_nonoverlapping(
+                plan.as_ptr(),
+                at.add(std::mem::size_of::<Control>()),
+                plan.len(),
+            );
+            pg_sys::shm_toc_insert((*pcxt).toc, KEY_CONTROL, at.cast());
+            pg_sys::LaunchParallelWorkers(pcxt);
+            let launched = (*pcxt).nworkers_launched;
+            if launched <= 0 {
+                pg_sys::DestroyParallelContext(pcxt);
+                pg_sys::ExitParallelMode();
+                return None;
+            }
+            // Raises if a launched worker failed to start.
+            pg_sys::WaitForParallelWorkersToAttach(pcxt);
+            let processes = launched as u32 + 1;
+            (*control).processes.store(processes, Ordering::Release);
+            Some(Team {
+                control,
+                share: BlockShare { rank: 0, processes },
+                pcxt,
+                model: std::ptr::null_mut(),
+                learner_reports: std::ptr::null_mut(),
+                learners: 0,
+            })
         }
-        // Raises if a launched worker failed to start.
-        pg_sys::WaitForParallelWorkersToAttach(pcxt);
-        let processes = launched as u32 + 1;
-        (*control).processes.store(processes, Ordering::Release);
-        Some(Team {
-            control,
-            share: BlockShare { rank: 0, processes },
-            pcxt,
-            model: std::ptr::null_mut(),
-            learner_reports: std::ptr::null_mut(),
-            learners: 0,
-        })
     }
 
     /// Worker: its side of `launch`. Reads the plan the leader wrote after `Control`, and joins
@@ -313,13 +316,17 @@ impl Team {
     /// After this process's first buffer (`width`: its rows' number of features, None if its
     /// share had no rows): the model's number of features every process uses, the leader's if
     /// it has rows, else a worker's. None: no process has a row.
-    pub unsafe fn agree_on_width(&self, width: Option<usize>) -> Option<usize> {
+    pub fn agree_on_width(&self, width: Option<usize>) -> Option<usize> {
         let me = self.slot(self.share.rank);
         me.first_width
             .store(width.map_or(1, |w| w as u64 + 2), Ordering::Release);
         let control = self.control();
         if !self.is_leader() {
-            self.wait_until(|| control.model_state.load(Ordering::Acquire) != MODEL_PENDING);
+            // SAFETY: waits on the team's control block (mapped for the whole training) on
+            // the backend thread, checking for interrupts.
+            unsafe {
+                self.wait_until(|| control.model_state.load(Ordering::Acquire) != MODEL_PENDING)
+            };
             return match control.model_state.load(Ordering::Acquire) {
                 MODEL_READY => Some(control.n_features.load(Ordering::Acquire) as usize),
                 _ => None,
@@ -329,13 +336,16 @@ impl Team {
             return Some(w);
         }
         let mut found = None;
-        self.wait_until(|| {
-            let widths: Vec<u64> = (1..self.share.processes)
-                .map(|r| self.slot(r).first_width.load(Ordering::Acquire))
-                .collect();
-            found = widths.iter().find(|&&w| w >= 2).map(|&w| (w - 2) as usize);
-            found.is_some() || widths.iter().all(|&w| w == 1)
-        });
+        // SAFETY: as above.
+        unsafe {
+            self.wait_until(|| {
+                let widths: Vec<u64> = (1..self.share.processes)
+                    .map(|r| self.slot(r).first_width.load(Ordering::Acquire))
+                    .collect();
+                found = widths.iter().find(|&&w| w >= 2).map(|&w| (w - 2) as usize);
+                found.is_some() || widths.iter().all(|&w| w == 1)
+            })
+        };
         if found.is_none() {
             control.model_state.store(MODEL_NO_ROWS, Ordering::Release);
         }
@@ -347,6 +357,11 @@ impl Team {
     /// before them, every process's per-learner reports of the last two epochs. The leader
     /// creates the segment (after `agree_on_width`), a worker attaches the leader's: both lay
     /// it out from the same learners.
+    ///
+    /// # Safety
+    /// Once per team, after `agree_on_width` returned Some in this process (a worker's wait
+    /// there is what makes the leader's layout visible before the worker reads it), with the
+    /// same `starts` lengths in every process.
     pub unsafe fn shared_models(
         &mut self,
         n_features: usize,
@@ -448,6 +463,10 @@ impl Team {
     /// The end of `epoch` in this process: publishes its statistics (`stats`: per learner,
     /// None if it stopped or was set aside here), waits for every process to finish the epoch,
     /// and returns the whole epoch's.
+    ///
+    /// # Safety
+    /// After `shared_models`, with `stats` one entry per learner it laid out (the reports are
+    /// written unchecked at those places); every process calls it for the same epochs in order.
     pub unsafe fn end_epoch(
         &self,
         epoch: u32,
@@ -516,6 +535,11 @@ impl Team {
     /// a dynamic shared memory segment of its own, reads the others', and keeps its segment
     /// until every process has read it. `round`: the same increasing number in every process,
     /// one call per round (validation scores, parts of every epoch and of the folds).
+    ///
+    /// # Safety
+    /// Every process of the team calls it with the same increasing `round`, once per round:
+    /// the protocol that keeps each process's segment mapped, and its published length
+    /// matching it, while the others read it.
     pub unsafe fn gather(&self, round: u32, mine: &[u8]) -> Vec<Vec<u8>> {
         let rank = self.share.rank;
         let processes = self.share.processes;
@@ -574,18 +598,29 @@ impl Team {
 
     /// Leader, after its last epoch: waits for the workers to finish (they have added their
     /// averages to the shared model when they do).
+    ///
+    /// # Safety
+    /// The leader's team only (a worker's has no parallel context to wait on).
     pub unsafe fn wait_for_workers(&self) {
         pg_sys::WaitForParallelWorkersToFinish(self.pcxt);
     }
 
     /// At the very end: detaches the model; the leader also ends the parallel context.
-    pub unsafe fn finish(self) {
+    pub fn finish(self) {
         if !self.model.is_null() {
-            pg_sys::dsm_detach(self.model);
+            // SAFETY: an FFI call on the backend thread on the segment this process created or
+            // attached, once (`self` is consumed); detaching closes MODEL_GATE first, so a
+            // shared model still held fails its exchanges rather than touching the unmapped
+            // segment.
+            unsafe { pg_sys::dsm_detach(self.model) };
         }
         if self.is_leader() {
-            pg_sys::DestroyParallelContext(self.pcxt);
-            pg_sys::ExitParallelMode();
+            // SAFETY: the leader's parallel context from `launch` (a team's only constructor
+            // for rank 0), ended once, inside the parallel mode `launch` entered.
+            unsafe {
+                pg_sys::DestroyParallelContext(self.pcxt);
+                pg_sys::ExitParallelMode();
+            }
         }
     }
 }
