@@ -52,9 +52,8 @@ impl SgdNode {
     /// (`group_model`) is judged by its trainer alone (NaN or infinite): its rows' labels are
     /// not counted apart from the others'.
     ///
-    /// # Safety
-    /// Backend thread, after the training's epochs (the SGD node's child is initialized).
-    pub(super) unsafe fn check_diverged<T>(
+    /// Called after the training's epochs.
+    pub(super) fn check_diverged<T>(
         &self,
         result: Result<T, TrainError>,
         epochs: &[EpochRecord],
@@ -73,7 +72,9 @@ impl SgdNode {
             return result;
         };
         let (epoch, loss) = (record.stats.epoch, record.stats.loss);
-        let zero = self.zero_model_loss();
+        // SAFETY: a private method of this node that needs only what every method of a live SgdNode
+        // has (its child initialized, inside the executor run).
+        let zero = unsafe { self.zero_model_loss() };
         if !diverged(loss, zero) {
             return result;
         }

@@ -77,7 +77,9 @@ impl SgdNode {
     /// buffer (read to learn the rows' width), whose reading began at `first_started`.
     ///
     /// # Safety
-    /// Backend thread; the SGD node's child plan is initialized.
+    /// With a team: its `shared_models` laid out one model per learner of `fit`, and every
+    /// process of the team runs these epochs alike (the epochs of [`Team::end_epoch`] and the
+    /// rounds of [`Team::gather`] must match across the processes).
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn run_epochs(
         &mut self,

@@ -19,7 +19,7 @@ impl SgdNode {
     /// epoch's first buffer is filled while the worker finishes (otherwise both sides would
     /// wait on each other at every epoch boundary: about one buffer's fill and one's training).
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn epoch_with_worker(
+    pub(super) fn epoch_with_worker(
         &mut self,
         worker: &mut Worker,
         shuffle: &mut TupleShuffle,
@@ -51,7 +51,11 @@ impl SgdNode {
             // The worker still trains the buffer before (in flight, none spare): see
             // end_epoch_filling_ahead.
             if fill_next && in_flight > 0 && spares.is_empty() && shuffle.can_fill_ahead(&buffer) {
-                return self.end_epoch_filling_ahead(worker, shuffle, spares, buffer, snapshot);
+                // SAFETY: a private method of this node that needs only what every method of a live SgdNode
+                // has (its child initialized, inside the executor run).
+                return unsafe {
+                    self.end_epoch_filling_ahead(worker, shuffle, spares, buffer, snapshot)
+                };
             }
             worker.send(Job::Train(buffer)).unwrap_or_else(|r| {
                 raise_reply(r, &self.label_text(), self.config.params.normalize)
@@ -66,13 +70,19 @@ impl SgdNode {
         if fill_next {
             // A buffer to fill: a spare, or the next one the worker is done with.
             while spares.is_empty() && end.is_none() {
-                end = self.take_reply(worker, spares);
+                // SAFETY: a private method of this node that needs only what every method of a live SgdNode
+                // has (its child initialized, inside the executor run).
+                end = unsafe { self.take_reply(worker, spares) };
             }
             rows_of_epoch = Some(shuffle.counts());
-            pg_sys::ExecReScan(self.child);
+            // SAFETY: an FFI call on the backend thread, inside the executor run, on this node's child
+            // (initialized in begin, alive until end).
+            unsafe { pg_sys::ExecReScan(self.child) };
             next_first = Some(shuffle.next_buffer(spares.pop()));
         }
-        self.epoch_end(worker, spares, end, next_first, rows_of_epoch)
+        // SAFETY: a private method of this node that needs only what every method of a live SgdNode
+        // has (its child initialized, inside the executor run).
+        unsafe { self.epoch_end(worker, spares, end, next_first, rows_of_epoch) }
     }
 
     /// The end of a double-buffered epoch whose last buffer, `last`, is short of full (the
@@ -167,7 +177,7 @@ impl SgdNode {
     }
 
     /// One epoch, single-buffered: fill, then train, on the backend thread.
-    pub(super) unsafe fn epoch_on_backend(
+    pub(super) fn epoch_on_backend(
         &mut self,
         trainer: &mut Trials,
         shuffle: &mut TupleShuffle,

@@ -71,9 +71,8 @@ impl SgdNode {
     /// Polishes the stored model of `trials` (one: "inference" trains no search) and adds its
     /// tests. Reads the table once per Newton pass.
     ///
-    /// # Safety
-    /// On the backend, inside the executor of the training's plan, after the epochs.
-    pub(super) unsafe fn infer(&mut self, trials: &mut [Trial]) {
+    /// Called inside the executor of the training's plan, after the epochs.
+    pub(super) fn infer(&mut self, trials: &mut [Trial]) {
         if !self.config.params.inference {
             return;
         }
@@ -120,8 +119,12 @@ impl SgdNode {
                 self.inference_failed(InferenceError::NotConverged { step: last_step }, n_features);
             }
             passes += 1;
-            self.information_pass(&mut info, family, labels);
-            let read = self.shuffle().counts();
+            // SAFETY: a private method of this node that needs only what every method of a live SgdNode
+            // has (its child initialized, inside the executor run).
+            unsafe { self.information_pass(&mut info, family, labels) };
+            // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
+            // other reference to it is in use here.
+            let read = unsafe { self.shuffle() }.counts();
             match &self.first_epoch {
                 Some(first) if !read.same_rows(first) => self.rows_changed(
                     &format!("Newton pass {passes} of \"inference\""),

@@ -401,7 +401,7 @@ impl Node for SgdNode {
 /// optimizer).
 ///
 /// # Safety
-/// `es` is a live ExplainState (backend thread).
+/// `es` is a valid ExplainState whose output has begun and not ended.
 pub(crate) unsafe fn explain_family(
     es: *mut pg_sys::ExplainState,
     kind: ModelKind,

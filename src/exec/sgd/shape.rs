@@ -49,12 +49,14 @@ pub fn checked_learner(
 impl SgdNode {
     /// The shape of a learner of `kind` over `n_features` inputs: for families sized by the
     /// statistics pass, its classes (ERROR with fewer than two) and the label's moments.
-    pub(super) unsafe fn learner_shape(&self, n_features: usize, kind: ModelKind) -> Shape {
+    pub(super) fn learner_shape(&self, n_features: usize, kind: ModelKind) -> Shape {
         if !kind.family().sized_by_statistics() {
             return inputs_only(n_features);
         }
         let outputs = if kind.is_classifier() {
-            let classes = self.shuffle().rows().classes().len();
+            // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
+            // other reference to it is in use here.
+            let classes = unsafe { self.shuffle() }.rows().classes().len();
             if classes < 2 {
                 self.one_class();
             }
@@ -72,7 +74,7 @@ impl SgdNode {
 
     /// The learner of `kind` for `params` (the training's, or one configuration's of a search)
     /// and `config` over `n_features` inputs, its size checked first and kept for EXPLAIN.
-    pub(super) unsafe fn learner(
+    pub(super) fn learner(
         &mut self,
         kind: ModelKind,
         config: TrainConfig,

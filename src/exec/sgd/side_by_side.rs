@@ -29,7 +29,7 @@ impl SgdNode {
     /// that one alone. `learned`: the trainer configuration with what the statistics pass
     /// learned (moved into the one learner of a training that copies nothing). Also returns
     /// who each learner is (its configuration and the fold it holds out).
-    pub(super) unsafe fn side_by_side(
+    pub(super) fn side_by_side(
         &mut self,
         configurations: &[Configuration],
         learned: TrainConfig,
@@ -95,7 +95,7 @@ impl SgdNode {
     /// training), then one per group of `groups` (the keys and rows of the groups that get a
     /// model, then how many groups and rows are too small), all with `params`. Their memory,
     /// all together, is checked against corgipile.max_model_memory before any is built.
-    pub(super) unsafe fn per_group(
+    pub(super) fn per_group(
         &mut self,
         params: &TrainParams,
         learned: TrainConfig,
@@ -126,7 +126,9 @@ impl SgdNode {
                 Some(size) => size.bytes,
                 None => {
                     let outputs = if self.config.model.has_class_outputs() {
-                        self.shuffle().rows().classes().len().max(2) as u64
+                        // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
+                        // other reference to it is in use here.
+                        unsafe { self.shuffle() }.rows().classes().len().max(2) as u64
                     } else {
                         1
                     };
@@ -224,6 +226,10 @@ impl SgdNode {
     ///
     /// With workers (`team`), every process scores the held-out rows it read, and every
     /// process gets the scores of all of them pooled (`round`: see `Team::gather`).
+    ///
+    /// # Safety
+    /// With a team: as for [`Team::gather`], every process of the team calls it with the same
+    /// increasing `round`.
     pub(super) unsafe fn validate_many(
         &self,
         models: &[Option<Model>],
@@ -312,6 +318,10 @@ impl SgdNode {
 /// With workers: each model's scores of every process merged, in rank order (the same sums,
 /// so the same decisions, in every process). A model this process has no score of (set
 /// aside, or a fold's model that scored no row here) has none.
+///
+/// # Safety
+/// As for [`Team::gather`]: every process of the team calls it with the same increasing
+/// `round`.
 pub(super) unsafe fn pool_scores(
     team: &Team,
     round: u32,

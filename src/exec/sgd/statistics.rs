@@ -14,7 +14,7 @@ use pgrx::{check_for_interrupts, pg_sys};
 
 /// One pass over the table's rows into statistics; `seen` is shown each buffer first.
 /// Double-buffered, a thread counts one buffer while the backend fills the next.
-pub(super) unsafe fn gather_statistics(
+pub(super) fn gather_statistics(
     shuffle: &mut TupleShuffle,
     classifier: bool,
     double_buffer: bool,
@@ -50,9 +50,11 @@ pub(super) unsafe fn gather_statistics(
 impl SgdNode {
     /// One pass of statistics before training, for `normalize` and `class_weight`; over a
     /// sample of the blocks when `sample` (the caller knows means and scales are all it needs).
-    pub(super) unsafe fn statistics_pass(&mut self, config: &mut TrainConfig, sample: bool) {
+    pub(super) fn statistics_pass(&mut self, config: &mut TrainConfig, sample: bool) {
         let params = &self.config.params;
-        let shuffle = self.shuffle();
+        // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
+        // other reference to it is in use here.
+        let shuffle = unsafe { self.shuffle() };
         if sample {
             shuffle.sample_this_pass(
                 StatisticsPass::SAMPLE_FRACTION,
@@ -95,15 +97,19 @@ impl SgdNode {
             config.label_values = settled.label_values;
             config.class_weights = settled.class_weights;
         }
-        pg_sys::ExecReScan(self.child);
+        // SAFETY: an FFI call on the backend thread, inside the executor run, on this node's child
+        // (initialized in begin, alive until end).
+        unsafe { pg_sys::ExecReScan(self.child) };
     }
 
     /// What the leader's statistics pass learned, for its parallel workers.
-    pub(super) unsafe fn learned_statistics(&self, config: &TrainConfig) -> LearnedStatistics {
+    pub(super) fn learned_statistics(&self, config: &TrainConfig) -> LearnedStatistics {
         let mut learned = LearnedStatistics::of(config);
         if self.config.model.family().sized_by_statistics() {
             learned.label_moments = self.label_moments;
-            learned.classes = Some(self.shuffle().rows().classes().classes.clone());
+            // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
+            // other reference to it is in use here.
+            learned.classes = Some(unsafe { self.shuffle() }.rows().classes().classes.clone());
         }
         learned
     }

@@ -78,8 +78,11 @@ pub enum Role {
 
 impl SgdNode {
     /// A parallel worker's training (its share of the leader's).
-    pub(crate) unsafe fn train_in_team(&mut self, share: Member) {
-        self.train(None, Role::Member(Box::new(share)));
+    pub(crate) fn train_in_team(&mut self, share: Member) {
+        // SAFETY: a private method of this node that needs only what every method of a live
+        // SgdNode has (its child initialized, inside the executor run); as a member it follows
+        // the same epochs and rounds as the leader (the same plan), as the team's calls ask.
+        unsafe { self.train(None, Role::Member(Box::new(share))) };
     }
 }
 
