@@ -35,7 +35,7 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Plans and runs the pipeline with `task`; its output.
-    pub(crate) unsafe fn run<T: SgdTask>(&self, task: T) -> T::Output {
+    pub(crate) fn run<T: SgdTask>(&self, task: T) -> T::Output {
         run::run(self.table, &self.input.sql, &self.config, task)
     }
 }
@@ -75,7 +75,7 @@ pub(crate) fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
 }
 
 /// Resolve a relation for `mode` and build the pipeline config.
-pub(crate) unsafe fn prepare(
+pub(crate) fn prepare(
     relid: pg_sys::Oid,
     kind: ModelKind,
     params: TrainParams,

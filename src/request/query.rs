@@ -64,47 +64,51 @@ unsafe fn type_name(oid: pg_sys::Oid) -> String {
 /// Only heap tables (and materialized views) have pages we can shuffle, and partitioned
 /// tables are trees of them (their leaves are checked when the scan opens them); a simple view
 /// is read through its base table's pages (see `view`). Returns the table whose pages are read.
-pub unsafe fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::Oid {
-    let kind = pg_sys::get_rel_relkind(relid) as u8;
-    if kind == pg_sys::RELKIND_VIEW {
-        let base = super::view::base_table(relid, relname);
-        return check_relation(base, &relation_name(base), only);
-    }
-    if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
-        if only {
-            raise(
+pub fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::Oid {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let kind = pg_sys::get_rel_relkind(relid) as u8;
+        if kind == pg_sys::RELKIND_VIEW {
+            let base = super::view::base_table(relid, relname);
+            return check_relation(base, &relation_name(base), only);
+        }
+        if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
+            if only {
+                raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("cannot read only {relname}: it is a partitioned table, which has no rows of its own"),
                 Some("Leave out \"only\" to read all its partitions, or name one partition.".into()),
             );
+            }
+            return relid;
         }
-        return relid;
-    }
-    let what = match kind {
-        pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => None,
-        pg_sys::RELKIND_FOREIGN_TABLE => Some("a foreign table"),
-        pg_sys::RELKIND_SEQUENCE => Some("a sequence"),
-        pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => Some("an index"),
-        _ => Some("not a table"),
-    };
-    if let Some(what) = what {
-        raise(
+        let what = match kind {
+            pg_sys::RELKIND_RELATION | pg_sys::RELKIND_MATVIEW => None,
+            pg_sys::RELKIND_FOREIGN_TABLE => Some("a foreign table"),
+            pg_sys::RELKIND_SEQUENCE => Some("a sequence"),
+            pg_sys::RELKIND_INDEX | pg_sys::RELKIND_PARTITIONED_INDEX => Some("an index"),
+            _ => Some("not a table"),
+        };
+        if let Some(what) = what {
+            raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
             format!("corgipile cannot read {relname}: it is {what}"),
             Some("corgipile reads the pages of a plain table: CREATE TABLE ... AS SELECT from it first.".into()),
         );
+        }
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        let am = (*(*rel).rd_rel).relam;
+        pg_sys::RelationClose(rel);
+        if am != pg_sys::HEAP_TABLE_AM_OID {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("corgipile cannot read {relname}: it does not use the heap access method"),
+                None,
+            );
+        }
+        relid
     }
-    let rel = pg_sys::RelationIdGetRelation(relid);
-    let am = (*(*rel).rd_rel).relam;
-    pg_sys::RelationClose(rel);
-    if am != pg_sys::HEAP_TABLE_AM_OID {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("corgipile cannot read {relname}: it does not use the heap access method"),
-            None,
-        );
-    }
-    relid
 }
 
 /// The type of a user column named by a param; a missing column is an ERROR, never a default.
@@ -169,16 +173,20 @@ fn type_error(relname: &str, what: &str, column: &str, found: String, hint: &str
 
 /// corgipile_trace returns each row's label as a float8: its label column must be numeric.
 /// (Checked before `resolve`, whose hints speak of the model kinds that train.)
-pub unsafe fn check_trace_label(relid: pg_sys::Oid, relname: &str, label: &str) {
-    let t = column_type(relid, relname, label, "label");
-    if !is_number(t) {
-        type_error(
+pub fn check_trace_label(relid: pg_sys::Oid, relname: &str, label: &str) {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let t = column_type(relid, relname, label, "label");
+        if !is_number(t) {
+            type_error(
             relname,
             "label",
             label,
             type_name(t),
             "corgipile_trace returns each row's label as a float8, so it needs a numeric label column: name one with {\"label\": ...}.",
         );
+        }
     }
 }
 
@@ -199,7 +207,7 @@ unsafe fn dense_array_expr(relid: pg_sys::Oid, relname: &str, column: &str) -> S
 /// Resolve the columns and build the SELECT. `validation_predicate` is SQL the user wrote; it
 /// is checked to be one boolean expression over the relation (see `checked_predicate`).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn resolve(
+pub fn resolve(
     relid: pg_sys::Oid,
     relname: &str,
     model: ModelKind,
@@ -213,154 +221,158 @@ pub unsafe fn resolve(
     only: bool,
     group_by: Option<&[String]>,
 ) -> Input {
-    let label_type = column_type(relid, relname, label, "label");
-    let label_is_bool = label_type == pg_sys::BOOLOID;
-    let (label_expr, coding) = match model.labels() {
-        Labels::Number => {
-            if !is_number(label_type) {
-                type_error(
-                    relname,
-                    "label",
-                    label,
-                    type_name(label_type),
-                    "linear regression needs a numeric label.",
-                );
-            }
-            (
-                numeric_label_expr(label, label_type),
-                LabelCoding::Value(label_kind(label_type)),
-            )
-        }
-        Labels::TwoClasses | Labels::Classes => {
-            if is_text(label_type) {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let label_type = column_type(relid, relname, label, "label");
+        let label_is_bool = label_type == pg_sys::BOOLOID;
+        let (label_expr, coding) = match model.labels() {
+            Labels::Number => {
+                if !is_number(label_type) {
+                    type_error(
+                        relname,
+                        "label",
+                        label,
+                        type_name(label_type),
+                        "linear regression needs a numeric label.",
+                    );
+                }
                 (
-                    format!("{}::pg_catalog.text", quote_identifier(label)),
-                    LabelCoding::ClassOfText,
+                    numeric_label_expr(label, label_type),
+                    LabelCoding::Value(label_kind(label_type)),
                 )
-            } else if is_number(label_type) || label_is_bool {
-                let kind = label_kind(label_type);
-                let coding = if model.has_class_outputs() {
-                    LabelCoding::ClassOfValue(kind)
+            }
+            Labels::TwoClasses | Labels::Classes => {
+                if is_text(label_type) {
+                    (
+                        format!("{}::pg_catalog.text", quote_identifier(label)),
+                        LabelCoding::ClassOfText,
+                    )
+                } else if is_number(label_type) || label_is_bool {
+                    let kind = label_kind(label_type);
+                    let coding = if model.has_class_outputs() {
+                        LabelCoding::ClassOfValue(kind)
+                    } else {
+                        LabelCoding::Value(kind)
+                    };
+                    (numeric_label_expr(label, label_type), coding)
                 } else {
-                    LabelCoding::Value(kind)
+                    type_error(
+                        relname,
+                        "label",
+                        label,
+                        type_name(label_type),
+                        "The label must be boolean, a number type or text.",
+                    )
+                }
+            }
+        };
+        let mut preprocess = None;
+        let mut tabular_names = Vec::new();
+        let (feature_exprs, layout) = match features {
+            FeatureColumns::Array(column) => (
+                vec![dense_array_expr(relid, relname, column)],
+                FeatureLayout::Dense { columns: false },
+            ),
+            FeatureColumns::Columns(_) | FeatureColumns::All { .. } => {
+                let names = match features {
+                    FeatureColumns::Columns(c) => c.clone(),
+                    FeatureColumns::All { exclude } => every_column(relid, relname, label, exclude),
+                    _ => unreachable!(),
                 };
-                (numeric_label_expr(label, label_type), coding)
-            } else {
-                type_error(
-                    relname,
-                    "label",
-                    label,
-                    type_name(label_type),
-                    "The label must be boolean, a number type or text.",
+                let (exprs, spec) = tabular_columns(relid, relname, label, &names, tabular);
+                preprocess = Some(spec);
+                tabular_names = names;
+                (exprs, FeatureLayout::Tabular)
+            }
+            FeatureColumns::Sparse { indices, values } => {
+                let ti = column_type(relid, relname, indices, "features");
+                if !matches!(
+                    element_type(ti),
+                    pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID
+                ) {
+                    type_error(
+                        relname,
+                        "feature indices",
+                        indices,
+                        type_name(ti),
+                        "Sparse feature indices must be an integer array (int4[]).",
+                    );
+                }
+                let index_expr = if ti == pg_sys::INT4ARRAYOID {
+                    quote_identifier(indices)
+                } else {
+                    format!("{}::pg_catalog.int4[]", quote_identifier(indices))
+                };
+                (
+                    vec![index_expr, dense_array_expr(relid, relname, values)],
+                    FeatureLayout::Sparse {
+                        index_base,
+                        n_features,
+                    },
                 )
             }
-        }
-    };
-    let mut preprocess = None;
-    let mut tabular_names = Vec::new();
-    let (feature_exprs, layout) = match features {
-        FeatureColumns::Array(column) => (
-            vec![dense_array_expr(relid, relname, column)],
-            FeatureLayout::Dense { columns: false },
-        ),
-        FeatureColumns::Columns(_) | FeatureColumns::All { .. } => {
-            let names = match features {
-                FeatureColumns::Columns(c) => c.clone(),
-                FeatureColumns::All { exclude } => every_column(relid, relname, label, exclude),
-                _ => unreachable!(),
-            };
-            let (exprs, spec) = tabular_columns(relid, relname, label, &names, tabular);
-            preprocess = Some(spec);
-            tabular_names = names;
-            (exprs, FeatureLayout::Tabular)
-        }
-        FeatureColumns::Sparse { indices, values } => {
-            let ti = column_type(relid, relname, indices, "features");
-            if !matches!(
-                element_type(ti),
-                pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID
-            ) {
-                type_error(
-                    relname,
-                    "feature indices",
-                    indices,
-                    type_name(ti),
-                    "Sparse feature indices must be an integer array (int4[]).",
-                );
+        };
+        let mut columns = vec![label_expr];
+        columns.extend(feature_exprs);
+        let validation_column = validation_predicate.map(|p| {
+            let checked = checked_predicate(relid, relname, p, Predicate::Validation);
+            columns.push(format!("COALESCE(({checked}), false)"));
+            columns.len() - 1
+        });
+        // Read as stored (plain columns keep the page reader); their text is the group's key.
+        let groups = group_by.map(|names| {
+            let first = columns.len();
+            let mut types = Vec::with_capacity(names.len());
+            for name in names {
+                if name == label {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                        format!("column \"{name}\" is both the label and a \"group_by\" column"),
+                        None,
+                    );
+                }
+                types.push(column_type(relid, relname, name, "group_by").to_u32());
+                columns.push(quote_identifier(name));
             }
-            let index_expr = if ti == pg_sys::INT4ARRAYOID {
-                quote_identifier(indices)
-            } else {
-                format!("{}::pg_catalog.int4[]", quote_identifier(indices))
-            };
-            (
-                vec![index_expr, dense_array_expr(relid, relname, values)],
-                FeatureLayout::Sparse {
-                    index_base,
-                    n_features,
-                },
-            )
-        }
-    };
-    let mut columns = vec![label_expr];
-    columns.extend(feature_exprs);
-    let validation_column = validation_predicate.map(|p| {
-        let checked = checked_predicate(relid, relname, p, Predicate::Validation);
-        columns.push(format!("COALESCE(({checked}), false)"));
-        columns.len() - 1
-    });
-    // Read as stored (plain columns keep the page reader); their text is the group's key.
-    let groups = group_by.map(|names| {
-        let first = columns.len();
-        let mut types = Vec::with_capacity(names.len());
-        for name in names {
-            if name == label {
+            crate::pipeline::GroupColumns {
+                first,
+                types,
+                known: None,
+            }
+        });
+        // "where": a qual of the BlockShuffle scan, beside row-level security's.
+        let filter = filter
+            .map(|f| {
+                format!(
+                    " WHERE {}",
+                    checked_predicate(relid, relname, f, Predicate::Where)
+                )
+            })
+            .unwrap_or_default();
+        // As SELECT reads it: with its partitions or inheritance children, unless "only" is set.
+        let sql = format!(
+            "SELECT {} FROM {}{}{filter}",
+            columns.join(", "),
+            if only { "ONLY " } else { "" },
+            qualified_name(relid)
+        );
+        Input {
+            sql: CString::new(sql).unwrap_or_else(|_| {
                 raise(
                     PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    format!("column \"{name}\" is both the label and a \"group_by\" column"),
+                    "the validation predicate or the \"where\" filter contains a NUL byte",
                     None,
-                );
-            }
-            types.push(column_type(relid, relname, name, "group_by").to_u32());
-            columns.push(quote_identifier(name));
+                )
+            }),
+            layout,
+            label: coding,
+            validation_column,
+            label_is_bool,
+            preprocess,
+            columns: tabular_names,
+            groups,
         }
-        crate::pipeline::GroupColumns {
-            first,
-            types,
-            known: None,
-        }
-    });
-    // "where": a qual of the BlockShuffle scan, beside row-level security's.
-    let filter = filter
-        .map(|f| {
-            format!(
-                " WHERE {}",
-                checked_predicate(relid, relname, f, Predicate::Where)
-            )
-        })
-        .unwrap_or_default();
-    // As SELECT reads it: with its partitions or inheritance children, unless "only" is set.
-    let sql = format!(
-        "SELECT {} FROM {}{}{filter}",
-        columns.join(", "),
-        if only { "ONLY " } else { "" },
-        qualified_name(relid)
-    );
-    Input {
-        sql: CString::new(sql).unwrap_or_else(|_| {
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                "the validation predicate or the \"where\" filter contains a NUL byte",
-                None,
-            )
-        }),
-        layout,
-        label: coding,
-        validation_column,
-        label_is_bool,
-        preprocess,
-        columns: tabular_names,
-        groups,
     }
 }
 

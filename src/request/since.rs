@@ -27,23 +27,27 @@ pub struct TableRead {
 impl TableRead {
     /// `table`'s identity and size now; None unless it is one heap table (or materialized
     /// view) without inheritance children, whose page numbers say what was added.
-    ///
-    /// # Safety
-    /// Backend thread, in a transaction.
-    pub unsafe fn now(table: pg_sys::Oid) -> Option<TableRead> {
-        let kind = pg_sys::get_rel_relkind(table) as u8;
-        if kind != pg_sys::RELKIND_RELATION && kind != pg_sys::RELKIND_MATVIEW {
-            return None;
+    pub fn now(table: pg_sys::Oid) -> Option<TableRead> {
+        // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+        // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+        unsafe {
+            let kind = pg_sys::get_rel_relkind(table) as u8;
+            if kind != pg_sys::RELKIND_RELATION && kind != pg_sys::RELKIND_MATVIEW {
+                return None;
+            }
+            // SAFETY: the training reads the table: it takes this lock anyway.
+            let rel = pg_sys::relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            let read = (!(*(*rel).rd_rel).relhassubclass).then(|| TableRead {
+                relid: table.to_u32(),
+                pages: pg_sys::RelationGetNumberOfBlocksInFork(
+                    rel,
+                    pg_sys::ForkNumber::MAIN_FORKNUM,
+                ),
+                filenode: (*(*rel).rd_rel).relfilenode.to_u32(),
+            });
+            pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+            read
         }
-        // SAFETY: the training reads the table: it takes this lock anyway.
-        let rel = pg_sys::relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let read = (!(*(*rel).rd_rel).relhassubclass).then(|| TableRead {
-            relid: table.to_u32(),
-            pages: pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM),
-            filenode: (*(*rel).rd_rel).relfilenode.to_u32(),
-        });
-        pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-        read
     }
 
     pub fn to_json(self) -> serde_json::Value {
@@ -69,10 +73,7 @@ impl TableRead {
 }
 
 /// The share of `table` a training since model `since_id` reads.
-///
-/// # Safety
-/// Backend thread, in a transaction.
-pub unsafe fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) -> ReadFrom {
+pub fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) -> ReadFrom {
     let Some(now) = TableRead::now(table) else {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -118,10 +119,7 @@ pub unsafe fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay
 }
 
 /// With `"since"`: the share of the table `prepared` reads (a training or its EXPLAIN).
-///
-/// # Safety
-/// Backend thread, in a transaction.
-pub(crate) unsafe fn apply(prepared: &mut super::Prepared) {
+pub(crate) fn apply(prepared: &mut super::Prepared) {
     let params = &prepared.config.params;
     let Some(key) = &params.since else {
         return;

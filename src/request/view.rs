@@ -15,21 +15,22 @@ const MAX_DEPTH: usize = 32;
 
 /// A view that is not a projection and a filter of one table (through simple views): its
 /// qualified name, for a training that spills its rows first; None for anything else.
-///
-/// # Safety
-/// Backend thread, in a transaction.
-pub unsafe fn must_spill(relid: pg_sys::Oid) -> Option<String> {
-    let mut current = relid;
-    for _ in 0..MAX_DEPTH {
-        if pg_sys::get_rel_relkind(current) as u8 != pg_sys::RELKIND_VIEW {
-            return None;
+pub fn must_spill(relid: pg_sys::Oid) -> Option<String> {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let mut current = relid;
+        for _ in 0..MAX_DEPTH {
+            if pg_sys::get_rel_relkind(current) as u8 != pg_sys::RELKIND_VIEW {
+                return None;
+            }
+            match simple_base(current) {
+                Ok(base) => current = base,
+                Err(_) => return Some(crate::pg::names::qualified_name(relid)),
+            }
         }
-        match simple_base(current) {
-            Ok(base) => current = base,
-            Err(_) => return Some(crate::pg::names::qualified_name(relid)),
-        }
+        None
     }
-    None
 }
 
 /// The base relation of a simple view, or why the view is not one.
@@ -67,25 +68,29 @@ unsafe fn simple_base(view: pg_sys::Oid) -> Result<pg_sys::Oid, String> {
 /// a projection and a filter of one table.
 ///
 /// # Safety
-/// Backend thread, in a transaction; `relid` is a view.
+/// `relid` is a view (relkind 'v'): PostgreSQL reads its rewrite rule unchecked.
 pub unsafe fn base_table(relid: pg_sys::Oid, relname: &str) -> pg_sys::Oid {
-    let mut current = relid;
-    for _ in 0..MAX_DEPTH {
-        let base = simple_base(current).unwrap_or_else(|reason| {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let mut current = relid;
+        for _ in 0..MAX_DEPTH {
+            let base = simple_base(current).unwrap_or_else(|reason| {
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 format!("cannot read view {relname} with a block scan: it is not a projection and a filter of one table ({reason})"),
                 Some("corgipile_train and corgipile_explain spill such a view's rows first (through the pile shuffle into a temporary table); to evaluate on it, CREATE TABLE ... AS SELECT from the view first.".into()),
             )
         });
-        if pg_sys::get_rel_relkind(base) as u8 != pg_sys::RELKIND_VIEW {
-            return base;
+            if pg_sys::get_rel_relkind(base) as u8 != pg_sys::RELKIND_VIEW {
+                return base;
+            }
+            current = base;
         }
-        current = base;
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("cannot train on view {relname}: it is more than {MAX_DEPTH} views deep"),
+            None,
+        )
     }
-    raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        format!("cannot train on view {relname}: it is more than {MAX_DEPTH} views deep"),
-        None,
-    )
 }

@@ -88,7 +88,7 @@ impl RoundProgress {
 
 /// Runs one request on every shard at once (remote ones first, then the local ones here, while
 /// the remote ones work) and returns their replies in shard order.
-pub(super) unsafe fn round(
+pub(super) fn round(
     shards: &mut [Shard],
     request: &RoundRequest,
     model: &str,
@@ -97,64 +97,68 @@ pub(super) unsafe fn round(
     bytes: &mut u64,
     at: &RoundProgress,
 ) -> Vec<RoundReply> {
-    let request_json = serde_json::to_string(request).expect("request serializes");
-    let sent = Instant::now();
-    let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
-    at.report(shards, &replies, sent, true);
-    for shard in shards.iter_mut() {
-        if let Place::Remote { conn, table, call } = &mut shard.place {
-            *bytes += request_json.len() as u64;
-            conn.send(call, &[table, model, params_json, &request_json]);
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let request_json = serde_json::to_string(request).expect("request serializes");
+        let sent = Instant::now();
+        let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
+        at.report(shards, &replies, sent, true);
+        for shard in shards.iter_mut() {
+            if let Place::Remote { conn, table, call } = &mut shard.place {
+                *bytes += request_json.len() as u64;
+                conn.send(call, &[table, model, params_json, &request_json]);
+            }
         }
-    }
-    // A reply is parsed within four times corgipile.max_model_memory (it carries at most one model's
-    // worth of numbers) and checked against the request before it is used: it may come from
-    // code the shard's role wrote.
-    let limit = crate::pg::guc::max_wire_bytes();
-    for (i, shard) in shards.iter_mut().enumerate() {
-        if let Place::Local(oid) = shard.place {
-            let started = Instant::now();
-            replies[i] = Some(run_local(oid, request));
-            shard.seconds += started.elapsed().as_secs_f64();
-        }
-    }
-    loop {
-        let mut waiting = false;
+        // A reply is parsed within four times corgipile.max_model_memory (it carries at most one model's
+        // worth of numbers) and checked against the request before it is used: it may come from
+        // code the shard's role wrote.
+        let limit = crate::pg::guc::max_wire_bytes();
         for (i, shard) in shards.iter_mut().enumerate() {
-            if replies[i].is_some() {
-                continue;
-            }
-            let Place::Remote { conn, .. } = &mut shard.place else {
-                continue;
-            };
-            if conn.ready() {
-                shard.seconds += sent.elapsed().as_secs_f64();
-                let parsed = conn
-                    .result_with(|text| {
-                        (text.len(), wire::parse_bounded::<RoundReply>(text, limit))
-                    })
-                    .unwrap_or((0, Err(WireError::Invalid("no answer".into()))));
-                *bytes += parsed.0 as u64;
-                let reply = parsed
-                    .1
-                    .and_then(|r| r.check(request).map(|()| r).map_err(WireError::Invalid))
-                    .unwrap_or_else(|e| bad_reply(&shard.name, e));
-                replies[i] = Some(reply);
-            } else {
-                waiting = true;
+            if let Place::Local(oid) = shard.place {
+                let started = Instant::now();
+                replies[i] = Some(run_local(oid, request));
+                shard.seconds += started.elapsed().as_secs_f64();
             }
         }
-        if !waiting {
-            break;
+        loop {
+            let mut waiting = false;
+            for (i, shard) in shards.iter_mut().enumerate() {
+                if replies[i].is_some() {
+                    continue;
+                }
+                let Place::Remote { conn, .. } = &mut shard.place else {
+                    continue;
+                };
+                if conn.ready() {
+                    shard.seconds += sent.elapsed().as_secs_f64();
+                    let parsed = conn
+                        .result_with(|text| {
+                            (text.len(), wire::parse_bounded::<RoundReply>(text, limit))
+                        })
+                        .unwrap_or((0, Err(WireError::Invalid("no answer".into()))));
+                    *bytes += parsed.0 as u64;
+                    let reply = parsed
+                        .1
+                        .and_then(|r| r.check(request).map(|()| r).map_err(WireError::Invalid))
+                        .unwrap_or_else(|e| bad_reply(&shard.name, e));
+                    replies[i] = Some(reply);
+                } else {
+                    waiting = true;
+                }
+            }
+            if !waiting {
+                break;
+            }
+            at.report(shards, &replies, sent, false);
+            check_for_interrupts!();
+            pg_sys::pg_usleep(1000);
         }
-        at.report(shards, &replies, sent, false);
-        check_for_interrupts!();
-        pg_sys::pg_usleep(1000);
+        replies
+            .into_iter()
+            .map(|r| r.expect("every shard answered"))
+            .collect()
     }
-    replies
-        .into_iter()
-        .map(|r| r.expect("every shard answered"))
-        .collect()
 }
 
 /// Raises for a shard's reply that could not be read or does not answer the request.
@@ -175,10 +179,7 @@ fn bad_reply(shard: &str, e: WireError) -> ! {
 
 /// Connects to every remote shard through its foreign server's user mapping and checks that it
 /// runs this corgipile version.
-///
-/// # Safety
-/// Backend thread, inside a transaction.
-pub(super) unsafe fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
+pub(super) fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
     let mut shards: Vec<Shard> = Vec::new();
     for leaf in leaves {
         let (name, place) = match leaf {
@@ -242,10 +243,7 @@ pub(super) fn shard_params(params: &corgipile_ml::params::TrainParams) -> String
 /// Scores a stored model on every shard of a sharded table (`request`: the model) and merges
 /// the shards' metrics into `evaluation` (an [`Evaluation::mergeable`]); returns the rows the
 /// shards' readers skipped. `run_local` runs the request on a local partition in this backend.
-///
-/// # Safety
-/// Backend thread, inside a transaction (a SQL function's call).
-pub unsafe fn evaluate(
+pub fn evaluate(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     model: EvaluateRequest,

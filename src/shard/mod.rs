@@ -43,7 +43,7 @@ pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
 
 /// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
 /// combines (see `crate::shard`).
-pub(crate) unsafe fn train_sharded(
+pub(crate) fn train_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
 ) -> (crate::pipeline::TrainOutcome, coordinator::ShardSummary) {
@@ -62,117 +62,124 @@ pub(crate) unsafe fn train_sharded(
 /// The shards read their tables as the user mappings' roles; here the caller must be allowed to
 /// read the partitioned table, and its row-level security (which the shards cannot apply) must
 /// not be in force. `what`: "train on" or "evaluate on", for the message.
-pub(crate) unsafe fn check_sharded_access(relid: pg_sys::Oid, relation: &str, what: &str) {
-    if pg_sys::pg_class_aclcheck(
-        relid,
-        pg_sys::GetUserId(),
-        pg_sys::ACL_SELECT as pg_sys::AclMode,
-    ) != pg_sys::AclResult::ACLCHECK_OK
-    {
-        raise(
-            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("permission denied for table {relation}"),
-            None,
-        );
-    }
-    if pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true)
-        == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-    {
-        raise(
+pub(crate) fn check_sharded_access(relid: pg_sys::Oid, relation: &str, what: &str) {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        if pg_sys::pg_class_aclcheck(
+            relid,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+        ) != pg_sys::AclResult::ACLCHECK_OK
+        {
+            raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied for table {relation}"),
+                None,
+            );
+        }
+        if pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true)
+            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+        {
+            raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("cannot {what} the sharded table {relation}: its row-level security would not apply on the shards"),
             Some("Define the policies on the shards' tables, for the roles the user mappings name.".into()),
         );
+        }
     }
 }
 
 /// EXPLAIN of a training over a sharded table: no executor plan runs here, so the output is the
 /// training's properties and its shards; with `analyze`, after training (the model is not
 /// stored), each shard's tuples in the last epoch and time, and the bytes exchanged per epoch.
-pub(crate) unsafe fn explain_sharded(
+pub(crate) fn explain_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
     analyze: bool,
     format: pg_sys::ExplainFormat::Type,
 ) -> String {
-    crate::shard::check_supported(prepared.config.model, &prepared.config);
-    let described = crate::shard::describe(&leaves);
-    let params = &prepared.config.params;
-    let started = std::time::Instant::now();
-    let trained = analyze.then(|| train_sharded(prepared, leaves));
-    let es = pg_sys::NewExplainState();
-    (*es).analyze = analyze;
-    (*es).format = format;
-    pg_sys::ExplainBeginOutput(es);
-    pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
-    explain::text(es, "Sharded Training", &prepared.config.relation);
-    explain::text(es, "Model", prepared.config.model.name());
-    explain::int(es, "Epochs", params.epochs as i64);
-    explain::text(
-        es,
-        "Sync",
-        &match params.sync {
-            Some(n) => format!("{n} rounds per epoch"),
-            None => {
-                "auto (64 rounds per epoch, fewer for a model of more than 16384 weights)".into()
-            }
-        },
-    );
-    crate::exec::sgd::explain_family(es, prepared.config.model, params);
-    if prepared.config.model.family().sized_by_statistics() {
-        explain::text(es, "Combine", "mean of the shards' changes");
-    }
-    explain::int(es, "Shards", described.len() as i64);
-    match &trained {
-        None => {
-            for (i, d) in described.iter().enumerate() {
-                explain::text(es, &format!("Shard {}", i + 1), d);
-            }
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        crate::shard::check_supported(prepared.config.model, &prepared.config);
+        let described = crate::shard::describe(&leaves);
+        let params = &prepared.config.params;
+        let started = std::time::Instant::now();
+        let trained = analyze.then(|| train_sharded(prepared, leaves));
+        let es = pg_sys::NewExplainState();
+        (*es).analyze = analyze;
+        (*es).format = format;
+        pg_sys::ExplainBeginOutput(es);
+        pg_sys::ExplainOpenGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+        explain::text(es, "Sharded Training", &prepared.config.relation);
+        explain::text(es, "Model", prepared.config.model.name());
+        explain::int(es, "Epochs", params.epochs as i64);
+        explain::text(
+            es,
+            "Sync",
+            &match params.sync {
+                Some(n) => format!("{n} rounds per epoch"),
+                None => "auto (64 rounds per epoch, fewer for a model of more than 16384 weights)"
+                    .into(),
+            },
+        );
+        crate::exec::sgd::explain_family(es, prepared.config.model, params);
+        if prepared.config.model.family().sized_by_statistics() {
+            explain::text(es, "Combine", "mean of the shards' changes");
         }
-        Some((outcome, summary)) => {
-            for (i, (line, d)) in summary.shards.iter().zip(&described).enumerate() {
-                explain::text(
+        explain::int(es, "Shards", described.len() as i64);
+        match &trained {
+            None => {
+                for (i, d) in described.iter().enumerate() {
+                    explain::text(es, &format!("Shard {}", i + 1), d);
+                }
+            }
+            Some((outcome, summary)) => {
+                for (i, (line, d)) in summary.shards.iter().zip(&described).enumerate() {
+                    explain::text(
+                        es,
+                        &format!("Shard {}", i + 1),
+                        &format!(
+                            "{d}: {} tuples in the last epoch, {:.3} s in rounds",
+                            line.tuples_last_epoch, line.seconds
+                        ),
+                    );
+                }
+                explain::int(es, "Rounds Per Epoch", summary.rounds_per_epoch as i64);
+                explain::int(es, "Epochs Run", outcome.epochs.len() as i64);
+                if let Some(last) = outcome.epochs.last() {
+                    explain::float(es, "Final Loss", None, last.stats.loss, 6);
+                    explain::int(es, "Tuples Per Epoch", last.stats.tuples as i64);
+                }
+                explain::int(es, "Bytes Per Epoch", summary.bytes_per_epoch as i64);
+                let times: Vec<String> = outcome
+                    .epochs
+                    .iter()
+                    .map(|e| format!("{:.3}", e.seconds * 1000.0))
+                    .collect();
+                explain::text(es, "Epoch Times (ms)", &times.join(", "));
+                explain::float(
                     es,
-                    &format!("Shard {}", i + 1),
-                    &format!(
-                        "{d}: {} tuples in the last epoch, {:.3} s in rounds",
-                        line.tuples_last_epoch, line.seconds
-                    ),
+                    "Training Time",
+                    Some("ms"),
+                    started.elapsed().as_secs_f64() * 1000.0,
+                    3,
                 );
             }
-            explain::int(es, "Rounds Per Epoch", summary.rounds_per_epoch as i64);
-            explain::int(es, "Epochs Run", outcome.epochs.len() as i64);
-            if let Some(last) = outcome.epochs.last() {
-                explain::float(es, "Final Loss", None, last.stats.loss, 6);
-                explain::int(es, "Tuples Per Epoch", last.stats.tuples as i64);
-            }
-            explain::int(es, "Bytes Per Epoch", summary.bytes_per_epoch as i64);
-            let times: Vec<String> = outcome
-                .epochs
-                .iter()
-                .map(|e| format!("{:.3}", e.seconds * 1000.0))
-                .collect();
-            explain::text(es, "Epoch Times (ms)", &times.join(", "));
-            explain::float(
-                es,
-                "Training Time",
-                Some("ms"),
-                started.elapsed().as_secs_f64() * 1000.0,
-                3,
-            );
         }
+        pg_sys::ExplainCloseGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
+        pg_sys::ExplainEndOutput(es);
+        CStr::from_ptr((*(*es).str_).data)
+            .to_string_lossy()
+            .into_owned()
     }
-    pg_sys::ExplainCloseGroup(c"Query".as_ptr(), std::ptr::null(), true, es);
-    pg_sys::ExplainEndOutput(es);
-    CStr::from_ptr((*(*es).str_).data)
-        .to_string_lossy()
-        .into_owned()
 }
 
 /// corgipile_evaluate (and its tables, when `tables` asks for them) on a sharded table: every
 /// shard scores the model on its rows; the metrics are merged here. Returns them and the rows
 /// the shards' readers skipped.
-pub(crate) unsafe fn evaluate_sharded(
+pub(crate) fn evaluate_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
     stored: &crate::catalog::StoredModel,

@@ -178,219 +178,236 @@ impl Remote {
     /// so that no role can borrow the server's own credentials. Then the remote session is
     /// pinned (search_path = pg_catalog and the settings postgres_fdw pins) before anything
     /// runs there.
-    ///
-    /// # Safety
-    /// Backend thread, inside a transaction.
-    pub unsafe fn connect(server_oid: pg_sys::Oid) -> Remote {
-        let server = pg_sys::GetForeignServer(server_oid);
-        let name = c_text((*server).servername);
-        let mapping = pg_sys::GetUserMapping(pg_sys::GetUserId(), server_oid);
-        let mut pairs: Vec<(String, String)> = options((*server).options)
-            .into_iter()
-            .chain(options((*mapping).options))
-            .collect();
-        pairs.retain(|(k, _)| !FDW_ONLY_OPTIONS.contains(&k.as_str()));
-        // As postgres_fdw: the rules apply unless the user mapping's role is a superuser (for a
-        // PUBLIC mapping, the current user).
-        let superuser = pg_sys::superuser_arg((*mapping).userid);
-        if !superuser {
-            check_credentials(&name, &pairs, password_required((*mapping).options));
-            pairs.push(("passfile".into(), NO_PASSFILE.into()));
-        }
-        if !pairs.iter().any(|(k, _)| k == "connect_timeout") {
-            pairs.push(("connect_timeout".into(), "10".into()));
-        }
-        pairs.push(("fallback_application_name".into(), "corgipile".into()));
-        let keys: Vec<CString> = pairs
-            .iter()
-            .map(|(k, _)| CString::new(k.as_str()).expect("no NUL in an option"))
-            .collect();
-        let values: Vec<CString> = pairs
-            .iter()
-            .map(|(_, v)| CString::new(v.as_str()).expect("no NUL in an option"))
-            .collect();
-        let mut key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
-        let mut value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
-        key_ptrs.push(std::ptr::null());
-        value_ptrs.push(std::ptr::null());
-        // libpq's own connect_timeout applies to blocking connects only: this one is
-        // non-blocking (so that cancel and statement_timeout stop it), and keeps the timeout
-        // itself, with libpq's rules (0 or less: none; at least 2 s).
-        let timeout = pairs
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "connect_timeout")
-            .and_then(|(_, v)| v.trim().parse::<i64>().ok())
-            .filter(|&t| t > 0)
-            .map(|t| std::time::Duration::from_secs(t.max(2) as u64));
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        // SAFETY: null-terminated arrays of C strings that outlive the call.
-        let conn = PQconnectStartParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 0);
-        // Dropped (PQfinish) on every exit from here, ERROR and cancel included.
-        let mut remote = Remote {
-            conn,
-            server: name.clone(),
-            busy: false,
-        };
-        if !conn.is_null() && PQstatus(conn) != CONNECTION_BAD {
-            // As libpq's docs say: start as if PQconnectPoll had asked to write.
-            let mut polling = PGRES_POLLING_WRITING;
-            while polling != PGRES_POLLING_OK && polling != PGRES_POLLING_FAILED {
-                let mut fd = libc::pollfd {
-                    fd: PQsocket(conn),
-                    events: if polling == PGRES_POLLING_READING {
-                        libc::POLLIN
-                    } else {
-                        libc::POLLOUT
-                    },
-                    revents: 0,
-                };
-                // SAFETY: one pollfd that outlives the call; 100 ms so that interrupts are
-                // checked ten times a second.
-                let ready = libc::poll(&mut fd, 1, 100);
-                check_for_interrupts!();
-                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                    raise(
+    pub fn connect(server_oid: pg_sys::Oid) -> Remote {
+        // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+        // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+        unsafe {
+            let server = pg_sys::GetForeignServer(server_oid);
+            let name = c_text((*server).servername);
+            let mapping = pg_sys::GetUserMapping(pg_sys::GetUserId(), server_oid);
+            let mut pairs: Vec<(String, String)> = options((*server).options)
+                .into_iter()
+                .chain(options((*mapping).options))
+                .collect();
+            pairs.retain(|(k, _)| !FDW_ONLY_OPTIONS.contains(&k.as_str()));
+            // As postgres_fdw: the rules apply unless the user mapping's role is a superuser (for a
+            // PUBLIC mapping, the current user).
+            let superuser = pg_sys::superuser_arg((*mapping).userid);
+            if !superuser {
+                check_credentials(&name, &pairs, password_required((*mapping).options));
+                pairs.push(("passfile".into(), NO_PASSFILE.into()));
+            }
+            if !pairs.iter().any(|(k, _)| k == "connect_timeout") {
+                pairs.push(("connect_timeout".into(), "10".into()));
+            }
+            pairs.push(("fallback_application_name".into(), "corgipile".into()));
+            let keys: Vec<CString> = pairs
+                .iter()
+                .map(|(k, _)| CString::new(k.as_str()).expect("no NUL in an option"))
+                .collect();
+            let values: Vec<CString> = pairs
+                .iter()
+                .map(|(_, v)| CString::new(v.as_str()).expect("no NUL in an option"))
+                .collect();
+            let mut key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+            let mut value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
+            key_ptrs.push(std::ptr::null());
+            value_ptrs.push(std::ptr::null());
+            // libpq's own connect_timeout applies to blocking connects only: this one is
+            // non-blocking (so that cancel and statement_timeout stop it), and keeps the timeout
+            // itself, with libpq's rules (0 or less: none; at least 2 s).
+            let timeout = pairs
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "connect_timeout")
+                .and_then(|(_, v)| v.trim().parse::<i64>().ok())
+                .filter(|&t| t > 0)
+                .map(|t| std::time::Duration::from_secs(t.max(2) as u64));
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            // SAFETY: null-terminated arrays of C strings that outlive the call.
+            let conn = PQconnectStartParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 0);
+            // Dropped (PQfinish) on every exit from here, ERROR and cancel included.
+            let mut remote = Remote {
+                conn,
+                server: name.clone(),
+                busy: false,
+            };
+            if !conn.is_null() && PQstatus(conn) != CONNECTION_BAD {
+                // As libpq's docs say: start as if PQconnectPoll had asked to write.
+                let mut polling = PGRES_POLLING_WRITING;
+                while polling != PGRES_POLLING_OK && polling != PGRES_POLLING_FAILED {
+                    let mut fd = libc::pollfd {
+                        fd: PQsocket(conn),
+                        events: if polling == PGRES_POLLING_READING {
+                            libc::POLLIN
+                        } else {
+                            libc::POLLOUT
+                        },
+                        revents: 0,
+                    };
+                    // SAFETY: one pollfd that outlives the call; 100 ms so that interrupts are
+                    // checked ten times a second.
+                    let ready = libc::poll(&mut fd, 1, 100);
+                    check_for_interrupts!();
+                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        raise(
                         PgSqlErrorCode::ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
                         format!("could not connect to shard server \"{name}\": timeout expired after {} s", timeout.map_or(0, |t| t.as_secs())),
                         Some("Check that the server runs, or raise connect_timeout in the foreign server's options.".into()),
                     );
-                }
-                if ready > 0 {
-                    polling = PQconnectPoll(conn);
+                    }
+                    if ready > 0 {
+                        polling = PQconnectPoll(conn);
+                    }
                 }
             }
-        }
-        if conn.is_null() || PQstatus(conn) != CONNECTION_OK {
-            let why = if conn.is_null() {
-                "out of memory".to_string()
-            } else {
-                c_text(PQerrorMessage(conn))
-            };
-            raise(
+            if conn.is_null() || PQstatus(conn) != CONNECTION_OK {
+                let why = if conn.is_null() {
+                    "out of memory".to_string()
+                } else {
+                    c_text(PQerrorMessage(conn))
+                };
+                raise(
                 PgSqlErrorCode::ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
                 format!("could not connect to shard server \"{name}\": {why}"),
                 Some("Check that the server runs and that the foreign server and user mapping options are right.".into()),
             );
-        }
-        if !superuser
-            && password_required((*mapping).options)
-            && PQconnectionUsedPassword(conn) == 0
-        {
-            refuse_credentials(
+            }
+            if !superuser
+                && password_required((*mapping).options)
+                && PQconnectionUsedPassword(conn) == 0
+            {
+                refuse_credentials(
                 &name,
                 "the shard server did not ask for the user mapping's password".into(),
                 "Non-superusers may only connect with password authentication, as for postgres_fdw: change the shard server's authentication method, or have a superuser set password_required 'false' on the user mapping.",
             );
-        }
-        // Before anything else runs there: the remote session's settings as postgres_fdw pins
-        // them, so that nothing the remote role or the server's options chose (a search_path
-        // with the role's own functions first) changes what corgipile's calls mean. And if this
-        // session is gone (ERROR, FATAL, crash) while a round runs there, the shard notices
-        // the closed connection within a second and ends the round.
-        remote.query(
-            c"SELECT pg_catalog.set_config('search_path', 'pg_catalog', false),
+            }
+            // Before anything else runs there: the remote session's settings as postgres_fdw pins
+            // them, so that nothing the remote role or the server's options chose (a search_path
+            // with the role's own functions first) changes what corgipile's calls mean. And if this
+            // session is gone (ERROR, FATAL, crash) while a round runs there, the shard notices
+            // the closed connection within a second and ends the round.
+            remote.query(
+                c"SELECT pg_catalog.set_config('search_path', 'pg_catalog', false),
                      pg_catalog.set_config('timezone', 'UTC', false),
                      pg_catalog.set_config('datestyle', 'ISO', false),
                      pg_catalog.set_config('intervalstyle', 'postgres', false),
                      pg_catalog.set_config('extra_float_digits', '3', false),
                      pg_catalog.set_config('client_connection_check_interval', '1000', false)",
-            &[],
-        );
-        remote
+                &[],
+            );
+            remote
+        }
     }
 
     /// Sends `sql` with text parameters; `wait` collects the single-value result.
-    pub unsafe fn send(&mut self, sql: &CStr, params: &[&str]) {
-        let values: Vec<CString> = params
-            .iter()
-            .map(|p| CString::new(*p).expect("no NUL in a parameter"))
-            .collect();
-        let ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
-        // SAFETY: the connection is open; arrays of params.len() entries outlive the call.
-        let sent = PQsendQueryParams(
-            self.conn,
-            sql.as_ptr(),
-            ptrs.len() as c_int,
-            std::ptr::null(),
-            ptrs.as_ptr(),
-            std::ptr::null(),
-            std::ptr::null(),
-            0,
-        );
-        if sent == 0 {
-            self.fail_connection();
+    pub fn send(&mut self, sql: &CStr, params: &[&str]) {
+        // SAFETY: the connection is this Remote's own, open from `connect` until it is dropped; libpq
+        // calls on the backend thread, reading only the results libpq returns.
+        unsafe {
+            let values: Vec<CString> = params
+                .iter()
+                .map(|p| CString::new(*p).expect("no NUL in a parameter"))
+                .collect();
+            let ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
+            // SAFETY: the connection is open; arrays of params.len() entries outlive the call.
+            let sent = PQsendQueryParams(
+                self.conn,
+                sql.as_ptr(),
+                ptrs.len() as c_int,
+                std::ptr::null(),
+                ptrs.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+            );
+            if sent == 0 {
+                self.fail_connection();
+            }
+            self.busy = true;
         }
-        self.busy = true;
     }
 
     /// Whether the result has arrived (reads what the socket has, never blocks).
-    pub unsafe fn ready(&mut self) -> bool {
-        if PQconsumeInput(self.conn) == 0 {
-            self.fail_connection();
+    pub fn ready(&mut self) -> bool {
+        // SAFETY: the connection is this Remote's own, open from `connect` until it is dropped; libpq
+        // calls on the backend thread, reading only the results libpq returns.
+        unsafe {
+            if PQconsumeInput(self.conn) == 0 {
+                self.fail_connection();
+            }
+            PQisBusy(self.conn) == 0
         }
-        PQisBusy(self.conn) == 0
     }
 
     /// The first column of the result's single row (NULL → None); a remote ERROR is raised
     /// here, naming the server, with the remote SQLSTATE. Call once `ready`. For short values
     /// (a version, a schema name): the text is copied.
-    pub unsafe fn result(&mut self) -> Option<String> {
+    pub fn result(&mut self) -> Option<String> {
         self.result_with(short_text)
     }
 
     /// As `result`, but hands the value's bytes, in libpq's buffer, to `read` (which must not
     /// raise: it returns what to raise) instead of copying them: a reply of any size costs no
     /// memory here beyond what libpq already holds.
-    pub unsafe fn result_with<T>(&mut self, read: impl FnOnce(&[u8]) -> T) -> Option<T> {
-        let mut read = Some(read);
-        let mut value = None;
-        let mut error: Option<(String, String, Option<String>)> = None;
-        loop {
-            let res = PQgetResult(self.conn);
-            if res.is_null() {
-                break;
-            }
-            if PQresultStatus(res) == PGRES_TUPLES_OK {
-                if PQntuples(res) == 1 && PQgetisnull(res, 0, 0) == 0 {
-                    if let Some(read) = read.take() {
-                        let len = PQgetlength(res, 0, 0).max(0) as usize;
-                        // SAFETY: libpq's value of `len` bytes, valid until PQclear below.
-                        let bytes =
-                            std::slice::from_raw_parts(PQgetvalue(res, 0, 0).cast::<u8>(), len);
-                        value = Some(read(bytes));
-                    }
+    pub fn result_with<T>(&mut self, read: impl FnOnce(&[u8]) -> T) -> Option<T> {
+        // SAFETY: the connection is this Remote's own, open from `connect` until it is dropped; libpq
+        // calls on the backend thread, reading only the results libpq returns.
+        unsafe {
+            let mut read = Some(read);
+            let mut value = None;
+            let mut error: Option<(String, String, Option<String>)> = None;
+            loop {
+                let res = PQgetResult(self.conn);
+                if res.is_null() {
+                    break;
                 }
-            } else if error.is_none() {
-                let hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
-                error = Some((
-                    c_text(PQresultErrorField(res, PG_DIAG_SQLSTATE)),
-                    c_text(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)),
-                    (!hint.is_null()).then(|| c_text(hint)),
-                ));
+                if PQresultStatus(res) == PGRES_TUPLES_OK {
+                    if PQntuples(res) == 1 && PQgetisnull(res, 0, 0) == 0 {
+                        if let Some(read) = read.take() {
+                            let len = PQgetlength(res, 0, 0).max(0) as usize;
+                            // SAFETY: libpq's value of `len` bytes, valid until PQclear below.
+                            let bytes =
+                                std::slice::from_raw_parts(PQgetvalue(res, 0, 0).cast::<u8>(), len);
+                            value = Some(read(bytes));
+                        }
+                    }
+                } else if error.is_none() {
+                    let hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+                    error = Some((
+                        c_text(PQresultErrorField(res, PG_DIAG_SQLSTATE)),
+                        c_text(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)),
+                        (!hint.is_null()).then(|| c_text(hint)),
+                    ));
+                }
+                PQclear(res);
             }
-            PQclear(res);
+            self.busy = false;
+            if let Some((sqlstate, message, hint)) = error {
+                let message = if message.is_empty() {
+                    c_text(PQerrorMessage(self.conn))
+                } else {
+                    message
+                };
+                raise_remote(&self.server, &sqlstate, &message, hint);
+            }
+            value
         }
-        self.busy = false;
-        if let Some((sqlstate, message, hint)) = error {
-            let message = if message.is_empty() {
-                c_text(PQerrorMessage(self.conn))
-            } else {
-                message
-            };
-            raise_remote(&self.server, &sqlstate, &message, hint);
-        }
-        value
     }
 
     /// Sends and waits (answering cancel), for short queries.
-    pub unsafe fn query(&mut self, sql: &CStr, params: &[&str]) -> Option<String> {
-        self.send(sql, params);
-        while !self.ready() {
-            check_for_interrupts!();
-            pg_sys::pg_usleep(1000);
+    pub fn query(&mut self, sql: &CStr, params: &[&str]) -> Option<String> {
+        // SAFETY: the connection is this Remote's own, open from `connect` until it is dropped; libpq
+        // calls on the backend thread, reading only the results libpq returns.
+        unsafe {
+            self.send(sql, params);
+            while !self.ready() {
+                check_for_interrupts!();
+                pg_sys::pg_usleep(1000);
+            }
+            self.result()
         }
-        self.result()
     }
 
     unsafe fn fail_connection(&mut self) -> ! {

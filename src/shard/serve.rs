@@ -18,7 +18,7 @@ use pgrx::PgSqlErrorCode;
 /// Runs a shard's round on a table of this server: `relid` itself (a shard server's table), or
 /// with `leaf`, that local partition of the sharded table `relid`, read as a SELECT on `relid`
 /// reads it.
-pub(super) unsafe fn shard_round_here(
+pub(super) fn shard_round_here(
     relid: pg_sys::Oid,
     leaf: Option<pg_sys::Oid>,
     kind: ModelKind,
@@ -47,7 +47,7 @@ pub(super) unsafe fn shard_round_here(
 
 /// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
 /// `relid`, or its partition `leaf`, as `shard_round_here`).
-pub(super) unsafe fn evaluate_shard_here(
+pub(super) fn evaluate_shard_here(
     relid: pg_sys::Oid,
     leaf: Option<pg_sys::Oid>,
     kind: ModelKind,
@@ -177,7 +177,6 @@ fn corgipile_shard_round(
         max_model_bytes(),
         "the coordinator's request",
     );
-    // SAFETY: as corgipile_train.
-    let reply = unsafe { shard_round_here(relation.oid(), None, kind, &params, &request) };
+    let reply = shard_round_here(relation.oid(), None, kind, &params, &request);
     serde_json::to_string(&reply).expect("reply serializes")
 }

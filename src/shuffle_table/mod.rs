@@ -219,7 +219,8 @@ fn corgipile_shuffle(
 /// again into up to `max_piles` sub-piles if larger); the rows written.
 ///
 /// # Safety
-/// Backend thread, in a transaction; `target` is a table with `select`'s columns.
+/// `target` is a heap table whose row type is `select`'s: the rows are copied into it as they
+/// are, unchecked.
 pub(super) unsafe fn shuffle_into(
     select: &str,
     whole_table: Option<pg_sys::Oid>,

@@ -101,70 +101,73 @@ unsafe fn check_select_stmt(select: *mut pg_sys::SelectStmt) {
 /// from `seed` (`fill` false: empty, with the query's columns, for an EXPLAIN); its oid and row
 /// count.
 ///
-/// # Safety
-/// Backend thread, in a transaction.
-///
 /// `shown_as` is what errors call the table while it lives (see [`shown_name`](crate::pg::names::shown_name)): the view's
 /// name, or "the training query" — never the temporary table's name, which the user never saw.
-pub unsafe fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_sys::Oid, u64) {
-    let sql = CString::new(query).unwrap_or_else(|_| not_a_select("it contains a NUL byte"));
-    check_select(&sql);
-    // A name of this backend's own (temporary tables are per session); the new line ends a
-    // trailing comment of the query before our closing parenthesis.
-    static SPILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = format!("{SPILL_PREFIX}{}_{n}", std::process::id());
-    show_as(&name, shown_as);
-    Spi::run(&format!(
-        "CREATE TEMPORARY TABLE {name} AS ({query}\n) WITH NO DATA"
-    ))
-    .unwrap_or_else(|e| {
-        raise(
-            PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
-            format!("invalid training query: {e}"),
-            None,
-        )
-    });
-    let relid = Spi::get_one::<pg_sys::Oid>(&format!(
-        "SELECT 'pg_temp.{name}'::pg_catalog.regclass::pg_catalog.oid"
-    ))
-    .ok()
-    .flatten()
-    .expect("the temporary table was just created");
-    if !fill {
-        return (relid, 0);
+pub fn spill(query: &str, seed: u64, fill: bool, shown_as: &str) -> (pg_sys::Oid, u64) {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        let sql = CString::new(query).unwrap_or_else(|_| not_a_select("it contains a NUL byte"));
+        check_select(&sql);
+        // A name of this backend's own (temporary tables are per session); the new line ends a
+        // trailing comment of the query before our closing parenthesis.
+        static SPILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{SPILL_PREFIX}{}_{n}", std::process::id());
+        show_as(&name, shown_as);
+        Spi::run(&format!(
+            "CREATE TEMPORARY TABLE {name} AS ({query}\n) WITH NO DATA"
+        ))
+        .unwrap_or_else(|e| {
+            raise(
+                PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
+                format!("invalid training query: {e}"),
+                None,
+            )
+        });
+        let relid = Spi::get_one::<pg_sys::Oid>(&format!(
+            "SELECT 'pg_temp.{name}'::pg_catalog.regclass::pg_catalog.oid"
+        ))
+        .ok()
+        .flatten()
+        .expect("the temporary table was just created");
+        if !fill {
+            return (relid, 0);
+        }
+        let rows = super::shuffle_into(query, None, relid, seed, max_buffer_bytes(), PILES, PILES);
+        // The planner and the buffer size read the table's statistics.
+        Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
+        (relid, rows as u64)
     }
-    let rows = super::shuffle_into(query, None, relid, seed, max_buffer_bytes(), PILES, PILES);
-    // The planner and the buffer size read the table's statistics.
-    Spi::run(&format!("ANALYZE pg_temp.{name}")).ok();
-    (relid, rows as u64)
 }
 
 /// Makes the rows `spill` wrote visible to the training that reads them in this statement:
 /// the statement's snapshot (same transactions visible) with the command id after the
 /// inserts. Until [`unsee_spill`]; an ERROR's abort pops it.
-///
-/// # Safety
-/// Backend thread, in a transaction with an active snapshot.
-pub unsafe fn see_spill() {
-    pg_sys::CommandCounterIncrement();
-    pg_sys::PushCopiedSnapshot(pg_sys::GetActiveSnapshot());
-    pg_sys::UpdateActiveSnapshotCommandId();
+pub fn see_spill() {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        pg_sys::CommandCounterIncrement();
+        pg_sys::PushCopiedSnapshot(pg_sys::GetActiveSnapshot());
+        pg_sys::UpdateActiveSnapshotCommandId();
+    }
 }
 
 /// Ends [`see_spill`].
 ///
 /// # Safety
-/// Backend thread; after a [`see_spill`] of this call.
+/// Paired with an earlier [`see_spill`] of this call: it pops the snapshot that pushed.
 pub unsafe fn unsee_spill() {
-    pg_sys::PopActiveSnapshot();
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    unsafe {
+        pg_sys::PopActiveSnapshot();
+    }
 }
 
 /// Drops a table `spill` made, once the training is stored.
-///
-/// # Safety
-/// Backend thread, in a transaction.
-pub unsafe fn drop_spill(relid: pg_sys::Oid) {
+pub fn drop_spill(relid: pg_sys::Oid) {
     let name = qualified_name(relid);
     // Also forgets the names of spills an ERROR left behind (their tables were rolled back).
     forget_shown_names();

@@ -69,25 +69,36 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) unsafe fn open(relid: pg_sys::Oid) -> Writer {
-        let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
-        let slots = (0..INSERT_BATCH)
-            .map(|_| {
-                pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &raw const pg_sys::TTSOpsHeapTuple)
-            })
-            .collect();
-        Writer {
-            rel,
-            bistate: pg_sys::GetBulkInsertState(),
-            cid: pg_sys::GetCurrentCommandId(true),
-            slots,
-            pending: 0,
-            batch_memory: PgMemoryContexts::new("corgipile_shuffle insert"),
-            rows: 0,
+    pub(super) fn open(relid: pg_sys::Oid) -> Writer {
+        // SAFETY: the relation, slot and bulk-insert state are this writer's own, open from `open` until
+        // `close`; FFI calls on the backend thread inside the SQL call's transaction.
+        unsafe {
+            let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
+            let slots = (0..INSERT_BATCH)
+                .map(|_| {
+                    pg_sys::MakeSingleTupleTableSlot(
+                        (*rel).rd_att,
+                        &raw const pg_sys::TTSOpsHeapTuple,
+                    )
+                })
+                .collect();
+            Writer {
+                rel,
+                bistate: pg_sys::GetBulkInsertState(),
+                cid: pg_sys::GetCurrentCommandId(true),
+                slots,
+                pending: 0,
+                batch_memory: PgMemoryContexts::new("corgipile_shuffle insert"),
+                rows: 0,
+            }
         }
     }
 
     /// Queues one row for insertion; `tuple` must stay valid until the next `flush`.
+    ///
+    /// # Safety
+    /// `tuple` points to a valid heap tuple of the writer's table's row type, which stays
+    /// valid (neither freed nor changed) until the next `flush` or `close`.
     pub(super) unsafe fn insert(&mut self, tuple: *mut pg_sys::HeapTupleData) {
         // heap_multi_insert materializes every slot, which copies a row the slot does not
         // own. These rows are ours until the flush: the slot is told it owns the row (no copy)
@@ -101,44 +112,52 @@ impl Writer {
 
     /// Inserts the queued rows (their headers are overwritten in place: a record's length is
     /// no longer needed).
-    pub(super) unsafe fn flush(&mut self) {
-        if self.pending == 0 {
-            return;
+    pub(super) fn flush(&mut self) {
+        // SAFETY: the relation, slot and bulk-insert state are this writer's own, open from `open` until
+        // `close`; FFI calls on the backend thread inside the SQL call's transaction.
+        unsafe {
+            if self.pending == 0 {
+                return;
+            }
+            let (rel, slots, n, cid, bistate) = (
+                self.rel,
+                self.slots.as_mut_ptr(),
+                self.pending as i32,
+                self.cid,
+                self.bistate,
+            );
+            self.batch_memory.switch_to(|_| {
+                pg_sys::heap_multi_insert(
+                    rel,
+                    slots,
+                    n,
+                    cid,
+                    pg_sys::TABLE_INSERT_SKIP_FSM as i32,
+                    bistate,
+                )
+            });
+            for &slot in &self.slots[..self.pending] {
+                (*slot).tts_flags &= !(pg_sys::TTS_FLAG_SHOULDFREE as u16);
+            }
+            self.batch_memory.reset();
+            self.rows += self.pending as i64;
+            self.pending = 0;
+            check_for_interrupts!();
         }
-        let (rel, slots, n, cid, bistate) = (
-            self.rel,
-            self.slots.as_mut_ptr(),
-            self.pending as i32,
-            self.cid,
-            self.bistate,
-        );
-        self.batch_memory.switch_to(|_| {
-            pg_sys::heap_multi_insert(
-                rel,
-                slots,
-                n,
-                cid,
-                pg_sys::TABLE_INSERT_SKIP_FSM as i32,
-                bistate,
-            )
-        });
-        for &slot in &self.slots[..self.pending] {
-            (*slot).tts_flags &= !(pg_sys::TTS_FLAG_SHOULDFREE as u16);
-        }
-        self.batch_memory.reset();
-        self.rows += self.pending as i64;
-        self.pending = 0;
-        check_for_interrupts!();
     }
 
-    pub(super) unsafe fn close(mut self) -> i64 {
-        self.flush();
-        for &slot in &self.slots {
-            pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pub(super) fn close(mut self) -> i64 {
+        // SAFETY: the relation, slot and bulk-insert state are this writer's own, open from `open` until
+        // `close`; FFI calls on the backend thread inside the SQL call's transaction.
+        unsafe {
+            self.flush();
+            for &slot in &self.slots {
+                pg_sys::ExecDropSingleTupleTableSlot(slot);
+            }
+            pg_sys::FreeBulkInsertState(self.bistate);
+            pg_sys::table_finish_bulk_insert(self.rel, pg_sys::TABLE_INSERT_SKIP_FSM as i32);
+            pg_sys::table_close(self.rel, pg_sys::NoLock as i32);
+            self.rows
         }
-        pg_sys::FreeBulkInsertState(self.bistate);
-        pg_sys::table_finish_bulk_insert(self.rel, pg_sys::TABLE_INSERT_SKIP_FSM as i32);
-        pg_sys::table_close(self.rel, pg_sys::NoLock as i32);
-        self.rows
     }
 }

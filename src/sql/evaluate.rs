@@ -28,8 +28,7 @@ by_id_and_name! {
 fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
     let stored = load_model_ref(key);
     let (params, members) = evaluation_params(&stored, params, "corgipile_evaluate", &[]);
-    // SAFETY: as in corgipile_train.
-    let report = unsafe {
+    let report = {
         let mut prepared = prepare(
             relation.oid(),
             stored.kind(),

@@ -108,8 +108,7 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
     if !user_buffer {
         train_params.buffer_size = BufferSize::Tuples(rows);
     }
-    // SAFETY: as in corgipile_train.
-    let sample = unsafe {
+    let sample = {
         let prepared = prepare(
             relation.oid(),
             stored.kind(),

@@ -199,8 +199,7 @@ fn fill(
     };
     let extra: &[&str] = if calibrating { &["bins"] } else { &[] };
     let (params, _) = evaluation_params(&stored, params, function, extra);
-    // SAFETY: as in corgipile_train.
-    let (evaluation, _) = unsafe {
+    let (evaluation, _) = {
         let prepared = prepare(
             relation.oid(),
             kind,

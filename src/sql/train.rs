@@ -56,8 +56,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
     if let Some(name) = &target_name {
         lock_model_name(name);
     }
-    // SAFETY: catalog lookups and executor calls on the backend thread, inside a transaction.
-    unsafe {
+    {
         let TrainingCall {
             kind,
             warm,
@@ -133,7 +132,8 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
             }
             store_model_with(&source, &outcome, extra)
         };
-        TrainingCall::finish(spilled);
+        // SAFETY: `spilled` is what this call's TrainingCall::prepare returned, passed once.
+        unsafe { TrainingCall::finish(spilled) };
         stored
     }
 }
@@ -156,8 +156,7 @@ fn corgipile_trace(
     let mut params = parse_params(&params, corgipile_ml::model::reading_kind());
     params.double_buffer = false;
     params.verbose = false;
-    // SAFETY: as in corgipile_train.
-    let visited = unsafe {
+    let visited = {
         let prepared = prepare(
             relation.oid(),
             corgipile_ml::model::reading_kind(),

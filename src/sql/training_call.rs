@@ -29,9 +29,7 @@ pub(super) enum Input {
 impl Input {
     /// A relation named in a call: its pages, or, for a view of several tables, its rows.
     pub(super) fn of_relation(relid: pg_sys::Oid) -> Input {
-        // SAFETY: a catalog lookup on the backend thread, inside a transaction (every SQL
-        // function runs in one).
-        match unsafe { crate::request::view::must_spill(relid) } {
+        match crate::request::view::must_spill(relid) {
             Some(view) => Input::Spill {
                 select: format!("SELECT * FROM {view}"),
                 stored_as: view,
@@ -87,97 +85,99 @@ pub(super) struct TrainingCall {
 impl TrainingCall {
     /// Prepares `call` on `input`. With `reads_rows` false (a plain EXPLAIN) nothing is read:
     /// a spill is created empty and a validation relation is not read.
-    ///
-    /// # Safety
-    /// Backend thread, inside a transaction; [`finish`](Self::finish) drops what it created.
-    pub(super) unsafe fn prepare(call: Call, input: &Input, reads_rows: bool) -> TrainingCall {
-        let Call { kind, params, warm } = call;
-        let (relid, spilled) = match input {
-            Input::Relation(relid) => (*relid, None),
-            Input::Spill { select, stored_as } => {
-                if params.since.is_some() {
-                    raise(
+    pub(super) fn prepare(call: Call, input: &Input, reads_rows: bool) -> TrainingCall {
+        // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+        // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+        unsafe {
+            let Call { kind, params, warm } = call;
+            let (relid, spilled) = match input {
+                Input::Relation(relid) => (*relid, None),
+                Input::Spill { select, stored_as } => {
+                    if params.since.is_some() {
+                        raise(
                         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                         "\"since\" reads what was added to a table; a query or a view of several tables has no pages of its own",
                         Some("Train the query without \"since\" (\"warm_start\" continues a model), or materialize it into a table you append to.".into()),
                     );
+                    }
+                    let seed = params.seed.unwrap_or_else(crate::request::random_seed);
+                    let shown = if select == stored_as {
+                        "the training query".to_owned()
+                    } else {
+                        stored_as.clone()
+                    };
+                    let (temp, _rows) =
+                        crate::shuffle_table::spill::spill(select, seed, reads_rows, &shown);
+                    crate::shuffle_table::spill::see_spill();
+                    (temp, Some((temp, stored_as.clone())))
                 }
-                let seed = params.seed.unwrap_or_else(crate::request::random_seed);
-                let shown = if select == stored_as {
-                    "the training query".to_owned()
-                } else {
-                    stored_as.clone()
-                };
-                let (temp, _rows) =
-                    crate::shuffle_table::spill::spill(select, seed, reads_rows, &shown);
-                crate::shuffle_table::spill::see_spill();
-                (temp, Some((temp, stored_as.clone())))
+            };
+            // A column list with a validation relation: the preprocessing is learned first (its
+            // own statistics pass), so that the validation rows are encoded with it. A warm start
+            // (or "since") keeps its model's preprocessing and classes.
+            let learned = match (&params.validation, params.features.is_tabular()) {
+                _ if warm.is_some() => warm.as_ref().and_then(|w| w.stored.preprocessing.clone()),
+                (Some(Validation::Relation(_)), true) if reads_rows => {
+                    let mut p = params.clone();
+                    p.validation = None;
+                    Some(prepare(relid, kind, p, Mode::Train, Vec::new(), None).run(Learn))
+                }
+                _ => None,
+            };
+            let validation_rows = match &params.validation {
+                Some(Validation::Relation(name)) if reads_rows => {
+                    Some(collect_relation(name, kind, &params, learned.as_ref()))
+                }
+                _ => None,
+            };
+            // Class indices of the validation rows (or of a warm start's model) and of the
+            // training rows must agree.
+            let known_classes = match &warm {
+                Some(w) => w.classes(),
+                None => validation_rows
+                    .as_ref()
+                    .map(|v| v.classes.clone())
+                    .unwrap_or_default(),
+            };
+            let mut prepared = prepare(
+                relid,
+                kind,
+                params,
+                Mode::Train,
+                known_classes,
+                learned.as_ref(),
+            );
+            // Before the scan begins, so that pages added during it are read again next time,
+            // never missed.
+            let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
+            since::apply(&mut prepared);
+            let sharded = crate::shard::sharded_leaves(prepared.relid);
+            if sharded.is_some() {
+                check_sharded(&prepared, warm.as_ref());
             }
-        };
-        // A column list with a validation relation: the preprocessing is learned first (its
-        // own statistics pass), so that the validation rows are encoded with it. A warm start
-        // (or "since") keeps its model's preprocessing and classes.
-        let learned = match (&params.validation, params.features.is_tabular()) {
-            _ if warm.is_some() => warm.as_ref().and_then(|w| w.stored.preprocessing.clone()),
-            (Some(Validation::Relation(_)), true) if reads_rows => {
-                let mut p = params.clone();
-                p.validation = None;
-                Some(prepare(relid, kind, p, Mode::Train, Vec::new(), None).run(Learn))
+            let features = features_read(&prepared);
+            // A continued training (`warm_start`, `since`) reads its model's features.
+            if let Some(w) = &warm {
+                w.check_features(&features);
             }
-            _ => None,
-        };
-        let validation_rows = match &params.validation {
-            Some(Validation::Relation(name)) if reads_rows => {
-                Some(collect_relation(name, kind, &params, learned.as_ref()))
+            TrainingCall {
+                kind,
+                warm,
+                prepared,
+                spilled,
+                validation_rows,
+                read_now,
+                sharded,
+                features,
             }
-            _ => None,
-        };
-        // Class indices of the validation rows (or of a warm start's model) and of the
-        // training rows must agree.
-        let known_classes = match &warm {
-            Some(w) => w.classes(),
-            None => validation_rows
-                .as_ref()
-                .map(|v| v.classes.clone())
-                .unwrap_or_default(),
-        };
-        let mut prepared = prepare(
-            relid,
-            kind,
-            params,
-            Mode::Train,
-            known_classes,
-            learned.as_ref(),
-        );
-        // Before the scan begins, so that pages added during it are read again next time,
-        // never missed.
-        let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
-        since::apply(&mut prepared);
-        let sharded = crate::shard::sharded_leaves(prepared.relid);
-        if sharded.is_some() {
-            check_sharded(&prepared, warm.as_ref());
-        }
-        let features = features_read(&prepared);
-        // A continued training (`warm_start`, `since`) reads its model's features.
-        if let Some(w) = &warm {
-            w.check_features(&features);
-        }
-        TrainingCall {
-            kind,
-            warm,
-            prepared,
-            spilled,
-            validation_rows,
-            read_now,
-            sharded,
-            features,
         }
     }
 
     /// Drops the temporary table of a spilled input.
     ///
     /// # Safety
-    /// Backend thread, inside the transaction that prepared the call.
+    /// `spilled` is what [`prepare`](Self::prepare) of this call returned, passed once: with a
+    /// spill, it pops the snapshot `prepare`'s `see_spill` pushed.
     pub(super) unsafe fn finish(spilled: Option<(pg_sys::Oid, String)>) {
         if let Some((temp, _)) = spilled {
             crate::shuffle_table::spill::unsee_spill();
