@@ -16,6 +16,11 @@ pub(super) struct PileReceiver {
     pub(super) bytes_since_check: u64,
 }
 
+/// DestReceiver receiveSlot: one row of the query into a random pile.
+///
+/// # Safety
+/// Called by the executor with `slot`, a row of the query, and `dest`, a [`PileReceiver`] whose
+/// `piles` and `shuffler` point to live values for the query's run.
 #[pg_guard]
 pub(super) unsafe extern "C-unwind" fn receive_slot(
     slot: *mut pg_sys::TupleTableSlot,
@@ -39,6 +44,10 @@ pub(super) unsafe extern "C-unwind" fn receive_slot(
     true
 }
 
+/// DestReceiver rStartup: nothing to do.
+///
+/// # Safety
+/// Called by the executor (reads nothing it is given).
 #[pg_guard]
 pub(super) unsafe extern "C-unwind" fn receiver_startup(
     _dest: *mut pg_sys::DestReceiver,
@@ -47,6 +56,10 @@ pub(super) unsafe extern "C-unwind" fn receiver_startup(
 ) {
 }
 
+/// DestReceiver rShutdown / rDestroy: nothing to do.
+///
+/// # Safety
+/// Called by the executor (reads nothing it is given).
 #[pg_guard]
 pub(super) unsafe extern "C-unwind" fn receiver_noop(_dest: *mut pg_sys::DestReceiver) {}
 

@@ -42,6 +42,9 @@ pub(super) unsafe fn plain_columns(plan: *mut pg_sys::CustomScan) -> Option<Vec<
 
 /// ExecScan access method: the next heap tuple of the current block, moving to the next block
 /// of this epoch's order when one is exhausted.
+///
+/// # Safety
+/// Called by ExecScan with `ss`, an initialized BlockShuffle node (as for [`fetch`]).
 #[pg_guard]
 pub(super) unsafe extern "C-unwind" fn next_tuple(
     ss: *mut pg_sys::ScanState,
