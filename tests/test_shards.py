@@ -1082,6 +1082,9 @@ def test_explain_shows_the_shards_and_with_analyze_their_tuples(conn, blobs):
         "SELECT * FROM corgipile_explain('sh_hash', 'mlp', %s)", (Jsonb({"hidden": [8, 4]}),))]
     assert "Hidden Layers: 8, 4 (relu)" in net and "Optimizer: adam" in net, net
     assert "Combine: mean of the shards' changes" in net, net
+    # A network stops on held-out rows by default; shards take none yet: 20 epochs on every row.
+    assert not any(line.strip().startswith(("Patience", "Validation")) for line in net), net
+    assert "Epochs: 20" in net, net
     assert models_count(conn) == before
 
 

@@ -21,9 +21,10 @@
 
 use crate::params::search::SelectBy;
 use crate::params::Configuration;
+use crate::params::Patience;
 use crate::scoring::ValidationStats;
 use crate::trainer::{search_line, table_header, table_line, EpochRecord, EpochStats};
-use crate::trainer::{LearnerRun, TrainError};
+use crate::trainer::{LearnerRun, Stopped, TrainError};
 
 #[cfg(test)]
 mod tests;
@@ -152,7 +153,7 @@ impl<M> Fit<M> {
     pub fn new(
         plan: LearnerPlan,
         tolerance: f64,
-        patience: &[Option<u32>],
+        patience: &[Option<Patience>],
         notices: Notices,
     ) -> Fit<M> {
         let runs = plan
@@ -167,6 +168,14 @@ impl<M> Fit<M> {
             set_aside_elsewhere,
             notices,
         }
+    }
+
+    /// Why the first stored learner (the model of every row, or the first configuration)
+    /// stopped on its validation loss, if it did.
+    pub fn stopped(&self) -> Option<Stopped> {
+        (0..self.plan.len())
+            .find(|&i| self.plan.is_stored(i))
+            .and_then(|i| self.runs[i].stopped())
     }
 
     pub fn plan(&self) -> &LearnerPlan {
@@ -230,6 +239,10 @@ impl<M> Fit<M> {
             }
             if run.end_epoch(epoch, record, snapshot) {
                 actions.stop.push(i);
+                if let (true, true, Some(stopped)) = (verbose, stored && !searching, run.stopped())
+                {
+                    actions.notices.push(stopped.line());
+                }
             }
         }
         if let (true, Some(kept)) = (verbose, self.notices.groups) {

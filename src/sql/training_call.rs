@@ -14,7 +14,9 @@ use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::{Features as FeatureSpec, ShuffleMode, TrainParams, Validation};
+use corgipile_ml::params::{
+    Features as FeatureSpec, Patience, ShuffleMode, TrainParams, Validation,
+};
 use corgipile_ml::preprocess::Preprocessor;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -44,6 +46,8 @@ pub(super) struct Call {
     pub(super) kind: ModelKind,
     pub(super) params: TrainParams,
     pub(super) warm: Option<WarmStart>,
+    /// The params hold out rows and stop on them by default (`"patience": "auto"` not given).
+    pub(super) stops_early_by_default: bool,
 }
 
 impl Call {
@@ -60,7 +64,14 @@ impl Call {
             }
             None => (params, None),
         };
-        Call { kind, params, warm }
+        let stops_early_by_default =
+            params.patience == Some(Patience::Auto) && given.0.get("patience").is_none();
+        Call {
+            kind,
+            params,
+            warm,
+            stops_early_by_default,
+        }
     }
 }
 
@@ -89,7 +100,12 @@ impl TrainingCall {
         // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
         // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
         unsafe {
-            let Call { kind, params, warm } = call;
+            let Call {
+                kind,
+                mut params,
+                warm,
+                stops_early_by_default,
+            } = call;
             let (relid, spilled) = match input {
                 Input::Relation(relid) => (*relid, None),
                 Input::Spill { select, stored_as } => {
@@ -112,6 +128,10 @@ impl TrainingCall {
                     (temp, Some((temp, stored_as.clone())))
                 }
             };
+            let sharded = crate::shard::sharded_leaves(relid);
+            if sharded.is_some() && stops_early_by_default {
+                params.without_early_stopping();
+            }
             // A column list with a validation relation: the preprocessing is learned first (its
             // own statistics pass), so that the validation rows are encoded with it. A warm start
             // (or "since") keeps its model's preprocessing and classes.
@@ -151,7 +171,6 @@ impl TrainingCall {
             // never missed.
             let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
             since::apply(&mut prepared);
-            let sharded = crate::shard::sharded_leaves(prepared.relid);
             if sharded.is_some() {
                 check_sharded(&prepared, warm.as_ref());
             }

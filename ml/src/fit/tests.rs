@@ -61,7 +61,12 @@ fn configurations() -> Vec<Configuration> {
 
 #[test]
 fn patience_stops_a_learner_and_keeps_its_best_epoch() {
-    let mut fit: Fit<String> = Fit::new(LearnerPlan::one(), 0.0, &[Some(1)], Notices::quiet(9));
+    let mut fit: Fit<String> = Fit::new(
+        LearnerPlan::one(),
+        0.0,
+        &[Some(Patience::Epochs(1))],
+        Notices::quiet(9),
+    );
     let a = fit.end_epoch(end(1, &[Some((0.9, Some(0.5)))]));
     assert_eq!((a.stop.len(), a.done), (0, false));
     let a = fit.end_epoch(end(2, &[Some((0.8, Some(0.4)))]));

@@ -24,8 +24,9 @@ mod units;
 mod values;
 
 pub use options::{
-    ClassWeight, Features, ModelKey, OptimizerName, ScheduleKind, ShuffleMode, StatisticsPass,
-    Validation,
+    ClassWeight, Features, ModelKey, OptimizerName, Patience, ScheduleKind, ShuffleMode,
+    StatisticsPass, Validation, AUTO_MAX_EPOCHS, AUTO_MIN_IMPROVEMENT, AUTO_PATIENCE_ROWS,
+    AUTO_VALIDATION_FRACTION,
 };
 pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
@@ -225,7 +226,7 @@ train_params! {
     epochs: u32 = 20 => {
         shown: "`20`",
         accepts: "integer 1 … 1,000,000",
-        meaning: "passes over the table",
+        meaning: "passes over the table; networks and fm kinds given none of `epochs`, `validation`, `patience` (and no `search`, `folds`, `group_by`, `tolerance`, `warm_start`, `since`) train at most 200 and stop on 10% held-out rows: see [Training enough by default](training.md#training-enough-by-default)",
         rule: "an integer from 1 to 1000000 (default 20)",
         parse: |k, v| Ok(get_int(k, v, 1, MAX_EPOCHS)? as u32),
         json: |x| json!(x),
@@ -406,7 +407,7 @@ train_params! {
     validation: Option<Validation> = None => {
         shown: "`null`",
         accepts: r#"`{"fraction": 0.2}`, `{"predicate": "id % 5 = 0"}`, `{"relation": "test_table"}`"#,
-        meaning: "rows held out of training (a fixed hash of the ctid; a boolean SQL expression over the row; another table with the same columns), evaluated after every epoch into `corgipile.epochs.validation_*`; the predicate is one boolean expression over the table's columns, without subqueries, aggregates, window, set-returning or volatile functions",
+        meaning: "rows held out of training (`{\"fraction\": 0.1}` by default for networks and fm kinds that stop early by default; a fixed hash of the ctid; a boolean SQL expression over the row; another table with the same columns), evaluated after every epoch into `corgipile.epochs.validation_*`; the predicate is one boolean expression over the table's columns, without subqueries, aggregates, window, set-returning or volatile functions",
         rule: "null, {\"fraction\": f} with 0 < f < 1, {\"relation\": name} or {\"predicate\": sql} (default null)",
         parse: get_validation,
         json: validation_json,
@@ -547,19 +548,19 @@ train_params! {
         json: |x| json!(x),
     },
     /// Early stopping on the validation loss.
-    patience: Option<u32> = None => {
+    patience: Option<Patience> = None => {
         shown: "`null`",
-        accepts: "integer 1 … 1,000,000, or `null`",
-        meaning: "with `validation`: stop when the validation loss has not improved for this many epochs, and keep the best epoch's model; `null` = train every epoch",
-        rule: "null or an integer from 1 to 1000000; needs \"validation\" (default null)",
+        accepts: "integer 1 … 1,000,000, `\"auto\"`, or `null`",
+        meaning: "with `validation`: stop when the validation loss has not improved for this many epochs, and keep the best epoch's model; `\"auto\"`: for about 200,000 training rows (2 to 10 epochs) without improving by 0.01%; `null` = train every epoch. See [Training enough by default](training.md#training-enough-by-default)",
+        rule: "null, \"auto\" or an integer from 1 to 1000000; needs \"validation\" (default null)",
         parse: |k, v| {
-            Ok(if v.is_null() {
-                None
-            } else {
-                Some(get_int(k, v, 1, MAX_EPOCHS)? as u32)
+            Ok(match v {
+                Value::Null => None,
+                Value::String(s) if s == "auto" => Some(Patience::Auto),
+                _ => Some(Patience::Epochs(get_int(k, v, 1, MAX_EPOCHS)? as u32)),
             })
         },
-        json: |x| json!(x),
+        json: |x| x.map_or(Value::Null, Patience::to_json),
     },
     /// Hyperparameter search: configurations trained side by side in one pass.
     search: Option<Search> = None => {

@@ -255,6 +255,52 @@ pub enum Validation {
     Predicate(String),
 }
 
+/// When a training stops on its validation loss (`"patience"`), keeping its best epoch's model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Patience {
+    /// After this many epochs without a lower validation loss.
+    Epochs(u32),
+    /// `"auto"`, the default of networks and factorization machines: after about
+    /// [`AUTO_PATIENCE_ROWS`] training rows (2 to 10 epochs: as scikit-learn's 10 on a small
+    /// table, 2 on a big one, which need not pay many passes once it has converged) without a
+    /// validation loss lower than the best by [`AUTO_MIN_IMPROVEMENT`] of it.
+    Auto,
+}
+
+/// The training rows `"patience": "auto"` waits for a better validation loss.
+pub const AUTO_PATIENCE_ROWS: u64 = 200_000;
+/// The least relative improvement of the validation loss `"patience": "auto"` counts.
+pub const AUTO_MIN_IMPROVEMENT: f64 = 1e-4;
+/// The epochs a network or a machine trains at most when it stops on its own (the default).
+pub const AUTO_MAX_EPOCHS: u32 = 200;
+/// The share of rows held out for early stopping by default (as scikit-learn's 10%).
+pub const AUTO_VALIDATION_FRACTION: f64 = 0.1;
+
+impl Patience {
+    /// The epochs without improvement after which a training of `rows` rows an epoch stops.
+    pub fn epochs(self, rows: u64) -> u32 {
+        match self {
+            Patience::Epochs(n) => n,
+            Patience::Auto => AUTO_PATIENCE_ROWS.div_ceil(rows.max(1)).clamp(2, 10) as u32,
+        }
+    }
+
+    /// Whether a validation `loss` is an improvement on the `best` so far.
+    pub fn improves(self, loss: f64, best: f64) -> bool {
+        match self {
+            Patience::Epochs(_) => loss < best,
+            Patience::Auto => loss < best - AUTO_MIN_IMPROVEMENT * best.abs(),
+        }
+    }
+
+    pub fn to_json(self) -> Value {
+        match self {
+            Patience::Epochs(n) => json!(n),
+            Patience::Auto => json!("auto"),
+        }
+    }
+}
+
 /// A stored model named by a param (`warm_start`): its id, or its name (the deployed version).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ModelKey {
@@ -338,7 +384,39 @@ impl super::TrainParams {
                 hint: Some("Use \"l2\" to regularize a network's weights.".into()),
             });
         }
+        if self.stops_early_by_default(given) {
+            self.epochs = AUTO_MAX_EPOCHS;
+            self.validation = Some(Validation::Fraction(AUTO_VALIDATION_FRACTION));
+            self.patience = Some(Patience::Auto);
+        }
         Ok(())
+    }
+
+    /// Whether a model trained by gradients in batches holds out rows and stops on them by
+    /// default (scikit-learn's early stopping: a fixed number of epochs undertrains a table of
+    /// many classes and few columns, and overpays on a big one): unless the call says how long
+    /// to train or what to validate on, or trains several models that share no held-out rows.
+    pub(crate) fn stops_early_by_default(&self, given: &dyn Fn(&str) -> bool) -> bool {
+        const SAYS_OTHERWISE: [&str; 9] = [
+            "epochs",
+            "validation",
+            "patience",
+            "tolerance",
+            "search",
+            "folds",
+            "group_by",
+            "warm_start",
+            "since",
+        ];
+        !SAYS_OTHERWISE.iter().any(|key| given(key))
+    }
+
+    /// A fixed number of epochs without held-out rows again, where stopping early by default
+    /// cannot run (a sharded table: its shards take no validation rows yet).
+    pub fn without_early_stopping(&mut self) {
+        self.epochs = Self::defaults().epochs;
+        self.validation = None;
+        self.patience = None;
     }
 
     /// A network's hidden widths (`[64]` unless given).
@@ -409,5 +487,57 @@ mod tests {
             map(&[("yes", 4.0)]).resolve(&texts, &counts).unwrap(),
             [1.0, 4.0]
         );
+    }
+}
+
+#[cfg(test)]
+mod stopping_tests {
+    use super::*;
+    use crate::model::ModelKind;
+    use crate::params::TrainParams;
+    use serde_json::json;
+
+    fn params(kind: ModelKind, given: Value) -> TrainParams {
+        TrainParams::for_kind(&given, kind).expect("valid params")
+    }
+
+    #[test]
+    fn networks_and_machines_stop_early_unless_told_how_long_to_train() {
+        for kind in [
+            ModelKind::Mlp,
+            ModelKind::MlpRegression,
+            ModelKind::Fm,
+            ModelKind::FmRegression,
+        ] {
+            let p = params(kind, json!({}));
+            assert_eq!(p.epochs, AUTO_MAX_EPOCHS, "{kind:?}");
+            assert_eq!(p.validation, Some(Validation::Fraction(0.1)), "{kind:?}");
+            assert_eq!(p.patience, Some(Patience::Auto), "{kind:?}");
+            assert_eq!(p.to_json()["patience"], json!("auto"));
+            // Saying how long to train, or what to validate on, or training many models
+            // that share no held-out rows, keeps what was said.
+            for given in [
+                json!({"epochs": 20}),
+                json!({"validation": {"fraction": 0.2}}),
+                json!({"validation": {"fraction": 0.2}, "patience": 3}),
+                json!({"folds": 3}),
+                json!({"search": {"learning_rate": [0.001, 0.01]}, "name": "s"}),
+            ] {
+                let p = params(kind, given.clone());
+                assert_ne!(p.patience, Some(Patience::Auto), "{kind:?} {given}");
+                assert!(p.epochs != AUTO_MAX_EPOCHS, "{kind:?} {given}");
+            }
+        }
+        let p = params(ModelKind::Logistic, json!({}));
+        assert_eq!((p.epochs, p.validation, p.patience), (20, None, None));
+        // "auto" may be asked for, with validation.
+        let p = params(
+            ModelKind::Logistic,
+            json!({"validation": {"fraction": 0.1}, "patience": "auto", "epochs": 50}),
+        );
+        assert_eq!(p.patience, Some(Patience::Auto));
+        let mut p = params(ModelKind::Mlp, json!({}));
+        p.without_early_stopping();
+        assert_eq!((p.epochs, p.validation, p.patience), (20, None, None));
     }
 }

@@ -46,7 +46,7 @@ pub use prepass::{normalizing_scaler, settle_labels, LabelsError, SettledLabels}
 pub use report::{
     remaining_seconds, search_line, shard_line, table_header, table_line, ProgressLine,
 };
-pub use run::{converged, EpochRecord, LearnerRun};
+pub use run::{converged, EpochRecord, LearnerRun, Stopped};
 
 use crate::arena::TupleArena;
 use crate::limits::try_filled;

@@ -4,6 +4,7 @@
 //! reading the rows, meeting the other processes, raising errors.
 
 use super::EpochStats;
+use crate::params::Patience;
 use crate::scoring::ValidationStats;
 
 /// One finished epoch.
@@ -56,18 +57,40 @@ impl EpochLoop {
 #[derive(Clone, Debug)]
 pub struct LearnerRun<M> {
     epochs: EpochLoop,
-    patience: Option<u32>,
+    patience: Option<Patience>,
     /// With patience: the lowest validation loss, its epoch and that epoch's model.
     best: Option<(f64, u32, M)>,
+    /// Why it stopped on its validation loss, once it has.
+    stopped: Option<Stopped>,
     done: bool,
 }
 
+/// A learner stopped by its patience: after `epoch`, `patience` epochs after its `best_epoch`
+/// (whose model it keeps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    pub epoch: u32,
+    pub best_epoch: u32,
+    pub patience: u32,
+}
+
+impl Stopped {
+    /// The NOTICE line that says when and why a training stopped.
+    pub fn line(&self) -> String {
+        format!(
+            "stopped after epoch {}: the validation loss did not improve for {} epochs; the model of epoch {} (the lowest validation loss) is kept",
+            self.epoch, self.patience, self.best_epoch
+        )
+    }
+}
+
 impl<M> LearnerRun<M> {
-    pub fn new(tolerance: f64, patience: Option<u32>) -> LearnerRun<M> {
+    pub fn new(tolerance: f64, patience: Option<Patience>) -> LearnerRun<M> {
         LearnerRun {
             epochs: EpochLoop::new(tolerance),
             patience,
             best: None,
+            stopped: None,
             done: false,
         }
     }
@@ -90,17 +113,33 @@ impl<M> LearnerRun<M> {
         if let (Some(patience), Some(v), Some(model)) =
             (self.patience, &record.validation, snapshot)
         {
-            let improved = v.loss.is_finite() && self.best.as_ref().is_none_or(|b| v.loss < b.0);
+            let improved = v.loss.is_finite()
+                && self
+                    .best
+                    .as_ref()
+                    .is_none_or(|b| patience.improves(v.loss, b.0));
             if improved {
                 self.best = Some((v.loss, epoch, model));
             } else if let Some((_, best_epoch, _)) = &self.best {
-                patience_ran_out = epoch - best_epoch >= patience;
+                patience_ran_out = epoch - best_epoch >= patience.epochs(record.stats.tuples);
+                if patience_ran_out {
+                    self.stopped = Some(Stopped {
+                        epoch,
+                        best_epoch: *best_epoch,
+                        patience: epoch - best_epoch,
+                    });
+                }
             }
         }
         if self.epochs.record(record) || patience_ran_out {
             self.done = true;
         }
         self.done
+    }
+
+    /// Why it stopped on its validation loss, if it did.
+    pub fn stopped(&self) -> Option<Stopped> {
+        self.stopped
     }
 
     /// With patience: the epoch of the lowest validation loss so far.
@@ -157,7 +196,7 @@ pub(super) mod tests {
 
     #[test]
     fn patience_keeps_the_best_epochs_model_and_stops_after_it() {
-        let mut run: LearnerRun<&str> = LearnerRun::new(0.0, Some(2));
+        let mut run: LearnerRun<&str> = LearnerRun::new(0.0, Some(Patience::Epochs(2)));
         assert!(!run.end_epoch(1, validated(1, 0.9, 0.50), Some("m1")));
         assert!(!run.end_epoch(2, validated(2, 0.8, 0.40), Some("m2")));
         assert!(!run.end_epoch(3, validated(3, 0.7, 0.45), Some("m3")));
@@ -165,9 +204,64 @@ pub(super) mod tests {
         // A NaN validation loss is no improvement.
         assert!(run.end_epoch(4, validated(4, 0.6, f64::NAN), Some("m4")));
         assert!(run.is_done());
+        assert_eq!(
+            run.stopped(),
+            Some(Stopped {
+                epoch: 4,
+                best_epoch: 2,
+                patience: 2
+            })
+        );
         let (history, best) = run.finish();
         assert_eq!(history.len(), 4);
         assert_eq!(best, Some((2, "m2")));
+    }
+
+    /// An epoch of `tuples` training rows whose validation loss is `validation`.
+    fn validated_rows(epoch: u32, tuples: u64, validation: f64) -> EpochRecord {
+        let mut r = validated(epoch, 0.5, validation);
+        r.stats.tuples = tuples;
+        r
+    }
+
+    #[test]
+    fn auto_patience_waits_for_about_two_hundred_thousand_rows_and_a_real_improvement() {
+        // 1,000 rows an epoch: 10 epochs (the most); 4.5M rows: 2 (the fewest); 50,000: 4.
+        assert_eq!(Patience::Auto.epochs(1_000), 10);
+        assert_eq!(Patience::Auto.epochs(4_500_000), 2);
+        assert_eq!(Patience::Auto.epochs(50_000), 4);
+        assert_eq!(Patience::Auto.epochs(0), 10);
+        assert_eq!(Patience::Epochs(7).epochs(4_500_000), 7);
+        // An improvement of less than 0.01% of the best is none.
+        assert!(!Patience::Auto.improves(0.99995, 1.0));
+        assert!(Patience::Auto.improves(0.9998, 1.0));
+        assert!(Patience::Epochs(1).improves(0.99995, 1.0));
+
+        // A big table: stops two epochs after its best, though the loss still creeps down.
+        let mut run: LearnerRun<u32> = LearnerRun::new(0.0, Some(Patience::Auto));
+        let losses = [0.5, 0.4, 0.39999, 0.399989, 0.3];
+        let mut stopped_at = None;
+        for (i, &loss) in losses.iter().enumerate() {
+            let epoch = i as u32 + 1;
+            if run.end_epoch(epoch, validated_rows(epoch, 4_500_000, loss), Some(epoch)) {
+                stopped_at = Some(epoch);
+                break;
+            }
+        }
+        assert_eq!(stopped_at, Some(4));
+        assert_eq!(run.finish().1, Some((2, 2)));
+
+        // A small table waits ten epochs.
+        let mut run: LearnerRun<u32> = LearnerRun::new(0.0, Some(Patience::Auto));
+        assert!(!run.end_epoch(1, validated_rows(1, 5_000, 0.5), Some(1)));
+        for epoch in 2..=10 {
+            assert!(!run.end_epoch(epoch, validated_rows(epoch, 5_000, 0.6), Some(epoch)));
+        }
+        assert!(run.end_epoch(11, validated_rows(11, 5_000, 0.6), Some(11)));
+        assert_eq!(
+            run.stopped().map(|s| (s.epoch, s.best_epoch, s.patience)),
+            Some((11, 1, 10))
+        );
     }
 
     #[test]
@@ -175,7 +269,7 @@ pub(super) mod tests {
         let mut run: LearnerRun<()> = LearnerRun::new(0.01, None);
         assert!(!run.end_epoch(1, record(1, 0.5), None));
         assert!(run.end_epoch(2, record(2, 0.495), None));
-        let mut run: LearnerRun<()> = LearnerRun::new(0.0, Some(1));
+        let mut run: LearnerRun<()> = LearnerRun::new(0.0, Some(Patience::Epochs(1)));
         // Without a validation loss, patience never runs out.
         for epoch in 1..=5 {
             assert!(!run.end_epoch(epoch, record(epoch, 0.5), Some(())));

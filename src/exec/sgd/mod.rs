@@ -37,8 +37,8 @@ use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::{EpochCounts, Mode, PipelineConfig, PreprocessSpec};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::{ScheduleKind, TrainParams};
-use corgipile_ml::trainer::EpochStats;
+use corgipile_ml::params::{Patience, ScheduleKind, TrainParams, AUTO_PATIENCE_ROWS};
+use corgipile_ml::trainer::{EpochStats, Stopped};
 use pgrx::{pg_sys, PgSqlErrorCode};
 
 /// What the SGD node does in one run of the executor: its input is the task value, its output
@@ -90,6 +90,8 @@ pub struct SgdNode {
     worker_busy_seconds: f64,
     last_stats: Option<EpochStats>,
     epochs_run: u32,
+    /// Why the training stopped on its validation loss, when it did (EXPLAIN ANALYZE).
+    stopped: Option<Stopped>,
     /// Parallel training (EXPLAIN ANALYZE): workers asked for and started, and each process's
     /// rows in the last epoch (the leader's first).
     workers_planned: u32,
@@ -230,6 +232,7 @@ impl Node for SgdNode {
             worker_busy_seconds: 0.0,
             last_stats: None,
             epochs_run: 0,
+            stopped: None,
             workers_planned: 0,
             workers_launched: 0,
             rows_per_process: Vec::new(),
@@ -313,8 +316,17 @@ impl Node for SgdNode {
                 "Newton passes after the epochs (standard errors, p-values)",
             );
         }
-        if let Some(patience) = p.patience {
-            explain::int(es, "Patience", patience as i64);
+        match p.patience {
+            Some(Patience::Epochs(n)) => explain::int(es, "Patience", n as i64),
+            Some(Patience::Auto) => explain::text(
+                es,
+                "Patience",
+                &format!(
+                    "auto (about {AUTO_PATIENCE_ROWS} training rows, 2 to 10 epochs, at most {} epochs)",
+                    p.epochs
+                ),
+            ),
+            None => {}
         }
         if p.l1 > 0.0 {
             explain::float(es, "L1", None, p.l1, 6);
@@ -329,8 +341,9 @@ impl Node for SgdNode {
         if let Some(PreprocessSpec::Learn { plans, .. }) = &state.config.preprocess {
             explain::int(es, "Feature Columns", plans.len() as i64);
         }
-        if let Some(v) = &p.validation {
-            explain::text(es, "Validation", &format!("{v:?}"));
+        if p.validation.is_some() {
+            // As the params write it: {"fraction": 0.1}, {"predicate": ...}, {"relation": ...}.
+            explain::text(es, "Validation", &p.to_json()["validation"].to_string());
         }
         explain::int(es, "Batch Size", p.batch_size as i64);
         if p.workers > 0 {
@@ -342,6 +355,16 @@ impl Node for SgdNode {
         }
         if explain::analyzing(es) {
             explain::int(es, "Epochs Run", state.epochs_run as i64);
+            if let Some(stopped) = state.stopped {
+                explain::text(
+                    es,
+                    "Stopped Early",
+                    &format!(
+                        "no lower validation loss for {} epochs; kept epoch {}",
+                        stopped.patience, stopped.best_epoch
+                    ),
+                );
+            }
             if let Some(stats) = &state.last_stats {
                 explain::float(es, "Final Loss", None, stats.loss, 6);
                 if let Some(a) = stats.accuracy {

@@ -19,7 +19,7 @@ use corgipile_ml::fit::{Finished, Fit, Notices};
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
-use corgipile_ml::params::{Configuration, StatisticsPass};
+use corgipile_ml::params::{Configuration, Patience, StatisticsPass};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::TrainConfig;
@@ -175,7 +175,8 @@ impl SgdNode {
         });
         // Each learner's epochs, early stopping (patience: the best epoch's model kept),
         // whether it has stopped or was set aside, and what the training reports.
-        let patience: Vec<Option<u32>> = configurations.iter().map(|(_, p)| p.patience).collect();
+        let patience: Vec<Option<Patience>> =
+            configurations.iter().map(|(_, p)| p.patience).collect();
         let notices = Notices {
             verbose: self.verbose,
             epochs: params.epochs,
@@ -225,6 +226,7 @@ impl SgdNode {
             t.finish();
         }
         let label_map = trainer.label_map();
+        self.stopped = fit.stopped();
         let finished = fit.finish(trainer.into_results(), holdouts);
         let ended = Ended {
             configurations: &configurations,
