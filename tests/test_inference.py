@@ -8,17 +8,24 @@ for logistic (z tests, p from math.erfc), the OLS formulas for linear (t tests w
 degrees of freedom, p and quantile from scipy), to 1e-4 relative, as statsmodels' Logit and OLS
 report them. Then what is refused, with its SQLSTATE: other kinds, l1, a model whose information
 matrix exceeds corgipile.max_model_memory, collinear columns, search and workers; and a model
-trained without inference has NULLs there."""
+trained without inference has NULLs there.
 
+Categories: with an intercept, each one-hot column (and a date's day of the week and month)
+drops its most frequent level from the design, as statsmodels and R do; those tests compare
+with statsmodels' Logit and OLS fitted here on the same design (numbers in the table's units,
+dummies with the same reference dropped)."""
+
+import datetime
 import math
 
 import numpy as np
 import psycopg
 import psycopg.errors as E
 import pytest
+import statsmodels.api as sm
 from scipy import stats
 
-from helpers import train, train_error
+from helpers import evaluate, scalar, train, train_error
 
 TABLE = "inf_rows"
 N = 3000
@@ -226,3 +233,226 @@ def test_explain_names_the_passes(conn, rows):
         "SELECT * FROM corgipile_explain(%s, 'linear', %s)",
         (TABLE, '{"features": ["a", "b"], "label": "y", "inference": true}')).fetchall()]
     assert any("Inference: Newton passes after the epochs" in line for line in plan), plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Categories: one reference level per categorical column, against statsmodels
+
+CATS = "inf_cats"
+M = 2000
+
+
+@pytest.fixture(scope="module")
+def cats(dsn):
+    """M rows: numbers a, b; categories s (four levels, "blue" the most frequent), t (three
+    levels and NULLs, "(null)" a level of its own; "x" the most frequent), r ("p" or "q", and
+    "once" in one row), a date d (every day of the week and month); a linear target y and a 0/1
+    label z drawn from a logistic model of a, b, s and t."""
+    rng = np.random.default_rng(54)
+    a = rng.normal(0, 1, M)
+    b = rng.uniform(-2, 2, M) * 10
+    s = rng.choice(["red", "green", "blue", "amber"], M, p=[0.25, 0.2, 0.4, 0.15])
+    t = rng.choice(["x", "y", "w", None], M, p=[0.4, 0.3, 0.2, 0.1])
+    r = rng.choice(["p", "q"], M).astype(object)
+    r[17] = "once"
+    start = datetime.date(2020, 1, 1)
+    d = [start + datetime.timedelta(days=int(k)) for k in rng.integers(0, 900, M)]
+    s_effect = {"red": 0.0, "green": 0.6, "blue": -0.4, "amber": 0.3}
+    t_effect = {"x": 0.0, "y": -0.5, "w": 0.5, None: 0.2}
+    effect = np.array([s_effect[v] for v in s]) + np.array([t_effect[v] for v in t])
+    y = 1.5 + 0.8 * a - 0.05 * b + effect + 0.3 * (r == "q") + rng.normal(0, 1.5, M)
+    y[17] += 2.0
+    p = 1 / (1 + np.exp(-(-0.3 + 0.7 * a + 0.03 * b + effect)))
+    z = (rng.uniform(0, 1, M) < p).astype(int)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {CATS}")
+        conn.execute(f"""CREATE TABLE {CATS} (id int, a float8, b float8, s text, t text, r text,
+                         d date, y float8, z int)""")
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY {CATS} (id, a, b, s, t, r, d, y, z) FROM STDIN") as copy:
+                for i in range(M):
+                    copy.write_row((i, float(a[i]), float(b[i]), str(s[i]), t[i], str(r[i]), d[i],
+                                    float(y[i]), int(z[i])))
+    return {"a": a, "b": b, "s": s, "t": t, "r": r, "d": d, "y": y, "z": z}
+
+
+def most_frequent(values):
+    """The level corgipile drops: the most frequent named one (ties: the first in byte order)."""
+    counts = {}
+    for v in values:
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+    return min(counts, key=lambda v: (-counts[v], v.encode()))
+
+
+def dummies(name, values, reference, kept=None):
+    """The columns of a categorical column with its reference dropped, by coefficient name:
+    {"s=green": 0/1 array, ...}, "(null)" for None, "(other)" for a level not in `kept`."""
+    def level(v):
+        if v is None:
+            return "(null)"
+        return v if kept is None or v in kept else "(other)"
+    levels = [level(v) for v in values]
+    return {f"{name}={k}": np.array([v == k for v in levels], dtype=float)
+            for k in sorted(set(levels)) if k != reference}
+
+
+def compare(got, names, fit, logistic):
+    """corgipile's rows against a statsmodels fit (columns in `names` order), 1e-4 relative."""
+    low, high = np.asarray(fit.conf_int()).T
+    worst = {}
+    for k, name in enumerate(names):
+        coefficient, std_error, statistic, p_value, ci_low, ci_high, odds = got[name]
+        for what, g, w in [("coefficient", coefficient, fit.params[k]), ("std_error", std_error, fit.bse[k]),
+                           ("statistic", statistic, fit.tvalues[k]), ("p_value", p_value, fit.pvalues[k]),
+                           ("ci_low", ci_low, low[k]), ("ci_high", ci_high, high[k])]:
+            close(g, w, f"{name} {what}")
+            worst[what] = max(worst.get(what, 0.0), abs(g - w) / max(abs(w), 1e-300))
+        if logistic:
+            close(odds, math.exp(fit.params[k]), f"{name} odds_ratio")
+    return ", ".join(f"{what} {v:.1e}" for what, v in worst.items())
+
+
+def the_references(conn, model):
+    inference = conn.execute("SELECT metrics->'inference' FROM corgipile.models WHERE id = %s",
+                             (model,)).fetchone()[0]
+    return {r["column"]: r for r in inference.get("reference", [])}
+
+
+def assert_reference_rows(got, features, logistic):
+    """Each reference is a row of coefficient 0 and no test."""
+    for feature in features:
+        assert got[feature] == (0.0, None, None, None, None, None, None), feature
+
+
+def test_logistic_two_categorical_columns_match_statsmodels(conn, cats):
+    model = train(conn, CATS, "logistic", features=["a", "b", "s", "t"], label="z", inference=True,
+                  epochs=3, seed=1)
+    ref_s, ref_t = most_frequent(cats["s"]), most_frequent(cats["t"])
+    assert (ref_s, ref_t) == ("blue", "x")
+    columns = {"a": cats["a"], "b": cats["b"], **dummies("s", cats["s"], ref_s),
+               **dummies("t", cats["t"], ref_t)}
+    names = list(columns) + ["(intercept)"]
+    X = np.column_stack(list(columns.values()) + [np.ones(M)])
+    fit = sm.Logit(cats["z"].astype(float), X).fit(disp=0, method="newton", tol=1e-12, maxiter=100)
+    got = coefficients(conn, model)
+    worst = compare(got, names, fit, logistic=True)
+    print(f"logistic: largest relative differences from statsmodels: {worst}")
+    assert_reference_rows(got, ["s=blue", "t=x"], logistic=True)
+    assert "t=(null)" in names
+    refs = the_references(conn, model)
+    assert {k: (v["feature"], v["rows"]) for k, v in refs.items()} == {
+        "s": ("s=blue", int(np.sum(cats["s"] == "blue"))),
+        "t": ("t=x", sum(v == "x" for v in cats["t"]))}
+    assert refs["s"]["feature_index"] == scalar(
+        conn, "SELECT feature_index FROM corgipile_model_coefficients(%s) WHERE feature = 's=blue'", (model,))
+    inference = conn.execute("SELECT metrics->'inference' FROM corgipile.models WHERE id = %s",
+                             (model,)).fetchone()[0]
+    # statsmodels' log-likelihood, on the design with the references dropped.
+    close(inference["log_likelihood"], fit.llf, "log_likelihood")
+
+
+def test_linear_with_a_category_seen_once_matches_statsmodels(conn, cats):
+    """OLS on a, b and three categorical columns, one of whose levels ("r=once") is one row:
+    its coefficient is that row's residual, its standard error as large as sigma."""
+    model = train(conn, CATS, "linear", features=["a", "b", "s", "t", "r"], label="y",
+                  inference=True, epochs=2, seed=1)
+    ref_r = most_frequent(cats["r"])
+    columns = {"a": cats["a"], "b": cats["b"], **dummies("s", cats["s"], "blue"),
+               **dummies("t", cats["t"], "x"), **dummies("r", cats["r"], ref_r)}
+    names = list(columns) + ["(intercept)"]
+    X = np.column_stack(list(columns.values()) + [np.ones(M)])
+    fit = sm.OLS(cats["y"], X).fit()
+    got = coefficients(conn, model)
+    worst = compare(got, names, fit, logistic=False)
+    print(f"linear: largest relative differences from statsmodels: {worst}")
+    assert "r=once" in names
+    assert_reference_rows(got, ["s=blue", "t=x", f"r={ref_r}"], logistic=False)
+    inference = conn.execute("SELECT metrics->'inference' FROM corgipile.models WHERE id = %s",
+                             (model,)).fetchone()[0]
+    assert inference["df"] == fit.df_resid == M - len(names)
+    close(inference["sigma2"], fit.scale, "sigma2")
+    assert set(the_references(conn, model)) == {"s", "t", "r"}
+
+
+def test_pooled_categories_and_date_parts(conn, cats):
+    """max_categories pools the rarest levels into "(other)", a level like the others; a date's
+    day of the week and month each drop their most frequent level too."""
+    model = train(conn, CATS, "linear", features=["a", "s", "d"], label="y", inference=True,
+                  max_categories=2, epochs=2, seed=1)
+    got = coefficients(conn, model)
+    assert {"s=blue", "s=red", "s=(other)"} <= set(got) and "s=green" not in got
+    days = np.array([(v - datetime.date(1970, 1, 1)).days for v in cats["d"]], dtype=float)
+    dow = [["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"][v.weekday()] for v in cats["d"]]
+    month = [["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+             [v.month - 1] for v in cats["d"]]
+    order = {k: i for i, k in enumerate(["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Jan", "Feb",
+                                         "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                         "Nov", "Dec"])}
+    # Days and months have no byte order here: ties go to the first in calendar order.
+    ref_dow = min(set(dow), key=lambda v: (-dow.count(v), order[v]))
+    ref_month = min(set(month), key=lambda v: (-month.count(v), order[v]))
+    columns = {"a": cats["a"], **dummies("s", cats["s"], "blue", kept={"blue", "red"}), "d": days,
+               **dummies("d.dow", dow, ref_dow), **dummies("d.month", month, ref_month)}
+    names = list(columns) + ["(intercept)"]
+    X = np.column_stack(list(columns.values()) + [np.ones(M)])
+    fit = sm.OLS(cats["y"], X).fit()
+    worst = compare(got, names, fit, logistic=False)
+    print(f"pooled categories and date parts: largest relative differences from statsmodels: {worst}")
+    assert_reference_rows(got, ["s=blue", f"d.dow={ref_dow}", f"d.month={ref_month}"], logistic=False)
+    assert set(the_references(conn, model)) == {"s", "d.dow", "d.month"}
+
+
+def test_predictions_follow_the_reference_coding(conn, cats):
+    """The stored model is the one tested: its predictions are the coefficients' sums (the
+    reference contributes 0), and evaluation and explanations read it as any model."""
+    model = train(conn, CATS, "linear", features=["a", "b", "s", "t"], label="y", inference=True,
+                  epochs=2, seed=1)
+    got = coefficients(conn, model)
+    row = conn.execute(f"SELECT a, b, s, t, corgipile_predict({model}, {CATS}.*) FROM {CATS} WHERE id = 3"
+                       ).fetchone()
+    a, b, s, t, predicted = row
+    want = (got["a"][0] * a + got["b"][0] * b + got[f"s={s}"][0] + got[f"t={t or '(null)'}"][0]
+            + got["(intercept)"][0])
+    assert abs(predicted - want) <= 1e-9 * max(1.0, abs(want))
+    r2 = evaluate(conn, model, CATS)["r2"]
+    fit = sm.OLS(cats["y"], np.column_stack(
+        [cats["a"], cats["b"], *dummies("s", cats["s"], "blue").values(),
+         *dummies("t", cats["t"], "x").values(), np.ones(M)])).fit()
+    close(r2, fit.rsquared, "r2")
+
+
+def test_no_reference_without_an_intercept(conn, cats):
+    model = train(conn, CATS, "logistic", features=["a", "s"], label="z", inference=True,
+                  fit_intercept=False, epochs=2, seed=1)
+    got = coefficients(conn, model)
+    assert all(got[f"s={v}"][1] is not None for v in ["red", "green", "blue", "amber"])
+    assert the_references(conn, model) == {}
+
+
+def test_without_inference_every_level_is_kept(conn, cats):
+    """The coding is for "inference" only: a model trained without it has its SGD weights."""
+    model = train(conn, CATS, "linear", features=["a", "s"], label="y", epochs=2, seed=1)
+    got = coefficients(conn, model)
+    assert all(got[f"s={v}"][0] != 0 for v in ["red", "green", "blue", "amber"])
+
+
+def test_a_hashed_column_is_singular_with_a_hint(conn, cats):
+    """Hashed buckets are no levels: nothing dropped, the singular matrix says why."""
+    e = train_error(conn, CATS, "linear", {"features": ["a", "s"], "label": "y", "inference": True,
+                                           "preprocess": {"s": {"encode": "hash", "buckets": 4}},
+                                           "epochs": 1})
+    assert isinstance(e, E.DataException), e
+    assert "is singular at feature" in str(e) and "(s#" in str(e)
+    assert 'Column "s" is hashed into buckets' in e.diag.message_hint
+    assert '"encode": "one_hot"' in e.diag.message_hint
+
+
+def test_logistic_with_a_category_seen_once_does_not_converge(conn, cats):
+    """A level of one row separates its class: no maximum-likelihood estimate, and the hint
+    says why (statsmodels' Logit warns of the same)."""
+    e = train_error(conn, CATS, "logistic", {"features": ["a", "r"], "label": "z", "inference": True,
+                                             "epochs": 1})
+    assert isinstance(e, E.DataException), e
+    assert "did not converge" in str(e)
+    assert "a category seen once" in e.diag.message_hint

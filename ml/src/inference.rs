@@ -12,9 +12,17 @@
 //!
 //! With `l2` > 0, the optimum is the penalized one: the loss plus n·l2/2·‖w‖² on the weights
 //! in the table's units (not the intercept), and the penalty's Hessian n·l2·I is part of H.
+//!
+//! Categories: with an intercept, the one-hot features of a categorical column add up to it in
+//! every row (H singular). After the first pass, [`Information::drop_references`] drops one
+//! reference level per such column from the design, as statsmodels, R's `glm` and BigQuery ML
+//! do: its coefficient is 0 by definition (not estimated, no test), the intercept is the
+//! reference's level and the other levels' coefficients are contrasts against it. The
+//! reference is the most frequent named level (ties: the first in feature order).
 
 pub mod distributions;
 
+use crate::preprocess::OneHotGroup;
 use crate::row::Row;
 use distributions::{normal_two_sided, t_two_sided, t_two_sided_quantile, Z_975};
 use serde::{Deserialize, Serialize};
@@ -67,6 +75,27 @@ pub struct Information {
     /// Linear, unpenalized: the residual sum of squares after the last step, when it is known
     /// without another pass (see [`newton_step`](Self::newton_step)).
     rss_after_step: Option<f64>,
+    /// Per feature, the rows of this pass where it is not 0.
+    counts: Vec<u64>,
+    /// Per coefficient, whether it is out of the design (a reference level: fixed at 0).
+    fixed: Vec<bool>,
+    /// The coefficients in the design, in order: after a step, the first `free.len()`² values
+    /// of `h` hold their factor (stride `free.len()`).
+    free: Vec<usize>,
+    references: Vec<Reference>,
+}
+
+/// The reference level of a categorical column, dropped from the design.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reference {
+    /// The column (`col.dow`, `col.month` for a date/time part).
+    pub column: String,
+    /// Its feature's name (`col=value`).
+    pub feature: String,
+    /// Its feature's index, 1-based (`corgipile_model_coefficients.feature_index`).
+    pub feature_index: usize,
+    /// The rows of that level.
+    pub rows: u64,
 }
 
 impl Information {
@@ -103,6 +132,10 @@ impl Information {
             rows: 0,
             loss: 0.0,
             rss_after_step: None,
+            counts: vec![0; n_features],
+            fixed: vec![false; p],
+            free: (0..p).collect(),
+            references: Vec::new(),
         })
     }
 
@@ -138,6 +171,62 @@ impl Information {
         self.rows = 0;
         self.loss = 0.0;
         self.rss_after_step = None;
+        self.counts.iter_mut().for_each(|v| *v = 0);
+    }
+
+    /// After a pass, with an intercept: drops the reference level of every group whose
+    /// features add up to the intercept in every row of the pass (each row sets exactly one of
+    /// them), fixing its coefficient at 0. The reference is the group's most frequent named
+    /// level (ties: the first), or of its other levels when no named one was seen. The model
+    /// is moved to the same predictions (the reference's coefficient added to the intercept,
+    /// subtracted from the group's), so the pass's sums stay those of the coefficients.
+    /// `name`: a feature's name. Without an intercept (nothing to drop) or before a pass, does
+    /// nothing. Returns the references dropped, in group order.
+    pub fn drop_references(
+        &mut self,
+        groups: &[OneHotGroup],
+        name: &dyn Fn(usize) -> String,
+    ) -> &[Reference] {
+        if !self.intercept || self.rows == 0 {
+            return &self.references;
+        }
+        let d = self.n_features;
+        for group in groups {
+            let features = group.features.start.min(d)..group.features.end.min(d);
+            let counts = &self.counts[features.clone()];
+            if features.is_empty()
+                || counts.iter().sum::<u64>() != self.rows
+                || features.clone().any(|j| self.fixed[j])
+            {
+                continue;
+            }
+            // The first of the largest count: `max_by_key` would keep the last.
+            let most = |range: std::ops::Range<usize>| {
+                range.fold(None::<(usize, u64)>, |best, k| match best {
+                    Some((_, c)) if c >= counts[k] => best,
+                    _ if counts[k] > 0 => Some((k, counts[k])),
+                    _ => best,
+                })
+            };
+            let named = group.named.min(counts.len());
+            let Some((k, rows)) = most(0..named).or_else(|| most(named..counts.len())) else {
+                continue;
+            };
+            let reference = features.start + k;
+            let shift = self.beta[reference];
+            for j in features {
+                self.beta[j] -= shift;
+            }
+            self.beta[d] += shift;
+            self.fixed[reference] = true;
+            self.references.push(Reference {
+                column: group.column.clone(),
+                feature: name(reference),
+                feature_index: reference + 1,
+                rows,
+            });
+        }
+        &self.references
     }
 
     /// Adds one row; `y` is 0 or 1 (logistic) or the target (linear). O(p²) for a dense row.
@@ -180,6 +269,9 @@ impl Information {
             if xi == 0.0 {
                 continue;
             }
+            if let Some(c) = self.counts.get_mut(i) {
+                *c += 1;
+            }
             self.g[i] += residual * xi;
             let wxi = weight * xi;
             let row = &mut self.h[i * p..i * p + i + 1];
@@ -208,16 +300,29 @@ impl Information {
         if !self.h.iter().chain(&self.g).all(|v| v.is_finite()) {
             return Err(InferenceError::NonFinite);
         }
-        cholesky(&mut self.h, p, check)?;
-        // L·Lᵀ·δ = −g: forward, then back substitution.
-        let mut delta: Vec<f64> = self.g.iter().map(|v| -v).collect();
-        for i in 0..p {
-            let s: f64 = (0..i).map(|k| self.h[i * p + k] * delta[k]).sum();
-            delta[i] = (delta[i] - s) / self.h[i * p + i];
+        self.compact();
+        let free = &self.free;
+        let q = free.len();
+        cholesky(&mut self.h[..q * q], q, check).map_err(|e| match e {
+            InferenceError::Singular { column } => InferenceError::Singular {
+                column: free[column],
+            },
+            e => e,
+        })?;
+        // L·Lᵀ·δ = −g (the coefficients in the design): forward, then back substitution.
+        let mut reduced: Vec<f64> = free.iter().map(|&j| -self.g[j]).collect();
+        for i in 0..q {
+            let s: f64 = (0..i).map(|k| self.h[i * q + k] * reduced[k]).sum();
+            reduced[i] = (reduced[i] - s) / self.h[i * q + i];
         }
-        for i in (0..p).rev() {
-            let s: f64 = (i + 1..p).map(|k| self.h[k * p + i] * delta[k]).sum();
-            delta[i] = (delta[i] - s) / self.h[i * p + i];
+        for i in (0..q).rev() {
+            let s: f64 = (i + 1..q).map(|k| self.h[k * q + i] * reduced[k]).sum();
+            reduced[i] = (reduced[i] - s) / self.h[i * q + i];
+        }
+        // A fixed coefficient does not move.
+        let mut delta = vec![0.0; p];
+        for (&j, v) in free.iter().zip(reduced) {
+            delta[j] = v;
         }
         // Least squares is quadratic: one step lands on the solution (H does not depend on the
         // coefficients), and its RSS is RSS + gᵀδ (as δᵀHδ = −gᵀδ), so no second pass is
@@ -237,11 +342,30 @@ impl Information {
         Ok(step / (1.0 + size))
     }
 
-    /// The tests of every coefficient, from the last pass's factor (call after a
-    /// [`newton_step`](Self::newton_step) small enough to stop). `check`: as there, once per
-    /// column.
-    pub fn finish(&self, check: &mut dyn FnMut()) -> Result<Inference, InferenceError> {
+    /// Moves the lower triangle of H's rows and columns in the design (`free`, the
+    /// coefficients not fixed) to the first `free.len()`² values of `h`, stride `free.len()`.
+    /// In place: each value moves to an index no larger than its own, and in increasing order,
+    /// so none is overwritten before it is read.
+    fn compact(&mut self) {
         let p = self.dim();
+        self.free = (0..p).filter(|&j| !self.fixed[j]).collect();
+        let q = self.free.len();
+        if q == p {
+            return;
+        }
+        for i in 0..q {
+            for j in 0..=i {
+                self.h[i * q + j] = self.h[self.free[i] * p + self.free[j]];
+            }
+        }
+    }
+
+    /// The tests of every coefficient, from the last pass's factor (call after a
+    /// [`newton_step`](Self::newton_step) small enough to stop); a fixed one (a reference
+    /// level) has none. `check`: as there, once per column.
+    pub fn finish(&self, check: &mut dyn FnMut()) -> Result<Inference, InferenceError> {
+        // The coefficients estimated: their factor is q × q.
+        let p = self.free.len();
         let rows = self.rows;
         let (df, scale2, quantile) = match self.family {
             Likelihood::Logistic => (None, 1.0, Z_975),
@@ -271,6 +395,11 @@ impl Information {
             let variance: f64 = column[j..].iter().map(|v| v * v).sum();
             std_error.push((scale2 * variance).sqrt());
         }
+        // Back to every coefficient: none for a fixed one.
+        let mut every = vec![None; self.dim()];
+        for (&j, se) in self.free.iter().zip(std_error) {
+            every[j] = Some(se);
+        }
         let mut out = Inference {
             test: match self.family {
                 Likelihood::Logistic => "z",
@@ -286,17 +415,18 @@ impl Information {
             p_value: Vec::with_capacity(p),
             ci_low: Vec::with_capacity(p),
             ci_high: Vec::with_capacity(p),
+            reference: self.references.clone(),
         };
-        for (&b, se) in self.beta.iter().zip(std_error) {
-            let stat = b / se;
+        for (&b, se) in self.beta.iter().zip(every) {
+            let stat = se.map(|se| b / se);
             out.std_error.push(se);
             out.statistic.push(stat);
-            out.p_value.push(match df {
+            out.p_value.push(stat.map(|stat| match df {
                 None => normal_two_sided(stat),
                 Some(df) => t_two_sided(stat, df),
-            });
-            out.ci_low.push(b - quantile * se);
-            out.ci_high.push(b + quantile * se);
+            }));
+            out.ci_low.push(se.map(|se| b - quantile * se));
+            out.ci_high.push(se.map(|se| b + quantile * se));
         }
         let all = [
             &out.std_error,
@@ -305,7 +435,10 @@ impl Information {
             &out.ci_low,
             &out.ci_high,
         ];
-        if !all.iter().all(|v| v.iter().all(|x| x.is_finite())) {
+        if !all
+            .iter()
+            .all(|v| v.iter().flatten().all(|x| x.is_finite()))
+        {
             return Err(InferenceError::NonFinite);
         }
         Ok(out)
@@ -336,7 +469,8 @@ fn cholesky(a: &mut [f64], p: usize, check: &mut dyn FnMut()) -> Result<(), Infe
 }
 
 /// Per coefficient (weights in feature order, then the intercept when fitted): what
-/// `corgipile_model_coefficients` reports; stored as `metrics->'inference'`.
+/// `corgipile_model_coefficients` reports; stored as `metrics->'inference'`. A reference level
+/// (fixed at 0) has no test: None (JSON null) in every array.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Inference {
     /// "z" (logistic, normal) or "t" (linear, Student's t with `df` degrees of freedom).
@@ -346,11 +480,14 @@ pub struct Inference {
     pub log_likelihood: Option<f64>,
     /// Linear: the residual variance RSS / (n − p).
     pub sigma2: Option<f64>,
-    pub std_error: Vec<f64>,
-    pub statistic: Vec<f64>,
-    pub p_value: Vec<f64>,
-    pub ci_low: Vec<f64>,
-    pub ci_high: Vec<f64>,
+    pub std_error: Vec<Option<f64>>,
+    pub statistic: Vec<Option<f64>>,
+    pub p_value: Vec<Option<f64>>,
+    pub ci_low: Vec<Option<f64>>,
+    pub ci_high: Vec<Option<f64>>,
+    /// The reference level of each categorical column, dropped from the design.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reference: Vec<Reference>,
 }
 
 #[cfg(test)]

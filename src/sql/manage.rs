@@ -222,13 +222,14 @@ type CoefficientRow = (
 );
 
 /// A model's `metrics->'inference'` (`"inference": true`): per coefficient, in the order the
-/// rows come (the weights, then the intercept when fitted).
+/// rows come (the weights, then the intercept when fitted); null for a categorical column's
+/// reference level (not estimated: its coefficient is 0, no test).
 struct Tests {
-    std_error: Vec<f64>,
-    statistic: Vec<f64>,
-    p_value: Vec<f64>,
-    ci_low: Vec<f64>,
-    ci_high: Vec<f64>,
+    std_error: Vec<Option<f64>>,
+    statistic: Vec<Option<f64>>,
+    p_value: Vec<Option<f64>>,
+    ci_low: Vec<Option<f64>>,
+    ci_high: Vec<Option<f64>>,
     logistic: bool,
 }
 
@@ -245,8 +246,8 @@ impl Tests {
         .ok()
         .flatten()?
         .0;
-        let array = |key: &str| -> Option<Vec<f64>> {
-            let v: Vec<f64> = serde_json::from_value(json.get(key)?.clone()).ok()?;
+        let array = |key: &str| -> Option<Vec<Option<f64>>> {
+            let v: Vec<Option<f64>> = serde_json::from_value(json.get(key)?.clone()).ok()?;
             (v.len() == n_coefficients).then_some(v)
         };
         Some(Tests {
@@ -259,15 +260,17 @@ impl Tests {
         })
     }
 
-    /// Coefficient `i`'s columns after the coefficient (odds ratio: logistic only).
+    /// Coefficient `i`'s columns after the coefficient (odds ratio: logistic only; none for a
+    /// reference level, which has no test).
     fn row(&self, i: usize, coefficient: f64) -> [Option<f64>; 6] {
+        let tested = self.std_error[i].is_some();
         [
-            Some(self.std_error[i]),
-            Some(self.statistic[i]),
-            Some(self.p_value[i]),
-            Some(self.ci_low[i]),
-            Some(self.ci_high[i]),
-            self.logistic.then(|| coefficient.exp()),
+            self.std_error[i],
+            self.statistic[i],
+            self.p_value[i],
+            self.ci_low[i],
+            self.ci_high[i],
+            (self.logistic && tested).then(|| coefficient.exp()),
         ]
     }
 }

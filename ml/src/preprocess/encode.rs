@@ -77,6 +77,17 @@ pub struct EncodedColumn {
     pub encoding: Encoding,
 }
 
+/// The features of one categorical column (or date/time part), of which a row sets at most
+/// one, to 1: what `"inference"` drops a reference level from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OneHotGroup {
+    /// The column, or `col.dow` / `col.month` for a date/time part.
+    pub column: String,
+    pub features: std::ops::Range<usize>,
+    /// How many of them, from the first, are named levels (then `(other)`, `(null)`).
+    pub named: usize,
+}
+
 /// The preprocessing of a model: stored with it, applied to every row it trains on, is
 /// evaluated on, or predicts.
 #[derive(Debug, Serialize, Deserialize)]
@@ -380,11 +391,47 @@ impl Preprocessor {
         }
     }
 
+    /// The column feature `j` belongs to.
+    pub fn column_of(&self, j: usize) -> &EncodedColumn {
+        let at = self.columns.partition_point(|c| c.offset <= j);
+        &self.columns[at.saturating_sub(1)]
+    }
+
+    /// Every set of one-hot features of which a row sets at most one: a one-hot text column's
+    /// categories (then `(other)`, `(null)`), a date/time column's day of the week and month.
+    /// Hashed columns are not among them: a bucket is no level.
+    pub fn one_hot_groups(&self) -> Vec<OneHotGroup> {
+        let mut groups = Vec::new();
+        for c in &self.columns {
+            match &c.encoding {
+                Encoding::OneHot { categories, .. } => groups.push(OneHotGroup {
+                    column: c.name.clone(),
+                    features: c.offset..c.offset + c.encoding.width(),
+                    named: categories.len(),
+                }),
+                Encoding::Time { parts, .. } => {
+                    let mut at = c.offset;
+                    for &part in parts {
+                        if matches!(part, TimePart::Dow | TimePart::Month) {
+                            groups.push(OneHotGroup {
+                                column: format!("{}.{}", c.name, part.name()),
+                                features: at..at + part.width(),
+                                named: part.width(),
+                            });
+                        }
+                        at += part.width();
+                    }
+                }
+                _ => {}
+            }
+        }
+        groups
+    }
+
     /// The readable name of feature `j`: `col`, `col[3]` (1-based), `col=value`,
     /// `col=(other)`, `col=(null)`, `col#17` (a hash bucket), `col.dow=Mon`, `col.hour_sin`.
     pub fn feature_name(&self, j: usize) -> String {
-        let at = self.columns.partition_point(|c| c.offset <= j);
-        let c = &self.columns[at.saturating_sub(1)];
+        let c = self.column_of(j);
         let k = j - c.offset;
         match &c.encoding {
             Encoding::Number { .. } => c.name.clone(),

@@ -26,7 +26,7 @@ mod time;
 
 use std::collections::HashMap;
 
-pub use encode::{bucket, EncodedColumn, EncodedRow, Encoding, Preprocessor};
+pub use encode::{bucket, EncodedColumn, EncodedRow, Encoding, OneHotGroup, Preprocessor};
 pub use options::{
     ColumnOptions, ColumnPlan, Encode, Impute, NullAction, PreprocessOptions, Scale, Source,
     DEFAULT_BUCKETS, MAX_BUCKETS,

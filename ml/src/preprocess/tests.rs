@@ -372,3 +372,48 @@ fn time_parts_options_are_checked() {
     let encode = ColumnOptions::from_json(&json!({"encode": "hash"})).unwrap();
     assert!(ColumnPlan::resolve("c", Source::Time(TimeKind::Date), Some(&encode), true).is_err());
 }
+
+/// The groups "inference" drops a reference level from: a one-hot column (named levels, then
+/// "(other)" and "(null)"), a date/time column's day of the week and month; not a hashed column.
+#[test]
+fn one_hot_groups_are_the_categorical_columns_and_date_parts() {
+    let p = sample();
+    // income 0, state 1..5 (KS, CA, (other), (null)), url 5..13 (hashed), xy 13..15.
+    assert_eq!(
+        p.one_hot_groups(),
+        vec![OneHotGroup {
+            column: "state".into(),
+            features: 1..5,
+            named: 2
+        }]
+    );
+    assert_eq!(p.column_of(7).name, "url");
+    assert_eq!(p.column_of(14).name, "xy");
+    let plans = vec![
+        plan("n", Source::Number, None),
+        plan("at", Source::Time(TimeKind::Timestamp), None),
+    ];
+    let mut s = StatsBuilder::new(plans, 1 << 20, 1000);
+    s.begin_row();
+    s.number(0, Some(1.0)).unwrap();
+    s.time(1, Some(0.0)).unwrap();
+    let p = s.finish(10).unwrap();
+    // n 0; at: value 1, hour 2..4, dow 4..11, month 11..23.
+    let groups = p.one_hot_groups();
+    assert_eq!(
+        groups,
+        vec![
+            OneHotGroup {
+                column: "at.dow".into(),
+                features: 4..11,
+                named: 7
+            },
+            OneHotGroup {
+                column: "at.month".into(),
+                features: 11..23,
+                named: 12
+            },
+        ]
+    );
+    assert_eq!(p.feature_name(groups[1].features.start), "at.month=Jan");
+}

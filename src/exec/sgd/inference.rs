@@ -2,6 +2,8 @@
 //! to the maximum-likelihood estimate, and its information matrix gives each coefficient's
 //! standard error, test statistic, p-value and interval (the math is
 //! `corgipile_ml::inference`). Each pass reads every training row once, on the backend.
+//! With an intercept, the first pass's counts choose the reference level each categorical
+//! column drops from the design.
 
 use super::SgdNode;
 use crate::pg::error::{raise, refuse_combination};
@@ -13,6 +15,7 @@ use corgipile_ml::limits::pretty_pair;
 use corgipile_ml::model::Likelihood;
 use corgipile_ml::model::LinearModel;
 use corgipile_ml::params::{ShuffleMode, TrainParams};
+use corgipile_ml::preprocess::{Encoding, Preprocessor};
 use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::time::Instant;
@@ -99,6 +102,13 @@ impl SgdNode {
         };
         let n_features = linear.n_features;
         let l2 = self.config.params.l2;
+        // A column list's encoding: its categorical columns, the names of its features.
+        // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
+        // other reference to it is in use here.
+        let preprocessor = unsafe { self.shuffle() }.rows().preprocessor().cloned();
+        let groups = preprocessor
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.one_hot_groups());
         let mut info = Information::try_new(
             family,
             &linear.weights,
@@ -116,12 +126,21 @@ impl SgdNode {
         let mut last_step = f64::INFINITY;
         while last_step >= TOLERANCE {
             if passes == MAX_PASSES {
-                self.inference_failed(InferenceError::NotConverged { step: last_step }, n_features);
+                self.inference_failed(
+                    InferenceError::NotConverged { step: last_step },
+                    n_features,
+                    preprocessor.as_ref(),
+                );
             }
             passes += 1;
             // SAFETY: a private method of this node that needs only what every method of a live SgdNode
             // has (its child initialized, inside the executor run).
             unsafe { self.information_pass(&mut info, family, labels) };
+            if passes == 1 {
+                if let Some(p) = &preprocessor {
+                    info.drop_references(&groups, &|j| p.feature_name(j));
+                }
+            }
             // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
             // other reference to it is in use here.
             let read = unsafe { self.shuffle() }.counts();
@@ -135,14 +154,14 @@ impl SgdNode {
             }
             last_step = info
                 .newton_step(l2, &mut interrupt_check)
-                .unwrap_or_else(|e| self.inference_failed(e, n_features));
+                .unwrap_or_else(|e| self.inference_failed(e, n_features, preprocessor.as_ref()));
             if info.solved() {
                 break; // least squares: one pass
             }
         }
         let tests = info
             .finish(&mut interrupt_check)
-            .unwrap_or_else(|e| self.inference_failed(e, n_features));
+            .unwrap_or_else(|e| self.inference_failed(e, n_features, preprocessor.as_ref()));
         let (weights, bias) = info.coefficients();
         outcome.model = Model::new(LinearModel::single(
             self.config.model,
@@ -194,20 +213,43 @@ impl SgdNode {
         });
     }
 
-    /// A model without standard errors: why, and what to do.
-    fn inference_failed(&self, e: InferenceError, n_features: usize) -> ! {
-        let feature = |column: usize| match column {
-            c if c >= n_features => "the intercept".to_string(),
-            c => format!("feature {} (in corgipile_model_coefficients order)", c + 1),
+    /// A model without standard errors: why, and what to do. `preprocessor`: a column list's
+    /// (names the feature, tells a hashed column).
+    fn inference_failed(
+        &self,
+        e: InferenceError,
+        n_features: usize,
+        preprocessor: Option<&Preprocessor>,
+    ) -> ! {
+        let feature = |column: usize| match (column, preprocessor) {
+            (c, _) if c >= n_features => "the intercept".to_string(),
+            (c, Some(p)) => format!(
+                "feature {} ({}, in corgipile_model_coefficients order)",
+                c + 1,
+                p.feature_name(c)
+            ),
+            (c, None) => format!("feature {} (in corgipile_model_coefficients order)", c + 1),
+        };
+        // A hashed column's buckets add up to the intercept as categories do, but no bucket is
+        // a level to drop.
+        let hashed = |column: usize| {
+            preprocessor
+                .filter(|_| column < n_features)
+                .map(|p| p.column_of(column))
+                .filter(|c| matches!(c.encoding, Encoding::Hash { .. }))
+                .map(|c| c.name.clone())
         };
         let (message, hint) = match e {
             InferenceError::Singular { column } => (
                 format!("\"inference\": the information matrix of {} is singular at {}", self.config.relation, feature(column)),
-                "A feature is constant, or a combination of others (collinear columns; with an intercept, the categories of a one-hot column always add up to it), or the classes are separated: drop the redundant features, set \"fit_intercept\": false for a one-hot column, or add a little \"l2\".".to_string(),
+                match hashed(column) {
+                    Some(name) => format!("Column \"{name}\" is hashed into buckets: with an intercept, its buckets add up to it (and an empty bucket is a constant 0), and no bucket is a reference level to drop. Encode it one-hot (\"preprocess\": {{\"{name}\": {{\"encode\": \"one_hot\"}}}}; \"inference\" then drops a reference category), set \"fit_intercept\": false, or add a little \"l2\"."),
+                    None => "A feature is constant (e.g. a category, day or month no training row has), or a combination of others (collinear columns; a hashed column's buckets with an intercept), or the classes are separated: drop the redundant features, or add a little \"l2\". (A one-hot column's reference category is dropped already.)".to_string(),
+                },
             ),
             InferenceError::NotConverged { step } => (
                 format!("\"inference\": the Newton passes over {} did not converge in {MAX_PASSES} passes (last relative step {step:.3e})", self.config.relation),
-                "The maximum-likelihood estimate may not exist: the classes may be (nearly) separable by the features. Add a little \"l2\", or drop the separating features.".to_string(),
+                "The maximum-likelihood estimate may not exist: the classes may be (nearly) separable by the features (a category whose rows all have one class, such as a category seen once, separates them). Add a little \"l2\", drop the separating features, or pool rare categories (\"max_categories\").".to_string(),
             ),
             InferenceError::TooFewRows { rows, coefficients } => (
                 format!("\"inference\": {rows} rows cannot test {coefficients} coefficients"),
@@ -228,7 +270,8 @@ fn interrupt_check() {
 }
 
 /// The tests, as `metrics->'inference'` holds them (arrays: the weights in feature order, then
-/// the intercept when fitted).
+/// the intercept when fitted; null for a reference level; `reference`: each categorical
+/// column's reference level, when one was dropped).
 fn store(outcome: &mut TrainOutcome, tests: &Inference, passes: u32, l2: f64, seconds: f64) {
     let mut value = serde_json::to_value(tests).expect("inference serializes");
     value["newton_passes"] = passes.into();
