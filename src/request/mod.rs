@@ -60,6 +60,13 @@ pub(crate) fn parse_params(params: &ParamsArg, kind: ModelKind) -> TrainParams {
     params
 }
 
+/// Whether `params` (parsed from `given`) hold out rows and stop on them by default: the
+/// default `"patience": "auto"` of networks and machines, not asked for.
+pub(crate) fn stops_early_by_default(given: &ParamsArg, params: &TrainParams) -> bool {
+    params.patience == Some(corgipile_ml::params::Patience::Auto)
+        && given.0.get("patience").is_none()
+}
+
 pub(crate) fn feature_columns(spec: &FeatureSpec) -> FeatureColumns {
     match spec {
         FeatureSpec::Column(c) => FeatureColumns::Array(c.clone()),

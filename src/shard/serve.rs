@@ -120,7 +120,13 @@ fn corgipile_shard_round(
     request: &str,
 ) -> String {
     let kind = parse_model(model);
-    let params = parse_params(&params, kind);
+    let given = params;
+    let mut params = parse_params(&given, kind);
+    // A shard takes no validation rows: a network's default stays a fixed number of epochs
+    // here (the coordinator sends its params whole; a call that names none gets these).
+    if crate::request::stops_early_by_default(&given, &params) {
+        params.without_early_stopping();
+    }
     check_schema_version();
     // Whoever may call this function may have written the request: its size is bounded before
     // it is parsed (four times corgipile.max_model_memory: it carries one model), its

@@ -14,9 +14,7 @@ use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::{
-    Features as FeatureSpec, Patience, ShuffleMode, TrainParams, Validation,
-};
+use corgipile_ml::params::{Features as FeatureSpec, ShuffleMode, TrainParams, Validation};
 use corgipile_ml::preprocess::Preprocessor;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -64,8 +62,7 @@ impl Call {
             }
             None => (params, None),
         };
-        let stops_early_by_default =
-            params.patience == Some(Patience::Auto) && given.0.get("patience").is_none();
+        let stops_early_by_default = crate::request::stops_early_by_default(given, &params);
         Call {
             kind,
             params,
