@@ -551,7 +551,7 @@ train_params! {
     patience: Option<Patience> = None => {
         shown: "`null`",
         accepts: "integer 1 … 1,000,000, `\"auto\"`, or `null`",
-        meaning: "with `validation`: stop when the validation loss has not improved for this many epochs, and keep the best epoch's model; `\"auto\"`: for about 200,000 training rows (2 to 10 epochs) without improving by 0.01%; `null` = train every epoch. See [Training enough by default](training.md#training-enough-by-default)",
+        meaning: "with `validation`: stop when the validation loss has not improved for this many epochs, and keep the best epoch's model; `\"auto\"`: for about 600,000 training rows (2 to 10 epochs) without improving by 0.01%; `null` = train every epoch. See [Training enough by default](training.md#training-enough-by-default)",
         rule: "null, \"auto\" or an integer from 1 to 1000000; needs \"validation\" (default null)",
         parse: |k, v| {
             Ok(match v {

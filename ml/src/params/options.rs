@@ -268,7 +268,7 @@ pub enum Patience {
 }
 
 /// The training rows `"patience": "auto"` waits for a better validation loss.
-pub const AUTO_PATIENCE_ROWS: u64 = 200_000;
+pub const AUTO_PATIENCE_ROWS: u64 = 600_000;
 /// The least relative improvement of the validation loss `"patience": "auto"` counts.
 pub const AUTO_MIN_IMPROVEMENT: f64 = 1e-4;
 /// The epochs a network or a machine trains at most when it stops on its own (the default).

@@ -225,11 +225,11 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn auto_patience_waits_for_about_two_hundred_thousand_rows_and_a_real_improvement() {
-        // 1,000 rows an epoch: 10 epochs (the most); 4.5M rows: 2 (the fewest); 50,000: 4.
+    fn auto_patience_waits_for_about_six_hundred_thousand_rows_and_a_real_improvement() {
+        // 1,000 rows an epoch: 10 epochs (the most); 4.5M rows: 2 (the fewest); 100,000: 6.
         assert_eq!(Patience::Auto.epochs(1_000), 10);
         assert_eq!(Patience::Auto.epochs(4_500_000), 2);
-        assert_eq!(Patience::Auto.epochs(50_000), 4);
+        assert_eq!(Patience::Auto.epochs(100_000), 6);
         assert_eq!(Patience::Auto.epochs(0), 10);
         assert_eq!(Patience::Epochs(7).epochs(4_500_000), 7);
         // An improvement of less than 0.01% of the best is none.
