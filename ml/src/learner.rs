@@ -315,6 +315,11 @@ pub trait Family: Sync {
     fn sized_by_statistics(&self) -> bool {
         false
     }
+    /// The least a default buffer holds, in bytes of the table (up to all of it): how much of a
+    /// table the family needs shuffled at once (see `BufferSize::at_least`).
+    fn default_buffer_floor(&self) -> u64 {
+        0
+    }
     /// The params only its kinds (and perhaps another family's) take.
     fn own_keys(&self) -> &'static [&'static str] {
         &[]

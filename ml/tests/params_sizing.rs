@@ -171,3 +171,27 @@ fn buffer_tuples_from_bytes_per_tuple() {
         resolve_buffer_tuples(BufferSize::Fraction(0.1), false, 9, 8000, 2, 512 * mb)
     );
 }
+
+#[test]
+fn a_default_buffer_holds_at_least_its_floor_or_the_table() {
+    let mb = 1 << 20;
+    let ten = BufferSize::Fraction(0.1);
+    // A 4 MB table: all of it; a 400 MB table: 16 MB is less than 10%: 10%; 70 MB: 23%.
+    assert_eq!(ten.at_least(16 * mb, 4 * mb), BufferSize::Fraction(1.0));
+    assert_eq!(ten.at_least(16 * mb, 400 * mb), ten);
+    assert_eq!(ten.at_least(16 * mb, 70 * mb), BufferSize::Fraction(0.23));
+    // Sizes in bytes, no floor, an empty table: unchanged.
+    assert_eq!(
+        BufferSize::Bytes(mb).at_least(16 * mb, 4 * mb),
+        BufferSize::Bytes(mb)
+    );
+    assert_eq!(ten.at_least(0, 4 * mb), ten);
+    assert_eq!(ten.at_least(16 * mb, 0), ten);
+    // Written back and read again, the same buffer.
+    let p = corgipile_ml::params::TrainParams::for_kind(
+        &serde_json::json!({"buffer_size": "23%"}),
+        corgipile_ml::model::ModelKind::Mlp,
+    )
+    .unwrap();
+    assert_eq!(p.buffer_size, ten.at_least(16 * mb, 70 * mb));
+}

@@ -170,6 +170,8 @@ impl TrainingCall {
             since::apply(&mut prepared);
             if sharded.is_some() {
                 check_sharded(&prepared, warm.as_ref());
+            } else {
+                take_buffer_floor(&mut prepared, kind);
             }
             let features = features_read(&prepared);
             // A continued training (`warm_start`, `since`) reads its model's features.
@@ -200,6 +202,39 @@ impl TrainingCall {
             crate::shuffle_table::spill::drop_spill(temp);
         }
     }
+}
+
+/// A default buffer (`buffer_size` not given) of at least the floor of every model family the
+/// call trains (see `BufferSize::at_least`), decided here from the table's size so that the
+/// params stored with the model name the buffer it trained on (a search's configurations, each
+/// trained alone with its stored params, get the buffers they had side by side).
+fn take_buffer_floor(prepared: &mut Prepared, kind: ModelKind) {
+    let params = &mut prepared.config.params;
+    if params.buffer_size_explicit {
+        return;
+    }
+    let kinds = params
+        .search
+        .as_ref()
+        .map_or_else(|| vec![kind], |s| s.kinds(kind));
+    let floor = kinds
+        .iter()
+        .map(|k| k.family().default_buffer_floor())
+        .max()
+        .unwrap_or(0);
+    if floor == 0 {
+        return;
+    }
+    // The table's pages with its TOAST data, and its partitions' (an estimate of what the
+    // block scan reads: the percentage is what is stored).
+    let bytes = Spi::get_one_with_args::<i64>(
+        "SELECT coalesce(sum(pg_catalog.pg_table_size(relid)), 0)::pg_catalog.int8 FROM pg_catalog.pg_partition_tree($1)",
+        &[prepared.table.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(0);
+    params.buffer_size = params.buffer_size.at_least(floor, bytes.max(0) as u64);
 }
 
 /// What a training on a sharded table cannot do yet (the capability table), refused before any

@@ -31,6 +31,10 @@ impl Family for FmFamily {
         true
     }
 
+    fn default_buffer_floor(&self) -> u64 {
+        crate::params::GRADIENT_BUFFER_FLOOR
+    }
+
     fn own_keys(&self) -> &'static [&'static str] {
         &["factors", "optimizer", "momentum"]
     }

@@ -44,6 +44,10 @@ impl Family for NetworkFamily {
         true
     }
 
+    fn default_buffer_floor(&self) -> u64 {
+        crate::params::GRADIENT_BUFFER_FLOOR
+    }
+
     fn own_keys(&self) -> &'static [&'static str] {
         &["hidden", "activation", "optimizer", "momentum"]
     }

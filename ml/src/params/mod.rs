@@ -30,7 +30,7 @@ pub use options::{
 };
 pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
-    AUTO_BLOCKS_PER_BUFFER,
+    AUTO_BLOCKS_PER_BUFFER, GRADIENT_BUFFER_FLOOR,
 };
 pub use units::{format_bytes_human, parse_bytes};
 pub use values::param_table_markdown;
@@ -453,7 +453,7 @@ train_params! {
     buffer_size: BufferSize = DEFAULT_BUFFER => {
         shown: r#"`"10%"`"#,
         accepts: r#"a percentage of the table's size (`"5%"`), a size (`"64MB"`), or a number of tuples"#,
-        meaning: "tuples per shuffle buffer (window / reservoir for the baselines)",
+        meaning: "tuples per shuffle buffer (window / reservoir for the baselines); not given, networks and fm kinds take at least 16 MB of the table (or all of it), stored as a percentage",
         rule: "a percentage of the table such as \"10%\" (above 0% and at most 100%), a size such as \"64MB\", or a number of tuples >= 1 (default \"10%\")",
         parse: get_buffer_size,
         json: buffer_size_json,

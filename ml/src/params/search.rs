@@ -247,6 +247,22 @@ impl Search {
         Ok(search)
     }
 
+    /// The kinds a search of `kind` trains: `kind`, and those its `"model"` values name.
+    pub fn kinds(&self, kind: ModelKind) -> Vec<ModelKind> {
+        let mut kinds = vec![kind];
+        for (key, values) in &self.grid {
+            if key == "model" {
+                kinds.extend(
+                    values
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .filter_map(ModelKind::parse),
+                );
+            }
+        }
+        kinds
+    }
+
     /// How many configurations the grid has (the product of the value counts).
     pub fn grid_size(&self) -> u128 {
         self.grid
