@@ -123,3 +123,23 @@ def test_the_same_seed_stops_at_the_same_epoch_with_the_same_model(conn):
     same = scalar(conn, "SELECT a.weights = b.weights FROM corgipile.models a, corgipile.models b "
                         "WHERE a.id = %s AND b.id = %s", (a, b))
     assert same
+
+
+def test_a_network_shuffles_at_least_sixteen_megabytes_of_a_table(conn):
+    """A network's default buffer on a small table is all of it, stored in its params (so that
+    training again with them reads the same buffers); a linear model keeps 10%; a given size
+    is kept; a search with a network among its kinds gives every configuration the bigger one."""
+    m = train(conn, "st_ring", "mlp", {"seed": 1, "epochs": 2})
+    assert stored(conn, m)[0]["buffer_size"] == "100%"
+    plan = explain(conn, "st_ring", "mlp", {"seed": 1, "epochs": 2})
+    assert any(line.strip() == "Buffer Size: 100% of table" for line in plan), plan
+    m = train(conn, "st_ring", "logistic", {"seed": 1, "epochs": 2})
+    assert stored(conn, m)[0]["buffer_size"] == "10%"
+    m = train(conn, "st_ring", "mlp", {"seed": 1, "epochs": 2, "buffer_size": "20%"})
+    assert stored(conn, m)[0]["buffer_size"] == "20%"
+    conn.execute("SELECT corgipile_train('st_ring', 'linear', %s)",
+                 (Jsonb({"label": "target", "seed": 1, "epochs": 2, "verbose": False, "name": "st_kinds",
+                         "search": {"model": ["linear", "mlp_regression"]}}),))
+    sizes = {r[0] for r in conn.execute(
+        "SELECT params->>'buffer_size' FROM corgipile.models WHERE name = 'st_kinds'")}
+    assert sizes == {"100%"}, sizes

@@ -225,16 +225,22 @@ fn take_buffer_floor(prepared: &mut Prepared, kind: ModelKind) {
     if floor == 0 {
         return;
     }
-    // The table's pages with its TOAST data, and its partitions' (an estimate of what the
-    // block scan reads: the percentage is what is stored).
+    // The table's pages with its TOAST data, or its partitions' (an estimate of what the block
+    // scan reads: the percentage is what is stored); a table that is not partitioned has no
+    // partition tree.
     let bytes = Spi::get_one_with_args::<i64>(
-        "SELECT coalesce(sum(pg_catalog.pg_table_size(relid)), 0)::pg_catalog.int8 FROM pg_catalog.pg_partition_tree($1)",
+        "SELECT coalesce(sum(pg_catalog.pg_table_size(relid)), pg_catalog.pg_table_size($1))::pg_catalog.int8 FROM pg_catalog.pg_partition_tree($1)",
         &[prepared.table.into()],
     )
     .ok()
     .flatten()
     .unwrap_or(0);
     params.buffer_size = params.buffer_size.at_least(floor, bytes.max(0) as u64);
+    // A search's configurations are read from its base params: they take the same buffer.
+    let size = params.to_json()["buffer_size"].clone();
+    if let Some(search) = &mut params.search {
+        search.base.insert("buffer_size".into(), size);
+    }
 }
 
 /// What a training on a sharded table cannot do yet (the capability table), refused before any
