@@ -56,201 +56,199 @@ pub fn train(
     config: &PipelineConfig,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
 ) -> (TrainOutcome, ShardSummary) {
-    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
-    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
-    unsafe {
-        let started = Instant::now();
-        let params = &config.params;
-        let kind = config.model;
-        let _progress = progress::start(&config.relation, kind.name(), params.epochs);
-        let version = env!("CARGO_PKG_VERSION").to_string();
-        let mut shards = open_shards(leaves, &version);
-        let params_json = shard_params(params);
-        let model_name = kind.name();
-
-        // Round 0: statistics.
-        let mut request = RoundRequest {
-            version: version.clone(),
-            phase: Phase::Statistics,
-            epoch: 1,
-            round: 0,
-            rounds: 1,
-            n_features: 0,
-            weights: Vec::new(),
-            bias: Vec::new(),
-            extras: LearnedStatistics::default(),
-            evaluate: None,
-            network: None,
-        };
-        let mut bytes = 0u64;
-        let zero = statistics_round(
+    let started = Instant::now();
+    let params = &config.params;
+    let kind = config.model;
+    let _progress = progress::start(&config.relation, kind.name(), params.epochs);
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    let mut shards = open_shards(leaves, &version);
+    let params_json = shard_params(params);
+    let model_name = kind.name();
+    // Round 0: statistics.
+    let mut request = RoundRequest {
+        version: version.clone(),
+        phase: Phase::Statistics,
+        epoch: 1,
+        round: 0,
+        rounds: 1,
+        n_features: 0,
+        weights: Vec::new(),
+        bias: Vec::new(),
+        extras: LearnedStatistics::default(),
+        evaluate: None,
+        network: None,
+    };
+    let mut bytes = 0u64;
+    // SAFETY: FFI calls on the backend thread, in the SQL call's transaction; no raw pointers.
+    let zero = unsafe {
+        statistics_round(
             &mut shards,
             config,
             &request,
             &params_json,
             run_local,
             &mut bytes,
-        );
-        let RoundZero {
-            stats,
-            n_features,
-            rows_skipped,
-            seconds: statistics_seconds,
-        } = zero;
-        let ShardPlan {
-            extras,
-            schedule: lr_schedule,
-            network,
-            zero_loss,
-            mut model_rounds,
-            n_weights,
-        } = shard_plan(config, &stats, n_features);
-        let rounds = params.sync_rounds(model_rounds.params().len());
-        request.network = network.as_ref().map(|plan| plan.round.clone());
-        // The combined model's epochs, run by the policy one server runs (one learner, no
-        // patience: shards take no validation yet; the shard line is this driver's own).
-        let mut fit: Fit<()> = Fit::new(
-            LearnerPlan::one(),
-            params.tolerance,
-            &[None],
-            Notices::quiet(params.epochs),
-        );
-        let mut rows_trained = 0;
-        request.phase = Phase::Train;
-        request.n_features = n_features;
-        request.extras = extras;
-        for epoch in 1..=params.epochs {
-            let epoch_started = Instant::now();
-            progress::epoch_started(epoch);
-            let mut totals = EpochTotals::default();
-            bytes = 0;
-            for shard in shards.iter_mut() {
-                shard.tuples = 0;
-            }
-            for r in 0..rounds {
-                request.epoch = epoch;
-                request.round = r;
-                request.rounds = rounds;
-                let (weights, bias) = model_rounds.params().split_at(n_weights);
-                request.weights = weights.to_vec();
-                request.bias = bias.to_vec();
-                let at = RoundProgress {
-                    label: format!("round {}/{rounds}", r + 1),
-                    fraction: r as f64 / rounds as f64,
-                    tuples: totals.tuples,
-                };
-                let replies = round(
-                    &mut shards,
-                    &request,
-                    model_name,
-                    &params_json,
-                    run_local,
-                    &mut bytes,
-                    &at,
-                );
-                let changed = replies.iter().filter(|r| r.tuples > 0);
-                if let Err(e) =
-                    model_rounds.combine(epoch, changed.map(|r| r.weights.iter().chain(&r.bias)))
-                {
-                    raise_train_error(e, &|v| v.to_string(), params.normalize);
-                }
-                for (reply, shard) in replies.iter().zip(shards.iter_mut()) {
-                    shard.tuples = shard.tuples.saturating_add(reply.tuples);
-                    totals.add(&EpochPart {
-                        tuples: reply.tuples,
-                        rows: reply.rows,
-                        rows_skipped: 0,
-                        loss: reply.loss,
-                        accuracy: reply.accuracy.unwrap_or(0.0),
-                        r2: reply.r2.unwrap_or(0.0),
-                    });
-                }
-            }
-            rows_trained = totals.rows;
-            let classifier = kind.is_classifier();
-            let learning_rate = lr_schedule.learning_rate(params.learning_rate, epoch);
-            let record = EpochRecord {
-                stats: totals.stats(epoch, classifier, !classifier, learning_rate),
-                seconds: epoch_started.elapsed().as_secs_f64(),
-                validation: None,
-                validation_seconds: 0.0,
+        )
+    };
+    let RoundZero {
+        stats,
+        n_features,
+        rows_skipped,
+        seconds: statistics_seconds,
+    } = zero;
+    let ShardPlan {
+        extras,
+        schedule: lr_schedule,
+        network,
+        zero_loss,
+        mut model_rounds,
+        n_weights,
+    } = shard_plan(config, &stats, n_features);
+    let rounds = params.sync_rounds(model_rounds.params().len());
+    request.network = network.as_ref().map(|plan| plan.round.clone());
+    // The combined model's epochs, run by the policy one server runs (one learner, no
+    // patience: shards take no validation yet; the shard line is this driver's own).
+    let mut fit: Fit<()> = Fit::new(
+        LearnerPlan::one(),
+        params.tolerance,
+        &[None],
+        Notices::quiet(params.epochs),
+    );
+    let mut rows_trained = 0;
+    request.phase = Phase::Train;
+    request.n_features = n_features;
+    request.extras = extras;
+    for epoch in 1..=params.epochs {
+        let epoch_started = Instant::now();
+        progress::epoch_started(epoch);
+        let mut totals = EpochTotals::default();
+        bytes = 0;
+        for shard in shards.iter_mut() {
+            shard.tuples = 0;
+        }
+        for r in 0..rounds {
+            request.epoch = epoch;
+            request.round = r;
+            request.rounds = rounds;
+            let (weights, bias) = model_rounds.params().split_at(n_weights);
+            request.weights = weights.to_vec();
+            request.bias = bias.to_vec();
+            let at = RoundProgress {
+                label: format!("round {}/{rounds}", r + 1),
+                fraction: r as f64 / rounds as f64,
+                tuples: totals.tuples,
             };
-            if diverged(record.stats.loss, zero_loss) {
-                raise_diverged(epoch, record.stats.loss, zero_loss, params.normalize);
+            let replies = round(
+                &mut shards,
+                &request,
+                model_name,
+                &params_json,
+                run_local,
+                &mut bytes,
+                &at,
+            );
+            let changed = replies.iter().filter(|r| r.tuples > 0);
+            if let Err(e) =
+                model_rounds.combine(epoch, changed.map(|r| r.weights.iter().chain(&r.bias)))
+            {
+                raise_train_error(e, &|v| v.to_string(), params.normalize);
             }
-            progress::epoch_finished(record.stats.loss);
-            if params.verbose {
-                let per_shard: Vec<String> = shards
-                    .iter()
-                    .map(|s| format!("{} {}", s.name, s.tuples))
-                    .collect();
-                notice(shard_line(
-                    params.epochs,
-                    &record,
-                    &per_shard,
-                    rounds,
-                    bytes,
-                ));
-            }
-            let end = EpochEnd {
-                epoch,
-                stats: vec![Some(record.stats)],
-                snapshots: vec![None],
-                validations: vec![None],
-                seconds: record.seconds,
-                validation_seconds: 0.0,
-            };
-            if fit.end_epoch(end).done {
-                break;
+            for (reply, shard) in replies.iter().zip(shards.iter_mut()) {
+                shard.tuples = shard.tuples.saturating_add(reply.tuples);
+                totals.add(&EpochPart {
+                    tuples: reply.tuples,
+                    rows: reply.rows,
+                    rows_skipped: 0,
+                    loss: reply.loss,
+                    accuracy: reply.accuracy.unwrap_or(0.0),
+                    r2: reply.r2.unwrap_or(0.0),
+                });
             }
         }
-        progress::finish();
-        // The local partitions' optimizer states (the remote shards' go with their connections).
-        crate::exec::sgd::forget_kept_optimizers();
-        let seconds = started.elapsed().as_secs_f64();
-        let epochs = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
-            Some(finished) => finished.epochs,
-            None => Vec::new(),
+        rows_trained = totals.rows;
+        let classifier = kind.is_classifier();
+        let learning_rate = lr_schedule.learning_rate(params.learning_rate, epoch);
+        let record = EpochRecord {
+            stats: totals.stats(epoch, classifier, !classifier, learning_rate),
+            seconds: epoch_started.elapsed().as_secs_f64(),
+            validation: None,
+            validation_seconds: 0.0,
         };
-        let mut model = combined_model(kind, n_features, model_rounds.finish(), n_weights, network);
-        let standardizer = request.extras.standardizer.clone();
-        if let Some(s) = &standardizer {
-            model = model.fold_standardizer(s);
+        if diverged(record.stats.loss, zero_loss) {
+            raise_diverged(epoch, record.stats.loss, zero_loss, params.normalize);
         }
-        let classes = match (request.extras.label_values, &request.network) {
-            (Some((neg, pos)), _) => vec![ClassValue::Number(neg), ClassValue::Number(pos)],
-            (None, Some(n)) => n.classes.clone(),
-            (None, None) => Vec::new(),
-        };
-        let dense = matches!(config.layout, FeatureLayout::Dense { .. });
-        let summary = ShardSummary {
-            shards: shards
+        progress::epoch_finished(record.stats.loss);
+        if params.verbose {
+            let per_shard: Vec<String> = shards
                 .iter()
-                .map(|s| ShardLine {
-                    tuples_last_epoch: s.tuples,
-                    seconds: s.seconds,
-                })
-                .collect(),
-            rounds_per_epoch: rounds,
-            bytes_per_epoch: bytes,
+                .map(|s| format!("{} {}", s.name, s.tuples))
+                .collect();
+            notice(shard_line(
+                params.epochs,
+                &record,
+                &per_shard,
+                rounds,
+                bytes,
+            ));
+        }
+        let end = EpochEnd {
+            epoch,
+            stats: vec![Some(record.stats)],
+            snapshots: vec![None],
+            validations: vec![None],
+            seconds: record.seconds,
+            validation_seconds: 0.0,
         };
-        let outcome = TrainOutcome {
-            best_epoch: None,
-            inference: None,
-            model,
-            classes,
-            standardizer: standardizer.filter(|_| dense).map(|s| {
-                std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))
-            }),
-            preprocessing: None,
-            epochs,
-            rows_trained,
-            rows_skipped,
-            seconds: started.elapsed().as_secs_f64(),
-            statistics_seconds: Some(statistics_seconds),
-        };
-        (outcome, summary)
+        if fit.end_epoch(end).done {
+            break;
+        }
     }
+    progress::finish();
+    // The local partitions' optimizer states (the remote shards' go with their connections).
+    crate::exec::sgd::forget_kept_optimizers();
+    let seconds = started.elapsed().as_secs_f64();
+    let epochs = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
+        Some(finished) => finished.epochs,
+        None => Vec::new(),
+    };
+    let mut model = combined_model(kind, n_features, model_rounds.finish(), n_weights, network);
+    let standardizer = request.extras.standardizer.clone();
+    if let Some(s) = &standardizer {
+        model = model.fold_standardizer(s);
+    }
+    let classes = match (request.extras.label_values, &request.network) {
+        (Some((neg, pos)), _) => vec![ClassValue::Number(neg), ClassValue::Number(pos)],
+        (None, Some(n)) => n.classes.clone(),
+        (None, None) => Vec::new(),
+    };
+    let dense = matches!(config.layout, FeatureLayout::Dense { .. });
+    let summary = ShardSummary {
+        shards: shards
+            .iter()
+            .map(|s| ShardLine {
+                tuples_last_epoch: s.tuples,
+                seconds: s.seconds,
+            })
+            .collect(),
+        rounds_per_epoch: rounds,
+        bytes_per_epoch: bytes,
+    };
+    let outcome = TrainOutcome {
+        best_epoch: None,
+        inference: None,
+        model,
+        classes,
+        standardizer: standardizer
+            .filter(|_| dense)
+            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
+        preprocessing: None,
+        epochs,
+        rows_trained,
+        rows_skipped,
+        seconds: started.elapsed().as_secs_f64(),
+        statistics_seconds: Some(statistics_seconds),
+    };
+    (outcome, summary)
 }
 
 /// The model the shards' combined parameters make (`params`: the weights, `n_weights` of them,
