@@ -16,7 +16,7 @@
 //!   magnitude and keeps the top k, the rest summed into one entry.
 
 use crate::model::Predictor;
-use crate::preprocess::{Encoding, Preprocessor, TimePart};
+use crate::preprocess::{quantiles, short, Encoding, Preprocessor, TimePart};
 use crate::row::Row;
 use crate::trained::Model;
 
@@ -88,7 +88,8 @@ pub fn attribute(
     })
 }
 
-/// The baseline row of a column list: numbers and array elements at their training means;
+/// The baseline row of a column list: numbers and array elements at their training means (a
+/// piecewise-linear encoded number: its mean encoded);
 /// a one-hot column at its most frequent category (of the values that were not NULL; a
 /// column that was NULL in every row: its `(null)` slot); a date/time column's value part at
 /// its mean, its other parts left out (as a NULL's); a hashed column sets no bucket (as a
@@ -99,6 +100,9 @@ pub fn baseline(p: &Preprocessor) -> Result<Vec<f64>, ExplainError> {
         let at = c.offset;
         match &c.encoding {
             Encoding::Number { mean, .. } => x0[at] = *mean,
+            Encoding::Ple { mean, edges, .. } => {
+                quantiles::encode(edges, *mean, |t, e| x0[at + t] = e)
+            }
             Encoding::Array { mean, .. } => x0[at..at + mean.len()].copy_from_slice(mean),
             Encoding::OneHot {
                 categories,
@@ -149,6 +153,8 @@ fn describe(p: &Preprocessor, c: usize, x: &[f64]) -> String {
     let set = || (0..width).find(|&k| x[at + k] != 0.0);
     match &col.encoding {
         Encoding::Number { .. } => number(x[at]),
+        // The value the bins encode (rounded: decoding adds a last-digit error).
+        Encoding::Ple { edges, .. } => short(quantiles::decode(edges, &x[at..at + width])),
         Encoding::Array { .. } => {
             let shown: Vec<String> = x[at..at + width]
                 .iter()

@@ -134,7 +134,7 @@ fn preprocessing_statistics_are_pinned() {
         ColumnPlan::resolve("v", Source::NumberArray, None, true).unwrap(),
         ColumnPlan::resolve("b", Source::Number, None, false).unwrap(),
     ];
-    let mut s = StatsBuilder::new(plans, 1 << 20, 1 << 20);
+    let mut s = StatsBuilder::new(plans, 1 << 20, 1 << 20).unwrap();
     for i in 0..4_000 {
         s.begin_row();
         s.number(0, (i % 11 != 0).then(|| rng.value())).unwrap();
@@ -150,9 +150,9 @@ fn preprocessing_statistics_are_pinned() {
     d.fs(&st.scale);
     // Empty and single-value columns.
     let plans = vec![ColumnPlan::resolve("e", Source::Number, None, true).unwrap()];
-    let empty = StatsBuilder::new(plans.clone(), 1 << 20, 1 << 20);
+    let empty = StatsBuilder::new(plans.clone(), 1 << 20, 1 << 20).unwrap();
     d.text(&empty.finish(10).unwrap().to_json().to_string());
-    let mut one = StatsBuilder::new(plans, 1 << 20, 1 << 20);
+    let mut one = StatsBuilder::new(plans, 1 << 20, 1 << 20).unwrap();
     one.begin_row();
     one.number(0, Some(3.25)).unwrap();
     d.text(&one.finish(10).unwrap().to_json().to_string());

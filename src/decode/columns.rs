@@ -26,11 +26,18 @@ impl Encoder {
     /// corgipile.max_model_memory (which bounds an array column's length).
     pub fn new(spec: &PreprocessSpec, max_dictionary_bytes: u64, max_model_bytes: u64) -> Encoder {
         match spec {
-            PreprocessSpec::Learn { plans, .. } => Encoder::Learning(StatsBuilder::new(
+            PreprocessSpec::Learn { plans, .. } => match StatsBuilder::new(
                 plans.clone(),
                 usize::try_from(max_dictionary_bytes).unwrap_or(usize::MAX),
                 usize::try_from(max_model_bytes / model_memory_bytes(1, 1)).unwrap_or(usize::MAX),
-            )),
+            ) {
+                Ok(stats) => Encoder::Learning(stats),
+                Err(e) => raise(
+                    PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                    e.to_string(),
+                    Some(SKETCHES_HINT.into()),
+                ),
+            },
             PreprocessSpec::Fixed(p) => {
                 let p = p.clone();
                 if p.prepare().is_err() {
@@ -279,6 +286,10 @@ unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerDa
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             "Ask a superuser to raise corgipile.max_model_memory, or leave the column out.".into(),
         ),
+        PreprocessError::TooManySketches { .. } => (
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            SKETCHES_HINT.into(),
+        ),
     };
     raise(
         code,
@@ -286,6 +297,8 @@ unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerDa
         Some(hint),
     )
 }
+
+const SKETCHES_HINT: &str = "Each column encoded \"ple\" needs about 30 kB for its quantiles: encode fewer columns (\"encode\": \"none\"), or ask a superuser to raise corgipile.max_buffer_memory.";
 
 fn raise_out_of_memory() -> ! {
     raise(

@@ -9,7 +9,9 @@ use crate::pg::names::{qualified_name, relation_name};
 use crate::pipeline::LabelKind;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
-use corgipile_ml::preprocess::{ColumnPlan, PreprocessOptions, Preprocessor, Source, TimeKind};
+use corgipile_ml::preprocess::{
+    ColumnOptions, ColumnPlan, PreprocessOptions, Preprocessor, Source, TimeKind, EVERY_COLUMN,
+};
 use pgrx::spi::quote_identifier;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
@@ -528,7 +530,12 @@ unsafe fn tabular_columns(
             Tabular::Train {
                 options, normalize, ..
             } => {
-                let mut plan = ColumnPlan::resolve(name, source, options.get(name), *normalize)
+                let own = ColumnOptions::with_default(
+                    options.get(name),
+                    options.get(EVERY_COLUMN),
+                    source,
+                );
+                let mut plan = ColumnPlan::resolve(name, source, Some(&own), *normalize)
                     .unwrap_or_else(|problem| {
                         raise(
                             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -570,7 +577,10 @@ unsafe fn tabular_columns(
             max_model_bytes,
             ..
         } => {
-            if let Some(unknown) = options.keys().find(|k| !names.contains(k)) {
+            if let Some(unknown) = options
+                .keys()
+                .find(|k| *k != EVERY_COLUMN && !names.contains(k))
+            {
                 raise(
                     PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                     format!("invalid value for parameter \"preprocess\": \"{unknown}\" is not a feature column"),

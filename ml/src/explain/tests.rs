@@ -125,7 +125,7 @@ fn preprocessor() -> Preprocessor {
         plan("url", Source::Text, Some(hashed)),
         plan("xy", Source::NumberArray, None),
     ];
-    let mut s = StatsBuilder::new(plans, 1 << 20, 1000);
+    let mut s = StatsBuilder::new(plans, 1 << 20, 1000).unwrap();
     type R<'a> = (Option<f64>, Option<&'a str>, &'a str, [f64; 2]);
     let rows: [R; 5] = [
         (Some(10.0), Some("KS"), "a", [1.0, 2.0]),

@@ -11,6 +11,7 @@ use crate::hash::{fnv1a, fold_mul_fold};
 use crate::stats::Standardizer;
 
 use super::options::null_action;
+use super::quantiles;
 use super::time::{encode_parts, part_feature_name, TimeKind, TimePart};
 use super::{Impute, NullAction, PreprocessError, Source, CATEGORY_OVERHEAD};
 
@@ -20,6 +21,15 @@ use super::{Impute, NullAction, PreprocessError, Source, CATEGORY_OVERHEAD};
 pub enum Encoding {
     /// One feature; `fill` replaces NULL; `mean`/`std` are the training statistics.
     Number { fill: f64, mean: f64, std: f64 },
+    /// A number encoded piecewise-linearly: one feature per bin between consecutive `edges`
+    /// (see `quantiles::encode`); `fill` replaces NULL before encoding; `mean`/`std` are the
+    /// training statistics of the value.
+    Ple {
+        fill: f64,
+        mean: f64,
+        std: f64,
+        edges: Vec<f64>,
+    },
     /// One feature per element.
     Array {
         fill: Vec<f64>,
@@ -52,6 +62,7 @@ impl Encoding {
     pub fn width(&self) -> usize {
         match self {
             Encoding::Number { .. } => 1,
+            Encoding::Ple { edges, .. } => edges.len().saturating_sub(1),
             Encoding::Array { mean, .. } => mean.len(),
             Encoding::OneHot {
                 categories,
@@ -169,6 +180,7 @@ impl Preprocessor {
         for c in &self.columns {
             let sound = match &c.encoding {
                 Encoding::Hash { buckets } => *buckets >= 1,
+                Encoding::Ple { edges, .. } => quantiles::sound_edges(edges),
                 Encoding::Array { fill, mean, std } => {
                     fill.len() == mean.len() && std.len() == mean.len()
                 }
@@ -236,16 +248,21 @@ impl Preprocessor {
         out: &mut EncodedRow,
     ) -> Result<(), PreprocessError> {
         let c = &self.columns[col];
-        let Encoding::Number { fill, .. } = c.encoding else {
+        let (Encoding::Number { fill, .. } | Encoding::Ple { fill, .. }) = &c.encoding else {
             unreachable!("column {col} is numeric")
         };
-        let v = value.unwrap_or(fill);
+        let v = value.unwrap_or(*fill);
         if !v.is_finite() {
             return Err(PreprocessError::NotFinite {
                 column: c.name.clone(),
             });
         }
-        out.push(c.offset, v);
+        match &c.encoding {
+            Encoding::Ple { edges, .. } => {
+                quantiles::encode(edges, v, |t, e| out.push(c.offset + t, e))
+            }
+            _ => out.push(c.offset, v),
+        }
         Ok(())
     }
 
@@ -429,12 +446,23 @@ impl Preprocessor {
     }
 
     /// The readable name of feature `j`: `col`, `col[3]` (1-based), `col=value`,
-    /// `col=(other)`, `col=(null)`, `col#17` (a hash bucket), `col.dow=Mon`, `col.hour_sin`.
+    /// `col=(other)`, `col=(null)`, `col#17` (a hash bucket), `col.dow=Mon`, `col.hour_sin`,
+    /// `col:[10, 25)` (a bin of a piecewise-linear encoded number, in the table's units; the
+    /// last bin is closed, `col:[25, 40]`).
     pub fn feature_name(&self, j: usize) -> String {
         let c = self.column_of(j);
         let k = j - c.offset;
         match &c.encoding {
             Encoding::Number { .. } => c.name.clone(),
+            Encoding::Ple { edges, .. } => {
+                let close = if k + 2 == edges.len() { ']' } else { ')' };
+                format!(
+                    "{}:[{}, {}{close}",
+                    c.name,
+                    short(edges[k]),
+                    short(edges[k + 1])
+                )
+            }
             Encoding::Array { .. } => format!("{}[{}]", c.name, k + 1),
             Encoding::OneHot {
                 categories, other, ..
@@ -456,9 +484,11 @@ impl Preprocessor {
         }
     }
 
-    /// Every column a number (one feature each, in column order).
+    /// Every column a number, one feature each (in column order): not encoded piecewise-linearly.
     pub fn is_numbers_only(&self) -> bool {
-        self.columns.iter().all(|c| c.source == Source::Number)
+        self.columns
+            .iter()
+            .all(|c| matches!(c.encoding, Encoding::Number { .. }))
     }
 
     /// Bytes the kept categories cost besides the weights (names, lookup entries, JSON).
@@ -487,6 +517,13 @@ impl Preprocessor {
     pub fn column_names(&self) -> impl Iterator<Item = &str> {
         self.columns.iter().map(|c| c.name.as_str())
     }
+}
+
+/// A number as a name shows it: at most 8 significant digits (a bin edge is a quantile
+/// estimate; its full digits say nothing).
+pub fn short(v: f64) -> String {
+    let rounded: f64 = format!("{v:.7e}").parse().unwrap_or(v);
+    format!("{rounded}")
 }
 
 /// The bucket of a hashed category: FNV-1a over the bytes, finished with a 64-bit mix so the

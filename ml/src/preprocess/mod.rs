@@ -4,8 +4,8 @@
 //!
 //! Two stages, both streaming:
 //! - [`StatsBuilder`] sees every training row once (the statistics pass) and learns means,
-//!   standard deviations, array lengths and category counts, in memory bounded by its
-//!   dictionary limit;
+//!   standard deviations, array lengths, category counts and the quantiles of numbers encoded
+//!   piecewise-linearly, in memory bounded by its dictionary limit;
 //! - [`Preprocessor`] (what the statistics give, stored with the model as JSON) encodes a row
 //!   into sorted `(index, value)` pairs: the features a linear model sees.
 //!
@@ -16,21 +16,24 @@
 //!
 //! Files: `options` (the user's options per column and the plan they resolve to), `statistics`
 //! ([`StatsBuilder`]), `encode` ([`Preprocessor`]: encoding rows, the scaling, feature names),
-//! `time` (a date/time column's parts).
+//! `time` (a date/time column's parts), `quantiles` (a piecewise-linear encoded number's bin
+//! edges, its encoding and inverse).
 //! The category buckets hash with [`crate::hash`].
 
 mod encode;
 mod options;
+pub mod quantiles;
 mod statistics;
 mod time;
 
 use std::collections::HashMap;
 
-pub use encode::{bucket, EncodedColumn, EncodedRow, Encoding, OneHotGroup, Preprocessor};
+pub use encode::{bucket, short, EncodedColumn, EncodedRow, Encoding, OneHotGroup, Preprocessor};
 pub use options::{
     ColumnOptions, ColumnPlan, Encode, Impute, NullAction, PreprocessOptions, Scale, Source,
-    DEFAULT_BUCKETS, MAX_BUCKETS,
+    DEFAULT_BUCKETS, EVERY_COLUMN, MAX_BUCKETS,
 };
+pub use quantiles::{DEFAULT_BINS, MAX_BINS};
 pub use statistics::StatsBuilder;
 pub use time::{TimeKind, TimePart};
 
@@ -58,6 +61,11 @@ pub enum PreprocessError {
     )]
     TooWide { column: String, elements: usize },
     /// Memory for the statistics or the category lookup could not be allocated.
+    /// The quantile sketches of piecewise-linear encoded columns alone exceed the bound.
+    #[error(
+        "the quantile sketches of {columns} columns encoded \"ple\" do not fit in corgipile.max_buffer_memory"
+    )]
+    TooManySketches { columns: usize },
     #[error("out of memory for the statistics of the feature columns")]
     OutOfMemory,
 }

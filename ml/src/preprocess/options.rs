@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::quantiles::{DEFAULT_BINS, MAX_BINS};
 use super::time::{TimeKind, TimePart};
 
 /// What a column holds, as the SQL side reads it.
@@ -26,8 +27,31 @@ pub enum Source {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Encode {
+    /// Text: one feature per kept category.
     OneHot,
+    /// Text: hashed into buckets.
     Hash,
+    /// Numbers: piecewise-linear over quantile bins (see `quantiles`).
+    Ple,
+    /// Numbers: the value itself.
+    #[serde(rename = "none")]
+    Plain,
+}
+
+impl Encode {
+    fn name(self) -> &'static str {
+        match self {
+            Encode::OneHot => "one_hot",
+            Encode::Hash => "hash",
+            Encode::Ple => "ple",
+            Encode::Plain => "none",
+        }
+    }
+
+    /// Whether it encodes numbers (else text).
+    fn of_numbers(self) -> bool {
+        matches!(self, Encode::Ple | Encode::Plain)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +107,8 @@ pub const MAX_BUCKETS: u32 = 1 << 24;
 pub struct ColumnOptions {
     pub encode: Option<Encode>,
     pub buckets: Option<u32>,
+    /// `"encode": "ple"`: how many bins.
+    pub bins: Option<u32>,
     pub impute: Option<Impute>,
     pub scale: Option<Scale>,
     /// Date/time columns: the parts that become features.
@@ -108,7 +134,13 @@ impl ColumnOptions {
                     o.encode = Some(match text()? {
                         "one_hot" => Encode::OneHot,
                         "hash" => Encode::Hash,
-                        s => return Err(format!("unknown encode \"{s}\" (one_hot or hash)")),
+                        "ple" => Encode::Ple,
+                        "none" => Encode::Plain,
+                        s => {
+                            return Err(format!(
+                                "unknown encode \"{s}\" (text: one_hot or hash; numbers: ple or none)"
+                            ))
+                        }
                     })
                 }
                 "impute" => {
@@ -157,15 +189,27 @@ impl ColumnOptions {
                         })?;
                     o.buckets = Some(n as u32);
                 }
+                "bins" => {
+                    let n = value
+                        .as_u64()
+                        .filter(|n| (2..=MAX_BINS as u64).contains(n))
+                        .ok_or_else(|| {
+                            format!("\"bins\" must be an integer from 2 to {MAX_BINS}, got {value}")
+                        })?;
+                    o.bins = Some(n as u32);
+                }
                 k => {
                     return Err(format!(
-                        "unknown option \"{k}\" (encode, buckets, impute, scale, parts)"
+                        "unknown option \"{k}\" (encode, buckets, bins, impute, scale, parts)"
                     ))
                 }
             }
         }
         if o.buckets.is_some() && o.encode != Some(Encode::Hash) {
             return Err("\"buckets\" needs \"encode\": \"hash\"".into());
+        }
+        if o.bins.is_some() && o.encode != Some(Encode::Ple) {
+            return Err("\"bins\" needs \"encode\": \"ple\"".into());
         }
         Ok(o)
     }
@@ -177,6 +221,9 @@ impl ColumnOptions {
         }
         if let Some(b) = self.buckets {
             m.insert("buckets".into(), json!(b));
+        }
+        if let Some(b) = self.bins {
+            m.insert("bins".into(), json!(b));
         }
         if let Some(i) = self.impute {
             m.insert("impute".into(), json!(i));
@@ -194,6 +241,10 @@ impl ColumnOptions {
 /// The `preprocess` param: options by column name.
 pub type PreprocessOptions = BTreeMap<String, ColumnOptions>;
 
+fn default_bins() -> u32 {
+    DEFAULT_BINS
+}
+
 /// A column's resolved plan before the statistics pass.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ColumnPlan {
@@ -201,6 +252,9 @@ pub struct ColumnPlan {
     pub source: Source,
     pub encode: Encode,
     pub buckets: u32,
+    /// `Encode::Ple`: the most bins (fewer when quantiles coincide).
+    #[serde(default = "default_bins")]
+    pub bins: u32,
     pub impute: Impute,
     pub scale: Scale,
     /// Date/time columns: the parts that become features, in order.
@@ -212,9 +266,55 @@ pub struct ColumnPlan {
     pub zone: Option<String>,
 }
 
+/// The key of `preprocess` whose options apply to every column that does not set them.
+pub const EVERY_COLUMN: &str = "*";
+
+impl ColumnOptions {
+    /// The options of a column of `source` type: its own, and for each option it does not set,
+    /// the `"*"` default's where that option applies to the column's type (`"encode": "ple"`
+    /// to numbers, `"hash"` to text, `"scale"` to numbers, dates and arrays, ...): a default
+    /// never makes a column an error.
+    pub fn with_default(own: Option<&ColumnOptions>, every: Option<&ColumnOptions>, source: Source) -> ColumnOptions {
+        let mut o = own.cloned().unwrap_or_default();
+        let Some(d) = every else { return o };
+        let numeric = source != Source::Text;
+        if o.encode.is_none() {
+            if let Some(e) = d.encode.filter(|e| match source {
+                Source::Number => e.of_numbers(),
+                Source::Text => !e.of_numbers(),
+                _ => false,
+            }) {
+                o.encode = Some(e);
+                o.buckets = d.buckets;
+                o.bins = d.bins;
+            }
+        }
+        if o.impute.is_none() {
+            o.impute = d.impute.filter(|i| match i {
+                Impute::Mean | Impute::Zero => numeric,
+                Impute::Category => !numeric,
+                Impute::Skip | Impute::Error => true,
+            });
+        }
+        if o.scale.is_none() && numeric && o.encode != Some(Encode::Ple) {
+            o.scale = d.scale;
+        }
+        if o.parts.is_none() {
+            if let (Source::Time(kind), Some(parts)) = (source, &d.parts) {
+                if parts.iter().all(|p| kind.has(*p)) {
+                    o.parts = Some(parts.clone());
+                }
+            }
+        }
+        o
+    }
+}
+
 impl ColumnPlan {
-    /// Resolves the user's options for a column of `source` type. `normalize` is the default
-    /// scaling of numbers. The error names the problem (the caller adds the column).
+    /// Resolves the user's options for a column of `source` type (its own merged with the
+    /// `"*"` default: [`ColumnOptions::with_default`]). `normalize` is the default scaling of
+    /// numbers (a kind that encodes numbers otherwise by default says so in the `"*"`
+    /// default). The error names the problem (the caller adds the column).
     pub fn resolve(
         name: &str,
         source: Source,
@@ -242,11 +342,26 @@ impl ColumnPlan {
             }
             (_, None) => Vec::new(),
         };
-        if numeric && o.encode.is_some() {
-            return Err("\"encode\" applies to text columns; this column is numeric".into());
-        }
+        let encode = match (source, o.encode) {
+            (Source::Text, None) => Encode::OneHot,
+            (_, None) => Encode::Plain,
+            (Source::Text, Some(e)) if !e.of_numbers() => e,
+            (Source::Number, Some(e)) if e.of_numbers() => e,
+            (Source::Text, Some(e)) => {
+                return Err(format!("\"encode\": \"{}\" applies to number and boolean columns; text takes one_hot or hash", e.name()))
+            }
+            (Source::Number, Some(e)) => {
+                return Err(format!("\"encode\": \"{}\" applies to text columns; numbers take ple or none", e.name()))
+            }
+            (_, Some(_)) => {
+                return Err("\"encode\" applies to text, number and boolean columns, not to arrays or dates and times".into())
+            }
+        };
         if !numeric && o.scale.is_some() {
             return Err("\"scale\" applies to numeric columns; this column is text".into());
+        }
+        if encode == Encode::Ple && o.scale.is_some() {
+            return Err("\"scale\" does not apply to a column encoded \"ple\" (its features are already between 0 and 1)".into());
         }
         let impute = o.impute.unwrap_or(if numeric {
             Impute::Mean
@@ -265,14 +380,19 @@ impl ColumnPlan {
         Ok(ColumnPlan {
             name: name.to_owned(),
             source,
-            encode: o.encode.unwrap_or(Encode::OneHot),
+            encode,
             buckets: o.buckets.unwrap_or(DEFAULT_BUCKETS),
+            bins: o.bins.unwrap_or(DEFAULT_BINS),
             impute,
-            scale: o.scale.unwrap_or(if normalize {
-                Scale::Standard
-            } else {
+            scale: if encode == Encode::Ple {
                 Scale::None
-            }),
+            } else {
+                o.scale.unwrap_or(if normalize {
+                    Scale::Standard
+                } else {
+                    Scale::None
+                })
+            },
             parts,
             zone: None,
         })
@@ -304,6 +424,7 @@ impl ColumnPlan {
         plans
             .iter()
             .map(|p| match (p.source, p.encode) {
+                (Source::Number, Encode::Ple) => p.bins as usize,
                 (Source::Number, _) => 1,
                 (Source::Text, Encode::Hash) => p.buckets as usize,
                 (Source::Time(_), _) => p.parts.iter().map(|t| t.width()).sum(),

@@ -4,6 +4,8 @@
 
 use crate::moments::Welford;
 
+use super::quantiles::{QuantileSketch, SKETCH_BYTES};
+
 use super::{
     not_finite, CategoryMap, ColumnPlan, Encode, EncodedColumn, Encoding, Impute, PreprocessError,
     Preprocessor, Scale, Source, CATEGORY_OVERHEAD,
@@ -12,6 +14,9 @@ use super::{
 #[derive(Clone, Debug)]
 enum ColumnStats {
     Number(Welford),
+    /// A piecewise-linear encoded number: its moments (its imputed value, the explanation's
+    /// baseline) and a sketch of its values (its bin edges).
+    Binned(Welford, Box<QuantileSketch>),
     /// A date/time column: the moments of its value part.
     Time(Welford),
     Array(Option<Vec<Welford>>),
@@ -37,35 +42,47 @@ pub struct StatsBuilder {
 }
 
 impl StatsBuilder {
-    /// `max_dictionary_bytes` bounds the category dictionaries; `max_features` the model's
-    /// width (see [`StatsBuilder::fixed_width`]).
+    /// `max_dictionary_bytes` bounds the category dictionaries and quantile sketches (which
+    /// are counted first: an error if they alone do not fit); `max_features` the model's
+    /// width (see [`ColumnPlan::fixed_width`]).
     pub fn new(
         plans: Vec<ColumnPlan>,
         max_dictionary_bytes: usize,
         max_features: usize,
-    ) -> StatsBuilder {
+    ) -> Result<StatsBuilder, PreprocessError> {
         let width = ColumnPlan::fixed_width(&plans);
+        let sketches = plans
+            .iter()
+            .filter(|p| p.source == Source::Number && p.encode == Encode::Ple)
+            .count();
+        let dictionary_bytes = sketches.saturating_mul(SKETCH_BYTES);
+        if dictionary_bytes > max_dictionary_bytes {
+            return Err(PreprocessError::TooManySketches { columns: sketches });
+        }
         let columns = plans
             .iter()
             .map(|p| match (p.source, p.encode) {
+                (Source::Number, Encode::Ple) => {
+                    ColumnStats::Binned(Welford::default(), Box::new(QuantileSketch::new(p.bins)))
+                }
                 (Source::Number, _) => ColumnStats::Number(Welford::default()),
                 (Source::NumberArray, _) => ColumnStats::Array(None),
                 (Source::Time(_), _) => ColumnStats::Time(Welford::default()),
                 (Source::Text, Encode::OneHot) => {
                     ColumnStats::Categories(CategoryMap::default(), 0)
                 }
-                (Source::Text, Encode::Hash) => ColumnStats::Hashed,
+                (Source::Text, _) => ColumnStats::Hashed,
             })
             .collect();
-        StatsBuilder {
+        Ok(StatsBuilder {
             plans,
             columns,
             rows: 0,
-            dictionary_bytes: 0,
+            dictionary_bytes,
             max_dictionary_bytes,
             max_features,
             width,
-        }
+        })
     }
 
     pub fn plans(&self) -> &[ColumnPlan] {
@@ -78,11 +95,17 @@ impl StatsBuilder {
     }
 
     pub fn number(&mut self, col: usize, value: Option<f64>) -> Result<(), PreprocessError> {
-        if let (ColumnStats::Number(m), Some(v)) = (&mut self.columns[col], value) {
-            if !v.is_finite() {
-                return Err(not_finite(&self.plans[col]));
+        let Some(v) = value else { return Ok(()) };
+        if !v.is_finite() {
+            return Err(not_finite(&self.plans[col]));
+        }
+        match &mut self.columns[col] {
+            ColumnStats::Number(m) => m.push(v),
+            ColumnStats::Binned(m, sketch) => {
+                m.push(v);
+                sketch.push(v);
             }
-            m.push(v);
+            _ => {}
         }
         Ok(())
     }
@@ -203,6 +226,19 @@ impl StatsBuilder {
                         std,
                     }
                 }
+                ColumnStats::Binned(m, sketch) => {
+                    let (mean, std) = m.mean_std();
+                    Encoding::Ple {
+                        fill: if plan.impute == Impute::Zero {
+                            0.0
+                        } else {
+                            mean
+                        },
+                        mean,
+                        std,
+                        edges: sketch.edges(),
+                    }
+                }
                 ColumnStats::Time(m) => {
                     let (mean, std) = m.mean_std();
                     let Source::Time(kind) = plan.source else {
@@ -261,7 +297,9 @@ impl StatsBuilder {
                 source: plan.source,
                 offset,
                 impute: plan.impute,
-                scaled: plan.scale == Scale::Standard && plan.source != Source::Text,
+                scaled: plan.scale == Scale::Standard
+                    && plan.source != Source::Text
+                    && plan.encode != Encode::Ple,
                 encoding,
             });
             offset += width;

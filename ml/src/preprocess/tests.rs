@@ -23,7 +23,7 @@ fn sample() -> Preprocessor {
         plan("url", Source::Text, hashed(8)),
         plan("xy", Source::NumberArray, None),
     ];
-    let mut s = StatsBuilder::new(plans, 1 << 20, 1000);
+    let mut s = StatsBuilder::new(plans, 1 << 20, 1000).unwrap();
     // (amount, state, url, xy)
     type Row<'a> = (Option<f64>, Option<&'a str>, &'a str, [f64; 2]);
     let rows: [Row; 5] = [
@@ -201,7 +201,8 @@ fn category_dictionaries_are_bounded() {
         vec![plan("id", Source::Text, None)],
         10 * (CATEGORY_OVERHEAD + 4),
         1,
-    );
+    )
+    .unwrap();
     let mut result = Ok(());
     for i in 0..100 {
         s.begin_row();
@@ -235,7 +236,7 @@ fn hash_buckets_are_stable_and_spread() {
 
 #[test]
 fn array_columns_wider_than_a_model_are_refused_before_allocation() {
-    let mut s = StatsBuilder::new(vec![plan("v", Source::NumberArray, None)], 1 << 20, 3);
+    let mut s = StatsBuilder::new(vec![plan("v", Source::NumberArray, None)], 1 << 20, 3).unwrap();
     s.begin_row();
     assert_eq!(
         s.array(0, Some(&[1.0; 4])),
@@ -305,7 +306,7 @@ fn a_timestamp_column_becomes_its_parts_with_names_and_the_value_scaled() {
     let mut plan = plan("at", Source::Time(TimeKind::Timestamp), None);
     plan.zone = Some("Europe/Paris".into());
     assert_eq!(ColumnPlan::fixed_width(std::slice::from_ref(&plan)), 22);
-    let mut s = StatsBuilder::new(vec![plan], 1 << 20, 1000);
+    let mut s = StatsBuilder::new(vec![plan], 1 << 20, 1000).unwrap();
     // 2026-11-27 (a Friday) at 00:00 and at 12:00, and a NULL.
     let friday = 20_784.0 * 86_400.0;
     for v in [Some(friday), Some(friday + 43_200.0), None] {
@@ -393,7 +394,7 @@ fn one_hot_groups_are_the_categorical_columns_and_date_parts() {
         plan("n", Source::Number, None),
         plan("at", Source::Time(TimeKind::Timestamp), None),
     ];
-    let mut s = StatsBuilder::new(plans, 1 << 20, 1000);
+    let mut s = StatsBuilder::new(plans, 1 << 20, 1000).unwrap();
     s.begin_row();
     s.number(0, Some(1.0)).unwrap();
     s.time(1, Some(0.0)).unwrap();

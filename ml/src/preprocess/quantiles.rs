@@ -1,0 +1,133 @@
+//! The bin edges of a piecewise-linear encoded column (`"encode": "ple"`): the statistics pass
+//! feeds every value to a [`QuantileSketch`] (a t-digest, bounded memory whatever the rows), whose
+//! quantiles give the edges; [`encode`] and [`decode`] are the encoding (Gorishniy et al., "On
+//! Embeddings for Numerical Features in Tabular Deep Learning", NeurIPS 2022) and its inverse.
+
+use tdigest::TDigest;
+
+/// Centroids a sketch keeps. The edges' rank error measured on 1M values of skewed, uniform and
+/// normal columns is below 0.002 (tests: `sketch_edges_match_exact_quantiles`).
+const CENTROIDS: usize = 200;
+
+/// Distinct values a sketch also keeps exactly while a column has few: a column of at most
+/// `bins + 1` distinct values (a flag, a count, a rating) gets them as its edges, so no bin falls
+/// between two values that occur (a bin no row fills is a constant feature).
+const MAX_EXACT: usize = 1025;
+
+/// Bytes one sketch holds at most: the t-digest's buffer (5 × its centroids, as values) and its
+/// centroids (mean and weight), twice while it compresses, and the exact values. Counted
+/// against `corgipile.max_buffer_memory` with the category dictionaries.
+pub const SKETCH_BYTES: usize = 2 * (5 * CENTROIDS * 8 + CENTROIDS * 16) + MAX_EXACT * 8;
+
+/// Most bins a column may have.
+pub const MAX_BINS: u32 = 1024;
+/// Bins of a column when `"bins"` is not given (16 was good on every table of #54's survey;
+/// 8–64 moved results by at most 0.7 point).
+pub const DEFAULT_BINS: u32 = 16;
+
+/// A column's values, summarized for its bin edges.
+#[derive(Clone, Debug)]
+pub struct QuantileSketch {
+    digest: TDigest,
+    /// The distinct values while there are at most `bins + 1` of them (sorted); None after.
+    exact: Option<Vec<f64>>,
+    bins: u32,
+}
+
+impl QuantileSketch {
+    pub fn new(bins: u32) -> QuantileSketch {
+        QuantileSketch {
+            digest: TDigest::new_with_size(CENTROIDS),
+            exact: Some(Vec::new()),
+            bins: bins.clamp(1, MAX_BINS),
+        }
+    }
+
+    /// Adds a finite value.
+    pub fn push(&mut self, v: f64) {
+        self.digest.push(v);
+        if let Some(exact) = &mut self.exact {
+            if let Err(at) = exact.binary_search_by(|e| e.total_cmp(&v)) {
+                if exact.len() > self.bins as usize {
+                    self.exact = None;
+                } else {
+                    // Bounded by MAX_EXACT: counted in SKETCH_BYTES.
+                    exact.insert(at, v);
+                }
+            }
+        }
+    }
+
+    /// The bin edges: `bins + 1` strictly increasing values from the smallest value seen to the
+    /// largest, the inner ones its quantiles `t / bins` (equal quantiles merged: a column of
+    /// few distinct values gets fewer bins), or its distinct values when there are at most
+    /// `bins + 1`. At least two edges: a column of one value (or none) gets `[v, v + 1]`.
+    pub fn edges(mut self) -> Vec<f64> {
+        self.digest.flush();
+        let mut edges = match self.exact {
+            Some(exact) => exact,
+            None => {
+                let (lo, hi) = (
+                    self.digest.min().unwrap_or(0.0),
+                    self.digest.max().unwrap_or(0.0),
+                );
+                let mut edges = vec![lo];
+                for t in 1..self.bins {
+                    let q = self.digest.estimate_quantile(f64::from(t) / f64::from(self.bins));
+                    edges.push(q.unwrap_or(lo).clamp(lo, hi));
+                }
+                edges.push(hi);
+                edges
+            }
+        };
+        edges.dedup_by(|b, a| *b <= *a);
+        match edges.as_slice() {
+            [] => vec![0.0, 1.0],
+            [v] => vec![*v, *v + v.abs().max(1.0)],
+            _ => edges,
+        }
+    }
+}
+
+/// The piecewise-linear encoding of `x` over `edges` (`b_0 < … < b_T`), one value per bin `t`
+/// (`[b_{t-1}, b_t)`): 1 for a bin wholly below `x`, 0 for a bin above, the fraction
+/// `(x - b_{t-1}) / (b_t - b_{t-1})` in `x`'s own bin; the first bin extends linearly below
+/// `b_0` (negative) and the last above `b_T` (above 1), so the model stays linear outside the
+/// training range. Only the non-zero values are given to `set(bin, value)`, by increasing bin.
+#[inline]
+pub fn encode(edges: &[f64], x: f64, mut set: impl FnMut(usize, f64)) {
+    let bins = edges.len() - 1;
+    for t in 0..bins {
+        let (lo, hi) = (edges[t], edges[t + 1]);
+        if t > 0 && x < lo {
+            break;
+        }
+        let e = if t + 1 < bins && x >= hi {
+            1.0
+        } else {
+            (x - lo) / (hi - lo)
+        };
+        if e != 0.0 {
+            set(t, e);
+        }
+    }
+}
+
+/// The value whose encoding is `e` (one value per bin; the inverse of [`encode`]): read in the
+/// last bin that is not 0, `b_0` when all are.
+pub fn decode(edges: &[f64], e: &[f64]) -> f64 {
+    match (0..e.len()).rev().find(|&t| e[t] != 0.0) {
+        Some(t) => edges[t] + e[t] * (edges[t + 1] - edges[t]),
+        None => edges[0],
+    }
+}
+
+/// Whether stored edges can encode: at least two, finite, strictly increasing.
+pub fn sound_edges(edges: &[f64]) -> bool {
+    edges.len() >= 2
+        && edges.iter().all(|b| b.is_finite())
+        && edges.windows(2).all(|w| w[0] < w[1])
+}
+
+#[cfg(test)]
+mod tests;
