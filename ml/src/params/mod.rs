@@ -319,9 +319,9 @@ train_params! {
     /// Per-column preprocessing of a column list.
     preprocess: PreprocessOptions = PreprocessOptions::new() => {
         shown: "`{}`",
-        accepts: r#"`{"column": {"encode": .., "buckets": .., "impute": .., "scale": ..}}`"#,
+        accepts: r#"`{"column": {"encode": .., "buckets": .., "bins": .., "impute": .., "scale": ..}}`; key `"*"`: every column's default"#,
         meaning: "per-column options of a column list, see [Preprocessing](#preprocessing)",
-        rule: "an object mapping feature column names to options: {\"encode\": \"one_hot\" | \"hash\", \"buckets\": 1 .. 16777216 (hash only, default 1024), \"impute\": \"mean\" | \"zero\" | \"category\" | \"skip\" | \"error\", \"scale\": \"standard\" | \"none\"} (default {})",
+        rule: "an object mapping feature column names (or \"*\", the default of every column, where an option fits its type) to options: {\"encode\": \"one_hot\" | \"hash\" (text) | \"ple\" | \"none\" (numbers), \"buckets\": 1 .. 16777216 (hash only, default 1024), \"bins\": 2 .. 1024 (ple only, default 16), \"impute\": \"mean\" | \"zero\" | \"category\" | \"skip\" | \"error\", \"scale\": \"standard\" | \"none\"} (default {})",
         parse: get_preprocess,
         json: |x| json!(x.iter().map(|(k, o)| (k.clone(), o.to_json())).collect::<Map<String, Value>>()),
     },
