@@ -26,6 +26,14 @@ pub const MAX_BINS: u32 = 1024;
 /// 8–64 moved results by at most 0.7 point).
 pub const DEFAULT_BINS: u32 = 16;
 
+/// Values the digest takes at each stride before the stride doubles: after the first 131,072
+/// values it takes every second one, after 131,072 more every fourth, ... (a t-digest costs
+/// about 20 ns a value; a pass over 4.5M rows then feeds it about 800,000 of each column's).
+/// The statistics pass reads rows in random block order, so a stride over its stream is a
+/// uniform sample; 131,072 values put the sample's own rank error near 0.0014 (one standard
+/// deviation at the median).
+const VALUES_PER_STRIDE: u64 = 1 << 17;
+
 /// A column's values, summarized for its bin edges.
 #[derive(Clone, Debug)]
 pub struct QuantileSketch {
@@ -33,6 +41,14 @@ pub struct QuantileSketch {
     /// The distinct values while there are at most `bins + 1` of them (sorted); None after.
     exact: Option<Vec<f64>>,
     bins: u32,
+    /// Every value's extremes (the digest sees a sample): the outer edges.
+    min: f64,
+    max: f64,
+    /// The digest takes one value in `stride`; `skip` more are left before the next one,
+    /// `taken` were taken at this stride.
+    stride: u64,
+    skip: u64,
+    taken: u64,
 }
 
 impl QuantileSketch {
@@ -41,12 +57,29 @@ impl QuantileSketch {
             digest: TDigest::new_with_size(CENTROIDS),
             exact: Some(Vec::new()),
             bins: bins.clamp(1, MAX_BINS),
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            stride: 1,
+            skip: 0,
+            taken: 0,
         }
     }
 
     /// Adds a finite value.
     pub fn push(&mut self, v: f64) {
-        self.digest.push(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        if self.skip > 0 {
+            self.skip -= 1;
+        } else {
+            self.digest.push(v);
+            self.taken += 1;
+            if self.taken == VALUES_PER_STRIDE {
+                self.stride *= 2;
+                self.taken = 0;
+            }
+            self.skip = self.stride - 1;
+        }
         if let Some(exact) = &mut self.exact {
             if let Err(at) = exact.binary_search_by(|e| e.total_cmp(&v)) {
                 if exact.len() > self.bins as usize {
@@ -68,10 +101,7 @@ impl QuantileSketch {
         let mut edges = match self.exact {
             Some(exact) => exact,
             None => {
-                let (lo, hi) = (
-                    self.digest.min().unwrap_or(0.0),
-                    self.digest.max().unwrap_or(0.0),
-                );
+                let (lo, hi) = (self.min, self.max);
                 let mut edges = vec![lo];
                 for t in 1..self.bins {
                     let q = self.digest.estimate_quantile(f64::from(t) / f64::from(self.bins));

@@ -249,7 +249,8 @@ fn sketches_count_against_the_dictionary_memory() {
 
 #[test]
 fn sketch_edges_match_exact_quantiles_at_every_size() {
-    // Measured worst over 60 columns of 2k, 20k, 100k and 1M values: 0.0047 (at 20k).
+    // Measured worst over columns of 2k to 4.5M values: 0.0047 (at 20k; past 131,072 values the
+    // digest takes a thinning sample, 1M: 0.0021, 4.5M: 0.0024).
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     for n in [2_000usize, 20_000, 100_000] {
         for rep in 0..9 {
