@@ -16,7 +16,7 @@
 //!   magnitude and keeps the top k, the rest summed into one entry.
 
 use crate::model::Predictor;
-use crate::preprocess::{quantiles, short, Encoding, Preprocessor, TimePart};
+use crate::preprocess::{quantiles, Encoding, Preprocessor, TimePart};
 use crate::row::Row;
 use crate::trained::Model;
 
@@ -153,8 +153,11 @@ fn describe(p: &Preprocessor, c: usize, x: &[f64]) -> String {
     let set = || (0..width).find(|&k| x[at + k] != 0.0);
     match &col.encoding {
         Encoding::Number { .. } => number(x[at]),
-        // The value the bins encode (rounded: decoding adds a last-digit error).
-        Encoding::Ple { edges, .. } => short(quantiles::decode(edges, &x[at..at + width])),
+        // The value the bins encode, to 12 significant digits (decoding adds a last-digit error).
+        Encoding::Ple { edges, .. } => {
+            let v = quantiles::decode(edges, &x[at..at + width]);
+            number(format!("{v:.11e}").parse().unwrap_or(v))
+        }
         Encoding::Array { .. } => {
             let shown: Vec<String> = x[at..at + width]
                 .iter()

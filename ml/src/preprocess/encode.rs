@@ -519,10 +519,10 @@ impl Preprocessor {
     }
 }
 
-/// A number as a name shows it: at most 8 significant digits (a bin edge is a quantile
+/// A number as a name shows it: at most 6 significant digits (a bin edge is a quantile
 /// estimate; its full digits say nothing).
 pub fn short(v: f64) -> String {
-    let rounded: f64 = format!("{v:.7e}").parse().unwrap_or(v);
+    let rounded: f64 = format!("{v:.5e}").parse().unwrap_or(v);
     format!("{rounded}")
 }
 
