@@ -44,12 +44,10 @@ def table_rows():
 
 @pytest.fixture(scope="module")
 def warm(env):
-    """The models the warm starts continue: a logistic model and a network."""
+    """The model the warm starts continue: a logistic model."""
     with connect(env) as c:
         linear = train(c, "cap", "logistic", {"features": ["x", "color"], "epochs": 1, "seed": 1, "name": "cap_ws"})
-        mlp = train(c, "cap", "mlp", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1, "hidden": [4],
-                                      "name": "cap_mlp"})
-    return {"linear": linear, "mlp": mlp}
+    return {"linear": linear}
 
 
 SEARCH = {"search": {"learning_rate": [0.01, 0.1]}, "name": "cap_search"}
@@ -78,7 +76,6 @@ REACHABLE = {
                                                        "name": "cap_ws_groups"}),
     ('`"warm_start"`', "a validation relation"): ("logistic", {"warm_start": "cap_ws",
                                                                 "validation": {"relation": "cap_valid"}}),
-    ('`"warm_start"`', "`mlp`, `mlp_regression`, `fm`, `fm_regression`"): ("mlp", {"warm_start": "cap_mlp"}),
     ('`"since"`', '`"folds"`'): ("logistic", {"since": "cap_ws", "folds": 3}),
     ('`"since"`', '`"group_by"`'): ("logistic", {"since": "cap_ws", "group_by": "color", "name": "cap_ws_groups"}),
     ('`"since"`', "a validation relation"): ("logistic", {"since": "cap_ws", "validation": {"relation": "cap_valid"}}),

@@ -10,8 +10,8 @@ with `"factors"` latent dimensions. Checked as a user sees them:
    explanations that add up, corgipile_model_layers that recompute the predictions.
 4. The catalog; the params shared with mlp (optimizer, l2, normalize, validation and patience,
    search, folds, group_by, workers); pg_dump / pg_restore.
-5. Errors as an ordinary role (nothing stored), grants, memory limits, divergence, warm start,
-   cancel and statement_timeout, corgipile_explain.
+5. Errors as an ordinary role (nothing stored), grants, memory limits, divergence, cancel and
+   statement_timeout, corgipile_explain (warm starts of fm kinds: test_warm_start.py).
 
 Tables are fm_* in the shared database (dropped at the end of the module).
 """
@@ -516,7 +516,7 @@ def test_fm_models_survive_dump_and_restore(tmp_path):
 
 
 # =============================================================================================
-# 5. Errors, grants, memory, warm start, cancel
+# 5. Errors, grants, memory, cancel
 
 
 @pytest.fixture
@@ -610,16 +610,6 @@ def test_divergence_is_an_error_and_stores_nothing(alice, tables):
     e = expect_train_error(alice, "fm_reg", "fm_regression", {"epochs": 3, "optimizer": "sgd", "learning_rate": 1e5,
                                                               "normalize": False}, "22003", "diverged")
     assert "learning_rate" in (e.diag.message_hint or ""), describe(e)
-
-
-def test_warm_start_from_an_fm_model_is_refused(tconn):
-    m = fit(tconn, "fm_xor", "fm", epochs=1)
-    for model in ("fm", "fm_regression"):
-        base = m if model == "fm" else fit(tconn, "fm_reg", "fm_regression", epochs=1)
-        before = models_count(tconn)
-        e = train_error(tconn, "fm_xor" if model == "fm" else "fm_reg", model, {"warm_start": base, "epochs": 1})
-        assert e is not None and e.sqlstate == "0A000", describe(e)
-        assert models_count(tconn) == before
 
 
 def test_cancel_and_statement_timeout_stop_a_long_training(tables):

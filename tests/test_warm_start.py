@@ -9,20 +9,31 @@ What a user depends on:
 * with an ordinary learning rate it goes on learning: its first epoch's loss is near where the
   stored model ended, far below a training from zeros;
 * the result is the next version of the model's name, and records the id it started from;
-* a model of another kind, other features, a network, a family of group models, rows of
-  another width, or a missing column are ERRORs before any model is stored (a softmax model
-  meeting a new class grows an output for it, from zeros); a table rewritten by VACUUM FULL
-  or emptied behaves as for any training.
+* a model of another kind, other features, a family of group models, rows of another width,
+  or a missing column are ERRORs before any model is stored (a softmax model meeting a new
+  class grows an output for it, from zeros); a table rewritten by VACUUM FULL or emptied
+  behaves as for any training;
+* networks and factorization machines continue alike: the same layers, activation or factors
+  (taken from the stored model when the params give none; others are an ERROR 22023 before
+  any row is read), predictions equal to the stored model's with a vanishing step, a training
+  loss no worse after a few more epochs, `since` on an appended table, and a column list's
+  stored preprocessing kept.
 """
 
 import psycopg
 import pytest
 
-from helpers import connect, describe, models_count, scalar, train, train_error, train_with_workers
+from psycopg.types.json import Jsonb
+
+from helpers import (connect, describe, models_count, rows_trained, scalar, train, train_error,
+                     train_with_workers)
 from tables import replicate
 
 ROWS = 4000
 TINY = 1e-12
+# Adam's step is about the learning rate whatever the gradient: a network's or machine's
+# vanishing step must vanish against 1e-9 over an epoch's batches.
+TINY_ADAM = 1e-16
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +147,7 @@ def test_refusals_store_nothing(env, admin):
                                           "where": "class3 < 2"})
     three = train(admin, "ws", "softmax", {"warm_start": two, "epochs": 1})
     assert scalar(admin, "SELECT n_outputs FROM corgipile.models WHERE id = %s", (three,)) == 3
-    # A network, and a family of group models.
-    mlp = train(admin, "ws", "mlp", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1, "hidden": [4]})
-    e = train_error(admin, "ws", "mlp", {"warm_start": mlp, "epochs": 1})
-    assert e is not None and e.sqlstate == "0A000", describe(e)
+    # A family of group models.
     fam = train(admin, "ws", "logistic", {"features": ["x"], "epochs": 1, "seed": 1, "group_by": "color",
                                           "name": "ws_family", "min_group_rows": 10})
     e = train_error(admin, "ws", "logistic", {"warm_start": fam, "epochs": 1})
@@ -183,3 +191,136 @@ def test_explain_plans_and_runs_the_warm_start(env, admin):
     with pytest.raises(psycopg.Error) as refused:
         admin.execute("""SELECT * FROM corgipile_explain('ws', 'svm', '{"warm_start": "ws_explained"}')""")
     assert refused.value.sqlstate == "22023", refused.value
+
+
+# Networks and factorization machines: (kind, params of the stored model, how to read a row's
+# prediction). Classifiers compare every class probability, regressions the value.
+FAMILIES = [
+    ("mlp, array", "mlp", {"features": "features", "label": "class3", "hidden": [8, 4]}),
+    ("mlp, column list", "mlp", {"features": ["x", "color"], "label": "class3", "hidden": [6],
+                                 "activation": "tanh"}),
+    ("mlp_regression", "mlp_regression", {"features": ["x", "color"], "label": "target", "hidden": [5]}),
+    ("fm, array", "fm", {"features": "features", "label": "class3", "factors": 3}),
+    ("fm_regression, column list", "fm_regression", {"features": ["x", "color"], "label": "target",
+                                                     "factors": 2}),
+    ("fm, sgd", "fm", {"features": ["x", "color"], "label": "answer", "optimizer": "sgd"}),
+]
+
+
+def predictions(c, model, table="ws"):
+    """Every row's prediction by `model`, in id order: class probabilities, or the value."""
+    kind, features = c.execute("SELECT model_type, features FROM corgipile.models WHERE id = %s", (model,)).fetchone()
+    row = f"t.{features}" if isinstance(features, str) else "t"  # an array column, or a column list
+    call = f"corgipile_predict_proba(%s, {row})" if kind in ("mlp", "fm") else f"ARRAY[corgipile_predict(%s, {row})]"
+    return [r[0] for r in c.execute(f"SELECT {call} FROM {table} t ORDER BY id", (model,)).fetchall()]
+
+
+def assert_same_predictions(c, a, b, table="ws", tol=1e-9):
+    pa, pb = predictions(c, a, table), predictions(c, b, table)
+    assert len(pa) == len(pb) > 0
+    worst = max(abs(x - y) / max(1.0, abs(x)) for ra, rb in zip(pa, pb) for x, y in zip(ra, rb))
+    assert worst <= tol, f"model {b} predicts up to {worst} away from model {a}"
+
+
+def shape_of(c, model):
+    return c.execute("""SELECT layers, params->'hidden', params->'activation', params->'factors', preprocessing,
+                               label_mapping FROM corgipile.models WHERE id = %s""", (model,)).fetchone()
+
+
+@pytest.mark.parametrize("kind,params", [(k, p) for _, k, p in FAMILIES], ids=[i for i, _, _ in FAMILIES])
+def test_a_network_or_fm_starts_from_the_stored_model(env, admin, kind, params):
+    name = f"wsn_{kind}_{abs(hash(str(params))) % 10000}"
+    first = train(admin, "ws", kind, dict(params, epochs=3, seed=1, name=name))
+    # The shape params left out: the stored model's are taken (not the defaults).
+    again = train(admin, "ws", kind, {"epochs": 1, "seed": 2, "warm_start": name, "learning_rate": TINY_ADAM})
+    assert_same_predictions(admin, first, again)
+    assert shape_of(admin, again) == shape_of(admin, first)
+    version, started_from, features = admin.execute(
+        "SELECT version, (params->>'warm_start')::bigint, features FROM corgipile.models WHERE id = %s",
+        (again,)).fetchone()
+    assert (version, started_from) == (2, first)
+    assert features == scalar(admin, "SELECT features FROM corgipile.models WHERE id = %s", (first,))
+    # No early stopping by default when continuing: the epochs asked for, no rows held out.
+    assert scalar(admin, "SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (again,)) == 1
+    assert scalar(admin, "SELECT params->'validation' FROM corgipile.models WHERE id = %s", (again,)) is None
+
+
+LEARNING = [
+    ("mlp", "mlp", {"features": ["x", "color"], "label": "class3", "hidden": [6]}),
+    ("mlp_regression", "mlp_regression", {"features": ["x", "color"], "label": "target", "hidden": [5]}),
+    ("fm", "fm", {"features": "features", "label": "label", "factors": 3}),
+    ("fm_regression", "fm_regression", {"features": ["x", "color"], "label": "target", "factors": 2}),
+]
+
+
+@pytest.mark.parametrize("kind,params", [(k, p) for _, k, p in LEARNING], ids=[i for i, _, _ in LEARNING])
+def test_a_network_or_fm_goes_on_learning(env, admin, kind, params):
+    """A few more epochs from the stored model: the loss on the training rows is not worse."""
+    name = f"wsl_{kind}_{abs(hash(str(params))) % 10000}"
+    first = train(admin, "ws", kind, dict(params, epochs=3, seed=1, name=name))
+    more = train(admin, "ws", kind, {"epochs": 3, "seed": 2, "warm_start": name})
+    key = "mse" if kind.endswith("regression") else "log_loss"
+    loss = {m: scalar(admin, "SELECT (corgipile_evaluate(%s, 'ws') ->> %s)::float8", (m, key)) for m in (first, more)}
+    assert loss[more] <= loss[first], loss
+    # Where the stored model ended, not where a training from zeros begins.
+    epochs = dict(admin.execute("""SELECT model_id, array_agg(loss ORDER BY epoch) FROM corgipile.epochs
+                                   WHERE model_id IN (%s, %s) GROUP BY model_id""", (first, more)).fetchall())
+    assert epochs[more][0] < epochs[first][0], epochs
+
+
+@pytest.mark.parametrize("kind,params", [
+    ("mlp", {"label": "label", "hidden": [4]}),
+    ("fm", {"label": "label", "factors": 2}),
+], ids=["mlp", "fm"])
+def test_since_continues_a_network_or_fm_on_the_rows_added(env, admin, kind, params):
+    table = f"wsi_{kind}"
+    admin.execute(f"DROP TABLE IF EXISTS {table}")
+    admin.execute(f"CREATE TABLE {table} AS SELECT id, x, color, label FROM ws WHERE id <= 3000")
+    first = train(admin, table, kind, dict(params, features=["x", "color"], epochs=2, seed=1, name=table))
+    pages = scalar(admin, f"SELECT pg_relation_size('{table}') / current_setting('block_size')::int")
+    admin.execute(f"INSERT INTO {table} SELECT id, x, color, label FROM ws WHERE id > 3000")
+    expected = scalar(admin, f"SELECT count(*) FROM {table} WHERE ctid >= '({pages - 1},0)'::tid")
+    assert expected >= 1000
+    # A vanishing step: the model of the added rows is the stored one.
+    second = train(admin, table, kind, {"since": table, "replay": 0, "epochs": 1, "seed": 2,
+                                        "learning_rate": TINY_ADAM})
+    assert rows_trained(admin, second) == expected
+    version, started_from, since = admin.execute(
+        "SELECT version, (params->>'warm_start')::bigint, params->>'since' FROM corgipile.models WHERE id = %s",
+        (second,)).fetchone()
+    assert (version, started_from, since) == (2, first, table)
+    assert_same_predictions(admin, first, second, table)
+    # And learning on them: from the stored model, with an ordinary step.
+    third = train(admin, table, kind, {"since": table, "replay": 0, "epochs": 2, "seed": 2})
+    assert rows_trained(admin, third) > 0
+    assert shape_of(admin, third) == shape_of(admin, first)
+
+
+def test_another_shape_is_refused_before_any_row_is_read(env, admin):
+    mlp = train(admin, "ws", "mlp", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1, "hidden": [4]})
+    fm = train(admin, "ws", "fm", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1, "factors": 2})
+    cases = [
+        ("mlp", mlp, {"hidden": [5]}, "hidden"),
+        ("mlp", mlp, {"hidden": [4, 4]}, "hidden"),
+        ("mlp", mlp, {"activation": "tanh"}, "activation"),
+        ("fm", fm, {"factors": 3}, "factors"),
+        ("mlp", mlp, {"search": {"hidden": [[4], [8]]}, "name": "wsn_search"}, "hidden"),
+    ]
+    for kind, model, params, key in cases:
+        before = models_count(admin)
+        e = train_error(admin, "ws", kind, dict(params, warm_start=model, epochs=1))
+        assert e is not None and e.sqlstate == "22023", f"{params}: {describe(e)}"
+        assert f'"{key}"' in e.diag.message_primary and e.diag.message_hint, describe(e)
+        assert models_count(admin) == before
+        # A plain EXPLAIN reads no row, and refuses it alike.
+        with pytest.raises(psycopg.Error) as refused:
+            admin.execute("SELECT * FROM corgipile_explain('ws', %s, %s)",
+                          (kind, Jsonb(dict(params, warm_start=model, epochs=1))))
+        assert refused.value.sqlstate == "22023", refused.value
+    # The same shape, given: it trains.
+    assert train(admin, "ws", "mlp", {"warm_start": mlp, "hidden": [4], "activation": "relu", "epochs": 1}) > mlp
+    # A class the network never saw: its rows do not fit the stored output layer.
+    two = train(admin, "ws", "mlp", {"features": ["x"], "label": "class3", "epochs": 1, "seed": 1, "hidden": [3],
+                                     "where": "class3 < 2"})
+    e = train_error(admin, "ws", "mlp", {"warm_start": two, "epochs": 1})
+    assert e is not None and e.sqlstate == "42804", describe(e)

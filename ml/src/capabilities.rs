@@ -148,11 +148,10 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::GroupBy, Use::Folds, "\"group_by\" cannot be used with \"folds\" yet", "Leave \"folds\" out: every group's model trains every epoch, side by side on the same buffers."),
     refused(Use::GroupBy, Use::Validation, "\"group_by\" cannot be used with \"validation\" yet", "Leave \"validation\" out: every group's model trains every epoch, side by side on the same buffers."),
     refused(Use::GroupBy, Use::Tolerance, "\"group_by\" cannot be used with \"tolerance\" yet", "Leave \"tolerance\" out: every group's model trains every epoch, side by side on the same buffers."),
-    // A warm start continues one linear model.
+    // A warm start continues one model.
     refused(Use::WarmStart, Use::Folds, "\"warm_start\" cannot be combined with \"folds\" yet", WARM_START_HINT),
     refused(Use::WarmStart, Use::GroupBy, "\"warm_start\" cannot be combined with \"group_by\" yet", WARM_START_HINT),
     refused(Use::WarmStart, Use::ValidationRelation, "\"warm_start\" cannot be combined with a validation relation yet", "Hold out rows of the training relation instead: {\"fraction\": 0.1} or {\"predicate\": ...}."),
-    refused(Use::WarmStart, Use::Network, "\"warm_start\" of networks and factorization machines (mlp, mlp_regression, fm, fm_regression) is not supported yet", "Warm starts continue linear models (svm, logistic, linear, softmax)."),
     // "since" continues its model as a warm start does.
     refused(Use::Since, Use::Folds, "\"since\" cannot be combined with \"folds\" yet", SINCE_HINT),
     refused(Use::Since, Use::GroupBy, "\"since\" cannot be combined with \"group_by\" yet", SINCE_HINT),

@@ -1,8 +1,8 @@
 //! What the SGD node trains, whatever the model family. A [`Family`] says what a kind's trainer
 //! and trained model are, asked by the backend instead of matching on the kind (each kind's
 //! family: `crate::family`); a [`Learner`] is any family's trainer behind one trait, [`Learn`]
-//! (epochs of shuffled buffers in, statistics and a [`Model`] out; exchanging with other
-//! processes, warm starts and resumed optimizers are optional). The families here:
+//! (epochs of shuffled buffers in, statistics and a [`Model`] out, a warm start from a stored
+//! model; exchanging with other processes and resumed optimizers are optional). The families here:
 //! `linear.rs` (the linear [`Trainer`] of svm, logistic, linear, softmax) and `network.rs`
 //! (mlp, mlp_regression); `gradient.rs` is the learner of every family trained by gradients on
 //! mini-batches (networks, `crate::fm`).
@@ -119,11 +119,13 @@ pub trait Learn: Send {
     }
     /// The leader, after every process's last exchange: takes the pooled averages.
     fn adopt_shared_average(&mut self) {}
-    /// Continues from a stored model's `weights` (row-major, one row per output) and `bias`
-    /// (a warm start). False if they do not fit, or the family cannot.
-    fn start_from(&mut self, _weights: &[f64], _bias: &[f64]) -> Result<bool, TrainError> {
-        Ok(false)
-    }
+    /// Continues from `stored`, a model on the table's units (a warm start): its parameters
+    /// unfolded into this learner's standardized units ([`Trained::learner_parameters`]), so
+    /// that the first step starts from the stored function. False if it does not fit (another
+    /// kind or shape, other inputs or classes).
+    ///
+    /// [`Trained::learner_parameters`]: crate::trained::Trained::learner_parameters
+    fn start_from(&mut self, stored: &Model) -> Result<bool, TrainError>;
     /// Continues with an optimizer state kept from an earlier round (a shard's rounds of one
     /// training); false if it does not fit or the family keeps none.
     fn resume_optimizer(&mut self, _optimizer: Optimizer) -> bool {
@@ -234,11 +236,11 @@ impl Learner {
         true
     }
 
-    /// A learner continues from a stored model's `weights` (row-major, one row per output) and
-    /// `bias` (a warm start): softmax grows to the model's classes first. False if they do not
-    /// fit (another width, fewer classes than seen), or for a family without warm starts.
-    pub fn start_from(&mut self, weights: &[f64], bias: &[f64]) -> Result<bool, TrainError> {
-        self.0.start_from(weights, bias)
+    /// A learner continues from `stored`, a model on the table's units (a warm start; see
+    /// [`Learn::start_from`]): linear softmax grows to the model's classes first. False if it
+    /// does not fit (another kind or shape, another width, classes the model never had).
+    pub fn start_from(&mut self, stored: &Model) -> Result<bool, TrainError> {
+        self.0.start_from(stored)
     }
 
     /// Continues with an optimizer state kept from an earlier round (a shard's rounds of one
@@ -332,6 +334,12 @@ pub trait Family: Sync {
         _given: &dyn Fn(&str) -> bool,
     ) -> Result<(), ParamError> {
         Ok(())
+    }
+    /// The params that fix the shape of `stored` (a model of this family), as the params'
+    /// JSON gives them: a warm start that leaves them out takes these, one that asks for
+    /// others is refused (see `ModelKind::shape_mismatch`).
+    fn shape_params(&self, _stored: &Model) -> Vec<(&'static str, serde_json::Value)> {
+        Vec::new()
     }
     /// Its params as EXPLAIN shows them, beyond every kind's.
     fn explain_params(&self, _params: &TrainParams) -> Vec<(&'static str, String)> {

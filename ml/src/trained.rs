@@ -6,7 +6,7 @@
 //! [`Family::model_from`]: crate::family::Family::model_from
 
 use crate::model::{LinearModel, ModelKind, Predictor};
-use crate::network::Activation;
+use crate::network::{Activation, Target};
 use crate::row::Row;
 use crate::standardize::Standardizer;
 
@@ -51,8 +51,21 @@ pub trait Trained: Predictor + Send + Sync + std::fmt::Debug {
     fn scoring_work(&self, row_width: usize) -> usize;
     /// The model layer by layer.
     fn layers(&self) -> Result<Vec<Layer>, OutOfMemory>;
-    /// The linear model, for what only linear models have (coefficients, p-values, warm
-    /// starts).
+    /// Its shape as its stored form gives it: [`ModelParts`]' layers and activation (none for
+    /// a linear model).
+    fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>) {
+        (None, None)
+    }
+    /// A warm start: the parameters its family's learner holds to compute what this model
+    /// computes (flat, in `Learn::parameters`' order), for a learner of its shape that trains
+    /// on rows standardized by `s` and on a regression target standardized by `target`: the
+    /// inverse of [`fold_standardizer`](Self::fold_standardizer) and of the target's folding.
+    fn learner_parameters(
+        &self,
+        s: Option<&Standardizer>,
+        target: Target,
+    ) -> Result<Vec<f64>, OutOfMemory>;
+    /// The linear model, for what only linear models have (coefficients, p-values).
     fn as_linear(&self) -> Option<&LinearModel> {
         None
     }
@@ -99,6 +112,20 @@ impl Model {
     /// See [`Trained::layers`].
     pub fn layers(&self) -> Result<Vec<Layer>, OutOfMemory> {
         self.0.layers()
+    }
+
+    /// See [`Trained::shape`].
+    pub fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>) {
+        self.0.shape()
+    }
+
+    /// See [`Trained::learner_parameters`].
+    pub fn learner_parameters(
+        &self,
+        s: Option<&Standardizer>,
+        target: Target,
+    ) -> Result<Vec<f64>, OutOfMemory> {
+        self.0.learner_parameters(s, target)
     }
 }
 

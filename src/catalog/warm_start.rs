@@ -1,12 +1,12 @@
 //! `"warm_start"`: the stored model a training continues from, and what the training takes from
-//! it — its classes, a binary model's label values, its weights in the training's units.
+//! it — its classes, a binary model's label values, its model (which each learner unfolds into
+//! the training's units).
 //! Loading one for a request and checking it against the request (`WarmStart::load`,
 //! `WarmStart::check_features`) is `crate::request::warm_start`'s.
 
 use crate::catalog::StoredModel;
 use crate::pipeline::{ClassValue, LabelCoding};
-use corgipile_ml::model::LinearModel;
-use corgipile_ml::standardize::Standardizer;
+use corgipile_ml::trained::Model;
 use std::rc::Rc;
 
 /// The stored model a training continues from.
@@ -36,17 +36,9 @@ impl WarmStart {
         }
     }
 
-    /// The weights and biases in the units of rows standardized by `standardizer`.
-    pub fn values(&self, standardizer: Option<&Standardizer>) -> (Vec<f64>, Vec<f64>) {
-        let model: &LinearModel = self
-            .stored
-            .model
-            .as_linear()
-            .expect("warm starts are of linear models (checked in load)");
-        let internal = match standardizer {
-            Some(s) => model.unfold_standardizer(s),
-            None => model.clone(),
-        };
-        (internal.weights, internal.bias)
+    /// The model every learner starts from, on the table's units (each learner unfolds it into
+    /// its own standardized rows and target: `Learn::start_from`).
+    pub fn model(&self) -> &Model {
+        &self.stored.model
     }
 }

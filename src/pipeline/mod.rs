@@ -12,7 +12,7 @@ use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::TrainParams;
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
 use corgipile_ml::standardize::Standardizer;
-use corgipile_ml::trained::Model;
+use corgipile_ml::trained::{Model, ModelParts};
 use corgipile_ml::trainer::TrainConfig;
 
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -444,9 +444,10 @@ pub struct LearnedStatistics {
     /// the workers score none (their shares' would count twice).
     #[serde(default)]
     pub leader_holds_validation: bool,
-    /// `"warm_start"`: every learner's starting weights and biases, in the training's units.
+    /// `"warm_start"`: the model every learner starts from, on the table's units (each
+    /// learner unfolds it into the training's).
     #[serde(default)]
-    pub warm_values: Option<(Vec<f64>, Vec<f64>)>,
+    pub warm_start: Option<ModelParts>,
 }
 
 impl LearnedStatistics {
@@ -459,7 +460,7 @@ impl LearnedStatistics {
             classes: None,
             groups: None,
             leader_holds_validation: false,
-            warm_values: None,
+            warm_start: None,
         }
     }
 

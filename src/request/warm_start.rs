@@ -1,9 +1,10 @@
 //! `"warm_start"`: a training that continues from a stored model's parameters instead of
 //! zeros. The stored model must be of the same kind and read the same features (a column list
-//! keeps its stored preprocessing: the same encoded features); its classes are the training's
-//! known classes, so class indices and the binary label mapping stay the model's. Its weights
-//! are in the table's units: each training unfolds them into its own standardized units
-//! (`LinearModel::unfold_standardizer`), so the first step starts from the stored function.
+//! keeps its stored preprocessing: the same encoded features), and a network or factorization
+//! machine has the same layers and activation, or factors; its classes are the training's
+//! known classes, so class indices and the binary label mapping stay the model's. Its
+//! parameters are in the table's units: each learner unfolds them into its own standardized
+//! rows and target (`Learn::start_from`), so the first step starts from the stored function.
 //!
 //! Here a warm start is loaded for a request and checked against it; the type, and what the
 //! training takes from the stored model, is `crate::catalog::warm_start`'s.
@@ -12,9 +13,9 @@ use crate::catalog::grants::{may_manage, model_name, model_owner, quote_owner};
 use crate::catalog::warm_start::WarmStart;
 use crate::catalog::{caller, load_model_ref, ModelRef};
 use crate::pg::error::raise;
-use corgipile_ml::capabilities::{refusal, Use};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::ModelKey;
+use corgipile_ml::params::search::configuration_kind;
+use corgipile_ml::params::{ModelKey, TrainParams};
 use pgrx::PgSqlErrorCode;
 
 fn refuse(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
@@ -84,13 +85,6 @@ impl WarmStart {
                 "A warm start continues a model of the same kind: train with its kind, or start from zeros.",
             );
         }
-        if let Some(r) = refusal(Use::WarmStart, &Vec::from_iter(Use::of_kind(kind))) {
-            refuse(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                r.message.into(),
-                r.hint,
-            );
-        }
         if stored.groups.is_some() {
             refuse(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -105,6 +99,11 @@ impl WarmStart {
             .or_insert_with(|| stored.features.clone());
         map.entry("label")
             .or_insert_with(|| serde_json::json!(stored.label_column));
+        // A network's layers and activation, a factorization machine's factors: the stored
+        // model's unless the params ask for others (then refused, see `check_shape`).
+        for (key, value) in kind.family().shape_params(&stored.model) {
+            map.entry(key).or_insert(value);
+        }
         if stored.features.get("indices").is_some() {
             map.entry("n_features")
                 .or_insert_with(|| serde_json::json!(stored.n_features()));
@@ -125,6 +124,36 @@ impl WarmStart {
         // Stored as the id it started from, whatever named it.
         map.insert("warm_start".into(), serde_json::json!(id));
         WarmStart { stored }
+    }
+
+    /// The training (every configuration of a search) trains a model of the stored model's
+    /// kind and shape: its layers and activation, or its factors (see
+    /// `ModelKind::shape_mismatch`), else an ERROR naming both, before any row is read.
+    pub fn check_shape(&self, kind: ModelKind, params: &TrainParams) {
+        // A search's configurations that are not params are the parse's ERROR, raised there.
+        let Ok(configurations) = params.configurations(kind) else {
+            return;
+        };
+        let id = self.stored.id;
+        for (configuration, p) in &configurations {
+            let own = configuration_kind(configuration, kind);
+            let Some((key, asked, stored)) = own.shape_mismatch(p, &self.stored.model) else {
+                continue;
+            };
+            let which = if configuration.is_empty() {
+                "this training asks for".to_owned()
+            } else {
+                format!(
+                    "the search's configuration {} asks for",
+                    serde_json::Value::Object(configuration.clone())
+                )
+            };
+            refuse(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("\"warm_start\": model {id} has \"{key}\" {stored}, {which} {asked}"),
+                &format!("A warm start continues a model of the same shape: leave \"{key}\" out to take the model's, or train without \"warm_start\" to start from scratch."),
+            );
+        }
     }
 
     /// The training reads the same features as the stored model (`features`: as the catalog

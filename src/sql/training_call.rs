@@ -50,7 +50,8 @@ pub(super) struct Call {
 
 impl Call {
     /// The params of a training of `model`, with what a warm start (or `since`, which continues
-    /// its model) takes from its model where the params are silent: features, label and name.
+    /// its model) takes from its model where the params are silent: features, label, name and
+    /// a network's or factorization machine's shape (another shape asked for is an ERROR).
     pub(super) fn parse(model: &str, given: &ParamsArg) -> Call {
         let kind = parse_model(model);
         let params = parse_params(given, kind);
@@ -58,7 +59,9 @@ impl Call {
             Some(key) => {
                 let mut json = given.0.clone();
                 let warm = WarmStart::load(key, kind, &mut json);
-                (parse_params(&ParamsArg(json), kind), Some(warm))
+                let params = parse_params(&ParamsArg(json), kind);
+                warm.check_shape(kind, &params);
+                (params, Some(warm))
             }
             None => (params, None),
         };

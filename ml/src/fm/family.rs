@@ -48,6 +48,16 @@ impl Family for FmFamily {
         params.gradient_defaults(given, "fm and fm_regression")
     }
 
+    /// Its factors.
+    fn shape_params(&self, stored: &Model) -> Vec<(&'static str, serde_json::Value)> {
+        match stored.shape() {
+            (Some(layers), _) if layers.len() == 3 => {
+                vec![("factors", serde_json::json!(layers[1]))]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn explain_params(&self, params: &TrainParams) -> Vec<(&'static str, String)> {
         vec![
             ("Factors", factors(params).to_string()),

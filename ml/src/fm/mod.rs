@@ -23,7 +23,7 @@ pub use model::FmModel;
 use crate::learner::Trainable;
 use crate::model::Head;
 use crate::model::ModelKind;
-use crate::network::{for_each_value, try_zeros, Differentiable, NetworkError, Target};
+use crate::network::{for_each_value, try_zeros, Activation, Differentiable, NetworkError, Target};
 use crate::params::MAX_FACTORS;
 use crate::row::Row;
 use crate::trained::Model;
@@ -341,6 +341,14 @@ impl Trainable for Machine {
         params.try_reserve_exact(self.params.len()).ok()?;
         params.extend_from_slice(&self.params);
         Some(Machine { params, ..*self })
+    }
+
+    /// `[n_features, factors, outputs]`, as its stored form says.
+    fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>) {
+        (
+            Some(vec![self.n_features, self.factors, self.outputs]),
+            None,
+        )
     }
 
     fn into_model(self, kind: ModelKind, target: Target) -> Model {

@@ -3,9 +3,10 @@
 //! attribution (exact: the pairwise term is quadratic) and its stored form.
 
 use super::Machine;
+use crate::learner::Trainable;
 use crate::model::Head;
 use crate::model::{ModelKind, Predictor};
-use crate::network::Target;
+use crate::network::{Activation, Target};
 use crate::row::Row;
 use crate::standardize::Standardizer;
 use crate::trained::{try_zeros, Layer, ModelParts, OutOfMemory, Trained};
@@ -42,6 +43,65 @@ impl FmModel {
         }
         for b in &mut m.params[bias_at..] {
             *b = *b * scale + target.mean;
+        }
+    }
+
+    /// The inverse of [`fold_target`](Self::fold_target): the machine on the standardized
+    /// target `(y - mean) / scale` of one in the label's units.
+    pub fn unfold_target(&mut self, target: Target) {
+        let m = &mut self.machine;
+        if m.head != Head::SQUARED {
+            return;
+        }
+        let (scale, root) = (target.scale, target.scale.sqrt());
+        let bias_at = m.bias_at();
+        for block in m.params[..bias_at].chunks_exact_mut(1 + m.factors) {
+            block[0] /= scale;
+            block[1..].iter_mut().for_each(|v| *v /= root);
+        }
+        for b in &mut m.params[bias_at..] {
+            *b = (*b - target.mean) / scale;
+        }
+    }
+
+    /// The inverse of [`Trained::fold_standardizer`]: the machine on rows `x'_j = a_j·x_j +
+    /// c_j` that computes what this one computes on the table's units (a warm start). From the
+    /// table's `V_j`, `W_j` and `B` (per output): `v_j = V_j / a_j`, `S = Σ_j c_j·v_j`, `w_j =
+    /// W_j / a_j − <v_j, S> + |v_j|²·c_j` and `b = B − Σ_j w_j·c_j − ½(|S|² − Σ_j |v_j|²·c_j²)`.
+    /// Features beyond the standardizer's length keep their parameters.
+    pub fn unfold_standardizer(&mut self, s: &Standardizer) {
+        let m = &mut self.machine;
+        let (f, block, bias_at) = (m.factors, m.block(), m.bias_at());
+        let a = |j: usize| s.scale.get(j).copied().unwrap_or(1.0);
+        let c = |j: usize| match (s.center, s.scale.get(j)) {
+            (true, Some(&scale)) => -scale * s.mean[j],
+            _ => 0.0,
+        };
+        for k in 0..m.outputs {
+            let at = k * (1 + f);
+            let mut sum = vec![0.0; f];
+            for j in 0..m.n_features {
+                let (aj, cj) = (a(j), c(j));
+                let p = &mut m.params[j * block + at..j * block + at + 1 + f];
+                p[1..].iter_mut().for_each(|v| *v /= aj);
+                if cj != 0.0 {
+                    sum.iter_mut().zip(&p[1..]).for_each(|(s, v)| *s += cj * v);
+                }
+            }
+            let (mut shift, mut squares) = (0.0, 0.0);
+            for j in 0..m.n_features {
+                let (aj, cj) = (a(j), c(j));
+                let p = &mut m.params[j * block + at..j * block + at + 1 + f];
+                let dot: f64 = p[1..].iter().zip(&sum).map(|(v, s)| v * s).sum();
+                let norm: f64 = p[1..].iter().map(|v| v * v).sum();
+                p[0] = p[0] / aj - dot + norm * cj;
+                if cj != 0.0 {
+                    shift += p[0] * cj;
+                    squares += norm * cj * cj;
+                }
+            }
+            let pairs = sum.iter().map(|s| s * s).sum::<f64>() - squares;
+            m.params[bias_at + k] -= shift + 0.5 * pairs;
         }
     }
 
@@ -131,15 +191,35 @@ impl Trained for FmModel {
     /// biases: one per output; layers: `[n_features, factors, outputs]`.
     fn to_parts(&self) -> ModelParts {
         let m = &self.machine;
+        let (layers, activation) = m.shape();
         ModelParts {
             kind: self.kind,
             n_features: m.n_features,
             n_outputs: m.outputs,
             weights: m.params[..m.bias_at()].to_vec(),
             bias: m.bias().to_vec(),
-            layers: Some(vec![m.n_features, m.factors, m.outputs]),
-            activation: None,
+            layers,
+            activation,
         }
+    }
+
+    fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>) {
+        self.machine.shape()
+    }
+
+    /// Its parameters with the target's folding undone (a regression), then the
+    /// standardizer's.
+    fn learner_parameters(
+        &self,
+        s: Option<&Standardizer>,
+        target: Target,
+    ) -> Result<Vec<f64>, OutOfMemory> {
+        let mut m = FmModel::new(self.kind, self.machine.try_copy().ok_or(OutOfMemory)?);
+        m.unfold_target(target);
+        if let Some(s) = s {
+            m.unfold_standardizer(s);
+        }
+        Ok(m.machine.params)
     }
 
     fn clone_box(&self) -> Box<dyn Trained> {

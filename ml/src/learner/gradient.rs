@@ -5,8 +5,9 @@
 use super::Learn;
 use crate::arena::TupleArena;
 use crate::model::ModelKind;
+use crate::model::Predictor;
 use crate::network::{
-    Differentiable, GradientTrainer, NetworkError, Optimizer, OptimizerKind, Target,
+    Activation, Differentiable, GradientTrainer, NetworkError, Optimizer, OptimizerKind, Target,
 };
 use crate::trained::Model;
 use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, TrainError};
@@ -16,6 +17,9 @@ use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, Train
 pub trait Trainable: Differentiable + Sized + 'static {
     /// A copy, or None without memory for it.
     fn try_copy(&self) -> Option<Self>;
+    /// Its shape as its trained model's stored form gives it (see [`Trained::shape`](crate::trained::Trained::shape)): a warm
+    /// start continues a model of the same.
+    fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>);
     /// The trained model of `kind`, its regression outputs back in the label's units.
     fn into_model(self, kind: ModelKind, target: Target) -> Model;
 }
@@ -116,6 +120,26 @@ impl<M: Trainable> Learn for GradientLearner<M> {
 
     fn set_parameters(&mut self, values: &[f64]) {
         self.trainer.set_parameters(values)
+    }
+
+    /// A model of the same kind and shape: its parameters unfolded into this learner's
+    /// standardized rows and target.
+    fn start_from(&mut self, stored: &Model) -> Result<bool, TrainError> {
+        let model = self.trainer.network();
+        if stored.kind() != self.kind || stored.shape() != model.shape() {
+            return Ok(false);
+        }
+        let n = model.params().len();
+        let values = stored
+            .learner_parameters(self.config.standardizer.as_ref(), self.trainer.target())
+            .map_err(|_| TrainError::OutOfMemory {
+                bytes: (n as u64).saturating_mul(8),
+            })?;
+        if values.len() != n {
+            return Ok(false);
+        }
+        self.trainer.set_parameters(&values);
+        Ok(true)
     }
 
     fn set_exchange(&mut self, shared: SharedModel, period: u64) {

@@ -4,7 +4,9 @@
 use super::{Family, Shape};
 use super::{Learn, Learner};
 use crate::arena::TupleArena;
+use crate::model::Predictor;
 use crate::model::{LinearModel, ModelKind};
+use crate::network::Target;
 use crate::params::TrainParams;
 use crate::standardize::Standardizer;
 use crate::trained::{try_zeros, Layer, Model, ModelParts, OutOfMemory, PartsError, Trained};
@@ -115,6 +117,22 @@ impl Trained for LinearModel {
         }])
     }
 
+    /// Its weights then its biases, unfolded (a linear trainer's target is the label itself).
+    fn learner_parameters(
+        &self,
+        s: Option<&Standardizer>,
+        _target: Target,
+    ) -> Result<Vec<f64>, OutOfMemory> {
+        let unfolded = s.map(|s| self.unfold_standardizer(s));
+        let m = unfolded.as_ref().unwrap_or(self);
+        let mut out = Vec::new();
+        out.try_reserve_exact(m.weights.len() + m.bias.len())
+            .map_err(|_| OutOfMemory)?;
+        out.extend_from_slice(&m.weights);
+        out.extend_from_slice(&m.bias);
+        Ok(out)
+    }
+
     fn as_linear(&self) -> Option<&LinearModel> {
         Some(self)
     }
@@ -199,7 +217,18 @@ impl Learn for Trainer {
         Trainer::adopt_shared_average(self)
     }
 
-    fn start_from(&mut self, weights: &[f64], bias: &[f64]) -> Result<bool, TrainError> {
+    /// A linear model's weights and biases, unfolded into this trainer's standardized units;
+    /// softmax grows to the model's classes first (see [`Trainer::start_from`]).
+    fn start_from(&mut self, stored: &Model) -> Result<bool, TrainError> {
+        if stored.as_linear().is_none() {
+            return Ok(false);
+        }
+        let values = stored
+            .learner_parameters(self.config().standardizer.as_ref(), Target::new(0.0, 1.0))
+            .map_err(|_| TrainError::OutOfMemory {
+                bytes: (stored.n_params() as u64).saturating_mul(8),
+            })?;
+        let (weights, bias) = values.split_at(stored.n_features() * stored.n_outputs());
         Trainer::start_from(self, weights, bias)
     }
 }

@@ -5,7 +5,7 @@
 use super::gradient::{out_of_memory, GradientLearner, Trainable};
 use super::{network_model, Learner, NetworkSpec};
 use super::{Family, Shape, TrainingSize};
-use crate::model::ModelKind;
+use crate::model::{Head, ModelKind};
 use crate::network::{Activation, Network, NetworkError, NetworkModel, OptimizerKind, Target};
 use crate::params::{ParamError, TrainParams};
 use crate::standardize::Standardizer;
@@ -60,6 +60,20 @@ impl Family for NetworkFamily {
         params.hidden.get_or_insert_with(|| vec![64]);
         params.activation.get_or_insert(Activation::Relu);
         params.gradient_defaults(given, "mlp and mlp_regression")
+    }
+
+    /// Its hidden layers' widths and their activation.
+    fn shape_params(&self, stored: &Model) -> Vec<(&'static str, serde_json::Value)> {
+        let (Some(layers), Some(activation)) = stored.shape() else {
+            return Vec::new();
+        };
+        if layers.len() < 3 {
+            return Vec::new();
+        }
+        vec![
+            ("hidden", serde_json::json!(layers[1..layers.len() - 1])),
+            ("activation", serde_json::json!(activation.name())),
+        ]
     }
 
     fn explain_params(&self, params: &TrainParams) -> Vec<(&'static str, String)> {
@@ -153,15 +167,37 @@ impl Trained for NetworkModel {
 
     fn to_parts(&self) -> ModelParts {
         let (weights, bias) = self.weights_and_biases();
+        let (layers, activation) = Trained::shape(self);
         ModelParts {
             kind: self.kind,
             n_features: self.n_features(),
             n_outputs: self.n_outputs(),
             weights,
             bias,
-            layers: Some(self.net().sizes.clone()),
-            activation: Some(self.net().activation),
+            layers,
+            activation,
         }
+    }
+
+    fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>) {
+        self.net().shape()
+    }
+
+    /// Its parameters with the target's folding undone (a regression), then the
+    /// standardizer's.
+    fn learner_parameters(
+        &self,
+        s: Option<&Standardizer>,
+        target: Target,
+    ) -> Result<Vec<f64>, OutOfMemory> {
+        let mut m = NetworkModel::new(self.kind, self.net().try_copy().ok_or(OutOfMemory)?);
+        if self.net().head == Head::SQUARED {
+            m.unfold_target(target.mean, target.scale);
+        }
+        if let Some(s) = s {
+            m.unfold_standardizer(s);
+        }
+        Ok(m.into_network().params)
     }
 
     fn clone_box(&self) -> Box<dyn Trained> {
@@ -220,6 +256,10 @@ impl Trainable for Network {
             head: self.head,
             params,
         })
+    }
+
+    fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>) {
+        (Some(self.sizes.clone()), Some(self.activation))
     }
 
     fn into_model(self, kind: ModelKind, target: Target) -> Model {

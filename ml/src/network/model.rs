@@ -77,6 +77,10 @@ impl NetworkModel {
         &self.net
     }
 
+    pub fn into_network(self) -> Network {
+        self.net
+    }
+
     /// Whether layer `l` is read output-major: not the first (a sparse row's non-zeros must
     /// read weight rows) and narrower than [`NARROW`].
     fn reads_by_output(&self, l: usize) -> bool {
@@ -223,6 +227,41 @@ impl NetworkModel {
                 }
             }
         }
+    }
+
+    /// The inverse of [`fold_standardizer`](Self::fold_standardizer): the network on rows
+    /// standardized by `s` that computes what this one computes on the table's units (a warm
+    /// start): the first layer's biases gain `Σ_j w_j·mean_j` (centered only), then its weight
+    /// row j is divided by `scale_j` (never 0: 1 for a constant feature).
+    pub fn unfold_standardizer(&mut self, s: &Standardizer) {
+        let n_out = self.net.sizes[1];
+        let (w_at, b_at) = self.net.offsets(0);
+        let (weights, rest) = self.net.params[w_at..].split_at_mut(b_at - w_at);
+        let bias = &mut rest[..n_out];
+        for (j, row) in weights.chunks_exact_mut(n_out).enumerate() {
+            let Some(&scale) = s.scale.get(j) else { break };
+            for (w, b) in row.iter_mut().zip(bias.iter_mut()) {
+                if s.center {
+                    *b += *w * s.mean[j];
+                }
+                *w /= scale;
+            }
+        }
+    }
+
+    /// The inverse of [`fold_target`](Self::fold_target): the network on the standardized
+    /// target `(y - mean) / scale` (`scale` > 0) of one in the label's units.
+    pub fn unfold_target(&mut self, mean: f64, scale: f64) {
+        let last = self.net.n_layers() - 1;
+        let (w_at, b_at) = self.net.offsets(last);
+        let n_out = self.n_outputs();
+        self.net.params[b_at..b_at + n_out]
+            .iter_mut()
+            .for_each(|b| *b -= mean);
+        self.net.params[w_at..b_at + n_out]
+            .iter_mut()
+            .for_each(|p| *p /= scale);
+        self.transpose();
     }
 
     /// The same function in the label's units for a regression network trained on the

@@ -21,7 +21,7 @@ use corgipile_ml::model::{Labels, Predictor};
 use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::params::{Configuration, Patience, StatisticsPass};
 use corgipile_ml::standardize::Standardizer;
-use corgipile_ml::trained::Model;
+use corgipile_ml::trained::{Model, PartsError};
 use corgipile_ml::trainer::TrainConfig;
 use pgrx::{check_for_interrupts, pg_sys, PgSqlErrorCode};
 use std::ffi::CString;
@@ -87,11 +87,11 @@ impl SgdNode {
 }
 
 /// What a training learned before its epochs: the trainer's configuration with the statistics
-/// pass's findings, the groups that get a model, a warm start's values, the pass's seconds.
+/// pass's findings, the groups that get a model, a warm start's model, the pass's seconds.
 struct BeforeEpochs {
     train_config: TrainConfig,
     groups: Option<GroupsFound>,
-    warm_values: Option<(Vec<f64>, Vec<f64>)>,
+    warm_model: Option<Model>,
     statistics_seconds: Option<f64>,
     /// Whether a learner is a network.
     network: bool,
@@ -138,7 +138,7 @@ impl SgdNode {
         let BeforeEpochs {
             train_config,
             groups,
-            warm_values,
+            warm_model,
             statistics_seconds,
             ..
         } = before;
@@ -147,9 +147,9 @@ impl SgdNode {
             Some(groups) => self.per_group(&configurations[0].1, train_config, n_features, groups),
             None => self.side_by_side(&configurations, train_config, n_features, searching),
         };
-        if let Some((weights, bias)) = &warm_values {
+        if let Some(stored) = &warm_model {
             for learner in trainer.learners_mut() {
-                match learner.start_from(weights, bias) {
+                match learner.start_from(stored) {
                     Ok(true) => {}
                     Ok(false) => self.warm_start_misfit(n_features),
                     Err(e) => raise_train_error(e, &self.label_text(), params.normalize),
@@ -242,7 +242,7 @@ impl SgdNode {
 
     /// Before the epochs: a statistics pass when something must be learned from the rows first
     /// (scaling, class weights, a column list's preprocessing, a network's classes and target,
-    /// the groups), the groups numbered, and a warm start's values. A parallel worker (`member`)
+    /// the groups), the groups numbered, and a warm start's model. A parallel worker (`member`)
     /// gets the leader's.
     unsafe fn before_epochs(
         &mut self,
@@ -307,21 +307,25 @@ impl SgdNode {
         if let Some(s) = scaling.filter(|s| !s.center && !s.is_identity()) {
             shuffle.scale_sparse_rows(&s.scale);
         }
-        // A warm start: the stored model's labels and parameters, in this training's units
-        // (a parallel worker gets the leader's).
-        let warm_values = match member {
-            Some(share) => share.extras.warm_values.clone(),
+        // A warm start: the stored model's labels and the model every learner starts from (a
+        // parallel worker gets the leader's).
+        let warm_model = match member {
+            Some(share) => share.extras.warm_start.clone().map(|parts| {
+                parts
+                    .into_model()
+                    .unwrap_or_else(|e| raise_warm_start_parts(e))
+            }),
             None => self.warm_start.as_ref().map(|w| {
                 if let Some(values) = w.label_values(self.config.label) {
                     train_config.label_values = Some(values);
                 }
-                w.values(train_config.standardizer.as_ref())
+                w.model().clone()
             }),
         };
         BeforeEpochs {
             train_config,
             groups,
-            warm_values,
+            warm_model,
             statistics_seconds,
             network,
         }
@@ -347,7 +351,7 @@ impl SgdNode {
                 let mut learned = self.learned_statistics(&before.train_config);
                 learned.groups = before.groups.clone();
                 learned.leader_holds_validation = before.statistics_seconds.is_some();
-                learned.warm_values = before.warm_values.clone();
+                learned.warm_start = before.warm_model.as_ref().map(Model::to_parts);
                 let team = Team::launch(
                     relid,
                     &sql,
@@ -549,5 +553,24 @@ impl SgdNode {
                 }
             }
         }
+    }
+}
+
+/// A parallel worker's copy of the warm start's model (the leader's, sent as its parts) that
+/// makes no model: out of memory, or a bug (the leader's own model always has its shape).
+fn raise_warm_start_parts(e: PartsError) -> ! {
+    match e {
+        PartsError::OutOfMemory { bytes } => raise(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            format!(
+                "out of memory for the \"warm_start\" model in a parallel worker ({bytes} bytes)"
+            ),
+            Some("Train with fewer \"workers\", or raise the memory the server may use.".into()),
+        ),
+        PartsError::BadShape(why) => raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("a parallel worker received the \"warm_start\" model malformed: {why}"),
+            None,
+        ),
     }
 }
