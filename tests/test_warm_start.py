@@ -245,6 +245,23 @@ def test_a_network_or_fm_starts_from_the_stored_model(env, admin, kind, params):
     assert scalar(admin, "SELECT params->'validation' FROM corgipile.models WHERE id = %s", (again,)) is None
 
 
+def test_a_column_list_network_keeps_its_stored_preprocessing(env, admin):
+    """Continued on rows whose columns look otherwise (two colors, x shifted): the stored
+    categories, means and scales still encode them, so the model is the stored one's function."""
+    admin.execute("DROP TABLE IF EXISTS ws_shifted")
+    admin.execute("CREATE TABLE ws_shifted AS SELECT id, x * 3 + 40 AS x, color, class3 FROM ws WHERE color <> 'blue'")
+    first = train(admin, "ws", "mlp", {"features": ["x", "color"], "label": "class3", "hidden": [6], "epochs": 3,
+                                      "seed": 1, "name": "ws_pre"})
+    again = train(admin, "ws_shifted", "mlp", {"warm_start": "ws_pre", "epochs": 1, "seed": 2,
+                                               "learning_rate": TINY_ADAM})
+    assert shape_of(admin, again) == shape_of(admin, first)
+    assert_same_predictions(admin, first, again)
+    # A training of its own on those rows would have learned another preprocessing.
+    own = train(admin, "ws_shifted", "mlp", {"features": ["x", "color"], "label": "class3", "hidden": [6],
+                                             "epochs": 1, "seed": 1})
+    assert shape_of(admin, own)[4] != shape_of(admin, first)[4]
+
+
 LEARNING = [
     ("mlp", "mlp", {"features": ["x", "color"], "label": "class3", "hidden": [6]}),
     ("mlp_regression", "mlp_regression", {"features": ["x", "color"], "label": "target", "hidden": [5]}),

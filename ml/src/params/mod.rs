@@ -645,7 +645,7 @@ train_params! {
     warm_start: Option<ModelKey> = None => {
         shown: "`null`",
         accepts: "a model id, or a model name (its deployed version)",
-        meaning: "start from that model's parameters instead of zeros: same kind and features (a column list keeps its stored preprocessing), on the rows read now; the model stored is the next version of its name (unless `name` says otherwise); see [Warm starts](#warm-starts-continue-from-a-stored-model)",
+        meaning: "start from that model's parameters instead of zeros: same kind, features (a column list keeps its stored preprocessing) and shape (a network's `hidden` and `activation`, an fm's `factors`: the model's unless given), on the rows read now; the model stored is the next version of its name (unless `name` says otherwise); see [Warm starts](#warm-starts-continue-from-a-stored-model)",
         rule: "null, a model id (an integer >= 1) or a model name (default null); not with \"folds\" or \"group_by\"",
         parse: get_model_key,
         json: |x| x.as_ref().map_or(Value::Null, ModelKey::to_json),
