@@ -245,6 +245,22 @@ def test_a_network_or_fm_starts_from_the_stored_model(env, admin, kind, params):
     assert scalar(admin, "SELECT params->'validation' FROM corgipile.models WHERE id = %s", (again,)) is None
 
 
+@pytest.mark.parametrize("kind,params", [
+    ("mlp_regression", {"features": ["x", "color"], "label": "target", "hidden": [5]}),
+    ("fm", {"features": "features", "label": "class3", "factors": 2}),
+], ids=["mlp_regression", "fm"])
+def test_a_network_or_fm_warm_start_with_workers(env, admin, kind, params):
+    """Every process starts from the stored model (the leader sends it to its workers)."""
+    admin.execute("DROP TABLE IF EXISTS ws_big")
+    replicate(admin, "ws_big", "ws", 10)
+    name = f"wsw_{kind}"
+    first = train(admin, "ws_big", kind, dict(params, epochs=2, seed=1, name=name))
+    again = train_with_workers(admin, "ws_big", kind, {"epochs": 1, "seed": 2, "warm_start": first, "workers": 1,
+                                                       "learning_rate": TINY_ADAM})
+    assert_same_predictions(admin, first, again, "ws", tol=1e-8)
+    assert scalar(admin, "SELECT name FROM corgipile.models WHERE id = %s", (again,)) == name
+
+
 def test_a_column_list_network_keeps_its_stored_preprocessing(env, admin):
     """Continued on rows whose columns look otherwise (two colors, x shifted): the stored
     categories, means and scales still encode them, so the model is the stored one's function."""

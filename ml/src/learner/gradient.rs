@@ -17,8 +17,9 @@ use crate::trainer::{EpochStats, InterruptCheck, SharedModel, TrainConfig, Train
 pub trait Trainable: Differentiable + Sized + 'static {
     /// A copy, or None without memory for it.
     fn try_copy(&self) -> Option<Self>;
-    /// Its shape as its trained model's stored form gives it (see [`Trained::shape`](crate::trained::Trained::shape)): a warm
-    /// start continues a model of the same.
+    /// Its shape as its trained model's stored form gives it (see
+    /// [`Trained::shape`](crate::trained::Trained::shape)): a warm start continues a model of
+    /// the same.
     fn shape(&self) -> (Option<Vec<usize>>, Option<Activation>);
     /// The trained model of `kind`, its regression outputs back in the label's units.
     fn into_model(self, kind: ModelKind, target: Target) -> Model;
