@@ -44,13 +44,18 @@ SUDO        = $(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo yes),,
 # cargo-pgrx, the one tool `install` and `package` need besides cargo: the version of the pgrx
 # crate (Cargo.toml pins it; the two must match).
 PGRX_VERSION := $(shell sed -nE 's/^pgrx = "=([^"]+)"/\1/p' Cargo.toml)
-# pgrx compiles against the pg_config that ~/.pgrx/config.toml registers for the major (`cargo
-# pgrx init`; make setup registers 15 and 18 there), or else against $$PGRX_PG_CONFIG_PATH. For
-# any other pg_config we set PGRX_PG_CONFIG_PATH: the build uses that PostgreSQL's headers, needs
-# no `cargo pgrx init` and leaves ~/.pgrx alone. For the registered one we leave it unset, as lint
-# does: pgrx's build script reruns (pgrx-pg-sys and everything above it rebuilt, a few minutes)
-# whenever that variable changes.
-PGRX_CONFIG_TOML = $(or $(PGRX_HOME),$(HOME)/.pgrx)/config.toml
+# pgrx's home is the checkout's own .pgrx-home (git-ignored), exported to every recipe: make
+# setup registers 15 and 18 in its config.toml (`cargo pgrx init`), and .cargo/config.toml gives
+# plain cargo (build, clippy, test) the same directory. ~/.pgrx is neither read nor written, so a
+# clone elsewhere (a CI run) cannot repoint this checkout's PostgreSQL 18. A PGRX_HOME of your
+# own (environment or command line) wins.
+export PGRX_HOME ?= $(CURDIR)/.pgrx-home
+# pgrx compiles against the pg_config that $$PGRX_HOME/config.toml registers for the major, or
+# else against $$PGRX_PG_CONFIG_PATH. For any other pg_config (or before make setup) we set
+# PGRX_PG_CONFIG_PATH: the build uses that PostgreSQL's headers and needs no `cargo pgrx init`.
+# For the registered one we leave it unset, as lint does: pgrx's build script reruns
+# (pgrx-pg-sys and everything above it rebuilt, a few minutes) whenever that variable changes.
+PGRX_CONFIG_TOML = $(PGRX_HOME)/config.toml
 PGRX_ENV    = $(if $(shell grep -qsxF 'pg$(PG_MAJOR) = "$(PG_CONFIG)"' "$(PGRX_CONFIG_TOML)" && echo yes),,PGRX_PG_CONFIG_PATH=$(PG_CONFIG))
 
 # What `make package` makes: target/package/corgipile-<version>-pg<major>-<arch>.tar.gz.
@@ -71,7 +76,7 @@ VENV     := .venv
 
 help:
 	@echo "corgipile make targets:"
-	@echo "  setup          install system packages (PostgreSQL 15), PostgreSQL 18 into .pg/18, cargo-pgrx 0.18.0, cargo pgrx init (scripts/setup.sh)"
+	@echo "  setup          install system packages (PostgreSQL 15), PostgreSQL 18 into .pg/18, cargo-pgrx 0.18.0, cargo pgrx init into .pgrx-home (scripts/setup.sh)"
 	@echo "  setup-python   setup + Python venv .venv with tests/requirements.txt"
 	@echo "  install        build (release) and install the extension into PostgreSQL 15 (PG=18: the one in .pg/18; PG_CONFIG=...: any);"
 	@echo "                 needs only cargo-pgrx $(PGRX_VERSION) (installed if missing), never runs setup (docs/install.md)"

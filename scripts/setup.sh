@@ -3,7 +3,8 @@
 # PostgreSQL majors.
 #
 #   scripts/setup.sh              system packages (PostgreSQL 15), PostgreSQL 18, cargo-pgrx
-#                                 0.18.0, `cargo pgrx init` for 15 and 18
+#                                 0.18.0, `cargo pgrx init` for 15 and 18 into .pgrx-home of
+#                                 this checkout (PGRX_HOME; never ~/.pgrx)
 #   scripts/setup.sh --python     the above, plus the Python venv .venv for tests/
 #   scripts/setup.sh --pg18-home  print where PostgreSQL 18 is (or will be) installed, and exit
 #
@@ -148,14 +149,20 @@ fi
     || { echo "setup.sh: $PG18_CONFIG reports bindir $("$PG18_CONFIG" --bindir)" >&2; exit 1; }
 
 # ---------------------------------------------------------------- pgrx init
-# `cargo pgrx init` rewrites the whole config.toml: both majors in one call.
-PGRX_HOME_DIR="${PGRX_HOME:-$HOME/.pgrx}"
-if ! grep -qsx "pg${PG_MAJOR} = \"$PG_CONFIG\"" "$PGRX_HOME_DIR/config.toml" \
-        || ! grep -qsx "pg18 = \"$PG18_CONFIG\"" "$PGRX_HOME_DIR/config.toml"; then
-    log "registering PostgreSQL $PG_MAJOR ($PG_CONFIG) and 18 ($PG18_CONFIG) with pgrx"
+# pgrx's registration is this checkout's own: PGRX_HOME is .pgrx-home of the checkout
+# (git-ignored), the one the Makefile exports and .cargo/config.toml gives cargo, so a plain
+# `cargo build --no-default-features --features pg18` here finds it too. ~/.pgrx/config.toml is
+# not written (unless PGRX_HOME names it): another clone (a CI run) registering its own .pg/18
+# cannot leave this one pointing at a directory that no longer exists. A PGRX_HOME set in the
+# environment wins, here as in the Makefile and for cargo. `cargo pgrx init` rewrites the whole
+# config.toml: both majors in one call.
+export PGRX_HOME="${PGRX_HOME:-$REPO_ROOT/.pgrx-home}"
+if ! grep -qsx "pg${PG_MAJOR} = \"$PG_CONFIG\"" "$PGRX_HOME/config.toml" \
+        || ! grep -qsx "pg18 = \"$PG18_CONFIG\"" "$PGRX_HOME/config.toml"; then
+    log "registering PostgreSQL $PG_MAJOR ($PG_CONFIG) and 18 ($PG18_CONFIG) with pgrx in $PGRX_HOME"
     cargo pgrx init --pg${PG_MAJOR} "$PG_CONFIG" --pg18 "$PG18_CONFIG"
 else
-    log "pgrx knows pg${PG_MAJOR} and pg18 ($PGRX_HOME_DIR/config.toml)"
+    log "pgrx knows pg${PG_MAJOR} and pg18 ($PGRX_HOME/config.toml)"
 fi
 
 # ---------------------------------------------------------------- python venv
