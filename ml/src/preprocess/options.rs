@@ -138,8 +138,8 @@ impl ColumnOptions {
                         "none" => Encode::Plain,
                         s => {
                             return Err(format!(
-                                "unknown encode \"{s}\" (text: one_hot or hash; numbers: ple or none)"
-                            ))
+                            "unknown encode \"{s}\" (text: one_hot or hash; numbers: ple or none)"
+                        ))
                         }
                     })
                 }
@@ -274,7 +274,11 @@ impl ColumnOptions {
     /// the `"*"` default's where that option applies to the column's type (`"encode": "ple"`
     /// to numbers, `"hash"` to text, `"scale"` to numbers, dates and arrays, ...): a default
     /// never makes a column an error.
-    pub fn with_default(own: Option<&ColumnOptions>, every: Option<&ColumnOptions>, source: Source) -> ColumnOptions {
+    pub fn with_default(
+        own: Option<&ColumnOptions>,
+        every: Option<&ColumnOptions>,
+        source: Source,
+    ) -> ColumnOptions {
         let mut o = own.cloned().unwrap_or_default();
         let Some(d) = every else { return o };
         let numeric = source != Source::Text;

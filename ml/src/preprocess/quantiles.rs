@@ -104,7 +104,9 @@ impl QuantileSketch {
                 let (lo, hi) = (self.min, self.max);
                 let mut edges = vec![lo];
                 for t in 1..self.bins {
-                    let q = self.digest.estimate_quantile(f64::from(t) / f64::from(self.bins));
+                    let q = self
+                        .digest
+                        .estimate_quantile(f64::from(t) / f64::from(self.bins));
                     edges.push(q.unwrap_or(lo).clamp(lo, hi));
                 }
                 edges.push(hi);
@@ -155,9 +157,7 @@ pub fn decode(edges: &[f64], e: &[f64]) -> f64 {
 
 /// Whether stored edges can encode: at least two, finite, strictly increasing.
 pub fn sound_edges(edges: &[f64]) -> bool {
-    edges.len() >= 2
-        && edges.iter().all(|b| b.is_finite())
-        && edges.windows(2).all(|w| w[0] < w[1])
+    edges.len() >= 2 && edges.iter().all(|b| b.is_finite()) && edges.windows(2).all(|w| w[0] < w[1])
 }
 
 #[cfg(test)]

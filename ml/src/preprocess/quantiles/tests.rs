@@ -1,7 +1,7 @@
 use super::*;
 use crate::preprocess::{
-    ColumnOptions, ColumnPlan, Encode, EncodedRow, Encoding, Impute, PreprocessError,
-    Preprocessor, Scale, Source, StatsBuilder,
+    ColumnOptions, ColumnPlan, Encode, EncodedRow, Encoding, Impute, PreprocessError, Preprocessor,
+    Scale, Source, StatsBuilder,
 };
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -38,7 +38,10 @@ fn decoding_inverts_the_encoding() {
     for _ in 0..10_000 {
         let x = (rng.next_u64() as f64 / u64::MAX as f64) * 130.0 - 15.0;
         let back = decode(&edges, &encoded(&edges, x));
-        assert!((back - x).abs() <= 1e-12 * x.abs().max(1.0), "{x} decoded as {back}");
+        assert!(
+            (back - x).abs() <= 1e-12 * x.abs().max(1.0),
+            "{x} decoded as {back}"
+        );
     }
     for &b in &edges {
         assert_eq!(decode(&edges, &encoded(&edges, b)), b);
@@ -62,7 +65,8 @@ fn sketch_edges_match_exact_quantiles() {
     // error the reference documents for edges from the statistics pass.
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut u = || rng.next_u64() as f64 / u64::MAX as f64;
-    let columns: [Box<dyn Fn(&mut dyn FnMut() -> f64) -> f64>; 3] = [
+    type Draw = Box<dyn Fn(&mut dyn FnMut() -> f64) -> f64>;
+    let columns: [Draw; 3] = [
         Box::new(|u| u() * 1000.0 - 200.0),
         Box::new(|u| u() + u() + u() + u()),
         Box::new(|u| -(1.0 - u()).ln() * 50.0),
@@ -77,10 +81,14 @@ fn sketch_edges_match_exact_quantiles() {
         assert_eq!(edges.len(), 17, "column {c}");
         assert_eq!(edges[0], sorted[0]);
         assert_eq!(edges[16], sorted[sorted.len() - 1]);
-        for t in 1..16 {
+        for (t, &edge) in edges.iter().enumerate().take(16).skip(1) {
             let q = t as f64 / 16.0;
-            let error = (rank(&sorted, edges[t]) - q).abs();
-            assert!(error < 0.005, "column {c}, edge {t}: {} (exact {}), rank error {error}", edges[t], exact(&sorted, q));
+            let error = (rank(&sorted, edge) - q).abs();
+            assert!(
+                error < 0.005,
+                "column {c}, edge {t}: {edge} (exact {}), rank error {error}",
+                exact(&sorted, q)
+            );
         }
     }
 }
@@ -139,7 +147,10 @@ fn binned() -> Preprocessor {
 #[test]
 fn a_binned_column_is_its_bins_unscaled_with_names_in_table_units() {
     let p = binned();
-    let Encoding::Ple { fill, mean, edges, .. } = &p.columns[0].encoding else {
+    let Encoding::Ple {
+        fill, mean, edges, ..
+    } = &p.columns[0].encoding
+    else {
         panic!("{:?}", p.columns[0].encoding)
     };
     assert_eq!((*fill, *mean), (49.5, 49.5));
@@ -149,7 +160,10 @@ fn a_binned_column_is_its_bins_unscaled_with_names_in_table_units() {
     assert_eq!(p.n_features, 5);
     assert_eq!(p.columns[1].offset, 4);
     let names: Vec<String> = (0..5).map(|j| p.feature_name(j)).collect();
-    assert_eq!(names[0], format!("x:[0, {})", crate::preprocess::short(edges[1])));
+    assert_eq!(
+        names[0],
+        format!("x:[0, {})", crate::preprocess::short(edges[1]))
+    );
     assert!(names[3].ends_with(", 99]"), "{names:?}");
     assert_eq!(names[4], "y");
     // The bins are not scaled, the plain number is.
@@ -167,8 +181,13 @@ fn a_binned_column_is_its_bins_unscaled_with_names_in_table_units() {
     p.number(0, None, &mut row).unwrap();
     let mut mean_row = EncodedRow::default();
     p.number(0, Some(49.5), &mut mean_row).unwrap();
-    assert_eq!((row.indices, row.values), (mean_row.indices, mean_row.values));
-    assert!(p.number(0, Some(f64::NAN), &mut EncodedRow::default()).is_err());
+    assert_eq!(
+        (row.indices, row.values),
+        (mean_row.indices, mean_row.values)
+    );
+    assert!(p
+        .number(0, Some(f64::NAN), &mut EncodedRow::default())
+        .is_err());
     assert!(!p.is_numbers_only());
     assert!(p.one_hot_groups().is_empty());
 }
@@ -179,7 +198,12 @@ fn stored_bins_round_trip_and_damaged_edges_are_refused() {
     let v = p.to_json();
     assert_eq!(v["columns"][0]["encode"], json!("ple"));
     assert_eq!(Preprocessor::from_json(&v), Some(p.clone()));
-    for bad in [json!([1.0]), json!([1.0, 1.0]), json!([2.0, 1.0]), json!([0.0, 1.0, 3.0, 2.0, 4.0])] {
+    for bad in [
+        json!([1.0]),
+        json!([1.0, 1.0]),
+        json!([2.0, 1.0]),
+        json!([0.0, 1.0, 3.0, 2.0, 4.0]),
+    ] {
         let mut damaged = v.clone();
         damaged["columns"][0]["edges"] = bad.clone();
         assert_eq!(Preprocessor::from_json(&damaged), None, "{bad}");
@@ -189,31 +213,61 @@ fn stored_bins_round_trip_and_damaged_edges_are_refused() {
 #[test]
 fn ple_options_are_checked() {
     let o = |v: serde_json::Value| ColumnOptions::from_json(&v);
-    assert_eq!(o(json!({"encode": "ple", "bins": 8})).unwrap(), ple(Some(8)));
-    assert!(o(json!({"bins": 8})).unwrap_err().contains("\"bins\" needs \"encode\": \"ple\""));
+    assert_eq!(
+        o(json!({"encode": "ple", "bins": 8})).unwrap(),
+        ple(Some(8))
+    );
+    assert!(o(json!({"bins": 8}))
+        .unwrap_err()
+        .contains("\"bins\" needs \"encode\": \"ple\""));
     assert!(o(json!({"encode": "ple", "bins": 1})).is_err());
     assert!(o(json!({"encode": "ple", "bins": MAX_BINS + 1})).is_err());
     assert!(o(json!({"encode": "ple", "bins": 2.5})).is_err());
-    let resolve = |source, options: &ColumnOptions| ColumnPlan::resolve("c", source, Some(options), true);
-    assert!(resolve(Source::Text, &ple(None)).unwrap_err().contains("applies to number and boolean columns"));
+    let resolve =
+        |source, options: &ColumnOptions| ColumnPlan::resolve("c", source, Some(options), true);
+    assert!(resolve(Source::Text, &ple(None))
+        .unwrap_err()
+        .contains("applies to number and boolean columns"));
     assert!(resolve(Source::NumberArray, &ple(None)).is_err());
-    let one_hot = ColumnOptions { encode: Some(Encode::OneHot), ..Default::default() };
-    assert!(resolve(Source::Number, &one_hot).unwrap_err().contains("numbers take ple or none"));
-    let scaled = ColumnOptions { scale: Some(Scale::Standard), ..ple(None) };
+    let one_hot = ColumnOptions {
+        encode: Some(Encode::OneHot),
+        ..Default::default()
+    };
+    assert!(resolve(Source::Number, &one_hot)
+        .unwrap_err()
+        .contains("numbers take ple or none"));
+    let scaled = ColumnOptions {
+        scale: Some(Scale::Standard),
+        ..ple(None)
+    };
     assert!(resolve(Source::Number, &scaled).is_err());
     let p = resolve(Source::Number, &ple(None)).unwrap();
-    assert_eq!((p.encode, p.bins, p.scale), (Encode::Ple, DEFAULT_BINS, Scale::None));
+    assert_eq!(
+        (p.encode, p.bins, p.scale),
+        (Encode::Ple, DEFAULT_BINS, Scale::None)
+    );
     let plain = resolve(Source::Number, &o(json!({"encode": "none"})).unwrap()).unwrap();
-    assert_eq!((plain.encode, plain.scale), (Encode::Plain, Scale::Standard));
+    assert_eq!(
+        (plain.encode, plain.scale),
+        (Encode::Plain, Scale::Standard)
+    );
 }
 
 #[test]
 fn the_every_column_default_applies_where_it_fits_the_type() {
-    let every = ColumnOptions::from_json(&json!({"encode": "ple", "bins": 8, "impute": "zero", "scale": "none"})).unwrap();
-    let merged = |own: Option<ColumnOptions>, source| ColumnOptions::with_default(own.as_ref(), Some(&every), source);
+    let every = ColumnOptions::from_json(
+        &json!({"encode": "ple", "bins": 8, "impute": "zero", "scale": "none"}),
+    )
+    .unwrap();
+    let merged = |own: Option<ColumnOptions>, source| {
+        ColumnOptions::with_default(own.as_ref(), Some(&every), source)
+    };
     // A number takes all of it (but scale: bins are not scaled).
     let n = merged(None, Source::Number);
-    assert_eq!((n.encode, n.bins, n.impute, n.scale), (Some(Encode::Ple), Some(8), Some(Impute::Zero), None));
+    assert_eq!(
+        (n.encode, n.bins, n.impute, n.scale),
+        (Some(Encode::Ple), Some(8), Some(Impute::Zero), None)
+    );
     assert!(ColumnPlan::resolve("n", Source::Number, Some(&n), true).is_ok());
     // Text takes none of it: no error.
     let t = merged(None, Source::Text);
@@ -221,21 +275,35 @@ fn the_every_column_default_applies_where_it_fits_the_type() {
     assert!(ColumnPlan::resolve("t", Source::Text, Some(&t), true).is_ok());
     // An array takes impute and scale, not the encoding.
     let a = merged(None, Source::NumberArray);
-    assert_eq!((a.encode, a.impute, a.scale), (None, Some(Impute::Zero), Some(Scale::None)));
+    assert_eq!(
+        (a.encode, a.impute, a.scale),
+        (None, Some(Impute::Zero), Some(Scale::None))
+    );
     // A column's own options win, and its own encoding keeps the default's bins away.
-    let own = ColumnOptions { encode: Some(Encode::Plain), ..Default::default() };
+    let own = ColumnOptions {
+        encode: Some(Encode::Plain),
+        ..Default::default()
+    };
     let p = merged(Some(own), Source::Number);
-    assert_eq!((p.encode, p.bins, p.scale), (Some(Encode::Plain), None, Some(Scale::None)));
+    assert_eq!(
+        (p.encode, p.bins, p.scale),
+        (Some(Encode::Plain), None, Some(Scale::None))
+    );
     let hashed = ColumnOptions::from_json(&json!({"encode": "hash", "buckets": 4})).unwrap();
     let h = ColumnOptions::with_default(None, Some(&hashed), Source::Text);
     assert_eq!((h.encode, h.buckets), (Some(Encode::Hash), Some(4)));
-    assert_eq!(ColumnOptions::with_default(None, Some(&hashed), Source::Number), ColumnOptions::default());
+    assert_eq!(
+        ColumnOptions::with_default(None, Some(&hashed), Source::Number),
+        ColumnOptions::default()
+    );
 }
 
 #[test]
 fn sketches_count_against_the_dictionary_memory() {
     let plans: Vec<ColumnPlan> = (0..10)
-        .map(|i| ColumnPlan::resolve(&format!("c{i}"), Source::Number, Some(&ple(None)), true).unwrap())
+        .map(|i| {
+            ColumnPlan::resolve(&format!("c{i}"), Source::Number, Some(&ple(None)), true).unwrap()
+        })
         .collect();
     assert!(StatsBuilder::new(plans.clone(), 10 * SKETCH_BYTES, 1000).is_ok());
     assert_eq!(
@@ -267,8 +335,8 @@ fn sketch_edges_match_exact_quantiles_at_every_size() {
             let edges = sketch.edges();
             let mut sorted = values.clone();
             sorted.sort_by(f64::total_cmp);
-            for t in 1..16 {
-                let error = (rank(&sorted, edges[t]) - t as f64 / 16.0).abs();
+            for (t, &edge) in edges.iter().enumerate().take(16).skip(1) {
+                let error = (rank(&sorted, edge) - t as f64 / 16.0).abs();
                 assert!(error < 0.005, "{n} values, edge {t}: rank error {error}");
             }
         }
