@@ -256,12 +256,6 @@ def test_workers_bounds_are_accepted(conn, tables, workers):
     assert scalar(conn, "SELECT rows_trained FROM corgipile.models WHERE id = %s", (m,)) == 2000
 
 
-UNSUPPORTED = {
-    "softmax": ("softmax", {"label": "klabel"}),
-    "text label": ("logistic", {"label": "tlabel"}),
-}
-
-
 @pytest.mark.parametrize("model,validation,extra", [
     ("svm", {"fraction": 0.2}, {}),
     ("svm", {"fraction": 0.2}, {"normalize": False}),
@@ -290,21 +284,6 @@ def test_boolean_label_trains_with_workers(conn, tables):
     m2 = train_with_workers(conn, "par_small", "svm", {"epochs": 2, "seed": 1, "label": "blabel", "workers": 2})
     acc = lambda m: scalar(conn, "SELECT (corgipile_evaluate(%s, 'par_small')->>'accuracy')::float8", (m,))
     assert abs(acc(m2) - acc(m0)) <= 0.02
-
-
-@pytest.mark.parametrize("case", list(UNSUPPORTED))
-def test_unsupported_with_workers_is_feature_not_supported(conn, tables, case):
-    model, extra = UNSUPPORTED[case]
-    params = {"epochs": 1, "seed": 1, **extra}
-    before = models_count(conn)
-    with pytest.raises(E.FeatureNotSupported) as err:
-        train(conn, "par_small", model, {**params, "workers": 2})
-    assert err.value.sqlstate == "0A000"
-    assert err.value.diag.message_primary.startswith('"workers" cannot be used with'), err.value.diag.message_primary
-    assert models_count(conn) == before
-    # The same call trains without workers.
-    m = train(conn, "par_small", model, {**params, "workers": 0})
-    assert m is not None and models_count(conn) == before + 1
 
 
 def test_sparse_without_n_features_is_invalid_with_workers(conn, tables):
@@ -423,15 +402,18 @@ def test_mlp_regression_r2_with_workers_matches_one_process(conn, tables):
     assert abs(r2[2] - r2[0]) <= 2 * R2_TOLERANCE, msg
 
 
-@pytest.mark.parametrize("label", ["tlabel", "klabel"])
-def test_mlp_with_workers_numbers_classes_as_one_process(conn, tables, label):
-    # A text label and three classes: refused for the linear kinds with workers (above).
-    params = {"epochs": 3, "seed": 2, "hidden": [8], "label": label}
-    models = {0: train(conn, "par_small", "mlp", {**params, "workers": 0}),
-              2: train_with_workers(conn, "par_small", "mlp", {**params, "workers": 2})}
-    mapping = {w: scalar(conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (m,))
+@pytest.mark.parametrize("model,label", [("mlp", "tlabel"), ("mlp", "klabel"), ("softmax", "klabel"),
+                                         ("softmax", "tlabel"), ("logistic", "tlabel"), ("svm", "tlabel")])
+def test_workers_number_classes_as_one_process(conn, tables, model, label):
+    """Softmax classes and text labels are numbered by the leader's statistics pass, which reads
+    every row: every process takes its numbering, and the model's classes are one process's."""
+    params = {"epochs": 3, "seed": 2, "label": label, **({"hidden": [8]} if model == "mlp" else {})}
+    models = {0: train(conn, "par_small", model, {**params, "workers": 0}),
+              2: train_with_workers(conn, "par_small", model, {**params, "workers": 2})}
+    mapping = {w: scalar(conn, "SELECT label_mapping FROM corgipile.models WHERE id = %s", (m,))
                for w, m in models.items()}
-    assert mapping[2] == mapping[0] and len(mapping[0]) == (2 if label == "tlabel" else 3), mapping
+    assert mapping[2] == mapping[0], mapping
+    assert len(mapping[0]["classes"]) == (2 if label == "tlabel" else 3), mapping
     acc = {w: evaluate(conn, m, "par_small")["accuracy"] for w, m in models.items()}
     assert abs(acc[2] - acc[0]) <= 0.02, acc
     if label == "tlabel":  # the second feature tells the label (chance: 0.5)

@@ -72,12 +72,11 @@ impl Use {
     }
 }
 
-/// One refused combination: `a` with `b` (unless the training also uses `except`).
+/// One refused combination: `a` with `b`.
 #[derive(Debug)]
 pub struct Refused {
     pub a: Use,
     pub b: Use,
-    pub except: Option<Use>,
     /// The ERROR's message.
     pub message: &'static str,
     /// What to do instead (the ERROR's hint).
@@ -88,7 +87,6 @@ const fn refused(a: Use, b: Use, message: &'static str, hint: &'static str) -> R
     Refused {
         a,
         b,
-        except: None,
         message,
         hint,
     }
@@ -124,17 +122,9 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::Shards, Use::ColumnList, "cannot train on a sharded table with a list of feature columns (one array column or a sparse pair only) yet", SHARDS_HINT),
     refused(Use::Shards, Use::FeatureImportance, "corgipile_feature_importance does not sample a sharded table yet", "Run it on a shard's table, or on a local copy of a sample of the rows."),
     refused(Use::Shards, Use::GroupModels, "a model per group cannot evaluate a sharded table yet", "Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id."),
-    // Parallel workers: the leader's statistics pass numbers a network's classes (text too);
-    // a linear softmax grows its classes as each process meets them.
-    refused(Use::Workers, Use::Softmax, "\"workers\" cannot be used with softmax (the classes would be numbered differently) yet", WORKERS_HINT),
+    // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
+    // softmax's, a text label's) and every process takes its numbering.
     refused(Use::Workers, Use::Inference, "\"workers\" cannot be used with \"inference\" yet", WORKERS_HINT),
-    Refused {
-        a: Use::Workers,
-        b: Use::TextLabel,
-        except: Some(Use::Network),
-        message: "\"workers\" cannot be used with a text label (the classes would be numbered differently) yet",
-        hint: WORKERS_HINT,
-    },
     // "inference": one model, every row of a table read by block, then its Newton passes.
     refused(Use::Inference, Use::Search, "\"inference\" cannot be used with search yet", INFERENCE_HINT),
     refused(Use::Inference, Use::GroupBy, "\"inference\" cannot be used with group_by yet", INFERENCE_HINT),
@@ -162,9 +152,9 @@ pub const REFUSED: &[Refused] = &[
 /// check asks about its subject (a sharded table, workers, a param) with what it knows the
 /// training uses.
 pub fn refusal(subject: Use, uses: &[Use]) -> Option<&'static Refused> {
-    REFUSED.iter().find(|r| {
-        r.a == subject && uses.contains(&r.b) && !r.except.is_some_and(|e| uses.contains(&e))
-    })
+    REFUSED
+        .iter()
+        .find(|r| r.a == subject && uses.contains(&r.b))
 }
 
 impl Use {
@@ -192,15 +182,10 @@ pub fn used(candidates: &[(Use, bool)]) -> Vec<Use> {
 /// The reference page's table of what does not combine, as markdown (docs/reference.md holds
 /// it between the markers `<!-- capabilities -->` and `<!-- /capabilities -->`).
 pub fn reference_table() -> String {
-    let mut out = String::from("| with | not yet | unless | instead |\n|---|---|---|---|\n");
+    let mut out = String::from("| with | not yet | instead |\n|---|---|---|\n");
     for r in REFUSED {
-        let unless = r.except.map_or(String::new(), |e| e.name().to_string());
         let hint = r.hint.replace('|', "\\|");
-        out.push_str(&format!(
-            "| {} | {} | {unless} | {hint} |\n",
-            r.a.name(),
-            r.b.name()
-        ));
+        out.push_str(&format!("| {} | {} | {hint} |\n", r.a.name(), r.b.name()));
     }
     out
 }
@@ -225,9 +210,8 @@ mod tests {
     }
 
     #[test]
-    fn an_exception_lifts_a_refusal() {
-        assert!(refusal(Use::Workers, &[Use::TextLabel]).is_some());
-        assert!(refusal(Use::Workers, &[Use::TextLabel, Use::Network]).is_none());
+    fn workers_number_classes_as_the_leader_shards_do_not_yet() {
+        assert!(refusal(Use::Workers, &[Use::TextLabel, Use::Softmax]).is_none());
         // Not on shards: the shards' statistics number text labels each their own way.
         assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Network]).is_some());
         assert_eq!(Use::of_kind(ModelKind::Softmax), Some(Use::Softmax));

@@ -26,7 +26,14 @@ impl Family for LinearFamily {
         _params: &TrainParams,
         shape: &Shape,
     ) -> Result<Learner, TrainError> {
-        Trainer::try_new(config, shape.n_features).map(|t| Learner(Box::new(t)))
+        let softmax = config.kind.has_class_outputs();
+        let mut t = Trainer::try_new(config, shape.n_features)?;
+        // A softmax grows its classes as rows meet them, unless the shape names them (parallel
+        // workers: the leader numbered them all).
+        if softmax && shape.outputs > 1 {
+            t.grow_classes(shape.outputs)?;
+        }
+        Ok(Learner(Box::new(t)))
     }
 
     fn model_from(&self, parts: ModelParts) -> Result<Model, PartsError> {

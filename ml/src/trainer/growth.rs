@@ -43,7 +43,7 @@ impl Trainer {
     }
 
     /// Softmax saw class index `new_k - 1`: new zero rows (row-major, so appended).
-    pub(super) fn grow_classes(&mut self, new_k: usize) -> Result<(), TrainError> {
+    pub(crate) fn grow_classes(&mut self, new_k: usize) -> Result<(), TrainError> {
         let d = self.model.n_features;
         let oom = |_| TrainError::OutOfMemory {
             bytes: (new_k * d * 8) as u64,

@@ -51,7 +51,14 @@ impl SgdNode {
     /// statistics pass, its classes (ERROR with fewer than two) and the label's moments.
     pub(super) fn learner_shape(&self, n_features: usize, kind: ModelKind) -> Shape {
         if !kind.family().sized_by_statistics() {
-            return inputs_only(n_features);
+            let mut shape = inputs_only(n_features);
+            if kind.has_class_outputs() && self.numbers_classes_for_workers() {
+                // Every process's softmax has the leader's classes from the start (the shared
+                // model's size), rather than growing them as its rows meet them.
+                // SAFETY: as below.
+                shape.outputs = unsafe { self.shuffle() }.rows().classes().len();
+            }
+            return shape;
         }
         let outputs = if kind.is_classifier() {
             // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no

@@ -105,12 +105,22 @@ impl SgdNode {
     /// What the leader's statistics pass learned, for its parallel workers.
     pub(super) fn learned_statistics(&self, config: &TrainConfig) -> LearnedStatistics {
         let mut learned = LearnedStatistics::of(config);
-        if self.config.model.family().sized_by_statistics() {
+        let sized = self.config.model.family().sized_by_statistics();
+        if sized {
             learned.label_moments = self.label_moments;
+        }
+        if sized || self.numbers_classes_for_workers() {
             // SAFETY: the child's TupleShuffle state lives as long as this node (see `shuffle`); no
             // other reference to it is in use here.
             learned.classes = Some(unsafe { self.shuffle() }.rows().classes().classes.clone());
         }
         learned
+    }
+
+    /// Whether the classes are numbered as the rows meet them (softmax over numbers, any
+    /// classifier over a text label) and workers will train: then the leader's statistics pass
+    /// reads every row and numbers them all, and every process takes that numbering.
+    pub(super) fn numbers_classes_for_workers(&self) -> bool {
+        self.config.params.workers > 0 && self.config.label.uses_classes()
     }
 }

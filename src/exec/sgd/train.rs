@@ -259,6 +259,9 @@ impl SgdNode {
                 .sized_by_statistics()
         });
         let tabular = self.config.layout == FeatureLayout::Tabular;
+        // Classes numbered as they are met (softmax, a text label): with workers the leader
+        // numbers them all first, and every process takes its numbering.
+        let numbers_classes = self.numbers_classes_for_workers();
         // A column list learns its preprocessing in the statistics pass, unless it was
         // learned before (see `Learn`).
         let learning = self.shuffle().rows().is_learning();
@@ -272,6 +275,7 @@ impl SgdNode {
             || configurations.iter().any(|(_, p)| p.class_weight.is_some())
             || learning
             || network
+            || numbers_classes
             || params.group_by.is_some()
         {
             progress::phase("statistics pass");
@@ -279,6 +283,7 @@ impl SgdNode {
             // Means and scales are all this pass learns: a sample of the blocks gives them.
             let sample = params.statistics == StatisticsPass::Sample
                 && !network
+                && !numbers_classes
                 && params.group_by.is_none()
                 && configurations.iter().all(|(_, p)| p.class_weight.is_none())
                 && self.config.validation_split == ValidationSplit::None
