@@ -175,10 +175,13 @@ def test_interactions_of_a_text_column_with_numbers_and_booleans(tconn):
     print(f"mixed: {acc}")
     assert acc["fm"] > 0.88 and acc["fm"] > acc["logistic"] + 0.15
     assert acc["star"] > 0.88
-    n_features, layers, features = model_row(tconn, fm, "n_features, layers, features")
+    n_features, layers, features, prep = model_row(tconn, fm, "n_features, layers, features, preprocessing")
     assert features == MIXED and model_row(tconn, star, "features")[0] == MIXED
-    # color one-hot with a (null) slot, then three numbers; a boolean label: two outputs.
-    assert n_features == 4 + 3 and layers == [n_features, 8, 2]
+    # color one-hot with a (null) slot, then three numbers in piecewise-linear bins (an fm's
+    # default); a boolean label: two outputs.
+    bins = [len(c["edges"]) - 1 for c in prep["columns"] if c["source"] == "number"]
+    assert [c["encode"] for c in prep["columns"] if c["source"] == "number"] == ["ple"] * 3, prep
+    assert n_features == 4 + sum(bins) and layers == [n_features, 8, 2]
     # Predictions from the rows: the label's values, as true/false; probabilities in the order of
     # label_mapping's classes.
     t = model_row(tconn, fm, "label_mapping")[0]["classes"].index(1.0)

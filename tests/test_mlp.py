@@ -211,7 +211,10 @@ def test_mlp_on_mixed_columns_sorted_by_label_beats_logistic(tconn):
     assert features == MIXED_FEATURES
     sources = {c["name"]: c["source"] for c in prep["columns"]}
     assert sources == {"color": "text", "member": "number", "amount": "number", "age": "number", "noise": "number"}
-    assert n_features == 4 + 4 and layers == [n_features, 64, 2]
+    # Numbers in piecewise-linear bins (a network's default), as many as the quantiles give.
+    numbers = [c for c in prep["columns"] if c["source"] == "number"]
+    assert [c["encode"] for c in numbers] == ["ple"] * 4, prep
+    assert n_features == 4 + sum(len(c["edges"]) - 1 for c in numbers) and layers == [n_features, 64, 2]
     assert model_row(tconn, star, "features")[0] == ["color", "member", "amount", "age", "noise"]
 
 

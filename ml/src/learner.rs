@@ -322,6 +322,13 @@ pub trait Family: Sync {
     fn default_buffer_floor(&self) -> u64 {
         0
     }
+    /// How a column list's number columns are encoded when their options do not say (see
+    /// `preprocess::Encode`): the value itself for linear models, whose coefficient per column
+    /// users read; piecewise-linear bins for the families that were more accurate with them
+    /// (`make bench-quality`).
+    fn default_number_encoding(&self) -> crate::preprocess::Encode {
+        crate::preprocess::Encode::Plain
+    }
     /// The params only its kinds (and perhaps another family's) take.
     fn own_keys(&self) -> &'static [&'static str] {
         &[]

@@ -173,6 +173,7 @@ pub(crate) fn prepare(
             Some(p) => Tabular::Stored(p),
             None => Tabular::Train {
                 options: &params.preprocess,
+                numbers: kind.family().default_number_encoding(),
                 normalize: params.normalize,
                 max_categories: params.max_categories,
                 max_model_bytes: model_limit,

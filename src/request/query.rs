@@ -10,7 +10,8 @@ use crate::pipeline::LabelKind;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{
-    ColumnOptions, ColumnPlan, PreprocessOptions, Preprocessor, Source, TimeKind, EVERY_COLUMN,
+    ColumnOptions, ColumnPlan, Encode, PreprocessOptions, Preprocessor, Source, TimeKind,
+    EVERY_COLUMN,
 };
 use pgrx::spi::quote_identifier;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -49,6 +50,9 @@ pub struct Input {
 pub enum Tabular<'a> {
     Train {
         options: &'a PreprocessOptions,
+        /// How number columns are encoded where their options (and `"*"`'s) set neither
+        /// `encode` nor `scale`: the kind's default.
+        numbers: Encode,
         normalize: bool,
         max_categories: u32,
         /// The training's share of corgipile.max_model_memory (see `guc::model_bytes_for`).
@@ -528,13 +532,19 @@ unsafe fn tabular_columns(
         exprs.push(expr);
         match &tabular {
             Tabular::Train {
-                options, normalize, ..
+                options,
+                normalize,
+                numbers,
+                ..
             } => {
-                let own = ColumnOptions::with_default(
+                let mut own = ColumnOptions::with_default(
                     options.get(name),
                     options.get(EVERY_COLUMN),
                     source,
                 );
+                if source == Source::Number && own.encode.is_none() && own.scale.is_none() {
+                    own.encode = Some(*numbers);
+                }
                 let mut plan = ColumnPlan::resolve(name, source, Some(&own), *normalize)
                     .unwrap_or_else(|problem| {
                         raise(

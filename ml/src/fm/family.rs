@@ -35,6 +35,12 @@ impl Family for FmFamily {
         crate::params::GRADIENT_BUFFER_FLOOR
     }
 
+    /// Piecewise-linear bins: on `make bench-quality`'s seven tables they were more accurate on
+    /// five (up to +9.5 points for an mlp, +39 for an fm on 22 classes of 3 columns).
+    fn default_number_encoding(&self) -> crate::preprocess::Encode {
+        crate::preprocess::Encode::Ple
+    }
+
     fn own_keys(&self) -> &'static [&'static str] {
         &["factors", "optimizer", "momentum"]
     }
