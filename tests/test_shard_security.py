@@ -29,7 +29,10 @@ Checked here:
 3. Hostile shard replies (the shard's superuser wraps corgipile_shard_round): a statistics reply
    claiming 10^11 features, statistics arrays of 10^7 entries (beyond the role's
    corgipile.max_model_memory), weights one short and one long, weights of 1e300, "NaN" and null
-   weights, a reply of 300 MB, a reply that is not JSON, negative and huge tuples/rows. Each is a
+   weights, a reply of 300 MB, a reply that is not JSON, negative and huge tuples/rows, a softmax's
+   class list forged (none, one short of its counts, a class twice, a 5000-byte text, 70,000
+   classes, a text among numbers; classes for a label of values), a reply of another shard
+   protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
    restarts (an idle sentinel connection, the checkpointer's pid, the server log). Forged
@@ -638,6 +641,17 @@ BEGIN
     WHEN 'tuples_huge' THEN RETURN jsonb_set(r, '{{tuples}}', '18446744073709551615')::text;
     WHEN 'rows_negative' THEN RETURN jsonb_set(r, '{{rows}}', '-1')::text;
     WHEN 'rows_huge' THEN RETURN jsonb_set(r, '{{rows}}', '9223372036854775808')::text;
+    WHEN 'protocol_old' THEN RETURN jsonb_set(r, '{{protocol}}', '1')::text;
+    WHEN 'version_other' THEN RETURN jsonb_set(r, '{{version}}', '"0.4.9"')::text;
+    WHEN 'classes_drop' THEN RETURN jsonb_set(r, '{{classes}}', '[]')::text;
+    WHEN 'classes_short' THEN RETURN jsonb_set(r, '{{classes}}', (r -> 'classes') - (-1))::text;
+    WHEN 'classes_twice' THEN
+      RETURN jsonb_set(r, '{{classes}}', (r -> 'classes') || jsonb_build_array(r -> 'classes' -> 0))::text;
+    WHEN 'classes_long' THEN RETURN jsonb_set(r, '{{classes}}', jsonb_build_array(repeat('x', 5000), 'y'))::text;
+    WHEN 'classes_many' THEN
+      RETURN jsonb_set(r, '{{classes}}', (SELECT jsonb_agg(g) FROM generate_series(1, 70000) g))::text;
+    WHEN 'classes_nan' THEN RETURN jsonb_set(r, '{{classes,0}}', '"NaN"')::text;
+    WHEN 'classes_added' THEN RETURN jsonb_set(r, '{{classes}}', '[0, 1]')::text;
     WHEN 'eval_grow' THEN RETURN regexp_replace(reply, '\\[(?=[^\\]])', '[0,', 'g');
     WHEN 'eval_none' THEN RETURN jsonb_set(r, '{{evaluation}}', 'null')::text;
     WHEN 'eval_counts' THEN RETURN jsonb_set(r, '{{evaluation,scored}}', '18446744073709551615')::text;
@@ -662,6 +676,19 @@ HOSTILE_CASES = [
     ("rows_negative", "Train", "svm", {}, ("08P01",)),
     ("rows_huge", "Train", "svm", {}, ("08P01",)),
     ("stats_huge", "Statistics", "svm", {}, ("54000", "08P01")),
+    # Versions: a reply of another shard protocol or corgipile version is 0A000 naming both.
+    ("protocol_old", "Statistics", "svm", {}, ("0A000",)),
+    ("version_other", "Train", "svm", {}, ("0A000",)),
+    # A softmax's statistics come with the shard's classes (numbers here): none with rows
+    # counted by class, one short of its counts, one twice, a text of 5000 bytes, 70,000 of
+    # them, a text among numbers; classes for a label of values (svm).
+    ("classes_drop", "Statistics", "softmax", {}, ("08P01",)),
+    ("classes_short", "Statistics", "softmax", {}, ("08P01",)),
+    ("classes_twice", "Statistics", "softmax", {}, ("08P01",)),
+    ("classes_long", "Statistics", "softmax", {}, ("08P01",)),
+    ("classes_many", "Statistics", "softmax", {}, ("08P01", "54000")),
+    ("classes_nan", "Statistics", "softmax", {}, ("08P01",)),
+    ("classes_added", "Statistics", "svm", {}, ("08P01",)),
     # Last: on a build without the check the coordinator crashes here (and, with
     # synchronous_commit off, loses its last commits in the restart).
     ("width_1e11", "Statistics", "svm", {}, ("54000", "08P01")),

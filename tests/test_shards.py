@@ -26,7 +26,11 @@ locally (_trace / _shuffle: 0A000 naming the foreign partition). corgipile_evalu
 shards and merges: the same report as one server (ROC AUC within 0.001) for every kind of model,
 the same failures and privileges, a forged request refused by the shard. corgipile.progress shows
 the round and every shard's state. A hung shard server (accepts, never answers): 08001 after
-connect_timeout, and cancel while connecting stops within 1 s."""
+connect_timeout, and cancel while connecting stops within 1 s. Classes are numbered once for
+every shard: softmax (numbers and texts), logistic and mlp of a text label on shards that hold
+different class mixes (a class on one shard only) have the one-server training's classes and
+accuracy; a third text class over the shards is refused for a binary kind; forged class rounds
+and requests of another corgipile or shard protocol version are refused by the shard."""
 
 import os
 import re
@@ -999,10 +1003,7 @@ def odd_tables(conn, shards):
 
 
 @pytest.mark.parametrize("rel, model, params, what", [
-    ("sh_hash", "softmax", {}, "softmax"),
-    ("sh_text", "mlp", {}, "a text label"),
     ("sh_hash", "mlp", {"validation": {"fraction": 0.2}}, '"validation"'),
-    ("sh_text", "svm", {}, "a text label"),
     ("sh_hash", "svm", {"validation": {"fraction": 0.2}}, '"validation"'),
     ("sh_hash", "svm", {"validation": {"predicate": "id % 5 = 0"}}, '"validation"'),
     ("sh_hash", "svm", {"features": ["id"]}, "a list of feature columns"),
@@ -1016,6 +1017,15 @@ def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, param
     assert err.value.diag.message_primary.startswith(f"cannot train on a sharded table with {what}"), \
         err.value.diag.message_primary
     assert_nothing_stored(conn, before)
+
+
+@pytest.mark.parametrize("model", ["svm", "mlp", "softmax"])
+def test_a_text_label_once_refused_trains_on_shards(conn, odd_tables, model):
+    """Once 0A000 ("the classes would be numbered differently"): sh_text's 'no'/'yes' labels."""
+    m = train(conn, "sh_text", model, {"epochs": 2, "seed": 1, **({"hidden": [4]} if model == "mlp" else {})})
+    classes = scalar(conn, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (m,))
+    assert classes == ["no", "yes"], classes
+    assert evaluate(conn, m, "sh_text")["rows_scored"] == 2000
 
 
 @pytest.mark.parametrize("params, what", [({"folds": 3}, '"folds"'), ({"workers": 2}, '"workers"')])
@@ -1249,7 +1259,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c),
+            request = {**base, "version": version(c), "protocol": 2,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1268,7 +1278,7 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     network = {"training": 1, "classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": 2, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
         ok = {**base, "weights": [0.1] * 22, "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
@@ -1285,6 +1295,163 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
                           (model, params if model.startswith("mlp") else linear, json.dumps(request)))
             assert err.value.sqlstate == "08P01", (model, err.value.sqlstate, err.value.diag.message_primary)
+
+
+# ----------------------------------------------------------------------------------------------
+# classes numbered once for every shard (round 0 brings back each shard's classes), versions
+
+
+MIX_ROWS = 15_000  # per shard
+
+
+@pytest.fixture(scope="module")
+def class_mix(dsn, shards):
+    """sh_mix: three Gaussian blobs (classes 0, 1, 2 centred at -1.5, 0, 1.5 on both axes, sd 0.6),
+    range-sharded so that the shards hold different class mixes: shard 1 classes 0 and 1, shard 2
+    classes 1 and 2 (0 and 2 each on one shard only). `word` names the class as text ('cat' 0,
+    'ant' 1, 'bee' 2: sorted 'ant' < 'bee' < 'cat', not the classes' order), `side` is 'no' for
+    class 0 and 'yes' otherwise (shard 2 holds only 'yes'). Generated on the shards, stored
+    clustered by class; a local copy sh_mix_copy."""
+    for i in (0, 1):
+        first = 1 + MIX_ROWS * i
+        on_shard(i, "DROP TABLE IF EXISTS mix_part",
+                 f"SELECT setseed({0.41 + 0.2 * i})",
+                 f"""CREATE TABLE mix_part AS
+                     SELECT id, y AS label, (ARRAY['cat', 'ant', 'bee'])[1 + y] AS word,
+                            CASE WHEN y = 0 THEN 'no' ELSE 'yes' END AS side,
+                            ARRAY[1.5 * (y - 1) + 0.6 * {GAUSS}, 1.5 * (y - 1) + 0.6 * {GAUSS}]::float8[] AS features
+                     FROM (SELECT i AS id, {i} + (i % 2) AS y
+                           FROM generate_series({first}, {first + MIX_ROWS - 1}) i) s
+                     ORDER BY y, id""",
+                 "VACUUM ANALYZE mix_part")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        sharded_table(c, "sh_mix", [(f"FOR VALUES FROM ({1 + MIX_ROWS * k}) TO ({1 + MIX_ROWS * (k + 1)})", srv, "mix_part")
+                                    for k, srv in enumerate((S1, S2))],
+                      cols="id int, label int, word text, side text, features float8[]")
+        copy = local_copy(c, "sh_mix")
+    assert [shard_scalar(i, "SELECT array_agg(DISTINCT label ORDER BY label) FROM mix_part") for i in (0, 1)] == [[0, 1], [1, 2]]
+    yield copy
+
+
+def classes_of(c, model_id):
+    return scalar(c, "SELECT label_mapping->'classes' FROM corgipile.models WHERE id = %s", (model_id,))
+
+
+def test_softmax_on_shards_of_different_class_mixes(conn, class_mix):
+    """Three classes, one of them on each shard only: the coordinator numbers every shard's
+    classes (sorted), every shard trains a softmax of all three. The classes are the one-server
+    training's (one server lists them as it meets them: compared as sets, and sorted on shards),
+    the accuracy within 0.5 point of one server's on the same rows."""
+    params = {"epochs": 5, "seed": 3}
+    got, ref, m = compare(conn, "sh_mix", class_mix, "softmax", params, tol=0.005)
+    assert ref > 0.9, ref
+    single = train(conn, class_mix, "softmax", params)
+    assert classes_of(conn, m) == [0, 1, 2]
+    assert sorted(classes_of(conn, single)) == [0, 1, 2]
+    assert stored(conn, m)["rows_trained"] == 2 * MIX_ROWS
+    n_outputs = scalar(conn, "SELECT n_outputs FROM corgipile.models WHERE id = %s", (m,))
+    assert n_outputs == 3
+    # Scored on the shards (each scores its rows with the stored classes) as on the copy.
+    assert_same_evaluation(evaluate(conn, m, "sh_mix"), evaluate(conn, m, class_mix))
+    # A class on one shard only still weighs as everyone's: class_weight names all three.
+    weighted = train(conn, "sh_mix", "softmax", {**params, "class_weight": "balanced"})
+    assert classes_of(conn, weighted) == [0, 1, 2]
+
+
+def test_softmax_of_a_text_label_on_shards(conn, class_mix):
+    params = {"epochs": 5, "seed": 3, "label": "word"}
+    got, ref, m = compare(conn, "sh_mix", class_mix, "softmax", params, tol=0.005)
+    assert classes_of(conn, m) == ["ant", "bee", "cat"]
+    assert sorted(classes_of(conn, train(conn, class_mix, "softmax", params))) == ["ant", "bee", "cat"]
+
+
+def test_logistic_with_a_text_label_on_shards(conn, class_mix):
+    """'no' on shard 1 only: the shards' classes merged give the two; the positive class is the
+    second in sorted order ('yes'), as predictions say."""
+    params = {"epochs": 5, "seed": 3, "label": "side"}
+    got, ref, m = compare(conn, "sh_mix", class_mix, "logistic", params, tol=0.005)
+    assert ref > 0.9, ref
+    assert classes_of(conn, m) == ["no", "yes"]
+    assert sorted(classes_of(conn, train(conn, class_mix, "logistic", params))) == ["no", "yes"]
+    # Predictions name the classes as the column holds them, the right way round.
+    agree = scalar(conn, f"SELECT avg((corgipile_predict_class(%s, features) = side)::int)::float8 FROM {class_mix}",
+                   (m,))
+    assert abs(agree - got) < 1e-9, (agree, got)
+
+
+def test_mlp_with_a_text_label_on_shards(conn, class_mix):
+    """A network's classes were the shards' label values (numbers only): texts now, merged alike."""
+    params = {"epochs": 4, "seed": 3, "label": "word", "hidden": [8]}
+    got, ref, m = compare(conn, "sh_mix", class_mix, "mlp", params, tol=ACCURACY_TOLERANCE)
+    assert ref > 0.9, ref
+    layers, classes = conn.execute("SELECT layers, label_mapping->'classes' FROM corgipile.models WHERE id = %s",
+                                   (m,)).fetchone()
+    assert layers == [2, 8, 3] and classes == ["ant", "bee", "cat"]
+
+
+def test_a_third_text_label_over_the_shards_is_refused_for_a_binary_kind(conn, class_mix):
+    """Each shard holds two of the three words: no shard refuses, the merged classes do."""
+    before = models_count(conn)
+    with pytest.raises(psycopg.Error) as err:
+        train(conn, "sh_mix", "svm", {"epochs": 1, "label": "word"})
+    assert err.value.sqlstate.startswith("22"), (err.value.sqlstate, err.value.diag.message_primary)
+    assert "3 distinct values" in err.value.diag.message_primary, err.value.diag.message_primary
+    assert_nothing_stored(conn, before)
+
+
+def shard_round(c, model, params, request):
+    import json
+    return c.execute("SELECT corgipile_shard_round('mix_part', %s, %s, %s)",
+                     (model, Jsonb(params), json.dumps(request))).fetchone()[0]
+
+
+def test_a_request_of_another_version_names_both(class_mix):
+    """A shard reads a request's versions before the rest of it: another corgipile version, or
+    the same version speaking another shard protocol (a development build), or a coordinator of
+    0.5.0 (no protocol number) is 0A000 naming both."""
+    import json
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        ours = version(c)
+        base = {"version": ours, "protocol": 2, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+                "n_features": 0, "weights": [], "bias": [], "extras": {}}
+        params = {"features": "features", "label": "word"}
+        reply = json.loads(shard_round(c, "softmax", params, base))
+        assert reply["protocol"] == 2 and reply["version"] == ours
+        assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
+        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 2)"),
+                                ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
+                                # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
+                                ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
+                                 "corgipile 0.5.0-old (a shard protocol older than 2)")):
+            with pytest.raises(E.FeatureNotSupported) as err:
+                shard_round(c, "softmax", params, request)
+            assert err.value.diag.message_primary == \
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 2)"
+            assert err.value.diag.message_hint
+
+
+def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
+    """A training round of a softmax whose classes do not fit its model, repeat a class or are
+    missing, or of a binary kind with three classes: 08P01 before a row is read."""
+    import json
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": 2, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+                "n_features": 2, "extras": {}}
+        params = {"features": "features", "label": "word"}
+        ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
+        reply = json.loads(shard_round(c, "softmax", params, ok))
+        assert reply["tuples"] == MIX_ROWS and len(reply["weights"]) == 6
+        for model, request in (("softmax", {**ok, "classes": ["ant", "bee"]}),
+                               ("softmax", {**ok, "classes": ["ant", "ant", "cat"]}),
+                               ("softmax", {**ok, "classes": ["ant", "bee", 3]}),
+                               ("softmax", {**ok, "classes": ["ant", "bee", "x" * 5000]}),
+                               ("softmax", {**ok, "classes": []}),
+                               ("svm", {**base, "weights": [0.0] * 2, "bias": [0.0], "classes": ["ant", "bee", "cat"]}),
+                               ("svm", {**base, "weights": [0.0] * 2, "bias": [0.0]})):
+            with pytest.raises(psycopg.Error) as err:
+                shard_round(c, model, params, request)
+            assert err.value.sqlstate == "08P01", (model, request.get("classes"), err.value.sqlstate,
+                                                   err.value.diag.message_primary)
 
 
 # ----------------------------------------------------------------------------------------------

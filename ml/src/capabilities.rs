@@ -111,12 +111,9 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::Shards, Use::Folds, "\"folds\" cannot train on a sharded table yet", "Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
     refused(Use::Shards, Use::Search, "\"search\" cannot train on a sharded table yet", "Search on one shard's table, or train each configuration with its own corgipile_train."),
-    // Softmax classes and text labels are numbered as each process or shard meets them; a
-    // network's classes are numbered once, by the leader's statistics pass or by the
-    // coordinator from the shards' label values (numbers only).
-    refused(Use::Shards, Use::Softmax, "cannot train on a sharded table with softmax (the classes would be numbered differently) yet", SHARDS_HINT),
+    // Classes (a softmax's, a network's, a text label's) are numbered once, by the
+    // coordinator from every shard's classes (round 0), and every shard takes its numbering.
     refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
-    refused(Use::Shards, Use::TextLabel, "cannot train on a sharded table with a text label (the classes would be numbered differently) yet", SHARDS_HINT),
     refused(Use::Shards, Use::Validation, "cannot train on a sharded table with \"validation\" yet", SHARDS_HINT),
     // Shards would each learn their own categories.
     refused(Use::Shards, Use::ColumnList, "cannot train on a sharded table with a list of feature columns (one array column or a sparse pair only) yet", SHARDS_HINT),
@@ -210,10 +207,11 @@ mod tests {
     }
 
     #[test]
-    fn workers_number_classes_as_the_leader_shards_do_not_yet() {
+    fn workers_and_shards_number_classes_once() {
         assert!(refusal(Use::Workers, &[Use::TextLabel, Use::Softmax]).is_none());
-        // Not on shards: the shards' statistics number text labels each their own way.
-        assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Network]).is_some());
+        // On shards: the coordinator merges every shard's classes into one numbering.
+        assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Network]).is_none());
+        assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Softmax]).is_none());
         assert_eq!(Use::of_kind(ModelKind::Softmax), Some(Use::Softmax));
         assert_eq!(Use::of_kind(ModelKind::Mlp), Some(Use::Network));
         assert_eq!(Use::of_kind(ModelKind::Logistic), None);

@@ -110,8 +110,8 @@ pub enum Distributed {
     Shards,
 }
 
-/// What a distributed training does not do yet: an ERROR before any work. (Softmax classes and
-/// text labels are numbered as each process or shard meets them; validation is per process.)
+/// What a distributed training does not do yet: an ERROR before any work (the capability
+/// table's rows of workers or shards).
 pub fn check_distributed(
     how: Distributed,
     kind: ModelKind,
@@ -119,10 +119,10 @@ pub fn check_distributed(
     layout: FeatureLayout,
     params: &TrainParams,
 ) {
-    // Softmax classes and text labels are numbered as each process or shard meets them (a
-    // network's classes once, by the leader's statistics pass or by the coordinator from the
-    // shards' label values: numbers only); validation is per process; shards would each learn
-    // their own categories. The capability table says which of these each refuses.
+    // Classes (softmax, text labels, a network's) are numbered once, by the leader's
+    // statistics pass or by the coordinator from every shard's classes; validation is per
+    // process; shards would each learn their own categories. The capability table says which
+    // of these each refuses.
     let mut uses = used(&[
         (Use::Inference, params.inference),
         (Use::TextLabel, label == LabelCoding::ClassOfText),

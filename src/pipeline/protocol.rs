@@ -2,6 +2,11 @@
 //! round of training, or an evaluation) and the shard's reply, as JSON, and the checks each side
 //! makes of what it receives. `crate::shard` sends the requests; on a shard server the SGD
 //! node answers them (`exec::sgd::shard_round`).
+//!
+//! Both messages carry the sender's corgipile version and [`PROTOCOL`]: a shard refuses a
+//! request of another version before it reads the rest of it (`Versions`), and the coordinator
+//! a reply of another version before it uses it, so that servers of different versions give an
+//! ERROR naming both versions, never a model trained by two readings of one message.
 
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
@@ -16,6 +21,130 @@ pub enum Phase {
     Statistics,
     Train,
     Evaluate,
+}
+
+/// The shard protocol's version: bumped whenever a message's fields or their meaning change
+/// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them).
+/// Two servers of the same corgipile version speak the same protocol, but development builds
+/// of one version may not: both are checked.
+pub const PROTOCOL: u32 = 2;
+
+/// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
+/// shard's class names, and a class name is a label, not a document.
+pub const MAX_CLASS_TEXT: usize = 4096;
+
+/// This server's corgipile version.
+pub fn this_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// The versions a message says it was written by, read before the rest of it (whose fields may
+/// mean something else in another version). A field missing is an older sender's: empty, 0.
+#[derive(Deserialize)]
+pub struct Versions {
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub protocol: u32,
+}
+
+impl Versions {
+    /// Whether they are this server's.
+    pub fn are_ours(&self) -> bool {
+        self.version == this_version() && self.protocol == PROTOCOL
+    }
+
+    /// "corgipile 0.5.0 (shard protocol 2)", for messages (a version cut short: it may come
+    /// from anyone).
+    pub fn describe(version: &str, protocol: u32) -> String {
+        let version: String = version.chars().take(40).collect();
+        let version = if version.is_empty() {
+            "an unknown corgipile version".to_string()
+        } else {
+            format!("corgipile {version}")
+        };
+        if protocol == 0 {
+            format!("{version} (a shard protocol older than 2)")
+        } else {
+            format!("{version} (shard protocol {protocol})")
+        }
+    }
+
+    pub fn theirs(&self) -> String {
+        Self::describe(&self.version, self.protocol)
+    }
+
+    pub fn ours() -> String {
+        Self::describe(this_version(), PROTOCOL)
+    }
+}
+
+/// The order a sharded training numbers classes in: numbers ascending, texts by their bytes
+/// (a label column holds one or the other).
+pub fn class_order(a: &ClassValue, b: &ClassValue) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (ClassValue::Number(x), ClassValue::Number(y)) => x.total_cmp(y),
+        (ClassValue::Text(x), ClassValue::Text(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (ClassValue::Number(_), ClassValue::Text(_)) => Ordering::Less,
+        (ClassValue::Text(_), ClassValue::Number(_)) => Ordering::Greater,
+    }
+}
+
+/// -0.0 and 0.0 are one class (as `ClassDictionary` has them).
+fn normalized(c: &ClassValue) -> ClassValue {
+    match c {
+        ClassValue::Number(v) if *v == 0.0 => ClassValue::Number(0.0),
+        other => other.clone(),
+    }
+}
+
+/// The classes of every shard (each list in its shard's numbering) as one numbering: every
+/// class of any shard, once, in [`class_order`]. The same lists give the same numbering
+/// whatever the shards' order.
+pub fn merge_classes<'a>(lists: impl IntoIterator<Item = &'a [ClassValue]>) -> Vec<ClassValue> {
+    let mut all: Vec<ClassValue> = lists.into_iter().flatten().map(normalized).collect();
+    all.sort_by(class_order);
+    all.dedup_by(|a, b| class_order(a, b).is_eq());
+    all
+}
+
+/// Where `class` is in `merged` (a [`merge_classes`] numbering).
+pub fn merged_index(merged: &[ClassValue], class: &ClassValue) -> Option<usize> {
+    merged
+        .binary_search_by(|c| class_order(c, &normalized(class)))
+        .ok()
+}
+
+/// Why a class list (from another server) cannot number classes: more than MAX_CLASSES, a
+/// number that is not finite, a text longer than MAX_CLASS_TEXT, numbers and texts mixed, a
+/// class twice.
+pub fn check_classes(classes: &[ClassValue]) -> Result<(), String> {
+    if classes.len() > corgipile_ml::trainer::MAX_CLASSES {
+        return Err(format!("{} classes", classes.len()));
+    }
+    for c in classes {
+        match c {
+            ClassValue::Number(v) if !v.is_finite() => {
+                return Err("a class that is not a finite number".into())
+            }
+            ClassValue::Text(t) if t.len() > MAX_CLASS_TEXT => {
+                return Err(format!("a class name of {} bytes", t.len()))
+            }
+            _ => {}
+        }
+    }
+    let texts = classes
+        .iter()
+        .filter(|c| matches!(c, ClassValue::Text(_)))
+        .count();
+    if texts != 0 && texts != classes.len() {
+        return Err("classes of numbers and of texts mixed".into());
+    }
+    if merge_classes([classes]).len() != classes.len() {
+        return Err("a class listed twice".into());
+    }
+    Ok(())
 }
 
 fn class_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ClassValue>, D::Error> {
@@ -41,8 +170,10 @@ pub struct EvaluateRequest {
 /// What the coordinator asks of a shard.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct RoundRequest {
-    /// The coordinator's corgipile version: a shard of another version refuses.
+    /// The coordinator's corgipile version and [`PROTOCOL`]: a shard of another refuses.
     pub version: String,
+    #[serde(default)]
+    pub protocol: u32,
     pub phase: Phase,
     pub epoch: u32,
     /// This round is blocks `round`, `round + rounds`, … of the epoch's order.
@@ -59,6 +190,11 @@ pub struct RoundRequest {
     /// weights then biases) and `bias` nothing.
     #[serde(default)]
     pub network: Option<NetworkRound>,
+    /// Train a linear model of a label numbered by class (softmax, a text label): every
+    /// shard's classes, numbered by the coordinator (`merge_classes`); every shard decodes
+    /// labels by this numbering. Empty otherwise (a network's are in `network`).
+    #[serde(default, deserialize_with = "class_list")]
+    pub classes: Vec<ClassValue>,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -79,11 +215,21 @@ pub struct NetworkRound {
 /// What a shard answers.
 #[derive(Clone, Default, Serialize, Deserialize)]
 pub struct RoundReply {
+    /// The shard's corgipile version and [`PROTOCOL`] (a shard before protocol 2 sends
+    /// neither): the coordinator refuses a reply of another.
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub protocol: u32,
     pub rows: u64,
     pub rows_skipped: u64,
     /// Statistics: the shard's, and its dense rows' width (None: no rows or sparse).
     pub stats: Option<FeatureStats>,
     pub width: Option<usize>,
+    /// Statistics of a label numbered by class: the shard's classes in its own numbering
+    /// (its statistics count rows by these indices); the coordinator merges every shard's.
+    #[serde(default, deserialize_with = "class_list")]
+    pub classes: Vec<ClassValue>,
     /// Train: the model after the round, and the round's progressive metrics.
     pub weights: Vec<f64>,
     pub bias: Vec<f64>,
@@ -159,7 +305,15 @@ impl RoundRequest {
             if !all_finite(&self.weights) {
                 return Err("weights that are not finite".into());
             }
+            if !self.classes.is_empty() {
+                return Err("classes beside a network's own".into());
+            }
+            check_classes(&n.classes)?;
             return self.extras.check(self.n_features, n.classes.len());
+        }
+        check_classes(&self.classes)?;
+        if self.phase != Phase::Train && !self.classes.is_empty() {
+            return Err("classes in a round that trains nothing".into());
         }
         if self.phase == Phase::Train {
             let weights = self.n_features.checked_mul(outputs);
@@ -177,10 +331,19 @@ impl RoundRequest {
             if !all_finite(&self.weights) || !all_finite(&self.bias) {
                 return Err("weights that are not finite".into());
             }
-            self.extras.check(self.n_features, 2)?;
-            // A linear sharded training is binary or a regression: class weights weigh the
-            // binary label values, which must come with them.
-            if self.extras.class_weights.is_some() && self.extras.label_values.is_none() {
+            // A softmax's class weights weigh its classes; a binary kind's its two labels
+            // (values, or the two classes of a text label), which must come with them.
+            let softmax = outputs > 1;
+            if softmax && self.classes.len() != outputs {
+                return Err(format!(
+                    "a model of {outputs} outputs for {} classes",
+                    self.classes.len()
+                ));
+            }
+            self.extras
+                .check(self.n_features, if softmax { outputs } else { 2 })?;
+            if !softmax && self.extras.class_weights.is_some() && self.extras.label_values.is_none()
+            {
                 return Err("class weights without the label values they weigh".into());
             }
         }
@@ -225,6 +388,18 @@ impl RoundReply {
                 if !self.weights.is_empty() || !self.bias.is_empty() || self.evaluation.is_some() {
                     return Err("a model or metrics where statistics were asked for".into());
                 }
+                check_classes(&self.classes)?;
+                // Rows counted by class index: every index one of the classes sent.
+                if let (Some(stats), false) = (&self.stats, self.classes.is_empty()) {
+                    let k = self.classes.len() as f64;
+                    if stats
+                        .class_counts()
+                        .iter()
+                        .any(|&(i, _)| !(i >= 0.0 && i < k && i.fract() == 0.0))
+                    {
+                        return Err("rows counted by classes it did not send".into());
+                    }
+                }
             }
             Phase::Train => {
                 if self.weights.len() != request.weights.len()
@@ -252,7 +427,11 @@ impl RoundReply {
                 {
                     return Err("impossible loss, metrics or tuple counts".into());
                 }
-                if self.stats.is_some() || self.width.is_some() || self.evaluation.is_some() {
+                if self.stats.is_some()
+                    || self.width.is_some()
+                    || self.evaluation.is_some()
+                    || !self.classes.is_empty()
+                {
                     return Err("statistics or metrics where a model was asked for".into());
                 }
             }
@@ -260,6 +439,9 @@ impl RoundReply {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());
                 };
+                if !self.classes.is_empty() {
+                    return Err("classes where metrics were asked for".into());
+                }
                 if let Some(model) = &request.evaluate {
                     part.check(model.model.kind(), model.classes.len(), model.tables)?;
                 }

@@ -7,7 +7,9 @@ use super::remote::Remote;
 use crate::exec::sgd::LearnedStatistics;
 use crate::pg::error::raise;
 use crate::pg::progress;
-use crate::pipeline::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
+use crate::pipeline::protocol::{
+    this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
+};
 use crate::pipeline::PipelineConfig;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::wire::{self, WireError};
@@ -132,16 +134,46 @@ pub(super) fn round(
                 };
                 if conn.ready() {
                     shard.seconds += sent.elapsed().as_secs_f64();
-                    let parsed = conn
+                    // A reply that does not parse may be another version's: its versions,
+                    // if it says them, make the ERROR.
+                    let (len, parsed, versions) = conn
                         .result_with(|text| {
-                            (text.len(), wire::parse_bounded::<RoundReply>(text, limit))
+                            let parsed = wire::parse_bounded::<RoundReply>(text, limit);
+                            let versions = match &parsed {
+                                Err(WireError::Invalid(_)) => {
+                                    wire::parse_bounded::<Versions>(text, limit).ok()
+                                }
+                                _ => None,
+                            };
+                            (text.len(), parsed, versions)
                         })
-                        .unwrap_or((0, Err(WireError::Invalid("no answer".into()))));
-                    *bytes += parsed.0 as u64;
-                    let reply = parsed
-                        .1
-                        .and_then(|r| r.check(request).map(|()| r).map_err(WireError::Invalid))
-                        .unwrap_or_else(|e| bad_reply(&shard.name, e));
+                        .unwrap_or((0, Err(WireError::Invalid("no answer".into())), None));
+                    *bytes += len as u64;
+                    let versions = match &parsed {
+                        Ok(r) => Some(Versions {
+                            version: r.version.clone(),
+                            protocol: r.protocol,
+                        }),
+                        Err(_) => versions,
+                    };
+                    // Another version's fields may mean something else: refused before any is
+                    // used.
+                    if let Some(v) = versions.filter(|v| !v.are_ours()) {
+                        raise(
+                            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                            format!(
+                                "shard server \"{}\" runs {}, this server {}",
+                                shard.name,
+                                v.theirs(),
+                                Versions::ours()
+                            ),
+                            Some("Install the same corgipile version on every server (ALTER EXTENSION corgipile UPDATE after installing the same build).".into()),
+                        );
+                    }
+                    let reply = parsed.unwrap_or_else(|e| bad_reply(&shard.name, e));
+                    if let Err(why) = reply.check(request) {
+                        bad_reply(&shard.name, WireError::Invalid(why));
+                    }
                     replies[i] = Some(reply);
                 } else {
                     waiting = true;
@@ -253,10 +285,11 @@ pub fn evaluate(
     let kind = config.model;
     let _progress = progress::start(&config.relation, kind.name(), 1);
     progress::phase("evaluation");
-    let version = env!("CARGO_PKG_VERSION").to_string();
+    let version = this_version().to_string();
     let mut shards = open_shards(leaves, &version);
     let request = RoundRequest {
         version,
+        protocol: PROTOCOL,
         phase: Phase::Evaluate,
         epoch: 1,
         round: 0,
@@ -267,6 +300,7 @@ pub fn evaluate(
         extras: LearnedStatistics::default(),
         evaluate: Some(model),
         network: None,
+        classes: Vec::new(),
     };
     let at = RoundProgress {
         label: "evaluation".into(),

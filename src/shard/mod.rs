@@ -8,7 +8,13 @@
 //!
 //! Round 0 is a statistics pass on every shard: the merged statistics give the features'
 //! scales (`normalize`), the two label values of a binary model (so every shard maps labels
-//! alike), the class weights and the dense width every shard must have.
+//! alike), the class weights and the dense width every shard must have. A label numbered by
+//! class (softmax, a network's classes, a text label) comes back with each shard's classes;
+//! the coordinator merges them into one sorted numbering (`protocol::merge_classes`) and sends
+//! it with every training round, so that every shard's decoder numbers classes alike.
+//!
+//! Every message carries its sender's corgipile version and `protocol::PROTOCOL`: servers of
+//! different versions stop with an ERROR naming both (see `protocol`).
 
 pub mod coordinator;
 mod network;

@@ -23,23 +23,29 @@ pub(super) struct NetworkPlan {
     pub round: NetworkRound,
 }
 
-/// A network over the shards: its classes are the label values the shards counted, ascending
-/// (every shard numbers them so: `NetworkRound::classes`), class weights by that numbering, a
+/// A network over the shards: its classes are `merged`, every shard's classes merged by the
+/// coordinator (a label numbered by class: `stats` counts rows by their indices), or else the
+/// label values the shards counted, ascending (every shard numbers them so:
+/// `NetworkRound::classes`), class weights by that numbering, a
 /// regression's target standardized by the label's moments over all shards; its size checked
 /// against corgipile.max_model_memory before it is built.
 pub(super) fn network_plan(
     config: &PipelineConfig,
     stats: &FeatureStats,
     n_features: usize,
+    merged: &[ClassValue],
     extras: &mut LearnedStatistics,
 ) -> NetworkPlan {
     let kind = config.model;
     let params = &config.params;
     let counts = stats.class_counts();
-    let classes: Vec<ClassValue> = if kind.is_classifier() {
-        counts.iter().map(|&(v, _)| ClassValue::Number(v)).collect()
-    } else {
+    let numbered = !merged.is_empty();
+    let classes: Vec<ClassValue> = if !kind.is_classifier() {
         Vec::new()
+    } else if numbered {
+        merged.to_vec()
+    } else {
+        counts.iter().map(|&(v, _)| ClassValue::Number(v)).collect()
     };
     if kind.is_classifier() && classes.len() < 2 {
         raise(
@@ -53,12 +59,16 @@ pub(super) fn network_plan(
         );
     }
     if let (Some(class_weight), true) = (&params.class_weight, kind.is_classifier()) {
-        // By class index, as the shards' trainers see the labels.
-        let by_index: Vec<(f64, u64)> = counts
-            .iter()
-            .enumerate()
-            .map(|(i, &(_, n))| (i as f64, n))
-            .collect();
+        // By class index, as the shards' trainers see the labels (merged classes: counted so).
+        let by_index: Vec<(f64, u64)> = if numbered {
+            counts.clone()
+        } else {
+            counts
+                .iter()
+                .enumerate()
+                .map(|(i, &(_, n))| (i as f64, n))
+                .collect()
+        };
         let text = |i: f64| {
             classes
                 .get(i as usize)

@@ -5,7 +5,9 @@ use crate::catalog::check_schema_version;
 use crate::exec::sgd::{EvaluateShard, ShardRound};
 use crate::pg::error::raise;
 use crate::pg::guc::max_model_bytes;
-use crate::pipeline::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
+use crate::pipeline::protocol::{
+    EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
+};
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_model, parse_params, prepare};
@@ -31,15 +33,33 @@ pub(super) fn shard_round_here(
     if request.phase == Phase::Evaluate {
         return evaluate_shard_here(relid, leaf, kind, params, request);
     }
-    // A network's classes in the coordinator's numbering (see `NetworkRound`).
-    let classes = request
-        .network
-        .as_ref()
-        .map(|n| n.classes.clone())
-        .unwrap_or_default();
+    // The classes in the coordinator's numbering (a network's: `NetworkRound`; a softmax's or
+    // a text label's: `RoundRequest::classes`): this shard's decoder numbers labels so.
+    let classes = match &request.network {
+        Some(n) => n.classes.clone(),
+        None => request.classes.clone(),
+    };
+    let numbered = !classes.is_empty();
     let mut prepared = prepare(relid, kind, params, Mode::Train, classes, None);
     prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
+    // A linear model's round of a label numbered by class needs the coordinator's numbering
+    // (the shard's own would differ), and only such a round has one.
+    if request.phase == Phase::Train
+        && request.network.is_none()
+        && (numbered != prepared.config.label.uses_classes()
+            || (numbered && kind.is_binary() && request.classes.len() != 2))
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            if numbered {
+                "corgipile shard round: classes for a label that is not numbered by class"
+            } else {
+                "corgipile shard round: a round of a label numbered by class without the coordinator's classes"
+            },
+            None,
+        );
+    }
     prepared.run(ShardRound {
         request: request.clone(),
     })
@@ -134,8 +154,9 @@ fn corgipile_shard_round(
     let hint = || {
         Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
     };
-    let request: RoundRequest =
-        wire::parse_bounded(request.as_bytes(), crate::pg::guc::max_wire_bytes()).unwrap_or_else(|e| match e {
+    let limit = crate::pg::guc::max_wire_bytes();
+    let refuse = |e: wire::WireError| -> ! {
+        match e {
             wire::WireError::TooLarge { .. } => raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),
@@ -146,23 +167,34 @@ fn corgipile_shard_round(
                 format!("invalid corgipile shard request: {why}"),
                 hint(),
             ),
-        });
-    let version = env!("CARGO_PKG_VERSION");
-    if request.version != version {
+        }
+    };
+    // The versions first: another version's fields may mean something else (or be missing).
+    let versions: Versions =
+        wire::parse_bounded(request.as_bytes(), limit).unwrap_or_else(|e| refuse(e));
+    if !versions.are_ours() {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!(
-                "the coordinator runs corgipile {}, this shard {version}",
-                request.version
+                "the coordinator runs {}, this shard {}",
+                versions.theirs(),
+                Versions::ours()
             ),
-            Some("Install the same corgipile version on every server.".into()),
+            Some("Install the same corgipile version on every server (ALTER EXTENSION corgipile UPDATE after installing the same build).".into()),
         );
     }
-    // Linear sharded trainings are binary or regression models (one output); a network's
-    // round and an evaluation's model say their own outputs.
+    debug_assert_eq!(versions.protocol, PROTOCOL);
+    let request: RoundRequest =
+        wire::parse_bounded(request.as_bytes(), limit).unwrap_or_else(|e| refuse(e));
+    // A linear sharded training has one output (binary kinds, regression) or one per class
+    // of the coordinator's numbering (softmax); a network's round and an evaluation's model
+    // say their own outputs.
     let outputs = match (&request.evaluate, &request.network) {
         (Some(e), _) => e.model.n_outputs().max(1),
         (None, Some(n)) => n.classes.len().max(1),
+        (None, None) if kind.has_class_outputs() && request.phase == Phase::Train => {
+            request.classes.len().max(2)
+        }
         (None, None) => 1,
     };
     if let Err(why) = request.check(outputs) {
@@ -183,6 +215,8 @@ fn corgipile_shard_round(
         max_model_bytes(),
         "the coordinator's request",
     );
-    let reply = shard_round_here(relation.oid(), None, kind, &params, &request);
+    let mut reply = shard_round_here(relation.oid(), None, kind, &params, &request);
+    reply.version = crate::pipeline::protocol::this_version().to_string();
+    reply.protocol = PROTOCOL;
     serde_json::to_string(&reply).expect("reply serializes")
 }

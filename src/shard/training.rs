@@ -10,8 +10,10 @@ use super::leaves::Leaf;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
-use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest};
-use crate::pipeline::ClassValue;
+use crate::pipeline::protocol::{
+    merge_classes, merged_index, this_version, Phase, RoundReply, RoundRequest, PROTOCOL,
+};
+use crate::pipeline::{ClassValue, LabelCoding};
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::network::{network_plan, NetworkPlan};
 use corgipile_ml::divergence::{diverged, zero_model_loss};
@@ -21,14 +23,18 @@ use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochPart, EpochRecord,
-    EpochTotals, LrSchedule,
+    EpochTotals, LrSchedule, MAX_CLASSES,
 };
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::time::Instant;
 
 /// What round 0 found on every shard.
 struct RoundZero {
+    /// Rows counted by class index of `classes` when the label is numbered by class.
     stats: FeatureStats,
+    /// A label numbered by class (softmax, a network's classes, a text label): every shard's
+    /// classes in one numbering (`merge_classes`). Empty otherwise.
+    classes: Vec<ClassValue>,
     n_features: usize,
     rows_skipped: u64,
     seconds: f64,
@@ -44,10 +50,9 @@ struct ShardPlan {
     /// The combined parameters, round by round; the first `n_weights` are the weights.
     model_rounds: DeltaRounds,
     n_weights: usize,
+    /// A linear model's outputs: one per class for softmax, else one.
+    outputs: usize,
 }
-
-/// A linear model's outputs over shards (one: binary kinds and regression).
-const OUTPUTS: usize = 1;
 
 /// Trains `config`'s model over the shards of a sharded table. `run_local` runs a request on a
 /// local partition in this backend.
@@ -60,13 +65,14 @@ pub fn train(
     let params = &config.params;
     let kind = config.model;
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
-    let version = env!("CARGO_PKG_VERSION").to_string();
+    let version = this_version().to_string();
     let mut shards = open_shards(leaves, &version);
     let params_json = shard_params(params);
     let model_name = kind.name();
     // Round 0: statistics.
     let mut request = RoundRequest {
         version: version.clone(),
+        protocol: PROTOCOL,
         phase: Phase::Statistics,
         epoch: 1,
         round: 0,
@@ -77,6 +83,7 @@ pub fn train(
         extras: LearnedStatistics::default(),
         evaluate: None,
         network: None,
+        classes: Vec::new(),
     };
     let mut bytes = 0u64;
     // SAFETY: FFI calls on the backend thread, in the SQL call's transaction; no raw pointers.
@@ -92,6 +99,7 @@ pub fn train(
     };
     let RoundZero {
         stats,
+        classes: numbered,
         n_features,
         rows_skipped,
         seconds: statistics_seconds,
@@ -103,9 +111,14 @@ pub fn train(
         zero_loss,
         mut model_rounds,
         n_weights,
-    } = shard_plan(config, &stats, n_features);
+        outputs,
+    } = shard_plan(config, &stats, n_features, &numbered);
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
+    // A linear model of a label numbered by class: every shard decodes by this numbering.
+    if request.network.is_none() {
+        request.classes = numbered.clone();
+    }
     // The combined model's epochs, run by the policy one server runs (one learner, no
     // patience: shards take no validation yet; the shard line is this driver's own).
     let mut fit: Fit<()> = Fit::new(
@@ -211,15 +224,28 @@ pub fn train(
         Some(finished) => finished.epochs,
         None => Vec::new(),
     };
-    let mut model = combined_model(kind, n_features, model_rounds.finish(), n_weights, network);
+    let mut model = combined_model(
+        kind,
+        n_features,
+        outputs,
+        model_rounds.finish(),
+        n_weights,
+        network,
+    );
     let standardizer = request.extras.standardizer.clone();
     if let Some(s) = &standardizer {
         model = model.fold_standardizer(s);
     }
     let classes = match (request.extras.label_values, &request.network) {
+        // A binary kind of a text label: its two classes, by their indices.
+        (Some((neg, pos)), _) if !numbered.is_empty() => {
+            let class = |v: f64| numbered[v as usize].clone();
+            vec![class(neg), class(pos)]
+        }
         (Some((neg, pos)), _) => vec![ClassValue::Number(neg), ClassValue::Number(pos)],
         (None, Some(n)) => n.classes.clone(),
-        (None, None) => Vec::new(),
+        // A softmax: every class, in the coordinator's numbering.
+        (None, None) => numbered,
     };
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
     let summary = ShardSummary {
@@ -256,6 +282,7 @@ pub fn train(
 fn combined_model(
     kind: ModelKind,
     n_features: usize,
+    outputs: usize,
     mut params: Vec<f64>,
     n_weights: usize,
     network: Option<NetworkPlan>,
@@ -270,7 +297,7 @@ fn combined_model(
             Model::new(LinearModel {
                 kind,
                 n_features,
-                n_outputs: OUTPUTS,
+                n_outputs: outputs,
                 weights: params,
                 bias,
             })
@@ -304,6 +331,50 @@ unsafe fn statistics_round(
         bytes,
         &at,
     );
+    // A label numbered by class: every shard's classes in one numbering, and each shard's
+    // counts by its own class indices renumbered into it before they merge.
+    let uses_classes = config.label.uses_classes();
+    let texts = config.label == LabelCoding::ClassOfText;
+    for (reply, shard) in replies.iter().zip(shards.iter()) {
+        let fits = if uses_classes {
+            // Its rows' classes, numbers or texts as the label column holds them; rows counted
+            // by class come with them (`RoundReply::check`: by their indices).
+            reply
+                .classes
+                .iter()
+                .all(|c| matches!(c, ClassValue::Text(_)) == texts)
+                && (!reply.classes.is_empty()
+                    || reply
+                        .stats
+                        .as_ref()
+                        .is_none_or(|s| s.class_counts().is_empty()))
+        } else {
+            reply.classes.is_empty()
+        };
+        if !fits {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                format!("shard server \"{}\" sent an answer corgipile cannot use: classes other than its label's", shard.name),
+                Some("The shard must run corgipile's own corgipile_shard_round, of this version.".into()),
+            );
+        }
+    }
+    let classes = if uses_classes {
+        merge_classes(replies.iter().map(|r| r.classes.as_slice()))
+    } else {
+        Vec::new()
+    };
+    if classes.len() > MAX_CLASSES {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "the label column of {} has {} distinct values on its shards, more than {MAX_CLASSES}",
+                config.relation,
+                classes.len()
+            ),
+            Some(format!("softmax supports at most {MAX_CLASSES} classes.")),
+        );
+    }
     let mut stats: Option<FeatureStats> = None;
     let mut width: Option<(usize, &str)> = None;
     let mut rows_skipped = 0u64;
@@ -324,6 +395,21 @@ unsafe fn statistics_round(
             }
         }
         if let Some(s) = &reply.stats {
+            let renumbered;
+            let s = if reply.classes.is_empty() {
+                s
+            } else {
+                // Every class of the shard is in the merged list (made from it).
+                let to: Vec<f64> = reply
+                    .classes
+                    .iter()
+                    .map(|c| merged_index(&classes, c).expect("a merged class") as f64)
+                    .collect();
+                let mut r = s.clone();
+                r.relabel_classes(&to);
+                renumbered = r;
+                &renumbered
+            };
             match &mut stats {
                 Some(all) => all.merge(s),
                 None => stats = Some(s.clone()),
@@ -341,15 +427,22 @@ unsafe fn statistics_round(
         FeatureLayout::Sparse { n_features, .. } => n_features.unwrap_or(0) as usize,
         _ => width.map_or(stats.n_features(), |w| w.0),
     };
-    // The shards said how wide the rows are: the model must fit before it is allocated.
+    // The shards said how wide the rows are (and a softmax's classes): the model must fit
+    // before it is allocated. (A network's size is checked as it is planned.)
+    let outputs = if config.model.family().sized_by_statistics() {
+        1
+    } else {
+        config.model.outputs_for(classes.len()).max(1)
+    };
     crate::pg::guc::check_model_size(
         n_features as u64,
-        1,
+        outputs as u64,
         crate::pg::guc::max_model_bytes(),
         "the rows of the shards",
     );
     RoundZero {
         stats,
+        classes,
         n_features,
         rows_skipped,
         seconds: stats_started.elapsed().as_secs_f64(),
@@ -357,8 +450,15 @@ unsafe fn statistics_round(
 }
 
 /// What every shard trains by: the scaling (`normalize`), a binary kind's two labels and class
-/// weights, a network's classes and initial weights, and how the shards' changes combine.
-fn shard_plan(config: &PipelineConfig, stats: &FeatureStats, n_features: usize) -> ShardPlan {
+/// weights, a softmax's classes and class weights, a network's classes and initial weights,
+/// and how the shards' changes combine. `classes`: the merged classes of a label numbered by
+/// class (`stats` counts rows by their indices), else empty.
+fn shard_plan(
+    config: &PipelineConfig,
+    stats: &FeatureStats,
+    n_features: usize,
+    classes: &[ClassValue],
+) -> ShardPlan {
     let params = &config.params;
     let kind = config.model;
     let mut extras = LearnedStatistics::default();
@@ -367,22 +467,41 @@ fn shard_plan(config: &PipelineConfig, stats: &FeatureStats, n_features: usize) 
         let sparse = matches!(config.layout, FeatureLayout::Sparse { .. });
         extras.standardizer = Some(normalizing_scaler(stats, sparse, params.fit_intercept));
     }
-    // A network: its classes (the shards' label values, ascending) and its initial weights.
+    // A network: its classes (the merged ones, or the shards' label values ascending) and its
+    // initial weights.
     let network = kind
         .family()
         .sized_by_statistics()
-        .then(|| network_plan(config, stats, n_features, &mut extras));
-    if kind.is_binary() {
+        .then(|| network_plan(config, stats, n_features, classes, &mut extras));
+    // Labels named as class_weight names them: a class numbered by the coordinator by its
+    // value or text, a label value as itself.
+    let label_text = |v: f64| match classes.get(v as usize) {
+        Some(c) => c.to_text(),
+        None => config.label.value_text(v),
+    };
+    let softmax = network.is_none() && kind.has_class_outputs();
+    if softmax && classes.len() < 2 {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "the label column of {} has only one distinct value (on its shards)",
+                config.relation
+            ),
+            Some("Classifiers need rows of at least two classes.".into()),
+        );
+    }
+    if kind.is_binary() || (softmax && params.class_weight.is_some()) {
         let settled = settle_labels(
             kind,
             &stats.class_counts(),
             params.class_weight.as_ref(),
-            &|v| config.label.value_text(v),
+            &label_text,
         )
         .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
         extras.label_values = settled.label_values;
         extras.class_weights = settled.class_weights;
     }
+    let outputs = if softmax { classes.len() } else { 1 };
     extras.clone().apply(&mut train_config);
 
     // Adding the shards' changes is right while each round moves the model a little; when
@@ -409,7 +528,7 @@ fn shard_plan(config: &PipelineConfig, stats: &FeatureStats, n_features: usize) 
             let average_from = params
                 .average
                 .then_some(if params.epochs >= 2 { 2 } else { 1 });
-            let n_weights = n_features * OUTPUTS;
+            let n_weights = n_features * outputs;
             // Linear regression moves by the mean of the shards' changes too: the sum of
             // changes each made from the same stale start overshoots an unbounded squared-loss
             // gradient (measured: diverged in epoch 1 with 3 shards). Classifiers keep the sum,
@@ -417,7 +536,7 @@ fn shard_plan(config: &PipelineConfig, stats: &FeatureStats, n_features: usize) 
             let regression = kind.labels() == corgipile_ml::model::Labels::Number;
             (
                 n_weights,
-                DeltaRounds::new(n_weights + OUTPUTS, average_from).with_mean_of_parts(regression),
+                DeltaRounds::new(n_weights + outputs, average_from).with_mean_of_parts(regression),
             )
         }
     };
@@ -428,5 +547,6 @@ fn shard_plan(config: &PipelineConfig, stats: &FeatureStats, n_features: usize) 
         zero_loss,
         model_rounds,
         n_weights,
+        outputs,
     }
 }

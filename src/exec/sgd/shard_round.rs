@@ -8,7 +8,8 @@ use super::statistics::gather_statistics;
 use super::{checked_learner, inputs_only};
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
-use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest};
+use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest, MAX_CLASS_TEXT};
+use crate::pipeline::ClassValue;
 use crate::pipeline::{BlockShare, FeatureLayout, Mode};
 use corgipile_ml::learner::Shape;
 use corgipile_ml::network::{Optimizer, Target};
@@ -72,30 +73,39 @@ impl SgdNode {
         let double_buffer = self.config.params.double_buffer;
         let shuffle = self.shuffle();
         let mut width = None;
-        let mut stats = gather_statistics(shuffle, classifier, double_buffer, |b| {
+        let stats = gather_statistics(shuffle, classifier, double_buffer, |b| {
             if dense {
                 width.get_or_insert(b.arena.n_features());
             }
         });
-        // A network's labels are class indices in this shard's numbering: counted by value, so
-        // that the coordinator numbers the classes of every shard alike.
-        if self.config.model.has_class_outputs() {
-            let values: Vec<f64> = shuffle
-                .rows()
-                .classes()
-                .classes
-                .iter()
-                .map(|c| c.as_f64().unwrap_or(f64::NAN))
-                .collect();
-            if let Some(s) = stats.as_mut() {
-                s.relabel_classes(&values);
+        // A label numbered by class (softmax, a network's classes, a text label): the rows are
+        // counted by class index in this shard's numbering, sent with the classes it numbers,
+        // so that the coordinator numbers every shard's classes alike.
+        let classes = if self.config.label.uses_classes() {
+            let classes = shuffle.rows().classes().classes.clone();
+            if let Some(long) = classes.iter().find_map(|c| match c {
+                ClassValue::Text(t) if t.len() > MAX_CLASS_TEXT => Some(t.len()),
+                _ => None,
+            }) {
+                raise(
+                    PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                    format!(
+                        "a label of {} on this shard is {long} bytes long, over the {MAX_CLASS_TEXT} bytes a sharded training numbers",
+                        self.config.relation
+                    ),
+                    Some("Labels are class names: train on a view that maps them to short names or numbers.".into()),
+                );
             }
-        }
+            classes
+        } else {
+            Vec::new()
+        };
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),
             rows_skipped: shuffle.counts().rows_skipped,
             stats,
             width,
+            classes,
             ..RoundReply::default()
         }
     }
@@ -148,6 +158,16 @@ impl SgdNode {
                         mean: n.target_mean,
                         scale: n.target_scale,
                     },
+                }
+            }
+            // A softmax has one output per class of the coordinator's numbering from the start.
+            (None, false) if kind.has_class_outputs() => {
+                if request.classes.len() < 2 {
+                    other_shape();
+                }
+                Shape {
+                    outputs: request.classes.len(),
+                    ..inputs_only(request.n_features)
                 }
             }
             (None, false) => inputs_only(request.n_features),
@@ -217,6 +237,22 @@ impl SgdNode {
                     })
                 }
             });
+        }
+        // The decoder numbered a label the coordinator's statistics round did not see (rows
+        // added between rounds): the model would have another shape on this shard.
+        let numbered = match &request.network {
+            Some(n) => n.classes.len(),
+            None => request.classes.len(),
+        };
+        if numbered > 0 && shuffle.rows().classes().len() > numbered {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "{} has a label value that the statistics round of this sharded training did not see",
+                    self.config.relation
+                ),
+                Some("The shard's rows changed during the training: train again.".into()),
+            );
         }
         if weights.len() != start.len() {
             raise(
