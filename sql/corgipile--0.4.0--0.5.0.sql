@@ -294,3 +294,22 @@ CREATE FUNCTION "corgipile_model_coefficients"(
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_model_coefficients_by_name_wrapper';
+
+-- A model as the text of a plain PL/pgSQL function that scores a row as the model does.
+CREATE FUNCTION "corgipile_export_sql"(
+	"model_id" bigint, /* i64 */
+	"function_name" TEXT DEFAULT NULL, /* Option < & str > */
+	"output" TEXT DEFAULT 'predict' /* & str */
+) RETURNS TEXT /* String */
+STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_export_sql_wrapper';
+
+CREATE FUNCTION "corgipile_export_sql"(
+	"model_name" TEXT, /* & str */
+	"function_name" TEXT DEFAULT NULL, /* Option < & str > */
+	"output" TEXT DEFAULT 'predict' /* & str */
+) RETURNS TEXT /* String */
+STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_export_sql_by_name_wrapper';

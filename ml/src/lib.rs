@@ -11,6 +11,8 @@
 //! - [`divergence`]: when a training has diverged (one rule for one server and for shards).
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
+//! - [`export`]: a trained model as the text of a plain PL/pgSQL function that scores a row
+//!   as the model does (its preprocessing, then its arithmetic).
 //! - [`family`]: which family (linear, network, factorization machine) each kind belongs to.
 //! - [`fm`]: factorization machines (`fm`, `fm_regression`): pairs of features weighed by
 //!   their factors' dot products, trained as networks are.
@@ -51,6 +53,7 @@ pub mod arena;
 pub mod capabilities;
 pub mod divergence;
 pub mod explain;
+pub mod export;
 pub mod family;
 pub mod fit;
 pub mod fm;

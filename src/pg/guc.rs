@@ -1,4 +1,4 @@
-//! Server settings. Both are superuser-only, so an ordinary role cannot raise its own limit.
+//! Server settings. All are superuser-only, so an ordinary role cannot raise its own limit.
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
@@ -9,6 +9,9 @@ pub static MAX_BUFFER_MEMORY_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 
 /// Upper bound, in kB, on the memory of one model while it trains (see
 /// `corgipile_ml::limits::model_memory_bytes` for what is counted).
 pub static MAX_MODEL_MEMORY_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 1024);
+
+/// Upper bound, in kB, on the text of one exported model (corgipile_export_sql).
+pub static MAX_EXPORT_SIZE_KB: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -31,10 +34,24 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::UNIT_KB,
     );
+    GucRegistry::define_int_guc(
+        c"corgipile.max_export_size",
+        c"Maximum size of the text of one model exported by corgipile_export_sql.",
+        c"An export whose text would be larger (estimated from the model's parameters and categories before it is built) is an error.",
+        &MAX_EXPORT_SIZE_KB,
+        1,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
 }
 
 pub fn max_buffer_bytes() -> u64 {
     MAX_BUFFER_MEMORY_KB.get().max(0) as u64 * 1024
+}
+
+pub fn max_export_bytes() -> u64 {
+    MAX_EXPORT_SIZE_KB.get().max(0) as u64 * 1024
 }
 
 pub fn max_model_bytes() -> u64 {

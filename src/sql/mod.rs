@@ -35,6 +35,7 @@ macro_rules! by_id_and_name {
 }
 
 pub mod evaluate;
+pub mod export;
 pub mod importance;
 pub mod manage;
 pub mod tables;

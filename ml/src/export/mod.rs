@@ -1,0 +1,767 @@
+//! A trained model as the text of a `CREATE FUNCTION` statement: a PL/pgSQL function (no
+//! extension, no other language) that scores a row exactly as the model does. Its arguments
+//! are the model's columns in order (a column-list model) or one `float8[]` (an array model);
+//! its body applies the stored preprocessing (imputation, one-hot categories with their
+//! `(other)` and `(null)` slots, piecewise-linear bins, date/time parts) into a feature array,
+//! then the model's arithmetic in the order corgipile adds its terms (so that linear models
+//! agree to the last bit or nearly), then the head: a class (by the stored label values), a
+//! value, the decision value or the probabilities.
+//!
+//! Not exportable: hashed text columns (the hash is 64-bit wrapping arithmetic plain SQL does
+//! not have), sparse (indices, values) models, per-group models (the caller refuses those).
+//! Files: `quote` (identifiers, literals, numbers, the dollar quote).
+
+use std::fmt::Write as _;
+
+use crate::model::{Labels, ModelKind, Predictor};
+use crate::network::Activation;
+use crate::preprocess::{Encoding, Impute, Preprocessor, Source, TimeKind, TimePart};
+use crate::trained::{Layer, Model};
+
+pub mod quote;
+
+/// What the model reads.
+pub enum Inputs<'a> {
+    /// A column list: one argument per column.
+    Columns(&'a Preprocessor),
+    /// One array column (`n_features` elements), one `float8[]` argument named after it.
+    Array { column: &'a str },
+}
+
+/// The label values of a classifier's classes, by class index (two classes: negative,
+/// positive).
+pub enum Classes<'a> {
+    /// A regression.
+    None,
+    Numbers(&'a [f64]),
+    Texts(&'a [String]),
+}
+
+/// What the exported function returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// What `corgipile_predict` returns: the class (its label value, a number or text) or the
+    /// value.
+    Predict,
+    /// What `corgipile_decision_function` returns (kinds with one output).
+    Decision,
+    /// What `corgipile_predict_proba` returns (logistic and the kinds with one output per
+    /// class).
+    Proba,
+}
+
+impl Output {
+    pub const NAMES: [&'static str; 3] = ["predict", "decision", "proba"];
+
+    pub fn parse(name: &str) -> Option<Output> {
+        match name {
+            "predict" => Some(Output::Predict),
+            "decision" => Some(Output::Decision),
+            "proba" => Some(Output::Proba),
+            _ => None,
+        }
+    }
+}
+
+/// An export to write.
+pub struct Export<'a> {
+    /// The function's name (quoted as one identifier).
+    pub function: &'a str,
+    pub model: &'a Model,
+    pub inputs: Inputs<'a>,
+    pub classes: Classes<'a>,
+    pub output: Output,
+    /// The most bytes the text may have (checked on an estimate before anything is written,
+    /// and on the text).
+    pub max_bytes: u64,
+}
+
+/// Why a model cannot be exported.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExportError {
+    #[error("column \"{column}\" is hashed into buckets, which a plain SQL function cannot reproduce")]
+    Hashed { column: String },
+    #[error("the exported function would take {bytes} bytes, more than the limit of {limit}")]
+    TooLarge { bytes: u64, limit: u64 },
+    #[error("the model holds a parameter that is NaN or Infinity")]
+    NotFinite,
+    #[error("the function name is empty")]
+    EmptyName,
+    #[error("a {kind} model has no {output} output")]
+    NoSuchOutput { kind: &'static str, output: &'static str },
+    #[error("the model's {classes} stored classes do not match its {outputs} outputs")]
+    Classes { classes: usize, outputs: usize },
+    #[error("out of memory listing the model's weights")]
+    OutOfMemory,
+}
+
+/// Terms added in one statement (a longer chain of `+` would make a deep expression tree).
+const CHAIN: usize = 64;
+
+/// Bytes a weight's term may take in the text (`+ '<25 chars>'::float8 * _x[<7 digits>]`),
+/// with the statements' overhead: the estimate's unit.
+const TERM_BYTES: u64 = 64;
+
+/// The bytes the text of `e` may take, from the model's parameters and the preprocessing's
+/// categories and bins: what the limit is checked on before anything is built.
+pub fn estimate(e: &Export) -> u64 {
+    let model = e.model;
+    // A factorization machine's factor appears twice (in its sum and in the squares).
+    let per_param = match model.kind().family_kind() {
+        Arithmetic::Fm => 2 * TERM_BYTES + 16,
+        _ => TERM_BYTES,
+    };
+    let mut bytes = 4096u64.saturating_add((model.n_params() as u64).saturating_mul(per_param));
+    if let Inputs::Columns(p) = &e.inputs {
+        for c in &p.columns {
+            bytes = bytes.saturating_add(1024 + 4 * c.name.len() as u64);
+            bytes = bytes.saturating_add(match &c.encoding {
+                Encoding::OneHot { categories, .. } => categories
+                    .iter()
+                    .map(|k| 4 * k.len() as u64 + 8)
+                    .sum::<u64>(),
+                Encoding::Ple { edges, .. } => 256 * edges.len() as u64,
+                Encoding::Array { fill, .. } => 32 * fill.len() as u64,
+                _ => 0,
+            });
+        }
+    }
+    if let Classes::Texts(t) = &e.classes {
+        bytes = bytes.saturating_add(t.iter().map(|k| 4 * k.len() as u64 + 8).sum::<u64>());
+    }
+    bytes
+}
+
+/// Which arithmetic a kind's model does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arithmetic {
+    Linear,
+    Fm,
+    Network,
+}
+
+trait FamilyKind {
+    fn family_kind(self) -> Arithmetic;
+}
+
+impl FamilyKind for ModelKind {
+    fn family_kind(self) -> Arithmetic {
+        match self {
+            ModelKind::Svm | ModelKind::Logistic | ModelKind::Linear | ModelKind::Softmax => {
+                Arithmetic::Linear
+            }
+            ModelKind::Mlp | ModelKind::MlpRegression => Arithmetic::Network,
+            ModelKind::Fm | ModelKind::FmRegression => Arithmetic::Fm,
+        }
+    }
+}
+
+/// Internal variables of the body (parameters are read as `$n`; their names are left out when
+/// one would clash with these).
+const VARIABLES: [&str; 20] = [
+    "_x", "_z", "_v", "_s", "_r", "_t", "_q", "_a", "_h", "_g", "_p", "_e", "_k", "_i", "_d",
+    "_m", "_l0", "_l1", "_l2", "_l3",
+];
+
+/// The text of `CREATE FUNCTION` for `e` (see the module).
+pub fn export_sql(e: &Export) -> Result<String, ExportError> {
+    if e.function.is_empty() {
+        return Err(ExportError::EmptyName);
+    }
+    let estimated = estimate(e);
+    if estimated > e.max_bytes {
+        return Err(ExportError::TooLarge {
+            bytes: estimated,
+            limit: e.max_bytes,
+        });
+    }
+    let model = e.model;
+    let kind = model.kind();
+    let labels = kind.labels();
+    let n_out = model.n_outputs();
+    // What the function returns, and the classes' literals.
+    let (returns, classes) = match (e.output, labels) {
+        (Output::Decision, Labels::Classes) => {
+            return Err(ExportError::NoSuchOutput {
+                kind: kind.name(),
+                output: "decision",
+            })
+        }
+        (Output::Proba, _) if !kind.has_proba() => {
+            return Err(ExportError::NoSuchOutput {
+                kind: kind.name(),
+                output: "proba",
+            })
+        }
+        (Output::Decision, _) => ("float8", Vec::new()),
+        (Output::Proba, _) => ("float8[]", Vec::new()),
+        (Output::Predict, Labels::Number) => ("float8", Vec::new()),
+        (Output::Predict, _) => {
+            let wanted = if labels == Labels::TwoClasses { 2 } else { n_out };
+            let (returns, literals) = match &e.classes {
+                Classes::Numbers(v) => (
+                    "float8",
+                    v.iter()
+                        .map(|&c| quote::float(c).ok_or(ExportError::NotFinite))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+                Classes::Texts(t) => ("text", t.iter().map(|k| quote::literal(k)).collect()),
+                Classes::None => ("float8", Vec::new()),
+            };
+            if literals.len() != wanted {
+                return Err(ExportError::Classes {
+                    classes: literals.len(),
+                    outputs: wanted,
+                });
+            }
+            (returns, literals)
+        }
+    };
+    let layers = model.layers().map_err(|_| ExportError::OutOfMemory)?;
+    if layers
+        .iter()
+        .any(|l| !l.weights.iter().chain(&l.biases).all(|v| v.is_finite()))
+    {
+        return Err(ExportError::NotFinite);
+    }
+    let n = model.n_features();
+
+    let mut w = Writer::default();
+    // The arguments and the features.
+    let (arguments, strict) = match &e.inputs {
+        Inputs::Columns(p) => {
+            let clash = p.columns.iter().any(|c| VARIABLES.contains(&c.name.as_str()));
+            let mut args = Vec::new();
+            for (i, c) in p.columns.iter().enumerate() {
+                let t = argument_type(c.source, &c.encoding);
+                args.push(if clash {
+                    t.to_owned()
+                } else {
+                    format!("{} {t}", quote::ident(&c.name))
+                });
+                w.column(i + 1, c, &c.encoding)?;
+            }
+            (args, false)
+        }
+        Inputs::Array { column } => {
+            let name = if VARIABLES.contains(column) {
+                String::new()
+            } else {
+                format!("{} ", quote::ident(column))
+            };
+            w.array(n);
+            (vec![format!("{name}float8[]")], true)
+        }
+    };
+    // The model.
+    let dense = matches!(e.inputs, Inputs::Array { .. });
+    match kind.family_kind() {
+        Arithmetic::Linear => w.linear(&layers[0], dense)?,
+        Arithmetic::Fm => w.fm(&layers[0], &layers[1])?,
+        Arithmetic::Network => {
+            let (_, activation) = model.shape();
+            w.network(&layers, activation.unwrap_or(Activation::Relu))?
+        }
+    }
+    // The head.
+    match e.output {
+        Output::Decision => w.line("RETURN _z[1];"),
+        Output::Proba if labels == Labels::TwoClasses => {
+            w.line("_t := _z[1];");
+            w.line(&format!(
+                "RETURN ARRAY[{}, {}];",
+                sigmoid("(-_t)"),
+                sigmoid("_t")
+            ));
+        }
+        Output::Proba => {
+            w.line("_t := _z[1];");
+            w.line(&format!("FOR _i IN 2..{n_out} LOOP"));
+            w.line("  _t := GREATEST(_t, _z[_i]);");
+            w.line("END LOOP;");
+            w.line(&format!("_e := array_fill(0::float8, ARRAY[{n_out}]);"));
+            w.line("_s := 0;");
+            w.line(&format!("FOR _i IN 1..{n_out} LOOP"));
+            w.line("  _v := _z[_i] - _t;");
+            w.line(&format!("  _e[_i] := {};", exp("_v")));
+            w.line("  _s := _s + _e[_i];");
+            w.line("END LOOP;");
+            w.line("_s := 1 / _s;");
+            w.line(&format!("FOR _i IN 1..{n_out} LOOP"));
+            w.line("  _e[_i] := _e[_i] * _s;");
+            w.line("END LOOP;");
+            w.line("RETURN _e;");
+        }
+        Output::Predict => match labels {
+            Labels::Number => w.line("RETURN _z[1];"),
+            Labels::TwoClasses => {
+                w.line(&format!(
+                    "IF _z[1] >= 0 THEN RETURN {}; ELSE RETURN {}; END IF;",
+                    classes[1], classes[0]
+                ));
+            }
+            Labels::Classes => {
+                // The first largest score, as corgipile's argmax.
+                w.line("_k := 1;");
+                w.line(&format!("FOR _i IN 2..{n_out} LOOP"));
+                w.line("  IF _z[_i] > _z[_k] THEN _k := _i; END IF;");
+                w.line("END LOOP;");
+                w.line(&format!(
+                    "RETURN (ARRAY[{}]::{returns}[])[_k];",
+                    classes.join(", ")
+                ));
+            }
+        },
+    }
+
+    let mut body = String::new();
+    body.push_str("\nDECLARE\n");
+    let _ = writeln!(body, "  _x float8[] := array_fill(0::float8, ARRAY[{n}]);");
+    let _ = writeln!(body, "  _z float8[] := array_fill(0::float8, ARRAY[{n_out}]);");
+    body.push_str("  _v float8; _s float8; _r float8; _t float8; _q float8;\n");
+    body.push_str("  _l0 float8; _l1 float8; _l2 float8; _l3 float8;\n");
+    body.push_str("  _a float8[]; _h float8[]; _g float8[]; _p float8[]; _e float8[];\n");
+    body.push_str("  _k int4; _i int4; _d int8; _m int8;\n");
+    body.push_str("BEGIN\n");
+    body.push_str(&w.out);
+    body.push_str("END\n");
+    let tag = quote::dollar_tag(&body);
+    let mut sql = String::new();
+    let _ = write!(
+        sql,
+        "CREATE FUNCTION {}({}) RETURNS {returns}\nLANGUAGE plpgsql IMMUTABLE PARALLEL SAFE{}\nSET search_path = pg_catalog, pg_temp\nAS {tag}{body}{tag};\n",
+        quote::ident(e.function),
+        arguments.join(", "),
+        if strict { " STRICT" } else { "" },
+    );
+    if sql.len() as u64 > e.max_bytes {
+        return Err(ExportError::TooLarge {
+            bytes: sql.len() as u64,
+            limit: e.max_bytes,
+        });
+    }
+    Ok(sql)
+}
+
+/// The SQL type of a column's argument.
+fn argument_type(source: Source, encoding: &Encoding) -> &'static str {
+    match source {
+        Source::Number => "float8",
+        Source::Text => "text",
+        Source::NumberArray => "float8[]",
+        Source::Time(TimeKind::Date) => "date",
+        Source::Time(TimeKind::Timestamp) => match encoding {
+            Encoding::Time { zone: Some(_), .. } => "timestamptz",
+            _ => "timestamp",
+        },
+        Source::Time(TimeKind::Time) => "time",
+        Source::Time(TimeKind::Interval) => "interval",
+    }
+}
+
+/// `exp(a)` of a variable `a` without PostgreSQL's underflow ERROR (its exp raises one where
+/// C's returns 0 or a subnormal): 0 below where a double's exp is 0, and a subnormal's close
+/// value in between.
+fn exp(a: &str) -> String {
+    format!(
+        "CASE WHEN {a} >= -708 THEN exp({a}) WHEN {a} < -746 THEN 0 ELSE exp({a} + 64) * '1.603810890548638e-28'::float8 END"
+    )
+}
+
+/// corgipile's sigmoid of `t` (exp only of a non-positive value).
+fn sigmoid(t: &str) -> String {
+    format!(
+        "CASE WHEN {t} >= 0 THEN 1 / (1 + {}) ELSE {} / (1 + {}) END",
+        exp(&format!("(-{t})")),
+        exp(t),
+        exp(t)
+    )
+}
+
+/// The body's statements.
+#[derive(Default)]
+struct Writer {
+    out: String,
+}
+
+/// `'v'::float8`, or the error for a non-finite number.
+fn num(v: f64) -> Result<String, ExportError> {
+    quote::float(v).ok_or(ExportError::NotFinite)
+}
+
+impl Writer {
+    fn line(&mut self, s: &str) {
+        self.out.push_str("  ");
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    /// `var := init`, then the terms added left to right, [`CHAIN`] a statement: the sum in
+    /// exactly this order, as a loop adding them one by one.
+    fn sum(&mut self, var: &str, init: &str, terms: impl Iterator<Item = String>) {
+        let mut statement = format!("{var} := {init}");
+        let mut count = 0;
+        for t in terms {
+            if count == CHAIN {
+                statement.push(';');
+                self.line(&statement);
+                statement = format!("{var} := {var}");
+                count = 0;
+            }
+            statement.push_str(" + ");
+            statement.push_str(&t);
+            count += 1;
+        }
+        statement.push(';');
+        self.line(&statement);
+    }
+
+    fn raise(&mut self, code: &str, message: &str, hint: Option<&str>) {
+        let hint = hint.map_or(String::new(), |h| format!(", HINT = {}", quote::literal(h)));
+        self.line(&format!(
+            "RAISE EXCEPTION USING ERRCODE = '{code}', MESSAGE = {}{hint};",
+            quote::literal(message)
+        ));
+    }
+
+    /// `IF NOT finite(var) THEN RAISE` (NaN is larger than Infinity in PostgreSQL).
+    fn check_finite(&mut self, var: &str, column: &str) {
+        self.line(&format!(
+            "IF NOT ({var} > '-Infinity'::float8 AND {var} < 'Infinity'::float8) THEN"
+        ));
+        self.raise("22000", &format!("column \"{column}\" is NaN or Infinity"), None);
+        self.line("END IF;");
+    }
+
+    /// Argument `$arg`, column `c`, into the features from `c.offset` on.
+    fn column(
+        &mut self,
+        arg: usize,
+        c: &crate::preprocess::EncodedColumn,
+        encoding: &Encoding,
+    ) -> Result<(), ExportError> {
+        let a = format!("${arg}");
+        let o = c.offset; // feature j (0-based) is _x[j + 1]
+        self.line(&format!("-- {}", comment(&c.name)));
+        match c.impute {
+            Impute::Skip => self.line(&format!("IF {a} IS NULL THEN RETURN NULL; END IF;")),
+            Impute::Error => {
+                self.line(&format!("IF {a} IS NULL THEN"));
+                self.raise(
+                    "22004",
+                    &format!("column \"{}\" is NULL", c.name),
+                    Some("The model was trained with \"impute\": \"error\" for this column."),
+                );
+                self.line("END IF;");
+            }
+            _ => {}
+        }
+        match encoding {
+            Encoding::Number { fill, .. } => {
+                self.line(&format!("_v := COALESCE({a}, {});", num(*fill)?));
+                self.check_finite("_v", &c.name);
+                self.line(&format!("_x[{}] := _v;", o + 1));
+            }
+            Encoding::Ple { fill, edges, .. } => {
+                self.line(&format!("_v := COALESCE({a}, {});", num(*fill)?));
+                self.check_finite("_v", &c.name);
+                // quantiles::encode: bin t is 1 wholly below the value, its fraction in the
+                // value's bin; the first extends below, the last above; bins above are 0.
+                let bins = edges.len() - 1;
+                for t in 0..bins {
+                    let (lo, hi) = (num(edges[t])?, num(edges[t + 1])?);
+                    let fraction = format!("(_v - {lo}) / ({hi} - {lo})");
+                    let value = if t + 1 < bins {
+                        format!("CASE WHEN _v >= {hi} THEN 1 ELSE {fraction} END")
+                    } else {
+                        fraction
+                    };
+                    let set = format!("_x[{}] := {value};", o + t + 1);
+                    if t == 0 {
+                        self.line(&set);
+                    } else {
+                        self.line(&format!("IF _v >= {lo} THEN {set} END IF;"));
+                    }
+                }
+            }
+            Encoding::Array { fill, .. } => {
+                let fills = fill.iter().map(|&v| num(v)).collect::<Result<Vec<_>, _>>()?;
+                let len = fill.len();
+                self.line(&format!(
+                    "_a := COALESCE({a}, ARRAY[{}]::float8[]);",
+                    fills.join(", ")
+                ));
+                self.line(&format!(
+                    "IF array_ndims(_a) IS DISTINCT FROM 1 OR cardinality(_a) <> {len} THEN"
+                ));
+                self.line(&format!(
+                    "  RAISE EXCEPTION USING ERRCODE = '22000', MESSAGE = {} || COALESCE(cardinality(_a), 0) || ' elements, expected {len}';",
+                    quote::literal(&format!("column \"{}\": the array has ", c.name))
+                ));
+                self.line("END IF;");
+                self.line("_a := _a[array_lower(_a, 1):array_upper(_a, 1)];");
+                self.line(&format!("FOR _i IN 1..{len} LOOP"));
+                self.line("  _v := _a[_i];");
+                self.line("  IF _v IS NULL THEN");
+                self.raise(
+                    "22000",
+                    &format!("column \"{}\": the array contains NULL elements", c.name),
+                    None,
+                );
+                self.line("  END IF;");
+                self.check_finite("_v", &c.name);
+                self.line(&format!("  _x[{o} + _i] := _v;"));
+                self.line("END LOOP;");
+            }
+            Encoding::OneHot {
+                categories,
+                other,
+                null,
+            } => {
+                let n = categories.len();
+                let other_slot = if *other { (n + 1).to_string() } else { "0".into() };
+                let null_slot = if *null {
+                    (n + 1 + *other as usize).to_string()
+                } else {
+                    "0".into()
+                };
+                let list: Vec<String> = categories.iter().map(|k| quote::literal(k)).collect();
+                self.line(&format!(
+                    "_k := CASE WHEN {a} IS NULL THEN {null_slot} ELSE COALESCE(array_position(ARRAY[{}]::text[], {a} COLLATE \"C\"), {other_slot}) END;",
+                    list.join(", ")
+                ));
+                self.line(&format!("IF _k > 0 THEN _x[{o} + _k] := 1; END IF;"));
+            }
+            Encoding::Hash { .. } => {
+                return Err(ExportError::Hashed {
+                    column: c.name.clone(),
+                })
+            }
+            Encoding::Time {
+                kind, parts, fill, ..
+            } => self.time(&a, c, *kind, parts, *fill, encoding)?,
+        }
+        Ok(())
+    }
+
+    /// A date/time column (see `preprocess::time`): its seconds as corgipile reads them, then
+    /// its parts.
+    fn time(
+        &mut self,
+        a: &str,
+        c: &crate::preprocess::EncodedColumn,
+        kind: TimeKind,
+        parts: &[TimePart],
+        fill: f64,
+        encoding: &Encoding,
+    ) -> Result<(), ExportError> {
+        let seconds = match (kind, encoding) {
+            (TimeKind::Date, _) => format!(
+                "CASE WHEN isfinite({a}) THEN ({a} - '1970-01-01'::date)::float8 * 86400 ELSE 'Infinity'::float8 END"
+            ),
+            (_, Encoding::Time { zone: Some(zone), .. }) => format!(
+                "date_part('epoch', timezone({}, {a}))",
+                quote::literal(zone)
+            ),
+            _ => format!("date_part('epoch', {a})"),
+        };
+        let per = if kind == TimeKind::Time { "3600" } else { "86400" };
+        let value_at = parts
+            .iter()
+            .position(|&p| p == TimePart::Value)
+            .map(|i| parts[..i].iter().map(|p| p.width()).sum::<usize>());
+        self.line(&format!("IF {a} IS NULL THEN"));
+        self.line(&format!("  _v := {};", num(fill)?));
+        self.line("ELSE");
+        self.line(&format!("  _s := {seconds};"));
+        self.line(&format!("  _v := _s / {per};"));
+        self.line("END IF;");
+        self.check_finite("_v", &c.name);
+        if let Some(at) = value_at {
+            self.line(&format!("_x[{}] := _v;", c.offset + at + 1));
+        }
+        self.line(&format!("IF {a} IS NOT NULL THEN"));
+        let mut at = c.offset; // 0-based feature of the part
+        for &part in parts {
+            match part {
+                TimePart::Value => {}
+                TimePart::Hour => {
+                    // TAU * s.rem_euclid(86400) / 86400, then sin and cos.
+                    self.line("  _r := _s - 86400 * floor(_s / 86400);");
+                    self.line("  IF _r < 0 THEN _r := _r + 86400; END IF;");
+                    self.line(&format!(
+                        "  _t := {} * _r / 86400;",
+                        num(std::f64::consts::TAU)?
+                    ));
+                    self.line(&format!("  _x[{}] := sin(_t);", at + 1));
+                    self.line(&format!("  _x[{}] := cos(_t);", at + 2));
+                }
+                TimePart::Dow => {
+                    // Monday = 0 for days since 1970-01-01 (a Thursday).
+                    self.line("  _d := floor(_s / 86400)::int8;");
+                    self.line(&format!("  _x[{} + ((_d + 3) % 7 + 7) % 7] := 1;", at + 1));
+                }
+                TimePart::Month => {
+                    // civil_from_days, in int8 (division truncates, as Rust's).
+                    self.line("  _d := floor(_s / 86400)::int8 + 719468;");
+                    self.line("  _m := CASE WHEN _d >= 0 THEN _d / 146097 ELSE (_d - 146096) / 146097 END;");
+                    self.line("  _d := _d - _m * 146097;");
+                    self.line("  _m := (_d - _d / 1460 + _d / 36524 - _d / 146096) / 365;");
+                    self.line("  _d := _d - (365 * _m + _m / 4 - _m / 100);");
+                    self.line("  _m := (5 * _d + 2) / 153;");
+                    self.line(&format!(
+                        "  _x[{at} + CASE WHEN _m < 10 THEN _m + 3 ELSE _m - 9 END] := 1;"
+                    ));
+                }
+            }
+            at += part.width();
+        }
+        self.line("END IF;");
+        Ok(())
+    }
+
+    /// The one array argument of an array model: `n` finite elements.
+    fn array(&mut self, n: usize) {
+        self.line(&format!(
+            "IF array_ndims($1) IS DISTINCT FROM 1 OR cardinality($1) <> {n} THEN"
+        ));
+        self.line(&format!(
+            "  RAISE EXCEPTION USING ERRCODE = '2202E', MESSAGE = 'the model expects {n} features, got ' || COALESCE(cardinality($1), 0);"
+        ));
+        self.line("END IF;");
+        self.line("_a := $1;");
+        self.line("_x := _a[array_lower(_a, 1):array_upper(_a, 1)];");
+        self.line(&format!("FOR _i IN 1..{n} LOOP"));
+        self.line("  IF _x[_i] IS NULL OR NOT (_x[_i] > '-Infinity'::float8 AND _x[_i] < 'Infinity'::float8) THEN");
+        self.raise("22000", "features contain NULL, NaN or Infinity", None);
+        self.line("  END IF;");
+        self.line("END LOOP;");
+    }
+
+    /// A linear model's outputs into `_z`: weights input-major (`layer.weights[j * K + k]`).
+    /// A dense row adds its terms in four lanes and a tail (`row::dot`); a column list's
+    /// (sparse) row one by one; then the bias.
+    fn linear(&mut self, layer: &Layer, dense: bool) -> Result<(), ExportError> {
+        let (d, k_out) = (layer.inputs, layer.outputs);
+        for k in 0..k_out {
+            let term = |j: usize| -> Option<Result<String, ExportError>> {
+                let w = layer.weights[j * k_out + k];
+                (w != 0.0).then(|| num(w).map(|w| format!("{w} * _x[{}]", j + 1)))
+            };
+            let bias = num(layer.biases[k])?;
+            if dense {
+                let full = d - d % 4;
+                for lane in 0..4 {
+                    let terms = (lane..full)
+                        .step_by(4)
+                        .filter_map(term)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    self.sum(&format!("_l{lane}"), "0", terms.into_iter());
+                }
+                let rest = (full..d)
+                    .filter_map(term)
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.sum("_t", "0", rest.into_iter());
+                self.line(&format!(
+                    "_z[{}] := ((_l0 + _l1) + (_l2 + _l3)) + _t + {bias};",
+                    k + 1
+                ));
+            } else {
+                let terms = (0..d).filter_map(term).collect::<Result<Vec<_>, _>>()?;
+                self.sum("_t", "0", terms.into_iter());
+                self.line(&format!("_z[{}] := _t + {bias};", k + 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// A factorization machine's outputs (`fm::Machine::output`): per output, the linear
+    /// terms, each factor's sum, the squares (input by input, factor by factor), then
+    /// `bias + linear + ½(Σ sums² − squares)`.
+    fn fm(&mut self, linear: &Layer, factors: &Layer) -> Result<(), ExportError> {
+        let (d, k_out) = (linear.inputs, linear.outputs);
+        let f = factors.outputs / k_out.max(1);
+        let v = |j: usize, k: usize, q: usize| factors.weights[j * k_out * f + k * f + q];
+        for k in 0..k_out {
+            let terms = (0..d)
+                .filter(|&j| linear.weights[j * k_out + k] != 0.0)
+                .map(|j| num(linear.weights[j * k_out + k]).map(|w| format!("{w} * _x[{}]", j + 1)))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.sum("_t", "0", terms.into_iter());
+            self.line(&format!("_p := array_fill(0::float8, ARRAY[{}]);", f.max(1)));
+            let mut squares = Vec::new();
+            for q in 0..f {
+                let mut terms = Vec::new();
+                for j in 0..d {
+                    if v(j, k, q) != 0.0 {
+                        terms.push(format!("{} * _x[{}]", num(v(j, k, q))?, j + 1));
+                    }
+                }
+                self.sum(&format!("_p[{}]", q + 1), "0", terms.into_iter());
+            }
+            for j in 0..d {
+                for q in 0..f {
+                    if v(j, k, q) != 0.0 {
+                        let vx = format!("({} * _x[{}])", num(v(j, k, q))?, j + 1);
+                        squares.push(format!("{vx} * {vx}"));
+                    }
+                }
+            }
+            self.sum("_q", "0", squares.into_iter());
+            let pairs: Vec<String> = (1..=f).map(|q| format!("_p[{q}] * _p[{q}]")).collect();
+            self.sum("_r", "0", pairs.into_iter());
+            self.line(&format!(
+                "_z[{}] := ({} + _t) + 0.5 * (_r - _q);",
+                k + 1,
+                num(linear.biases[k])?
+            ));
+        }
+        Ok(())
+    }
+
+    /// A network's layers (`network::NetworkModel::forward_row`): each output its bias plus
+    /// its inputs' terms in input order, the hidden activation between layers.
+    fn network(&mut self, layers: &[Layer], activation: Activation) -> Result<(), ExportError> {
+        let last = layers.len() - 1;
+        for (l, layer) in layers.iter().enumerate() {
+            let input = if l == 0 { "_x" } else { "_h" };
+            let output = if l == last { "_z" } else { "_g" };
+            if l != last {
+                self.line(&format!(
+                    "_g := array_fill(0::float8, ARRAY[{}]);",
+                    layer.outputs
+                ));
+            }
+            for o in 0..layer.outputs {
+                let terms = (0..layer.inputs)
+                    .filter(|&j| layer.weights[j * layer.outputs + o] != 0.0)
+                    .map(|j| {
+                        num(layer.weights[j * layer.outputs + o])
+                            .map(|w| format!("{w} * {input}[{}]", j + 1))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.sum("_t", &num(layer.biases[o])?, terms.into_iter());
+                let value = match (l == last, activation) {
+                    (true, _) => "_t",
+                    (false, Activation::Relu) => "GREATEST(_t, 0)",
+                    (false, Activation::Tanh) => "tanh(_t)",
+                };
+                self.line(&format!("{output}[{}] := {value};", o + 1));
+            }
+            if l != last {
+                self.line("_h := _g;");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A column name as an SQL comment's text: on one line, with no `*/` or `--` meaning.
+fn comment(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
