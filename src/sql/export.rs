@@ -34,19 +34,34 @@ fn export(key: ModelRef, function_name: Option<&str>, output: &str) -> String {
         (None, serde_json::Value::String(column)) => Inputs::Array { column },
         _ => raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("model {} reads sparse (indices, values) features: it cannot be exported", stored.id),
-            Some("Models trained on a column list or on one float8[] column can be exported.".into()),
+            format!(
+                "model {} reads sparse (indices, values) features: it cannot be exported",
+                stored.id
+            ),
+            Some(
+                "Models trained on a column list or on one float8[] column can be exported.".into(),
+            ),
         ),
     };
     let numbers: Vec<f64>;
     let texts: Vec<String>;
     let classes = if !stored.kind().is_classifier() {
         Classes::None
-    } else if stored.classes.iter().all(|c| matches!(c, ClassValue::Number(_))) {
-        numbers = stored.classes.iter().filter_map(ClassValue::as_f64).collect();
+    } else if stored
+        .classes
+        .iter()
+        .all(|c| matches!(c, ClassValue::Number(_)))
+    {
+        numbers = stored
+            .classes
+            .iter()
+            .filter_map(ClassValue::as_f64)
+            .collect();
         Classes::Numbers(&numbers)
     } else {
-        texts = (0..stored.classes.len()).map(|k| stored.class_text(k)).collect();
+        texts = (0..stored.classes.len())
+            .map(|k| stored.class_text(k))
+            .collect();
         Classes::Texts(&texts)
     };
     let default_name = format!("corgipile_model_{}", stored.id);

@@ -13,7 +13,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{Labels, ModelKind, Predictor};
+use crate::model::{Labels, Predictor};
 use crate::network::Activation;
 use crate::preprocess::{Encoding, Impute, Preprocessor, Source, TimeKind, TimePart};
 use crate::trained::{Layer, Model};
@@ -79,7 +79,9 @@ pub struct Export<'a> {
 /// Why a model cannot be exported.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ExportError {
-    #[error("column \"{column}\" is hashed into buckets, which a plain SQL function cannot reproduce")]
+    #[error(
+        "column \"{column}\" is hashed into buckets, which a plain SQL function cannot reproduce"
+    )]
     Hashed { column: String },
     #[error("the exported function would take {bytes} bytes, more than the limit of {limit}")]
     TooLarge { bytes: u64, limit: u64 },
@@ -88,7 +90,10 @@ pub enum ExportError {
     #[error("the function name is empty")]
     EmptyName,
     #[error("a {kind} model has no {output} output")]
-    NoSuchOutput { kind: &'static str, output: &'static str },
+    NoSuchOutput {
+        kind: &'static str,
+        output: &'static str,
+    },
     #[error("the model's {classes} stored classes do not match its {outputs} outputs")]
     Classes { classes: usize, outputs: usize },
     #[error("out of memory listing the model's weights")]
@@ -107,7 +112,7 @@ const TERM_BYTES: u64 = 64;
 pub fn estimate(e: &Export) -> u64 {
     let model = e.model;
     // A factorization machine's factor appears twice (in its sum and in the squares).
-    let per_param = match model.kind().family_kind() {
+    let per_param = match arithmetic(model) {
         Arithmetic::Fm => 2 * TERM_BYTES + 16,
         _ => TERM_BYTES,
     };
@@ -132,35 +137,29 @@ pub fn estimate(e: &Export) -> u64 {
     bytes
 }
 
-/// Which arithmetic a kind's model does.
+/// Which arithmetic a model does, from the shape its stored form has (no second table of
+/// kinds): layers and a hidden activation, a network; layers alone (`[n, factors, outputs]`), a
+/// factorization machine; neither, a linear model.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Arithmetic {
     Linear,
     Fm,
-    Network,
+    Network(Activation),
 }
 
-trait FamilyKind {
-    fn family_kind(self) -> Arithmetic;
-}
-
-impl FamilyKind for ModelKind {
-    fn family_kind(self) -> Arithmetic {
-        match self {
-            ModelKind::Svm | ModelKind::Logistic | ModelKind::Linear | ModelKind::Softmax => {
-                Arithmetic::Linear
-            }
-            ModelKind::Mlp | ModelKind::MlpRegression => Arithmetic::Network,
-            ModelKind::Fm | ModelKind::FmRegression => Arithmetic::Fm,
-        }
+fn arithmetic(model: &Model) -> Arithmetic {
+    match model.shape() {
+        (_, Some(activation)) => Arithmetic::Network(activation),
+        (Some(_), None) => Arithmetic::Fm,
+        (None, None) => Arithmetic::Linear,
     }
 }
 
 /// Internal variables of the body (parameters are read as `$n`; their names are left out when
 /// one would clash with these).
 const VARIABLES: [&str; 20] = [
-    "_x", "_z", "_v", "_s", "_r", "_t", "_q", "_a", "_h", "_g", "_p", "_e", "_k", "_i", "_d",
-    "_m", "_l0", "_l1", "_l2", "_l3",
+    "_x", "_z", "_v", "_s", "_r", "_t", "_q", "_a", "_h", "_g", "_p", "_e", "_k", "_i", "_d", "_m",
+    "_l0", "_l1", "_l2", "_l3",
 ];
 
 /// The text of `CREATE FUNCTION` for `e` (see the module).
@@ -197,7 +196,11 @@ pub fn export_sql(e: &Export) -> Result<String, ExportError> {
         (Output::Proba, _) => ("float8[]", Vec::new()),
         (Output::Predict, Labels::Number) => ("float8", Vec::new()),
         (Output::Predict, _) => {
-            let wanted = if labels == Labels::TwoClasses { 2 } else { n_out };
+            let wanted = if labels == Labels::TwoClasses {
+                2
+            } else {
+                n_out
+            };
             let (returns, literals) = match &e.classes {
                 Classes::Numbers(v) => (
                     "float8",
@@ -230,7 +233,10 @@ pub fn export_sql(e: &Export) -> Result<String, ExportError> {
     // The arguments and the features.
     let (arguments, strict) = match &e.inputs {
         Inputs::Columns(p) => {
-            let clash = p.columns.iter().any(|c| VARIABLES.contains(&c.name.as_str()));
+            let clash = p
+                .columns
+                .iter()
+                .any(|c| VARIABLES.contains(&c.name.as_str()));
             let mut args = Vec::new();
             for (i, c) in p.columns.iter().enumerate() {
                 let t = argument_type(c.source, &c.encoding);
@@ -255,13 +261,10 @@ pub fn export_sql(e: &Export) -> Result<String, ExportError> {
     };
     // The model.
     let dense = matches!(e.inputs, Inputs::Array { .. });
-    match kind.family_kind() {
+    match arithmetic(model) {
         Arithmetic::Linear => w.linear(&layers[0], dense)?,
         Arithmetic::Fm => w.fm(&layers[0], &layers[1])?,
-        Arithmetic::Network => {
-            let (_, activation) = model.shape();
-            w.network(&layers, activation.unwrap_or(Activation::Relu))?
-        }
+        Arithmetic::Network(activation) => w.network(&layers, activation)?,
     }
     // The head.
     match e.output {
@@ -317,7 +320,10 @@ pub fn export_sql(e: &Export) -> Result<String, ExportError> {
     let mut body = String::new();
     body.push_str("\nDECLARE\n");
     let _ = writeln!(body, "  _x float8[] := array_fill(0::float8, ARRAY[{n}]);");
-    let _ = writeln!(body, "  _z float8[] := array_fill(0::float8, ARRAY[{n_out}]);");
+    let _ = writeln!(
+        body,
+        "  _z float8[] := array_fill(0::float8, ARRAY[{n_out}]);"
+    );
     body.push_str("  _v float8; _s float8; _r float8; _t float8; _q float8;\n");
     body.push_str("  _l0 float8; _l1 float8; _l2 float8; _l3 float8;\n");
     body.push_str("  _a float8[]; _h float8[]; _g float8[]; _p float8[]; _e float8[];\n");
@@ -429,7 +435,11 @@ impl Writer {
         self.line(&format!(
             "IF NOT ({var} > '-Infinity'::float8 AND {var} < 'Infinity'::float8) THEN"
         ));
-        self.raise("22000", &format!("column \"{column}\" is NaN or Infinity"), None);
+        self.raise(
+            "22000",
+            &format!("column \"{column}\" is NaN or Infinity"),
+            None,
+        );
         self.line("END IF;");
     }
 
@@ -485,7 +495,10 @@ impl Writer {
                 }
             }
             Encoding::Array { fill, .. } => {
-                let fills = fill.iter().map(|&v| num(v)).collect::<Result<Vec<_>, _>>()?;
+                let fills = fill
+                    .iter()
+                    .map(|&v| num(v))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let len = fill.len();
                 self.line(&format!(
                     "_a := COALESCE({a}, ARRAY[{}]::float8[]);",
@@ -519,7 +532,11 @@ impl Writer {
                 null,
             } => {
                 let n = categories.len();
-                let other_slot = if *other { (n + 1).to_string() } else { "0".into() };
+                let other_slot = if *other {
+                    (n + 1).to_string()
+                } else {
+                    "0".into()
+                };
                 let null_slot = if *null {
                     (n + 1 + *other as usize).to_string()
                 } else {
@@ -565,7 +582,11 @@ impl Writer {
             ),
             _ => format!("date_part('epoch', {a})"),
         };
-        let per = if kind == TimeKind::Time { "3600" } else { "86400" };
+        let per = if kind == TimeKind::Time {
+            "3600"
+        } else {
+            "86400"
+        };
         let value_at = parts
             .iter()
             .position(|&p| p == TimePart::Value)
@@ -658,9 +679,7 @@ impl Writer {
                         .collect::<Result<Vec<_>, _>>()?;
                     self.sum(&format!("_l{lane}"), "0", terms.into_iter());
                 }
-                let rest = (full..d)
-                    .filter_map(term)
-                    .collect::<Result<Vec<_>, _>>()?;
+                let rest = (full..d).filter_map(term).collect::<Result<Vec<_>, _>>()?;
                 self.sum("_t", "0", rest.into_iter());
                 self.line(&format!(
                     "_z[{}] := ((_l0 + _l1) + (_l2 + _l3)) + _t + {bias};",
@@ -688,7 +707,10 @@ impl Writer {
                 .map(|j| num(linear.weights[j * k_out + k]).map(|w| format!("{w} * _x[{}]", j + 1)))
                 .collect::<Result<Vec<_>, _>>()?;
             self.sum("_t", "0", terms.into_iter());
-            self.line(&format!("_p := array_fill(0::float8, ARRAY[{}]);", f.max(1)));
+            self.line(&format!(
+                "_p := array_fill(0::float8, ARRAY[{}]);",
+                f.max(1)
+            ));
             let mut squares = Vec::new();
             for q in 0..f {
                 let mut terms = Vec::new();
