@@ -77,7 +77,8 @@ def test_every_function_of_the_extension_is_documented(conn):
 
 def test_every_function_the_reference_names_exists(conn):
     functions = set(extension_functions(conn))
-    named = set(re.findall(r"(?<![\w.])corgipile_\w+", page()))
+    # corgipile_model_42 is the default name of an exported function (corgipile_export_sql).
+    named = set(re.findall(r"(?<![\w.])corgipile_\w+", page())) - {"corgipile_model_42"}
     unknown = sorted(named - functions)
     assert not unknown, f"docs/reference.md names functions the extension does not have: {unknown}"
 
