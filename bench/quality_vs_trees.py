@@ -55,8 +55,8 @@ Arms, all on the same training table (clustered) and scored on the same test tab
   most frequent values (the rest pooled, a NULL its own value), as corgipile's defaults encode them:
   HistGradientBoostingClassifier / Regressor (defaults); MLPClassifier / Regressor((64,),
   early_stopping=True); MLP((256, 256), early_stopping=True) on piecewise-linear encoded numbers
-  (ple_fit below: per numeric column, edges at 17 quantiles of the training values (16 bins,
-  duplicate edges merged: a 0/1 column stays one value), x → one value per bin: 1 for bins wholly
+  (ple_fit below: per numeric column, edges at the 17 quantiles 0, 1/16, .., 1 of the training
+  values, taken as observed values (16 bins; duplicate edges merged: a 0/1 column stays one value), x → one value per bin: 1 for bins wholly
   below x, 0 for bins above, (x - b_{t-1}) / (b_t - b_{t-1}) in x's bin; the first bin extends
   linearly below b_0, the last above b_T) and the same one-hot text; LogisticRegression (lbfgs,
   max_iter 1000) / Ridge(alpha=1).
@@ -329,8 +329,8 @@ def store(conn, key, data, sig):
 
 def ple_fit(x, bins=BINS):
     """Bin edges of one numeric column (NaN-free): the column's quantiles at 0, 1/bins, .., 1,
-    duplicates merged."""
-    return np.unique(np.quantile(x, np.linspace(0, 1, bins + 1)))
+    duplicates merged; observed values (inverted_cdf), so a 0/1 column has the edges 0 and 1."""
+    return np.unique(np.quantile(x, np.linspace(0, 1, bins + 1), method="inverted_cdf"))
 
 
 def ple_transform(x, edges):
