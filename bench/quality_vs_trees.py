@@ -54,7 +54,8 @@ Arms, all on the same training table (clustered) and scored on the same test tab
   sklearn on the rows in memory, numbers mean-imputed and standardized, text one-hot over its 100
   most frequent values (the rest pooled, a NULL its own value), as corgipile's defaults encode them:
   HistGradientBoostingClassifier / Regressor (defaults); MLPClassifier / Regressor((64,),
-  early_stopping=True); MLP((256, 256), early_stopping=True) on piecewise-linear encoded numbers
+  early_stopping=True; a regressor's target standardized for training, TransformedTargetRegressor,
+  as corgipile's networks do); MLP((256, 256), early_stopping=True) on piecewise-linear encoded numbers
   (ple_fit below: per numeric column, edges at the 17 quantiles 0, 1/16, .., 1 of the training
   values, taken as observed values (16 bins; duplicate edges merged: a 0/1 column stays one value), x → one value per bin: 1 for bins wholly
   below x, 0 for bins above, (x - b_{t-1}) / (b_t - b_{t-1}) in x's bin; the first bin extends
@@ -384,7 +385,9 @@ def encode(data, ple=False):
 
 
 def sklearn_run(name, data, encoded, seed):
+    from sklearn.compose import TransformedTargetRegressor
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+    from sklearn.preprocessing import StandardScaler
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.metrics import r2_score
     from sklearn.neural_network import MLPClassifier, MLPRegressor
@@ -393,11 +396,12 @@ def sklearn_run(name, data, encoded, seed):
     ytr, yte = data["y"]
     if name.startswith("sklearn HGB"):
         model = (HistGradientBoostingRegressor if reg else HistGradientBoostingClassifier)(random_state=seed)
-    elif name.startswith("sklearn MLP(64)"):
-        model = (MLPRegressor if reg else MLPClassifier)((64,), early_stopping=True, max_iter=200, random_state=seed)
-    elif name.startswith("sklearn MLP(256,256)"):
-        model = (MLPRegressor if reg else MLPClassifier)((256, 256), early_stopping=True, max_iter=200,
-                                                         random_state=seed)
+    elif name.startswith("sklearn MLP"):
+        width = (64,) if name.startswith("sklearn MLP(64)") else (256, 256)
+        model = (MLPRegressor if reg else MLPClassifier)(hidden_layer_sizes=width, early_stopping=True,
+                                                         max_iter=200, random_state=seed)
+        if reg:  # the target standardized for training, as corgipile's networks do
+            model = TransformedTargetRegressor(model, transformer=StandardScaler())
     else:
         model = Ridge(alpha=1.0) if reg else LogisticRegression(max_iter=1000)
     with warnings.catch_warnings():
@@ -407,7 +411,7 @@ def sklearn_run(name, data, encoded, seed):
         secs = time.perf_counter() - t0
     pred = model.predict(Xte)
     score = float(r2_score(yte, pred)) if reg else float((pred == yte).mean())
-    it = getattr(model, "n_iter_", None)
+    it = getattr(getattr(model, "regressor_", model), "n_iter_", None)
     it = None if it is None else int(np.max(it))
     return {"score": score, "seconds": secs, "epochs": it}
 
