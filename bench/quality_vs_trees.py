@@ -17,12 +17,13 @@ and are reused while their COMMENT carries the same generation signature.
                      float8 column per feature (f1 .. fD; a LIBSVM index absent from a row is 0),
                      so that corgipile's "preprocess" (which an array or sparse pair refuses)
                      applies. ijcnn1 and a9a: their own test files; w8a: rows id % 5 = 0 held out.
-                     Training rows beyond --max-train (default 30,000) are dropped at random
-                     (numpy seed 54): ijcnn1 keeps 30,000 of 49,990, w8a 30,000 of 39,799, a9a
-                     all 32,561 → 30,000 too. Test rows beyond 20,000 likewise (ijcnn1: 91,701).
-                     Without the cap a full run takes well over the 40 minutes this machine
-                     allows (scikit-learn's MLP(256, 256) dominates).
-  mixed              generated (numpy seed 541), binary, 30,000 + 10,000 rows: income (dollars,
+                     Training rows beyond --max-train (default 20,000) are dropped at random
+                     (numpy seed 54): ijcnn1 keeps 20,000 of its 49,990, a9a 20,000 of 32,561,
+                     w8a 20,000 of 39,799; test rows beyond 20,000 likewise (ijcnn1: 91,701).
+                     With 30,000 training rows a table, scikit-learn's MLP(256, 256) alone took
+                     35-165 s a fit on the busy machine (a third of a CPU left to it): three
+                     seeds of seven tables would have taken about an hour.
+  mixed              generated (numpy seed 541), binary, --max-train + 10,000 rows: income (dollars,
                      lognormal), age (integer years), tenure_days (integer), balance (dollars),
                      utilization (0..1), region (6 values), plan (4 values), 5% NULLs in every
                      column. The logit has steps (age >= 65: +1.5, age < 25: -1.0, income >
@@ -30,15 +31,16 @@ and are reused while their COMMENT carries the same generation signature.
                      an interaction of a number and a category (balance's slope is +1.2, -1.2,
                      +0.6, -0.6, 0 or +1.0 by region), plan effects; 30% positives, the label
                      drawn from the logit's probability (Bayes accuracy reported as "oracle").
-  pairs              generated (seed 542), binary, 30,000 + 10,000 rows: a high-cardinality
+  pairs              generated (seed 542), binary, --max-train + 10,000 rows: a high-cardinality
                      categorical pair, merchant (400 values, Zipf popularity) and city (80
                      values), whose effect is a rank-2 product of per-value vectors (plus main
                      effects), amount (dollars, lognormal; step above 500: +1.0), hour (0..23;
                      +0.8 before 6), 5% NULLs in city and amount; 30% positives.
   accel22            bench/stopping_defaults.py's table (its generate(), seed 7: 22 classes read
                      from 3 numeric columns on raw scales, each class a union of 6 cells, 30% of
-                     labels redrawn), 30,000 + 10,000 rows.
-  house              generated (seed 543), regression (R²), 30,000 + 10,000 rows: price (in
+                     labels redrawn), --max-train + 10,000 rows
+                     (bench-stopping's own is 60,000 + 15,000).
+  house              generated (seed 543), regression (R²), --max-train + 10,000 rows: price (in
                      thousands) from sqft (lognormal), rooms, year_built, distance_km,
                      neighborhood (30 values) and condition (5 values); the price per sqft
                      depends on the neighborhood (interaction), steps at year_built >= 1990
@@ -72,7 +74,7 @@ whether scikit-learn's MLP(256, 256) + PLE gets within 1 point (0.01 R²) of His
 scikit-learn's MLP(64); shuffled copy within 0.5 point) and no_shuffle's score.
 
 Usage: bench/quality_vs_trees.py [--seeds 3] [--tables ijcnn1,a9a,...] [--no-ple]
-                                 [--max-train 30000] [--timeout 900] [--out bench/results/quality_vs_trees.md]
+                                 [--max-train 20000] [--timeout 900] [--out bench/results/quality_vs_trees.md]
 Needs PGHOST/PGPORT/PGUSER (make bench-quality sets them). Writes the results file (and .json with
 every run's numbers) and appends a record to bench/results/runs/quality_vs_trees.jsonl."""
 
@@ -112,7 +114,8 @@ LIBSVM = {
 }
 GENERATED = ("mixed", "pairs", "accel22", "house")
 TABLES = tuple(LIBSVM) + GENERATED
-GEN_ROWS = (30_000, 10_000)
+GEN_TEST = 10_000
+MAX_TRAIN = 20_000
 NET_WITHIN_HGB, NOT_BELOW_MLP64, SHUFFLED_WITHIN = 1.0, 1.0, 0.5  # points (x 0.01 for R²)
 
 
@@ -160,15 +163,15 @@ def with_nulls(rng, values, share):
 
 
 def split(columns, cols, y, regression, shape, oracle=None):
-    n_train = GEN_ROWS[0]
+    n_train = len(y) - GEN_TEST
     X = np.column_stack([cols[name] for name, _ in columns]).astype(object)
     return {"columns": columns, "X": (X[:n_train], X[n_train:]), "y": (y[:n_train], y[n_train:]),
             "regression": regression, "shape": shape, "oracle": oracle}
 
 
-def gen_mixed():
+def gen_mixed(n_train):
     rng = np.random.default_rng(541)
-    n = sum(GEN_ROWS)
+    n = n_train + GEN_TEST
     income = np.round(50_000 * rng.lognormal(0, 0.6, n), 2)
     age = rng.integers(18, 91, n)
     tenure = np.floor(rng.exponential(600, n)).astype(int)
@@ -190,15 +193,15 @@ def gen_mixed():
             "plan": with_nulls(rng, np.array(["basic", "plus", "pro", "team"], dtype=object)[plan], 0.05)}
     columns = [("income", "number"), ("age", "integer"), ("tenure_days", "integer"), ("balance", "number"),
                ("utilization", "number"), ("region", "text"), ("plan", "text")]
-    t = slice(GEN_ROWS[0], None)
+    t = slice(n_train, None)
     oracle = float(((prob[t] > 0.5) == y[t]).mean())
     return split(columns, cols, y, False, "5 numbers (raw scales), 2 text columns, 5% NULLs; steps, a hinge, "
                  "balance x region", oracle)
 
 
-def gen_pairs():
+def gen_pairs(n_train):
     rng = np.random.default_rng(542)
-    n = sum(GEN_ROWS)
+    n = n_train + GEN_TEST
     merchant = zipf_codes(rng, 400, n, 1.0)
     city = zipf_codes(rng, 80, n, 0.7)
     amount = np.round(60 * rng.lognormal(0, 1.2, n), 2)
@@ -213,23 +216,23 @@ def gen_pairs():
             "city": with_nulls(rng, np.array([f"city{c:02d}" for c in range(80)], dtype=object)[city], 0.05),
             "amount": with_nulls(rng, amount, 0.05), "hour": hour}
     columns = [("merchant", "text"), ("city", "text"), ("amount", "number"), ("hour", "integer")]
-    t = slice(GEN_ROWS[0], None)
+    t = slice(n_train, None)
     oracle = float(((prob[t] > 0.5) == y[t]).mean())
     return split(columns, cols, y, False, "merchant (400 values) x city (80) pair effects, amount, hour; "
                  "5% NULLs in city and amount", oracle)
 
 
-def gen_accel22():
-    x, y = stopping_defaults.generate(n=sum(GEN_ROWS))
+def gen_accel22(n_train):
+    x, y = stopping_defaults.generate(n=n_train + GEN_TEST)
     cols = {c: x[:, j] for j, c in enumerate(stopping_defaults.COLUMNS)}
     columns = [(c, "number") for c in stopping_defaults.COLUMNS]
     return split(columns, cols, y.astype(int), False, "22 classes from 3 numbers on raw scales "
                  "(bench/stopping_defaults.py's generate)")
 
 
-def gen_house():
+def gen_house(n_train):
     rng = np.random.default_rng(543)
-    n = sum(GEN_ROWS)
+    n = n_train + GEN_TEST
     sqft = np.round(1_500 * rng.lognormal(0, 0.4, n))
     rooms = np.clip(np.round(sqft / 450 + rng.normal(0, 1, n)), 1, 10).astype(int)
     year = rng.integers(1900, 2024, n)
@@ -279,7 +282,7 @@ def load_libsvm(key, max_train):
 def dataset(key, max_train):
     if key in LIBSVM:
         return load_libsvm(key, max_train)
-    return {"mixed": gen_mixed, "pairs": gen_pairs, "accel22": gen_accel22, "house": gen_house}[key]()
+    return {"mixed": gen_mixed, "pairs": gen_pairs, "accel22": gen_accel22, "house": gen_house}[key](max_train)
 
 
 def copy_text(value):
@@ -609,6 +612,8 @@ def report(res, origin):
             L.append(f"| {name} | {fmt(s['score'])} | {s['seconds']['median']:.1f} | {eps} |")
         for name, err in t["errors"].items():
             L.append(f"| {name} | failed: {err} | | |")
+    for key, err in res.get("failed_tables", {}).items():
+        L += ["", f"## {key}", "", f"Not run: {err}"]
     L += ["", f"Raw numbers of every run: {res['json']}."]
     return "\n".join(L) + "\n"
 
@@ -634,7 +639,8 @@ def main():
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--tables", default=",".join(TABLES), help=f"a subset of {','.join(TABLES)}")
     ap.add_argument("--no-ple", action="store_true", help="leave out the corgipile arms with piecewise-linear encoding")
-    ap.add_argument("--max-train", type=int, default=30_000, help="training rows kept of a LIBSVM dataset")
+    ap.add_argument("--max-train", type=int, default=MAX_TRAIN,
+                    help="training rows of a generated table, and at most those of a LIBSVM dataset")
     ap.add_argument("--timeout", type=float, default=900, help="statement_timeout of a corgipile training (s)")
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args()
@@ -649,7 +655,12 @@ def main():
            "ple": not args.no_ple, "max_train": args.max_train, "sklearn_version": sklearn.__version__,
            "tables": []}
     for key in tables:
-        t = run_table(key, args)
+        try:
+            t = run_table(key, args)
+        except Exception as e:  # a table that cannot be run is reported, the others still are
+            log(f"{key}: {type(e).__name__}: {e}")
+            res.setdefault("failed_tables", {})[key] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            continue
         t["verdicts"] = verdicts(t)
         res["tables"].append(t)
     res["total_seconds"] = time.perf_counter() - started
