@@ -101,7 +101,7 @@ help:
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
 	@echo "  bench-stopping a network's default (stopping on held-out rows) vs 20 epochs and scikit-learn on 22 classes, 3 columns (bench/results/stopping_defaults.md)"
 	@echo "  bench-ple      what piecewise-linear encoding costs: an epoch and the statistics pass, plain vs \"ple\" (bench/results/ple_cost.md)"
-	@echo "  bench-quality  default mlp / fm / linear models (with and without piecewise-linear encoding) vs scikit-learn's HistGradientBoosting, MLPs and linear models on ijcnn1, a9a, w8a and generated tables (bench/results/quality_vs_trees.md; ~40 min)"
+	@echo "  bench-quality  default mlp / fm / linear models (with and without piecewise-linear encoding) vs scikit-learn's HistGradientBoosting, MLPs and linear models on ijcnn1, a9a, w8a and generated tables (bench/results/quality_vs_trees.md; ~15 min)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
 	@echo "  bench-fm       fm / fm_regression vs logistic, softmax, linear, a numpy FM and scikit-learn on a generated click log with pair effects and the sparse 1M-dim table (bench/results/fm_vs_linear.md; ~10 min)"
