@@ -22,7 +22,7 @@ and are reused while their COMMENT carries the same generation signature.
                      w8a 20,000 of 39,799; test rows beyond 20,000 likewise (ijcnn1: 91,701).
                      With 30,000 training rows a table, scikit-learn's MLP(256, 256) alone took
                      35-165 s a fit on the busy machine (a third of a CPU left to it) in a trial
-                     run; at 20,000 the whole run of 3 seeds took 15 minutes (commit debf323).
+                     run; at 20,000 the whole run of 3 seeds took 15-17 minutes (debf323, 6daa347).
   mixed              generated (numpy seed 541), binary, --max-train + 10,000 rows: income (dollars,
                      lognormal), age (integer years), tenure_days (integer), balance (dollars),
                      utilization (0..1), region (6 values), plan (4 values), 5% NULLs in every
