@@ -143,3 +143,26 @@ def test_a_network_shuffles_at_least_sixteen_megabytes_of_a_table(conn):
     sizes = {r[0] for r in conn.execute(
         "SELECT params->>'buffer_size' FROM corgipile.models WHERE name = 'st_kinds'")}
     assert sizes == {"100%"}, sizes
+
+
+def test_a_big_table_holds_out_at_most_twenty_thousand_rows_by_default(conn):
+    """10% of a big table's rows would not fit in memory encoded (piecewise-linear columns take
+    about 1.8 kB a row): the default split holds out 20,000 rows by the planner's estimate, and
+    stores the fraction it used. A fraction the call gives is kept."""
+    conn.execute("DROP TABLE IF EXISTS st_big")
+    conn.execute("CREATE TABLE st_big AS SELECT * FROM st_ring")
+    conn.execute("ANALYZE st_big")
+    plan = explain(conn, "st_big", "mlp", {"seed": 1})
+    assert any('Validation: {"fraction":0.1}' in line for line in plan), plan  # 300 of 3,000 rows
+    # What the planner believes of a table of 10 million rows (as ANALYZE would store it).
+    conn.execute("UPDATE pg_class SET reltuples = 1e7 WHERE oid = 'st_big'::regclass")
+    plan = explain(conn, "st_big", "mlp", {"seed": 1})
+    assert any('Validation: {"fraction":0.002}' in line for line in plan), plan
+    m = train(conn, "st_big", "mlp", {"seed": 1, "hidden": [4]}, defaults={"verbose": False})
+    params, metrics, _ = stored(conn, m)
+    assert params["validation"] == {"fraction": 0.002}, params
+    # 0.2% of the 3,000 rows read are held out.
+    assert 0 < metrics["validation"]["rows"] < 30, metrics
+    plan = explain(conn, "st_big", "mlp", {"seed": 1, "validation": {"fraction": 0.1}, "patience": "auto"})
+    assert any('Validation: {"fraction":0.1}' in line for line in plan), plan
+    conn.execute("DROP TABLE st_big")

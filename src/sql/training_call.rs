@@ -175,6 +175,9 @@ impl TrainingCall {
                 check_sharded(&prepared, warm.as_ref());
             } else {
                 take_buffer_floor(&mut prepared, kind);
+                if stops_early_by_default {
+                    cap_default_validation(&mut prepared);
+                }
             }
             let features = features_read(&prepared);
             // A continued training (`warm_start`, `since`) reads its model's features.
@@ -244,6 +247,43 @@ fn take_buffer_floor(prepared: &mut Prepared, kind: ModelKind) {
     if let Some(search) = &mut params.search {
         search.base.insert("buffer_size".into(), size);
     }
+}
+
+/// The most rows the default validation split holds out (`"patience": "auto"`'s 10%): a
+/// loss measured on 20,000 rows is precise enough to stop on, and 10% of a big table would not
+/// fit in memory (an encoded row of 18 piecewise-linear columns takes about 1.8 kB).
+const AUTO_VALIDATION_MAX_ROWS: f64 = 20_000.0;
+
+/// The default validation split of a big table: 10% of its rows, but at most
+/// [`AUTO_VALIDATION_MAX_ROWS`] of them, by the planner's row estimate of the table or its
+/// partitions (or, for a table never analyzed, its size at 64 bytes a row: rather fewer
+/// held-out rows than too many). The
+/// fraction is stored in the params, as if the call had given it.
+fn cap_default_validation(prepared: &mut Prepared) {
+    let Some(Validation::Fraction(fraction)) = prepared.config.params.validation else {
+        return;
+    };
+    let rows = Spi::get_one_with_args::<f64>(
+        "SELECT CASE WHEN sum(c.reltuples) FILTER (WHERE c.reltuples >= 0) > 0 \
+                     THEN sum(c.reltuples) FILTER (WHERE c.reltuples >= 0) \
+                     ELSE sum(pg_catalog.pg_table_size(c.oid)) / 64.0 END::pg_catalog.float8 \
+         FROM pg_catalog.pg_class c \
+         WHERE c.relkind IN ('r', 'm') \
+           AND (c.oid = $1 OR c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1)))",
+        &[prepared.table.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(0.0);
+    if rows * fraction <= AUTO_VALIDATION_MAX_ROWS {
+        return;
+    }
+    // Rounded down to 4 significant digits, so the stored params read well.
+    let capped = AUTO_VALIDATION_MAX_ROWS / rows;
+    let scale = 10f64.powi(3 - capped.log10().floor() as i32);
+    let capped = ((capped * scale).floor() / scale).max(f64::MIN_POSITIVE);
+    prepared.config.params.validation = Some(Validation::Fraction(capped));
+    prepared.config.validation_split = crate::pipeline::ValidationSplit::Fraction(capped);
 }
 
 /// What a training on a sharded table cannot do yet (the capability table), refused before any
