@@ -213,15 +213,14 @@ impl StatsBuilder {
         let mut offset = 0usize;
         let mut columns = Vec::with_capacity(self.plans.len());
         for (plan, stats) in self.plans.into_iter().zip(self.columns) {
+            // What replaces a NULL number: 0 or the training mean.
+            let zero = plan.impute == Impute::Zero;
+            let fill = |mean: f64| if zero { 0.0 } else { mean };
             let encoding = match stats {
                 ColumnStats::Number(m) => {
                     let (mean, std) = m.mean_std();
                     Encoding::Number {
-                        fill: if plan.impute == Impute::Zero {
-                            0.0
-                        } else {
-                            mean
-                        },
+                        fill: fill(mean),
                         mean,
                         std,
                     }
@@ -229,11 +228,7 @@ impl StatsBuilder {
                 ColumnStats::Binned(m, sketch) => {
                     let (mean, std) = m.mean_std();
                     Encoding::Ple {
-                        fill: if plan.impute == Impute::Zero {
-                            0.0
-                        } else {
-                            mean
-                        },
+                        fill: fill(mean),
                         mean,
                         std,
                         edges: sketch.edges(),
@@ -248,11 +243,7 @@ impl StatsBuilder {
                         kind,
                         parts: plan.parts.clone(),
                         zone: plan.zone.clone(),
-                        fill: if plan.impute == Impute::Zero {
-                            0.0
-                        } else {
-                            mean
-                        },
+                        fill: fill(mean),
                         mean,
                         std,
                     }
@@ -261,11 +252,7 @@ impl StatsBuilder {
                     let m = m.unwrap_or_default();
                     let (mean, std): (Vec<f64>, Vec<f64>) = m.iter().map(Welford::mean_std).unzip();
                     Encoding::Array {
-                        fill: if plan.impute == Impute::Zero {
-                            vec![0.0; mean.len()]
-                        } else {
-                            mean.clone()
-                        },
+                        fill: mean.iter().map(|&m| fill(m)).collect(),
                         mean,
                         std,
                     }
