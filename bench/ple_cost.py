@@ -5,9 +5,10 @@ The table (generated in SQL, setseed 0.5): --rows rows (4,500,000 as bench-mlp's
 18 float8 columns f1..f18 (f_k uniform in [0, k) plus 0.3 for the positive class) and a boolean
 label, stored clustered by label. Arms, interleaved over --rounds rounds (each a fresh training
 of --epochs epochs, seed 1, default params otherwise):
-  mlp, plain       {"features": [f1..f18]}: each column one standardized feature
+  mlp, plain       {"features": [f1..f18], "preprocess": {"*": {"encode": "none"}}}: each column
+                   one standardized feature (a network's default before piecewise-linear bins)
   mlp, ple         the same with "preprocess": {"*": {"encode": "ple"}} (16 bins each: 288
-                   features, about 150 of them non-zero in a row)
+                   features, about 150 of them non-zero in a row; a network's default now)
   logistic, plain / logistic, ple   the same two for the linear model
 Edges from a sample: a linear model's statistics pass reads a sample of the blocks (at least 5%,
 `"statistics": "sample"`, the default) where the table is big; its quantile sketch then sees the
@@ -87,9 +88,9 @@ def edges_from(conn, statistics_pass, seed):
 
 
 def run(conn, kind, encoding, epochs):
-    params = {"label": "y", "features": FEATURES, "epochs": epochs, "seed": 1, "verbose": False}
-    if encoding == "ple":
-        params["preprocess"] = {"*": {"encode": "ple"}}
+    # Each arm says its encoding: a network's default is "ple", a linear model's "none".
+    params = {"label": "y", "features": FEATURES, "epochs": epochs, "seed": 1, "verbose": False,
+              "preprocess": {"*": {"encode": encoding if encoding == "ple" else "none"}}}
     m = conn.execute("SELECT corgipile_train('t', %s, %s)", (kind, Jsonb(params))).fetchone()[0]
     stats, n_features = conn.execute("SELECT (metrics->>'statistics_seconds')::float8, n_features "
                                      "FROM corgipile.models WHERE id = %s", (m,)).fetchone()
