@@ -6,6 +6,9 @@
 const MAJORS: [u32; 6] = [13, 14, 15, 16, 17, 18];
 
 fn main() {
+    // Its output depends only on this file and the features (which cargo tracks): without this
+    // line cargo reruns it, and rebuilds the crate, whenever any file of the package changes.
+    println!("cargo::rerun-if-changed=build.rs");
     let values: Vec<String> = MAJORS.iter().map(|m| format!("\"{m}\"")).collect();
     println!(
         "cargo::rustc-check-cfg=cfg(pg_since, values({}))",
