@@ -34,6 +34,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
 import records  # noqa: E402
 
 DBNAME = "corgipile_bench_ple"
@@ -160,8 +161,7 @@ def main():
         figures[f"band_{how}"] = {"accuracy": records.median_range(acc), "worst_rank_error": records.median_range(err)}
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
+    provenance.write(args.out, text, "bench-ple", dbname=DBNAME)
     records.append_record("ple_cost", figures, conn=conn, results_file=args.out, make_target="bench-ple",
                           config={"rows": args.rows, "rounds": args.rounds, "epochs": args.epochs,
                                   "band_rows": args.band_rows})

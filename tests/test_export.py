@@ -14,7 +14,6 @@ import math
 import psycopg
 import psycopg.sql
 import pytest
-from psycopg.types.json import Jsonb
 
 from helpers import describe, error_of, scalar, train
 
