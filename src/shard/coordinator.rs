@@ -42,6 +42,15 @@ pub struct ShardLine {
     pub seconds: f64,
 }
 
+impl ShardLine {
+    pub(super) fn of(shard: &Shard) -> ShardLine {
+        ShardLine {
+            tuples_last_epoch: shard.tuples,
+            seconds: shard.seconds,
+        }
+    }
+}
+
 enum Place {
     Local(pg_sys::Oid),
     /// `call`: the round's SQL, the function qualified with the schema corgipile is installed

@@ -11,7 +11,8 @@ use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::protocol::{
-    merge_classes, merged_index, this_version, Phase, RoundReply, RoundRequest, PROTOCOL,
+    merge_classes, merged_index, this_version, NetworkRound, Phase, RoundReply, RoundRequest,
+    PROTOCOL,
 };
 use crate::pipeline::{ClassValue, LabelCoding};
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
@@ -179,30 +180,18 @@ pub fn train(
             }
         }
         rows_trained = totals.rows;
-        let classifier = kind.is_classifier();
         let learning_rate = lr_schedule.learning_rate(params.learning_rate, epoch);
-        let record = EpochRecord {
-            stats: totals.stats(epoch, classifier, !classifier, learning_rate),
-            seconds: epoch_started.elapsed().as_secs_f64(),
-            validation: None,
-            validation_seconds: 0.0,
-        };
-        if diverged(record.stats.loss, zero_loss) {
-            raise_diverged(epoch, record.stats.loss, zero_loss, params.normalize);
-        }
+        let record = epoch_record(
+            config,
+            epoch,
+            &totals,
+            learning_rate,
+            epoch_started,
+            zero_loss,
+        );
         progress::epoch_finished(record.stats.loss);
         if params.verbose {
-            let per_shard: Vec<String> = shards
-                .iter()
-                .map(|s| format!("{} {}", s.name, s.tuples))
-                .collect();
-            notice(shard_line(
-                params.epochs,
-                &record,
-                &per_shard,
-                rounds,
-                bytes,
-            ));
+            notice_epoch(params.epochs, &record, &shards, rounds, bytes);
         }
         let end = EpochEnd {
             epoch,
@@ -236,26 +225,10 @@ pub fn train(
     if let Some(s) = &standardizer {
         model = model.fold_standardizer(s);
     }
-    let classes = match (request.extras.label_values, &request.network) {
-        // A binary kind of a text label: its two classes, by their indices.
-        (Some((neg, pos)), _) if !numbered.is_empty() => {
-            let class = |v: f64| numbered[v as usize].clone();
-            vec![class(neg), class(pos)]
-        }
-        (Some((neg, pos)), _) => vec![ClassValue::Number(neg), ClassValue::Number(pos)],
-        (None, Some(n)) => n.classes.clone(),
-        // A softmax: every class, in the coordinator's numbering.
-        (None, None) => numbered,
-    };
+    let classes = stored_classes(request.extras.label_values, &request.network, numbered);
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
     let summary = ShardSummary {
-        shards: shards
-            .iter()
-            .map(|s| ShardLine {
-                tuples_last_epoch: s.tuples,
-                seconds: s.seconds,
-            })
-            .collect(),
+        shards: shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: rounds,
         bytes_per_epoch: bytes,
     };
@@ -275,6 +248,57 @@ pub fn train(
         statistics_seconds: Some(statistics_seconds),
     };
     (outcome, summary)
+}
+
+/// The combined model's record of `epoch` from what the shards trained in it; ERROR if it
+/// diverged.
+fn epoch_record(
+    config: &PipelineConfig,
+    epoch: u32,
+    totals: &EpochTotals,
+    learning_rate: f64,
+    started: Instant,
+    zero_loss: Option<f64>,
+) -> EpochRecord {
+    let classifier = config.model.is_classifier();
+    let record = EpochRecord {
+        stats: totals.stats(epoch, classifier, !classifier, learning_rate),
+        seconds: started.elapsed().as_secs_f64(),
+        validation: None,
+        validation_seconds: 0.0,
+    };
+    if diverged(record.stats.loss, zero_loss) {
+        raise_diverged(epoch, record.stats.loss, zero_loss, config.params.normalize);
+    }
+    record
+}
+
+/// The epoch's NOTICE (`verbose`): the combined model's figures and each shard's tuples.
+fn notice_epoch(epochs: u32, record: &EpochRecord, shards: &[Shard], rounds: u32, bytes: u64) {
+    let per_shard: Vec<String> = shards
+        .iter()
+        .map(|s| format!("{} {}", s.name, s.tuples))
+        .collect();
+    notice(shard_line(epochs, record, &per_shard, rounds, bytes));
+}
+
+/// The classes stored with the model: a binary kind's two label values (by their indices in
+/// `numbered` for a text label), a network's, or a softmax's every class in the coordinator's
+/// numbering.
+fn stored_classes(
+    label_values: Option<(f64, f64)>,
+    network: &Option<NetworkRound>,
+    numbered: Vec<ClassValue>,
+) -> Vec<ClassValue> {
+    match (label_values, network) {
+        (Some((neg, pos)), _) if !numbered.is_empty() => {
+            let class = |v: f64| numbered[v as usize].clone();
+            vec![class(neg), class(pos)]
+        }
+        (Some((neg, pos)), _) => vec![ClassValue::Number(neg), ClassValue::Number(pos)],
+        (None, Some(n)) => n.classes.clone(),
+        (None, None) => numbered,
+    }
 }
 
 /// The model the shards' combined parameters make (`params`: the weights, `n_weights` of them,
