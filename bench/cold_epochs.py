@@ -44,7 +44,22 @@ BASE = {"epochs": 1, "seed": 1, "verbose": False, "average": False, "normalize":
 
 
 def connect(dbname=DBNAME):
-    return psycopg.connect(dbname=dbname, autocommit=True)
+    # No parallel plans: the scan floor is one process reading, as corgipile's epoch is (and as
+    # every other benchmark's floor). With the default max_parallel_workers_per_gather = 2 the
+    # floor was a Parallel Seq Scan of three processes (0.197 s against 0.387 s in one process).
+    return psycopg.connect(dbname=dbname, autocommit=True, options="-c max_parallel_workers_per_gather=0")
+
+
+def floor_plan(conn, table):
+    """The scan floor's plan, top to bottom node types: it must read in one process."""
+    plan = conn.execute(f"EXPLAIN (FORMAT JSON) SELECT sum(features[1]) FROM {table}").fetchone()[0][0]["Plan"]
+    nodes = []
+    while plan:
+        nodes.append(plan["Node Type"])
+        plan = (plan.get("Plans") or [None])[0]
+    if "Gather" in nodes or "Gather Merge" in nodes:
+        raise SystemExit(f"the scan floor of {table} is a parallel plan: {nodes}")
+    return nodes
 
 
 def restart():
@@ -144,12 +159,13 @@ def main():
     with connect() as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS corgipile")
         c.execute("SET client_min_messages = warning")
-        tables = []
+        tables, plans = [], {}
         for rows in (args.rows, args.small_rows):
             name = f"bench_clustered_{rows}x{FEATURES}"
             make_table(c, name, rows, FEATURES)
             mb = c.execute("SELECT pg_total_relation_size(%s) / 1048576.0", (name,)).fetchone()[0]
             tables.append((name, rows, float(mb), table_files(c, name)))
+            plans[name] = floor_plan(c, name)
         settings = {k: c.execute(f"SHOW {k}").fetchone()[0]
                     for k in ("shared_buffers", "server_version")}
         lib, lib_time = installed_library(c)
@@ -174,7 +190,9 @@ def main():
              f"{args.rounds} rounds, cases in rotated order. An epoch is `corgipile.epochs.seconds` of a "
              "1-epoch svm training with `normalize` off (no statistics pass reads the table first) and "
              "double buffering (both strategies); the scan floor: client side. Ratios are to the scan floor and to "
-             "no_shuffle of the same table and state.", ""]
+             "no_shuffle of the same table and state. Every statement runs with "
+             "`max_parallel_workers_per_gather = 0`: the floor's plan is "
+             + "; ".join(f"`{t}`: {' → '.join(n)}" for t, n in plans.items()) + ".", ""]
     for name, rows, mb, cold, times in results:
         floor = statistics.median(times["scan floor: SELECT sum(features[1])"])
         nos = statistics.median(times["no_shuffle epoch"])
@@ -196,10 +214,12 @@ def main():
         figures[f"{rows} rows, {'cold' if cold else 'warm'}"] = {
             case: {**records.median_range(ts), "div_floor": statistics.median(ts) / floor,
                    "div_no_shuffle": statistics.median(ts) / nos} for case, ts in times.items()}
+    figures["floor_plan"] = {t: " > ".join(n) for t, n in plans.items()}
     figures["table_mb"] = {str(rows): mb for _name, rows, mb, cold, _t in results if cold}
     figures["targets"] = records.pass_fail(targets(results))
     records.append_record("cold_epochs", figures, make_target="bench-cold", results_file=args.out,
-                          config={"rows": args.rows, "small_rows": args.small_rows, "rounds": args.rounds}, **installed)
+                          config={"rows": args.rows, "small_rows": args.small_rows, "rounds": args.rounds,
+                                  "floor_workers": 0}, **installed)
 
 
 if __name__ == "__main__":

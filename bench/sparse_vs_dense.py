@@ -3,7 +3,7 @@
 next to a dense 40-feature model, same rows, same run, single- and double-buffered (lazy
 regularization must make the dimension cost nothing); and a guard against scikit-learn: the
 same rows loaded into memory and trained by SGDClassifier.partial_fit, one call per epoch, must
-take longer per row than corgipile's epoch (scan included) does.
+take longer per row than corgipile's epoch (scan included) does, in every round.
 
 Usage: bench/sparse_vs_dense.py [--rows 300000] [--out FILE]   (PGHOST/PGPORT/PGUSER set)
 Exit status 1 when a guard case fails (the results are written first)."""
@@ -210,7 +210,7 @@ def main():
               "Double-buffered (the default) scans on one core while SGD runs on the other; "
               "single-buffered does both in one thread. Medians and ranges are over all epochs of all "
               "rounds; the ratio is of the per-round medians. PASS = corgipile's median ns per row "
-              "below scikit-learn's.", "",
+              "below scikit-learn's in every round (each round's median ratio < 1).", "",
               "| model | data | corgipile | corgipile median ns/row | range | sklearn median ns/row | range "
               "| corgipile ÷ sklearn (median of rounds, range) | rounds corgipile faster | guard |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -223,7 +223,8 @@ def main():
                 cp = guard[model, name, mode]
                 cp_all = [x for r in cp for x in r]
                 ratios = [statistics.median(a) / statistics.median(b) for a, b in zip(cp, sk)]
-                ok = statistics.median(cp_all) < statistics.median(sk_all)
+                # Every round, not pooled medians: a guard that one round breaks is not held.
+                ok = all(r < 1 for r in ratios)
                 if not ok:
                     failed.append(f"{model} / {loss}, {name}, {mode}")
                 lines.append(f"| {model} / {loss} | {name} | {mode} | {' | '.join(med_range(cp_all))} | "
