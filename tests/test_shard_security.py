@@ -652,6 +652,11 @@ BEGIN
       RETURN jsonb_set(r, '{{classes}}', (SELECT jsonb_agg(g) FROM generate_series(1, 70000) g))::text;
     WHEN 'classes_nan' THEN RETURN jsonb_set(r, '{{classes,0}}', '"NaN"')::text;
     WHEN 'classes_added' THEN RETURN jsonb_set(r, '{{classes}}', '[0, 1]')::text;
+    WHEN 'val_none' THEN RETURN jsonb_set(r, '{{validation}}', 'null')::text;
+    WHEN 'val_correct' THEN
+      RETURN jsonb_set(r, '{{validation,correct}}', to_jsonb((r #>> '{{validation,rows}}')::bigint + 1))::text;
+    WHEN 'val_loss' THEN RETURN jsonb_set(r, '{{validation,loss}}', '-1')::text;
+    WHEN 'val_matrix' THEN RETURN jsonb_set(r, '{{validation,binary}}', 'null')::text;
     WHEN 'eval_grow' THEN RETURN regexp_replace(reply, '\\[(?=[^\\]])', '[0,', 'g');
     WHEN 'eval_none' THEN RETURN jsonb_set(r, '{{evaluation}}', 'null')::text;
     WHEN 'eval_counts' THEN RETURN jsonb_set(r, '{{evaluation,scored}}', '18446744073709551615')::text;
@@ -689,6 +694,12 @@ HOSTILE_CASES = [
     ("classes_many", "Statistics", "softmax", {}, ("08P01", "54000")),
     ("classes_nan", "Statistics", "softmax", {}, ("08P01",)),
     ("classes_added", "Statistics", "svm", {}, ("08P01",)),
+    # A validation round's score of the shard's held-out rows: none, more rows correct than
+    # scored, a negative loss, a binary kind's score without its confusion matrix.
+    ("val_none", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    ("val_correct", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    ("val_loss", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    ("val_matrix", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
     # Last: on a build without the check the coordinator crashes here (and, with
     # synchronous_commit off, loses its last commits in the restart).
     ("width_1e11", "Statistics", "svm", {}, ("54000", "08P01")),

@@ -45,7 +45,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, evaluate, models_count,
+from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, evaluate, models_count, rows_trained,
                      require_extension, scalar, start_training, stop_if_running, train, wait_active)
 from tables import GAUSS, blobs_sql, regression_sql
 
@@ -1003,9 +1003,6 @@ def odd_tables(conn, shards):
 
 
 @pytest.mark.parametrize("rel, model, params, what", [
-    ("sh_hash", "mlp", {"validation": {"fraction": 0.2}}, '"validation"'),
-    ("sh_hash", "svm", {"validation": {"fraction": 0.2}}, '"validation"'),
-    ("sh_hash", "svm", {"validation": {"predicate": "id % 5 = 0"}}, '"validation"'),
     ("sh_hash", "svm", {"features": ["id"]}, "a list of feature columns"),
     ("sh_hash", "svm", {"features": "*", "exclude": ["features"]}, "a list of feature columns"),
 ])
@@ -1016,6 +1013,16 @@ def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, param
     assert err.value.sqlstate == "0A000"
     assert err.value.diag.message_primary.startswith(f"cannot train on a sharded table with {what}"), \
         err.value.diag.message_primary
+    assert_nothing_stored(conn, before)
+
+
+def test_a_validation_relation_is_refused_before_any_work(conn, blobs):
+    """Each shard holds out its own rows; a validation relation is one table on one server."""
+    before = models_count(conn)
+    with pytest.raises(E.FeatureNotSupported) as err:
+        train(conn, "sh_hash", "svm", {"epochs": 1, "validation": {"relation": "sh_hash_copy"}})
+    assert err.value.diag.message_primary == "a sharded table cannot be validated on a validation relation yet"
+    assert "fraction" in err.value.diag.message_hint
     assert_nothing_stored(conn, before)
 
 
@@ -1259,7 +1266,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c), "protocol": 2,
+            request = {**base, "version": version(c), "protocol": 3,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1275,10 +1282,10 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
              "CREATE TABLE forge_part AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features "
              "FROM generate_series(1, 100) i")
     import json
-    network = {"training": 1, "classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
+    network = {"classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 2, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": 3, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
         ok = {**base, "weights": [0.1] * 22, "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
@@ -1424,13 +1431,13 @@ def test_a_request_of_another_version_names_both(class_mix):
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
-        base = {"version": ours, "protocol": 2, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": ours, "protocol": 3, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": "features", "label": "word"}
         reply = json.loads(shard_round(c, "softmax", params, base))
-        assert reply["protocol"] == 2 and reply["version"] == ours
+        assert reply["protocol"] == 3 and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
-        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 2)"),
+        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 3)"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
                                 # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
                                 ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
@@ -1438,7 +1445,7 @@ def test_a_request_of_another_version_names_both(class_mix):
             with pytest.raises(E.FeatureNotSupported) as err:
                 shard_round(c, "softmax", params, request)
             assert err.value.diag.message_primary == \
-                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 2)"
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 3)"
             assert err.value.diag.message_hint
 
 
@@ -1447,7 +1454,7 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
     missing, or of a binary kind with three classes: 08P01 before a row is read."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 2, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": version(c), "protocol": 3, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
         ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
@@ -1551,3 +1558,81 @@ def test_nothing_was_ever_stored_on_the_shards(shards):
         assert shard_scalar(i, "SELECT count(*) FROM corgipile.epochs") == 0
         assert running_rounds(i) == []
 
+
+
+# ----------------------------------------------------------------------------------------------
+# validation on shards: every shard holds out its own rows (the same hash of the ctid as one
+# server, or a predicate), keeps them from the first epoch, and scores the epoch's combined model
+# on them; the coordinator pools the scores (patience, the best epoch) as one server does.
+
+
+def epoch_validation(c, model_id):
+    return c.execute("SELECT epoch, validation_loss, validation_accuracy, validation_r2 FROM corgipile.epochs "
+                     "WHERE model_id = %s ORDER BY epoch", (model_id,)).fetchall()
+
+
+def validation_metrics(c, model_id):
+    return scalar(c, "SELECT metrics FROM corgipile.models WHERE id = %s", (model_id,))
+
+
+@pytest.mark.parametrize("model, params", [
+    ("svm", {}),
+    ("logistic", {"validation": {"predicate": "id % 5 = 0"}}),
+    ("mlp", {"hidden": [8]}),
+])
+def test_validation_on_a_sharded_table_like_one_server(conn, blobs, model, params):
+    p = {"epochs": 3, "seed": 1, "validation": {"fraction": 0.2}, **params}
+    single = train(conn, "sh_hash_copy", model, p)
+    shard = train(conn, "sh_hash", model, p)
+    held_out = {}
+    for m in (single, shard):
+        epochs = epoch_validation(conn, m)
+        assert [e[0] for e in epochs] == [1, 2, 3]
+        assert all(e[1] is not None and 0 <= e[1] < 10 and 0.5 < e[2] <= 1 for e in epochs), epochs
+        held_out[m] = validation_metrics(conn, m)["validation"]["rows"]
+        # Every row either trained or was held out, once.
+        assert rows_trained(conn, m) + held_out[m] == 200_000, (m, rows_trained(conn, m), held_out[m])
+        assert 0.18 * 200_000 < held_out[m] < 0.22 * 200_000, held_out[m]
+    if "predicate" in str(params):
+        # A predicate selects the same rows on the shards as on one server.
+        assert held_out[shard] == held_out[single] == 40_000
+    one, sharded = epoch_validation(conn, single)[-1], epoch_validation(conn, shard)[-1]
+    print(f"\n{model} {params}: validation accuracy one server {one[2]:.4f}, sharded {sharded[2]:.4f}")
+    assert abs(one[2] - sharded[2]) <= ACCURACY_TOLERANCE, (one, sharded)
+    # The model stored scores on the held-out rows as the last epoch's validation said.
+    got = evaluate(conn, shard, "sh_hash_copy")["accuracy"]
+    assert abs(got - sharded[2]) < 0.02, (got, sharded)
+
+
+def test_patience_on_a_sharded_table_keeps_the_best_epoch(conn, blobs):
+    """A learning rate too high for the data makes the validation loss wander: the training
+    stops after `patience` epochs without a lower one and keeps the best epoch's model, whose
+    validation loss is the lowest of the epochs' (as one server does)."""
+    p = {"epochs": 40, "seed": 3, "validation": {"fraction": 0.2}, "patience": 1, "learning_rate": 2.0,
+         "learning_rate_schedule": "constant", "average": False}
+    m = train(conn, "sh_range", "svm", p)
+    metrics = validation_metrics(conn, m)
+    epochs = epoch_validation(conn, m)
+    run, best = metrics["epochs_run"], metrics["best_epoch"]
+    assert run < 40 and best is not None and run == len(epochs), (metrics, epochs)
+    losses = [e[1] for e in epochs]
+    assert best == 1 + losses.index(min(losses)), (best, losses)
+    assert run == best + 1, (run, best, losses)  # patience 1: the first epoch not better
+    assert metrics["validation"]["loss"] == pytest.approx(min(losses), rel=1e-9), (metrics["validation"], losses)
+
+
+def test_validation_rows_of_every_shard_fit_the_buffer_limit(conn, blobs):
+    """Held-out rows stay in memory on each shard for the whole training, within that server's
+    corgipile.max_buffer_memory (as on one server): past it, 54000 and nothing stored."""
+    before = models_count(conn)
+    for i in (0, 1):
+        on_shard(i, "ALTER ROLE postgres SET corgipile.max_buffer_memory = '1MB'")
+    try:
+        with pytest.raises(psycopg.Error) as err:
+            train(conn, "sh_hash", "svm", {"epochs": 2, "validation": {"fraction": 0.5}, "buffer_size": "256kB"})
+        assert err.value.sqlstate == "54000", (err.value.sqlstate, err.value.diag.message_primary)
+        assert "validation rows" in err.value.diag.message_primary
+    finally:
+        for i in (0, 1):
+            on_shard(i, "ALTER ROLE postgres RESET corgipile.max_buffer_memory")
+    assert_nothing_stored(conn, before)

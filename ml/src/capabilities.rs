@@ -104,7 +104,7 @@ const WARM_START_HINT: &str =
 /// and the first row that matches (in this order) is its ERROR.
 pub const REFUSED: &[Refused] = &[
     // A sharded table: every shard trains one model in one process, from the coordinator's
-    // statistics (round 0), without validation rows.
+    // statistics (round 0), holding out its own validation rows.
     refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
     refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
     refused(Use::Shards, Use::WarmStart, "\"warm_start\" cannot train on a sharded table yet", "Train from zeros, or warm-start on one shard's table."),
@@ -114,7 +114,8 @@ pub const REFUSED: &[Refused] = &[
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering.
     refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
-    refused(Use::Shards, Use::Validation, "cannot train on a sharded table with \"validation\" yet", SHARDS_HINT),
+    // Each shard holds out its own rows; a validation relation is one table on one server.
+    refused(Use::Shards, Use::ValidationRelation, "a sharded table cannot be validated on a validation relation yet", "Hold out rows of the sharded table instead ({\"fraction\": 0.1} or {\"predicate\": ...}: each shard holds out its own), or score the model afterwards with corgipile_evaluate on that relation."),
     // Shards would each learn their own categories.
     refused(Use::Shards, Use::ColumnList, "cannot train on a sharded table with a list of feature columns (one array column or a sparse pair only) yet", SHARDS_HINT),
     refused(Use::Shards, Use::FeatureImportance, "corgipile_feature_importance does not sample a sharded table yet", "Run it on a shard's table, or on a local copy of a sample of the rows."),

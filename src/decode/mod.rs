@@ -143,6 +143,17 @@ impl RowDecoder {
         self.first_pass_done = true;
     }
 
+    /// The validation rows were collected by an earlier call (a shard's first epoch): they
+    /// are skipped, uncounted, from the start.
+    pub fn validation_collected(&mut self) {
+        self.first_pass_done = true;
+    }
+
+    /// The held-out validation rows collected so far, taken (a shard keeps each round's).
+    pub fn take_validation(&mut self) -> Option<TupleArena> {
+        self.validation.take()
+    }
+
     /// Where a row goes, and its label as the trainer sees it; or why it is skipped.
     ///
     /// # Safety

@@ -9,7 +9,7 @@ pub mod protocol;
 
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::TrainParams;
+use corgipile_ml::params::{TrainParams, Validation};
 use corgipile_ml::preprocess::{ColumnPlan, Preprocessor};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::{Model, ModelParts};
@@ -127,6 +127,10 @@ pub fn check_distributed(
         (Use::Inference, params.inference),
         (Use::TextLabel, label == LabelCoding::ClassOfText),
         (Use::Validation, params.validation.is_some()),
+        (
+            Use::ValidationRelation,
+            matches!(params.validation, Some(Validation::Relation(_))),
+        ),
         (Use::ColumnList, layout == FeatureLayout::Tabular),
     ]);
     uses.extend(Use::of_kind(kind));

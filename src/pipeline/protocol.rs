@@ -10,8 +10,9 @@
 
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::preprocess::Preprocessor;
-use corgipile_ml::scoring::{EvaluationPart, TableSpec};
+use corgipile_ml::scoring::{EvaluationPart, TableSpec, ValidationPart};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::ModelParts;
 use serde::{Deserialize, Serialize};
@@ -21,13 +22,17 @@ pub enum Phase {
     Statistics,
     Train,
     Evaluate,
+    /// Score the coordinator's model of the epoch (in `evaluate`, as an evaluation's) on the
+    /// validation rows this shard held out of the training's first epoch.
+    Validate,
 }
 
 /// The shard protocol's version: bumped whenever a message's fields or their meaning change
-/// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them).
+/// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them;
+/// 3: the training's number in every request, validation rounds).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.
@@ -175,6 +180,11 @@ pub struct RoundRequest {
     #[serde(default)]
     pub protocol: u32,
     pub phase: Phase,
+    /// This training, among the coordinator backend's: a shard keeps what it holds between
+    /// rounds (a network's optimizer state, held-out validation rows) under it (see
+    /// `exec::sgd::shard_round`).
+    #[serde(default)]
+    pub training: u64,
     pub epoch: u32,
     /// This round is blocks `round`, `round + rounds`, … of the epoch's order.
     pub round: u32,
@@ -198,14 +208,11 @@ pub struct RoundRequest {
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
-/// activation and optimizer): which training it is, the output layer's classes in the
+/// activation and optimizer): the output layer's classes in the
 /// coordinator's numbering (empty for `mlp_regression`) and the regression target's
 /// standardization.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct NetworkRound {
-    /// This training, among the coordinator backend's: a shard resumes the optimizer state
-    /// of its last round of the same training (see `exec::sgd::shard_round`).
-    pub training: u64,
     #[serde(deserialize_with = "class_list")]
     pub classes: Vec<ClassValue>,
     pub target_mean: f64,
@@ -240,6 +247,9 @@ pub struct RoundReply {
     /// Evaluate: the shard's metrics, to merge.
     #[serde(default)]
     pub evaluation: Option<EvaluationPart>,
+    /// Validate: the model's score on the shard's held-out rows, to merge.
+    #[serde(default)]
+    pub validation: Option<ValidationPart>,
 }
 
 /// Every float finite.
@@ -347,8 +357,17 @@ impl RoundRequest {
                 return Err("class weights without the label values they weigh".into());
             }
         }
-        if (self.phase == Phase::Evaluate) != self.evaluate.is_some() {
+        let scores = matches!(self.phase, Phase::Evaluate | Phase::Validate);
+        if scores != self.evaluate.is_some() {
             return Err("a model to evaluate in another phase, or none to evaluate".into());
+        }
+        if self.phase == Phase::Validate {
+            // A binary kind's two labels as its trainer saw them: how the held-out rows score.
+            let e = self.evaluate.as_ref().expect("checked above");
+            self.extras.check(e.model.n_features(), 2)?;
+            if !self.weights.is_empty() || !self.bias.is_empty() || e.tables.is_some() {
+                return Err("a validation round of another shape than a coordinator sends".into());
+            }
         }
         if let Some(e) = &self.evaluate {
             if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
@@ -363,7 +382,7 @@ impl RoundReply {
     /// Why this reply (from a shard server: maybe from code its role wrote) does not answer
     /// `request`: another shape than asked for, values that are not finite, impossible
     /// counts. Sizes were bounded when it was parsed.
-    pub fn check(&self, request: &RoundRequest) -> Result<(), String> {
+    pub fn check(&self, request: &RoundRequest, kind: ModelKind) -> Result<(), String> {
         // More rows than one PostgreSQL table can hold (2^32 pages of at most 291 tuples).
         const MAX_ROWS: u64 = 1 << 41;
         if self.rows > MAX_ROWS || self.rows_skipped > MAX_ROWS {
@@ -385,7 +404,11 @@ impl RoundReply {
                 } else if self.rows > 0 || self.width.is_some() {
                     return Err("rows without statistics".into());
                 }
-                if !self.weights.is_empty() || !self.bias.is_empty() || self.evaluation.is_some() {
+                if !self.weights.is_empty()
+                    || !self.bias.is_empty()
+                    || self.evaluation.is_some()
+                    || self.validation.is_some()
+                {
                     return Err("a model or metrics where statistics were asked for".into());
                 }
                 check_classes(&self.classes)?;
@@ -430,16 +453,34 @@ impl RoundReply {
                 if self.stats.is_some()
                     || self.width.is_some()
                     || self.evaluation.is_some()
+                    || self.validation.is_some()
                     || !self.classes.is_empty()
                 {
                     return Err("statistics or metrics where a model was asked for".into());
+                }
+            }
+            Phase::Validate => {
+                let Some(part) = &self.validation else {
+                    return Err("no validation score".into());
+                };
+                part.check(kind)?;
+                if self.stats.is_some()
+                    || self.width.is_some()
+                    || self.evaluation.is_some()
+                    || !self.classes.is_empty()
+                    || !self.weights.is_empty()
+                    || !self.bias.is_empty()
+                {
+                    return Err(
+                        "a model or statistics where a validation score was asked for".into(),
+                    );
                 }
             }
             Phase::Evaluate => {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());
                 };
-                if !self.classes.is_empty() {
+                if !self.classes.is_empty() || self.validation.is_some() {
                     return Err("classes where metrics were asked for".into());
                 }
                 if let Some(model) = &request.evaluate {

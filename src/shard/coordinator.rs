@@ -11,6 +11,7 @@ use crate::pipeline::protocol::{
     this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
 };
 use crate::pipeline::PipelineConfig;
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::wire::{self, WireError};
 
@@ -102,7 +103,7 @@ impl RoundProgress {
 pub(super) fn round(
     shards: &mut [Shard],
     request: &RoundRequest,
-    model: &str,
+    kind: ModelKind,
     params_json: &str,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
     bytes: &mut u64,
@@ -118,7 +119,7 @@ pub(super) fn round(
         for shard in shards.iter_mut() {
             if let Place::Remote { conn, table, call } = &mut shard.place {
                 *bytes += request_json.len() as u64;
-                conn.send(call, &[table, model, params_json, &request_json]);
+                conn.send(call, &[table, kind.name(), params_json, &request_json]);
             }
         }
         // A reply is parsed within four times corgipile.max_model_memory (it carries at most one model's
@@ -180,7 +181,7 @@ pub(super) fn round(
                         );
                     }
                     let reply = parsed.unwrap_or_else(|e| bad_reply(&shard.name, e));
-                    if let Err(why) = reply.check(request) {
+                    if let Err(why) = reply.check(request, kind) {
                         bad_reply(&shard.name, WireError::Invalid(why));
                     }
                     replies[i] = Some(reply);
@@ -300,6 +301,7 @@ pub fn evaluate(
         version,
         protocol: PROTOCOL,
         phase: Phase::Evaluate,
+        training: 0,
         epoch: 1,
         round: 0,
         rounds: 1,
@@ -320,7 +322,7 @@ pub fn evaluate(
     let replies = round(
         &mut shards,
         &request,
-        kind.name(),
+        kind,
         &shard_params(&config.params),
         run_local,
         &mut bytes,

@@ -1,6 +1,5 @@
 //! A model sized by the statistics pass (a network) over a sharded table: what the coordinator
-//! decides before the first round (its classes, target, initial weights), and the number that
-//! names the training on the shards.
+//! decides before the first round (its classes, target, initial weights).
 
 use crate::exec::sgd::checked_learner;
 use crate::pg::error::{raise, raise_labels_error, raise_train_error};
@@ -12,7 +11,7 @@ use corgipile_ml::learner::Shape;
 use corgipile_ml::network::Target;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::settle_labels;
-use pgrx::{pg_sys, PgSqlErrorCode};
+use pgrx::PgSqlErrorCode;
 
 /// What the coordinator decides of a network before the first round.
 pub(super) struct NetworkPlan {
@@ -103,20 +102,9 @@ pub(super) fn network_plan(
         learner,
         initial,
         round: NetworkRound {
-            training: training_number(),
             classes,
             target_mean: target.mean,
             target_scale: target.scale,
         },
     }
-}
-
-/// A number no other sharded training of this backend had: the shards (and this backend, for
-/// local partitions) keep a network's optimizer state between rounds under it.
-fn training_number() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static TRAININGS: AtomicU64 = AtomicU64::new(0);
-    // SAFETY: GetCurrentTimestamp only reads the clock (backend thread).
-    let now = unsafe { pg_sys::GetCurrentTimestamp() } as u64;
-    (now << 16) ^ TRAININGS.fetch_add(1, Ordering::Relaxed)
 }

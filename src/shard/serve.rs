@@ -2,7 +2,7 @@
 //! mapping's connection, runs one round on a table of this server.
 
 use crate::catalog::check_schema_version;
-use crate::exec::sgd::{EvaluateShard, ShardRound};
+use crate::exec::sgd::{score_held_out, EvaluateShard, ShardRound, TrainingTable};
 use crate::pg::error::raise;
 use crate::pg::guc::max_model_bytes;
 use crate::pipeline::protocol::{
@@ -13,6 +13,8 @@ use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_model, parse_params, prepare};
 use corgipile_ml::model::{ModelKind, Predictor};
 use corgipile_ml::params::TrainParams;
+use corgipile_ml::scoring::BinaryLabels;
+use corgipile_ml::trained::Model;
 use corgipile_ml::wire;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -30,8 +32,15 @@ pub(super) fn shard_round_here(
     let mut params = params.clone();
     params.verbose = false;
     params.workers = 0;
-    if request.phase == Phase::Evaluate {
-        return evaluate_shard_here(relid, leaf, kind, params, request);
+    let table = TrainingTable {
+        training: request.training,
+        relid: u32::from(relid),
+        leaf: leaf.map(u32::from),
+    };
+    match request.phase {
+        Phase::Evaluate => return evaluate_shard_here(relid, leaf, kind, params, request),
+        Phase::Validate => return validate_here(table, kind, request),
+        Phase::Statistics | Phase::Train => {}
     }
     // The classes in the coordinator's numbering (a network's: `NetworkRound`; a softmax's or
     // a text label's: `RoundRequest::classes`): this shard's decoder numbers labels so.
@@ -62,7 +71,57 @@ pub(super) fn shard_round_here(
     }
     prepared.run(ShardRound {
         request: request.clone(),
+        table,
     })
+}
+
+/// A shard's part of a validation round: the coordinator's model scored on the rows this
+/// backend held out of `table` in the training's first epoch (no read of the table).
+fn validate_here(table: TrainingTable, kind: ModelKind, request: &RoundRequest) -> RoundReply {
+    let (model, _) = coordinator_model(kind, request);
+    let binary = request
+        .extras
+        .label_values
+        .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+    RoundReply {
+        validation: Some(score_held_out(table, &model, binary)),
+        ..RoundReply::default()
+    }
+}
+
+/// The model a request carries to score (an evaluation's or a validation's), checked: of the
+/// kind and shape it says. Returns it with the stored request's parts.
+fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &EvaluateRequest) {
+    let Some(evaluate) = &request.evaluate else {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: an evaluation without a model",
+            None,
+        )
+    };
+    // A model of another kind or shape than it says would score out of bounds.
+    let outputs = kind.outputs_for(evaluate.classes.len());
+    let model = evaluate.model.clone().into_model().unwrap_or_else(|why| {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            format!("corgipile shard round: {why}"),
+            None,
+        )
+    });
+    if model.kind() != kind
+        || model.n_outputs() != outputs
+        || evaluate
+            .preprocessing
+            .as_ref()
+            .is_some_and(|p| p.n_features != model.n_features())
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: the coordinator's model has another shape",
+            None,
+        );
+    }
+    (model, evaluate)
 }
 
 /// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
@@ -74,40 +133,15 @@ pub(super) fn evaluate_shard_here(
     params: TrainParams,
     request: &RoundRequest,
 ) -> RoundReply {
-    let Some(EvaluateRequest {
+    let (
         model,
-        classes,
-        preprocessing,
-        tables,
-    }) = &request.evaluate
-    else {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-            "corgipile shard round: an evaluation without a model",
-            None,
-        )
-    };
-    // A model of another kind or shape than it says would score out of bounds.
-    let outputs = kind.outputs_for(classes.len());
-    let model = model.clone().into_model().unwrap_or_else(|why| {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-            format!("corgipile shard round: {why}"),
-            None,
-        )
-    });
-    if model.kind() != kind
-        || model.n_outputs() != outputs
-        || preprocessing
-            .as_ref()
-            .is_some_and(|p| p.n_features != model.n_features())
-    {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-            "corgipile shard round: the coordinator's model has another shape",
-            None,
-        );
-    }
+        EvaluateRequest {
+            classes,
+            preprocessing,
+            tables,
+            ..
+        },
+    ) = coordinator_model(kind, request);
     let mut prepared = prepare(
         relid,
         kind,

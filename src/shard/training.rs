@@ -11,20 +11,21 @@ use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::protocol::{
-    merge_classes, merged_index, this_version, NetworkRound, Phase, RoundReply, RoundRequest,
-    PROTOCOL,
+    merge_classes, merged_index, this_version, EvaluateRequest, NetworkRound, Phase, RoundReply,
+    RoundRequest, PROTOCOL,
 };
 use crate::pipeline::{ClassValue, LabelCoding};
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::network::{network_plan, NetworkPlan};
 use corgipile_ml::divergence::{diverged, zero_model_loss};
 use corgipile_ml::fit::{EpochEnd, Fit, LearnerPlan, Notices};
-use corgipile_ml::model::{LinearModel, ModelKind};
+use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
+use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochPart, EpochRecord,
-    EpochTotals, LrSchedule, MAX_CLASSES,
+    EpochTotals, LrSchedule, TrainError, MAX_CLASSES,
 };
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::time::Instant;
@@ -69,12 +70,12 @@ pub fn train(
     let version = this_version().to_string();
     let mut shards = open_shards(leaves, &version);
     let params_json = shard_params(params);
-    let model_name = kind.name();
     // Round 0: statistics.
     let mut request = RoundRequest {
         version: version.clone(),
         protocol: PROTOCOL,
         phase: Phase::Statistics,
+        training: training_number(),
         epoch: 1,
         round: 0,
         rounds: 1,
@@ -120,14 +121,18 @@ pub fn train(
     if request.network.is_none() {
         request.classes = numbered.clone();
     }
-    // The combined model's epochs, run by the policy one server runs (one learner, no
-    // patience: shards take no validation yet; the shard line is this driver's own).
-    let mut fit: Fit<()> = Fit::new(
+    // The combined model's epochs, run by the policy one server runs (one learner; with
+    // validation, its patience and best epoch; the shard line is this driver's own).
+    let validating = params.validation.is_some();
+    let mut fit: Fit<Model> = Fit::new(
         LearnerPlan::one(),
         params.tolerance,
-        &[None],
+        &[params.patience.filter(|_| validating)],
         Notices::quiet(params.epochs),
     );
+    let mut network = network;
+    let standardizer = extras.standardizer.clone();
+    let label_values = extras.label_values;
     let mut rows_trained = 0;
     request.phase = Phase::Train;
     request.n_features = n_features;
@@ -155,7 +160,7 @@ pub fn train(
             let replies = round(
                 &mut shards,
                 &request,
-                model_name,
+                kind,
                 &params_json,
                 run_local,
                 &mut bytes,
@@ -181,7 +186,7 @@ pub fn train(
         }
         rows_trained = totals.rows;
         let learning_rate = lr_schedule.learning_rate(params.learning_rate, epoch);
-        let record = epoch_record(
+        let mut record = epoch_record(
             config,
             epoch,
             &totals,
@@ -190,41 +195,97 @@ pub fn train(
             zero_loss,
         );
         progress::epoch_finished(record.stats.loss);
+        // The epoch's model scored on the rows every shard held out.
+        let (snapshot, validation_seconds) = match validating {
+            true => {
+                let validation_started = Instant::now();
+                let mut model = combined_model(
+                    kind,
+                    n_features,
+                    outputs,
+                    model_rounds.result(),
+                    n_weights,
+                    network.as_mut(),
+                );
+                if let Some(s) = &standardizer {
+                    model = model.fold_standardizer(s);
+                }
+                let round_request = validation_request(&request, &model, label_values, &numbered);
+                let replies = round(
+                    &mut shards,
+                    &round_request,
+                    kind,
+                    &params_json,
+                    run_local,
+                    &mut bytes,
+                    &RoundProgress {
+                        label: "validation".into(),
+                        fraction: 1.0,
+                        tuples: totals.tuples,
+                    },
+                );
+                let binary = label_values
+                    .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+                let mut score = ValidationScore::new(kind, binary);
+                for reply in &replies {
+                    score.merge(
+                        reply
+                            .validation
+                            .as_ref()
+                            .expect("checked: a validation score"),
+                    );
+                }
+                record.validation = Some(score.finish());
+                (Some(model), validation_started.elapsed().as_secs_f64())
+            }
+            false => (None, 0.0),
+        };
+        record.validation_seconds = validation_seconds;
         if params.verbose {
             notice_epoch(params.epochs, &record, &shards, rounds, bytes);
         }
         let end = EpochEnd {
             epoch,
             stats: vec![Some(record.stats)],
-            snapshots: vec![None],
-            validations: vec![None],
+            snapshots: vec![snapshot],
+            validations: vec![record.validation],
             seconds: record.seconds,
-            validation_seconds: 0.0,
+            validation_seconds,
         };
         if fit.end_epoch(end).done {
             break;
         }
     }
+    if let (true, Some(stopped)) = (params.verbose, fit.stopped()) {
+        notice(stopped.line());
+    }
     progress::finish();
     // The local partitions' optimizer states (the remote shards' go with their connections).
-    crate::exec::sgd::forget_kept_optimizers();
+    crate::exec::sgd::forget_kept();
     let seconds = started.elapsed().as_secs_f64();
-    let epochs = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
-        Some(finished) => finished.epochs,
-        None => Vec::new(),
+    let (epochs, best) = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
+        Some(finished) => (finished.epochs, finished.best),
+        None => (Vec::new(), None),
     };
-    let mut model = combined_model(
-        kind,
-        n_features,
-        outputs,
-        model_rounds.finish(),
-        n_weights,
-        network,
-    );
-    let standardizer = request.extras.standardizer.clone();
-    if let Some(s) = &standardizer {
-        model = model.fold_standardizer(s);
-    }
+    // Early stopping keeps the best epoch's model (already in the table's units).
+    let (best_epoch, model) = match best {
+        Some((epoch, model)) => (Some(epoch), model),
+        None => {
+            let model = combined_model(
+                kind,
+                n_features,
+                outputs,
+                model_rounds.finish(),
+                n_weights,
+                network.as_mut(),
+            );
+            let folded = match &standardizer {
+                Some(s) => model.fold_standardizer(s),
+                None => model,
+            };
+            (None, folded)
+        }
+    };
     let classes = stored_classes(request.extras.label_values, &request.network, numbered);
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
     let summary = ShardSummary {
@@ -233,7 +294,7 @@ pub fn train(
         bytes_per_epoch: bytes,
     };
     let outcome = TrainOutcome {
-        best_epoch: None,
+        best_epoch,
         inference: None,
         model,
         classes,
@@ -248,6 +309,56 @@ pub fn train(
         statistics_seconds: Some(statistics_seconds),
     };
     (outcome, summary)
+}
+
+/// A validation round's request: `model` (the epoch's, in the table's units) scored on the rows
+/// every shard held out; a binary kind's `label_values` say how its rows' labels score.
+fn validation_request(
+    train: &RoundRequest,
+    model: &Model,
+    label_values: Option<(f64, f64)>,
+    numbered: &[ClassValue],
+) -> RoundRequest {
+    // The classes the model has outputs for (a softmax's or a network classifier's).
+    let classes = if model.kind().has_class_outputs() {
+        match &train.network {
+            Some(n) => n.classes.clone(),
+            None => numbered.to_vec(),
+        }
+    } else {
+        Vec::new()
+    };
+    RoundRequest {
+        phase: Phase::Validate,
+        round: 0,
+        rounds: 1,
+        n_features: model.n_features(),
+        weights: Vec::new(),
+        bias: Vec::new(),
+        extras: LearnedStatistics {
+            label_values,
+            ..LearnedStatistics::default()
+        },
+        evaluate: Some(EvaluateRequest {
+            model: model.to_parts(),
+            classes,
+            preprocessing: None,
+            tables: None,
+        }),
+        network: None,
+        classes: Vec::new(),
+        ..train.clone()
+    }
+}
+
+/// A number no other sharded training of this backend had: the shards (and this backend, for
+/// local partitions) keep what they hold between rounds under it (see `RoundRequest::training`).
+fn training_number() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TRAININGS: AtomicU64 = AtomicU64::new(0);
+    // SAFETY: GetCurrentTimestamp only reads the clock (backend thread).
+    let now = unsafe { pg_sys::GetCurrentTimestamp() } as u64;
+    (now << 16) ^ TRAININGS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The combined model's record of `epoch` from what the shards trained in it; ERROR if it
@@ -302,19 +413,22 @@ fn stored_classes(
 }
 
 /// The model the shards' combined parameters make (`params`: the weights, `n_weights` of them,
-/// then the bias; a network's all its parameters).
+/// then the bias; a network's all its parameters), in the training's units.
 fn combined_model(
     kind: ModelKind,
     n_features: usize,
     outputs: usize,
     mut params: Vec<f64>,
     n_weights: usize,
-    network: Option<NetworkPlan>,
+    network: Option<&mut NetworkPlan>,
 ) -> Model {
     match network {
-        Some(mut plan) => {
+        Some(plan) => {
             plan.learner.set_parameters(&params);
-            plan.learner.into_model()
+            plan.learner.result_model().unwrap_or_else(|| {
+                let bytes = params.len() as u64 * 8;
+                raise_train_error(TrainError::OutOfMemory { bytes }, &|v| v.to_string(), false)
+            })
         }
         None => {
             let bias = params.split_off(n_weights);
@@ -349,7 +463,7 @@ unsafe fn statistics_round(
     let replies = round(
         shards,
         request,
-        config.model.name(),
+        config.model,
         params_json,
         run_local,
         bytes,

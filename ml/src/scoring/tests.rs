@@ -550,3 +550,57 @@ fn validation_scores_of_parts_merged_are_the_score_of_all_rows() {
     assert_eq!(a.rows, b.rows);
     assert!((a.r2.unwrap() - b.r2.unwrap()).abs() < 1e-9 && (a.loss - b.loss).abs() < 1e-9);
 }
+
+#[test]
+fn a_shards_validation_part_is_checked_before_it_is_merged() {
+    // A real part of each kind passes; forged counts, a negative loss and another kind's
+    // metrics are refused (a shard server's reply may be written by its role).
+    let (model, rows) = binary_case(ModelKind::Logistic, 5, 400, (0.0, 1.0, 5.0), 400);
+    let binary = Some(BinaryLabels::Values {
+        negative: 0.0,
+        positive: 1.0,
+    });
+    let mut score = ValidationScore::new(ModelKind::Logistic, binary);
+    for (x, y) in &rows {
+        score.push(&model, Row::Dense(x), *y);
+    }
+    let part = score.part();
+    assert_eq!(part.check(ModelKind::Logistic), Ok(()));
+    assert!(part.check(ModelKind::Linear).is_err());
+    assert!(part.check(ModelKind::Softmax).is_err());
+    let mut json: Value = serde_json::to_value(&part).unwrap();
+    let mut no_matrix = json.clone();
+    no_matrix["binary"] = Value::Null;
+    let forged: ValidationPart = serde_json::from_value(no_matrix).unwrap();
+    assert!(forged.check(ModelKind::Logistic).is_err());
+    json["correct"] = Value::from(rows.len() as u64 + 1);
+    let forged: ValidationPart = serde_json::from_value(json.clone()).unwrap();
+    assert!(forged.check(ModelKind::Logistic).is_err());
+    json["correct"] = Value::from(1);
+    json["rows"] = Value::from(3);
+    let forged: ValidationPart = serde_json::from_value(json.clone()).unwrap();
+    assert!(
+        forged.check(ModelKind::Logistic).is_err(),
+        "its confusion matrix counts 400 rows"
+    );
+    json["rows"] = Value::from(rows.len() as u64);
+    json["loss"] = Value::from(-1.0);
+    let forged: ValidationPart = serde_json::from_value(json).unwrap();
+    assert!(forged.check(ModelKind::Logistic).is_err());
+
+    let mut rng = Rand::new(2);
+    let linear = LinearModel::single(ModelKind::Linear, features(&mut rng), 0.5);
+    let mut score = ValidationScore::new(ModelKind::Linear, None);
+    for _ in 0..50 {
+        let x = features(&mut rng);
+        score.push(&linear, Row::Dense(&x), rng.normal());
+    }
+    assert_eq!(score.part().check(ModelKind::Linear), Ok(()));
+    assert!(score.part().check(ModelKind::Svm).is_err());
+    assert_eq!(
+        ValidationScore::new(ModelKind::Softmax, None)
+            .part()
+            .check(ModelKind::Softmax),
+        Ok(())
+    );
+}

@@ -60,6 +60,46 @@ pub struct ValidationPart {
     binary: Option<BinaryPart>,
 }
 
+impl ValidationPart {
+    /// Why this part (from a shard server) cannot be merged into a `kind` model's score:
+    /// impossible counts, a negative loss, metrics of another kind. (Its sizes were bounded
+    /// when it was parsed.)
+    pub fn check(&self, kind: ModelKind) -> Result<(), String> {
+        // More rows than one PostgreSQL table can hold (2^32 pages of at most 291 tuples).
+        const MAX_ROWS: u64 = 1 << 41;
+        if self.rows > MAX_ROWS || self.correct > self.rows || self.loss < 0.0 {
+            return Err(format!(
+                "a validation score of {} rows, {} correct, loss {}",
+                self.rows, self.correct, self.loss
+            ));
+        }
+        let regression = kind.labels() == Labels::Number;
+        let regression_rows = self.regression.rows();
+        if (regression && regression_rows != self.rows) || (!regression && regression_rows != 0) {
+            return Err(format!(
+                "a validation score of another kind than {}'s",
+                kind.name()
+            ));
+        }
+        match (&self.binary, kind.is_binary()) {
+            (Some(b), true) => {
+                b.check()?;
+                if b.rows() != Some(self.rows) {
+                    return Err(
+                        "a validation score whose confusion matrix counts other rows".into(),
+                    );
+                }
+                Ok(())
+            }
+            (None, false) => Ok(()),
+            _ => Err(format!(
+                "a validation score of another kind than {}'s",
+                kind.name()
+            )),
+        }
+    }
+}
+
 /// Loss and accuracy (or R²) of a model on validation rows, one row at a time.
 pub struct ValidationScore {
     kind: ModelKind,

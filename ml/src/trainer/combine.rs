@@ -157,11 +157,16 @@ impl DeltaRounds {
 
     /// The result: the averaged parameters if any round was averaged, else the last ones.
     pub fn finish(self) -> Vec<f64> {
+        self.result()
+    }
+
+    /// The result so far (as `finish` would give it now): an epoch's model, for validation.
+    pub fn result(&self) -> Vec<f64> {
         if self.samples > 0 {
             let n = self.samples as f64;
             self.sums.iter().map(|s| s / n).collect()
         } else {
-            self.params
+            self.params.clone()
         }
     }
 }

@@ -1,8 +1,9 @@
 //! A shard server's part of a training or evaluation over a sharded table (see `crate::shard`):
 //! one call either gathers the statistics of the shard's table, or trains one round — a share
 //! of one epoch's blocks — from the coordinator's model and returns what it learned, or scores
-//! the coordinator's model on every row and returns mergeable counts. Rows never leave the
-//! shard; nothing is stored here.
+//! the coordinator's model on every row and returns mergeable counts, or scores it on the
+//! validation rows the training's first epoch held out here. Rows never leave the shard;
+//! nothing is stored here.
 
 use super::statistics::gather_statistics;
 use super::{checked_learner, inputs_only};
@@ -10,43 +11,104 @@ use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest, MAX_CLASS_TEXT};
 use crate::pipeline::ClassValue;
-use crate::pipeline::{BlockShare, FeatureLayout, Mode};
+use crate::pipeline::{BlockShare, FeatureLayout, Mode, ValidationSplit};
+use corgipile_ml::arena::TupleArena;
 use corgipile_ml::learner::Shape;
+use corgipile_ml::model::Predictor;
 use corgipile_ml::network::{Optimizer, Target};
+use corgipile_ml::scoring::{BinaryLabels, ValidationPart, ValidationScore};
+use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::cell::RefCell;
 
-/// A network's optimizer state after this backend's last round of a sharded training on one
-/// table (a remote shard's backend serves one coordinator connection; a coordinator runs its
-/// local partitions itself): the next round of the same training on the same table resumes
-/// it, as one process's optimizer continues from batch to batch. Backend thread only.
-struct KeptOptimizer {
-    training: u64,
-    relation: String,
-    optimizer: Optimizer,
+/// One table of one sharded training, as a backend keeps state for it between rounds: a
+/// shard server's table (`leaf` None), or a local partition `leaf` of the coordinator's
+/// sharded table `relid`. (A remote shard's backend serves one coordinator connection; a
+/// coordinator runs its local partitions itself.)
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainingTable {
+    pub training: u64,
+    pub relid: u32,
+    pub leaf: Option<u32>,
+}
+
+/// What this backend keeps of one table of a sharded training between its rounds: a
+/// network's optimizer state after its last round (the next round resumes it, as one
+/// process's optimizer continues from batch to batch), and the validation rows the first
+/// epoch's rounds held out (each round reads its share of the blocks), which validation
+/// rounds score. Backend thread only.
+struct Kept {
+    table: TrainingTable,
+    optimizer: Option<Optimizer>,
+    held_out: Vec<TupleArena>,
 }
 
 thread_local! {
-    static KEPT: RefCell<Vec<KeptOptimizer>> = const { RefCell::new(Vec::new()) };
+    static KEPT: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The kept state of `training` on `relation`, if any; drops those of other trainings.
-fn take_kept(training: u64, relation: &str) -> Option<Optimizer> {
+/// Runs `f` on what is kept for `table` (made empty if nothing is); forgets what other
+/// trainings kept.
+fn with_kept<T>(table: TrainingTable, f: impl FnOnce(&mut Kept, u64) -> T) -> T {
     KEPT.with_borrow_mut(|kept| {
-        kept.retain(|k| k.training == training);
-        let at = kept.iter().position(|k| k.relation == relation)?;
-        Some(kept.swap_remove(at).optimizer)
+        kept.retain(|k| k.table.training == table.training);
+        let held: u64 = kept.iter().map(Kept::bytes).sum();
+        let at = match kept.iter().position(|k| k.table == table) {
+            Some(at) => at,
+            None => {
+                kept.push(Kept {
+                    table,
+                    optimizer: None,
+                    held_out: Vec::new(),
+                });
+                kept.len() - 1
+            }
+        };
+        f(&mut kept[at], held)
     })
 }
 
-/// Forgets every kept optimizer state (a coordinator, at the end of a sharded training).
-pub fn forget_kept_optimizers() {
+impl Kept {
+    fn bytes(&self) -> u64 {
+        let rows: usize = self.held_out.iter().map(TupleArena::bytes_used).sum();
+        self.optimizer.as_ref().map_or(0, Optimizer::bytes) + rows as u64
+    }
+}
+
+/// Forgets everything kept (a coordinator, at the end of a sharded training).
+pub fn forget_kept() {
     KEPT.with_borrow_mut(Vec::clear);
 }
+
+/// The score of `model` on the validation rows held out of `table` by its first epoch's
+/// rounds (none held out: an empty score). `binary`: a binary kind's two labels as the
+/// trainer sees them.
+pub fn score_held_out(
+    table: TrainingTable,
+    model: &Model,
+    binary: Option<BinaryLabels>,
+) -> ValidationPart {
+    with_kept(table, |kept, _| {
+        let mut score = ValidationScore::new(model.kind(), binary);
+        for arena in &kept.held_out {
+            for start in (0..arena.len()).step_by(VALIDATION_CHUNK_ROWS) {
+                check_for_interrupts!();
+                for i in start..(start + VALIDATION_CHUNK_ROWS).min(arena.len()) {
+                    score.push(model, arena.row(i), arena.label(i));
+                }
+            }
+        }
+        score.part()
+    })
+}
+
+/// Rows scored between two checks for a cancel.
+const VALIDATION_CHUNK_ROWS: usize = 4096;
 
 /// One shard call.
 pub struct ShardRound {
     pub request: RoundRequest,
+    pub table: TrainingTable,
 }
 
 impl SgdTask for ShardRound {
@@ -56,8 +118,8 @@ impl SgdTask for ShardRound {
     unsafe fn run(self, node: &mut SgdNode) -> RoundReply {
         match self.request.phase {
             Phase::Statistics => node.shard_statistics(),
-            Phase::Train => node.shard_train(self.request),
-            Phase::Evaluate => raise(
+            Phase::Train => node.shard_train(self.request, self.table),
+            Phase::Evaluate | Phase::Validate => raise(
                 PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
                 "corgipile shard round: an evaluation on a training plan",
                 None,
@@ -67,6 +129,36 @@ impl SgdTask for ShardRound {
 }
 
 impl SgdNode {
+    /// Keeps the validation rows this round held out (see `Kept`): every round's together
+    /// within corgipile.max_buffer_memory, as one server holds them.
+    ///
+    /// # Safety
+    /// As [`SgdNode::shuffle`]: called while this node's plan runs.
+    unsafe fn keep_held_out(&mut self, table: TrainingTable) {
+        let Some(rows) = self.shuffle().rows_mut().take_validation() else {
+            return;
+        };
+        let limit = self.config.max_buffer_bytes;
+        let fits = with_kept(table, |kept, _| {
+            let held: usize = kept.held_out.iter().map(TupleArena::bytes_used).sum();
+            let fits = (held.saturating_add(rows.bytes_used()) as u64) <= limit;
+            if fits {
+                kept.held_out.push(rows);
+            }
+            fits
+        });
+        if !fits {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "the validation rows of {} do not fit in corgipile.max_buffer_memory",
+                    self.config.relation
+                ),
+                Some("Hold out a smaller fraction, or evaluate afterwards with corgipile_evaluate().".into()),
+            );
+        }
+    }
+
     unsafe fn shard_statistics(&mut self) -> RoundReply {
         let classifier = self.config.model.is_classifier();
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
@@ -113,7 +205,7 @@ impl SgdNode {
     /// One round: the coordinator's model trained on this round's blocks. A network resumes
     /// the optimizer state (Adam's moments, momentum) of its last round on this table (see
     /// `KeptOptimizer`): the coordinator sends parameters only.
-    unsafe fn shard_train(&mut self, request: RoundRequest) -> RoundReply {
+    unsafe fn shard_train(&mut self, request: RoundRequest, table: TrainingTable) -> RoundReply {
         let params = self.config.params.clone();
         let kind = self.config.model;
         let mut config = params.train_config(kind);
@@ -121,6 +213,11 @@ impl SgdNode {
         config.average_from_epoch = None;
         request.extras.clone().apply(&mut config);
         let shuffle = self.shuffle();
+        // Validation rows are held out by the first epoch's rounds, and skipped after it.
+        let holds_out = self.config.validation_split != ValidationSplit::None;
+        if request.epoch > 1 {
+            shuffle.rows_mut().validation_collected();
+        }
         shuffle.set_round(
             BlockShare {
                 rank: request.round,
@@ -186,9 +283,7 @@ impl SgdNode {
             other_shape();
         }
         // A network continues with the optimizer state of this table's last round, if any.
-        let relation = format!("{} {:?}", self.config.relation, self.config.leaf);
-        let training = request.network.as_ref().map(|n| n.training);
-        if let Some(kept) = training.and_then(|t| take_kept(t, &relation)) {
+        if let Some(kept) = with_kept(table, |k, _| k.optimizer.take()) {
             learner.resume_optimizer(kept);
         }
         learner.set_interrupt(Some(Box::new(|| {
@@ -222,21 +317,19 @@ impl SgdNode {
             .finish_epoch()
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
         let mut weights = learner.parameters();
-        if let (Some(training), Some(optimizer)) = (training, learner.into_optimizer()) {
+        if let Some(optimizer) = learner.into_optimizer() {
             // What this backend keeps between rounds (one state per local partition on a
             // coordinator) stays within corgipile.max_model_memory; beyond it a partition's
             // next round starts a fresh state.
             let limit = self.config.max_model_bytes;
-            KEPT.with_borrow_mut(|kept| {
-                let held: u64 = kept.iter().map(|k| k.optimizer.bytes()).sum();
+            with_kept(table, |kept, held| {
                 if held.saturating_add(optimizer.bytes()) <= limit {
-                    kept.push(KeptOptimizer {
-                        training,
-                        relation,
-                        optimizer,
-                    })
+                    kept.optimizer = Some(optimizer);
                 }
             });
+        }
+        if holds_out && request.epoch == 1 {
+            self.keep_held_out(table);
         }
         // The decoder numbered a label the coordinator's statistics round did not see (rows
         // added between rounds): the model would have another shape on this shard.
