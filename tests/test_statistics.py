@@ -27,7 +27,9 @@ BASE = {"epochs": 2, "seed": 7, "verbose": False}
 def env(db):
     with connect(db) as c:
         # Label-clustered, features on scales 1 ... 10^4 (normalizing matters), ~20 MB.
-        # No autovacuum: nothing but the tests should touch these tables while pages are counted.
+        # No autovacuum: on PostgreSQL 16+ a CREATE TABLE AS leaves empty pages at the end of
+        # the table (24 here), and a second VACUUM may truncate them between a test's size query
+        # and its training (see test_a_vacuum_before_the_training_truncates_only_empty_pages).
         c.execute(f"""CREATE TABLE st WITH (autovacuum_enabled = off) AS SELECT i AS id,
                 ARRAY[(s + random() - 0.5) * 10000, (s * 0.5 + random()) * 100, random() + s * 0.3,
                       random() * 50, (random() - 0.5) * 2 + s, random(), random() * 1000, s * 0.2 + random()]::float8[] AS features,
@@ -45,11 +47,16 @@ def pages(c, rel):
     return scalar(c, "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int", (rel,))
 
 
-def explain(c, rel, model, params):
+def explain_fields(c, rel, model, params):
     lines = [r[0] for r in c.execute("SELECT * FROM corgipile_explain(%s::regclass, %s, %s, true)",
                                      (rel, model, Jsonb({**BASE, **params})))]
     def field(key):
         return [ln.split(": ", 1)[1] for ln in lines if ln.strip().startswith(key + ": ")]
+    return field
+
+
+def explain(c, rel, model, params):
+    field = explain_fields(c, rel, model, params)
     return int(field("Pages Read")[0]), field("Statistics Sample")
 
 
@@ -113,13 +120,41 @@ def test_what_needs_every_row_reads_every_row(env, model, params):
             assert len(sample) == 1  # sampled, then read on to the end for want of rows
         else:
             assert sample == []
-        if model == "mlp":
-            # Once (PostgreSQL 18, a full make test) a network's EXPLAIN ANALYZE counted 8,184
-            # pages where 3 x 2,752 were expected; not reproduced in 10 runs since. Until that is
-            # understood this case asserts the not-sampled decision and more than two passes.
-            assert read > 2 * n, (params, read, n)
-        else:
-            assert read == 3 * n, (params, read, n)
+        assert read == 3 * n, (params, read, n)
+        assert pages(c, "st") == n
+
+
+def used_pages(c, rel):
+    """The table's pages up to its last page holding a row."""
+    return scalar(c, f"SELECT coalesce(max((ctid::text::point)[0])::int + 1, 0) FROM {rel}")
+
+
+def test_a_vacuum_before_the_training_truncates_only_empty_pages(env):
+    # The one short count (PostgreSQL 18, autovacuum on: 8,184 pages read where 3 x 2,752 were
+    # expected) provoked: a CREATE TABLE AS on 16+ extends the table by many pages at once and
+    # leaves those it did not fill empty at its end (2,752 pages, rows on 2,728). The first
+    # VACUUM scans every page and truncates nothing (24 < 2,752 / 16); once the visibility map
+    # says the other pages are all-visible, the next VACUUM scans only the last ones, finds no
+    # row there and truncates the empty pages. A training after it reads 3 x 2,728 pages, and
+    # every row.
+    with connect(env) as c:
+        # Commits flushed at once: VACUUM sets the visibility map only for rows whose inserting
+        # commit is on disk (the test cluster commits asynchronously).
+        c.execute("SET synchronous_commit = on")
+        c.execute("DROP TABLE IF EXISTS st_tail")
+        c.execute("CREATE TABLE st_tail WITH (autovacuum_enabled = off) AS SELECT * FROM st ORDER BY id")
+        c.execute("VACUUM ANALYZE st_tail")
+        before, used = pages(c, "st_tail"), used_pages(c, "st_tail")
+        assert before == pages(c, "st")
+        if int(scalar(c, "SHOW server_version_num")) >= 160000:
+            assert used < before, (used, before)  # the empty pages this test is about
+        c.execute("VACUUM st_tail")
+        assert pages(c, "st_tail") == used  # the empty pages went, no row did
+        field = explain_fields(c, "st_tail", "mlp", {"hidden": [4]})
+        read = int(field("Pages Read")[0])
+        assert field("Statistics Sample") == [] and read == 3 * used, (read, used, before)
+        assert field("Tuples Per Epoch") == [str(ROWS)]
+        c.execute("DROP TABLE st_tail")
 
 
 def test_sparse_arrays_read_every_row(env):
