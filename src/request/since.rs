@@ -1,8 +1,8 @@
 //! `"since"`: incremental training on an append-mostly table. Every training of a single heap
 //! table records what it read in the model's `metrics->'read'` (the table, its size in pages
-//! before the scan began, its file); a training `since` that model reads only the pages added
-//! after them (from the last page it read, whose free space new rows may have filled), plus a
-//! `replay` sample of the older blocks, and continues from it.
+//! before the scan began up to its last page in use, its file); a training `since` that model
+//! reads only the pages added after them (from the last page it read, whose free space new rows
+//! may have filled), plus a `replay` sample of the older blocks, and continues from it.
 //!
 //! What this means for rows that change: a row inserted into free space of an old page (after
 //! a DELETE, an UPDATE, a VACUUM) is not read again unless the replay sample holds its block;
@@ -30,6 +30,7 @@ impl TableRead {
     pub fn now(table: pg_sys::Oid) -> Option<TableRead> {
         // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
         // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+        // pages_in_use gets the relation open and locked, as it requires.
         unsafe {
             let kind = pg_sys::get_rel_relkind(table) as u8;
             if kind != pg_sys::RELKIND_RELATION && kind != pg_sys::RELKIND_MATVIEW {
@@ -39,10 +40,7 @@ impl TableRead {
             let rel = pg_sys::relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             let read = (!(*(*rel).rd_rel).relhassubclass).then(|| TableRead {
                 relid: table.to_u32(),
-                pages: pg_sys::RelationGetNumberOfBlocksInFork(
-                    rel,
-                    pg_sys::ForkNumber::MAIN_FORKNUM,
-                ),
+                pages: pages_in_use(rel),
                 filenode: (*(*rel).rd_rel).relfilenode.to_u32(),
             });
             pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
@@ -70,6 +68,68 @@ impl TableRead {
             filenode: field("filenode")?,
         })
     }
+}
+
+/// The table's pages up to its last page that has a line pointer in use: the empty pages after
+/// it do not count. PostgreSQL 16+ extends a table by up to 64 pages at once for a bulk insert
+/// (COPY, CREATE TABLE AS) and leaves the pages it did not fill empty at the end; a VACUUM then
+/// enters them in the free space map, and may truncate them (when it skips the table's other
+/// pages by the visibility map, it does: seen as a training of 2,728 pages where the
+/// table had had 2,752 a moment before). Rows appended later go into those pages first, so a
+/// size that counted them made `"since"` take appended rows for old ones. These are exactly
+/// the pages a VACUUM may truncate (its `count_nondeletable_pages` reads them alike).
+///
+/// # Safety
+/// `rel` is an open relation, locked at least AccessShareLock; backend thread.
+unsafe fn pages_in_use(rel: pg_sys::Relation) -> u32 {
+    let mut end = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM);
+    // Another access method's pages are not heap pages (and such a table is refused later).
+    if end == 0 || (*(*rel).rd_rel).relam != pg_sys::HEAP_TABLE_AM_OID {
+        return end;
+    }
+    let strategy = pg_sys::GetAccessStrategy(pg_sys::BufferAccessStrategyType::BAS_BULKREAD);
+    while end > 0 {
+        pgrx::check_for_interrupts!();
+        // SAFETY: `end - 1` < the relation's size, and the relation cannot shrink while we
+        // hold our lock (truncation needs an AccessExclusiveLock). The page is pinned and
+        // share-locked while its header and line pointers are read, and released before the
+        // next call that can raise an ERROR.
+        let buffer = pg_sys::ReadBufferExtended(
+            rel,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            end - 1,
+            pg_sys::ReadBufferMode::RBM_NORMAL,
+            strategy,
+        );
+        pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_SHARE as i32);
+        let in_use = page_has_items(pg_sys::BufferGetPage(buffer));
+        pg_sys::UnlockReleaseBuffer(buffer);
+        if in_use {
+            break;
+        }
+        end -= 1;
+    }
+    pg_sys::FreeAccessStrategy(strategy);
+    end
+}
+
+/// Whether a heap page has a line pointer in use (a tuple, a dead or a redirect pointer): not
+/// a new (all-zero) page, nor one whose line pointers are all unused.
+///
+/// # Safety
+/// `page` is a pinned, share-locked buffer's page.
+unsafe fn page_has_items(page: pg_sys::Page) -> bool {
+    let header = page.cast::<pg_sys::PageHeaderData>();
+    // A new page: all zeros (PageIsNew).
+    if (*header).pd_upper == 0 {
+        return false;
+    }
+    let linp = std::mem::offset_of!(pg_sys::PageHeaderData, pd_linp);
+    let lower = ((*header).pd_lower as usize).min(pg_sys::BLCKSZ as usize);
+    let n = lower.saturating_sub(linp) / std::mem::size_of::<pg_sys::ItemIdData>();
+    // SAFETY: the line pointer array of a valid page: `n` entries below pd_lower, within the
+    // page (pd_lower clamped to the block size).
+    (0..n).any(|i| (*(*header).pd_linp.as_ptr().add(i)).lp_flags() != pg_sys::LP_UNUSED)
 }
 
 /// The share of `table` a training since model `since_id` reads.
@@ -102,7 +162,7 @@ pub fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) 
         0
     } else if now.pages < then.pages {
         notice(format!(
-            "corgipile: {relname} has {} pages, fewer than the {} model {since_id} read (VACUUM truncated it): reading all of it",
+            "corgipile: {relname} has {} pages in use, fewer than the {} model {since_id} read: reading all of it",
             now.pages, then.pages
         ));
         0
