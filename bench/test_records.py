@@ -241,3 +241,99 @@ def test_runs_beside_a_busy_neighbour_are_their_own_figure(tmp_path):
 
 def test_a_marker_in_a_code_block_is_an_example(tmp_path):
     assert check(tmp_path, f"```markdown\n{MARK}9.99×\n```\nthen {MARK}1.07–1.10×\n") == ([], 1)
+
+
+# ---------------------------------------------------------------- figures without a record (check_figures.page_figures)
+
+RESULTS_MD = """Provenance: corgipile 0.5.0, commit aaaa111, command `make bench-demo` → `bench/demo.py`, 2 CPUs (AMD EPYC).
+
+| what | median s | ÷ floor |
+|---|---|---|
+| epoch | 0.420 | 1.07 |
+| copy | 4,500.5 | 0.93 |
+
+Rounds 1.04–1.09; accuracy 0.9708, gap -0.15 points.
+"""
+
+
+def figures_page(tmp_path, text, name="docs/results.md"):
+    """page_figures on a page of a checkout in tmp_path that holds bench/results/demo.md."""
+    (tmp_path / "bench" / "results").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "bench" / "results" / "demo.md").write_text(RESULTS_MD)
+    page = tmp_path / name
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)
+    return check_figures.page_figures(page, root=tmp_path)
+
+
+CITES = "`make bench-demo`, [bench/results/demo.md](../bench/results/demo.md): "
+
+
+def test_a_figure_without_a_record_fails(tmp_path):
+    problems, counts = figures_page(tmp_path, "## Epochs\n\nAn epoch costs 1.31× the floor and 0.42 s.\n")
+    assert len(problems) == 2 and "'1.31×'" in problems[0] and "cites none" in problems[0]
+    assert "results.md:3" in problems[0] and "'0.42 s'" in problems[1]
+    # Cited, but the file does not hold it (nor a rounding of it: 0.42 is not 0.420).
+    problems, _ = figures_page(tmp_path, f"## Epochs\n\n{CITES}an epoch costs 1.31× the floor and 0.42 s.\n")
+    assert len(problems) == 2 and "bench/results/demo.md" in problems[0]
+
+
+def test_a_figure_in_the_file_its_section_cites_passes(tmp_path):
+    text = (f"## Epochs\n\n{CITES}an epoch takes 0.420 s, 1.07× the floor (rounds 1.04 to 1.09×), a copy "
+            "4500.5 s or 4,500.5 s, 0.93×; accuracy 0.9708, −0.15 points.\n")
+    assert figures_page(tmp_path, text) == ([], {"marked": 0, "cited": 8, "allowed": 0})
+    # Another section's citation does not count, nor a sign the file does not have.
+    problems, _ = figures_page(tmp_path, f"## A\n\n{CITES}\n\n## B\n\nAn epoch: 1.07×.\n")
+    assert len(problems) == 1 and "(section 'B')" in problems[0]
+    problems, _ = figures_page(tmp_path, f"## A\n\n{CITES}a gap of 0.15 points, -0.93×.\n")
+    assert len(problems) == 2
+
+
+def test_a_marked_figure_passes_and_is_counted(tmp_path):
+    problems, counts = figures_page(tmp_path, f"## Epochs\n\nAn epoch costs {MARK}1.07–1.10× a scan.\n")
+    assert problems == [] and counts["marked"] == 1
+
+
+def test_code_links_and_other_sections_are_not_figures(tmp_path):
+    text = ("# Title\n\n## Results\n\n"
+            "```sql\nSELECT 0.5 AS x;  -- 1.07×\n```\n\n`{\"buffer_size\": \"10%\"}` and [the 0.4.0 notes](x-0.4.1.md), "
+            "0.5.0, PostgreSQL 18.6, §7.3.4, 4.5M rows, 3 epochs of 20,000 rows, seeds 1 to 5.\n\n"
+            "| setting (10%, 2.5 MB) | rows |\n|---|---|\n| 2.5 MB blocks | 0.97 |\n")
+    # results.md is checked whole; only the table cell (0.97) is a figure here.
+    problems, _ = figures_page(tmp_path, text)
+    assert len(problems) == 1 and "'0.97'" in problems[0], problems
+    # A page outside SCOPE is checked only in a section that cites results or carries a marker.
+    guide = "## Install\n\nTakes 10 minutes, 1.5 GB, a default of 10%.\n\n## Speed\n\nIt took 3.5 s and "
+    assert figures_page(tmp_path, guide + "more.\n", name="docs/guide.md") == ([], {"marked": 0, "cited": 0, "allowed": 0})
+    problems, _ = figures_page(tmp_path, guide + f"{MARK}1.07–1.10×.\n", name="docs/guide.md")
+    assert len(problems) == 1 and "'3.5 s'" in problems[0]
+
+
+def test_ranges_and_before_after_are_figures(tmp_path):
+    problems, _ = figures_page(tmp_path, "## R\n\nns a row 289–293, medians 403 → 425; 0 to 6 waits.\n")
+    assert [p.split("'")[1] for p in problems] == ["289–293", "403", "425"]
+
+
+def test_not_a_measurement_is_explicit_and_covers_one_number(tmp_path):
+    allow = "<!-- not-a-measurement: the default -->"
+    problems, counts = figures_page(tmp_path, f"## R\n\nA buffer of {allow}10% and {allow}\n2 MB blocks.\n")
+    assert problems == [] and counts["allowed"] == 2
+    problems, _ = figures_page(tmp_path, f"## R\n\nA buffer of {allow}10% of 2 MB.\n")
+    assert len(problems) == 1 and "'2 MB'" in problems[0]
+    problems, _ = figures_page(tmp_path, f"## R\n\n{allow}a buffer of 10%.\n")
+    assert len(problems) == 2 and "not right before a figure" in problems[1]
+    problems, _ = figures_page(tmp_path, f"## Guide\n\nA buffer of {allow}10%.\n", name="docs/guide.md")
+    assert len(problems) == 1 and "outside the sections checked" in problems[0]
+
+
+def test_a_key_may_hold_the_path_separator():
+    run = figure_run("aaaa111", 1.0)
+    run["figures"] = {"susy (4,500,000 x 18) / svm": {"div_floor": 1.22}}
+    s = {"major": "15", "commit": "aaaa111", "path": "susy (4,500,000 x 18) / svm / div_floor", "runs": "1"}
+    assert check_figures.figure([run], "demo", s) == ("1.22", 1)
+
+
+def test_the_docs_pass():
+    """What `make lint` checks, on README.md and docs/ of the tree."""
+    assert subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "scripts", "check_figures.py")],
+                          capture_output=True).returncode == 0

@@ -15,6 +15,38 @@ selects the runs made beside a busy neighbour (bench/epoch_times.py --busy-neigh
 are otherwise left out. The page's own words
 about the runs ("3 kept runs") are the author's; the marker's `runs` keeps them honest.
 
+A figure without a marker must be in a results file its section cites (issue #53, item 2).
+In the sections that report measurements -- all of docs/results.md, the sections of SCOPE
+below, and any section that carries a figure marker or cites a bench/results/*.md file -- every
+*figure* outside code (fenced blocks and `code spans`), HTML comments, link targets, headings
+and tables' header rows and first column is found:
+
+  - a number with a unit of measurement or a ratio: `1.07×`, `0.42 s`, `120 ms`, `20 ns`,
+    `3.5 MB`, `+0.14 points`, `71%` (units: × % s ms µs ns min minutes MB GB MiB GiB kB KB point(s));
+  - any number with a decimal part (`0.9708`, `2.36`, `1.5 to 2.5`): an accuracy or a ratio;
+  - a range with a dash (`289–293`) and a number right before or after `→` (`403 → 425`):
+    a spread or a before-and-after of a measurement;
+  - in a table's cells (not its first column, which names the row): every number.
+
+Not figures: other whole numbers in prose without a unit (counts of rows, epochs, seeds, runs, tests),
+a number run into letters (`4.5M`, `8da9482`), a dotted version (`0.5.0`, `§7.3.4`), the
+number after "PostgreSQL" (its version). A range `lo–hi` (or `lo to hi`) is one figure.
+
+Each figure must be (a) covered by a figure marker (the text right after it), or (b) in a
+results file bench/results/*.md (not HISTORY.md) that the same section (the text under the
+same `#`, `##` or `###` heading) cites by path, a file scripts/check_bench_sources.py ties to a
+build, or (c) allowed: an HTML comment right before it,
+
+    <!-- not-a-measurement: the reason -->10%
+
+for a number in such a section that is a setting, a target, a default or a property of the
+data rather than a measurement (the comment covers that one number; a comment that is not
+right before a figure is an error). "In the file" is verbatim, up to these equivalences: the
+unit is not compared (`1.07×` is `1.07`, `0.42 s` is `0.42`), thousands separators are
+ignored (`4,500,000` is `4500000`), `−` is `-`, a leading `+` or `±` is dropped, and a range's
+dash may be `–`, `-` or ` to ` (`1.07–1.10` is `1.07 to 1.10`); digits are never rounded or
+padded (`1.10` is not `1.1`).
+
 Usage: scripts/check_figures.py [page.md ...]   (default: README.md and docs/**/*.md)
 Run by `make lint`."""
 
@@ -49,6 +81,22 @@ def parse(args):
     return words[0], settings
 
 
+def walk(value, parts):
+    """The figure at a path of keys joined by " / "; a key may itself hold " / " (the harness's
+    "susy (4,500,000 x 18, clustered) / svm"): the longest key that leads to a figure wins."""
+    if not parts:
+        return value
+    if not isinstance(value, dict):
+        return None
+    for n in range(len(parts), 0, -1):
+        key = " / ".join(parts[:n])
+        if key in value:
+            found = walk(value[key], parts[n:])
+            if found is not None:
+                return found
+    return None
+
+
 def figure(runs, benchmark, s):
     """(quoted text, number of runs) of the figure the marker selects."""
     chosen = [r for r in runs
@@ -59,12 +107,7 @@ def figure(runs, benchmark, s):
               and ("version" not in s or r.get("version") == s["version"])
               # A run beside a busy neighbour is its own figure (bench/epoch_times.py --busy-neighbour).
               and bool((r.get("config") or {}).get("busy_neighbour")) == (s.get("busy_neighbour") == "true")]
-    values = []
-    for r in chosen:
-        v = r["figures"]
-        for k in s["path"].split(" / "):
-            v = v.get(k) if isinstance(v, dict) else None
-        values.append(v)
+    values = [walk(r["figures"], s["path"].split(" / ")) for r in chosen]
     if not values or all(v is None for v in values):
         return None, 0
     kind, summary = summarize_figure(values)
@@ -105,19 +148,181 @@ def check_page(page, runs):
     return problems, count
 
 
+# ---------------------------------------------------------------- figures without a record
+
+# The sections that report measurements besides those found by themselves (a figure marker or
+# a cited bench/results/*.md file): page -> None (every section) or the headings' titles (the
+# first section of a page is its `#` title's).
+SCOPE = {
+    "docs/results.md": None,
+    "README.md": ["corgipile", "Limits"],
+    "docs/how-it-works.md": ["Choosing buffer and block sizes"],
+    "docs/training.md": ["Training enough by default"],
+}
+UNITS = r"(?:×|\s?%|\s?(?:ms|µs|ns|s|min|minutes|MB|GB|MiB|GiB|kB|KB|points?)(?![\w]))"
+NUMBER = r"[+±−-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+# A number (or range) not inside a word, an identifier or a dotted version, then its unit if any.
+FIGURE = re.compile(rf"(?<![\w.,/#§])(?P<num>{NUMBER}(?:\s?–\s?{NUMBER}| to {NUMBER})?)(?P<unit>{UNITS})?"
+                    r"(?![\w]|\.\d)")
+NOT_A_MEASUREMENT = re.compile(r"<!--\s*not-a-measurement:(?P<reason>.*?)-->", re.S)
+CITED = re.compile(r"bench/results/[\w.\-]+\.md")
+NOT_RESULTS = {"bench/results/HISTORY.md"}  # the measurement history (check_bench_sources.py)
+
+
+def blank(text, start, end):
+    """text with [start, end) replaced by spaces, its newlines kept (offsets stay valid)."""
+    return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
+
+
+def code_blanked(text):
+    """The page with its fenced code blocks blanked, every offset kept."""
+    for m in reversed(list(re.finditer(r"^```.*?^```", text, re.S | re.M))):
+        text = blank(text, m.start(), m.end())
+    return text
+
+
+def sections(text):
+    """[(title, start, end)] of the page: each `#`, `##` or `###` heading (outside code blocks)
+    starts one, the first from the page's start; deeper headings stay in theirs."""
+    starts = [(m.group(2).strip(), m.start()) for m in re.finditer(r"^(#{1,3}) +(.*)$", code_blanked(text), re.M)]
+    if not starts:
+        return [(None, 0, len(text))]
+    starts[0] = (starts[0][0], 0)
+    return [(title, start, starts[i + 1][1] if i + 1 < len(starts) else len(text))
+            for i, (title, start) in enumerate(starts)]
+
+
+def visible(text):
+    """(the text a reader sees as prose or table cells, [end of each not-a-measurement comment])
+    with everything else blanked: code blocks and spans, HTML comments (a figure marker with the
+    figure it covers), link targets, headings, table header rows and first cells."""
+    text = code_blanked(text)
+    for m in reversed(list(re.finditer(r"`[^`]*`", text))):
+        if "\n\n" not in m.group(0):
+            text = blank(text, m.start(), m.end())
+    allowed = [m.end() for m in NOT_A_MEASUREMENT.finditer(text)]
+    for m in reversed(list(re.finditer(r"<!--.*?-->", text, re.S))):
+        end = m.end()
+        if MARKER.match(text, m.start()):
+            end = MARKER.match(text, m.start()).end()
+        text = blank(text, m.start(), end)
+    for m in reversed(list(re.finditer(r"\]\([^)\s]*\)", text))):
+        text = blank(text, m.start() + 1, m.end())
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("#"):
+            lines[i] = " " * len(line)
+        elif re.match(r"^\|?\s*:?-{3,}", line) and line.strip().startswith("|"):
+            lines[i] = " " * len(line)
+            if i and lines[i - 1].lstrip().startswith("|"):
+                lines[i - 1] = " " * len(lines[i - 1])
+        elif line.lstrip().startswith("|"):
+            first = line.index("|", line.index("|") + 1) if line.count("|") > 1 else len(line)
+            lines[i] = " " * first + line[first:]
+    return "\n".join(lines), allowed
+
+
+def normalized(text):
+    """Text with the equivalences of figures applied: − as -, no thousands separators, no
+    leading + or ±, ranges' dashes and "to" as –."""
+    text = text.replace("−", "-")
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
+    text = re.sub(r"[+±](?=\d)", "", text)
+    return text
+
+
+def numbers_of(figure):
+    """The number or (lo, hi) of a figure's text, normalized."""
+    parts = re.split(r"\s?–\s?| to ", normalized(figure))
+    return [p.strip() for p in parts]
+
+
+def in_file(figure, text):
+    """Whether the figure (a number or a range) is in the normalized text of a results file."""
+    nums = [re.escape(n) for n in numbers_of(figure)]
+    edge_l, edge_r = r"(?<![\d.\w-])", r"(?!\d|\.\d)"
+    if len(nums) == 1:
+        pattern = edge_l + nums[0] + edge_r
+    else:
+        pattern = edge_l + nums[0] + r"\s?(?:–|-| to )\s?" + nums[1] + edge_r
+    return re.search(pattern, text) is not None
+
+
+def in_scope(rel, title, raw):
+    """Whether a section reports measurements (and so is checked)."""
+    if rel in SCOPE and (SCOPE[rel] is None or title in SCOPE[rel]):
+        return True
+    shown = code_blanked(raw)
+    return bool(MARKER.search(shown)) or any(c not in NOT_RESULTS for c in CITED.findall(shown))
+
+
+def page_figures(page, root=REPO):
+    """(problems, {"marked": n, "cited": n, "allowed": n}) of the figures of a page's
+    measurement sections."""
+    page = pathlib.Path(page)
+    rel = page.relative_to(root).as_posix() if page.is_relative_to(root) else str(page)
+    text = page.read_text()
+    problems, counts = [], {"marked": 0, "cited": 0, "allowed": 0}
+    shown, allowed = visible(text)
+
+    def where(offset):
+        return f"{rel}:{text.count(chr(10), 0, offset) + 1}"
+
+    for title, start, end in sections(text):
+        raw = text[start:end]
+        pending = [a for a in allowed if start <= a < end]
+        if not in_scope(rel, title, raw):
+            problems += [f"{where(a)}: a not-a-measurement comment outside the sections checked" for a in pending]
+            continue
+        counts["marked"] += len(MARKER.findall(code_blanked(raw)))
+        files = sorted({c for c in CITED.findall(code_blanked(raw)) if c not in NOT_RESULTS})
+        contents = [normalized((root / f).read_text()) for f in files if (root / f).exists()]
+        for m in FIGURE.finditer(shown, start, end):
+            num, unit = m.group("num"), m.group("unit")
+            line_start = shown.rfind("\n", 0, m.start()) + 1
+            in_table = text[line_start:].lstrip().startswith("|")
+            compared = re.search(r"→\s*$", shown[line_start:m.start()]) or re.match(r"\s*→", shown[m.end():])
+            if not (unit or "." in num or "–" in num or compared or in_table):
+                continue
+            if re.search(r"PostgreSQL\s*$", text[max(0, m.start() - 12):m.start()]):
+                continue  # its version
+            allowing = [a for a in pending if not shown[a:m.start()].strip()]
+            if allowing:
+                pending.remove(allowing[0])
+                counts["allowed"] += 1
+            elif any(in_file(num, body) for body in contents):
+                counts["cited"] += 1
+            else:
+                problems.append(f"{where(m.start())}: {m.group(0).strip()!r} (section {title!r}): no figure marker, "
+                                "and not in " + (f"the results files the section cites ({', '.join(files)})"
+                                                 if files else "a results file: the section cites none"))
+        problems += [f"{where(a)}: a not-a-measurement comment not right before a figure" for a in pending]
+    return problems, counts
+
+
 def main():
-    pages = [pathlib.Path(a) for a in sys.argv[1:]] or [REPO / "README.md"] + sorted((REPO / "docs").glob("**/*.md"))
+    pages = [pathlib.Path(a).resolve() for a in sys.argv[1:]] or [REPO / "README.md"] + sorted((REPO / "docs").glob("**/*.md"))
     runs = [r for _name, _n, r in read_runs()[0]]
     problems, count = [], 0
+    totals = {"marked": 0, "cited": 0, "allowed": 0}
     for page in pages:
         p, n = check_page(page, runs)
         problems += p
         count += n
+        p, counts = page_figures(page)
+        problems += p
+        for k in totals:
+            totals[k] += counts[k]
     for p in problems:
         print(f"check_figures: {p}", file=sys.stderr)
     if problems:
+        print(f"check_figures: {len(problems)} problems: quote a figure with a marker (scripts/bench_ranges.py "
+              f"--quote), cite the results file that holds it, or say why it is not a measurement",
+              file=sys.stderr)
         return 1
-    print(f"check_figures: {count} marked figures, each what its run records say")
+    print(f"check_figures: {count} marked figures, each what its run records say; in the sections that report "
+          f"measurements, {totals['cited']} more figures are in the results files they cite and "
+          f"{totals['allowed']} numbers are marked not-a-measurement")
     return 0
 
 
