@@ -318,6 +318,8 @@ def test_not_a_measurement_is_explicit_and_covers_one_number(tmp_path):
     allow = "<!-- not-a-measurement: the default -->"
     problems, counts = figures_page(tmp_path, f"## R\n\nA buffer of {allow}10% and {allow}\n2 MB blocks.\n")
     assert problems == [] and counts["allowed"] == 2
+    problems, _ = figures_page(tmp_path, f"## R\n\n0.5 s, then {allow}10%, 2 MB.\n")
+    assert len(problems) == 2 and "'0.5 s'" in problems[0] and "'2 MB'" in problems[1]
     problems, _ = figures_page(tmp_path, f"## R\n\nA buffer of {allow}10% of 2 MB.\n")
     assert len(problems) == 1 and "'2 MB'" in problems[0]
     problems, _ = figures_page(tmp_path, f"## R\n\n{allow}a buffer of 10%.\n")
