@@ -156,7 +156,6 @@ def check_page(page, runs):
 SCOPE = {
     "docs/results.md": None,
     "README.md": ["corgipile", "Limits"],
-    "docs/how-it-works.md": ["Choosing buffer and block sizes"],
     "docs/training.md": ["Training enough by default"],
 }
 UNITS = r"(?:×|\s?%|\s?(?:ms|µs|ns|s|min|minutes|MB|GB|MiB|GiB|kB|KB|points?)(?![\w]))"
@@ -286,7 +285,7 @@ def page_figures(page, root=REPO):
                 continue
             if re.search(r"PostgreSQL\s*$", text[max(0, m.start() - 12):m.start()]):
                 continue  # its version
-            allowing = [a for a in pending if not shown[a:m.start()].strip()]
+            allowing = [a for a in pending if a <= m.start() and not shown[a:m.start()].strip()]
             if allowing:
                 pending.remove(allowing[0])
                 counts["allowed"] += 1
