@@ -183,7 +183,9 @@ unit:
 # imports and names, f-strings without fields); every results file README.md or docs/ quotes names
 # this version and the command that made it (scripts/check_bench_sources.py); every benchmark run
 # record in bench/results/runs/ parses, has the keys a record needs and was only appended to
-# (scripts/bench_ranges.py --check); no import circle between source files and no two folders
+# (scripts/bench_ranges.py --check); every figure of README.md and docs/ in a section that reports
+# measurements is marked from those records, or is in the results file its section cites, or says
+# why it is not a measurement (scripts/check_figures.py); no import circle between source files and no two folders
 # importing each other (scripts/check_imports.py); the source map of docs/development.md names
 # every source file (scripts/check_source_map.py).
 lint: setup setup-python
