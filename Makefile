@@ -185,9 +185,9 @@ unit:
 # record in bench/results/runs/ parses, has the keys a record needs and was only appended to
 # (scripts/bench_ranges.py --check); every figure of README.md and docs/ in a section that reports
 # measurements is marked from those records, or is in the results file its section cites, or says
-# why it is not a measurement (scripts/check_figures.py); no import circle between source files and no two folders
-# importing each other (scripts/check_imports.py); the source map of docs/development.md names
-# every source file (scripts/check_source_map.py).
+# why it is not a measurement (scripts/check_figures.py); no import circle between source files
+# and no two folders importing each other (scripts/check_imports.py); the source map of
+# docs/development.md names every source file (scripts/check_source_map.py).
 lint: setup setup-python
 	cargo fmt --all --check
 	$(VENV)/bin/python -m pyflakes tests bench scripts
