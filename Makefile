@@ -71,7 +71,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-epochs-busy bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-stopping bench-ple bench-quality bench-mlp bench-fm bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-epochs-busy bench-epochs-busy-group bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-stopping bench-ple bench-quality bench-mlp bench-fm bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -94,6 +94,7 @@ help:
 	@echo "  pytest-quick   the quick subset: pytest -m 'not slow and not own_cluster' (no slow test, no extra server; a minute or two)"
 	@echo "  bench-epochs   per-epoch time of every strategy vs a plain scan (4.5M x 18 table; a few minutes)"
 	@echo "  bench-epochs-busy  the same with one CPU-bound process at nice 19 beside it"
+	@echo "  bench-epochs-busy-group  the same, the neighbour's session (autogroup) at nice 19 too"
 	@echo "  bench-parallel epoch time and accuracy with 0, 1, 2 parallel workers (4.5M x 18 table; a few minutes)"
 	@echo "  bench-shards   a table sharded over two local servers vs one server: epoch time, accuracy, bytes"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
@@ -330,6 +331,13 @@ bench-epochs: setup-python install
 bench-epochs-busy: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/epoch_times.py --busy-neighbour $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/epoch_times_busy_pg$(PG_MAJOR).md)
+
+# The same neighbour at the lowest priority against the server for real: in a session of its own
+# whose autogroup is at nice 19 (with the kernel's autogroups on, a plain nice weighs only within
+# its session; bench/results/epoch_times_busy_group_nice.md).
+bench-epochs-busy-group: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/epoch_times.py --busy-neighbour --neighbour-group-nice $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/epoch_times_busy_group_nice_pg$(PG_MAJOR).md)
 
 # Where an epoch's CPU time goes, next to the scan floor's (bench/results/cpu_budget.md).
 bench-cpu: setup-python install

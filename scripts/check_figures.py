@@ -11,8 +11,9 @@ benchmark, PostgreSQL major and commits (comma-separated prefixes; or `version=0
 selected, and the figure at `path` over them must be exactly the text after the marker: its
 range `lo–hi` (or one value when they agree) in `digits` significant digits (default 3, as
 scripts/bench_ranges.py prints), and the number of runs must be `runs`. `busy_neighbour=true`
-selects the runs made beside a busy neighbour (bench/epoch_times.py --busy-neighbour), which
-are otherwise left out. The page's own words
+selects the runs made beside a busy neighbour (bench/epoch_times.py --busy-neighbour),
+`busy_neighbour=group_nice_19` those beside one in an autogroup at nice 19
+(--neighbour-group-nice); they are otherwise left out. The page's own words
 about the runs ("3 kept runs") are the author's; the marker's `runs` keeps them honest.
 
 A figure without a marker must be in a results file its section cites (issue #53, item 2).
@@ -97,6 +98,14 @@ def walk(value, parts):
     return None
 
 
+def neighbour(run):
+    """The run's busy neighbour as a marker names it: "false" (none), "true" (a process at nice 19
+    in the benchmark's own session), or the kind the record names (e.g. "group_nice_19": in a
+    session of its own whose autogroup is at nice 19)."""
+    v = (run.get("config") or {}).get("busy_neighbour")
+    return "false" if not v else "true" if v is True else str(v)
+
+
 def figure(runs, benchmark, s):
     """(quoted text, number of runs) of the figure the marker selects."""
     chosen = [r for r in runs
@@ -106,7 +115,7 @@ def figure(runs, benchmark, s):
               and ("commit" not in s or any((r.get("commit") or "").startswith(c) for c in s["commit"].split(",")))
               and ("version" not in s or r.get("version") == s["version"])
               # A run beside a busy neighbour is its own figure (bench/epoch_times.py --busy-neighbour).
-              and bool((r.get("config") or {}).get("busy_neighbour")) == (s.get("busy_neighbour") == "true")]
+              and neighbour(r) == s.get("busy_neighbour", "false")]
     values = [walk(r["figures"], s["path"].split(" / ")) for r in chosen]
     if not values or all(v is None for v in values):
         return None, 0
