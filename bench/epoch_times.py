@@ -83,6 +83,13 @@ def start_busy_neighbour(group_nice=False):
     return neighbour
 
 
+def make_target(args):
+    """The make target that runs this bench with `args`."""
+    if not args.busy_neighbour:
+        return "bench-epochs"
+    return "bench-epochs-busy-group" if args.neighbour_group_nice else "bench-epochs-busy"
+
+
 def neighbour_kind(args):
     """The record's name of the neighbour (scripts/check_figures.py `busy_neighbour=`)."""
     if not args.busy_neighbour:
@@ -169,7 +176,7 @@ def main():
         touch_parallel = timed(conn, f"SELECT sum(features[1]) FROM {table}", 3)
         predict_parallel = timed(conn, f"SELECT sum(corgipile_predict({model_id}, features)) FROM {table}", 3)
         server = conn.execute("SHOW server_version").fetchone()[0]
-        origin = provenance.line(conn, "bench-epochs-busy" if args.busy_neighbour else "bench-epochs")
+        origin = provenance.line(conn, make_target(args))
         installed = records.server(conn)
     medians = {name: statistics.median(secs) for name, secs, _ in rows}
     floor = statistics.median(touch)
@@ -279,7 +286,7 @@ def main():
                                   "per_epoch_div_floor": statistics.median([w / args.epochs for w in whole[name]]) / floor}
                            for name in ("corgipile, double buffer", EXACT)},
         "targets": records.pass_fail(targets),
-    }, make_target="bench-epochs-busy" if args.busy_neighbour else "bench-epochs", results_file=args.out, config={"rows": args.rows, "features": args.features,
+    }, make_target=make_target(args), results_file=args.out, config={"rows": args.rows, "features": args.features,
                                                                    "epochs": args.epochs, "rounds": args.rounds,
                                                                    **({"busy_neighbour": neighbour_kind(args)} if args.busy_neighbour else {})},
                           **installed)
