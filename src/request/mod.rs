@@ -2,6 +2,7 @@
 //! pipeline config and the one query that reads the rows (`query`).
 
 pub mod args;
+pub mod citus;
 mod predicate;
 pub mod query;
 pub mod since;

@@ -69,16 +69,29 @@ unsafe fn type_name(oid: pg_sys::Oid) -> String {
 
 /// Only heap tables (and materialized views) have pages we can shuffle, and partitioned
 /// tables are trees of them (their leaves are checked when the scan opens them); a simple view
-/// is read through its base table's pages (see `view`). Returns the table whose pages are read.
+/// is read through its base table's pages (see `view`). A table Citus distributes, or one
+/// read through a view or in its tree, is refused first (see `citus`). Returns the table whose
+/// pages are read: the one place every block scan's relation is resolved.
 pub fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::Oid {
+    // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
+    // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
+    let is_view = unsafe { pg_sys::get_rel_relkind(relid) as u8 == pg_sys::RELKIND_VIEW };
+    if is_view {
+        // SAFETY: `relid` is a view (its relkind was just read).
+        let base = unsafe { super::view::base_table(relid, relname) };
+        super::citus::refuse_distributed(relid, relname, base, only, "read");
+        return check_table(base, &relation_name(base), only);
+    }
+    super::citus::refuse_distributed(relid, relname, relid, only, "read");
+    check_table(relid, relname, only)
+}
+
+/// `check_relation` of a relation that is not a view.
+fn check_table(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::Oid {
     // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
     // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
     unsafe {
         let kind = pg_sys::get_rel_relkind(relid) as u8;
-        if kind == pg_sys::RELKIND_VIEW {
-            let base = super::view::base_table(relid, relname);
-            return check_relation(base, &relation_name(base), only);
-        }
         if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
             if only {
                 raise(

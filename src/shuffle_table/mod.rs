@@ -272,6 +272,8 @@ unsafe fn check_source(relid: pg_sys::Oid, relname: &str) {
             ),
         );
     }
+    // A table Citus distributes: its own pages are not its rows (see request::citus).
+    crate::request::citus::refuse_distributed(relid, relname, relid, false, "shuffle");
     if kind == pg_sys::RELKIND_PARTITIONED_TABLE {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         for leaf in crate::exec::block_shuffle::all_inheritors(relid, lock) {
