@@ -10,7 +10,8 @@
 //! Not exportable: hashed text columns (the hash is 64-bit wrapping arithmetic plain SQL does
 //! not have), sparse (indices, values) models, per-group models (the caller refuses those).
 //! Files: `quote` (identifiers, literals, numbers, the dollar quote), `columns` (the
-//! preprocessing of each argument), `arithmetic` (linear, fm and network outputs).
+//! preprocessing of each argument), `arithmetic` (linear, fm and network outputs); `onnx` (the
+//! same model as the bytes of an ONNX model, from the same [`Inputs`] and [`Classes`]).
 
 use std::fmt::Write as _;
 
@@ -21,6 +22,7 @@ use crate::trained::{Layer, Model};
 
 mod arithmetic;
 mod columns;
+pub mod onnx;
 pub mod quote;
 
 /// What the model reads.
@@ -86,7 +88,11 @@ pub enum ExportError {
         "column \"{column}\" is hashed into buckets, which a plain SQL function cannot reproduce"
     )]
     Hashed { column: String },
-    #[error("the exported function would take {bytes} bytes, more than the limit of {limit}")]
+    #[error("column \"{column}\" is hashed into buckets, which no ONNX operator reproduces")]
+    HashedOnnx { column: String },
+    #[error("column \"{column}\" is a date/time column, and ONNX has no date or time type")]
+    TimeOnnx { column: String },
+    #[error("the export would take {bytes} bytes, more than the limit of {limit}")]
     TooLarge { bytes: u64, limit: u64 },
     #[error("the model holds a parameter that is NaN or Infinity")]
     NotFinite,
