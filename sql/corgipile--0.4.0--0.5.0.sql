@@ -313,3 +313,18 @@ CREATE FUNCTION "corgipile_export_sql"(
 STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_export_sql_by_name_wrapper';
+
+-- A model as the bytes of an ONNX model that scores a row as the model does.
+CREATE FUNCTION "corgipile_export_onnx"(
+	"model_id" bigint /* i64 */
+) RETURNS bytea /* Vec < u8 > */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_export_onnx_wrapper';
+
+CREATE FUNCTION "corgipile_export_onnx"(
+	"model_name" TEXT /* & str */
+) RETURNS bytea /* Vec < u8 > */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'corgipile_export_onnx_by_name_wrapper';

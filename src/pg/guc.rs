@@ -10,7 +10,8 @@ pub static MAX_BUFFER_MEMORY_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 
 /// `corgipile_ml::limits::model_memory_bytes` for what is counted).
 pub static MAX_MODEL_MEMORY_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 1024);
 
-/// Upper bound, in kB, on the text of one exported model (corgipile_export_sql).
+/// Upper bound, in kB, on one exported model (corgipile_export_sql's text, corgipile_export_onnx's
+/// bytes).
 pub static MAX_EXPORT_SIZE_KB: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024);
 
 pub fn register() {
@@ -36,8 +37,8 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"corgipile.max_export_size",
-        c"Maximum size of the text of one model exported by corgipile_export_sql.",
-        c"An export whose text would be larger (estimated from the model's parameters and categories before it is built) is an error.",
+        c"Maximum size of one model exported by corgipile_export_sql (its text) or corgipile_export_onnx (its bytes).",
+        c"An export that would be larger (estimated from the model's parameters and categories before it is built) is an error.",
         &MAX_EXPORT_SIZE_KB,
         1,
         1024 * 1024,

@@ -1,10 +1,12 @@
-//! corgipile_export_sql: a stored model as the text of a plain PL/pgSQL function that scores a
-//! row as the model does, to run where corgipile is not installed (see
-//! `corgipile_ml::export`). The caller needs what corgipile_predict needs on the model.
+//! corgipile_export_sql and corgipile_export_onnx: a stored model as the text of a plain
+//! PL/pgSQL function, or as the bytes of an ONNX model, that scores a row as the model does, to
+//! run where corgipile is not installed (see `corgipile_ml::export`). The caller needs what
+//! corgipile_predict needs on the model.
 
-use crate::catalog::{load_model_ref, ModelRef};
+use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::pg::error::raise;
 use crate::pipeline::ClassValue;
+use corgipile_ml::export::onnx::{export_onnx, OnnxExport};
 use corgipile_ml::export::{export_sql, Classes, Export, ExportError, Inputs, Output};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -22,10 +24,46 @@ fn export(key: ModelRef, function_name: Option<&str>, output: &str) -> String {
         )
     };
     let stored = load_model_ref(key);
+    with_parts(&stored, |inputs, classes| {
+        let default_name = format!("corgipile_model_{}", stored.id);
+        let function = function_name.unwrap_or(&default_name);
+        let e = Export {
+            function,
+            model: &stored.model,
+            inputs,
+            classes,
+            output,
+            max_bytes: crate::pg::guc::max_export_bytes(),
+        };
+        export_sql(&e).unwrap_or_else(|problem| raise_export(stored.id, problem))
+    })
+}
+
+/// The bytes of the ONNX model of the model `key` (see `corgipile_ml::export::onnx`).
+fn export_onnx_bytes(key: ModelRef) -> Vec<u8> {
+    let stored = load_model_ref(key);
+    with_parts(&stored, |inputs, classes| {
+        let name = format!("corgipile_model_{}", stored.id);
+        let e = OnnxExport {
+            model: &stored.model,
+            inputs,
+            classes,
+            name: &name,
+            producer_version: env!("CARGO_PKG_VERSION"),
+            max_bytes: crate::pg::guc::max_export_bytes(),
+        };
+        export_onnx(&e).unwrap_or_else(|problem| raise_export(stored.id, problem))
+    })
+}
+
+/// What both exports read of a stored model besides its parameters: what it takes (its
+/// column list, or its one array column) and its classes' label values; per-group families and
+/// models of sparse pairs are refused.
+fn with_parts<R>(stored: &StoredModel, f: impl FnOnce(Inputs, Classes) -> R) -> R {
     if stored.groups.is_some() {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("model {} has a model per group: it cannot be exported as one function", stored.id),
+            format!("model {} has a model per group: it cannot be exported as one model", stored.id),
             Some("Export each group's model by its id (SELECT model_id FROM corgipile_predict_group(...) names them).".into()),
         );
     }
@@ -64,18 +102,7 @@ fn export(key: ModelRef, function_name: Option<&str>, output: &str) -> String {
             .collect();
         Classes::Texts(&texts)
     };
-    let default_name = format!("corgipile_model_{}", stored.id);
-    let function = function_name.unwrap_or(&default_name);
-    let limit = crate::pg::guc::max_export_bytes();
-    let e = Export {
-        function,
-        model: &stored.model,
-        inputs,
-        classes,
-        output,
-        max_bytes: limit,
-    };
-    export_sql(&e).unwrap_or_else(|problem| raise_export(stored.id, problem))
+    f(inputs, classes)
 }
 
 fn raise_export(id: i64, problem: ExportError) -> ! {
@@ -84,6 +111,14 @@ fn raise_export(id: i64, problem: ExportError) -> ! {
         ExportError::Hashed { column } => (
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("Train with \"preprocess\": {{\"{column}\": {{\"encode\": \"one_hot\"}}}} to export the model."),
+        ),
+        ExportError::HashedOnnx { column } => (
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("Train with \"preprocess\": {{\"{column}\": {{\"encode\": \"one_hot\"}}}} to export the model as ONNX."),
+        ),
+        ExportError::TimeOnnx { column } => (
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("Train on a number made of the column (extract(epoch FROM \"{column}\"), a part of it) to export the model as ONNX; corgipile_export_sql exports date/time columns."),
         ),
         ExportError::TooLarge { .. } => (
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -114,4 +149,11 @@ by_id_and_name! {
         output: {default!(&str, "'predict'")}
     ) -> {String}
     |key| export(key, function_name, output)
+}
+
+by_id_and_name! {
+    /// A model as the bytes of an ONNX model: see `export_onnx_bytes`.
+    #[pg_extern(stable, parallel_safe, name = "corgipile_export_onnx")]
+    fn corgipile_export_onnx / corgipile_export_onnx_by_name() -> {Vec<u8>}
+    |key| export_onnx_bytes(key)
 }
