@@ -20,7 +20,8 @@ use crate::shard::network::{network_plan, NetworkPlan};
 use corgipile_ml::divergence::{diverged, zero_model_loss};
 use corgipile_ml::fit::{EpochEnd, Fit, LearnerPlan, Notices};
 use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
-use corgipile_ml::scoring::{BinaryLabels, ValidationScore};
+use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
+use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
@@ -199,17 +200,13 @@ pub fn train(
         let (snapshot, validation_seconds) = match validating {
             true => {
                 let validation_started = Instant::now();
-                let mut model = combined_model(
+                let model = combined_model(
                     kind,
-                    n_features,
-                    outputs,
+                    (n_features, outputs, n_weights),
                     model_rounds.result(),
-                    n_weights,
                     network.as_mut(),
+                    standardizer.as_ref(),
                 );
-                if let Some(s) = &standardizer {
-                    model = model.fold_standardizer(s);
-                }
                 let round_request = validation_request(&request, &model, label_values, &numbered);
                 let replies = round(
                     &mut shards,
@@ -224,18 +221,7 @@ pub fn train(
                         tuples: totals.tuples,
                     },
                 );
-                let binary = label_values
-                    .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
-                let mut score = ValidationScore::new(kind, binary);
-                for reply in &replies {
-                    score.merge(
-                        reply
-                            .validation
-                            .as_ref()
-                            .expect("checked: a validation score"),
-                    );
-                }
-                record.validation = Some(score.finish());
+                record.validation = Some(pooled_validation(kind, label_values, &replies));
                 (Some(model), validation_started.elapsed().as_secs_f64())
             }
             false => (None, 0.0),
@@ -273,17 +259,12 @@ pub fn train(
         None => {
             let model = combined_model(
                 kind,
-                n_features,
-                outputs,
+                (n_features, outputs, n_weights),
                 model_rounds.finish(),
-                n_weights,
                 network.as_mut(),
+                standardizer.as_ref(),
             );
-            let folded = match &standardizer {
-                Some(s) => model.fold_standardizer(s),
-                None => model,
-            };
-            (None, folded)
+            (None, model)
         }
     };
     let classes = stored_classes(request.extras.label_values, &request.network, numbered);
@@ -412,14 +393,47 @@ fn stored_classes(
     }
 }
 
+/// The shards' validation scores of one epoch's model, pooled (each was checked as it came).
+fn pooled_validation(
+    kind: ModelKind,
+    label_values: Option<(f64, f64)>,
+    replies: &[RoundReply],
+) -> ValidationStats {
+    let binary =
+        label_values.map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+    let mut score = ValidationScore::new(kind, binary);
+    for reply in replies {
+        score.merge(
+            reply
+                .validation
+                .as_ref()
+                .expect("checked: a validation score"),
+        );
+    }
+    score.finish()
+}
+
 /// The model the shards' combined parameters make (`params`: the weights, `n_weights` of them,
-/// then the bias; a network's all its parameters), in the training's units.
+/// then the bias; a network's all its parameters; `shape`: features, outputs, weights), in the
+/// table's units (`standardizer` folded in).
 fn combined_model(
     kind: ModelKind,
-    n_features: usize,
-    outputs: usize,
+    shape: (usize, usize, usize),
+    params: Vec<f64>,
+    network: Option<&mut NetworkPlan>,
+    standardizer: Option<&Standardizer>,
+) -> Model {
+    let model = training_units_model(kind, shape, params, network);
+    match standardizer {
+        Some(s) => model.fold_standardizer(s),
+        None => model,
+    }
+}
+
+fn training_units_model(
+    kind: ModelKind,
+    (n_features, outputs, n_weights): (usize, usize, usize),
     mut params: Vec<f64>,
-    n_weights: usize,
     network: Option<&mut NetworkPlan>,
 ) -> Model {
     match network {
