@@ -43,6 +43,9 @@ pub enum Use {
     FeatureImportance,
     /// A stored family of per-group models (`corgipile_evaluate` of it).
     GroupModels,
+    /// `"deploy": "if_better"`: the new version and the deployed one scored on exactly the
+    /// rows the training held out.
+    Gate,
 }
 
 impl Use {
@@ -68,6 +71,7 @@ impl Use {
             Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
             Use::FeatureImportance => "`corgipile_feature_importance`",
             Use::GroupModels => "a per-group family (`corgipile_evaluate`)",
+            Use::Gate => "`\"deploy\": \"if_better\"`",
         }
     }
 }
@@ -111,6 +115,7 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::Shards, Use::Folds, "\"folds\" cannot train on a sharded table yet", "Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
     refused(Use::Shards, Use::Search, "\"search\" cannot train on a sharded table yet", "Search on one shard's table, or train each configuration with its own corgipile_train."),
+    refused(Use::Shards, Use::Gate, "\"deploy\": \"if_better\" cannot train on a sharded table yet", "Shards hold out no rows yet: train without \"deploy\", score the new version and the deployed one with corgipile_evaluate on the same rows, and corgipile_deploy the better."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering.
     refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
@@ -136,6 +141,11 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::GroupBy, Use::Folds, "\"group_by\" cannot be used with \"folds\" yet", "Leave \"folds\" out: every group's model trains every epoch, side by side on the same buffers."),
     refused(Use::GroupBy, Use::Validation, "\"group_by\" cannot be used with \"validation\" yet", "Leave \"validation\" out: every group's model trains every epoch, side by side on the same buffers."),
     refused(Use::GroupBy, Use::Tolerance, "\"group_by\" cannot be used with \"tolerance\" yet", "Leave \"tolerance\" out: every group's model trains every epoch, side by side on the same buffers."),
+    // The gate scores the new version and the deployed one on exactly the rows the training
+    // held out, which one backend keeps: one model trained in one process, with held-out rows.
+    refused(Use::Gate, Use::Workers, "\"deploy\": \"if_better\" cannot be used with \"workers\" yet", "Parallel workers may each hold a share of the held-out rows: leave \"workers\" out of a gated training."),
+    refused(Use::Gate, Use::GroupBy, "\"deploy\": \"if_better\" cannot be used with \"group_by\" yet", "Per-group models hold out no rows: train them without \"deploy\" and compare with corgipile_evaluate."),
+    refused(Use::Gate, Use::Folds, "\"deploy\": \"if_better\" cannot be used with \"folds\" yet", "Cross-validation holds out no rows from the stored model: use \"validation\" instead of \"folds\"."),
     // A warm start continues one model.
     refused(Use::WarmStart, Use::Folds, "\"warm_start\" cannot be combined with \"folds\" yet", WARM_START_HINT),
     refused(Use::WarmStart, Use::GroupBy, "\"warm_start\" cannot be combined with \"group_by\" yet", WARM_START_HINT),

@@ -241,7 +241,7 @@ fn unknown_key_suggests_the_closest() {
     );
     assert!(
         hint.ends_with(
-            "optimizer, momentum, factors, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, since, replay, name"
+            "optimizer, momentum, factors, patience, search, search_trials, select_by, folds, group_by, min_group_rows, warm_start, since, replay, name, deploy, margin"
         ),
         "{hint}"
     );
@@ -299,8 +299,8 @@ fn to_json_round_trips() {
         })
     );
     // Every key but the network's four, the factorization machine's one, the search's three,
-    // folds, the groups' two, "where", "warm_start", "since" and "replay".
-    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 15);
+    // folds, the groups' two, "where", "warm_start", "since", "replay", "deploy" and "margin".
+    assert_eq!(j.as_object().unwrap().len(), TrainParams::KEYS.len() - 17);
     assert_eq!(TrainParams::from_json(&j).unwrap(), d);
 
     let inputs = [
@@ -508,7 +508,7 @@ fn new_keys_round_trip() {
     ] {
         let p = parse(input.clone()).unwrap();
         let out = p.to_json();
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 14);
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 16);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }
@@ -554,8 +554,8 @@ fn new_keys_round_trip() {
         let out = p.to_json();
         // A linear model's params list every key but the network's four, the factorization
         // machine's one, the search's three, folds, the groups' two, and "where", "warm_start",
-        // "since" and "replay" (null).
-        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 15);
+        // "since", "replay", "deploy" and "margin" (null).
+        assert_eq!(out.as_object().unwrap().len(), TrainParams::KEYS.len() - 17);
         for (k, v) in input.as_object().unwrap() {
             assert_eq!(&out[k], v, "{k}");
         }
@@ -701,5 +701,83 @@ fn network_kinds_get_their_own_defaults_and_keys() {
             "{bad}: {}",
             e.message
         );
+    }
+}
+
+#[test]
+fn a_deploy_gate_needs_a_name_held_out_rows_and_one_process() {
+    use corgipile_ml::model::ModelKind;
+    use corgipile_ml::params::DeployRule;
+    let gate = |v: Value, kind| TrainParams::for_kind(&v, kind);
+    let msg = |v: Value, kind| gate(v, kind).unwrap_err().message;
+    // Given a name and validation, margin defaults to 0 and both are stored.
+    let p = gate(
+        json!({"deploy": "if_better", "name": "n", "validation": {"fraction": 0.1}}),
+        ModelKind::Logistic,
+    )
+    .unwrap();
+    assert_eq!(
+        (p.deploy, p.margin),
+        (Some(DeployRule::IfBetter), Some(0.0))
+    );
+    assert_eq!(p.to_json()["deploy"], json!("if_better"));
+    assert_eq!(p.to_json()["margin"], json!(0.0));
+    // Without it, neither is stored.
+    let p = gate(json!({}), ModelKind::Logistic).unwrap();
+    assert!(p.to_json().get("deploy").is_none() && p.to_json().get("margin").is_none());
+    // A network holds out 10% by default: the gate scores on them.
+    let p = gate(json!({"deploy": "if_better", "name": "n"}), ModelKind::Mlp).unwrap();
+    assert_eq!(p.validation, Some(Validation::Fraction(0.1)));
+    // A search holds out 20% by default.
+    assert!(gate(
+        json!({"deploy": "if_better", "name": "n", "search": {"l2": [0, 0.01]}}),
+        ModelKind::Logistic
+    )
+    .is_ok());
+    // "since" (and a warm start) name the version: "name" defaults to its model's.
+    assert!(gate(
+        json!({"deploy": "if_better", "since": "n", "validation": {"fraction": 0.1}}),
+        ModelKind::Logistic
+    )
+    .is_ok());
+    assert_eq!(
+        msg(
+            json!({"deploy": "if_better", "validation": {"fraction": 0.1}}),
+            ModelKind::Logistic
+        ),
+        "\"deploy\": \"if_better\" needs \"name\""
+    );
+    assert_eq!(
+        msg(
+            json!({"deploy": "if_better", "name": "n"}),
+            ModelKind::Logistic
+        ),
+        "\"deploy\": \"if_better\" needs held-out rows: \"validation\""
+    );
+    assert_eq!(
+        msg(json!({"margin": 0.1}), ModelKind::Logistic),
+        "\"margin\" needs \"deploy\": \"if_better\""
+    );
+    for (extra, what) in [
+        (json!({"workers": 2}), "workers"),
+        (json!({"group_by": "g"}), "group_by"),
+        (json!({"folds": 3}), "folds"),
+    ] {
+        let mut v = json!({"deploy": "if_better", "name": "n", "validation": {"fraction": 0.1}});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let e = gate(v, ModelKind::Logistic).unwrap_err();
+        assert_eq!(
+            e.message,
+            format!("\"deploy\": \"if_better\" cannot be used with \"{what}\" yet")
+        );
+        assert!(e.not_supported(), "{e:?}");
+    }
+    for bad in [json!("always"), json!(true), json!(1)] {
+        assert!(parse(json!({ "deploy": bad })).is_err());
+    }
+    for bad in [json!(-0.1), json!(1.5), json!("0.1")] {
+        assert!(parse(json!({ "deploy": "if_better", "margin": bad })).is_err());
     }
 }

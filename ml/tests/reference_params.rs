@@ -55,7 +55,25 @@ fn param_table_lists_every_key_once() {
     )
     .unwrap()
     .to_json();
+    let gate_defaults = TrainParams::for_kind(
+        &serde_json::json!({"deploy": "if_better", "name": "n", "validation": {"fraction": 0.1}}),
+        corgipile_ml::model::ModelKind::Logistic,
+    )
+    .unwrap()
+    .to_json();
     for p in PARAMS {
+        if let Some(shown) = p.shown_default.strip_suffix(" (with `deploy`)") {
+            let shown = shown.trim_matches('`');
+            let parsed: serde_json::Value = serde_json::from_str(shown).unwrap();
+            assert_eq!(
+                parsed.as_f64(),
+                gate_defaults[p.name].as_f64(),
+                "{}",
+                p.name
+            );
+            assert!(p.rule.contains(&format!("(default {shown})")), "{}", p.name);
+            continue;
+        }
         if let Some(shown) = p.shown_default.strip_suffix(" (with `since`)") {
             let shown = shown.trim_matches('`');
             let parsed: serde_json::Value = serde_json::from_str(shown).unwrap();

@@ -57,6 +57,9 @@ impl TrainParams {
             });
         }
         kind.family().defaults(&mut p, &given)?;
+        // A gate's refusals first: "group_by" and "folds" would be refused for the held-out
+        // rows it needs, which is not what stops it.
+        p.check_deploy_uses()?;
         p.check_inference(kind)?;
         p.check_folds()?;
         p.check_groups()?;
@@ -81,6 +84,7 @@ impl TrainParams {
                 return Err(ParamError::refused(r));
             }
         }
+        p.check_deploy()?;
         if p.patience.is_some() && p.validation.is_none() {
             return Err(ParamError {
                 message: "\"patience\" needs \"validation\"".into(),
@@ -133,6 +137,51 @@ impl TrainParams {
         }
     }
 
+    /// `"deploy": "if_better"`: a version of a name (given, or a warm start's or `since`'s
+    /// model's, which `name` defaults to) and held-out rows to score it on (`validation`, or a
+    /// network's or a search's default); `margin` defaults to 0.
+    fn check_deploy(&mut self) -> Result<(), ParamError> {
+        let Some(rule) = self.deploy else {
+            if self.margin.is_some() {
+                return Err(ParamError {
+                    message: "\"margin\" needs \"deploy\": \"if_better\"".into(),
+                    hint: Some("margin is how much higher a new version must score than the deployed one: add \"deploy\": \"if_better\".".into()),
+                });
+            }
+            return Ok(());
+        };
+        if self.name.is_none() && self.warm_start.is_none() {
+            return Err(ParamError {
+                message: format!("\"deploy\": \"{}\" needs \"name\"", rule.name()),
+                hint: Some("The gate decides which version of a name is deployed: add e.g. \"name\": \"churn\".".into()),
+            });
+        }
+        if self.validation.is_none() {
+            return Err(ParamError {
+                message: format!("\"deploy\": \"{}\" needs held-out rows: \"validation\"", rule.name()),
+                hint: Some("The new version and the deployed one are scored on the rows the training holds out: add e.g. \"validation\": {\"fraction\": 0.1}, {\"predicate\": \"...\"} or {\"relation\": \"...\"}.".into()),
+            });
+        }
+        self.margin.get_or_insert(0.0);
+        Ok(())
+    }
+
+    /// What a gate is refused with (the capability table).
+    fn check_deploy_uses(&self) -> Result<(), ParamError> {
+        if self.deploy.is_none() {
+            return Ok(());
+        }
+        let uses = used(&[
+            (Use::Workers, self.workers > 0),
+            (Use::GroupBy, self.group_by.is_some()),
+            (Use::Folds, self.folds.is_some()),
+        ]);
+        match refusal(Use::Gate, &uses) {
+            Some(r) => Err(ParamError::refused(r)),
+            None => Ok(()),
+        }
+    }
+
     /// The effective parameters as a JSON object with every key.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
@@ -148,7 +197,9 @@ impl TrainParams {
                     || spec.name == "where"
                     || spec.name == "warm_start"
                     || spec.name == "since"
-                    || spec.name == "replay")
+                    || spec.name == "replay"
+                    || spec.name == "deploy"
+                    || spec.name == "margin")
             {
                 continue;
             }

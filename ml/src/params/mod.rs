@@ -24,9 +24,9 @@ mod units;
 mod values;
 
 pub use options::{
-    ClassWeight, Features, ModelKey, OptimizerName, Patience, ScheduleKind, ShuffleMode,
-    StatisticsPass, Validation, AUTO_MAX_EPOCHS, AUTO_MIN_IMPROVEMENT, AUTO_PATIENCE_ROWS,
-    AUTO_VALIDATION_FRACTION,
+    ClassWeight, DeployRule, Features, ModelKey, OptimizerName, Patience, ScheduleKind,
+    ShuffleMode, StatisticsPass, Validation, AUTO_MAX_EPOCHS, AUTO_MIN_IMPROVEMENT,
+    AUTO_PATIENCE_ROWS, AUTO_VALIDATION_FRACTION,
 };
 pub use sizing::{
     resolve_block_pages, resolve_buffer_tuples, resolve_buffer_tuples_bytes, BlockSize, BufferSize,
@@ -675,6 +675,30 @@ train_params! {
         meaning: "store the model as the next version of this name (a text argument that is an integer means a model id: `corgipile_predict('7', f)` is model 7)",
         rule: "null or a string of 1 to 200 characters, not an integer, naming the model; each training of a name stores a new version (default null)",
         parse: get_model_name,
+        json: |x| json!(x),
+    },
+    /// A quality gate on the version this training stores (see `DeployRule`).
+    deploy: Option<DeployRule> = None => {
+        shown: "`null`",
+        accepts: r#"`"if_better"` or `null`"#,
+        meaning: "with `name`: `\"if_better\"` stores the new version, scores it and the deployed one on the training's held-out rows (its `validation`, or a network's default; accuracy for classifiers, R² for regression) and deploys the new one only if it scores more than `margin` higher, else keeps the deployed one (pinned); `null`: the newest version is deployed unless one is pinned. Every decision is a row of [`corgipile.deployments`](#corgipiledeployments); see [Deploying only a better version](#deploying-only-a-better-version-deploy)",
+        rule: "null or \"if_better\"; needs \"name\" and held-out rows (\"validation\"), not with \"workers\", \"group_by\" or \"folds\" (default null)",
+        parse: |k, v| match v {
+            Value::Null => Ok(None),
+            _ => {
+                let s = v.as_str().ok_or_else(|| wrong_type(k, v, "a string"))?;
+                DeployRule::parse(s).map(Some).ok_or_else(|| bad_value(k, v, "unknown deploy rule"))
+            }
+        },
+        json: |x| json!(x.map(DeployRule::name)),
+    },
+    /// With `"deploy": "if_better"`: how much higher the new version must score.
+    margin: Option<f64> = None => {
+        shown: "`0` (with `deploy`)",
+        accepts: "number in [0, 1]",
+        meaning: "with `\"deploy\": \"if_better\"`: how much higher (absolute accuracy or R²) the new version must score than the deployed one to replace it; with 0 it must score higher, a tie keeps the deployed version",
+        rule: "a number >= 0 and <= 1; needs \"deploy\": \"if_better\" (default 0)",
+        parse: |k, v| get_float(k, v, |x| (0.0..=1.0).contains(&x)).map(Some),
         json: |x| json!(x),
     },
 }

@@ -301,6 +301,26 @@ impl Patience {
     }
 }
 
+/// `"deploy"`: how the version a training stores becomes the one its name means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeployRule {
+    /// `"if_better"`: the new version and the deployed one are scored on the training's
+    /// held-out rows; the new one is deployed only if it scores more than `margin` higher.
+    IfBetter,
+}
+
+impl DeployRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeployRule::IfBetter => "if_better",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<DeployRule> {
+        (name == "if_better").then_some(DeployRule::IfBetter)
+    }
+}
+
 /// A stored model named by a param (`warm_start`): its id, or its name (the deployed version).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ModelKey {
