@@ -328,3 +328,42 @@ CREATE FUNCTION "corgipile_export_onnx"(
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'corgipile_export_onnx_by_name_wrapper';
+
+-- Every decision about which version of a name is deployed (0.5.0): corgipile_deploy (a pin,
+-- an unpin, 'best', 'previous'), a training whose new version became the deployed one, a gated
+-- training's verdict ("deploy": "if_better", with both scores), a drop of the deployed version.
+-- Written by corgipile's functions alone (as the catalog's owner), in the transaction of the
+-- decision; never updated. from_model and to_model are the versions deployed before and after
+-- (NULL: none); candidate is a gated training's new version (deployed or not). Not references:
+-- the history outlives the versions it names. corgipile_deploy(name, 'previous') reads it.
+CREATE TABLE corgipile.deployments (
+    id            bigserial   PRIMARY KEY,
+    owner         name        NOT NULL,           -- the name's owner (trained_by of its versions)
+    name          text        NOT NULL CHECK (name <> ''),
+    from_model    bigint,
+    to_model      bigint,
+    candidate     bigint,
+    how           text        NOT NULL CHECK (how IN ('train', 'gated', 'manual', 'latest', 'best', 'previous', 'drop')),
+    metric        text        CHECK (metric IN ('accuracy', 'r2')),
+    new_score     float8,                         -- gated: the new version's; best: the chosen one's
+    old_score     float8,                         -- the version deployed before, on the same rows
+    margin        float8,
+    held_out_rows bigint,                         -- gated: the rows both were scored on
+    reason        text        NOT NULL,
+    deployed_by   name        NOT NULL,           -- the role that called
+    deployed_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX deployments_owner_name ON corgipile.deployments (owner, name, id);
+GRANT SELECT ON corgipile.deployments TO PUBLIC;
+GRANT SELECT ON SEQUENCE corgipile.deployments_id_seq TO PUBLIC;
+ALTER TABLE corgipile.deployments ENABLE ROW LEVEL SECURITY;
+-- A role sees the history of its own names and of the names granted to it (either privilege,
+-- to PUBLIC or to a role whose privileges it has), as it sees their versions; a grant on one
+-- model id shows no history (the history names the name's other versions).
+CREATE POLICY deployments_visible ON corgipile.deployments
+    USING (owner = current_user OR EXISTS (
+        SELECT 1 FROM corgipile.model_grants g
+        WHERE g.owner = deployments.owner AND g.model_name = deployments.name
+          AND (g.grantee::oid = 0 OR pg_has_role(current_user, g.grantee::oid, 'USAGE'))));
+SELECT pg_catalog.pg_extension_config_dump('corgipile.deployments', '');
+SELECT pg_catalog.pg_extension_config_dump('corgipile.deployments_id_seq', '');

@@ -5,6 +5,7 @@
 //! `SELECT corgipile_predict(id, f) FROM big_table` reads the catalog once, while a later
 //! statement never sees a model that has since been deleted.
 
+pub mod deployments;
 pub mod grants;
 pub mod groups;
 pub mod locks;

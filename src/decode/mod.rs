@@ -19,7 +19,8 @@ pub mod record;
 
 use crate::pg::error::raise;
 use crate::pipeline::{
-    FeatureLayout, GroupsFound, LabelKind, Mode, PipelineConfig, PreprocessSpec, ValidationSplit,
+    FeatureLayout, GroupsFound, HeldOutRows, LabelKind, Mode, PipelineConfig, PreprocessSpec,
+    RowId, ValidationSplit,
 };
 use classes::ClassDictionary;
 use columns::{Encoder, Nulls};
@@ -29,6 +30,7 @@ use corgipile_ml::standardize::Standardizer;
 use datum::{format_tid, with_float_array, with_int4_array};
 use features::decode_features;
 use pgrx::{pg_sys, PgSqlErrorCode};
+use std::sync::Arc;
 
 /// Where a decoded row goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -74,6 +76,14 @@ pub struct RowDecoder {
     /// The first pass's training rows: how many, and the sum of their labels' squares (a
     /// regression's zero model, see `exec::sgd::divergence`).
     first_pass_labels: (u64, f64),
+    /// A gated training (`"deploy": "if_better"`): the rows kept as held-out rows (a training's
+    /// validation rows; every row collected from a validation relation), recorded when asked.
+    held_out: Option<Vec<RowId>>,
+    /// A gate's evaluation: only these rows are scored; the others are passed over uncounted.
+    only_rows: Option<Arc<HeldOutRows>>,
+    /// The row `target` just sent to `decode`, while held-out rows are recorded and it is one
+    /// (a validation row; any row collected from a validation relation).
+    held_out_row: Option<RowId>,
 }
 
 impl RowDecoder {
@@ -110,6 +120,9 @@ impl RowDecoder {
         RowDecoder {
             groups,
             first_pass_labels: (0, 0.0),
+            held_out: None,
+            only_rows: None,
+            held_out_row: None,
             encoder,
             number_kinds,
             encoded: EncodedRow::default(),
@@ -136,6 +149,28 @@ impl RowDecoder {
     /// The held-out validation rows, once the first pass collected them.
     pub fn validation(&self) -> Option<&TupleArena> {
         self.validation.as_ref()
+    }
+
+    /// Records, from now on, which rows are kept as held-out rows (see `take_held_out`).
+    pub fn record_held_out(&mut self) {
+        self.held_out = Some(Vec::new());
+    }
+
+    /// The held-out rows recorded since `record_held_out` (None if it was not called).
+    pub fn take_held_out(&mut self) -> Option<HeldOutRows> {
+        self.held_out.take().map(HeldOutRows::new)
+    }
+
+    /// The memory the recorded held-out rows take.
+    pub fn held_out_bytes(&self) -> usize {
+        self.held_out
+            .as_ref()
+            .map_or(0, |v| v.capacity() * std::mem::size_of::<RowId>())
+    }
+
+    /// Scores only `rows` from now on (a gate's evaluation); every other row is passed over.
+    pub fn score_only(&mut self, rows: Arc<HeldOutRows>) {
+        self.only_rows = Some(rows);
     }
 
     /// The end of a pass over the table: validation rows are collected once.
@@ -166,6 +201,11 @@ impl RowDecoder {
         tid: &pg_sys::ItemPointerData,
         table: Option<pg_sys::Oid>,
     ) -> Result<(Target, f64), Skip> {
+        if let Some(only) = &self.only_rows {
+            if !only.contains(RowId::of(tid, table)) {
+                return Err(Skip::Uncounted);
+            }
+        }
         let target = match self.config.validation_split {
             ValidationSplit::None => Target::Train,
             ValidationSplit::Column(c) => {
@@ -203,6 +243,10 @@ impl RowDecoder {
         if target == Target::Train {
             self.count_label(label);
         }
+        let held_out = target == Target::Validation || self.config.mode == Mode::Collect;
+        if self.held_out.is_some() && held_out {
+            self.held_out_row = Some(RowId::of(tid, table));
+        }
         Ok((target, label))
     }
 
@@ -237,6 +281,8 @@ impl RowDecoder {
         nulls: *mut bool,
         tid: &pg_sys::ItemPointerData,
     ) -> bool {
+        // The row `target` sent here, if it is to be recorded as held out.
+        let held_out_row = self.held_out_row.take();
         let tabular = self.config.layout == FeatureLayout::Tabular;
         let mut arena = arena;
         if let (Some(groups), Some(a), Target::Train) = (&mut self.groups, &mut arena, target) {
@@ -286,6 +332,16 @@ impl RowDecoder {
         if !pushed {
             return false;
         }
+        if let (Some(rows), Some(row)) = (&mut self.held_out, held_out_row) {
+            if rows.try_reserve(1).is_err() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                    "out of memory recording the held-out rows",
+                    None,
+                );
+            }
+            rows.push(row);
+        }
         let dimension = match (self.config.layout, target) {
             (FeatureLayout::Dense { .. }, _) => self.n_features.unwrap_or(0),
             // Checked when the statistics pass fixes the preprocessing.
@@ -300,12 +356,15 @@ impl RowDecoder {
     }
 
     /// Whether every row goes to training as dense features with nothing decided per row
-    /// besides its values (no validation split, no groups): then
-    /// [`push_dense_row`](Self::push_dense_row) does what `target` and `decode` would.
+    /// besides its values (no validation split, no groups, no held-out row recorded or
+    /// picked out): then [`push_dense_row`](Self::push_dense_row) does what `target` and
+    /// `decode` would.
     pub fn dense_rows_only(&self) -> bool {
         matches!(self.config.layout, FeatureLayout::Dense { .. })
             && matches!(self.config.validation_split, ValidationSplit::None)
             && self.groups.is_none()
+            && self.held_out.is_none()
+            && self.only_rows.is_none()
     }
 
     /// A row of a [`dense_rows_only`](Self::dense_rows_only) query (label, features) decoded
@@ -382,7 +441,8 @@ impl RowDecoder {
 
     /// Held-out rows stay in memory for the whole training: same bound as the buffers.
     fn check_validation_memory(&self) {
-        let used = self.validation.as_ref().map_or(0, |v| v.bytes_used());
+        // A gated training's record of which rows they are counts too.
+        let used = self.validation.as_ref().map_or(0, |v| v.bytes_used()) + self.held_out_bytes();
         if used as u64 > self.config.max_buffer_bytes {
             raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,

@@ -176,6 +176,41 @@ pub enum ValidationSplit {
     Fraction(f64),
 }
 
+/// A row of a scan: its leaf table (0 for the scanned relation itself) and its tuple id, as
+/// the validation split sees it (`decode::tid_fraction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RowId {
+    leaf: u32,
+    tid: u64,
+}
+
+impl RowId {
+    pub fn of(tid: &pg_sys::ItemPointerData, table: Option<pg_sys::Oid>) -> RowId {
+        let block = (u64::from(tid.ip_blkid.bi_hi) << 16) | u64::from(tid.ip_blkid.bi_lo);
+        RowId {
+            leaf: table.map_or(0, |t| t.to_u32()),
+            tid: (block << 16) | u64::from(tid.ip_posid),
+        }
+    }
+}
+
+/// The rows a training held out and scored its model on, by [`RowId`] (sorted, each once): a
+/// deploy gate (`"deploy": "if_better"`) scores the deployed version on exactly these.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeldOutRows(Vec<RowId>);
+
+impl HeldOutRows {
+    pub fn new(mut rows: Vec<RowId>) -> HeldOutRows {
+        rows.sort_unstable();
+        rows.dedup();
+        HeldOutRows(rows)
+    }
+
+    pub fn contains(&self, row: RowId) -> bool {
+        self.0.binary_search(&row).is_ok()
+    }
+}
+
 impl PipelineConfig {
     pub fn seed(&self) -> u64 {
         self.params.seed.unwrap_or(0)

@@ -3,6 +3,7 @@
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::exec::sgd::Evaluate;
 use crate::pg::error::{raise, raise_combination};
+use crate::pipeline::HeldOutRows;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{json_type, parse_params, prepare};
@@ -11,6 +12,8 @@ use corgipile_ml::capabilities::Use;
 use corgipile_ml::params::{ShuffleMode, TrainParams};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
+use std::rc::Rc;
+use std::sync::Arc;
 
 by_id_and_name! {
     /// Scores a stored model on a relation (read with the same block scan as training). Returns
@@ -27,40 +30,50 @@ by_id_and_name! {
 
 fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
     let stored = load_model_ref(key);
+    JsonB(evaluate_rows(stored, relation.oid(), params, None))
+}
+
+/// corgipile_evaluate's report of `stored` on `relid` under `params` (its `params` argument);
+/// with `only_rows`, on those rows of it alone (a deploy gate: the rows a training held out).
+pub(super) fn evaluate_rows(
+    stored: Rc<StoredModel>,
+    relid: pg_sys::Oid,
+    params: ParamsArg,
+    only_rows: Option<Arc<HeldOutRows>>,
+) -> serde_json::Value {
     let (params, members) = evaluation_params(&stored, params, "corgipile_evaluate", &[]);
-    let report = {
-        let mut prepared = prepare(
-            relation.oid(),
-            stored.kind(),
-            params,
-            Mode::Evaluate,
-            stored.classes.clone(),
-            stored.preprocessing.as_ref(),
-        );
-        if let Some(g) = prepared.config.groups.as_mut() {
-            g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
+    let mut prepared = prepare(
+        relid,
+        stored.kind(),
+        params,
+        Mode::Evaluate,
+        stored.classes.clone(),
+        stored.preprocessing.as_ref(),
+    );
+    if let Some(g) = prepared.config.groups.as_mut() {
+        g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
+    }
+    match crate::shard::sharded_leaves(prepared.relid) {
+        Some(_) if only_rows.is_some() => raise_combination(Use::Shards, Use::Gate),
+        Some(_) if stored.groups.is_some() => raise_combination(Use::Shards, Use::GroupModels),
+        Some(leaves) => {
+            let (evaluation, rows_skipped) = evaluate_sharded(&prepared, leaves, &stored, None);
+            let mut report = evaluation.finish(rows_skipped);
+            report["model_id"] = serde_json::json!(stored.id);
+            report
         }
-        match crate::shard::sharded_leaves(prepared.relid) {
-            Some(_) if stored.groups.is_some() => raise_combination(Use::Shards, Use::GroupModels),
-            Some(leaves) => {
-                let (evaluation, rows_skipped) = evaluate_sharded(&prepared, leaves, &stored, None);
-                let mut report = evaluation.finish(rows_skipped);
-                report["model_id"] = serde_json::json!(stored.id);
-                report
-            }
-            None => prepared.run(Evaluate {
-                model: stored.clone(),
-                members: members
-                    .into_iter()
-                    .map(|(key, id)| {
-                        let m = crate::catalog::load_group_model(&stored, &key, id);
-                        (key, m)
-                    })
-                    .collect(),
-            }),
-        }
-    };
-    JsonB(report)
+        None => prepared.run(Evaluate {
+            only_rows,
+            model: stored.clone(),
+            members: members
+                .into_iter()
+                .map(|(key, id)| {
+                    let m = crate::catalog::load_group_model(&stored, &key, id);
+                    (key, m)
+                })
+                .collect(),
+        }),
+    }
 }
 
 /// The params of an evaluation of `stored` (`function`'s `params` argument, which may also

@@ -2,8 +2,10 @@
 //!
 //! Names are per owner, like the models themselves: each role's "churn" is its own, with
 //! versions 1, 2, ...; another role's is "owner.churn" (src/catalog/grants.rs). The deployed version of
-//! a name is the one pinned by corgipile_deploy, else the newest.
+//! a name is the one pinned by corgipile_deploy, else the newest; every decision about it is a
+//! row of corgipile.deployments (src/catalog/deployments.rs).
 
+use crate::catalog::deployments::{self, Decision, How, Scores};
 use crate::catalog::grants;
 use crate::catalog::locks::{wait_for, Purpose};
 use crate::catalog::{as_catalog_owner, check_writable, no_such_model, resolve_name, select_one};
@@ -28,7 +30,8 @@ const DEPLOY_USAGE: &str = "corgipile_deploy(model_name text, model_id bigint DE
 /// uses); without a model id, unpins, so the newest version is deployed again. Returns the id
 /// of the deployed version. Another owner's name (`owner.name`) needs "manage" on it.
 /// Deploys and drops of one name wait for each other (the last one wins), so concurrent ones
-/// never clash on the one-pinned-per-name index nor deadlock.
+/// never clash on the one-pinned-per-name index nor deadlock. Each call is a row of
+/// corgipile.deployments (`manual`, or `latest` for an unpin), in the same transaction.
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_deploy(model_name: Option<&str>, model_id: default!(Option<i64>, "NULL")) -> i64 {
     let model_name = required(model_name, "model_name", DEPLOY_USAGE);
@@ -63,76 +66,51 @@ fn corgipile_deploy(model_name: Option<&str>, model_id: default!(Option<i64>, "N
             );
         }
     }
-    pin(&n, model_id);
+    let before = deployments::deployed(&n);
+    deployments::pin(&n, model_id);
+    let after = deployments::deployed(&n);
+    let (how, reason) = match model_id {
+        Some(_) => (
+            How::Manual,
+            format!("corgipile_deploy pinned {}", deployments::describe(after)),
+        ),
+        None => (
+            How::Latest,
+            format!(
+                "corgipile_deploy unpinned the name: its newest version is deployed, {}",
+                deployments::describe(after)
+            ),
+        ),
+    };
+    deployments::record(&Decision {
+        name: &n,
+        how,
+        from: before.map(|d| d.id),
+        to: after.map(|d| d.id),
+        candidate: None,
+        scores: Scores::default(),
+        reason,
+    });
     resolve_name(model_name)
 }
 
-/// Pins `model_id` as the deployed version of the name `n` (the caller may manage it and holds
-/// its deploy lock), or with None unpins.
-fn pin(n: &grants::ModelName, model_id: Option<i64>) {
-    as_catalog_owner(|| {
-        // Unpin first, then pin: one UPDATE doing both could trip the one-pinned-per-name index.
-        Spi::run_with_args(
-            "UPDATE corgipile.models SET pinned = false
-             WHERE pinned AND name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
-            &[n.name.as_str().into(), n.owner.as_str().into()],
-        )
-        .unwrap_or_else(|e| spi_failed("unpin the deployed version", e));
-        if let Some(id) = model_id {
-            Spi::run_with_args(
-                "UPDATE corgipile.models SET pinned = true
-                 WHERE id OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
-                &[id.into(), n.owner.as_str().into()],
-            )
-            .unwrap_or_else(|e| spi_failed("pin the version", e));
-        }
-    });
-    // The name stands for another version: plans that resolved it are planned again.
-    crate::catalog::plans::models_changed();
-}
-
 const DEPLOY_STRATEGY_USAGE: &str =
-    "corgipile_deploy(model_name text, strategy text): strategy 'best', 'latest' or a model id";
+    "corgipile_deploy(model_name text, strategy text): strategy 'best', 'latest', 'previous' or a model id";
 
 /// Deploys a version of `model_name` chosen by `strategy`: `'best'` pins the version with the
 /// best validation score stored with it (accuracy for classifiers, R² for regression; of the
 /// versions of the newest version's kind of label; ties: the newest), as after a search;
-/// `'latest'` (or NULL) unpins, so the newest version is deployed; a number is a model id, as
-/// in corgipile_deploy(name, id). Returns the id of the deployed version.
+/// `'latest'` (or NULL) unpins, so the newest version is deployed; `'previous'` pins the
+/// version deployed before the current one, undoing the latest decision not yet undone, per
+/// corgipile.deployments (see `deployments::previous`); a number is a model id, as in
+/// corgipile_deploy(name, id). Returns the id of the deployed version.
 #[pg_extern(volatile, parallel_unsafe, name = "corgipile_deploy")]
 fn corgipile_deploy_by(model_name: Option<&str>, strategy: Option<&str>) -> i64 {
     let name = required(model_name, "model_name", DEPLOY_STRATEGY_USAGE);
     match strategy.map(str::trim) {
         None | Some("latest") => corgipile_deploy(Some(name), None),
-        Some("best") => {
-            check_writable(c"corgipile_deploy()");
-            let n = checked_name(name, "deploy");
-            let best = select_one::<i64>(
-                "WITH v AS (
-                    SELECT id, version,
-                           COALESCE(metrics OPERATOR(pg_catalog.#>>) '{validation,accuracy}',
-                                               metrics OPERATOR(pg_catalog.#>>) '{validation,r2}')::pg_catalog.float8 AS score,
-                           (metrics OPERATOR(pg_catalog.#>) '{validation,accuracy}') IS NOT NULL AS classifier
-                    FROM corgipile.models
-                    WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
-                      AND (metrics OPERATOR(pg_catalog.#>>) '{validation,rows}')::pg_catalog.int8 OPERATOR(pg_catalog.>) 0)
-                 SELECT id FROM v
-                 WHERE classifier OPERATOR(pg_catalog.=) (SELECT classifier FROM v ORDER BY version DESC LIMIT 1)
-                   AND score OPERATOR(pg_catalog.=) score
-                 ORDER BY score DESC, version DESC LIMIT 1",
-                &[n.name.as_str().into(), n.owner.as_str().into()],
-            )
-            .unwrap_or_else(|e| spi_failed("read the versions", e))
-            .unwrap_or_else(|| {
-                raise(
-                    PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-                    format!("no version of \"{name}\" has a validation score"),
-                    Some("'best' compares the validation accuracy (or R²) stored with each version: train with \"validation\" or \"search\".".into()),
-                )
-            });
-            pin(&n, Some(best));
-            resolve_name(name)
-        }
+        Some("best") => deploy_best(name),
+        Some("previous") => deploy_previous(name),
         Some(other) => match other.parse::<i64>() {
             Ok(id) => corgipile_deploy(Some(name), Some(id)),
             Err(_) => raise(
@@ -142,6 +120,121 @@ fn corgipile_deploy_by(model_name: Option<&str>, strategy: Option<&str>) -> i64 
             ),
         },
     }
+}
+
+/// corgipile_deploy(name, 'best').
+fn deploy_best(name: &str) -> i64 {
+    check_writable(c"corgipile_deploy()");
+    let n = checked_name(name, "deploy");
+    let best = select_one::<i64>(
+        "WITH v AS (
+            SELECT id, version,
+                   COALESCE(metrics OPERATOR(pg_catalog.#>>) '{validation,accuracy}',
+                                       metrics OPERATOR(pg_catalog.#>>) '{validation,r2}')::pg_catalog.float8 AS score,
+                   (metrics OPERATOR(pg_catalog.#>) '{validation,accuracy}') IS NOT NULL AS classifier
+            FROM corgipile.models
+            WHERE name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name
+              AND (metrics OPERATOR(pg_catalog.#>>) '{validation,rows}')::pg_catalog.int8 OPERATOR(pg_catalog.>) 0)
+         SELECT id FROM v
+         WHERE classifier OPERATOR(pg_catalog.=) (SELECT classifier FROM v ORDER BY version DESC LIMIT 1)
+           AND score OPERATOR(pg_catalog.=) score
+         ORDER BY score DESC, version DESC LIMIT 1",
+        &[n.name.as_str().into(), n.owner.as_str().into()],
+    )
+    .unwrap_or_else(|e| spi_failed("read the versions", e))
+    .unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            format!("no version of \"{name}\" has a validation score"),
+            Some("'best' compares the validation accuracy (or R²) stored with each version: train with \"validation\" or \"search\".".into()),
+        )
+    });
+    let before = deployments::deployed(&n);
+    deployments::pin(&n, Some(best));
+    let after = deployments::deployed(&n);
+    let chosen = deployments::stored_score(best);
+    let old = before.and_then(|d| deployments::stored_score(d.id));
+    let reason = match chosen {
+        Some((metric, score)) => format!(
+            "corgipile_deploy(..., 'best') pinned {}: the best validation {metric} stored with a version, {score}",
+            deployments::describe(after)
+        ),
+        None => format!("corgipile_deploy(..., 'best') pinned {}", deployments::describe(after)),
+    };
+    deployments::record(&Decision {
+        name: &n,
+        how: How::Best,
+        from: before.map(|d| d.id),
+        to: after.map(|d| d.id),
+        candidate: None,
+        scores: Scores {
+            metric: chosen.map(|(m, _)| m),
+            new: chosen.map(|(_, s)| s),
+            // The version deployed before, by the same metric (None if it has no such score).
+            old: old
+                .filter(|(m, _)| Some(*m) == chosen.map(|(m, _)| m))
+                .map(|(_, s)| s),
+            margin: None,
+            rows: None,
+        },
+        reason,
+    });
+    resolve_name(name)
+}
+
+/// corgipile_deploy(name, 'previous'): undoes the latest decision not yet undone, per
+/// corgipile.deployments (see `deployments::previous`): pins the version it replaced; ERROR
+/// P0002 when the history does not say, when the current one was the first deployed, or when
+/// that version was dropped since.
+fn deploy_previous(name: &str) -> i64 {
+    check_writable(c"corgipile_deploy()");
+    let n = checked_name(name, "deploy");
+    let Some(current) = deployments::deployed(&n) else {
+        resolve_name(name); // raises: the name has no version left
+        unreachable!("a name without versions resolves to nothing");
+    };
+    let hint = format!(
+        "SELECT * FROM corgipile.deployments WHERE name = {} ORDER BY id lists its decisions; corgipile_deploy(name, model_id) deploys any version.",
+        quote_literal(&n.name)
+    );
+    let no_previous = |message: String| -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+            message,
+            Some(hint.clone()),
+        )
+    };
+    let previous = match deployments::previous(&n, current.id) {
+        None => no_previous(format!(
+            "the deployment history of \"{name}\" does not say which version was deployed before version {}",
+            current.version
+        )),
+        Some(None) => no_previous(format!(
+            "version {} of \"{name}\" was the first version deployed: there is no previous one",
+            current.version
+        )),
+        Some(Some(id)) => id,
+    };
+    let Some(version) = deployments::version_of(&n, previous) else {
+        no_previous(format!(
+            "the version of \"{name}\" deployed before version {}, model {previous}, was dropped",
+            current.version
+        ))
+    };
+    deployments::pin(&n, Some(previous));
+    deployments::record(&Decision {
+        name: &n,
+        how: How::Previous,
+        from: Some(current.id),
+        to: Some(previous),
+        candidate: None,
+        scores: Scores::default(),
+        reason: format!(
+            "rolled back to version {version} (model {previous}), deployed before {}",
+            deployments::describe(Some(current))
+        ),
+    });
+    resolve_name(name)
 }
 
 /// The name `text` stands for, once the caller may manage it (`what`: "deploy", "drop"), with
@@ -174,21 +267,56 @@ fn delete_models(filter: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> i64 {
     dropped
 }
 
+/// A drop that changed which version the name `n` means (`before` was deployed): a row of the
+/// history (the caller holds the name's deploy lock).
+fn record_drop(n: &grants::ModelName, before: Option<deployments::Deployed>) {
+    let after = deployments::deployed(n);
+    let Some(dropped) = before.filter(|b| after.map(|a| a.id) != Some(b.id)) else {
+        return;
+    };
+    let now = match after {
+        Some(_) => format!("the name means {} now", deployments::describe(after)),
+        None => "the name has no version left".into(),
+    };
+    deployments::record(&Decision {
+        name: n,
+        how: How::Drop,
+        from: Some(dropped.id),
+        to: after.map(|d| d.id),
+        candidate: None,
+        scores: Scores::default(),
+        reason: format!(
+            "corgipile_drop_model dropped the deployed {}: {now}",
+            deployments::describe(Some(dropped))
+        ),
+    });
+}
+
 /// Deletes one model (and its epochs); returns 1. It must be the caller's, or the caller must
 /// hold "manage" on it or its name (or manage every role's models); a model the caller cannot
-/// see does not exist for it. NULL in, NULL out (the function is STRICT).
+/// see does not exist for it. NULL in, NULL out (the function is STRICT). Dropping the deployed
+/// version of a name is a row of corgipile.deployments (`drop`).
 #[pg_extern(volatile, parallel_unsafe)]
 fn corgipile_drop_model(model_id: i64) -> i64 {
     check_writable(c"corgipile_drop_model()");
     grants::check_manage_id(model_id, "drop");
     // A version of a name waits for deploys and drops of that name, as they wait for it.
-    if let Some((owner, Some(name))) = grants::model_owner(model_id) {
-        wait_for(Purpose::Deploy, &owner, &name);
-        grants::check_manage_id(model_id, "drop");
-    }
+    let named = match grants::model_owner(model_id) {
+        Some((owner, Some(name))) => {
+            wait_for(Purpose::Deploy, &owner, &name);
+            grants::check_manage_id(model_id, "drop");
+            let n = grants::ModelName { owner, name };
+            let before = deployments::deployed(&n);
+            Some((n, before))
+        }
+        _ => None,
+    };
     let dropped = delete_models("id OPERATOR(pg_catalog.=) $1", &[model_id.into()]);
     if dropped == 0 {
         no_such_model(model_id);
+    }
+    if let Some((n, before)) = named {
+        record_drop(&n, before);
     }
     dropped
 }
@@ -202,10 +330,13 @@ fn corgipile_drop_model_by_name(model_name: &str) -> i64 {
     }
     check_writable(c"corgipile_drop_model()");
     let n = checked_name(model_name, "drop");
-    delete_models(
+    let before = deployments::deployed(&n);
+    let dropped = delete_models(
         "name OPERATOR(pg_catalog.=) $1 AND trained_by OPERATOR(pg_catalog.=) $2::pg_catalog.name",
         &[n.name.as_str().into(), n.owner.as_str().into()],
-    )
+    );
+    record_drop(&n, before);
+    dropped
 }
 
 type CoefficientRow = (

@@ -36,6 +36,7 @@ macro_rules! by_id_and_name {
 
 pub mod evaluate;
 pub mod export;
+mod gate;
 pub mod importance;
 pub mod manage;
 pub mod tables;

@@ -1,6 +1,7 @@
 //! corgipile_train, and what shows a training without storing it: corgipile_explain and
 //! corgipile_trace.
 
+use super::gate::{before_storing, record_training, Gate};
 use super::training_call::{Call, Input, TrainingCall};
 use crate::catalog::groups::{store_groups, SmallGroups};
 use crate::catalog::search::store_search;
@@ -10,7 +11,7 @@ use crate::catalog::{
 use crate::exec::explain;
 use crate::exec::plan::plan_pipeline;
 use crate::exec::run::Pipeline;
-use crate::exec::sgd::{Trace, Train};
+use crate::exec::sgd::{Trace, Train, Trained};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pg::names::qualified_name;
 use crate::pipeline::{Mode, Trial};
@@ -56,27 +57,44 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
     if let Some(name) = &target_name {
         lock_model_name(name);
     }
+    // "deploy": "if_better": the deployed version checked against this training, before any
+    // work (src/sql/gate.rs).
+    let mut gate = Gate::prepare(
+        call.kind,
+        &call.params,
+        target_name.as_ref(),
+        input.relation(),
+    );
     {
         let TrainingCall {
             kind,
             warm,
             prepared,
             spilled,
-            validation_rows,
+            mut validation_rows,
             read_now,
             sharded,
             features,
         } = TrainingCall::prepare(call, &input, true);
-        let trials = match sharded {
-            Some(leaves) => vec![Trial::only(
-                &prepared.config.params,
-                train_sharded(&prepared, leaves).0,
-            )],
+        if let Some(gate) = &mut gate {
+            gate.held_out_in(target_name.as_ref(), prepared.relid);
+        }
+        // A validation relation's rows: which they are, for the gate.
+        let relation_held_out = validation_rows.as_mut().and_then(|v| v.held_out.take());
+        let Trained { trials, held_out } = match sharded {
+            Some(leaves) => Trained {
+                trials: vec![Trial::only(
+                    &prepared.config.params,
+                    train_sharded(&prepared, leaves).0,
+                )],
+                held_out: None,
+            },
             None => prepared.run(Train {
                 validation_rows,
                 relid: prepared.table,
                 sql: prepared.input.sql.clone(),
                 warm_start: warm,
+                record_held_out: gate.is_some(),
             }),
         };
         let params = &prepared.config.params;
@@ -103,6 +121,9 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
             params: params.to_json(),
             name: target_name.as_ref(),
         };
+        // The version the name meant before this training's is stored (its deploy lock held
+        // from here to the end of the transaction).
+        let before = target_name.as_ref().map(before_storing);
         let stored = if params.search.is_some() {
             store_search(&source, trials, params.selection(kind))
         } else if let Some(columns) = &params.group_by {
@@ -132,6 +153,14 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
             }
             store_model_with(&source, &outcome, extra)
         };
+        // Which version the name means now, and why: a row of corgipile.deployments (before
+        // a spilled input's table is dropped: the gate reads its held-out rows).
+        if let (Some(n), Some(before)) = (&target_name, before) {
+            match gate {
+                Some(gate) => gate.decide(n, before, stored, relation_held_out.or(held_out)),
+                None => record_training(n, before, stored),
+            }
+        }
         // SAFETY: `spilled` is what this call's TrainingCall::prepare returned, passed once.
         unsafe { TrainingCall::finish(spilled) };
         stored
@@ -233,6 +262,7 @@ fn corgipile_explain(
                 relid: prepared.table,
                 sql: prepared.input.sql.clone(),
                 warm_start: warm,
+                record_held_out: false,
             });
         }
         let es = pg_sys::NewExplainState();

@@ -27,6 +27,15 @@ pub(super) enum Input {
 }
 
 impl Input {
+    /// The relation whose rows are read: None for a query's (spilled into a temporary table
+    /// when the training is prepared).
+    pub(super) fn relation(&self) -> Option<pg_sys::Oid> {
+        match self {
+            Input::Relation(relid) => Some(*relid),
+            Input::Spill { .. } => None,
+        }
+    }
+
     /// A relation named in a call: its pages, or, for a view of several tables, its rows.
     pub(super) fn of_relation(relid: pg_sys::Oid) -> Input {
         match crate::request::view::must_spill(relid) {
@@ -298,6 +307,7 @@ fn check_sharded(prepared: &Prepared, warm: Option<&WarmStart>) {
         (Use::Folds, params.folds.is_some()),
         (Use::Workers, params.workers > 0),
         (Use::Search, params.search.is_some()),
+        (Use::Gate, params.deploy.is_some()),
     ]);
     refuse_combination(Use::Shards, &uses);
 }
@@ -342,11 +352,16 @@ unsafe fn collect_relation(
     p.shuffle = ShuffleMode::NoShuffle;
     p.double_buffer = false;
     let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), preprocessing);
-    prepared.run(Collect).unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-            format!("validation relation \"{name}\" has no usable rows"),
-            None,
-        )
-    })
+    // A gated training scores the deployed version on exactly these rows: which they are.
+    prepared
+        .run(Collect {
+            record_held_out: params.deploy.is_some(),
+        })
+        .unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+                format!("validation relation \"{name}\" has no usable rows"),
+                None,
+            )
+        })
 }

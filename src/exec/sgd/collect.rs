@@ -6,8 +6,8 @@ use super::{SgdNode, SgdTask};
 use crate::exec::sgd::binary_labels;
 use crate::exec::tuple_shuffle::ShuffledBuffer;
 use crate::pg::error::raise;
-use crate::pipeline::ClassValue;
 use crate::pipeline::Mode;
+use crate::pipeline::{ClassValue, HeldOutRows};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::row::Row;
 use corgipile_ml::scoring::BinaryLabels;
@@ -17,16 +17,24 @@ use pgrx::PgSqlErrorCode;
 pub struct CollectedRows {
     pub rows: ShuffledBuffer,
     pub classes: Vec<ClassValue>,
+    /// Which rows they are, when asked for (a gated training's held-out rows).
+    pub held_out: Option<HeldOutRows>,
 }
 
-/// Collect every row; None when the relation has no usable row.
-pub struct Collect;
+/// Collect every row; None when the relation has no usable row. `record_held_out`: say which
+/// rows they are too (a gated training scores the deployed version on them).
+pub struct Collect {
+    pub record_held_out: bool,
+}
 
 impl SgdTask for Collect {
     type Output = Option<CollectedRows>;
     const MODE: Mode = Mode::Collect;
 
     unsafe fn run(self, node: &mut SgdNode) -> Option<CollectedRows> {
+        if self.record_held_out {
+            node.shuffle().rows_mut().record_held_out();
+        }
         node.collect()
     }
 }
@@ -131,9 +139,24 @@ impl SgdNode {
                 );
             }
         });
+        // A gated training's record of which rows they are (16 bytes a row) counts too.
+        let recorded = shuffle.rows().held_out_bytes();
+        let collected = all.as_ref().map_or(0, |a| a.arena.bytes_used());
+        if (collected + recorded) as u64 > self.config.max_buffer_bytes {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "the validation relation {} and the record of its rows do not fit in corgipile.max_buffer_memory",
+                    self.config.relation
+                ),
+                Some("Use a smaller validation relation, or {\"fraction\": ...} validation.".into()),
+            );
+        }
+        let held_out = shuffle.rows_mut().take_held_out();
         all.map(|rows| CollectedRows {
             rows,
             classes: shuffle.rows().classes().classes.clone(),
+            held_out,
         })
     }
 }

@@ -4,8 +4,8 @@
 use super::{SgdNode, SgdTask};
 use crate::catalog::StoredModel;
 use crate::pg::error::raise;
-use crate::pipeline::ClassValue;
 use crate::pipeline::Mode;
+use crate::pipeline::{ClassValue, HeldOutRows};
 use corgipile_ml::metrics::BinaryMetrics;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::model::Predictor;
@@ -16,6 +16,7 @@ use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use serde_json::json;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// Score `model`; the output is corgipile_evaluate's JSON report.
 pub struct Evaluate {
@@ -23,6 +24,8 @@ pub struct Evaluate {
     /// A family of per-group models: each group's key and model, in the order of their
     /// numbers (empty for any other model).
     pub members: Vec<(String, Rc<StoredModel>)>,
+    /// Score these rows only (a deploy gate: the rows a training held out); None: every row.
+    pub only_rows: Option<Arc<HeldOutRows>>,
 }
 
 impl SgdTask for Evaluate {
@@ -30,6 +33,9 @@ impl SgdTask for Evaluate {
     const MODE: Mode = Mode::Evaluate;
 
     unsafe fn run(self, node: &mut SgdNode) -> serde_json::Value {
+        if let Some(rows) = self.only_rows {
+            node.shuffle().rows_mut().score_only(rows);
+        }
         if self.model.groups.is_some() {
             return node.evaluate_groups(&self.model, &self.members);
         }

@@ -28,7 +28,7 @@ pub use learn::Learn;
 pub use shape::{checked_learner, checked_size, inputs_only};
 pub use shard_round::{forget_kept, score_held_out, ShardRound, TrainingTable};
 pub use trace::Trace;
-pub use train::Train;
+pub use train::{Train, Trained};
 
 use super::explain;
 use super::node::{init_child, state_of, Node};

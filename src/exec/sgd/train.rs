@@ -14,7 +14,7 @@ use crate::pg::error::{raise_param_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::ClassValue;
 use crate::pipeline::GroupsFound;
-use crate::pipeline::{FeatureLayout, Mode, TrainOutcome, Trial, ValidationSplit};
+use crate::pipeline::{FeatureLayout, HeldOutRows, Mode, TrainOutcome, Trial, ValidationSplit};
 use corgipile_ml::fit::{Finished, Fit, Notices};
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{Labels, Predictor};
@@ -35,15 +35,26 @@ pub struct Train {
     pub sql: CString,
     /// `"warm_start"`: the stored model every learner starts from.
     pub warm_start: Option<WarmStart>,
+    /// Record which rows are held out (a gated training scores the deployed version on them).
+    pub record_held_out: bool,
+}
+
+/// What a training gives back: every configuration's trial (one, unless the params search),
+/// and, when asked, which rows of the relation it held out and validated on.
+pub struct Trained {
+    pub trials: Vec<Trial>,
+    pub held_out: Option<HeldOutRows>,
 }
 
 impl SgdTask for Train {
-    /// Every configuration's (one, unless the params search).
-    type Output = Vec<Trial>;
+    type Output = Trained;
     const MODE: Mode = Mode::Train;
 
-    unsafe fn run(self, node: &mut SgdNode) -> Vec<Trial> {
+    unsafe fn run(self, node: &mut SgdNode) -> Trained {
         node.warm_start = self.warm_start;
+        if self.record_held_out {
+            node.shuffle().rows_mut().record_held_out();
+        }
         let role = Role::Lead {
             relid: self.relid,
             sql: self.sql,
@@ -52,7 +63,8 @@ impl SgdTask for Train {
             .train(self.validation_rows, role)
             .expect("the leader of a training returns its outcome");
         node.infer(&mut trials);
-        trials
+        let held_out = node.shuffle().rows_mut().take_held_out();
+        Trained { trials, held_out }
     }
 }
 
