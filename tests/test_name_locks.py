@@ -174,13 +174,15 @@ def test_the_same_name_still_fails_fast(env):
         a.execute("BEGIN")
         train(a, "pts", "svm", {"name": "held", "epochs": 1})
         try:
-            # The lock as pg_locks shows it: the owner's OID, the name's key, and field4 >= 32768
-            # (objsubid, an int2: negative), never the 1 or 2 of pg_advisory_*.
+            # The locks as pg_locks shows them: the owner's OID, the name's keys, and field4 >=
+            # 32768 (objsubid, an int2: negative), never the 1 or 2 of pg_advisory_*: the
+            # training's, and the deploy lock it took to store its version (and record what that
+            # did to the name's deployment) until the transaction ends.
             owner = scalar(admin, "SELECT oid FROM pg_roles WHERE rolname = 'nl_alice'")
             apid = scalar(a, "SELECT pg_backend_pid()")
             held = admin.execute("""SELECT classid::oid::int8, objid::int8, objsubid::int4 & 65535 FROM pg_locks
                                     WHERE locktype = 'advisory' AND pid = %s AND granted""", (apid,)).fetchall()
-            assert held == [(owner, *new_key("held"))]
+            assert sorted(held) == sorted([(owner, *new_key("held")), (owner, *new_key("held", purpose=2))])
             started = time.monotonic()
             with pytest.raises(E.LockNotAvailable, match='model name "held" is being trained by another session'):
                 train(b, "pts", "svm", {"name": "held", "epochs": 1})
@@ -190,6 +192,25 @@ def test_the_same_name_still_fails_fast(env):
         assert scalar(b, "SELECT version FROM corgipile.models WHERE id = %s",
                       (train(b, "pts", "svm", {"name": "held", "epochs": 1}),)) == 2
         a.execute("SELECT corgipile_drop_model('held')")
+
+
+def test_a_training_stores_its_version_after_a_deploy_of_the_name(env):
+    """A training's version (and the history row of what it did to the name's deployment) waits
+    for a deploy of the name in progress, as deploys wait for each other."""
+    with as_role(env, "nl_alice") as a, as_role(env, "nl_alice") as b:
+        ids = versions(a, "busy", 2)
+        a.execute("BEGIN")
+        a.execute("SELECT corgipile_deploy('busy', %s)", (ids[0],))
+        try:
+            b.execute("SET lock_timeout = '300ms'")
+            with pytest.raises(E.LockNotAvailable):
+                train(b, "pts", "svm", {"name": "busy", "epochs": 1})
+        finally:
+            a.execute("COMMIT")
+        v3 = train(b, "pts", "svm", {"name": "busy", "epochs": 1})
+        assert scalar(b, "SELECT id FROM corgipile.models WHERE name = 'busy' AND pinned") == ids[0]
+        assert scalar(b, "SELECT version FROM corgipile.models WHERE id = %s", (v3,)) == 3
+        a.execute("SELECT corgipile_drop_model('busy')")
 
 
 def test_another_role_cannot_block_a_training_or_deploy(env):
