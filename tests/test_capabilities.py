@@ -77,6 +77,10 @@ REACHABLE = {
     ('`"since"`', '`"folds"`'): ("logistic", {"since": "cap_ws", "folds": 3}),
     ('`"since"`', '`"group_by"`'): ("logistic", {"since": "cap_ws", "group_by": "color", "name": "cap_ws_groups"}),
     ('`"since"`', "a validation relation"): ("logistic", {"since": "cap_ws", "validation": {"relation": "cap_valid"}}),
+    ('`"deploy": "if_better"`', '`"workers"`'): ("logistic", {"deploy": "if_better", "name": "cap_gate",
+                                                              "validation": {"fraction": 0.2}, "workers": 1}),
+    ('`"deploy": "if_better"`', '`"group_by"`'): ("logistic", {**GROUPS, "deploy": "if_better"}),
+    ('`"deploy": "if_better"`', '`"folds"`'): ("logistic", {"deploy": "if_better", "name": "cap_gate", "folds": 3}),
 }
 
 
