@@ -62,7 +62,7 @@ def timed(conn, sql, args, repeat):
         started = time.perf_counter()
         value = conn.execute(sql, args).fetchone()[0]
         times.append(time.perf_counter() - started)
-        size = len(value)
+        size = len(value) if isinstance(value, (str, bytes)) else None
     return statistics.median(times), size
 
 
