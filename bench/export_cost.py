@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What an export costs: the size and time of corgipile_export_sql and corgipile_export_onnx for
-models of every family, next to what predicting one row costs.
+models of every family.
 
 The table (generated in SQL, setseed 0.5): --rows rows of 10 float8 columns n1..n10 (uniform in
 [0, k)), two text columns c1 (20 categories) and c2 (50 categories), and a boolean label; the
@@ -62,7 +62,7 @@ def timed(conn, sql, args, repeat):
         started = time.perf_counter()
         value = conn.execute(sql, args).fetchone()[0]
         times.append(time.perf_counter() - started)
-        size = len(value) if isinstance(value, (str, bytes)) else None
+        size = len(value)
     return statistics.median(times), size
 
 
@@ -81,20 +81,18 @@ def main():
         n_params = conn.execute("SELECT n_features FROM corgipile.models WHERE id = %s", (model,)).fetchone()[0]
         sql_s, sql_bytes = timed(conn, "SELECT corgipile_export_sql(%s::bigint, 'score')", (model,), args.repeat)
         onnx_s, onnx_bytes = timed(conn, "SELECT corgipile_export_onnx(%s::bigint)", (model,), args.repeat)
-        row_s, _ = timed(conn, "SELECT corgipile_predict(%s::bigint, t) FROM t WHERE id = 1", (model,), args.repeat)
         results[label] = {"features": n_params, "sql_seconds": sql_s, "sql_bytes": sql_bytes,
-                          "onnx_seconds": onnx_s, "onnx_bytes": onnx_bytes, "predict_row_seconds": row_s}
+                          "onnx_seconds": onnx_s, "onnx_bytes": onnx_bytes}
         log(f"{label}: sql {sql_bytes} B in {sql_s * 1000:.1f} ms, onnx {onnx_bytes} B in {onnx_s * 1000:.1f} ms")
     lines = ["# What an export costs", "",
              f"{args.rows:,} rows of 10 numbers and 2 text columns (20 and 50 categories); each model "
              f"trained 2 epochs on the column list; median of {args.repeat} calls after one untimed "
              "call, client side (the text or bytes travel to the client).", "",
-             "| model | encoded features | corgipile_export_sql bytes | ms | corgipile_export_onnx bytes | ms "
-             "| one corgipile_predict ms |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | encoded features | corgipile_export_sql bytes | ms | corgipile_export_onnx bytes | ms |",
+             "|---|---|---|---|---|---|"]
     for label, r in results.items():
         lines.append(f"| {label} | {r['features']} | {r['sql_bytes']:,} | {r['sql_seconds'] * 1000:.1f} | "
-                     f"{r['onnx_bytes']:,} | {r['onnx_seconds'] * 1000:.1f} | {r['predict_row_seconds'] * 1000:.2f} |")
+                     f"{r['onnx_bytes']:,} | {r['onnx_seconds'] * 1000:.1f} |")
     lines += ["", f"Run time: {(time.time() - started) / 60:.1f} min."]
     provenance.write(args.out, "\n".join(lines) + "\n", "bench-export", DBNAME)
     records.append_record("export_cost", {"models": results}, make_target="bench-export", results_file=args.out,
