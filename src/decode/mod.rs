@@ -517,12 +517,7 @@ impl RowDecoder {
     /// The scaling the trainer applies for a ready preprocessing (`center`: false without an
     /// intercept, which centering would bring back).
     pub fn scaling(&self, center: bool) -> Option<Standardizer> {
-        let mut standardizer = self.preprocessor()?.standardizer();
-        if !center {
-            standardizer.mean.iter_mut().for_each(|m| *m = 0.0);
-            standardizer.center = false;
-        }
-        Some(standardizer)
+        Some(self.preprocessor()?.scaling(center))
     }
 }
 

@@ -408,6 +408,17 @@ impl Preprocessor {
         }
     }
 
+    /// The scaling a training applies: [`standardizer`](Self::standardizer), not centered when
+    /// `center` is false (a model without an intercept, which centering would bring back).
+    pub fn scaling(&self, center: bool) -> Standardizer {
+        let mut standardizer = self.standardizer();
+        if !center {
+            standardizer.mean.iter_mut().for_each(|m| *m = 0.0);
+            standardizer.center = false;
+        }
+        standardizer
+    }
+
     /// The column feature `j` belongs to.
     pub fn column_of(&self, j: usize) -> &EncodedColumn {
         let at = self.columns.partition_point(|c| c.offset <= j);

@@ -15,12 +15,13 @@
 //! which is what makes centering them on a sparse row exact.
 //!
 //! Files: `options` (the user's options per column and the plan they resolve to), `statistics`
-//! ([`StatsBuilder`]), `encode` ([`Preprocessor`]: encoding rows, the scaling, feature names),
+//! ([`StatsBuilder`]), `merge` (the statistics of a sharded table's shards, merged), `encode` ([`Preprocessor`]: encoding rows, the scaling, feature names),
 //! `time` (a date/time column's parts), `quantiles` (a piecewise-linear encoded number's bin
 //! edges, its encoding and inverse).
 //! The category buckets hash with [`crate::hash`].
 
 mod encode;
+mod merge;
 mod options;
 pub mod quantiles;
 mod statistics;
@@ -29,6 +30,7 @@ mod time;
 use std::collections::HashMap;
 
 pub use encode::{bucket, short, EncodedColumn, EncodedRow, Encoding, OneHotGroup, Preprocessor};
+pub use merge::{Category, ColumnPart, MergeError, StatsPart};
 pub use options::{
     ColumnOptions, ColumnPlan, Encode, Impute, NullAction, PreprocessOptions, Scale, Source,
     DEFAULT_BUCKETS, EVERY_COLUMN, MAX_BUCKETS,

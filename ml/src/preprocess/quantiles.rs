@@ -3,7 +3,8 @@
 //! quantiles give the edges; [`encode`] and [`decode`] are the encoding (Gorishniy et al., "On
 //! Embeddings for Numerical Features in Tabular Deep Learning", NeurIPS 2022) and its inverse.
 
-use tdigest::TDigest;
+use serde::{Deserialize, Serialize};
+use tdigest::{Centroid, TDigest};
 
 /// Centroids a sketch keeps. The edges' rank error, measured on skewed, uniform and normal
 /// columns of 2k to 1M values, is below 0.005 (worst 0.0047; tests:
@@ -44,11 +45,89 @@ pub struct QuantileSketch {
     /// Every value's extremes (the digest sees a sample): the outer edges.
     min: f64,
     max: f64,
+    /// Values pushed (the digest holds a sample of them), or represented by merged parts.
+    values: u64,
     /// The digest takes one value in `stride`; `skip` more are left before the next one,
     /// `taken` were taken at this stride.
     stride: u64,
     skip: u64,
     taken: u64,
+}
+
+/// A sketch as a shard sends it to the coordinator (see [`QuantileSketch::part`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SketchPart {
+    /// Values the sketch summarizes.
+    pub values: u64,
+    /// The smallest and largest value (None without values).
+    pub range: Option<[f64; 2]>,
+    /// The digest's centroids, `[mean, weight]` by increasing mean; the weights add up to
+    /// `values`.
+    #[serde(deserialize_with = "centroid_list")]
+    pub centroids: Vec<[f64; 2]>,
+    /// The distinct values, ascending, while there are at most `bins + 1`.
+    #[serde(deserialize_with = "exact_list")]
+    pub exact: Option<Vec<f64>>,
+}
+
+fn centroid_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<[f64; 2]>, D::Error> {
+    crate::wire::seq_at_most(d, CENTROIDS)
+}
+
+fn exact_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
+    struct Exact(Vec<f64>);
+    impl<'de> Deserialize<'de> for Exact {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            crate::wire::seq_at_most(d, MAX_EXACT).map(Exact)
+        }
+    }
+    Ok(Option::<Exact>::deserialize(d)?.map(|e| e.0))
+}
+
+impl SketchPart {
+    /// Why this part (from another server: nothing in it is trusted) cannot be merged into a
+    /// sketch of `bins` bins: counts, extremes, centroids or exact values no sketch has.
+    pub fn check(&self, bins: u32) -> Result<(), String> {
+        let Some([lo, hi]) = self.range else {
+            if self.values == 0 && self.centroids.is_empty() && self.exact.as_deref() == Some(&[]) {
+                return Ok(());
+            }
+            return Err("a quantile sketch of values without their range".into());
+        };
+        if self.values == 0 || !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            return Err("a quantile sketch with an impossible range".into());
+        }
+        if self.centroids.is_empty() || self.centroids.len() > CENTROIDS {
+            return Err(format!(
+                "a quantile sketch of {} centroids",
+                self.centroids.len()
+            ));
+        }
+        let within = |v: f64| v.is_finite() && lo <= v && v <= hi;
+        if !self
+            .centroids
+            .iter()
+            .all(|&[m, w]| within(m) && w.is_finite() && w > 0.0)
+            || self.centroids.windows(2).any(|p| p[0][0] > p[1][0])
+        {
+            return Err("a quantile sketch with impossible centroids".into());
+        }
+        let weight: f64 = self.centroids.iter().map(|c| c[1]).sum();
+        if !((weight / self.values as f64) - 1.0).abs().lt(&1e-9) {
+            return Err("a quantile sketch whose centroids weigh other than its values".into());
+        }
+        if let Some(exact) = &self.exact {
+            let ends = exact.first() == Some(&lo) && exact.last() == Some(&hi);
+            if exact.len() > bins.clamp(1, MAX_BINS) as usize + 1
+                || !ends
+                || !exact.iter().all(|&v| within(v))
+                || exact.windows(2).any(|p| p[0].total_cmp(&p[1]).is_ge())
+            {
+                return Err("a quantile sketch with impossible exact values".into());
+            }
+        }
+        Ok(())
+    }
 }
 
 impl QuantileSketch {
@@ -59,6 +138,7 @@ impl QuantileSketch {
             bins: bins.clamp(1, MAX_BINS),
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
+            values: 0,
             stride: 1,
             skip: 0,
             taken: 0,
@@ -69,6 +149,7 @@ impl QuantileSketch {
     pub fn push(&mut self, v: f64) {
         self.min = self.min.min(v);
         self.max = self.max.max(v);
+        self.values += 1;
         if self.skip > 0 {
             self.skip -= 1;
         } else {
@@ -90,6 +171,102 @@ impl QuantileSketch {
                 }
             }
         }
+    }
+
+    /// What another server needs to merge this sketch into its own ([`SketchPart`]): the
+    /// digest's centroids, each weighing the values its sample stands for (the digest takes
+    /// one value in a stride that grows with the values seen, so a sketch of many values is
+    /// a sample; scaled, the weights add up to the values pushed, and a large shard's sample
+    /// weighs as many rows as it has), the extremes and the exact distinct values if still
+    /// kept.
+    pub fn part(&self) -> SketchPart {
+        let mut digest = self.digest.clone();
+        digest.flush();
+        let count = digest.count();
+        let scale = if count > 0.0 {
+            self.values as f64 / count
+        } else {
+            1.0
+        };
+        SketchPart {
+            values: self.values,
+            range: (self.values > 0).then_some([self.min, self.max]),
+            centroids: digest
+                .centroids()
+                .iter()
+                .map(|c| [c.mean(), c.weight() * scale])
+                .collect(),
+            exact: self.exact.clone(),
+        }
+    }
+
+    /// Adds another sketch's values (a [`SketchPart`] that passed [`SketchPart::check`]): the
+    /// extremes and the exact distinct values as one sketch of every value would have them
+    /// (exactly), the digest as the t-digest merge of both (each weighted by its values, see
+    /// [`QuantileSketch::part`]): its quantiles are estimates, as one sketch's are. A sketch
+    /// that merged parts reads no more values (the coordinator's reads none: its shards do).
+    pub fn merge(&mut self, part: &SketchPart) {
+        let Some([lo, hi]) = part.range.filter(|_| part.values > 0) else {
+            return;
+        };
+        let mine = self.part();
+        let digest = |p: &SketchPart, lo: f64, hi: f64| {
+            let centroids: Vec<Centroid> = p
+                .centroids
+                .iter()
+                .map(|&[m, w]| Centroid::new(m, w))
+                .collect();
+            let count: f64 = p.centroids.iter().map(|c| c[1]).sum();
+            let sum: f64 = p.centroids.iter().map(|c| c[0] * c[1]).sum();
+            TDigest::new(centroids, sum, count, Some(hi), Some(lo), CENTROIDS)
+        };
+        let mut digests = Vec::with_capacity(2);
+        if let Some([my_lo, my_hi]) = mine.range {
+            digests.push(digest(&mine, my_lo, my_hi));
+        }
+        digests.push(digest(part, lo, hi));
+        self.digest = TDigest::merge_digests(digests);
+        self.values = self.values.saturating_add(part.values);
+        self.min = self.min.min(lo);
+        self.max = self.max.max(hi);
+        self.exact = match (self.exact.take(), &part.exact) {
+            (Some(mine), Some(theirs)) => {
+                let mut union = Vec::with_capacity(mine.len() + theirs.len());
+                let (mut i, mut j) = (0, 0);
+                while i < mine.len() || j < theirs.len() {
+                    let next = match (mine.get(i), theirs.get(j)) {
+                        (Some(a), Some(b)) => match a.total_cmp(b) {
+                            std::cmp::Ordering::Less => {
+                                i += 1;
+                                *a
+                            }
+                            std::cmp::Ordering::Greater => {
+                                j += 1;
+                                *b
+                            }
+                            std::cmp::Ordering::Equal => {
+                                i += 1;
+                                j += 1;
+                                *a
+                            }
+                        },
+                        (Some(a), None) => {
+                            i += 1;
+                            *a
+                        }
+                        (None, Some(b)) => {
+                            j += 1;
+                            *b
+                        }
+                        (None, None) => unreachable!("the loop stops first"),
+                    };
+                    union.push(next);
+                }
+                // One sketch drops its exact values at the (bins + 2)-th distinct one.
+                (union.len() <= self.bins as usize + 1).then_some(union)
+            }
+            _ => None,
+        };
     }
 
     /// The bin edges: `bins + 1` strictly increasing values from the smallest value seen to the

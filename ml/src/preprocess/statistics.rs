@@ -1,6 +1,7 @@
 //! The statistics pass ([`StatsBuilder`]): every kept training row once; learns the means and
 //! standard deviations of numbers and array elements, array lengths and category counts, in
-//! memory bounded by the dictionary limit; gives the [`Preprocessor`].
+//! memory bounded by the dictionary limit; gives the [`Preprocessor`]. (A sharded training's
+//! shards each send theirs as a part, merged by the coordinator: `merge`.)
 
 use crate::moments::Welford;
 
@@ -12,7 +13,7 @@ use super::{
 };
 
 #[derive(Clone, Debug)]
-enum ColumnStats {
+pub(super) enum ColumnStats {
     Number(Welford),
     /// A piecewise-linear encoded number: its moments (its imputed value, the explanation's
     /// baseline) and a sketch of its values (its bin edges).
@@ -28,17 +29,17 @@ enum ColumnStats {
 /// row is kept), then [`StatsBuilder::finish`].
 #[derive(Clone, Debug)]
 pub struct StatsBuilder {
-    plans: Vec<ColumnPlan>,
-    columns: Vec<ColumnStats>,
-    rows: u64,
-    dictionary_bytes: usize,
-    max_dictionary_bytes: usize,
+    pub(super) plans: Vec<ColumnPlan>,
+    pub(super) columns: Vec<ColumnStats>,
+    pub(super) rows: u64,
+    pub(super) dictionary_bytes: usize,
+    pub(super) max_dictionary_bytes: usize,
     /// Most features the model may have: numbers, hash buckets and array elements together
     /// are checked against it before an array's per-element statistics are allocated.
-    max_features: usize,
+    pub(super) max_features: usize,
     /// Features known so far: one per number, the buckets of hashed columns, the elements of
     /// the arrays seen.
-    width: usize,
+    pub(super) width: usize,
 }
 
 impl StatsBuilder {
