@@ -994,7 +994,7 @@ class ShardRoundFuzz:
                 "SELECT model_type, n_features, weights, bias, label_mapping, preprocessing FROM corgipile.models "
                 "WHERE id = %s", (model_id,)).fetchone()
         self.dense_table = Tables(cluster).dense()
-        base = {"version": self.version, "protocol": 3, "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": self.version, "protocol": 4, "epoch": 1, "round": 0, "rounds": 1,
                 "extras": {"standardizer": None, "class_weights": None, "label_values": None}, "evaluate": None}
         self.templates = {
             "Statistics": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
@@ -1015,6 +1015,15 @@ class ShardRoundFuzz:
                                                  "n_outputs": 1, "weights": list(weights),
                                                  "bias": list(bias), "layers": None, "activation": None},
                                        "classes": mapping.get("classes", []), "preprocessing": prep}}),
+            # A list of feature columns: its statistics round (in the coordinator's time zone),
+            # and a training round that encodes with the coordinator's preprocessing.
+            "StatisticsColumns": ("sr_tab", "logistic",
+                                  {"features": ["x1", "x2", "color"], "label": "label", "only": True},
+                                  {**base, "phase": "Statistics", "n_features": 0, "weights": [], "bias": [],
+                                   "zone": "Europe/Zurich"}),
+            "TrainColumns": ("sr_tab", "logistic", {"features": ["x1", "x2", "color"], "label": "label", "only": True},
+                             {**base, "phase": "Train", "n_features": n_features, "weights": [0.1] * n_features,
+                              "bias": [0.0], "preprocessing": prep}),
             # A validation round: the epoch's model scored on the rows this backend held out.
             "Validate": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
                          {**base, "phase": "Validate", "training": 9, "n_features": 4, "weights": [], "bias": [],

@@ -31,7 +31,10 @@ Checked here:
    corgipile.max_model_memory), weights one short and one long, weights of 1e300, "NaN" and null
    weights, a reply of 300 MB, a reply that is not JSON, negative and huge tuples/rows, a softmax's
    class list forged (none, one short of its counts, a class twice, a 5000-byte text, 70,000
-   classes, a text among numbers; classes for a label of values), a reply of another shard
+   classes, a text among numbers; classes for a label of values), the statistics of a list of
+   feature columns forged (missing, a column short, of another kind, 200,000 categories, counts
+   beyond the rows, a category twice, a quantile sketch of 100,000 centroids or of forged
+   weights, an array of 10^6 elements; in a training round's reply), a reply of another shard
    protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
@@ -140,6 +143,11 @@ def corgipile_log(lines):
 
 
 TABLE_ROWS = 2000
+
+
+def colored(select):
+    """The rows of `select` (with an id) and a text column `color` (red, green, blue)."""
+    return f"SELECT r.*, (ARRAY['red', 'green', 'blue'])[1 + r.id % 3] AS color FROM ({select}) r"
 
 
 def rows_sql(n, start=1, width=4):
@@ -652,6 +660,26 @@ BEGIN
       RETURN jsonb_set(r, '{{classes}}', (SELECT jsonb_agg(g) FROM generate_series(1, 70000) g))::text;
     WHEN 'classes_nan' THEN RETURN jsonb_set(r, '{{classes,0}}', '"NaN"')::text;
     WHEN 'classes_added' THEN RETURN jsonb_set(r, '{{classes}}', '[0, 1]')::text;
+    WHEN 'cols_none' THEN RETURN (r - 'columns')::text;
+    WHEN 'cols_count' THEN
+      RETURN jsonb_set(r, '{{columns,columns}}', (r #> '{{columns,columns}}') - (-1))::text;
+    WHEN 'cols_kind' THEN RETURN jsonb_set(r, '{{columns,columns,0}}', '{{"kind": "hashed"}}')::text;
+    WHEN 'cats_many' THEN
+      RETURN jsonb_set(r, '{{columns,columns,1,counts}}',
+                       (SELECT jsonb_agg(jsonb_build_array('c' || g, 1) ORDER BY ('c' || g) COLLATE "C")
+                        FROM generate_series(1, 200000) g))::text;
+    WHEN 'cats_counts' THEN RETURN jsonb_set(r, '{{columns,columns,1,counts,0,1}}', '1000000000000000')::text;
+    WHEN 'cats_twice' THEN
+      RETURN jsonb_set(r, '{{columns,columns,1,counts}}',
+                       jsonb_build_array(r #> '{{columns,columns,1,counts,0}}') || (r #> '{{columns,columns,1,counts}}'))::text;
+    WHEN 'sketch_big' THEN
+      RETURN jsonb_set(r, '{{columns,columns,0,sketch,centroids}}',
+                       (SELECT jsonb_agg(jsonb_build_array(1, 1)) FROM generate_series(1, 100000)))::text;
+    WHEN 'sketch_weights' THEN RETURN jsonb_set(r, '{{columns,columns,0,sketch,centroids,0,1}}', '1e6')::text;
+    WHEN 'array_wide' THEN
+      RETURN jsonb_set(r, '{{columns,columns,2,moments}}',
+                       ('[' || repeat('{{"n": 1, "mean": 0, "m2": 0}},', 999999) || '{{"n": 1, "mean": 0, "m2": 0}}]')::jsonb)::text;
+    WHEN 'cols_train' THEN RETURN jsonb_set(r, '{{columns}}', '{{"rows": 0, "columns": []}}')::text;
     WHEN 'val_none' THEN RETURN jsonb_set(r, '{{validation}}', 'null')::text;
     WHEN 'val_correct' THEN
       RETURN jsonb_set(r, '{{validation,correct}}', to_jsonb((r #>> '{{validation,rows}}')::bigint + 1))::text;
@@ -664,6 +692,9 @@ BEGIN
   END CASE;
 END $$
 """
+
+# A list of feature columns of the hostile tables.
+COLUMNS = {"features": ["id", "color", "features"], "preprocess": {"id": {"encode": "ple"}}}
 
 # (mode, phase forged, model, params, SQLSTATEs accepted). 08P01: a malformed or forged reply;
 # 54000: a size beyond corgipile.max_model_memory; 22003: the model diverged (1e300 overflows).
@@ -700,6 +731,22 @@ HOSTILE_CASES = [
     ("val_correct", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
     ("val_loss", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
     ("val_matrix", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    # A list of feature columns (id encoded "ple", color one-hot, the features array): the
+    # statistics of its columns missing, of one column fewer, of another kind; a color forged
+    # into 200,000 categories (more than the rows), a count beyond the rows, a category twice;
+    # a quantile sketch of 100,000 centroids, centroids weighing more than the values; an array
+    # of 10^6 elements (beyond corgipile.max_model_memory to read); statistics in a training
+    # round's reply.
+    ("cols_none", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("cols_count", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("cols_kind", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("cats_many", "Statistics", "logistic", COLUMNS, ("08P01", "54000")),
+    ("cats_counts", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("cats_twice", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("sketch_big", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("sketch_weights", "Statistics", "logistic", COLUMNS, ("08P01",)),
+    ("array_wide", "Statistics", "logistic", COLUMNS, ("54000", "08P01")),
+    ("cols_train", "Train", "logistic", COLUMNS, ("08P01",)),
     # Last: on a build without the check the coordinator crashes here (and, with
     # synchronous_commit off, loses its last commits in the restart).
     ("width_1e11", "Statistics", "svm", {}, ("54000", "08P01")),
@@ -751,7 +798,8 @@ def hostile(dsn, coordinator):
     """shsec_hostile: two foreign partitions (hostile_a, hostile_b) on the forging shard database,
     read by shsec_small (max_model_memory 64MB) as shsec_remote with its password."""
     on_shard(HOSTILE_DB, "CREATE EXTENSION corgipile", "SELECT setseed(0.75)",
-             f"CREATE TABLE hostile_a AS {rows_sql(1000)}", f"CREATE TABLE hostile_b AS {rows_sql(1000, start=1001)}",
+             f"CREATE TABLE hostile_a AS {colored(rows_sql(1000))}",
+             f"CREATE TABLE hostile_b AS {colored(rows_sql(1000, start=1001))}",
              "CREATE TABLE hostile_mode (m text, phase text)", "INSERT INTO hostile_mode VALUES ('honest', '')",
              "GRANT SELECT ON hostile_a, hostile_b, hostile_mode TO PUBLIC",
              f"ALTER EXTENSION corgipile DROP FUNCTION {SHARD_ROUND}",
@@ -762,7 +810,8 @@ def hostile(dsn, coordinator):
         foreign_server(c, "shsec_hostile", dbname=HOSTILE_DB)
         user_mapping(c, SMALL, "shsec_hostile", {"user": "shsec_remote", "password": REMOTE_PASSWORD})
         c.execute(f"GRANT USAGE ON FOREIGN SERVER shsec_hostile TO {SMALL}")
-        sharded_table(c, "shsec_hostile", [("a", "FOR VALUES FROM (1) TO (1001)", "shsec_hostile", "hostile_a"),
+        sharded_table(c, "shsec_hostile", cols="id int, label int, features float8[], color text",
+                      partitions=[("a", "FOR VALUES FROM (1) TO (1001)", "shsec_hostile", "hostile_a"),
                                            ("b", "FOR VALUES FROM (1001) TO (2001)", "shsec_hostile", "hostile_b")])
         c.execute(f"GRANT SELECT ON shsec_hostile TO {SMALL}")
     with psycopg.connect(dsn, user=SMALL, autocommit=True) as u:
@@ -777,6 +826,7 @@ def test_the_hostile_shard_trains_when_honest(dsn, hostile):
     on_shard(HOSTILE_DB, "UPDATE hostile_mode SET m = 'honest', phase = ''")
     with psycopg.connect(dsn, user=SMALL, autocommit=True) as u, psycopg.connect(dsn, autocommit=True) as admin:
         assert rows_trained(admin, train(u, "shsec_hostile", "svm", {"epochs": 2, "seed": 1})) == 2000
+        assert rows_trained(admin, train(u, "shsec_hostile", "logistic", {"epochs": 2, "seed": 1, **COLUMNS})) == 2000
 
 
 def hostile_call(dsn, mode, phase, call):

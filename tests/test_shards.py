@@ -1003,8 +1003,7 @@ def odd_tables(conn, shards):
 
 
 @pytest.mark.parametrize("rel, model, params, what", [
-    ("sh_hash", "svm", {"features": ["id"]}, "a list of feature columns"),
-    ("sh_hash", "svm", {"features": "*", "exclude": ["features"]}, "a list of feature columns"),
+    ("sh_hash", "logistic", {"inference": True}, '"inference"'),
 ])
 def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, params, what):
     before = models_count(conn)
@@ -1266,7 +1265,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c), "protocol": 3,
+            request = {**base, "version": version(c), "protocol": 4,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1285,7 +1284,7 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     network = {"classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 3, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": 4, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
         ok = {**base, "weights": [0.1] * 22, "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
@@ -1431,13 +1430,13 @@ def test_a_request_of_another_version_names_both(class_mix):
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
-        base = {"version": ours, "protocol": 3, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": ours, "protocol": 4, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": "features", "label": "word"}
         reply = json.loads(shard_round(c, "softmax", params, base))
-        assert reply["protocol"] == 3 and reply["version"] == ours
+        assert reply["protocol"] == 4 and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
-        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 3)"),
+        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 4)"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
                                 # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
                                 ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
@@ -1445,7 +1444,7 @@ def test_a_request_of_another_version_names_both(class_mix):
             with pytest.raises(E.FeatureNotSupported) as err:
                 shard_round(c, "softmax", params, request)
             assert err.value.diag.message_primary == \
-                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 3)"
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 4)"
             assert err.value.diag.message_hint
 
 
@@ -1454,7 +1453,7 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
     missing, or of a binary kind with three classes: 08P01 before a row is read."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 3, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": version(c), "protocol": 4, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
         ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
@@ -1471,6 +1470,231 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
                 shard_round(c, model, params, request)
             assert err.value.sqlstate == "08P01", (model, request.get("classes"), err.value.sqlstate,
                                                    err.value.diag.message_primary)
+
+
+# ----------------------------------------------------------------------------------------------
+# column lists: the preprocessing merged from every shard's statistics
+
+COLS_ROWS = 20_000  # per shard
+COLS = ["x1", "x2", "color", "day", "seen", "flag"]
+
+
+@pytest.fixture(scope="module")
+def mixed(dsn, shards):
+    """sh_cols: a mixed-type table range-sharded so that the shards hold different mixes: x1
+    (numbers, 5% NULL; N(0, 1) on shard 1, N(0.5, 1.5) on shard 2), x2, color (red, green, blue
+    on shard 1; red, blue, teal on shard 2: green and teal each on one shard only; 3% NULL), day
+    (a date: January to June on shard 1, April to December on shard 2), seen (a timestamptz),
+    flag (boolean, 30% / 70% true); label (0/1) and kind (low, mid, high) from a score of all of
+    them with noise; tag, distinct in every row. Generated on the shards (shard 1's table has a
+    column more, note, which sh_cols does not declare); a local copy sh_cols_copy."""
+    score = ("1.2 * coalesce(x1, 0) - 0.8 * x2 + CASE color WHEN 'red' THEN 1 WHEN 'teal' THEN -1.5 "
+             "WHEN 'green' THEN 0.5 ELSE 0 END + 0.8 * flag::int + 0.004 * (day - DATE '2024-01-01') "
+             f"+ 0.5 * {GAUSS}")
+    for i in (0, 1):
+        first = 1 + COLS_ROWS * i
+        colors = "ARRAY['red', 'green', 'blue']" if i == 0 else "ARRAY['red', 'blue', 'teal', 'teal']"
+        on_shard(i, "DROP TABLE IF EXISTS cols_part",
+                 f"SELECT setseed({0.17 + 0.3 * i})",
+                 f"""CREATE TABLE cols_part AS
+                     SELECT id, (s > 0.4)::int AS label,
+                            CASE WHEN s < -0.3 THEN 'low' WHEN s < 1.2 THEN 'mid' ELSE 'high' END AS kind,
+                            x1, x2, color, day, seen, flag, 't' || id AS tag
+                     FROM (SELECT *, {score} AS s
+                           FROM (SELECT i AS id,
+                                        CASE WHEN random() < 0.05 THEN NULL ELSE {0.5 * i} + {1 + 0.5 * i} * {GAUSS} END AS x1,
+                                        {GAUSS} AS x2,
+                                        CASE WHEN random() < 0.03 THEN NULL
+                                             ELSE ({colors})[1 + floor(random() * {3 + i})::int] END AS color,
+                                        DATE '2024-01-01' + {90 * i} + floor(random() * {180 + 90 * i})::int AS day,
+                                        TIMESTAMPTZ '2024-03-01 00:00+00' + random() * interval '200 days' AS seen,
+                                        random() < {0.3 + 0.4 * i} AS flag
+                                 FROM generate_series({first}, {first + COLS_ROWS - 1}) i) r) t""",
+                 # A column the coordinator's table does not have: "*" is the coordinator's.
+                 *(["ALTER TABLE cols_part ADD COLUMN note text DEFAULT 'shard one'"] if i == 0 else []),
+                 "VACUUM ANALYZE cols_part")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        sharded_table(c, "sh_cols", [(f"FOR VALUES FROM ({1 + COLS_ROWS * k}) TO ({1 + COLS_ROWS * (k + 1)})", srv, "cols_part")
+                                     for k, srv in enumerate((S1, S2))],
+                      cols="id int, label int, kind text, x1 float8, x2 float8, color text, day date, "
+                           "seen timestamptz, flag boolean, tag text")
+        copy = local_copy(c, "sh_cols")
+    colors = [shard_scalar(i, "SELECT array_agg(DISTINCT color ORDER BY color) FROM cols_part WHERE color IS NOT NULL") for i in (0, 1)]
+    assert colors == [["blue", "green", "red"], ["blue", "red", "teal"]], colors
+    yield copy
+
+
+def preprocessing_of(c, model_id):
+    return scalar(c, "SELECT preprocessing FROM corgipile.models WHERE id = %s", (model_id,))
+
+
+def assert_same_preprocessing(c, sharded, single, copy):
+    """The stored preprocessing of a training on the shards against one server's on the copy:
+    the same columns, features and categories (in the same order), the same NULL categories;
+    means, standard deviations and imputed values within 1e-9 relative; the bins of a number
+    encoded "ple" (quantiles of merged sketches) at the same ranks of the copy's column within
+    0.02, its outer edges (the extremes) equal."""
+    import bisect
+    got, want = preprocessing_of(c, sharded), preprocessing_of(c, single)
+    assert got["n_features"] == want["n_features"] and got["rows"] == want["rows"]
+    assert [col["name"] for col in got["columns"]] == [col["name"] for col in want["columns"]]
+    for g, w in zip(got["columns"], want["columns"]):
+        assert (g["encode"], g["offset"], g["scaled"]) == (w["encode"], w["offset"], w["scaled"]), (g, w)
+        if g["encode"] == "one_hot":
+            assert (g["categories"], g["other"], g["null"]) == (w["categories"], w["other"], w["null"])
+        for key in ("mean", "std", "fill"):
+            if key in w:
+                assert g[key] == pytest.approx(w[key], rel=1e-9, abs=1e-12), (g["name"], key, g[key], w[key])
+        if g["encode"] == "ple":
+            e, f = g["edges"], w["edges"]
+            assert len(e) == len(f) and (e[0], e[-1]) == (f[0], f[-1]), (e, f)
+            values = [float(v) for (v,) in c.execute(f"SELECT {g['name']} FROM {copy} "
+                                                     f"WHERE {g['name']} IS NOT NULL ORDER BY 1")]
+            ranks = [(bisect.bisect_left(values, a) - bisect.bisect_left(values, b)) / len(values) for a, b in zip(e, f)]
+            assert max(map(abs, ranks)) < 0.02, (g["name"], e, f)
+    return got
+
+
+@pytest.mark.parametrize("model, params", [
+    ("logistic", {"label": "label", "features": COLS}),
+    ("logistic", {"label": "label", "features": "*", "exclude": ["id", "kind", "tag"]}),
+    ("softmax", {"label": "kind", "features": COLS}),
+    ("mlp", {"label": "kind", "features": COLS, "hidden": [16], "epochs": 8}),
+])
+def test_column_lists_on_shards_train_like_one_server(conn, mixed, model, params):
+    """A list of feature columns (or "*") over shards that hold different mixes, a category on
+    one shard only: every shard's statistics merged give one server's preprocessing on the same
+    rows, every shard encodes with it, and the model is as good as one server's (within 1
+    point). The session's time zone (not the shards' UTC) reads the timestamptz column, as on
+    one server. The stored preprocessing evaluates on the shards and predicts from rows."""
+    params = {"epochs": 5, "seed": 3, **params}
+    conn.execute("SET TimeZone = 'Asia/Kolkata'")
+    try:
+        single = train(conn, mixed, model, params)
+        m = train(conn, "sh_cols", model, params)
+    finally:
+        conn.execute("RESET TimeZone")
+    got, ref = evaluate(conn, m, mixed)["accuracy"], evaluate(conn, single, mixed)["accuracy"]
+    print(f"\nsh_cols {model} {params}: accuracy single-server {ref:.4f}, sharded {got:.4f}")
+    assert abs(got - ref) <= ACCURACY_TOLERANCE, (got, ref)
+    assert ref > (0.8 if model == "logistic" else 0.7), ref
+    p = assert_same_preprocessing(conn, m, single, mixed)
+    color = next(col for col in p["columns"] if col["name"] == "color")
+    assert sorted(color["categories"]) == ["blue", "green", "red", "teal"] and color["null"]
+    if model == "mlp":  # numbers encoded "ple" by default: bins from the merged sketches
+        assert {col["encode"] for col in p["columns"] if col["name"] in ("x1", "x2")} == {"ple"}
+    assert stored(conn, m)["rows_trained"] == 2 * COLS_ROWS
+    # The stored preprocessing is the model's: scored on the shards as on the copy, and
+    # predictions from a row agree with the evaluation.
+    assert_same_evaluation(evaluate(conn, m, "sh_cols"), evaluate(conn, m, mixed))
+    label = params["label"]
+    agree = scalar(conn, f"SELECT avg((corgipile_predict_class(%s, c) = c.{label}::text)::int)::float8 FROM {mixed} c",
+                   (m,))
+    assert abs(agree - got) < 1e-9, (agree, got)
+
+
+def test_column_lists_on_shards_hold_out_validation_rows(conn, mixed):
+    """A validation predicate holds out the same rows on the shards as on one server: the
+    statistics round leaves them out as one server's pass does (the same preprocessing), each
+    shard encodes its held-out rows with the merged preprocessing, and the pooled validation
+    scores are one server's within 1 point."""
+    params = {"epochs": 4, "seed": 3, "label": "kind", "features": COLS, "patience": 2,
+              "validation": {"predicate": "id % 5 = 0"}}
+    single = train(conn, mixed, "softmax", params)
+    m = train(conn, "sh_cols", "softmax", params)
+    assert_same_preprocessing(conn, m, single, mixed)
+    assert preprocessing_of(conn, m)["rows"] == 2 * COLS_ROWS * 4 // 5
+    one, sharded = epoch_validation(conn, single)[-1], epoch_validation(conn, m)[-1]
+    print(f"\nsh_cols softmax {params}: validation accuracy one server {one[2]:.4f}, sharded {sharded[2]:.4f}")
+    assert abs(one[2] - sharded[2]) <= ACCURACY_TOLERANCE, (one, sharded)
+    assert validation_metrics(conn, m)["validation"]["rows"] == 2 * COLS_ROWS // 5
+
+
+def test_fm_with_a_column_list_on_shards(conn, mixed):
+    """A factorization machine encodes numbers "ple" by default: it trains on shards too."""
+    params = {"epochs": 4, "seed": 3, "label": "label", "features": COLS}
+    got, ref, m = compare(conn, "sh_cols", mixed, "fm", params, tol=0.02)
+    assert ref > 0.8, ref
+
+
+def test_the_merged_categories_are_bounded_as_on_one_server(conn, mixed):
+    """`tag` is distinct in every row: each shard's 20,000 fit the coordinator's
+    corgipile.max_buffer_memory, the 40,000 of both do not: 54000 as on one server, naming the
+    column, with the hint to hash it; nothing stored."""
+    params = {"epochs": 1, "label": "label", "features": ["x1", "tag"]}
+    conn.execute("SET corgipile.max_buffer_memory = '6MB'")
+    before = models_count(conn)
+    try:
+        with pytest.raises(psycopg.Error) as err:
+            train(conn, mixed, "logistic", params)
+        assert err.value.sqlstate == "54000", err.value.diag.message_primary
+        with pytest.raises(psycopg.Error) as err:
+            train(conn, "sh_cols", "logistic", params)
+        assert err.value.sqlstate == "54000", err.value.diag.message_primary
+        assert err.value.diag.message_primary.startswith('sh_cols, over its shards: the categories of column "tag"'), \
+            err.value.diag.message_primary
+        assert '"encode": "hash"' in err.value.diag.message_hint
+    finally:
+        conn.execute("RESET corgipile.max_buffer_memory")
+    assert_nothing_stored(conn, before)
+
+
+def test_a_forged_column_round_is_refused_by_the_shard(mixed):
+    """A training round of a list of feature columns without the coordinator's preprocessing,
+    with one that does not tile its features or has another width than the model, one in a
+    statistics round, a time zone outside the statistics round or too long: 08P01 before a row
+    is read; a time zone PostgreSQL does not know: 22023."""
+    import json
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": 4, "phase": "Statistics", "epoch": 1, "round": 0,
+                "rounds": 1, "n_features": 0, "weights": [], "bias": [], "extras": {}}
+        params = {"features": ["x1", "color", "day"], "label": "label"}
+        reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Asia/Kolkata"}))
+        part = reply["columns"]
+        assert part["rows"] == COLS_ROWS and [col["kind"] for col in part["columns"]] == ["number", "categories", "time"]
+        assert [k for k, _ in part["columns"][1]["counts"]] == ["blue", "green", "red"]
+        # A timestamptz is read on the coordinator's wall clock for the statistics round only.
+        c.execute("SET TimeZone = 'UTC'")
+        seen = [json.loads(shard_round_on(c, "cols_part", "logistic", {"features": ["seen"], "label": "label"},
+                                          {**base, **zone}))["columns"]["columns"][0]["moments"]["mean"]
+                for zone in ({}, {"zone": "Asia/Kolkata"})]
+        assert seen[1] - seen[0] == pytest.approx(5.5 / 24, abs=1e-9), seen  # days
+        assert scalar(c, "SHOW TimeZone") == "UTC"
+        # The coordinator's preprocessing of x1, color, day (one-hot blue, green, red), trained with.
+        p = {"columns": [
+            {"name": "x1", "source": "number", "offset": 0, "impute": "mean", "scaled": True, "encode": "number",
+             "fill": 0.0, "mean": 0.0, "std": 1.0},
+            {"name": "color", "source": "text", "offset": 1, "impute": "category", "scaled": False,
+             "encode": "one_hot", "categories": ["blue", "green", "red"], "other": False, "null": True},
+            {"name": "day", "source": {"time": "date"}, "offset": 5, "impute": "mean", "scaled": True, "encode": "time",
+             "kind": "date", "parts": ["value"], "zone": None, "fill": 19800.0, "mean": 19800.0, "std": 50.0}],
+            "n_features": 6, "rows": 40000}
+        train_round = {**base, "phase": "Train", "n_features": 6, "weights": [0.0] * 6, "bias": [0.0]}
+        reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**train_round, "preprocessing": p}))
+        assert reply["tuples"] == COLS_ROWS
+        for request in ({**train_round},
+                        {**train_round, "preprocessing": {**p, "n_features": 7}},
+                        {**train_round, "preprocessing": {**p, "columns": p["columns"][:2]}},
+                        {**train_round, "n_features": 5, "weights": [0.0] * 5, "preprocessing": p},
+                        {**train_round, "preprocessing": p, "zone": "UTC"},
+                        {**base, "preprocessing": p},
+                        {**base, "zone": "x" * 300}):
+            with pytest.raises(psycopg.Error) as err:
+                shard_round_on(c, "cols_part", "logistic", params, request)
+            assert err.value.sqlstate == "08P01", (request.keys(), err.value.sqlstate, err.value.diag.message_primary)
+        # The preprocessing names the columns a round reads, whatever the params say.
+        reply = json.loads(shard_round_on(c, "cols_part", "logistic", {"features": "*", "label": "label"},
+                                          {**train_round, "preprocessing": p}))
+        assert reply["tuples"] == COLS_ROWS
+        with pytest.raises(psycopg.Error) as err:
+            shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Mars/Olympus"})
+        assert err.value.sqlstate == "22023", err.value.diag.message_primary
+
+
+def shard_round_on(c, table, model, params, request):
+    import json
+    return c.execute("SELECT corgipile_shard_round(%s, %s, %s, %s)",
+                     (table, model, Jsonb(params), json.dumps(request))).fetchone()[0]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -117,12 +117,12 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::Shards, Use::Search, "\"search\" cannot train on a sharded table yet", "Search on one shard's table, or train each configuration with its own corgipile_train."),
     refused(Use::Shards, Use::Gate, "\"deploy\": \"if_better\" cannot train on a sharded table yet", "Shards hold out no rows yet: train without \"deploy\", score the new version and the deployed one with corgipile_evaluate on the same rows, and corgipile_deploy the better."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
-    // coordinator from every shard's classes (round 0), and every shard takes its numbering.
+    // coordinator from every shard's classes (round 0), and every shard takes its numbering;
+    // a list of feature columns' preprocessing is merged once from every shard's statistics
+    // (round 0), and every shard encodes with it.
     refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
     // Each shard holds out its own rows; a validation relation is one table on one server.
     refused(Use::Shards, Use::ValidationRelation, "a sharded table cannot be validated on a validation relation yet", "Hold out rows of the sharded table instead ({\"fraction\": 0.1} or {\"predicate\": ...}: each shard holds out its own), or score the model afterwards with corgipile_evaluate on that relation."),
-    // Shards would each learn their own categories.
-    refused(Use::Shards, Use::ColumnList, "cannot train on a sharded table with a list of feature columns (one array column or a sparse pair only) yet", SHARDS_HINT),
     refused(Use::Shards, Use::FeatureImportance, "corgipile_feature_importance does not sample a sharded table yet", "Run it on a shard's table, or on a local copy of a sample of the rows."),
     refused(Use::Shards, Use::GroupModels, "a model per group cannot evaluate a sharded table yet", "Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id."),
     // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
@@ -223,6 +223,8 @@ mod tests {
         // On shards: the coordinator merges every shard's classes into one numbering.
         assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Network]).is_none());
         assert!(refusal(Use::Shards, &[Use::TextLabel, Use::Softmax]).is_none());
+        // ... and merges every shard's statistics of a list of feature columns.
+        assert!(refusal(Use::Shards, &[Use::ColumnList, Use::Network]).is_none());
         assert_eq!(Use::of_kind(ModelKind::Softmax), Some(Use::Softmax));
         assert_eq!(Use::of_kind(ModelKind::Mlp), Some(Use::Network));
         assert_eq!(Use::of_kind(ModelKind::Logistic), None);

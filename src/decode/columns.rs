@@ -268,7 +268,29 @@ fn column_name(encoder: &Encoder, i: usize) -> String {
 }
 
 unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerData) -> ! {
-    let (code, hint) = match &e {
+    let (code, hint) = code_and_hint(&e);
+    raise(
+        code,
+        format!("row at ctid {}: {e}", format_tid(tid)),
+        Some(hint),
+    )
+}
+
+/// The ERROR of the statistics of a sharded table's feature columns, merged from its shards'
+/// (`relation`: the sharded table): what one server's statistics pass over the same rows
+/// would raise, without a row to name.
+pub fn raise_merged_statistics_error(e: PreprocessError, relation: &str) -> ! {
+    let (code, hint) = code_and_hint(&e);
+    raise(
+        code,
+        format!("{relation}, over its shards: {e}"),
+        Some(hint),
+    )
+}
+
+/// A preprocessing error's SQLSTATE and hint.
+fn code_and_hint(e: &PreprocessError) -> (PgSqlErrorCode, String) {
+    match e {
         PreprocessError::TooManyCategories { column, .. } => (
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             format!("Hash the column instead: \"preprocess\": {{\"{column}\": {{\"encode\": \"hash\"}}}}, or leave it out."),
@@ -290,12 +312,7 @@ unsafe fn raise_preprocess_error(e: PreprocessError, tid: &pg_sys::ItemPointerDa
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             SKETCHES_HINT.into(),
         ),
-    };
-    raise(
-        code,
-        format!("row at ctid {}: {e}", format_tid(tid)),
-        Some(hint),
-    )
+    }
 }
 
 const SKETCHES_HINT: &str = "Each column encoded \"ple\" needs about 30 kB for its quantiles: encode fewer columns (\"encode\": \"none\"), or ask a superuser to raise corgipile.max_buffer_memory.";

@@ -25,7 +25,7 @@ use crate::pipeline::{
 use classes::ClassDictionary;
 use columns::{Encoder, Nulls};
 use corgipile_ml::arena::TupleArena;
-use corgipile_ml::preprocess::{EncodedRow, Preprocessor};
+use corgipile_ml::preprocess::{EncodedRow, PreprocessError, Preprocessor, StatsPart};
 use corgipile_ml::standardize::Standardizer;
 use datum::{format_tid, with_float_array, with_int4_array};
 use features::decode_features;
@@ -496,6 +496,15 @@ impl RowDecoder {
     pub fn preprocessor(&self) -> Option<&Preprocessor> {
         match &self.encoder {
             Some(Encoder::Ready(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// What the statistics pass learned of a column list so far, as a shard sends it to its
+    /// coordinator (None: no column list being learned); an error without memory for it.
+    pub fn statistics_part(&self) -> Option<Result<StatsPart, PreprocessError>> {
+        match &self.encoder {
+            Some(Encoder::Learning(s)) => Some(s.part()),
             _ => None,
         }
     }

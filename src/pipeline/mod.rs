@@ -121,8 +121,9 @@ pub fn check_distributed(
 ) {
     // Classes (softmax, text labels, a network's) are numbered once, by the leader's
     // statistics pass or by the coordinator from every shard's classes; validation is per
-    // process; shards would each learn their own categories. The capability table says which
-    // of these each refuses.
+    // process; a column list's preprocessing is learned once, by the leader or merged by the
+    // coordinator from every shard's statistics. The capability table says which of these
+    // each refuses.
     let mut uses = used(&[
         (Use::Inference, params.inference),
         (Use::TextLabel, label == LabelCoding::ClassOfText),

@@ -11,7 +11,7 @@
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::preprocess::{Preprocessor, StatsPart};
 use corgipile_ml::scoring::{EvaluationPart, TableSpec, ValidationPart};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::ModelParts;
@@ -29,14 +29,20 @@ pub enum Phase {
 
 /// The shard protocol's version: bumped whenever a message's fields or their meaning change
 /// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them;
-/// 3: the training's number in every request, validation rounds).
+/// 3: the training's number in every request, validation rounds; 4: column lists — the
+/// statistics round's parts of the preprocessing, the merged preprocessing in every training
+/// round, the coordinator's time zone).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.
 pub const MAX_CLASS_TEXT: usize = 4096;
+
+/// Longest time zone name a coordinator sends (PostgreSQL's own are under 40 bytes; a POSIX
+/// zone specification may be longer).
+pub const MAX_ZONE_TEXT: usize = 256;
 
 /// This server's corgipile version.
 pub fn this_version() -> &'static str {
@@ -205,6 +211,16 @@ pub struct RoundRequest {
     /// labels by this numbering. Empty otherwise (a network's are in `network`).
     #[serde(default, deserialize_with = "class_list")]
     pub classes: Vec<ClassValue>,
+    /// Train a list of feature columns: the preprocessing the coordinator merged from every
+    /// shard's statistics round; every shard encodes its rows with it (as an evaluation
+    /// encodes with a stored model's). None otherwise.
+    #[serde(default)]
+    pub preprocessing: Option<Preprocessor>,
+    /// The statistics round of a list of feature columns with a `timestamptz` column: the
+    /// coordinator's time zone, whose wall clock every shard reads such columns on (as the
+    /// coordinator's plan says), for the one statistics round. None otherwise.
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -250,6 +266,11 @@ pub struct RoundReply {
     /// Validate: the model's score on the shard's held-out rows, to merge.
     #[serde(default)]
     pub validation: Option<ValidationPart>,
+    /// Statistics of a list of feature columns: what the shard's statistics pass learned of
+    /// them (category counts, moments, quantile sketches), for the coordinator to merge into
+    /// one preprocessing (checked there against its own plans).
+    #[serde(default)]
+    pub columns: Option<StatsPart>,
 }
 
 /// Every float finite.
@@ -300,6 +321,22 @@ impl RoundRequest {
                 "round {} of {} in epoch {}",
                 self.round, self.rounds, self.epoch
             ));
+        }
+        if let Some(p) = &self.preprocessing {
+            if self.phase != Phase::Train {
+                return Err("a preprocessing in a round that trains nothing".into());
+            }
+            if !p.is_sound() || p.n_features != self.n_features {
+                return Err(format!(
+                    "a preprocessing of {} features whose columns do not tile them, for a model of {}",
+                    p.n_features, self.n_features
+                ));
+            }
+        }
+        if let Some(zone) = &self.zone {
+            if self.phase != Phase::Statistics || zone.is_empty() || zone.len() > MAX_ZONE_TEXT {
+                return Err("a time zone other than a statistics round's".into());
+            }
         }
         if let Some(n) = &self.network {
             // The network's shape follows from the shard's params: checked there.
@@ -391,6 +428,9 @@ impl RoundReply {
                 self.rows, self.rows_skipped
             ));
         }
+        if request.phase != Phase::Statistics && self.columns.is_some() {
+            return Err("statistics of feature columns where none were asked for".into());
+        }
         match request.phase {
             Phase::Statistics => {
                 if let Some(stats) = &self.stats {
@@ -410,6 +450,13 @@ impl RoundReply {
                     || self.validation.is_some()
                 {
                     return Err("a model or metrics where statistics were asked for".into());
+                }
+                // The columns' statistics themselves are checked against the coordinator's
+                // plans before they are merged (`StatsBuilder::check_part`).
+                if self.columns.as_ref().is_some_and(|p| p.rows != self.rows) {
+                    return Err(
+                        "statistics of its feature columns of another number of rows".into(),
+                    );
                 }
                 check_classes(&self.classes)?;
                 // Rows counted by class index: every index one of the classes sent.

@@ -204,7 +204,7 @@ pub(super) fn round(
 }
 
 /// Raises for a shard's reply that could not be read or does not answer the request.
-fn bad_reply(shard: &str, e: WireError) -> ! {
+pub(super) fn bad_reply(shard: &str, e: WireError) -> ! {
     match e {
         WireError::TooLarge { .. } => raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -312,6 +312,8 @@ pub fn evaluate(
         evaluate: Some(model),
         network: None,
         classes: Vec::new(),
+        preprocessing: None,
+        zone: None,
     };
     let at = RoundProgress {
         label: "evaluation".into(),

@@ -8,11 +8,12 @@ use crate::pg::guc::max_model_bytes;
 use crate::pipeline::protocol::{
     EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
 };
-use crate::pipeline::Mode;
+use crate::pipeline::{FeatureLayout, Mode};
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_model, parse_params, prepare};
 use corgipile_ml::model::{ModelKind, Predictor};
-use corgipile_ml::params::TrainParams;
+use corgipile_ml::params::{Features as FeatureSpec, TrainParams};
+use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::BinaryLabels;
 use corgipile_ml::trained::Model;
 use corgipile_ml::wire;
@@ -49,9 +50,30 @@ pub(super) fn shard_round_here(
         None => request.classes.clone(),
     };
     let numbered = !classes.is_empty();
-    let mut prepared = prepare(relid, kind, params, Mode::Train, classes, None);
+    // A list of feature columns: the statistics round reads them on the coordinator's wall
+    // clock; a training round encodes them with the coordinator's preprocessing, by name.
+    if let (Phase::Statistics, Some(zone)) = (request.phase, &request.zone) {
+        use_time_zone(zone);
+    }
+    let preprocessing = request.preprocessing.as_ref();
+    if let Some(p) = preprocessing {
+        params.features = by_name(p);
+        params.exclude.clear();
+    }
+    let mut prepared = prepare(relid, kind, params, Mode::Train, classes, preprocessing);
     prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
+    // (A preprocessing makes the features its columns: a list.)
+    if request.phase == Phase::Train
+        && preprocessing.is_none()
+        && prepared.config.layout == FeatureLayout::Tabular
+    {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            "corgipile shard round: a round of a list of feature columns without the coordinator's preprocessing",
+            None,
+        );
+    }
     // A linear model's round of a label numbered by class needs the coordinator's numbering
     // (the shard's own would differ), and only such a round has one.
     if request.phase == Phase::Train
@@ -142,6 +164,13 @@ pub(super) fn evaluate_shard_here(
             ..
         },
     ) = coordinator_model(kind, request);
+    // A stored preprocessing reads its own columns, by name (`"*"` was resolved when it was
+    // learned; the shard's table may have more columns, or another order).
+    let mut params = params;
+    if let Some(p) = preprocessing {
+        params.features = by_name(p);
+        params.exclude.clear();
+    }
     let mut prepared = prepare(
         relid,
         kind,
@@ -161,6 +190,33 @@ pub(super) fn evaluate_shard_here(
         rows_skipped,
         evaluation: Some(part),
         ..RoundReply::default()
+    }
+}
+
+/// The columns a preprocessing reads, as a `features` param.
+fn by_name(p: &Preprocessor) -> FeatureSpec {
+    FeatureSpec::Columns(p.column_names().map(str::to_owned).collect())
+}
+
+/// Reads `timestamptz` columns on `zone`'s wall clock for the rest of this call's transaction
+/// (a remote shard's session is pinned to UTC; see `remote`): the coordinator's, as its
+/// preprocessing plans say. A zone PostgreSQL does not know is its ERROR 22023.
+fn use_time_zone(zone: &str) {
+    let current = Spi::get_one::<String>("SELECT pg_catalog.current_setting('TimeZone')")
+        .ok()
+        .flatten();
+    if current.as_deref() == Some(zone) {
+        return;
+    }
+    if let Err(e) = Spi::run_with_args(
+        "SELECT pg_catalog.set_config('TimeZone', $1, true)",
+        &[zone.into()],
+    ) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("corgipile shard round: the coordinator's time zone: {e}"),
+            None,
+        );
     }
 }
 

@@ -4,9 +4,10 @@
 //! (`corgipile_ml::fit`), and the combined model.
 
 use super::coordinator::{
-    open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
+    bad_reply, open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
 use super::leaves::Leaf;
+use crate::decode::columns::raise_merged_statistics_error;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
@@ -14,12 +15,16 @@ use crate::pipeline::protocol::{
     merge_classes, merged_index, this_version, EvaluateRequest, NetworkRound, Phase, RoundReply,
     RoundRequest, PROTOCOL,
 };
+use crate::pipeline::PreprocessSpec;
 use crate::pipeline::{ClassValue, LabelCoding};
 use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
 use crate::shard::network::{network_plan, NetworkPlan};
 use corgipile_ml::divergence::{diverged, zero_model_loss};
 use corgipile_ml::fit::{EpochEnd, Fit, LearnerPlan, Notices};
+use corgipile_ml::limits::model_memory_bytes;
 use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
+use corgipile_ml::params::{Features, TrainParams};
+use corgipile_ml::preprocess::{ColumnPlan, MergeError, Preprocessor, StatsBuilder};
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::stats::FeatureStats;
@@ -28,11 +33,14 @@ use corgipile_ml::trainer::{
     normalizing_scaler, settle_labels, shard_line, DeltaRounds, EpochPart, EpochRecord,
     EpochTotals, LrSchedule, TrainError, MAX_CLASSES,
 };
+use corgipile_ml::wire::WireError;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::time::Instant;
 
 /// What round 0 found on every shard.
 struct RoundZero {
+    /// A list of feature columns: the preprocessing every shard's statistics give, merged.
+    preprocessing: Option<Preprocessor>,
     /// Rows counted by class index of `classes` when the label is numbered by class.
     stats: FeatureStats,
     /// A label numbered by class (softmax, a network's classes, a text label): every shard's
@@ -70,7 +78,7 @@ pub fn train(
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
     let mut shards = open_shards(leaves, &version);
-    let params_json = shard_params(params);
+    let params_json = shard_params(&params_for_shards(config));
     // Round 0: statistics.
     let mut request = RoundRequest {
         version: version.clone(),
@@ -87,6 +95,9 @@ pub fn train(
         evaluate: None,
         network: None,
         classes: Vec::new(),
+        preprocessing: None,
+        // A timestamptz column is read on the wall clock of this session's time zone.
+        zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
     };
     let mut bytes = 0u64;
     // SAFETY: FFI calls on the backend thread, in the SQL call's transaction; no raw pointers.
@@ -101,6 +112,7 @@ pub fn train(
         )
     };
     let RoundZero {
+        preprocessing,
         stats,
         classes: numbered,
         n_features,
@@ -115,7 +127,13 @@ pub fn train(
         mut model_rounds,
         n_weights,
         outputs,
-    } = shard_plan(config, &stats, n_features, &numbered);
+    } = shard_plan(
+        config,
+        &stats,
+        n_features,
+        &numbered,
+        preprocessing.as_ref(),
+    );
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
     // A linear model of a label numbered by class: every shard decodes by this numbering.
@@ -138,6 +156,9 @@ pub fn train(
     request.phase = Phase::Train;
     request.n_features = n_features;
     request.extras = extras;
+    request.zone = None;
+    // A list of feature columns: every shard encodes its rows with the merged preprocessing.
+    request.preprocessing.clone_from(&preprocessing);
     for epoch in 1..=params.epochs {
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
@@ -282,7 +303,7 @@ pub fn train(
         standardizer: standardizer
             .filter(|_| dense)
             .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
-        preprocessing: None,
+        preprocessing: preprocessing.map(std::rc::Rc::new),
         epochs,
         rows_trained,
         rows_skipped,
@@ -328,6 +349,9 @@ fn validation_request(
         }),
         network: None,
         classes: Vec::new(),
+        // Its rows were encoded when they were held out.
+        preprocessing: None,
+        zone: None,
         ..train.clone()
     }
 }
@@ -575,9 +599,36 @@ unsafe fn statistics_round(
             Some("The shards' tables are empty, or their row-level security policies hide every row (or the \"where\" filter selects none).".into()),
         )
     };
-    let n_features = match config.layout {
-        FeatureLayout::Sparse { n_features, .. } => n_features.unwrap_or(0) as usize,
-        _ => width.map_or(stats.n_features(), |w| w.0),
+    // A list of feature columns: every shard's statistics of them, merged (in the shards'
+    // order) into the preprocessing one pass over all their rows would give.
+    let preprocessing = match plans(config) {
+        Some((plans, max_categories)) => Some(merged_preprocessing(
+            config,
+            plans,
+            max_categories,
+            &replies,
+            shards,
+        )),
+        None => {
+            if let Some(shard) = replies
+                .iter()
+                .zip(shards.iter())
+                .find_map(|(r, s)| r.columns.is_some().then_some(s))
+            {
+                bad_reply(
+                    &shard.name,
+                    WireError::Invalid(
+                        "statistics of feature columns the training does not read".into(),
+                    ),
+                );
+            }
+            None
+        }
+    };
+    let n_features = match (&preprocessing, config.layout) {
+        (Some(p), _) => p.n_features,
+        (None, FeatureLayout::Sparse { n_features, .. }) => n_features.unwrap_or(0) as usize,
+        (None, _) => width.map_or(stats.n_features(), |w| w.0),
     };
     // The shards said how wide the rows are (and a softmax's classes): the model must fit
     // before it is allocated. (A network's size is checked as it is planned.)
@@ -586,13 +637,24 @@ unsafe fn statistics_round(
     } else {
         config.model.outputs_for(classes.len()).max(1)
     };
-    crate::pg::guc::check_model_size(
-        n_features as u64,
-        outputs as u64,
-        crate::pg::guc::max_model_bytes(),
-        "the rows of the shards",
-    );
+    match &preprocessing {
+        // The kept categories' names and lookup entries count too, as on one server.
+        Some(p) => crate::pg::guc::check_model_and_dictionaries(
+            n_features as u64,
+            outputs as u64,
+            p.category_bytes(),
+            crate::pg::guc::max_model_bytes(),
+            "the encoded feature columns (numbers, array elements, kept categories and hash buckets)",
+        ),
+        None => crate::pg::guc::check_model_size(
+            n_features as u64,
+            outputs as u64,
+            crate::pg::guc::max_model_bytes(),
+            "the rows of the shards",
+        ),
+    }
     RoundZero {
+        preprocessing,
         stats,
         classes,
         n_features,
@@ -601,23 +663,31 @@ unsafe fn statistics_round(
     }
 }
 
-/// What every shard trains by: the scaling (`normalize`), a binary kind's two labels and class
-/// weights, a softmax's classes and class weights, a network's classes and initial weights,
-/// and how the shards' changes combine. `classes`: the merged classes of a label numbered by
-/// class (`stats` counts rows by their indices), else empty.
+/// What every shard trains by: the scaling (`normalize`, or a column list's preprocessing), a
+/// binary kind's two labels and class weights, a softmax's classes and class weights, a
+/// network's classes and initial weights, and how the shards' changes combine. `classes`: the
+/// merged classes of a label numbered by class (`stats` counts rows by their indices), else
+/// empty.
 fn shard_plan(
     config: &PipelineConfig,
     stats: &FeatureStats,
     n_features: usize,
     classes: &[ClassValue],
+    preprocessing: Option<&Preprocessor>,
 ) -> ShardPlan {
     let params = &config.params;
     let kind = config.model;
     let mut extras = LearnedStatistics::default();
     let mut train_config = params.train_config(kind);
-    if params.normalize {
-        let sparse = matches!(config.layout, FeatureLayout::Sparse { .. });
-        extras.standardizer = Some(normalizing_scaler(stats, sparse, params.fit_intercept));
+    match preprocessing {
+        // A list of feature columns is scaled as its preprocessing says (each column's
+        // "scale"), from the merged moments: what one server's training applies.
+        Some(p) => extras.standardizer = Some(p.scaling(params.fit_intercept)),
+        None if params.normalize => {
+            let sparse = matches!(config.layout, FeatureLayout::Sparse { .. });
+            extras.standardizer = Some(normalizing_scaler(stats, sparse, params.fit_intercept));
+        }
+        None => {}
     }
     // A network: its classes (the merged ones, or the shards' label values ascending) and its
     // initial weights.
@@ -701,4 +771,64 @@ fn shard_plan(
         n_weights,
         outputs,
     }
+}
+
+/// A list of feature columns' plans (resolved by the coordinator on the sharded table) and
+/// its `max_categories`; None for other features.
+fn plans(config: &PipelineConfig) -> Option<(&[ColumnPlan], usize)> {
+    match &config.preprocess {
+        Some(PreprocessSpec::Learn {
+            plans,
+            max_categories,
+        }) => Some((plans, *max_categories as usize)),
+        _ => None,
+    }
+}
+
+/// The params every shard runs with: a list of feature columns (or `"*"`) as the coordinator
+/// resolved it on the sharded table, by name, so that every shard reads the same columns in
+/// the same order whatever else its table has.
+fn params_for_shards(config: &PipelineConfig) -> TrainParams {
+    let mut params = config.params.clone();
+    if let Some((plans, _)) = plans(config) {
+        params.features = Features::Columns(plans.iter().map(|p| p.name.clone()).collect());
+        params.exclude.clear();
+    }
+    params
+}
+
+/// The preprocessing of a list of feature columns: every shard's statistics of them (sent in
+/// round 0, checked against the coordinator's own `plans`) merged in the shards' order, within
+/// the bounds of one server's statistics pass (corgipile.max_buffer_memory for the category
+/// dictionaries, corgipile.max_model_memory for the width), then finished as one server's is.
+fn merged_preprocessing(
+    config: &PipelineConfig,
+    plans: &[ColumnPlan],
+    max_categories: usize,
+    replies: &[RoundReply],
+    shards: &[Shard],
+) -> Preprocessor {
+    let relation = config.relation.as_str();
+    let mut merged = StatsBuilder::new(
+        plans.to_vec(),
+        usize::try_from(config.max_buffer_bytes).unwrap_or(usize::MAX),
+        usize::try_from(config.max_model_bytes / model_memory_bytes(1, 1)).unwrap_or(usize::MAX),
+    )
+    .unwrap_or_else(|e| raise_merged_statistics_error(e, relation));
+    for (reply, shard) in replies.iter().zip(shards) {
+        let Some(part) = &reply.columns else {
+            bad_reply(
+                &shard.name,
+                WireError::Invalid("no statistics of the feature columns".into()),
+            )
+        };
+        match merged.merge(part) {
+            Ok(()) => {}
+            Err(MergeError::Invalid(why)) => bad_reply(&shard.name, WireError::Invalid(why)),
+            Err(MergeError::Limit(e)) => raise_merged_statistics_error(e, relation),
+        }
+    }
+    merged
+        .finish(max_categories)
+        .unwrap_or_else(|e| raise_merged_statistics_error(e, relation))
 }

@@ -192,12 +192,24 @@ impl SgdNode {
         } else {
             Vec::new()
         };
+        // A list of feature columns: what this shard's rows say of their preprocessing, for
+        // the coordinator to merge with every other shard's.
+        let columns = match shuffle.rows().statistics_part() {
+            Some(Ok(part)) => Some(part),
+            Some(Err(_)) => raise(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                "out of memory for the statistics of the feature columns",
+                Some("Hash the columns of many distinct values (\"encode\": \"hash\"), or ask a superuser to lower corgipile.max_buffer_memory to what the server has.".into()),
+            ),
+            None => None,
+        };
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),
             rows_skipped: shuffle.counts().rows_skipped,
             stats,
             width,
             classes,
+            columns,
             ..RoundReply::default()
         }
     }
