@@ -828,7 +828,15 @@ fn merged_preprocessing(
             Err(MergeError::Limit(e)) => raise_merged_statistics_error(e, relation),
         }
     }
-    merged
+    let p = merged
         .finish(max_categories)
-        .unwrap_or_else(|e| raise_merged_statistics_error(e, relation))
+        .unwrap_or_else(|e| raise_merged_statistics_error(e, relation));
+    if let Some(column) = p.not_finite_column() {
+        raise(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            format!("{relation}, over its shards: the mean or standard deviation of column \"{column}\" is not a finite number"),
+            Some("Its values are too large to average: scale the column in a view, or leave it out.".into()),
+        );
+    }
+    p
 }

@@ -197,6 +197,29 @@ impl Preprocessor {
         at == self.n_features
     }
 
+    /// The first column whose statistics are not finite numbers (mean, standard deviation,
+    /// imputed value): moments merged from other servers' may overflow where each server's
+    /// did not. None when every one is finite.
+    pub fn not_finite_column(&self) -> Option<&str> {
+        let finite = |v: &[&f64]| v.iter().all(|v| v.is_finite());
+        self.columns
+            .iter()
+            .find(|c| match &c.encoding {
+                Encoding::Number { fill, mean, std }
+                | Encoding::Ple {
+                    fill, mean, std, ..
+                }
+                | Encoding::Time {
+                    fill, mean, std, ..
+                } => !finite(&[fill, mean, std]),
+                Encoding::Array { fill, mean, std } => {
+                    !fill.iter().chain(mean).chain(std).all(|v| v.is_finite())
+                }
+                Encoding::OneHot { .. } | Encoding::Hash { .. } => false,
+            })
+            .map(|c| c.name.as_str())
+    }
+
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("preprocessing serializes")
     }

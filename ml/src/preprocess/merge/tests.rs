@@ -435,3 +435,22 @@ fn categories_of_other_encodings_keep_their_bytes() {
     };
     assert_eq!(categories.len(), 2);
 }
+
+#[test]
+fn moments_that_overflow_when_merged_are_found() {
+    let plans = vec![plan("income", Source::Number, None)];
+    let mut all = StatsBuilder::new(plans.clone(), 1 << 20, 10).unwrap();
+    for v in [-1.7e308, 1.7e308] {
+        let mut s = StatsBuilder::new(plans.clone(), 1 << 20, 10).unwrap();
+        s.begin_row();
+        s.number(0, Some(v)).unwrap();
+        let p = s.part().unwrap();
+        all.merge(&p).unwrap();
+    }
+    assert_eq!(all.finish(10).unwrap().not_finite_column(), Some("income"));
+    assert_eq!(
+        one_pass(&rows(100), 4).not_finite_column(),
+        None,
+        "finite statistics"
+    );
+}
