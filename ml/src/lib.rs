@@ -8,6 +8,8 @@
 //! - [`arena`]: [`TupleArena`], contiguous storage of decoded dense or sparse rows, and
 //!   validation of the user's sparse rows.
 //! - [`capabilities`]: what combines with what: one table of every refused combination.
+//! - [`drift`]: today's rows counted in a model's training profile bins, and the distances
+//!   (population stability index, Jensen–Shannon, L-infinity) for `corgipile_drift`.
 //! - [`divergence`]: when a training has diverged (one rule for one server and for shards).
 //! - [`explain`]: per-prediction explanations: each input column's share of a decision value
 //!   against the baseline row (exact for linear models, integrated gradients for networks).
@@ -52,6 +54,7 @@
 pub mod arena;
 pub mod capabilities;
 pub mod divergence;
+pub mod drift;
 pub mod explain;
 pub mod export;
 pub mod family;

@@ -17,12 +17,14 @@
 //! Files: `options` (the user's options per column and the plan they resolve to), `statistics`
 //! ([`StatsBuilder`]), `merge` (the statistics of a sharded table's shards, merged), `encode` ([`Preprocessor`]: encoding rows, the scaling, feature names),
 //! `time` (a date/time column's parts), `quantiles` (a piecewise-linear encoded number's bin
-//! edges, its encoding and inverse).
+//! edges, its encoding and inverse), `profile` (what a model keeps of its training rows for
+//! drift: deciles and category shares).
 //! The category buckets hash with [`crate::hash`].
 
 mod encode;
 mod merge;
 mod options;
+pub mod profile;
 pub mod quantiles;
 mod statistics;
 mod time;

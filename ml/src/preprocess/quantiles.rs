@@ -269,6 +269,19 @@ impl QuantileSketch {
         };
     }
 
+    /// The bin edges (as [`edges`](Self::edges)) and the digest's centroids (mean, weight),
+    /// ascending: what a drift profile's bin shares are counted from.
+    pub fn edges_and_centroids(mut self) -> (Vec<f64>, Vec<(f64, f64)>) {
+        self.digest.flush();
+        let centroids = self
+            .digest
+            .centroids()
+            .iter()
+            .map(|c| (c.mean(), c.weight()))
+            .collect();
+        (self.edges(), centroids)
+    }
+
     /// The bin edges: `bins + 1` strictly increasing values from the smallest value seen to the
     /// largest, the inner ones its quantiles `t / bins` (equal quantiles merged: a column of
     /// few distinct values gets fewer bins), or its distinct values when there are at most
