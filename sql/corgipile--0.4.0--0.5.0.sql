@@ -367,3 +367,16 @@ CREATE POLICY deployments_visible ON corgipile.deployments
           AND (g.grantee::oid = 0 OR pg_has_role(current_user, g.grantee::oid, 'USAGE'))));
 SELECT pg_catalog.pg_extension_config_dump('corgipile.deployments', '');
 SELECT pg_catalog.pg_extension_config_dump('corgipile.deployments_id_seq', '');
+
+-- Drift of a relation's rows from a model's training rows (per input column, the label and the
+-- predictions).
+CREATE FUNCTION "corgipile_drift"("model_id" bigint, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("column_name" TEXT, "role" TEXT, "measure" TEXT, "distance" double precision,
+               "threshold" double precision, "l_infinity" double precision, "passes" boolean,
+               "training" jsonb, "today" jsonb)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_drift_wrapper';
+CREATE FUNCTION "corgipile_drift"("model_name" TEXT, "relation" regclass, "params" jsonb DEFAULT '{}')
+RETURNS TABLE ("column_name" TEXT, "role" TEXT, "measure" TEXT, "distance" double precision,
+               "threshold" double precision, "l_infinity" double precision, "passes" boolean,
+               "training" jsonb, "today" jsonb)
+STRICT VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'corgipile_drift_by_name_wrapper';

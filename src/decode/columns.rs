@@ -9,6 +9,7 @@ use crate::pipeline::LabelKind;
 use crate::pipeline::PreprocessSpec;
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::limits::model_memory_bytes;
+use corgipile_ml::preprocess::profile::{ColumnProfile, LabelSketch, NumberSketch};
 use corgipile_ml::preprocess::{
     ColumnPlan, NullAction, PreprocessError, Preprocessor, Source, StatsBuilder,
 };
@@ -144,10 +145,22 @@ impl RowDecoder {
         let n = match encoder {
             Encoder::Learning(s) => {
                 s.begin_row();
+                let classifier = self.config.model.is_classifier();
+                self.label_sketch
+                    .get_or_insert_with(|| {
+                        if classifier {
+                            LabelSketch::Classes(Default::default())
+                        } else {
+                            LabelSketch::Number(Default::default(), Box::new(NumberSketch::new()))
+                        }
+                    })
+                    .push(label);
                 s.plans().len()
             }
             Encoder::Ready(p) => p.columns.len(),
         };
+        // corgipile_drift: the raw values are counted as they are encoded.
+        let mut drift = self.drift.take();
         for i in 0..n {
             let (datum, null) = (*values.add(1 + i), *nulls.add(1 + i));
             let source = match encoder {
@@ -163,6 +176,9 @@ impl RowDecoder {
                         .copied()
                         .unwrap_or(LabelKind::Float8);
                     let v = (!null).then(|| kind.to_f64(datum));
+                    if let Some(c) = drift.as_mut().and_then(|d| d.get_mut(i)) {
+                        c.number(v.filter(|v| v.is_finite()));
+                    }
                     match encoder {
                         Encoder::Learning(s) => s.number(i, v),
                         Encoder::Ready(p) => p.number(i, v, &mut row),
@@ -171,17 +187,26 @@ impl RowDecoder {
                 Source::Time(_) => {
                     // The query reads it as float8 seconds (see query::column_source).
                     let v = (!null).then(|| f64::from_bits(datum.value() as u64));
+                    if let Some(c) = drift.as_mut().and_then(|d| d.get_mut(i)) {
+                        c.number(v);
+                    }
                     match encoder {
                         Encoder::Learning(s) => s.time(i, v),
                         Encoder::Ready(p) => p.time(i, v, &mut row),
                     }
                 }
                 Source::Text => {
-                    let mut text = |v: Option<&[u8]>| match encoder {
-                        Encoder::Learning(s) => s.text(i, v),
-                        Encoder::Ready(p) => {
-                            p.text(i, v, &mut row);
-                            Ok(())
+                    let mut count = drift.as_mut().and_then(|d| d.get_mut(i));
+                    let mut text = |v: Option<&[u8]>| {
+                        if let Some(c) = count.as_mut() {
+                            c.text(v);
+                        }
+                        match encoder {
+                            Encoder::Learning(s) => s.text(i, v),
+                            Encoder::Ready(p) => {
+                                p.text(i, v, &mut row);
+                                Ok(())
+                            }
                         }
                     };
                     if null {
@@ -209,6 +234,9 @@ impl RowDecoder {
                         }
                         Some(scratch.as_slice())
                     };
+                    if let Some(c) = drift.as_mut().and_then(|d| d.get_mut(i)) {
+                        c.array(array);
+                    }
                     match encoder {
                         Encoder::Learning(s) => s.array(i, array),
                         Encoder::Ready(p) => p.array(i, array, &mut row),
@@ -225,6 +253,7 @@ impl RowDecoder {
         }
         self.encoded = row;
         self.array_scratch = scratch;
+        self.drift = drift;
     }
 
     /// End of the statistics pass: the preprocessing is fixed, its model size checked, and
@@ -239,12 +268,24 @@ impl RowDecoder {
             unreachable!("a learning encoder comes from a Learn spec")
         };
         let max_categories = *max_categories as usize;
-        let Some(Encoder::Learning(stats)) = self.encoder.take() else {
+        let Some(Encoder::Learning(mut stats)) = self.encoder.take() else {
             unreachable!()
         };
-        let p = stats
+        // What corgipile_drift compares today's rows with: the columns' profile and the
+        // label's.
+        let mut profile = stats
+            .profile(max_categories)
+            .unwrap_or_else(|_| raise_out_of_memory());
+        if let Some(label) = self.label_sketch.take() {
+            profile.label = Some(ColumnProfile {
+                name: self.config.params.label.clone(),
+                summary: label.finish(|v| self.label_name(v)),
+            });
+        }
+        let mut p = stats
             .finish(max_categories)
             .unwrap_or_else(|_| raise_out_of_memory());
+        p.profile = Some(Box::new(profile));
         // The kept categories' names and lookup entries count against the model's memory too.
         crate::pg::guc::check_model_and_dictionaries(
             p.n_features as u64,

@@ -25,6 +25,8 @@ use crate::pipeline::{
 use classes::ClassDictionary;
 use columns::{Encoder, Nulls};
 use corgipile_ml::arena::TupleArena;
+use corgipile_ml::drift::Counter;
+use corgipile_ml::preprocess::profile::LabelSketch;
 use corgipile_ml::preprocess::{EncodedRow, PreprocessError, Preprocessor, StatsPart};
 use corgipile_ml::standardize::Standardizer;
 use datum::{format_tid, with_float_array, with_int4_array};
@@ -84,6 +86,10 @@ pub struct RowDecoder {
     /// The row `target` just sent to `decode`, while held-out rows are recorded and it is one
     /// (a validation row; any row collected from a validation relation).
     held_out_row: Option<RowId>,
+    /// Column lists: the drift profile's label, learned with the statistics pass.
+    label_sketch: Option<LabelSketch>,
+    /// `corgipile_drift`: each input column's rows counted as they are decoded.
+    drift: Option<Vec<Counter>>,
 }
 
 impl RowDecoder {
@@ -123,6 +129,8 @@ impl RowDecoder {
             held_out: None,
             only_rows: None,
             held_out_row: None,
+            label_sketch: None,
+            drift: None,
             encoder,
             number_kinds,
             encoded: EncodedRow::default(),
@@ -139,6 +147,32 @@ impl RowDecoder {
 
     pub fn config(&self) -> &PipelineConfig {
         &self.config
+    }
+
+    /// `corgipile_drift`: count each input column of the rows decoded from now on in
+    /// `counters` (one per column of the column list, in its order).
+    pub fn count_columns(&mut self, counters: Vec<Counter>) {
+        self.drift = Some(counters);
+    }
+
+    /// The counters given to [`count_columns`](Self::count_columns), with the rows since.
+    pub fn take_column_counts(&mut self) -> Option<Vec<Counter>> {
+        self.drift.take()
+    }
+
+    /// A label as decoded, named as the drift profile names classes: the class's value (a
+    /// label numbered as a class), or the label's value; "(other)" for a class the model does
+    /// not know.
+    pub fn label_name(&self, label: f64) -> String {
+        if self.config.label.uses_classes() {
+            let i = label as usize;
+            match self.classes.classes.get(i) {
+                Some(c) if label >= 0.0 && label < u32::MAX as f64 => c.to_text(),
+                _ => "(other)".into(),
+            }
+        } else {
+            self.config.label.value_text(label)
+        }
     }
 
     /// The class dictionary: the classes seen (or given), in order of first appearance.

@@ -235,7 +235,13 @@ fn standardized_coefficients(
 }
 
 /// An integer param of this function: `default` when absent, an ERROR outside `min..=max`.
-fn integer_param(params: &ParamsArg, key: &str, default: u64, min: u64, max: u64) -> u64 {
+pub(crate) fn integer_param(
+    params: &ParamsArg,
+    key: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> u64 {
     let Some(value) = params.0.get(key) else {
         return default;
     };

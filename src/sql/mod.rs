@@ -34,6 +34,7 @@ macro_rules! by_id_and_name {
     };
 }
 
+pub mod drift;
 pub mod evaluate;
 pub mod export;
 mod gate;

@@ -37,7 +37,11 @@ pub fn compare(training: &Summary, today: &Summary) -> Option<Distances> {
         _ => false,
     };
     let (p, q) = (training.distribution()?, today.distribution()?);
-    if !same_bins || p.len() != q.len() || p.iter().sum::<f64>() == 0.0 || q.iter().sum::<f64>() == 0.0 {
+    if !same_bins
+        || p.len() != q.len()
+        || p.iter().sum::<f64>() == 0.0
+        || q.iter().sum::<f64>() == 0.0
+    {
         return None;
     }
     Some(Distances {
@@ -55,7 +59,10 @@ pub fn mean_shift(training: &Summary, today: &Summary) -> Option<(f64, usize)> {
             mean: m0, std: s0, ..
         },
         Summary::Array {
-            rows, mean: m1, missing, ..
+            rows,
+            mean: m1,
+            missing,
+            ..
         },
     ) = (training, today)
     else {
@@ -198,13 +205,10 @@ impl Counter {
         }
     }
 
-    /// A text value; an error only when memory for a counter cannot be had (never here: the
-    /// categories are fixed).
-    pub fn text(&mut self, value: Option<&[u8]>) -> Result<(), ()> {
+    /// A text value (a category the training did not keep counts as "(other)").
+    pub fn text(&mut self, value: Option<&[u8]>) {
         match self {
-            Counter::Categories {
-                index, counts, ..
-            } => {
+            Counter::Categories { index, counts, .. } => {
                 let n = counts.len();
                 let slot = match value {
                     None => n - 1,
@@ -218,7 +222,6 @@ impl Counter {
             }
             _ => {}
         }
-        Ok(())
     }
 
     /// An array's elements (the first row's length fixes the counter's; a row of another

@@ -107,6 +107,10 @@ pub struct Preprocessor {
     pub n_features: usize,
     /// Rows the statistics were computed from.
     pub rows: u64,
+    /// What `corgipile_drift` compares today's rows with (see `super::profile`); None for
+    /// models trained before it (0.5.0) and preprocessing given rather than learned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Box<super::profile::Profile>>,
     /// Category → feature index, per column (one-hot columns only); built on first use.
     #[serde(skip)]
     lookup: OnceLock<Vec<CategoryLookup>>,
@@ -125,6 +129,7 @@ impl Clone for Preprocessor {
             columns: self.columns.clone(),
             n_features: self.n_features,
             rows: self.rows,
+            profile: self.profile.clone(),
             lookup: OnceLock::new(),
         }
     }
@@ -162,6 +167,7 @@ impl Preprocessor {
             columns,
             n_features,
             rows,
+            profile: None,
             lookup: OnceLock::new(),
         }
     }

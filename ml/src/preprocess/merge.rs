@@ -253,7 +253,11 @@ impl StatsBuilder {
             max_dictionary_bytes,
             max_features,
             width,
+            profile_sketches,
         } = self;
+        // A part carries no drift deciles: a merged pass's profile counts its numbers in one
+        // bin (and their NULLs), rather than in deciles of the rows this pass never saw.
+        profile_sketches.iter_mut().for_each(|s| *s = None);
         *rows = rows.saturating_add(part.rows);
         for ((plan, mine), theirs) in plans.iter().zip(columns.iter_mut()).zip(&part.columns) {
             match (mine, theirs) {

@@ -213,8 +213,10 @@ impl LabelSketch {
                 }
             }
             LabelSketch::Classes(counts) => {
-                let mut all: Vec<(f64, u64)> =
-                    counts.into_iter().map(|(b, c)| (f64::from_bits(b), c)).collect();
+                let mut all: Vec<(f64, u64)> = counts
+                    .into_iter()
+                    .map(|(b, c)| (f64::from_bits(b), c))
+                    .collect();
                 all.sort_by(|a, b| a.0.total_cmp(&b.0));
                 let rows = all.iter().map(|a| a.1).sum();
                 let mut counts: Vec<u64> = all.iter().map(|a| a.1).collect();
@@ -230,13 +232,18 @@ impl LabelSketch {
     }
 }
 
-
 /// Counts as shares of their total (all 0 when the total is 0).
 pub fn shares(counts: &[u64]) -> Vec<f64> {
     let total: u64 = counts.iter().sum();
     counts
         .iter()
-        .map(|&c| if total == 0 { 0.0 } else { c as f64 / total as f64 })
+        .map(|&c| {
+            if total == 0 {
+                0.0
+            } else {
+                c as f64 / total as f64
+            }
+        })
         .collect()
 }
 

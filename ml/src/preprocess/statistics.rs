@@ -5,6 +5,7 @@
 
 use crate::moments::Welford;
 
+use super::profile::{ColumnProfile, NumberSketch, Profile, Summary, NUMBER_SKETCH_BYTES};
 use super::quantiles::{QuantileSketch, SKETCH_BYTES};
 
 use super::{
@@ -40,6 +41,9 @@ pub struct StatsBuilder {
     /// Features known so far: one per number, the buckets of hashed columns, the elements of
     /// the arrays seen.
     pub(super) width: usize,
+    /// The drift profile's deciles of each number column (see [`StatsBuilder::profile`]);
+    /// empty when they would take more than a quarter of the dictionary bound.
+    pub(super) profile_sketches: Vec<Option<NumberSketch>>,
 }
 
 impl StatsBuilder {
@@ -60,6 +64,26 @@ impl StatsBuilder {
         if dictionary_bytes > max_dictionary_bytes {
             return Err(PreprocessError::TooManySketches { columns: sketches });
         }
+        // The drift profile's sketches: kept only when they take at most a quarter of the
+        // bound (a model of very many number columns is profiled without deciles).
+        let numbers = plans.iter().filter(|p| p.source == Source::Number).count();
+        let profile_bytes = numbers.saturating_mul(NUMBER_SKETCH_BYTES);
+        let profile_sketches = if profile_bytes <= max_dictionary_bytes / 4
+            && dictionary_bytes + profile_bytes <= max_dictionary_bytes
+        {
+            plans
+                .iter()
+                .map(|p| (p.source == Source::Number).then(NumberSketch::new))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let dictionary_bytes = dictionary_bytes
+            + if profile_sketches.is_empty() {
+                0
+            } else {
+                profile_bytes
+            };
         let columns = plans
             .iter()
             .map(|p| match (p.source, p.encode) {
@@ -83,6 +107,7 @@ impl StatsBuilder {
             max_dictionary_bytes,
             max_features,
             width,
+            profile_sketches,
         })
     }
 
@@ -99,6 +124,9 @@ impl StatsBuilder {
         let Some(v) = value else { return Ok(()) };
         if !v.is_finite() {
             return Err(not_finite(&self.plans[col]));
+        }
+        if let Some(Some(sketch)) = self.profile_sketches.get_mut(col) {
+            sketch.push(v);
         }
         match &mut self.columns[col] {
             ColumnStats::Number(m) => m.push(v),
@@ -206,6 +234,73 @@ impl StatsBuilder {
         }
         counts.insert(v.into(), 1);
         Ok(())
+    }
+
+    /// The drift profile of the rows seen (their sketches taken: call once, before
+    /// [`finish`](Self::finish)): each number's rows, NULLs, moments and deciles, each one-hot
+    /// column's shares of the categories `finish(max_categories)` keeps, "(other)" and NULL,
+    /// rows and NULLs of the others (arrays are profiled by their stored means and scales).
+    pub fn profile(&mut self, max_categories: usize) -> Result<Profile, PreprocessError> {
+        let rows = self.rows;
+        let mut sketches = std::mem::take(&mut self.profile_sketches);
+        let mut columns = Vec::with_capacity(self.plans.len());
+        for (i, (plan, stats)) in self.plans.iter().zip(&self.columns).enumerate() {
+            let summary = match stats {
+                ColumnStats::Number(m) | ColumnStats::Binned(m, _) => {
+                    let (mean, std) = m.mean_std();
+                    let (cuts, shares, min, max) = match sketches.get_mut(i).and_then(Option::take)
+                    {
+                        Some(s) => s.finish(),
+                        None => (Vec::new(), vec![1.0], 0.0, 0.0),
+                    };
+                    Summary::Number {
+                        rows,
+                        missing: rows - m.n(),
+                        mean,
+                        std,
+                        min,
+                        max,
+                        cuts,
+                        shares,
+                    }
+                }
+                ColumnStats::Categories(counts, nulls) => {
+                    // The kept categories, as `finish` picks them (by count, ties by value).
+                    let mut all: Vec<(&[u8], u64)> = Vec::new();
+                    all.try_reserve_exact(counts.len())
+                        .map_err(|_| PreprocessError::OutOfMemory)?;
+                    all.extend(counts.iter().map(|(k, &c)| (&k[..], c)));
+                    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+                    let other: u64 = all.iter().skip(max_categories).map(|a| a.1).sum();
+                    all.truncate(max_categories);
+                    let mut n: Vec<u64> = all.iter().map(|a| a.1).collect();
+                    n.extend([other, *nulls]);
+                    Summary::Categories {
+                        rows,
+                        missing: *nulls,
+                        categories: all
+                            .iter()
+                            .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                            .collect(),
+                        shares: super::profile::shares(&n),
+                    }
+                }
+                ColumnStats::Time(m) => Summary::Count {
+                    rows,
+                    missing: rows - m.n(),
+                },
+                ColumnStats::Array(_) | ColumnStats::Hashed => Summary::Count { rows, missing: 0 },
+            };
+            columns.push(ColumnProfile {
+                name: plan.name.clone(),
+                summary,
+            });
+        }
+        Ok(Profile {
+            rows,
+            columns,
+            label: None,
+        })
     }
 
     /// The preprocessing the statistics give: the most frequent `max_categories` categories

@@ -7,6 +7,7 @@
 mod collect;
 mod divergence;
 mod double_buffer;
+mod drift;
 mod epoch_loop;
 mod epochs;
 mod evaluate;
@@ -22,6 +23,7 @@ mod train;
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
 pub(crate) use divergence::raise_diverged;
+pub use drift::{DriftCounters, DriftRead};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use inference::check_inference_params;
 pub use learn::Learn;
