@@ -71,7 +71,7 @@ CLUSTER   = $(PG_ENV) scripts/cluster.sh
 REGRESS_DIR ?= pg_test
 VENV     := .venv
 
-.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-epochs-busy bench-epochs-busy-group bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-stopping bench-ple bench-export bench-quality bench-mlp bench-fm bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
+.PHONY: help setup setup-python pgrx-tool pg-config install package demo test test-major check lint check-majors unit regress pytest pytest-quick bench-epochs bench-epochs-busy bench-epochs-busy-group bench-parallel bench-shards bench-cancel bench-cold bench-shuffle bench-defaults bench-stopping bench-ple bench-export bench-drift bench-quality bench-mlp bench-fm bench-search bench-groups bench-where bench-incremental bench-spill bench-predict bench-tables bench-cpu bench-small-blocks \
         cluster-start cluster-stop cluster-status clean-cluster
 
 help:
@@ -103,6 +103,7 @@ help:
 	@echo "  bench-stopping a network's default (stopping on held-out rows) vs 20 epochs and scikit-learn on 22 classes, 3 columns (bench/results/stopping_defaults.md)"
 	@echo "  bench-ple      what piecewise-linear encoding costs: an epoch and the statistics pass, plain vs \"ple\" (bench/results/ple_cost.md)"
 	@echo "  bench-export   what an export costs: size and time of corgipile_export_sql and _onnx per model family (bench/results/export_cost.md)"
+	@echo "  bench-drift    corgipile_drift vs an epoch on the 4.5M x 18 table (array and columns), and the spread of PSI over samples (bench/results/drift_cost.md; a few minutes)"
 	@echo "  bench-quality  default mlp / fm / linear models (with and without piecewise-linear encoding) vs scikit-learn's HistGradientBoosting, MLPs and linear models on ijcnn1, a9a, w8a and generated tables (bench/results/quality_vs_trees.md; ~15 min)"
 	@echo "  bench-defaults default params vs scikit-learn on ijcnn1, a9a, w8a and mixed-type tables, clustered by label (bench/results/defaults_vs_sklearn.md)"
 	@echo "  bench-mlp      mlp / mlp_regression vs scikit-learn MLPClassifier / MLPRegressor: accuracy on clustered tables, CorgiPile vs shuffled vs no_shuffle, epoch speed, predict, memory (bench/results/mlp_vs_sklearn.md; ~10 min)"
@@ -405,6 +406,11 @@ bench-ple: setup-python install
 bench-export: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/export_cost.py
+# corgipile_drift next to an epoch on bench-epochs' table (and a column copy), and the spread of
+# its PSI over samples (bench/results/drift_cost.md).
+bench-drift: setup-python install
+	$(CLUSTER) start
+	$(PG_ENV) $(VENV)/bin/python bench/drift_cost.py
 # Default models (networks, fm, linear; with and without piecewise-linear encoding) against
 # scikit-learn's HistGradientBoosting, MLP(64), MLP(256, 256) on PLE inputs and linear models, on
 # ijcnn1/a9a/w8a and generated tables stored clustered by label (bench/results/quality_vs_trees.md).
