@@ -2,7 +2,8 @@
 a model from the rows added since its deployed version (`"since"`) behind the deploy gate
 (`"deploy": "if_better"`), as a nightly job would; here the jobs run at the next minute and the
 test waits for them. Checked: pg_cron's own record of the runs (cron.job_run_details), the
-version deployed as the gate decided, and the history rows (corgipile.deployments).
+version deployed as the gate decided, the history rows (corgipile.deployments), and what the
+`cr_keep` job's drift check wrote into a table (the input columns did not move).
 
 The rows change their meaning (concept drift): the first versions learn from rows labelled
 `x <= 0`, the rows that arrive before the job are labelled `x > 0`. Two names, retrained in the
@@ -98,10 +99,13 @@ def test_a_scheduled_job_retrains_behind_the_gate(cron):
         # Today's rows arrive; the jobs continue each name's deployed version on them.
         c.execute(rows_sql("cr_rows", ROWS + 1, ROWS))
         job = {**base, "epochs": 3, "learning_rate": 0.1, "deploy": "if_better"}
-        for name, extra in (("cr_win", {}), ("cr_keep", {"margin": 1})):
+        c.execute("CREATE TABLE cr_drift AS SELECT now() AS checked_at, d.* "
+                  "FROM corgipile_drift('cr_keep', 'cr_rows') d WITH NO DATA")
+        drift = "INSERT INTO cr_drift SELECT now(), d.* FROM corgipile_drift('cr_keep', 'cr_rows') d"
+        for name, extra, then in (("cr_win", {}, ""), ("cr_keep", {"margin": 1}, drift)):
             params = json.dumps({**job, **extra, "name": name, "since": name})
-            c.execute("SELECT cron.schedule(%s, '* * * * *', %s)",
-                      (f"retrain {name}", f"SELECT corgipile_train('cr_rows', 'logistic', '{params}')"))
+            command = f"SELECT corgipile_train('cr_rows', 'logistic', '{params}'); {then}"
+            c.execute("SELECT cron.schedule(%s, '* * * * *', %s)", (f"retrain {name}", command))
         runs = []
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
@@ -130,6 +134,15 @@ def test_a_scheduled_job_retrains_behind_the_gate(cron):
         how, old, new, candidate, new_score, old_score = keep[1]
         assert (old, new) == (first_keep, first_keep) and candidate not in (None, first_keep), keep
         assert deployed(c, "cr_keep") == (first_keep,)
+        # The drift check after cr_keep's retraining compared a sample of the table (half of its
+        # rows new) with the rows the deployed version was trained on: x and noise kept their
+        # distributions (the new ids continue the same formulas).
+        rows = {r[0]: r[1:] for r in c.execute(
+            "SELECT column_name, measure, distance, passes FROM cr_drift WHERE role <> 'prediction'")}
+        assert {"x", "noise"} <= set(rows), rows
+        for col in ("x", "noise"):
+            measure, distance, passes = rows[col]
+            assert measure == "psi" and distance is not None and distance < 0.1 and passes, (col, rows[col])
         # The candidate of each is a stored version that read only the new pages (plus replay).
         for name, (_, _, _, candidate, _, _) in (("cr_win", win[1]), ("cr_keep", keep[1])):
             params = c.execute("SELECT params FROM corgipile.models WHERE id = %s", (candidate,)).fetchone()[0]
