@@ -196,3 +196,14 @@ def churn(conn, name, n=4000):
            + ((hashint4(i * 41 + 17) & 1023) / 1023.0 - 0.5)) > 0 AS churned
         FROM base""")
     return name
+
+
+def export_arrays_sql(lo, hi):
+    """Rows lo..hi of the exports' array table (test_export, test_onnx): f float8[5] and a binary
+    (y2), a three-class text (yk) and a number (yr) label."""
+    return f"""
+        SELECT i AS id, ARRAY[sin(i), cos(i * 1.3) * 4, (i % 17)::float8, sqrt(i) / 10, (i % 2)::float8]::float8[] AS f,
+               sin(i) + cos(i * 1.3) > 0.3 AS y2,
+               (ARRAY['low', 'mid', 'high'])[1 + i % 3] AS yk,
+               sin(i) * 3 + (i % 17) * 0.2 AS yr
+        FROM generate_series({lo}, {hi}) i"""

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from helpers import describe, error_of, scalar, train
+from tables import export_arrays_sql
 
 REL = 1e-9
 KINDS = {
@@ -60,23 +61,14 @@ def onx_rows(lo, hi, unseen):
         FROM generate_series({lo}, {hi}) i"""
 
 
-def arr_rows(lo, hi):
-    return f"""
-        SELECT i AS id, ARRAY[sin(i), cos(i * 1.3) * 4, (i % 17)::float8, sqrt(i) / 10, (i % 2)::float8]::float8[] AS f,
-               sin(i) + cos(i * 1.3) > 0.3 AS y2,
-               (ARRAY['low', 'mid', 'high'])[1 + i % 3] AS yk,
-               sin(i) * 3 + (i % 17) * 0.2 AS yr
-        FROM generate_series({lo}, {hi}) i"""
-
-
 @pytest.fixture(scope="module")
 def env(db):
     """The database, with the tables and one model per kind and table."""
     with psycopg.connect(db, autocommit=True) as c:
         c.execute(f"CREATE TABLE onx AS {onx_rows(1, 600, False)}")
         c.execute(f"CREATE TABLE onx_test AS {onx_rows(601, 760, True)}")
-        c.execute(f"CREATE TABLE arr AS {arr_rows(1, 600)}")
-        c.execute(f"CREATE TABLE arr_test AS {arr_rows(601, 700)}")
+        c.execute(f"CREATE TABLE arr AS {export_arrays_sql(1, 600)}")
+        c.execute(f"CREATE TABLE arr_test AS {export_arrays_sql(601, 700)}")
         models = {}
         for kind, (label, _) in KINDS.items():
             extra = {"epochs": 4, "label": label}
