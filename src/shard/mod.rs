@@ -18,6 +18,7 @@
 
 pub mod coordinator;
 mod network;
+mod plan;
 pub mod remote;
 pub mod serve;
 mod training;
