@@ -36,6 +36,10 @@ pub struct ColumnProfile {
     pub summary: Summary,
 }
 
+/// The most categories of a column a drift profile keeps (the most frequent; the others count
+/// as "(other)", in training as today).
+pub const PROFILE_CATEGORIES: usize = 1000;
+
 /// One column's distribution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -271,8 +271,12 @@ impl StatsBuilder {
                         .map_err(|_| PreprocessError::OutOfMemory)?;
                     all.extend(counts.iter().map(|(k, &c)| (&k[..], c)));
                     all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-                    let other: u64 = all.iter().skip(max_categories).map(|a| a.1).sum();
-                    all.truncate(max_categories);
+                    // At most PROFILE_CATEGORIES of them (the most frequent; the rest are
+                    // "(other)" here): the profile is stored with every model, and a column of
+                    // 65,536 kept categories would double the preprocessing's size.
+                    let kept = max_categories.min(super::profile::PROFILE_CATEGORIES);
+                    let other: u64 = all.iter().skip(kept).map(|a| a.1).sum();
+                    all.truncate(kept);
                     let mut n: Vec<u64> = all.iter().map(|a| a.1).collect();
                     n.extend([other, *nulls]);
                     Summary::Categories {
