@@ -10,7 +10,7 @@ use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::prepare;
 use crate::sql::evaluate::evaluation_params;
-use crate::sql::importance::integer_param;
+use crate::sql::importance::{integer_param, refuse_group_family};
 use corgipile_ml::drift::{compare, mean_shift, ColumnKind, Counter};
 use corgipile_ml::params::{BufferSize, ShuffleMode};
 use corgipile_ml::preprocess::profile::{ColumnProfile, Summary};
@@ -90,16 +90,7 @@ by_id_and_name! {
 fn drift(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<DriftRow> {
     const FUNCTION: &str = "corgipile_drift";
     let stored = load_model_ref(key);
-    if stored.groups.is_some() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "model {} has a model per group: {FUNCTION} takes one model",
-                stored.id
-            ),
-            Some("Give one group's model by its id (corgipile.group_models).".into()),
-        );
-    }
+    refuse_group_family(&stored, FUNCTION);
     if !params.0.is_object() {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -60,16 +60,7 @@ by_id_and_name! {
 fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<ImportanceRow> {
     const FUNCTION: &str = "corgipile_feature_importance";
     let stored = load_model_ref(key);
-    if stored.groups.is_some() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "model {} has a model per group: {FUNCTION} takes one model",
-                stored.id
-            ),
-            Some("Give one group's model by its id (corgipile.group_models).".into()),
-        );
-    }
+    refuse_group_family(&stored, FUNCTION);
     let rows = integer_param(&params, "rows", DEFAULT_ROWS, 1, MAX_ROWS);
     let repeats = integer_param(&params, "repeats", DEFAULT_REPEATS, 1, MAX_REPEATS);
     let seed = integer_param(&params, "seed", DEFAULT_SEED, 0, i64::MAX as u64);
@@ -232,6 +223,21 @@ fn standardized_coefficients(
             Some(m.output_weights(0)[r.start] * var.sqrt())
         })
         .collect()
+}
+
+/// A function of one model (`function`, for the message) given a family of per-group models:
+/// ERROR 0A000 naming the way to one group's model.
+pub(crate) fn refuse_group_family(stored: &crate::catalog::StoredModel, function: &str) {
+    if stored.groups.is_some() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "model {} has a model per group: {function} takes one model",
+                stored.id
+            ),
+            Some("Give one group's model by its id (corgipile.group_models).".into()),
+        );
+    }
 }
 
 /// An integer param of this function: `default` when absent, an ERROR outside `min..=max`.

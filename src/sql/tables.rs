@@ -11,6 +11,7 @@ use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::prepare;
 use crate::shard::evaluate_sharded;
 use crate::sql::evaluate::evaluation_params;
+use crate::sql::importance::refuse_group_family;
 use corgipile_ml::scoring::{EvaluationTables, TableSpec, MAX_CALIBRATION_BINS};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -180,16 +181,7 @@ fn fill(
             Some("Train a logistic, softmax or mlp model for probabilities; corgipile_roc_curve takes an svm's decision values.".into()),
         );
     }
-    if stored.groups.is_some() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "model {} has a model per group: {function} takes one model",
-                stored.id
-            ),
-            Some("Give one group's model by its id (corgipile.group_models).".into()),
-        );
-    }
+    refuse_group_family(&stored, function);
     let spec = TableSpec {
         calibration_bins: if calibrating {
             calibration_bins(&params)

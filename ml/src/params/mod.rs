@@ -11,11 +11,12 @@
 //! the list of valid keys in errors, [`TrainParams::defaults`], [`TrainParams::from_json`] and
 //! [`TrainParams::to_json`] all derive from it.
 //!
-//! Files: `json` (TrainParams from and to JSON, the checks across keys, the trainer's
+//! Files: `error` (why a param is refused), `json` (TrainParams from and to JSON, the checks across keys, the trainer's
 //! configuration), `options` (shuffle mode, features, schedule, class weights, validation),
 //! `sizing` (block and buffer sizes and their resolution), `units` (byte sizes and
 //! percentages), `values` (JSON value readers and error messages).
 
+mod error;
 mod json;
 mod options;
 pub mod search;
@@ -23,6 +24,7 @@ mod sizing;
 mod units;
 mod values;
 
+pub use error::ParamError;
 pub use options::{
     ClassWeight, DeployRule, Features, ModelKey, OptimizerName, Patience, ScheduleKind,
     ShuffleMode, StatisticsPass, Validation, AUTO_MAX_EPOCHS, AUTO_MIN_IMPROVEMENT,
@@ -51,32 +53,6 @@ use values::{
     get_int, get_model_key, get_model_name, get_name, get_name_list, get_preprocess, get_shuffle,
     get_statistics, get_validation, json_type, unknown_key, wrong_type,
 };
-
-/// Why a param is refused: the message (the ERROR's text) and a hint (its HINT).
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct ParamError {
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-impl ParamError {
-    /// A combination the capability table refuses.
-    pub fn refused(r: &crate::capabilities::Refused) -> ParamError {
-        ParamError {
-            message: r.message.into(),
-            hint: Some(r.hint.into()),
-        }
-    }
-
-    /// Whether it is a combination the capability table refuses (not built yet: 0A000),
-    /// rather than a bad value (22023).
-    pub fn not_supported(&self) -> bool {
-        crate::capabilities::REFUSED
-            .iter()
-            .any(|r| r.message == self.message)
-    }
-}
 
 const MAX_EPOCHS: u64 = 1_000_000;
 /// At most this many `group_by` columns.
