@@ -96,7 +96,7 @@ help:
 	@echo "  bench-epochs-busy  the same with one CPU-bound process at nice 19 beside it"
 	@echo "  bench-epochs-busy-group  the same, the neighbour's session (autogroup) at nice 19 too"
 	@echo "  bench-parallel epoch time and accuracy with 0, 1, 2 parallel workers (4.5M x 18 table; a few minutes)"
-	@echo "  bench-shards   a table sharded over two local servers vs one server: epoch time, accuracy, bytes"
+	@echo "  bench-shards   a table sharded over two local servers vs one server: epoch time, accuracy, bytes; every kind's quality"
 	@echo "  bench-cancel   how fast a training stops on pg_cancel_backend / statement_timeout (bench/results/cancel_latency.md)"
 	@echo "  bench-cold     epochs read from storage (server restarted, OS cache dropped) vs warm, per block size (bench/results/cold_epochs.md; run as root)"
 	@echo "  bench-shuffle  shuffled copy of the 4.5M x 18 table: plain copy vs ORDER BY random() vs corgipile_shuffle, + accuracy (bench/results/shuffle_copy.md)"
@@ -353,10 +353,12 @@ bench-parallel: setup-python install
 	$(PG_ENV) $(VENV)/bin/python bench/parallel_epochs.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/parallel_epochs_pg$(PG_MAJOR).md)
 
 # Training over a table sharded across two throw-away servers on this machine (postgres_fdw
-# partitions) vs the same rows on one server (bench/results/shard_epochs.md).
+# partitions) vs the same rows on one server (bench/results/shard_epochs.md), and every model
+# kind's quality on five datasets, sharded vs one server (bench/results/shard_quality.md).
 bench-shards: setup-python install
 	$(CLUSTER) start
 	$(PG_ENV) $(VENV)/bin/python bench/shard_epochs.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/shard_epochs_pg$(PG_MAJOR).md)
+	$(PG_ENV) $(VENV)/bin/python bench/shard_quality.py $(if $(filter 15,$(PG_MAJOR)),,--out bench/results/shard_quality_pg$(PG_MAJOR).md)
 
 bench-cancel: setup-python install
 	$(CLUSTER) start
