@@ -1860,3 +1860,32 @@ def test_validation_rows_of_every_shard_fit_the_buffer_limit(conn, blobs):
         for i in (0, 1):
             on_shard(i, "ALTER ROLE postgres RESET corgipile.max_buffer_memory")
     assert_nothing_stored(conn, before)
+
+
+# ----------------------------------------------------------------------------------------------
+# what a training reads: a "where" filter and a view over a sharded table
+
+
+def test_where_on_a_sharded_table_trains_the_rows_it_selects(conn, blobs):
+    """Each shard applies the filter to its own rows: the rows trained are the rows selected."""
+    params = {"epochs": 2, "seed": 1, "where": "id % 4 <> 0"}
+    selected = scalar(conn, "SELECT count(*) FROM sh_hash_copy WHERE id % 4 <> 0")
+    got, ref, m = compare(conn, "sh_hash", "sh_hash_copy", "logistic", params)
+    assert stored(conn, m)["rows_trained"] == selected == 150_000
+
+
+def test_a_view_over_a_sharded_table_is_0A000_naming_what_to_do(conn, blobs):
+    """The shards read their own tables and know nothing of the view (once: "its partition
+    sh_hash_0 is a foreign table" with a hint to copy the rows to this server)."""
+    conn.execute("CREATE OR REPLACE VIEW sh_hash_some AS SELECT * FROM sh_hash WHERE id % 4 <> 1")
+    before = models_count(conn)
+    try:
+        for call in ("SELECT corgipile_train('sh_hash_some', 'svm', '{\"epochs\": 1}')",
+                     "SELECT corgipile_evaluate(%s, 'sh_hash_some')" % train(conn, "sh_hash", "svm", {"epochs": 1})):
+            with pytest.raises(E.FeatureNotSupported) as err:
+                conn.execute(call)
+            assert err.value.diag.message_primary == "a view over a sharded table cannot be read yet"
+            assert '"where"' in err.value.diag.message_hint
+    finally:
+        conn.execute("DROP VIEW IF EXISTS sh_hash_some")
+    assert models_count(conn) == before + 1  # the evaluated model, nothing from the view

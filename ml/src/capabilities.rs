@@ -46,6 +46,8 @@ pub enum Use {
     /// `"deploy": "if_better"`: the new version and the deployed one scored on exactly the
     /// rows the training held out.
     Gate,
+    /// A view read through its base table's pages (a projection and a filter of one table).
+    View,
 }
 
 impl Use {
@@ -72,6 +74,7 @@ impl Use {
             Use::FeatureImportance => "`corgipile_feature_importance`",
             Use::GroupModels => "a per-group family (`corgipile_evaluate`)",
             Use::Gate => "`\"deploy\": \"if_better\"`",
+            Use::View => "a view over it",
         }
     }
 }
@@ -124,6 +127,9 @@ pub const REFUSED: &[Refused] = &[
     // Each shard holds out its own rows; a validation relation is one table on one server.
     refused(Use::Shards, Use::ValidationRelation, "a sharded table cannot be validated on a validation relation yet", "Hold out rows of the sharded table instead ({\"fraction\": 0.1} or {\"predicate\": ...}: each shard holds out its own), or score the model afterwards with corgipile_evaluate on that relation."),
     refused(Use::Shards, Use::FeatureImportance, "corgipile_feature_importance does not sample a sharded table yet", "Run it on a shard's table, or on a local copy of a sample of the rows."),
+    // The shards read their own tables by block: a view's filter and columns would have to be
+    // rewritten into each shard's terms.
+    refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),
     refused(Use::Shards, Use::GroupModels, "a model per group cannot evaluate a sharded table yet", "Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id."),
     // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
     // softmax's, a text label's) and every process takes its numbering.

@@ -8,6 +8,7 @@ use crate::pg::error::raise;
 use crate::pg::names::{qualified_name, relation_name};
 use crate::pipeline::LabelKind;
 use crate::pipeline::{FeatureLayout, LabelCoding, PreprocessSpec};
+use corgipile_ml::capabilities::Use;
 use corgipile_ml::model::{Labels, ModelKind};
 use corgipile_ml::preprocess::{
     ColumnOptions, ColumnPlan, Encode, PreprocessOptions, Preprocessor, Source, TimeKind,
@@ -80,6 +81,10 @@ pub fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::
         // SAFETY: `relid` is a view (its relkind was just read).
         let base = unsafe { super::view::base_table(relid, relname) };
         super::citus::refuse_distributed(relid, relname, base, only, "read");
+        // A sharded table's rows are read by its shards, which know nothing of the view.
+        if crate::shard::sharded_leaves(base).is_some() {
+            crate::pg::error::raise_combination(Use::Shards, Use::View);
+        }
         return check_table(base, &relation_name(base), only);
     }
     super::citus::refuse_distributed(relid, relname, relid, only, "read");
