@@ -1265,7 +1265,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c), "protocol": 4,
+            request = {**base, "version": version(c), "protocol": 5,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1284,7 +1284,7 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     network = {"classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 4, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": 5, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
         ok = {**base, "weights": [0.1] * 22, "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
@@ -1430,13 +1430,13 @@ def test_a_request_of_another_version_names_both(class_mix):
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
-        base = {"version": ours, "protocol": 4, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": ours, "protocol": 5, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": "features", "label": "word"}
         reply = json.loads(shard_round(c, "softmax", params, base))
-        assert reply["protocol"] == 4 and reply["version"] == ours
+        assert reply["protocol"] == 5 and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
-        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 4)"),
+        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 5)"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
                                 # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
                                 ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
@@ -1444,7 +1444,7 @@ def test_a_request_of_another_version_names_both(class_mix):
             with pytest.raises(E.FeatureNotSupported) as err:
                 shard_round(c, "softmax", params, request)
             assert err.value.diag.message_primary == \
-                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 4)"
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 5)"
             assert err.value.diag.message_hint
 
 
@@ -1453,7 +1453,7 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
     missing, or of a binary kind with three classes: 08P01 before a row is read."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 4, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": version(c), "protocol": 5, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
         ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
@@ -1641,12 +1641,12 @@ def test_the_merged_categories_are_bounded_as_on_one_server(conn, mixed):
 
 def test_a_forged_column_round_is_refused_by_the_shard(mixed):
     """A training round of a list of feature columns without the coordinator's preprocessing,
-    with one that does not tile its features or has another width than the model, one in a
-    statistics round, a time zone outside the statistics round or too long: 08P01 before a row
+    with one that does not tile its features or has another width than the model (a statistics
+    round's too: a warm start's), a time zone outside the statistics round or too long: 08P01 before a row
     is read; a time zone PostgreSQL does not know: 22023."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 4, "phase": "Statistics", "epoch": 1, "round": 0,
+        base = {"version": version(c), "protocol": 5, "phase": "Statistics", "epoch": 1, "round": 0,
                 "rounds": 1, "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": ["x1", "color", "day"], "label": "label"}
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Asia/Kolkata"}))
@@ -1686,6 +1686,11 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", {"features": "*", "label": "label"},
                                           {**train_round, "preprocessing": p}))
         assert reply["tuples"] == COLS_ROWS
+        # A warm start's statistics round: every row encoded with the stored preprocessing,
+        # counted, and no statistics of the columns (nothing to learn).
+        reply = json.loads(shard_round_on(c, "cols_part", "logistic", params,
+                                          {**base, "n_features": 6, "preprocessing": p}))
+        assert reply["rows"] == COLS_ROWS and reply["columns"] is None and reply["width"] is None
         with pytest.raises(psycopg.Error) as err:
             shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Mars/Olympus"})
         assert err.value.sqlstate == "22023", err.value.diag.message_primary
@@ -1889,3 +1894,156 @@ def test_a_view_over_a_sharded_table_is_0A000_naming_what_to_do(conn, blobs):
     finally:
         conn.execute("DROP VIEW IF EXISTS sh_hash_some")
     assert models_count(conn) == before + 1  # the evaluated model, nothing from the view
+
+
+# ----------------------------------------------------------------------------------------------
+# "warm_start" on shards: the coordinator loads and checks the stored model as one server does,
+# numbers the classes as the model does, and the first round starts from its parameters
+
+
+TINY = 1e-12  # a vanishing step: the model stored is the one the training started from
+TINY_ADAM = 1e-16  # Adam's step is about the learning rate whatever the gradient
+
+
+def model_values(c, model_id):
+    w, b = c.execute("SELECT weights, bias FROM corgipile.models WHERE id = %s", (model_id,)).fetchone()
+    return w + b
+
+
+def assert_same_function(c, a, b, rel=1e-9):
+    """Models a and b have the same parameters within `rel` (relative to the parameter, or
+    absolute below 1); a's are far from zero, so that a model started from zeros cannot pass."""
+    va, vb = model_values(c, a), model_values(c, b)
+    assert len(va) == len(vb) and max(map(abs, va)) > 0.05, (va, vb)
+    for x, y in zip(va, vb):
+        assert abs(x - y) <= rel * max(1.0, abs(x)), f"model {b} moved from model {a}: {va} vs {vb}"
+
+
+def first_loss(c, model_id):
+    return scalar(c, "SELECT loss FROM corgipile.epochs WHERE model_id = %s AND epoch = 1", (model_id,))
+
+
+def same_error(run_sharded, run_single):
+    """The ERRORs of a training on the shards and of one on one server: the same SQLSTATE and
+    message and hint, up to the relation's name and the classes counted (one server counts
+    those of the rows it has read when it finds the misfit, the shards those of every row)."""
+    errors = []
+    for run in (run_sharded, run_single):
+        with pytest.raises(psycopg.Error) as err:
+            run()
+        errors.append(err.value)
+    sharded, single = errors
+    cut = [re.sub(r"the classes \d+", "the classes N", re.sub(r"\b(public\.)?sh_\w+", "REL", e.diag.message_primary))
+           for e in errors]
+    assert (sharded.sqlstate, cut[0], sharded.diag.message_hint) == (single.sqlstate, cut[1], single.diag.message_hint), \
+        (sharded.diag.message_primary, single.diag.message_primary)
+    return sharded
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_warm_start_on_shards_continues_the_stored_model(conn, blobs, model):
+    """A sharded warm start starts from the stored model, exactly: with a vanishing step the
+    stored model is the one it started from (the scaling the shards' statistics give unfolded
+    and folded back), the next version of its name, recording the id it started from; with an
+    ordinary step its first epoch's loss is below a training from zeros', and its accuracy
+    within 0.5 point of one server's warm start of the same rows from the same model."""
+    name = f"shw_{model}"
+    cold = train(conn, "sh_hash", model, {"epochs": 2, "seed": 7, "name": name})
+    again = train(conn, "sh_hash", model, {"epochs": 1, "seed": 8, "warm_start": name, "learning_rate": TINY,
+                                           "average": False})
+    assert_same_function(conn, cold, again)
+    version_, started_from = conn.execute(
+        "SELECT version, (params->>'warm_start')::bigint FROM corgipile.models WHERE id = %s", (again,)).fetchone()
+    assert (version_, started_from) == (2, cold)
+    # The same with averaging (the mean of rounds that all start from the model).
+    averaged = train(conn, "sh_hash", model, {"epochs": 2, "seed": 8, "warm_start": cold, "learning_rate": TINY})
+    assert_same_function(conn, cold, averaged)
+    # It goes on learning, from where the stored model ended.
+    warm = train(conn, "sh_hash", model, {"epochs": 1, "seed": 9, "warm_start": cold})
+    assert first_loss(conn, warm) < first_loss(conn, cold), (first_loss(conn, warm), first_loss(conn, cold))
+    single = train(conn, "sh_hash_copy", model, {"epochs": 1, "seed": 9, "warm_start": cold, "name": f"{name}_one"})
+    got, ref = (evaluate(conn, m, "sh_hash_copy")["accuracy"] for m in (warm, single))
+    print(f"\nwarm start {model}: accuracy single-server {ref:.4f}, sharded {got:.4f}")
+    assert abs(got - ref) <= 0.005, (got, ref)
+    assert stored(conn, warm)["rows_trained"] == 200_000
+
+
+def test_warm_start_on_shards_of_a_network(conn, blobs):
+    """An mlp continues alike: its parameters unfolded into the merged scaling, its layers and
+    classes the stored model's; with a vanishing step it is the stored model, with an ordinary
+    one its first epoch's loss is below a training from zeros', and as good as one server's
+    warm start from the same model (within 0.5 point)."""
+    cold = train(conn, "sh_hash", "mlp", {"hidden": [4], "seed": 3, "epochs": 2, "name": "shw_mlp"})
+    again = train(conn, "sh_hash", "mlp", {"epochs": 1, "seed": 4, "warm_start": "shw_mlp",
+                                           "learning_rate": TINY_ADAM})
+    assert_same_function(conn, cold, again)
+    warm = train(conn, "sh_hash", "mlp", {"epochs": 1, "seed": 5, "warm_start": cold})
+    assert first_loss(conn, warm) < first_loss(conn, cold), (first_loss(conn, warm), first_loss(conn, cold))
+    single = train(conn, "sh_hash_copy", "mlp", {"epochs": 1, "seed": 5, "warm_start": cold, "name": "shw_mlp_one"})
+    got, ref = (evaluate(conn, m, "sh_hash_copy")["accuracy"] for m in (warm, single))
+    print(f"\nwarm start mlp: accuracy single-server {ref:.4f}, sharded {got:.4f}")
+    assert abs(got - ref) <= 0.005, (got, ref)
+    assert classes_of(conn, warm) == classes_of(conn, cold) == [0, 1]
+
+
+def test_warm_start_on_shards_numbers_classes_as_the_model(conn, class_mix):
+    """A softmax trained on one server numbers its text classes as it met them (not sorted);
+    warm-started on the shards it keeps that numbering, so it starts from the stored function;
+    a class it never saw gets an output of its own from zeros, as on one server."""
+    params = {"features": "features", "label": "word", "seed": 3}
+    conn.execute("DROP TABLE IF EXISTS shw_ordered")
+    conn.execute(f"CREATE TABLE shw_ordered AS SELECT * FROM {class_mix} ORDER BY label DESC, id")
+    try:
+        one = train(conn, "shw_ordered", "softmax", {**params, "epochs": 2, "shuffle": "no_shuffle"})
+        order = classes_of(conn, one)
+        assert sorted(order) == ["ant", "bee", "cat"] and order != sorted(order), order
+        # (Three outputs move by every row's gradient: a step 100 times smaller than TINY.)
+        again = train(conn, "sh_mix", "softmax", {"epochs": 1, "warm_start": one, "learning_rate": TINY / 100,
+                                                  "average": False})
+        assert classes_of(conn, again) == order
+        assert_same_function(conn, one, again)
+        two = train(conn, class_mix, "softmax", {**params, "epochs": 2, "where": "label < 2"})
+        grown = train(conn, "sh_mix", "softmax", {"epochs": 1, "warm_start": two})
+        single = train(conn, class_mix, "softmax", {"epochs": 1, "warm_start": two})
+        assert classes_of(conn, grown)[:2] == classes_of(conn, two) and len(classes_of(conn, grown)) == 3
+        assert sorted(classes_of(conn, grown)) == sorted(classes_of(conn, single))
+    finally:
+        conn.execute("DROP TABLE IF EXISTS shw_ordered")
+
+
+def test_warm_start_on_shards_keeps_the_stored_preprocessing(conn, mixed):
+    """A column list's warm start encodes every shard's rows with the stored preprocessing (sent
+    in the statistics round), not one learned anew from the shards' rows: with a vanishing step
+    the stored model, and the preprocessing stored with the new version is the old one's."""
+    params = {"label": "label", "features": COLS, "seed": 3}
+    cold = train(conn, mixed, "logistic", {**params, "epochs": 2, "where": "id % 3 <> 0"})
+    again = train(conn, "sh_cols", "logistic", {"epochs": 1, "warm_start": cold, "learning_rate": TINY,
+                                                "average": False})
+    assert_same_function(conn, cold, again)
+    assert preprocessing_of(conn, again) == preprocessing_of(conn, cold)
+    assert stored(conn, again)["rows_trained"] == 2 * COLS_ROWS
+
+
+def test_warm_start_misfits_on_shards_are_one_servers_errors(conn, class_mix):
+    """What one server refuses of a warm start, the shards refuse with the same ERROR before any
+    model is stored: a network meeting a class it never saw (42804), rows of another width
+    (42804), other features (22023), a third label for a binary model (22000)."""
+    before = models_count(conn)
+    conn.execute("DROP TABLE IF EXISTS shw_wide")
+    conn.execute("CREATE TABLE shw_wide AS SELECT id, label, features || 1.0::float8 AS features FROM sh_mix_copy")
+    try:
+        two = train(conn, class_mix, "mlp", {"hidden": [3], "epochs": 1, "seed": 1, "where": "label < 2"})
+        wide = train(conn, "shw_wide", "logistic", {"epochs": 1, "seed": 1, "where": "label < 2"})
+        binary = train(conn, class_mix, "logistic", {"epochs": 1, "seed": 1, "where": "label < 2"})
+        before = models_count(conn)
+        cases = [("mlp", {"warm_start": two}, "42804"),
+                 ("logistic", {"warm_start": wide}, "42804"),
+                 ("logistic", {"warm_start": binary, "features": ["label"]}, "22023"),
+                 ("logistic", {"warm_start": binary}, "22000")]
+        for model, params, code in cases:
+            p = {"epochs": 1, **params}
+            e = same_error(lambda: train(conn, "sh_mix", model, p), lambda: train(conn, class_mix, model, p))
+            assert e.sqlstate == code, (params, e.sqlstate, e.diag.message_primary)
+        assert models_count(conn) == before
+    finally:
+        conn.execute("DROP TABLE IF EXISTS shw_wide")

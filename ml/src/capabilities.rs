@@ -114,7 +114,6 @@ pub const REFUSED: &[Refused] = &[
     // statistics (round 0), holding out its own validation rows.
     refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
     refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
-    refused(Use::Shards, Use::WarmStart, "\"warm_start\" cannot train on a sharded table yet", "Train from zeros, or warm-start on one shard's table."),
     refused(Use::Shards, Use::Folds, "\"folds\" cannot train on a sharded table yet", "Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
     refused(Use::Shards, Use::Search, "\"search\" cannot train on a sharded table yet", "Search on one shard's table, or train each configuration with its own corgipile_train."),

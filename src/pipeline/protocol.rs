@@ -31,10 +31,11 @@ pub enum Phase {
 /// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them;
 /// 3: the training's number in every request, validation rounds; 4: column lists — the
 /// statistics round's parts of the preprocessing, the merged preprocessing in every training
-/// round, the coordinator's time zone).
+/// round, the coordinator's time zone; 5: a warm start's stored preprocessing in the statistics
+/// round).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.
@@ -213,7 +214,8 @@ pub struct RoundRequest {
     pub classes: Vec<ClassValue>,
     /// Train a list of feature columns: the preprocessing the coordinator merged from every
     /// shard's statistics round; every shard encodes its rows with it (as an evaluation
-    /// encodes with a stored model's). None otherwise.
+    /// encodes with a stored model's). A warm start's statistics round too: the stored
+    /// model's (its `n_features` is the request's). None otherwise.
     #[serde(default)]
     pub preprocessing: Option<Preprocessor>,
     /// The statistics round of a list of feature columns with a `timestamptz` column: the
@@ -323,7 +325,8 @@ impl RoundRequest {
             ));
         }
         if let Some(p) = &self.preprocessing {
-            if self.phase != Phase::Train {
+            // A training round's, or a warm start's statistics round's (a stored model's).
+            if !matches!(self.phase, Phase::Train | Phase::Statistics) {
                 return Err("a preprocessing in a round that trains nothing".into());
             }
             if !p.is_sound() || p.n_features != self.n_features {

@@ -170,4 +170,20 @@ impl WarmStart {
             );
         }
     }
+
+    /// A warm start whose model does not fit the rows of `relation` (another width, or
+    /// classes it never saw): `n_features` and `classes` are the rows'.
+    pub fn raise_misfit(&self, relation: &str, n_features: usize, classes: usize) -> ! {
+        let stored = &self.stored;
+        refuse(
+            PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+            format!(
+                "\"warm_start\": model {} has {} features and {} outputs; the rows of {relation} give {n_features} features and the classes {classes}",
+                stored.id,
+                stored.n_features(),
+                corgipile_ml::model::Predictor::n_outputs(&stored.model),
+            ),
+            "A warm start continues a model on rows of the same shape: the same feature width and no class the model never saw.",
+        )
+    }
 }

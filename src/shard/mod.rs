@@ -22,6 +22,7 @@ mod plan;
 pub mod remote;
 pub mod serve;
 mod training;
+mod warm;
 use crate::exec::explain;
 use crate::exec::sgd::binary_labels;
 use crate::pg::error::raise;
@@ -49,10 +50,11 @@ pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
 }
 
 /// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
-/// combines (see `crate::shard`).
+/// combines (see `crate::shard`); from `warm`'s model with a warm start (see `warm.rs`).
 pub(crate) fn train_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
+    warm: Option<&crate::catalog::warm_start::WarmStart>,
 ) -> (crate::pipeline::TrainOutcome, coordinator::ShardSummary) {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
@@ -63,7 +65,7 @@ pub(crate) fn train_sharded(
     let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
         serve::shard_round_here(parent, Some(leaf), kind, &params, request)
     };
-    training::train(leaves, config, &run_local)
+    training::train(leaves, config, warm, &run_local)
 }
 
 /// The shards read their tables as the user mappings' roles; here the caller must be allowed to
@@ -103,6 +105,7 @@ pub(crate) fn check_sharded_access(relid: pg_sys::Oid, relation: &str, what: &st
 pub(crate) fn explain_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
+    warm: Option<&crate::catalog::warm_start::WarmStart>,
     analyze: bool,
     format: pg_sys::ExplainFormat::Type,
 ) -> String {
@@ -113,7 +116,7 @@ pub(crate) fn explain_sharded(
         let described = crate::shard::describe(&leaves);
         let params = &prepared.config.params;
         let started = std::time::Instant::now();
-        let trained = analyze.then(|| train_sharded(prepared, leaves));
+        let trained = analyze.then(|| train_sharded(prepared, leaves, warm));
         let es = pg_sys::NewExplainState();
         (*es).analyze = analyze;
         (*es).format = format;

@@ -193,7 +193,8 @@ pub(super) unsafe fn statistics_round(
                     ),
                 );
             }
-            None
+            // A warm start's column list: the stored model's preprocessing, as sent.
+            super::warm::fixed_preprocessing(config).cloned()
         }
     };
     let n_features = match (&preprocessing, config.layout) {
@@ -238,13 +239,15 @@ pub(super) unsafe fn statistics_round(
 /// binary kind's two labels and class weights, a softmax's classes and class weights, a
 /// network's classes and initial weights, and how the shards' changes combine. `classes`: the
 /// merged classes of a label numbered by class (`stats` counts rows by their indices), else
-/// empty.
+/// empty. `fixed_labels`: a warm start's binary labels (the stored model's), else settled
+/// from the counts.
 pub(super) fn shard_plan(
     config: &PipelineConfig,
     stats: &FeatureStats,
     n_features: usize,
     classes: &[ClassValue],
     preprocessing: Option<&Preprocessor>,
+    fixed_labels: Option<(f64, f64)>,
 ) -> ShardPlan {
     let params = &config.params;
     let kind = config.model;
@@ -284,9 +287,13 @@ pub(super) fn shard_plan(
         );
     }
     if kind.is_binary() || (softmax && params.class_weight.is_some()) {
+        let counts = match fixed_labels.filter(|_| kind.is_binary()) {
+            Some(values) => super::warm::binary_counts(values, &stats.class_counts(), &label_text),
+            None => stats.class_counts(),
+        };
         let settled = settle_labels(
             kind,
-            &stats.class_counts(),
+            &counts,
             params.class_weight.as_ref(),
             &label_text,
         )

@@ -7,6 +7,8 @@ use super::coordinator::{
 };
 use super::leaves::Leaf;
 use super::plan::{params_for_shards, plans, shard_plan, statistics_round, RoundZero, ShardPlan};
+use super::warm;
+use crate::catalog::warm_start::WarmStart;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
 use crate::pg::error::{notice, raise_train_error};
 use crate::pg::progress;
@@ -28,11 +30,12 @@ use corgipile_ml::trainer::{
 use pgrx::pg_sys;
 use std::time::Instant;
 
-/// Trains `config`'s model over the shards of a sharded table. `run_local` runs a request on a
-/// local partition in this backend.
+/// Trains `config`'s model over the shards of a sharded table, from zeros or from `warm`'s
+/// model (see `warm.rs`). `run_local` runs a request on a local partition in this backend.
 pub fn train(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
+    warm: Option<&WarmStart>,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
 ) -> (TrainOutcome, ShardSummary) {
     let started = Instant::now();
@@ -49,14 +52,15 @@ pub fn train(
         epoch: 1,
         round: 0,
         rounds: 1,
-        n_features: 0,
+        n_features: warm::fixed_preprocessing(config).map_or(0, |p| p.n_features),
         weights: Vec::new(),
         bias: Vec::new(),
         extras: LearnedStatistics::default(),
         evaluate: None,
         network: None,
         classes: Vec::new(),
-        preprocessing: None,
+        // A warm start's column list: every shard encodes with the stored preprocessing.
+        preprocessing: warm::fixed_preprocessing(config).cloned(),
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
     };
@@ -80,16 +84,20 @@ pub fn train(
     };
     let RoundZero {
         preprocessing,
-        stats,
+        mut stats,
         classes: numbered,
         n_features,
         rows_skipped,
         seconds: statistics_seconds,
     } = zero;
+    let (numbered, warm_labels) = match warm {
+        Some(w) => warm::number_classes(w, config, numbered, &mut stats, n_features),
+        None => (numbered, None),
+    };
     let ShardPlan {
         extras,
         schedule: lr_schedule,
-        network,
+        mut network,
         zero_loss,
         mut model_rounds,
         n_weights,
@@ -100,7 +108,13 @@ pub fn train(
         n_features,
         &numbered,
         preprocessing.as_ref(),
+        warm_labels,
     );
+    if let Some(w) = warm {
+        let shape = (n_features, outputs, n_weights);
+        let classes = warm::classes_found(&numbered, &stats);
+        warm::start_rounds(w, config, &extras, network.as_mut(), &mut model_rounds, shape, classes);
+    }
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
     // A linear model of a label numbered by class: every shard decodes by this numbering.
@@ -116,7 +130,6 @@ pub fn train(
         &[params.patience.filter(|_| validating)],
         Notices::quiet(params.epochs),
     );
-    let mut network = network;
     let standardizer = extras.standardizer.clone();
     let label_values = extras.label_values;
     let mut rows_trained = 0;

@@ -85,7 +85,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
             Some(leaves) => Trained {
                 trials: vec![Trial::only(
                     &prepared.config.params,
-                    train_sharded(&prepared, leaves).0,
+                    train_sharded(&prepared, leaves, warm.as_ref()).0,
                 )],
                 held_out: None,
             },
@@ -241,7 +241,7 @@ fn corgipile_explain(
             ..
         } = TrainingCall::prepare(call, &Input::of_relation(relation.oid()), analyze);
         if let Some(leaves) = sharded {
-            let text = explain_sharded(&prepared, leaves, analyze, explain_format);
+            let text = explain_sharded(&prepared, leaves, warm.as_ref(), analyze, explain_format);
             TrainingCall::finish(spilled);
             let rows = match explain_format {
                 pg_sys::ExplainFormat::EXPLAIN_FORMAT_TEXT => {

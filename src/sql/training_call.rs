@@ -181,7 +181,7 @@ impl TrainingCall {
             let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
             since::apply(&mut prepared);
             if sharded.is_some() {
-                check_sharded(&prepared, warm.as_ref());
+                check_sharded(&prepared);
             } else {
                 take_buffer_floor(&mut prepared, kind);
                 if stops_early_by_default {
@@ -298,12 +298,11 @@ fn cap_default_validation(prepared: &mut Prepared) {
 /// What a training on a sharded table cannot do yet (the capability table), refused before any
 /// work: each shard trains one model in one process and keeps no folds (refused, not silently
 /// dropped).
-fn check_sharded(prepared: &Prepared, warm: Option<&WarmStart>) {
+fn check_sharded(prepared: &Prepared) {
     let params = &prepared.config.params;
     let uses = used(&[
         (Use::GroupBy, params.group_by.is_some()),
         (Use::Since, params.since.is_some()),
-        (Use::WarmStart, warm.is_some()),
         (Use::Folds, params.folds.is_some()),
         (Use::Workers, params.workers > 0),
         (Use::Search, params.search.is_some()),

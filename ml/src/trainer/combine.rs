@@ -115,6 +115,17 @@ impl DeltaRounds {
         }
     }
 
+    /// Starts the first round from `params` instead (a warm start: a stored model's
+    /// parameters in the parts' units), keeping how rounds combine and average. False, and
+    /// nothing changed, when `params` has another length or averaging already took a round.
+    pub fn start_at(&mut self, params: Vec<f64>) -> bool {
+        if params.len() != self.params.len() || self.samples > 0 {
+            return false;
+        }
+        self.params = params;
+        true
+    }
+
     /// The parameters every part starts the next round from.
     pub fn params(&self) -> &[f64] {
         &self.params
@@ -252,5 +263,21 @@ mod tests {
         m.combine(2, [[16.0].iter()]).unwrap(); // 16
         assert_eq!(m.params(), &[16.0]);
         assert_eq!(m.finish(), vec![14.0]);
+    }
+
+    #[test]
+    fn a_warm_start_changes_the_start_and_keeps_averaging() {
+        let mut rounds = DeltaRounds::new(2, Some(1));
+        assert!(!rounds.start_at(vec![1.0]));
+        assert!(rounds.start_at(vec![1.0, -2.0]));
+        assert_eq!(rounds.params(), &[1.0, -2.0]);
+        // Two parts move by +1 and +3 on the first parameter: the sum of changes.
+        let parts = [vec![2.0, -2.0], vec![4.0, -2.0]];
+        rounds.combine(1, parts.iter().map(|p| p.iter())).unwrap();
+        assert_eq!(rounds.params(), &[5.0, -2.0]);
+        // Averaged from epoch 1: one sample, the combined model.
+        assert_eq!(rounds.result(), vec![5.0, -2.0]);
+        // Once averaging took a round, the start is history.
+        assert!(!rounds.start_at(vec![0.0, 0.0]));
     }
 }

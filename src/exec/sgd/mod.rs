@@ -118,21 +118,10 @@ impl SgdNode {
     /// A warm start whose model does not fit the rows (another width, or classes it never
     /// saw).
     fn warm_start_misfit(&self, n_features: usize) -> ! {
-        let stored = &self.warm_start.as_ref().expect("a warm start").stored;
-        raise(
-            PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-            format!(
-                "\"warm_start\": model {} has {} features and {} outputs; the rows of {} give {} features and the classes {}",
-                stored.id,
-                stored.n_features(),
-                corgipile_ml::model::Predictor::n_outputs(&stored.model),
-                self.config.relation,
-                n_features,
-                // SAFETY: the child state outlives this borrow.
-                unsafe { self.shuffle().rows().classes().classes.len() },
-            ),
-            Some("A warm start continues a model on rows of the same shape: the same feature width and no class the model never saw.".into()),
-        )
+        let warm = self.warm_start.as_ref().expect("a warm start");
+        // SAFETY: the child state outlives this borrow.
+        let classes = unsafe { self.shuffle().rows().classes().classes.len() };
+        warm.raise_misfit(&self.config.relation, n_features, classes)
     }
 
     /// A pass (`pass`: "epoch 3", "Newton pass 2 of \"inference\"") read `read` rows where
