@@ -291,13 +291,8 @@ pub(super) fn shard_plan(
             Some(values) => super::warm::binary_counts(values, &stats.class_counts(), &label_text),
             None => stats.class_counts(),
         };
-        let settled = settle_labels(
-            kind,
-            &counts,
-            params.class_weight.as_ref(),
-            &label_text,
-        )
-        .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
+        let settled = settle_labels(kind, &counts, params.class_weight.as_ref(), &label_text)
+            .unwrap_or_else(|e| raise_labels_error(e, &config.relation, " on its shards"));
         extras.label_values = settled.label_values;
         extras.class_weights = settled.class_weights;
     }

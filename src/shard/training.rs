@@ -113,7 +113,15 @@ pub fn train(
     if let Some(w) = warm {
         let shape = (n_features, outputs, n_weights);
         let classes = warm::classes_found(&numbered, &stats);
-        warm::start_rounds(w, config, &extras, network.as_mut(), &mut model_rounds, shape, classes);
+        warm::start_rounds(
+            w,
+            config,
+            &extras,
+            network.as_mut(),
+            &mut model_rounds,
+            shape,
+            classes,
+        );
     }
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
