@@ -1968,22 +1968,27 @@ def test_warm_start_on_shards_continues_the_stored_model(conn, blobs, model):
     assert stored(conn, warm)["rows_trained"] == 200_000
 
 
-def test_warm_start_on_shards_of_a_network(conn, blobs):
-    """An mlp continues alike: its parameters unfolded into the merged scaling, its layers and
-    classes the stored model's; with a vanishing step it is the stored model, with an ordinary
-    one its first epoch's loss is below a training from zeros', and as good as one server's
-    warm start from the same model (within 0.5 point)."""
-    cold = train(conn, "sh_hash", "mlp", {"hidden": [4], "seed": 3, "epochs": 2, "name": "shw_mlp"})
-    again = train(conn, "sh_hash", "mlp", {"epochs": 1, "seed": 4, "warm_start": "shw_mlp",
-                                           "learning_rate": TINY_ADAM})
+@pytest.mark.parametrize("model, shape", [("mlp", {"hidden": [4]}), ("mlp_regression", {"hidden": [4]}),
+                                          ("fm", {"factors": 2})])
+def test_warm_start_on_shards_of_a_network(conn, blobs, model, shape):
+    """A network or factorization machine continues alike: its parameters unfolded into the
+    merged scaling (and a regression's target standardized by the shards' label moments), its
+    layers or factors and classes the stored model's; with a vanishing step it is the stored
+    model, with an ordinary one its first epoch's loss is below a training from zeros', and as
+    good as one server's warm start from the same model (within 0.5 point, or 0.005 of R²)."""
+    name = f"shw_{model}"
+    cold = train(conn, "sh_hash", model, {**shape, "seed": 3, "epochs": 2, "name": name})
+    again = train(conn, "sh_hash", model, {"epochs": 1, "seed": 4, "warm_start": name, "learning_rate": TINY_ADAM})
     assert_same_function(conn, cold, again)
-    warm = train(conn, "sh_hash", "mlp", {"epochs": 1, "seed": 5, "warm_start": cold})
+    warm = train(conn, "sh_hash", model, {"epochs": 1, "seed": 5, "warm_start": cold})
     assert first_loss(conn, warm) < first_loss(conn, cold), (first_loss(conn, warm), first_loss(conn, cold))
-    single = train(conn, "sh_hash_copy", "mlp", {"epochs": 1, "seed": 5, "warm_start": cold, "name": "shw_mlp_one"})
-    got, ref = (evaluate(conn, m, "sh_hash_copy")["accuracy"] for m in (warm, single))
-    print(f"\nwarm start mlp: accuracy single-server {ref:.4f}, sharded {got:.4f}")
+    single = train(conn, "sh_hash_copy", model, {"epochs": 1, "seed": 5, "warm_start": cold, "name": f"{name}_one"})
+    metric = "r2" if model == "mlp_regression" else "accuracy"
+    got, ref = (evaluate(conn, m, "sh_hash_copy")[metric] for m in (warm, single))
+    print(f"\nwarm start {model}: {metric} single-server {ref:.4f}, sharded {got:.4f}")
     assert abs(got - ref) <= 0.005, (got, ref)
-    assert classes_of(conn, warm) == classes_of(conn, cold) == [0, 1]
+    if model != "mlp_regression":
+        assert classes_of(conn, warm) == classes_of(conn, cold) == [0, 1]
 
 
 def test_warm_start_on_shards_numbers_classes_as_the_model(conn, class_mix):

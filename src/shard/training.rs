@@ -6,7 +6,7 @@ use super::coordinator::{
     open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
 use super::leaves::Leaf;
-use super::plan::{params_for_shards, plans, shard_plan, statistics_round, RoundZero, ShardPlan};
+use super::plan::{params_for_shards, plans, statistics_round, RoundZero, ShardPlan};
 use super::warm;
 use crate::catalog::warm_start::WarmStart;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
@@ -72,7 +72,7 @@ pub fn train(
         bytes: 0,
     };
     // SAFETY: FFI calls on the backend thread, in the SQL call's transaction; no raw pointers.
-    let zero = unsafe {
+    let mut zero = unsafe {
         statistics_round(
             &mut conv.shards,
             config,
@@ -82,18 +82,6 @@ pub fn train(
             &mut conv.bytes,
         )
     };
-    let RoundZero {
-        preprocessing,
-        mut stats,
-        classes: numbered,
-        n_features,
-        rows_skipped,
-        seconds: statistics_seconds,
-    } = zero;
-    let (numbered, warm_labels) = match warm {
-        Some(w) => warm::number_classes(w, config, numbered, &mut stats, n_features),
-        None => (numbered, None),
-    };
     let ShardPlan {
         extras,
         schedule: lr_schedule,
@@ -102,27 +90,15 @@ pub fn train(
         mut model_rounds,
         n_weights,
         outputs,
-    } = shard_plan(
-        config,
-        &stats,
+    } = warm::plan(warm, config, &mut zero);
+    let RoundZero {
+        preprocessing,
+        stats: _,
+        classes: numbered,
         n_features,
-        &numbered,
-        preprocessing.as_ref(),
-        warm_labels,
-    );
-    if let Some(w) = warm {
-        let shape = (n_features, outputs, n_weights);
-        let classes = warm::classes_found(&numbered, &stats);
-        warm::start_rounds(
-            w,
-            config,
-            &extras,
-            network.as_mut(),
-            &mut model_rounds,
-            shape,
-            classes,
-        );
-    }
+        rows_skipped,
+        seconds: statistics_seconds,
+    } = zero;
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
     // A linear model of a label numbered by class: every shard decodes by this numbering.

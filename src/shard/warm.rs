@@ -7,6 +7,7 @@
 //! and every shard encodes its rows with it.
 
 use super::network::NetworkPlan;
+use super::plan::{shard_plan, RoundZero, ShardPlan};
 use crate::catalog::warm_start::WarmStart;
 use crate::pg::error::raise_train_error;
 use crate::pipeline::protocol::merged_index;
@@ -16,6 +17,49 @@ use corgipile_ml::network::Target;
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{DeltaRounds, TrainError};
+
+/// The plan every shard trains by (`plan::shard_plan`) from round 0's findings (`zero`): from
+/// zeros, or from `warm`'s model, whose classes number `zero`'s (its classes and counts
+/// renumbered here), whose binary labels are kept, and whose parameters start the rounds.
+pub(super) fn plan(
+    warm: Option<&WarmStart>,
+    config: &PipelineConfig,
+    zero: &mut RoundZero,
+) -> ShardPlan {
+    let n_features = zero.n_features;
+    let Some(warm) = warm else {
+        return shard_plan(
+            config,
+            &zero.stats,
+            n_features,
+            &zero.classes,
+            zero.preprocessing.as_ref(),
+            None,
+        );
+    };
+    let merged = std::mem::take(&mut zero.classes);
+    let (classes, labels) = number_classes(warm, config, merged, &mut zero.stats, n_features);
+    zero.classes = classes;
+    let mut plan = shard_plan(
+        config,
+        &zero.stats,
+        n_features,
+        &zero.classes,
+        zero.preprocessing.as_ref(),
+        labels,
+    );
+    let shape = (n_features, plan.outputs, plan.n_weights);
+    start_rounds(
+        warm,
+        config,
+        &plan.extras,
+        plan.network.as_mut(),
+        &mut plan.model_rounds,
+        shape,
+        classes_found(&zero.classes, &zero.stats),
+    );
+    plan
+}
 
 /// A stored preprocessing the training encodes with (a warm start's column list), which round
 /// 0 sends every shard; None when the shards learn it (or there is none).
@@ -31,7 +75,7 @@ pub(super) fn fixed_preprocessing(config: &PipelineConfig) -> Option<&Preprocess
 /// whose indices `stats` counts rows by: renumbered here). A network has an output per stored
 /// class only: a class it never saw is one server's ERROR. Returns the classes and, for a
 /// binary kind, the stored model's two labels as the trainer sees them.
-pub(super) fn number_classes(
+fn number_classes(
     warm: &WarmStart,
     config: &PipelineConfig,
     merged: Vec<ClassValue>,
@@ -72,7 +116,7 @@ pub(super) fn number_classes(
 
 /// How many classes the rows have (for an ERROR): the numbered ones, or a binary kind's
 /// distinct label values (none for a regression).
-pub(super) fn classes_found(numbered: &[ClassValue], stats: &FeatureStats) -> usize {
+fn classes_found(numbered: &[ClassValue], stats: &FeatureStats) -> usize {
     numbered.len().max(stats.class_counts().len())
 }
 
@@ -116,7 +160,7 @@ pub(super) fn binary_counts(
 /// classes the model never saw gets their outputs from zeros (as on one server); a model of
 /// another width or shape is one server's ERROR. `shape`: features, outputs, weights;
 /// `classes`: how many the training numbers (for the ERROR).
-pub(super) fn start_rounds(
+fn start_rounds(
     warm: &WarmStart,
     config: &PipelineConfig,
     extras: &LearnedStatistics,
