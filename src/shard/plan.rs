@@ -5,7 +5,7 @@
 use super::coordinator::{bad_reply, round, RoundProgress, Shard};
 use crate::decode::columns::raise_merged_statistics_error;
 use crate::exec::sgd::LearnedStatistics;
-use crate::pg::error::{raise, raise_labels_error};
+use crate::pg::error::{raise, raise_labels_error, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::protocol::{merge_classes, merged_index, RoundReply, RoundRequest};
 use crate::pipeline::PreprocessSpec;
@@ -18,7 +18,7 @@ use corgipile_ml::params::{Features, TrainParams};
 use corgipile_ml::preprocess::{ColumnPlan, MergeError, Preprocessor, StatsBuilder};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
-    normalizing_scaler, settle_labels, DeltaRounds, LrSchedule, MAX_CLASSES,
+    normalizing_scaler, settle_labels, DeltaRounds, LrSchedule, TrainError, MAX_CLASSES,
 };
 use corgipile_ml::wire::WireError;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -194,7 +194,7 @@ pub(super) unsafe fn statistics_round(
                 );
             }
             // A warm start's column list: the stored model's preprocessing, as sent.
-            super::warm::fixed_preprocessing(config).cloned()
+            fixed_preprocessing(config).cloned()
         }
     };
     let n_features = match (&preprocessing, config.layout) {
@@ -288,7 +288,7 @@ pub(super) fn shard_plan(
     }
     if kind.is_binary() || (softmax && params.class_weight.is_some()) {
         let counts = match fixed_labels.filter(|_| kind.is_binary()) {
-            Some(values) => super::warm::binary_counts(values, &stats.class_counts(), &label_text),
+            Some(values) => binary_counts(values, &stats.class_counts(), &label_text),
             None => stats.class_counts(),
         };
         let settled = settle_labels(kind, &counts, params.class_weight.as_ref(), &label_text)
@@ -356,6 +356,45 @@ pub(super) fn plans(config: &PipelineConfig) -> Option<(&[ColumnPlan], usize)> {
         }) => Some((plans, *max_categories as usize)),
         _ => None,
     }
+}
+
+/// A stored preprocessing the training encodes with (a warm start's column list), which round
+/// 0 sends every shard; None when the shards learn it (or there is none).
+pub(super) fn fixed_preprocessing(config: &PipelineConfig) -> Option<&Preprocessor> {
+    match &config.preprocess {
+        Some(PreprocessSpec::Fixed(p)) => Some(p),
+        _ => None,
+    }
+}
+
+/// A binary kind's rows counted by label (`counts`, as the statistics round found them), for
+/// the stored model's two labels (`values`, negative then positive) in that order, a label
+/// the rows lack counted 0: a third label is one server's ERROR (the trainer's labels are
+/// fixed before the first row).
+pub(super) fn binary_counts(
+    (negative, positive): (f64, f64),
+    counts: &[(f64, u64)],
+    label_text: &dyn Fn(f64) -> String,
+) -> Vec<(f64, u64)> {
+    if let Some(&(other, _)) = counts
+        .iter()
+        .find(|(v, _)| *v != negative && *v != positive)
+    {
+        raise_train_error(
+            TrainError::TooManyLabels {
+                values: [negative, positive, other],
+            },
+            label_text,
+            false,
+        );
+    }
+    let rows = |label: f64| {
+        counts
+            .iter()
+            .find(|(v, _)| *v == label)
+            .map_or(0, |&(_, n)| n)
+    };
+    vec![(negative, rows(negative)), (positive, rows(positive))]
 }
 
 /// The params every shard runs with: a list of feature columns (or `"*"`) as the coordinator

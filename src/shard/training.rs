@@ -6,7 +6,9 @@ use super::coordinator::{
     open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
 use super::leaves::Leaf;
-use super::plan::{params_for_shards, plans, statistics_round, RoundZero, ShardPlan};
+use super::plan::{
+    fixed_preprocessing, params_for_shards, plans, statistics_round, RoundZero, ShardPlan,
+};
 use super::warm;
 use crate::catalog::warm_start::WarmStart;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
@@ -52,7 +54,7 @@ pub fn train(
         epoch: 1,
         round: 0,
         rounds: 1,
-        n_features: warm::fixed_preprocessing(config).map_or(0, |p| p.n_features),
+        n_features: fixed_preprocessing(config).map_or(0, |p| p.n_features),
         weights: Vec::new(),
         bias: Vec::new(),
         extras: LearnedStatistics::default(),
@@ -60,7 +62,7 @@ pub fn train(
         network: None,
         classes: Vec::new(),
         // A warm start's column list: every shard encodes with the stored preprocessing.
-        preprocessing: warm::fixed_preprocessing(config).cloned(),
+        preprocessing: fixed_preprocessing(config).cloned(),
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
     };

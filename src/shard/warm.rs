@@ -2,19 +2,19 @@
 //! (`crate::request::warm_start`, as one server does), numbers the classes as the model numbers
 //! them, keeps a binary model's two label values, and starts the rounds from the model's
 //! parameters unfolded into the training's units (the merged scaling, a network's target)
-//! instead of zeros. The shards see nothing new: round 1 sends these parameters as any round
-//! sends the combined model. A column list keeps the model's preprocessing: round 0 sends it,
-//! and every shard encodes its rows with it.
+//! instead of zeros: round 1 sends these parameters as any round sends the combined model. A
+//! column list keeps the model's preprocessing: round 0 sends it (shard protocol 5) and every
+//! shard encodes its rows with it (`plan::fixed_preprocessing`); a binary model keeps its two
+//! labels (`plan::binary_counts`).
 
 use super::network::NetworkPlan;
 use super::plan::{shard_plan, RoundZero, ShardPlan};
 use crate::catalog::warm_start::WarmStart;
 use crate::pg::error::raise_train_error;
 use crate::pipeline::protocol::merged_index;
-use crate::pipeline::{ClassValue, LearnedStatistics, PipelineConfig, PreprocessSpec};
+use crate::pipeline::{ClassValue, LearnedStatistics, PipelineConfig};
 use corgipile_ml::model::Predictor;
 use corgipile_ml::network::Target;
-use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{DeltaRounds, TrainError};
 
@@ -59,15 +59,6 @@ pub(super) fn plan(
         classes_found(&zero.classes, &zero.stats),
     );
     plan
-}
-
-/// A stored preprocessing the training encodes with (a warm start's column list), which round
-/// 0 sends every shard; None when the shards learn it (or there is none).
-pub(super) fn fixed_preprocessing(config: &PipelineConfig) -> Option<&Preprocessor> {
-    match &config.preprocess {
-        Some(PreprocessSpec::Fixed(p)) => Some(p),
-        _ => None,
-    }
 }
 
 /// The classes of a warm start's training, numbered as one server numbers them: the stored
@@ -123,36 +114,6 @@ fn classes_found(numbered: &[ClassValue], stats: &FeatureStats) -> usize {
 /// One class, as `merge_classes` has them (-0.0 and 0.0 are one).
 fn same_class(a: &ClassValue, b: &ClassValue) -> bool {
     merged_index(std::slice::from_ref(a), b).is_some()
-}
-
-/// A binary kind's rows counted by label (`counts`, as the statistics round found them), for
-/// the stored model's two labels (`values`, negative then positive) in that order, a label
-/// the rows lack counted 0: a third label is one server's ERROR (the trainer's labels are
-/// fixed before the first row).
-pub(super) fn binary_counts(
-    (negative, positive): (f64, f64),
-    counts: &[(f64, u64)],
-    label_text: &dyn Fn(f64) -> String,
-) -> Vec<(f64, u64)> {
-    if let Some(&(other, _)) = counts
-        .iter()
-        .find(|(v, _)| *v != negative && *v != positive)
-    {
-        raise_train_error(
-            TrainError::TooManyLabels {
-                values: [negative, positive, other],
-            },
-            label_text,
-            false,
-        );
-    }
-    let rows = |label: f64| {
-        counts
-            .iter()
-            .find(|(v, _)| *v == label)
-            .map_or(0, |&(_, n)| n)
-    };
-    vec![(negative, rows(negative)), (positive, rows(positive))]
 }
 
 /// Starts `rounds` from the stored model, unfolded into the shards' units: rows scaled by
