@@ -30,7 +30,12 @@ connect_timeout, and cancel while connecting stops within 1 s. Classes are numbe
 every shard: softmax (numbers and texts), logistic and mlp of a text label on shards that hold
 different class mixes (a class on one shard only) have the one-server training's classes and
 accuracy; a third text class over the shards is refused for a binary kind; forged class rounds
-and requests of another corgipile or shard protocol version are refused by the shard."""
+and requests of another corgipile or shard protocol version are refused by the shard. A warm
+start continues the stored model on the shards (svm, logistic, mlp, mlp_regression, fm; a
+column list's stored preprocessing; a softmax's classes in the model's order): with a vanishing
+step it is the stored model within 1e-9, with an ordinary one it starts below a cold start's
+first loss and ends within 0.5 point of one server's warm start; what one server refuses of a
+warm start, the shards refuse with the same ERROR."""
 
 import os
 import re
