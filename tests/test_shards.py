@@ -1584,6 +1584,10 @@ def test_column_lists_on_shards_train_like_one_server(conn, mixed, model, params
     assert abs(got - ref) <= ACCURACY_TOLERANCE, (got, ref)
     assert ref > (0.8 if model == "logistic" else 0.7), ref
     p = assert_same_preprocessing(conn, m, single, mixed)
+    # The coordinator holds no rows to score: a sharded model's predictions are not profiled
+    # (corgipile_drift answers "no training profile" for them); one server's are.
+    assert "predictions" not in p.get("profile", {})
+    assert "predictions" in preprocessing_of(conn, single)["profile"]
     color = next(col for col in p["columns"] if col["name"] == "color")
     assert sorted(color["categories"]) == ["blue", "green", "red", "teal"] and color["null"]
     if model == "mlp":  # numbers encoded "ple" by default: bins from the merged sketches

@@ -240,12 +240,7 @@ pub struct GroupFamily {
 impl StoredModel {
     /// A class as text, as the label column would show it.
     pub fn class_text(&self, index: usize) -> String {
-        match &self.classes[index] {
-            ClassValue::Number(v) if self.boolean_label => {
-                (if *v != 0.0 { "true" } else { "false" }).to_owned()
-            }
-            c => c.to_text(),
-        }
+        self.classes[index].name(self.boolean_label)
     }
 
     pub fn kind(&self) -> ModelKind {

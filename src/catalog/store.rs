@@ -4,6 +4,7 @@ use super::{as_catalog_owner, caller, LabelMapping};
 use crate::pg::error::raise;
 use crate::pipeline::{EpochRecord, TrainOutcome};
 use corgipile_ml::model::{ModelKind, Predictor};
+use corgipile_ml::preprocess::Preprocessor;
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgMemoryContexts, PgSqlErrorCode};
 use serde_json::json;
@@ -57,6 +58,24 @@ pub fn store_model_with(
     // A name now stands for this model: plans that resolved it are planned again.
     crate::catalog::plans::models_changed();
     id
+}
+
+/// A model's preprocessing as stored: its profile with this model's predictions (or none: a
+/// warm start's preprocessing may carry the model it started from's).
+fn preprocessing_json(p: &Preprocessor, outcome: &TrainOutcome) -> serde_json::Value {
+    let mut json = p.to_json();
+    if let Some(profile) = json.get_mut("profile").and_then(|v| v.as_object_mut()) {
+        match &outcome.predictions {
+            Some(predictions) => {
+                let value = serde_json::to_value(predictions).expect("a profile serializes");
+                profile.insert("predictions".into(), value);
+            }
+            None => {
+                profile.remove("predictions");
+            }
+        }
+    }
+    json
 }
 
 fn insert_model(
@@ -156,7 +175,7 @@ fn insert_model(
             outcome
                 .preprocessing
                 .as_ref()
-                .map(|p| JsonB(p.to_json()))
+                .map(|p| JsonB(preprocessing_json(p, outcome)))
                 .into(),
             layers.into(),
         ],

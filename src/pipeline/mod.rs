@@ -324,6 +324,14 @@ impl LabelCoding {
         !matches!(self, LabelCoding::Value(_))
     }
 
+    /// A boolean label column (its classes are named false / true).
+    pub fn is_boolean(self) -> bool {
+        matches!(
+            self,
+            LabelCoding::Value(LabelKind::Bool) | LabelCoding::ClassOfValue(LabelKind::Bool)
+        )
+    }
+
     /// A label value as class_weight and messages name it: a boolean false / true, as
     /// predictions say it; a number as itself.
     pub fn value_text(self, v: f64) -> String {
@@ -353,6 +361,15 @@ impl ClassValue {
         match self {
             ClassValue::Number(v) => format!("{v}"),
             ClassValue::Text(s) => s.clone(),
+        }
+    }
+    /// The class as predictions name it: a boolean label's 0 / 1 as false / true.
+    pub fn name(&self, boolean_label: bool) -> String {
+        match self {
+            ClassValue::Number(v) if boolean_label => {
+                (if *v != 0.0 { "true" } else { "false" }).to_owned()
+            }
+            c => c.to_text(),
         }
     }
 }
@@ -448,6 +465,9 @@ pub struct TrainOutcome {
     pub statistics_seconds: Option<f64>,
     /// With "patience": the epoch whose model this is (the lowest validation loss).
     pub best_epoch: Option<u32>,
+    /// Column lists: the profile of this model's predictions after training, written into its
+    /// preprocessing's profile when stored (a search's models share one preprocessing).
+    pub predictions: Option<corgipile_ml::preprocess::profile::ColumnProfile>,
     /// `"inference"`: the tests of every coefficient (`metrics->'inference'`).
     pub inference: Option<serde_json::Value>,
 }

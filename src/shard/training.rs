@@ -232,6 +232,9 @@ pub fn train(
         rows_skipped,
         seconds: started.elapsed().as_secs_f64(),
         statistics_seconds: Some(statistics_seconds),
+        // The coordinator holds no rows to score: a sharded model's predictions are not
+        // profiled (corgipile_drift says "no training profile" for them).
+        predictions: None,
     };
     (outcome, summary)
 }

@@ -208,11 +208,14 @@ fn drift(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<DriftRo
         label,
         read.label.finish(),
     ));
-    // Predictions are not profiled at training (see docs/reference.md): today's only.
+    // The stored model's predictions after training (see docs/reference.md), when profiled.
+    let predictions = profile
+        .and_then(|p| p.predictions.as_ref())
+        .map(|p| &p.summary);
     out.push(row(
         "(prediction)",
         "prediction",
-        None,
+        predictions,
         read.predictions.finish(),
     ));
     out
@@ -243,6 +246,9 @@ fn counters_for(
             .collect()
     });
     let label_profile: Option<&ColumnProfile> = profile.and_then(|p| p.label.as_ref());
+    let predictions_profile = profile
+        .and_then(|p| p.predictions.as_ref())
+        .map(|p| &p.summary);
     let classes: Vec<String> = (0..stored.classes.len())
         .map(|i| stored.class_text(i))
         .collect();
@@ -257,7 +263,7 @@ fn counters_for(
     } else {
         (
             Counter::for_training(label_profile.map(|l| &l.summary), ColumnKind::Number),
-            Counter::in_bins(Vec::new()),
+            Counter::for_training(predictions_profile, ColumnKind::Number),
         )
     };
     DriftCounters {

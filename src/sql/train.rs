@@ -95,6 +95,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
                 sql: prepared.input.sql.clone(),
                 warm_start: warm,
                 record_held_out: gate.is_some(),
+                profile_predictions: true,
             }),
         };
         let params = &prepared.config.params;
@@ -263,6 +264,8 @@ fn corgipile_explain(
                 sql: prepared.input.sql.clone(),
                 warm_start: warm,
                 record_held_out: false,
+                // Nothing is stored: no pass beyond the training's.
+                profile_predictions: false,
             });
         }
         let es = pg_sys::NewExplainState();

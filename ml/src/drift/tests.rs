@@ -1,7 +1,7 @@
 use super::distance::{jensen_shannon, l_infinity, psi, PSI_EPSILON};
 use super::*;
 use crate::preprocess::profile::{
-    bin_of, shares, ColumnProfile, NumberSketch, Profile, Summary, PROFILE_BINS,
+    bin_of, shares, ColumnProfile, NumberSketch, PredictionSketch, Profile, Summary, PROFILE_BINS,
 };
 
 fn close(a: f64, b: f64) {
@@ -136,7 +136,109 @@ fn profile_round_trips_as_json() {
             },
         }],
         label: None,
+        predictions: None,
     };
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(serde_json::from_value::<Profile>(json).unwrap(), p);
+}
+
+#[test]
+fn a_profile_without_predictions_still_reads() {
+    // A model trained before predictions were profiled: its stored profile has no such key.
+    let old = serde_json::json!({"rows": 2, "columns": [], "label": null});
+    let p: Profile = serde_json::from_value(old).unwrap();
+    assert_eq!(p.predictions, None);
+    assert!(serde_json::to_value(&p)
+        .unwrap()
+        .get("predictions")
+        .is_none());
+}
+
+#[test]
+fn class_predictions_are_shares_in_the_model_order() {
+    let mut s = PredictionSketch::classes(3);
+    for c in [2, 0, 2, 2, 7] {
+        s.push_class(c);
+    }
+    let summary = s.finish(vec!["b".into(), "a".into(), "c".into()]);
+    let Summary::Categories {
+        rows,
+        categories,
+        shares,
+        ..
+    } = &summary
+    else {
+        panic!("categories")
+    };
+    assert_eq!(*rows, 5);
+    assert_eq!(categories, &["b", "a", "c"]);
+    // Each class, "(other)" (an index past the classes), NULL.
+    assert_eq!(shares, &[0.2, 0.0, 0.6, 0.2, 0.0]);
+    // Today's predictions, counted by name in the same categories, compare with it.
+    let mut today = Counter::for_training(Some(&summary), ColumnKind::Text);
+    for v in [b"b", b"b", b"c", b"a"] {
+        today.text(Some(&v[..]));
+    }
+    let d = compare(&summary, &today.finish()).unwrap();
+    assert!((d.l_infinity - 0.35).abs() < 1e-12);
+    let p = [0.2, 0.0, 0.6, 0.2, 0.0];
+    let q = [0.5, 0.25, 0.25, 0.0, 0.0];
+    assert!((d.jensen_shannon - jensen_shannon(&p, &q)).abs() < 1e-15);
+}
+
+#[test]
+fn number_predictions_are_deciles_and_today_counts_in_them() {
+    let mut s = PredictionSketch::number();
+    for i in 0..1000 {
+        s.push_number(i as f64);
+    }
+    s.push_number(f64::NAN);
+    let summary = s.finish(Vec::new());
+    let Summary::Number {
+        rows,
+        missing,
+        cuts,
+        shares,
+        mean,
+        min,
+        max,
+        ..
+    } = &summary
+    else {
+        panic!("number")
+    };
+    assert_eq!((*rows, *missing), (1001, 1));
+    assert_eq!((*min, *max, *mean), (0.0, 999.0, 499.5));
+    assert_eq!(cuts.len(), 9);
+    for (k, c) in cuts.iter().enumerate() {
+        assert!((c - 100.0 * (k + 1) as f64).abs() < 10.0, "{cuts:?}");
+    }
+    assert!(shares.iter().all(|s| (s - 0.1).abs() < 0.02), "{shares:?}");
+    // The same values today: a PSI near 0; shifted by a decile's width: far from it.
+    let count = |shift: f64| {
+        let mut today = Counter::for_training(Some(&summary), ColumnKind::Number);
+        for i in 0..1000 {
+            today.number(Some(i as f64 + shift));
+        }
+        today.number(None);
+        compare(&summary, &today.finish()).unwrap()
+    };
+    assert!(count(0.0).psi < 0.01);
+    assert!(count(300.0).psi > 0.25);
+}
+
+#[test]
+fn only_finite_predictions_are_summarised() {
+    let mut s = PredictionSketch::number();
+    s.push_number(f64::INFINITY);
+    let Summary::Number {
+        rows,
+        missing,
+        shares,
+        ..
+    } = s.finish(Vec::new())
+    else {
+        panic!("number")
+    };
+    assert_eq!((rows, missing, shares), (1, 1, vec![0.0]));
 }

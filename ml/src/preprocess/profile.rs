@@ -1,7 +1,8 @@
 //! What a model stores of its training rows for `corgipile_drift` (a [`Profile`]): per input
 //! column the rows, NULLs, mean, standard deviation, deciles and the shares between them of a
 //! number (a [`NumberSketch`] in the statistics pass), the shares of a one-hot column's kept
-//! categories, "(other)" and NULL; the label's class shares or deciles ([`LabelSketch`]).
+//! categories, "(other)" and NULL; the label's class shares or deciles ([`LabelSketch`]); the
+//! stored model's predictions on a sample of rows after training ([`PredictionSketch`]).
 //! Compared with today's rows by `crate::drift`.
 
 use super::quantiles::QuantileSketch;
@@ -27,6 +28,11 @@ pub struct Profile {
     pub columns: Vec<ColumnProfile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<ColumnProfile>,
+    /// The stored model's predictions after training (its own, per model: a search's models
+    /// share one preprocessing, so the catalog writes this in when it stores each); None for
+    /// models trained before it and the models that are not profiled (see docs/reference.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predictions: Option<ColumnProfile>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -229,6 +235,98 @@ impl LabelSketch {
                     rows,
                     missing: 0,
                     categories: all.iter().map(|a| name(a.0)).collect(),
+                    shares: shares(&counts),
+                }
+            }
+        }
+    }
+}
+
+/// The predictions of a trained model on a sample of rows: a classifier's count of each class
+/// (by class index, the model's order; an index past them counts as "(other)"), a regression's
+/// number summary in the deciles the number columns use ([`NumberSketch`]). Bounded memory: a
+/// sketch, or one count per class.
+#[derive(Clone, Debug)]
+pub enum PredictionSketch {
+    Number {
+        moments: Welford,
+        sketch: Box<NumberSketch>,
+        /// Non-finite predictions (counted as NULL, as today's read counts none).
+        missing: u64,
+    },
+    /// One count per class, then "(other)".
+    Classes(Vec<u64>),
+}
+
+impl PredictionSketch {
+    pub fn number() -> PredictionSketch {
+        PredictionSketch::Number {
+            moments: Welford::default(),
+            sketch: Box::new(NumberSketch::new()),
+            missing: 0,
+        }
+    }
+
+    pub fn classes(n: usize) -> PredictionSketch {
+        PredictionSketch::Classes(vec![0; n + 1])
+    }
+
+    /// A regression's prediction.
+    pub fn push_number(&mut self, v: f64) {
+        if let PredictionSketch::Number {
+            moments,
+            sketch,
+            missing,
+        } = self
+        {
+            if v.is_finite() {
+                moments.push(v);
+                sketch.push(v);
+            } else {
+                *missing += 1;
+            }
+        }
+    }
+
+    /// A classifier's predicted class index.
+    pub fn push_class(&mut self, class: usize) {
+        if let PredictionSketch::Classes(counts) = self {
+            let other = counts.len() - 1;
+            counts[class.min(other)] += 1;
+        }
+    }
+
+    /// The summary compared with today's predictions: a number's deciles and shares, or the
+    /// share of each class named by `names` (the model's classes, in its order), of "(other)"
+    /// and of NULL (0), as today's read counts them.
+    pub fn finish(self, names: Vec<String>) -> Summary {
+        match self {
+            PredictionSketch::Number {
+                moments,
+                sketch,
+                missing,
+            } => {
+                let (cuts, shares, min, max) = sketch.finish();
+                let (mean, std) = moments.mean_std();
+                Summary::Number {
+                    rows: moments.n() + missing,
+                    missing,
+                    mean,
+                    std,
+                    min,
+                    max,
+                    cuts,
+                    shares,
+                }
+            }
+            PredictionSketch::Classes(mut counts) => {
+                debug_assert_eq!(names.len() + 1, counts.len());
+                let rows = counts.iter().sum();
+                counts.push(0);
+                Summary::Categories {
+                    rows,
+                    missing: 0,
+                    categories: names,
                     shares: shares(&counts),
                 }
             }

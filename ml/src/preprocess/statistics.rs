@@ -304,6 +304,7 @@ impl StatsBuilder {
             rows,
             columns,
             label: None,
+            predictions: None,
         })
     }
 

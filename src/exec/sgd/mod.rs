@@ -13,6 +13,7 @@ mod epochs;
 mod evaluate;
 mod inference;
 mod learn;
+mod predictions;
 mod shape;
 mod shard_round;
 mod side_by_side;

@@ -37,6 +37,8 @@ pub struct Train {
     pub warm_start: Option<WarmStart>,
     /// Record which rows are held out (a gated training scores the deployed version on them).
     pub record_held_out: bool,
+    /// Profile the stored models' predictions after training (see `predictions.rs`).
+    pub profile_predictions: bool,
 }
 
 /// What a training gives back: every configuration's trial (one, unless the params search),
@@ -60,10 +62,14 @@ impl SgdTask for Train {
             sql: self.sql,
         };
         let mut trials = node
-            .train(self.validation_rows, role)
+            .train(self.validation_rows.as_ref(), role)
             .expect("the leader of a training returns its outcome");
         node.infer(&mut trials);
         let held_out = node.shuffle().rows_mut().take_held_out();
+        // After "inference" (whose passes polish the model): the stored model's predictions.
+        if self.profile_predictions {
+            node.profile_predictions(&mut trials, self.validation_rows.as_ref());
+        }
         Trained { trials, held_out }
     }
 }
@@ -115,7 +121,7 @@ impl SgdNode {
     /// leader raises the ERROR), or whose part is done (the leader stores the models).
     unsafe fn train(
         &mut self,
-        validation_rows: Option<CollectedRows>,
+        validation_rows: Option<&CollectedRows>,
         role: Role,
     ) -> Option<Vec<Trial>> {
         let started = Instant::now();
@@ -205,7 +211,7 @@ impl SgdNode {
             team.as_ref(),
             first,
             first_started,
-            validation_rows.as_ref(),
+            validation_rows,
             standardizer.as_ref(),
         );
         let mut trainer = sgd.finish();
@@ -525,6 +531,8 @@ impl SgdNode {
                     epochs,
                     best_epoch,
                     inference: None,
+                    // Profiled once the model is final (see `profile_predictions`).
+                    predictions: None,
                     seconds: ended.started.elapsed().as_secs_f64(),
                 }),
                 epochs_before_failing: Vec::new(),
