@@ -223,8 +223,11 @@ def assert_same_predictions(c, a, b, table="ws", tol=1e-9):
 
 
 def shape_of(c, model):
-    return c.execute("""SELECT layers, params->'hidden', params->'activation', params->'factors', preprocessing,
-                               label_mapping FROM corgipile.models WHERE id = %s""", (model,)).fetchone()
+    """What a warm start keeps: the layers, shape params, the stored preprocessing (but for its
+    profile of the predictions, each model's own) and classes."""
+    return c.execute("""SELECT layers, params->'hidden', params->'activation', params->'factors',
+                               preprocessing #- '{profile,predictions}', label_mapping
+                        FROM corgipile.models WHERE id = %s""", (model,)).fetchone()
 
 
 @pytest.mark.parametrize("kind,params", [(k, p) for _, k, p in FAMILIES], ids=[i for i, _, _ in FAMILIES])
@@ -272,6 +275,11 @@ def test_a_column_list_network_keeps_its_stored_preprocessing(env, admin):
                                                "learning_rate": TINY_ADAM})
     assert shape_of(admin, again) == shape_of(admin, first)
     assert_same_predictions(admin, first, again)
+    # Its predictions' profile is its own, from the rows it continued on (none blue).
+    predictions = [admin.execute("SELECT preprocessing->'profile'->'predictions' FROM corgipile.models WHERE id = %s",
+                                 (m,)).fetchone()[0] for m in (first, again)]
+    shifted = admin.execute("SELECT count(*) FROM ws_shifted").fetchone()[0]
+    assert predictions[1] != predictions[0] and 0 < predictions[1]["rows"] <= shifted
     # A training of its own on those rows would have learned another preprocessing.
     own = train(admin, "ws_shifted", "mlp", {"features": ["x", "color"], "label": "class3", "hidden": [6],
                                              "epochs": 1, "seed": 1})
