@@ -230,10 +230,12 @@ def test_held_out_validation_rows_are_the_ones_scored(conn, tables):
     assert drift(conn, m, "dr_train", ALL)["(prediction)"]["passes"] is True
 
 
-def test_workers_and_each_configuration_of_a_search_are_profiled(conn, tables):
+def test_workers_folds_and_each_configuration_of_a_search_are_profiled(conn, tables):
     m = train(conn, "dr_train", "logistic", {**COLUMNS, "workers": 1})
     assert predictions_profile(conn, m)["rows"] > 0
     assert drift(conn, m, "dr_train", ALL)["(prediction)"]["passes"] is True
+    cv = train(conn, "dr_train", "logistic", {**COLUMNS, "folds": 3})
+    assert predictions_profile(conn, cv)["rows"] > 0
     name = f"dr_search_{uuid.uuid4().hex[:8]}"
     train(conn, "dr_train", "logistic", {**COLUMNS, "name": name, "search": {"learning_rate": [0.001, 1.0]}})
     profiles = [r[0] for r in conn.execute(
