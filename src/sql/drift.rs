@@ -4,7 +4,7 @@
 //! passes a threshold. The counting and the distances are `corgipile_ml::drift`.
 
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
-use crate::exec::sgd::{DriftCounters, DriftRead};
+use crate::exec::sgd::{DriftCounters, DriftRead, PREDICTION};
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
@@ -213,7 +213,7 @@ fn drift(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<DriftRo
         .and_then(|p| p.predictions.as_ref())
         .map(|p| &p.summary);
     out.push(row(
-        "(prediction)",
+        PREDICTION,
         "prediction",
         predictions,
         read.predictions.finish(),

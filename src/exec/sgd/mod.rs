@@ -28,6 +28,7 @@ pub use drift::{DriftCounters, DriftRead};
 pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use inference::check_inference_params;
 pub use learn::Learn;
+pub use predictions::PREDICTION;
 pub use shape::{checked_learner, checked_size, inputs_only};
 pub use shard_round::{forget_kept, score_held_out, ShardRound, TrainingTable};
 pub use trace::Trace;

@@ -70,6 +70,8 @@ impl SgdNode {
             return score(&v.rows.arena, trials);
         }
         if self.config.validation_split != ValidationSplit::None {
+            // SAFETY: the child's TupleShuffle state lives as long as this node (see
+            // `shuffle`); no other reference to it is in use here.
             if let Some(held_out) = self.shuffle().rows().validation() {
                 score(held_out, trials);
             }
@@ -83,6 +85,9 @@ impl SgdNode {
             .map(|o| o.rows_trained)
             .max()
             .unwrap_or(0);
+        // SAFETY: the child is this node's initialized TupleShuffle (see `# Safety`); a rescan
+        // after the epochs is what an "inference" pass does; the buffer is read on this (the
+        // backend's) thread.
         pg_sys::ExecReScan(self.child);
         let Some(buffer) = self.shuffle().next_buffer(None) else {
             return;
