@@ -23,6 +23,9 @@ from psycopg.types.json import Jsonb
 # Where things are
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# The shard protocol's version (src/pipeline/protocol.rs): a forged request must say it to be read.
+SHARD_PROTOCOL = int(re.search(r"pub const PROTOCOL: u32 = (\d+);",
+                               (REPO / "src/pipeline/protocol.rs").read_text()).group(1))
 DATASETS = pathlib.Path(os.environ.get("CORGIPILE_DATASETS", REPO.parent / "shared" / "datasets"))
 # The database of the `dsn` / `conn` fixtures; the `db` fixture's are DBNAME_<suite>.
 DBNAME = os.environ.get("CORGIPILE_TEST_DB", "corgipile_pytest")

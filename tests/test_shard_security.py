@@ -624,6 +624,10 @@ BEGIN
     RETURN reply;
   END IF;
   r := reply::jsonb;
+  -- An importance mode forges the sampling round's scores, not the count of rows before it.
+  IF mode LIKE 'imp\_%' AND jsonb_typeof(r -> 'importance') IS DISTINCT FROM 'object' THEN
+    RETURN reply;
+  END IF;
   CASE mode
     WHEN 'width_1e11' THEN RETURN jsonb_set(r, '{{width}}', '100000000000')::text;
     WHEN 'stats_huge' THEN
@@ -688,6 +692,16 @@ BEGIN
     WHEN 'eval_grow' THEN RETURN regexp_replace(reply, '\\[(?=[^\\]])', '[0,', 'g');
     WHEN 'eval_none' THEN RETURN jsonb_set(r, '{{evaluation}}', 'null')::text;
     WHEN 'eval_counts' THEN RETURN jsonb_set(r, '{{evaluation,scored}}', '18446744073709551615')::text;
+    WHEN 'imp_short' THEN RETURN jsonb_set(r, '{{importance,permuted}}', (r #> '{{importance,permuted}}') - (-1))::text;
+    WHEN 'imp_many' THEN
+      RETURN jsonb_set(r, '{{importance,permuted}}',
+                       (SELECT jsonb_agg(r #> '{{importance,baseline}}') FROM generate_series(1, 200000)))::text;
+    WHEN 'imp_correct' THEN
+      RETURN jsonb_set(r, '{{importance,baseline,correct}}',
+                       to_jsonb((r #>> '{{importance,baseline,rows}}')::bigint + 1))::text;
+    WHEN 'imp_rows' THEN RETURN jsonb_set(r, '{{rows}}', to_jsonb((r ->> 'rows')::bigint + 1000000))::text;
+    WHEN 'imp_none' THEN RETURN jsonb_set(r, '{{importance}}', 'null')::text;
+    WHEN 'imp_nan' THEN RETURN jsonb_set(r, '{{importance,moments,0,mean}}', '"NaN"')::text;
     ELSE RAISE EXCEPTION 'unknown hostile mode %', mode;
   END CASE;
 END $$
@@ -893,4 +907,34 @@ def test_a_hostile_evaluation_reply_is_a_clean_error(dsn, hostile, mode, states)
     assert not problems, f"{mode}: THE COORDINATOR RESTARTED: {problems}; the call gave {got}: {text[:300]}"
     assert got != "lost", f"{mode}: connection lost: {text[:300]}"
     assert got in states, f"{mode} (Evaluate): expected one of {states}, got {got}: {text[:300]}"
+    assert 'shard server "shsec_hostile"' in text, text[:300]
+
+
+# Forged importance replies (corgipile_feature_importance over the sharded table): the sampling
+# round's scores one permutation short, 200,000 of them, more rows correct than scored, more
+# rows than asked for, none, a column's moments not finite; a count beyond any table, not JSON.
+HOSTILE_IMPORTANCE_CASES = [
+    ("imp_short", ("08P01",)),
+    ("imp_many", ("08P01", "54000")),
+    ("imp_correct", ("08P01",)),
+    ("imp_rows", ("08P01",)),
+    ("imp_none", ("08P01",)),
+    ("imp_nan", ("08P01",)),
+    ("rows_huge", ("08P01",)),
+    ("not_json", ("08P01",)),
+]
+
+
+@pytest.mark.parametrize("mode, states", HOSTILE_IMPORTANCE_CASES, ids=[c[0] for c in HOSTILE_IMPORTANCE_CASES])
+def test_a_hostile_importance_reply_is_a_clean_error(dsn, hostile, mode, states):
+    on_shard(HOSTILE_DB, "UPDATE hostile_mode SET m = 'honest', phase = ''")
+    query = "SELECT * FROM corgipile_feature_importance(%s::bigint, 'shsec_hostile', '{\"rows\": 500}')"
+    with psycopg.connect(dsn, user=SMALL, autocommit=True) as u:
+        model_id = train(u, "shsec_hostile", "logistic", {"epochs": 1, "seed": 1})
+        honest = u.execute(query, (model_id,)).fetchall()
+    assert len(honest) == 4 and {r[6] for r in honest} == {500}, honest
+    got, text, _, problems = hostile_call(dsn, mode, "Importance", lambda u: u.execute(query, (model_id,)).fetchall())
+    assert not problems, f"{mode}: THE COORDINATOR RESTARTED: {problems}; the call gave {got}: {text[:300]}"
+    assert got != "lost", f"{mode}: connection lost: {text[:300]}"
+    assert got in states, f"{mode} (Importance): expected one of {states}, got {got}: {text[:300]}"
     assert 'shard server "shsec_hostile"' in text, text[:300]

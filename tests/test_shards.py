@@ -50,7 +50,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from helpers import (DBNAME, PGPORT, REPO, cancel_and_join, cluster_sh, dataset, evaluate, models_count, rows_trained,
+from helpers import (DBNAME, PGPORT, REPO, SHARD_PROTOCOL, cancel_and_join, cluster_sh, dataset, evaluate, models_count, rows_trained,
                      require_extension, scalar, start_training, stop_if_running, train, wait_active)
 from tables import GAUSS, blobs_sql, regression_sql
 
@@ -1270,7 +1270,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c), "protocol": 5,
+            request = {**base, "version": version(c), "protocol": SHARD_PROTOCOL,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1289,7 +1289,7 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     network = {"classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 5, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
         ok = {**base, "weights": [0.1] * 22, "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
@@ -1435,11 +1435,11 @@ def test_a_request_of_another_version_names_both(class_mix):
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
-        base = {"version": ours, "protocol": 5, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": ours, "protocol": SHARD_PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": "features", "label": "word"}
         reply = json.loads(shard_round(c, "softmax", params, base))
-        assert reply["protocol"] == 5 and reply["version"] == ours
+        assert reply["protocol"] == SHARD_PROTOCOL and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
         for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 5)"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
@@ -1458,7 +1458,7 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
     missing, or of a binary kind with three classes: 08P01 before a row is read."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 5, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
         ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
@@ -1655,7 +1655,7 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
     is read; a time zone PostgreSQL does not know: 22023."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 5, "phase": "Statistics", "epoch": 1, "round": 0,
+        base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0,
                 "rounds": 1, "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": ["x1", "color", "day"], "label": "label"}
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Asia/Kolkata"}))

@@ -39,8 +39,6 @@ pub enum Use {
     /// A kind sized by the statistics pass (its outputs are the classes that pass numbered):
     /// a network (`mlp`, `mlp_regression`) or a factorization machine (`fm`, `fm_regression`).
     Network,
-    /// `corgipile_feature_importance`.
-    FeatureImportance,
     /// A stored family of per-group models (`corgipile_evaluate` of it).
     GroupModels,
     /// `"deploy": "if_better"`: the new version and the deployed one scored on exactly the
@@ -71,7 +69,6 @@ impl Use {
             Use::TextLabel => "a text label",
             Use::Softmax => "`softmax`",
             Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
-            Use::FeatureImportance => "`corgipile_feature_importance`",
             Use::GroupModels => "a per-group family (`corgipile_evaluate`)",
             Use::Gate => "`\"deploy\": \"if_better\"`",
             Use::View => "a view over it",
@@ -125,7 +122,6 @@ pub const REFUSED: &[Refused] = &[
     refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
     // Each shard holds out its own rows; a validation relation is one table on one server.
     refused(Use::Shards, Use::ValidationRelation, "a sharded table cannot be validated on a validation relation yet", "Hold out rows of the sharded table instead ({\"fraction\": 0.1} or {\"predicate\": ...}: each shard holds out its own), or score the model afterwards with corgipile_evaluate on that relation."),
-    refused(Use::Shards, Use::FeatureImportance, "corgipile_feature_importance does not sample a sharded table yet", "Run it on a shard's table, or on a local copy of a sample of the rows."),
     // The shards read their own tables by block: a view's filter and columns would have to be
     // rewritten into each shard's terms.
     refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),

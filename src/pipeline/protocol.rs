@@ -10,6 +10,7 @@
 
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
+use crate::shard::importance::{check_importance_reply, ImportanceAsk, ImportancePart};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::preprocess::{Preprocessor, StatsPart};
 use corgipile_ml::scoring::{EvaluationPart, TableSpec, ValidationPart};
@@ -25,14 +26,18 @@ pub enum Phase {
     /// Score the coordinator's model of the epoch (in `evaluate`, as an evaluation's) on the
     /// validation rows this shard held out of the training's first epoch.
     Validate,
+    /// corgipile_feature_importance: count this shard's rows, or score the coordinator's model
+    /// (in `evaluate`) on a sample of them with each column permuted (`importance`; see
+    /// `shard::importance`).
+    Importance,
 }
 
 /// The shard protocol's version: bumped whenever a message's fields or their meaning change
 /// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them;
 /// 3: the training's number in every request, validation rounds; 4: column lists — the
 /// statistics round's parts of the preprocessing, the merged preprocessing in every training
-/// round, the coordinator's time zone; 5: a warm start's stored preprocessing in the statistics
-/// round).
+/// round, the coordinator's time zone; 5: 0.5.0's later additions — a warm start's stored
+/// preprocessing in the statistics round, importance rounds, per-group evaluations).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
 pub const PROTOCOL: u32 = 5;
@@ -223,6 +228,9 @@ pub struct RoundRequest {
     /// coordinator's plan says), for the one statistics round. None otherwise.
     #[serde(default)]
     pub zone: Option<String>,
+    /// Importance: what to sample and permute.
+    #[serde(default)]
+    pub importance: Option<ImportanceAsk>,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -273,6 +281,9 @@ pub struct RoundReply {
     /// one preprocessing (checked there against its own plans).
     #[serde(default)]
     pub columns: Option<StatsPart>,
+    /// Importance: the scores of the shard's sample, as it is and permuted.
+    #[serde(default)]
+    pub importance: Option<ImportancePart>,
 }
 
 /// Every float finite.
@@ -397,7 +408,13 @@ impl RoundRequest {
                 return Err("class weights without the label values they weigh".into());
             }
         }
-        let scores = matches!(self.phase, Phase::Evaluate | Phase::Validate);
+        if (self.phase == Phase::Importance) != self.importance.is_some() {
+            return Err("what to permute in another phase, or nothing to permute".into());
+        }
+        let scores = matches!(
+            self.phase,
+            Phase::Evaluate | Phase::Validate | Phase::Importance
+        );
         if scores != self.evaluate.is_some() {
             return Err("a model to evaluate in another phase, or none to evaluate".into());
         }
@@ -408,6 +425,9 @@ impl RoundRequest {
             if !self.weights.is_empty() || !self.bias.is_empty() || e.tables.is_some() {
                 return Err("a validation round of another shape than a coordinator sends".into());
             }
+        }
+        if let Some(ask) = &self.importance {
+            ask.check(self)?;
         }
         if let Some(e) = &self.evaluate {
             if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
@@ -433,6 +453,9 @@ impl RoundReply {
         }
         if request.phase != Phase::Statistics && self.columns.is_some() {
             return Err("statistics of feature columns where none were asked for".into());
+        }
+        if request.phase != Phase::Importance && self.importance.is_some() {
+            return Err("importance scores where none were asked for".into());
         }
         match request.phase {
             Phase::Statistics => {
@@ -526,6 +549,7 @@ impl RoundReply {
                     );
                 }
             }
+            Phase::Importance => check_importance_reply(self, request, kind)?,
             Phase::Evaluate => {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());

@@ -109,14 +109,33 @@ pub(super) fn round(
     bytes: &mut u64,
     at: &RoundProgress,
 ) -> Vec<RoundReply> {
+    let each = vec![request; shards.len()];
+    round_each(shards, &each, kind, params_json, run_local, bytes, at)
+}
+
+/// `round` with a request of each shard's (`requests`, in shard order; a request shared by
+/// neighbours is serialized once).
+pub(super) fn round_each(
+    shards: &mut [Shard],
+    requests: &[&RoundRequest],
+    kind: ModelKind,
+    params_json: &str,
+    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+    bytes: &mut u64,
+    at: &RoundProgress,
+) -> Vec<RoundReply> {
+    assert_eq!(requests.len(), shards.len(), "a request for every shard");
     // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
     // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
     unsafe {
-        let request_json = serde_json::to_string(request).expect("request serializes");
         let sent = Instant::now();
         let mut replies: Vec<Option<RoundReply>> = shards.iter().map(|_| None).collect();
         at.report(shards, &replies, sent, true);
-        for shard in shards.iter_mut() {
+        let mut request_json = String::new();
+        for (i, shard) in shards.iter_mut().enumerate() {
+            if i == 0 || !std::ptr::eq(requests[i], requests[i - 1]) {
+                request_json = serde_json::to_string(requests[i]).expect("request serializes");
+            }
             if let Place::Remote { conn, table, call } = &mut shard.place {
                 *bytes += request_json.len() as u64;
                 conn.send(call, &[table, kind.name(), params_json, &request_json]);
@@ -129,7 +148,7 @@ pub(super) fn round(
         for (i, shard) in shards.iter_mut().enumerate() {
             if let Place::Local(oid) = shard.place {
                 let started = Instant::now();
-                replies[i] = Some(run_local(oid, request));
+                replies[i] = Some(run_local(oid, requests[i]));
                 shard.seconds += started.elapsed().as_secs_f64();
             }
         }
@@ -181,7 +200,7 @@ pub(super) fn round(
                         );
                     }
                     let reply = parsed.unwrap_or_else(|e| bad_reply(&shard.name, e));
-                    if let Err(why) = reply.check(request, kind) {
+                    if let Err(why) = reply.check(requests[i], kind) {
                         bad_reply(&shard.name, WireError::Invalid(why));
                     }
                     replies[i] = Some(reply);
@@ -314,6 +333,7 @@ pub fn evaluate(
         classes: Vec::new(),
         preprocessing: None,
         zone: None,
+        importance: None,
     };
     let at = RoundProgress {
         label: "evaluation".into(),

@@ -17,6 +17,7 @@
 //! different versions stop with an ERROR naming both (see `protocol`).
 
 pub mod coordinator;
+pub(crate) mod importance;
 mod network;
 mod plan;
 pub mod remote;

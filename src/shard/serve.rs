@@ -40,6 +40,9 @@ pub(super) fn shard_round_here(
     };
     match request.phase {
         Phase::Evaluate => return evaluate_shard_here(relid, leaf, kind, params, request),
+        Phase::Importance => {
+            return super::importance::importance_here(relid, leaf, kind, params, request)
+        }
         Phase::Validate => return validate_here(table, kind, request),
         Phase::Statistics | Phase::Train => {}
     }
@@ -113,7 +116,10 @@ fn validate_here(table: TrainingTable, kind: ModelKind, request: &RoundRequest) 
 
 /// The model a request carries to score (an evaluation's or a validation's), checked: of the
 /// kind and shape it says. Returns it with the stored request's parts.
-fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &EvaluateRequest) {
+pub(super) fn coordinator_model(
+    kind: ModelKind,
+    request: &RoundRequest,
+) -> (Model, &EvaluateRequest) {
     let Some(evaluate) = &request.evaluate else {
         raise(
             PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
@@ -194,7 +200,7 @@ pub(super) fn evaluate_shard_here(
 }
 
 /// The columns a preprocessing reads, as a `features` param.
-fn by_name(p: &Preprocessor) -> FeatureSpec {
+pub(super) fn by_name(p: &Preprocessor) -> FeatureSpec {
     FeatureSpec::Columns(p.column_names().map(str::to_owned).collect())
 }
 

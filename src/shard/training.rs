@@ -65,6 +65,7 @@ pub fn train(
         preprocessing: fixed_preprocessing(config).cloned(),
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
+        importance: None,
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
@@ -352,6 +353,7 @@ fn validation_request(
         // Its rows were encoded when they were held out.
         preprocessing: None,
         zone: None,
+        importance: None,
         ..train.clone()
     }
 }

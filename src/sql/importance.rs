@@ -6,28 +6,34 @@
 
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::exec::sgd::{SampleRows, SampledRows};
-use crate::pg::error::{raise, raise_combination};
+use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::prepare;
+use crate::shard::importance::{ImportanceAsk, ImportancePart};
 use crate::sql::evaluate::evaluation_params;
-use corgipile_ml::capabilities::Use;
-use corgipile_ml::importance::permutation_importance;
+use corgipile_ml::importance::{permuted_scores, pooled_importance, Metric};
+use corgipile_ml::model::{ModelKind, Predictor};
 use corgipile_ml::params::{BufferSize, ShuffleMode};
+use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::row::Row;
 use corgipile_ml::scoring::Evaluation;
+use corgipile_ml::trained::Model;
+use corgipile_ml::Welford;
 use pgrx::prelude::*;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::ops::Range;
 
 /// Sampled rows, permutations per column and seed unless the params say otherwise.
 const DEFAULT_ROWS: u64 = 10_000;
-const MAX_ROWS: u64 = 1_000_000;
+pub(crate) const MAX_ROWS: u64 = 1_000_000;
 const DEFAULT_REPEATS: u64 = 5;
-const MAX_REPEATS: u64 = 100;
+pub(crate) const MAX_REPEATS: u64 = 100;
 const DEFAULT_SEED: u64 = 1;
 /// Predictions a call may make (columns × repeats × rows): about a minute of a linear model's.
 const MAX_PREDICTIONS: u64 = 2_000_000_000;
+
+const FUNCTION: &str = "corgipile_feature_importance";
 
 type ImportanceRow = (String, f64, f64, Option<f64>, String, f64, i64);
 
@@ -58,38 +64,19 @@ by_id_and_name! {
 }
 
 fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<ImportanceRow> {
-    const FUNCTION: &str = "corgipile_feature_importance";
     let stored = load_model_ref(key);
     refuse_group_family(&stored, FUNCTION);
     let rows = integer_param(&params, "rows", DEFAULT_ROWS, 1, MAX_ROWS);
     let repeats = integer_param(&params, "repeats", DEFAULT_REPEATS, 1, MAX_REPEATS);
     let seed = integer_param(&params, "seed", DEFAULT_SEED, 0, i64::MAX as u64);
     let (names, ranges) = columns(&stored);
-    let predictions = (names.len() as u64 * repeats + 1).saturating_mul(rows);
-    if predictions > MAX_PREDICTIONS {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("{FUNCTION} of model {} would make {predictions} predictions ({} columns × {repeats} repeats × {rows} rows), more than {MAX_PREDICTIONS}", stored.id, names.len()),
-            Some("Ask for fewer \"rows\" or \"repeats\".".into()),
-        );
-    }
-    // The sample and its permuted copy, in memory.
-    let bytes = rows
-        .saturating_mul(stored.n_features() as u64)
-        .saturating_mul(16);
-    if bytes > crate::pg::guc::max_buffer_bytes() {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "{FUNCTION}: {rows} rows of model {}'s {} features need {}, more than corgipile.max_buffer_memory ({})",
-                stored.id,
-                stored.n_features(),
-                corgipile_ml::limits::pretty_bytes(bytes),
-                corgipile_ml::limits::pretty_bytes(crate::pg::guc::max_buffer_bytes()),
-            ),
-            Some("Ask for fewer \"rows\".".into()),
-        );
-    }
+    check_cost(
+        &format!("model {}", stored.id),
+        names.len(),
+        repeats,
+        rows,
+        stored.n_features(),
+    );
     let user_buffer = params.0.get("buffer_size").is_some();
     let (mut train_params, _) =
         evaluation_params(&stored, params, FUNCTION, &["rows", "repeats", "seed"]);
@@ -99,25 +86,36 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
     if !user_buffer {
         train_params.buffer_size = BufferSize::Tuples(rows);
     }
-    let sample = {
-        let prepared = prepare(
-            relation.oid(),
-            stored.kind(),
-            train_params,
-            Mode::Evaluate,
-            stored.classes.clone(),
-            stored.preprocessing.as_ref(),
-        );
-        if crate::shard::sharded_leaves(prepared.relid).is_some() {
-            raise_combination(Use::Shards, Use::FeatureImportance);
-        }
-        prepared.run(SampleRows {
-            rows: rows as usize,
-            width: stored.n_features(),
-            classes: stored.classes.clone(),
-        })
+    let prepared = prepare(
+        relation.oid(),
+        stored.kind(),
+        train_params,
+        Mode::Evaluate,
+        stored.classes.clone(),
+        stored.preprocessing.as_ref(),
+    );
+    let ask = ImportanceAsk {
+        count: false,
+        rows,
+        repeats: repeats as u32,
+        seed,
     };
-    if sample.labels.is_empty() {
+    let (parts, moments, n) = match crate::shard::sharded_leaves(prepared.relid) {
+        Some(leaves) => {
+            crate::shard::importance::importance_sharded(&prepared, leaves, &stored, ask, &ranges)
+        }
+        None => {
+            let sample = prepared.run(SampleRows {
+                rows: rows as usize,
+                width: stored.n_features(),
+                classes: stored.classes.clone(),
+            });
+            let n = sample.labels.len() as u64;
+            let part = score_sample(&stored.model, stored.classes.len(), &sample, &ranges, ask);
+            (vec![(part.baseline, part.permuted)], part.moments, n)
+        }
+    };
+    if n == 0 {
         raise(
             PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
             format!(
@@ -127,33 +125,9 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
             None,
         );
     }
-    let kind = stored.kind();
-    let metric = if kind.is_classifier() {
-        "accuracy"
-    } else {
-        "r2"
-    };
-    let model = &stored.model;
-    let score = |x: &[f64]| {
-        let mut evaluation = Evaluation::new(kind, stored.classes.len(), sample.binary, 0);
-        for (row, &label) in x.chunks(sample.width).zip(&sample.labels) {
-            // Every row: one row of a large network is a million multiply-adds, and the check
-            // is one load of a flag.
-            check_for_interrupts!();
-            evaluation.push(model, Row::Dense(row), label);
-        }
-        evaluation.finish(0)[metric].as_f64().unwrap_or(f64::NAN)
-    };
-    let (baseline, importances) = permutation_importance(
-        &sample.features,
-        sample.width,
-        &ranges,
-        repeats as usize,
-        seed,
-        score,
-    );
-    let coefficients = standardized_coefficients(&stored, &sample, &ranges);
-    let n = sample.labels.len() as i64;
+    let metric = metric_of(stored.kind());
+    let (baseline, importances) = pooled_importance(&parts, metric, repeats as usize);
+    let coefficients = standardized_coefficients(&stored, &moments, &ranges);
     let mut out: Vec<ImportanceRow> = names
         .into_iter()
         .zip(importances)
@@ -164,9 +138,9 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
                 imp.mean,
                 imp.std,
                 coef,
-                metric.to_owned(),
+                metric.name().to_owned(),
                 baseline,
-                n,
+                n as i64,
             )
         })
         .collect();
@@ -174,15 +148,115 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
     out
 }
 
-/// The model's input columns and their encoded features: a column list's columns (a one-hot
+/// The score an importance drops for a `kind` model.
+pub(crate) fn metric_of(kind: ModelKind) -> Metric {
+    if kind.is_classifier() {
+        Metric::Accuracy
+    } else {
+        Metric::R2
+    }
+}
+
+/// ERROR 54000 before any work if sampling `rows` rows of `n_features` features and scoring
+/// them with each of `columns` columns permuted `repeats` times makes more than
+/// MAX_PREDICTIONS predictions, or the sample and its permuted copy need more than
+/// corgipile.max_buffer_memory. `model`: "model 5", for the message.
+pub(crate) fn check_cost(model: &str, columns: usize, repeats: u64, rows: u64, n_features: usize) {
+    let predictions = (columns as u64)
+        .saturating_mul(repeats)
+        .saturating_add(1)
+        .saturating_mul(rows);
+    if predictions > MAX_PREDICTIONS {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("{FUNCTION} of {model} would make {predictions} predictions ({columns} columns × {repeats} repeats × {rows} rows), more than {MAX_PREDICTIONS}"),
+            Some("Ask for fewer \"rows\" or \"repeats\".".into()),
+        );
+    }
+    // The sample and its permuted copy, in memory.
+    let bytes = rows.saturating_mul(n_features as u64).saturating_mul(16);
+    if bytes > crate::pg::guc::max_buffer_bytes() {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "{FUNCTION}: {rows} rows of {model}'s {n_features} features need {}, more than corgipile.max_buffer_memory ({})",
+                corgipile_ml::limits::pretty_bytes(bytes),
+                corgipile_ml::limits::pretty_bytes(crate::pg::guc::max_buffer_bytes()),
+            ),
+            Some("Ask for fewer \"rows\".".into()),
+        );
+    }
+}
+
+/// The scores of `model` on `sample` as it is and with each column of `ranges` permuted among
+/// its rows (`ask`'s repeats and seed), and the moments of each column's first feature (for
+/// the standardized coefficients): what one server, or one shard, contributes.
+pub(crate) fn score_sample(
+    model: &Model,
+    n_classes: usize,
+    sample: &SampledRows,
+    ranges: &[Range<usize>],
+    ask: ImportanceAsk,
+) -> ImportancePart {
+    let kind = model.kind();
+    let score = |x: &[f64]| {
+        let mut evaluation = Evaluation::new(kind, n_classes, sample.binary, 0);
+        for (row, &label) in x.chunks(sample.width).zip(&sample.labels) {
+            // Every row: one row of a large network is a million multiply-adds, and the check
+            // is one load of a flag.
+            check_for_interrupts!();
+            evaluation.push(model, Row::Dense(row), label);
+        }
+        evaluation.score_part()
+    };
+    let (baseline, permuted) = permuted_scores(
+        &sample.features,
+        sample.width,
+        ranges,
+        ask.repeats as usize,
+        ask.seed,
+        score,
+    );
+    let moments = ranges
+        .iter()
+        .map(|r| {
+            // A pass over the sample per column: thousands of columns add up.
+            check_for_interrupts!();
+            let mut m = Welford::new();
+            for x in sample.features.chunks(sample.width) {
+                m.push(x[r.start]);
+            }
+            m
+        })
+        .collect();
+    ImportancePart {
+        baseline,
+        permuted,
+        moments,
+    }
+}
+
+/// The encoded features of each input column of a model: a column list's columns (a one-hot
 /// column's features together), or each element of the features array.
-fn columns(stored: &StoredModel) -> (Vec<String>, Vec<Range<usize>>) {
-    match &stored.preprocessing {
+pub(crate) fn column_ranges(
+    preprocessing: Option<&Preprocessor>,
+    n_features: usize,
+) -> Vec<Range<usize>> {
+    match preprocessing {
         Some(p) => p
             .columns
             .iter()
-            .map(|c| (c.name.clone(), c.offset..c.offset + c.encoding.width()))
-            .unzip(),
+            .map(|c| c.offset..c.offset + c.encoding.width())
+            .collect(),
+        None => (0..n_features).map(|j| j..j + 1).collect(),
+    }
+}
+
+/// The model's input columns' names and their encoded features (see `column_ranges`).
+fn columns(stored: &StoredModel) -> (Vec<String>, Vec<Range<usize>>) {
+    let ranges = column_ranges(stored.preprocessing.as_ref(), stored.n_features());
+    let names = match &stored.preprocessing {
+        Some(p) => p.columns.iter().map(|c| c.name.clone()).collect(),
         None => {
             let Some(array) = stored.features.as_str() else {
                 raise(
@@ -192,35 +266,29 @@ fn columns(stored: &StoredModel) -> (Vec<String>, Vec<Range<usize>>) {
                 )
             };
             (0..stored.n_features())
-                .map(|j| (format!("{array}[{}]", j + 1), j..j + 1))
-                .unzip()
+                .map(|j| format!("{array}[{}]", j + 1))
+                .collect()
         }
-    }
+    };
+    (names, ranges)
 }
 
 /// Linear models of one output: each single-feature column's weight times the feature's
-/// standard deviation in the sample (the weight in standardized units); None for columns of
-/// several features, networks and models of one output per class.
+/// standard deviation in the sample (`moments`: of each column's first feature; the weight in
+/// standardized units); None for columns of several features, networks and models of one
+/// output per class.
 fn standardized_coefficients(
     stored: &StoredModel,
-    sample: &SampledRows,
+    moments: &[Welford],
     ranges: &[Range<usize>],
 ) -> Vec<Option<f64>> {
     let linear = stored.model.as_linear().filter(|m| m.n_outputs == 1);
-    let n = sample.labels.len() as f64;
     ranges
         .iter()
-        .map(|r| {
-            let m = linear?;
-            if r.len() != 1 {
-                return None;
-            }
-            // A pass over the sample per column: thousands of columns add up.
-            check_for_interrupts!();
-            let values = || sample.features.chunks(sample.width).map(|x| x[r.start]);
-            let mean = values().sum::<f64>() / n;
-            let var = values().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-            Some(m.output_weights(0)[r.start] * var.sqrt())
+        .zip(moments)
+        .map(|(r, m)| {
+            let linear = linear?;
+            (r.len() == 1).then(|| linear.output_weights(0)[r.start] * m.mean_std().1)
         })
         .collect()
 }

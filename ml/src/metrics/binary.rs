@@ -98,6 +98,11 @@ impl BinaryMetrics {
         }
     }
 
+    /// Rows classified correctly.
+    pub fn correct(&self) -> u64 {
+        self.tp + self.tn
+    }
+
     /// This part's state for merging elsewhere (histogram metrics only).
     pub fn part(&self) -> BinaryPart {
         let histogram = self

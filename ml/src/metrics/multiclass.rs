@@ -85,6 +85,11 @@ impl MulticlassMetrics {
         self.n
     }
 
+    /// Rows classified correctly.
+    pub fn correct(&self) -> u64 {
+        self.tp.iter().sum()
+    }
+
     /// Why this part (from another server) cannot be merged into metrics of `k` classes.
     pub fn check(&self, k: usize) -> Result<(), String> {
         if self.tp.len() != k || self.predicted.len() != k || self.actual.len() != k {

@@ -56,6 +56,11 @@ impl RegressionMetrics {
         self.actual.n()
     }
 
+    /// The squared errors' sum, and the actual values' moments.
+    pub fn sse_and_actual(&self) -> (f64, Welford) {
+        (self.sse, self.actual)
+    }
+
     /// Adds another part's rows.
     pub fn merge(&mut self, other: &RegressionMetrics) {
         self.sse += other.sse;

@@ -175,6 +175,23 @@ impl Evaluation {
         }
     }
 
+    /// What permutation importance needs of the rows scored: the counts the accuracy or R²
+    /// comes from (see [`crate::importance::ScorePart`]).
+    pub fn score_part(&self) -> crate::importance::ScorePart {
+        let (sse, actual) = self.regression.sse_and_actual();
+        let correct = match self.kind.labels() {
+            Labels::Number => 0,
+            Labels::Classes => self.multiclass.correct(),
+            _ => self.binary_metrics.correct(),
+        };
+        crate::importance::ScorePart {
+            rows: self.scored,
+            correct,
+            sse,
+            actual,
+        }
+    }
+
     /// Adds a part's rows (from an evaluation of the same model).
     pub fn merge(&mut self, part: &EvaluationPart) {
         if let Some(b) = &part.binary {

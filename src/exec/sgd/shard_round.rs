@@ -119,7 +119,7 @@ impl SgdTask for ShardRound {
         match self.request.phase {
             Phase::Statistics => node.shard_statistics(),
             Phase::Train => node.shard_train(self.request, self.table),
-            Phase::Evaluate | Phase::Validate => raise(
+            Phase::Evaluate | Phase::Validate | Phase::Importance => raise(
                 PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
                 "corgipile shard round: an evaluation on a training plan",
                 None,
