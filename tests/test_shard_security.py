@@ -628,6 +628,10 @@ BEGIN
   IF mode LIKE 'imp\_%' AND jsonb_typeof(r -> 'importance') IS DISTINCT FROM 'object' THEN
     RETURN reply;
   END IF;
+  -- A family's mode forges its per-group metrics, not another evaluation's.
+  IF mode LIKE 'grp\_%' AND jsonb_typeof(r -> 'group_evaluations') IS DISTINCT FROM 'array' THEN
+    RETURN reply;
+  END IF;
   CASE mode
     WHEN 'width_1e11' THEN RETURN jsonb_set(r, '{{width}}', '100000000000')::text;
     WHEN 'stats_huge' THEN
@@ -702,6 +706,11 @@ BEGIN
     WHEN 'imp_rows' THEN RETURN jsonb_set(r, '{{rows}}', to_jsonb((r ->> 'rows')::bigint + 1000000))::text;
     WHEN 'imp_none' THEN RETURN jsonb_set(r, '{{importance}}', 'null')::text;
     WHEN 'imp_nan' THEN RETURN jsonb_set(r, '{{importance,moments,0,mean}}', '"NaN"')::text;
+    WHEN 'grp_short' THEN RETURN jsonb_set(r, '{{group_evaluations}}', (r -> 'group_evaluations') - (-1))::text;
+    WHEN 'grp_none' THEN RETURN jsonb_set(r, '{{group_evaluations}}', 'null')::text;
+    WHEN 'grp_rows' THEN
+      RETURN jsonb_set(r, '{{group_evaluations,0,scored}}',
+                       to_jsonb((r #>> '{{group_evaluations,0,scored}}')::bigint + 7))::text;
     ELSE RAISE EXCEPTION 'unknown hostile mode %', mode;
   END CASE;
 END $$
@@ -937,4 +946,29 @@ def test_a_hostile_importance_reply_is_a_clean_error(dsn, hostile, mode, states)
     assert not problems, f"{mode}: THE COORDINATOR RESTARTED: {problems}; the call gave {got}: {text[:300]}"
     assert got != "lost", f"{mode}: connection lost: {text[:300]}"
     assert got in states, f"{mode} (Importance): expected one of {states}, got {got}: {text[:300]}"
+    assert 'shard server "shsec_hostile"' in text, text[:300]
+
+
+# Forged per-group metrics of a family (corgipile_evaluate of per-group models over the sharded
+# table): one group's missing, none, a group's count that does not add up.
+HOSTILE_FAMILY_CASES = [("grp_short", ("08P01",)), ("grp_none", ("08P01",)), ("grp_rows", ("08P01",))]
+
+
+@pytest.mark.parametrize("mode, states", HOSTILE_FAMILY_CASES, ids=[c[0] for c in HOSTILE_FAMILY_CASES])
+def test_a_hostile_family_evaluation_reply_is_a_clean_error(dsn, hostile, mode, states):
+    on_shard(HOSTILE_DB, "UPDATE hostile_mode SET m = 'honest', phase = ''")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS shsec_family_rows")
+        admin.execute(f"CREATE TABLE shsec_family_rows AS {colored(rows_sql(2000))}")
+        admin.execute(f"GRANT SELECT ON shsec_family_rows TO {SMALL}")
+    query = "SELECT corgipile_evaluate(%s::bigint, 'shsec_hostile')"
+    with psycopg.connect(dsn, user=SMALL, autocommit=True) as u:
+        model_id = train(u, "shsec_family_rows", "logistic", {"epochs": 1, "seed": 1, "features": ["features"], "group_by": "color",
+                                                               "min_group_rows": 10, "name": "shsec_family"})
+        honest = scalar(u, query, (model_id,))
+    assert honest["rows_scored"] == 2000 and set(honest["groups"]) == {"red", "green", "blue"}, honest
+    got, text, _, problems = hostile_call(dsn, mode, "Evaluate", lambda u: scalar(u, query, (model_id,)))
+    assert not problems, f"{mode}: THE COORDINATOR RESTARTED: {problems}; the call gave {got}: {text[:300]}"
+    assert got != "lost", f"{mode}: connection lost: {text[:300]}"
+    assert got in states, f"{mode} (Evaluate): expected one of {states}, got {got}: {text[:300]}"
     assert 'shard server "shsec_hostile"' in text, text[:300]

@@ -1442,6 +1442,7 @@ def test_a_request_of_another_version_names_both(class_mix):
         assert reply["protocol"] == SHARD_PROTOCOL and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
         for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 5)"),
+        for request, theirs in (({**base, "version": "0.0.1"}, f"corgipile 0.0.1 (shard protocol {SHARD_PROTOCOL})"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
                                 # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
                                 ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
@@ -1450,6 +1451,7 @@ def test_a_request_of_another_version_names_both(class_mix):
                 shard_round(c, "softmax", params, request)
             assert err.value.diag.message_primary == \
                 f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 5)"
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol {SHARD_PROTOCOL})"
             assert err.value.diag.message_hint
 
 

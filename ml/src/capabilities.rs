@@ -39,8 +39,6 @@ pub enum Use {
     /// A kind sized by the statistics pass (its outputs are the classes that pass numbered):
     /// a network (`mlp`, `mlp_regression`) or a factorization machine (`fm`, `fm_regression`).
     Network,
-    /// A stored family of per-group models (`corgipile_evaluate` of it).
-    GroupModels,
     /// `"deploy": "if_better"`: the new version and the deployed one scored on exactly the
     /// rows the training held out.
     Gate,
@@ -69,7 +67,6 @@ impl Use {
             Use::TextLabel => "a text label",
             Use::Softmax => "`softmax`",
             Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
-            Use::GroupModels => "a per-group family (`corgipile_evaluate`)",
             Use::Gate => "`\"deploy\": \"if_better\"`",
             Use::View => "a view over it",
         }
@@ -125,7 +122,6 @@ pub const REFUSED: &[Refused] = &[
     // The shards read their own tables by block: a view's filter and columns would have to be
     // rewritten into each shard's terms.
     refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),
-    refused(Use::Shards, Use::GroupModels, "a model per group cannot evaluate a sharded table yet", "Evaluate it on each shard's table, or evaluate one group's model (corgipile.group_models) by its id."),
     // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
     // softmax's, a text label's) and every process takes its numbering.
     refused(Use::Workers, Use::Inference, "\"workers\" cannot be used with \"inference\" yet", WORKERS_HINT),

@@ -10,6 +10,7 @@
 
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
+use crate::shard::groups::{check_group_reply, FamilyModels};
 use crate::shard::importance::{check_importance_reply, ImportanceAsk, ImportancePart};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::preprocess::{Preprocessor, StatsPart};
@@ -182,6 +183,10 @@ pub struct EvaluateRequest {
     /// The evaluation tables to fill too (corgipile_roc_curve and the like).
     #[serde(default)]
     pub tables: Option<TableSpec>,
+    /// A family of per-group models: each group's key and model (`model` scores the rows of
+    /// other groups).
+    #[serde(default)]
+    pub groups: Option<FamilyModels>,
 }
 
 /// What the coordinator asks of a shard.
@@ -284,6 +289,9 @@ pub struct RoundReply {
     /// Importance: the scores of the shard's sample, as it is and permuted.
     #[serde(default)]
     pub importance: Option<ImportancePart>,
+    /// Evaluate a family of per-group models: each group's metrics, then the other rows'.
+    #[serde(default)]
+    pub group_evaluations: Option<Vec<EvaluationPart>>,
 }
 
 /// Every float finite.
@@ -433,6 +441,12 @@ impl RoundRequest {
             if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
                 return Err("a preprocessing whose columns do not tile its features".into());
             }
+            if let Some(family) = &e.groups {
+                if self.phase != Phase::Evaluate || e.tables.is_some() {
+                    return Err("per-group models in a round that evaluates no family".into());
+                }
+                family.check(&e.model)?;
+            }
         }
         Ok(())
     }
@@ -453,6 +467,9 @@ impl RoundReply {
         }
         if request.phase != Phase::Statistics && self.columns.is_some() {
             return Err("statistics of feature columns where none were asked for".into());
+        }
+        if request.phase != Phase::Evaluate && self.group_evaluations.is_some() {
+            return Err("per-group metrics where none were asked for".into());
         }
         if request.phase != Phase::Importance && self.importance.is_some() {
             return Err("importance scores where none were asked for".into());
@@ -560,6 +577,7 @@ impl RoundReply {
                 if let Some(model) = &request.evaluate {
                     part.check(model.model.kind(), model.classes.len(), model.tables)?;
                 }
+                check_group_reply(self, request)?;
             }
         }
         Ok(())

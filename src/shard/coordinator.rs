@@ -302,14 +302,17 @@ pub(super) fn shard_params(params: &corgipile_ml::params::TrainParams) -> String
 }
 
 /// Scores a stored model on every shard of a sharded table (`request`: the model) and merges
-/// the shards' metrics into `evaluation` (an [`Evaluation::mergeable`]); returns the rows the
-/// shards' readers skipped. `run_local` runs the request on a local partition in this backend.
+/// the shards' metrics into `evaluation` (an [`Evaluation::mergeable`]), and a family's
+/// per-group metrics into `per_group` (each group's, then the other rows'); returns the rows
+/// the shards' readers skipped. `run_local` runs the request on a local partition in this
+/// backend.
 pub fn evaluate(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     model: EvaluateRequest,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
     evaluation: &mut Evaluation,
+    per_group: &mut [Evaluation],
 ) -> u64 {
     let kind = config.model;
     let _progress = progress::start(&config.relation, kind.name(), 1);
@@ -360,6 +363,13 @@ pub fn evaluate(
             )
         };
         evaluation.merge(part);
+        // Checked against the request: one part per group and the other rows'.
+        for (e, part) in per_group
+            .iter_mut()
+            .zip(reply.group_evaluations.iter().flatten())
+        {
+            e.merge(part);
+        }
         rows_skipped = rows_skipped.saturating_add(reply.rows_skipped);
     }
     progress::finish();

@@ -264,6 +264,7 @@ pub(crate) fn importance_sharded(
             classes: stored.classes.clone(),
             preprocessing: stored.preprocessing.clone(),
             tables: None,
+            groups: None,
         }),
         network: None,
         classes: Vec::new(),

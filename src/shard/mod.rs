@@ -17,6 +17,7 @@
 //! different versions stop with an ERROR naming both (see `protocol`).
 
 pub mod coordinator;
+pub(crate) mod groups;
 pub(crate) mod importance;
 mod network;
 mod plan;
@@ -196,6 +197,35 @@ pub(crate) fn evaluate_sharded(
     stored: &crate::catalog::StoredModel,
     tables: Option<TableSpec>,
 ) -> (Evaluation, u64) {
+    let binary = binary_labels(prepared.config.label.uses_classes(), &stored.classes);
+    let mut evaluation = Evaluation::mergeable(prepared.config.model, stored.classes.len(), binary);
+    if let Some(spec) = tables {
+        evaluation = evaluation.with_tables(spec);
+    }
+    let rows_skipped = evaluate_with(
+        prepared,
+        leaves,
+        stored,
+        tables,
+        None,
+        &mut evaluation,
+        &mut [],
+    );
+    (evaluation, rows_skipped)
+}
+
+/// Scores `stored` (or with `family`, its groups' models) on every shard and merges the
+/// shards' metrics into `evaluation` (and each group's, then the other rows', into
+/// `per_group`); returns the rows the shards' readers skipped.
+fn evaluate_with(
+    prepared: &Prepared,
+    leaves: Vec<crate::shard::Leaf>,
+    stored: &crate::catalog::StoredModel,
+    tables: Option<TableSpec>,
+    family: Option<groups::FamilyModels>,
+    evaluation: &mut Evaluation,
+    per_group: &mut [Evaluation],
+) -> u64 {
     let config = &prepared.config;
     check_sharded_access(prepared.relid, &config.relation, "evaluate on");
     let request = EvaluateRequest {
@@ -203,17 +233,16 @@ pub(crate) fn evaluate_sharded(
         classes: stored.classes.clone(),
         preprocessing: stored.preprocessing.clone(),
         tables,
+        groups: family,
     };
     let kind = config.model;
     let parent = prepared.relid;
     let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
         serve::evaluate_shard_here(parent, Some(leaf), kind, config.params.clone(), request)
     };
-    let binary = binary_labels(config.label.uses_classes(), &stored.classes);
-    let mut evaluation = Evaluation::mergeable(kind, stored.classes.len(), binary);
-    if let Some(spec) = tables {
-        evaluation = evaluation.with_tables(spec);
-    }
-    let rows_skipped = coordinator::evaluate(leaves, config, request, &run_local, &mut evaluation);
-    (evaluation, rows_skipped)
+    // A family's group columns go in its request: a shard's params name no groups (a
+    // "group_by" there is a training's, which needs a name).
+    let mut sent = config.clone();
+    sent.params.group_by = None;
+    coordinator::evaluate(leaves, &sent, request, &run_local, evaluation, per_group)
 }

@@ -161,21 +161,22 @@ pub(super) fn evaluate_shard_here(
     params: TrainParams,
     request: &RoundRequest,
 ) -> RoundReply {
-    let (
-        model,
-        EvaluateRequest {
-            classes,
-            preprocessing,
-            tables,
-            ..
-        },
-    ) = coordinator_model(kind, request);
+    let (model, evaluate) = coordinator_model(kind, request);
+    let EvaluateRequest {
+        classes,
+        preprocessing,
+        tables,
+        ..
+    } = evaluate;
     // A stored preprocessing reads its own columns, by name (`"*"` was resolved when it was
     // learned; the shard's table may have more columns, or another order).
     let mut params = params;
     if let Some(p) = preprocessing {
         params.features = by_name(p);
         params.exclude.clear();
+    }
+    if let Some(family) = &evaluate.groups {
+        params.group_by = Some(family.columns.clone());
     }
     let mut prepared = prepare(
         relid,
@@ -186,6 +187,9 @@ pub(super) fn evaluate_shard_here(
         preprocessing.as_ref(),
     );
     prepared.config.leaf = leaf.map(u32::from);
+    if let Some(family) = &evaluate.groups {
+        return super::groups::evaluate_family_here(prepared, kind, model, evaluate, family);
+    }
     let (part, rows_skipped) = prepared.run(EvaluateShard {
         model,
         classes: classes.clone(),

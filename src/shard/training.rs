@@ -347,6 +347,7 @@ fn validation_request(
             classes,
             preprocessing: None,
             tables: None,
+            groups: None,
         }),
         network: None,
         classes: Vec::new(),

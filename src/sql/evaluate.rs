@@ -55,7 +55,9 @@ pub(super) fn evaluate_rows(
     }
     match crate::shard::sharded_leaves(prepared.relid) {
         Some(_) if only_rows.is_some() => raise_combination(Use::Shards, Use::Gate),
-        Some(_) if stored.groups.is_some() => raise_combination(Use::Shards, Use::GroupModels),
+        Some(leaves) if stored.groups.is_some() => {
+            crate::shard::groups::evaluate_family_sharded(&prepared, leaves, &stored, &members)
+        }
         Some(leaves) => {
             let (evaluation, rows_skipped) = evaluate_sharded(&prepared, leaves, &stored, None);
             let mut report = evaluation.finish(rows_skipped);

@@ -6,7 +6,7 @@ use crate::catalog::StoredModel;
 use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use crate::pipeline::{ClassValue, HeldOutRows};
-use corgipile_ml::metrics::BinaryMetrics;
+use corgipile_ml::metrics::{BinaryMetrics, AUC_BINS};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::model::Predictor;
 use corgipile_ml::scoring::{
@@ -66,6 +66,109 @@ impl SgdTask for EvaluateShard {
         let skipped = node.score_rows(&self.model, "the coordinator's model", &mut evaluation);
         (evaluation.part(), skipped)
     }
+}
+
+/// A shard's evaluation of a family of per-group models (`members`: each group's model, in
+/// the order of the groups' numbers; `model`: the family's, for the rows of other groups): the
+/// output is the mergeable parts of every row, of each group's rows and of the other rows (as
+/// [`groups_report`] takes them merged), and the rows the reader skipped.
+pub struct EvaluateGroupsShard {
+    pub model: Model,
+    pub members: Vec<Model>,
+    pub classes: Vec<ClassValue>,
+}
+
+impl SgdTask for EvaluateGroupsShard {
+    type Output = (EvaluationPart, Vec<EvaluationPart>, u64);
+    const MODE: Mode = Mode::Evaluate;
+
+    unsafe fn run(self, node: &mut SgdNode) -> (EvaluationPart, Vec<EvaluationPart>, u64) {
+        let what = "the coordinator's model";
+        check_group_counts(
+            self.model.kind(),
+            self.classes.len(),
+            self.members.len(),
+            true,
+            what,
+        );
+        let uses_classes = node.config.label.uses_classes();
+        let part =
+            || mergeable_evaluation(self.model.kind(), &self.classes, uses_classes, None, what);
+        let mut whole = part();
+        let mut per_group: Vec<Evaluation> = self.members.iter().map(|_| part()).collect();
+        let mut others = part();
+        let members: Vec<&Model> = self.members.iter().collect();
+        let skipped = node.score_groups(
+            &self.model,
+            &members,
+            &mut whole,
+            &mut per_group,
+            &mut others,
+        );
+        per_group.push(others);
+        (
+            whole.part(),
+            per_group.iter().map(Evaluation::part).collect(),
+            skipped,
+        )
+    }
+}
+
+/// ERROR 54000 before anything is read when the evaluations of a family of `groups` groups'
+/// models (one per group, one of the other rows, one of every row) would take more than
+/// corgipile.max_model_memory: a classifier's per-class counts (3 numbers a class), and when
+/// `mergeable` (a sharded table's) a binary kind's ROC histogram. `what` names the model.
+pub fn check_group_counts(
+    kind: ModelKind,
+    n_classes: usize,
+    groups: usize,
+    mergeable: bool,
+    what: &str,
+) {
+    let histogram = if mergeable && kind.is_binary() {
+        (2 * AUC_BINS * 8) as u64
+    } else {
+        0
+    };
+    let each = histogram + 24 * n_classes.max(1) as u64;
+    let bytes = (groups as u64).saturating_add(2).saturating_mul(each);
+    if bytes > crate::pg::guc::max_model_bytes() {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "the per-group report of {what} needs {} for its {groups} groups' counts, more than corgipile.max_model_memory",
+                corgipile_ml::limits::pretty_bytes(bytes),
+            ),
+            Some("Evaluate one group's model by its id (corgipile.group_models), or ask a superuser to raise corgipile.max_model_memory.".into()),
+        );
+    }
+}
+
+/// corgipile_evaluate's report of a family of per-group models (`family_id`; `members`: each
+/// group's key and model id, in the order of their numbers): the whole report, each group's
+/// (`"groups"`, by key) and the other rows' (`"other_rows"`).
+pub fn groups_report(
+    family_id: i64,
+    members: &[(String, i64)],
+    whole: Evaluation,
+    per_group: Vec<Evaluation>,
+    others: Evaluation,
+    skipped: u64,
+) -> serde_json::Value {
+    let mut report = whole.finish(skipped);
+    report["model_id"] = json!(family_id);
+    let part_report = |e: Evaluation, id: i64| {
+        let mut r = e.finish(0);
+        r["model_id"] = json!(id);
+        r
+    };
+    let mut groups = serde_json::Map::new();
+    for ((key, id), e) in members.iter().zip(per_group) {
+        groups.insert(key.clone(), part_report(e, *id));
+    }
+    report["groups"] = serde_json::Value::Object(groups);
+    report["other_rows"] = part_report(others, family_id);
+    report
 }
 
 /// corgipile_confusion_matrix, corgipile_roc_curve, corgipile_calibration: the stored model
@@ -170,27 +273,38 @@ impl SgdNode {
         let auc_rows = self.config.max_buffer_bytes as usize / BinaryMetrics::AUC_BYTES_PER_ROW;
         let binary = || binary_labels(self.config.label.uses_classes(), &model.classes);
         let n_classes = model.classes.len();
+        let what = format!("model {}", model.id);
+        check_group_counts(model.kind(), n_classes, members.len(), false, &what);
         let mut whole = Evaluation::new(model.kind(), n_classes, binary(), auc_rows);
         // Per group: a share of the scores kept for ROC AUC (a group with more rows has none,
-        // and a note saying so), and a classifier's per-class counts (3 numbers a class),
-        // bounded by corgipile.max_model_memory.
+        // and a note saying so).
         let share = auc_rows / (members.len() + 1);
-        let counts = (members.len() as u64 + 1).saturating_mul(24 * n_classes.max(1) as u64);
-        if counts > crate::pg::guc::max_model_bytes() {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "the per-group report of model {} needs {} for its {} groups' class counts, more than corgipile.max_model_memory",
-                    model.id,
-                    corgipile_ml::limits::pretty_bytes(counts),
-                    members.len()
-                ),
-                Some("Evaluate one group's model by its id (corgipile.group_models), or ask a superuser to raise corgipile.max_model_memory.".into()),
-            );
-        }
         let part = || Evaluation::new(model.kind(), n_classes, binary(), share);
         let mut per_group: Vec<Evaluation> = members.iter().map(|_| part()).collect();
         let mut others = part();
+        let models: Vec<&Model> = members.iter().map(|(_, m)| &m.model).collect();
+        let skipped = self.score_groups(
+            &model.model,
+            &models,
+            &mut whole,
+            &mut per_group,
+            &mut others,
+        );
+        let members: Vec<(String, i64)> = members.iter().map(|(k, m)| (k.clone(), m.id)).collect();
+        groups_report(model.id, &members, whole, per_group, others, skipped)
+    }
+
+    /// Pushes every row into `whole` and its group's evaluation (`per_group`, by the group's
+    /// number; `others` for a row of no group of `members`), scored by its group's model
+    /// (`family` for the others); returns the rows the reader skipped.
+    unsafe fn score_groups(
+        &mut self,
+        family: &Model,
+        members: &[&Model],
+        whole: &mut Evaluation,
+        per_group: &mut [Evaluation],
+        others: &mut Evaluation,
+    ) -> u64 {
         let shuffle = self.shuffle();
         shuffle.for_each_buffer(|b| {
             for i in 0..b.arena.len() {
@@ -198,32 +312,18 @@ impl SgdNode {
                 let (row, label) = (b.arena.row(i), b.arena.label(i));
                 let g = b.arena.group(i) as usize;
                 match (members.get(g), per_group.get_mut(g)) {
-                    (Some((_, m)), Some(e)) => {
-                        whole.push(&m.model, row, label);
-                        e.push(&m.model, row, label);
+                    (Some(m), Some(e)) => {
+                        whole.push(*m, row, label);
+                        e.push(*m, row, label);
                     }
                     _ => {
-                        whole.push(&model.model, row, label);
-                        others.push(&model.model, row, label);
+                        whole.push(family, row, label);
+                        others.push(family, row, label);
                     }
                 }
             }
         });
-        let skipped = shuffle.counts().rows_skipped;
-        let mut report = whole.finish(skipped);
-        report["model_id"] = json!(model.id);
-        let part_report = |e: Evaluation, id: i64| {
-            let mut r = e.finish(0);
-            r["model_id"] = json!(id);
-            r
-        };
-        let mut groups = serde_json::Map::new();
-        for ((key, m), e) in members.iter().zip(per_group) {
-            groups.insert(key.clone(), part_report(e, m.id));
-        }
-        report["groups"] = serde_json::Value::Object(groups);
-        report["other_rows"] = part_report(others, model.id);
-        report
+        shuffle.counts().rows_skipped
     }
 
     /// Pushes every row into `evaluation`; returns the rows the reader skipped. `what` names

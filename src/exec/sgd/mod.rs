@@ -25,7 +25,10 @@ pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
 pub(crate) use divergence::raise_diverged;
 pub use drift::{DriftCounters, DriftRead};
-pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
+pub use evaluate::{
+    binary_labels, check_group_counts, groups_report, Evaluate, EvaluateGroupsShard, EvaluateShard,
+    EvaluateTables,
+};
 pub use inference::check_inference_params;
 pub use learn::Learn;
 pub use predictions::PREDICTION;

@@ -1,0 +1,117 @@
+"""corgipile_evaluate of a family of per-group models on a sharded table (the shard servers of
+test_shards.py): the request carries every group's model; each shard numbers its rows' groups by
+the family's keys and scores each row with its group's model (the model of every row for the
+others); the coordinator merges every row's, each group's and the other rows' metrics. Checked:
+the report equals one server's on a local copy of the same rows (counts and accuracy exactly, ROC
+AUC within the histogram's resolution) for an integer and a text group key, rows of one group on
+several shards and in a local partition, and the memory bound before any shard is contacted."""
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import test_shards
+from helpers import scalar, train
+from test_shards import DEAD_PORT, S1, S2, cluster_dir, local_copy, on_shard, sharded_table
+
+pytestmark = pytest.mark.own_cluster  # the two shard servers of test_shards.py
+
+# test_shards.py's module fixture: its two shard servers, started for this module too.
+shards = test_shards.shards
+# Rows of shard 1, shard 2 and the local partition; every store has rows on each.
+SIZES = (12_000, 6_000, 3_000)
+# Stores 0-9: stores 0-4 label x1 + x2 > 0, stores 5-9 x1 - x2 > 0 (one model of every row
+# cannot do both); store 99 has 5 rows (too few for a model), 30 rows have no store.
+ROWS_SQL = """SELECT i AS id, CASE WHEN i % 1000 = 0 THEN NULL WHEN i % 997 = 0 THEN 99 ELSE i % 10 END AS store,
+                     x1, x2, CASE WHEN i % 10 < 5 THEN x1 + x2 > 0 ELSE x1 - x2 > 0 END AS y,
+                     'region_' || (i % 10 % 3) AS region
+              FROM (SELECT i, (hashint4(i) % 1000) / 250.0 AS x1, (hashint4(i * 7 + 3) % 1000) / 250.0 AS x2
+                    FROM generate_series({start}, {stop}) i) s"""
+COLS = "id int, store int, x1 float8, x2 float8, y bool, region text"
+AUC_TOLERANCE = 0.001
+
+
+def rows_sql(start, n):
+    return ROWS_SQL.format(start=start, stop=start + n - 1)
+
+
+@pytest.fixture(scope="module")
+def grp(dsn, shards):
+    """sh_grp: ids 1-12000 on shard 1, 12001-18000 on shard 2, 18001-21000 in a local partition;
+    sh_grp_copy: a local copy of every row."""
+    starts = (1, 1 + SIZES[0], 1 + SIZES[0] + SIZES[1])
+    for i in (0, 1):
+        on_shard(i, "DROP TABLE IF EXISTS grp_part", f"CREATE TABLE grp_part AS {rows_sql(starts[i], SIZES[i])}")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        bounds = [f"FOR VALUES FROM ({s}) TO ({s + n})" for s, n in zip(starts, SIZES)]
+        sharded_table(c, "sh_grp", [(bounds[0], S1, "grp_part"), (bounds[1], S2, "grp_part"), (bounds[2], None, None)],
+                      cols=COLS)
+        c.execute(f"INSERT INTO sh_grp {rows_sql(starts[2], SIZES[2])}")
+        local_copy(c, "sh_grp")
+    return "sh_grp"
+
+
+def family(conn, group_by):
+    return train(conn, "sh_grp_copy", "logistic", {"features": ["x1", "x2"], "label": "y", "epochs": 3, "seed": 1,
+                                                   "group_by": group_by, "min_group_rows": 100, "verbose": False,
+                                                   "name": f"shg_{group_by}"})
+
+
+def assert_same_report(got, want, where="whole"):
+    for key, value in want.items():
+        if key in ("groups", "other_rows"):
+            continue
+        if key in ("roc_auc",) and value is not None and got.get(key) is not None:
+            assert abs(got[key] - value) <= AUC_TOLERANCE, (where, key, got[key], value)
+        elif key in ("roc_auc", "roc_auc_note"):
+            continue  # one server keeps a share of the scores; the shards merge histograms
+        elif isinstance(value, float):
+            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (where, key, got[key], value)
+        else:
+            assert got[key] == value, (where, key, got[key], value)
+
+
+@pytest.mark.parametrize("group_by", ["store", "region"])
+def test_a_family_evaluates_on_a_sharded_table_as_on_one_server(conn, grp, group_by):
+    m = family(conn, group_by)
+    sharded = scalar(conn, "SELECT corgipile_evaluate(%s::bigint, 'sh_grp')", (m,))
+    single = scalar(conn, "SELECT corgipile_evaluate(%s::bigint, 'sh_grp_copy')", (m,))
+    print(f"\n{group_by}: accuracy one server {single['accuracy']:.4f}, sharded {sharded['accuracy']:.4f}; "
+          f"groups {sorted(single['groups'])}")
+    assert single["rows_scored"] == sum(SIZES) and sharded["model_id"] == single["model_id"] == m
+    assert_same_report(sharded, single)
+    assert set(sharded["groups"]) == set(single["groups"]) and len(single["groups"]) >= 3
+    for key, part in single["groups"].items():
+        assert part["rows_scored"] > 0
+        assert_same_report(sharded["groups"][key], part, where=key)
+    assert_same_report(sharded["other_rows"], single["other_rows"], where="other_rows")
+    if group_by == "store":
+        # Store 99 (too small) and the rows without a store: the model of every row.
+        assert single["other_rows"]["rows_scored"] == 21 + 21
+        # Each group's model does better than the model of every row on its rows.
+        assert min(p["accuracy"] for p in sharded["groups"].values()) > 0.9 > sharded["other_rows"]["accuracy"]
+
+
+def test_the_memory_bound_comes_before_any_shard_is_contacted(dsn, conn, grp):
+    """A shard where nothing listens would be 08001: the per-group report's 54000 comes first."""
+    m = family(conn, "store")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP SERVER IF EXISTS shg_dead CASCADE")
+        c.execute(f"""CREATE SERVER shg_dead FOREIGN DATA WRAPPER postgres_fdw
+                      OPTIONS (host '{cluster_dir(DEAD_PORT)}', port '{DEAD_PORT}', dbname 'x')""")
+        c.execute("CREATE USER MAPPING FOR CURRENT_USER SERVER shg_dead OPTIONS (user 'postgres')")
+        try:
+            sharded_table(c, "sh_grp_dead", [("FOR VALUES FROM (1) TO (100)", S1, "grp_part"),
+                                             ("FOR VALUES FROM (100) TO (200)", "shg_dead", "grp_part")], cols=COLS)
+            with pytest.raises(psycopg.OperationalError) as err:
+                scalar(c, "SELECT corgipile_evaluate(%s::bigint, 'sh_grp_dead')", (m,))
+            assert err.value.sqlstate == "08001", err.value.diag.message_primary
+            # Ten groups' ROC histograms (1 MB each) and the whole's: more than 8 MB.
+            c.execute("SET corgipile.max_model_memory = '8MB'")
+            with pytest.raises(psycopg.Error) as err:
+                scalar(c, "SELECT corgipile_evaluate(%s::bigint, 'sh_grp_dead')", (m,))
+            assert err.value.sqlstate == "54000", (err.value.sqlstate, err.value.diag.message_primary)
+            assert "per-group report" in err.value.diag.message_primary
+        finally:
+            c.execute("DROP TABLE IF EXISTS sh_grp_dead")
+            c.execute(sql.SQL("DROP SERVER IF EXISTS shg_dead CASCADE"))
