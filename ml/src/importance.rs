@@ -7,8 +7,14 @@
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::r2_score;
+use crate::model::ModelKind;
 use crate::moments::Welford;
+use crate::preprocess::Preprocessor;
 use crate::shuffle::TupleShuffler;
+
+/// The most rows a sample may have, and permutations per column.
+pub const MAX_ROWS: u64 = 1_000_000;
+pub const MAX_REPEATS: u64 = 100;
 
 /// One column's importance: the mean drop of the score over the repeats and its standard
 /// deviation (population, as scikit-learn's `importances_std`).
@@ -27,6 +33,15 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// The score of a `kind` model's importance.
+    pub fn of(kind: ModelKind) -> Metric {
+        if kind.is_classifier() {
+            Metric::Accuracy
+        } else {
+            Metric::R2
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Metric::Accuracy => "accuracy",
@@ -89,6 +104,22 @@ impl ScorePart {
             ));
         }
         Ok(())
+    }
+}
+
+/// The encoded features of each input column of a model of `n_features` features: a column
+/// list's columns (a one-hot column's features together), or each feature alone.
+pub fn column_ranges(
+    preprocessing: Option<&Preprocessor>,
+    n_features: usize,
+) -> Vec<std::ops::Range<usize>> {
+    match preprocessing {
+        Some(p) => p
+            .columns
+            .iter()
+            .map(|c| c.offset..c.offset + c.encoding.width())
+            .collect(),
+        None => (0..n_features).map(|j| j..j + 1).collect(),
     }
 }
 

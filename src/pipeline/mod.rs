@@ -6,6 +6,7 @@
 //! `exec::plan`, `exec::run`.)
 
 pub mod protocol;
+pub mod protocol_parts;
 
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;

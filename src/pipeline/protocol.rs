@@ -8,10 +8,10 @@
 //! a reply of another version before it uses it, so that servers of different versions give an
 //! ERROR naming both versions, never a model trained by two readings of one message.
 
+use super::protocol_parts::{FamilyModels, ImportanceAsk, ImportancePart};
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
-use crate::shard::groups::{check_group_reply, FamilyModels};
-use crate::shard::importance::{check_importance_reply, ImportanceAsk, ImportancePart};
+use corgipile_ml::importance::{column_ranges, Metric};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::preprocess::{Preprocessor, StatsPart};
 use corgipile_ml::scoring::{EvaluationPart, TableSpec, ValidationPart};
@@ -435,7 +435,11 @@ impl RoundRequest {
             }
         }
         if let Some(ask) = &self.importance {
-            ask.check(self)?;
+            ask.check()?;
+            let tables = self.evaluate.as_ref().is_some_and(|e| e.tables.is_some());
+            if tables || !self.weights.is_empty() || !self.bias.is_empty() {
+                return Err("an importance round of another shape than a coordinator sends".into());
+            }
         }
         if let Some(e) = &self.evaluate {
             if e.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
@@ -566,7 +570,7 @@ impl RoundReply {
                     );
                 }
             }
-            Phase::Importance => check_importance_reply(self, request, kind)?,
+            Phase::Importance => self.check_importance(request, kind)?,
             Phase::Evaluate => {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());
@@ -576,10 +580,47 @@ impl RoundReply {
                 }
                 if let Some(model) = &request.evaluate {
                     part.check(model.model.kind(), model.classes.len(), model.tables)?;
+                    match (&model.groups, &self.group_evaluations) {
+                        (None, None) => {}
+                        (Some(family), Some(parts)) => family.check_parts(
+                            parts,
+                            model.model.kind(),
+                            model.classes.len(),
+                            Some(part.rows_scored()),
+                        )?,
+                        _ => return Err("per-group metrics for another model than a family".into()),
+                    }
                 }
-                check_group_reply(self, request)?;
             }
         }
         Ok(())
+    }
+}
+
+impl RoundReply {
+    /// `check` of an importance round's reply: the shard's count of rows, or its scores.
+    fn check_importance(&self, request: &RoundRequest, kind: ModelKind) -> Result<(), String> {
+        let (Some(ask), Some(evaluate)) = (&request.importance, &request.evaluate) else {
+            return Err("an importance reply to another request".into());
+        };
+        if self.stats.is_some()
+            || self.width.is_some()
+            || self.evaluation.is_some()
+            || self.validation.is_some()
+            || !self.classes.is_empty()
+            || !self.weights.is_empty()
+            || !self.bias.is_empty()
+        {
+            return Err("a model or metrics where importance scores were asked for".into());
+        }
+        match (&self.importance, ask.count) {
+            (None, true) => Ok(()),
+            (None, false) => Err("no importance scores".into()),
+            (Some(part), _) => {
+                let columns =
+                    column_ranges(evaluate.preprocessing.as_ref(), evaluate.model.n_features());
+                part.check(ask, columns.len(), self.rows, Metric::of(kind))
+            }
+        }
     }
 }

@@ -9,84 +9,13 @@ use super::leaves::Leaf;
 use crate::catalog::{load_group_model, StoredModel};
 use crate::exec::sgd::{binary_labels, check_group_counts, groups_report, EvaluateGroupsShard};
 use crate::pg::error::raise;
-use crate::pipeline::protocol::{EvaluateRequest, RoundReply, RoundRequest};
+use crate::pipeline::protocol::{EvaluateRequest, RoundReply};
+use crate::pipeline::protocol_parts::FamilyModels;
 use crate::request::Prepared;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::trained::ModelParts;
 use pgrx::PgSqlErrorCode;
-use serde::{Deserialize, Serialize};
-
-/// The models of a family's groups, as an evaluation request carries them.
-#[derive(Clone, Serialize, Deserialize)]
-pub struct FamilyModels {
-    /// The group columns (the shard reads them as the family's `"group_by"`; the params sent
-    /// are an evaluation's, which name no groups).
-    pub columns: Vec<String>,
-    /// Each group's key, as the shard's reader reads the group columns; in the order of the
-    /// groups' numbers (`models[i]` is group `keys[i]`'s).
-    pub keys: Vec<String>,
-    /// Shapes checked when each is built (`ModelParts::into_model`).
-    pub models: Vec<ModelParts>,
-}
-
-impl FamilyModels {
-    /// Why these (whoever wrote them) are not the groups of the family whose own model is
-    /// `family`: a key without a model or twice, a model of another kind or shape.
-    pub fn check(&self, family: &ModelParts) -> Result<(), String> {
-        if self.columns.is_empty() || self.keys.len() != self.models.len() {
-            return Err(format!(
-                "{} group keys for {} group models",
-                self.keys.len(),
-                self.models.len()
-            ));
-        }
-        let mut keys: Vec<&String> = self.keys.iter().collect();
-        keys.sort();
-        if keys.windows(2).any(|w| w[0] == w[1]) {
-            return Err("a group key listed twice".into());
-        }
-        let same = |m: &ModelParts| {
-            m.kind() == family.kind()
-                && m.n_features() == family.n_features()
-                && m.n_outputs() == family.n_outputs()
-        };
-        if !self.models.iter().all(same) {
-            return Err("a group's model of another shape than the family's".into());
-        }
-        Ok(())
-    }
-}
-
-/// Why the per-group metrics of `reply` do not answer the evaluation `request`: none for a
-/// family or some for another model, another number of groups, metrics of another kind.
-pub fn check_group_reply(reply: &RoundReply, request: &RoundRequest) -> Result<(), String> {
-    let Some(evaluate) = &request.evaluate else {
-        return Err("an evaluation reply to another request".into());
-    };
-    match (&evaluate.groups, &reply.group_evaluations) {
-        (None, None) => Ok(()),
-        (Some(family), Some(parts)) => {
-            if parts.len() != family.keys.len() + 1 {
-                return Err(format!(
-                    "metrics of {} groups, where {} were sent and the other rows",
-                    parts.len(),
-                    family.keys.len()
-                ));
-            }
-            let kind = evaluate.model.kind();
-            for part in parts {
-                part.check(kind, evaluate.classes.len(), None)?;
-            }
-            let scored: u64 = parts.iter().map(|p| p.rows_scored()).sum();
-            match &reply.evaluation {
-                Some(whole) if whole.rows_scored() == scored => Ok(()),
-                _ => Err("per-group metrics of other rows than the whole's".into()),
-            }
-        }
-        _ => Err("per-group metrics for another model than a family".into()),
-    }
-}
 
 /// A shard's part of the evaluation of a family (`evaluate.groups`): every row scored by its
 /// group's model. `prepared`: the evaluation's plan of this shard's table, whose reader must

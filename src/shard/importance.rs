@@ -9,128 +9,24 @@
 use super::coordinator::{bad_reply, open_shards, round_each, shard_params, RoundProgress};
 use super::leaves::Leaf;
 use crate::catalog::StoredModel;
-use crate::exec::sgd::{LearnedStatistics, SampleRows};
+use crate::exec::sgd::{check_cost, score_sample, LearnedStatistics, SampleRows};
 use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::protocol::{
     this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, PROTOCOL,
 };
+use crate::pipeline::protocol_parts::ImportanceAsk;
 use crate::pipeline::Mode;
 use crate::request::{prepare, Prepared};
-use crate::sql::importance::{
-    check_cost, column_ranges, metric_of, score_sample, MAX_REPEATS, MAX_ROWS,
-};
-use corgipile_ml::importance::{split_rows, ScorePart, ServerScores};
+use corgipile_ml::importance::{column_ranges, split_rows, ServerScores};
 use corgipile_ml::model::{ModelKind, Predictor};
 use corgipile_ml::params::{ShuffleMode, TrainParams};
+use corgipile_ml::trained::Model;
 use corgipile_ml::wire::WireError;
 use corgipile_ml::Welford;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
-use serde::{Deserialize, Serialize};
 use std::ops::Range;
-
-/// What an importance round asks of a shard: with `count`, its number of rows (`reply.rows`);
-/// otherwise a sample of `rows` rows, scored with each column permuted `repeats` times
-/// (permutations and block order seeded by `seed`).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct ImportanceAsk {
-    pub count: bool,
-    pub rows: u64,
-    pub repeats: u32,
-    pub seed: u64,
-}
-
-impl ImportanceAsk {
-    /// Why `request` (an importance round's, whoever wrote it) cannot be run: counts out of
-    /// bounds, a shape other than a coordinator sends.
-    pub fn check(&self, request: &RoundRequest) -> Result<(), String> {
-        if self.rows > MAX_ROWS || !(1..=MAX_REPEATS).contains(&(self.repeats as u64)) {
-            return Err(format!(
-                "an importance of {} rows and {} repeats",
-                self.rows, self.repeats
-            ));
-        }
-        let tables = request
-            .evaluate
-            .as_ref()
-            .is_some_and(|e| e.tables.is_some());
-        if tables || !request.weights.is_empty() || !request.bias.is_empty() {
-            return Err("an importance round of another shape than a coordinator sends".into());
-        }
-        Ok(())
-    }
-}
-
-/// A shard's scores of its sample (see `sql::importance::score_sample`): as it is, with each
-/// column permuted (column by column, `repeats` each), and each column's first feature's
-/// moments.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ImportancePart {
-    pub baseline: ScorePart,
-    pub permuted: Vec<ScorePart>,
-    pub moments: Vec<Welford>,
-}
-
-/// Why `reply` (from a shard server) does not answer the importance round `request`: parts of
-/// another number of columns or repeats, more rows than asked for, counts that do not add up,
-/// values that are not finite.
-pub fn check_importance_reply(
-    reply: &RoundReply,
-    request: &RoundRequest,
-    kind: ModelKind,
-) -> Result<(), String> {
-    let (Some(ask), Some(evaluate)) = (&request.importance, &request.evaluate) else {
-        return Err("an importance reply to another request".into());
-    };
-    if reply.stats.is_some()
-        || reply.width.is_some()
-        || reply.evaluation.is_some()
-        || reply.validation.is_some()
-        || !reply.classes.is_empty()
-        || !reply.weights.is_empty()
-        || !reply.bias.is_empty()
-    {
-        return Err("a model or metrics where importance scores were asked for".into());
-    }
-    let Some(part) = &reply.importance else {
-        return match ask.count {
-            true => Ok(()),
-            false => Err("no importance scores".into()),
-        };
-    };
-    let columns = column_ranges(evaluate.preprocessing.as_ref(), evaluate.model.n_features()).len();
-    let metric = metric_of(kind);
-    if ask.count
-        || reply.rows > ask.rows
-        || part.baseline.rows > reply.rows
-        || Some(part.permuted.len()) != columns.checked_mul(ask.repeats as usize)
-        || part.moments.len() != columns
-    {
-        return Err(format!(
-            "importance scores of {} rows, {} permutations and {} columns, where {} rows of {columns} columns × {} repeats were asked for",
-            reply.rows,
-            part.permuted.len(),
-            part.moments.len(),
-            ask.rows,
-            ask.repeats
-        ));
-    }
-    part.baseline.check(metric)?;
-    for p in &part.permuted {
-        p.check(metric)?;
-        if p.rows != part.baseline.rows {
-            return Err("permuted scores of other rows than the sample's".into());
-        }
-    }
-    let moments_ok = |m: &Welford| {
-        m.n() == reply.rows && m.mean().is_finite() && m.m2().is_finite() && m.m2() >= 0.0
-    };
-    if !part.moments.iter().all(moments_ok) {
-        return Err("moments of the columns that are not of the sample".into());
-    }
-    Ok(())
-}
 
 /// A shard's part of an importance round on a table of this server (`relid`, or its local
 /// partition `leaf`, as `serve::shard_round_here`).
@@ -140,6 +36,7 @@ pub(super) fn importance_here(
     kind: ModelKind,
     mut params: TrainParams,
     request: &RoundRequest,
+    model: Model,
 ) -> RoundReply {
     let ask = request.importance.expect("checked: an importance round");
     if ask.count {
@@ -151,7 +48,10 @@ pub(super) fn importance_here(
             ..RoundReply::default()
         };
     }
-    let (model, evaluate) = super::serve::coordinator_model(kind, request);
+    let evaluate = request
+        .evaluate
+        .as_ref()
+        .expect("checked: a model to score");
     let ranges = column_ranges(evaluate.preprocessing.as_ref(), model.n_features());
     // The same bounds as the coordinator's, before any work: the request may be anyone's.
     check_cost(
@@ -161,10 +61,6 @@ pub(super) fn importance_here(
         ask.rows,
         model.n_features(),
     );
-    if let Some(p) = &evaluate.preprocessing {
-        params.features = super::serve::by_name(p);
-        params.exclude.clear();
-    }
     params.shuffle = ShuffleMode::Corgipile;
     params.seed = Some(ask.seed);
     let mut prepared = prepare(
@@ -233,12 +129,13 @@ fn count(name: &str) -> u64 {
 /// corgipile_feature_importance of `stored` on a sharded table: counts every shard's rows,
 /// samples each shard's share of `ask.rows`, and returns every shard's scores (as
 /// `pooled_importance` takes them), the merged moments of the columns, and the rows sampled.
-pub(crate) fn importance_sharded(
+pub(super) fn importance_sharded(
     prepared: &Prepared,
     leaves: Vec<Leaf>,
     stored: &StoredModel,
     ask: ImportanceAsk,
     ranges: &[Range<usize>],
+    run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
 ) -> (Vec<ServerScores>, Vec<Welford>, u64) {
     let config = &prepared.config;
     super::check_sharded_access(prepared.relid, &config.relation, "score on");
@@ -272,11 +169,6 @@ pub(crate) fn importance_sharded(
         zone: None,
         importance: Some(ImportanceAsk { count: true, ..ask }),
     };
-    let parent = prepared.relid;
-    let params = config.params.clone();
-    let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
-        importance_here(parent, Some(leaf), kind, params.clone(), request)
-    };
     let params_json = shard_params(&config.params);
     let mut bytes = 0;
     let mut at = RoundProgress {
@@ -290,7 +182,7 @@ pub(crate) fn importance_sharded(
         &each,
         kind,
         &params_json,
-        &run_local,
+        run_local,
         &mut bytes,
         &at,
     )
@@ -318,7 +210,7 @@ pub(crate) fn importance_sharded(
         &requests.iter().collect::<Vec<_>>(),
         kind,
         &params_json,
-        &run_local,
+        run_local,
         &mut bytes,
         &at,
     );

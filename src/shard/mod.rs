@@ -188,6 +188,27 @@ pub(crate) fn explain_sharded(
     }
 }
 
+/// corgipile_feature_importance of `stored` on a sharded table (see `importance`): every
+/// shard's scores, the columns' merged moments and the rows sampled.
+pub(crate) fn importance_sharded(
+    prepared: &Prepared,
+    leaves: Vec<crate::shard::Leaf>,
+    stored: &crate::catalog::StoredModel,
+    ask: crate::pipeline::protocol_parts::ImportanceAsk,
+    ranges: &[std::ops::Range<usize>],
+) -> (
+    Vec<corgipile_ml::importance::ServerScores>,
+    Vec<corgipile_ml::Welford>,
+    u64,
+) {
+    let (parent, kind) = (prepared.relid, prepared.config.model);
+    let params = prepared.config.params.clone();
+    let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
+        serve::shard_round_here(parent, Some(leaf), kind, &params, request)
+    };
+    importance::importance_sharded(prepared, leaves, stored, ask, ranges, &run_local)
+}
+
 /// corgipile_evaluate (and its tables, when `tables` asks for them) on a sharded table: every
 /// shard scores the model on its rows; the metrics are merged here. Returns them and the rows
 /// the shards' readers skipped.
@@ -222,7 +243,7 @@ fn evaluate_with(
     leaves: Vec<crate::shard::Leaf>,
     stored: &crate::catalog::StoredModel,
     tables: Option<TableSpec>,
-    family: Option<groups::FamilyModels>,
+    family: Option<crate::pipeline::protocol_parts::FamilyModels>,
     evaluation: &mut Evaluation,
     per_group: &mut [Evaluation],
 ) -> u64 {

@@ -41,7 +41,9 @@ pub(super) fn shard_round_here(
     match request.phase {
         Phase::Evaluate => return evaluate_shard_here(relid, leaf, kind, params, request),
         Phase::Importance => {
-            return super::importance::importance_here(relid, leaf, kind, params, request)
+            let (model, evaluate) = coordinator_model(kind, request);
+            let params = reading(params, evaluate);
+            return super::importance::importance_here(relid, leaf, kind, params, request, model);
         }
         Phase::Validate => return validate_here(table, kind, request),
         Phase::Statistics | Phase::Train => {}
@@ -116,10 +118,7 @@ fn validate_here(table: TrainingTable, kind: ModelKind, request: &RoundRequest) 
 
 /// The model a request carries to score (an evaluation's or a validation's), checked: of the
 /// kind and shape it says. Returns it with the stored request's parts.
-pub(super) fn coordinator_model(
-    kind: ModelKind,
-    request: &RoundRequest,
-) -> (Model, &EvaluateRequest) {
+fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &EvaluateRequest) {
     let Some(evaluate) = &request.evaluate else {
         raise(
             PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
@@ -168,16 +167,7 @@ pub(super) fn evaluate_shard_here(
         tables,
         ..
     } = evaluate;
-    // A stored preprocessing reads its own columns, by name (`"*"` was resolved when it was
-    // learned; the shard's table may have more columns, or another order).
-    let mut params = params;
-    if let Some(p) = preprocessing {
-        params.features = by_name(p);
-        params.exclude.clear();
-    }
-    if let Some(family) = &evaluate.groups {
-        params.group_by = Some(family.columns.clone());
-    }
+    let params = reading(params, evaluate);
     let mut prepared = prepare(
         relid,
         kind,
@@ -203,8 +193,22 @@ pub(super) fn evaluate_shard_here(
     }
 }
 
+/// The params a shard reads the stored model's rows with: a stored preprocessing reads its own
+/// columns, by name (`"*"` was resolved when it was learned; the shard's table may have more
+/// columns, or another order), and a family's rows are numbered by its group columns.
+fn reading(mut params: TrainParams, evaluate: &EvaluateRequest) -> TrainParams {
+    if let Some(p) = &evaluate.preprocessing {
+        params.features = by_name(p);
+        params.exclude.clear();
+    }
+    if let Some(family) = &evaluate.groups {
+        params.group_by = Some(family.columns.clone());
+    }
+    params
+}
+
 /// The columns a preprocessing reads, as a `features` param.
-pub(super) fn by_name(p: &Preprocessor) -> FeatureSpec {
+fn by_name(p: &Preprocessor) -> FeatureSpec {
     FeatureSpec::Columns(p.column_names().map(str::to_owned).collect())
 }
 

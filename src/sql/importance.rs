@@ -5,34 +5,24 @@
 //! (regression) of the sampled rows.
 
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
-use crate::exec::sgd::{SampleRows, SampledRows};
+use crate::exec::sgd::{check_cost, score_sample, SampleRows};
 use crate::pg::error::raise;
+use crate::pipeline::protocol_parts::ImportanceAsk;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::prepare;
-use crate::shard::importance::{ImportanceAsk, ImportancePart};
 use crate::sql::evaluate::evaluation_params;
-use corgipile_ml::importance::{permuted_scores, pooled_importance, Metric};
-use corgipile_ml::model::{ModelKind, Predictor};
+use corgipile_ml::importance::{column_ranges, pooled_importance, Metric, MAX_REPEATS, MAX_ROWS};
 use corgipile_ml::params::{BufferSize, ShuffleMode};
-use corgipile_ml::preprocess::Preprocessor;
-use corgipile_ml::row::Row;
-use corgipile_ml::scoring::Evaluation;
-use corgipile_ml::trained::Model;
 use corgipile_ml::Welford;
 use pgrx::prelude::*;
-use pgrx::{check_for_interrupts, PgSqlErrorCode};
+use pgrx::PgSqlErrorCode;
 use std::ops::Range;
 
 /// Sampled rows, permutations per column and seed unless the params say otherwise.
 const DEFAULT_ROWS: u64 = 10_000;
-pub(crate) const MAX_ROWS: u64 = 1_000_000;
 const DEFAULT_REPEATS: u64 = 5;
-pub(crate) const MAX_REPEATS: u64 = 100;
 const DEFAULT_SEED: u64 = 1;
-/// Predictions a call may make (columns × repeats × rows): about a minute of a linear model's.
-const MAX_PREDICTIONS: u64 = 2_000_000_000;
-
 const FUNCTION: &str = "corgipile_feature_importance";
 
 type ImportanceRow = (String, f64, f64, Option<f64>, String, f64, i64);
@@ -101,9 +91,7 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
         seed,
     };
     let (parts, moments, n) = match crate::shard::sharded_leaves(prepared.relid) {
-        Some(leaves) => {
-            crate::shard::importance::importance_sharded(&prepared, leaves, &stored, ask, &ranges)
-        }
+        Some(leaves) => crate::shard::importance_sharded(&prepared, leaves, &stored, ask, &ranges),
         None => {
             let sample = prepared.run(SampleRows {
                 rows: rows as usize,
@@ -125,7 +113,7 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
             None,
         );
     }
-    let metric = metric_of(stored.kind());
+    let metric = Metric::of(stored.kind());
     let (baseline, importances) = pooled_importance(&parts, metric, repeats as usize);
     let coefficients = standardized_coefficients(&stored, &moments, &ranges);
     let mut out: Vec<ImportanceRow> = names
@@ -146,110 +134,6 @@ fn importance(key: ModelRef, relation: RelationArg, params: ParamsArg) -> Vec<Im
         .collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1));
     out
-}
-
-/// The score an importance drops for a `kind` model.
-pub(crate) fn metric_of(kind: ModelKind) -> Metric {
-    if kind.is_classifier() {
-        Metric::Accuracy
-    } else {
-        Metric::R2
-    }
-}
-
-/// ERROR 54000 before any work if sampling `rows` rows of `n_features` features and scoring
-/// them with each of `columns` columns permuted `repeats` times makes more than
-/// MAX_PREDICTIONS predictions, or the sample and its permuted copy need more than
-/// corgipile.max_buffer_memory. `model`: "model 5", for the message.
-pub(crate) fn check_cost(model: &str, columns: usize, repeats: u64, rows: u64, n_features: usize) {
-    let predictions = (columns as u64)
-        .saturating_mul(repeats)
-        .saturating_add(1)
-        .saturating_mul(rows);
-    if predictions > MAX_PREDICTIONS {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("{FUNCTION} of {model} would make {predictions} predictions ({columns} columns × {repeats} repeats × {rows} rows), more than {MAX_PREDICTIONS}"),
-            Some("Ask for fewer \"rows\" or \"repeats\".".into()),
-        );
-    }
-    // The sample and its permuted copy, in memory.
-    let bytes = rows.saturating_mul(n_features as u64).saturating_mul(16);
-    if bytes > crate::pg::guc::max_buffer_bytes() {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "{FUNCTION}: {rows} rows of {model}'s {n_features} features need {}, more than corgipile.max_buffer_memory ({})",
-                corgipile_ml::limits::pretty_bytes(bytes),
-                corgipile_ml::limits::pretty_bytes(crate::pg::guc::max_buffer_bytes()),
-            ),
-            Some("Ask for fewer \"rows\".".into()),
-        );
-    }
-}
-
-/// The scores of `model` on `sample` as it is and with each column of `ranges` permuted among
-/// its rows (`ask`'s repeats and seed), and the moments of each column's first feature (for
-/// the standardized coefficients): what one server, or one shard, contributes.
-pub(crate) fn score_sample(
-    model: &Model,
-    n_classes: usize,
-    sample: &SampledRows,
-    ranges: &[Range<usize>],
-    ask: ImportanceAsk,
-) -> ImportancePart {
-    let kind = model.kind();
-    let score = |x: &[f64]| {
-        let mut evaluation = Evaluation::new(kind, n_classes, sample.binary, 0);
-        for (row, &label) in x.chunks(sample.width).zip(&sample.labels) {
-            // Every row: one row of a large network is a million multiply-adds, and the check
-            // is one load of a flag.
-            check_for_interrupts!();
-            evaluation.push(model, Row::Dense(row), label);
-        }
-        evaluation.score_part()
-    };
-    let (baseline, permuted) = permuted_scores(
-        &sample.features,
-        sample.width,
-        ranges,
-        ask.repeats as usize,
-        ask.seed,
-        score,
-    );
-    let moments = ranges
-        .iter()
-        .map(|r| {
-            // A pass over the sample per column: thousands of columns add up.
-            check_for_interrupts!();
-            let mut m = Welford::new();
-            for x in sample.features.chunks(sample.width) {
-                m.push(x[r.start]);
-            }
-            m
-        })
-        .collect();
-    ImportancePart {
-        baseline,
-        permuted,
-        moments,
-    }
-}
-
-/// The encoded features of each input column of a model: a column list's columns (a one-hot
-/// column's features together), or each element of the features array.
-pub(crate) fn column_ranges(
-    preprocessing: Option<&Preprocessor>,
-    n_features: usize,
-) -> Vec<Range<usize>> {
-    match preprocessing {
-        Some(p) => p
-            .columns
-            .iter()
-            .map(|c| c.offset..c.offset + c.encoding.width())
-            .collect(),
-        None => (0..n_features).map(|j| j..j + 1).collect(),
-    }
 }
 
 /// The model's input columns' names and their encoded features (see `column_ranges`).

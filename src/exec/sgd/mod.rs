@@ -11,6 +11,7 @@ mod drift;
 mod epoch_loop;
 mod epochs;
 mod evaluate;
+mod importance;
 mod inference;
 mod learn;
 mod predictions;
@@ -29,6 +30,7 @@ pub use evaluate::{
     binary_labels, check_group_counts, groups_report, Evaluate, EvaluateGroupsShard, EvaluateShard,
     EvaluateTables,
 };
+pub use importance::{check_cost, score_sample};
 pub use inference::check_inference_params;
 pub use learn::Learn;
 pub use predictions::PREDICTION;
