@@ -107,13 +107,23 @@ def test_the_cost_bound_comes_before_any_shard_is_contacted(dsn, conn, imp):
             with pytest.raises(psycopg.OperationalError) as err:
                 importance(c, m, "sh_imp_dead", {"rows": 10})
             assert err.value.sqlstate == "08001", err.value.diag.message_primary
+            # 25 columns x 100 repeats x 10^6 rows: more predictions than a call may make.
+            c.execute("DROP TABLE IF EXISTS shi_wide")
+            c.execute("""CREATE TABLE shi_wide AS SELECT i % 2 AS label,
+                             ARRAY(SELECT random() FROM generate_series(1, 25) WHERE i > 0) AS features
+                         FROM generate_series(1, 200) i""")
+            wide = train(c, "shi_wide", "logistic", {"epochs": 1, "seed": 1})
+            with pytest.raises(psycopg.Error) as err:
+                importance(c, wide, "sh_imp_dead", {"rows": 1_000_000, "repeats": 100})
+            assert err.value.sqlstate == "54000", (err.value.sqlstate, err.value.diag.message_primary)
+            assert "2501000000 predictions" in err.value.diag.message_primary, err.value.diag.message_primary
             c.execute("SET corgipile.max_buffer_memory = '1MB'")
             with pytest.raises(psycopg.Error) as err:
                 importance(c, m, "sh_imp_dead", {"rows": 100_000})
             assert err.value.sqlstate == "54000", (err.value.sqlstate, err.value.diag.message_primary)
             assert "corgipile.max_buffer_memory" in err.value.diag.message_primary
         finally:
-            c.execute("DROP TABLE IF EXISTS sh_imp_dead")
+            c.execute("DROP TABLE IF EXISTS sh_imp_dead, shi_wide")
             c.execute(sql.SQL("DROP SERVER IF EXISTS shi_dead CASCADE"))
 
 
