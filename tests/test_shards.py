@@ -57,6 +57,12 @@ CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend (or a shard's ERROR) to the
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
+PROTOCOL = 5  # src/pipeline/protocol.rs
+
+
+def learner(weights, bias=()):
+    """A training round's one learner (shard protocol 5: a round carries a list of learners)."""
+    return {"learners": [{"weights": list(weights), "bias": list(bias)}]}
 DEAD_PORT = PGPORT + 102  # nothing listens there
 SHARD_DB = f"{DBNAME}_shard"  # corgipile installed, current version (both shard servers)
 NOCORGI_DB = f"{DBNAME}_nocorgi"  # no corgipile (shard 1)
@@ -1265,7 +1271,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c), "protocol": 4,
+            request = {**base, "version": version(c), "protocol": PROTOCOL,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1284,18 +1290,19 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     network = {"classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 4, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
-        ok = {**base, "weights": [0.1] * 22, "network": network}
+        ok = {**base, **learner([0.1] * 22), "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
                                   (params, json.dumps(ok))))
-        assert reply["tuples"] == 100 and len(reply["weights"]) == 22 and reply["bias"] == []
-        for model, request in (("mlp", {**base, "weights": [0.1] * 21, "network": network}),
-                               ("mlp", {**base, "weights": [0.1] * 22}),
-                               ("svm", {**base, "weights": [0.1] * 22, "network": network}),
-                               ("mlp", {**base, "weights": [0.1] * 22, "network": {**network, "classes": [0]}}),
+        got = reply["learners"][0]
+        assert got["tuples"] == 100 and len(got["weights"]) == 22 and got["bias"] == []
+        for model, request in (("mlp", {**base, **learner([0.1] * 21), "network": network}),
+                               ("mlp", {**base, **learner([0.1] * 22)}),
+                               ("svm", {**base, **learner([0.1] * 22), "network": network}),
+                               ("mlp", {**base, **learner([0.1] * 22), "network": {**network, "classes": [0]}}),
                                # A regression network has no classes (hidden [4]: 17 parameters).
-                               ("mlp_regression", {**base, "weights": [0.1] * 17, "network": network})):
+                               ("mlp_regression", {**base, **learner([0.1] * 17), "network": network})):
             linear = Jsonb({"features": "features", "label": "label"})
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1430,13 +1437,13 @@ def test_a_request_of_another_version_names_both(class_mix):
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
-        base = {"version": ours, "protocol": 4, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": ours, "protocol": PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": "features", "label": "word"}
         reply = json.loads(shard_round(c, "softmax", params, base))
-        assert reply["protocol"] == 4 and reply["version"] == ours
+        assert reply["protocol"] == PROTOCOL and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
-        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 4)"),
+        for request, theirs in (({**base, "version": "0.0.1"}, f"corgipile 0.0.1 (shard protocol {PROTOCOL})"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
                                 # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
                                 ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
@@ -1444,7 +1451,7 @@ def test_a_request_of_another_version_names_both(class_mix):
             with pytest.raises(E.FeatureNotSupported) as err:
                 shard_round(c, "softmax", params, request)
             assert err.value.diag.message_primary == \
-                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 4)"
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol {PROTOCOL})"
             assert err.value.diag.message_hint
 
 
@@ -1453,19 +1460,19 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
     missing, or of a binary kind with three classes: 08P01 before a row is read."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 4, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
-        ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
+        ok = {**base, **learner([0.0] * 6, [0.0] * 3), "classes": ["ant", "bee", "cat"]}
         reply = json.loads(shard_round(c, "softmax", params, ok))
-        assert reply["tuples"] == MIX_ROWS and len(reply["weights"]) == 6
+        assert reply["learners"][0]["tuples"] == MIX_ROWS and len(reply["learners"][0]["weights"]) == 6
         for model, request in (("softmax", {**ok, "classes": ["ant", "bee"]}),
                                ("softmax", {**ok, "classes": ["ant", "ant", "cat"]}),
                                ("softmax", {**ok, "classes": ["ant", "bee", 3]}),
                                ("softmax", {**ok, "classes": ["ant", "bee", "x" * 5000]}),
                                ("softmax", {**ok, "classes": []}),
-                               ("svm", {**base, "weights": [0.0] * 2, "bias": [0.0], "classes": ["ant", "bee", "cat"]}),
-                               ("svm", {**base, "weights": [0.0] * 2, "bias": [0.0]})):
+                               ("svm", {**base, **learner([0.0] * 2, [0.0]), "classes": ["ant", "bee", "cat"]}),
+                               ("svm", {**base, **learner([0.0] * 2, [0.0])})):
             with pytest.raises(psycopg.Error) as err:
                 shard_round(c, model, params, request)
             assert err.value.sqlstate == "08P01", (model, request.get("classes"), err.value.sqlstate,
@@ -1646,7 +1653,7 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
     is read; a time zone PostgreSQL does not know: 22023."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 4, "phase": "Statistics", "epoch": 1, "round": 0,
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0,
                 "rounds": 1, "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": ["x1", "color", "day"], "label": "label"}
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Asia/Kolkata"}))
@@ -1669,13 +1676,13 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
             {"name": "day", "source": {"time": "date"}, "offset": 5, "impute": "mean", "scaled": True, "encode": "time",
              "kind": "date", "parts": ["value"], "zone": None, "fill": 19800.0, "mean": 19800.0, "std": 50.0}],
             "n_features": 6, "rows": 40000}
-        train_round = {**base, "phase": "Train", "n_features": 6, "weights": [0.0] * 6, "bias": [0.0]}
+        train_round = {**base, "phase": "Train", "n_features": 6, **learner([0.0] * 6, [0.0])}
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**train_round, "preprocessing": p}))
-        assert reply["tuples"] == COLS_ROWS
+        assert reply["learners"][0]["tuples"] == COLS_ROWS
         for request in ({**train_round},
                         {**train_round, "preprocessing": {**p, "n_features": 7}},
                         {**train_round, "preprocessing": {**p, "columns": p["columns"][:2]}},
-                        {**train_round, "n_features": 5, "weights": [0.0] * 5, "preprocessing": p},
+                        {**train_round, "n_features": 5, **learner([0.0] * 5, [0.0]), "preprocessing": p},
                         {**train_round, "preprocessing": p, "zone": "UTC"},
                         {**base, "preprocessing": p},
                         {**base, "zone": "x" * 300}):
@@ -1685,7 +1692,7 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
         # The preprocessing names the columns a round reads, whatever the params say.
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", {"features": "*", "label": "label"},
                                           {**train_round, "preprocessing": p}))
-        assert reply["tuples"] == COLS_ROWS
+        assert reply["learners"][0]["tuples"] == COLS_ROWS
         with pytest.raises(psycopg.Error) as err:
             shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Mars/Olympus"})
         assert err.value.sqlstate == "22023", err.value.diag.message_primary

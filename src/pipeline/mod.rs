@@ -6,6 +6,7 @@
 //! `exec::plan`, `exec::run`.)
 
 pub mod protocol;
+mod protocol_learners;
 
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
@@ -411,22 +412,6 @@ pub struct Trial {
     /// Per-group models, on the model of every row: the groups too small for a model of their
     /// own, and their rows.
     pub small_groups: Option<(u64, u64)>,
-}
-
-impl Trial {
-    /// The one configuration of a training that does not search.
-    pub fn only(params: &TrainParams, outcome: TrainOutcome) -> Trial {
-        Trial {
-            configuration: serde_json::Map::new(),
-            params: params.clone(),
-            seconds: outcome.seconds,
-            outcome: Ok(outcome),
-            epochs_before_failing: Vec::new(),
-            cv: Vec::new(),
-            group: None,
-            small_groups: None,
-        }
-    }
 }
 
 /// What a finished training produced; the caller stores it in the catalog.

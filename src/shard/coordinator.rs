@@ -83,7 +83,7 @@ impl RoundProgress {
                     .iter()
                     .zip(replies)
                     .map(|(shard, reply)| match reply {
-                        Some(r) => format!("{} done {} rows", shard.name, r.tuples.max(r.rows)),
+                        Some(r) => format!("{} done {} rows", shard.name, r.tuples().max(r.rows)),
                         None => format!(
                             "{} running {:.1} s",
                             shard.name,
@@ -306,8 +306,7 @@ pub fn evaluate(
         round: 0,
         rounds: 1,
         n_features: model.model.n_features(),
-        weights: Vec::new(),
-        bias: Vec::new(),
+        learners: Vec::new(),
         extras: LearnedStatistics::default(),
         evaluate: Some(model),
         network: None,

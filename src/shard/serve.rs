@@ -6,7 +6,7 @@ use crate::exec::sgd::{score_held_out, EvaluateShard, ShardRound, TrainingTable}
 use crate::pg::error::raise;
 use crate::pg::guc::max_model_bytes;
 use crate::pipeline::protocol::{
-    EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
+    EvaluateRequest, LearnerReply, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
 };
 use crate::pipeline::{FeatureLayout, Mode};
 use crate::request::args::{ParamsArg, RelationArg};
@@ -97,30 +97,53 @@ pub(super) fn shard_round_here(
     })
 }
 
-/// A shard's part of a validation round: the coordinator's model scored on the rows this
-/// backend held out of `table` in the training's first epoch (no read of the table).
+/// A shard's part of a validation round: each learner's model of the epoch scored on the rows
+/// this backend held out of `table` in the training's first epoch (no read of the table).
 fn validate_here(table: TrainingTable, kind: ModelKind, request: &RoundRequest) -> RoundReply {
-    let (model, _) = coordinator_model(kind, request);
     let binary = request
         .extras
         .label_values
         .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+    let learners = request
+        .learners
+        .iter()
+        .map(|learner| {
+            let Some(score) = &learner.score else {
+                no_model()
+            };
+            let model = checked_model(kind, score);
+            LearnerReply {
+                validation: Some(score_held_out(table, &model, binary)),
+                ..LearnerReply::default()
+            }
+        })
+        .collect();
     RoundReply {
-        validation: Some(score_held_out(table, &model, binary)),
+        learners,
         ..RoundReply::default()
     }
 }
 
-/// The model a request carries to score (an evaluation's or a validation's), checked: of the
-/// kind and shape it says. Returns it with the stored request's parts.
+fn no_model() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+        "corgipile shard round: an evaluation without a model",
+        None,
+    )
+}
+
+/// The model an evaluation request carries to score, checked: of the kind and shape it says.
+/// Returns it with the stored request's parts.
 fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &EvaluateRequest) {
     let Some(evaluate) = &request.evaluate else {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-            "corgipile shard round: an evaluation without a model",
-            None,
-        )
+        no_model()
     };
+    (checked_model(kind, evaluate), evaluate)
+}
+
+/// The model `evaluate` carries (an evaluation's or a validation's), checked: of the kind and
+/// shape it says.
+fn checked_model(kind: ModelKind, evaluate: &EvaluateRequest) -> Model {
     // A model of another kind or shape than it says would score out of bounds.
     let outputs = kind.outputs_for(evaluate.classes.len());
     let model = evaluate.model.clone().into_model().unwrap_or_else(|why| {
@@ -143,7 +166,7 @@ fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &Evalua
             None,
         );
     }
-    (model, evaluate)
+    model
 }
 
 /// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
@@ -279,7 +302,11 @@ fn corgipile_shard_round(
     // A linear sharded training has one output (binary kinds, regression) or one per class
     // of the coordinator's numbering (softmax); a network's round and an evaluation's model
     // say their own outputs.
-    let outputs = match (&request.evaluate, &request.network) {
+    let scored = request
+        .evaluate
+        .as_ref()
+        .or(request.learners.first().and_then(|l| l.score.as_ref()));
+    let outputs = match (scored, &request.network) {
         (Some(e), _) => e.model.n_outputs().max(1),
         (None, Some(n)) => n.classes.len().max(1),
         (None, None) if kind.has_class_outputs() && request.phase == Phase::Train => {
@@ -295,13 +322,15 @@ fn corgipile_shard_round(
             hint(),
         );
     }
-    let n_features = match &request.evaluate {
+    let n_features = match scored {
         Some(e) => e.model.n_features(),
         None => request.n_features,
     };
+    // Every learner of the round is a model of this shape in memory at once.
+    let models = request.learners.len().max(1) as u64;
     crate::pg::guc::check_model_size(
         n_features as u64,
-        outputs as u64,
+        (outputs as u64).saturating_mul(models),
         max_model_bytes(),
         "the coordinator's request",
     );

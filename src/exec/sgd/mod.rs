@@ -14,6 +14,7 @@ mod evaluate;
 mod inference;
 mod learn;
 mod shape;
+mod shard_learners;
 mod shard_round;
 mod side_by_side;
 mod statistics;
