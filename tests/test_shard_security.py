@@ -35,7 +35,8 @@ Checked here:
    feature columns forged (missing, a column short, of another kind, 200,000 categories, counts
    beyond the rows, a category twice, a quantile sketch of 100,000 centroids or of forged
    weights, an array of 10^6 elements; in a training round's reply), a round's learners forged
-   (none, one more than sent, one set aside with a model), a reply of another shard
+   (none, one more than sent, one set aside with a model; a search's second learner's weights,
+   bias or validation score), a reply of another shard
    protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
@@ -702,6 +703,9 @@ BEGIN
 END $$
 """
 
+# A search of two configurations (two learners in every round).
+SEARCH = {"search": {"learning_rate": [0.01, 0.1]}, "validation": {"fraction": 0.2}, "name": "shsec_search"}
+
 # A list of feature columns of the hostile tables.
 COLUMNS = {"features": ["id", "color", "features"], "preprocess": {"id": {"encode": "ple"}}}
 
@@ -741,11 +745,15 @@ HOSTILE_CASES = [
     ("val_loss", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
     ("val_matrix", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
     # Every learner of a round answers (shard protocol 5): none, one more than sent, a learner
-    # set aside that still sends a model, a validation round's scores missing.
+    # set aside that still sends a model, a validation round's scores missing; a search's second
+    # learner with a NaN weight, without its bias, with a negative validation loss.
     ("learners_none", "Train", "svm", {}, ("08P01",)),
     ("learners_extra", "Train", "svm", {}, ("08P01",)),
     ("set_aside_model", "Train", "svm", {}, ("08P01",)),
     ("learners_none", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    ("second_nan", "Train", "svm", SEARCH, ("08P01",)),
+    ("second_short", "Train", "logistic", SEARCH, ("08P01",)),
+    ("second_val_loss", "Validate", "svm", SEARCH, ("08P01",)),
     # A list of feature columns (id encoded "ple", color one-hot, the features array): the
     # statistics of its columns missing, of one column fewer, of another kind; a color forged
     # into 200,000 categories (more than the rows), a count beyond the rows, a category twice;

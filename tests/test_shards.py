@@ -287,6 +287,93 @@ def test_hash_sharded_trains_like_one_server(conn, blobs, model):
     assert [shard_scalar(i, "SELECT count(*) FROM corgipile.epochs") for i in (0, 1)] == [0, 0]
 
 
+# Searches ranked by validation loss. "apart": two learning rates whose models' losses differ
+# far more than a sharded model's differs from one server's; "close": a third between them
+# whose loss is within that difference of the best (measured, logistic: 0.0733 and 0.0735 on one
+# server, 0.0761 and 0.0757 on the shards).
+SEARCHES = {"apart": {"learning_rate": [0.00001, 0.1]}, "close": {"learning_rate": [0.00001, 0.001, 0.1]}}
+SEARCH = {"epochs": 3, "seed": 7, "validation": {"fraction": 0.2}, "select_by": "loss"}
+# How far a configuration's validation loss on the shards may be from one server's (other
+# held-out rows, a model combined from the shards' rounds; measured at most 0.008).
+SCORE_TOLERANCE = 0.015
+
+
+def search_rows(c, model_id):
+    """The search's rows of corgipile.search_trials (by trial), and its epochs rows per trial."""
+    rows = c.execute("""SELECT trial, trials, params, select_by, score, selected, epochs, model_id
+                        FROM corgipile.search_trials
+                        WHERE search_id = (SELECT (metrics #>> '{search,search_id}')::bigint
+                                           FROM corgipile.models WHERE id = %s)
+                        ORDER BY trial""", (model_id,)).fetchall()
+    epochs = {r[0]: c.execute("SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (r[7],)).fetchone()[0]
+              for r in rows}
+    return rows, epochs
+
+
+@pytest.mark.parametrize("model, searched", [("svm", "apart"), ("logistic", "apart"), ("logistic", "close")])
+def test_a_search_on_shards_stores_and_picks_as_one_server(conn, blobs, model, searched):
+    """A search over a sharded table stores what one server's search of the same rows stores (a
+    version per configuration, the best last, its corgipile.search_trials rows), and its best
+    model scores within 0.5 point of one server's. Every configuration's validation loss is
+    within SCORE_TOLERANCE of one server's, so a configuration better than the others by more
+    than twice that is the one picked on both ("apart"); among configurations closer than that,
+    the one picked on the shards is within twice of one server's best there ("close")."""
+    before = models_count(conn)
+    params = {**SEARCH, "search": SEARCHES[searched]}
+    single = train(conn, "sh_hash_copy", model, params, name=f"sh_search_one_{model}_{searched}")
+    sharded = train(conn, "sh_hash", model, params, name=f"sh_search_{model}_{searched}")
+    n = len(SEARCHES[searched]["learning_rate"])
+    assert models_count(conn) == before + 2 * n
+    (one, one_epochs), (got, got_epochs) = search_rows(conn, single), search_rows(conn, sharded)
+    assert [r[:4] for r in got] == [r[:4] for r in one], (got, one)
+    assert [r[1] for r in got] == [n] * n
+    assert got_epochs == one_epochs == {t: 3 for t in range(1, n + 1)}
+    # The best is selected and stored last (the id returned), as on one server.
+    assert max(r[7] for r in got) == sharded and [r[7] for r in got if r[5]] == [sharded]
+    assert [r[7] for r in one if r[5]] == [single]
+    for g, o in zip(got, one):
+        assert abs(g[4] - o[4]) <= SCORE_TOLERANCE, (g, o)
+    picked, best_one = [r for r in got if r[5]][0], [r for r in one if r[5]][0]
+    if searched == "apart":
+        assert picked[2] == best_one[2] == {"learning_rate": 0.1}, (got, one)
+    else:
+        one_score_of_picked = next(o[4] for o in one if o[2] == picked[2])
+        assert one_score_of_picked <= best_one[4] + 2 * SCORE_TOLERANCE, (got, one)
+    row = stored(conn, sharded)
+    assert row["params"]["learning_rate"] == picked[2]["learning_rate"] and row["relation"] == "public.sh_hash"
+    got_acc = evaluate(conn, sharded, "sh_hash_copy")["accuracy"]
+    ref_acc = evaluate(conn, single, "sh_hash_copy")["accuracy"]
+    assert abs(got_acc - ref_acc) <= 0.005, (got_acc, ref_acc)
+    assert all(shard_models(i) == 0 for i in (0, 1))
+
+
+def test_a_search_on_shards_is_one_training_per_configuration(conn, blobs):
+    """Each configuration's model of a sharded search is the model that configuration trains
+    alone on the shards (the same seed, the same rounds): side by side changes nothing."""
+    params = {**SEARCH, "search": {"learning_rate": [0.001, 0.1]}, "patience": 1}
+    best = train(conn, "sh_hash", "svm", params, name="sh_search_alone")
+    rows, _ = search_rows(conn, best)
+    for r in rows:
+        lone = {k: v for k, v in params.items() if k not in ("search", "select_by")} | r[2]
+        alone = stored(conn, train(conn, "sh_hash", "svm", lone))
+        together = stored(conn, r[7])
+        assert together["weights"] == alone["weights"] and together["bias"] == alone["bias"], r[2]
+
+
+def test_a_sharded_search_refuses_what_it_cannot_search(conn, blobs):
+    """A searched model kind, class_weight or a network's search: 0A000 before any work."""
+    before = models_count(conn)
+    for model, search in (("svm", {"model": ["svm", "logistic"]}),
+                          ("logistic", {"class_weight": [None, "balanced"]}),
+                          ("mlp", {"learning_rate": [0.01, 0.1]})):
+        with pytest.raises(E.FeatureNotSupported) as err:
+            train(conn, "sh_hash", model, {"epochs": 1, "validation": {"fraction": 0.2}, "search": search,
+                                           "name": "sh_search_refused"})
+        assert err.value.diag.message_primary.startswith("a \"search\" on a sharded table cannot search"), \
+            err.value.diag.message_primary
+    assert_nothing_stored(conn, before)
+
+
 def test_hash_sharded_verbose_notice_per_epoch(conn, blobs):
     notices = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary))
