@@ -36,7 +36,8 @@ Checked here:
    beyond the rows, a category twice, a quantile sketch of 100,000 centroids or of forged
    weights, an array of 10^6 elements; in a training round's reply), a round's learners forged
    (none, one more than sent, one set aside with a model; a search's second learner's weights,
-   bias or validation score), a reply of another shard
+   bias or validation score; a fold's score forged or sent for the model of every row), a reply
+   of another shard
    protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
@@ -651,6 +652,8 @@ BEGIN
     WHEN 'set_aside_model' THEN RETURN jsonb_set(r, '{{learners,0,set_aside}}', 'true')::text;
     WHEN 'second_nan' THEN RETURN jsonb_set(r, '{{learners,1,weights,0}}', '"NaN"')::text;
     WHEN 'second_short' THEN RETURN jsonb_set(r, '{{learners,1,bias}}', '[]')::text;
+    WHEN 'holdout_loss' THEN RETURN jsonb_set(r, '{{learners,0,holdout,loss}}', '-1')::text;
+    WHEN 'holdout_unasked' THEN RETURN jsonb_set(r, '{{learners,3,holdout}}', r #> '{{learners,0,holdout}}')::text;
     WHEN 'second_val_loss' THEN RETURN jsonb_set(r, '{{learners,1,validation,loss}}', '-1')::text;
     WHEN 'huge' THEN RETURN left(reply, -1) || ',"padding":"' || repeat('x', {HUGE_REPLY_BYTES}) || '"}}';
     WHEN 'not_json' THEN RETURN 'corgipile shard says: <html>not json</html>';
@@ -754,6 +757,10 @@ HOSTILE_CASES = [
     ("second_nan", "Train", "svm", SEARCH, ("08P01",)),
     ("second_short", "Train", "logistic", SEARCH, ("08P01",)),
     ("second_val_loss", "Validate", "svm", SEARCH, ("08P01",)),
+    # "folds": 3 (learners: the three folds', then the model of every row): a fold's score of
+    # its rows with a negative loss; a score from the model of every row, which has no fold.
+    ("holdout_loss", "Train", "svm", {"folds": 3}, ("08P01",)),
+    ("holdout_unasked", "Train", "logistic", {"folds": 3}, ("08P01",)),
     # A list of feature columns (id encoded "ple", color one-hot, the features array): the
     # statistics of its columns missing, of one column fewer, of another kind; a color forged
     # into 200,000 categories (more than the rows), a count beyond the rows, a category twice;

@@ -204,6 +204,13 @@ pub struct RoundRequest {
     /// the epoch. Empty in the other phases.
     #[serde(default)]
     pub learners: Vec<LearnerRound>,
+    /// With `"folds"`: how many (0: none); every shard's rows fall in them by the same hash of
+    /// the row as on one server (`corgipile_ml::trials::fold_of`).
+    #[serde(default)]
+    pub folds: u32,
+    /// The last epoch of a training with folds: each fold's learner scores its fold's rows.
+    #[serde(default)]
+    pub score_folds: bool,
     pub extras: LearnedStatistics,
     /// Evaluate: the model to score.
     #[serde(default)]

@@ -1,13 +1,17 @@
 //! The learners of a sharded training's round (shard protocol 5): a training round carries
-//! every learner still going — a search's configurations, or the one model of a training that
-//! does not search — each with its parameters; the shard trains them side by side on the same
-//! buffers and answers per learner. A validation round carries each learner's model of the
-//! epoch, and the shard answers each one's score of its held-out rows. A training of one
-//! model is a list of one.
+//! every learner still going — a search's configurations, with `"folds"` one per fold beside
+//! each, or the one model of a training that does not search — each with its parameters; the
+//! shard trains them side by side on the same buffers and answers per learner (in the last
+//! epoch, a fold's learner also its score of the fold's rows it held out). A validation round
+//! carries each learner's model of the epoch, and the shard answers each one's score of its
+//! held-out rows. A training of one model is a list of one.
 
 use super::protocol::{EvaluateRequest, Phase, RoundRequest};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::search::MAX_TRIALS;
+
+/// Most folds a training has (the `folds` param's bound).
+const MAX_FOLDS: u32 = 20;
 use corgipile_ml::scoring::ValidationPart;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -20,6 +24,10 @@ pub struct LearnerRound {
     /// trains the configuration equal to this one). Empty without a search.
     #[serde(default)]
     pub configuration: Map<String, Value>,
+    /// With `"folds"`: the fold whose rows it never trains on (None: the configuration's model
+    /// of every row).
+    #[serde(default)]
+    pub fold: Option<u32>,
     /// Train: its parameters at the round's start (a linear model's weights then its biases; a
     /// network's every parameter in `weights`, layer by layer).
     #[serde(default)]
@@ -55,6 +63,10 @@ pub struct LearnerReply {
     /// Validate: its model's score on the shard's held-out rows, to merge.
     #[serde(default)]
     pub validation: Option<ValidationPart>,
+    /// Train, when the request says `score_folds`: a fold's learner's score of that fold's
+    /// rows of the round (None: no row of its fold, or a two-class learner that met one label).
+    #[serde(default)]
+    pub holdout: Option<ValidationPart>,
 }
 
 fn all_finite(values: &[f64]) -> bool {
@@ -67,18 +79,26 @@ fn all_finite(values: &[f64]) -> bool {
 pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), String> {
     let learners = &request.learners;
     let has_learners = matches!(request.phase, Phase::Train | Phase::Validate);
-    if has_learners == learners.is_empty() || learners.len() > MAX_TRIALS {
+    let most = MAX_TRIALS * (1 + MAX_FOLDS as usize);
+    if has_learners == learners.is_empty() || learners.len() > most {
         return Err(format!(
             "{} learners in a round of phase {:?}",
             learners.len(),
             request.phase
         ));
     }
+    if request.folds == 1 || request.folds > MAX_FOLDS {
+        return Err(format!("{} folds", request.folds));
+    }
+    if request.score_folds && (request.phase != Phase::Train || request.folds == 0) {
+        return Err("folds to score in a round without folds".into());
+    }
     for (i, l) in learners.iter().enumerate() {
-        if learners[..i]
-            .iter()
-            .any(|o| o.configuration == l.configuration)
-        {
+        if l.fold.is_some_and(|f| f >= request.folds) {
+            return Err("a learner of a fold the round does not have".into());
+        }
+        let same = |o: &LearnerRound| o.configuration == l.configuration && o.fold == l.fold;
+        if learners[..i].iter().any(same) {
             return Err("a configuration twice among the learners".into());
         }
     }
@@ -163,13 +183,17 @@ pub fn check_reply(
     }
     for (reply, sent) in learners.iter().zip(&request.learners) {
         match request.phase {
-            Phase::Train => check_trained(reply, sent, rows)?,
+            Phase::Train => check_trained(reply, sent, rows, kind, request.score_folds)?,
             Phase::Validate => {
                 let Some(part) = &reply.validation else {
                     return Err("no validation score".into());
                 };
                 part.check(kind)?;
-                if !reply.weights.is_empty() || !reply.bias.is_empty() || reply.set_aside {
+                if !reply.weights.is_empty()
+                    || !reply.bias.is_empty()
+                    || reply.set_aside
+                    || reply.holdout.is_some()
+                {
                     return Err(
                         "a model or statistics where a validation score was asked for".into(),
                     );
@@ -182,9 +206,21 @@ pub fn check_reply(
 }
 
 /// One learner's answer to a training round.
-fn check_trained(reply: &LearnerReply, sent: &LearnerRound, rows: u64) -> Result<(), String> {
+fn check_trained(
+    reply: &LearnerReply,
+    sent: &LearnerRound,
+    rows: u64,
+    kind: ModelKind,
+    score_folds: bool,
+) -> Result<(), String> {
     if reply.validation.is_some() {
         return Err("statistics or metrics where a model was asked for".into());
+    }
+    if let Some(part) = &reply.holdout {
+        if !score_folds || sent.fold.is_none() {
+            return Err("a fold's score where none was asked for".into());
+        }
+        part.check(kind)?;
     }
     if reply.set_aside {
         if !reply.weights.is_empty() || !reply.bias.is_empty() {

@@ -209,7 +209,7 @@ pub(super) fn bad_reply(shard: &str, e: WireError) -> ! {
         WireError::TooLarge { .. } => raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             format!("shard server \"{shard}\" sent an answer too large to read: {e} (corgipile.max_model_memory)"),
-            Some("A shard's answer carries one model or its statistics: raise corgipile.max_model_memory if the model is really that large.".into()),
+            Some("A shard's answer carries its learners' models (a search's configurations, folds) or its statistics: raise corgipile.max_model_memory if they are really that large.".into()),
         ),
         WireError::Invalid(why) => raise(
             PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
@@ -307,6 +307,8 @@ pub fn evaluate(
         rounds: 1,
         n_features: model.model.n_features(),
         learners: Vec::new(),
+        folds: 0,
+        score_folds: false,
         extras: LearnedStatistics::default(),
         evaluate: Some(model),
         network: None,

@@ -262,7 +262,7 @@ fn corgipile_shard_round(
     }
     check_schema_version();
     // Whoever may call this function may have written the request: its size is bounded before
-    // it is parsed (four times corgipile.max_model_memory: it carries one model), its
+    // it is parsed (four times corgipile.max_model_memory: it carries its learners' models), its
     // shapes and values are checked before anything is allocated from them.
     let hint = || {
         Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
@@ -273,7 +273,7 @@ fn corgipile_shard_round(
             wire::WireError::TooLarge { .. } => raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),
-                Some("A coordinator's request carries one model: raise corgipile.max_model_memory on this server if the model is really that large.".into()),
+                Some("A coordinator's request carries its learners' models (a search's configurations, folds): raise corgipile.max_model_memory on this server if they are really that large.".into()),
             ),
             wire::WireError::Invalid(why) => raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -64,6 +64,8 @@ pub fn train(
         rounds: 1,
         n_features: 0,
         learners: Vec::new(),
+        folds: 0,
+        score_folds: false,
         extras: LearnedStatistics::default(),
         evaluate: None,
         network: None,
@@ -124,10 +126,11 @@ pub fn train(
     // is this driver's own).
     let validating = params.validation.is_some();
     let searching = params.search.is_some();
-    let mut learners = learners_of(&configurations, model_rounds, &|p| {
+    let folds = params.folds.unwrap_or(0);
+    let mut learners = learners_of(&configurations, folds, model_rounds, &|p| {
         (searching && network.is_none()).then(|| linear_rounds(kind, p, n_weights, outputs))
     });
-    let mut fit = fit_of(&configurations, params, kind);
+    let mut fit = fit_of(&configurations, &learners, params, kind);
     let mut network = network;
     let standardizer = extras.standardizer.clone();
     let label_values = extras.label_values;
@@ -142,6 +145,9 @@ pub fn train(
     for epoch in 1..=params.epochs {
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
+        // The last epoch: each fold's learner scores its fold's rows (as on one server).
+        request.folds = folds;
+        request.score_folds = folds > 0 && epoch == params.epochs;
         let totals = conv.epoch_rounds(
             &mut request,
             &mut learners,
@@ -181,7 +187,8 @@ pub fn train(
         }
         let end = epoch_end(epoch, &mut records, scored, validation_seconds);
         if params.verbose && !searching {
-            if let Some(record) = &records[0] {
+            // The model of every row's (after its folds' learners).
+            if let Some(record) = &records[folds as usize] {
                 notice_epoch(params.epochs, record, &conv.shards, rounds, conv.bytes);
             }
         }
@@ -203,7 +210,8 @@ pub fn train(
     // The local partitions' optimizer states (the remote shards' go with their connections).
     crate::exec::sgd::forget_kept();
     let seconds = started.elapsed().as_secs_f64();
-    let finished = fit.finish(results(learners, seconds), Vec::new());
+    let (results, holdouts) = results(learners, seconds);
+    let finished = fit.finish(results, holdouts);
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
     let stored = Stored {
         classes: stored_classes(request.extras.label_values, &request.network, numbered),

@@ -2,12 +2,14 @@
 //! learner the coordinator sent — a search's configuration, resolved here from this shard's
 //! params as one server's search resolves it, or the one model of a training that does not
 //! search — each from the parameters it was sent, trained side by side on the round's buffers
-//! by the trainer one server's search uses (`corgipile_ml::trials::Trials`).
+//! by the trainer one server's search uses (`corgipile_ml::trials::Trials`); with `"folds"`, a
+//! fold's learner skips its fold's rows and, in the last epoch, scores them.
 
 use super::{checked_learner, SgdNode};
 use crate::pg::error::{raise, raise_param_error, raise_train_error};
 use crate::pipeline::protocol::{LearnerReply, LearnerRound, RoundRequest};
 use corgipile_ml::learner::Shape;
+use corgipile_ml::scoring::ValidationScore;
 use corgipile_ml::trainer::{EpochStats, TrainError};
 use corgipile_ml::trials::Trials;
 use pgrx::PgSqlErrorCode;
@@ -17,6 +19,14 @@ impl SgdNode {
     /// configuration this shard's search does not have is a protocol violation.
     pub(super) fn round_learners(&self, request: &RoundRequest, shape: &Shape) -> Trials {
         let kind = self.config.model;
+        let folds = self.config.params.folds.unwrap_or(0);
+        if request.folds != folds {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                "corgipile shard round: another number of folds than these params have",
+                None,
+            );
+        }
         let configurations = self
             .config
             .params
@@ -57,10 +67,15 @@ impl SgdNode {
                         None,
                     );
                 }
-                learner
+                (learner, sent.fold.map(|f| f as usize))
             })
             .collect();
-        Trials::new(learners)
+        let mut trials = Trials::with_folds(learners, folds as usize);
+        if request.score_folds {
+            // The last epoch: the scaling the learners apply, to score rows as they are read.
+            trials.score_holdouts(request.extras.standardizer.clone());
+        }
+        trials
     }
 }
 
@@ -76,36 +91,39 @@ pub(super) fn start_of(sent: &LearnerRound) -> Vec<f64> {
 pub(super) fn learner_replies(
     sent: &[LearnerRound],
     learned: Vec<Result<Vec<f64>, TrainError>>,
-    stats: Vec<Option<EpochStats>>,
+    (stats, holdouts): (Vec<Option<EpochStats>>, Vec<Option<ValidationScore>>),
     relation: &str,
 ) -> Vec<LearnerReply> {
     sent.iter()
         .zip(learned)
-        .zip(stats)
-        .map(|((sent, learned), stats)| match (learned, stats) {
-            (Ok(mut weights), Some(stats)) => {
-                if weights.len() != sent.weights.len() + sent.bias.len() {
-                    raise(
-                        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                        format!("a sparse index of {relation} is beyond n_features"),
-                        None,
-                    );
+        .zip(stats.into_iter().zip(holdouts))
+        .map(
+            |((sent, learned), (stats, holdout))| match (learned, stats) {
+                (Ok(mut weights), Some(stats)) => {
+                    if weights.len() != sent.weights.len() + sent.bias.len() {
+                        raise(
+                            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                            format!("a sparse index of {relation} is beyond n_features"),
+                            None,
+                        );
+                    }
+                    let bias = weights.split_off(sent.weights.len());
+                    LearnerReply {
+                        weights,
+                        bias,
+                        tuples: stats.tuples,
+                        loss: stats.loss,
+                        accuracy: stats.accuracy,
+                        r2: stats.r2,
+                        holdout: holdout.map(|s| s.part()),
+                        ..LearnerReply::default()
+                    }
                 }
-                let bias = weights.split_off(sent.weights.len());
-                LearnerReply {
-                    weights,
-                    bias,
-                    tuples: stats.tuples,
-                    loss: stats.loss,
-                    accuracy: stats.accuracy,
-                    r2: stats.r2,
+                _ => LearnerReply {
+                    set_aside: true,
                     ..LearnerReply::default()
-                }
-            }
-            _ => LearnerReply {
-                set_aside: true,
-                ..LearnerReply::default()
+                },
             },
-        })
+        )
         .collect()
 }

@@ -326,6 +326,7 @@ impl SgdNode {
         let stats = trials
             .finish_epoch()
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
+        let holdouts = trials.take_holdout_scores();
         let one = trials.len() == 1;
         let mut learned = Vec::with_capacity(trials.len());
         for (result, _) in trials.into_results() {
@@ -368,7 +369,12 @@ impl SgdNode {
         RoundReply {
             rows: shuffle.counts().rows,
             rows_skipped: shuffle.counts().rows_skipped,
-            learners: learner_replies(&request.learners, learned, stats, &self.config.relation),
+            learners: learner_replies(
+                &request.learners,
+                learned,
+                (stats, holdouts),
+                &self.config.relation,
+            ),
             ..RoundReply::default()
         }
     }

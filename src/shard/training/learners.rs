@@ -1,7 +1,8 @@
 //! The learners of a sharded training: a search's configurations side by side (one model
-//! without a search), each with its own combined parameters, moved round by round by what the
-//! shards trained of it (`pipeline::protocol_learners`), scored together in the validation
-//! rounds, and ending as one server's search's trials.
+//! without a search), with `"folds"` one learner per fold beside each, each with its own
+//! combined parameters, moved round by round by what the shards trained of it
+//! (`pipeline::protocol_learners`), scored together in the validation rounds (a fold's
+//! learner: on its fold's rows in the last epoch), and ending as one server's trials.
 
 use super::{epoch_record, pooled_validation, scored, validation_request, Conversation};
 use crate::pg::error::{raise, raise_train_error};
@@ -15,7 +16,7 @@ use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::params::Patience;
 use corgipile_ml::params::{Configuration, TrainParams};
 use corgipile_ml::preprocess::Preprocessor;
-use corgipile_ml::scoring::ValidationStats;
+use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{DeltaRounds, EpochPart, EpochRecord, EpochTotals, TrainError};
 use pgrx::PgSqlErrorCode;
@@ -25,7 +26,13 @@ use std::time::Instant;
 
 /// One learner: its configuration, its params and its combined parameters.
 pub(super) struct ShardLearner {
+    /// Its configuration (its index in the search's, and its searched params).
+    pub(super) index: usize,
     pub(super) configuration: Map<String, Value>,
+    /// With `"folds"`: the fold it never trains on (None: the model of every row).
+    pub(super) fold: Option<u32>,
+    /// Its fold's rows scored in the last epoch, pooled over the rounds and shards.
+    pub(super) holdout: Option<ValidationScore>,
     pub(super) params: TrainParams,
     pub(super) rounds: DeltaRounds,
     /// Still training (not stopped by the policy, not set aside).
@@ -76,23 +83,31 @@ pub(super) fn check_search(configurations: &[Configuration], kind: ModelKind) {
     }
 }
 
-/// Every configuration's learner, each starting from `start` (the plan's combined parameters;
-/// a configuration's own iterate averaging).
+/// Every configuration's learners (with `folds`, one per fold, then its model of every row, as
+/// one server orders them), each starting from `start` (the plan's combined parameters; a
+/// configuration's own iterate averaging).
 pub(super) fn learners_of(
     configurations: &[Configuration],
+    folds: u32,
     start: DeltaRounds,
     linear: &dyn Fn(&TrainParams) -> Option<DeltaRounds>,
 ) -> Vec<ShardLearner> {
-    configurations
-        .iter()
-        .map(|(configuration, params)| ShardLearner {
-            configuration: configuration.clone(),
-            params: params.clone(),
-            rounds: linear(params).unwrap_or_else(|| start.clone()),
-            going: true,
-            set_aside: None,
-        })
-        .collect()
+    let mut learners = Vec::new();
+    for (index, (configuration, params)) in configurations.iter().enumerate() {
+        for fold in (0..folds).map(Some).chain([None]) {
+            learners.push(ShardLearner {
+                index,
+                configuration: configuration.clone(),
+                fold,
+                holdout: None,
+                params: params.clone(),
+                rounds: linear(params).unwrap_or_else(|| start.clone()),
+                going: true,
+                set_aside: None,
+            });
+        }
+    }
+    learners
 }
 
 impl Conversation<'_> {
@@ -129,6 +144,7 @@ impl Conversation<'_> {
                     let (weights, bias) = learners[i].rounds.params().split_at(n_weights);
                     LearnerRound {
                         configuration: learners[i].configuration.clone(),
+                        fold: learners[i].fold,
                         weights: weights.to_vec(),
                         bias: bias.to_vec(),
                         score: None,
@@ -164,6 +180,20 @@ impl Conversation<'_> {
                         continue;
                     }
                     raise_train_error(e, &|v| v.to_string(), normalize);
+                }
+                let binary = request
+                    .extras
+                    .label_values
+                    .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+                for part in replies
+                    .iter()
+                    .filter_map(|r| r.learners[j].holdout.as_ref())
+                {
+                    let kind = self.kind;
+                    let score = learner
+                        .holdout
+                        .get_or_insert_with(|| ValidationScore::new(kind, binary));
+                    score.merge(part);
                 }
                 let total = totals[i].get_or_insert_with(EpochTotals::default);
                 for reply in &replies {
@@ -247,6 +277,7 @@ pub(super) fn validate(
         .zip(&models)
         .map(|(&i, model)| LearnerRound {
             configuration: learners[i].configuration.clone(),
+            fold: learners[i].fold,
             score: Some(scored(train, model)),
             ..LearnerRound::default()
         })
@@ -279,18 +310,25 @@ pub(super) fn validate(
 }
 
 /// What each learner ends as, for `Fit::finish`: its final combined parameters (its iterate
-/// average, if any), or set aside in the epoch it diverged.
+/// average, if any), or set aside in the epoch it diverged; and each one's score of its fold.
+#[allow(clippy::type_complexity)]
 pub(super) fn results(
     learners: Vec<ShardLearner>,
     seconds: f64,
-) -> Vec<(Result<Vec<f64>, TrainError>, f64)> {
+) -> (
+    Vec<(Result<Vec<f64>, TrainError>, f64)>,
+    Vec<Option<ValidationStats>>,
+) {
     learners
         .into_iter()
-        .map(|l| match l.set_aside {
-            Some(epoch) => (Err(TrainError::Diverged { epoch }), seconds),
-            None => (Ok(l.rounds.finish()), seconds),
+        .map(|l| {
+            let holdout = l.holdout.map(ValidationScore::finish);
+            match l.set_aside {
+                Some(epoch) => ((Err(TrainError::Diverged { epoch }), seconds), holdout),
+                None => ((Ok(l.rounds.finish()), seconds), holdout),
+            }
         })
-        .collect()
+        .unzip()
 }
 
 /// The policy of the learners' epochs, one server's: a learner per configuration, each with its
@@ -298,6 +336,7 @@ pub(super) fn results(
 /// of one model writes the shard line instead).
 pub(super) fn fit_of(
     configurations: &[Configuration],
+    learners: &[ShardLearner],
     params: &TrainParams,
     kind: ModelKind,
 ) -> Fit<Model> {
@@ -307,11 +346,13 @@ pub(super) fn fit_of(
         .iter()
         .map(|(_, p)| p.patience.filter(|_| validating))
         .collect();
-    let n = configurations.len();
     let plan = LearnerPlan {
-        configuration: (0..n).collect(),
-        fold: vec![None; n],
-        group: vec![None; n],
+        configuration: learners.iter().map(|l| l.index).collect(),
+        fold: learners
+            .iter()
+            .map(|l| l.fold.map(|f| f as usize))
+            .collect(),
+        group: vec![None; learners.len()],
     };
     let notices = Notices {
         verbose: params.verbose && searching,
@@ -412,7 +453,7 @@ pub(super) fn trials(
                 seconds: f.seconds,
                 outcome,
                 epochs_before_failing,
-                cv: Vec::new(),
+                cv: f.cv,
                 group: None,
                 small_groups: None,
             }
