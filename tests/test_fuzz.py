@@ -1232,7 +1232,7 @@ def test_shard_round_requests_never_crash(cluster):
             reply = json.loads(conn.execute(SHARD_ROUND_SQL, (table, model, json.dumps(params),
                                                               json.dumps(req))).fetchone()[0])
             if phase == "Validate":  # no rows held out by this backend for training 9: none scored
-                assert reply["validation"]["rows"] == 0, reply
+                assert reply["learners"][0]["validation"]["rows"] == 0, reply
             else:
                 assert reply["rows"] > 0, (phase, reply)
         fixed = fuzz.fixed_cases()
