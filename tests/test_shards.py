@@ -401,7 +401,7 @@ def test_a_search_on_shards_is_one_training_per_configuration(conn, blobs):
 
 
 def test_a_sharded_search_refuses_what_it_cannot_search(conn, blobs):
-    """A searched model kind, class_weight or a network's search: 0A000 before any work."""
+    """A searched model kind, class_weight, a network's search or folds: 0A000 before any work."""
     before = models_count(conn)
     for model, search in (("svm", {"model": ["svm", "logistic"]}),
                           ("logistic", {"class_weight": [None, "balanced"]}),
@@ -411,6 +411,10 @@ def test_a_sharded_search_refuses_what_it_cannot_search(conn, blobs):
                                            "name": "sh_search_refused"})
         assert err.value.diag.message_primary.startswith("a \"search\" on a sharded table cannot search"), \
             err.value.diag.message_primary
+    # A network's folds: a shard keeps one optimizer state between rounds.
+    with pytest.raises(E.FeatureNotSupported) as err:
+        train(conn, "sh_hash", "mlp", {"epochs": 1, "folds": 3, "hidden": [4]})
+    assert err.value.diag.message_primary == '"folds" of a mlp model cannot train on a sharded table yet'
     assert_nothing_stored(conn, before)
 
 

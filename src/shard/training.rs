@@ -50,7 +50,7 @@ pub fn train(
     let configurations = params
         .configurations(kind)
         .unwrap_or_else(|e| raise_param_error(e));
-    check_search(&configurations, kind);
+    check_search(&configurations, params.folds.unwrap_or(0), kind);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
     // Round 0: statistics.

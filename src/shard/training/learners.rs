@@ -41,11 +41,19 @@ pub(super) struct ShardLearner {
     pub(super) set_aside: Option<u32>,
 }
 
-/// Refuses, before any work, a search a sharded training cannot run as one server does: a
+/// Refuses, before any work, learners a sharded training cannot run as one server does: a
 /// searched model kind or class_weight (every learner of a round shares the kind and the
-/// labels' weights the statistics round settled), a search of networks (a shard keeps one
-/// optimizer state between rounds).
-pub(super) fn check_search(configurations: &[Configuration], kind: ModelKind) {
+/// labels' weights the statistics round settled), several learners of a network or
+/// factorization machine (a search's, or folds: a shard keeps one optimizer state between
+/// rounds).
+pub(super) fn check_search(configurations: &[Configuration], folds: u32, kind: ModelKind) {
+    if folds > 0 && kind.family().sized_by_statistics() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("\"folds\" of a {} model cannot train on a sharded table yet", kind.name()),
+            Some("Cross-validate it on one shard's table, or hold out rows with \"validation\" instead.".into()),
+        );
+    }
     if configurations.len() < 2 {
         return;
     }
@@ -77,8 +85,8 @@ pub(super) fn check_search(configurations: &[Configuration], kind: ModelKind) {
     }
     if kind.family().sized_by_statistics() {
         refuse(
-            "a network's params",
-            "Train each network configuration with its own corgipile_train, or search on one shard's table.",
+            "the params of a network or factorization machine",
+            "Train each configuration with its own corgipile_train, or search on one shard's table.",
         );
     }
 }
@@ -226,7 +234,7 @@ pub(super) fn epoch_records(
     (epoch, started, zero_loss): (u32, Instant, Option<f64>),
 ) -> Vec<Option<EpochRecord>> {
     let kind = config.model;
-    let several = learners.iter().filter(|l| l.going).count() > 1;
+    let mut left = totals.iter().flatten().count();
     learners
         .iter_mut()
         .zip(totals)
@@ -237,17 +245,18 @@ pub(super) fn epoch_records(
                 .train_config(kind)
                 .schedule
                 .learning_rate(p.learning_rate, epoch);
-            let record = if several {
-                epoch_record(config, epoch, totals, learning_rate, started, None)
-            } else {
-                epoch_record(config, epoch, totals, learning_rate, started, zero_loss)
-            };
-            if several && corgipile_ml::divergence::diverged(record.stats.loss, zero_loss) {
-                learner.going = false;
-                learner.set_aside = Some(epoch);
-                return None;
+            let record = epoch_record(config, epoch, totals, learning_rate, started, None);
+            if !corgipile_ml::divergence::diverged(record.stats.loss, zero_loss) {
+                return Some(record);
             }
-            Some(record)
+            if left == 1 {
+                // The last learner going: its ERROR is the training's (one server's rule).
+                epoch_record(config, epoch, totals, learning_rate, started, zero_loss);
+            }
+            left -= 1;
+            learner.going = false;
+            learner.set_aside = Some(epoch);
+            None
         })
         .collect()
 }
