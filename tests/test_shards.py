@@ -30,7 +30,11 @@ connect_timeout, and cancel while connecting stops within 1 s. Classes are numbe
 every shard: softmax (numbers and texts), logistic and mlp of a text label on shards that hold
 different class mixes (a class on one shard only) have the one-server training's classes and
 accuracy; a third text class over the shards is refused for a binary kind; forged class rounds
-and requests of another corgipile or shard protocol version are refused by the shard."""
+and requests of another corgipile or shard protocol version are refused by the shard. A search
+(and folds) trains its configurations as the learners of every round: it stores what one server's
+search stores and picks its configuration when the configurations are apart (or one within the
+tolerance when they are not); folds hold the rows one server's folds hold; forged learners are
+refused by the shard."""
 
 import os
 import re
@@ -1440,6 +1444,57 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
                           (model, params if model.startswith("mlp") else linear, json.dumps(request)))
             assert err.value.sqlstate == "08P01", (model, err.value.sqlstate, err.value.diag.message_primary)
+
+
+def test_a_forged_learners_round_is_refused_by_the_shard(shards):
+    """A training round's learners (protocol 5) are checked before a row is read: a configuration
+    the search of the shard's params does not have, one sent twice, none at all, a learner of a
+    fold beyond the round's folds, another number of folds than the params', folds scored
+    outside a training round, learners in a statistics round, a validation round's models of
+    two shapes: 08P01. The honest round trains each learner and answers each in order."""
+    on_shard(0, "DROP TABLE IF EXISTS forge_part",
+             "CREATE TABLE forge_part AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features "
+             "FROM generate_series(1, 100) i")
+    import json
+    search = {"learning_rate": [0.01, 0.1]}
+    params = Jsonb({"features": "features", "label": "label", "search": search, "name": "forge",
+                    "validation": {"fraction": 0.2}})
+    folded = Jsonb({"features": "features", "label": "label", "folds": 3})
+
+    def lr(rate, fold=None, weights=(0.0, 0.0)):
+        return {"configuration": {"learning_rate": rate}, "fold": fold, "weights": list(weights), "bias": [0.0]}
+
+    def model(n):
+        return {"model": {"kind": "svm", "n_features": n, "n_outputs": 1, "weights": [0.1] * n, "bias": [0.0],
+                          "layers": None, "activation": None}, "classes": [], "preprocessing": None}
+
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+                "n_features": 2, "extras": {"label_values": [0.0, 1.0]}, "training": 5}
+        ok = {**base, "learners": [lr(0.1), lr(0.01)]}
+        reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'svm', %s, %s)",
+                                  (params, json.dumps(ok))))
+        assert [len(x["weights"]) for x in reply["learners"]] == [2, 2] and reply["learners"][0]["tuples"] > 0
+        assert reply["learners"][0]["weights"] != reply["learners"][1]["weights"]  # each its own rate
+        validate = {**base, "phase": "Validate", "learners": [
+            {"configuration": {"learning_rate": 0.01}, "score": model(2)},
+            {"configuration": {"learning_rate": 0.1}, "score": model(3)}]}
+        cases = [(params, {**base, "learners": [lr(0.5)]}, "the search of these params does not have"),
+                 (params, {**base, "learners": [lr(0.1), lr(0.1)]}, "a configuration twice"),
+                 (params, {**base, "learners": []}, "0 learners in a round of phase Train"),
+                 (params, {**base, "phase": "Statistics", "learners": [lr(0.1)]}, "1 learners in a round"),
+                 (params, {**base, "learners": [lr(0.1)], "score_folds": True}, "folds to score"),
+                 (params, validate, "models of several shapes"),
+                 (folded, {**base, "folds": 3, "learners": [{**lr(0.1, fold=3), "configuration": {}}]},
+                  "a fold the round does not have"),
+                 (folded, {**base, "folds": 2, "learners": [{**lr(0.1, fold=0), "configuration": {}}]},
+                  "another number of folds"),
+                 (folded, {**base, "folds": 1, "learners": [{**lr(0.1), "configuration": {}}]}, "1 folds")]
+        for p, request, why in cases:
+            with pytest.raises(psycopg.Error) as err:
+                c.execute("SELECT corgipile_shard_round('forge_part', 'svm', %s, %s)", (p, json.dumps(request)))
+            assert err.value.sqlstate == "08P01", (request, err.value.sqlstate, err.value.diag.message_primary)
+            assert why in err.value.diag.message_primary, (why, err.value.diag.message_primary)
 
 
 # ----------------------------------------------------------------------------------------------
