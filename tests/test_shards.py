@@ -395,7 +395,12 @@ def test_a_search_on_shards_is_one_training_per_configuration(conn, blobs):
     """Each configuration's model of a sharded search is the model that configuration trains
     alone on the shards (the same seed, the same rounds): side by side changes nothing."""
     params = {**SEARCH, "search": {"learning_rate": [0.001, 0.1]}, "patience": 1}
-    best = train(conn, "sh_hash", "svm", params, name="sh_search_alone")
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    best = train(conn, "sh_hash", "svm", params, name="sh_search_alone", verbose=True)
+    # verbose: one server's search line per epoch (not the shard line of one model).
+    lines = [n for n in notices if re.match(r"epoch \d/3: \d of 2 configurations trained; best validation loss", n)]
+    assert len(lines) == 3, notices
     rows, _ = search_rows(conn, best)
     for r in rows:
         lone = {k: v for k, v in params.items() if k not in ("search", "select_by")} | r[2]
