@@ -6,7 +6,6 @@
 //! `exec::plan`, `exec::run`.)
 
 pub mod protocol;
-mod protocol_learners;
 
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;

@@ -17,7 +17,8 @@ use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::ModelParts;
 use serde::{Deserialize, Serialize};
 
-pub use super::protocol_learners::{LearnerReply, LearnerRound};
+mod learners;
+pub use learners::{LearnerReply, LearnerRound};
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Phase {
@@ -35,7 +36,7 @@ pub enum Phase {
 /// statistics round's parts of the preprocessing, the merged preprocessing in every training
 /// round, the coordinator's time zone; 5: learners — a training round carries every learner
 /// of the training (a search's configurations) with its parameters, and the reply each one's
-/// parameters, statistics and validation score, see `protocol_learners`).
+/// parameters, statistics and validation score, see `protocol::learners`).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
 pub const PROTOCOL: u32 = 5;
@@ -355,7 +356,7 @@ impl RoundRequest {
             {
                 return Err("a network round of another shape than a coordinator sends".into());
             }
-            super::protocol_learners::check_request(self, outputs)?;
+            learners::check_request(self, outputs)?;
             if !self.classes.is_empty() {
                 return Err("classes beside a network's own".into());
             }
@@ -366,7 +367,7 @@ impl RoundRequest {
         if self.phase != Phase::Train && !self.classes.is_empty() {
             return Err("classes in a round that trains nothing".into());
         }
-        super::protocol_learners::check_request(self, outputs)?;
+        learners::check_request(self, outputs)?;
         if self.phase == Phase::Train {
             // A softmax's class weights weigh its classes; a binary kind's its two labels
             // (values, or the two classes of a text label), which must come with them.
@@ -485,7 +486,7 @@ impl RoundReply {
                 }
             }
         }
-        super::protocol_learners::check_reply(&self.learners, request, self.rows, kind)
+        learners::check_reply(&self.learners, request, self.rows, kind)
     }
 
     /// The tuples the shard trained in the round (its learners': the most any trained).

@@ -1,4 +1,4 @@
-//! A shard's learners of one training round (see `pipeline::protocol_learners`): one per
+//! A shard's learners of one training round (see `pipeline::protocol::learners`): one per
 //! learner the coordinator sent — a search's configuration, resolved here from this shard's
 //! params as one server's search resolves it, or the one model of a training that does not
 //! search — each from the parameters it was sent, trained side by side on the round's buffers

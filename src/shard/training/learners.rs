@@ -1,7 +1,7 @@
 //! The learners of a sharded training: a search's configurations side by side (one model
 //! without a search), with `"folds"` one learner per fold beside each, each with its own
 //! combined parameters, moved round by round by what the shards trained of it
-//! (`pipeline::protocol_learners`), scored together in the validation rounds (a fold's
+//! (`pipeline::protocol::learners`), scored together in the validation rounds (a fold's
 //! learner: on its fold's rows in the last epoch), and ending as one server's trials.
 
 use super::{epoch_record, pooled_validation, scored, validation_request, Conversation};

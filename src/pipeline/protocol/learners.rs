@@ -6,7 +6,7 @@
 //! carries each learner's model of the epoch, and the shard answers each one's score of its
 //! held-out rows. A training of one model is a list of one.
 
-use super::protocol::{EvaluateRequest, Phase, RoundRequest};
+use super::{EvaluateRequest, Phase, RoundRequest};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::search::MAX_TRIALS;
 
