@@ -1000,13 +1000,14 @@ class ShardRoundFuzz:
             "Statistics": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
                            {**base, "phase": "Statistics", "n_features": 0, "weights": [], "bias": []}),
             "Train": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
-                      {**base, "phase": "Train", "n_features": 4, "weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05],
+                      {**base, "phase": "Train", "n_features": 4,
+                       "learners": [{"weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05]}],
                        "extras": {"standardizer": {"mean": [0.5] * 4, "scale": [2.0] * 4, "center": True},
                                   "class_weights": [1.0, 1.5], "label_values": [0.0, 1.0]}}),
             # A network round: hidden [4] over 4 features and 2 classes, 30 parameters.
             "TrainNetwork": (self.dense_table, "mlp",
                              {"features": "features", "label": "label", "only": True, "hidden": [4]},
-                             {**base, "phase": "Train", "n_features": 4, "weights": [0.1] * 30, "bias": [],
+                             {**base, "phase": "Train", "n_features": 4, "learners": [{"weights": [0.1] * 30, "bias": []}],
                               "training": 7, "network": {"classes": [0, 1], "target_mean": 0.0,
                                           "target_scale": 1.0}}),
             "Evaluate": ("sr_tab", kind, {"features": ["x1", "x2", "color"], "label": "label", "only": True},
@@ -1022,16 +1023,16 @@ class ShardRoundFuzz:
                                   {**base, "phase": "Statistics", "n_features": 0, "weights": [], "bias": [],
                                    "zone": "Europe/Zurich"}),
             "TrainColumns": ("sr_tab", "logistic", {"features": ["x1", "x2", "color"], "label": "label", "only": True},
-                             {**base, "phase": "Train", "n_features": n_features, "weights": [0.1] * n_features,
-                              "bias": [0.0], "preprocessing": prep}),
+                             {**base, "phase": "Train", "n_features": n_features,
+                              "learners": [{"weights": [0.1] * n_features, "bias": [0.0]}], "preprocessing": prep}),
             # A validation round: the epoch's model scored on the rows this backend held out.
             "Validate": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
-                         {**base, "phase": "Validate", "training": 9, "n_features": 4, "weights": [], "bias": [],
+                         {**base, "phase": "Validate", "training": 9, "n_features": 4,
                           "extras": {"standardizer": None, "class_weights": None, "label_values": [0.0, 1.0]},
-                          "evaluate": {"model": {"kind": "svm", "n_features": 4, "n_outputs": 1,
-                                                 "weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05],
-                                                 "layers": None, "activation": None},
-                                       "classes": [], "preprocessing": None}}),
+                          "learners": [{"score": {"model": {"kind": "svm", "n_features": 4, "n_outputs": 1,
+                                                            "weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05],
+                                                            "layers": None, "activation": None},
+                                                  "classes": [], "preprocessing": None}}]}),
         }
 
     def template(self, phase=None):
@@ -1081,7 +1082,7 @@ class ShardRoundFuzz:
             n = self.big(item)
             req["n_features"] = rng.choice([n, 4, 2**62, 10**11])
             raw.append(json_array(n, item))
-            req["weights"] = "@@0@@"
+            req["learners"][0]["weights"] = "@@0@@"
             desc.update(phase="Train", weights=n, n_features=req["n_features"])
         elif kind == "n_features":
             req["n_features"] = rng.choice(ODD_NUMBERS)
@@ -1148,7 +1149,10 @@ class ShardRoundFuzz:
                 desc.update(deep=where, depth=depth)
                 return desc, table, model, '{"features": ' + nest + "}", json.dumps(req)
             raw.append(nest)
-            req[where] = "@@0@@"
+            if where == "weights":
+                req["learners"] = [{"weights": "@@0@@"}]
+            else:
+                req[where] = "@@0@@"
             desc.update(deep=where, depth=depth)
         elif kind == "counters":
             for key in rng.sample(["epoch", "round", "rounds"], rng.randint(1, 3)):
@@ -1192,7 +1196,7 @@ class ShardRoundFuzz:
         if action == "delete":
             del parent[key]
         elif action == "add" and isinstance(parent, dict):
-            parent[rng.choice(["extra", "weights", "phase", "n_features", "evaluate"])] = rng.choice(ODD_NUMBERS)
+            parent[rng.choice(["extra", "learners", "weights", "phase", "n_features", "evaluate"])] = rng.choice(ODD_NUMBERS)
         elif action == "grow" and isinstance(parent[key], list):
             parent[key] = parent[key] * rng.choice([2, 1000, 100_000])
         elif rng.random() < 0.7 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
@@ -1228,7 +1232,7 @@ def test_shard_round_requests_never_crash(cluster):
             reply = json.loads(conn.execute(SHARD_ROUND_SQL, (table, model, json.dumps(params),
                                                               json.dumps(req))).fetchone()[0])
             if phase == "Validate":  # no rows held out by this backend for training 9: none scored
-                assert reply["validation"]["rows"] == 0, reply
+                assert reply["learners"][0]["validation"]["rows"] == 0, reply
             else:
                 assert reply["rows"] > 0, (phase, reply)
         fixed = fuzz.fixed_cases()

@@ -34,7 +34,10 @@ Checked here:
    classes, a text among numbers; classes for a label of values), the statistics of a list of
    feature columns forged (missing, a column short, of another kind, 200,000 categories, counts
    beyond the rows, a category twice, a quantile sketch of 100,000 centroids or of forged
-   weights, an array of 10^6 elements; in a training round's reply), a reply of another shard
+   weights, an array of 10^6 elements; in a training round's reply), a round's learners forged
+   (none, one more than sent, one set aside with a model; a search's second learner's weights,
+   bias or validation score; a fold's score forged or sent for the model of every row), a reply
+   of another shard
    protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
@@ -645,16 +648,25 @@ BEGIN
         || ',"label_n":' || (s ->> 'label_n') || ',"label_mean":' || (s ->> 'label_mean')
         || ',"label_m2":' || (s ->> 'label_m2') || ',"classes":' || (s -> 'classes')::text
         || '}},"weights":[],"bias":[],"tuples":0,"loss":0.0,"accuracy":null,"r2":null,"evaluation":null}}';
-    WHEN 'weights_short' THEN RETURN jsonb_set(r, '{{weights}}', (r -> 'weights') - (-1))::text;
-    WHEN 'weights_long' THEN RETURN jsonb_set(r, '{{weights}}', (r -> 'weights') || '0.5'::jsonb)::text;
+    WHEN 'weights_short' THEN RETURN jsonb_set(r, '{{learners,0,weights}}', (r #> '{{learners,0,weights}}') - (-1))::text;
+    WHEN 'weights_long' THEN RETURN jsonb_set(r, '{{learners,0,weights}}', (r #> '{{learners,0,weights}}') || '0.5'::jsonb)::text;
     WHEN 'weights_1e300' THEN
-      RETURN jsonb_set(r, '{{weights}}', (SELECT jsonb_agg(1e300::numeric) FROM jsonb_array_elements(r -> 'weights')))::text;
-    WHEN 'weights_nan' THEN RETURN jsonb_set(r, '{{weights,0}}', '"NaN"')::text;
-    WHEN 'weights_null' THEN RETURN jsonb_set(r, '{{weights,0}}', 'null')::text;
+      RETURN jsonb_set(r, '{{learners,0,weights}}',
+                       (SELECT jsonb_agg(1e300::numeric) FROM jsonb_array_elements(r #> '{{learners,0,weights}}')))::text;
+    WHEN 'weights_nan' THEN RETURN jsonb_set(r, '{{learners,0,weights,0}}', '"NaN"')::text;
+    WHEN 'weights_null' THEN RETURN jsonb_set(r, '{{learners,0,weights,0}}', 'null')::text;
+    WHEN 'learners_none' THEN RETURN jsonb_set(r, '{{learners}}', '[]')::text;
+    WHEN 'learners_extra' THEN RETURN jsonb_set(r, '{{learners}}', (r -> 'learners') || jsonb_build_array(r #> '{{learners,0}}'))::text;
+    WHEN 'set_aside_model' THEN RETURN jsonb_set(r, '{{learners,0,set_aside}}', 'true')::text;
+    WHEN 'second_nan' THEN RETURN jsonb_set(r, '{{learners,1,weights,0}}', '"NaN"')::text;
+    WHEN 'second_short' THEN RETURN jsonb_set(r, '{{learners,1,bias}}', '[]')::text;
+    WHEN 'holdout_loss' THEN RETURN jsonb_set(r, '{{learners,0,holdout,loss}}', '-1')::text;
+    WHEN 'holdout_unasked' THEN RETURN jsonb_set(r, '{{learners,3,holdout}}', r #> '{{learners,0,holdout}}')::text;
+    WHEN 'second_val_loss' THEN RETURN jsonb_set(r, '{{learners,1,validation,loss}}', '-1')::text;
     WHEN 'huge' THEN RETURN left(reply, -1) || ',"padding":"' || repeat('x', {HUGE_REPLY_BYTES}) || '"}}';
     WHEN 'not_json' THEN RETURN 'corgipile shard says: <html>not json</html>';
-    WHEN 'tuples_negative' THEN RETURN jsonb_set(r, '{{tuples}}', '-5')::text;
-    WHEN 'tuples_huge' THEN RETURN jsonb_set(r, '{{tuples}}', '18446744073709551615')::text;
+    WHEN 'tuples_negative' THEN RETURN jsonb_set(r, '{{learners,0,tuples}}', '-5')::text;
+    WHEN 'tuples_huge' THEN RETURN jsonb_set(r, '{{learners,0,tuples}}', '18446744073709551615')::text;
     WHEN 'rows_negative' THEN RETURN jsonb_set(r, '{{rows}}', '-1')::text;
     WHEN 'rows_huge' THEN RETURN jsonb_set(r, '{{rows}}', '9223372036854775808')::text;
     WHEN 'protocol_old' THEN RETURN jsonb_set(r, '{{protocol}}', '1')::text;
@@ -688,11 +700,12 @@ BEGIN
       RETURN jsonb_set(r, '{{columns,columns,2,moments}}',
                        ('[' || repeat('{{"n": 1, "mean": 0, "m2": 0}},', 999999) || '{{"n": 1, "mean": 0, "m2": 0}}]')::jsonb)::text;
     WHEN 'cols_train' THEN RETURN jsonb_set(r, '{{columns}}', '{{"rows": 0, "columns": []}}')::text;
-    WHEN 'val_none' THEN RETURN jsonb_set(r, '{{validation}}', 'null')::text;
+    WHEN 'val_none' THEN RETURN jsonb_set(r, '{{learners,0,validation}}', 'null')::text;
     WHEN 'val_correct' THEN
-      RETURN jsonb_set(r, '{{validation,correct}}', to_jsonb((r #>> '{{validation,rows}}')::bigint + 1))::text;
-    WHEN 'val_loss' THEN RETURN jsonb_set(r, '{{validation,loss}}', '-1')::text;
-    WHEN 'val_matrix' THEN RETURN jsonb_set(r, '{{validation,binary}}', 'null')::text;
+      RETURN jsonb_set(r, '{{learners,0,validation,correct}}',
+                       to_jsonb((r #>> '{{learners,0,validation,rows}}')::bigint + 1))::text;
+    WHEN 'val_loss' THEN RETURN jsonb_set(r, '{{learners,0,validation,loss}}', '-1')::text;
+    WHEN 'val_matrix' THEN RETURN jsonb_set(r, '{{learners,0,validation,binary}}', 'null')::text;
     WHEN 'eval_grow' THEN RETURN regexp_replace(reply, '\\[(?=[^\\]])', '[0,', 'g');
     WHEN 'eval_none' THEN RETURN jsonb_set(r, '{{evaluation}}', 'null')::text;
     WHEN 'eval_counts' THEN RETURN jsonb_set(r, '{{evaluation,scored}}', '18446744073709551615')::text;
@@ -715,6 +728,9 @@ BEGIN
   END CASE;
 END $$
 """
+
+# A search of two configurations (two learners in every round).
+SEARCH = {"search": {"learning_rate": [0.01, 0.1]}, "validation": {"fraction": 0.2}, "name": "shsec_search"}
 
 # A list of feature columns of the hostile tables.
 COLUMNS = {"features": ["id", "color", "features"], "preprocess": {"id": {"encode": "ple"}}}
@@ -754,6 +770,20 @@ HOSTILE_CASES = [
     ("val_correct", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
     ("val_loss", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
     ("val_matrix", "Validate", "logistic", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    # Every learner of a round answers (shard protocol 5): none, one more than sent, a learner
+    # set aside that still sends a model, a validation round's scores missing; a search's second
+    # learner with a NaN weight, without its bias, with a negative validation loss.
+    ("learners_none", "Train", "svm", {}, ("08P01",)),
+    ("learners_extra", "Train", "svm", {}, ("08P01",)),
+    ("set_aside_model", "Train", "svm", {}, ("08P01",)),
+    ("learners_none", "Validate", "svm", {"validation": {"fraction": 0.2}}, ("08P01",)),
+    ("second_nan", "Train", "svm", SEARCH, ("08P01",)),
+    ("second_short", "Train", "logistic", SEARCH, ("08P01",)),
+    ("second_val_loss", "Validate", "svm", SEARCH, ("08P01",)),
+    # "folds": 3 (learners: the three folds', then the model of every row): a fold's score of
+    # its rows with a negative loss; a score from the model of every row, which has no fold.
+    ("holdout_loss", "Train", "svm", {"folds": 3}, ("08P01",)),
+    ("holdout_unasked", "Train", "logistic", {"folds": 3}, ("08P01",)),
     # A list of feature columns (id encoded "ple", color one-hot, the features array): the
     # statistics of its columns missing, of one column fewer, of another kind; a color forged
     # into 200,000 categories (more than the rows), a count beyond the rows, a category twice;

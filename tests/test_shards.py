@@ -35,7 +35,11 @@ start continues the stored model on the shards (svm, logistic, mlp, mlp_regressi
 column list's stored preprocessing; a softmax's classes in the model's order): with a vanishing
 step it is the stored model within 1e-9, with an ordinary one it starts below a cold start's
 first loss and ends within 0.5 point of one server's warm start; what one server refuses of a
-warm start, the shards refuse with the same ERROR."""
+warm start, the shards refuse with the same ERROR. A search (and folds) trains its
+configurations as the learners of every round: it stores what one server's search stores and
+picks its configuration when the configurations are apart (or one within the tolerance when
+they are not); folds hold the rows one server's folds hold; forged learners are refused by the
+shard."""
 
 import os
 import re
@@ -62,6 +66,12 @@ CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend (or a shard's ERROR) to the
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
+PROTOCOL = SHARD_PROTOCOL  # src/pipeline/protocol.rs
+
+
+def learner(weights, bias=()):
+    """A training round's one learner (shard protocol 5: a round carries a list of learners)."""
+    return {"learners": [{"weights": list(weights), "bias": list(bias)}]}
 DEAD_PORT = PGPORT + 102  # nothing listens there
 SHARD_DB = f"{DBNAME}_shard"  # corgipile installed, current version (both shard servers)
 NOCORGI_DB = f"{DBNAME}_nocorgi"  # no corgipile (shard 1)
@@ -284,6 +294,142 @@ def test_hash_sharded_trains_like_one_server(conn, blobs, model):
     # Nothing is stored on the shards.
     assert [shard_models(i) for i in (0, 1)] == before_shards == [0, 0]
     assert [shard_scalar(i, "SELECT count(*) FROM corgipile.epochs") for i in (0, 1)] == [0, 0]
+
+
+# Searches ranked by validation loss. "apart": two learning rates whose models' losses differ
+# far more than a sharded model's differs from one server's; "close": a third between them
+# whose loss is within that difference of the best (measured, logistic: 0.0733 and 0.0735 on one
+# server, 0.0761 and 0.0757 on the shards).
+SEARCHES = {"apart": {"learning_rate": [0.00001, 0.1]}, "close": {"learning_rate": [0.00001, 0.001, 0.1]}}
+SEARCH = {"epochs": 3, "seed": 7, "validation": {"fraction": 0.2}, "select_by": "loss"}
+# How far a configuration's validation loss on the shards may be from one server's (other
+# held-out rows, a model combined from the shards' rounds; measured at most 0.008).
+SCORE_TOLERANCE = 0.015
+
+
+def search_rows(c, model_id):
+    """The search's rows of corgipile.search_trials (by trial), and its epochs rows per trial."""
+    rows = c.execute("""SELECT trial, trials, params, select_by, score, selected, epochs, model_id
+                        FROM corgipile.search_trials
+                        WHERE search_id = (SELECT (metrics #>> '{search,search_id}')::bigint
+                                           FROM corgipile.models WHERE id = %s)
+                        ORDER BY trial""", (model_id,)).fetchall()
+    epochs = {r[0]: c.execute("SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (r[7],)).fetchone()[0]
+              for r in rows}
+    return rows, epochs
+
+
+@pytest.mark.parametrize("model, searched", [("svm", "apart"), ("logistic", "apart"), ("logistic", "close")])
+def test_a_search_on_shards_stores_and_picks_as_one_server(conn, blobs, model, searched):
+    """A search over a sharded table stores what one server's search of the same rows stores (a
+    version per configuration, the best last, its corgipile.search_trials rows), and its best
+    model scores within 0.5 point of one server's. Every configuration's validation loss is
+    within SCORE_TOLERANCE of one server's, so a configuration better than the others by more
+    than twice that is the one picked on both ("apart"); among configurations closer than that,
+    the one picked on the shards is within twice of one server's best there ("close")."""
+    before = models_count(conn)
+    params = {**SEARCH, "search": SEARCHES[searched]}
+    single = train(conn, "sh_hash_copy", model, params, name=f"sh_search_one_{model}_{searched}")
+    sharded = train(conn, "sh_hash", model, params, name=f"sh_search_{model}_{searched}")
+    n = len(SEARCHES[searched]["learning_rate"])
+    assert models_count(conn) == before + 2 * n
+    (one, one_epochs), (got, got_epochs) = search_rows(conn, single), search_rows(conn, sharded)
+    assert [r[:4] for r in got] == [r[:4] for r in one], (got, one)
+    assert [r[1] for r in got] == [n] * n
+    assert got_epochs == one_epochs == {t: 3 for t in range(1, n + 1)}
+    # The best is selected and stored last (the id returned), as on one server.
+    assert max(r[7] for r in got) == sharded and [r[7] for r in got if r[5]] == [sharded]
+    assert [r[7] for r in one if r[5]] == [single]
+    for g, o in zip(got, one):
+        assert abs(g[4] - o[4]) <= SCORE_TOLERANCE, (g, o)
+    picked, best_one = [r for r in got if r[5]][0], [r for r in one if r[5]][0]
+    if searched == "apart":
+        assert picked[2] == best_one[2] == {"learning_rate": 0.1}, (got, one)
+    else:
+        one_score_of_picked = next(o[4] for o in one if o[2] == picked[2])
+        assert one_score_of_picked <= best_one[4] + 2 * SCORE_TOLERANCE, (got, one)
+    row = stored(conn, sharded)
+    assert row["params"]["learning_rate"] == picked[2]["learning_rate"] and row["relation"] == "public.sh_hash"
+    got_acc = evaluate(conn, sharded, "sh_hash_copy")["accuracy"]
+    ref_acc = evaluate(conn, single, "sh_hash_copy")["accuracy"]
+    assert abs(got_acc - ref_acc) <= 0.005, (got_acc, ref_acc)
+    assert all(shard_models(i) == 0 for i in (0, 1))
+
+
+def cv_of(c, model_id):
+    return c.execute("SELECT metrics->'cv' FROM corgipile.models WHERE id = %s", (model_id,)).fetchone()[0]
+
+
+def test_folds_on_shards_hold_out_the_folds_one_server_holds_out(conn, blobs):
+    """"folds" on a sharded table: each fold's learner trains on the other folds' rows of every
+    shard and scores its own fold's rows in the last epoch. A row's fold is a hash of the row, so
+    every fold holds the rows it holds on one server (the same rows scored per fold); the folds'
+    mean accuracy is within 1 point of one server's, and the stored model is the one a training
+    without folds stores on the shards, bit for bit."""
+    params = {"epochs": 3, "seed": 7, "folds": 3}
+    single = train(conn, "sh_hash_copy", "svm", params)
+    sharded = train(conn, "sh_hash", "svm", params)
+    one, got = cv_of(conn, single), cv_of(conn, sharded)
+    assert got["folds"] == 3 and len(got["per_fold"]) == 3, got
+    rows = [f["rows"] for f in got["per_fold"]]
+    assert rows == [f["rows"] for f in one["per_fold"]] and sum(rows) == 200_000, (got, one)
+    assert abs(got["accuracy"] - one["accuracy"]) <= ACCURACY_TOLERANCE, (got, one)
+    assert got["accuracy"] > 0.95
+    plain = stored(conn, train(conn, "sh_hash", "svm", {"epochs": 3, "seed": 7}))
+    with_folds = stored(conn, sharded)
+    assert with_folds["weights"] == plain["weights"] and with_folds["bias"] == plain["bias"]
+    assert conn.execute("SELECT count(*) FROM corgipile.epochs WHERE model_id = %s", (sharded,)).fetchone()[0] == 3
+
+
+def test_a_search_with_folds_on_shards_ranks_by_the_folds(conn, blobs):
+    """A search with "folds" on shards ranks its configurations by their folds' mean, as one
+    server does, and picks the same one when they are apart."""
+    params = {"epochs": 2, "seed": 7, "folds": 3, "select_by": "loss", "search": SEARCHES["apart"]}
+    single = train(conn, "sh_hash_copy", "logistic", params, name="sh_search_folds_one")
+    sharded = train(conn, "sh_hash", "logistic", params, name="sh_search_folds")
+    (one, _), (got, _) = search_rows(conn, single), search_rows(conn, sharded)
+    assert [r[:4] for r in got] == [r[:4] for r in one]
+    assert [r[2] for r in got if r[5]] == [r[2] for r in one if r[5]] == [{"learning_rate": 0.1}]
+    # (Learning rate 1e-5 is far from converged after 2 epochs, where a classifier's shards'
+    # summed changes move further than one server's steps: 0.263 against 0.281 measured.)
+    for g, o in zip(got, one):
+        assert g[4] == cv_of(conn, g[7])["loss"] and abs(g[4] - o[4]) <= 0.05, (g, o)
+
+
+def test_a_search_on_shards_is_one_training_per_configuration(conn, blobs):
+    """Each configuration's model of a sharded search is the model that configuration trains
+    alone on the shards (the same seed, the same rounds): side by side changes nothing."""
+    params = {**SEARCH, "search": {"learning_rate": [0.001, 0.1]}, "patience": 1}
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    best = train(conn, "sh_hash", "svm", params, name="sh_search_alone", verbose=True)
+    # verbose: one server's search line per epoch (not the shard line of one model).
+    lines = [n for n in notices if re.match(r"epoch \d/3: \d of 2 configurations trained; best validation loss", n)]
+    assert len(lines) == 3, notices
+    rows, _ = search_rows(conn, best)
+    for r in rows:
+        lone = {k: v for k, v in params.items() if k not in ("search", "select_by")} | r[2]
+        alone = stored(conn, train(conn, "sh_hash", "svm", lone))
+        together = stored(conn, r[7])
+        assert together["weights"] == alone["weights"] and together["bias"] == alone["bias"], r[2]
+
+
+def test_a_sharded_search_refuses_what_it_cannot_search(conn, blobs):
+    """A searched model kind, class_weight, a network's search or folds: 0A000 before any work."""
+    before = models_count(conn)
+    for model, search in (("svm", {"model": ["svm", "logistic"]}),
+                          ("logistic", {"class_weight": [None, "balanced"]}),
+                          ("mlp", {"learning_rate": [0.01, 0.1]})):
+        with pytest.raises(E.FeatureNotSupported) as err:
+            train(conn, "sh_hash", model, {"epochs": 1, "validation": {"fraction": 0.2}, "search": search,
+                                           "name": "sh_search_refused"})
+        assert err.value.diag.message_primary.startswith("a \"search\" on a sharded table cannot search"), \
+            err.value.diag.message_primary
+    # A network's folds: a shard keeps one optimizer state between rounds.
+    with pytest.raises(E.FeatureNotSupported) as err:
+        train(conn, "sh_hash", "mlp", {"epochs": 1, "folds": 3, "hidden": [4]})
+    assert err.value.diag.message_primary == '"folds" of a mlp model cannot train on a sharded table yet'
+    assert_nothing_stored(conn, before)
 
 
 def test_hash_sharded_verbose_notice_per_epoch(conn, blobs):
@@ -1039,10 +1185,11 @@ def test_a_text_label_once_refused_trains_on_shards(conn, odd_tables, model):
     assert evaluate(conn, m, "sh_text")["rows_scored"] == 2000
 
 
-@pytest.mark.parametrize("params, what", [({"folds": 3}, '"folds"'), ({"workers": 2}, '"workers"')])
-def test_folds_and_workers_are_refused_not_dropped(conn, blobs, params, what):
-    """Each shard trains in one process and keeps no folds: before 0.5.0 these were accepted and
-    silently ignored (a model stored with "folds": 3 and no cross-validation)."""
+@pytest.mark.parametrize("params, what", [({"workers": 2}, '"workers"')])
+def test_workers_are_refused_not_dropped(conn, blobs, params, what):
+    """Each shard trains in one process: before 0.5.0 "workers" (and "folds", which trains on
+    shards now: test_folds_on_shards_hold_out_the_folds_one_server_holds_out) were accepted and
+    silently ignored."""
     before = models_count(conn)
     with pytest.raises(E.FeatureNotSupported) as err:
         train(conn, "sh_hash", "svm", {"epochs": 1, **params})
@@ -1291,21 +1438,73 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
-        ok = {**base, "weights": [0.1] * 22, "network": network}
+        ok = {**base, **learner([0.1] * 22), "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
                                   (params, json.dumps(ok))))
-        assert reply["tuples"] == 100 and len(reply["weights"]) == 22 and reply["bias"] == []
-        for model, request in (("mlp", {**base, "weights": [0.1] * 21, "network": network}),
-                               ("mlp", {**base, "weights": [0.1] * 22}),
-                               ("svm", {**base, "weights": [0.1] * 22, "network": network}),
-                               ("mlp", {**base, "weights": [0.1] * 22, "network": {**network, "classes": [0]}}),
+        got = reply["learners"][0]
+        assert got["tuples"] == 100 and len(got["weights"]) == 22 and got["bias"] == []
+        for model, request in (("mlp", {**base, **learner([0.1] * 21), "network": network}),
+                               ("mlp", {**base, **learner([0.1] * 22)}),
+                               ("svm", {**base, **learner([0.1] * 22), "network": network}),
+                               ("mlp", {**base, **learner([0.1] * 22), "network": {**network, "classes": [0]}}),
                                # A regression network has no classes (hidden [4]: 17 parameters).
-                               ("mlp_regression", {**base, "weights": [0.1] * 17, "network": network})):
+                               ("mlp_regression", {**base, **learner([0.1] * 17), "network": network})):
             linear = Jsonb({"features": "features", "label": "label"})
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
                           (model, params if model.startswith("mlp") else linear, json.dumps(request)))
             assert err.value.sqlstate == "08P01", (model, err.value.sqlstate, err.value.diag.message_primary)
+
+
+def test_a_forged_learners_round_is_refused_by_the_shard(shards):
+    """A training round's learners (protocol 5) are checked before a row is read: a configuration
+    the search of the shard's params does not have, one sent twice, none at all, a learner of a
+    fold beyond the round's folds, another number of folds than the params', folds scored
+    outside a training round, learners in a statistics round, a validation round's models of
+    two shapes: 08P01. The honest round trains each learner and answers each in order."""
+    on_shard(0, "DROP TABLE IF EXISTS forge_part",
+             "CREATE TABLE forge_part AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features "
+             "FROM generate_series(1, 100) i")
+    import json
+    search = {"learning_rate": [0.01, 0.1]}
+    params = Jsonb({"features": "features", "label": "label", "search": search, "name": "forge",
+                    "validation": {"fraction": 0.2}})
+    folded = Jsonb({"features": "features", "label": "label", "folds": 3})
+
+    def lr(rate, fold=None, weights=(0.0, 0.0)):
+        return {"configuration": {"learning_rate": rate}, "fold": fold, "weights": list(weights), "bias": [0.0]}
+
+    def model(n):
+        return {"model": {"kind": "svm", "n_features": n, "n_outputs": 1, "weights": [0.1] * n, "bias": [0.0],
+                          "layers": None, "activation": None}, "classes": [], "preprocessing": None}
+
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+                "n_features": 2, "extras": {"label_values": [0.0, 1.0]}, "training": 5}
+        ok = {**base, "learners": [lr(0.1), lr(0.01)]}
+        reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'svm', %s, %s)",
+                                  (params, json.dumps(ok))))
+        assert [len(x["weights"]) for x in reply["learners"]] == [2, 2] and reply["learners"][0]["tuples"] > 0
+        assert reply["learners"][0]["weights"] != reply["learners"][1]["weights"]  # each its own rate
+        validate = {**base, "phase": "Validate", "learners": [
+            {"configuration": {"learning_rate": 0.01}, "score": model(2)},
+            {"configuration": {"learning_rate": 0.1}, "score": model(3)}]}
+        cases = [(params, {**base, "learners": [lr(0.5)]}, "the search of these params does not have"),
+                 (params, {**base, "learners": [lr(0.1), lr(0.1)]}, "a configuration twice"),
+                 (params, {**base, "learners": []}, "0 learners in a round of phase Train"),
+                 (params, {**base, "phase": "Statistics", "learners": [lr(0.1)]}, "1 learners in a round"),
+                 (params, {**base, "learners": [lr(0.1)], "score_folds": True}, "folds to score"),
+                 (params, validate, "models of several shapes"),
+                 (folded, {**base, "folds": 3, "learners": [{**lr(0.1, fold=3), "configuration": {}}]},
+                  "a fold the round does not have"),
+                 (folded, {**base, "folds": 2, "learners": [{**lr(0.1, fold=0), "configuration": {}}]},
+                  "another number of folds"),
+                 (folded, {**base, "folds": 1, "learners": [{**lr(0.1), "configuration": {}}]}, "1 folds")]
+        for p, request, why in cases:
+            with pytest.raises(psycopg.Error) as err:
+                c.execute("SELECT corgipile_shard_round('forge_part', 'svm', %s, %s)", (p, json.dumps(request)))
+            assert err.value.sqlstate == "08P01", (request, err.value.sqlstate, err.value.diag.message_primary)
+            assert why in err.value.diag.message_primary, (why, err.value.diag.message_primary)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1461,16 +1660,16 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
         base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
-        ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
+        ok = {**base, **learner([0.0] * 6, [0.0] * 3), "classes": ["ant", "bee", "cat"]}
         reply = json.loads(shard_round(c, "softmax", params, ok))
-        assert reply["tuples"] == MIX_ROWS and len(reply["weights"]) == 6
+        assert reply["learners"][0]["tuples"] == MIX_ROWS and len(reply["learners"][0]["weights"]) == 6
         for model, request in (("softmax", {**ok, "classes": ["ant", "bee"]}),
                                ("softmax", {**ok, "classes": ["ant", "ant", "cat"]}),
                                ("softmax", {**ok, "classes": ["ant", "bee", 3]}),
                                ("softmax", {**ok, "classes": ["ant", "bee", "x" * 5000]}),
                                ("softmax", {**ok, "classes": []}),
-                               ("svm", {**base, "weights": [0.0] * 2, "bias": [0.0], "classes": ["ant", "bee", "cat"]}),
-                               ("svm", {**base, "weights": [0.0] * 2, "bias": [0.0]})):
+                               ("svm", {**base, **learner([0.0] * 2, [0.0]), "classes": ["ant", "bee", "cat"]}),
+                               ("svm", {**base, **learner([0.0] * 2, [0.0])})):
             with pytest.raises(psycopg.Error) as err:
                 shard_round(c, model, params, request)
             assert err.value.sqlstate == "08P01", (model, request.get("classes"), err.value.sqlstate,
@@ -1678,13 +1877,13 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
             {"name": "day", "source": {"time": "date"}, "offset": 5, "impute": "mean", "scaled": True, "encode": "time",
              "kind": "date", "parts": ["value"], "zone": None, "fill": 19800.0, "mean": 19800.0, "std": 50.0}],
             "n_features": 6, "rows": 40000}
-        train_round = {**base, "phase": "Train", "n_features": 6, "weights": [0.0] * 6, "bias": [0.0]}
+        train_round = {**base, "phase": "Train", "n_features": 6, **learner([0.0] * 6, [0.0])}
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**train_round, "preprocessing": p}))
-        assert reply["tuples"] == COLS_ROWS
+        assert reply["learners"][0]["tuples"] == COLS_ROWS
         for request in ({**train_round},
                         {**train_round, "preprocessing": {**p, "n_features": 7}},
                         {**train_round, "preprocessing": {**p, "columns": p["columns"][:2]}},
-                        {**train_round, "n_features": 5, "weights": [0.0] * 5, "preprocessing": p},
+                        {**train_round, "n_features": 5, **learner([0.0] * 5, [0.0]), "preprocessing": p},
                         {**train_round, "preprocessing": p, "zone": "UTC"},
                         {**base, "preprocessing": p},
                         {**base, "zone": "x" * 300}):
@@ -1694,7 +1893,7 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
         # The preprocessing names the columns a round reads, whatever the params say.
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", {"features": "*", "label": "label"},
                                           {**train_round, "preprocessing": p}))
-        assert reply["tuples"] == COLS_ROWS
+        assert reply["learners"][0]["tuples"] == COLS_ROWS
         # A warm start's statistics round: every row encoded with the stored preprocessing,
         # counted, and no statistics of the columns (nothing to learn).
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params,

@@ -108,9 +108,7 @@ pub const REFUSED: &[Refused] = &[
     // statistics (round 0), holding out its own validation rows.
     refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
     refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
-    refused(Use::Shards, Use::Folds, "\"folds\" cannot train on a sharded table yet", "Cross-validate on one shard's table, or score the model with corgipile_evaluate on rows it did not train on."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
-    refused(Use::Shards, Use::Search, "\"search\" cannot train on a sharded table yet", "Search on one shard's table, or train each configuration with its own corgipile_train."),
     refused(Use::Shards, Use::Gate, "\"deploy\": \"if_better\" cannot train on a sharded table yet", "Shards hold out no rows yet: train without \"deploy\", score the new version and the deployed one with corgipile_evaluate on the same rows, and corgipile_deploy the better."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering;
@@ -204,6 +202,9 @@ mod tests {
         assert!(refusal(Use::Shards, &[]).is_none());
         assert!(refusal(Use::Search, &[Use::Folds, Use::Validation]).is_none());
         let r = refusal(Use::Shards, &[Use::Search, Use::GroupBy]).unwrap();
+        // A search runs its configurations (and folds) side by side on the shards.
+        assert!(refusal(Use::Shards, &[Use::Search, Use::Validation]).is_none());
+        assert!(refusal(Use::Shards, &[Use::Search, Use::Folds]).is_none());
         assert_eq!(
             r.message,
             "\"group_by\" cannot train on a sharded table yet"

@@ -431,22 +431,6 @@ pub struct Trial {
     pub small_groups: Option<(u64, u64)>,
 }
 
-impl Trial {
-    /// The one configuration of a training that does not search.
-    pub fn only(params: &TrainParams, outcome: TrainOutcome) -> Trial {
-        Trial {
-            configuration: serde_json::Map::new(),
-            params: params.clone(),
-            seconds: outcome.seconds,
-            outcome: Ok(outcome),
-            epochs_before_failing: Vec::new(),
-            cv: Vec::new(),
-            group: None,
-            small_groups: None,
-        }
-    }
-}
-
 /// What a finished training produced; the caller stores it in the catalog.
 pub struct TrainOutcome {
     /// In original feature units (a standardizer, if any, is folded in).

@@ -14,10 +14,13 @@ use crate::pipeline::LearnedStatistics;
 use corgipile_ml::importance::{column_ranges, Metric};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::preprocess::{Preprocessor, StatsPart};
-use corgipile_ml::scoring::{EvaluationPart, TableSpec, ValidationPart};
+use corgipile_ml::scoring::{EvaluationPart, TableSpec};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::ModelParts;
 use serde::{Deserialize, Serialize};
+
+mod learners;
+pub use learners::{LearnerReply, LearnerRound};
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Phase {
@@ -37,8 +40,11 @@ pub enum Phase {
 /// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them;
 /// 3: the training's number in every request, validation rounds; 4: column lists — the
 /// statistics round's parts of the preprocessing, the merged preprocessing in every training
-/// round, the coordinator's time zone; 5: 0.5.0's later additions — a warm start's stored
-/// preprocessing in the statistics round, importance rounds, per-group evaluations).
+/// round, the coordinator's time zone; 5: 0.5.0's later additions — learners: a training round
+/// carries every learner of the training (a search's configurations, folds) with its
+/// parameters, and the reply each one's parameters, statistics and validation score, see
+/// `protocol::learners`; a warm start's stored preprocessing in the statistics round;
+/// importance rounds; per-group evaluations).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
 pub const PROTOCOL: u32 = 5;
@@ -207,14 +213,23 @@ pub struct RoundRequest {
     pub round: u32,
     pub rounds: u32,
     pub n_features: usize,
-    pub weights: Vec<f64>,
-    pub bias: Vec<f64>,
+    /// Train: every learner still going, with its parameters; Validate: each one's model of
+    /// the epoch. Empty in the other phases.
+    #[serde(default)]
+    pub learners: Vec<LearnerRound>,
+    /// With `"folds"`: how many (0: none); every shard's rows fall in them by the same hash of
+    /// the row as on one server (`corgipile_ml::trials::fold_of`).
+    #[serde(default)]
+    pub folds: u32,
+    /// The last epoch of a training with folds: each fold's learner scores its fold's rows.
+    #[serde(default)]
+    pub score_folds: bool,
     pub extras: LearnedStatistics,
     /// Evaluate: the model to score.
     #[serde(default)]
     pub evaluate: Option<EvaluateRequest>,
-    /// Train a network: `weights` holds all its parameters (layer by layer, each layer's
-    /// weights then biases) and `bias` nothing.
+    /// Train a network: each learner's `weights` hold all its parameters (layer by layer,
+    /// each layer's weights then biases) and its `bias` nothing.
     #[serde(default)]
     pub network: Option<NetworkRound>,
     /// Train a linear model of a label numbered by class (softmax, a text label): every
@@ -268,19 +283,13 @@ pub struct RoundReply {
     /// (its statistics count rows by these indices); the coordinator merges every shard's.
     #[serde(default, deserialize_with = "class_list")]
     pub classes: Vec<ClassValue>,
-    /// Train: the model after the round, and the round's progressive metrics.
-    pub weights: Vec<f64>,
-    pub bias: Vec<f64>,
-    pub tuples: u64,
-    pub loss: f64,
-    pub accuracy: Option<f64>,
-    pub r2: Option<f64>,
+    /// Train: each learner's model after the round and the round's progressive metrics;
+    /// Validate: each one's score on the shard's held-out rows (in the request's order).
+    #[serde(default)]
+    pub learners: Vec<LearnerReply>,
     /// Evaluate: the shard's metrics, to merge.
     #[serde(default)]
     pub evaluation: Option<EvaluationPart>,
-    /// Validate: the model's score on the shard's held-out rows, to merge.
-    #[serde(default)]
-    pub validation: Option<ValidationPart>,
     /// Statistics of a list of feature columns: what the shard's statistics pass learned of
     /// them (category counts, moments, quantile sketches), for the coordinator to merge into
     /// one preprocessing (checked there against its own plans).
@@ -365,15 +374,12 @@ impl RoundRequest {
             if self.phase != Phase::Train
                 || self.evaluate.is_some()
                 || self.n_features == 0
-                || !self.bias.is_empty()
                 || !n.target_mean.is_finite()
                 || !(n.target_scale.is_finite() && n.target_scale > 0.0)
             {
                 return Err("a network round of another shape than a coordinator sends".into());
             }
-            if !all_finite(&self.weights) {
-                return Err("weights that are not finite".into());
-            }
+            learners::check_request(self, outputs)?;
             if !self.classes.is_empty() {
                 return Err("classes beside a network's own".into());
             }
@@ -384,22 +390,8 @@ impl RoundRequest {
         if self.phase != Phase::Train && !self.classes.is_empty() {
             return Err("classes in a round that trains nothing".into());
         }
+        learners::check_request(self, outputs)?;
         if self.phase == Phase::Train {
-            let weights = self.n_features.checked_mul(outputs);
-            if self.n_features == 0
-                || weights != Some(self.weights.len())
-                || self.bias.len() != outputs
-            {
-                return Err(format!(
-                    "a model of {} weights and {} biases for {} features",
-                    self.weights.len(),
-                    self.bias.len(),
-                    self.n_features
-                ));
-            }
-            if !all_finite(&self.weights) || !all_finite(&self.bias) {
-                return Err("weights that are not finite".into());
-            }
             // A softmax's class weights weigh its classes; a binary kind's its two labels
             // (values, or the two classes of a text label), which must come with them.
             let softmax = outputs > 1;
@@ -419,25 +411,20 @@ impl RoundRequest {
         if (self.phase == Phase::Importance) != self.importance.is_some() {
             return Err("what to permute in another phase, or nothing to permute".into());
         }
-        let scores = matches!(
-            self.phase,
-            Phase::Evaluate | Phase::Validate | Phase::Importance
-        );
+        // A validation round's models travel with its learners (`LearnerRound::score`).
+        let scores = matches!(self.phase, Phase::Evaluate | Phase::Importance);
         if scores != self.evaluate.is_some() {
             return Err("a model to evaluate in another phase, or none to evaluate".into());
         }
         if self.phase == Phase::Validate {
             // A binary kind's two labels as its trainer saw them: how the held-out rows score.
-            let e = self.evaluate.as_ref().expect("checked above");
+            let e = self.learners[0].score.as_ref().expect("checked above");
             self.extras.check(e.model.n_features(), 2)?;
-            if !self.weights.is_empty() || !self.bias.is_empty() || e.tables.is_some() {
-                return Err("a validation round of another shape than a coordinator sends".into());
-            }
         }
         if let Some(ask) = &self.importance {
             ask.check()?;
             let tables = self.evaluate.as_ref().is_some_and(|e| e.tables.is_some());
-            if tables || !self.weights.is_empty() || !self.bias.is_empty() {
+            if tables || !self.learners.is_empty() {
                 return Err("an importance round of another shape than a coordinator sends".into());
             }
         }
@@ -491,11 +478,7 @@ impl RoundReply {
                 } else if self.rows > 0 || self.width.is_some() {
                     return Err("rows without statistics".into());
                 }
-                if !self.weights.is_empty()
-                    || !self.bias.is_empty()
-                    || self.evaluation.is_some()
-                    || self.validation.is_some()
-                {
+                if self.evaluation.is_some() {
                     return Err("a model or metrics where statistics were asked for".into());
                 }
                 // The columns' statistics themselves are checked against the coordinator's
@@ -519,51 +502,19 @@ impl RoundReply {
                 }
             }
             Phase::Train => {
-                if self.weights.len() != request.weights.len()
-                    || self.bias.len() != request.bias.len()
-                {
-                    return Err(format!(
-                        "a model of {} weights and {} biases, where {} and {} were sent",
-                        self.weights.len(),
-                        self.bias.len(),
-                        request.weights.len(),
-                        request.bias.len()
-                    ));
-                }
-                if !all_finite(&self.weights) || !all_finite(&self.bias) {
-                    return Err("weights that are not finite".into());
-                }
-                let metric_ok = |m: Option<f64>, lo: f64, hi: f64| {
-                    m.is_none_or(|v| v.is_finite() && (lo..=hi).contains(&v))
-                };
-                if !self.loss.is_finite()
-                    || self.loss < 0.0
-                    || self.tuples > self.rows
-                    || !metric_ok(self.accuracy, 0.0, 1.0)
-                    || !metric_ok(self.r2, f64::NEG_INFINITY, 1.0)
-                {
-                    return Err("impossible loss, metrics or tuple counts".into());
-                }
                 if self.stats.is_some()
                     || self.width.is_some()
                     || self.evaluation.is_some()
-                    || self.validation.is_some()
                     || !self.classes.is_empty()
                 {
                     return Err("statistics or metrics where a model was asked for".into());
                 }
             }
             Phase::Validate => {
-                let Some(part) = &self.validation else {
-                    return Err("no validation score".into());
-                };
-                part.check(kind)?;
                 if self.stats.is_some()
                     || self.width.is_some()
                     || self.evaluation.is_some()
                     || !self.classes.is_empty()
-                    || !self.weights.is_empty()
-                    || !self.bias.is_empty()
                 {
                     return Err(
                         "a model or statistics where a validation score was asked for".into(),
@@ -575,7 +526,7 @@ impl RoundReply {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());
                 };
-                if !self.classes.is_empty() || self.validation.is_some() {
+                if !self.classes.is_empty() {
                     return Err("classes where metrics were asked for".into());
                 }
                 if let Some(model) = &request.evaluate {
@@ -593,7 +544,12 @@ impl RoundReply {
                 }
             }
         }
-        Ok(())
+        learners::check_reply(&self.learners, request, self.rows, kind)
+    }
+
+    /// The tuples the shard trained in the round (its learners': the most any trained).
+    pub fn tuples(&self) -> u64 {
+        self.learners.iter().map(|l| l.tuples).max().unwrap_or(0)
     }
 }
 
@@ -606,10 +562,8 @@ impl RoundReply {
         if self.stats.is_some()
             || self.width.is_some()
             || self.evaluation.is_some()
-            || self.validation.is_some()
             || !self.classes.is_empty()
-            || !self.weights.is_empty()
-            || !self.bias.is_empty()
+            || !self.learners.is_empty()
         {
             return Err("a model or metrics where importance scores were asked for".into());
         }

@@ -83,7 +83,7 @@ impl RoundProgress {
                     .iter()
                     .zip(replies)
                     .map(|(shard, reply)| match reply {
-                        Some(r) => format!("{} done {} rows", shard.name, r.tuples.max(r.rows)),
+                        Some(r) => format!("{} done {} rows", shard.name, r.tuples().max(r.rows)),
                         None => format!(
                             "{} running {:.1} s",
                             shard.name,
@@ -228,7 +228,7 @@ pub(super) fn bad_reply(shard: &str, e: WireError) -> ! {
         WireError::TooLarge { .. } => raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             format!("shard server \"{shard}\" sent an answer too large to read: {e} (corgipile.max_model_memory)"),
-            Some("A shard's answer carries one model or its statistics: raise corgipile.max_model_memory if the model is really that large.".into()),
+            Some("A shard's answer carries its learners' models (a search's configurations, folds) or its statistics: raise corgipile.max_model_memory if they are really that large.".into()),
         ),
         WireError::Invalid(why) => raise(
             PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
@@ -328,8 +328,9 @@ pub fn evaluate(
         round: 0,
         rounds: 1,
         n_features: model.model.n_features(),
-        weights: Vec::new(),
-        bias: Vec::new(),
+        learners: Vec::new(),
+        folds: 0,
+        score_folds: false,
         extras: LearnedStatistics::default(),
         evaluate: Some(model),
         network: None,

@@ -153,8 +153,9 @@ pub(super) fn importance_sharded(
         round: 0,
         rounds: 1,
         n_features: stored.n_features(),
-        weights: Vec::new(),
-        bias: Vec::new(),
+        learners: Vec::new(),
+        folds: 0,
+        score_folds: false,
         extras: LearnedStatistics::default(),
         evaluate: Some(EvaluateRequest {
             model: stored.model.to_parts(),

@@ -52,12 +52,13 @@ pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
 }
 
 /// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
-/// combines (see `crate::shard`); from `warm`'s model with a warm start (see `warm.rs`).
+/// combines (see `crate::shard`); from `warm`'s model with a warm start (see `warm.rs`). Every
+/// configuration's trial (one without a search).
 pub(crate) fn train_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
     warm: Option<&crate::catalog::warm_start::WarmStart>,
-) -> (crate::pipeline::TrainOutcome, coordinator::ShardSummary) {
+) -> (Vec<crate::pipeline::Trial>, coordinator::ShardSummary) {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
     check_sharded_access(prepared.relid, &config.relation, "train on");
@@ -147,7 +148,16 @@ pub(crate) fn explain_sharded(
                     explain::text(es, &format!("Shard {}", i + 1), d);
                 }
             }
-            Some((outcome, summary)) => {
+            // A search's: its first configuration's (every one ran the same rounds).
+            Some((trials, summary)) => {
+                let outcome = match trials.first().map(|t| &t.outcome) {
+                    Some(Ok(outcome)) => outcome,
+                    _ => raise(
+                        PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                        "the first configuration of the search was set aside: it diverged",
+                        None,
+                    ),
+                };
                 for (i, (line, d)) in summary.shards.iter().zip(&described).enumerate() {
                     explain::text(
                         es,

@@ -14,11 +14,12 @@ use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::network::{network_plan, NetworkPlan};
 use corgipile_ml::divergence::zero_model_loss;
 use corgipile_ml::limits::model_memory_bytes;
+use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{Features, TrainParams};
 use corgipile_ml::preprocess::{ColumnPlan, MergeError, Preprocessor, StatsBuilder};
 use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trainer::{
-    normalizing_scaler, settle_labels, DeltaRounds, LrSchedule, TrainError, MAX_CLASSES,
+    normalizing_scaler, settle_labels, DeltaRounds, TrainError, MAX_CLASSES,
 };
 use corgipile_ml::wire::WireError;
 use pgrx::{pg_sys, PgSqlErrorCode};
@@ -41,7 +42,6 @@ pub(super) struct RoundZero {
 /// What every shard trains by, from round 0's statistics.
 pub(super) struct ShardPlan {
     pub(super) extras: LearnedStatistics,
-    pub(super) schedule: LrSchedule,
     pub(super) network: Option<NetworkPlan>,
     /// A regression's zero model's loss (see `corgipile_ml::divergence`).
     pub(super) zero_loss: Option<f64>,
@@ -320,30 +320,37 @@ pub(super) fn shard_plan(
             DeltaRounds::starting_from(plan.initial.clone(), true),
         ),
         None => {
-            let average_from = params
-                .average
-                .then_some(if params.epochs >= 2 { 2 } else { 1 });
             let n_weights = n_features * outputs;
-            // Linear regression moves by the mean of the shards' changes too: the sum of
-            // changes each made from the same stale start overshoots an unbounded squared-loss
-            // gradient (measured: diverged in epoch 1 with 3 shards). Classifiers keep the sum,
-            // which keeps shards that hold one class each from collapsing to the majority.
-            let regression = kind.labels() == corgipile_ml::model::Labels::Number;
-            (
-                n_weights,
-                DeltaRounds::new(n_weights + outputs, average_from).with_mean_of_parts(regression),
-            )
+            (n_weights, linear_rounds(kind, params, n_weights, outputs))
         }
     };
     ShardPlan {
         extras,
-        schedule: train_config.schedule,
         network,
         zero_loss,
         model_rounds,
         n_weights,
         outputs,
     }
+}
+
+/// How a linear model of `n_weights` weights and `outputs` biases trained as `params` say
+/// combines the shards' changes, from zeros.
+pub(super) fn linear_rounds(
+    kind: ModelKind,
+    params: &TrainParams,
+    n_weights: usize,
+    outputs: usize,
+) -> DeltaRounds {
+    let average_from = params
+        .average
+        .then_some(if params.epochs >= 2 { 2 } else { 1 });
+    // Linear regression moves by the mean of the shards' changes too: the sum of changes each
+    // made from the same stale start overshoots an unbounded squared-loss gradient (measured:
+    // diverged in epoch 1 with 3 shards). Classifiers keep the sum, which keeps shards that
+    // hold one class each from collapsing to the majority.
+    let regression = kind.labels() == corgipile_ml::model::Labels::Number;
+    DeltaRounds::new(n_weights + outputs, average_from).with_mean_of_parts(regression)
 }
 
 /// A list of feature columns' plans (resolved by the coordinator on the sharded table) and

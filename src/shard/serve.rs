@@ -6,7 +6,7 @@ use crate::exec::sgd::{score_held_out, EvaluateShard, ShardRound, TrainingTable}
 use crate::pg::error::raise;
 use crate::pg::guc::max_model_bytes;
 use crate::pipeline::protocol::{
-    EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
+    EvaluateRequest, LearnerReply, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
 };
 use crate::pipeline::{FeatureLayout, Mode};
 use crate::request::args::{ParamsArg, RelationArg};
@@ -102,30 +102,53 @@ pub(super) fn shard_round_here(
     })
 }
 
-/// A shard's part of a validation round: the coordinator's model scored on the rows this
-/// backend held out of `table` in the training's first epoch (no read of the table).
+/// A shard's part of a validation round: each learner's model of the epoch scored on the rows
+/// this backend held out of `table` in the training's first epoch (no read of the table).
 fn validate_here(table: TrainingTable, kind: ModelKind, request: &RoundRequest) -> RoundReply {
-    let (model, _) = coordinator_model(kind, request);
     let binary = request
         .extras
         .label_values
         .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+    let learners = request
+        .learners
+        .iter()
+        .map(|learner| {
+            let Some(score) = &learner.score else {
+                no_model()
+            };
+            let model = checked_model(kind, score);
+            LearnerReply {
+                validation: Some(score_held_out(table, &model, binary)),
+                ..LearnerReply::default()
+            }
+        })
+        .collect();
     RoundReply {
-        validation: Some(score_held_out(table, &model, binary)),
+        learners,
         ..RoundReply::default()
     }
 }
 
-/// The model a request carries to score (an evaluation's or a validation's), checked: of the
-/// kind and shape it says. Returns it with the stored request's parts.
+fn no_model() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+        "corgipile shard round: an evaluation without a model",
+        None,
+    )
+}
+
+/// The model an evaluation request carries to score, checked: of the kind and shape it says.
+/// Returns it with the stored request's parts.
 fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &EvaluateRequest) {
     let Some(evaluate) = &request.evaluate else {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-            "corgipile shard round: an evaluation without a model",
-            None,
-        )
+        no_model()
     };
+    (checked_model(kind, evaluate), evaluate)
+}
+
+/// The model `evaluate` carries (an evaluation's or a validation's), checked: of the kind and
+/// shape it says.
+fn checked_model(kind: ModelKind, evaluate: &EvaluateRequest) -> Model {
     // A model of another kind or shape than it says would score out of bounds.
     let outputs = kind.outputs_for(evaluate.classes.len());
     let model = evaluate.model.clone().into_model().unwrap_or_else(|why| {
@@ -148,7 +171,7 @@ fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &Evalua
             None,
         );
     }
-    (model, evaluate)
+    model
 }
 
 /// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
@@ -253,7 +276,7 @@ fn corgipile_shard_round(
     }
     check_schema_version();
     // Whoever may call this function may have written the request: its size is bounded before
-    // it is parsed (four times corgipile.max_model_memory: it carries one model), its
+    // it is parsed (four times corgipile.max_model_memory: it carries its learners' models), its
     // shapes and values are checked before anything is allocated from them.
     let hint = || {
         Some("corgipile_shard_round is called by a coordinator server training over a sharded table.".into())
@@ -264,7 +287,7 @@ fn corgipile_shard_round(
             wire::WireError::TooLarge { .. } => raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 format!("corgipile shard request of {} bytes: {e} (corgipile.max_model_memory)", request.len()),
-                Some("A coordinator's request carries one model: raise corgipile.max_model_memory on this server if the model is really that large.".into()),
+                Some("A coordinator's request carries its learners' models (a search's configurations, folds): raise corgipile.max_model_memory on this server if they are really that large.".into()),
             ),
             wire::WireError::Invalid(why) => raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -293,7 +316,11 @@ fn corgipile_shard_round(
     // A linear sharded training has one output (binary kinds, regression) or one per class
     // of the coordinator's numbering (softmax); a network's round and an evaluation's model
     // say their own outputs.
-    let outputs = match (&request.evaluate, &request.network) {
+    let scored = request
+        .evaluate
+        .as_ref()
+        .or(request.learners.first().and_then(|l| l.score.as_ref()));
+    let outputs = match (scored, &request.network) {
         (Some(e), _) => e.model.n_outputs().max(1),
         (None, Some(n)) => n.classes.len().max(1),
         (None, None) if kind.has_class_outputs() && request.phase == Phase::Train => {
@@ -309,13 +336,15 @@ fn corgipile_shard_round(
             hint(),
         );
     }
-    let n_features = match &request.evaluate {
+    let n_features = match scored {
         Some(e) => e.model.n_features(),
         None => request.n_features,
     };
+    // Every learner of the round is a model of this shape in memory at once.
+    let models = request.learners.len().max(1) as u64;
     crate::pg::guc::check_model_size(
         n_features as u64,
-        outputs as u64,
+        (outputs as u64).saturating_mul(models),
         max_model_bytes(),
         "the coordinator's request",
     );

@@ -1,48 +1,61 @@
 //! The coordinator's training over a sharded table: round 0 and the plan every shard trains by
-//! (`plan.rs`), then the epochs' rounds under the policy one server runs (`corgipile_ml::fit`),
-//! a validation round after each epoch when rows are held out, and the combined model.
+//! (`plan.rs`), then the epochs' rounds of its learners (a search's configurations, or the one
+//! model: `learners.rs`) under the policy one server runs (`corgipile_ml::fit`), a validation
+//! round after each epoch when rows are held out, and the combined models.
+
+mod learners;
 
 use super::coordinator::{
     open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
 use super::leaves::Leaf;
 use super::plan::{
-    fixed_preprocessing, params_for_shards, plans, statistics_round, RoundZero, ShardPlan,
+    fixed_preprocessing, linear_rounds, params_for_shards, plans, statistics_round, RoundZero,
+    ShardPlan,
 };
 use super::warm;
 use crate::catalog::warm_start::WarmStart;
 use crate::exec::sgd::{raise_diverged, LearnedStatistics};
+use crate::pg::error::raise_param_error;
 use crate::pg::error::{notice, raise_train_error};
 use crate::pg::progress;
+use crate::pipeline::protocol::EvaluateRequest;
 use crate::pipeline::protocol::{
-    this_version, EvaluateRequest, NetworkRound, Phase, RoundReply, RoundRequest, PROTOCOL,
+    this_version, NetworkRound, Phase, RoundReply, RoundRequest, PROTOCOL,
 };
 use crate::pipeline::ClassValue;
-use crate::pipeline::{FeatureLayout, PipelineConfig, TrainOutcome};
+use crate::pipeline::Trial;
+use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::network::NetworkPlan;
 use corgipile_ml::divergence::diverged;
-use corgipile_ml::fit::{EpochEnd, Fit, LearnerPlan, Notices};
 use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
+use corgipile_ml::scoring::ValidationPart;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{
-    shard_line, DeltaRounds, EpochPart, EpochRecord, EpochTotals, TrainError,
-};
+use corgipile_ml::trainer::{shard_line, EpochRecord, EpochTotals, TrainError};
+use learners::{check_search, epoch_end, epoch_records, fit_of, learners_of, results};
+use learners::{trials, validate, Stored};
 use pgrx::pg_sys;
 use std::time::Instant;
 
 /// Trains `config`'s model over the shards of a sharded table, from zeros or from `warm`'s
-/// model (see `warm.rs`). `run_local` runs a request on a local partition in this backend.
+/// model (see `warm.rs`): every configuration's trial (one without a search). `run_local` runs
+/// a request on a local partition in this backend.
 pub fn train(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     warm: Option<&WarmStart>,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
-) -> (TrainOutcome, ShardSummary) {
+) -> (Vec<Trial>, ShardSummary) {
     let started = Instant::now();
     let params = &config.params;
     let kind = config.model;
+    // A search's configurations (each checked as a param), as one server resolves them.
+    let configurations = params
+        .configurations(kind)
+        .unwrap_or_else(|e| raise_param_error(e));
+    check_search(&configurations, params.folds.unwrap_or(0), kind);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
     // Round 0: statistics.
@@ -55,8 +68,9 @@ pub fn train(
         round: 0,
         rounds: 1,
         n_features: fixed_preprocessing(config).map_or(0, |p| p.n_features),
-        weights: Vec::new(),
-        bias: Vec::new(),
+        learners: Vec::new(),
+        folds: 0,
+        score_folds: false,
         extras: LearnedStatistics::default(),
         evaluate: None,
         network: None,
@@ -87,10 +101,9 @@ pub fn train(
     };
     let ShardPlan {
         extras,
-        schedule: lr_schedule,
         mut network,
         zero_loss,
-        mut model_rounds,
+        model_rounds,
         n_weights,
         outputs,
     } = warm::plan(warm, config, &mut zero);
@@ -108,15 +121,28 @@ pub fn train(
     if request.network.is_none() {
         request.classes = numbered.clone();
     }
-    // The combined model's epochs, run by the policy one server runs (one learner; with
-    // validation, its patience and best epoch; the shard line is this driver's own).
+    // The learners' epochs (a search's configurations side by side, or the one model), run by
+    // the policy one server runs (with validation, patience and best epochs; the shard line
+    // is this driver's own).
     let validating = params.validation.is_some();
-    let mut fit: Fit<Model> = Fit::new(
-        LearnerPlan::one(),
-        params.tolerance,
-        &[params.patience.filter(|_| validating)],
-        Notices::quiet(params.epochs),
-    );
+    let searching = params.search.is_some();
+    let folds = params.folds.unwrap_or(0);
+    // Every configuration of a search starts where the one model would: from zeros, or from a
+    // warm start's model.
+    let start = warm.map(|_| model_rounds.params().to_vec());
+    let mut learners = learners_of(&configurations, folds, model_rounds, &|p| {
+        (searching && network.is_none()).then(|| {
+            let mut rounds = linear_rounds(kind, p, n_weights, outputs);
+            if let Some(start) = &start {
+                assert!(
+                    rounds.start_at(start.clone()),
+                    "a configuration of the same shape"
+                );
+            }
+            rounds
+        })
+    });
+    let mut fit = fit_of(&configurations, &learners, params, kind);
     let standardizer = extras.standardizer.clone();
     let label_values = extras.label_values;
     let mut rows_trained = 0;
@@ -126,118 +152,100 @@ pub fn train(
     request.zone = None;
     // A list of feature columns: every shard encodes its rows with the merged preprocessing.
     request.preprocessing.clone_from(&preprocessing);
+    let shape = (n_features, outputs, n_weights);
     for epoch in 1..=params.epochs {
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
+        // The last epoch: each fold's learner scores its fold's rows (as on one server).
+        request.folds = folds;
+        request.score_folds = folds > 0 && epoch == params.epochs;
         let totals = conv.epoch_rounds(
             &mut request,
-            &mut model_rounds,
+            &mut learners,
             (epoch, rounds, n_weights),
             params.normalize,
         );
-        rows_trained = totals.rows;
-        let learning_rate = lr_schedule.learning_rate(params.learning_rate, epoch);
-        let mut record = epoch_record(
+        let Some(tuples) = totals.iter().flatten().map(|t| t.tuples).max() else {
+            break;
+        };
+        rows_trained = totals.iter().flatten().map(|t| t.rows).max().unwrap_or(0);
+        let mut records = epoch_records(
             config,
-            epoch,
+            &mut learners,
             &totals,
-            learning_rate,
-            epoch_started,
-            zero_loss,
+            (epoch, epoch_started, zero_loss),
         );
-        progress::epoch_finished(record.stats.loss);
-        // The epoch's model scored on the rows every shard held out.
-        let (snapshot, validation_seconds) = match validating {
-            true => {
-                let validation_started = Instant::now();
-                let model = combined_model(
-                    kind,
-                    (n_features, outputs, n_weights),
-                    model_rounds.result(),
-                    network.as_mut(),
-                    standardizer.as_ref(),
-                );
-                let round_request = validation_request(&request, &model, label_values, &numbered);
-                let replies = conv.round(
-                    &round_request,
-                    &RoundProgress {
-                        label: "validation".into(),
-                        fraction: 1.0,
-                        tuples: totals.tuples,
-                    },
-                );
-                record.validation = Some(pooled_validation(kind, label_values, &replies));
-                (Some(model), validation_started.elapsed().as_secs_f64())
-            }
-            false => (None, 0.0),
-        };
-        record.validation_seconds = validation_seconds;
-        if params.verbose {
-            notice_epoch(params.epochs, &record, &conv.shards, rounds, conv.bytes);
+        if let Some(first) = records.iter().flatten().next() {
+            progress::epoch_finished(first.stats.loss);
         }
-        let end = EpochEnd {
-            epoch,
-            stats: vec![Some(record.stats)],
-            snapshots: vec![snapshot],
-            validations: vec![record.validation],
-            seconds: record.seconds,
-            validation_seconds,
+        // Each epoch's model scored on the rows every shard held out.
+        let validation_started = Instant::now();
+        let scored = validating.then(|| {
+            let mut model_of = |params: Vec<f64>| {
+                combined_model(kind, shape, params, network.as_mut(), standardizer.as_ref())
+            };
+            let at = (&request, label_values);
+            validate(&mut conv, &learners, at, &mut model_of, tuples)
+        });
+        let validation_seconds = match validating {
+            true => validation_started.elapsed().as_secs_f64(),
+            false => 0.0,
         };
-        if fit.end_epoch(end).done {
+        for (i, learner) in learners.iter().enumerate() {
+            if let Some(epoch) = learner.set_aside.filter(|&e| e == epoch) {
+                fit.set_aside_elsewhere(i, epoch);
+            }
+        }
+        let end = epoch_end(epoch, &mut records, scored, validation_seconds);
+        if params.verbose && !searching {
+            // The model of every row's (after its folds' learners).
+            if let Some(record) = &records[folds as usize] {
+                notice_epoch(params.epochs, record, &conv.shards, rounds, conv.bytes);
+            }
+        }
+        let actions = fit.end_epoch(end);
+        for i in actions.stop {
+            learners[i].going = false;
+        }
+        if params.verbose {
+            actions.notices.into_iter().for_each(notice);
+        }
+        if actions.done {
             break;
         }
     }
-    if let (true, Some(stopped)) = (params.verbose, fit.stopped()) {
+    if let (true, false, Some(stopped)) = (params.verbose, searching, fit.stopped()) {
         notice(stopped.line());
     }
     progress::finish();
     // The local partitions' optimizer states (the remote shards' go with their connections).
     crate::exec::sgd::forget_kept();
     let seconds = started.elapsed().as_secs_f64();
-    let (epochs, best) = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
-        Some(finished) => (finished.epochs, finished.best),
-        None => (Vec::new(), None),
-    };
-    // Early stopping keeps the best epoch's model (already in the table's units).
-    let (best_epoch, model) = match best {
-        Some((epoch, model)) => (Some(epoch), model),
-        None => {
-            let model = combined_model(
-                kind,
-                (n_features, outputs, n_weights),
-                model_rounds.finish(),
-                network.as_mut(),
-                standardizer.as_ref(),
-            );
-            (None, model)
-        }
-    };
-    let classes = stored_classes(request.extras.label_values, &request.network, numbered);
+    let (results, holdouts) = results(learners, seconds);
+    let finished = fit.finish(results, holdouts);
     let dense = matches!(config.layout, FeatureLayout::Dense { .. });
+    let stored = Stored {
+        classes: stored_classes(request.extras.label_values, &request.network, numbered),
+        standardizer: standardizer
+            .clone()
+            .filter(|_| dense)
+            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
+        preprocessing: preprocessing.map(std::rc::Rc::new),
+        rows_trained,
+        rows_skipped,
+        statistics_seconds,
+        started,
+    };
+    let mut model_of = |params: Vec<f64>| {
+        combined_model(kind, shape, params, network.as_mut(), standardizer.as_ref())
+    };
+    let trials = trials(finished, &configurations, &stored, &mut model_of);
     let summary = ShardSummary {
         shards: conv.shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: rounds,
         bytes_per_epoch: conv.bytes,
     };
-    let outcome = TrainOutcome {
-        best_epoch,
-        inference: None,
-        model,
-        classes,
-        standardizer: standardizer
-            .filter(|_| dense)
-            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
-        preprocessing: preprocessing.map(std::rc::Rc::new),
-        epochs,
-        rows_trained,
-        rows_skipped,
-        seconds: started.elapsed().as_secs_f64(),
-        statistics_seconds: Some(statistics_seconds),
-        // The coordinator holds no rows to score: a sharded model's predictions are not
-        // profiled (corgipile_drift says "no training profile" for them).
-        predictions: None,
-    };
-    (outcome, summary)
+    (trials, summary)
 }
 
 /// The shards of a training and what every round sends them besides its request.
@@ -263,92 +271,22 @@ impl Conversation<'_> {
             at,
         )
     }
-
-    /// One epoch's training rounds (`epoch`, `rounds` of them; the model's first `n_weights`
-    /// parameters are weights): each sends the combined model and adds what the shards trained
-    /// to it. Returns the epoch's totals; each shard's tuples are counted on it.
-    fn epoch_rounds(
-        &mut self,
-        request: &mut RoundRequest,
-        model_rounds: &mut DeltaRounds,
-        (epoch, rounds, n_weights): (u32, u32, usize),
-        normalize: bool,
-    ) -> EpochTotals {
-        let mut totals = EpochTotals::default();
-        self.bytes = 0;
-        for shard in self.shards.iter_mut() {
-            shard.tuples = 0;
-        }
-        for r in 0..rounds {
-            request.epoch = epoch;
-            request.round = r;
-            request.rounds = rounds;
-            let (weights, bias) = model_rounds.params().split_at(n_weights);
-            request.weights = weights.to_vec();
-            request.bias = bias.to_vec();
-            let at = RoundProgress {
-                label: format!("round {}/{rounds}", r + 1),
-                fraction: r as f64 / rounds as f64,
-                tuples: totals.tuples,
-            };
-            let replies = self.round(request, &at);
-            let changed = replies.iter().filter(|r| r.tuples > 0);
-            if let Err(e) =
-                model_rounds.combine(epoch, changed.map(|r| r.weights.iter().chain(&r.bias)))
-            {
-                raise_train_error(e, &|v| v.to_string(), normalize);
-            }
-            for (reply, shard) in replies.iter().zip(self.shards.iter_mut()) {
-                shard.tuples = shard.tuples.saturating_add(reply.tuples);
-                totals.add(&EpochPart {
-                    tuples: reply.tuples,
-                    rows: reply.rows,
-                    rows_skipped: 0,
-                    loss: reply.loss,
-                    accuracy: reply.accuracy.unwrap_or(0.0),
-                    r2: reply.r2.unwrap_or(0.0),
-                });
-            }
-        }
-        totals
-    }
 }
 
-/// A validation round's request: `model` (the epoch's, in the table's units) scored on the rows
-/// every shard held out; a binary kind's `label_values` say how its rows' labels score.
-fn validation_request(
-    train: &RoundRequest,
-    model: &Model,
-    label_values: Option<(f64, f64)>,
-    numbered: &[ClassValue],
-) -> RoundRequest {
-    // The classes the model has outputs for (a softmax's or a network classifier's).
-    let classes = if model.kind().has_class_outputs() {
-        match &train.network {
-            Some(n) => n.classes.clone(),
-            None => numbered.to_vec(),
-        }
-    } else {
-        Vec::new()
-    };
+/// A validation round's request, but for its learners (see `learners::validate`): the epoch's
+/// models scored on the rows every shard held out; a binary kind's `label_values` say how its
+/// rows' labels score.
+fn validation_request(train: &RoundRequest, label_values: Option<(f64, f64)>) -> RoundRequest {
     RoundRequest {
         phase: Phase::Validate,
         round: 0,
         rounds: 1,
-        n_features: model.n_features(),
-        weights: Vec::new(),
-        bias: Vec::new(),
+        learners: Vec::new(),
         extras: LearnedStatistics {
             label_values,
             ..LearnedStatistics::default()
         },
-        evaluate: Some(EvaluateRequest {
-            model: model.to_parts(),
-            classes,
-            preprocessing: None,
-            tables: None,
-            groups: None,
-        }),
+        evaluate: None,
         network: None,
         classes: Vec::new(),
         // Its rows were encoded when they were held out.
@@ -356,6 +294,27 @@ fn validation_request(
         zone: None,
         importance: None,
         ..train.clone()
+    }
+}
+
+/// What a validation round sends of `model` (the epoch's, in the table's units) to score, with
+/// the classes it has outputs for (a softmax's or a network classifier's) as `train` numbers
+/// them.
+fn scored(train: &RoundRequest, model: &Model) -> EvaluateRequest {
+    let classes = if model.kind().has_class_outputs() {
+        match &train.network {
+            Some(n) => n.classes.clone(),
+            None => train.classes.clone(),
+        }
+    } else {
+        Vec::new()
+    };
+    EvaluateRequest {
+        model: model.to_parts(),
+        classes,
+        preprocessing: None,
+        tables: None,
+        groups: None,
     }
 }
 
@@ -424,18 +383,13 @@ fn stored_classes(
 fn pooled_validation(
     kind: ModelKind,
     label_values: Option<(f64, f64)>,
-    replies: &[RoundReply],
+    parts: &[&ValidationPart],
 ) -> ValidationStats {
     let binary =
         label_values.map(|(negative, positive)| BinaryLabels::Values { negative, positive });
     let mut score = ValidationScore::new(kind, binary);
-    for reply in replies {
-        score.merge(
-            reply
-                .validation
-                .as_ref()
-                .expect("checked: a validation score"),
-        );
+    for part in parts {
+        score.merge(part);
     }
     score.finish()
 }

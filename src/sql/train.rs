@@ -14,7 +14,7 @@ use crate::exec::run::Pipeline;
 use crate::exec::sgd::{Trace, Train, Trained};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pg::names::qualified_name;
-use crate::pipeline::{Mode, Trial};
+use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_params, prepare};
 use crate::shard::{explain_sharded, train_sharded};
@@ -83,10 +83,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         let relation_held_out = validation_rows.as_mut().and_then(|v| v.held_out.take());
         let Trained { trials, held_out } = match sharded {
             Some(leaves) => Trained {
-                trials: vec![Trial::only(
-                    &prepared.config.params,
-                    train_sharded(&prepared, leaves, warm.as_ref()).0,
-                )],
+                trials: train_sharded(&prepared, leaves, warm.as_ref()).0,
                 held_out: None,
             },
             None => prepared.run(Train {

@@ -16,6 +16,7 @@ mod inference;
 mod learn;
 mod predictions;
 mod shape;
+mod shard_learners;
 mod shard_round;
 mod side_by_side;
 mod statistics;

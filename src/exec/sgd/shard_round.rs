@@ -5,8 +5,9 @@
 //! validation rows the training's first epoch held out here. Rows never leave the shard;
 //! nothing is stored here.
 
+use super::inputs_only;
+use super::shard_learners::learner_replies;
 use super::statistics::gather_statistics;
-use super::{checked_learner, inputs_only};
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest, MAX_CLASS_TEXT};
@@ -282,27 +283,24 @@ impl SgdNode {
             (None, false) => inputs_only(request.n_features),
             _ => other_shape(),
         };
-        let learner = checked_learner(kind, config, &params, &shape, self.config.max_model_bytes);
-        let mut learner =
-            learner.unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
-        let start: Vec<f64> = request
-            .weights
-            .iter()
-            .chain(&request.bias)
-            .copied()
-            .collect();
-        if !learner.set_parameters(&start) {
-            other_shape();
+        // Every learner of the round (see `shard_learners`), side by side on its buffers.
+        let mut trials = self.round_learners(&request, &shape);
+        // A network continues with the optimizer state of this table's last round, if any
+        // (a training of one network: a search of networks is refused on shards).
+        if trials.len() == 1 {
+            if let Some(kept) = with_kept(table, |k, _| k.optimizer.take()) {
+                if let Some(l) = trials.learners_mut().next() {
+                    l.resume_optimizer(kept);
+                }
+            }
         }
-        // A network continues with the optimizer state of this table's last round, if any.
-        if let Some(kept) = with_kept(table, |k, _| k.optimizer.take()) {
-            learner.resume_optimizer(kept);
-        }
-        learner.set_interrupt(Some(Box::new(|| {
-            check_for_interrupts!();
-            false
-        })));
-        learner.start_epoch(request.epoch);
+        trials.set_interrupt(|| {
+            Box::new(|| {
+                check_for_interrupts!();
+                false
+            })
+        });
+        trials.start_epoch(request.epoch);
         let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
         let mut spare = None;
         while let Some(mut buffer) = shuffle.next_buffer(spare.take()) {
@@ -319,26 +317,35 @@ impl SgdNode {
                 );
             }
             let (arena, order) = buffer.visit();
-            if let Err(e) = learner.train_buffer(arena, order) {
+            if let Err(e) = trials.train_buffer(arena, order) {
                 let label = self.label_text();
                 raise_train_error(e, &label, params.normalize);
             }
             spare = Some(buffer);
         }
-        let stats = learner
+        let stats = trials
             .finish_epoch()
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
-        let mut weights = learner.parameters();
-        if let Some(optimizer) = learner.into_optimizer() {
-            // What this backend keeps between rounds (one state per local partition on a
-            // coordinator) stays within corgipile.max_model_memory; beyond it a partition's
-            // next round starts a fresh state.
-            let limit = self.config.max_model_bytes;
-            with_kept(table, |kept, held| {
-                if held.saturating_add(optimizer.bytes()) <= limit {
-                    kept.optimizer = Some(optimizer);
-                }
-            });
+        let holdouts = trials.take_holdout_scores();
+        let one = trials.len() == 1;
+        let mut learned = Vec::with_capacity(trials.len());
+        for (result, _) in trials.into_results() {
+            let Ok(mut learner) = result else {
+                learned.push(result.map(|_| Vec::new()));
+                continue;
+            };
+            learned.push(Ok(learner.parameters()));
+            if let (true, Some(optimizer)) = (one, learner.into_optimizer()) {
+                // What this backend keeps between rounds (one state per local partition on a
+                // coordinator) stays within corgipile.max_model_memory; beyond it a
+                // partition's next round starts a fresh state.
+                let limit = self.config.max_model_bytes;
+                with_kept(table, |kept, held| {
+                    if held.saturating_add(optimizer.bytes()) <= limit {
+                        kept.optimizer = Some(optimizer);
+                    }
+                });
+            }
         }
         if holds_out && request.epoch == 1 {
             self.keep_held_out(table);
@@ -359,26 +366,15 @@ impl SgdNode {
                 Some("The shard's rows changed during the training: train again.".into()),
             );
         }
-        if weights.len() != start.len() {
-            raise(
-                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-                format!(
-                    "a sparse index of {} is beyond n_features",
-                    self.config.relation
-                ),
-                None,
-            );
-        }
-        let bias = weights.split_off(request.weights.len());
         RoundReply {
             rows: shuffle.counts().rows,
             rows_skipped: shuffle.counts().rows_skipped,
-            weights,
-            bias,
-            tuples: stats.tuples,
-            loss: stats.loss,
-            accuracy: stats.accuracy,
-            r2: stats.r2,
+            learners: learner_replies(
+                &request.learners,
+                learned,
+                (stats, holdouts),
+                &self.config.relation,
+            ),
             ..RoundReply::default()
         }
     }

@@ -1,0 +1,474 @@
+//! The learners of a sharded training: a search's configurations side by side (one model
+//! without a search), with `"folds"` one learner per fold beside each, each with its own
+//! combined parameters, moved round by round by what the shards trained of it
+//! (`pipeline::protocol::learners`), scored together in the validation rounds (a fold's
+//! learner: on its fold's rows in the last epoch), and ending as one server's trials.
+
+use super::{epoch_record, pooled_validation, scored, validation_request, Conversation};
+use crate::pg::error::{raise, raise_train_error};
+use crate::pipeline::protocol::{LearnerRound, RoundRequest};
+use crate::pipeline::PipelineConfig;
+use crate::pipeline::{ClassValue, TrainOutcome, Trial};
+use crate::shard::coordinator::RoundProgress;
+use corgipile_ml::fit::{EpochEnd, Finished, Fit, LearnerPlan, Notices};
+use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::search::configuration_kind;
+use corgipile_ml::params::Patience;
+use corgipile_ml::params::{Configuration, TrainParams};
+use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
+use corgipile_ml::trained::Model;
+use corgipile_ml::trainer::{DeltaRounds, EpochPart, EpochRecord, EpochTotals, TrainError};
+use pgrx::PgSqlErrorCode;
+use serde_json::{Map, Value};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One learner: its configuration, its params and its combined parameters.
+pub(super) struct ShardLearner {
+    /// Its configuration (its index in the search's, and its searched params).
+    pub(super) index: usize,
+    pub(super) configuration: Map<String, Value>,
+    /// With `"folds"`: the fold it never trains on (None: the model of every row).
+    pub(super) fold: Option<u32>,
+    /// Its fold's rows scored in the last epoch, pooled over the rounds and shards.
+    pub(super) holdout: Option<ValidationScore>,
+    pub(super) params: TrainParams,
+    pub(super) rounds: DeltaRounds,
+    /// Still training (not stopped by the policy, not set aside).
+    pub(super) going: bool,
+    /// Set aside (it diverged) in this epoch.
+    pub(super) set_aside: Option<u32>,
+}
+
+/// Refuses, before any work, learners a sharded training cannot run as one server does: a
+/// searched model kind or class_weight (every learner of a round shares the kind and the
+/// labels' weights the statistics round settled), several learners of a network or
+/// factorization machine (a search's, or folds: a shard keeps one optimizer state between
+/// rounds).
+pub(super) fn check_search(configurations: &[Configuration], folds: u32, kind: ModelKind) {
+    if folds > 0 && kind.family().sized_by_statistics() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("\"folds\" of a {} model cannot train on a sharded table yet", kind.name()),
+            Some("Cross-validate it on one shard's table, or hold out rows with \"validation\" instead.".into()),
+        );
+    }
+    if configurations.len() < 2 {
+        return;
+    }
+    let base = &configurations[0].1;
+    let refuse = |what: &str, hint: &str| -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("a \"search\" on a sharded table cannot search {what} yet"),
+            Some(hint.into()),
+        )
+    };
+    if configurations
+        .iter()
+        .any(|(c, _)| configuration_kind(c, kind) != kind)
+    {
+        refuse(
+            "\"model\"",
+            "Search each model kind with its own corgipile_train.",
+        );
+    }
+    if configurations
+        .iter()
+        .any(|(_, p)| p.class_weight != base.class_weight)
+    {
+        refuse(
+            "\"class_weight\"",
+            "Search with one \"class_weight\", or on one shard's table.",
+        );
+    }
+    if kind.family().sized_by_statistics() {
+        refuse(
+            "the params of a network or factorization machine",
+            "Train each configuration with its own corgipile_train, or search on one shard's table.",
+        );
+    }
+}
+
+/// Every configuration's learners (with `folds`, one per fold, then its model of every row, as
+/// one server orders them), each starting from `start` (the plan's combined parameters; a
+/// configuration's own iterate averaging).
+pub(super) fn learners_of(
+    configurations: &[Configuration],
+    folds: u32,
+    start: DeltaRounds,
+    linear: &dyn Fn(&TrainParams) -> Option<DeltaRounds>,
+) -> Vec<ShardLearner> {
+    let mut learners = Vec::new();
+    for (index, (configuration, params)) in configurations.iter().enumerate() {
+        for fold in (0..folds).map(Some).chain([None]) {
+            learners.push(ShardLearner {
+                index,
+                configuration: configuration.clone(),
+                fold,
+                holdout: None,
+                params: params.clone(),
+                rounds: linear(params).unwrap_or_else(|| start.clone()),
+                going: true,
+                set_aside: None,
+            });
+        }
+    }
+    learners
+}
+
+impl Conversation<'_> {
+    /// One epoch's training rounds (`epoch`, `rounds` of them; a model's first `n_weights`
+    /// parameters are weights): each sends every learner going with its combined parameters
+    /// and adds what the shards trained of it. Returns each learner's totals (None: not
+    /// going); each shard's tuples are counted on it. A learner a shard set aside is set aside.
+    pub(super) fn epoch_rounds(
+        &mut self,
+        request: &mut RoundRequest,
+        learners: &mut [ShardLearner],
+        (epoch, rounds, n_weights): (u32, u32, usize),
+        normalize: bool,
+    ) -> Vec<Option<EpochTotals>> {
+        let mut totals: Vec<Option<EpochTotals>> = learners
+            .iter()
+            .map(|l| l.going.then(EpochTotals::default))
+            .collect();
+        self.bytes = 0;
+        for shard in self.shards.iter_mut() {
+            shard.tuples = 0;
+        }
+        for r in 0..rounds {
+            let going: Vec<usize> = (0..learners.len()).filter(|&i| learners[i].going).collect();
+            if going.is_empty() {
+                break;
+            }
+            request.epoch = epoch;
+            request.round = r;
+            request.rounds = rounds;
+            request.learners = going
+                .iter()
+                .map(|&i| {
+                    let (weights, bias) = learners[i].rounds.params().split_at(n_weights);
+                    LearnerRound {
+                        configuration: learners[i].configuration.clone(),
+                        fold: learners[i].fold,
+                        weights: weights.to_vec(),
+                        bias: bias.to_vec(),
+                        score: None,
+                    }
+                })
+                .collect();
+            let at = RoundProgress {
+                label: format!("round {}/{rounds}", r + 1),
+                fraction: r as f64 / rounds as f64,
+                tuples: totals.iter().flatten().map(|t| t.tuples).max().unwrap_or(0),
+            };
+            let replies = self.round(request, &at);
+            for (j, &i) in going.iter().enumerate() {
+                let learner = &mut learners[i];
+                if replies.iter().any(|r| r.learners[j].set_aside) {
+                    learner.going = false;
+                    learner.set_aside = Some(epoch);
+                    totals[i] = None;
+                    continue;
+                }
+                let changed = replies
+                    .iter()
+                    .map(|r| &r.learners[j])
+                    .filter(|l| l.tuples > 0);
+                if let Err(e) = learner
+                    .rounds
+                    .combine(epoch, changed.map(|l| l.weights.iter().chain(&l.bias)))
+                {
+                    if going.len() > 1 {
+                        learner.going = false;
+                        learner.set_aside = Some(epoch);
+                        totals[i] = None;
+                        continue;
+                    }
+                    raise_train_error(e, &|v| v.to_string(), normalize);
+                }
+                let binary = request
+                    .extras
+                    .label_values
+                    .map(|(negative, positive)| BinaryLabels::Values { negative, positive });
+                for part in replies
+                    .iter()
+                    .filter_map(|r| r.learners[j].holdout.as_ref())
+                {
+                    let kind = self.kind;
+                    let score = learner
+                        .holdout
+                        .get_or_insert_with(|| ValidationScore::new(kind, binary));
+                    score.merge(part);
+                }
+                let total = totals[i].get_or_insert_with(EpochTotals::default);
+                for reply in &replies {
+                    let l = &reply.learners[j];
+                    total.add(&EpochPart {
+                        tuples: l.tuples,
+                        rows: reply.rows,
+                        rows_skipped: 0,
+                        loss: l.loss,
+                        accuracy: l.accuracy.unwrap_or(0.0),
+                        r2: l.r2.unwrap_or(0.0),
+                    });
+                }
+            }
+            for (reply, shard) in replies.iter().zip(self.shards.iter_mut()) {
+                shard.tuples = shard.tuples.saturating_add(reply.tuples());
+            }
+        }
+        totals
+    }
+}
+
+/// Each learner's record of `epoch` from its totals (None: not going). A learner whose loss
+/// says it diverged is set aside while others go on, as one server's search sets it aside;
+/// alone, it is the training's ERROR.
+pub(super) fn epoch_records(
+    config: &PipelineConfig,
+    learners: &mut [ShardLearner],
+    totals: &[Option<EpochTotals>],
+    (epoch, started, zero_loss): (u32, Instant, Option<f64>),
+) -> Vec<Option<EpochRecord>> {
+    let kind = config.model;
+    let mut left = totals.iter().flatten().count();
+    learners
+        .iter_mut()
+        .zip(totals)
+        .map(|(learner, totals)| {
+            let totals = totals.as_ref()?;
+            let p = &learner.params;
+            let learning_rate = p
+                .train_config(kind)
+                .schedule
+                .learning_rate(p.learning_rate, epoch);
+            let record = epoch_record(config, epoch, totals, learning_rate, started, None);
+            if !corgipile_ml::divergence::diverged(record.stats.loss, zero_loss) {
+                return Some(record);
+            }
+            if left == 1 {
+                // The last learner going: its ERROR is the training's (one server's rule).
+                epoch_record(config, epoch, totals, learning_rate, started, zero_loss);
+            }
+            left -= 1;
+            learner.going = false;
+            learner.set_aside = Some(epoch);
+            None
+        })
+        .collect()
+}
+
+/// The validation round of `epoch`: every learner going's model (made by `model_of` from its
+/// parameters) scored on the rows every shard held out, pooled per learner. Returns each
+/// learner's model and score (None: not going).
+pub(super) fn validate(
+    conv: &mut Conversation,
+    learners: &[ShardLearner],
+    (train, label_values): (&RoundRequest, Option<(f64, f64)>),
+    model_of: &mut dyn FnMut(Vec<f64>) -> Model,
+    tuples: u64,
+) -> Vec<(Option<Model>, Option<ValidationStats>)> {
+    let going: Vec<usize> = (0..learners.len()).filter(|&i| learners[i].going).collect();
+    let mut out: Vec<_> = learners.iter().map(|_| (None, None)).collect();
+    if going.is_empty() {
+        return out;
+    }
+    let models: Vec<_> = going
+        .iter()
+        .map(|&i| model_of(learners[i].rounds.result()))
+        .collect();
+    let mut request = validation_request(train, label_values);
+    request.learners = going
+        .iter()
+        .zip(&models)
+        .map(|(&i, model)| LearnerRound {
+            configuration: learners[i].configuration.clone(),
+            fold: learners[i].fold,
+            score: Some(scored(train, model)),
+            ..LearnerRound::default()
+        })
+        .collect();
+    let replies = conv.round(
+        &request,
+        &RoundProgress {
+            label: "validation".into(),
+            fraction: 1.0,
+            tuples,
+        },
+    );
+    let kind = conv.kind;
+    for ((j, &i), model) in going.iter().enumerate().zip(models) {
+        let parts: Vec<_> = replies
+            .iter()
+            .map(|r| {
+                r.learners[j]
+                    .validation
+                    .as_ref()
+                    .expect("checked: a validation score")
+            })
+            .collect();
+        out[i] = (
+            Some(model),
+            Some(pooled_validation(kind, label_values, &parts)),
+        );
+    }
+    out
+}
+
+/// What each learner ends as, for `Fit::finish`: its final combined parameters (its iterate
+/// average, if any), or set aside in the epoch it diverged; and each one's score of its fold.
+#[allow(clippy::type_complexity)]
+pub(super) fn results(
+    learners: Vec<ShardLearner>,
+    seconds: f64,
+) -> (
+    Vec<(Result<Vec<f64>, TrainError>, f64)>,
+    Vec<Option<ValidationStats>>,
+) {
+    learners
+        .into_iter()
+        .map(|l| {
+            let holdout = l.holdout.map(ValidationScore::finish);
+            match l.set_aside {
+                Some(epoch) => ((Err(TrainError::Diverged { epoch }), seconds), holdout),
+                None => ((Ok(l.rounds.finish()), seconds), holdout),
+            }
+        })
+        .unzip()
+}
+
+/// The policy of the learners' epochs, one server's: a learner per configuration, each with its
+/// patience when rows are held out; a search's NOTICE line per epoch when verbose (a training
+/// of one model writes the shard line instead).
+pub(super) fn fit_of(
+    configurations: &[Configuration],
+    learners: &[ShardLearner],
+    params: &TrainParams,
+    kind: ModelKind,
+) -> Fit<Model> {
+    let validating = params.validation.is_some();
+    let searching = params.search.is_some();
+    let patience: Vec<Option<Patience>> = configurations
+        .iter()
+        .map(|(_, p)| p.patience.filter(|_| validating))
+        .collect();
+    let plan = LearnerPlan {
+        configuration: learners.iter().map(|l| l.index).collect(),
+        fold: learners
+            .iter()
+            .map(|l| l.fold.map(|f| f as usize))
+            .collect(),
+        group: vec![None; learners.len()],
+    };
+    let notices = Notices {
+        verbose: params.verbose && searching,
+        metric: kind.metric_name(),
+        search: searching.then(|| (configurations.to_vec(), params.selection(kind))),
+        ..Notices::quiet(params.epochs)
+    };
+    Fit::new(plan, params.tolerance, &patience, notices)
+}
+
+/// The end of `epoch` for the policy: each learner's record (None: not going) with its
+/// validation score and model, when `scored` (see `validate`).
+pub(super) fn epoch_end(
+    epoch: u32,
+    records: &mut [Option<EpochRecord>],
+    scored: Option<Vec<(Option<Model>, Option<ValidationStats>)>>,
+    validation_seconds: f64,
+) -> EpochEnd<Model> {
+    let mut snapshots = Vec::with_capacity(records.len());
+    let mut validations = Vec::with_capacity(records.len());
+    let mut scored = scored.map(Vec::into_iter);
+    for record in records.iter_mut() {
+        let (model, score) = scored
+            .as_mut()
+            .and_then(Iterator::next)
+            .unwrap_or((None, None));
+        if let Some(record) = record {
+            record.validation_seconds = validation_seconds;
+            record.validation.clone_from(&score);
+        }
+        snapshots.push(model);
+        validations.push(score);
+    }
+    EpochEnd {
+        epoch,
+        stats: records
+            .iter()
+            .map(|r| r.as_ref().map(|r| r.stats.clone()))
+            .collect(),
+        snapshots,
+        validations,
+        seconds: records.iter().flatten().next().map_or(0.0, |r| r.seconds),
+        validation_seconds,
+    }
+}
+
+/// What every configuration's trial stores besides its model and epochs.
+pub(super) struct Stored {
+    pub(super) classes: Vec<ClassValue>,
+    pub(super) standardizer: Option<Rc<Value>>,
+    pub(super) preprocessing: Option<Rc<Preprocessor>>,
+    pub(super) rows_trained: u64,
+    pub(super) rows_skipped: u64,
+    pub(super) statistics_seconds: f64,
+    pub(super) started: Instant,
+}
+
+/// Each configuration's trial, as one server's search makes them: its model (with patience,
+/// its best epoch's; else made by `model_of` from its final parameters) and history, or why it
+/// was set aside.
+pub(super) fn trials(
+    finished: Vec<Finished<Vec<f64>, Model>>,
+    configurations: &[Configuration],
+    stored: &Stored,
+    model_of: &mut dyn FnMut(Vec<f64>) -> Model,
+) -> Vec<Trial> {
+    finished
+        .into_iter()
+        .map(|f| {
+            let (configuration, params) = configurations[f.configuration].clone();
+            let (outcome, epochs_before_failing) = match f.result {
+                Ok(last) => {
+                    // Early stopping keeps the best epoch's model (already in the table's units).
+                    let (best_epoch, model) = match f.best {
+                        Some((epoch, model)) => (Some(epoch), model),
+                        None => (None, model_of(last)),
+                    };
+                    let outcome = TrainOutcome {
+                        best_epoch,
+                        inference: None,
+                        model,
+                        classes: stored.classes.clone(),
+                        standardizer: stored.standardizer.clone(),
+                        preprocessing: stored.preprocessing.clone(),
+                        epochs: f.epochs,
+                        rows_trained: stored.rows_trained,
+                        rows_skipped: stored.rows_skipped,
+                        seconds: stored.started.elapsed().as_secs_f64(),
+                        statistics_seconds: Some(stored.statistics_seconds),
+                        // The coordinator holds no rows to score: a sharded model's predictions
+                        // are not profiled (corgipile_drift: "no training profile").
+                        predictions: None,
+                    };
+                    (Ok(outcome), Vec::new())
+                }
+                Err(e) => (Err(e), f.epochs),
+            };
+            Trial {
+                configuration,
+                params,
+                seconds: f.seconds,
+                outcome,
+                epochs_before_failing,
+                cv: f.cv,
+                group: None,
+                small_groups: None,
+            }
+        })
+        .collect()
+}
