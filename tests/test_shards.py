@@ -1020,16 +1020,6 @@ def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, param
     assert_nothing_stored(conn, before)
 
 
-def test_a_validation_relation_is_refused_before_any_work(conn, blobs):
-    """Each shard holds out its own rows; a validation relation is one table on one server."""
-    before = models_count(conn)
-    with pytest.raises(E.FeatureNotSupported) as err:
-        train(conn, "sh_hash", "svm", {"epochs": 1, "validation": {"relation": "sh_hash_copy"}})
-    assert err.value.diag.message_primary == "a sharded table cannot be validated on a validation relation yet"
-    assert "fraction" in err.value.diag.message_hint
-    assert_nothing_stored(conn, before)
-
-
 @pytest.mark.parametrize("model", ["svm", "mlp", "softmax"])
 def test_a_text_label_once_refused_trains_on_shards(conn, odd_tables, model):
     """Once 0A000 ("the classes would be numbered differently"): sh_text's 'no'/'yes' labels."""

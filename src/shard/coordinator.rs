@@ -36,6 +36,8 @@ pub struct ShardSummary {
     pub rounds_per_epoch: u32,
     /// Bytes to and from the shard servers in the last epoch.
     pub bytes_per_epoch: u64,
+    /// What a gate scores the versions on (see `gate`).
+    pub held_out: Option<super::gate::HeldOut>,
 }
 
 pub struct ShardLine {
@@ -314,6 +316,7 @@ pub fn evaluate(
         classes: Vec::new(),
         preprocessing: None,
         zone: None,
+        keep_held_out_ids: false,
     };
     let at = RoundProgress {
         label: "evaluation".into(),

@@ -17,6 +17,7 @@
 //! different versions stop with an ERROR naming both (see `protocol`).
 
 pub mod coordinator;
+pub mod gate;
 mod network;
 mod plan;
 pub mod remote;
@@ -59,6 +60,7 @@ pub(crate) fn train_sharded(
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
     check_sharded_access(prepared.relid, &config.relation, "train on");
+    gate::check_validation_relation(config);
     let kind = config.model;
     let params = config.params.clone();
     let parent = prepared.relid;
@@ -202,6 +204,7 @@ pub(crate) fn evaluate_sharded(
         classes: stored.classes.clone(),
         preprocessing: stored.preprocessing.clone(),
         tables,
+        held_out: false,
     };
     let kind = config.model;
     let parent = prepared.relid;

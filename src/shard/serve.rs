@@ -2,7 +2,7 @@
 //! mapping's connection, runs one round on a table of this server.
 
 use crate::catalog::check_schema_version;
-use crate::exec::sgd::{score_held_out, EvaluateShard, ShardRound, TrainingTable};
+use crate::exec::sgd::{held_out_ids, score_held_out, EvaluateShard, ShardRound, TrainingTable};
 use crate::pg::error::raise;
 use crate::pg::guc::max_model_bytes;
 use crate::pipeline::protocol::{
@@ -147,7 +147,8 @@ fn coordinator_model(kind: ModelKind, request: &RoundRequest) -> (Model, &Evalua
 }
 
 /// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
-/// `relid`, or its partition `leaf`, as `shard_round_here`).
+/// `relid`, or its partition `leaf`, as `shard_round_here`); a gate's, on only the rows the
+/// training held out of them.
 pub(super) fn evaluate_shard_here(
     relid: pg_sys::Oid,
     leaf: Option<pg_sys::Oid>,
@@ -161,9 +162,26 @@ pub(super) fn evaluate_shard_here(
             classes,
             preprocessing,
             tables,
+            held_out,
             ..
         },
     ) = coordinator_model(kind, request);
+    // Kept by this backend since the training's first epoch: none kept (another backend, or a
+    // training that kept none) is not "no rows held out".
+    let only_rows = held_out.then(|| {
+        let table = TrainingTable {
+            training: request.training,
+            relid: u32::from(relid),
+            leaf: leaf.map(u32::from),
+        };
+        held_out_ids(table).unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                "corgipile shard round: no held-out rows of this training are kept here",
+                None,
+            )
+        })
+    });
     // A stored preprocessing reads its own columns, by name (`"*"` was resolved when it was
     // learned; the shard's table may have more columns, or another order).
     let mut params = params;
@@ -184,6 +202,7 @@ pub(super) fn evaluate_shard_here(
         model,
         classes: classes.clone(),
         tables: *tables,
+        only_rows,
     });
     RoundReply {
         rows: part.rows_scored(),

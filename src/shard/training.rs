@@ -65,6 +65,7 @@ pub fn train(
         preprocessing: fixed_preprocessing(config).cloned(),
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
+        keep_held_out_ids: false,
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
@@ -102,6 +103,8 @@ pub fn train(
         seconds: statistics_seconds,
     } = zero;
     let rounds = params.sync_rounds(model_rounds.params().len());
+    // A validation relation, read here now that its rows' encoding is known (`gate`).
+    let relation_rows = super::gate::relation_rows(config, preprocessing.as_ref(), &numbered);
     request.network = network.as_ref().map(|plan| plan.round.clone());
     // A linear model of a label numbered by class: every shard decodes by this numbering.
     if request.network.is_none() {
@@ -120,6 +123,8 @@ pub fn train(
     let label_values = extras.label_values;
     let mut rows_trained = 0;
     request.phase = Phase::Train;
+    // A gate scores both versions on the rows the shards hold out: they keep their ids.
+    request.keep_held_out_ids = validating && relation_rows.is_none() && params.deploy.is_some();
     request.n_features = n_features;
     request.extras = extras;
     request.zone = None;
@@ -145,7 +150,7 @@ pub fn train(
             zero_loss,
         );
         progress::epoch_finished(record.stats.loss);
-        // The epoch's model scored on the rows every shard held out.
+        // The epoch's model scored on the rows every shard held out (or a validation relation's).
         let (snapshot, validation_seconds) = match validating {
             true => {
                 let validation_started = Instant::now();
@@ -156,16 +161,22 @@ pub fn train(
                     network.as_mut(),
                     standardizer.as_ref(),
                 );
-                let round_request = validation_request(&request, &model, label_values, &numbered);
-                let replies = conv.round(
-                    &round_request,
-                    &RoundProgress {
-                        label: "validation".into(),
-                        fraction: 1.0,
-                        tuples: totals.tuples,
-                    },
-                );
-                record.validation = Some(pooled_validation(kind, label_values, &replies));
+                record.validation = Some(match &relation_rows {
+                    Some(rows) => super::gate::score_relation(kind, label_values, &model, rows),
+                    None => {
+                        let round_request =
+                            validation_request(&request, &model, label_values, &numbered);
+                        let replies = conv.round(
+                            &round_request,
+                            &RoundProgress {
+                                label: "validation".into(),
+                                fraction: 1.0,
+                                tuples: totals.tuples,
+                            },
+                        );
+                        pooled_validation(kind, label_values, &replies)
+                    }
+                });
                 (Some(model), validation_started.elapsed().as_secs_f64())
             }
             false => (None, 0.0),
@@ -190,8 +201,11 @@ pub fn train(
         notice(stopped.line());
     }
     progress::finish();
-    // The local partitions' optimizer states (the remote shards' go with their connections).
-    crate::exec::sgd::forget_kept();
+    // The local partitions' optimizer states (the remote shards' go with their connections);
+    // held-out rows a gate scores stay (`gate::KeptShards`).
+    if !request.keep_held_out_ids {
+        crate::exec::sgd::forget_kept();
+    }
     let seconds = started.elapsed().as_secs_f64();
     let (epochs, best) = match fit.finish(vec![(Ok(()), seconds)], Vec::new()).pop() {
         Some(finished) => (finished.epochs, finished.best),
@@ -217,6 +231,11 @@ pub fn train(
         shards: conv.shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: rounds,
         bytes_per_epoch: conv.bytes,
+        held_out: super::gate::held_out(
+            relation_rows,
+            (request.keep_held_out_ids)
+                .then(|| super::gate::KeptShards::new(conv.shards, request.training)),
+        ),
     };
     let outcome = TrainOutcome {
         best_epoch,
@@ -343,12 +362,14 @@ fn validation_request(
             classes,
             preprocessing: None,
             tables: None,
+            held_out: false,
         }),
         network: None,
         classes: Vec::new(),
         // Its rows were encoded when they were held out.
         preprocessing: None,
         zone: None,
+        keep_held_out_ids: false,
         ..train.clone()
     }
 }

@@ -42,4 +42,4 @@ pub mod importance;
 pub mod manage;
 pub mod tables;
 pub mod train;
-mod training_call;
+pub(crate) mod training_call;

@@ -7,7 +7,7 @@
 use crate::catalog::warm_start::WarmStart;
 use crate::exec::sgd::{Collect, CollectedRows, Learn};
 use crate::pg::error::{raise, refuse_combination};
-use crate::pipeline::Mode;
+use crate::pipeline::{ClassValue, Mode};
 use crate::request::args::ParamsArg;
 use crate::request::since::{self, TableRead};
 use crate::request::{parse_model, parse_params, prepare, Prepared};
@@ -139,14 +139,25 @@ impl TrainingCall {
             };
             let sharded = crate::shard::sharded_leaves(relid);
             if sharded.is_some() && stops_early_by_default {
+                // A gate needs held-out rows, which a network's default holds out only on one
+                // server.
+                if params.deploy.is_some() {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                        "\"deploy\": \"if_better\" needs held-out rows: \"validation\"",
+                        Some("On a sharded table a network holds out no rows by default: add e.g. \"validation\": {\"fraction\": 0.1}.".into()),
+                    );
+                }
                 params.without_early_stopping();
             }
             // A column list with a validation relation: the preprocessing is learned first (its
             // own statistics pass), so that the validation rows are encoded with it. A warm start
-            // (or "since") keeps its model's preprocessing and classes.
+            // (or "since") keeps its model's preprocessing and classes. A sharded training reads
+            // its validation relation after its round 0 (`shard::gate`).
+            let one_server = sharded.is_none();
             let learned = match (&params.validation, params.features.is_tabular()) {
                 _ if warm.is_some() => warm.as_ref().and_then(|w| w.stored.preprocessing.clone()),
-                (Some(Validation::Relation(_)), true) if reads_rows => {
+                (Some(Validation::Relation(_)), true) if reads_rows && one_server => {
                     let mut p = params.clone();
                     p.validation = None;
                     Some(prepare(relid, kind, p, Mode::Train, Vec::new(), None).run(Learn))
@@ -154,9 +165,9 @@ impl TrainingCall {
                 _ => None,
             };
             let validation_rows = match &params.validation {
-                Some(Validation::Relation(name)) if reads_rows => {
-                    Some(collect_relation(name, kind, &params, learned.as_ref()))
-                }
+                Some(Validation::Relation(name)) if reads_rows && one_server => Some(
+                    collect_relation(name, kind, &params, learned.as_ref(), Vec::new()),
+                ),
                 _ => None,
             };
             // Class indices of the validation rows (or of a warm start's model) and of the
@@ -306,7 +317,6 @@ fn check_sharded(prepared: &Prepared) {
         (Use::Folds, params.folds.is_some()),
         (Use::Workers, params.workers > 0),
         (Use::Search, params.search.is_some()),
-        (Use::Gate, params.deploy.is_some()),
     ]);
     refuse_combination(Use::Shards, &uses);
 }
@@ -321,14 +331,9 @@ fn features_read(prepared: &Prepared) -> serde_json::Value {
     }
 }
 
-/// Reads a validation relation (same columns as the training relation) into memory.
-unsafe fn collect_relation(
-    name: &str,
-    kind: ModelKind,
-    params: &TrainParams,
-    preprocessing: Option<&Preprocessor>,
-) -> CollectedRows {
-    let relid = Spi::get_one_with_args::<pg_sys::Oid>(
+/// The OID of the validation relation `name` (ERROR 42P01 if there is none).
+pub(crate) fn validation_relid(name: &str) -> pg_sys::Oid {
+    Spi::get_one_with_args::<pg_sys::Oid>(
         "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
         &[name.into()],
     )
@@ -340,7 +345,23 @@ unsafe fn collect_relation(
             format!("validation relation \"{name}\" does not exist"),
             None,
         )
-    });
+    })
+}
+
+/// Reads a validation relation (same columns as the training relation) into memory; `classes`:
+/// the label values already numbered (a sharded training's numbering), which keep their
+/// indices.
+///
+/// # Safety
+/// Runs a plan: on the backend thread, inside the SQL call's transaction.
+pub(crate) unsafe fn collect_relation(
+    name: &str,
+    kind: ModelKind,
+    params: &TrainParams,
+    preprocessing: Option<&Preprocessor>,
+    classes: Vec<ClassValue>,
+) -> CollectedRows {
+    let relid = validation_relid(name);
     let mut p = params.clone();
     p.validation = None;
     if let Some(prep) = preprocessing {
@@ -350,7 +371,7 @@ unsafe fn collect_relation(
     }
     p.shuffle = ShuffleMode::NoShuffle;
     p.double_buffer = false;
-    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), preprocessing);
+    let prepared = prepare(relid, kind, p, Mode::Collect, classes, preprocessing);
     // A gated training scores the deployed version on exactly these rows: which they are.
     prepared
         .run(Collect {

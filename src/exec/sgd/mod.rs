@@ -28,7 +28,9 @@ pub use evaluate::{binary_labels, Evaluate, EvaluateShard, EvaluateTables};
 pub use inference::check_inference_params;
 pub use learn::Learn;
 pub use shape::{checked_learner, checked_size, inputs_only};
-pub use shard_round::{forget_kept, score_held_out, ShardRound, TrainingTable};
+pub use shard_round::{
+    forget_kept, held_out_ids, score_held_out, score_rows, ShardRound, TrainingTable,
+};
 pub use trace::Trace;
 pub use train::{Train, Trained};
 
