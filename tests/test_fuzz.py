@@ -994,7 +994,7 @@ class ShardRoundFuzz:
                 "SELECT model_type, n_features, weights, bias, label_mapping, preprocessing FROM corgipile.models "
                 "WHERE id = %s", (model_id,)).fetchone()
         self.dense_table = Tables(cluster).dense()
-        base = {"version": self.version, "protocol": 5, "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": self.version, "protocol": 6, "epoch": 1, "round": 0, "rounds": 1,
                 "extras": {"standardizer": None, "class_weights": None, "label_values": None}, "evaluate": None}
         self.templates = {
             "Statistics": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},

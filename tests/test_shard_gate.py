@@ -31,7 +31,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import evaluate, scalar, train
-from test_shards import S1, S2, on_shard, shard_dsn, shards, sharded_table, version  # noqa: F401 (fixture)
+from test_shards import PROTOCOL, S1, S2, on_shard, shard_dsn, shards, sharded_table, version  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.own_cluster  # test_shards.py's shard servers
 
@@ -249,7 +249,7 @@ def test_forged_held_out_requests_are_refused_by_the_shard(env):
         ours = version(c)
         model = {"kind": "logistic", "n_features": 1, "n_outputs": 1, "weights": [0.5], "bias": [0.0],
                  "layers": None, "activation": None}
-        base = {"version": ours, "protocol": 5, "epoch": 1, "round": 0, "rounds": 1, "n_features": 1,
+        base = {"version": ours, "protocol": PROTOCOL, "epoch": 1, "round": 0, "rounds": 1, "n_features": 1,
                 "weights": [], "bias": [], "extras": {}, "training": 77}
         held = {"model": model, "classes": [0, 1], "preprocessing": None, "held_out": True}
         cases = [

@@ -61,6 +61,7 @@ R2_TOLERANCE = 0.01
 CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend (or a shard's ERROR) to the ERROR at the client
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
+PROTOCOL = 6  # src/pipeline/protocol.rs's PROTOCOL: forged requests say it
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
 DEAD_PORT = PGPORT + 102  # nothing listens there
 SHARD_DB = f"{DBNAME}_shard"  # corgipile installed, current version (both shard servers)
@@ -1260,7 +1261,7 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
     }
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         for kind, model in forged.items():
-            request = {**base, "version": version(c), "protocol": 5,
+            request = {**base, "version": version(c), "protocol": PROTOCOL,
                        "evaluate": {"model": model, "classes": [], "preprocessing": None}}
             with pytest.raises(psycopg.Error) as err:
                 c.execute("SELECT corgipile_shard_round('forge_part', %s, %s, %s)",
@@ -1279,7 +1280,7 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
     network = {"classes": [0, 1], "target_mean": 0.0, "target_scale": 1.0}
     params = Jsonb({"features": "features", "label": "label", "hidden": [4]})
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 5, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1, "n_features": 2,
                 "bias": [], "extras": {}}
         ok = {**base, "weights": [0.1] * 22, "network": network}
         reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
@@ -1425,13 +1426,13 @@ def test_a_request_of_another_version_names_both(class_mix):
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
-        base = {"version": ours, "protocol": 5, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": ours, "protocol": PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": "features", "label": "word"}
         reply = json.loads(shard_round(c, "softmax", params, base))
-        assert reply["protocol"] == 5 and reply["version"] == ours
+        assert reply["protocol"] == PROTOCOL and reply["version"] == ours
         assert sorted(reply["classes"]) == ["ant", "cat"]  # in this shard's own numbering
-        for request, theirs in (({**base, "version": "0.0.1"}, "corgipile 0.0.1 (shard protocol 5)"),
+        for request, theirs in (({**base, "version": "0.0.1"}, f"corgipile 0.0.1 (shard protocol {PROTOCOL})"),
                                 ({**base, "protocol": 1}, f"corgipile {ours} (shard protocol 1)"),
                                 # A 0.5.0 coordinator: no protocol, and fields this one reads otherwise.
                                 ({k: v for k, v in base.items() if k != "protocol"} | {"version": "0.5.0-old"},
@@ -1439,7 +1440,7 @@ def test_a_request_of_another_version_names_both(class_mix):
             with pytest.raises(E.FeatureNotSupported) as err:
                 shard_round(c, "softmax", params, request)
             assert err.value.diag.message_primary == \
-                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol 5)"
+                f"the coordinator runs {theirs}, this shard corgipile {ours} (shard protocol {PROTOCOL})"
             assert err.value.diag.message_hint
 
 
@@ -1448,7 +1449,7 @@ def test_a_forged_class_round_is_refused_by_the_shard(class_mix):
     missing, or of a binary kind with three classes: 08P01 before a row is read."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 5, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
                 "n_features": 2, "extras": {}}
         params = {"features": "features", "label": "word"}
         ok = {**base, "weights": [0.0] * 6, "bias": [0.0] * 3, "classes": ["ant", "bee", "cat"]}
@@ -1641,7 +1642,7 @@ def test_a_forged_column_round_is_refused_by_the_shard(mixed):
     is read; a time zone PostgreSQL does not know: 22023."""
     import json
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
-        base = {"version": version(c), "protocol": 5, "phase": "Statistics", "epoch": 1, "round": 0,
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0,
                 "rounds": 1, "n_features": 0, "weights": [], "bias": [], "extras": {}}
         params = {"features": ["x1", "color", "day"], "label": "label"}
         reply = json.loads(shard_round_on(c, "cols_part", "logistic", params, {**base, "zone": "Asia/Kolkata"}))
