@@ -31,9 +31,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import evaluate, scalar, train
-from test_shards import PROTOCOL, S1, S2, on_shard, shard_dsn, shards, sharded_table, version  # noqa: F401 (fixture)
+import test_shards
+from test_shards import PROTOCOL, S1, S2, on_shard, shard_dsn, sharded_table, version
 
 pytestmark = pytest.mark.own_cluster  # test_shards.py's shard servers
+shards = test_shards.shards  # its fixture: the two shard servers, foreign servers S1 and S2
 
 ROLE = "shg_alice"
 ROWS = 6000
@@ -53,7 +55,7 @@ def rows_sql(start, rows):
 
 
 @pytest.fixture(scope="module")
-def env(dsn, shards):  # noqa: F811 (the imported fixture)
+def env(dsn, shards):
     for i in (0, 1):
         on_shard(i, "DROP TABLE IF EXISTS shg_part", f"CREATE TABLE shg_part ({COLUMNS})")
     with psycopg.connect(dsn, autocommit=True) as c:

@@ -36,8 +36,6 @@ pub struct ShardSummary {
     pub rounds_per_epoch: u32,
     /// Bytes to and from the shard servers in the last epoch.
     pub bytes_per_epoch: u64,
-    /// What a gate scores the versions on (see `gate`).
-    pub held_out: Option<super::gate::HeldOut>,
 }
 
 pub struct ShardLine {

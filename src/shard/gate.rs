@@ -141,7 +141,7 @@ impl Drop for KeptShards {
 /// after round 0, which numbers the classes and merges the preprocessing its rows take).
 pub(crate) fn check_validation_relation(config: &PipelineConfig) {
     if let Some(Validation::Relation(name)) = &config.params.validation {
-        crate::sql::training_call::validation_relid(name);
+        crate::request::validation_relation::validation_relid(name);
     }
 }
 
@@ -157,7 +157,7 @@ pub(super) fn relation_rows(
     };
     // SAFETY: runs a plan on the backend thread, in the SQL call's transaction.
     let rows = unsafe {
-        crate::sql::training_call::collect_relation(
+        crate::request::validation_relation::collect_relation(
             name,
             config.model,
             &config.params,

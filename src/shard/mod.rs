@@ -51,12 +51,17 @@ pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
 }
 
 /// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
-/// combines (see `crate::shard`); from `warm`'s model with a warm start (see `warm.rs`).
+/// combines (see `crate::shard`); from `warm`'s model with a warm start (see `warm.rs`); with
+/// what a deploy gate scores on (`gate`).
 pub(crate) fn train_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
     warm: Option<&crate::catalog::warm_start::WarmStart>,
-) -> (crate::pipeline::TrainOutcome, coordinator::ShardSummary) {
+) -> (
+    crate::pipeline::TrainOutcome,
+    coordinator::ShardSummary,
+    Option<gate::HeldOut>,
+) {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
     check_sharded_access(prepared.relid, &config.relation, "train on");
@@ -147,7 +152,7 @@ pub(crate) fn explain_sharded(
                     explain::text(es, &format!("Shard {}", i + 1), d);
                 }
             }
-            Some((outcome, summary)) => {
+            Some((outcome, summary, _)) => {
                 for (i, (line, d)) in summary.shards.iter().zip(&described).enumerate() {
                     explain::text(
                         es,

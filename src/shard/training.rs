@@ -5,6 +5,7 @@
 use super::coordinator::{
     open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
+use super::gate::{HeldOut, KeptShards};
 use super::leaves::Leaf;
 use super::plan::{
     fixed_preprocessing, params_for_shards, plans, statistics_round, RoundZero, ShardPlan,
@@ -34,12 +35,13 @@ use std::time::Instant;
 
 /// Trains `config`'s model over the shards of a sharded table, from zeros or from `warm`'s
 /// model (see `warm.rs`). `run_local` runs a request on a local partition in this backend.
+/// Also returns what a deploy gate scores on (`gate`).
 pub fn train(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     warm: Option<&WarmStart>,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
-) -> (TrainOutcome, ShardSummary) {
+) -> (TrainOutcome, ShardSummary, Option<HeldOut>) {
     let started = Instant::now();
     let params = &config.params;
     let kind = config.model;
@@ -231,12 +233,11 @@ pub fn train(
         shards: conv.shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: rounds,
         bytes_per_epoch: conv.bytes,
-        held_out: super::gate::held_out(
-            relation_rows,
-            (request.keep_held_out_ids)
-                .then(|| super::gate::KeptShards::new(conv.shards, request.training)),
-        ),
     };
+    let held_out = super::gate::held_out(
+        relation_rows,
+        (request.keep_held_out_ids).then(|| KeptShards::new(conv.shards, request.training)),
+    );
     let outcome = TrainOutcome {
         best_epoch,
         inference: None,
@@ -252,7 +253,7 @@ pub fn train(
         seconds: started.elapsed().as_secs_f64(),
         statistics_seconds: Some(statistics_seconds),
     };
-    (outcome, summary)
+    (outcome, summary, held_out)
 }
 
 /// The shards of a training and what every round sends them besides its request.

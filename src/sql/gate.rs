@@ -143,9 +143,9 @@ impl Gate {
             )
         };
         let relid = match &params.validation {
-            Some(Validation::Relation(relation)) => {
-                Some(super::training_call::validation_relid(relation))
-            }
+            Some(Validation::Relation(relation)) => Some(
+                crate::request::validation_relation::validation_relid(relation),
+            ),
             Some(_) => relation,
             None => raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -42,4 +42,4 @@ pub mod importance;
 pub mod manage;
 pub mod tables;
 pub mod train;
-pub(crate) mod training_call;
+mod training_call;

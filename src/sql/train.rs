@@ -86,10 +86,10 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         // The rows the gate scores on: by tuple id here, or kept on the shards.
         let (trials, held_out) = match sharded {
             Some(leaves) => {
-                let (outcome, summary) = train_sharded(&prepared, leaves, warm.as_ref());
+                let (outcome, _, held_out) = train_sharded(&prepared, leaves, warm.as_ref());
                 (
                     vec![Trial::only(&prepared.config.params, outcome)],
-                    summary.held_out,
+                    held_out,
                 )
             }
             None => {

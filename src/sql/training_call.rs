@@ -5,17 +5,16 @@
 //! returns and stay thin.
 
 use crate::catalog::warm_start::WarmStart;
-use crate::exec::sgd::{Collect, CollectedRows, Learn};
+use crate::exec::sgd::{CollectedRows, Learn};
 use crate::pg::error::{raise, refuse_combination};
-use crate::pipeline::{ClassValue, Mode};
+use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
 use crate::request::since::{self, TableRead};
 use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::{Features as FeatureSpec, ShuffleMode, TrainParams, Validation};
-use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::params::{TrainParams, Validation};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -165,9 +164,15 @@ impl TrainingCall {
                 _ => None,
             };
             let validation_rows = match &params.validation {
-                Some(Validation::Relation(name)) if reads_rows && one_server => Some(
-                    collect_relation(name, kind, &params, learned.as_ref(), Vec::new()),
-                ),
+                Some(Validation::Relation(name)) if reads_rows && one_server => {
+                    Some(crate::request::validation_relation::collect_relation(
+                        name,
+                        kind,
+                        &params,
+                        learned.as_ref(),
+                        Vec::new(),
+                    ))
+                }
                 _ => None,
             };
             // Class indices of the validation rows (or of a warm start's model) and of the
@@ -329,59 +334,4 @@ fn features_read(prepared: &Prepared) -> serde_json::Value {
     } else {
         prepared.config.params.to_json()["features"].clone()
     }
-}
-
-/// The OID of the validation relation `name` (ERROR 42P01 if there is none).
-pub(crate) fn validation_relid(name: &str) -> pg_sys::Oid {
-    Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
-        &[name.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("validation relation \"{name}\" does not exist"),
-            None,
-        )
-    })
-}
-
-/// Reads a validation relation (same columns as the training relation) into memory; `classes`:
-/// the label values already numbered (a sharded training's numbering), which keep their
-/// indices.
-///
-/// # Safety
-/// Runs a plan: on the backend thread, inside the SQL call's transaction.
-pub(crate) unsafe fn collect_relation(
-    name: &str,
-    kind: ModelKind,
-    params: &TrainParams,
-    preprocessing: Option<&Preprocessor>,
-    classes: Vec<ClassValue>,
-) -> CollectedRows {
-    let relid = validation_relid(name);
-    let mut p = params.clone();
-    p.validation = None;
-    if let Some(prep) = preprocessing {
-        // The training's columns ("*" resolved on the training table), by name.
-        p.features = FeatureSpec::Columns(prep.column_names().map(str::to_owned).collect());
-        p.exclude.clear();
-    }
-    p.shuffle = ShuffleMode::NoShuffle;
-    p.double_buffer = false;
-    let prepared = prepare(relid, kind, p, Mode::Collect, classes, preprocessing);
-    // A gated training scores the deployed version on exactly these rows: which they are.
-    prepared
-        .run(Collect {
-            record_held_out: params.deploy.is_some(),
-        })
-        .unwrap_or_else(|| {
-            raise(
-                PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-                format!("validation relation \"{name}\" has no usable rows"),
-                None,
-            )
-        })
 }
