@@ -19,6 +19,9 @@ Checked here:
   on it and keeps the best epoch (whose score is corgipile_evaluate's on the relation); with
   patience off the last epoch's score is corgipile_evaluate's of the stored model; the gate with
   a validation relation scores both versions on the relation's rows.
+- Refused before any work: a gated network without `validation` (its default holds out no rows
+  on shards), 22023; a deployed family of per-group models (it cannot score a sharded table
+  yet), 0A000; a validation relation that does not exist, 42P01.
 - Forged requests of the new protocol fields are refused by the shard (08P01): held-out ids kept
   outside a training round, held-out rows scored outside an evaluation or with no training
   number, held-out rows of a training this backend never kept."""
@@ -85,7 +88,7 @@ def env(dsn, shards):
                 c.execute(f"DROP USER MAPPING IF EXISTS FOR {ROLE} SERVER {srv}")
             c.execute(f"DROP OWNED BY {ROLE}")
             c.execute(f"DROP ROLE {ROLE}")
-            c.execute("DROP TABLE IF EXISTS shg_pts, shg_val CASCADE")
+            c.execute("DROP TABLE IF EXISTS shg_pts, shg_val, shg_local CASCADE")
 
 
 @pytest.fixture
@@ -237,6 +240,31 @@ def test_a_gated_network_without_validation_is_22023_before_any_work(alice):
     assert "needs held-out rows" in err.value.diag.message_primary
     assert "validation" in err.value.diag.message_hint
     assert history(alice, "net") == []
+
+
+def test_a_deployed_family_of_groups_is_0A000_before_any_work(dsn, alice):
+    """The deployed version, a family of per-group models (trained on one server), cannot be
+    scored on a sharded table yet: refused when the gate is checked, before any work."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS shg_local")
+        admin.execute("CREATE TABLE shg_local AS SELECT * FROM shg_pts")
+        admin.execute(f"GRANT SELECT ON shg_local TO {ROLE}")
+    c = alice
+    p = {**BASE, **GOOD, "label": "y", "name": "fam"}
+    family = train(c, "shg_local", "linear", {**p, "group_by": "label"})
+    assert deployed(c, "fam") == family
+    models = scalar(c, "SELECT count(*) FROM corgipile.models")
+    notices = []
+    c.add_notice_handler(lambda d: notices.append(d.message_primary))
+    with pytest.raises(E.FeatureNotSupported) as err:
+        train(c, "shg_pts", "linear", {**p, "validation": {"predicate": PREDICATE}, "deploy": "if_better",
+                                       "verbose": True})
+    assert err.value.diag.message_primary == "a model per group cannot evaluate a sharded table yet"
+    assert scalar(c, "SELECT count(*) FROM corgipile.models") == models
+    assert notices == [], notices  # no epoch trained: without the gate, a NOTICE per epoch
+    train(c, "shg_pts", "linear", {**p, "name": "fam2", "validation": {"predicate": PREDICATE}, "verbose": True})
+    assert len(notices) >= BASE["epochs"], notices
+    assert deployed(c, "fam") == family
 
 
 def test_a_missing_validation_relation_is_42P01_before_any_work(alice):

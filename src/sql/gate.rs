@@ -47,11 +47,12 @@ use crate::catalog::deployments::{self, Decision, Deployed, How, Scores};
 use crate::catalog::grants::{self, ModelName};
 use crate::catalog::locks::{wait_for, Purpose};
 use crate::catalog::{load_model, StoredModel};
-use crate::pg::error::{notice, raise};
+use crate::pg::error::{notice, raise, raise_combination};
 use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
 use crate::request::prepare;
 use crate::shard::gate::HeldOut;
+use corgipile_ml::capabilities::Use;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{TrainParams, Validation};
 use pgrx::prelude::*;
@@ -234,6 +235,10 @@ impl Gate {
                 old.classes.clone(),
                 old.preprocessing.as_ref(),
             );
+            // A family of per-group models does not evaluate a sharded table (yet).
+            if old.groups.is_some() && crate::shard::sharded_leaves(relid).is_some() {
+                raise_combination(Use::Shards, Use::GroupModels);
+            }
         }
         self.checked = Some(d);
     }
