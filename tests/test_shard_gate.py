@@ -274,7 +274,7 @@ def test_a_missing_validation_relation_is_42P01_before_any_work(alice):
 
 
 def test_forged_held_out_requests_are_refused_by_the_shard(env):
-    """The new fields of shard protocol 5, in rounds a coordinator never sends them in."""
+    """The new fields of shard protocol 6, in rounds a coordinator never sends them in."""
     with psycopg.connect(shard_dsn(0), autocommit=True) as c:
         ours = version(c)
         model = {"kind": "logistic", "n_features": 1, "n_outputs": 1, "weights": [0.5], "bias": [0.0],
