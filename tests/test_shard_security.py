@@ -36,8 +36,9 @@ Checked here:
    beyond the rows, a category twice, a quantile sketch of 100,000 centroids or of forged
    weights, an array of 10^6 elements; in a training round's reply), a round's learners forged
    (none, one more than sent, one set aside with a model; a search's second learner's weights,
-   bias or validation score; a fold's score forged or sent for the model of every row), a reply
-   of another shard
+   bias or validation score; a fold's score forged or sent for the model of every row), a gated
+   training's evaluations of the rows the shards held out forged (metrics one longer, none,
+   2^64-1 rows, not JSON: the version stored before the gate rolls back), a reply of another shard
    protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
@@ -734,6 +735,8 @@ SEARCH = {"search": {"learning_rate": [0.01, 0.1]}, "validation": {"fraction": 0
 
 # A list of feature columns of the hostile tables.
 COLUMNS = {"features": ["id", "color", "features"], "preprocess": {"id": {"encode": "ple"}}}
+# A gated training: its gate evaluates the rows every shard held out.
+GATED = {"validation": {"fraction": 0.2}, "deploy": "if_better", "name": "shsec_gated"}
 
 # (mode, phase forged, model, params, SQLSTATEs accepted). 08P01: a malformed or forged reply;
 # 54000: a size beyond corgipile.max_model_memory; 22003: the model diverged (1e300 overflows).
@@ -784,6 +787,13 @@ HOSTILE_CASES = [
     # its rows with a negative loss; a score from the model of every row, which has no fold.
     ("holdout_loss", "Train", "svm", {"folds": 3}, ("08P01",)),
     ("holdout_unasked", "Train", "logistic", {"folds": 3}, ("08P01",)),
+    # A gated training's evaluations of the held-out rows every shard kept (the gate scores
+    # after the model is stored: nothing stays stored): metrics arrays one longer, none, 2^64-1
+    # rows scored, not JSON.
+    ("eval_grow", "Evaluate", "logistic", GATED, ("08P01",)),
+    ("eval_none", "Evaluate", "logistic", GATED, ("08P01",)),
+    ("eval_counts", "Evaluate", "logistic", GATED, ("08P01",)),
+    ("not_json", "Evaluate", "svm", GATED, ("08P01",)),
     # A list of feature columns (id encoded "ple", color one-hot, the features array): the
     # statistics of its columns missing, of one column fewer, of another kind; a color forged
     # into 200,000 categories (more than the rows), a count beyond the rows, a category twice;

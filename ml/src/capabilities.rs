@@ -105,18 +105,16 @@ const WARM_START_HINT: &str =
 /// and the first row that matches (in this order) is its ERROR.
 pub const REFUSED: &[Refused] = &[
     // A sharded table: every shard trains one model in one process, from the coordinator's
-    // statistics (round 0), holding out its own validation rows.
+    // statistics (round 0), holding out its own validation rows (kept, with their ids for a
+    // gate, until the gate has scored); a validation relation is read by the coordinator.
     refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
     refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
-    refused(Use::Shards, Use::Gate, "\"deploy\": \"if_better\" cannot train on a sharded table yet", "Shards hold out no rows yet: train without \"deploy\", score the new version and the deployed one with corgipile_evaluate on the same rows, and corgipile_deploy the better."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering;
     // a list of feature columns' preprocessing is merged once from every shard's statistics
     // (round 0), and every shard encodes with it.
     refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
-    // Each shard holds out its own rows; a validation relation is one table on one server.
-    refused(Use::Shards, Use::ValidationRelation, "a sharded table cannot be validated on a validation relation yet", "Hold out rows of the sharded table instead ({\"fraction\": 0.1} or {\"predicate\": ...}: each shard holds out its own), or score the model afterwards with corgipile_evaluate on that relation."),
     // The shards read their own tables by block: a view's filter and columns would have to be
     // rewritten into each shard's terms.
     refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),

@@ -211,6 +211,18 @@ impl HeldOutRows {
     pub fn contains(&self, row: RowId) -> bool {
         self.0.binary_search(&row).is_ok()
     }
+
+    /// These rows and `other`'s (a sharded training's rounds each hold out a share).
+    pub fn union(self, other: HeldOutRows) -> HeldOutRows {
+        let mut rows = self.0;
+        rows.extend(other.0);
+        HeldOutRows::new(rows)
+    }
+
+    /// The memory the ids take.
+    pub fn bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<RowId>()
+    }
 }
 
 impl PipelineConfig {

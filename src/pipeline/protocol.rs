@@ -40,14 +40,15 @@ pub enum Phase {
 /// (1: 0.5.0; 2: the statistics round's class lists and the coordinator's numbering of them;
 /// 3: the training's number in every request, validation rounds; 4: column lists — the
 /// statistics round's parts of the preprocessing, the merged preprocessing in every training
-/// round, the coordinator's time zone; 5: 0.5.0's later additions — learners: a training round
-/// carries every learner of the training (a search's configurations, folds) with its
-/// parameters, and the reply each one's parameters, statistics and validation score, see
-/// `protocol::learners`; a warm start's stored preprocessing in the statistics round;
-/// importance rounds; per-group evaluations).
+/// round, the coordinator's time zone; 5: learners — a training round carries every learner
+/// of the training (a search's configurations, folds) with its parameters, and the reply each
+/// one's parameters, statistics and validation score, see `protocol::learners`; a warm start's
+/// stored preprocessing in the statistics round; importance rounds; per-group evaluations;
+/// 6: a gated training's held-out rows — training rounds that keep their tuple ids, an
+/// evaluation of only those rows).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.
@@ -193,6 +194,11 @@ pub struct EvaluateRequest {
     /// other groups).
     #[serde(default)]
     pub groups: Option<FamilyModels>,
+    /// Score only the rows the training `RoundRequest::training` held out on this shard (its
+    /// first epoch's rounds kept their ids: `RoundRequest::keep_held_out_ids`), not every row:
+    /// a deploy gate scores the new version and the deployed one on them.
+    #[serde(default)]
+    pub held_out: bool,
 }
 
 /// What the coordinator asks of a shard.
@@ -251,6 +257,11 @@ pub struct RoundRequest {
     /// Importance: what to sample and permute.
     #[serde(default)]
     pub importance: Option<ImportanceAsk>,
+    /// Train, a gated training (`"deploy": "if_better"`): the first epoch's rounds keep the
+    /// tuple ids of the rows they hold out too, until the gate's evaluations of only those rows
+    /// (`EvaluateRequest::held_out`) have run.
+    #[serde(default)]
+    pub keep_held_out_ids: bool,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -433,11 +444,20 @@ impl RoundRequest {
                 return Err("a preprocessing whose columns do not tile its features".into());
             }
             if let Some(family) = &e.groups {
-                if self.phase != Phase::Evaluate || e.tables.is_some() {
+                if self.phase != Phase::Evaluate || e.tables.is_some() || e.held_out {
                     return Err("per-group models in a round that evaluates no family".into());
                 }
                 family.check(&e.model)?;
             }
+            // Held-out rows are a training's (its number says which), scored without tables.
+            if e.held_out
+                && (self.phase != Phase::Evaluate || self.training == 0 || e.tables.is_some())
+            {
+                return Err("held-out rows to score outside a gate's evaluation".into());
+            }
+        }
+        if self.keep_held_out_ids && (self.phase != Phase::Train || self.training == 0) {
+            return Err("held-out rows to keep in a round that trains nothing".into());
         }
         Ok(())
     }

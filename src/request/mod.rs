@@ -6,6 +6,7 @@ pub mod citus;
 mod predicate;
 pub mod query;
 pub mod since;
+pub mod validation_relation;
 pub mod view;
 pub mod warm_start;
 use crate::exec::run::{self};

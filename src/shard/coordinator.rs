@@ -338,6 +338,7 @@ pub fn evaluate(
         preprocessing: None,
         zone: None,
         importance: None,
+        keep_held_out_ids: false,
     };
     let at = RoundProgress {
         label: "evaluation".into(),

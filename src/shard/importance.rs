@@ -163,12 +163,14 @@ pub(super) fn importance_sharded(
             preprocessing: stored.preprocessing.clone(),
             tables: None,
             groups: None,
+            held_out: false,
         }),
         network: None,
         classes: Vec::new(),
         preprocessing: None,
         zone: None,
         importance: Some(ImportanceAsk { count: true, ..ask }),
+        keep_held_out_ids: false,
     };
     let params_json = shard_params(&config.params);
     let mut bytes = 0;

@@ -17,6 +17,7 @@
 //! different versions stop with an ERROR naming both (see `protocol`).
 
 pub mod coordinator;
+pub mod gate;
 pub(crate) mod groups;
 pub(crate) mod importance;
 mod network;
@@ -53,15 +54,20 @@ pub fn check_supported(kind: ModelKind, config: &PipelineConfig) {
 
 /// A training over a sharded table (postgres_fdw partitions): the shards train, this backend
 /// combines (see `crate::shard`); from `warm`'s model with a warm start (see `warm.rs`). Every
-/// configuration's trial (one without a search).
+/// configuration's trial (one without a search), and what a deploy gate scores on (`gate`).
 pub(crate) fn train_sharded(
     prepared: &Prepared,
     leaves: Vec<crate::shard::Leaf>,
     warm: Option<&crate::catalog::warm_start::WarmStart>,
-) -> (Vec<crate::pipeline::Trial>, coordinator::ShardSummary) {
+) -> (
+    Vec<crate::pipeline::Trial>,
+    coordinator::ShardSummary,
+    Option<gate::HeldOut>,
+) {
     let config = &prepared.config;
     crate::shard::check_supported(config.model, config);
     check_sharded_access(prepared.relid, &config.relation, "train on");
+    gate::check_validation_relation(config);
     let kind = config.model;
     let params = config.params.clone();
     let parent = prepared.relid;
@@ -149,7 +155,7 @@ pub(crate) fn explain_sharded(
                 }
             }
             // A search's: its first configuration's (every one ran the same rounds).
-            Some((trials, summary)) => {
+            Some((trials, summary, _)) => {
                 let outcome = match trials.first().map(|t| &t.outcome) {
                     Some(Ok(outcome)) => outcome,
                     _ => raise(
@@ -265,6 +271,7 @@ fn evaluate_with(
         preprocessing: stored.preprocessing.clone(),
         tables,
         groups: family,
+        held_out: false,
     };
     let kind = config.model;
     let parent = prepared.relid;

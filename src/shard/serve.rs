@@ -2,7 +2,7 @@
 //! mapping's connection, runs one round on a table of this server.
 
 use crate::catalog::check_schema_version;
-use crate::exec::sgd::{score_held_out, EvaluateShard, ShardRound, TrainingTable};
+use crate::exec::sgd::{held_out_ids, score_held_out, EvaluateShard, ShardRound, TrainingTable};
 use crate::pg::error::raise;
 use crate::pg::guc::max_model_bytes;
 use crate::pipeline::protocol::{
@@ -175,7 +175,8 @@ fn checked_model(kind: ModelKind, evaluate: &EvaluateRequest) -> Model {
 }
 
 /// A shard's part of an evaluation: the coordinator's model scored on this server's rows (of
-/// `relid`, or its partition `leaf`, as `shard_round_here`).
+/// `relid`, or its partition `leaf`, as `shard_round_here`); a gate's, on only the rows the
+/// training held out of them.
 pub(super) fn evaluate_shard_here(
     relid: pg_sys::Oid,
     leaf: Option<pg_sys::Oid>,
@@ -188,8 +189,25 @@ pub(super) fn evaluate_shard_here(
         classes,
         preprocessing,
         tables,
+        held_out,
         ..
     } = evaluate;
+    // Kept by this backend since the training's first epoch: none kept (another backend, or a
+    // training that kept none) is not "no rows held out".
+    let only_rows = held_out.then(|| {
+        let table = TrainingTable {
+            training: request.training,
+            relid: u32::from(relid),
+            leaf: leaf.map(u32::from),
+        };
+        held_out_ids(table).unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                "corgipile shard round: no held-out rows of this training are kept here",
+                None,
+            )
+        })
+    });
     let params = reading(params, evaluate);
     let mut prepared = prepare(
         relid,
@@ -207,6 +225,7 @@ pub(super) fn evaluate_shard_here(
         model,
         classes: classes.clone(),
         tables: *tables,
+        only_rows,
     });
     RoundReply {
         rows: part.rows_scored(),

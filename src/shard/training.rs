@@ -8,6 +8,7 @@ mod learners;
 use super::coordinator::{
     open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
+use super::gate::{HeldOut, KeptShards};
 use super::leaves::Leaf;
 use super::plan::{
     fixed_preprocessing, linear_rounds, params_for_shards, plans, statistics_round, RoundZero,
@@ -40,14 +41,15 @@ use pgrx::pg_sys;
 use std::time::Instant;
 
 /// Trains `config`'s model over the shards of a sharded table, from zeros or from `warm`'s
-/// model (see `warm.rs`): every configuration's trial (one without a search). `run_local` runs
-/// a request on a local partition in this backend.
+/// model (see `warm.rs`): every configuration's trial (one without a search), and what a
+/// deploy gate scores on (`gate`). `run_local` runs a request on a local partition in this
+/// backend.
 pub fn train(
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     warm: Option<&WarmStart>,
     run_local: &dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
-) -> (Vec<Trial>, ShardSummary) {
+) -> (Vec<Trial>, ShardSummary, Option<HeldOut>) {
     let started = Instant::now();
     let params = &config.params;
     let kind = config.model;
@@ -80,6 +82,7 @@ pub fn train(
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
         importance: None,
+        keep_held_out_ids: false,
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
@@ -116,6 +119,8 @@ pub fn train(
         seconds: statistics_seconds,
     } = zero;
     let rounds = params.sync_rounds(model_rounds.params().len());
+    // A validation relation, read here now that its rows' encoding is known (`gate`).
+    let relation_rows = super::gate::relation_rows(config, preprocessing.as_ref(), &numbered);
     request.network = network.as_ref().map(|plan| plan.round.clone());
     // A linear model of a label numbered by class: every shard decodes by this numbering.
     if request.network.is_none() {
@@ -147,6 +152,8 @@ pub fn train(
     let label_values = extras.label_values;
     let mut rows_trained = 0;
     request.phase = Phase::Train;
+    // A gate scores both versions on the rows the shards hold out: they keep their ids.
+    request.keep_held_out_ids = validating && relation_rows.is_none() && params.deploy.is_some();
     request.n_features = n_features;
     request.extras = extras;
     request.zone = None;
@@ -178,14 +185,22 @@ pub fn train(
         if let Some(first) = records.iter().flatten().next() {
             progress::epoch_finished(first.stats.loss);
         }
-        // Each epoch's model scored on the rows every shard held out.
+        // Each epoch's model scored on the rows every shard held out (or a validation
+        // relation's, here).
         let validation_started = Instant::now();
         let scored = validating.then(|| {
             let mut model_of = |params: Vec<f64>| {
                 combined_model(kind, shape, params, network.as_mut(), standardizer.as_ref())
             };
             let at = (&request, label_values);
-            validate(&mut conv, &learners, at, &mut model_of, tuples)
+            validate(
+                &mut conv,
+                &learners,
+                at,
+                relation_rows.as_ref(),
+                &mut model_of,
+                tuples,
+            )
         });
         let validation_seconds = match validating {
             true => validation_started.elapsed().as_secs_f64(),
@@ -218,8 +233,11 @@ pub fn train(
         notice(stopped.line());
     }
     progress::finish();
-    // The local partitions' optimizer states (the remote shards' go with their connections).
-    crate::exec::sgd::forget_kept();
+    // The local partitions' optimizer states (the remote shards' go with their connections);
+    // held-out rows a gate scores stay (`gate::KeptShards`).
+    if !request.keep_held_out_ids {
+        crate::exec::sgd::forget_kept();
+    }
     let seconds = started.elapsed().as_secs_f64();
     let (results, holdouts) = results(learners, seconds);
     let finished = fit.finish(results, holdouts);
@@ -245,7 +263,11 @@ pub fn train(
         rounds_per_epoch: rounds,
         bytes_per_epoch: conv.bytes,
     };
-    (trials, summary)
+    let held_out = super::gate::held_out(
+        relation_rows,
+        (request.keep_held_out_ids).then(|| KeptShards::new(conv.shards, request.training)),
+    );
+    (trials, summary, held_out)
 }
 
 /// The shards of a training and what every round sends them besides its request.
@@ -293,6 +315,7 @@ fn validation_request(train: &RoundRequest, label_values: Option<(f64, f64)>) ->
         preprocessing: None,
         zone: None,
         importance: None,
+        keep_held_out_ids: false,
         ..train.clone()
     }
 }
@@ -315,6 +338,7 @@ fn scored(train: &RoundRequest, model: &Model) -> EvaluateRequest {
         preprocessing: None,
         tables: None,
         groups: None,
+        held_out: false,
     }
 }
 

@@ -2,18 +2,16 @@
 
 use crate::catalog::{load_model_ref, ModelRef, StoredModel};
 use crate::exec::sgd::Evaluate;
-use crate::pg::error::{raise, raise_combination};
-use crate::pipeline::HeldOutRows;
+use crate::pg::error::raise;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{json_type, parse_params, prepare};
 use crate::shard::evaluate_sharded;
-use corgipile_ml::capabilities::Use;
+use crate::shard::gate::HeldOut;
 use corgipile_ml::params::{ShuffleMode, TrainParams};
 use pgrx::prelude::*;
 use pgrx::{JsonB, PgSqlErrorCode};
 use std::rc::Rc;
-use std::sync::Arc;
 
 by_id_and_name! {
     /// Scores a stored model on a relation (read with the same block scan as training). Returns
@@ -34,12 +32,13 @@ fn evaluate(key: ModelRef, relation: RelationArg, params: ParamsArg) -> JsonB {
 }
 
 /// corgipile_evaluate's report of `stored` on `relid` under `params` (its `params` argument);
-/// with `only_rows`, on those rows of it alone (a deploy gate: the rows a training held out).
+/// with `only`, on the rows a training held out of it alone (a deploy gate): by tuple id here,
+/// or kept on the shards of a sharded table.
 pub(super) fn evaluate_rows(
     stored: Rc<StoredModel>,
     relid: pg_sys::Oid,
     params: ParamsArg,
-    only_rows: Option<Arc<HeldOutRows>>,
+    only: Option<&mut HeldOut>,
 ) -> serde_json::Value {
     let (params, members) = evaluation_params(&stored, params, "corgipile_evaluate", &[]);
     let mut prepared = prepare(
@@ -53,19 +52,35 @@ pub(super) fn evaluate_rows(
     if let Some(g) = prepared.config.groups.as_mut() {
         g.known = Some(members.iter().map(|(k, _)| k.clone()).collect());
     }
-    match crate::shard::sharded_leaves(prepared.relid) {
-        Some(_) if only_rows.is_some() => raise_combination(Use::Shards, Use::Gate),
-        Some(leaves) if stored.groups.is_some() => {
+    let elsewhere = || -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "the held-out rows are not where the deploy gate scores",
+            None,
+        )
+    };
+    match (crate::shard::sharded_leaves(prepared.relid), only) {
+        (Some(leaves), None) if stored.groups.is_some() => {
             crate::shard::groups::evaluate_family_sharded(&prepared, leaves, &stored, &members)
         }
-        Some(leaves) => {
-            let (evaluation, rows_skipped) = evaluate_sharded(&prepared, leaves, &stored, None);
+        // The gate refuses a deployed family on shards before any work (`Gate::check_deployed`).
+        (Some(_), Some(_)) if stored.groups.is_some() => elsewhere(),
+        (Some(leaves), only) => {
+            let (evaluation, rows_skipped) = match only {
+                None => evaluate_sharded(&prepared, leaves, &stored, None),
+                Some(HeldOut::Shards(kept)) => kept.evaluate(&prepared, &stored),
+                Some(HeldOut::Rows(_)) => elsewhere(),
+            };
             let mut report = evaluation.finish(rows_skipped);
             report["model_id"] = serde_json::json!(stored.id);
             report
         }
-        None => prepared.run(Evaluate {
-            only_rows,
+        (None, only) => prepared.run(Evaluate {
+            only_rows: match only {
+                None => None,
+                Some(HeldOut::Rows(rows)) => Some(rows.clone()),
+                Some(HeldOut::Shards(_)) => elsewhere(),
+            },
             model: stored.clone(),
             members: members
                 .into_iter()

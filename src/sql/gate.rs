@@ -31,7 +31,13 @@
 //! - When the old version is pinned and the new one wins, the pin moves to it: the gate
 //!   changes which version is deployed, not how the name is deployed.
 //! - Refused (capability table): `"workers"` (each process may hold a share of the held-out
-//!   rows), `"group_by"` and `"folds"` (no held-out rows), a sharded table (none either).
+//!   rows), `"group_by"` and `"folds"` (no held-out rows).
+//! - On a sharded table the decision is this one; only where the scores come from differs
+//!   (`crate::shard::gate`): every shard kept the ids of the rows it held out, and each version
+//!   is scored by an evaluation round of only those rows on every shard, with its own columns
+//!   and preprocessing (the rows a shard kept for validation are encoded for the new version
+//!   only), merged as corgipile_evaluate merges a sharded table's; a validation relation is
+//!   this server's, scored by tuple id as above.
 //! - The caller may manage the name: training a version of another owner's name needs
 //!   `manage` (before training and again when storing); the gate checks it a third time with
 //!   the name's deploy lock held, before it pins anything.
@@ -42,9 +48,10 @@ use crate::catalog::grants::{self, ModelName};
 use crate::catalog::locks::{wait_for, Purpose};
 use crate::catalog::{load_model, StoredModel};
 use crate::pg::error::{notice, raise};
-use crate::pipeline::{HeldOutRows, Mode};
+use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
 use crate::request::prepare;
+use crate::shard::gate::HeldOut;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::params::{TrainParams, Validation};
 use pgrx::prelude::*;
@@ -136,7 +143,9 @@ impl Gate {
             )
         };
         let relid = match &params.validation {
-            Some(Validation::Relation(relation)) => Some(validation_relid(relation)),
+            Some(Validation::Relation(relation)) => Some(
+                crate::request::validation_relation::validation_relid(relation),
+            ),
             Some(_) => relation,
             None => raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -225,6 +234,14 @@ impl Gate {
                 old.classes.clone(),
                 old.preprocessing.as_ref(),
             );
+            // A family evaluates a sharded table, but not yet on the rows a training kept there.
+            if old.groups.is_some() && crate::shard::sharded_leaves(relid).is_some() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "the deploy gate cannot score a model per group on a sharded table's held-out rows yet",
+                    Some("Train without \"deploy\", compare the versions with corgipile_evaluate, and corgipile_deploy the better.".into()),
+                );
+            }
         }
         self.checked = Some(d);
     }
@@ -240,11 +257,11 @@ impl Gate {
 
     /// `model`'s score on the held-out rows (accuracy or R²; None when it has none) and the
     /// rows it was scored on.
-    fn score(&self, model: Rc<StoredModel>, rows: &Arc<HeldOutRows>) -> (Option<f64>, u64) {
+    fn score(&self, model: Rc<StoredModel>, rows: &mut HeldOut) -> (Option<f64>, u64) {
         let relid = self
             .relid
             .expect("the held-out relation is known after the training");
-        let report = evaluate_rows(model, relid, self.evaluation_params(), Some(rows.clone()));
+        let report = evaluate_rows(model, relid, self.evaluation_params(), Some(rows));
         let number = |key: &str| report.get(key).and_then(|v| v.as_f64());
         let count = |key: &str| report.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
         let (scored, skipped) = (count("rows_scored"), count("rows_skipped"));
@@ -266,13 +283,13 @@ impl Gate {
         n: &ModelName,
         before: Option<Deployed>,
         stored: i64,
-        held_out: Option<HeldOutRows>,
+        held_out: Option<HeldOut>,
     ) {
         // Another session may have deployed another version while this one trained.
         if let Some(d) = before.filter(|d| Some(d.id) != self.checked.map(|c| c.id)) {
             self.check_deployed(n, d);
         }
-        let rows = Arc::new(held_out.unwrap_or_default());
+        let mut rows = held_out.unwrap_or_else(|| HeldOut::Rows(Arc::default()));
         let new = load_model(stored);
         let version = deployments::version_of(n, stored).unwrap_or_default();
         let metric = if self.kind.is_classifier() {
@@ -280,7 +297,7 @@ impl Gate {
         } else {
             "r2"
         };
-        let (new_score, read) = self.score(new, &rows);
+        let (new_score, read) = self.score(new, &mut rows);
         let show = |s: Option<f64>| s.map_or("none".to_string(), |s| format!("{s:.6}"));
         let Some(old) = before else {
             let reason = format!(
@@ -305,7 +322,7 @@ impl Gate {
             });
             return;
         };
-        let (old_score, _) = self.score(load_model(old.id), &rows);
+        let (old_score, _) = self.score(load_model(old.id), &mut rows);
         let wins = match (new_score, old_score) {
             (Some(new), Some(old)) => new > old + self.margin,
             // The deployed version could not be scored at all (R² of no row).
@@ -360,21 +377,4 @@ impl Gate {
             reason,
         });
     }
-}
-
-/// The validation relation's OID (as the training's collect reads it).
-fn validation_relid(relation: &str) -> pg_sys::Oid {
-    Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
-        &[relation.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("validation relation \"{relation}\" does not exist"),
-            None,
-        )
-    })
 }

@@ -17,11 +17,13 @@ use crate::pg::names::qualified_name;
 use crate::pipeline::Mode;
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_params, prepare};
+use crate::shard::gate::HeldOut;
 use crate::shard::{explain_sharded, train_sharded};
 use corgipile_ml::trials::cross_validation;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use std::ffi::CStr;
+use std::sync::Arc;
 
 /// Trains a model on `relation` and stores it in corgipile.models; returns the model id.
 #[pg_extern(volatile, parallel_unsafe)]
@@ -81,19 +83,24 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         }
         // A validation relation's rows: which they are, for the gate.
         let relation_held_out = validation_rows.as_mut().and_then(|v| v.held_out.take());
-        let Trained { trials, held_out } = match sharded {
-            Some(leaves) => Trained {
-                trials: train_sharded(&prepared, leaves, warm.as_ref()).0,
-                held_out: None,
-            },
-            None => prepared.run(Train {
-                validation_rows,
-                relid: prepared.table,
-                sql: prepared.input.sql.clone(),
-                warm_start: warm,
-                record_held_out: gate.is_some(),
-                profile_predictions: true,
-            }),
+        // The rows the gate scores on: by tuple id here, or kept on the shards.
+        let (trials, held_out) = match sharded {
+            Some(leaves) => {
+                let (trials, _, held_out) = train_sharded(&prepared, leaves, warm.as_ref());
+                (trials, held_out)
+            }
+            None => {
+                let Trained { trials, held_out } = prepared.run(Train {
+                    validation_rows,
+                    relid: prepared.table,
+                    sql: prepared.input.sql.clone(),
+                    warm_start: warm,
+                    record_held_out: gate.is_some(),
+                    profile_predictions: true,
+                });
+                let held_out = relation_held_out.or(held_out);
+                (trials, held_out.map(|r| HeldOut::Rows(Arc::new(r))))
+            }
         };
         let params = &prepared.config.params;
         let source = ModelSource {
@@ -155,7 +162,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         // a spilled input's table is dropped: the gate reads its held-out rows).
         if let (Some(n), Some(before)) = (&target_name, before) {
             match gate {
-                Some(gate) => gate.decide(n, before, stored, relation_held_out.or(held_out)),
+                Some(gate) => gate.decide(n, before, stored, held_out),
                 None => record_training(n, before, stored),
             }
         }

@@ -5,7 +5,7 @@
 //! returns and stay thin.
 
 use crate::catalog::warm_start::WarmStart;
-use crate::exec::sgd::{Collect, CollectedRows, Learn};
+use crate::exec::sgd::{CollectedRows, Learn};
 use crate::pg::error::{raise, refuse_combination};
 use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
@@ -14,8 +14,7 @@ use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::model::ModelKind;
-use corgipile_ml::params::{Features as FeatureSpec, ShuffleMode, TrainParams, Validation};
-use corgipile_ml::preprocess::Preprocessor;
+use corgipile_ml::params::{TrainParams, Validation};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -139,14 +138,25 @@ impl TrainingCall {
             };
             let sharded = crate::shard::sharded_leaves(relid);
             if sharded.is_some() && stops_early_by_default {
+                // A gate needs held-out rows, which a network's default holds out only on one
+                // server.
+                if params.deploy.is_some() {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                        "\"deploy\": \"if_better\" needs held-out rows: \"validation\"",
+                        Some("On a sharded table a network holds out no rows by default: add e.g. \"validation\": {\"fraction\": 0.1}.".into()),
+                    );
+                }
                 params.without_early_stopping();
             }
             // A column list with a validation relation: the preprocessing is learned first (its
             // own statistics pass), so that the validation rows are encoded with it. A warm start
-            // (or "since") keeps its model's preprocessing and classes.
+            // (or "since") keeps its model's preprocessing and classes. A sharded training reads
+            // its validation relation after its round 0 (`shard::gate`).
+            let one_server = sharded.is_none();
             let learned = match (&params.validation, params.features.is_tabular()) {
                 _ if warm.is_some() => warm.as_ref().and_then(|w| w.stored.preprocessing.clone()),
-                (Some(Validation::Relation(_)), true) if reads_rows => {
+                (Some(Validation::Relation(_)), true) if reads_rows && one_server => {
                     let mut p = params.clone();
                     p.validation = None;
                     Some(prepare(relid, kind, p, Mode::Train, Vec::new(), None).run(Learn))
@@ -154,8 +164,14 @@ impl TrainingCall {
                 _ => None,
             };
             let validation_rows = match &params.validation {
-                Some(Validation::Relation(name)) if reads_rows => {
-                    Some(collect_relation(name, kind, &params, learned.as_ref()))
+                Some(Validation::Relation(name)) if reads_rows && one_server => {
+                    Some(crate::request::validation_relation::collect_relation(
+                        name,
+                        kind,
+                        &params,
+                        learned.as_ref(),
+                        Vec::new(),
+                    ))
                 }
                 _ => None,
             };
@@ -306,7 +322,6 @@ fn check_sharded(prepared: &Prepared) {
         (Use::Folds, params.folds.is_some()),
         (Use::Workers, params.workers > 0),
         (Use::Search, params.search.is_some()),
-        (Use::Gate, params.deploy.is_some()),
     ]);
     refuse_combination(Use::Shards, &uses);
 }
@@ -319,48 +334,4 @@ fn features_read(prepared: &Prepared) -> serde_json::Value {
     } else {
         prepared.config.params.to_json()["features"].clone()
     }
-}
-
-/// Reads a validation relation (same columns as the training relation) into memory.
-unsafe fn collect_relation(
-    name: &str,
-    kind: ModelKind,
-    params: &TrainParams,
-    preprocessing: Option<&Preprocessor>,
-) -> CollectedRows {
-    let relid = Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
-        &[name.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("validation relation \"{name}\" does not exist"),
-            None,
-        )
-    });
-    let mut p = params.clone();
-    p.validation = None;
-    if let Some(prep) = preprocessing {
-        // The training's columns ("*" resolved on the training table), by name.
-        p.features = FeatureSpec::Columns(prep.column_names().map(str::to_owned).collect());
-        p.exclude.clear();
-    }
-    p.shuffle = ShuffleMode::NoShuffle;
-    p.double_buffer = false;
-    let prepared = prepare(relid, kind, p, Mode::Collect, Vec::new(), preprocessing);
-    // A gated training scores the deployed version on exactly these rows: which they are.
-    prepared
-        .run(Collect {
-            record_held_out: params.deploy.is_some(),
-        })
-        .unwrap_or_else(|| {
-            raise(
-                PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-                format!("validation relation \"{name}\" has no usable rows"),
-                None,
-            )
-        })
 }

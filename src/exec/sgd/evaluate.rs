@@ -49,6 +49,8 @@ pub struct EvaluateShard {
     pub model: Model,
     pub classes: Vec<ClassValue>,
     pub tables: Option<TableSpec>,
+    /// Score these rows only (a deploy gate: the rows a training held out here).
+    pub only_rows: Option<Arc<HeldOutRows>>,
 }
 
 impl SgdTask for EvaluateShard {
@@ -56,6 +58,9 @@ impl SgdTask for EvaluateShard {
     const MODE: Mode = Mode::Evaluate;
 
     unsafe fn run(self, node: &mut SgdNode) -> (EvaluationPart, u64) {
+        if let Some(rows) = self.only_rows {
+            node.shuffle().rows_mut().score_only(rows);
+        }
         let mut evaluation = mergeable_evaluation(
             self.model.kind(),
             &self.classes,

@@ -36,7 +36,9 @@ pub use inference::check_inference_params;
 pub use learn::Learn;
 pub use predictions::PREDICTION;
 pub use shape::{checked_learner, checked_size, inputs_only};
-pub use shard_round::{forget_kept, score_held_out, ShardRound, TrainingTable};
+pub use shard_round::{
+    forget_kept, held_out_ids, score_held_out, score_rows, ShardRound, TrainingTable,
+};
 pub use trace::Trace;
 pub use train::{Train, Trained};
 

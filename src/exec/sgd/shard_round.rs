@@ -12,6 +12,7 @@ use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest, MAX_CLASS_TEXT};
 use crate::pipeline::ClassValue;
+use crate::pipeline::HeldOutRows;
 use crate::pipeline::{BlockShare, FeatureLayout, Mode, ValidationSplit};
 use corgipile_ml::arena::TupleArena;
 use corgipile_ml::learner::Shape;
@@ -21,6 +22,7 @@ use corgipile_ml::scoring::{BinaryLabels, ValidationPart, ValidationScore};
 use corgipile_ml::trained::Model;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::cell::RefCell;
+use std::sync::Arc;
 
 /// One table of one sharded training, as a backend keeps state for it between rounds: a
 /// shard server's table (`leaf` None), or a local partition `leaf` of the coordinator's
@@ -37,11 +39,13 @@ pub struct TrainingTable {
 /// network's optimizer state after its last round (the next round resumes it, as one
 /// process's optimizer continues from batch to batch), and the validation rows the first
 /// epoch's rounds held out (each round reads its share of the blocks), which validation
-/// rounds score. Backend thread only.
+/// rounds score, and, for a deploy gate, their tuple ids (kept until the gate has scored).
+/// Backend thread only.
 struct Kept {
     table: TrainingTable,
     optimizer: Option<Optimizer>,
     held_out: Vec<TupleArena>,
+    held_out_ids: Option<HeldOutRows>,
 }
 
 thread_local! {
@@ -61,6 +65,7 @@ fn with_kept<T>(table: TrainingTable, f: impl FnOnce(&mut Kept, u64) -> T) -> T 
                     table,
                     optimizer: None,
                     held_out: Vec::new(),
+                    held_out_ids: None,
                 });
                 kept.len() - 1
             }
@@ -72,8 +77,15 @@ fn with_kept<T>(table: TrainingTable, f: impl FnOnce(&mut Kept, u64) -> T) -> T 
 impl Kept {
     fn bytes(&self) -> u64 {
         let rows: usize = self.held_out.iter().map(TupleArena::bytes_used).sum();
-        self.optimizer.as_ref().map_or(0, Optimizer::bytes) + rows as u64
+        let ids = self.held_out_ids.as_ref().map_or(0, HeldOutRows::bytes);
+        self.optimizer.as_ref().map_or(0, Optimizer::bytes) + (rows + ids) as u64
     }
+}
+
+/// The tuple ids of the rows held out of `table` by its first epoch's rounds, when they kept
+/// them (`RoundRequest::keep_held_out_ids`): what a deploy gate's evaluation scores.
+pub fn held_out_ids(table: TrainingTable) -> Option<Arc<HeldOutRows>> {
+    with_kept(table, |kept, _| kept.held_out_ids.clone().map(Arc::new))
 }
 
 /// Forgets everything kept (a coordinator, at the end of a sharded training).
@@ -92,15 +104,21 @@ pub fn score_held_out(
     with_kept(table, |kept, _| {
         let mut score = ValidationScore::new(model.kind(), binary);
         for arena in &kept.held_out {
-            for start in (0..arena.len()).step_by(VALIDATION_CHUNK_ROWS) {
-                check_for_interrupts!();
-                for i in start..(start + VALIDATION_CHUNK_ROWS).min(arena.len()) {
-                    score.push(model, arena.row(i), arena.label(i));
-                }
-            }
+            score_rows(&mut score, model, arena);
         }
         score.part()
     })
+}
+
+/// Adds `model`'s scores of every row of `arena` to `score` (a cancel is checked between
+/// chunks of rows).
+pub fn score_rows(score: &mut ValidationScore, model: &Model, arena: &TupleArena) {
+    for start in (0..arena.len()).step_by(VALIDATION_CHUNK_ROWS) {
+        check_for_interrupts!();
+        for i in start..(start + VALIDATION_CHUNK_ROWS).min(arena.len()) {
+            score.push(model, arena.row(i), arena.label(i));
+        }
+    }
 }
 
 /// Rows scored between two checks for a cancel.
@@ -136,15 +154,27 @@ impl SgdNode {
     /// # Safety
     /// As [`SgdNode::shuffle`]: called while this node's plan runs.
     unsafe fn keep_held_out(&mut self, table: TrainingTable) {
-        let Some(rows) = self.shuffle().rows_mut().take_validation() else {
+        // Their ids, when this round recorded them (a gated training).
+        let ids = self.shuffle().rows_mut().take_held_out();
+        let rows = self.shuffle().rows_mut().take_validation();
+        if rows.is_none() && ids.is_none() {
             return;
-        };
+        }
         let limit = self.config.max_buffer_bytes;
         let fits = with_kept(table, |kept, _| {
             let held: usize = kept.held_out.iter().map(TupleArena::bytes_used).sum();
-            let fits = (held.saturating_add(rows.bytes_used()) as u64) <= limit;
+            let id_bytes = ids.as_ref().map_or(0, HeldOutRows::bytes)
+                + kept.held_out_ids.as_ref().map_or(0, HeldOutRows::bytes);
+            let new = rows.as_ref().map_or(0, TupleArena::bytes_used) + id_bytes;
+            let fits = (held.saturating_add(new) as u64) <= limit;
             if fits {
-                kept.held_out.push(rows);
+                kept.held_out.extend(rows);
+                if let Some(ids) = ids {
+                    kept.held_out_ids = Some(match kept.held_out_ids.take() {
+                        Some(before) => before.union(ids),
+                        None => ids,
+                    });
+                }
             }
             fits
         });
@@ -230,6 +260,8 @@ impl SgdNode {
         let holds_out = self.config.validation_split != ValidationSplit::None;
         if request.epoch > 1 {
             shuffle.rows_mut().validation_collected();
+        } else if holds_out && request.keep_held_out_ids {
+            shuffle.rows_mut().record_held_out();
         }
         shuffle.set_round(
             BlockShare {

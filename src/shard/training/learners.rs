@@ -5,6 +5,7 @@
 //! learner: on its fold's rows in the last epoch), and ending as one server's trials.
 
 use super::{epoch_record, pooled_validation, scored, validation_request, Conversation};
+use crate::exec::sgd::CollectedRows;
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::protocol::{LearnerRound, RoundRequest};
 use crate::pipeline::PipelineConfig;
@@ -268,6 +269,7 @@ pub(super) fn validate(
     conv: &mut Conversation,
     learners: &[ShardLearner],
     (train, label_values): (&RoundRequest, Option<(f64, f64)>),
+    relation: Option<&CollectedRows>,
     model_of: &mut dyn FnMut(Vec<f64>) -> Model,
     tuples: u64,
 ) -> Vec<(Option<Model>, Option<ValidationStats>)> {
@@ -280,6 +282,14 @@ pub(super) fn validate(
         .iter()
         .map(|&i| model_of(learners[i].rounds.result()))
         .collect();
+    // A validation relation's rows are here, on the coordinator: no round.
+    if let Some(rows) = relation {
+        for (&i, model) in going.iter().zip(models) {
+            let stats = crate::shard::gate::score_relation(conv.kind, label_values, &model, rows);
+            out[i] = (Some(model), Some(stats));
+        }
+        return out;
+    }
     let mut request = validation_request(train, label_values);
     request.learners = going
         .iter()
