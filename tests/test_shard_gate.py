@@ -286,8 +286,8 @@ def test_forged_held_out_requests_are_refused_by_the_shard(env):
         cases = [
             ({**base, "phase": "Statistics", "keep_held_out_ids": True}, "held-out rows to keep"),
             ({**base, "phase": "Validate", "keep_held_out_ids": True,
-              "evaluate": {**held, "held_out": False}}, "held-out rows to keep"),
-            ({**base, "phase": "Validate", "evaluate": held}, "held-out rows to score"),
+              "learners": [{"score": {**held, "held_out": False}}]}, "held-out rows to keep"),
+            ({**base, "phase": "Validate", "learners": [{"score": held}]}, "held-out rows to score"),
             ({**base, "phase": "Evaluate", "training": 0, "evaluate": held}, "held-out rows to score"),
             # A training this backend never kept rows of.
             ({**base, "phase": "Evaluate", "evaluate": held}, "no held-out rows of this training"),

@@ -629,11 +629,11 @@ BEGIN
   END IF;
   r := reply::jsonb;
   -- An importance mode forges the sampling round's scores, not the count of rows before it.
-  IF mode LIKE 'imp\_%' AND jsonb_typeof(r -> 'importance') IS DISTINCT FROM 'object' THEN
+  IF mode LIKE 'imp\\_%' AND jsonb_typeof(r -> 'importance') IS DISTINCT FROM 'object' THEN
     RETURN reply;
   END IF;
   -- A family's mode forges its per-group metrics, not another evaluation's.
-  IF mode LIKE 'grp\_%' AND jsonb_typeof(r -> 'group_evaluations') IS DISTINCT FROM 'array' THEN
+  IF mode LIKE 'grp\\_%' AND jsonb_typeof(r -> 'group_evaluations') IS DISTINCT FROM 'array' THEN
     RETURN reply;
   END IF;
   CASE mode

@@ -148,6 +148,14 @@ pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), Strin
                 if score.preprocessing.as_ref().is_some_and(|p| !p.is_sound()) {
                     return Err("a preprocessing whose columns do not tile its features".into());
                 }
+                // A validation round scores the rows this backend held out itself, one model
+                // per learner: no gate's evaluation, no family.
+                if score.held_out {
+                    return Err("held-out rows to score outside a gate's evaluation".into());
+                }
+                if score.groups.is_some() {
+                    return Err("per-group models in a round that evaluates no family".into());
+                }
                 // One shape for every learner (of one kind): what the shard's size check saw.
                 let model = &score.model;
                 if first.is_some_and(|f| {
