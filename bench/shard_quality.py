@@ -12,6 +12,10 @@ Datasets (generated here, deterministic):
   classes ("churn") and one of three ("tier"), rows hashed over the shards;
 - regression, rows hashed over the shards.
 
+Then the cost of a search (issue #55 item 4: a search of 12 configurations at most 2.5× one
+sharded training): on the binary hashed table, svm, 3 epochs, 20% held out, one training and a
+search of 12 configurations (3 learning rates × 4 l2), alternating, sharded and on one server.
+
 Usage: bench/shard_quality.py [--rows 100000] [--test-rows 20000] [--epochs 5] [--seeds 3] [--out FILE]
                               [--only DATASET.KIND ...] [--params JSON]  (a part, other params: to explore)
 Needs PGHOST/PGPORT/PGUSER for the coordinator cluster with corgipile installed (make
@@ -146,6 +150,28 @@ def train(conn, table, kind, params):
     return model, statistics.median(secs)
 
 
+SEARCH = {"learning_rate": [0.001, 0.01, 0.1], "l2": [0.0, 0.0001, 0.001, 0.01]}
+SEARCH_SIZE = 12
+TARGET_SEARCH = 2.5
+
+
+def search_cost(conn, pairs):
+    """{"sharded"|"one server": ([one training's seconds], [the search's seconds])}, alternating."""
+    out = {}
+    for where, table in (("sharded", "sh_binary_hash"), ("one server", "one_binary_hash")):
+        common = {"epochs": 3, "seed": 1, "verbose": False, "validation": {"fraction": 0.2},
+                  "name": f"bench_search_{where.replace(' ', '_')}"}
+        one, search = [], []
+        for r in range(pairs):
+            for p, into in ((common, one), ({**common, "search": SEARCH}, search))[:: 1 if r % 2 == 0 else -1]:
+                started = time.monotonic()
+                conn.execute("SELECT corgipile_train(%s, 'svm', %s)", (table, Jsonb(p)))
+                into.append(time.monotonic() - started)
+        conn.execute("SELECT corgipile_drop_model(id) FROM corgipile.models WHERE name LIKE 'bench_search_%'")
+        out[where] = (one, search)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
@@ -155,6 +181,7 @@ def main():
     ap.add_argument("--out", default="bench/results/shard_quality.md")
     ap.add_argument("--only", nargs="*", help="dataset.kind pairs to run (default: all)")
     ap.add_argument("--params", default="{}", help="more training params for both sides (JSON)")
+    ap.add_argument("--search-pairs", type=int, default=6, help="alternating pairs of the search's cost (0: none)")
     args = ap.parse_args()
     extra = json.loads(args.params)
     base = int(os.environ.get("PGPORT", "28815"))
@@ -190,6 +217,7 @@ def main():
                             entry[where][0].append(score)
                             entry[where][1].append(secs)
                             conn.execute("SELECT corgipile_drop_model(%s)", (model,))
+            search_times = search_cost(conn, args.search_pairs)
             server = conn.execute("SHOW server_version").fetchone()[0]
             installed = records.server(conn)
     finally:
@@ -222,6 +250,21 @@ def main():
             "metric": metric, "one_server": statistics.median(one), "sharded": statistics.median(sh),
             "delta_points": delta, "delta_points_per_seed": deltas, "pass": ok,
             "epoch_seconds_one_server": t_one, "epoch_seconds_sharded": t_sh, "div_one_server": t_sh / t_one}
+    if search_times:
+        out += ["", f"A search of {SEARCH_SIZE} configurations against one training on the binary hashed table (svm, 3 "
+                f"epochs, 20% held out; {args.search_pairs} alternating pairs; whole `corgipile_train` calls). Target: "
+                f"sharded search ÷ sharded training ≤ {TARGET_SEARCH}.", "",
+                "| where | one training, median s | search, median s | ÷ (medians) | ÷ per pair, range | target |",
+                "|---|---|---|---|---|---|"]
+        for where, (one, search) in search_times.items():
+            ratio = statistics.median(search) / statistics.median(one)
+            pairs = [s_ / o for s_, o in zip(search, one)]
+            ok = "PASS" if ratio <= TARGET_SEARCH else "FAIL"
+            out.append(f"| {where} | {statistics.median(one):.3f} | {statistics.median(search):.3f} | {ratio:.2f} | "
+                       f"{min(pairs):.2f}–{max(pairs):.2f} | {ok if where == 'sharded' else ''} |")
+            figures[f"search.{where}"] = {**records.median_range(pairs), "div_one_training": ratio,
+                                          "one_training_seconds": statistics.median(one),
+                                          "search_seconds": statistics.median(search)}
     text = "\n".join(out) + "\n"
     print(text)
     provenance.write(args.out, text, "bench-shards", DB)

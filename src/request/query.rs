@@ -82,13 +82,30 @@ pub fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::
         let base = unsafe { super::view::base_table(relid, relname) };
         super::citus::refuse_distributed(relid, relname, base, only, "read");
         // A sharded table's rows are read by its shards, which know nothing of the view.
-        if crate::shard::sharded_leaves(base).is_some() {
+        if has_foreign_partitions(base) {
             crate::pg::error::raise_combination(Use::Shards, Use::View);
         }
         return check_table(base, &relation_name(base), only);
     }
     super::citus::refuse_distributed(relid, relname, relid, only, "read");
     check_table(relid, relname, only)
+}
+
+/// A partitioned table with a foreign table among its partitions: a sharded table (see
+/// `crate::shard::sharded_leaves`, which the training of one resolves), or a tree no block scan
+/// reads.
+fn has_foreign_partitions(relid: pg_sys::Oid) -> bool {
+    // SAFETY: FFI calls on the backend thread inside the SQL call's transaction; all_inheritors
+    // locks the tree as a SELECT of the table will.
+    unsafe {
+        pg_sys::get_rel_relkind(relid) as u8 == pg_sys::RELKIND_PARTITIONED_TABLE
+            && crate::exec::block_shuffle::all_inheritors(
+                relid,
+                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+            )
+            .into_iter()
+            .any(|oid| pg_sys::get_rel_relkind(oid) as u8 == pg_sys::RELKIND_FOREIGN_TABLE)
+    }
 }
 
 /// `check_relation` of a relation that is not a view.
