@@ -107,7 +107,6 @@ pub const REFUSED: &[Refused] = &[
     // A sharded table: every shard trains one model in one process, from the coordinator's
     // statistics (round 0), holding out its own validation rows.
     refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
-    refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
     refused(Use::Shards, Use::Gate, "\"deploy\": \"if_better\" cannot train on a sharded table yet", "Shards hold out no rows yet: train without \"deploy\", score the new version and the deployed one with corgipile_evaluate on the same rows, and corgipile_deploy the better."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the

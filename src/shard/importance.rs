@@ -169,6 +169,7 @@ pub(super) fn importance_sharded(
         preprocessing: None,
         zone: None,
         importance: Some(ImportanceAsk { count: true, ..ask }),
+        marks: None,
     };
     let params_json = shard_params(&config.params);
     let mut bytes = 0;

@@ -43,6 +43,7 @@ use std::time::Instant;
 /// model (see `warm.rs`): every configuration's trial (one without a search). `run_local` runs
 /// a request on a local partition in this backend.
 pub fn train(
+    parent: pg_sys::Oid,
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     warm: Option<&WarmStart>,
@@ -58,6 +59,13 @@ pub fn train(
     check_search(&configurations, params.folds.unwrap_or(0), kind);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
+    // A training "since" a model: the marks it recorded of the shards' tables.
+    let since = super::since::load(config, parent);
+    let described: Vec<(pg_sys::Oid, String)> = leaves
+        .iter()
+        .map(Leaf::oid)
+        .zip(super::describe(&leaves))
+        .collect();
     // Round 0: statistics.
     let mut request = RoundRequest {
         version: version.clone(),
@@ -80,6 +88,7 @@ pub fn train(
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
         importance: None,
+        marks: since.as_ref().map(|s| s.marks.clone()),
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
@@ -99,6 +108,13 @@ pub fn train(
             &mut conv.bytes,
         )
     };
+    let read = super::since::after_statistics(
+        since.as_ref(),
+        parent,
+        &described,
+        &conv.shards,
+        &zero.marks,
+    );
     let ShardPlan {
         extras,
         mut network,
@@ -114,6 +130,7 @@ pub fn train(
         n_features,
         rows_skipped,
         seconds: statistics_seconds,
+        ..
     } = zero;
     let rounds = params.sync_rounds(model_rounds.params().len());
     request.network = network.as_ref().map(|plan| plan.round.clone());
@@ -244,6 +261,7 @@ pub fn train(
         shards: conv.shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: rounds,
         bytes_per_epoch: conv.bytes,
+        read,
     };
     (trials, summary)
 }
@@ -293,6 +311,7 @@ fn validation_request(train: &RoundRequest, label_values: Option<(f64, f64)>) ->
         preprocessing: None,
         zone: None,
         importance: None,
+        marks: None,
         ..train.clone()
     }
 }

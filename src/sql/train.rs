@@ -81,11 +81,17 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         }
         // A validation relation's rows: which they are, for the gate.
         let relation_held_out = validation_rows.as_mut().and_then(|v| v.held_out.take());
+        // What a sharded training read of its shards' tables (`shard::since`).
+        let mut read_now = read_now.map(|r| r.to_json());
         let Trained { trials, held_out } = match sharded {
-            Some(leaves) => Trained {
-                trials: train_sharded(&prepared, leaves, warm.as_ref()).0,
-                held_out: None,
-            },
+            Some(leaves) => {
+                let (trials, summary) = train_sharded(&prepared, leaves, warm.as_ref());
+                read_now = summary.read;
+                Trained {
+                    trials,
+                    held_out: None,
+                }
+            }
             None => prepared.run(Train {
                 validation_rows,
                 relid: prepared.table,
@@ -144,7 +150,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
                 .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
             let mut extra = serde_json::Map::new();
             if let Some(read) = read_now {
-                extra.insert("read".into(), read.to_json());
+                extra.insert("read".into(), read);
             }
             if !trial.cv.is_empty() {
                 extra.insert("cv".into(), cross_validation(&trial.cv));
