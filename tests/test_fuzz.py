@@ -994,6 +994,14 @@ class ShardRoundFuzz:
                 "SELECT model_type, n_features, weights, bias, label_mapping, preprocessing FROM corgipile.models "
                 "WHERE id = %s", (model_id,)).fetchone()
         self.dense_table = Tables(cluster).dense()
+        with fz_connect(cluster) as c:
+            # The dense table's mark (what a sharded training records of a shard's table).
+            mark = dict(zip(("system", "database", "relid", "filenode", "pages"), c.execute(
+                """SELECT (SELECT system_identifier FROM pg_control_system()),
+                          (SELECT oid FROM pg_database WHERE datname = current_database()),
+                          %s::regclass::oid, pg_relation_filenode(%s::regclass)::oid,
+                          pg_relation_size(%s::regclass) / current_setting('block_size')::int""",
+                (self.dense_table,) * 3).fetchone()))
         base = {"version": self.version, "protocol": SHARD_PROTOCOL, "epoch": 1, "round": 0, "rounds": 1,
                 "extras": {"standardizer": None, "class_weights": None, "label_values": None}, "evaluate": None}
         self.templates = {
@@ -1025,6 +1033,11 @@ class ShardRoundFuzz:
             "TrainColumns": ("sr_tab", "logistic", {"features": ["x1", "x2", "color"], "label": "label", "only": True},
                              {**base, "phase": "Train", "n_features": n_features,
                               "learners": [{"weights": [0.1] * n_features, "bias": [0.0]}], "preprocessing": prep}),
+            # A training round "since" a model: the shards' marks (this table's among them).
+            "TrainSince": (self.dense_table, "svm",
+                           {"features": "features", "label": "label", "only": True, "since": 1, "replay": 0.5},
+                           {**base, "phase": "Train", "n_features": 4,
+                            "learners": [{"weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05]}], "marks": [{**mark, "system": mark["system"] ^ 1}, mark]}),
             # A validation round: the epoch's model scored on the rows this backend held out.
             "Validate": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
                          {**base, "phase": "Validate", "training": 9, "n_features": 4,

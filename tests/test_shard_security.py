@@ -38,8 +38,9 @@ Checked here:
    (none, one more than sent, one set aside with a model; a search's second learner's weights,
    bias or validation score; a fold's score forged or sent for the model of every row), a gated
    training's evaluations of the rows the shards held out forged (metrics one longer, none,
-   2^64-1 rows, not JSON: the version stored before the gate rolls back), a reply of another shard
-   protocol or corgipile version (0A000 naming both). Each is a
+   2^64-1 rows, not JSON: the version stored before the gate rolls back), a table mark forged
+   (in a training round's reply, a zero oid, 2^40 pages, none in a "since" training), a reply of
+   another shard protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
    restarts (an idle sentinel connection, the checkpointer's pid, the server log). Forged
@@ -707,6 +708,11 @@ BEGIN
                        to_jsonb((r #>> '{{learners,0,validation,rows}}')::bigint + 1))::text;
     WHEN 'val_loss' THEN RETURN jsonb_set(r, '{{learners,0,validation,loss}}', '-1')::text;
     WHEN 'val_matrix' THEN RETURN jsonb_set(r, '{{learners,0,validation,binary}}', 'null')::text;
+    WHEN 'mark_train' THEN
+      RETURN jsonb_set(r, '{{mark}}', '{{"system": 1, "database": 5, "relid": 16384, "filenode": 16384, "pages": 1}}')::text;
+    WHEN 'mark_zero' THEN RETURN jsonb_set(r, '{{mark,relid}}', '0')::text;
+    WHEN 'mark_huge' THEN RETURN jsonb_set(r, '{{mark,pages}}', '1099511627776')::text;
+    WHEN 'mark_none' THEN RETURN (r - 'mark')::text;
     WHEN 'eval_grow' THEN RETURN regexp_replace(reply, '\\[(?=[^\\]])', '[0,', 'g');
     WHEN 'eval_none' THEN RETURN jsonb_set(r, '{{evaluation}}', 'null')::text;
     WHEN 'eval_counts' THEN RETURN jsonb_set(r, '{{evaluation,scored}}', '18446744073709551615')::text;
@@ -810,6 +816,12 @@ HOSTILE_CASES = [
     ("sketch_weights", "Statistics", "logistic", COLUMNS, ("08P01",)),
     ("array_wide", "Statistics", "logistic", COLUMNS, ("54000", "08P01")),
     ("cols_train", "Train", "logistic", COLUMNS, ("08P01",)),
+    # A table mark (what the shard's table was when the training began, for "since"): in a
+    # training round's reply, with a zero oid, of 2^40 pages; none in a "since" training.
+    ("mark_train", "Train", "svm", {}, ("08P01",)),
+    ("mark_zero", "Statistics", "svm", {}, ("08P01",)),
+    ("mark_huge", "Statistics", "svm", {}, ("08P01",)),
+    ("mark_none", "Statistics", "svm", {"since": "shsec_inc"}, ("08P01",)),
     # Last: on a build without the check the coordinator crashes here (and, with
     # synchronous_commit off, loses its last commits in the restart).
     ("width_1e11", "Statistics", "svm", {}, ("54000", "08P01")),
@@ -880,6 +892,8 @@ def hostile(dsn, coordinator):
     with psycopg.connect(dsn, user=SMALL, autocommit=True) as u:
         # Honest, it trains; the role's limit is in force once the library is loaded.
         assert train(u, "shsec_hostile", "svm", {"epochs": 1, "seed": 1})
+        # The model the "since" cases continue.
+        assert train(u, "shsec_hostile", "svm", {"epochs": 1, "seed": 1, "name": "shsec_inc"})
         assert scalar(u, "SHOW corgipile.max_model_memory") == SMALL_MODEL_MEMORY
     yield
 

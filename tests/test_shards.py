@@ -39,7 +39,15 @@ warm start, the shards refuse with the same ERROR. A search (and folds) trains i
 configurations as the learners of every round: it stores what one server's search stores and
 picks its configuration when the configurations are apart (or one within the tolerance when
 they are not); folds hold the rows one server's folds hold; forged learners are refused by the
-shard."""
+shard. "since" on shards: every sharded training records each shard table's mark (its
+cluster's system identifier, table oid, file, pages in use; a local partition's too); a
+training "since" that model trains exactly the rows from each table's last page read on
+(replay 0: rows_trained and the epochs table), about the replay share of the older rows with a
+replay fraction, within 0.5 point of one server's "since" of the same rows; a truncated shard table is read whole ("rewritten"), an unchanged one from its last page
+("no page was added"), a recreated one whole — each NOTICE naming the shard; a shard table
+with inheritance children is 0A000; a shard picks its own mark by cluster and table, and
+refuses marks in a round that trains nothing, of a zero oid, or too many."""
+
 
 import os
 import re
@@ -2256,3 +2264,195 @@ def test_warm_start_misfits_on_shards_are_one_servers_errors(conn, class_mix):
         assert models_count(conn) == before
     finally:
         conn.execute("DROP TABLE IF EXISTS shw_wide")
+
+
+# ----------------------------------------------------------------------------------------------
+# "since" on shards: every sharded training stores each shard table's mark (its server's system
+# identifier and database, the table's oid, file and pages in use); a training "since" that
+# model reads on each shard the pages added since its mark (plus the replay sample), by one
+# server's rule, with one server's NOTICEs for each shard
+
+
+INC_ROWS = 20_000
+INC_RANGES = ((1, 1_000_001), (1_000_001, 2_000_001), (2_000_001, 3_000_001))  # shard 1, shard 2, local
+
+
+def inc_fill(c, table, i, first, n, seed):
+    """n blob rows of range i (shard 1, shard 2 or the local partition) from id first on."""
+    c.execute(f"SELECT setseed({seed})")
+    c.execute(f"INSERT INTO {table} {blobs_sql(n, 'random() < 0.5', start=INC_RANGES[i][0] + first)}")
+
+
+@pytest.fixture
+def incremental(dsn, shards):
+    """sh_inc: range-sharded over both shards' inc_part (20,000 rows each) and a local partition
+    (5,000 rows); sh_inc_one: one server's table of the same rows."""
+    for i in (0, 1):
+        with psycopg.connect(shard_dsn(i), autocommit=True) as c:
+            c.execute("DROP TABLE IF EXISTS inc_part CASCADE")
+            c.execute("CREATE TABLE inc_part (id int, label int, features float8[]) WITH (autovacuum_enabled = off)")
+            inc_fill(c, "inc_part", i, 0, INC_ROWS, 0.1 + 0.2 * i)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        sharded_table(c, "sh_inc", [(f"FOR VALUES FROM ({lo}) TO ({hi})", srv, "inc_part")
+                                    for (lo, hi), srv in zip(INC_RANGES, (S1, S2, None))])
+        inc_fill(c, "sh_inc", 2, 0, 5_000, 0.7)
+        c.execute("DROP TABLE IF EXISTS sh_inc_one")
+        c.execute("CREATE TABLE sh_inc_one AS SELECT * FROM sh_inc ORDER BY label, id")
+        c.execute("DELETE FROM corgipile.models WHERE name LIKE 'shinc%'")
+    yield "sh_inc"
+    for i in (0, 1):
+        on_shard(i, "DROP TABLE IF EXISTS inc_part CASCADE")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS sh_inc, sh_inc_one CASCADE")
+
+
+def read_of(c, model_id):
+    return scalar(c, "SELECT metrics->'read' FROM corgipile.models WHERE id = %s", (model_id,))
+
+
+def last_page_on(i, pages):
+    """Rows of shard i's inc_part from page `pages - 1` on (what "since" reads, replay 0)."""
+    return shard_scalar(i, f"SELECT count(*) FROM inc_part WHERE ctid >= '({max(pages - 1, 0)},0)'::tid")
+
+
+def marks_by_shard(c, model_id):
+    """The model's marks of shard 1's, shard 2's and the local partition's table."""
+    leaves = read_of(c, model_id)["leaves"]
+    oids = [scalar(c, f"SELECT 'sh_inc_{k}'::regclass::oid") for k in range(3)]
+    return [next(m for m in leaves if m["leaf"] == oid) for oid in oids]
+
+
+def new_rows(c, marks):
+    """Rows from each table's last page read on: what a "since" with replay 0 trains."""
+    local = scalar(c, f"SELECT count(*) FROM sh_inc_2 WHERE ctid >= '({marks[2]['pages'] - 1},0)'::tid")
+    return last_page_on(0, marks[0]["pages"]) + last_page_on(1, marks[1]["pages"]) + local
+
+
+def append_everywhere(c, first, n, seed):
+    """n rows appended to each shard's table and to the local partition, and to sh_inc_one."""
+    for i in (0, 1):
+        with psycopg.connect(shard_dsn(i), autocommit=True) as s:
+            inc_fill(s, "inc_part", i, first, n, seed + 0.1 * i)
+    inc_fill(c, "sh_inc", 2, first, n, seed + 0.2)
+    c.execute(f"INSERT INTO sh_inc_one SELECT * FROM sh_inc WHERE id % 1000000 > {first}")
+
+
+def test_a_sharded_training_records_each_shards_table(conn, incremental):
+    """metrics->'read' holds one mark per leaf: the shard table's oid, file and pages in use,
+    and its cluster's system identifier (two shard servers: two clusters)."""
+    m = train(conn, incremental, "logistic", {"epochs": 1, "seed": 1})
+    read = read_of(conn, m)
+    assert read["relid"] == scalar(conn, "SELECT 'sh_inc'::regclass::oid")
+    marks = marks_by_shard(conn, m)
+    for i in (0, 1):
+        assert marks[i]["relid"] == shard_scalar(i, "SELECT 'inc_part'::regclass::oid")
+        assert marks[i]["filenode"] == shard_scalar(i, "SELECT relfilenode FROM pg_class WHERE relname = 'inc_part'")
+        assert marks[i]["pages"] == shard_scalar(i, "SELECT max((ctid::text::point)[0])::int + 1 FROM inc_part")
+        assert marks[i]["system"] == shard_scalar(i, "SELECT system_identifier FROM pg_control_system()")
+    assert marks[2]["system"] == scalar(conn, "SELECT system_identifier FROM pg_control_system()")
+    assert len({mark["system"] for mark in marks}) == 3
+
+
+def test_since_on_shards_trains_the_added_rows_like_one_server(conn, incremental):
+    """Rows appended on both shards and the local partition: "since" with replay 0 trains
+    exactly the rows from each table's last page read on (rows_trained and the epochs table);
+    with a replay fraction, those and about that share of the older rows; it continues the
+    model as the next version of its name; and the model is within 0.5 point of one server's
+    "since" of the same rows."""
+    first = train(conn, incremental, "logistic", {"epochs": 2, "seed": 1, "name": "shinc"})
+    one = train(conn, "sh_inc_one", "logistic", {"epochs": 2, "seed": 1, "name": "shinc_one"})
+    marks = marks_by_shard(conn, first)
+    append_everywhere(conn, INC_ROWS, 3_000, 0.5)
+    expected = new_rows(conn, marks)
+    assert expected >= 9_000
+    second = train(conn, incremental, "logistic", {"since": "shinc", "replay": 0, "epochs": 2, "seed": 1})
+    assert rows_trained(conn, second) == expected
+    assert [r[0] for r in conn.execute(
+        "SELECT tuples FROM corgipile.epochs WHERE model_id = %s ORDER BY epoch", (second,))] == [expected] * 2
+    assert conn.execute("SELECT version, (params->>'warm_start')::bigint FROM corgipile.models WHERE id = %s",
+                        (second,)).fetchone() == (2, first)
+    assert all(now["pages"] > then["pages"] for now, then in zip(marks_by_shard(conn, second), marks))
+    # A replay share of the older rows (block_size 2: many small blocks to sample).
+    total = scalar(conn, "SELECT count(*) FROM sh_inc")
+    replayed = train(conn, incremental, "logistic", {"since": first, "replay": 0.5, "epochs": 1, "seed": 1,
+                                                    "block_size": 2})
+    extra = rows_trained(conn, replayed) - expected
+    assert 0.4 * (total - expected) < extra < 0.6 * (total - expected), (extra, total, expected)
+    plan = "\n".join(r[0] for r in conn.execute(
+        "SELECT * FROM corgipile_explain('sh_inc', 'logistic', %s)", (Jsonb({"since": first, "replay": 0.25}),)))
+    assert f"Since: model {first}: on each shard" in plan and "(3 marks) and 0.25 of its older" in plan, plan
+    # Like one server's "since" of the same rows, from its own model of the same first rows.
+    sharded = train(conn, incremental, "logistic", {"since": first, "epochs": 2, "seed": 2})
+    single = train(conn, "sh_inc_one", "logistic", {"since": one, "epochs": 2, "seed": 2})
+    got, ref = (evaluate(conn, m, "sh_inc_one")["accuracy"] for m in (sharded, single))
+    print(f"\nsince on shards: accuracy single-server {ref:.4f}, sharded {got:.4f}")
+    assert abs(got - ref) <= 0.005, (got, ref)
+
+
+def test_since_on_rewritten_recreated_or_unchanged_shards(conn, incremental):
+    """One server's rule on each shard: a truncated shard table is read whole ("rewritten"),
+    a shard table where nothing was added is read from its last page ("no page was added"), a
+    table dropped and created again is read whole (no mark names it) — each with a NOTICE naming
+    the shard; a shard table with inheritance children is 0A000, and a model that recorded no
+    mark of it cannot be continued (22023)."""
+    base = train(conn, incremental, "logistic", {"epochs": 1, "seed": 1, "name": "shinc2"})
+    marks = marks_by_shard(conn, base)
+    on_shard(0, "TRUNCATE inc_part")
+    with psycopg.connect(shard_dsn(0), autocommit=True) as s:
+        inc_fill(s, "inc_part", 0, 0, 500, 0.3)
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    m = train(conn, incremental, "logistic", {"since": "shinc2", "replay": 0, "epochs": 1, "seed": 1})
+    local = scalar(conn, f"SELECT count(*) FROM sh_inc_2 WHERE ctid >= '({marks[2]['pages'] - 1},0)'::tid")
+    assert rows_trained(conn, m) == 500 + last_page_on(1, marks[1]["pages"]) + local
+    assert any("rewritten" in n and S1 in n for n in notices), notices
+    assert any("no page was added" in n and S2 in n for n in notices), notices
+    notices.clear()
+    on_shard(1, "DROP TABLE inc_part",
+             "CREATE TABLE inc_part (id int, label int, features float8[])")
+    with psycopg.connect(shard_dsn(1), autocommit=True) as s:
+        inc_fill(s, "inc_part", 1, 0, 700, 0.4)
+    m2 = train(conn, incremental, "logistic", {"since": "shinc2", "replay": 0, "epochs": 1, "seed": 1})
+    pages0 = marks_by_shard(conn, m)[0]["pages"]
+    assert rows_trained(conn, m2) == last_page_on(0, pages0) + 700 + local
+    assert any("read no table of" in n and S2 in n for n in notices), notices
+    # A shard table with inheritance children: what one server refuses of such a table. (A
+    # partitioned shard table is refused by any sharded training: a shard reads only its table.)
+    on_shard(1, "CREATE TABLE inc_child () INHERITS (inc_part)")
+    before = models_count(conn)
+    with pytest.raises(psycopg.Error) as err:
+        train(conn, incremental, "logistic", {"since": "shinc2", "epochs": 1})
+    assert err.value.sqlstate == "0A000", err.value.diag.message_primary
+    unmarked = train(conn, incremental, "logistic", {"epochs": 1, "seed": 1})
+    assert read_of(conn, unmarked) is None
+    for since, code in ((unmarked, "22023"), ("shinc_no_such", None)):
+        with pytest.raises(psycopg.Error) as err:
+            train(conn, incremental, "logistic", {"since": since, "epochs": 1})
+        assert not err.value.sqlstate.startswith("XX") and err.value.sqlstate == (code or err.value.sqlstate)
+    assert models_count(conn) == before + 1
+
+
+def test_a_shard_reads_what_its_own_mark_says(incremental):
+    """corgipile_shard_round with a "since" training's marks: the statistics reply's mark is
+    taken before the scan, the shard picks its own mark by (system, database, table) and reads
+    from its last page read; marks of another cluster or table are not its own (read whole).
+    Marks in a round that trains nothing, with a zero oid, or too many: refused."""
+    import json
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Statistics", "epoch": 1, "round": 0,
+                "rounds": 1, "n_features": 0, "weights": [], "bias": [], "extras": {}}
+        params = {"since": 1, "replay": 0}
+        mark = json.loads(shard_round_on(c, "inc_part", "logistic", {}, base))["mark"]
+        assert mark["relid"] == scalar(c, "SELECT 'inc_part'::regclass::oid")
+        inc_fill(c, "inc_part", 0, INC_ROWS, 1_000, 0.9)
+        added = last_page_on(0, mark["pages"])
+        others = [{**mark, "system": mark["system"] ^ 1}, {**mark, "relid": mark["relid"] + 1}]
+        for marks, rows in ((others + [mark], added), (others, INC_ROWS + 1_000)):
+            reply = json.loads(shard_round_on(c, "inc_part", "logistic", params, {**base, "marks": marks}))
+            assert reply["rows"] == rows, (marks, reply["rows"])
+        for request in ({**base, "phase": "Evaluate", "marks": [mark]},
+                        {**base, "marks": [{**mark, "relid": 0}]},
+                        {**base, "marks": [mark] * 70_000}):
+            with pytest.raises(psycopg.Error) as err:
+                shard_round_on(c, "inc_part", "logistic", params, request)
+            assert err.value.sqlstate in ("08P01", "22023"), (err.value.sqlstate, err.value.diag.message_primary)

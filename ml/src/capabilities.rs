@@ -108,7 +108,6 @@ pub const REFUSED: &[Refused] = &[
     // statistics (round 0), holding out its own validation rows (kept, with their ids for a
     // gate, until the gate has scored); a validation relation is read by the coordinator.
     refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
-    refused(Use::Shards, Use::Since, "\"since\" cannot train on a sharded table yet", "Train without \"since\", or on one shard's table."),
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering;

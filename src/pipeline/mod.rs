@@ -5,6 +5,7 @@
 //! depend on them. (Planning the nodes into a tree and running it is `crate::exec`'s:
 //! `exec::plan`, `exec::run`.)
 
+pub mod mark;
 pub mod protocol;
 pub mod protocol_parts;
 

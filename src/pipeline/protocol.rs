@@ -9,6 +9,7 @@
 //! ERROR naming both versions, never a model trained by two readings of one message.
 
 use super::protocol_parts::{FamilyModels, ImportanceAsk, ImportancePart};
+use crate::pipeline::mark::{check_marks, TableMark};
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
 use corgipile_ml::importance::{column_ranges, Metric};
@@ -43,9 +44,10 @@ pub enum Phase {
 /// round, the coordinator's time zone; 5: learners — a training round carries every learner
 /// of the training (a search's configurations, folds) with its parameters, and the reply each
 /// one's parameters, statistics and validation score, see `protocol::learners`; a warm start's
-/// stored preprocessing in the statistics round; importance rounds; per-group evaluations;
-/// 6: a gated training's held-out rows — training rounds that keep their tuple ids, an
-/// evaluation of only those rows).
+/// stored preprocessing in the statistics round; importance rounds; per-group evaluations; the
+/// statistics round's table marks and a `"since"` training's marks in its requests; 6: a gated
+/// training's held-out rows — training rounds that keep their tuple ids, an evaluation of only
+/// those rows).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
 pub const PROTOCOL: u32 = 6;
@@ -262,6 +264,11 @@ pub struct RoundRequest {
     /// (`EvaluateRequest::held_out`) have run.
     #[serde(default)]
     pub keep_held_out_ids: bool,
+    /// A training `"since"` a model (statistics and training rounds): every table mark the
+    /// model recorded; each shard reads its own table's pages added since its mark (none:
+    /// all of it). None otherwise.
+    #[serde(default, deserialize_with = "crate::pipeline::mark::mark_list")]
+    pub marks: Option<Vec<TableMark>>,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -312,6 +319,10 @@ pub struct RoundReply {
     /// Evaluate a family of per-group models: each group's metrics, then the other rows'.
     #[serde(default)]
     pub group_evaluations: Option<Vec<EvaluationPart>>,
+    /// Statistics: the shard table's mark, taken before the scan (None: a table whose pages
+    /// say nothing of what was added, such as a partitioned one).
+    #[serde(default)]
+    pub mark: Option<TableMark>,
 }
 
 /// Every float finite.
@@ -374,6 +385,12 @@ impl RoundRequest {
                     p.n_features, self.n_features
                 ));
             }
+        }
+        if let Some(marks) = &self.marks {
+            if !matches!(self.phase, Phase::Train | Phase::Statistics) {
+                return Err("table marks in a round that trains nothing".into());
+            }
+            check_marks(marks)?;
         }
         if let Some(zone) = &self.zone {
             if self.phase != Phase::Statistics || zone.is_empty() || zone.len() > MAX_ZONE_TEXT {
@@ -484,6 +501,12 @@ impl RoundReply {
         }
         if request.phase != Phase::Importance && self.importance.is_some() {
             return Err("importance scores where none were asked for".into());
+        }
+        if let Some(mark) = &self.mark {
+            if request.phase != Phase::Statistics {
+                return Err("a table mark where no statistics were asked for".into());
+            }
+            mark.check()?;
         }
         match request.phase {
             Phase::Statistics => {

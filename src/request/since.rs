@@ -12,6 +12,7 @@
 //! the whole table is read (a NOTICE says so), still starting from the model.
 
 use crate::pg::error::{notice, raise};
+use crate::pipeline::mark::TableMark;
 use crate::pipeline::ReadFrom;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -45,6 +46,28 @@ impl TableRead {
             });
             pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
             read
+        }
+    }
+
+    /// This read named for any server: this cluster's system identifier and database.
+    pub fn mark(self) -> TableMark {
+        TableMark {
+            // SAFETY: reads of values set at backend start (the control file's identifier,
+            // the database connected to), on the backend thread.
+            system: unsafe { pg_sys::GetSystemIdentifier() },
+            database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+            relid: self.relid,
+            filenode: self.filenode,
+            pages: self.pages,
+        }
+    }
+
+    /// What a mark says was read (of the table it names).
+    pub fn of_mark(mark: &TableMark) -> TableRead {
+        TableRead {
+            relid: mark.relid,
+            pages: mark.pages,
+            filenode: mark.filenode,
         }
     }
 
@@ -132,6 +155,66 @@ unsafe fn page_has_items(page: pg_sys::Page) -> bool {
     (0..n).any(|i| (*(*header).pd_linp.as_ptr().add(i)).lp_flags() != pg_sys::LP_UNUSED)
 }
 
+/// How a table changed since a training read it (`then`), and so what a training `"since"`
+/// reads of it: from [`Change::first_page`] on, plus the replay sample of the older blocks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Change {
+    /// Another file (VACUUM FULL, CLUSTER, TRUNCATE, ALTER TABLE that rewrites): read whole.
+    Rewritten,
+    /// Fewer pages in use than were read: read whole.
+    Shrank { now: u32, then: u32 },
+    /// No page added: the last page read, and the replay sample.
+    NothingAdded { last: u32 },
+    /// Pages added after the last one read.
+    Added { last: u32 },
+}
+
+impl Change {
+    /// One server's page rule, which a shard applies to its own table too: what changed
+    /// between `then` (what a model read) and `now` (of the same table).
+    pub fn between(then: TableRead, now: TableRead) -> Change {
+        // From the last page it read: rows appended since may have filled its free space.
+        let last = then.pages.saturating_sub(1);
+        if then.filenode != now.filenode {
+            Change::Rewritten
+        } else if now.pages < then.pages {
+            Change::Shrank {
+                now: now.pages,
+                then: then.pages,
+            }
+        } else if now.pages == then.pages {
+            Change::NothingAdded { last }
+        } else {
+            Change::Added { last }
+        }
+    }
+
+    /// The first page a training `"since"` reads (the older ones only in the replay sample).
+    pub fn first_page(self) -> u32 {
+        match self {
+            Change::Rewritten | Change::Shrank { .. } => 0,
+            Change::NothingAdded { last } | Change::Added { last } => last,
+        }
+    }
+
+    /// One server's NOTICE of a change that is not plain growth: `what` is the table ("t", or
+    /// a shard's table), `since_id` the model.
+    pub fn notice(self, what: &str, since_id: i64) {
+        match self {
+            Change::Rewritten => notice(format!(
+                "corgipile: {what} was rewritten since model {since_id} was trained (VACUUM FULL, CLUSTER, TRUNCATE or ALTER TABLE): reading all of it"
+            )),
+            Change::Shrank { now, then } => notice(format!(
+                "corgipile: {what} has {now} pages in use, fewer than the {then} model {since_id} read: reading all of it"
+            )),
+            Change::NothingAdded { .. } => notice(format!(
+                "corgipile: no page was added to {what} since model {since_id} was trained: reading its last page and the replay sample of the older blocks"
+            )),
+            Change::Added { .. } => {}
+        }
+    }
+}
+
 /// The share of `table` a training since model `since_id` reads.
 pub fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) -> ReadFrom {
     let Some(now) = TableRead::now(table) else {
@@ -141,13 +224,7 @@ pub fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) 
             Some("Train each partition with its own model, or train without \"since\" (\"warm_start\" continues a model on every row).".into()),
         );
     };
-    let Some(then) = TableRead::of_model(since_id) else {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("\"since\": model {since_id} does not record the table it read"),
-            Some("Models trained by corgipile 0.5.0 or later on one table record it (metrics->'read'); train once without \"since\" first.".into()),
-        );
-    };
+    let then = recorded(since_id);
     if then.relid != now.relid {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -155,27 +232,32 @@ pub fn read_from(since_id: i64, table: pg_sys::Oid, relname: &str, replay: f64) 
             Some("An incremental training reads what was added to the table its model read; use \"warm_start\" to continue a model on another table.".into()),
         );
     }
-    let pages = if then.filenode != now.filenode {
-        notice(format!(
-            "corgipile: {relname} was rewritten since model {since_id} was trained (VACUUM FULL, CLUSTER, TRUNCATE or ALTER TABLE): reading all of it"
-        ));
-        0
-    } else if now.pages < then.pages {
-        notice(format!(
-            "corgipile: {relname} has {} pages in use, fewer than the {} model {since_id} read: reading all of it",
-            now.pages, then.pages
-        ));
-        0
-    } else {
-        // From the last page it read: rows appended since may have filled its free space.
-        then.pages.saturating_sub(1)
-    };
-    if now.pages == then.pages && then.filenode == now.filenode {
-        notice(format!(
-            "corgipile: no page was added to {relname} since model {since_id} was trained: reading its last page and the replay sample of the older blocks"
-        ));
+    let change = Change::between(then, now);
+    change.notice(relname, since_id);
+    ReadFrom {
+        pages: change.first_page(),
+        replay,
     }
-    ReadFrom { pages, replay }
+}
+
+/// What model `since_id` recorded of its one table: ERROR 22023 if nothing.
+fn recorded(since_id: i64) -> TableRead {
+    TableRead::of_model(since_id).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("\"since\": model {since_id} does not record the table it read"),
+            Some("Models trained by corgipile 0.5.0 or later on one table record it (metrics->'read'); train once without \"since\" first.".into()),
+        )
+    })
+}
+
+/// The model `"since"` names (one the caller may see), by id.
+pub fn since_model(key: &corgipile_ml::params::ModelKey) -> i64 {
+    crate::catalog::load_model_ref(match key {
+        corgipile_ml::params::ModelKey::Id(id) => crate::catalog::ModelRef::Id(*id),
+        corgipile_ml::params::ModelKey::Name(name) => crate::catalog::ModelRef::Name(name),
+    })
+    .id
 }
 
 /// With `"since"`: the share of the table `prepared` reads (a training or its EXPLAIN).
@@ -184,11 +266,7 @@ pub(crate) fn apply(prepared: &mut super::Prepared) {
     let Some(key) = &params.since else {
         return;
     };
-    let since_id = crate::catalog::load_model_ref(match key {
-        corgipile_ml::params::ModelKey::Id(id) => crate::catalog::ModelRef::Id(*id),
-        corgipile_ml::params::ModelKey::Name(name) => crate::catalog::ModelRef::Name(name),
-    })
-    .id;
+    let since_id = since_model(key);
     let replay = params
         .replay
         .unwrap_or(corgipile_ml::params::DEFAULT_REPLAY);

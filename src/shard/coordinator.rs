@@ -36,6 +36,9 @@ pub struct ShardSummary {
     pub rounds_per_epoch: u32,
     /// Bytes to and from the shard servers in the last epoch.
     pub bytes_per_epoch: u64,
+    /// What the training read of every shard's table, as the model stores it
+    /// (`metrics->'read'`, see `since.rs`); None unless every shard marked its table.
+    pub read: Option<serde_json::Value>,
 }
 
 pub struct ShardLine {
@@ -248,7 +251,7 @@ pub(super) fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
                 format!("local partition {}", crate::pg::names::relation_name(oid)),
                 Place::Local(oid),
             ),
-            Leaf::Remote { server, table } => {
+            Leaf::Remote { server, table, .. } => {
                 let mut conn = Remote::connect(server);
                 let theirs = conn.query(
                     c"SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'corgipile'",
@@ -339,6 +342,7 @@ pub fn evaluate(
         zone: None,
         importance: None,
         keep_held_out_ids: false,
+        marks: None,
     };
     let at = RoundProgress {
         label: "evaluation".into(),

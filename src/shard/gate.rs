@@ -89,6 +89,7 @@ impl KeptShards {
             zone: None,
             importance: None,
             keep_held_out_ids: false,
+            marks: None,
         };
         let parent = prepared.relid;
         let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {

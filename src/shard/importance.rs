@@ -171,6 +171,7 @@ pub(super) fn importance_sharded(
         zone: None,
         importance: Some(ImportanceAsk { count: true, ..ask }),
         keep_held_out_ids: false,
+        marks: None,
     };
     let params_json = shard_params(&config.params);
     let mut bytes = 0;

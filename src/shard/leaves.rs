@@ -8,11 +8,22 @@ use std::ffi::{CStr, CString};
 /// One leaf of the sharded table.
 pub enum Leaf {
     Local(pg_sys::Oid),
-    /// A foreign table: its server and the remote table's qualified name.
+    /// A foreign table (`foreign`, this server's oid of it): its server and the remote
+    /// table's qualified name.
     Remote {
+        foreign: pg_sys::Oid,
         server: pg_sys::Oid,
         table: String,
     },
+}
+
+impl Leaf {
+    /// This server's oid of the leaf: the local partition, or the foreign table.
+    pub fn oid(&self) -> pg_sys::Oid {
+        match self {
+            Leaf::Local(oid) | Leaf::Remote { foreign: oid, .. } => *oid,
+        }
+    }
 }
 
 /// The leaves of `relid` if it is a partitioned table with at least one postgres_fdw foreign
@@ -78,6 +89,7 @@ pub fn sharded_leaves(relid: pg_sys::Oid) -> Option<Vec<Leaf>> {
                         }
                     }
                     leaves.push(Leaf::Remote {
+                        foreign: oid,
                         server,
                         table: format!("{}.{}", quote(&schema), quote(&table)),
                     });
@@ -112,7 +124,7 @@ pub fn describe(leaves: &[Leaf]) -> Vec<String> {
                 Leaf::Local(oid) => {
                     format!("local partition {}", crate::pg::names::relation_name(*oid))
                 }
-                Leaf::Remote { server, table } => {
+                Leaf::Remote { server, table, .. } => {
                     let name = CStr::from_ptr((*pg_sys::GetForeignServer(*server)).servername);
                     format!("server {} table {table}", name.to_string_lossy())
                 }

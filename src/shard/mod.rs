@@ -24,6 +24,7 @@ mod network;
 mod plan;
 pub mod remote;
 pub mod serve;
+pub mod since;
 mod training;
 mod warm;
 use crate::exec::explain;
@@ -74,7 +75,7 @@ pub(crate) fn train_sharded(
     let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {
         serve::shard_round_here(parent, Some(leaf), kind, &params, request)
     };
-    training::train(leaves, config, warm, &run_local)
+    training::train(parent, leaves, config, warm, &run_local)
 }
 
 /// The shards read their tables as the user mappings' roles; here the caller must be allowed to
@@ -144,6 +145,9 @@ pub(crate) fn explain_sharded(
             },
         );
         crate::exec::sgd::explain_family(es, prepared.config.model, params);
+        if let Some(since) = since::load(&prepared.config, prepared.relid) {
+            explain::text(es, "Since", &since.describe(params.replay));
+        }
         if prepared.config.model.family().sized_by_statistics() {
             explain::text(es, "Combine", "mean of the shards' changes");
         }

@@ -37,6 +37,8 @@ pub(super) struct RoundZero {
     pub(super) n_features: usize,
     pub(super) rows_skipped: u64,
     pub(super) seconds: f64,
+    /// Each shard's table mark (`pipeline::mark`), by shard.
+    pub(super) marks: Vec<Option<crate::pipeline::mark::TableMark>>,
 }
 
 /// What every shard trains by, from round 0's statistics.
@@ -232,6 +234,7 @@ pub(super) unsafe fn statistics_round(
         n_features,
         rows_skipped,
         seconds: stats_started.elapsed().as_secs_f64(),
+        marks: replies.iter().map(|r| r.mark).collect(),
     }
 }
 

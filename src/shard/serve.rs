@@ -68,6 +68,7 @@ pub(super) fn shard_round_here(
     let mut prepared = prepare(relid, kind, params, Mode::Train, classes, preprocessing);
     prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
+    let mark = super::since::mark_here(leaf.unwrap_or(relid), request, &mut prepared.config);
     // (A preprocessing makes the features its columns: a list.)
     if request.phase == Phase::Train
         && preprocessing.is_none()
@@ -96,10 +97,15 @@ pub(super) fn shard_round_here(
             None,
         );
     }
-    prepared.run(ShardRound {
+    let reply = prepared.run(ShardRound {
         request: request.clone(),
         table,
-    })
+    });
+    // The statistics round's reply says what this training read of the table (`since`).
+    match request.phase {
+        Phase::Statistics => RoundReply { mark, ..reply },
+        _ => reply,
+    }
 }
 
 /// A shard's part of a validation round: each learner's model of the epoch scored on the rows

@@ -45,6 +45,7 @@ use std::time::Instant;
 /// deploy gate scores on (`gate`). `run_local` runs a request on a local partition in this
 /// backend.
 pub fn train(
+    parent: pg_sys::Oid,
     leaves: Vec<Leaf>,
     config: &PipelineConfig,
     warm: Option<&WarmStart>,
@@ -60,6 +61,13 @@ pub fn train(
     check_search(&configurations, params.folds.unwrap_or(0), kind);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
+    // A training "since" a model: the marks it recorded of the shards' tables.
+    let since = super::since::load(config, parent);
+    let described: Vec<(pg_sys::Oid, String)> = leaves
+        .iter()
+        .map(Leaf::oid)
+        .zip(super::describe(&leaves))
+        .collect();
     // Round 0: statistics.
     let mut request = RoundRequest {
         version: version.clone(),
@@ -83,6 +91,7 @@ pub fn train(
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
         importance: None,
         keep_held_out_ids: false,
+        marks: since.as_ref().map(|s| s.marks.clone()),
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
@@ -102,6 +111,13 @@ pub fn train(
             &mut conv.bytes,
         )
     };
+    let read = super::since::after_statistics(
+        since.as_ref(),
+        parent,
+        &described,
+        &conv.shards,
+        &zero.marks,
+    );
     let ShardPlan {
         extras,
         mut network,
@@ -117,6 +133,7 @@ pub fn train(
         n_features,
         rows_skipped,
         seconds: statistics_seconds,
+        ..
     } = zero;
     let rounds = params.sync_rounds(model_rounds.params().len());
     // A validation relation, read here now that its rows' encoding is known (`gate`).
@@ -262,6 +279,7 @@ pub fn train(
         shards: conv.shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: rounds,
         bytes_per_epoch: conv.bytes,
+        read,
     };
     let held_out = super::gate::held_out(
         relation_rows,
@@ -316,6 +334,7 @@ fn validation_request(train: &RoundRequest, label_values: Option<(f64, f64)>) ->
         zone: None,
         importance: None,
         keep_held_out_ids: false,
+        marks: None,
         ..train.clone()
     }
 }

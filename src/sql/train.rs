@@ -83,10 +83,13 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
         }
         // A validation relation's rows: which they are, for the gate.
         let relation_held_out = validation_rows.as_mut().and_then(|v| v.held_out.take());
-        // The rows the gate scores on: by tuple id here, or kept on the shards.
+        // What a sharded training read of its shards' tables (`shard::since`), and the rows the
+        // gate scores on: by tuple id here, or kept on the shards.
+        let mut read_now = read_now.map(|r| r.to_json());
         let (trials, held_out) = match sharded {
             Some(leaves) => {
-                let (trials, _, held_out) = train_sharded(&prepared, leaves, warm.as_ref());
+                let (trials, summary, held_out) = train_sharded(&prepared, leaves, warm.as_ref());
+                read_now = summary.read;
                 (trials, held_out)
             }
             None => {
@@ -151,7 +154,7 @@ fn train(input: Input, model: &str, params: ParamsArg) -> i64 {
                 .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
             let mut extra = serde_json::Map::new();
             if let Some(read) = read_now {
-                extra.insert("read".into(), read.to_json());
+                extra.insert("read".into(), read);
             }
             if !trial.cv.is_empty() {
                 extra.insert("cv".into(), cross_validation(&trial.cv));

@@ -195,10 +195,13 @@ impl TrainingCall {
             // Before the scan begins, so that pages added during it are read again next time,
             // never missed.
             let read_now = TableRead::now(prepared.table).filter(|_| spilled.is_none());
-            since::apply(&mut prepared);
             if sharded.is_some() {
                 check_sharded(&prepared);
+                // Each shard reads its own table's added pages (`shard::since`): the model's
+                // marks of them checked now, before any work.
+                crate::shard::since::load(&prepared.config, prepared.relid);
             } else {
+                since::apply(&mut prepared);
                 take_buffer_floor(&mut prepared, kind);
                 if stops_early_by_default {
                     cap_default_validation(&mut prepared);
@@ -318,7 +321,6 @@ fn check_sharded(prepared: &Prepared) {
     let params = &prepared.config.params;
     let uses = used(&[
         (Use::GroupBy, params.group_by.is_some()),
-        (Use::Since, params.since.is_some()),
         (Use::Folds, params.folds.is_some()),
         (Use::Workers, params.workers > 0),
         (Use::Search, params.search.is_some()),
