@@ -343,6 +343,7 @@ pub fn evaluate(
         importance: None,
         keep_held_out_ids: false,
         marks: None,
+        groups: Vec::new(),
     };
     let at = RoundProgress {
         label: "evaluation".into(),

@@ -90,6 +90,7 @@ impl KeptShards {
             importance: None,
             keep_held_out_ids: false,
             marks: None,
+            groups: Vec::new(),
         };
         let parent = prepared.relid;
         let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {

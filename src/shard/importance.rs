@@ -172,6 +172,7 @@ pub(super) fn importance_sharded(
         importance: Some(ImportanceAsk { count: true, ..ask }),
         keep_held_out_ids: false,
         marks: None,
+        groups: Vec::new(),
     };
     let params_json = shard_params(&config.params);
     let mut bytes = 0;

@@ -1,8 +1,10 @@
 //! The coordinator's training over a sharded table: round 0 and the plan every shard trains by
 //! (`plan.rs`), then the epochs' rounds of its learners (a search's configurations, or the one
-//! model: `learners.rs`) under the policy one server runs (`corgipile_ml::fit`), a validation
-//! round after each epoch when rows are held out, and the combined models.
+//! model, or per-group models: `learners.rs`, `groups.rs`) under the policy one server runs
+//! (`corgipile_ml::fit`), a validation round after each epoch when rows are held out, and the
+//! combined models.
 
+pub(super) mod groups;
 mod learners;
 
 use super::coordinator::{
@@ -59,6 +61,7 @@ pub fn train(
         .configurations(kind)
         .unwrap_or_else(|e| raise_param_error(e));
     check_search(&configurations, params.folds.unwrap_or(0), kind);
+    groups::check(config);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
     // A training "since" a model: the marks it recorded of the shards' tables.
@@ -92,6 +95,7 @@ pub fn train(
         importance: None,
         keep_held_out_ids: false,
         marks: since.as_ref().map(|s| s.marks.clone()),
+        groups: Vec::new(),
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
@@ -133,6 +137,7 @@ pub fn train(
         n_features,
         rows_skipped,
         seconds: statistics_seconds,
+        groups: found_groups,
         ..
     } = zero;
     let rounds = params.sync_rounds(model_rounds.params().len());
@@ -164,6 +169,13 @@ pub fn train(
             rounds
         })
     });
+    // Per-group models: a learner per group beside the model of every row; every round
+    // numbers the rows' groups by their keys.
+    if let Some(found) = &found_groups {
+        groups::announce(config, found, (n_features, outputs));
+        groups::add_learners(&mut learners, found);
+        request.groups = groups::keys(found);
+    }
     let mut fit = fit_of(&configurations, &learners, params, kind);
     let standardizer = extras.standardizer.clone();
     let label_values = extras.label_values;
@@ -270,6 +282,7 @@ pub fn train(
         rows_skipped,
         statistics_seconds,
         started,
+        groups: found_groups,
     };
     let mut model_of = |params: Vec<f64>| {
         combined_model(kind, shape, params, network.as_mut(), standardizer.as_ref())
@@ -335,6 +348,7 @@ fn validation_request(train: &RoundRequest, label_values: Option<(f64, f64)>) ->
         importance: None,
         keep_held_out_ids: false,
         marks: None,
+        groups: Vec::new(),
         ..train.clone()
     }
 }

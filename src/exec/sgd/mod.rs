@@ -26,6 +26,7 @@ mod train;
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
 pub(crate) use divergence::raise_diverged;
+pub(crate) use side_by_side::{check_family_memory, groups_notice, PER_MODEL_BYTES};
 pub use drift::{DriftCounters, DriftRead};
 pub use evaluate::{
     binary_labels, check_group_counts, groups_report, Evaluate, EvaluateGroupsShard, EvaluateShard,
