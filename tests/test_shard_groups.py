@@ -21,10 +21,11 @@ the memory bound before any shard is contacted."""
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 import test_shards
 from helpers import scalar, train
-from test_shards import DEAD_PORT, S1, S2, cluster_dir, local_copy, on_shard, sharded_table
+from test_shards import DEAD_PORT, PROTOCOL, S1, S2, cluster_dir, local_copy, on_shard, shard_dsn, sharded_table, version
 
 pytestmark = pytest.mark.own_cluster  # the two shard servers of test_shards.py
 
@@ -215,3 +216,37 @@ def test_per_group_networks_on_shards_are_0a000_before_any_work(conn, grp):
     assert err.value.diag.message_primary == '"group_by" of a mlp model cannot train on a sharded table yet'
     assert err.value.diag.message_hint
     assert scalar(conn, "SELECT count(*) FROM corgipile.models") == before
+
+
+def test_a_forged_groups_round_is_refused_by_the_shard(grp):
+    """A training round's groups (protocol 7) are checked before a row is read: groups in a
+    statistics round, a learner of a group the round does not number, a key twice, a learner of
+    one group twice, group learners for params without "group_by" (08P01); a key of 1001 bytes
+    or 100,001 keys are refused as the request is read (22023)."""
+    import json
+    on_shard(0, "DROP TABLE IF EXISTS forge_grp",
+             "CREATE TABLE forge_grp AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features, "
+             "'g' || (i % 3) AS g FROM generate_series(1, 100) i")
+    params = Jsonb({"features": "features", "label": "label"})
+
+    def learner(group):
+        return {"weights": [0.0, 0.0], "bias": [0.0], "group": group}
+
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": PROTOCOL, "phase": "Train", "epoch": 1, "round": 0, "rounds": 1,
+                "n_features": 2, "extras": {"label_values": [0.0, 1.0]}, "training": 5, "groups": ["g0", "g1"]}
+        cases = [({**base, "phase": "Statistics", "learners": []}, "08P01", "groups in a round that trains nothing"),
+                 ({**base, "learners": [learner(None), learner(2)]}, "08P01", "a group the round does not number"),
+                 ({**base, "groups": ["g0", "g0"], "learners": [learner(None)]}, "08P01", "a group listed twice"),
+                 ({**base, "learners": [learner(1), learner(1)]}, "08P01", "a configuration twice"),
+                 ({**base, "learners": [learner(None), learner(0)]}, "08P01",
+                  'per-group learners for a training without "group_by"'),
+                 ({**base, "groups": ["x" * 1001], "learners": [learner(None)]}, "22023", "a group key of 1001 bytes"),
+                 ({**base, "groups": [f"k{i}" for i in range(100_001)], "learners": [learner(None)]}, "22023",
+                  "more than 100000 elements")]
+        for request, state, why in cases:
+            with pytest.raises(psycopg.Error) as err:
+                c.execute("SELECT corgipile_shard_round('forge_grp', 'svm', %s, %s)", (params, json.dumps(request)))
+            assert err.value.sqlstate == state, (why, err.value.sqlstate, err.value.diag.message_primary)
+            assert why in err.value.diag.message_primary, (why, err.value.diag.message_primary)
+        on_shard(0, "DROP TABLE forge_grp")
