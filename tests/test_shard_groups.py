@@ -5,8 +5,8 @@ applies min_group_rows and numbers the groups; every training round carries thei
 learner per group beside the model of every row; the family is stored as one server stores one.
 Checked against one server's training on a local copy of the same rows: the same groups with the
 same rows, the same small groups, and each group's accuracy (corgipile_evaluate on the copy)
-within GROUP_TOLERANCE of one server's — for an integer key, text keys, a group on one shard
-only, a "where" filter, and min_group_rows keeping a group only its summed rows reach (no shard
+within GROUP_TOLERANCE of one server's — for an integer key, text keys, two group columns, a
+group on one shard only, a "where" filter, and min_group_rows keeping a group only its summed rows reach (no shard
 alone has them); corgipile_predict by the family's id predicts as its evaluation scores, and the
 family evaluates on the sharded table itself; a network is 0A000 before any work.
 
@@ -164,9 +164,10 @@ def family_of(conn, family_id):
     # 'rare' has 300 rows: 240 on shard 1, 60 in the local partition; kept only by their sum.
     ("site", {"min_group_rows": 250}),
     ("site", {"min_group_rows": 500}),
-], ids=["int_key", "text_key", "one_shard_only", "where", "summed_rows_kept", "small_group"])
-def test_per_group_models_train_on_shards_as_on_one_server(conn, grp, group_by, extra):
-    tag = f"{group_by}_{abs(hash(str(extra))) % 1000}"
+    (["region", "site"], {}),
+], ids=["int_key", "text_key", "one_shard_only", "where", "summed_rows_kept", "small_group", "two_columns"])
+def test_per_group_models_train_on_shards_as_on_one_server(request, conn, grp, group_by, extra):
+    tag = request.node.callspec.id
     single = train_family(conn, "sh_grp_copy", group_by, f"shgt1_{tag}", **extra)
     sharded = train_family(conn, "sh_grp", group_by, f"shgt2_{tag}", **extra)
     (want_rows, want), (got_rows, got) = family_of(conn, single), family_of(conn, sharded)

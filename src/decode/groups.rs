@@ -234,7 +234,8 @@ impl Groups {
     /// Ends the statistics pass: the groups of at least `min_rows` rows get models, numbered in
     /// the order they were first seen.
     pub fn number(&mut self, min_rows: u64) -> GroupsFound {
-        let (numbers, found) = number_groups(self.seen.iter().map(|(k, r)| (k.as_str(), *r)), min_rows);
+        let (numbers, found) =
+            number_groups(self.seen.iter().map(|(k, r)| (k.as_str(), *r)), min_rows);
         self.numbers = Some(numbers);
         found
     }
@@ -281,7 +282,13 @@ pub fn too_many_groups() -> ! {
 pub fn keys_too_large() -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-        format!("the keys of the groups of \"group_by\" take more than {} MB", MAX_KEYS_BYTES >> 20),
-        Some("Group by shorter values (e.g. an id instead of a description), or by fewer columns.".into()),
+        format!(
+            "the keys of the groups of \"group_by\" take more than {} MB",
+            MAX_KEYS_BYTES >> 20
+        ),
+        Some(
+            "Group by shorter values (e.g. an id instead of a description), or by fewer columns."
+                .into(),
+        ),
     )
 }

@@ -31,7 +31,9 @@ pub(super) fn number_as_sent(config: &mut PipelineConfig, request: &RoundRequest
         Some(groups) => {
             groups.known = Some(request.groups.iter().map(|k| k.0.clone()).collect());
         }
-        None if !request.groups.is_empty() || request.learners.iter().any(|l| l.group.is_some()) => {
+        None if !request.groups.is_empty()
+            || request.learners.iter().any(|l| l.group.is_some()) =>
+        {
             raise(
                 PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
                 "corgipile shard round: per-group learners for a training without \"group_by\"",

@@ -26,7 +26,6 @@ mod train;
 pub use crate::pipeline::LearnedStatistics;
 pub use collect::{Collect, CollectedRows, SampleRows, SampledRows};
 pub(crate) use divergence::raise_diverged;
-pub(crate) use side_by_side::{check_family_memory, groups_notice, PER_MODEL_BYTES};
 pub use drift::{DriftCounters, DriftRead};
 pub use evaluate::{
     binary_labels, check_group_counts, groups_report, Evaluate, EvaluateGroupsShard, EvaluateShard,
@@ -40,6 +39,7 @@ pub use shape::{checked_learner, checked_size, inputs_only};
 pub use shard_round::{
     forget_kept, held_out_ids, score_held_out, score_rows, ShardRound, TrainingTable,
 };
+pub(crate) use side_by_side::{check_family_memory, groups_notice, PER_MODEL_BYTES};
 pub use trace::Trace;
 pub use train::{Train, Trained};
 

@@ -106,7 +106,11 @@ pub(super) fn announce(config: &PipelineConfig, found: &GroupsFound, shape: (usi
 /// orders them), one per group of `found`, each starting as it does and training on its
 /// group's rows only.
 pub(super) fn add_learners(learners: &mut Vec<ShardLearner>, found: &GroupsFound) {
-    assert_eq!(learners.len(), 1, "per-group models train without search or folds");
+    assert_eq!(
+        learners.len(),
+        1,
+        "per-group models train without search or folds"
+    );
     for g in 0..found.kept.len() as u32 {
         let whole = &learners[0];
         let learner = ShardLearner {
