@@ -251,3 +251,16 @@ def test_a_forged_groups_round_is_refused_by_the_shard(grp):
             assert err.value.sqlstate == state, (why, err.value.sqlstate, err.value.diag.message_primary)
             assert why in err.value.diag.message_primary, (why, err.value.diag.message_primary)
         on_shard(0, "DROP TABLE forge_grp")
+
+
+@pytest.mark.parametrize("extra", [{"folds": 3}, {"search": {"learning_rate": [0.01, 0.1]}},
+                                   {"validation": {"fraction": 0.2}}], ids=["folds", "search", "validation"])
+def test_what_one_server_refuses_with_groups_the_shards_refuse_alike(conn, grp, extra):
+    """Per-group models train alone on one server (no folds, search or validation): the same
+    ERROR on the shards, before any work."""
+    errors = []
+    for rel in ("sh_grp_copy", "sh_grp"):
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+            train_family(conn, rel, "store", "shgt_refused", **extra)
+        errors.append((err.value.diag.message_primary, err.value.diag.message_hint))
+    assert errors[0] == errors[1], errors
