@@ -2456,3 +2456,41 @@ def test_a_shard_reads_what_its_own_mark_says(incremental):
             with pytest.raises(psycopg.Error) as err:
                 shard_round_on(c, "inc_part", "logistic", params, request)
             assert err.value.sqlstate in ("08P01", "22023"), (err.value.sqlstate, err.value.diag.message_primary)
+
+
+# ----------------------------------------------------------------------------------------------
+# one snapshot of every shard for the whole training
+
+
+def test_a_sharded_training_reads_one_snapshot_of_every_shard(dsn, shards):
+    """Rows deleted on a shard while a training runs there are still the training's (as one
+    server's training reads one snapshot of its table): every epoch trains the rows the first
+    one did, and the held-out ids a gate scores still name those rows."""
+    for i in (0, 1):
+        on_shard(i, "DROP TABLE IF EXISTS snap_part",
+                 f"SELECT setseed({0.31 + 0.2 * i})",
+                 f"CREATE TABLE snap_part AS {blobs_sql(50_000, 'random() < 0.5', start=1 + 50_000 * i)}")
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        sharded_table(killer, "sh_snap", [(f"FOR VALUES FROM ({1 + 50_000 * k}) TO ({1 + 50_000 * (k + 1)})", srv, "snap_part")
+                                          for k, srv in enumerate((S1, S2))])
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "sh_snap", "svm", {"epochs": 40, "sync": 50, "seed": 1})
+        try:
+            wait_active(killer, pid)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not running_rounds(1):
+                time.sleep(0.01)
+            on_shard(1, "DELETE FROM snap_part WHERE id % 2 = 0")
+            alive = t.is_alive()
+            t.join(timeout=300)
+        finally:
+            stop_if_running(killer, t, pid)
+        assert alive, "the training ended before the rows were deleted: make it longer"
+        assert "error" not in result, result
+        model = result["value"]
+        deleted = 50_000 - shard_scalar(1, "SELECT count(*) FROM snap_part")
+        print(f"\n{deleted} rows deleted on shard 2 during the training; rows trained {rows_trained(killer, model)}")
+        assert deleted == 25_000
+        assert rows_trained(killer, model) == 100_000
+        # A new training sees the rows as they are now.
+        assert rows_trained(killer, train(killer, "sh_snap", "svm", {"epochs": 1, "seed": 1})) == 75_000
