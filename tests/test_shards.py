@@ -1014,13 +1014,24 @@ def test_a_shard_error_cancels_the_other_shards_work(conn, blobs):
 
 
 LONG = {"epochs": 1_000_000, "sync": 50, "seed": 1}
+# Each loop the coordinator runs: the one model's rounds, a search's learners, folds' learners,
+# a validation round after every epoch (with patience that never stops), a network's rounds.
+LONG_SHAPES = {
+    "one model": ("svm", LONG),
+    "search": ("svm", {**LONG, "search": {"learning_rate": [0.01, 0.1, 0.3]}, "validation": {"fraction": 0.2}, "name": "sh_cancel_search"}),
+    "folds": ("logistic", {**LONG, "folds": 3}),
+    "validation": ("logistic", {**LONG, "validation": {"fraction": 0.2}, "patience": 1_000_000}),
+    "mlp": ("mlp", {**LONG, "hidden": [8]}),
+}
 
 
-def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
+@pytest.mark.parametrize("shape", LONG_SHAPES)
+def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs, shape):
+    model, params = LONG_SHAPES[shape]
     with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
         before = models_count(killer)
         pid = victim.info.backend_pid
-        t, result = start_training(victim, "sh_range", "svm", LONG)
+        t, result = start_training(victim, "sh_range", model, params)
         try:
             wait_active(killer, pid)
             time.sleep(1.0)
@@ -1034,7 +1045,7 @@ def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
         finally:
             stop_if_running(killer, t, pid)
         still = wait_shards_quiet()
-        print(f"\ncancel latency {latency:.3f} s (shard rounds seen running before: "
+        print(f"\n{shape}: cancel latency {latency:.3f} s (shard rounds seen running before: "
               f"{[len(v) for v in seen.values()]}); after {SETTLE} s: {still}")
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert result["error"].sqlstate == "57014"
