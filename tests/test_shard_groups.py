@@ -8,7 +8,9 @@ same rows, the same small groups, and each group's accuracy (corgipile_evaluate 
 within GROUP_TOLERANCE of one server's — for an integer key, text keys, two group columns, a
 group on one shard only, a "where" filter, and min_group_rows keeping a group only its summed rows reach (no shard
 alone has them); corgipile_predict by the family's id predicts as its evaluation scores, and the
-family evaluates on the sharded table itself; a network is 0A000 before any work.
+family evaluates on the sharded table itself; a network is 0A000 before any work, and what one
+server refuses with groups (folds, search, validation) is the same ERROR; a cancel stops the
+coordinator and every shard's round within test_shards.CANCEL_LIMIT.
 
 Evaluation: corgipile_evaluate of a family on a sharded table: the request carries every group's
 model; each shard numbers its rows' groups by the family's keys and scores each row with its
@@ -18,14 +20,17 @@ the same rows (counts and accuracy exactly, ROC AUC within the histogram's resol
 integer and a text group key, rows of one group on several shards and in a local partition, and
 the memory bound before any shard is contacted."""
 
+import time
+
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import test_shards
-from helpers import scalar, train
-from test_shards import DEAD_PORT, PROTOCOL, S1, S2, cluster_dir, local_copy, on_shard, shard_dsn, sharded_table, version
+from helpers import cancel_and_join, models_count, scalar, start_training, stop_if_running, train, wait_active
+from test_shards import (CANCEL_LIMIT, DEAD_PORT, PROTOCOL, S1, S2, SETTLE, cluster_dir, local_copy, on_shard, shard_dsn,
+                         sharded_table, version, wait_shards_quiet)
 
 pytestmark = pytest.mark.own_cluster  # the two shard servers of test_shards.py
 
@@ -264,3 +269,27 @@ def test_what_one_server_refuses_with_groups_the_shards_refuse_alike(conn, grp, 
             train_family(conn, rel, "store", "shgt_refused", **extra)
         errors.append((err.value.diag.message_primary, err.value.diag.message_hint))
     assert errors[0] == errors[1], errors
+
+
+def test_cancel_stops_a_per_group_training_and_its_shards(dsn, conn, grp):
+    """The learners of every group in every round: a cancel stops the coordinator and every
+    shard's round within CANCEL_LIMIT, and nothing is stored."""
+    params = {"features": ["x1", "x2"], "label": "y", "epochs": 1_000_000, "sync": 50, "seed": 1,
+              "group_by": "store", "verbose": False, "name": "shgt_cancel"}
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        before = models_count(killer)
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "sh_grp", "logistic", params)
+        try:
+            wait_active(killer, pid)
+            time.sleep(1.0)
+            assert t.is_alive(), f"training should still be running: {result}"
+            latency = cancel_and_join(killer, t, result, pid)
+        finally:
+            stop_if_running(killer, t, pid)
+        still = wait_shards_quiet()
+        print(f"\ngroups: cancel latency {latency:.3f} s; after {SETTLE} s: {still}")
+        assert isinstance(result.get("error"), psycopg.errors.QueryCanceled), result
+        assert latency < CANCEL_LIMIT, f"cancel took {latency:.2f} s"
+        assert still == {0: [], 1: []}, still
+        assert models_count(killer) == before
