@@ -360,7 +360,12 @@ fn one_reference_per_column() {
 }
 
 /// Pushes `rows` into a pass of a model at `weights`, `bias` (with an intercept).
-fn pass_of(family: Likelihood, rows: &[(Vec<f64>, f64)], weights: &[f64], bias: f64) -> Information {
+fn pass_of(
+    family: Likelihood,
+    rows: &[(Vec<f64>, f64)],
+    weights: &[f64],
+    bias: f64,
+) -> Information {
     let mut info = Information::try_new(family, weights, bias, true).unwrap();
     info.start_pass();
     for (x, y) in rows {
