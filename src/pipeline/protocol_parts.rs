@@ -1,6 +1,8 @@
-//! The parts of the shard protocol (`protocol`) that corgipile_feature_importance and the
-//! evaluation of a per-group family add: what they ask of a shard, what a shard answers, and
-//! the checks a coordinator makes of the answers (see `shard::importance`, `shard::groups`).
+//! The parts of the shard protocol (`protocol`) that corgipile_feature_importance, the
+//! evaluation of a per-group family and `"inference"` add: what they ask of a shard, what a
+//! shard answers, and the checks a coordinator makes of the answers (see `shard::importance`,
+//! `shard::groups`, `shard::training::inference`; a Newton pass's answer is
+//! `corgipile_ml::inference::InformationPart`).
 
 use corgipile_ml::importance::{Metric, ScorePart, MAX_REPEATS, MAX_ROWS};
 use corgipile_ml::model::ModelKind;
@@ -28,6 +30,31 @@ impl ImportanceAsk {
                 "an importance of {} rows and {} repeats",
                 self.rows, self.repeats
             ));
+        }
+        Ok(())
+    }
+}
+
+/// What a Newton pass round asks of a shard: the coefficients the pass is at (the weights in
+/// feature order; the intercept, None when it is not fitted).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InferenceAsk {
+    pub weights: Vec<f64>,
+    pub bias: Option<f64>,
+}
+
+impl InferenceAsk {
+    /// Why these coefficients (whoever wrote them) are not a model of `n_features`: another
+    /// number of weights, values that are not finite.
+    pub fn check(&self, n_features: usize) -> Result<(), String> {
+        if n_features == 0 || self.weights.len() != n_features {
+            return Err(format!(
+                "a Newton pass at {} weights for a model of {n_features} features",
+                self.weights.len()
+            ));
+        }
+        if !self.weights.iter().chain(&self.bias).all(|v| v.is_finite()) {
+            return Err("a Newton pass at coefficients that are not finite".into());
         }
         Ok(())
     }

@@ -6,8 +6,9 @@
 //! column drops from the design.
 
 use super::SgdNode;
-use crate::exec::tuple_shuffle::TupleShuffle;
+use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
 use crate::pg::error::{raise, refuse_combination};
+use crate::pipeline::protocol::{RoundReply, RoundRequest};
 use crate::pipeline::{FeatureLayout, TrainOutcome, Trial};
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::inference::MAX_PASSES;
@@ -126,24 +127,68 @@ impl SgdNode {
         // between passes is what the epochs do.
         pg_sys::ExecReScan(self.child);
         // SAFETY: as above.
-        push_rows(self.shuffle(), info, family, labels);
+        push_rows(self.shuffle(), info, family, labels, &mut |_| {});
+    }
+
+    /// A shard's part of a sharded training's Newton pass (`Phase::Inference`): every row of
+    /// its table, by block, pushed at the coordinator's coefficients, decoded as the training
+    /// rounds decode them (the coordinator's classes, preprocessing and label values), and
+    /// what the pass summed.
+    ///
+    /// # Safety
+    /// As [`SgdNode::shuffle`]: called while this node's plan runs, on the backend.
+    pub(super) unsafe fn shard_newton_pass(&mut self, request: &RoundRequest) -> RoundReply {
+        let ask = request
+            .inference
+            .as_ref()
+            .expect("checked with the request");
+        let (family, labels) = family_of(self.config.model, request.extras.label_values);
+        let intercept = ask.bias.is_some();
+        let bias = ask.bias.unwrap_or(0.0);
+        let mut info = new_information(family, &ask.weights, bias, intercept);
+        info.start_pass();
+        let dense = matches!(self.config.layout, FeatureLayout::Dense { .. });
+        let relation = self.config.relation.clone();
+        let shuffle = self.shuffle();
+        push_rows(shuffle, &mut info, family, labels, &mut |b| {
+            if dense && b.arena.n_features() != request.n_features {
+                raise_other_width(&relation, b.arena.n_features(), request.n_features);
+            }
+        });
+        RoundReply {
+            rows: shuffle.counts().rows,
+            rows_skipped: shuffle.counts().rows_skipped,
+            information: Some(info.part()),
+            ..RoundReply::default()
+        }
     }
 }
 
+/// Rows of a shard's table of another width than the other shards'.
+pub(super) fn raise_other_width(relation: &str, width: usize, others: usize) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+        format!("rows of {relation} have {width} features, other shards' {others}"),
+        Some("Every row's feature array must have the same length.".into()),
+    )
+}
+
 /// Every row `shuffle` reads (a pass of its epoch) pushed into `info`: the label as the
-/// trainer saw it (`labels`: a binary kind's negative and positive values, mapped to 0 and 1).
-/// On the backend's thread (the buffers are read here).
-pub(crate) fn push_rows(
+/// trainer saw it (`labels`: a binary kind's negative and positive values, mapped to 0 and 1);
+/// `each` sees every buffer first. On the backend's thread (the buffers are read here).
+fn push_rows(
     shuffle: &mut TupleShuffle,
     info: &mut Information,
     family: Likelihood,
     (negative, positive): (f64, f64),
+    each: &mut dyn FnMut(&ShuffledBuffer),
 ) {
     // Every 1,024 rows of a few features, every row of a few thousand: cancel is answered
     // within about a millisecond whatever one row costs.
     let p = info.coefficients().0.len() + 1;
     let rows_between_checks = (WORK_BETWEEN_CHECKS / (p * p / 2).max(1)).clamp(1, 1024);
     shuffle.for_each_buffer(|b| {
+        each(b);
         for i in 0..b.arena.len() {
             if i % rows_between_checks == 0 {
                 check_for_interrupts!();
