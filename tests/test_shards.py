@@ -73,7 +73,6 @@ R2_TOLERANCE = 0.01
 CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend (or a shard's ERROR) to the ERROR at the client
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
-PROTOCOL = 6  # src/pipeline/protocol.rs's PROTOCOL: forged requests say it
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
 PROTOCOL = SHARD_PROTOCOL  # src/pipeline/protocol.rs
 
