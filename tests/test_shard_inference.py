@@ -10,16 +10,19 @@ the same rows, to 1e-6 relative (a logistic model of an array column, a linear m
 list with a one-hot column and its reference level, a logistic model of a text label); a local
 partition beside the two foreign ones counts. Then the size bound: a model whose shards' parts
 cannot be read within four times corgipile.max_model_memory is 54000 with a hint after the
-statistics round, before any training round, and nothing is stored. (Forged parts:
-test_shard_security.py.)"""
+statistics round, before any training round, and nothing is stored; a forged Newton pass
+request is refused by the shard before it reads a row. (Forged parts: test_shard_security.py.)"""
+
+import json
 
 import psycopg
 import psycopg.errors as E
 import pytest
+from psycopg.types.json import Jsonb
 
 import test_shards
-from helpers import models_count, scalar, train
-from test_shards import S1, S2, local_copy, on_shard, sharded_table
+from helpers import SHARD_PROTOCOL, models_count, scalar, train
+from test_shards import S1, S2, local_copy, on_shard, shard_dsn, sharded_table, version
 
 pytestmark = pytest.mark.own_cluster  # the two shard servers of test_shards.py
 
@@ -158,3 +161,42 @@ def test_parts_too_large_to_read_are_54000_before_training(conn, wide):
     finally:
         conn.execute("RESET corgipile.max_model_memory")
     assert models_count(conn) == before + 1
+
+
+def test_a_forged_newton_pass_is_refused_by_the_shard(shards):
+    """A Newton pass round asks a shard for its part at the coordinator's coefficients: the
+    honest one sums every row (here exactly: x = [i, 2], 100 rows, a linear model); coefficients
+    of another number, without the intercept the params fit, for a kind without a likelihood,
+    a logistic model without its two labels, coefficients in a training round or none in a
+    Newton pass are 08P01, and a matrix beyond this shard's corgipile.max_model_memory 54000,
+    before a row is read."""
+    on_shard(0, "DROP TABLE IF EXISTS forge_inf",
+             "CREATE TABLE forge_inf AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features "
+             "FROM generate_series(1, 100) i")
+    params = Jsonb({"features": "features", "label": "label", "inference": True})
+    with psycopg.connect(shard_dsn(0), autocommit=True) as c:
+        base = {"version": version(c), "protocol": SHARD_PROTOCOL, "phase": "Inference", "epoch": 1, "round": 0,
+                "rounds": 1, "n_features": 2, "extras": {"label_values": [0.0, 1.0]}, "training": 5}
+        ok = {**base, "inference": {"weights": [0.0, 0.0], "bias": 0.0}}
+        reply = json.loads(scalar(c, "SELECT corgipile_shard_round('forge_inf', 'linear', %s, %s)",
+                                  (params, json.dumps(ok))))
+        part = reply["information"]
+        # H's lower triangle over [x1, x2, 1]: sums of i^2, 2i, 4, i, 2, 1.
+        assert part["h"] == [338350, 10100, 400, 5050, 200, 100]
+        assert part["rows"] == reply["rows"] == 100 and part["counts"] == [100, 100]
+        # At 0 the gradient is -sum(x * y) and the loss sum(y^2) (y: 1 for the 50 odd i).
+        assert part["g"] == [-2500, -100, -50] and part["loss"] == 50
+        for kind, request, state in (
+                ("linear", {**base, "inference": {"weights": [0.0], "bias": 0.0}}, "08P01"),
+                ("linear", {**base, "inference": {"weights": [0.0, 0.0], "bias": None}}, "08P01"),
+                ("svm", ok, "08P01"),
+                ("logistic", {**ok, "extras": {}}, "08P01"),
+                ("linear", {**ok, "phase": "Train"}, "08P01"),
+                ("linear", base, "08P01"),
+                ("linear", {**base, "n_features": 100_000,
+                            "inference": {"weights": [0.0] * 100_000, "bias": 0.0}}, "54000")):
+            with pytest.raises(psycopg.Error) as err:
+                c.execute("SELECT corgipile_shard_round('forge_inf', %s, %s, %s)",
+                          (kind, params if kind != "svm" else Jsonb({"features": "features", "label": "label"}),
+                           json.dumps(request)))
+            assert err.value.sqlstate == state, (kind, err.value.sqlstate, err.value.diag.message_primary)
