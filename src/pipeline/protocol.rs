@@ -651,29 +651,6 @@ impl RoundReply {
 }
 
 impl RoundReply {
-    /// `check` of a Newton pass's reply: only the shard's part, of the model's shape, finite,
-    /// of the rows it says it read.
-    fn check_information(&self, request: &RoundRequest) -> Result<(), String> {
-        let (Some(ask), Some(part)) = (&request.inference, &self.information) else {
-            return Err("no information part".into());
-        };
-        if self.stats.is_some()
-            || self.width.is_some()
-            || self.evaluation.is_some()
-            || !self.classes.is_empty()
-        {
-            return Err("a model or metrics where an information part was asked for".into());
-        }
-        part.check(request.n_features, ask.bias.is_some())?;
-        if part.rows != self.rows {
-            return Err(format!(
-                "an information part of {} rows in a reply of {}",
-                part.rows, self.rows
-            ));
-        }
-        Ok(())
-    }
-
     /// `check` of an importance round's reply: the shard's count of rows, or its scores.
     fn check_importance(&self, request: &RoundRequest, kind: ModelKind) -> Result<(), String> {
         let (Some(ask), Some(evaluate)) = (&request.importance, &request.evaluate) else {

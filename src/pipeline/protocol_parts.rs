@@ -4,6 +4,7 @@
 //! `shard::groups`, `shard::training::inference`; a Newton pass's answer is
 //! `corgipile_ml::inference::InformationPart`).
 
+use super::protocol::{RoundReply, RoundRequest};
 use corgipile_ml::importance::{Metric, ScorePart, MAX_REPEATS, MAX_ROWS};
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::EvaluationPart;
@@ -55,6 +56,31 @@ impl InferenceAsk {
         }
         if !self.weights.iter().chain(&self.bias).all(|v| v.is_finite()) {
             return Err("a Newton pass at coefficients that are not finite".into());
+        }
+        Ok(())
+    }
+}
+
+impl RoundReply {
+    /// `check` of a Newton pass's reply: only the shard's part, of the model's shape, finite,
+    /// of the rows it says it read.
+    pub(super) fn check_information(&self, request: &RoundRequest) -> Result<(), String> {
+        let (Some(ask), Some(part)) = (&request.inference, &self.information) else {
+            return Err("no information part".into());
+        };
+        if self.stats.is_some()
+            || self.width.is_some()
+            || self.evaluation.is_some()
+            || !self.classes.is_empty()
+        {
+            return Err("a model or metrics where an information part was asked for".into());
+        }
+        part.check(request.n_features, ask.bias.is_some())?;
+        if part.rows != self.rows {
+            return Err(format!(
+                "an information part of {} rows in a reply of {}",
+                part.rows, self.rows
+            ));
         }
         Ok(())
     }
