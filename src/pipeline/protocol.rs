@@ -618,7 +618,19 @@ impl RoundReply {
                 }
             }
             Phase::Importance => self.check_importance(request, kind)?,
-            Phase::Inference => self.check_information(request)?,
+            Phase::Inference => {
+                if self.stats.is_some()
+                    || self.width.is_some()
+                    || self.evaluation.is_some()
+                    || !self.classes.is_empty()
+                {
+                    return Err("a model or metrics where an information part was asked for".into());
+                }
+                let Some(ask) = &request.inference else {
+                    return Err("an information part for no coefficients".into());
+                };
+                ask.check_part(request.n_features, self.information.as_ref(), self.rows)?;
+            }
             Phase::Evaluate => {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());

@@ -4,8 +4,8 @@
 //! `shard::groups`, `shard::training::inference`; a Newton pass's answer is
 //! `corgipile_ml::inference::InformationPart`).
 
-use super::protocol::{RoundReply, RoundRequest};
 use corgipile_ml::importance::{Metric, ScorePart, MAX_REPEATS, MAX_ROWS};
+use corgipile_ml::inference::InformationPart;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::EvaluationPart;
 use corgipile_ml::trained::ModelParts;
@@ -59,27 +59,23 @@ impl InferenceAsk {
         }
         Ok(())
     }
-}
 
-impl RoundReply {
-    /// `check` of a Newton pass's reply: only the shard's part, of the model's shape, finite,
-    /// of the rows it says it read.
-    pub(super) fn check_information(&self, request: &RoundRequest) -> Result<(), String> {
-        let (Some(ask), Some(part)) = (&request.inference, &self.information) else {
+    /// Why a reply's `part` (of a reply of `rows`) does not answer this Newton pass of
+    /// `n_features`: none, another shape, values that are not finite, other rows.
+    pub fn check_part(
+        &self,
+        n_features: usize,
+        part: Option<&InformationPart>,
+        rows: u64,
+    ) -> Result<(), String> {
+        let Some(part) = part else {
             return Err("no information part".into());
         };
-        if self.stats.is_some()
-            || self.width.is_some()
-            || self.evaluation.is_some()
-            || !self.classes.is_empty()
-        {
-            return Err("a model or metrics where an information part was asked for".into());
-        }
-        part.check(request.n_features, ask.bias.is_some())?;
-        if part.rows != self.rows {
+        part.check(n_features, self.bias.is_some())?;
+        if part.rows != rows {
             return Err(format!(
-                "an information part of {} rows in a reply of {}",
-                part.rows, self.rows
+                "an information part of {} rows in a reply of {rows}",
+                part.rows
             ));
         }
         Ok(())
