@@ -3,7 +3,9 @@
 //! standard error, test statistic, p-value and interval (the math is
 //! `corgipile_ml::inference`). Each pass reads every training row once, on the backend.
 //! With an intercept, the first pass's counts choose the reference level each categorical
-//! column drops from the design.
+//! column drops from the design. On a sharded table, a shard server's round sums its rows'
+//! part of one pass (`shard_newton_pass`), and the coordinator runs the passes through the
+//! same functions (`polish`, `store`: see `shard::training::inference`).
 
 use super::SgdNode;
 use crate::exec::tuple_shuffle::{ShuffledBuffer, TupleShuffle};
