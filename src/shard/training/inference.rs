@@ -62,6 +62,8 @@ pub(super) fn infer(
     };
     let started = Instant::now();
     progress::phase("inference");
+    // What EXPLAIN ANALYZE and the NOTICEs report is the last epoch's traffic, not the passes'.
+    let epoch_bytes = conv.bytes;
     let (family, _) = family_of(config.model, train.extras.label_values);
     let mut info = start_information(outcome, family, params.fit_intercept);
     let mut request = RoundRequest {
@@ -104,5 +106,6 @@ pub(super) fn infer(
             }
         },
     );
+    conv.bytes = epoch_bytes;
     store_inference(outcome, &info, polished, params, started);
 }
