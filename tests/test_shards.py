@@ -1172,19 +1172,6 @@ def odd_tables(conn, shards):
         conn.execute("DROP TABLE IF EXISTS sh_text, sh_sparse CASCADE")
 
 
-@pytest.mark.parametrize("rel, model, params, what", [
-    ("sh_hash", "logistic", {"inference": True}, '"inference"'),
-])
-def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, params, what):
-    before = models_count(conn)
-    with pytest.raises(E.FeatureNotSupported) as err:
-        train(conn, rel, model, {"epochs": 1, **params})
-    assert err.value.sqlstate == "0A000"
-    assert err.value.diag.message_primary.startswith(f"cannot train on a sharded table with {what}"), \
-        err.value.diag.message_primary
-    assert_nothing_stored(conn, before)
-
-
 @pytest.mark.parametrize("model", ["svm", "mlp", "softmax"])
 def test_a_text_label_once_refused_trains_on_shards(conn, odd_tables, model):
     """Once 0A000 ("the classes would be numbered differently"): sh_text's 'no'/'yes' labels."""
