@@ -10,7 +10,9 @@ group on one shard only, a "where" filter, and min_group_rows keeping a group on
 alone has them); corgipile_predict by the family's id predicts as its evaluation scores, and the
 family evaluates on the sharded table itself; a network is 0A000 before any work, and what one
 server refuses with groups (folds, search, validation) is the same ERROR; a cancel stops the
-coordinator and every shard's round within test_shards.CANCEL_LIMIT.
+coordinator and every shard's round within test_shards.CANCEL_LIMIT; a simple view over the
+sharded table (a group column renamed, a WHERE) trains the groups the table with that "where"
+trains on one server.
 
 Evaluation: corgipile_evaluate of a family on a sharded table: the request carries every group's
 model; each shard numbers its rows' groups by the family's keys and scores each row with its
@@ -293,3 +295,19 @@ def test_cancel_stops_a_per_group_training_and_its_shards(dsn, conn, grp):
         assert latency < CANCEL_LIMIT, f"cancel took {latency:.2f} s"
         assert still == {0: [], 1: []}, still
         assert models_count(killer) == before
+
+
+def test_per_group_models_of_a_view_over_the_sharded_table(conn, grp):
+    """A simple view over the sharded table (a group column renamed, a WHERE) trains its groups
+    on the shards as the table with that "where" trains them on one server's copy."""
+    conn.execute("DROP VIEW IF EXISTS sh_grp_view")
+    conn.execute("CREATE VIEW sh_grp_view AS SELECT id, store AS shop, x1, x2, y FROM sh_grp WHERE x2 > -2")
+    try:
+        sharded = train_family(conn, "sh_grp_view", "shop", "shgt_view")
+        single = train_family(conn, "sh_grp_copy", "store", "shgt_view_copy", where="x2 > -2")
+        (want_rows, want), (got_rows, got) = family_of(conn, single), family_of(conn, sharded)
+        print(f"\nview: the family's group columns {got['columns']} (one server's {want['columns']})")
+        got.pop("columns"), want.pop("columns")
+        assert got_rows == want_rows and got == want, (got_rows, want_rows, got, want)
+    finally:
+        conn.execute("DROP VIEW IF EXISTS sh_grp_view")
