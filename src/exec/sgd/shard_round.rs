@@ -12,7 +12,8 @@ use super::shard_learners::learner_replies;
 use super::statistics::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
-use crate::pipeline::protocol::{Phase, RoundReply, RoundRequest, MAX_CLASS_TEXT};
+use crate::pipeline::protocol::MAX_CLASS_TEXT;
+use crate::pipeline::protocol::{GroupKey, GroupRows, Phase, RoundReply, RoundRequest};
 use crate::pipeline::ClassValue;
 use crate::pipeline::HeldOutRows;
 use crate::pipeline::{BlockShare, FeatureLayout, Mode, ValidationSplit};
@@ -237,6 +238,18 @@ impl SgdNode {
             ),
             None => None,
         };
+        // "group_by": this shard's groups and their rows (each group it met, as one server's
+        // statistics pass counts them), for the coordinator to add up and number.
+        let groups = shuffle
+            .rows_mut()
+            .number_groups(1)
+            .map_or_else(Vec::new, |found| {
+                found
+                    .kept
+                    .into_iter()
+                    .map(|(key, rows)| GroupRows(GroupKey(key), rows))
+                    .collect()
+            });
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),
             rows_skipped: shuffle.counts().rows_skipped,
@@ -244,6 +257,7 @@ impl SgdNode {
             width,
             classes,
             columns,
+            groups,
             ..RoundReply::default()
         }
     }
