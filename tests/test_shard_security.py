@@ -659,6 +659,11 @@ BEGIN
     WHEN 'weights_null' THEN RETURN jsonb_set(r, '{{learners,0,weights,0}}', 'null')::text;
     WHEN 'learners_none' THEN RETURN jsonb_set(r, '{{learners}}', '[]')::text;
     WHEN 'learners_extra' THEN RETURN jsonb_set(r, '{{learners}}', (r -> 'learners') || jsonb_build_array(r #> '{{learners,0}}'))::text;
+    WHEN 'control_short' THEN RETURN jsonb_set(r, '{{learners,0,control}}', (r #> '{{learners,0,control}}') - (-1))::text;
+    WHEN 'control_long' THEN RETURN jsonb_set(r, '{{learners,0,control}}', (r #> '{{learners,0,control}}') || '0.5'::jsonb)::text;
+    WHEN 'control_nan' THEN RETURN jsonb_set(r, '{{learners,0,control,0}}', '"NaN"')::text;
+    WHEN 'control_none' THEN RETURN jsonb_set(r, '{{learners,0,control}}', 'null')::text;
+    WHEN 'control_unasked' THEN RETURN jsonb_set(r, '{{learners,0,control}}', r #> '{{learners,0,weights}}')::text;
     WHEN 'set_aside_model' THEN RETURN jsonb_set(r, '{{learners,0,set_aside}}', 'true')::text;
     WHEN 'second_nan' THEN RETURN jsonb_set(r, '{{learners,1,weights,0}}', '"NaN"')::text;
     WHEN 'second_short' THEN RETURN jsonb_set(r, '{{learners,1,bias}}', '[]')::text;
@@ -782,6 +787,13 @@ HOSTILE_CASES = [
     # Every learner of a round answers (shard protocol 5): none, one more than sent, a learner
     # set aside that still sends a model, a validation round's scores missing; a search's second
     # learner with a NaN weight, without its bias, with a negative validation loss.
+    # A network's control (shard protocol 7: its round's mean gradient, one per parameter):
+    # one short or long, not a number, missing; a control a linear model's round did not ask for.
+    ("control_short", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
+    ("control_long", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
+    ("control_nan", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
+    ("control_none", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
+    ("control_unasked", "Train", "svm", {}, ("08P01",)),
     ("learners_none", "Train", "svm", {}, ("08P01",)),
     ("learners_extra", "Train", "svm", {}, ("08P01",)),
     ("set_aside_model", "Train", "svm", {}, ("08P01",)),
