@@ -789,10 +789,12 @@ HOSTILE_CASES = [
     # learner with a NaN weight, without its bias, with a negative validation loss.
     # A network's control (shard protocol 7: its round's mean gradient, one per parameter):
     # one short or long, not a number, missing; a control a linear model's round did not ask for.
-    ("control_short", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
-    ("control_long", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
-    ("control_nan", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
-    ("control_none", "Train", "mlp", {"hidden": [4]}, ("08P01",)),
+    # One round per epoch: every round trains tuples on every shard (a round without any
+    # answers no control).
+    ("control_short", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_long", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_nan", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_none", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
     ("control_unasked", "Train", "svm", {}, ("08P01",)),
     ("learners_none", "Train", "svm", {}, ("08P01",)),
     ("learners_extra", "Train", "svm", {}, ("08P01",)),
