@@ -25,23 +25,28 @@ impl Controls {
 
     /// Each shard's correction for the next round: the controls' mean weighted by tuples
     /// minus its own; empty for a shard without a control yet (its steps go uncorrected).
-    pub fn corrections(&self) -> Vec<Vec<f64>> {
+    /// None if one is not finite (controls near f64's limit: the training diverged).
+    pub fn corrections(&self) -> Option<Vec<Vec<f64>>> {
+        let total: f64 = self.shards.iter().flatten().map(|(_, t)| *t as f64).sum();
         let mut mean: Vec<f64> = Vec::new();
-        let mut total = 0.0;
         for (control, tuples) in self.shards.iter().flatten() {
-            let t = *tuples as f64;
+            let w = *tuples as f64 / total;
             mean.resize(control.len(), 0.0);
-            mean.iter_mut().zip(control).for_each(|(m, c)| *m += t * c);
-            total += t;
+            mean.iter_mut().zip(control).for_each(|(m, c)| *m += w * c);
         }
-        mean.iter_mut().for_each(|m| *m /= total);
-        self.shards
+        let corrections: Vec<Vec<f64>> = self
+            .shards
             .iter()
             .map(|own| match own {
                 Some((own, _)) => mean.iter().zip(own).map(|(m, c)| m - c).collect(),
                 None => Vec::new(),
             })
-            .collect()
+            .collect();
+        corrections
+            .iter()
+            .flatten()
+            .all(|c| c.is_finite())
+            .then_some(corrections)
     }
 
     /// Shard `k`'s control after a round of `tuples` tuples (a round without tuples keeps
@@ -60,13 +65,13 @@ mod tests {
     #[test]
     fn each_shard_is_corrected_towards_the_mean_weighted_by_tuples() {
         let mut c = Controls::new(3);
-        assert_eq!(c.corrections(), vec![Vec::<f64>::new(); 3]);
+        assert_eq!(c.corrections(), Some(vec![Vec::<f64>::new(); 3]));
         c.set(0, vec![1.0, 0.0], 300);
         c.set(1, vec![-1.0, 4.0], 100);
         // A round without tuples changes nothing.
         c.set(1, vec![9.0, 9.0], 0);
         // Mean: (300·[1, 0] + 100·[-1, 4]) / 400 = [0.5, 1].
-        let corrections = c.corrections();
+        let corrections = c.corrections().unwrap();
         assert_eq!(corrections[0], vec![-0.5, 1.0]);
         assert_eq!(corrections[1], vec![1.5, -3.0]);
         // The third shard has trained nothing yet: no correction.
@@ -76,5 +81,18 @@ mod tests {
             .map(|i| 300.0 * corrections[0][i] + 100.0 * corrections[1][i])
             .collect();
         assert_eq!(sum, vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn controls_beyond_f64_are_no_correction() {
+        let mut c = Controls::new(2);
+        c.set(0, vec![f64::MAX], 1);
+        c.set(1, vec![-f64::MAX], 1);
+        // The mean 0, the corrections ∓MAX: finite.
+        assert!(c.corrections().is_some());
+        c.set(1, vec![f64::MAX], 1);
+        c.set(0, vec![-f64::MAX], 3);
+        // The mean -MAX/2, the second shard's correction -1.5 MAX: not.
+        assert_eq!(c.corrections(), None);
     }
 }

@@ -172,7 +172,8 @@ impl Conversation<'_> {
                 fraction: r as f64 / rounds as f64,
                 tuples: totals.iter().flatten().map(|t| t.tuples).max().unwrap_or(0),
             };
-            let replies = match corrected(request, learners, &going, self.shards.len()) {
+            let replies = match corrected(request, learners, &going, (self.shards.len(), normalize))
+            {
                 Some(requests) => {
                     let mut replies = self.round_each(&requests.iter().collect::<Vec<_>>(), &at);
                     keep_controls(&mut replies, learners, &going);
@@ -240,13 +241,14 @@ impl Conversation<'_> {
 }
 
 /// A network's (or factorization machine's) round: `request` for each shard, each learner
-/// with that shard's drift correction (see `corgipile_ml::trainer::Controls`); None for a
-/// linear model's, whose shards keep no optimizer and whose rounds add the changes whole.
+/// with that shard's drift correction (see `corgipile_ml::trainer::Controls`; ERROR if one is
+/// not finite: diverged); None for a linear model's, whose shards keep no optimizer and whose
+/// rounds add the changes whole.
 fn corrected(
     request: &RoundRequest,
     learners: &mut [ShardLearner],
     going: &[usize],
-    shards: usize,
+    (shards, normalize): (usize, bool),
 ) -> Option<Vec<RoundRequest>> {
     request.network.as_ref()?;
     let corrections: Vec<Vec<Vec<f64>>> = going
@@ -255,7 +257,12 @@ fn corrected(
             let controls = learners[i]
                 .controls
                 .get_or_insert_with(|| Controls::new(shards));
-            controls.corrections()
+            controls.corrections().unwrap_or_else(|| {
+                let diverged = TrainError::Diverged {
+                    epoch: request.epoch,
+                };
+                raise_train_error(diverged, &|v| v.to_string(), normalize)
+            })
         })
         .collect();
     let each = (0..shards).map(|k| {
