@@ -71,7 +71,7 @@ fn sharded(data: &[(f64, Vec<f64>)], epochs: u32, rounds: usize, controlled: boo
     let mut controls = Controls::new(2);
     for epoch in 1..=epochs {
         for round in 0..rounds {
-            let corrections = controls.corrections();
+            let corrections = controls.corrections().unwrap();
             let mut mean = params.clone();
             for (k, rows) in shards.iter().enumerate() {
                 let mut t = trainer();
