@@ -181,7 +181,7 @@ pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), Strin
                 }
             }
         }
-        Phase::Statistics | Phase::Evaluate | Phase::Importance => {}
+        Phase::Statistics | Phase::Evaluate | Phase::Importance | Phase::Inference => {}
     }
     Ok(())
 }
@@ -197,7 +197,7 @@ pub fn check_reply(
 ) -> Result<(), String> {
     let asked = match request.phase {
         Phase::Train | Phase::Validate => request.learners.len(),
-        Phase::Statistics | Phase::Evaluate | Phase::Importance => 0,
+        Phase::Statistics | Phase::Evaluate | Phase::Importance | Phase::Inference => 0,
     };
     if learners.len() != asked {
         return Err(format!(
@@ -223,7 +223,7 @@ pub fn check_reply(
                     );
                 }
             }
-            Phase::Statistics | Phase::Evaluate | Phase::Importance => {}
+            Phase::Statistics | Phase::Evaluate | Phase::Importance | Phase::Inference => {}
         }
     }
     Ok(())
