@@ -156,8 +156,11 @@ TARGET_SEARCH = 2.5
 
 
 def search_cost(conn, pairs):
-    """{"sharded"|"one server": ([one training's seconds], [the search's seconds])}, alternating."""
+    """{"sharded"|"one server": ([one training's seconds], [the search's seconds])}, alternating
+    (empty without pairs)."""
     out = {}
+    if pairs == 0:
+        return out
     for where, table in (("sharded", "sh_binary_hash"), ("one server", "one_binary_hash")):
         common = {"epochs": 3, "seed": 1, "verbose": False, "validation": {"fraction": 0.2},
                   "name": f"bench_search_{where.replace(' ', '_')}"}

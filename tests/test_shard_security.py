@@ -665,6 +665,15 @@ BEGIN
     WHEN 'weights_null' THEN RETURN jsonb_set(r, '{{learners,0,weights,0}}', 'null')::text;
     WHEN 'learners_none' THEN RETURN jsonb_set(r, '{{learners}}', '[]')::text;
     WHEN 'learners_extra' THEN RETURN jsonb_set(r, '{{learners}}', (r -> 'learners') || jsonb_build_array(r #> '{{learners,0}}'))::text;
+    WHEN 'control_short' THEN RETURN jsonb_set(r, '{{learners,0,control}}', (r #> '{{learners,0,control}}') - (-1))::text;
+    WHEN 'control_long' THEN RETURN jsonb_set(r, '{{learners,0,control}}', (r #> '{{learners,0,control}}') || '0.5'::jsonb)::text;
+    WHEN 'control_nan' THEN RETURN jsonb_set(r, '{{learners,0,control,0}}', '"NaN"')::text;
+    WHEN 'control_1e308' THEN  -- one shard's +1.7e308 for every parameter, the other's -1.7e308
+      RETURN jsonb_set(r, '{{learners,0,control}}',
+                       (SELECT jsonb_agg(CASE WHEN rel::text LIKE '%hostile_a' THEN 1.7e308 ELSE -1.7e308 END::numeric)
+                        FROM jsonb_array_elements(r #> '{{learners,0,control}}')))::text;
+    WHEN 'control_none' THEN RETURN jsonb_set(r, '{{learners,0,control}}', 'null')::text;
+    WHEN 'control_unasked' THEN RETURN jsonb_set(r, '{{learners,0,control}}', r #> '{{learners,0,weights}}')::text;
     WHEN 'set_aside_model' THEN RETURN jsonb_set(r, '{{learners,0,set_aside}}', 'true')::text;
     WHEN 'second_nan' THEN RETURN jsonb_set(r, '{{learners,1,weights,0}}', '"NaN"')::text;
     WHEN 'second_short' THEN RETURN jsonb_set(r, '{{learners,1,bias}}', '[]')::text;
@@ -819,6 +828,16 @@ HOSTILE_CASES = [
     # Every learner of a round answers (shard protocol 5): none, one more than sent, a learner
     # set aside that still sends a model, a validation round's scores missing; a search's second
     # learner with a NaN weight, without its bias, with a negative validation loss.
+    # A network's control (shard protocol 8: its round's mean gradient, one per parameter):
+    # one short or long, not a number, missing, near f64's limit; a control a linear model's
+    # round did not ask for.
+    # One round per epoch: every round trains tuples on every shard (a round without any
+    # answers no control).
+    ("control_short", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_long", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_nan", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_none", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    ("control_unasked", "Train", "svm", {}, ("08P01",)),
     ("learners_none", "Train", "svm", {}, ("08P01",)),
     ("learners_extra", "Train", "svm", {}, ("08P01",)),
     ("set_aside_model", "Train", "svm", {}, ("08P01",)),
@@ -1017,6 +1036,18 @@ def test_a_hostile_reply_is_a_clean_error(dsn, hostile, mode, phase, model, para
     assert got in states, f"{mode} ({phase}): expected one of {states}, got {got}: {text[:300]}"
     assert 'shard server "shsec_hostile"' in text, text[:300]
     assert stored == 0, "a model was stored"
+
+
+def test_controls_whose_corrections_overflow_are_a_divergence(dsn, hostile):
+    """Finite controls (±1.7e308 for every parameter on the two shards, which train 1000 and 500
+    rows) whose tuple-weighted corrections are not finite: the coordinator's 22003, before it
+    sends them; nothing stored, no restart."""
+    params = {"epochs": 2, "seed": 1, "hidden": [4], "sync": 1, "where": "id <= 1500"}
+    got, text, stored, problems = hostile_call(
+        dsn, "control_1e308", "Train", lambda u: train(u, "shsec_hostile", "mlp", params))
+    assert not problems, f"THE COORDINATOR RESTARTED: {problems}; the call gave {got}: {text[:300]}"
+    assert got == "22003", f"{got}: {text[:300]}"
+    assert stored == 0
 
 
 # Forged evaluation replies (corgipile_evaluate over the sharded table).

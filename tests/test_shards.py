@@ -1424,7 +1424,8 @@ def test_a_forged_evaluation_request_is_refused_by_the_shard(shards):
 
 def test_a_forged_network_round_is_refused_by_the_shard(shards):
     """A training round of a network whose parameters do not fit the shard's params (hidden
-    [4] over 2 features and 2 classes: 22 parameters), or of a network for a linear kind."""
+    [4] over 2 features and 2 classes: 22 parameters), or of a network for a linear kind; a
+    drift correction of another length than the parameters, or for a linear model."""
     on_shard(0, "DROP TABLE IF EXISTS forge_part",
              "CREATE TABLE forge_part AS SELECT i % 2 AS label, ARRAY[i, 2.0]::float8[] AS features "
              "FROM generate_series(1, 100) i")
@@ -1439,7 +1440,31 @@ def test_a_forged_network_round_is_refused_by_the_shard(shards):
                                   (params, json.dumps(ok))))
         got = reply["learners"][0]
         assert got["tuples"] == 100 and len(got["weights"]) == 22 and got["bias"] == []
-        for model, request in (("mlp", {**base, **learner([0.1] * 21), "network": network}),
+
+        def corrected(correction, weights=(0.1,) * 22):
+            return {"learners": [{"weights": list(weights), "bias": [], "correction": correction}]}
+
+        # A drift correction (protocol 8): none yet (empty) or one per parameter; the shard
+        # answers its round's mean gradient, one per parameter, and steps by the correction.
+        # Each a training of its own (a fresh optimizer).
+        def round_of(training, **extra):
+            request = {**base, **extra, "network": network, "training": training}
+            return json.loads(scalar(c, "SELECT corgipile_shard_round('forge_part', 'mlp', %s, %s)",
+                                     (params, json.dumps(request))))["learners"][0]
+
+        plain, first = round_of(201, **learner([0.1] * 22)), round_of(202, **corrected([]))
+        assert plain["control"] is None
+        assert len(first["control"]) == 22 and any(v != 0 for v in first["control"])
+        # A correction far above any gradient here: every Adam step moves every parameter
+        # against its sign, whatever the rows say.
+        down, up = round_of(203, **corrected([1e4] * 22)), round_of(204, **corrected([-1e4] * 22))
+        assert all(w < 0.1 for w in down["weights"]) and all(w > 0.1 for w in up["weights"])
+        assert len(down["control"]) == 22 and not all(w < 0.1 for w in first["weights"])
+        svm = {"learners": [{"weights": [0.1, 0.1], "bias": [0.0], "correction": [1.0, 1.0]}]}
+        for model, request in (("mlp", {**base, **corrected([1.0] * 21), "network": network}),
+                               ("mlp", {**base, **corrected([1.0] * 23), "network": network}),
+                               ("svm", {**base, **svm}),
+                               ("mlp", {**base, **learner([0.1] * 21), "network": network}),
                                ("mlp", {**base, **learner([0.1] * 22)}),
                                ("svm", {**base, **learner([0.1] * 22), "network": network}),
                                ("mlp", {**base, **learner([0.1] * 22), "network": {**network, "classes": [0]}}),

@@ -135,6 +135,11 @@ pub trait Learn: Send {
     fn into_optimizer(self: Box<Self>) -> Option<Optimizer> {
         None
     }
+    /// Corrects this round's steps for drift by `correction` (a shard's, see
+    /// [`Optimizer::start_control`]); false if it does not fit or the family has no optimizer.
+    fn start_control(&mut self, _correction: Vec<f64>) -> Result<bool, TrainError> {
+        Ok(false)
+    }
 }
 
 /// A model family's trainer (see [`Learn`]); its family builds it
@@ -252,6 +257,12 @@ impl Learner {
     /// Its optimizer state, to resume in the next round.
     pub fn into_optimizer(self) -> Option<Optimizer> {
         self.0.into_optimizer()
+    }
+
+    /// Corrects this round's steps for drift (after `resume_optimizer`; see
+    /// [`Optimizer::start_control`]); false if it does not fit or the family has no optimizer.
+    pub fn start_control(&mut self, correction: Vec<f64>) -> Result<bool, TrainError> {
+        self.0.start_control(correction)
     }
 
     /// The values the shared model starts from: every process's initial parameters (zeros

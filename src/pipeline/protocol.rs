@@ -56,7 +56,8 @@ pub enum Phase {
 /// training's held-out rows — training rounds that keep their tuple ids, an evaluation of only
 /// those rows; 7: `"inference"` — Newton pass rounds and each shard's information part; 8:
 /// per-group models — the statistics round's groups and rows, a training round's numbered
-/// groups and each learner's group, see `protocol::groups`).
+/// groups and each learner's group, see `protocol::groups` — and a network's or factorization
+/// machine's drift correction in a training round, with each shard's control in its reply).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
 pub const PROTOCOL: u32 = 8;

@@ -9,7 +9,7 @@ mod inference;
 mod learners;
 
 use super::coordinator::{
-    open_shards, round, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
+    open_shards, round_each, shard_params, RoundProgress, Shard, ShardLine, ShardSummary,
 };
 use super::gate::{HeldOut, KeptShards};
 use super::leaves::Leaf;
@@ -383,9 +383,15 @@ struct Conversation<'a> {
 impl Conversation<'_> {
     /// One request on every shard at once (see `coordinator::round`).
     fn round(&mut self, request: &RoundRequest, at: &RoundProgress) -> Vec<RoundReply> {
-        round(
+        let each = vec![request; self.shards.len()];
+        self.round_each(&each, at)
+    }
+
+    /// `round` with a request of each shard's, in shard order (see `coordinator::round_each`).
+    fn round_each(&mut self, requests: &[&RoundRequest], at: &RoundProgress) -> Vec<RoundReply> {
+        round_each(
             &mut self.shards,
-            request,
+            requests,
             self.kind,
             &self.params_json,
             self.run_local,

@@ -158,4 +158,10 @@ impl<M: Trainable> Learn for GradientLearner<M> {
     fn into_optimizer(self: Box<Self>) -> Option<Optimizer> {
         Some(self.trainer.into_optimizer())
     }
+
+    fn start_control(&mut self, correction: Vec<f64>) -> Result<bool, TrainError> {
+        self.trainer
+            .start_control(correction)
+            .map_err(out_of_memory)
+    }
 }

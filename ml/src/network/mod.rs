@@ -17,6 +17,8 @@ mod exchange_tests;
 mod model;
 mod optimizer;
 #[cfg(test)]
+mod shard_tests;
+#[cfg(test)]
 mod tests;
 mod train;
 

@@ -1,6 +1,6 @@
 //! The update rules of a network's parameters from a batch's gradient: Adam (the default, as
 //! scikit-learn's MLP) and SGD with momentum. L2 is added to the weights' gradient, not to the
-//! biases'.
+//! biases'. A shard's round may correct its steps for drift ([`Optimizer::start_control`]).
 
 use super::{try_zeros, NetworkError};
 
@@ -20,6 +20,28 @@ pub struct Optimizer {
     first: Vec<f64>,
     second: Vec<f64>,
     steps: u64,
+    /// A shard's round with control variates (see [`Control`]).
+    control: Option<Control>,
+}
+
+/// A shard's drift correction for one round (SCAFFOLD, Karimireddy et al. 2020): every step's
+/// gradient plus `correction` (the coordinator's: all the shards' mean gradient of their last
+/// rounds minus this shard's), so that a shard whose rows are unlike the others' (one class per
+/// shard) steps along the whole table's gradient instead of away to its own optimum; and the
+/// round's raw gradients summed, whose mean is this shard's next control.
+struct Control {
+    /// Empty: none yet (the first round), the steps go as they are.
+    correction: Vec<f64>,
+    sum: Vec<f64>,
+    steps: u64,
+}
+
+impl Control {
+    /// `g`, the gradient of parameter `i`, summed and corrected.
+    fn corrected(&mut self, i: usize, g: f64) -> f64 {
+        self.sum[i] += g;
+        g + self.correction.get(i).copied().unwrap_or(0.0)
+    }
 }
 
 const BETA1: f64 = 0.9;
@@ -45,6 +67,7 @@ impl Optimizer {
             first: try_zeros(n_params)?,
             second,
             steps: 0,
+            control: None,
         })
     }
 
@@ -61,9 +84,36 @@ impl Optimizer {
         }
     }
 
+    /// Corrects this round's steps by `correction` (empty: none yet, the first round), one
+    /// value per parameter, and sums their raw gradients (see [`Control`]). False, and
+    /// nothing changed, if `correction` has another length.
+    pub fn start_control(&mut self, correction: Vec<f64>) -> Result<bool, NetworkError> {
+        let n = self.first.len();
+        if !correction.is_empty() && correction.len() != n {
+            return Ok(false);
+        }
+        self.control = Some(Control {
+            correction,
+            sum: try_zeros(n)?,
+            steps: 0,
+        });
+        Ok(true)
+    }
+
+    /// The mean raw gradient of this round's steps (this shard's control, for the
+    /// coordinator), ending the round's correction; None without a control or a step.
+    pub fn take_control(&mut self) -> Option<Vec<f64>> {
+        let c = self.control.take().filter(|c| c.steps > 0)?;
+        let n = c.steps as f64;
+        Some(c.sum.into_iter().map(|s| s / n).collect())
+    }
+
     /// One step: `params` moved along `gradient` (plus L2 on the parameters `is_weight` marks).
     pub fn step(&mut self, params: &mut [f64], gradient: &[f64], is_weight: &[bool]) {
         self.steps += 1;
+        if let Some(c) = self.control.as_mut() {
+            c.steps += 1;
+        }
         self.update(params, gradient, is_weight, 0..params.len());
     }
 
@@ -79,6 +129,9 @@ impl Optimizer {
         ranges: &[std::ops::Range<usize>],
     ) {
         self.steps += 1;
+        if let Some(c) = self.control.as_mut() {
+            c.steps += 1;
+        }
         for r in ranges {
             self.update(params, gradient, is_weight, r.clone());
         }
@@ -93,9 +146,14 @@ impl Optimizer {
         at: std::ops::Range<usize>,
     ) {
         let (lr, l2) = (self.learning_rate, self.l2);
+        let mut control = self.control.as_mut();
+        let mut raw = |i: usize, g: f64| match control.as_deref_mut() {
+            Some(c) => c.corrected(i, g),
+            None => g,
+        };
         let parts = params[at.clone()]
             .iter_mut()
-            .zip(&gradient[at.clone()])
+            .zip(at.clone().map(|i| raw(i, gradient[i])))
             .zip(&is_weight[at.clone()]);
         match self.kind {
             OptimizerKind::Adam => {
@@ -105,7 +163,7 @@ impl Optimizer {
                 let moments = self.first[at.clone()]
                     .iter_mut()
                     .zip(self.second[at].iter_mut());
-                for (((p, &g), &weight), (m, v)) in parts.zip(moments) {
+                for (((p, g), &weight), (m, v)) in parts.zip(moments) {
                     let g = if weight { g + l2 * *p } else { g };
                     *m = BETA1 * *m + (1.0 - BETA1) * g;
                     *v = BETA2 * *v + (1.0 - BETA2) * g * g;
@@ -113,7 +171,7 @@ impl Optimizer {
                 }
             }
             OptimizerKind::Sgd { momentum } => {
-                for (((p, &g), &weight), v) in parts.zip(self.first[at].iter_mut()) {
+                for (((p, g), &weight), v) in parts.zip(self.first[at].iter_mut()) {
                     let g = if weight { g + l2 * *p } else { g };
                     *v = momentum * *v - lr * g;
                     *p += *v;
@@ -130,7 +188,11 @@ impl Optimizer {
 
     /// Bytes of state this optimizer holds.
     pub fn bytes(&self) -> u64 {
-        ((self.first.len() + self.second.len()) * std::mem::size_of::<f64>()) as u64
+        let control = self
+            .control
+            .as_ref()
+            .map_or(0, |c| c.correction.len() + c.sum.len());
+        ((self.first.len() + self.second.len() + control) * std::mem::size_of::<f64>()) as u64
     }
 
     /// Whether this state fits `n_params` parameters trained by `kind` (a state kept from an

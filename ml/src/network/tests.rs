@@ -421,3 +421,29 @@ fn folding_a_target_keeps_the_output_major_copy_in_step() {
     let rebuilt = NetworkModel::new(ModelKind::MlpRegression, model.net().clone());
     assert_eq!(rebuilt.decision(Row::Dense(&x)).to_bits(), after.to_bits());
 }
+
+#[test]
+fn a_round_with_a_control_steps_corrected_and_answers_its_mean_gradient() {
+    let sgd = OptimizerKind::Sgd { momentum: 0.0 };
+    let mut o = Optimizer::new(sgd, 0.5, 0.0, 2).unwrap();
+    // A correction of another length is refused; none taken without a round.
+    assert!(!o.start_control(vec![1.0]).unwrap());
+    assert_eq!(o.take_control(), None);
+    assert!(o.start_control(vec![1.0, -2.0]).unwrap());
+    let mut p = vec![0.0, 0.0];
+    o.step(&mut p, &[2.0, 0.0], &[true, true]);
+    // Each step along the gradient plus the correction: 0.5 × (2 + 1), 0.5 × (0 − 2).
+    assert_eq!(p, vec![-1.5, 1.0]);
+    o.step(&mut p, &[4.0, 2.0], &[true, true]);
+    // The control: the mean of the raw gradients; the round's correction ends with it.
+    assert_eq!(o.take_control(), Some(vec![3.0, 1.0]));
+    assert_eq!(o.take_control(), None);
+    o.step(&mut p, &[2.0, 2.0], &[true, true]);
+    // After the round: 0.5 × (4 + 1), 0.5 × (2 − 2); then uncorrected: 0.5 × 2 each.
+    assert_eq!(p, vec![-5.0, 0.0]);
+    // The first round has no correction yet (empty): its steps go as they are, summed.
+    assert!(o.start_control(Vec::new()).unwrap());
+    o.step(&mut p, &[2.0, -2.0], &[true, true]);
+    assert_eq!(p, vec![-6.0, 1.0]);
+    assert_eq!(o.take_control(), Some(vec![2.0, -2.0]));
+}

@@ -274,6 +274,11 @@ impl<M: Differentiable> GradientTrainer<M> {
         true
     }
 
+    /// Corrects this round's steps for drift (see [`Optimizer::start_control`]).
+    pub fn start_control(&mut self, correction: Vec<f64>) -> Result<bool, NetworkError> {
+        self.optimizer.start_control(correction)
+    }
+
     /// The optimizer's state, to resume in a later round (see `resume_optimizer`).
     pub fn into_optimizer(self) -> Optimizer {
         self.optimizer

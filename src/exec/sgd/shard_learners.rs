@@ -89,26 +89,53 @@ impl SgdNode {
     }
 }
 
+/// Each learner sent a drift correction corrects its round's steps by it (see
+/// `LearnerRound::correction`); a correction of another shape is a protocol violation.
+pub(super) fn start_controls(trials: &mut Trials, sent: &[LearnerRound], normalize: bool) {
+    for (learner, sent) in trials.learners_mut().zip(sent) {
+        let Some(correction) = &sent.correction else {
+            continue;
+        };
+        match learner.start_control(correction.clone()) {
+            Ok(true) => {}
+            Ok(false) => raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                "corgipile shard round: a drift correction for a model that has none or of another shape",
+                None,
+            ),
+            Err(e) => raise_train_error(e, &|v| v.to_string(), normalize),
+        }
+    }
+}
+
 /// A learner's parameters as sent: its weights, then its biases.
 pub(super) fn start_of(sent: &LearnerRound) -> Vec<f64> {
     sent.weights.iter().chain(&sent.bias).copied().collect()
 }
 
-/// Each learner's answer after the round: its parameters (split as they were sent) and the
-/// round's statistics, or set aside when it diverged while others went on. `parameters`: per
-/// learner, what it learned (Err: set aside) — raises if a sparse row's index grew a model
-/// beyond the features sent (`relation`, for the message).
+/// Per learner, its round's statistics, its fold's score and its control (None: none).
+type PerLearner = (
+    Vec<Option<EpochStats>>,
+    Vec<Option<ValidationScore>>,
+    Vec<Option<Vec<f64>>>,
+);
+
+/// Each learner's answer after the round: its parameters (split as they were sent), the
+/// round's statistics and its control (when a correction was sent), or set aside when it
+/// diverged while others went on. `parameters`: per learner, what it learned (Err: set
+/// aside) — raises if a sparse row's index grew a model beyond the features sent
+/// (`relation`, for the message).
 pub(super) fn learner_replies(
     sent: &[LearnerRound],
     learned: Vec<Result<Vec<f64>, TrainError>>,
-    (stats, holdouts): (Vec<Option<EpochStats>>, Vec<Option<ValidationScore>>),
+    (stats, holdouts, controls): PerLearner,
     relation: &str,
 ) -> Vec<LearnerReply> {
     sent.iter()
         .zip(learned)
-        .zip(stats.into_iter().zip(holdouts))
+        .zip(stats.into_iter().zip(holdouts).zip(controls))
         .map(
-            |((sent, learned), (stats, holdout))| match (learned, stats) {
+            |((sent, learned), ((stats, holdout), control))| match (learned, stats) {
                 (Ok(mut weights), Some(stats)) => {
                     if weights.len() != sent.weights.len() + sent.bias.len() {
                         raise(
@@ -127,6 +154,7 @@ pub(super) fn learner_replies(
                         r2: stats.r2,
                         holdout: holdout.map(|s| s.part()),
                         group: sent.group,
+                        control,
                         ..LearnerReply::default()
                     }
                 }

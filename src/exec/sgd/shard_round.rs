@@ -8,7 +8,7 @@
 
 use super::inference::raise_other_width;
 use super::inputs_only;
-use super::shard_learners::learner_replies;
+use super::shard_learners::{learner_replies, start_controls};
 use super::statistics::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
@@ -343,6 +343,8 @@ impl SgdNode {
                 }
             }
         }
+        // A network's drift correction, once its optimizer is this round's.
+        start_controls(&mut trials, &request.learners, params.normalize);
         trials.set_interrupt(|| {
             Box::new(|| {
                 check_for_interrupts!();
@@ -370,13 +372,17 @@ impl SgdNode {
         let holdouts = trials.take_holdout_scores();
         let one = trials.len() == 1;
         let mut learned = Vec::with_capacity(trials.len());
+        let mut controls = Vec::with_capacity(trials.len());
         for (result, _) in trials.into_results() {
             let Ok(mut learner) = result else {
                 learned.push(result.map(|_| Vec::new()));
+                controls.push(None);
                 continue;
             };
             learned.push(Ok(learner.parameters()));
-            if let (true, Some(optimizer)) = (one, learner.into_optimizer()) {
+            let mut optimizer = learner.into_optimizer();
+            controls.push(optimizer.as_mut().and_then(Optimizer::take_control));
+            if let (true, Some(optimizer)) = (one, optimizer) {
                 // What this backend keeps between rounds (one state per local partition on a
                 // coordinator) stays within corgipile.max_model_memory; beyond it a
                 // partition's next round starts a fresh state.
@@ -413,7 +419,7 @@ impl SgdNode {
             learners: learner_replies(
                 &request.learners,
                 learned,
-                (stats, holdouts),
+                (stats, holdouts, controls),
                 &self.config.relation,
             ),
             ..RoundReply::default()

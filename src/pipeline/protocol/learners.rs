@@ -38,6 +38,12 @@ pub struct LearnerRound {
     pub weights: Vec<f64>,
     #[serde(default)]
     pub bias: Vec<f64>,
+    /// Train, a model a shard trains with a kept optimizer (a network, a factorization
+    /// machine): the drift correction this shard's steps add to their gradient, one value per
+    /// parameter (empty in its first round: none yet), and the shard answers its control
+    /// (`LearnerReply::control`; see `corgipile_ml::trainer::Controls`). None: no correction.
+    #[serde(default)]
+    pub correction: Option<Vec<f64>>,
     /// Validate: its model of the epoch (in the table's units) to score on the rows the shard
     /// held out.
     #[serde(default)]
@@ -63,6 +69,10 @@ pub struct LearnerReply {
     pub accuracy: Option<f64>,
     #[serde(default)]
     pub r2: Option<f64>,
+    /// Train, when a correction was sent and the shard trained tuples: the mean gradient of
+    /// its round's steps, one value per parameter (its control for the next round).
+    #[serde(default)]
+    pub control: Option<Vec<f64>>,
     /// Train: it diverged on this shard while others went on (as one server sets aside a
     /// search's configuration): no parameters; the coordinator sets it aside.
     #[serde(default)]
@@ -121,6 +131,12 @@ pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), Strin
                 }
                 if !all_finite(&l.weights) || !all_finite(&l.bias) {
                     return Err("weights that are not finite".into());
+                }
+                if let Some(c) = &l.correction {
+                    let fits = c.is_empty() || c.len() == l.weights.len();
+                    if request.network.is_none() || !fits || !all_finite(c) {
+                        return Err("a drift correction of another shape than the model's".into());
+                    }
                 }
                 if request.network.is_some() {
                     // A network's shape follows from the shard's params: checked there.
@@ -243,10 +259,19 @@ fn check_trained(
         part.check(kind)?;
     }
     if reply.set_aside {
-        if !reply.weights.is_empty() || !reply.bias.is_empty() {
+        if !reply.weights.is_empty() || !reply.bias.is_empty() || reply.control.is_some() {
             return Err("a model of a learner set aside".into());
         }
         return Ok(());
+    }
+    // A control exactly when a correction was sent and the shard trained (one per parameter).
+    let controlled = sent.correction.is_some() && reply.tuples > 0;
+    if let Some(c) = &reply.control {
+        if !controlled || c.len() != sent.weights.len() + sent.bias.len() || !all_finite(c) {
+            return Err("a control of another shape than the model's, or not asked for".into());
+        }
+    } else if controlled {
+        return Err("no control where a drift correction was sent".into());
     }
     if reply.weights.len() != sent.weights.len() || reply.bias.len() != sent.bias.len() {
         return Err(format!(

@@ -123,6 +123,7 @@ pub(super) fn add_learners(learners: &mut Vec<ShardLearner>, found: &GroupsFound
             rounds: whole.rounds.clone(),
             going: true,
             set_aside: None,
+            controls: None,
         };
         learners.push(learner);
     }

@@ -8,7 +8,7 @@
 use super::{epoch_record, pooled_validation, scored, validation_request, Conversation};
 use crate::exec::sgd::CollectedRows;
 use crate::pg::error::{raise, raise_train_error};
-use crate::pipeline::protocol::{LearnerRound, RoundRequest};
+use crate::pipeline::protocol::{LearnerRound, RoundReply, RoundRequest};
 use crate::pipeline::PipelineConfig;
 use crate::pipeline::{ClassValue, GroupsFound, TrainOutcome, Trial};
 use crate::shard::coordinator::RoundProgress;
@@ -20,7 +20,9 @@ use corgipile_ml::params::{Configuration, TrainParams};
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{DeltaRounds, EpochPart, EpochRecord, EpochTotals, TrainError};
+use corgipile_ml::trainer::{
+    Controls, DeltaRounds, EpochPart, EpochRecord, EpochTotals, TrainError,
+};
 use pgrx::PgSqlErrorCode;
 use serde_json::{Map, Value};
 use std::rc::Rc;
@@ -43,6 +45,9 @@ pub(super) struct ShardLearner {
     pub(super) going: bool,
     /// Set aside (it diverged) in this epoch.
     pub(super) set_aside: Option<u32>,
+    /// A model the shards train with kept optimizers (a network, a factorization machine):
+    /// every shard's control, for its drift correction (see `Controls`).
+    pub(super) controls: Option<Controls>,
 }
 
 /// Refuses, before any work, learners a sharded training cannot run as one server does: a
@@ -117,6 +122,7 @@ pub(super) fn learners_of(
                 rounds: linear(params).unwrap_or_else(|| start.clone()),
                 going: true,
                 set_aside: None,
+                controls: None,
             });
         }
     }
@@ -161,6 +167,7 @@ impl Conversation<'_> {
                         group: learners[i].group,
                         weights: weights.to_vec(),
                         bias: bias.to_vec(),
+                        correction: None,
                         score: None,
                     }
                 })
@@ -170,7 +177,15 @@ impl Conversation<'_> {
                 fraction: r as f64 / rounds as f64,
                 tuples: totals.iter().flatten().map(|t| t.tuples).max().unwrap_or(0),
             };
-            let replies = self.round(request, &at);
+            let replies = match corrected(request, learners, &going, (self.shards.len(), normalize))
+            {
+                Some(requests) => {
+                    let mut replies = self.round_each(&requests.iter().collect::<Vec<_>>(), &at);
+                    keep_controls(&mut replies, learners, &going);
+                    replies
+                }
+                None => self.round(request, &at),
+            };
             for (j, &i) in going.iter().enumerate() {
                 let learner = &mut learners[i];
                 if replies.iter().any(|r| r.learners[j].set_aside) {
@@ -227,6 +242,53 @@ impl Conversation<'_> {
             }
         }
         totals
+    }
+}
+
+/// A network's (or factorization machine's) round: `request` for each shard, each learner
+/// with that shard's drift correction (see `corgipile_ml::trainer::Controls`; ERROR if one is
+/// not finite: diverged); None for a linear model's, whose shards keep no optimizer and whose
+/// rounds add the changes whole.
+fn corrected(
+    request: &RoundRequest,
+    learners: &mut [ShardLearner],
+    going: &[usize],
+    (shards, normalize): (usize, bool),
+) -> Option<Vec<RoundRequest>> {
+    request.network.as_ref()?;
+    let corrections: Vec<Vec<Vec<f64>>> = going
+        .iter()
+        .map(|&i| {
+            let controls = learners[i]
+                .controls
+                .get_or_insert_with(|| Controls::new(shards));
+            controls.corrections().unwrap_or_else(|| {
+                let diverged = TrainError::Diverged {
+                    epoch: request.epoch,
+                };
+                raise_train_error(diverged, &|v| v.to_string(), normalize)
+            })
+        })
+        .collect();
+    let each = (0..shards).map(|k| {
+        let mut r = request.clone();
+        for (l, c) in r.learners.iter_mut().zip(&corrections) {
+            l.correction = Some(c[k].clone());
+        }
+        r
+    });
+    Some(each.collect())
+}
+
+/// Takes each shard's control of every learner going out of its reply (checked against the
+/// request as it came) into the learner's controls.
+fn keep_controls(replies: &mut [RoundReply], learners: &mut [ShardLearner], going: &[usize]) {
+    for (k, reply) in replies.iter_mut().enumerate() {
+        for (&i, l) in going.iter().zip(reply.learners.iter_mut()) {
+            if let (Some(controls), Some(control)) = (&mut learners[i].controls, l.control.take()) {
+                controls.set(k, control, l.tuples);
+            }
+        }
     }
 }
 
