@@ -44,6 +44,10 @@ pub enum Use {
     Gate,
     /// A view read through its base table's pages (a projection and a filter of one table).
     View,
+    /// A `"search"` whose configurations differ in `"model"`.
+    SearchedModel,
+    /// A `"search"` whose configurations differ in `"class_weight"`.
+    SearchedClassWeight,
 }
 
 impl Use {
@@ -69,6 +73,8 @@ impl Use {
             Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
             Use::Gate => "`\"deploy\": \"if_better\"`",
             Use::View => "a view over it",
+            Use::SearchedModel => "a `\"search\"` of `\"model\"`",
+            Use::SearchedClassWeight => "a `\"search\"` of `\"class_weight\"`",
         }
     }
 }
@@ -117,6 +123,12 @@ pub const REFUSED: &[Refused] = &[
     // The shards read their own tables by block: a view's filter and columns would have to be
     // rewritten into each shard's terms.
     refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),
+    // A search's learners train side by side in every round on each shard's one plan, whose
+    // rows are decoded for one kind (a binary kind's two labels, a network's or a softmax's
+    // classes), and whose labels' weights the statistics round settles once for every learner
+    // (a network's search, its folds: each learner keeps its own optimizer state on every shard).
+    refused(Use::Shards, Use::SearchedModel, "a \"search\" on a sharded table cannot search \"model\" yet", "Search each model kind with its own corgipile_train: every shard decodes a round's rows for one kind."),
+    refused(Use::Shards, Use::SearchedClassWeight, "a \"search\" on a sharded table cannot search \"class_weight\" yet", "Search with one \"class_weight\" (the statistics round settles the labels' weights once for every configuration), or on one shard's table."),
     // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
     // softmax's, a text label's) and every process takes its numbering.
     refused(Use::Workers, Use::Inference, "\"workers\" cannot be used with \"inference\" yet", WORKERS_HINT),
@@ -202,6 +214,10 @@ mod tests {
         // A search runs its configurations (and folds) side by side on the shards.
         assert!(refusal(Use::Shards, &[Use::Search, Use::Validation]).is_none());
         assert!(refusal(Use::Shards, &[Use::Search, Use::Folds]).is_none());
+        // ... networks too (each learner's optimizer state its own on every shard), but not
+        // kinds or class weights.
+        assert!(refusal(Use::Shards, &[Use::Search, Use::Folds, Use::Network]).is_none());
+        assert!(refusal(Use::Shards, &[Use::Search, Use::SearchedModel]).is_some());
         assert_eq!(
             r.message,
             "\"group_by\" cannot train on a sharded table yet"

@@ -47,10 +47,11 @@ pub enum Phase {
 /// stored preprocessing in the statistics round; importance rounds; per-group evaluations; the
 /// statistics round's table marks and a `"since"` training's marks in its requests; 6: a gated
 /// training's held-out rows — training rounds that keep their tuple ids, an evaluation of only
-/// those rows).
+/// those rows; 7: a training round's network learners — a search's, folds — each keep their
+/// own optimizer state on the shard between rounds, and may differ in shape).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 6;
+pub const PROTOCOL: u32 = 7;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.

@@ -29,7 +29,9 @@ use crate::pipeline::Trial;
 use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::network::NetworkPlan;
 use corgipile_ml::divergence::diverged;
+use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
+use corgipile_ml::params::TrainParams;
 use corgipile_ml::scoring::ValidationPart;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::standardize::Standardizer;
@@ -58,7 +60,7 @@ pub fn train(
     let configurations = params
         .configurations(kind)
         .unwrap_or_else(|e| raise_param_error(e));
-    check_search(&configurations, params.folds.unwrap_or(0), kind);
+    check_search(config, &configurations);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let version = this_version().to_string();
     // A training "since" a model: the marks it recorded of the shards' tables.
@@ -135,7 +137,12 @@ pub fn train(
         seconds: statistics_seconds,
         ..
     } = zero;
-    let rounds = params.sync_rounds(model_rounds.params().len());
+    // A search of networks: as many rounds as its biggest network would have alone.
+    let rounds = params.sync_rounds(
+        network
+            .as_ref()
+            .map_or(model_rounds.params().len(), NetworkPlan::most_parameters),
+    );
     // A validation relation, read here now that its rows' encoding is known (`gate`).
     let relation_rows = super::gate::relation_rows(config, preprocessing.as_ref(), &numbered);
     request.network = network.as_ref().map(|plan| plan.round.clone());
@@ -152,18 +159,23 @@ pub fn train(
     // Every configuration of a search starts where the one model would: from zeros, or from a
     // warm start's model.
     let start = warm.map(|_| model_rounds.params().to_vec());
-    let mut learners = learners_of(&configurations, folds, model_rounds, &|p| {
-        (searching && network.is_none()).then(|| {
-            let mut rounds = linear_rounds(kind, p, n_weights, outputs);
+    let own = |c: usize, p: &TrainParams| {
+        searching.then(|| {
+            let (mut rounds, n_weights) = match &network {
+                Some(plan) => (plan.rounds(c), plan.initials[c].len()),
+                None => (linear_rounds(kind, p, n_weights, outputs), n_weights),
+            };
             if let Some(start) = &start {
+                // A warm start's model fits every configuration (`warm::start_rounds`).
                 assert!(
                     rounds.start_at(start.clone()),
-                    "a configuration of the same shape"
+                    "a configuration of its shape"
                 );
             }
-            rounds
+            (rounds, n_weights)
         })
-    });
+    };
+    let mut learners = learners_of(&configurations, (folds, n_weights), model_rounds, &own);
     let mut fit = fit_of(&configurations, &learners, params, kind);
     let standardizer = extras.standardizer.clone();
     let label_values = extras.label_values;
@@ -186,7 +198,7 @@ pub fn train(
         let totals = conv.epoch_rounds(
             &mut request,
             &mut learners,
-            (epoch, rounds, n_weights),
+            (epoch, rounds),
             params.normalize,
         );
         let Some(tuples) = totals.iter().flatten().map(|t| t.tuples).max() else {
@@ -206,8 +218,9 @@ pub fn train(
         // relation's, here).
         let validation_started = Instant::now();
         let scored = validating.then(|| {
-            let mut model_of = |params: Vec<f64>| {
-                combined_model(kind, shape, params, network.as_mut(), standardizer.as_ref())
+            let mut model_of = |c: usize, params: Vec<f64>| {
+                let network = network.as_mut().map(|n| &mut n.learners[c]);
+                combined_model(kind, shape, params, network, standardizer.as_ref())
             };
             let at = (&request, label_values);
             validate(
@@ -271,8 +284,9 @@ pub fn train(
         statistics_seconds,
         started,
     };
-    let mut model_of = |params: Vec<f64>| {
-        combined_model(kind, shape, params, network.as_mut(), standardizer.as_ref())
+    let mut model_of = |c: usize, params: Vec<f64>| {
+        let network = network.as_mut().map(|n| &mut n.learners[c]);
+        combined_model(kind, shape, params, network, standardizer.as_ref())
     };
     let trials = trials(finished, &configurations, &stored, &mut model_of);
     let summary = ShardSummary {
@@ -438,13 +452,14 @@ fn pooled_validation(
 }
 
 /// The model the shards' combined parameters make (`params`: the weights, `n_weights` of them,
-/// then the bias; a network's all its parameters; `shape`: features, outputs, weights), in the
-/// table's units (`standardizer` folded in).
+/// then the bias; a network's all its parameters, made by its configuration's `network`
+/// learner; `shape`: features, outputs, weights), in the table's units (`standardizer` folded
+/// in).
 fn combined_model(
     kind: ModelKind,
     shape: (usize, usize, usize),
     params: Vec<f64>,
-    network: Option<&mut NetworkPlan>,
+    network: Option<&mut Learner>,
     standardizer: Option<&Standardizer>,
 ) -> Model {
     let model = training_units_model(kind, shape, params, network);
@@ -458,12 +473,12 @@ fn training_units_model(
     kind: ModelKind,
     (n_features, outputs, n_weights): (usize, usize, usize),
     mut params: Vec<f64>,
-    network: Option<&mut NetworkPlan>,
+    network: Option<&mut Learner>,
 ) -> Model {
     match network {
-        Some(plan) => {
-            plan.learner.set_parameters(&params);
-            plan.learner.result_model().unwrap_or_else(|| {
+        Some(learner) => {
+            assert!(learner.set_parameters(&params), "a learner's own rounds");
+            learner.result_model().unwrap_or_else(|| {
                 let bytes = params.len() as u64 * 8;
                 raise_train_error(TrainError::OutOfMemory { bytes }, &|v| v.to_string(), false)
             })
