@@ -1015,13 +1015,24 @@ def test_a_shard_error_cancels_the_other_shards_work(conn, blobs):
 
 
 LONG = {"epochs": 1_000_000, "sync": 50, "seed": 1}
+# Each loop the coordinator runs: the one model's rounds, a search's learners, folds' learners,
+# a validation round after every epoch (with patience that never stops), a network's rounds.
+LONG_SHAPES = {
+    "one model": ("svm", LONG),
+    "search": ("svm", {**LONG, "search": {"learning_rate": [0.01, 0.1, 0.3]}, "validation": {"fraction": 0.2}, "name": "sh_cancel_search"}),
+    "folds": ("logistic", {**LONG, "folds": 3}),
+    "validation": ("logistic", {**LONG, "validation": {"fraction": 0.2}, "patience": 1_000_000}),
+    "mlp": ("mlp", {**LONG, "hidden": [8]}),
+}
 
 
-def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
+@pytest.mark.parametrize("shape", LONG_SHAPES)
+def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs, shape):
+    model, params = LONG_SHAPES[shape]
     with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
         before = models_count(killer)
         pid = victim.info.backend_pid
-        t, result = start_training(victim, "sh_range", "svm", LONG)
+        t, result = start_training(victim, "sh_range", model, params)
         try:
             wait_active(killer, pid)
             time.sleep(1.0)
@@ -1035,7 +1046,7 @@ def test_cancel_stops_the_coordinator_and_the_shards(dsn, blobs):
         finally:
             stop_if_running(killer, t, pid)
         still = wait_shards_quiet()
-        print(f"\ncancel latency {latency:.3f} s (shard rounds seen running before: "
+        print(f"\n{shape}: cancel latency {latency:.3f} s (shard rounds seen running before: "
               f"{[len(v) for v in seen.values()]}); after {SETTLE} s: {still}")
         assert isinstance(result.get("error"), E.QueryCanceled), result
         assert result["error"].sqlstate == "57014"
@@ -2457,3 +2468,41 @@ def test_a_shard_reads_what_its_own_mark_says(incremental):
             with pytest.raises(psycopg.Error) as err:
                 shard_round_on(c, "inc_part", "logistic", params, request)
             assert err.value.sqlstate in ("08P01", "22023"), (err.value.sqlstate, err.value.diag.message_primary)
+
+
+# ----------------------------------------------------------------------------------------------
+# one snapshot of every shard for the whole training
+
+
+def test_a_sharded_training_reads_one_snapshot_of_every_shard(dsn, shards):
+    """Rows deleted on a shard while a training runs there are still the training's (as one
+    server's training reads one snapshot of its table): every epoch trains the rows the first
+    one did, and the held-out ids a gate scores still name those rows."""
+    for i in (0, 1):
+        on_shard(i, "DROP TABLE IF EXISTS snap_part",
+                 f"SELECT setseed({0.31 + 0.2 * i})",
+                 f"CREATE TABLE snap_part AS {blobs_sql(50_000, 'random() < 0.5', start=1 + 50_000 * i)}")
+    with psycopg.connect(dsn, autocommit=True) as victim, psycopg.connect(dsn, autocommit=True) as killer:
+        sharded_table(killer, "sh_snap", [(f"FOR VALUES FROM ({1 + 50_000 * k}) TO ({1 + 50_000 * (k + 1)})", srv, "snap_part")
+                                          for k, srv in enumerate((S1, S2))])
+        pid = victim.info.backend_pid
+        t, result = start_training(victim, "sh_snap", "svm", {"epochs": 40, "sync": 50, "seed": 1})
+        try:
+            wait_active(killer, pid)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not running_rounds(1):
+                time.sleep(0.01)
+            on_shard(1, "DELETE FROM snap_part WHERE id % 2 = 0")
+            alive = t.is_alive()
+            t.join(timeout=300)
+        finally:
+            stop_if_running(killer, t, pid)
+        assert alive, "the training ended before the rows were deleted: make it longer"
+        assert "error" not in result, result
+        model = result["value"]
+        deleted = 50_000 - shard_scalar(1, "SELECT count(*) FROM snap_part")
+        print(f"\n{deleted} rows deleted on shard 2 during the training; rows trained {rows_trained(killer, model)}")
+        assert deleted == 25_000
+        assert rows_trained(killer, model) == 100_000
+        # A new training sees the rows as they are now.
+        assert rows_trained(killer, train(killer, "sh_snap", "svm", {"epochs": 1, "seed": 1})) == 75_000

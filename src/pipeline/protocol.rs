@@ -364,6 +364,33 @@ impl LearnedStatistics {
 }
 
 impl RoundRequest {
+    /// A request of `phase` in `training` (0: none) from this corgipile, for one round of one
+    /// epoch, carrying nothing else: callers set what their phase sends.
+    pub fn new(phase: Phase, training: u64) -> RoundRequest {
+        RoundRequest {
+            version: this_version().to_string(),
+            protocol: PROTOCOL,
+            phase,
+            training,
+            epoch: 1,
+            round: 0,
+            rounds: 1,
+            n_features: 0,
+            learners: Vec::new(),
+            folds: 0,
+            score_folds: false,
+            extras: LearnedStatistics::default(),
+            evaluate: None,
+            network: None,
+            classes: Vec::new(),
+            preprocessing: None,
+            zone: None,
+            importance: None,
+            keep_held_out_ids: false,
+            marks: None,
+        }
+    }
+
     /// Why this request cannot be run for a model of `outputs` outputs: shapes that do not
     /// match, values that are not finite. Whoever calls corgipile_shard_round may have
     /// written it, so nothing in it is trusted. (Its size was bounded when it was parsed, and

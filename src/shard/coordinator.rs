@@ -4,11 +4,10 @@
 
 use super::leaves::Leaf;
 use super::remote::Remote;
-use crate::exec::sgd::LearnedStatistics;
 use crate::pg::error::raise;
 use crate::pg::progress;
 use crate::pipeline::protocol::{
-    this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, Versions, PROTOCOL,
+    this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, Versions,
 };
 use crate::pipeline::PipelineConfig;
 use corgipile_ml::model::ModelKind;
@@ -332,26 +331,9 @@ pub fn evaluate(
     let version = this_version().to_string();
     let mut shards = open_shards(leaves, &version);
     let request = RoundRequest {
-        version,
-        protocol: PROTOCOL,
-        phase: Phase::Evaluate,
-        training: 0,
-        epoch: 1,
-        round: 0,
-        rounds: 1,
         n_features: model.model.n_features(),
-        learners: Vec::new(),
-        folds: 0,
-        score_folds: false,
-        extras: LearnedStatistics::default(),
         evaluate: Some(model),
-        network: None,
-        classes: Vec::new(),
-        preprocessing: None,
-        zone: None,
-        importance: None,
-        keep_held_out_ids: false,
-        marks: None,
+        ..RoundRequest::new(Phase::Evaluate, 0)
     };
     let at = RoundProgress {
         label: "evaluation".into(),

@@ -17,12 +17,10 @@
 
 use super::coordinator::{round, shard_params, RoundProgress, Shard};
 use crate::catalog::StoredModel;
-use crate::exec::sgd::{forget_kept, score_rows, CollectedRows, LearnedStatistics};
+use crate::exec::sgd::{forget_kept, score_rows, CollectedRows};
 use crate::pg::error::raise;
 use crate::pg::progress;
-use crate::pipeline::protocol::{
-    this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, PROTOCOL,
-};
+use crate::pipeline::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use crate::pipeline::{ClassValue, HeldOutRows, PipelineConfig};
 use crate::request::Prepared;
 use corgipile_ml::model::{ModelKind, Predictor};
@@ -63,18 +61,7 @@ impl KeptShards {
         let _progress = progress::start(&config.relation, kind.name(), 1);
         progress::phase("deploy gate");
         let request = RoundRequest {
-            version: this_version().to_string(),
-            protocol: PROTOCOL,
-            phase: Phase::Evaluate,
-            training: self.training,
-            epoch: 1,
-            round: 0,
-            rounds: 1,
             n_features: stored.model.n_features(),
-            learners: Vec::new(),
-            folds: 0,
-            score_folds: false,
-            extras: LearnedStatistics::default(),
             evaluate: Some(EvaluateRequest {
                 model: stored.model.to_parts(),
                 classes: stored.classes.clone(),
@@ -83,13 +70,7 @@ impl KeptShards {
                 groups: None,
                 held_out: true,
             }),
-            network: None,
-            classes: Vec::new(),
-            preprocessing: None,
-            zone: None,
-            importance: None,
-            keep_held_out_ids: false,
-            marks: None,
+            ..RoundRequest::new(Phase::Evaluate, self.training)
         };
         let parent = prepared.relid;
         let run_local = |leaf: pg_sys::Oid, request: &RoundRequest| {

@@ -9,12 +9,10 @@
 use super::coordinator::{bad_reply, open_shards, round_each, shard_params, RoundProgress};
 use super::leaves::Leaf;
 use crate::catalog::StoredModel;
-use crate::exec::sgd::{check_cost, score_sample, LearnedStatistics, SampleRows};
+use crate::exec::sgd::{check_cost, score_sample, SampleRows};
 use crate::pg::error::raise;
 use crate::pg::progress;
-use crate::pipeline::protocol::{
-    this_version, EvaluateRequest, Phase, RoundReply, RoundRequest, PROTOCOL,
-};
+use crate::pipeline::protocol::{this_version, EvaluateRequest, Phase, RoundReply, RoundRequest};
 use crate::pipeline::protocol_parts::ImportanceAsk;
 use crate::pipeline::Mode;
 use crate::request::{prepare, Prepared};
@@ -145,18 +143,7 @@ pub(super) fn importance_sharded(
     let version = this_version().to_string();
     let mut shards = open_shards(leaves, &version);
     let mut request = RoundRequest {
-        version,
-        protocol: PROTOCOL,
-        phase: Phase::Importance,
-        training: 0,
-        epoch: 1,
-        round: 0,
-        rounds: 1,
         n_features: stored.n_features(),
-        learners: Vec::new(),
-        folds: 0,
-        score_folds: false,
-        extras: LearnedStatistics::default(),
         evaluate: Some(EvaluateRequest {
             model: stored.model.to_parts(),
             classes: stored.classes.clone(),
@@ -165,13 +152,8 @@ pub(super) fn importance_sharded(
             groups: None,
             held_out: false,
         }),
-        network: None,
-        classes: Vec::new(),
-        preprocessing: None,
-        zone: None,
         importance: Some(ImportanceAsk { count: true, ..ask }),
-        keep_held_out_ids: false,
-        marks: None,
+        ..RoundRequest::new(Phase::Importance, 0)
     };
     let params_json = shard_params(&config.params);
     let mut bytes = 0;

@@ -20,6 +20,7 @@ const PGRES_POLLING_FAILED: c_int = 0;
 const PGRES_POLLING_READING: c_int = 1;
 const PGRES_POLLING_WRITING: c_int = 2;
 const PGRES_POLLING_OK: c_int = 3;
+const PGRES_COMMAND_OK: c_int = 1;
 const PGRES_TUPLES_OK: c_int = 2;
 const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
 const PG_DIAG_MESSAGE_PRIMARY: c_int = b'M' as c_int;
@@ -297,6 +298,12 @@ impl Remote {
                      pg_catalog.set_config('client_connection_check_interval', '1000', false)",
                 &[],
             );
+            // Every round of this training then reads one snapshot of the shard's table, as one
+            // server's training reads one of its table (postgres_fdw's remote transactions are
+            // repeatable read for the same reason): an epoch sees the rows the first one saw, and
+            // the tuple ids a gate's rows were held out by still name them. Nothing is written
+            // there, so the transaction ends with the connection.
+            remote.query(c"START TRANSACTION ISOLATION LEVEL REPEATABLE READ", &[]);
             remote
         }
     }
@@ -363,7 +370,8 @@ impl Remote {
                 if res.is_null() {
                     break;
                 }
-                if PQresultStatus(res) == PGRES_TUPLES_OK {
+                let status = PQresultStatus(res);
+                if status == PGRES_TUPLES_OK {
                     if PQntuples(res) == 1 && PQgetisnull(res, 0, 0) == 0 {
                         if let Some(read) = read.take() {
                             let len = PQgetlength(res, 0, 0).max(0) as usize;
@@ -373,7 +381,7 @@ impl Remote {
                             value = Some(read(bytes));
                         }
                     }
-                } else if error.is_none() {
+                } else if status != PGRES_COMMAND_OK && error.is_none() {
                     let hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
                     error = Some((
                         c_text(PQresultErrorField(res, PG_DIAG_SQLSTATE)),

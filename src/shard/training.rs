@@ -16,19 +16,18 @@ use super::plan::{
 };
 use super::warm;
 use crate::catalog::warm_start::WarmStart;
-use crate::exec::sgd::{raise_diverged, LearnedStatistics};
+use crate::exec::sgd::{raise_diverged, CollectedRows, LearnedStatistics};
 use crate::pg::error::raise_param_error;
 use crate::pg::error::{notice, raise_train_error};
 use crate::pg::progress;
 use crate::pipeline::protocol::EvaluateRequest;
-use crate::pipeline::protocol::{
-    this_version, NetworkRound, Phase, RoundReply, RoundRequest, PROTOCOL,
-};
+use crate::pipeline::protocol::{this_version, NetworkRound, Phase, RoundReply, RoundRequest};
 use crate::pipeline::ClassValue;
 use crate::pipeline::Trial;
 use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::network::NetworkPlan;
 use corgipile_ml::divergence::diverged;
+use corgipile_ml::fit::Fit;
 use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
 use corgipile_ml::params::TrainParams;
@@ -36,9 +35,9 @@ use corgipile_ml::scoring::ValidationPart;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::standardize::Standardizer;
 use corgipile_ml::trained::Model;
-use corgipile_ml::trainer::{shard_line, EpochRecord, EpochTotals, TrainError};
+use corgipile_ml::trainer::{shard_line, DeltaRounds, EpochRecord, EpochTotals, TrainError};
 use learners::{check_search, epoch_end, epoch_records, fit_of, learners_of, results};
-use learners::{trials, validate, Stored};
+use learners::{trials, validate, ShardLearner, Stored};
 use pgrx::pg_sys;
 use std::time::Instant;
 
@@ -62,6 +61,132 @@ pub fn train(
         .unwrap_or_else(|e| raise_param_error(e));
     check_search(config, &configurations);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
+    let (mut conv, begun) = begin(parent, leaves, config, warm, run_local);
+    let Begun {
+        mut request,
+        mut plan,
+        model_rounds,
+        relation_rows,
+        zero,
+        read,
+    } = begun;
+    // The learners (a search's configurations side by side, or the one model): every
+    // configuration of a search starts where the one model would, from zeros (a network: its
+    // own shape's seeded parameters) or from a warm start's model.
+    let start = warm.map(|_| model_rounds.params().to_vec());
+    let (_, outputs, n_weights) = plan.shape;
+    let own = |c: usize, p: &TrainParams| {
+        params.search.is_some().then(|| {
+            let (mut rounds, n_weights) = match &plan.network {
+                Some(network) => (network.rounds(c), network.initials[c].len()),
+                None => (linear_rounds(kind, p, n_weights, outputs), n_weights),
+            };
+            if let Some(start) = &start {
+                // A warm start's model fits every configuration (`warm::start_rounds`).
+                assert!(
+                    rounds.start_at(start.clone()),
+                    "a configuration of its shape"
+                );
+            }
+            (rounds, n_weights)
+        })
+    };
+    let folds = params.folds.unwrap_or(0);
+    let mut learners = learners_of(&configurations, (folds, n_weights), model_rounds, &own);
+    let mut fit = fit_of(&configurations, &learners, params, kind);
+    let rows_trained = epochs(
+        &mut conv,
+        &mut request,
+        &mut plan,
+        relation_rows.as_ref(),
+        (&mut learners, &mut fit),
+        config,
+    );
+    if let (true, false, Some(stopped)) = (params.verbose, params.search.is_some(), fit.stopped()) {
+        notice(stopped.line());
+    }
+    progress::finish();
+    // The local partitions' optimizer states (the remote shards' go with their connections);
+    // held-out rows a gate scores stay (`gate::KeptShards`).
+    if !request.keep_held_out_ids {
+        crate::exec::sgd::forget_kept();
+    }
+    let (results, holdouts) = results(learners, started.elapsed().as_secs_f64());
+    let finished = fit.finish(results, holdouts);
+    let dense = matches!(config.layout, FeatureLayout::Dense { .. });
+    let stored = Stored {
+        classes: stored_classes(request.extras.label_values, &request.network, zero.classes),
+        standardizer: (plan.standardizer.clone())
+            .filter(|_| dense)
+            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
+        preprocessing: zero.preprocessing.map(std::rc::Rc::new),
+        rows_trained,
+        rows_skipped: zero.rows_skipped,
+        statistics_seconds: zero.seconds,
+        started,
+    };
+    let trials = trials(finished, &configurations, &stored, &mut |c, p| {
+        plan.model(c, p)
+    });
+    let summary = ShardSummary {
+        shards: conv.shards.iter().map(ShardLine::of).collect(),
+        rounds_per_epoch: plan.rounds,
+        bytes_per_epoch: conv.bytes,
+        read,
+    };
+    let held_out = super::gate::held_out(
+        relation_rows,
+        (request.keep_held_out_ids).then(|| KeptShards::new(conv.shards, request.training)),
+    );
+    (trials, summary, held_out)
+}
+
+/// What round 0 settles for the epochs (see `begin`).
+struct Begun {
+    /// The training rounds' request: the merged preprocessing, classes and statistics.
+    request: RoundRequest,
+    plan: Plan,
+    /// The starting parameters (zeros, or a warm start's), round by round.
+    model_rounds: DeltaRounds,
+    /// A validation relation's rows, encoded as the shards encode theirs.
+    relation_rows: Option<CollectedRows>,
+    zero: RoundZero,
+    /// The shards' table marks, for the model's metrics (`since.rs`).
+    read: Option<serde_json::Value>,
+}
+
+/// The model's shape and what turns the shards' combined parameters into a model.
+struct Plan {
+    kind: ModelKind,
+    /// Rounds per epoch.
+    rounds: u32,
+    /// Features, outputs, weights (see `combined_model`).
+    shape: (usize, usize, usize),
+    /// A regression's zero model's loss (see `corgipile_ml::divergence`).
+    zero_loss: Option<f64>,
+    network: Option<NetworkPlan>,
+    standardizer: Option<Standardizer>,
+}
+
+impl Plan {
+    /// The model `params` of configuration `c` make, in the table's units.
+    fn model(&mut self, c: usize, params: Vec<f64>) -> Model {
+        let standardizer = self.standardizer.as_ref();
+        let network = self.network.as_mut().map(|n| &mut n.learners[c]);
+        combined_model(self.kind, self.shape, params, network, standardizer)
+    }
+}
+
+/// Round 0 on every shard (their statistics, merged; a warm start's model unfolded into
+/// them) and the training rounds' request it gives.
+fn begin<'a>(
+    parent: pg_sys::Oid,
+    leaves: Vec<Leaf>,
+    config: &PipelineConfig,
+    warm: Option<&WarmStart>,
+    run_local: &'a dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
+) -> (Conversation<'a>, Begun) {
+    let params = &config.params;
     let version = this_version().to_string();
     // A training "since" a model: the marks it recorded of the shards' tables.
     let since = super::since::load(config, parent);
@@ -70,34 +195,19 @@ pub fn train(
         .map(Leaf::oid)
         .zip(super::describe(&leaves))
         .collect();
-    // Round 0: statistics.
+    let fixed = fixed_preprocessing(config);
     let mut request = RoundRequest {
-        version: version.clone(),
-        protocol: PROTOCOL,
-        phase: Phase::Statistics,
-        training: training_number(),
-        epoch: 1,
-        round: 0,
-        rounds: 1,
-        n_features: fixed_preprocessing(config).map_or(0, |p| p.n_features),
-        learners: Vec::new(),
-        folds: 0,
-        score_folds: false,
-        extras: LearnedStatistics::default(),
-        evaluate: None,
-        network: None,
-        classes: Vec::new(),
+        n_features: fixed.map_or(0, |p| p.n_features),
         // A warm start's column list: every shard encodes with the stored preprocessing.
-        preprocessing: fixed_preprocessing(config).cloned(),
+        preprocessing: fixed.cloned(),
         // A timestamptz column is read on the wall clock of this session's time zone.
         zone: plans(config).and_then(|(plans, _)| plans.iter().find_map(|p| p.zone.clone())),
-        importance: None,
-        keep_held_out_ids: false,
         marks: since.as_ref().map(|s| s.marks.clone()),
+        ..RoundRequest::new(Phase::Statistics, training_number())
     };
     let mut conv = Conversation {
         shards: open_shards(leaves, &version),
-        kind,
+        kind: config.model,
         params_json: shard_params(&params_for_shards(config)),
         run_local,
         bytes: 0,
@@ -122,94 +232,85 @@ pub fn train(
     );
     let ShardPlan {
         extras,
-        mut network,
+        network,
         zero_loss,
         model_rounds,
         n_weights,
         outputs,
     } = warm::plan(warm, config, &mut zero);
-    let RoundZero {
-        preprocessing,
-        stats: _,
-        classes: numbered,
-        n_features,
-        rows_skipped,
-        seconds: statistics_seconds,
-        ..
-    } = zero;
-    // A search of networks: as many rounds as its biggest network would have alone.
-    let rounds = params.sync_rounds(
-        network
-            .as_ref()
-            .map_or(model_rounds.params().len(), NetworkPlan::most_parameters),
-    );
     // A validation relation, read here now that its rows' encoding is known (`gate`).
-    let relation_rows = super::gate::relation_rows(config, preprocessing.as_ref(), &numbered);
+    let relation_rows =
+        super::gate::relation_rows(config, zero.preprocessing.as_ref(), &zero.classes);
     request.network = network.as_ref().map(|plan| plan.round.clone());
     // A linear model of a label numbered by class: every shard decodes by this numbering.
     if request.network.is_none() {
-        request.classes = numbered.clone();
+        request.classes = zero.classes.clone();
     }
-    // The learners' epochs (a search's configurations side by side, or the one model), run by
-    // the policy one server runs (with validation, patience and best epochs; the shard line
-    // is this driver's own).
-    let validating = params.validation.is_some();
-    let searching = params.search.is_some();
-    let folds = params.folds.unwrap_or(0);
-    // Every configuration of a search starts where the one model would: from zeros, or from a
-    // warm start's model.
-    let start = warm.map(|_| model_rounds.params().to_vec());
-    let own = |c: usize, p: &TrainParams| {
-        searching.then(|| {
-            let (mut rounds, n_weights) = match &network {
-                Some(plan) => (plan.rounds(c), plan.initials[c].len()),
-                None => (linear_rounds(kind, p, n_weights, outputs), n_weights),
-            };
-            if let Some(start) = &start {
-                // A warm start's model fits every configuration (`warm::start_rounds`).
-                assert!(
-                    rounds.start_at(start.clone()),
-                    "a configuration of its shape"
-                );
-            }
-            (rounds, n_weights)
-        })
-    };
-    let mut learners = learners_of(&configurations, (folds, n_weights), model_rounds, &own);
-    let mut fit = fit_of(&configurations, &learners, params, kind);
-    let standardizer = extras.standardizer.clone();
-    let label_values = extras.label_values;
-    let mut rows_trained = 0;
     request.phase = Phase::Train;
     // A gate scores both versions on the rows the shards hold out: they keep their ids.
-    request.keep_held_out_ids = validating && relation_rows.is_none() && params.deploy.is_some();
-    request.n_features = n_features;
+    request.keep_held_out_ids =
+        params.validation.is_some() && relation_rows.is_none() && params.deploy.is_some();
+    request.n_features = zero.n_features;
+    // A search of networks: as many rounds as its biggest network would have alone.
+    let most = network
+        .as_ref()
+        .map_or(model_rounds.params().len(), NetworkPlan::most_parameters);
+    let plan = Plan {
+        kind: config.model,
+        rounds: params.sync_rounds(most),
+        shape: (zero.n_features, outputs, n_weights),
+        zero_loss,
+        network,
+        standardizer: extras.standardizer.clone(),
+    };
     request.extras = extras;
     request.zone = None;
     // A list of feature columns: every shard encodes its rows with the merged preprocessing.
-    request.preprocessing.clone_from(&preprocessing);
-    let shape = (n_features, outputs, n_weights);
+    request.preprocessing.clone_from(&zero.preprocessing);
+    let begun = Begun {
+        request,
+        plan,
+        model_rounds,
+        relation_rows,
+        zero,
+        read,
+    };
+    (conv, begun)
+}
+
+/// The epochs' rounds of the learners, run by the policy one server runs (`fit`: validation,
+/// patience, best epochs; the shard line is this driver's own), with a validation round after
+/// each epoch when rows are held out; the rows trained in the last epoch.
+fn epochs(
+    conv: &mut Conversation,
+    request: &mut RoundRequest,
+    plan: &mut Plan,
+    relation_rows: Option<&CollectedRows>,
+    (learners, fit): (&mut Vec<ShardLearner>, &mut Fit<Model>),
+    config: &PipelineConfig,
+) -> u64 {
+    let params = &config.params;
+    let validating = params.validation.is_some();
+    let searching = params.search.is_some();
+    let folds = params.folds.unwrap_or(0);
+    let label_values = request.extras.label_values;
+    let mut rows_trained = 0;
     for epoch in 1..=params.epochs {
         let epoch_started = Instant::now();
         progress::epoch_started(epoch);
         // The last epoch: each fold's learner scores its fold's rows (as on one server).
         request.folds = folds;
         request.score_folds = folds > 0 && epoch == params.epochs;
-        let totals = conv.epoch_rounds(
-            &mut request,
-            &mut learners,
-            (epoch, rounds),
-            params.normalize,
-        );
+        let totals = conv.epoch_rounds(request, learners, (epoch, plan.rounds), params.normalize);
         let Some(tuples) = totals.iter().flatten().map(|t| t.tuples).max() else {
             break;
         };
         rows_trained = totals.iter().flatten().map(|t| t.rows).max().unwrap_or(0);
         let mut records = epoch_records(
             config,
-            &mut learners,
+            learners,
             &totals,
-            (epoch, epoch_started, zero_loss),
+            (epoch, epoch_started, plan.zero_loss),
         );
         if let Some(first) = records.iter().flatten().next() {
             progress::epoch_finished(first.stats.loss);
@@ -218,19 +319,9 @@ pub fn train(
         // relation's, here).
         let validation_started = Instant::now();
         let scored = validating.then(|| {
-            let mut model_of = |c: usize, params: Vec<f64>| {
-                let network = network.as_mut().map(|n| &mut n.learners[c]);
-                combined_model(kind, shape, params, network, standardizer.as_ref())
-            };
-            let at = (&request, label_values);
-            validate(
-                &mut conv,
-                &learners,
-                at,
-                relation_rows.as_ref(),
-                &mut model_of,
-                tuples,
-            )
+            let at = (&*request, label_values);
+            let model_of = &mut |c: usize, params: Vec<f64>| plan.model(c, params);
+            validate(conv, learners, at, relation_rows, model_of, tuples)
         });
         let validation_seconds = match validating {
             true => validation_started.elapsed().as_secs_f64(),
@@ -245,7 +336,7 @@ pub fn train(
         if params.verbose && !searching {
             // The model of every row's (after its folds' learners).
             if let Some(record) = &records[folds as usize] {
-                notice_epoch(params.epochs, record, &conv.shards, rounds, conv.bytes);
+                notice_epoch(params.epochs, record, &conv.shards, plan.rounds, conv.bytes);
             }
         }
         let actions = fit.end_epoch(end);
@@ -259,47 +350,7 @@ pub fn train(
             break;
         }
     }
-    if let (true, false, Some(stopped)) = (params.verbose, searching, fit.stopped()) {
-        notice(stopped.line());
-    }
-    progress::finish();
-    // The local partitions' optimizer states (the remote shards' go with their connections);
-    // held-out rows a gate scores stay (`gate::KeptShards`).
-    if !request.keep_held_out_ids {
-        crate::exec::sgd::forget_kept();
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let (results, holdouts) = results(learners, seconds);
-    let finished = fit.finish(results, holdouts);
-    let dense = matches!(config.layout, FeatureLayout::Dense { .. });
-    let stored = Stored {
-        classes: stored_classes(request.extras.label_values, &request.network, numbered),
-        standardizer: standardizer
-            .clone()
-            .filter(|_| dense)
-            .map(|s| std::rc::Rc::new(serde_json::to_value(s).expect("standardizer serializes"))),
-        preprocessing: preprocessing.map(std::rc::Rc::new),
-        rows_trained,
-        rows_skipped,
-        statistics_seconds,
-        started,
-    };
-    let mut model_of = |c: usize, params: Vec<f64>| {
-        let network = network.as_mut().map(|n| &mut n.learners[c]);
-        combined_model(kind, shape, params, network, standardizer.as_ref())
-    };
-    let trials = trials(finished, &configurations, &stored, &mut model_of);
-    let summary = ShardSummary {
-        shards: conv.shards.iter().map(ShardLine::of).collect(),
-        rounds_per_epoch: rounds,
-        bytes_per_epoch: conv.bytes,
-        read,
-    };
-    let held_out = super::gate::held_out(
-        relation_rows,
-        (request.keep_held_out_ids).then(|| KeptShards::new(conv.shards, request.training)),
-    );
-    (trials, summary, held_out)
+    rows_trained
 }
 
 /// The shards of a training and what every round sends them besides its request.
@@ -332,24 +383,16 @@ impl Conversation<'_> {
 /// rows' labels score.
 fn validation_request(train: &RoundRequest, label_values: Option<(f64, f64)>) -> RoundRequest {
     RoundRequest {
-        phase: Phase::Validate,
-        round: 0,
-        rounds: 1,
-        learners: Vec::new(),
+        epoch: train.epoch,
+        n_features: train.n_features,
+        folds: train.folds,
+        score_folds: train.score_folds,
         extras: LearnedStatistics {
             label_values,
             ..LearnedStatistics::default()
         },
-        evaluate: None,
-        network: None,
-        classes: Vec::new(),
-        // Its rows were encoded when they were held out.
-        preprocessing: None,
-        zone: None,
-        importance: None,
-        keep_held_out_ids: false,
-        marks: None,
-        ..train.clone()
+        // Its rows were encoded when they were held out: no preprocessing, classes or marks.
+        ..RoundRequest::new(Phase::Validate, train.training)
     }
 }
 
