@@ -97,6 +97,9 @@ pub(super) fn check_search(config: &PipelineConfig, configurations: &[Configurat
     }
 }
 
+/// A configuration's own rounds, and how many of its parameters are weights.
+pub(super) type OwnRounds = (DeltaRounds, usize);
+
 /// Every configuration's learners (with `folds`, one per fold, then its model of every row, as
 /// one server orders them), each starting from `start` (the plan's combined parameters, the
 /// first `n_weights` weights), or from `own` rounds of its configuration (a search's: its own
@@ -105,7 +108,7 @@ pub(super) fn learners_of(
     configurations: &[Configuration],
     (folds, n_weights): (u32, usize),
     start: DeltaRounds,
-    own: &dyn Fn(usize, &TrainParams) -> Option<(DeltaRounds, usize)>,
+    own: &dyn Fn(usize, &TrainParams) -> Option<OwnRounds>,
 ) -> Vec<ShardLearner> {
     let mut learners = Vec::new();
     for (index, (configuration, params)) in configurations.iter().enumerate() {
