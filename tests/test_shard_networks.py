@@ -1,5 +1,5 @@
 """A search over a network's params and folds of networks and factorization machines on a sharded
-table (the shard servers of test_shards.py; #55): every learner of a round — a configuration, a
+table (the shard servers of test_shards.py and a local partition; #55): every learner of a round — a configuration, a
 fold — keeps its own optimizer state on each shard between rounds, and learners of different
 shapes (hidden sizes) travel with their own parameters. Checked: a search of three network
 configurations of three shapes picks the configuration one server picks on a local copy of the
@@ -25,22 +25,25 @@ from test_shards import (DEAD_PORT, S1, S2, cluster_dir, cv_of, local_copy, on_s
 pytestmark = pytest.mark.own_cluster  # the two shard servers of test_shards.py
 shards = test_shards.shards
 
-ROWS = 8000  # per shard
+ROWS = 8000  # per shard server
+LOCAL = 2000  # in the coordinator's local partition (trained in its own backend, as a shard)
 # x1 * x2 > 0 (an XOR of two of the four features): a network of one hidden unit cannot learn it.
 ROWS_SQL = """SELECT i AS id, (x[1] * x[2] > 0)::int AS label,
                      2 * x[1] * x[2] + 0.5 * x[3] + 0.05 * (random() - 0.5) AS y, x AS features
               FROM (SELECT i, ARRAY[random() * 2 - 1, random() * 2 - 1, random() * 2 - 1, random() * 2 - 1] AS x
-                    FROM generate_series({start}, {stop}) i) g ORDER BY label"""
-# A sharded network's accuracy against one server's on the same rows, each shard's rows stored
-# ordered by label (a model combined from the shards' rounds, each shard's Adam moments its
-# own): measured at most 0.030 in the search below.
-TOLERANCE = 0.05
+                    FROM generate_series({start}, {stop}) i) g"""
+# A sharded network's accuracy against one server's on the same rows (a model combined from the
+# shards' rounds, each shard's Adam moments its own): measured at most 0.025 below, over runs
+# (the rows each shard holds out for validation follow its table's oid: they vary from run to
+# run, by 0.3 point of accuracy here). With each part's rows stored ordered by label the gap
+# grows: 0.044 for hidden [16] after 4 epochs.
+TOLERANCE = 0.04
 NETS = {"epochs": 4, "seed": 7, "validation": {"fraction": 0.2}, "select_by": "accuracy"}
 
 
 @pytest.fixture(scope="module")
 def nets(dsn, shards):
-    """sh_net: ids 1-8000 on shard 1, 8001-16000 on shard 2, each stored ordered by label;
+    """sh_net: ids 1-8000 on shard 1, 8001-16000 on shard 2, 16001-18000 in a local partition;
     sh_net_copy: a local copy."""
     for i in (0, 1):
         start = 1 + ROWS * i
@@ -49,8 +52,13 @@ def nets(dsn, shards):
                  "VACUUM ANALYZE net_part")
     with psycopg.connect(dsn, autocommit=True) as c:
         sharded_table(c, "sh_net", [(f"FOR VALUES FROM (1) TO ({ROWS + 1})", S1, "net_part"),
-                                    (f"FOR VALUES FROM ({ROWS + 1}) TO ({2 * ROWS + 1})", S2, "net_part")],
+                                    (f"FOR VALUES FROM ({ROWS + 1}) TO ({2 * ROWS + 1})", S2, "net_part"),
+                                    (f"FOR VALUES FROM ({2 * ROWS + 1}) TO ({2 * ROWS + LOCAL + 1})", None, None)],
                       cols="id int, label int, y float8, features float8[]")
+        c.execute("SELECT setseed(0.9)")
+        c.execute(f"INSERT INTO sh_net {ROWS_SQL.format(start=2 * ROWS + 1, stop=2 * ROWS + LOCAL)}")
+        # Its statistics now, not whenever autovacuum comes (they size the blocks read).
+        c.execute("VACUUM ANALYZE sh_net_2")
         local_copy(c, "sh_net")
     yield "sh_net"
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -65,10 +73,10 @@ def scores(conn, model_id):
 
 def test_a_search_of_networks_of_three_shapes_picks_as_one_server(conn, nets):
     """hidden [1], [16] and [16, 8]: three shapes side by side in every round. One hidden unit
-    cannot learn the XOR (below 0.7 on both: measured 0.66 on one server, 0.47 sharded); the
-    others' validation accuracies are within TOLERANCE of one server's (measured 0.958 and 0.986
-    on one server, 0.932 and 0.956 sharded), and the configuration picked is one server's:
-    [16, 8], ahead of [16] by 2.8 points on one server and 2.4 sharded."""
+    cannot learn the XOR (below 0.7 on both: measured 0.65 on one server, 0.50 sharded); the
+    others' validation accuracies are within TOLERANCE of one server's (measured 0.968 and 0.984
+    on one server, 0.943-0.946 and 0.971-0.972 sharded over runs), and the configuration picked
+    is one server's: [16, 8], ahead of [16] by 1.6 points on one server and 2.6-2.8 sharded."""
     before = models_count(conn)
     params = {**NETS, "search": {"hidden": [[1], [16], [16, 8]]}}
     single = train(conn, "sh_net_copy", "mlp", params, name="sh_netsearch_one")
