@@ -1038,6 +1038,12 @@ class ShardRoundFuzz:
                            {"features": "features", "label": "label", "only": True, "since": 1, "replay": 0.5},
                            {**base, "phase": "Train", "n_features": 4,
                             "learners": [{"weights": [0.1, -0.2, 0.3, 0.0], "bias": [0.05]}], "marks": [{**mark, "system": mark["system"] ^ 1}, mark]}),
+            # A Newton pass of "inference": every row summed at the coordinator's coefficients.
+            "Inference": (self.dense_table, "logistic",
+                          {"features": "features", "label": "label", "only": True, "inference": True},
+                          {**base, "phase": "Inference", "n_features": 4,
+                           "extras": {"standardizer": None, "class_weights": None, "label_values": [0.0, 1.0]},
+                           "inference": {"weights": [0.1, -0.2, 0.3, 0.0], "bias": 0.05}}),
             # A validation round: the epoch's model scored on the rows this backend held out.
             "Validate": (self.dense_table, "svm", {"features": "features", "label": "label", "only": True},
                          {**base, "phase": "Validate", "training": 9, "n_features": 4,

@@ -39,7 +39,10 @@ Checked here:
    bias or validation score; a fold's score forged or sent for the model of every row), a gated
    training's evaluations of the rows the shards held out forged (metrics one longer, none,
    2^64-1 rows, not JSON: the version stored before the gate rolls back), a table mark forged
-   (in a training round's reply, a zero oid, 2^40 pages, none in a "since" training), a reply of
+   (in a training round's reply, a zero oid, 2^40 pages, none in a "since" training), a Newton
+   pass's part of the information matrix forged ("inference": values short or long, NaN, 1e400,
+   a negative diagonal or loss, counts beyond its rows, other rows than the reply's, none, 10^7
+   values; a part in a training round's reply), a reply of
    another shard protocol or corgipile version (0A000 naming both). Each is a
    clean ERROR (08P01, 54000 for sizes beyond corgipile.max_model_memory; the diverged 22003 for
    1e300) naming the server, as an ordinary role; no model is stored; the coordinator never
@@ -734,6 +737,21 @@ BEGIN
     WHEN 'grp_rows' THEN
       RETURN jsonb_set(r, '{{group_evaluations,0,scored}}',
                        to_jsonb((r #>> '{{group_evaluations,0,scored}}')::bigint + 7))::text;
+    WHEN 'inf_short' THEN RETURN jsonb_set(r, '{{information,h}}', (r #> '{{information,h}}') - (-1))::text;
+    WHEN 'inf_long' THEN RETURN jsonb_set(r, '{{information,g}}', (r #> '{{information,g}}') || '0.5'::jsonb)::text;
+    WHEN 'inf_nan' THEN RETURN jsonb_set(r, '{{information,h,0}}', '"NaN"')::text;
+    WHEN 'inf_1e400' THEN RETURN regexp_replace(jsonb_set(r, '{{information,g,0}}', '7')::text, '"g": \\[7', '"g": [1e400');
+    WHEN 'inf_diag' THEN RETURN jsonb_set(r, '{{information,h,0}}', '-1')::text;
+    WHEN 'inf_loss' THEN RETURN jsonb_set(r, '{{information,loss}}', '-1')::text;
+    WHEN 'inf_counts' THEN
+      RETURN jsonb_set(r, '{{information,counts,0}}', to_jsonb((r #>> '{{information,rows}}')::bigint + 1))::text;
+    WHEN 'inf_rows' THEN
+      RETURN jsonb_set(r, '{{information,rows}}', to_jsonb((r #>> '{{information,rows}}')::bigint + 5))::text;
+    WHEN 'inf_none' THEN RETURN jsonb_set(r, '{{information}}', 'null')::text;
+    WHEN 'inf_huge' THEN
+      RETURN jsonb_set(r, '{{information,h}}', ('[' || repeat('0.5,', (n - 1)::int) || '0.5]')::jsonb)::text;
+    WHEN 'inf_train' THEN
+      RETURN jsonb_set(r, '{{information}}', '{{"h": [], "g": [], "rows": 0, "loss": 0, "counts": []}}')::text;
     ELSE RAISE EXCEPTION 'unknown hostile mode %', mode;
   END CASE;
 END $$
@@ -796,7 +814,7 @@ HOSTILE_CASES = [
     ("second_nan", "Train", "svm", SEARCH, ("08P01",)),
     ("second_short", "Train", "logistic", SEARCH, ("08P01",)),
     ("second_val_loss", "Validate", "svm", SEARCH, ("08P01",)),
-    # A search of networks of two shapes (shard protocol 7): each learner's reply is checked
+    # A search of networks of two shapes (shard protocol 8): each learner's reply is checked
     # against its own length — the two learners' replies swapped, the second's one longer.
     ("learners_swapped", "Train", "mlp", NETSEARCH, ("08P01",)),
     ("second_long", "Train", "mlp", NETSEARCH, ("08P01",)),
@@ -833,6 +851,23 @@ HOSTILE_CASES = [
     ("mark_zero", "Statistics", "svm", {}, ("08P01",)),
     ("mark_huge", "Statistics", "svm", {}, ("08P01",)),
     ("mark_none", "Statistics", "svm", {"since": "shsec_inc"}, ("08P01",)),
+    # "inference" (a linear model: one Newton pass): a shard's part of the information matrix
+    # one value short in H, one long in the gradient, with a NaN, 1e400 (beyond a float), a
+    # negative diagonal or loss, a feature counted in more rows than the part has, a part of
+    # other rows than the reply's, none, of 10^7 values (beyond corgipile.max_model_memory to
+    # read); a part in a training round's reply.
+    ("inf_short", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_long", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_nan", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_1e400", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_diag", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_loss", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_counts", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_rows", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_none", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_huge", "Inference", "linear", {"inference": True}, ("54000", "08P01")),
+    ("not_json", "Inference", "linear", {"inference": True}, ("08P01",)),
+    ("inf_train", "Train", "linear", {"inference": True}, ("08P01",)),
     # Last: on a build without the check the coordinator crashes here (and, with
     # synchronous_commit off, loses its last commits in the restart).
     ("width_1e11", "Statistics", "svm", {}, ("54000", "08P01")),
@@ -915,6 +950,8 @@ def test_the_hostile_shard_trains_when_honest(dsn, hostile):
     with psycopg.connect(dsn, user=SMALL, autocommit=True) as u, psycopg.connect(dsn, autocommit=True) as admin:
         assert rows_trained(admin, train(u, "shsec_hostile", "svm", {"epochs": 2, "seed": 1})) == 2000
         assert rows_trained(admin, train(u, "shsec_hostile", "logistic", {"epochs": 2, "seed": 1, **COLUMNS})) == 2000
+        linear = train(u, "shsec_hostile", "linear", {"epochs": 2, "seed": 1, "inference": True})
+        assert scalar(admin, "SELECT metrics->'inference'->'rows' FROM corgipile.models WHERE id = %s", (linear,)) == 2000
 
 
 def hostile_call(dsn, mode, phase, call):

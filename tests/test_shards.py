@@ -74,7 +74,6 @@ R2_TOLERANCE = 0.01
 CANCEL_LIMIT = 1.0  # seconds from pg_cancel_backend (or a shard's ERROR) to the ERROR at the client
 SETTLE = 3.0  # seconds after which no shard may still run corgipile_shard_round
 
-PROTOCOL = 6  # src/pipeline/protocol.rs's PROTOCOL: forged requests say it
 SHARD_PORTS = (PGPORT + 100, PGPORT + 101)
 PROTOCOL = SHARD_PROTOCOL  # src/pipeline/protocol.rs
 
@@ -1172,19 +1171,6 @@ def odd_tables(conn, shards):
         yield
     finally:
         conn.execute("DROP TABLE IF EXISTS sh_text, sh_sparse CASCADE")
-
-
-@pytest.mark.parametrize("rel, model, params, what", [
-    ("sh_hash", "logistic", {"inference": True}, '"inference"'),
-])
-def test_unsupported_params_are_0A000(conn, blobs, odd_tables, rel, model, params, what):
-    before = models_count(conn)
-    with pytest.raises(E.FeatureNotSupported) as err:
-        train(conn, rel, model, {"epochs": 1, **params})
-    assert err.value.sqlstate == "0A000"
-    assert err.value.diag.message_primary.startswith(f"cannot train on a sharded table with {what}"), \
-        err.value.diag.message_primary
-    assert_nothing_stored(conn, before)
 
 
 @pytest.mark.parametrize("model", ["svm", "mlp", "softmax"])

@@ -100,8 +100,6 @@ const fn refused(a: Use, b: Use, message: &'static str, hint: &'static str) -> R
 }
 
 const WORKERS_HINT: &str = "Set \"workers\": 0 (the default) to train in one process.";
-const SHARDS_HINT: &str =
-    "Train on each shard's table on its own server, or copy the rows to one server.";
 const INFERENCE_HINT: &str = "Standard errors are computed for one model trained on every row of a table, read by block: train that model alone (an array column or a list of feature columns), then compare or search without \"inference\".";
 const SINCE_HINT: &str = "An incremental training continues one model; per-group models and cross-validation train from zeros.";
 const WARM_START_HINT: &str =
@@ -118,8 +116,9 @@ pub const REFUSED: &[Refused] = &[
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering;
     // a list of feature columns' preprocessing is merged once from every shard's statistics
-    // (round 0), and every shard encodes with it.
-    refused(Use::Shards, Use::Inference, "cannot train on a sharded table with \"inference\" yet", SHARDS_HINT),
+    // (round 0), and every shard encodes with it; "inference"'s Newton passes are rounds in
+    // which every shard sums its rows' part of the information matrix, merged by the
+    // coordinator.
     // The shards read their own tables by block: a view's filter and columns would have to be
     // rewritten into each shard's terms.
     refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),

@@ -21,6 +21,9 @@
 //! reference is the most frequent named level (ties: the first in feature order).
 
 pub mod distributions;
+mod part;
+
+pub use part::InformationPart;
 
 use crate::preprocess::OneHotGroup;
 use crate::row::Row;
@@ -443,6 +446,40 @@ impl Information {
         }
         Ok(out)
     }
+}
+
+/// The Newton passes from `info`'s coefficients to the optimum, and its tests: one server's
+/// (each `pass` pushes every row) and a shard coordinator's (each `pass` adds every shard's
+/// part) alike. `pass(info, n)` fills pass `n` (1-based; `info` was started); after the first,
+/// the reference level of each of `groups` is dropped (`name`: a feature's name); then a step,
+/// until one is below [`TOLERANCE`] (least squares: the first), at most [`MAX_PASSES`].
+/// `check`: the caller's interrupt check (see [`Information::newton_step`]). Returns the
+/// tests and the passes made.
+pub fn newton_passes(
+    info: &mut Information,
+    l2: f64,
+    (groups, name): (&[OneHotGroup], &dyn Fn(usize) -> String),
+    pass: &mut dyn FnMut(&mut Information, u32),
+    check: &mut dyn FnMut(),
+) -> Result<(Inference, u32), InferenceError> {
+    let mut passes = 0;
+    let mut last_step = f64::INFINITY;
+    while last_step >= TOLERANCE {
+        if passes == MAX_PASSES {
+            return Err(InferenceError::NotConverged { step: last_step });
+        }
+        passes += 1;
+        info.start_pass();
+        pass(info, passes);
+        if passes == 1 {
+            info.drop_references(groups, name);
+        }
+        last_step = info.newton_step(l2, check)?;
+        if info.solved() {
+            break; // least squares: one pass
+        }
+    }
+    Ok((info.finish(check)?, passes))
 }
 
 /// Cholesky factor of the symmetric p × p matrix whose lower triangle `a` holds (row-major),

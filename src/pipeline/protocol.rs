@@ -8,11 +8,12 @@
 //! a reply of another version before it uses it, so that servers of different versions give an
 //! ERROR naming both versions, never a model trained by two readings of one message.
 
-use super::protocol_parts::{FamilyModels, ImportanceAsk, ImportancePart};
+use super::protocol_parts::{FamilyModels, ImportanceAsk, ImportancePart, InferenceAsk};
 use crate::pipeline::mark::{check_marks, TableMark};
 use crate::pipeline::ClassValue;
 use crate::pipeline::LearnedStatistics;
 use corgipile_ml::importance::{column_ranges, Metric};
+use corgipile_ml::inference::InformationPart;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::preprocess::{Preprocessor, StatsPart};
 use corgipile_ml::scoring::{EvaluationPart, TableSpec};
@@ -35,6 +36,10 @@ pub enum Phase {
     /// (in `evaluate`) on a sample of them with each column permuted (`importance`; see
     /// `shard::importance`).
     Importance,
+    /// `"inference"`: a Newton pass over every row of the shard at the coordinator's
+    /// coefficients (`inference`), its sums sent back to be merged (see
+    /// `shard::training::inference`).
+    Inference,
 }
 
 /// The shard protocol's version: bumped whenever a message's fields or their meaning change
@@ -47,11 +52,12 @@ pub enum Phase {
 /// stored preprocessing in the statistics round; importance rounds; per-group evaluations; the
 /// statistics round's table marks and a `"since"` training's marks in its requests; 6: a gated
 /// training's held-out rows — training rounds that keep their tuple ids, an evaluation of only
-/// those rows; 7: a training round's network learners — a search's, folds — each keep their
-/// own optimizer state on the shard between rounds, and may differ in shape).
+/// those rows; 7: `"inference"` — Newton pass rounds and each shard's information part; 8: a
+/// training round's network learners — a search's, folds — each keep their own optimizer
+/// state on the shard between rounds, and may differ in shape).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 7;
+pub const PROTOCOL: u32 = 8;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.
@@ -270,6 +276,9 @@ pub struct RoundRequest {
     /// all of it). None otherwise.
     #[serde(default, deserialize_with = "crate::pipeline::mark::mark_list")]
     pub marks: Option<Vec<TableMark>>,
+    /// Inference: the coefficients the Newton pass is at.
+    #[serde(default)]
+    pub inference: Option<InferenceAsk>,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -324,6 +333,9 @@ pub struct RoundReply {
     /// say nothing of what was added, such as a partitioned one).
     #[serde(default)]
     pub mark: Option<TableMark>,
+    /// Inference: what the shard's Newton pass summed.
+    #[serde(default)]
+    pub information: Option<InformationPart>,
 }
 
 /// Every float finite.
@@ -388,6 +400,7 @@ impl RoundRequest {
             importance: None,
             keep_held_out_ids: false,
             marks: None,
+            inference: None,
         }
     }
 
@@ -404,8 +417,11 @@ impl RoundRequest {
         }
         if let Some(p) = &self.preprocessing {
             // A training round's, or a warm start's statistics round's (a stored model's).
-            if !matches!(self.phase, Phase::Train | Phase::Statistics) {
-                return Err("a preprocessing in a round that trains nothing".into());
+            if !matches!(
+                self.phase,
+                Phase::Train | Phase::Statistics | Phase::Inference
+            ) {
+                return Err("a preprocessing in a round that reads no training rows".into());
             }
             if !p.is_sound() || p.n_features != self.n_features {
                 return Err(format!(
@@ -443,8 +459,16 @@ impl RoundRequest {
             return self.extras.check(self.n_features, n.classes.len());
         }
         check_classes(&self.classes)?;
-        if self.phase != Phase::Train && !self.classes.is_empty() {
+        if !matches!(self.phase, Phase::Train | Phase::Inference) && !self.classes.is_empty() {
             return Err("classes in a round that trains nothing".into());
+        }
+        if (self.phase == Phase::Inference) != self.inference.is_some() {
+            return Err("coefficients for a Newton pass in another phase, or none".into());
+        }
+        if let Some(ask) = &self.inference {
+            ask.check(self.n_features)?;
+            // A binary kind's two labels, as its trainer saw them: how the rows' labels count.
+            self.extras.check(self.n_features, 2)?;
         }
         learners::check_request(self, outputs)?;
         if self.phase == Phase::Train {
@@ -527,6 +551,9 @@ impl RoundReply {
         if request.phase != Phase::Evaluate && self.group_evaluations.is_some() {
             return Err("per-group metrics where none were asked for".into());
         }
+        if request.phase != Phase::Inference && self.information.is_some() {
+            return Err("an information part where no Newton pass was asked for".into());
+        }
         if request.phase != Phase::Importance && self.importance.is_some() {
             return Err("importance scores where none were asked for".into());
         }
@@ -593,6 +620,19 @@ impl RoundReply {
                 }
             }
             Phase::Importance => self.check_importance(request, kind)?,
+            Phase::Inference => {
+                if self.stats.is_some()
+                    || self.width.is_some()
+                    || self.evaluation.is_some()
+                    || !self.classes.is_empty()
+                {
+                    return Err("a model or metrics where an information part was asked for".into());
+                }
+                let Some(ask) = &request.inference else {
+                    return Err("an information part for no coefficients".into());
+                };
+                ask.check_part(request.n_features, self.information.as_ref(), self.rows)?;
+            }
             Phase::Evaluate => {
                 let Some(part) = &self.evaluation else {
                     return Err("no evaluation".into());

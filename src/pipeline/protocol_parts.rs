@@ -1,8 +1,11 @@
-//! The parts of the shard protocol (`protocol`) that corgipile_feature_importance and the
-//! evaluation of a per-group family add: what they ask of a shard, what a shard answers, and
-//! the checks a coordinator makes of the answers (see `shard::importance`, `shard::groups`).
+//! The parts of the shard protocol (`protocol`) that corgipile_feature_importance, the
+//! evaluation of a per-group family and `"inference"` add: what they ask of a shard, what a
+//! shard answers, and the checks a coordinator makes of the answers (see `shard::importance`,
+//! `shard::groups`, `shard::training::inference`; a Newton pass's answer is
+//! `corgipile_ml::inference::InformationPart`).
 
 use corgipile_ml::importance::{Metric, ScorePart, MAX_REPEATS, MAX_ROWS};
+use corgipile_ml::inference::InformationPart;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::EvaluationPart;
 use corgipile_ml::trained::ModelParts;
@@ -27,6 +30,52 @@ impl ImportanceAsk {
             return Err(format!(
                 "an importance of {} rows and {} repeats",
                 self.rows, self.repeats
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a Newton pass round asks of a shard: the coefficients the pass is at (the weights in
+/// feature order; the intercept, None when it is not fitted).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InferenceAsk {
+    pub weights: Vec<f64>,
+    pub bias: Option<f64>,
+}
+
+impl InferenceAsk {
+    /// Why these coefficients (whoever wrote them) are not a model of `n_features`: another
+    /// number of weights, values that are not finite.
+    pub fn check(&self, n_features: usize) -> Result<(), String> {
+        if n_features == 0 || self.weights.len() != n_features {
+            return Err(format!(
+                "a Newton pass at {} weights for a model of {n_features} features",
+                self.weights.len()
+            ));
+        }
+        if !self.weights.iter().chain(&self.bias).all(|v| v.is_finite()) {
+            return Err("a Newton pass at coefficients that are not finite".into());
+        }
+        Ok(())
+    }
+
+    /// Why a reply's `part` (of a reply of `rows`) does not answer this Newton pass of
+    /// `n_features`: none, another shape, values that are not finite, other rows.
+    pub fn check_part(
+        &self,
+        n_features: usize,
+        part: Option<&InformationPart>,
+        rows: u64,
+    ) -> Result<(), String> {
+        let Some(part) = part else {
+            return Err("no information part".into());
+        };
+        part.check(n_features, self.bias.is_some())?;
+        if part.rows != rows {
+            return Err(format!(
+                "an information part of {} rows in a reply of {rows}",
+                part.rows
             ));
         }
         Ok(())

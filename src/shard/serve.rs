@@ -11,7 +11,7 @@ use crate::pipeline::protocol::{
 use crate::pipeline::{FeatureLayout, Mode};
 use crate::request::args::{ParamsArg, RelationArg};
 use crate::request::{parse_model, parse_params, prepare};
-use corgipile_ml::model::{ModelKind, Predictor};
+use corgipile_ml::model::{Likelihood, ModelKind, Predictor};
 use corgipile_ml::params::{Features as FeatureSpec, TrainParams};
 use corgipile_ml::preprocess::Preprocessor;
 use corgipile_ml::scoring::BinaryLabels;
@@ -46,6 +46,7 @@ pub(super) fn shard_round_here(
             return super::importance::importance_here(relid, leaf, kind, params, request, model);
         }
         Phase::Validate => return validate_here(table, kind, request),
+        Phase::Inference => check_newton_pass(kind, &params, request),
         Phase::Statistics | Phase::Train => {}
     }
     // The classes in the coordinator's numbering (a network's: `NetworkRound`; a softmax's or
@@ -69,8 +70,10 @@ pub(super) fn shard_round_here(
     prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
     let mark = super::since::mark_here(leaf.unwrap_or(relid), request, &mut prepared.config);
+    // Rounds that read the training's rows as its epochs do (a training's, a Newton pass's).
+    let reads_training_rows = matches!(request.phase, Phase::Train | Phase::Inference);
     // (A preprocessing makes the features its columns: a list.)
-    if request.phase == Phase::Train
+    if reads_training_rows
         && preprocessing.is_none()
         && prepared.config.layout == FeatureLayout::Tabular
     {
@@ -82,7 +85,7 @@ pub(super) fn shard_round_here(
     }
     // A linear model's round of a label numbered by class needs the coordinator's numbering
     // (the shard's own would differ), and only such a round has one.
-    if request.phase == Phase::Train
+    if reads_training_rows
         && request.network.is_none()
         && (numbered != prepared.config.label.uses_classes()
             || (numbered && kind.is_binary() && request.classes.len() != 2))
@@ -106,6 +109,37 @@ pub(super) fn shard_round_here(
         Phase::Statistics => RoundReply { mark, ..reply },
         _ => reply,
     }
+}
+
+/// A Newton pass round is of a model with a likelihood (logistic: its two labels as the
+/// trainer saw them) whose information matrix fits corgipile.max_model_memory here, with the
+/// intercept as the params say: else a protocol violation, or ERROR 54000, before any row is
+/// read.
+fn check_newton_pass(kind: ModelKind, params: &TrainParams, request: &RoundRequest) {
+    let ask = request
+        .inference
+        .as_ref()
+        .expect("checked with the request");
+    let fits = match kind.head().likelihood {
+        Some(Likelihood::Logistic) => request.extras.label_values.is_some(),
+        Some(Likelihood::Linear) => true,
+        None => false,
+    };
+    if !fits || ask.bias.is_some() != params.fit_intercept {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+            format!(
+                "corgipile shard round: a Newton pass of a {} model of another shape",
+                kind.name()
+            ),
+            None,
+        );
+    }
+    crate::exec::sgd::check_information_size(
+        request.n_features,
+        params.fit_intercept,
+        max_model_bytes(),
+    );
 }
 
 /// A shard's part of a validation round: each learner's model of the epoch scored on the rows

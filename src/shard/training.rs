@@ -3,6 +3,7 @@
 //! model: `learners.rs`) under the policy one server runs (`corgipile_ml::fit`), a validation
 //! round after each epoch when rows are held out, and the combined models.
 
+mod inference;
 mod learners;
 
 use super::coordinator::{
@@ -70,6 +71,7 @@ pub fn train(
         zero,
         read,
     } = begun;
+    inference::check_size(config, plan.shape.0);
     // The learners (a search's configurations side by side, or the one model): every
     // configuration of a search starts where the one model would, from zeros (a network: its
     // own shape's seeded parameters) or from a warm start's model.
@@ -105,7 +107,6 @@ pub fn train(
     if let (true, false, Some(stopped)) = (params.verbose, params.search.is_some(), fit.stopped()) {
         notice(stopped.line());
     }
-    progress::finish();
     // The local partitions' optimizer states (the remote shards' go with their connections);
     // held-out rows a gate scores stay (`gate::KeptShards`).
     if !request.keep_held_out_ids {
@@ -125,9 +126,11 @@ pub fn train(
         statistics_seconds: zero.seconds,
         started,
     };
-    let trials = trials(finished, &configurations, &stored, &mut |c, p| {
+    let mut trials = trials(finished, &configurations, &stored, &mut |c, p| {
         plan.model(c, p)
     });
+    inference::infer(&mut conv, &request, config, &mut trials, rows_trained);
+    progress::finish();
     let summary = ShardSummary {
         shards: conv.shards.iter().map(ShardLine::of).collect(),
         rounds_per_epoch: plan.rounds,

@@ -358,3 +358,149 @@ fn one_reference_per_column() {
         assert_eq!((w[j], out.statistic[j]), (0.0, None));
     }
 }
+
+/// Pushes `rows` into a pass of a model at `weights`, `bias` (with an intercept).
+fn pass_of(
+    family: Likelihood,
+    rows: &[(Vec<f64>, f64)],
+    weights: &[f64],
+    bias: f64,
+) -> Information {
+    let mut info = Information::try_new(family, weights, bias, true).unwrap();
+    info.start_pass();
+    for (x, y) in rows {
+        info.push(Row::Dense(x), *y);
+    }
+    info
+}
+
+fn close_all(got: &[f64], want: &[f64], rel: f64) {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= rel * scale, "{g} vs {w}");
+    }
+}
+
+/// The parts of a split of the rows (an empty shard among them), merged, are one pass over
+/// every row; so is every part added into a pass.
+#[test]
+fn merged_parts_equal_one_pass() {
+    for logistic in [true, false] {
+        let family = if logistic {
+            Likelihood::Logistic
+        } else {
+            Likelihood::Linear
+        };
+        let rows = categorical_rows(|i| [0, 1, 1, 2, 2][i % 5], logistic);
+        let (weights, bias) = ([0.4, -0.2, 0.3, 0.1], 0.25);
+        let whole = pass_of(family, &rows, &weights, bias).part();
+        let splits = [&rows[..17], &rows[17..17], &rows[17..41], &rows[41..]];
+        let parts: Vec<InformationPart> = splits
+            .iter()
+            .map(|s| pass_of(family, s, &weights, bias).part())
+            .collect();
+        let mut merged = parts[0].clone();
+        for part in &parts[1..] {
+            part.check(4, true).unwrap();
+            merged.merge(part);
+        }
+        let mut added = Information::try_new(family, &weights, bias, true).unwrap();
+        added.start_pass();
+        for part in &parts {
+            added.add_part(part);
+        }
+        for got in [merged, added.part()] {
+            assert_eq!(got.h.len(), 15);
+            close_all(&got.h, &whole.h, 1e-12);
+            close_all(&got.g, &whole.g, 1e-12);
+            close_all(&[got.loss], &[whole.loss], 1e-12);
+            assert_eq!((got.rows, &got.counts), (whole.rows, &whole.counts));
+        }
+    }
+}
+
+/// The passes over shards' parts (each shard at the coordinator's coefficients) end where one
+/// server's passes over every row end: the same coefficients, references and tests.
+#[test]
+fn newton_passes_over_parts_equal_one_server() {
+    for logistic in [true, false] {
+        let family = if logistic {
+            Likelihood::Logistic
+        } else {
+            Likelihood::Linear
+        };
+        let rows = categorical_rows(|i| [0, 1, 1, 2, 2, 2][i % 6], logistic);
+        let groups = [group()];
+        let name = |j: usize| format!("f{j}");
+        let start = |_: ()| Information::try_new(family, &[0.1; 4], 0.2, true).unwrap();
+        let mut one = start(());
+        let (one_tests, one_passes) = newton_passes(
+            &mut one,
+            0.0,
+            (&groups, &name),
+            &mut |info, _| rows.iter().for_each(|(x, y)| info.push(Row::Dense(x), *y)),
+            &mut || {},
+        )
+        .unwrap();
+        let mut coordinator = start(());
+        let (tests, passes) = newton_passes(
+            &mut coordinator,
+            0.0,
+            (&groups, &name),
+            &mut |info, _| {
+                let (w, b) = info.coefficients();
+                let parts: Vec<InformationPart> = rows
+                    .chunks(23)
+                    .map(|shard| pass_of(family, shard, w, b).part())
+                    .collect();
+                for part in parts {
+                    part.check(4, true).unwrap();
+                    info.add_part(&part);
+                }
+            },
+            &mut || {},
+        )
+        .unwrap();
+        assert_eq!(passes, one_passes);
+        assert_eq!(tests.reference, one_tests.reference);
+        assert_eq!(tests.reference.len(), 1);
+        let (w, b) = coordinator.coefficients();
+        let (w1, b1) = one.coefficients();
+        close_all(w, w1, 1e-10);
+        close(b, b1, 1e-10);
+        for (got, want) in tests.std_error.iter().zip(&one_tests.std_error) {
+            match (got, want) {
+                (Some(g), Some(w)) => close(*g, *w, 1e-10),
+                (None, None) => {}
+                _ => panic!("{got:?} vs {want:?}"),
+            }
+        }
+    }
+}
+
+/// A part of another shape, with values that are not finite, a negative loss or diagonal, or
+/// counts over its rows is refused before it is added.
+#[test]
+fn a_part_is_checked() {
+    let rows = categorical_rows(|i| i % 3, true);
+    let good = pass_of(Likelihood::Logistic, &rows, &[0.0; 4], 0.0).part();
+    good.check(4, true).unwrap();
+    assert!(good.check(3, true).is_err());
+    assert!(good.check(4, false).is_err());
+    let bad = |f: &dyn Fn(&mut InformationPart)| {
+        let mut part = good.clone();
+        f(&mut part);
+        part.check(4, true).unwrap_err()
+    };
+    bad(&|p| p.h.pop().map(drop).unwrap());
+    bad(&|p| p.g.push(0.0));
+    bad(&|p| p.counts.truncate(2));
+    bad(&|p| p.h[3] = f64::NAN);
+    bad(&|p| p.g[0] = f64::INFINITY);
+    bad(&|p| p.loss = -1.0);
+    bad(&|p| p.h[2] = -1.0); // (1, 1): a diagonal value
+    bad(&|p| p.counts[0] = p.rows + 1);
+    assert_eq!(InformationPart::triangle(4, true), Some(15));
+    assert_eq!(InformationPart::triangle(usize::MAX, true), None);
+}

@@ -33,6 +33,10 @@ pub use evaluate::{
 };
 pub use importance::{check_cost, score_sample};
 pub use inference::check_inference_params;
+pub(crate) use inference::{
+    check_information_size, family_of, polish, start_information, store as store_inference,
+    SIZE_HINT as INFERENCE_SIZE_HINT,
+};
 pub use learn::Learn;
 pub use predictions::PREDICTION;
 pub use shape::{checked_learner, checked_size, inputs_only};

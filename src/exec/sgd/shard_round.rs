@@ -2,9 +2,11 @@
 //! one call either gathers the statistics of the shard's table, or trains one round — a share
 //! of one epoch's blocks — from the coordinator's model and returns what it learned, or scores
 //! the coordinator's model on every row and returns mergeable counts, or scores it on the
-//! validation rows the training's first epoch held out here. Rows never leave the shard;
+//! validation rows the training's first epoch held out here, or sums a Newton pass of
+//! `"inference"` over every row (`inference.rs`). Rows never leave the shard;
 //! nothing is stored here.
 
+use super::inference::raise_other_width;
 use super::inputs_only;
 use super::shard_learners::learner_replies;
 use super::statistics::gather_statistics;
@@ -185,6 +187,7 @@ impl SgdTask for ShardRound {
         match self.request.phase {
             Phase::Statistics => node.shard_statistics(),
             Phase::Train => node.shard_train(self.request, self.table),
+            Phase::Inference => node.shard_newton_pass(&self.request),
             Phase::Evaluate | Phase::Validate | Phase::Importance => raise(
                 PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
                 "corgipile shard round: an evaluation on a training plan",
@@ -376,16 +379,8 @@ impl SgdNode {
         let mut spare = None;
         while let Some(mut buffer) = shuffle.next_buffer(spare.take()) {
             if dense && buffer.arena.n_features() != request.n_features {
-                raise(
-                    PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
-                    format!(
-                        "rows of {} have {} features, other shards' {}",
-                        self.config.relation,
-                        buffer.arena.n_features(),
-                        request.n_features
-                    ),
-                    Some("Every row's feature array must have the same length.".into()),
-                );
+                let width = buffer.arena.n_features();
+                raise_other_width(&self.config.relation, width, request.n_features);
             }
             let (arena, order) = buffer.visit();
             if let Err(e) = trials.train_buffer(arena, order) {

@@ -4,7 +4,7 @@
 //! shard trains them side by side on the same buffers and answers per learner (in the last
 //! epoch, a fold's learner also its score of the fold's rows it held out). A validation round
 //! carries each learner's model of the epoch, and the shard answers each one's score of its
-//! held-out rows. A training of one model is a list of one. Since protocol 7, a network
+//! held-out rows. A training of one model is a list of one. Since protocol 8, a network
 //! learner's parameters are its own configuration's (hidden sizes may differ), and the shard
 //! keeps each learner's optimizer state between rounds, keyed by its configuration and fold.
 
@@ -167,7 +167,7 @@ pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), Strin
                 }
             }
         }
-        Phase::Statistics | Phase::Evaluate | Phase::Importance => {}
+        Phase::Statistics | Phase::Evaluate | Phase::Importance | Phase::Inference => {}
     }
     Ok(())
 }
@@ -183,7 +183,7 @@ pub fn check_reply(
 ) -> Result<(), String> {
     let asked = match request.phase {
         Phase::Train | Phase::Validate => request.learners.len(),
-        Phase::Statistics | Phase::Evaluate | Phase::Importance => 0,
+        Phase::Statistics | Phase::Evaluate | Phase::Importance | Phase::Inference => 0,
     };
     if learners.len() != asked {
         return Err(format!(
@@ -209,7 +209,7 @@ pub fn check_reply(
                     );
                 }
             }
-            Phase::Statistics | Phase::Evaluate | Phase::Importance => {}
+            Phase::Statistics | Phase::Evaluate | Phase::Importance | Phase::Inference => {}
         }
     }
     Ok(())
