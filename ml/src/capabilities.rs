@@ -42,7 +42,9 @@ pub enum Use {
     /// `"deploy": "if_better"`: the new version and the deployed one scored on exactly the
     /// rows the training held out.
     Gate,
-    /// A view read through its base table's pages (a projection and a filter of one table).
+    /// A view over the table it is asked with: on one server, read through its base table's
+    /// pages (a projection and a filter of one table); on shards, a training rewrites a view of
+    /// the table's own columns and a `WHERE` into the table's terms (see `Use::name`).
     View,
     /// A `"search"` whose configurations differ in `"model"`.
     SearchedModel,
@@ -72,7 +74,7 @@ impl Use {
             Use::Softmax => "`softmax`",
             Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
             Use::Gate => "`\"deploy\": \"if_better\"`",
-            Use::View => "a view over it",
+            Use::View => "a view over it other than its columns and a `WHERE`",
             Use::SearchedModel => "a `\"search\"` of `\"model\"`",
             Use::SearchedClassWeight => "a `\"search\"` of `\"class_weight\"`",
         }
@@ -119,9 +121,11 @@ pub const REFUSED: &[Refused] = &[
     // (round 0), and every shard encodes with it; "inference"'s Newton passes are rounds in
     // which every shard sums its rows' part of the information matrix, merged by the
     // coordinator.
-    // The shards read their own tables by block: a view's filter and columns would have to be
-    // rewritten into each shard's terms.
-    refused(Use::Shards, Use::View, "a view over a sharded table cannot be read yet", "Name the sharded table itself: \"where\" filters its rows on every shard, and a list of \"features\" picks its columns."),
+    // The shards read their own tables by block: a training rewrites a view of the sharded
+    // table's own columns and a WHERE into the table's terms (its WHERE the training's
+    // "where"); any other view (and a stored model's functions on any view) is refused, the
+    // ERROR's detail saying what the view has.
+    refused(Use::Shards, Use::View, "this view over a sharded table cannot be read on its shards yet", "The shards train on a view that selects the sharded table's own columns (renamed or not), with or without a WHERE, and nothing else (no joins, aggregates, DISTINCT, LIMIT, computed columns or subqueries): define the view so, or name the sharded table itself, with \"where\" for the rows and \"features\" for the columns."),
     // A search's learners train side by side in every round on each shard's one plan, whose
     // rows are decoded for one kind (a binary kind's two labels, a network's or a softmax's
     // classes), and whose labels' weights the statistics round settles once for every learner

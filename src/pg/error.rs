@@ -116,6 +116,25 @@ pub fn raise_combination(subject: Use, what: Use) -> ! {
     )
 }
 
+/// The capability table's ERROR for `subject` with `what`, with a detail saying what in the
+/// call makes it that combination.
+pub fn raise_combination_because(subject: Use, what: Use, detail: String) -> ! {
+    match refusal(subject, &[what]) {
+        Some(r) => {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                r.message.to_owned(),
+                "corgipile",
+            )
+            .set_detail(detail)
+            .set_hint(r.hint)
+            .report(PgLogLevel::ERROR);
+            unreachable!("ereport(ERROR) returned")
+        }
+        None => raise_combination(subject, what),
+    }
+}
+
 /// A refused param's ERROR: 0A000 for a combination not built yet, 22023 for a bad value.
 pub fn raise_param_error(e: ParamError) -> ! {
     let code = if e.not_supported() {

@@ -5,6 +5,7 @@ pub mod args;
 pub mod citus;
 mod predicate;
 pub mod query;
+pub mod sharded_view;
 pub mod since;
 pub mod validation_relation;
 pub mod view;

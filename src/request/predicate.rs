@@ -16,7 +16,7 @@ pub enum Predicate {
 }
 
 impl Predicate {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Predicate::Validation => "validation predicate",
             Predicate::Where => "\"where\" filter",
@@ -64,6 +64,13 @@ pub fn checked_predicate(
     predicate: &str,
     what: Predicate,
 ) -> String {
+    // SAFETY: the expression was just analysed over `relid`, in this memory context.
+    unsafe { deparsed(analysed(relid, predicate, what), relid, relname) }
+}
+
+/// A predicate over the columns of `relid` (a table or a view), parsed and analysed as
+/// `checked_predicate` says: its expression, in the current memory context.
+pub(super) fn analysed(relid: pg_sys::Oid, predicate: &str, what: Predicate) -> *mut pg_sys::Node {
     // SAFETY: FFI calls, and reads of what they return, on the backend thread inside the transaction
     // of the SQL call (every caller is a SQL function); no raw pointer comes from the caller.
     unsafe {
@@ -163,14 +170,31 @@ pub fn checked_predicate(
                 "volatile functions (such as random()) are not allowed",
             );
         }
-        let name = CString::new(relname).unwrap_or_default();
+        pg_sys::free_parsestate(pstate);
+        expr
+    }
+}
+
+/// SQL text of `expr`, an expression over the columns of `relid` alone (range table index 1),
+/// by PostgreSQL's own deparser.
+///
+/// # Safety
+/// `expr` is a valid expression tree whose Vars are of level 0 and range table index 1, with
+/// attribute numbers of `relid`.
+pub(super) unsafe fn deparsed(
+    expr: *mut pg_sys::Node,
+    relid: pg_sys::Oid,
+    relname: &str,
+) -> String {
+    let name = CString::new(relname).unwrap_or_default();
+    // SAFETY: the caller's promise; deparse_context_for gives one range table entry, `relid`.
+    unsafe {
         let text = pg_sys::deparse_expression(
             expr,
             pg_sys::deparse_context_for(name.as_ptr(), relid),
             false,
             false,
         );
-        pg_sys::free_parsestate(pstate);
         CStr::from_ptr(text).to_string_lossy().into_owned()
     }
 }

@@ -81,9 +81,14 @@ pub fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::
         // SAFETY: `relid` is a view (its relkind was just read).
         let base = unsafe { super::view::base_table(relid, relname) };
         super::citus::refuse_distributed(relid, relname, base, only, "read");
-        // A sharded table's rows are read by its shards, which know nothing of the view.
+        // A sharded table's rows are read by its shards, which know nothing of the view: a
+        // training rewrites a simple one into the table's terms first (`sharded_view`).
         if has_foreign_partitions(base) {
-            crate::pg::error::raise_combination(Use::Shards, Use::View);
+            crate::pg::error::raise_combination_because(
+                Use::Shards,
+                Use::View,
+                format!("Only a training reads view {relname} on the shards of {}; the functions of a stored model read the sharded table itself.", relation_name(base)),
+            );
         }
         return check_table(base, &relation_name(base), only);
     }
@@ -94,7 +99,7 @@ pub fn check_relation(relid: pg_sys::Oid, relname: &str, only: bool) -> pg_sys::
 /// A partitioned table with a foreign table among its partitions: a sharded table (see
 /// `crate::shard::sharded_leaves`, which the training of one resolves), or a tree no block scan
 /// reads.
-fn has_foreign_partitions(relid: pg_sys::Oid) -> bool {
+pub(super) fn has_foreign_partitions(relid: pg_sys::Oid) -> bool {
     // SAFETY: FFI calls on the backend thread inside the SQL call's transaction; all_inheritors
     // locks the tree as a SELECT of the table will.
     unsafe {

@@ -9,6 +9,7 @@ use crate::exec::sgd::{CollectedRows, Learn};
 use crate::pg::error::{raise, refuse_combination};
 use crate::pipeline::Mode;
 use crate::request::args::ParamsArg;
+use crate::request::sharded_view::ShardedView;
 use crate::request::since::{self, TableRead};
 use crate::request::{parse_model, parse_params, prepare, Prepared};
 use crate::shard::Leaf;
@@ -22,7 +23,12 @@ use pgrx::PgSqlErrorCode;
 /// table first (stored as `stored_as`: the view's name, or the query).
 pub(super) enum Input {
     Relation(pg_sys::Oid),
-    Spill { select: String, stored_as: String },
+    /// A simple view over a sharded table: its table's shards read, in the table's terms.
+    ShardedView(ShardedView),
+    Spill {
+        select: String,
+        stored_as: String,
+    },
 }
 
 impl Input {
@@ -31,12 +37,17 @@ impl Input {
     pub(super) fn relation(&self) -> Option<pg_sys::Oid> {
         match self {
             Input::Relation(relid) => Some(*relid),
+            Input::ShardedView(view) => Some(view.base),
             Input::Spill { .. } => None,
         }
     }
 
     /// A relation named in a call: its pages, or, for a view of several tables, its rows.
     pub(super) fn of_relation(relid: pg_sys::Oid) -> Input {
+        // Before a spill, which would read the shards' rows through postgres_fdw.
+        if let Some(view) = crate::request::sharded_view::on_shards(relid) {
+            return Input::ShardedView(view);
+        }
         match crate::request::view::must_spill(relid) {
             Some(view) => Input::Spill {
                 select: format!("SELECT * FROM {view}"),
@@ -116,6 +127,10 @@ impl TrainingCall {
             } = call;
             let (relid, spilled) = match input {
                 Input::Relation(relid) => (*relid, None),
+                Input::ShardedView(view) => {
+                    view.rewrite(&mut params);
+                    (view.base, None)
+                }
                 Input::Spill { select, stored_as } => {
                     if params.since.is_some() {
                         raise(
