@@ -1033,6 +1033,18 @@ class ShardRoundFuzz:
             "TrainColumns": ("sr_tab", "logistic", {"features": ["x1", "x2", "color"], "label": "label", "only": True},
                              {**base, "phase": "Train", "n_features": n_features,
                               "learners": [{"weights": [0.1] * n_features, "bias": [0.0]}], "preprocessing": prep}),
+            # Per-group models (shard protocol 7): the statistics round counts the groups; a
+            # training round numbers them by the coordinator's keys, a learner per group.
+            "StatisticsGroups": ("sr_tab", "logistic",
+                                 {"features": ["x1", "x2", "color"], "label": "label", "only": True,
+                                  "group_by": "color", "name": "sr_groups"},
+                                 {**base, "phase": "Statistics", "n_features": 0, "weights": [], "bias": []}),
+            "TrainGroups": ("sr_tab", "logistic",
+                            {"features": ["x1", "x2", "color"], "label": "label", "only": True,
+                             "group_by": "color", "name": "sr_groups"},
+                            {**base, "phase": "Train", "n_features": n_features, "groups": ["red", "cyan"],
+                             "learners": [{"weights": [0.1] * n_features, "bias": [0.0], "group": g}
+                                          for g in (None, 0, 1)], "preprocessing": prep}),
             # A training round "since" a model: the shards' marks (this table's among them).
             "TrainSince": (self.dense_table, "svm",
                            {"features": "features", "label": "label", "only": True, "since": 1, "replay": 0.5},
@@ -1233,7 +1245,8 @@ def test_shard_round_requests_never_crash(cluster):
     """corgipile_shard_round called directly by an ordinary role with hostile requests (sizes of
     tens to a hundred MB: big weights arrays, n_features of 10^11 and 2^62, negative numbers, huge
     class lists, category lists and standardizer arrays, an evaluate model with huge arrays, deep
-    nesting, random mutations of valid requests of every phase, hostile params). Any clean ERROR is
+    nesting, random mutations of valid requests of every phase — per-group rounds too — hostile
+    params). Any clean ERROR is
     acceptable; XX000, a lost connection, a server restart (sentinel, checkpointer pid, the log's
     crash lines) or a call running past the statement timeout is not."""
     rng = random.Random(SHARD_ROUND_SEED)

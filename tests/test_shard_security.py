@@ -38,7 +38,10 @@ Checked here:
    (none, one more than sent, one set aside with a model; a search's second learner's weights,
    bias or validation score; a fold's score forged or sent for the model of every row), a gated
    training's evaluations of the rows the shards held out forged (metrics one longer, none,
-   2^64-1 rows, not JSON: the version stored before the gate rolls back), a table mark forged
+   2^64-1 rows, not JSON: the version stored before the gate rolls back), per-group models'
+   groups forged (100,001 groups, a 1001-byte key, rows negative, beyond 2^64, beyond the
+   shard's, none, a key twice; groups in a training round's reply or for a training without
+   "group_by"; a learner's answer for another group), a table mark forged
    (in a training round's reply, a zero oid, 2^40 pages, none in a "since" training), a Newton
    pass's part of the information matrix forged ("inference": values short or long, NaN, 1e400,
    a negative diagonal or loss, counts beyond its rows, other rows than the reply's, none, 10^7
@@ -719,6 +722,20 @@ BEGIN
     WHEN 'mark_zero' THEN RETURN jsonb_set(r, '{{mark,relid}}', '0')::text;
     WHEN 'mark_huge' THEN RETURN jsonb_set(r, '{{mark,pages}}', '1099511627776')::text;
     WHEN 'mark_none' THEN RETURN (r - 'mark')::text;
+    WHEN 'groups_many' THEN
+      RETURN jsonb_set(r, '{{groups}}', (SELECT jsonb_agg(jsonb_build_array('g' || g, 1)) FROM generate_series(1, 100001) g))::text;
+    WHEN 'group_key_long' THEN RETURN jsonb_set(r, '{{groups,0,0}}', to_jsonb(repeat('x', 1001)))::text;
+    WHEN 'group_rows_negative' THEN RETURN jsonb_set(r, '{{groups,0,1}}', '-1')::text;
+    WHEN 'group_rows_overflow' THEN RETURN jsonb_set(r, '{{groups,0,1}}', '18446744073709551616')::text;
+    WHEN 'group_rows_over' THEN RETURN jsonb_set(r, '{{groups,0,1}}', to_jsonb((r ->> 'rows')::bigint + 1))::text;
+    WHEN 'group_zero' THEN RETURN jsonb_set(r, '{{groups,0,1}}', '0')::text;
+    WHEN 'group_twice' THEN  -- the first group's rows split over two entries of its key
+      RETURN jsonb_set(r, '{{groups}}',
+                       jsonb_build_array(jsonb_build_array(r #> '{{groups,0,0}}', 1),
+                                         jsonb_build_array(r #> '{{groups,0,0}}', (r #>> '{{groups,0,1}}')::bigint - 1))
+                       || ((r -> 'groups') - 0))::text;
+    WHEN 'group_unknown' THEN RETURN jsonb_set(r, '{{learners,1,group}}', '7')::text;
+    WHEN 'groups_unasked' THEN RETURN jsonb_set(r, '{{groups}}', '[["red", 1]]')::text;
     WHEN 'eval_grow' THEN RETURN regexp_replace(reply, '\\[(?=[^\\]])', '[0,', 'g');
     WHEN 'eval_none' THEN RETURN jsonb_set(r, '{{evaluation}}', 'null')::text;
     WHEN 'eval_counts' THEN RETURN jsonb_set(r, '{{evaluation,scored}}', '18446744073709551615')::text;
@@ -766,6 +783,8 @@ NETSEARCH = {"search": {"hidden": [[2], [4]]}, "name": "shsec_netsearch"}
 
 # A list of feature columns of the hostile tables.
 COLUMNS = {"features": ["id", "color", "features"], "preprocess": {"id": {"encode": "ple"}}}
+# Per-group models of the hostile tables' colors (three groups).
+GROUPS = {"features": ["features"], "group_by": "color", "min_group_rows": 10, "name": "shsec_groups"}
 # A gated training: its gate evaluates the rows every shard held out.
 GATED = {"validation": {"fraction": 0.2}, "deploy": "if_better", "name": "shsec_gated"}
 
@@ -814,7 +833,7 @@ HOSTILE_CASES = [
     ("second_nan", "Train", "svm", SEARCH, ("08P01",)),
     ("second_short", "Train", "logistic", SEARCH, ("08P01",)),
     ("second_val_loss", "Validate", "svm", SEARCH, ("08P01",)),
-    # A search of networks of two shapes (shard protocol 8): each learner's reply is checked
+    # A search of networks of two shapes (shard protocol 9): each learner's reply is checked
     # against its own length — the two learners' replies swapped, the second's one longer.
     ("learners_swapped", "Train", "mlp", NETSEARCH, ("08P01",)),
     ("second_long", "Train", "mlp", NETSEARCH, ("08P01",)),
@@ -851,6 +870,20 @@ HOSTILE_CASES = [
     ("mark_zero", "Statistics", "svm", {}, ("08P01",)),
     ("mark_huge", "Statistics", "svm", {}, ("08P01",)),
     ("mark_none", "Statistics", "svm", {"since": "shsec_inc"}, ("08P01",)),
+    # Per-group models (shard protocol 8): the statistics round's groups forged — 100,001 of
+    # them, a key of 1001 bytes, rows negative, beyond 2^64, beyond the shard's rows, none, a
+    # group twice; groups in a training round's reply, or for a training without "group_by";
+    # a learner's answer for a group the round does not number.
+    ("groups_many", "Statistics", "logistic", GROUPS, ("08P01", "54000")),
+    ("group_key_long", "Statistics", "logistic", GROUPS, ("08P01",)),
+    ("group_rows_negative", "Statistics", "logistic", GROUPS, ("08P01",)),
+    ("group_rows_overflow", "Statistics", "logistic", GROUPS, ("08P01",)),
+    ("group_rows_over", "Statistics", "logistic", GROUPS, ("08P01",)),
+    ("group_zero", "Statistics", "logistic", GROUPS, ("08P01",)),
+    ("group_twice", "Statistics", "logistic", GROUPS, ("08P01",)),
+    ("groups_unasked", "Train", "logistic", GROUPS, ("08P01",)),
+    ("groups_unasked", "Statistics", "svm", {}, ("08P01",)),
+    ("group_unknown", "Train", "logistic", GROUPS, ("08P01",)),
     # "inference" (a linear model: one Newton pass): a shard's part of the information matrix
     # one value short in H, one long in the gradient, with a NaN, 1e400 (beyond a float), a
     # negative diagonal or loss, a feature counted in more rows than the part has, a part of
@@ -950,6 +983,8 @@ def test_the_hostile_shard_trains_when_honest(dsn, hostile):
     with psycopg.connect(dsn, user=SMALL, autocommit=True) as u, psycopg.connect(dsn, autocommit=True) as admin:
         assert rows_trained(admin, train(u, "shsec_hostile", "svm", {"epochs": 2, "seed": 1})) == 2000
         assert rows_trained(admin, train(u, "shsec_hostile", "logistic", {"epochs": 2, "seed": 1, **COLUMNS})) == 2000
+        family = train(u, "shsec_hostile", "logistic", {"epochs": 2, "seed": 1, **GROUPS})
+        assert scalar(admin, "SELECT count(*) FROM corgipile.group_models WHERE family_id = %s", (family,)) == 3
         linear = train(u, "shsec_hostile", "linear", {"epochs": 2, "seed": 1, "inference": True})
         assert scalar(admin, "SELECT metrics->'inference'->'rows' FROM corgipile.models WHERE id = %s", (linear,)) == 2000
 

@@ -112,8 +112,9 @@ const WARM_START_HINT: &str =
 pub const REFUSED: &[Refused] = &[
     // A sharded table: every shard trains one model in one process, from the coordinator's
     // statistics (round 0), holding out its own validation rows (kept, with their ids for a
-    // gate, until the gate has scored); a validation relation is read by the coordinator.
-    refused(Use::Shards, Use::GroupBy, "\"group_by\" cannot train on a sharded table yet", "Train the groups of each shard's table there, or train without \"group_by\"."),
+    // gate, until the gate has scored); a validation relation is read by the coordinator;
+    // per-group models are learners of every round, their groups numbered by the coordinator
+    // from every shard's (round 0).
     refused(Use::Shards, Use::Workers, "\"workers\" cannot train on a sharded table yet", "Leave out \"workers\": every shard trains at once, each in one process."),
     // Classes (a softmax's, a network's, a text label's) are numbered once, by the
     // coordinator from every shard's classes (round 0), and every shard takes its numbering;
@@ -213,18 +214,16 @@ mod tests {
     fn a_combination_is_refused_by_its_subjects_first_row() {
         assert!(refusal(Use::Shards, &[]).is_none());
         assert!(refusal(Use::Search, &[Use::Folds, Use::Validation]).is_none());
-        let r = refusal(Use::Shards, &[Use::Search, Use::GroupBy]).unwrap();
-        // A search runs its configurations (and folds) side by side on the shards.
+        let r = refusal(Use::Shards, &[Use::Search, Use::Workers]).unwrap();
+        // A search runs its configurations (and folds, or groups) side by side on the shards.
         assert!(refusal(Use::Shards, &[Use::Search, Use::Validation]).is_none());
         assert!(refusal(Use::Shards, &[Use::Search, Use::Folds]).is_none());
         // ... networks too (each learner's optimizer state its own on every shard), but not
         // kinds or class weights.
         assert!(refusal(Use::Shards, &[Use::Search, Use::Folds, Use::Network]).is_none());
         assert!(refusal(Use::Shards, &[Use::Search, Use::SearchedModel]).is_some());
-        assert_eq!(
-            r.message,
-            "\"group_by\" cannot train on a sharded table yet"
-        );
+        assert!(refusal(Use::Shards, &[Use::GroupBy, Use::ColumnList]).is_none());
+        assert_eq!(r.message, "\"workers\" cannot train on a sharded table yet");
         let r = refusal(Use::GroupBy, &[Use::Tolerance]).unwrap();
         assert!(r.hint.starts_with("Leave \"tolerance\" out"));
         // Asked about its subject only: group_by's rows say nothing of a sharded table.

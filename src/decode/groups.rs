@@ -17,13 +17,7 @@ use std::fmt::Write;
 use super::datum::with_text_bytes;
 use crate::pipeline::{GroupsFound, LabelKind};
 
-/// At most this many distinct groups: the statistics pass keeps every group's key.
-pub const MAX_GROUPS: usize = 100_000;
-/// At most this many bytes in a group's key.
-pub const MAX_KEY_BYTES: usize = 1000;
-/// At most this many bytes in all the keys together (each is kept twice: in the list of
-/// groups and in the map from key to group).
-pub const MAX_KEYS_BYTES: usize = 16 << 20;
+pub use crate::pipeline::{MAX_GROUPS, MAX_KEYS_BYTES, MAX_KEY_BYTES};
 
 /// How a group column's datum becomes text.
 #[derive(Clone, Copy)]
@@ -195,18 +189,10 @@ impl Groups {
             );
         }
         if self.key_bytes + self.key.len() > MAX_KEYS_BYTES {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!("the keys of the groups of \"group_by\" take more than {} MB", MAX_KEYS_BYTES >> 20),
-                Some("Group by shorter values (e.g. an id instead of a description), or by fewer columns.".into()),
-            );
+            keys_too_large();
         }
         if self.seen.len() >= MAX_GROUPS {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!("\"group_by\" finds more than {MAX_GROUPS} groups"),
-                Some("Group by fewer or coarser columns: every group is a model.".into()),
-            );
+            too_many_groups();
         }
         let i = self.remember(self.key.clone());
         if let Some(v) = by_datum {
@@ -248,24 +234,61 @@ impl Groups {
     /// Ends the statistics pass: the groups of at least `min_rows` rows get models, numbered in
     /// the order they were first seen.
     pub fn number(&mut self, min_rows: u64) -> GroupsFound {
-        let mut numbers = Vec::with_capacity(self.seen.len());
-        let mut kept = Vec::new();
-        let (mut small, mut small_rows) = (0, 0);
-        for (key, rows) in &self.seen {
-            if *rows >= min_rows {
-                numbers.push(kept.len() as u32);
-                kept.push((key.clone(), *rows));
-            } else {
-                numbers.push(NO_GROUP);
-                small += 1;
-                small_rows += rows;
-            }
-        }
+        let (numbers, found) =
+            number_groups(self.seen.iter().map(|(k, r)| (k.as_str(), *r)), min_rows);
         self.numbers = Some(numbers);
-        GroupsFound {
-            kept,
-            small,
-            small_rows,
+        found
+    }
+}
+
+/// The groups `seen` (each key once, with its rows, in the order first seen) numbered: those
+/// of at least `min_rows` rows get models, numbered in that order. Returns each one's number
+/// (or NO_GROUP) and what was found.
+pub fn number_groups<'a>(
+    seen: impl Iterator<Item = (&'a str, u64)>,
+    min_rows: u64,
+) -> (Vec<u32>, GroupsFound) {
+    let mut numbers = Vec::new();
+    let mut kept = Vec::new();
+    let (mut small, mut small_rows) = (0u64, 0u64);
+    for (key, rows) in seen {
+        if rows >= min_rows {
+            numbers.push(kept.len() as u32);
+            kept.push((key.to_owned(), rows));
+        } else {
+            numbers.push(NO_GROUP);
+            small += 1;
+            small_rows = small_rows.saturating_add(rows);
         }
     }
+    let found = GroupsFound {
+        kept,
+        small,
+        small_rows,
+    };
+    (numbers, found)
+}
+
+/// The ERROR of more than MAX_GROUPS groups (on one server, or over a sharded table's shards).
+pub fn too_many_groups() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        format!("\"group_by\" finds more than {MAX_GROUPS} groups"),
+        Some("Group by fewer or coarser columns: every group is a model.".into()),
+    )
+}
+
+/// The ERROR of keys of more than MAX_KEYS_BYTES in all.
+pub fn keys_too_large() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        format!(
+            "the keys of the groups of \"group_by\" take more than {} MB",
+            MAX_KEYS_BYTES >> 20
+        ),
+        Some(
+            "Group by shorter values (e.g. an id instead of a description), or by fewer columns."
+                .into(),
+        ),
+    )
 }

@@ -470,6 +470,15 @@ pub struct TrainOutcome {
     pub inference: Option<serde_json::Value>,
 }
 
+/// At most this many distinct groups: the statistics pass keeps every group's key (a sharded
+/// training's coordinator, every shard's).
+pub const MAX_GROUPS: usize = 100_000;
+/// At most this many bytes in a group's key.
+pub const MAX_KEY_BYTES: usize = 1000;
+/// At most this many bytes in all the keys together (each is kept twice: in the list of
+/// groups and in the map from key to group).
+pub const MAX_KEYS_BYTES: usize = 16 << 20;
+
 /// What the statistics pass found: the groups that get a model (key and rows, in the order of
 /// their numbers), and how many groups and rows are left to the model of every row. Sent to
 /// parallel workers, whose decoders number the same keys alike.

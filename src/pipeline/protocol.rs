@@ -21,7 +21,9 @@ use corgipile_ml::stats::FeatureStats;
 use corgipile_ml::trained::ModelParts;
 use serde::{Deserialize, Serialize};
 
+mod groups;
 mod learners;
+pub use groups::{GroupKey, GroupRows};
 pub use learners::{LearnerReply, LearnerRound};
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -52,12 +54,14 @@ pub enum Phase {
 /// stored preprocessing in the statistics round; importance rounds; per-group evaluations; the
 /// statistics round's table marks and a `"since"` training's marks in its requests; 6: a gated
 /// training's held-out rows — training rounds that keep their tuple ids, an evaluation of only
-/// those rows; 7: `"inference"` — Newton pass rounds and each shard's information part; 8: a
-/// training round's network learners — a search's, folds — each keep their own optimizer
-/// state on the shard between rounds, and may differ in shape).
+/// those rows; 7: `"inference"` — Newton pass rounds and each shard's information part; 8:
+/// per-group models — the statistics round's groups and rows, a training round's numbered
+/// groups and each learner's group, see `protocol::groups`; 9: a training round's network
+/// learners — a search's, folds — each keep their own optimizer state on the shard between
+/// rounds, and may differ in shape).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 8;
+pub const PROTOCOL: u32 = 9;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.
@@ -279,6 +283,12 @@ pub struct RoundRequest {
     /// Inference: the coefficients the Newton pass is at.
     #[serde(default)]
     pub inference: Option<InferenceAsk>,
+    /// Train, per-group models (`"group_by"`): the groups that have a model, numbered by the
+    /// coordinator from every shard's (their keys, in the order of their numbers); every shard
+    /// numbers its rows' groups by them (a row of another group: the model of every row's
+    /// only). Empty otherwise.
+    #[serde(default, deserialize_with = "groups::group_keys")]
+    pub groups: Vec<GroupKey>,
 }
 
 /// What a shard needs to train a network beyond its params (which give the hidden layers,
@@ -336,6 +346,10 @@ pub struct RoundReply {
     /// Inference: what the shard's Newton pass summed.
     #[serde(default)]
     pub information: Option<InformationPart>,
+    /// Statistics with `"group_by"`: the shard's groups, each key once with its rows, in the
+    /// order it met them; the coordinator adds every shard's up.
+    #[serde(default, deserialize_with = "groups::group_rows")]
+    pub groups: Vec<GroupRows>,
 }
 
 /// Every float finite.
@@ -401,6 +415,7 @@ impl RoundRequest {
             keep_held_out_ids: false,
             marks: None,
             inference: None,
+            groups: Vec::new(),
         }
     }
 
@@ -452,6 +467,7 @@ impl RoundRequest {
                 return Err("a network round of another shape than a coordinator sends".into());
             }
             learners::check_request(self, outputs)?;
+            groups::check_request(self)?;
             if !self.classes.is_empty() {
                 return Err("classes beside a network's own".into());
             }
@@ -528,7 +544,7 @@ impl RoundRequest {
         if self.keep_held_out_ids && (self.phase != Phase::Train || self.training == 0) {
             return Err("held-out rows to keep in a round that trains nothing".into());
         }
-        Ok(())
+        groups::check_request(self)
     }
 }
 
@@ -655,6 +671,7 @@ impl RoundReply {
                 }
             }
         }
+        groups::check_reply(self, request)?;
         learners::check_reply(&self.learners, request, self.rows, kind)
     }
 

@@ -9,13 +9,40 @@ use super::leaves::Leaf;
 use crate::catalog::{load_group_model, StoredModel};
 use crate::exec::sgd::{binary_labels, check_group_counts, groups_report, EvaluateGroupsShard};
 use crate::pg::error::raise;
-use crate::pipeline::protocol::{EvaluateRequest, RoundReply};
+use crate::pipeline::protocol::{EvaluateRequest, Phase, RoundReply, RoundRequest};
 use crate::pipeline::protocol_parts::FamilyModels;
+use crate::pipeline::PipelineConfig;
 use crate::request::Prepared;
 use corgipile_ml::model::ModelKind;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::trained::ModelParts;
 use pgrx::PgSqlErrorCode;
+
+/// A training round of per-group models (the coordinator's params have `"group_by"`): this
+/// shard's reader numbers its rows' groups by the coordinator's keys (a row of another group,
+/// or with a NULL group column, trains the model of every row only, as one server's small
+/// groups' rows do). Groups sent for a training without group columns are a protocol
+/// violation.
+pub(super) fn number_as_sent(config: &mut PipelineConfig, request: &RoundRequest) {
+    if request.phase != Phase::Train {
+        return;
+    }
+    match config.groups.as_mut() {
+        Some(groups) => {
+            groups.known = Some(request.groups.iter().map(|k| k.0.clone()).collect());
+        }
+        None if !request.groups.is_empty()
+            || request.learners.iter().any(|l| l.group.is_some()) =>
+        {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                "corgipile shard round: per-group learners for a training without \"group_by\"",
+                None,
+            )
+        }
+        None => {}
+    }
+}
 
 /// A shard's part of the evaluation of a family (`evaluate.groups`): every row scored by its
 /// group's model. `prepared`: the evaluation's plan of this shard's table, whose reader must

@@ -39,6 +39,8 @@ pub(super) struct RoundZero {
     pub(super) seconds: f64,
     /// Each shard's table mark (`pipeline::mark`), by shard.
     pub(super) marks: Vec<Option<crate::pipeline::mark::TableMark>>,
+    /// `"group_by"`: every shard's groups added up and numbered (`training::groups`).
+    pub(super) groups: Option<crate::pipeline::GroupsFound>,
 }
 
 /// What every shard trains by, from round 0's statistics.
@@ -235,6 +237,7 @@ pub(super) unsafe fn statistics_round(
         rows_skipped,
         seconds: stats_started.elapsed().as_secs_f64(),
         marks: replies.iter().map(|r| r.mark).collect(),
+        groups: super::training::groups::merged(config, &replies, shards),
     }
 }
 

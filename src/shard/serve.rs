@@ -69,6 +69,7 @@ pub(super) fn shard_round_here(
     let mut prepared = prepare(relid, kind, params, Mode::Train, classes, preprocessing);
     prepared.config.leaf = leaf.map(u32::from);
     crate::shard::check_supported(kind, &prepared.config);
+    super::groups::number_as_sent(&mut prepared.config, request);
     let mark = super::since::mark_here(leaf.unwrap_or(relid), request, &mut prepared.config);
     // Rounds that read the training's rows as its epochs do (a training's, a Newton pass's).
     let reads_training_rows = matches!(request.phase, Phase::Train | Phase::Inference);

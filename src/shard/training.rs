@@ -1,8 +1,10 @@
 //! The coordinator's training over a sharded table: round 0 and the plan every shard trains by
 //! (`plan.rs`), then the epochs' rounds of its learners (a search's configurations, or the one
-//! model: `learners.rs`) under the policy one server runs (`corgipile_ml::fit`), a validation
-//! round after each epoch when rows are held out, and the combined models.
+//! model, or per-group models: `learners.rs`, `groups.rs`) under the policy one server runs
+//! (`corgipile_ml::fit`), a validation round after each epoch when rows are held out, and the
+//! combined models.
 
+pub(super) mod groups;
 mod inference;
 mod learners;
 
@@ -61,6 +63,7 @@ pub fn train(
         .configurations(kind)
         .unwrap_or_else(|e| raise_param_error(e));
     check_search(config, &configurations);
+    groups::check(config);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let (mut conv, begun) = begin(parent, leaves, config, warm, run_local);
     let Begun {
@@ -95,6 +98,13 @@ pub fn train(
     };
     let folds = params.folds.unwrap_or(0);
     let mut learners = learners_of(&configurations, (folds, n_weights), model_rounds, &own);
+    // Per-group models: a learner per group beside the model of every row; every round
+    // numbers the rows' groups by their keys.
+    if let Some(found) = &zero.groups {
+        groups::announce(config, found, (plan.shape.0, outputs));
+        groups::add_learners(&mut learners, found);
+        request.groups = groups::keys(found);
+    }
     let mut fit = fit_of(&configurations, &learners, params, kind);
     let rows_trained = epochs(
         &mut conv,
@@ -125,6 +135,7 @@ pub fn train(
         rows_skipped: zero.rows_skipped,
         statistics_seconds: zero.seconds,
         started,
+        groups: zero.groups,
     };
     let mut trials = trials(finished, &configurations, &stored, &mut |c, p| {
         plan.model(c, p)

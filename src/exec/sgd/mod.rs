@@ -43,6 +43,7 @@ pub use shape::{checked_learner, checked_size, inputs_only};
 pub use shard_round::{
     forget_kept, held_out_ids, score_held_out, score_rows, ShardRound, TrainingTable,
 };
+pub(crate) use side_by_side::{check_family_memory, groups_notice, PER_MODEL_BYTES};
 pub use trace::Trace;
 pub use train::{Train, Trained};
 

@@ -3,7 +3,8 @@
 //! params as one server's search resolves it, or the one model of a training that does not
 //! search — each from the parameters it was sent, trained side by side on the round's buffers
 //! by the trainer one server's search uses (`corgipile_ml::trials::Trials`); with `"folds"`, a
-//! fold's learner skips its fold's rows and, in the last epoch, scores them.
+//! fold's learner skips its fold's rows and, in the last epoch, scores them; with `"group_by"`,
+//! a group's learner trains on its group's rows only (`Trials::with_groups`).
 
 use super::{checked_learner, SgdNode};
 use crate::pg::error::{raise, raise_param_error, raise_train_error};
@@ -67,8 +68,17 @@ impl SgdNode {
                         None,
                     );
                 }
-                (learner, sent.fold.map(|f| f as usize))
+                (learner, sent)
             })
+            .collect::<Vec<_>>();
+        // Per-group models: the rows' groups are numbered by the round's (`shard::groups`).
+        if self.config.groups.is_some() {
+            let learners = learners.into_iter().map(|(l, sent)| (l, sent.group));
+            return Trials::with_groups(learners.collect(), request.groups.len());
+        }
+        let learners = learners
+            .into_iter()
+            .map(|(l, sent)| (l, sent.fold.map(|f| f as usize)))
             .collect();
         let mut trials = Trials::with_folds(learners, folds as usize);
         if request.score_folds {
@@ -116,11 +126,13 @@ pub(super) fn learner_replies(
                         accuracy: stats.accuracy,
                         r2: stats.r2,
                         holdout: holdout.map(|s| s.part()),
+                        group: sent.group,
                         ..LearnerReply::default()
                     }
                 }
                 _ => LearnerReply {
                     set_aside: true,
+                    group: sent.group,
                     ..LearnerReply::default()
                 },
             },

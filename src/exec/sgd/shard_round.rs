@@ -12,7 +12,10 @@ use super::shard_learners::learner_replies;
 use super::statistics::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
-use crate::pipeline::protocol::{LearnerRound, Phase, RoundReply, RoundRequest, MAX_CLASS_TEXT};
+use crate::pipeline::protocol::MAX_CLASS_TEXT;
+use crate::pipeline::protocol::{
+    GroupKey, GroupRows, LearnerRound, Phase, RoundReply, RoundRequest,
+};
 use crate::pipeline::ClassValue;
 use crate::pipeline::HeldOutRows;
 use crate::pipeline::{BlockShare, FeatureLayout, Mode, ValidationSplit};
@@ -129,12 +132,13 @@ pub fn score_rows(score: &mut ValidationScore, model: &Model, arena: &TupleArena
 const VALIDATION_CHUNK_ROWS: usize = 4096;
 
 /// Who a learner of a round is, for what this backend keeps of it between rounds: its search
-/// configuration and the fold it holds out (unique among a round's learners:
-/// `protocol::learners::check_request`).
+/// configuration, the fold it holds out and the group it trains (unique among a round's
+/// learners: `protocol::learners::check_request`).
 #[derive(PartialEq)]
 struct LearnerKey {
     configuration: serde_json::Map<String, serde_json::Value>,
     fold: Option<u32>,
+    group: Option<u32>,
 }
 
 impl LearnerKey {
@@ -142,6 +146,7 @@ impl LearnerKey {
         LearnerKey {
             configuration: sent.configuration.clone(),
             fold: sent.fold,
+            group: sent.group,
         }
     }
 }
@@ -284,6 +289,18 @@ impl SgdNode {
             ),
             None => None,
         };
+        // "group_by": this shard's groups and their rows (each group it met, as one server's
+        // statistics pass counts them), for the coordinator to add up and number.
+        let groups = shuffle
+            .rows_mut()
+            .number_groups(1)
+            .map_or_else(Vec::new, |found| {
+                found
+                    .kept
+                    .into_iter()
+                    .map(|(key, rows)| GroupRows(GroupKey(key), rows))
+                    .collect()
+            });
         RoundReply {
             rows: stats.as_ref().map_or(0, |s| s.rows()),
             rows_skipped: shuffle.counts().rows_skipped,
@@ -291,6 +308,7 @@ impl SgdNode {
             width,
             classes,
             columns,
+            groups,
             ..RoundReply::default()
         }
     }

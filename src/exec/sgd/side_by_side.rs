@@ -102,25 +102,15 @@ impl SgdNode {
         n_features: usize,
         groups: &GroupsFound,
     ) -> (Trials, LearnerPlan) {
-        let GroupsFound {
-            kept,
-            small,
-            small_rows,
-        } = groups;
+        let kept = &groups.kept;
         let min_rows = params.min_group_rows.unwrap_or(1);
         if self.verbose {
-            notice(format!(
-                "group_by: {} groups; {} with at least {min_rows} rows get a model of their own, {small} smaller ones ({small_rows} rows) are predicted by the model of every row",
-                kept.len() as u64 + small,
-                kept.len()
-            ));
+            notice(groups_notice(groups, min_rows));
         }
         let models = kept.len() as u64 + 1;
         let kind = self.config.model;
         let shape = self.learner_shape(n_features, kind);
         let size = checked_size(kind, params, &shape, self.config.max_model_bytes);
-        // Beyond its weights, each model's trainer holds its own state and scratch.
-        const PER_MODEL_BYTES: u64 = 16 << 10;
         let each = PER_MODEL_BYTES
             + match &size {
                 Some(size) => size.bytes,
@@ -135,31 +125,7 @@ impl SgdNode {
                     model_memory_bytes(n_features as u64, outputs)
                 }
             };
-        let total = crate::pg::guc::max_model_bytes();
-        // With workers, every process holds every model, and shared memory one more of each.
-        let (copies, where_) = match params.workers {
-            0 => (1, String::new()),
-            w => (
-                u64::from(w) + 2,
-                format!(
-                    "; with \"workers\": {w}, one copy in each of {} processes and one in shared memory",
-                    w + 1
-                ),
-            ),
-        };
-        if each.saturating_mul(models).saturating_mul(copies) > total {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "the training holds {} models (one per group of at least {min_rows} rows, and the model of every row{where_}) of {} each, more than corgipile.max_model_memory ({}): {} such models fit",
-                    models.saturating_mul(copies),
-                    pretty_bytes(each),
-                    pretty_bytes(total),
-                    total / each.max(1)
-                ),
-                Some("Raise \"min_group_rows\", group by fewer or coarser columns, use fewer features, or ask a superuser to raise corgipile.max_model_memory.".into()),
-            );
-        }
+        check_family_memory(models, each, params.workers, min_rows);
         let mut learners = Vec::with_capacity(models as usize);
         for group in std::iter::once(None).chain((0..kept.len() as u32).map(Some)) {
             let mut config = params.train_config(self.config.model);
@@ -182,6 +148,51 @@ impl SgdNode {
         };
         (trainer, plan)
     }
+}
+
+/// Beyond its weights, each per-group model's trainer holds its own state and scratch.
+pub(crate) const PER_MODEL_BYTES: u64 = 16 << 10;
+
+/// Per-group models: `models` of `each` bytes (one per group of at least `min_rows` rows, and
+/// the model of every row), in every process of `workers` and in shared memory, must fit in
+/// corgipile.max_model_memory (one server's rule, and a sharded training's coordinator's).
+pub(crate) fn check_family_memory(models: u64, each: u64, workers: u32, min_rows: u64) {
+    let total = crate::pg::guc::max_model_bytes();
+    // With workers, every process holds every model, and shared memory one more of each.
+    let (copies, where_) = match workers {
+        0 => (1, String::new()),
+        w => (
+            u64::from(w) + 2,
+            format!(
+                "; with \"workers\": {w}, one copy in each of {} processes and one in shared memory",
+                w + 1
+            ),
+        ),
+    };
+    if each.saturating_mul(models).saturating_mul(copies) > total {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "the training holds {} models (one per group of at least {min_rows} rows, and the model of every row{where_}) of {} each, more than corgipile.max_model_memory ({}): {} such models fit",
+                models.saturating_mul(copies),
+                pretty_bytes(each),
+                pretty_bytes(total),
+                total / each.max(1)
+            ),
+            Some("Raise \"min_group_rows\", group by fewer or coarser columns, use fewer features, or ask a superuser to raise corgipile.max_model_memory.".into()),
+        );
+    }
+}
+
+/// The NOTICE of a verbose training's groups (one server's, and a sharded training's).
+pub(crate) fn groups_notice(groups: &GroupsFound, min_rows: u64) -> String {
+    format!(
+        "group_by: {} groups; {} with at least {min_rows} rows get a model of their own, {} smaller ones ({} rows) are predicted by the model of every row",
+        groups.kept.len() as u64 + groups.small,
+        groups.kept.len(),
+        groups.small,
+        groups.small_rows
+    )
 }
 
 impl SgdNode {

@@ -4,7 +4,7 @@
 //! shard trains them side by side on the same buffers and answers per learner (in the last
 //! epoch, a fold's learner also its score of the fold's rows it held out). A validation round
 //! carries each learner's model of the epoch, and the shard answers each one's score of its
-//! held-out rows. A training of one model is a list of one. Since protocol 8, a network
+//! held-out rows. A training of one model is a list of one. Since protocol 9, a network
 //! learner's parameters are its own configuration's (hidden sizes may differ), and the shard
 //! keeps each learner's optimizer state between rounds, keyed by its configuration and fold.
 
@@ -30,6 +30,10 @@ pub struct LearnerRound {
     /// of every row).
     #[serde(default)]
     pub fold: Option<u32>,
+    /// With `"group_by"`: the group (its number in `RoundRequest::groups`) whose rows alone it
+    /// trains on (None: the model of every row).
+    #[serde(default)]
+    pub group: Option<u32>,
     /// Train: its parameters at the round's start (a linear model's weights then its biases; a
     /// network's every parameter in `weights`, layer by layer).
     #[serde(default)]
@@ -45,6 +49,9 @@ pub struct LearnerRound {
 /// What a shard answers of one learner, in the request's order.
 #[derive(Clone, Default, Serialize, Deserialize)]
 pub struct LearnerReply {
+    /// The group it was sent for (`LearnerRound::group`).
+    #[serde(default)]
+    pub group: Option<u32>,
     /// Train: its parameters after the round, and the round's progressive metrics.
     #[serde(default)]
     pub weights: Vec<f64>,
@@ -81,7 +88,9 @@ fn all_finite(values: &[f64]) -> bool {
 pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), String> {
     let learners = &request.learners;
     let has_learners = matches!(request.phase, Phase::Train | Phase::Validate);
-    let most = MAX_TRIALS * (1 + MAX_FOLDS as usize);
+    // A search's learners with their folds', or per-group models' (the model of every row's
+    // and one per group).
+    let most = (MAX_TRIALS * (1 + MAX_FOLDS as usize)).max(request.groups.len() + 1);
     if has_learners == learners.is_empty() || learners.len() > most {
         return Err(format!(
             "{} learners in a round of phase {:?}",
@@ -99,7 +108,9 @@ pub fn check_request(request: &RoundRequest, outputs: usize) -> Result<(), Strin
         if l.fold.is_some_and(|f| f >= request.folds) {
             return Err("a learner of a fold the round does not have".into());
         }
-        let same = |o: &LearnerRound| o.configuration == l.configuration && o.fold == l.fold;
+        let same = |o: &LearnerRound| {
+            o.configuration == l.configuration && o.fold == l.fold && o.group == l.group
+        };
         if learners[..i].iter().any(same) {
             return Err("a configuration twice among the learners".into());
         }
@@ -192,6 +203,7 @@ pub fn check_reply(
         ));
     }
     for (reply, sent) in learners.iter().zip(&request.learners) {
+        super::groups::check_learner(reply, sent)?;
         match request.phase {
             Phase::Train => check_trained(reply, sent, rows, kind, request.score_folds)?,
             Phase::Validate => {

@@ -1,5 +1,6 @@
 //! The learners of a sharded training: a search's configurations side by side (one model
-//! without a search), with `"folds"` one learner per fold beside each, each with its own
+//! without a search), with `"folds"` one learner per fold beside each, with `"group_by"` one
+//! per group beside the model of every row (`groups.rs`), each with its own
 //! combined parameters, moved round by round by what the shards trained of it
 //! (`pipeline::protocol::learners`), scored together in the validation rounds (a fold's
 //! learner: on its fold's rows in the last epoch), and ending as one server's trials.
@@ -9,7 +10,7 @@ use crate::exec::sgd::CollectedRows;
 use crate::pg::error::{raise_train_error, refuse_combination};
 use crate::pg::guc::check_training_size;
 use crate::pipeline::protocol::{LearnerRound, RoundRequest};
-use crate::pipeline::{ClassValue, TrainOutcome, Trial};
+use crate::pipeline::{ClassValue, GroupsFound, TrainOutcome, Trial};
 use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::coordinator::RoundProgress;
 use crate::shard::plan::fixed_preprocessing;
@@ -38,6 +39,8 @@ pub(super) struct ShardLearner {
     pub(super) configuration: Map<String, Value>,
     /// With `"folds"`: the fold it never trains on (None: the model of every row).
     pub(super) fold: Option<u32>,
+    /// With `"group_by"`: the group whose rows alone it trains on (None: every row's model).
+    pub(super) group: Option<u32>,
     /// Its fold's rows scored in the last epoch, pooled over the rounds and shards.
     pub(super) holdout: Option<ValidationScore>,
     pub(super) params: TrainParams,
@@ -119,6 +122,7 @@ pub(super) fn learners_of(
                 index,
                 configuration: configuration.clone(),
                 fold,
+                group: None,
                 holdout: None,
                 params: params.clone(),
                 rounds,
@@ -166,6 +170,7 @@ impl Conversation<'_> {
                     LearnerRound {
                         configuration: learners[i].configuration.clone(),
                         fold: learners[i].fold,
+                        group: learners[i].group,
                         weights: weights.to_vec(),
                         bias: bias.to_vec(),
                         score: None,
@@ -383,8 +388,9 @@ pub(super) fn fit_of(
             .iter()
             .map(|l| l.fold.map(|f| f as usize))
             .collect(),
-        group: vec![None; learners.len()],
+        group: learners.iter().map(|l| l.group).collect(),
     };
+    // (Per-group models: the shard line is each epoch's NOTICE, as a training of one model's.)
     let notices = Notices {
         verbose: params.verbose && searching,
         metric: kind.metric_name(),
@@ -439,6 +445,8 @@ pub(super) struct Stored {
     pub(super) rows_skipped: u64,
     pub(super) statistics_seconds: f64,
     pub(super) started: Instant,
+    /// Per-group models: the groups that have one, and the smaller ones.
+    pub(super) groups: Option<GroupsFound>,
 }
 
 /// Each configuration's trial, as one server's search makes them: its model (with patience,
@@ -454,6 +462,21 @@ pub(super) fn trials(
         .into_iter()
         .map(|f| {
             let (configuration, params) = configurations[f.configuration].clone();
+            // A group's model: its key and rows (as one server's statistics pass counts them);
+            // the model of every row: the groups too small for a model of their own.
+            let group = f.group.and_then(|g| {
+                let found = stored.groups.as_ref()?;
+                found.kept.get(g as usize).cloned()
+            });
+            let small_groups = match (&stored.groups, f.group) {
+                (Some(found), None) => Some((found.small, found.small_rows)),
+                _ => None,
+            };
+            // A group's model trained on its rows: its last epoch's tuples (one server's rule).
+            let rows_trained = match (&group, f.epochs.last()) {
+                (Some(_), Some(last)) => last.stats.tuples,
+                _ => stored.rows_trained,
+            };
             let (outcome, epochs_before_failing) = match f.result {
                 Ok(last) => {
                     // Early stopping keeps the best epoch's model (already in the table's units).
@@ -469,7 +492,7 @@ pub(super) fn trials(
                         standardizer: stored.standardizer.clone(),
                         preprocessing: stored.preprocessing.clone(),
                         epochs: f.epochs,
-                        rows_trained: stored.rows_trained,
+                        rows_trained,
                         rows_skipped: stored.rows_skipped,
                         seconds: stored.started.elapsed().as_secs_f64(),
                         statistics_seconds: Some(stored.statistics_seconds),
@@ -488,8 +511,8 @@ pub(super) fn trials(
                 outcome,
                 epochs_before_failing,
                 cv: f.cv,
-                group: None,
-                small_groups: None,
+                group,
+                small_groups,
             }
         })
         .collect()
