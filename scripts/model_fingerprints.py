@@ -2,7 +2,8 @@
 """Model fingerprints: the final loss (to the last digit), an md5 of the weights, the evaluation
 report and a trace, over a fixed matrix of trainings (every strategy and buffer mode, every
 model kind, normalize, l1/l2, class weights, mini-batches, sparse, validation, tolerance, a9a, a
-column list with one-hot, hashed and imputed columns, parallel workers, a sharded table; and
+column list with one-hot, hashed and imputed columns, parallel workers, a sharded table (linear
+models, networks and fm); and
 networks, mlp and mlp_regression, in one process: dense, a column list, sparse pairs, relu and
 tanh, Adam and SGD, validation with patience; several models side by side: a search with folds,
 per-group models, patience, with their NOTICE lines). For showing that a change that must not change
@@ -67,13 +68,19 @@ def parallel_and_sharded(c):
         c.execute(f"INSERT INTO det_sh3 SELECT * FROM ({det}) d WHERE id > 20000 ORDER BY flag, id")
     for model, p in [("svm", {"label": "flag"}), ("logistic", {"label": "flag", "normalize": True, "sync": 4}),
                      ("logistic", {"label": "flag", "average": True, "class_weight": "balanced"}),
-                     ("linear", {"label": "y", "normalize": True})]:
+                     ("linear", {"label": "y", "normalize": True}),
+                     # Networks (one learner: each shard keeps its optimizer state between rounds).
+                     ("mlp", {"label": "flag", "hidden": [6]}),
+                     ("mlp", {"label": "flag", "hidden": [6, 3], "validation": {"fraction": 0.2}, "patience": 1}),
+                     ("mlp_regression", {"label": "y", "hidden": [4], "optimizer": "sgd", "momentum": 0.5}),
+                     ("fm", {"label": "flag", "factors": 2})]:
         params = {"epochs": 3, "seed": 7, "verbose": False, **p}
         mid = c.execute("SELECT corgipile_train('det_sharded', %s, %s)", (model, Jsonb(params))).fetchone()[0]
-        row = c.execute("""SELECT md5(concat_ws('|', weights::text, bias::text, label_mapping::text, standardizer::text, metrics->>'loss',
+        layers = ", layers::text" if model[0] in "mf" else ""  # linear fingerprints as before networks
+        row = c.execute(f"""SELECT md5(concat_ws('|', weights::text, bias::text, label_mapping::text, standardizer::text, metrics->>'loss',
                                  rows_trained, rows_skipped,
                                  (SELECT string_agg(concat_ws(':', epoch, loss, accuracy, r2, tuples), ',' ORDER BY epoch)
-                                    FROM corgipile.epochs e WHERE e.model_id = m.id)))
+                                    FROM corgipile.epochs e WHERE e.model_id = m.id){layers}))
                            FROM corgipile.models m WHERE id = %s""", (mid,)).fetchone()[0]
         ev = c.execute("SELECT corgipile_evaluate(%s, 'det_sharded'::regclass)", (mid,)).fetchone()[0]
         ev.pop("model_id", None)

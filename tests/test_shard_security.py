@@ -677,6 +677,9 @@ BEGIN
     WHEN 'set_aside_model' THEN RETURN jsonb_set(r, '{{learners,0,set_aside}}', 'true')::text;
     WHEN 'second_nan' THEN RETURN jsonb_set(r, '{{learners,1,weights,0}}', '"NaN"')::text;
     WHEN 'second_short' THEN RETURN jsonb_set(r, '{{learners,1,bias}}', '[]')::text;
+    WHEN 'second_long' THEN RETURN jsonb_set(r, '{{learners,1,weights}}', (r #> '{{learners,1,weights}}') || '0.5'::jsonb)::text;
+    WHEN 'learners_swapped' THEN
+      RETURN jsonb_set(jsonb_set(r, '{{learners,0}}', r #> '{{learners,1}}'), '{{learners,1}}', r #> '{{learners,0}}')::text;
     WHEN 'holdout_loss' THEN RETURN jsonb_set(r, '{{learners,0,holdout,loss}}', '-1')::text;
     WHEN 'holdout_unasked' THEN RETURN jsonb_set(r, '{{learners,3,holdout}}', r #> '{{learners,0,holdout}}')::text;
     WHEN 'second_val_loss' THEN RETURN jsonb_set(r, '{{learners,1,validation,loss}}', '-1')::text;
@@ -783,6 +786,10 @@ END $$
 # A search of two configurations (two learners in every round).
 SEARCH = {"search": {"learning_rate": [0.01, 0.1]}, "validation": {"fraction": 0.2}, "name": "shsec_search"}
 
+# A search of two networks of two shapes (hidden [2] and [4] over the 4 features and 2 classes):
+# each learner's parameters of its own length.
+NETSEARCH = {"search": {"hidden": [[2], [4]]}, "name": "shsec_netsearch"}
+
 # A list of feature columns of the hostile tables.
 COLUMNS = {"features": ["id", "color", "features"], "preprocess": {"id": {"encode": "ple"}}}
 # Per-group models of the hostile tables' colors (three groups).
@@ -845,6 +852,10 @@ HOSTILE_CASES = [
     ("second_nan", "Train", "svm", SEARCH, ("08P01",)),
     ("second_short", "Train", "logistic", SEARCH, ("08P01",)),
     ("second_val_loss", "Validate", "svm", SEARCH, ("08P01",)),
+    # A search of networks of two shapes (shard protocol 9): each learner's reply is checked
+    # against its own length — the two learners' replies swapped, the second's one longer.
+    ("learners_swapped", "Train", "mlp", NETSEARCH, ("08P01",)),
+    ("second_long", "Train", "mlp", NETSEARCH, ("08P01",)),
     # "folds": 3 (learners: the three folds', then the model of every row): a fold's score of
     # its rows with a negative loss; a score from the model of every row, which has no fold.
     ("holdout_loss", "Train", "svm", {"folds": 3}, ("08P01",)),

@@ -46,6 +46,10 @@ pub enum Use {
     /// pages (a projection and a filter of one table); on shards, a training rewrites a view of
     /// the table's own columns and a `WHERE` into the table's terms (see `Use::name`).
     View,
+    /// A `"search"` whose configurations differ in `"model"`.
+    SearchedModel,
+    /// A `"search"` whose configurations differ in `"class_weight"`.
+    SearchedClassWeight,
 }
 
 impl Use {
@@ -71,6 +75,8 @@ impl Use {
             Use::Network => "`mlp`, `mlp_regression`, `fm`, `fm_regression`",
             Use::Gate => "`\"deploy\": \"if_better\"`",
             Use::View => "a view over it other than its columns and a `WHERE`",
+            Use::SearchedModel => "a `\"search\"` of `\"model\"`",
+            Use::SearchedClassWeight => "a `\"search\"` of `\"class_weight\"`",
         }
     }
 }
@@ -121,6 +127,12 @@ pub const REFUSED: &[Refused] = &[
     // "where"); any other view (and a stored model's functions on any view) is refused, the
     // ERROR's detail saying what the view has.
     refused(Use::Shards, Use::View, "this view over a sharded table cannot be read on its shards yet", "The shards train on a view that selects the sharded table's own columns (renamed or not), with or without a WHERE, and nothing else (no joins, aggregates, DISTINCT, LIMIT, computed columns or subqueries): define the view so, or name the sharded table itself, with \"where\" for the rows and \"features\" for the columns."),
+    // A search's learners train side by side in every round on each shard's one plan, whose
+    // rows are decoded for one kind (a binary kind's two labels, a network's or a softmax's
+    // classes), and whose labels' weights the statistics round settles once for every learner
+    // (a network's search, its folds: each learner keeps its own optimizer state on every shard).
+    refused(Use::Shards, Use::SearchedModel, "a \"search\" on a sharded table cannot search \"model\" yet", "Search each model kind with its own corgipile_train: every shard decodes a round's rows for one kind."),
+    refused(Use::Shards, Use::SearchedClassWeight, "a \"search\" on a sharded table cannot search \"class_weight\" yet", "Search with one \"class_weight\" (the statistics round settles the labels' weights once for every configuration), or on one shard's table."),
     // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
     // softmax's, a text label's) and every process takes its numbering.
     refused(Use::Workers, Use::Inference, "\"workers\" cannot be used with \"inference\" yet", WORKERS_HINT),
@@ -206,6 +218,10 @@ mod tests {
         // A search runs its configurations (and folds, or groups) side by side on the shards.
         assert!(refusal(Use::Shards, &[Use::Search, Use::Validation]).is_none());
         assert!(refusal(Use::Shards, &[Use::Search, Use::Folds]).is_none());
+        // ... networks too (each learner's optimizer state its own on every shard), but not
+        // kinds or class weights.
+        assert!(refusal(Use::Shards, &[Use::Search, Use::Folds, Use::Network]).is_none());
+        assert!(refusal(Use::Shards, &[Use::Search, Use::SearchedModel]).is_some());
         assert!(refusal(Use::Shards, &[Use::GroupBy, Use::ColumnList]).is_none());
         assert_eq!(r.message, "\"workers\" cannot train on a sharded table yet");
         let r = refusal(Use::GroupBy, &[Use::Tolerance]).unwrap();

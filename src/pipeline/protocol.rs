@@ -57,10 +57,12 @@ pub enum Phase {
 /// those rows; 7: `"inference"` — Newton pass rounds and each shard's information part; 8:
 /// per-group models — the statistics round's groups and rows, a training round's numbered
 /// groups and each learner's group, see `protocol::groups` — and a network's or factorization
-/// machine's drift correction in a training round, with each shard's control in its reply).
+/// machine's drift correction in a training round, with each shard's control in its reply; 9:
+/// a training round's network learners — a search's, folds — each keep their own optimizer
+/// state on the shard between rounds, and may differ in shape).
 /// Two servers of the same corgipile version speak the same protocol, but development builds
 /// of one version may not: both are checked.
-pub const PROTOCOL: u32 = 8;
+pub const PROTOCOL: u32 = 9;
 
 /// Longest label text (in bytes) a sharded training numbers: the statistics round sends every
 /// shard's class names, and a class name is a label, not a document.

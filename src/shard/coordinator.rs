@@ -11,6 +11,7 @@ use crate::pipeline::protocol::{
 };
 use crate::pipeline::PipelineConfig;
 use corgipile_ml::model::ModelKind;
+use corgipile_ml::params::search::SEARCHABLE;
 use corgipile_ml::scoring::Evaluation;
 use corgipile_ml::wire::{self, WireError};
 
@@ -294,13 +295,21 @@ pub(super) fn open_shards(leaves: Vec<Leaf>, version: &str) -> Vec<Shard> {
     shards
 }
 
-/// The params a shard runs with: the coordinator's, one process, silently, its own table only.
+/// The params a shard runs with: the coordinator's, one process, silently, its own table only
+/// (a search's learning params as the user gave them).
 pub(super) fn shard_params(params: &corgipile_ml::params::TrainParams) -> String {
     let mut shard_params = params.clone();
     shard_params.verbose = false;
     shard_params.workers = 0;
     shard_params.only = true;
-    serde_json::to_string(&shard_params.to_json()).expect("params serialize")
+    let mut json = shard_params.to_json();
+    if let (Some(search), Some(sent)) = (&params.search, json.as_object_mut()) {
+        // Every shard resolves a search's configurations as one server does, from the user's
+        // own params (`Search::base`): a default that follows a searched value (the learning
+        // rate of a searched optimizer) must not arrive as a value given.
+        sent.retain(|k, _| !SEARCHABLE.contains(&k.as_str()) || search.base.contains_key(k));
+    }
+    serde_json::to_string(&json).expect("params serialize")
 }
 
 /// Scores a stored model on every shard of a sharded table (`request`: the model) and merges

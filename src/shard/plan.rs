@@ -315,16 +315,10 @@ pub(super) fn shard_plan(
         let (mean, variance) = stats.label_mean_variance();
         zero_model_loss(kind, variance + mean * mean)
     };
-    // Rounds. A network's parameters travel in `weights` (see `RoundRequest::network`).
+    // Rounds. A network's parameters travel in `weights` (see `RoundRequest::network`); these
+    // are the first configuration's (a search's others: `NetworkPlan::rounds`).
     let (n_weights, model_rounds) = match &network {
-        Some(plan) => (
-            plan.initial.len(),
-            // A network moves by the mean of the shards' changes (federated averaging): each
-            // shard's optimizer carries its own momentum between rounds, and their sum
-            // overshoots (measured: SGD with momentum diverged, one round per epoch lost
-            // 1.0 of R²); the mean is stable whatever the optimizer and "sync".
-            DeltaRounds::starting_from(plan.initial.clone(), true),
-        ),
+        Some(plan) => (plan.initials[0].len(), plan.rounds(0)),
         None => {
             let n_weights = n_features * outputs;
             (n_weights, linear_rounds(kind, params, n_weights, outputs))

@@ -31,7 +31,9 @@ use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::network::NetworkPlan;
 use corgipile_ml::divergence::diverged;
 use corgipile_ml::fit::Fit;
+use corgipile_ml::learner::Learner;
 use corgipile_ml::model::{LinearModel, ModelKind, Predictor};
+use corgipile_ml::params::TrainParams;
 use corgipile_ml::scoring::ValidationPart;
 use corgipile_ml::scoring::{BinaryLabels, ValidationScore, ValidationStats};
 use corgipile_ml::standardize::Standardizer;
@@ -60,7 +62,7 @@ pub fn train(
     let configurations = params
         .configurations(kind)
         .unwrap_or_else(|e| raise_param_error(e));
-    check_search(&configurations, params.folds.unwrap_or(0), kind);
+    check_search(config, &configurations);
     groups::check(config);
     let _progress = progress::start(&config.relation, kind.name(), params.epochs);
     let (mut conv, begun) = begin(parent, leaves, config, warm, run_local);
@@ -74,28 +76,28 @@ pub fn train(
     } = begun;
     inference::check_size(config, plan.shape.0);
     // The learners (a search's configurations side by side, or the one model): every
-    // configuration of a search starts where the one model would, from zeros or from a warm
-    // start's model.
+    // configuration of a search starts where the one model would, from zeros (a network: its
+    // own shape's seeded parameters) or from a warm start's model.
     let start = warm.map(|_| model_rounds.params().to_vec());
-    let linear_search = params.search.is_some() && plan.network.is_none();
     let (_, outputs, n_weights) = plan.shape;
-    let mut learners = learners_of(
-        &configurations,
-        params.folds.unwrap_or(0),
-        model_rounds,
-        &|p| {
-            linear_search.then(|| {
-                let mut rounds = linear_rounds(kind, p, n_weights, outputs);
-                if let Some(start) = &start {
-                    assert!(
-                        rounds.start_at(start.clone()),
-                        "a configuration of the same shape"
-                    );
-                }
-                rounds
-            })
-        },
-    );
+    let own = |c: usize, p: &TrainParams| {
+        params.search.is_some().then(|| {
+            let (mut rounds, n_weights) = match &plan.network {
+                Some(network) => (network.rounds(c), network.initials[c].len()),
+                None => (linear_rounds(kind, p, n_weights, outputs), n_weights),
+            };
+            if let Some(start) = &start {
+                // A warm start's model fits every configuration (`warm::start_rounds`).
+                assert!(
+                    rounds.start_at(start.clone()),
+                    "a configuration of its shape"
+                );
+            }
+            (rounds, n_weights)
+        })
+    };
+    let folds = params.folds.unwrap_or(0);
+    let mut learners = learners_of(&configurations, (folds, n_weights), model_rounds, &own);
     // Per-group models: a learner per group beside the model of every row; every round
     // numbers the rows' groups by their keys.
     if let Some(found) = &zero.groups {
@@ -135,7 +137,9 @@ pub fn train(
         started,
         groups: zero.groups,
     };
-    let mut trials = trials(finished, &configurations, &stored, &mut |p| plan.model(p));
+    let mut trials = trials(finished, &configurations, &stored, &mut |c, p| {
+        plan.model(c, p)
+    });
     inference::infer(&mut conv, &request, config, &mut trials, rows_trained);
     progress::finish();
     let summary = ShardSummary {
@@ -179,16 +183,11 @@ struct Plan {
 }
 
 impl Plan {
-    /// The model `params` make, in the table's units.
-    fn model(&mut self, params: Vec<f64>) -> Model {
+    /// The model `params` of configuration `c` make, in the table's units.
+    fn model(&mut self, c: usize, params: Vec<f64>) -> Model {
         let standardizer = self.standardizer.as_ref();
-        combined_model(
-            self.kind,
-            self.shape,
-            params,
-            self.network.as_mut(),
-            standardizer,
-        )
+        let network = self.network.as_mut().map(|n| &mut n.learners[c]);
+        combined_model(self.kind, self.shape, params, network, standardizer)
     }
 }
 
@@ -266,9 +265,13 @@ fn begin<'a>(
     request.keep_held_out_ids =
         params.validation.is_some() && relation_rows.is_none() && params.deploy.is_some();
     request.n_features = zero.n_features;
+    // A search of networks: as many rounds as its biggest network would have alone.
+    let most = network
+        .as_ref()
+        .map_or(model_rounds.params().len(), NetworkPlan::most_parameters);
     let plan = Plan {
         kind: config.model,
-        rounds: params.sync_rounds(model_rounds.params().len()),
+        rounds: params.sync_rounds(most),
         shape: (zero.n_features, outputs, n_weights),
         zero_loss,
         network,
@@ -305,7 +308,6 @@ fn epochs(
     let searching = params.search.is_some();
     let folds = params.folds.unwrap_or(0);
     let label_values = request.extras.label_values;
-    let n_weights = plan.shape.2;
     let mut rows_trained = 0;
     for epoch in 1..=params.epochs {
         let epoch_started = Instant::now();
@@ -313,12 +315,7 @@ fn epochs(
         // The last epoch: each fold's learner scores its fold's rows (as on one server).
         request.folds = folds;
         request.score_folds = folds > 0 && epoch == params.epochs;
-        let totals = conv.epoch_rounds(
-            request,
-            learners,
-            (epoch, plan.rounds, n_weights),
-            params.normalize,
-        );
+        let totals = conv.epoch_rounds(request, learners, (epoch, plan.rounds), params.normalize);
         let Some(tuples) = totals.iter().flatten().map(|t| t.tuples).max() else {
             break;
         };
@@ -337,7 +334,7 @@ fn epochs(
         let validation_started = Instant::now();
         let scored = validating.then(|| {
             let at = (&*request, label_values);
-            let model_of = &mut |params: Vec<f64>| plan.model(params);
+            let model_of = &mut |c: usize, params: Vec<f64>| plan.model(c, params);
             validate(conv, learners, at, relation_rows, model_of, tuples)
         });
         let validation_seconds = match validating {
@@ -518,13 +515,14 @@ fn pooled_validation(
 }
 
 /// The model the shards' combined parameters make (`params`: the weights, `n_weights` of them,
-/// then the bias; a network's all its parameters; `shape`: features, outputs, weights), in the
-/// table's units (`standardizer` folded in).
+/// then the bias; a network's all its parameters, made by its configuration's `network`
+/// learner; `shape`: features, outputs, weights), in the table's units (`standardizer` folded
+/// in).
 fn combined_model(
     kind: ModelKind,
     shape: (usize, usize, usize),
     params: Vec<f64>,
-    network: Option<&mut NetworkPlan>,
+    network: Option<&mut Learner>,
     standardizer: Option<&Standardizer>,
 ) -> Model {
     let model = training_units_model(kind, shape, params, network);
@@ -538,12 +536,12 @@ fn training_units_model(
     kind: ModelKind,
     (n_features, outputs, n_weights): (usize, usize, usize),
     mut params: Vec<f64>,
-    network: Option<&mut NetworkPlan>,
+    network: Option<&mut Learner>,
 ) -> Model {
     match network {
-        Some(plan) => {
-            plan.learner.set_parameters(&params);
-            plan.learner.result_model().unwrap_or_else(|| {
+        Some(learner) => {
+            assert!(learner.set_parameters(&params), "a learner's own rounds");
+            learner.result_model().unwrap_or_else(|| {
                 let bytes = params.len() as u64 * 8;
                 raise_train_error(TrainError::OutOfMemory { bytes }, &|v| v.to_string(), false)
             })

@@ -143,12 +143,15 @@ fn start_rounds(
     };
     let values = match network {
         Some(plan) => {
-            // Its kind and layers (the learner checks them; its own parameters are set from
-            // the rounds' whenever the combined model is made).
-            match plan.learner.start_from(stored) {
-                Ok(true) => {}
-                Ok(false) => misfit(),
-                Err(e) => raise_train_error(e, &|v| v.to_string(), config.params.normalize),
+            // Its kind and layers (each configuration's learner checks them, as every learner
+            // of one server's search starts from the stored model; their own parameters are
+            // set from the rounds' whenever a combined model is made).
+            for learner in &mut plan.learners {
+                match learner.start_from(stored) {
+                    Ok(true) => {}
+                    Ok(false) => misfit(),
+                    Err(e) => raise_train_error(e, &|v| v.to_string(), config.params.normalize),
+                }
             }
             unfold(Target {
                 mean: plan.round.target_mean,

@@ -13,7 +13,9 @@ use super::statistics::gather_statistics;
 use super::{SgdNode, SgdTask};
 use crate::pg::error::{raise, raise_train_error};
 use crate::pipeline::protocol::MAX_CLASS_TEXT;
-use crate::pipeline::protocol::{GroupKey, GroupRows, Phase, RoundReply, RoundRequest};
+use crate::pipeline::protocol::{
+    GroupKey, GroupRows, LearnerRound, Phase, RoundReply, RoundRequest,
+};
 use crate::pipeline::ClassValue;
 use crate::pipeline::HeldOutRows;
 use crate::pipeline::{BlockShare, FeatureLayout, Mode, ValidationSplit};
@@ -23,6 +25,7 @@ use corgipile_ml::model::Predictor;
 use corgipile_ml::network::{Optimizer, Target};
 use corgipile_ml::scoring::{BinaryLabels, ValidationPart, ValidationScore};
 use corgipile_ml::trained::Model;
+use corgipile_ml::trials::Trials;
 use pgrx::{check_for_interrupts, PgSqlErrorCode};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -38,15 +41,15 @@ pub struct TrainingTable {
     pub leaf: Option<u32>,
 }
 
-/// What this backend keeps of one table of a sharded training between its rounds: a
-/// network's optimizer state after its last round (the next round resumes it, as one
-/// process's optimizer continues from batch to batch), and the validation rows the first
+/// What this backend keeps of one table of a sharded training between its rounds: each
+/// network learner's optimizer state after its last round (the learner's next round resumes
+/// it, as one process's optimizer continues from batch to batch), and the validation rows the first
 /// epoch's rounds held out (each round reads its share of the blocks), which validation
 /// rounds score, and, for a deploy gate, their tuple ids (kept until the gate has scored).
 /// Backend thread only.
 struct Kept {
     table: TrainingTable,
-    optimizer: Option<Optimizer>,
+    optimizers: Vec<(LearnerKey, Optimizer)>,
     held_out: Vec<TupleArena>,
     held_out_ids: Option<HeldOutRows>,
 }
@@ -66,7 +69,7 @@ fn with_kept<T>(table: TrainingTable, f: impl FnOnce(&mut Kept, u64) -> T) -> T 
             None => {
                 kept.push(Kept {
                     table,
-                    optimizer: None,
+                    optimizers: Vec::new(),
                     held_out: Vec::new(),
                     held_out_ids: None,
                 });
@@ -81,7 +84,8 @@ impl Kept {
     fn bytes(&self) -> u64 {
         let rows: usize = self.held_out.iter().map(TupleArena::bytes_used).sum();
         let ids = self.held_out_ids.as_ref().map_or(0, HeldOutRows::bytes);
-        self.optimizer.as_ref().map_or(0, Optimizer::bytes) + (rows + ids) as u64
+        let optimizers: u64 = self.optimizers.iter().map(|(_, o)| o.bytes()).sum();
+        optimizers + (rows + ids) as u64
     }
 }
 
@@ -126,6 +130,53 @@ pub fn score_rows(score: &mut ValidationScore, model: &Model, arena: &TupleArena
 
 /// Rows scored between two checks for a cancel.
 const VALIDATION_CHUNK_ROWS: usize = 4096;
+
+/// Who a learner of a round is, for what this backend keeps of it between rounds: its search
+/// configuration, the fold it holds out and the group it trains (unique among a round's
+/// learners: `protocol::learners::check_request`).
+#[derive(PartialEq)]
+struct LearnerKey {
+    configuration: serde_json::Map<String, serde_json::Value>,
+    fold: Option<u32>,
+    group: Option<u32>,
+}
+
+impl LearnerKey {
+    fn of(sent: &LearnerRound) -> LearnerKey {
+        LearnerKey {
+            configuration: sent.configuration.clone(),
+            fold: sent.fold,
+            group: sent.group,
+        }
+    }
+}
+
+/// Each learner of the round continues with the optimizer state its last round on `table`
+/// left (none: its first round, or it did not fit). The states of learners no longer sent
+/// (stopped, set aside) are dropped.
+fn resume_optimizers(table: TrainingTable, sent: &[LearnerRound], trials: &mut Trials) {
+    let mut kept = with_kept(table, |k, _| std::mem::take(&mut k.optimizers));
+    for (learner, sent) in trials.learners_mut().zip(sent) {
+        let key = LearnerKey::of(sent);
+        if let Some(at) = kept.iter().position(|(k, _)| *k == key) {
+            // A state of another shape (another network) is not resumed: the learner's own.
+            learner.resume_optimizer(kept.swap_remove(at).1);
+        }
+    }
+}
+
+/// Keeps `optimizer`, a learner's state after this round, for its next round on `table`:
+/// everything this backend keeps of the training (every learner's state, every local
+/// partition's on a coordinator, the held-out rows) stays within corgipile.max_model_memory;
+/// beyond it the learner's next round starts a fresh state.
+fn keep_optimizer(table: TrainingTable, key: LearnerKey, optimizer: Optimizer) {
+    let limit = crate::pg::guc::max_model_bytes();
+    with_kept(table, |kept, held| {
+        if held.saturating_add(optimizer.bytes()) <= limit {
+            kept.optimizers.push((key, optimizer));
+        }
+    });
+}
 
 /// One shard call.
 pub struct ShardRound {
@@ -262,9 +313,9 @@ impl SgdNode {
         }
     }
 
-    /// One round: the coordinator's model trained on this round's blocks. A network resumes
-    /// the optimizer state (Adam's moments, momentum) of its last round on this table (see
-    /// `KeptOptimizer`): the coordinator sends parameters only.
+    /// One round: the coordinator's learners trained on this round's blocks. Each network
+    /// learner resumes the optimizer state (Adam's moments, momentum) of its last round on
+    /// this table (see `Kept`): the coordinator sends parameters only.
     unsafe fn shard_train(&mut self, request: RoundRequest, table: TrainingTable) -> RoundReply {
         let params = self.config.params.clone();
         let kind = self.config.model;
@@ -334,15 +385,7 @@ impl SgdNode {
         };
         // Every learner of the round (see `shard_learners`), side by side on its buffers.
         let mut trials = self.round_learners(&request, &shape);
-        // A network continues with the optimizer state of this table's last round, if any
-        // (a training of one network: a search of networks is refused on shards).
-        if trials.len() == 1 {
-            if let Some(kept) = with_kept(table, |k, _| k.optimizer.take()) {
-                if let Some(l) = trials.learners_mut().next() {
-                    l.resume_optimizer(kept);
-                }
-            }
-        }
+        resume_optimizers(table, &request.learners, &mut trials);
         // A network's drift correction, once its optimizer is this round's.
         start_controls(&mut trials, &request.learners, params.normalize);
         trials.set_interrupt(|| {
@@ -370,10 +413,9 @@ impl SgdNode {
             .finish_epoch()
             .unwrap_or_else(|e| raise_train_error(e, &|v| v.to_string(), params.normalize));
         let holdouts = trials.take_holdout_scores();
-        let one = trials.len() == 1;
         let mut learned = Vec::with_capacity(trials.len());
         let mut controls = Vec::with_capacity(trials.len());
-        for (result, _) in trials.into_results() {
+        for ((result, _), sent) in trials.into_results().into_iter().zip(&request.learners) {
             let Ok(mut learner) = result else {
                 learned.push(result.map(|_| Vec::new()));
                 controls.push(None);
@@ -382,16 +424,8 @@ impl SgdNode {
             learned.push(Ok(learner.parameters()));
             let mut optimizer = learner.into_optimizer();
             controls.push(optimizer.as_mut().and_then(Optimizer::take_control));
-            if let (true, Some(optimizer)) = (one, optimizer) {
-                // What this backend keeps between rounds (one state per local partition on a
-                // coordinator) stays within corgipile.max_model_memory; beyond it a
-                // partition's next round starts a fresh state.
-                let limit = self.config.max_model_bytes;
-                with_kept(table, |kept, held| {
-                    if held.saturating_add(optimizer.bytes()) <= limit {
-                        kept.optimizer = Some(optimizer);
-                    }
-                });
+            if let Some(optimizer) = optimizer {
+                keep_optimizer(table, LearnerKey::of(sent), optimizer);
             }
         }
         if holds_out && request.epoch == 1 {

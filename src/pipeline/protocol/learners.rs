@@ -4,7 +4,9 @@
 //! shard trains them side by side on the same buffers and answers per learner (in the last
 //! epoch, a fold's learner also its score of the fold's rows it held out). A validation round
 //! carries each learner's model of the epoch, and the shard answers each one's score of its
-//! held-out rows. A training of one model is a list of one.
+//! held-out rows. A training of one model is a list of one. Since protocol 9, a network
+//! learner's parameters are its own configuration's (hidden sizes may differ), and the shard
+//! keeps each learner's optimizer state between rounds, keyed by its configuration and fold.
 
 use super::{EvaluateRequest, Phase, RoundRequest};
 use corgipile_ml::model::ModelKind;

@@ -19,8 +19,9 @@ use pgrx::PgSqlErrorCode;
 use std::collections::HashMap;
 
 /// Refuses, before any work, per-group models a sharded training cannot train as one server
-/// does: a network's or a factorization machine's (a shard keeps one optimizer state of a
-/// training between rounds, so it trains one such model at a time).
+/// does: a network's or a factorization machine's (each group's learner would keep its own
+/// optimizer state on a shard, keyed by its group, but per-group networks on shards are not
+/// yet compared with one server's).
 pub(in crate::shard) fn check(config: &PipelineConfig) {
     let kind = config.model;
     if config.params.group_by.is_some() && kind.family().sized_by_statistics() {
@@ -114,6 +115,7 @@ pub(super) fn add_learners(learners: &mut Vec<ShardLearner>, found: &GroupsFound
     for g in 0..found.kept.len() as u32 {
         let whole = &learners[0];
         let learner = ShardLearner {
+            n_weights: whole.n_weights,
             index: whole.index,
             configuration: whole.configuration.clone(),
             fold: None,

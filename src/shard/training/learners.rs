@@ -7,13 +7,18 @@
 
 use super::{epoch_record, pooled_validation, scored, validation_request, Conversation};
 use crate::exec::sgd::CollectedRows;
-use crate::pg::error::{raise, raise_train_error};
+use crate::pg::error::{raise_train_error, refuse_combination};
+use crate::pg::guc::check_training_size;
 use crate::pipeline::protocol::{LearnerRound, RoundReply, RoundRequest};
-use crate::pipeline::PipelineConfig;
 use crate::pipeline::{ClassValue, GroupsFound, TrainOutcome, Trial};
+use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::coordinator::RoundProgress;
+use crate::shard::plan::fixed_preprocessing;
+use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::fit::{EpochEnd, Finished, Fit, LearnerPlan, Notices};
+use corgipile_ml::learner::Shape;
 use corgipile_ml::model::ModelKind;
+use corgipile_ml::network::Target;
 use corgipile_ml::params::search::configuration_kind;
 use corgipile_ml::params::Patience;
 use corgipile_ml::params::{Configuration, TrainParams};
@@ -23,13 +28,14 @@ use corgipile_ml::trained::Model;
 use corgipile_ml::trainer::{
     Controls, DeltaRounds, EpochPart, EpochRecord, EpochTotals, TrainError,
 };
-use pgrx::PgSqlErrorCode;
 use serde_json::{Map, Value};
 use std::rc::Rc;
 use std::time::Instant;
 
 /// One learner: its configuration, its params and its combined parameters.
 pub(super) struct ShardLearner {
+    /// How many of its parameters are weights (a network's: all; the rest are biases).
+    pub(super) n_weights: usize,
     /// Its configuration (its index in the search's, and its searched params).
     pub(super) index: usize,
     pub(super) configuration: Map<String, Value>,
@@ -50,76 +56,81 @@ pub(super) struct ShardLearner {
     pub(super) controls: Option<Controls>,
 }
 
-/// Refuses, before any work, learners a sharded training cannot run as one server does: a
-/// searched model kind or class_weight (every learner of a round shares the kind and the
-/// labels' weights the statistics round settled), several learners of a network or
-/// factorization machine (a search's, or folds: a shard keeps one optimizer state between
-/// rounds).
-pub(super) fn check_search(configurations: &[Configuration], folds: u32, kind: ModelKind) {
-    if folds > 0 && kind.family().sized_by_statistics() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("\"folds\" of a {} model cannot train on a sharded table yet", kind.name()),
-            Some("Cross-validate it on one shard's table, or hold out rows with \"validation\" instead.".into()),
-        );
-    }
-    if configurations.len() < 2 {
+/// Refuses, before any shard is contacted, learners a sharded training cannot run as one
+/// server does: a searched model kind or class_weight (the capability table says why), and a
+/// search of networks whose learners cannot all fit corgipile.max_model_memory (each its
+/// share, as one server bounds a search; checked here on the fewest inputs and outputs the
+/// rows can have, and again on the rows' own by `network::network_plan`).
+pub(super) fn check_search(config: &PipelineConfig, configurations: &[Configuration]) {
+    let kind = config.model;
+    let base = &configurations[0].1;
+    refuse_combination(
+        Use::Shards,
+        &used(&[
+            (
+                Use::SearchedModel,
+                configurations
+                    .iter()
+                    .any(|(c, _)| configuration_kind(c, kind) != kind),
+            ),
+            (
+                Use::SearchedClassWeight,
+                configurations
+                    .iter()
+                    .any(|(_, p)| p.class_weight != base.class_weight),
+            ),
+        ]),
+    );
+    if !kind.family().sized_by_statistics() {
         return;
     }
-    let base = &configurations[0].1;
-    let refuse = |what: &str, hint: &str| -> ! {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("a \"search\" on a sharded table cannot search {what} yet"),
-            Some(hint.into()),
-        )
+    let n_features = match (&config.layout, fixed_preprocessing(config)) {
+        (_, Some(p)) => p.n_features,
+        (FeatureLayout::Sparse { n_features, .. }, None) => n_features.unwrap_or(1) as usize,
+        _ => 1,
     };
-    if configurations
-        .iter()
-        .any(|(c, _)| configuration_kind(c, kind) != kind)
-    {
-        refuse(
-            "\"model\"",
-            "Search each model kind with its own corgipile_train.",
-        );
-    }
-    if configurations
-        .iter()
-        .any(|(_, p)| p.class_weight != base.class_weight)
-    {
-        refuse(
-            "\"class_weight\"",
-            "Search with one \"class_weight\", or on one shard's table.",
-        );
-    }
-    if kind.family().sized_by_statistics() {
-        refuse(
-            "the params of a network or factorization machine",
-            "Train each configuration with its own corgipile_train, or search on one shard's table.",
-        );
+    let fewest = Shape {
+        n_features,
+        outputs: if kind.is_classifier() { 2 } else { 1 },
+        target: Target::new(0.0, 1.0),
+    };
+    for (_, p) in configurations {
+        if let Some(mut size) = kind.family().training_size(p, &fewest) {
+            size.what = format!(
+                "{}, on the fewest inputs and classes rows can have,",
+                size.what
+            );
+            check_training_size(&size, config.max_model_bytes);
+        }
     }
 }
 
+/// A configuration's own rounds, and how many of its parameters are weights.
+pub(super) type OwnRounds = (DeltaRounds, usize);
+
 /// Every configuration's learners (with `folds`, one per fold, then its model of every row, as
-/// one server orders them), each starting from `start` (the plan's combined parameters; a
-/// configuration's own iterate averaging).
+/// one server orders them), each starting from `start` (the plan's combined parameters, the
+/// first `n_weights` weights), or from `own` rounds of its configuration (a search's: its own
+/// iterate averaging, its own network's shape; a network's parameters are all weights).
 pub(super) fn learners_of(
     configurations: &[Configuration],
-    folds: u32,
+    (folds, n_weights): (u32, usize),
     start: DeltaRounds,
-    linear: &dyn Fn(&TrainParams) -> Option<DeltaRounds>,
+    own: &dyn Fn(usize, &TrainParams) -> Option<OwnRounds>,
 ) -> Vec<ShardLearner> {
     let mut learners = Vec::new();
     for (index, (configuration, params)) in configurations.iter().enumerate() {
         for fold in (0..folds).map(Some).chain([None]) {
+            let (rounds, n_weights) = own(index, params).unwrap_or((start.clone(), n_weights));
             learners.push(ShardLearner {
+                n_weights,
                 index,
                 configuration: configuration.clone(),
                 fold,
                 group: None,
                 holdout: None,
                 params: params.clone(),
-                rounds: linear(params).unwrap_or_else(|| start.clone()),
+                rounds,
                 going: true,
                 set_aside: None,
                 controls: None,
@@ -130,15 +141,15 @@ pub(super) fn learners_of(
 }
 
 impl Conversation<'_> {
-    /// One epoch's training rounds (`epoch`, `rounds` of them; a model's first `n_weights`
-    /// parameters are weights): each sends every learner going with its combined parameters
+    /// One epoch's training rounds (`epoch`, `rounds` of them): each sends every learner going
+    /// with its combined parameters (its own length: a search's networks differ in shape)
     /// and adds what the shards trained of it. Returns each learner's totals (None: not
     /// going); each shard's tuples are counted on it. A learner a shard set aside is set aside.
     pub(super) fn epoch_rounds(
         &mut self,
         request: &mut RoundRequest,
         learners: &mut [ShardLearner],
-        (epoch, rounds, n_weights): (u32, u32, usize),
+        (epoch, rounds): (u32, u32),
         normalize: bool,
     ) -> Vec<Option<EpochTotals>> {
         let mut totals: Vec<Option<EpochTotals>> = learners
@@ -160,7 +171,8 @@ impl Conversation<'_> {
             request.learners = going
                 .iter()
                 .map(|&i| {
-                    let (weights, bias) = learners[i].rounds.params().split_at(n_weights);
+                    let (weights, bias) =
+                        learners[i].rounds.params().split_at(learners[i].n_weights);
                     LearnerRound {
                         configuration: learners[i].configuration.clone(),
                         fold: learners[i].fold,
@@ -330,14 +342,14 @@ pub(super) fn epoch_records(
 }
 
 /// The validation round of `epoch`: every learner going's model (made by `model_of` from its
-/// parameters) scored on the rows every shard held out, pooled per learner. Returns each
+/// configuration's index and its parameters) scored on the rows every shard held out, pooled per learner. Returns each
 /// learner's model and score (None: not going).
 pub(super) fn validate(
     conv: &mut Conversation,
     learners: &[ShardLearner],
     (train, label_values): (&RoundRequest, Option<(f64, f64)>),
     relation: Option<&CollectedRows>,
-    model_of: &mut dyn FnMut(Vec<f64>) -> Model,
+    model_of: &mut dyn FnMut(usize, Vec<f64>) -> Model,
     tuples: u64,
 ) -> Vec<(Option<Model>, Option<ValidationStats>)> {
     let going: Vec<usize> = (0..learners.len()).filter(|&i| learners[i].going).collect();
@@ -347,7 +359,7 @@ pub(super) fn validate(
     }
     let models: Vec<_> = going
         .iter()
-        .map(|&i| model_of(learners[i].rounds.result()))
+        .map(|&i| model_of(learners[i].index, learners[i].rounds.result()))
         .collect();
     // A validation relation's rows are here, on the coordinator: no round.
     if let Some(rows) = relation {
@@ -500,13 +512,13 @@ pub(super) struct Stored {
 }
 
 /// Each configuration's trial, as one server's search makes them: its model (with patience,
-/// its best epoch's; else made by `model_of` from its final parameters) and history, or why it
-/// was set aside.
+/// its best epoch's; else made by `model_of` from its configuration's index and final
+/// parameters) and history, or why it was set aside.
 pub(super) fn trials(
     finished: Vec<Finished<Vec<f64>, Model>>,
     configurations: &[Configuration],
     stored: &Stored,
-    model_of: &mut dyn FnMut(Vec<f64>) -> Model,
+    model_of: &mut dyn FnMut(usize, Vec<f64>) -> Model,
 ) -> Vec<Trial> {
     finished
         .into_iter()
@@ -532,7 +544,7 @@ pub(super) fn trials(
                     // Early stopping keeps the best epoch's model (already in the table's units).
                     let (best_epoch, model) = match f.best {
                         Some((epoch, model)) => (Some(epoch), model),
-                        None => (None, model_of(last)),
+                        None => (None, model_of(f.configuration, last)),
                     };
                     let outcome = TrainOutcome {
                         best_epoch,
