@@ -231,6 +231,16 @@ impl PipelineConfig {
         self.params.seed.unwrap_or(0)
     }
 
+    /// A stored preprocessing the training encodes with (a warm start's column list; on a
+    /// sharded table round 0 sends it every shard); None when the rows give it (or there is
+    /// none).
+    pub fn fixed_preprocessing(&self) -> Option<&Preprocessor> {
+        match &self.preprocess {
+            Some(PreprocessSpec::Fixed(p)) => Some(p),
+            _ => None,
+        }
+    }
+
     /// A one-element List holding this config as a String node.
     /// The List is palloc'd in the current memory context.
     pub fn to_list(&self) -> *mut pg_sys::List {

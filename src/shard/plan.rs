@@ -198,7 +198,7 @@ pub(super) unsafe fn statistics_round(
                 );
             }
             // A warm start's column list: the stored model's preprocessing, as sent.
-            fixed_preprocessing(config).cloned()
+            config.fixed_preprocessing().cloned()
         }
     };
     let n_features = match (&preprocessing, config.layout) {
@@ -361,15 +361,6 @@ pub(super) fn plans(config: &PipelineConfig) -> Option<(&[ColumnPlan], usize)> {
             plans,
             max_categories,
         }) => Some((plans, *max_categories as usize)),
-        _ => None,
-    }
-}
-
-/// A stored preprocessing the training encodes with (a warm start's column list), which round
-/// 0 sends every shard; None when the shards learn it (or there is none).
-pub(super) fn fixed_preprocessing(config: &PipelineConfig) -> Option<&Preprocessor> {
-    match &config.preprocess {
-        Some(PreprocessSpec::Fixed(p)) => Some(p),
         _ => None,
     }
 }

@@ -14,8 +14,7 @@ use super::coordinator::{
 use super::gate::{HeldOut, KeptShards};
 use super::leaves::Leaf;
 use super::plan::{
-    fixed_preprocessing, linear_rounds, params_for_shards, plans, statistics_round, RoundZero,
-    ShardPlan,
+    linear_rounds, params_for_shards, plans, statistics_round, RoundZero, ShardPlan,
 };
 use super::warm;
 use crate::catalog::warm_start::WarmStart;
@@ -209,7 +208,7 @@ fn begin<'a>(
         .map(Leaf::oid)
         .zip(super::describe(&leaves))
         .collect();
-    let fixed = fixed_preprocessing(config);
+    let fixed = config.fixed_preprocessing();
     let mut request = RoundRequest {
         n_features: fixed.map_or(0, |p| p.n_features),
         // A warm start's column list: every shard encodes with the stored preprocessing.

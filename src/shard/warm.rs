@@ -4,7 +4,7 @@
 //! parameters unfolded into the training's units (the merged scaling, a network's target)
 //! instead of zeros: round 1 sends these parameters as any round sends the combined model. A
 //! column list keeps the model's preprocessing: round 0 sends it (shard protocol 5) and every
-//! shard encodes its rows with it (`plan::fixed_preprocessing`); a binary model keeps its two
+//! shard encodes its rows with it (`PipelineConfig::fixed_preprocessing`); a binary model keeps its two
 //! labels (`plan::binary_counts`).
 
 use super::network::NetworkPlan;

@@ -13,7 +13,6 @@ use crate::pipeline::protocol::{LearnerRound, RoundReply, RoundRequest};
 use crate::pipeline::{ClassValue, GroupsFound, TrainOutcome, Trial};
 use crate::pipeline::{FeatureLayout, PipelineConfig};
 use crate::shard::coordinator::RoundProgress;
-use crate::shard::plan::fixed_preprocessing;
 use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::fit::{EpochEnd, Finished, Fit, LearnerPlan, Notices};
 use corgipile_ml::learner::Shape;
@@ -84,7 +83,7 @@ pub(super) fn check_search(config: &PipelineConfig, configurations: &[Configurat
     if !kind.family().sized_by_statistics() {
         return;
     }
-    let n_features = match (&config.layout, fixed_preprocessing(config)) {
+    let n_features = match (&config.layout, config.fixed_preprocessing()) {
         (_, Some(p)) => p.n_features,
         (FeatureLayout::Sparse { n_features, .. }, None) => n_features.unwrap_or(1) as usize,
         _ => 1,
