@@ -161,6 +161,11 @@ def colored(select):
     return f"SELECT r.*, (ARRAY['red', 'green', 'blue'])[1 + r.id % 3] AS color FROM ({select}) r"
 
 
+# Of shsec_hostile's rows (ids 1-1000 on one shard, the others on the other; label i % 2): one
+# class on each shard.
+ONE_CLASS_EACH = "(id <= 1000) = (label = 0)"
+
+
 def rows_sql(n, start=1, width=4):
     """SELECT of n rows (id, label 0/1, features float8[width]) a linear model separates."""
     return f"""SELECT i AS id, i % 2 AS label,
@@ -840,10 +845,11 @@ HOSTILE_CASES = [
     # round did not ask for.
     # One round per epoch: every round trains tuples on every shard (a round without any
     # answers no control).
-    ("control_short", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
-    ("control_long", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
-    ("control_nan", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
-    ("control_none", "Train", "mlp", {"hidden": [4], "sync": 1}, ("08P01",)),
+    # (Controls are asked of shards whose class shares differ: one class on each, by "where".)
+    ("control_short", "Train", "mlp", {"hidden": [4], "sync": 1, "where": ONE_CLASS_EACH}, ("08P01",)),
+    ("control_long", "Train", "mlp", {"hidden": [4], "sync": 1, "where": ONE_CLASS_EACH}, ("08P01",)),
+    ("control_nan", "Train", "mlp", {"hidden": [4], "sync": 1, "where": ONE_CLASS_EACH}, ("08P01",)),
+    ("control_none", "Train", "mlp", {"hidden": [4], "sync": 1, "where": ONE_CLASS_EACH}, ("08P01",)),
     ("control_unasked", "Train", "svm", {}, ("08P01",)),
     ("learners_none", "Train", "svm", {}, ("08P01",)),
     ("learners_extra", "Train", "svm", {}, ("08P01",)),
@@ -1050,10 +1056,10 @@ def test_a_hostile_reply_is_a_clean_error(dsn, hostile, mode, phase, model, para
 
 
 def test_controls_whose_corrections_overflow_are_a_divergence(dsn, hostile):
-    """Finite controls (±1.7e308 for every parameter on the two shards, which train 1000 and 500
-    rows) whose tuple-weighted corrections are not finite: the coordinator's 22003, before it
-    sends them; nothing stored, no restart."""
-    params = {"epochs": 2, "seed": 1, "hidden": [4], "sync": 1, "where": "id <= 1500"}
+    """Finite controls (±1.7e308 for every parameter on the two shards, which train 500 and 250
+    rows, one class each) whose tuple-weighted corrections are not finite: the coordinator's
+    22003, before it sends them; nothing stored, no restart."""
+    params = {"epochs": 2, "seed": 1, "hidden": [4], "sync": 1, "where": f"({ONE_CLASS_EACH}) AND id <= 1500"}
     got, text, stored, problems = hostile_call(
         dsn, "control_1e308", "Train", lambda u: train(u, "shsec_hostile", "mlp", params))
     assert not problems, f"THE COORDINATOR RESTARTED: {problems}; the call gave {got}: {text[:300]}"

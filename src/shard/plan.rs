@@ -39,6 +39,9 @@ pub(super) struct RoundZero {
     pub(super) seconds: f64,
     /// Each shard's table mark (`pipeline::mark`), by shard.
     pub(super) marks: Vec<Option<crate::pipeline::mark::TableMark>>,
+    /// The shards' class shares differ: a network's or fm's rounds correct each shard's drift
+    /// (`corgipile_ml::trainer::unlike_shards`).
+    pub(super) unlike: bool,
     /// `"group_by"`: every shard's groups added up and numbered (`training::groups`).
     pub(super) groups: Option<crate::pipeline::GroupsFound>,
 }
@@ -129,6 +132,8 @@ pub(super) unsafe fn statistics_round(
     let mut stats: Option<FeatureStats> = None;
     let mut width: Option<(usize, &str)> = None;
     let mut rows_skipped = 0u64;
+    // Each shard's rows by class, in the merged numbering (`unlike_shards`).
+    let mut shard_classes: Vec<Vec<(f64, u64)>> = Vec::new();
     for (reply, shard) in replies.iter().zip(shards.iter()) {
         rows_skipped = rows_skipped.saturating_add(reply.rows_skipped);
         if let Some(w) = reply.width {
@@ -161,6 +166,7 @@ pub(super) unsafe fn statistics_round(
                 renumbered = r;
                 &renumbered
             };
+            shard_classes.push(s.class_counts());
             match &mut stats {
                 Some(all) => all.merge(s),
                 None => stats = Some(s.clone()),
@@ -238,6 +244,7 @@ pub(super) unsafe fn statistics_round(
         seconds: stats_started.elapsed().as_secs_f64(),
         marks: replies.iter().map(|r| r.mark).collect(),
         groups: super::training::groups::merged(config, &replies, shards),
+        unlike: corgipile_ml::trainer::unlike_shards(&shard_classes),
     }
 }
 

@@ -224,6 +224,7 @@ fn begin<'a>(
         params_json: shard_params(&params_for_shards(config)),
         run_local,
         bytes: 0,
+        correct_drift: false,
     };
     // SAFETY: FFI calls on the backend thread, in the SQL call's transaction; no raw pointers.
     let mut zero = unsafe {
@@ -236,6 +237,7 @@ fn begin<'a>(
             &mut conv.bytes,
         )
     };
+    conv.correct_drift = zero.unlike;
     let read = super::since::after_statistics(
         since.as_ref(),
         parent,
@@ -374,6 +376,9 @@ struct Conversation<'a> {
     run_local: &'a dyn Fn(pg_sys::Oid, &RoundRequest) -> RoundReply,
     /// Bytes to and from the shard servers since the last reset (an epoch's, for the NOTICE).
     bytes: u64,
+    /// A network's or fm's rounds correct each shard's drift (its rows are unlike the
+    /// others': `RoundZero::unlike`).
+    correct_drift: bool,
 }
 
 impl Conversation<'_> {

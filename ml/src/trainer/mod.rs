@@ -40,7 +40,7 @@ mod update;
 
 pub use combine::{DeltaRounds, EpochPart, EpochTotals};
 pub use config::{InterruptCheck, LrSchedule, TrainConfig, TrainError, MAX_CLASSES};
-pub use controls::Controls;
+pub use controls::{unlike_shards, Controls};
 pub use epoch::EpochStats;
 pub(crate) use exchange::Exchange;
 pub use exchange::{Gate, SharedModel, MIN_EXCHANGE_PERIOD};

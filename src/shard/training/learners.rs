@@ -188,8 +188,11 @@ impl Conversation<'_> {
                 fraction: r as f64 / rounds as f64,
                 tuples: totals.iter().flatten().map(|t| t.tuples).max().unwrap_or(0),
             };
-            let replies = match corrected(request, learners, &going, (self.shards.len(), normalize))
-            {
+            let corrections = match self.correct_drift {
+                true => corrected(request, learners, &going, (self.shards.len(), normalize)),
+                false => None,
+            };
+            let replies = match corrections {
                 Some(requests) => {
                     let mut replies = self.round_each(&requests.iter().collect::<Vec<_>>(), &at);
                     keep_controls(&mut replies, learners, &going);
@@ -256,8 +259,8 @@ impl Conversation<'_> {
     }
 }
 
-/// A network's (or factorization machine's) round: `request` for each shard, each learner
-/// with that shard's drift correction (see `corgipile_ml::trainer::Controls`; ERROR if one is
+/// A network's (or factorization machine's) round on shards of unlike rows: `request` for
+/// each shard, each learner with that shard's drift correction (see `corgipile_ml::trainer::Controls`; ERROR if one is
 /// not finite: diverged); None for a linear model's, whose shards keep no optimizer and whose
 /// rounds add the changes whole.
 fn corrected(
