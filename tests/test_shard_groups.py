@@ -221,8 +221,8 @@ def test_per_group_networks_on_shards_are_0a000_before_any_work(conn, grp):
     with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
         train(conn, "sh_grp", "mlp", {"features": ["x1", "x2"], "label": "y", "epochs": 1, "hidden": [4],
                                       "group_by": "store", "name": "shgt_mlp"})
-    assert err.value.diag.message_primary == '"group_by" of a mlp model cannot train on a sharded table yet'
-    assert err.value.diag.message_hint
+    assert err.value.diag.message_primary == "per-group networks and factorization machines cannot train on a sharded table yet"
+    assert "per-group linear models" in err.value.diag.message_hint
     assert scalar(conn, "SELECT count(*) FROM corgipile.models") == before
 
 

@@ -50,6 +50,8 @@ pub enum Use {
     SearchedModel,
     /// A `"search"` whose configurations differ in `"class_weight"`.
     SearchedClassWeight,
+    /// `"group_by"` of a network or factorization machine (`Use::Network`).
+    GroupedNetwork,
 }
 
 impl Use {
@@ -77,6 +79,9 @@ impl Use {
             Use::View => "a view over it other than its columns and a `WHERE`",
             Use::SearchedModel => "a `\"search\"` of `\"model\"`",
             Use::SearchedClassWeight => "a `\"search\"` of `\"class_weight\"`",
+            Use::GroupedNetwork => {
+                "`\"group_by\"` of `mlp`, `mlp_regression`, `fm`, `fm_regression`"
+            }
         }
     }
 }
@@ -133,6 +138,9 @@ pub const REFUSED: &[Refused] = &[
     // (a network's search, its folds: each learner keeps its own optimizer state on every shard).
     refused(Use::Shards, Use::SearchedModel, "a \"search\" on a sharded table cannot search \"model\" yet", "Search each model kind with its own corgipile_train: every shard decodes a round's rows for one kind."),
     refused(Use::Shards, Use::SearchedClassWeight, "a \"search\" on a sharded table cannot search \"class_weight\" yet", "Search with one \"class_weight\" (the statistics round settles the labels' weights once for every configuration), or on one shard's table."),
+    // Per-group learners of a network: each would keep its own optimizer state on a shard,
+    // keyed by its group, as a search's do, but they are not yet compared with one server's.
+    refused(Use::Shards, Use::GroupedNetwork, "per-group networks and factorization machines cannot train on a sharded table yet", "Train per-group networks on one server's copy of the rows, or per-group linear models (svm, logistic, linear, softmax) on the shards."),
     // Parallel workers: the leader's statistics pass numbers the classes (a network's, a
     // softmax's, a text label's) and every process takes its numbering.
     refused(Use::Workers, Use::Inference, "\"workers\" cannot be used with \"inference\" yet", WORKERS_HINT),

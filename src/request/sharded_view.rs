@@ -191,7 +191,7 @@ unsafe fn simple(view: pg_sys::Oid, name: String) -> Result<ShardedView, String>
             .into_owned();
         let var = (*entry).expr.cast::<pg_sys::Var>();
         let plain = is_a(var.cast(), pg_sys::NodeTag::T_Var)
-            && (*var).varno == rtindex
+            && i64::from((*var).varno) == i64::from(rtindex)
             && (*var).varlevelsup == 0
             && (*var).varattno > 0;
         if !plain {
@@ -250,7 +250,7 @@ unsafe extern "C-unwind" fn renumber_vars(node: *mut pg_sys::Node, context: *mut
         if is_a(node, pg_sys::NodeTag::T_Var) {
             let var = node.cast::<pg_sys::Var>();
             let how = &*context.cast::<Renumber>();
-            if (*var).varlevelsup == 0 && (*var).varno == how.from {
+            if (*var).varlevelsup == 0 && i64::from((*var).varno) == i64::from(how.from) {
                 // A view's column numbers are 1..=its columns (a view has no system columns, and
                 // a whole-row Var is refused before): checked only so that this walker cannot panic.
                 let index = (*var).varattno.checked_sub(1).map(usize::try_from);

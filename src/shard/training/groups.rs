@@ -9,31 +9,24 @@
 use super::learners::ShardLearner;
 use crate::decode::groups::{keys_too_large, number_groups, too_many_groups};
 use crate::exec::sgd::{check_family_memory, groups_notice, PER_MODEL_BYTES};
-use crate::pg::error::{notice, raise};
+use crate::pg::error::{notice, refuse_combination};
 use crate::pipeline::protocol::{GroupKey, RoundReply};
 use crate::pipeline::{GroupsFound, PipelineConfig, MAX_GROUPS, MAX_KEYS_BYTES, MAX_KEY_BYTES};
 use crate::shard::coordinator::{bad_reply, Shard};
+use corgipile_ml::capabilities::{used, Use};
 use corgipile_ml::limits::model_memory_bytes;
 use corgipile_ml::wire::WireError;
-use pgrx::PgSqlErrorCode;
 use std::collections::HashMap;
 
 /// Refuses, before any work, per-group models a sharded training cannot train as one server
-/// does: a network's or a factorization machine's (each group's learner would keep its own
-/// optimizer state on a shard, keyed by its group, but per-group networks on shards are not
-/// yet compared with one server's).
+/// does (the capability table says which and why).
 pub(in crate::shard) fn check(config: &PipelineConfig) {
-    let kind = config.model;
-    if config.params.group_by.is_some() && kind.family().sized_by_statistics() {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "\"group_by\" of a {} model cannot train on a sharded table yet",
-                kind.name()
-            ),
-            Some("Train per-group networks on one server's copy of the rows, or per-group linear models (svm, logistic, linear, softmax) on the shards.".into()),
-        );
-    }
+    let grouped_network =
+        config.params.group_by.is_some() && config.model.family().sized_by_statistics();
+    refuse_combination(
+        Use::Shards,
+        &used(&[(Use::GroupedNetwork, grouped_network)]),
+    );
 }
 
 /// Round 0's groups: every shard's (each reply checked as it came: keys once, rows it read)
