@@ -46,6 +46,38 @@ pub(super) struct RoundZero {
     pub(super) groups: Option<crate::pipeline::GroupsFound>,
 }
 
+/// Refuses (08P01 naming the server) a statistics reply whose classes are not its label's:
+/// numbers or texts as the label column holds them, with their rows counted by class, or none
+/// for a label not numbered by class.
+fn check_reply_classes(config: &PipelineConfig, replies: &[RoundReply], shards: &[Shard]) {
+    let uses_classes = config.label.uses_classes();
+    let texts = config.label == LabelCoding::ClassOfText;
+    for (reply, shard) in replies.iter().zip(shards.iter()) {
+        let fits = if uses_classes {
+            // Its rows' classes, numbers or texts as the label column holds them; rows counted
+            // by class come with them (`RoundReply::check`: by their indices).
+            reply
+                .classes
+                .iter()
+                .all(|c| matches!(c, ClassValue::Text(_)) == texts)
+                && (!reply.classes.is_empty()
+                    || reply
+                        .stats
+                        .as_ref()
+                        .is_none_or(|s| s.class_counts().is_empty()))
+        } else {
+            reply.classes.is_empty()
+        };
+        if !fits {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
+                format!("shard server \"{}\" sent an answer corgipile cannot use: classes other than its label's", shard.name),
+                Some("The shard must run corgipile's own corgipile_shard_round, of this version.".into()),
+            );
+        }
+    }
+}
+
 /// What every shard trains by, from round 0's statistics.
 pub(super) struct ShardPlan {
     pub(super) extras: LearnedStatistics,
@@ -88,31 +120,7 @@ pub(super) unsafe fn statistics_round(
     // A label numbered by class: every shard's classes in one numbering, and each shard's
     // counts by its own class indices renumbered into it before they merge.
     let uses_classes = config.label.uses_classes();
-    let texts = config.label == LabelCoding::ClassOfText;
-    for (reply, shard) in replies.iter().zip(shards.iter()) {
-        let fits = if uses_classes {
-            // Its rows' classes, numbers or texts as the label column holds them; rows counted
-            // by class come with them (`RoundReply::check`: by their indices).
-            reply
-                .classes
-                .iter()
-                .all(|c| matches!(c, ClassValue::Text(_)) == texts)
-                && (!reply.classes.is_empty()
-                    || reply
-                        .stats
-                        .as_ref()
-                        .is_none_or(|s| s.class_counts().is_empty()))
-        } else {
-            reply.classes.is_empty()
-        };
-        if !fits {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION,
-                format!("shard server \"{}\" sent an answer corgipile cannot use: classes other than its label's", shard.name),
-                Some("The shard must run corgipile's own corgipile_shard_round, of this version.".into()),
-            );
-        }
-    }
+    check_reply_classes(config, &replies, shards);
     let classes = if uses_classes {
         merge_classes(replies.iter().map(|r| r.classes.as_slice()))
     } else {
